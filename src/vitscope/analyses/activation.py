@@ -1,0 +1,156 @@
+"""Per-token mean and variance of activations over images (``MeanActivation``)."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from vitscope.analyses.base import Accumulator, Batch, Result
+from vitscope.hooks.names import UnknownHookError, cnn_hook_names, expand_names, transformer_hook_names
+from vitscope.hooks.tokens import grid_to_tokens
+from vitscope.models.spec import ModelSpec
+
+__all__ = ["CNN_DEFAULT_HOOKS", "TRANSFORMER_DEFAULT_HOOKS", "MeanActivation"]
+
+TRANSFORMER_DEFAULT_HOOKS: tuple[str, ...] = ("blocks.*.resid_post",)
+CNN_DEFAULT_HOOKS: tuple[str, ...] = ("stages.*",)
+
+
+def natural_key(name: str) -> list[int | str]:
+    """Sort key that puts ``blocks.2`` before ``blocks.10``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def _as_tokens(x: torch.Tensor, key: str) -> torch.Tensor:
+    """``[B, N, D]`` stays, a CNN map ``[B, C, h, w]`` becomes ``[B, h*w, C]``; float64, detached."""
+    x = x.detach()
+    if x.dim() == 4:
+        x = grid_to_tokens(x)
+    elif x.dim() != 3:
+        raise ValueError(
+            f"mean_activation: '{key}' has shape {tuple(x.shape)}; expected tokens [B, N, D] or a map [B, C, h, w]"
+        )
+    return x.to(torch.float64)
+
+
+class MeanActivation(Accumulator):
+    """Mean and variance over images of every token position of the chosen activations.
+
+    State per hook: image count ``n`` (float), ``mean`` ``[N, D]`` and ``M2`` ``[N, D]`` (sum of
+    squared deviations over images), all float64 on the CPU. A batch is reduced to its own
+    ``(n, mean, M2)`` and folded in with Chan's parallel formula, the same code path as ``merge``:
+    ``delta = mean_b - mean_a; mean = mean_a + delta * n_b / n; M2 = M2_a + M2_b + delta^2 n_a n_b / n``.
+
+    CNN maps ``[B, C, h, w]`` are treated as ``h*w`` tokens of width ``C`` (row-major).
+
+    Args:
+        hooks: hook names or glob patterns to summarise. Default: ``("blocks.*.resid_post",)``
+            for transformers and ``("stages.*",)`` for CNNs.
+        ddof: delta degrees of freedom of the reported variance: 0 = population ``M2 / n``
+            (default), 1 = unbiased ``M2 / (n - 1)``. Cells with ``n <= ddof`` are NaN.
+
+    Result tensors (for every recorded hook): ``"{hook}.mean"`` ``[N, D]``, ``"{hook}.var"``
+    ``[N, D]`` and ``"{hook}.token_norm"`` ``[N]`` (L2 norm of the mean vector of each token).
+    """
+
+    name = "mean_activation"
+
+    def __init__(self, hooks: Sequence[str] | None = None, ddof: int = 0) -> None:
+        if isinstance(hooks, str):
+            hooks = (hooks,)
+        if ddof < 0:
+            raise ValueError(f"ddof must be >= 0, got {ddof}")
+        self._cfg_hooks: tuple[str, ...] | None = tuple(hooks) if hooks is not None else None
+        self._cfg_ddof = int(ddof)
+        self.reset()
+
+    def patterns(self, spec: ModelSpec) -> tuple[str, ...]:
+        """The hook names / patterns this instance reads on ``spec``."""
+        if self._cfg_hooks is not None:
+            return self._cfg_hooks
+        return TRANSFORMER_DEFAULT_HOOKS if spec.is_transformer else CNN_DEFAULT_HOOKS
+
+    def required_hooks(self, spec: ModelSpec) -> list[str]:
+        return list(self.patterns(spec))
+
+    def supports(self, spec: ModelSpec) -> bool:
+        """True when every requested pattern matches a canonical name of this model."""
+        valid = transformer_hook_names(spec.num_blocks) if spec.is_transformer else cnn_hook_names(spec.num_blocks)
+        try:
+            expand_names(self.patterns(spec), valid, model=spec.name)
+        except UnknownHookError:
+            return False
+        return True
+
+    def reset(self) -> None:
+        self.count: dict[str, float] = {}
+        self.mean: dict[str, torch.Tensor] = {}
+        self.m2: dict[str, torch.Tensor] = {}
+
+    def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
+        """Fold one batch in: every record key matching the patterns, ``[B, N, D]`` or ``[B, C, h, w]``."""
+        patterns = self.patterns(batch.spec)
+        keys = [k for k in record if any(fnmatch.fnmatchcase(k, p) for p in patterns)]
+        if not keys:
+            raise ValueError(
+                f"mean_activation: the record holds none of {list(patterns)} (it has {sorted(record)[:8]}); "
+                "record the names returned by required_hooks(spec)"
+            )
+        for key in keys:
+            x = _as_tokens(record[key], key)
+            if x.shape[0] == 0:
+                continue
+            mean_b = x.mean(dim=0)
+            m2_b = (x - mean_b).square().sum(dim=0)
+            self._fold(key, float(x.shape[0]), mean_b.cpu(), m2_b.cpu())
+
+    def _fold(self, key: str, n_b: float, mean_b: torch.Tensor, m2_b: torch.Tensor) -> None:
+        """Chan's parallel merge of ``(n_b, mean_b [N, D], M2_b [N, D])`` into the state of ``key``."""
+        n_a = self.count.get(key, 0.0)
+        if n_b == 0:
+            return
+        if n_a == 0:
+            self.count[key], self.mean[key], self.m2[key] = n_b, mean_b.clone(), m2_b.clone()
+            return
+        if mean_b.shape != self.mean[key].shape:
+            (n_old, d_old), (n_new, d_new) = self.mean[key].shape, mean_b.shape
+            what = "tokens" if n_old != n_new else "channels"
+            raise ValueError(
+                f"mean_activation: '{key}' has {n_new} tokens of width {d_new} here but {n_old} tokens of "
+                f"width {d_old} before (mismatched {what}); per-token statistics need every image at the "
+                "same input size, so resize the images to one size or use separate runs"
+            )
+        n = n_a + n_b
+        delta = mean_b - self.mean[key]
+        self.mean[key] = self.mean[key] + delta * (n_b / n)
+        self.m2[key] = self.m2[key] + m2_b + delta.square() * (n_a * n_b / n)
+        self.count[key] = n
+
+    def merge(self, other: Accumulator) -> MeanActivation:
+        """Fold ``other``'s state into this one (in place) and return ``self``; ``other`` is unchanged."""
+        if not isinstance(other, MeanActivation):
+            raise TypeError(f"cannot merge {type(other).__name__} into MeanActivation")
+        if other._cfg_hooks != self._cfg_hooks:
+            raise ValueError(f"cannot merge MeanActivation(hooks={other._cfg_hooks}) into hooks={self._cfg_hooks}")
+        for key in other.count:
+            self._fold(key, other.count[key], other.mean[key], other.m2[key])
+        return self
+
+    def compute(self) -> Result:
+        tensors: dict[str, torch.Tensor] = {}
+        keys = sorted(self.count, key=natural_key)
+        for key in keys:
+            n, mean = self.count[key], self.mean[key]
+            if n > self._cfg_ddof:
+                var = self.m2[key] / (n - self._cfg_ddof)
+            else:
+                var = torch.full_like(mean, float("nan"))
+            tensors[f"{key}.mean"] = mean.clone()
+            tensors[f"{key}.var"] = var
+            tensors[f"{key}.token_norm"] = mean.norm(dim=-1)
+        num_images = int(max(self.count.values())) if self.count else 0
+        meta = {"num_images": num_images, "hooks": keys, "ddof": self._cfg_ddof}
+        return Result(name=self.name, tensors=tensors, meta=meta)

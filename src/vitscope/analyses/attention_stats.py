@@ -1,0 +1,155 @@
+"""Per-head attention entropy and peakedness over a dataset (``AttentionStats``)."""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from vitscope.analyses.base import Accumulator, Batch, Result
+from vitscope.functional.attention_stats import attention_entropy, max_attention
+from vitscope.hooks.names import split_block_name
+from vitscope.models.spec import ModelSpec
+
+__all__ = ["AttentionStats", "AttentionStatsResult"]
+
+PATTERN_HOOKS = "blocks.*.attn.pattern"
+
+
+class AttentionStatsResult(Result):
+    """Result of :class:`AttentionStats`; ``plot`` draws blocks x heads heatmaps."""
+
+    def plot(self, out_dir: str | Path) -> list[Path]:
+        """Write ``attention_stats_entropy`` and ``attention_stats_max_attention`` as PNG and SVG.
+
+        Returns:
+            The written files (none when the result is empty).
+        """
+        from vitscope.viz.heatmaps import block_head_heatmap
+
+        if "entropy" not in self.tensors:
+            return []
+        out = Path(out_dir)
+        labels = self.meta.get("blocks")
+        n = self.meta.get("num_images", 0)
+        paths = block_head_heatmap(
+            self.tensors["entropy"],
+            f"Attention entropy per head (mean over {n} images)",
+            "entropy (nats)",
+            out / f"{self.name}_entropy",
+            block_labels=labels,
+        )
+        paths += block_head_heatmap(
+            self.tensors["max_attention"],
+            f"Mean max attention per head ({n} images)",
+            "mean over queries of the row maximum",
+            out / f"{self.name}_max_attention",
+            block_labels=labels,
+        )
+        return paths
+
+
+class AttentionStats(Accumulator):
+    """Mean over images of the plain attention entropy and of the max attention, per block and head.
+
+    Per image and head the values are :func:`~vitscope.functional.attention_stats.attention_entropy`
+    (Shannon entropy in nats of each row over all keys, mean over queries) and
+    :func:`~vitscope.functional.attention_stats.max_attention`. State: float64 sums ``[L, H]`` on the
+    CPU, the image count, the block indices seen and the token count.
+
+    Result tensors: ``entropy`` ``[L, H]`` (nats), ``entropy_normalised`` ``[L, H]`` = entropy /
+    log(N) (0 when N = 1), ``max_attention`` ``[L, H]``; rows follow ``meta["blocks"]``.
+    meta: ``num_images``, ``num_tokens``, ``blocks``.
+    """
+
+    name = "attention_stats"
+    needs_attention = True
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def required_hooks(self, spec: ModelSpec) -> list[str]:
+        return [PATTERN_HOOKS]
+
+    def reset(self) -> None:
+        self.num_images: int = 0
+        self.num_tokens: int = 0
+        self.blocks: list[int] = []
+        self.sum_entropy: torch.Tensor | None = None
+        self.sum_max: torch.Tensor | None = None
+
+    def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
+        """Add one batch: reads every ``blocks.{i}.attn.pattern`` ``[B, H, N, N]`` in the record."""
+        found = sorted(
+            (split_block_name(k)[0], k)
+            for k in record
+            if fnmatch.fnmatchcase(k, PATTERN_HOOKS) and split_block_name(k) is not None
+        )
+        if not found:
+            raise ValueError(
+                "attention_stats: the record holds no 'blocks.{i}.attn.pattern'; record "
+                f"{PATTERN_HOOKS!r} (required_hooks) on a transformer"
+            )
+        entropy, peak = [], []
+        shape = None
+        for _, key in found:
+            pattern = record[key].detach()
+            if pattern.dim() != 4 or (shape is not None and pattern.shape != shape):
+                raise ValueError(
+                    f"attention_stats: '{key}' has shape {tuple(pattern.shape)}; expected [B, H, N, N] "
+                    "with the same shape in every block"
+                )
+            shape = pattern.shape
+            entropy.append(attention_entropy(pattern).double().sum(dim=0).cpu())
+            peak.append(max_attention(pattern).double().sum(dim=0).cpu())
+        if shape[0] == 0:
+            return
+        self._add([i for i, _ in found], int(shape[0]), int(shape[-1]), torch.stack(entropy), torch.stack(peak))
+
+    def _add(self, blocks: list[int], n: int, num_tokens: int, s_ent: torch.Tensor, s_max: torch.Tensor) -> None:
+        """Add sums ``[L, H]`` over ``n`` images (shared by ``update`` and ``merge``)."""
+        if n == 0:
+            return
+        if self.num_images == 0:
+            self.blocks, self.num_tokens = list(blocks), num_tokens
+            self.sum_entropy, self.sum_max = s_ent.clone(), s_max.clone()
+            self.num_images = n
+            return
+        if list(blocks) != self.blocks or s_ent.shape != self.sum_entropy.shape:
+            raise ValueError(
+                f"attention_stats: blocks {list(blocks)} x {s_ent.shape[-1]} heads do not match the "
+                f"accumulated blocks {self.blocks} x {self.sum_entropy.shape[-1]} heads"
+            )
+        if num_tokens != self.num_tokens:
+            raise ValueError(
+                f"attention_stats: attention over {num_tokens} tokens here but {self.num_tokens} before; "
+                "entropy is compared across images of one input size, so resize the images to one size"
+            )
+        self.sum_entropy = self.sum_entropy + s_ent
+        self.sum_max = self.sum_max + s_max
+        self.num_images += n
+
+    def merge(self, other: Accumulator) -> AttentionStats:
+        """Fold ``other``'s state into this one (in place) and return ``self``; ``other`` is unchanged."""
+        if not isinstance(other, AttentionStats):
+            raise TypeError(f"cannot merge {type(other).__name__} into AttentionStats")
+        if other.num_images:
+            self._add(other.blocks, other.num_images, other.num_tokens, other.sum_entropy, other.sum_max)
+        return self
+
+    def compute(self) -> AttentionStatsResult:
+        meta = {"num_images": self.num_images, "num_tokens": self.num_tokens, "blocks": list(self.blocks)}
+        if self.num_images == 0:
+            return AttentionStatsResult(name=self.name, tensors={}, meta=meta)
+        entropy = self.sum_entropy / self.num_images
+        log_n = math.log(self.num_tokens)
+        normalised = entropy / log_n if log_n > 0 else torch.zeros_like(entropy)
+        tensors = {
+            "entropy": entropy,
+            "entropy_normalised": normalised,
+            "max_attention": self.sum_max / self.num_images,
+        }
+        return AttentionStatsResult(name=self.name, tensors=tensors, meta=meta)

@@ -1,0 +1,68 @@
+"""The dict-like record a recording context yields, and the handle bookkeeping behind it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Callable, Protocol
+
+import torch
+
+from vitscope.hooks.names import UnknownHookError
+
+
+class Removable(Protocol):
+    def remove(self) -> None: ...
+
+
+class CallbackRemovable:
+    """Wraps a clean-up function so it sits in the same list as torch hook handles."""
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self._fn: Callable[[], None] | None = fn
+
+    def remove(self) -> None:
+        if self._fn is not None:
+            fn, self._fn = self._fn, None
+            fn()
+
+
+class Record(Mapping[str, torch.Tensor]):
+    """Latest tensor of every requested hook name (each forward overwrites the previous one).
+
+    Attributes:
+        names: the resolved canonical names this record was asked for.
+        detach: whether tensors are stored detached from the autograd graph.
+    """
+
+    def __init__(self, names: list[str], detach: bool = True) -> None:
+        self.names: tuple[str, ...] = tuple(names)
+        self._wanted = frozenset(names)
+        self.detach = detach
+        self._data: dict[str, torch.Tensor] = {}
+
+    def wants(self, name: str) -> bool:
+        return name in self._wanted
+
+    def put(self, name: str, tensor: torch.Tensor) -> None:
+        """Store ``tensor`` under ``name`` if it was requested (adapters call this from hooks)."""
+        if name in self._wanted:
+            self._data[name] = tensor.detach() if self.detach else tensor
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        if name not in self._wanted:
+            raise UnknownHookError(f"'{name}' was not requested in this recording; requested: {', '.join(self.names)}")
+        if name not in self._data:
+            raise KeyError(f"'{name}' has not been recorded yet: run a forward pass inside the context")
+        return self._data[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def clear(self) -> None:
+        self._data.clear()
+
+    def as_dict(self) -> dict[str, torch.Tensor]:
+        return dict(self._data)

@@ -1,0 +1,34 @@
+"""Token-layout helpers: prefix tokens first, spatial tokens row-major (METHODS.md section 0)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def tokens_to_grid(tokens: torch.Tensor, grid: tuple[int, int], num_prefix: int) -> torch.Tensor:
+    """Reshape the spatial tokens of a sequence into a feature map.
+
+    Args:
+        tokens: ``[B, N, D]`` with ``N = num_prefix + h * w``.
+        grid: ``(h, w)``; non-square grids are fine.
+        num_prefix: prefix tokens (CLS, distillation, registers) to drop first.
+
+    Returns:
+        ``[B, D, h, w]`` where ``out[b, :, r, c] = tokens[b, num_prefix + r * w + c]``.
+    """
+    h, w = grid
+    b, n, d = tokens.shape
+    if n - num_prefix != h * w:
+        raise ValueError(f"{n} tokens minus {num_prefix} prefix tokens do not fill a {h}x{w} grid")
+    return tokens[:, num_prefix:].reshape(b, h, w, d).permute(0, 3, 1, 2)
+
+
+def grid_to_tokens(fmap: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`tokens_to_grid` for the spatial part: ``[B, D, h, w] -> [B, h*w, D]``."""
+    b, d, h, w = fmap.shape
+    return fmap.permute(0, 2, 3, 1).reshape(b, h * w, d)
+
+
+def split_prefix(tokens: torch.Tensor, num_prefix: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[B, N, D] -> ([B, P, D], [B, K, D])``: prefix tokens and spatial tokens."""
+    return tokens[:, :num_prefix], tokens[:, num_prefix:]

@@ -1,0 +1,123 @@
+"""The Backbone: one interface over every model family (DESIGN.md idea 1)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
+
+import torch
+from torch import nn
+
+from vitscope.hooks.names import cnn_hook_names, expand_names, transformer_hook_names
+from vitscope.hooks.record import Record, Removable
+from vitscope.models.preprocess import preprocess_images
+from vitscope.models.spec import ModelSpec
+
+
+class Backbone(ABC):
+    """A model from its own library plus the vitscope vocabulary.
+
+    Subclasses map canonical hook names onto the wrapped model's modules and provide
+    staged execution. The wrapped model is never modified outside a recording context.
+
+    Attributes:
+        model: the wrapped ``nn.Module``, untouched.
+        spec: the frozen ModelSpec.
+    """
+
+    #: whether ``head`` takes the output of ``final_norm`` (True) or the last block's output
+    head_after_final_norm: bool = True
+
+    def __init__(self, model: nn.Module, spec: ModelSpec) -> None:
+        self.model = model
+        self.spec = spec
+
+    # -- running -------------------------------------------------------------------------
+    def __call__(self, pixels: torch.Tensor, **kwargs: Any) -> Any:
+        """Run the wrapped model on ``pixels [B, 3, H, W]`` and return its own output."""
+        return self.forward(pixels, **kwargs)
+
+    @abstractmethod
+    def forward(self, pixels: torch.Tensor, **kwargs: Any) -> Any: ...
+
+    def preprocess(self, images: Sequence[Any]) -> torch.Tensor:
+        """PIL images (or HxWx3 uint8 arrays) -> ``[B, 3, H, W]`` float32 in the model's normalisation."""
+        return preprocess_images(images, self.spec)
+
+    # -- staged execution ---------------------------------------------------------------
+    @abstractmethod
+    def embed(self, pixels: torch.Tensor) -> torch.Tensor:
+        """``[B, 3, H, W] -> [B, N, D]`` tokens entering block 0 (CNN: the stem's map)."""
+
+    @abstractmethod
+    def run_blocks(self, tokens: torch.Tensor, start: int = 0, stop: int | None = None) -> torch.Tensor:
+        """Run blocks ``start .. stop-1`` on ``tokens [B, N, D]`` (CNN: stages on ``[B, C, h, w]``)."""
+
+    @abstractmethod
+    def final_norm(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The model's final norm applied to every token, ``[B, N, D] -> [B, N, D]``."""
+
+    def head(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Classifier logits ``[B, classes]`` from the sequence (see ``head_after_final_norm``)."""
+        raise AttributeError(f"{self.spec.name} has no classifier head (spec.has_head is False)")
+
+    # -- recording ----------------------------------------------------------------------
+    def hook_names(self) -> list[str]:
+        """Every canonical hook name this backbone can record."""
+        if self.spec.is_transformer:
+            return transformer_hook_names(self.spec.num_blocks)
+        return cnn_hook_names(self.spec.num_blocks)
+
+    @contextmanager
+    def record(self, names: Sequence[str] | str, detach: bool = True) -> Iterator[Record]:
+        """Record the requested hook names during forwards run inside the context.
+
+        Args:
+            names: canonical names or glob patterns (``"blocks.*.attn.pattern"``).
+            detach: store tensors detached (set False to backpropagate through them).
+
+        Yields:
+            A :class:`Record`; ``rec[name]`` is the tensor of the latest forward.
+
+        Raises:
+            UnknownHookError: a name matches nothing; the message lists valid names.
+        """
+        resolved = expand_names(names, self.hook_names(), self.spec.name)
+        rec = Record(resolved, detach=detach)
+        handles: list[Removable] = []
+        try:
+            handles = self._install(rec)
+            yield rec
+        finally:
+            for handle in reversed(handles):
+                handle.remove()
+
+    @abstractmethod
+    def _install(self, rec: Record) -> list[Removable]:
+        """Register the hooks that fill ``rec``; return everything that must be removed."""
+
+    # -- nn.Module conveniences ---------------------------------------------------------
+    def to(self, *args: Any, **kwargs: Any) -> "Backbone":
+        self.model.to(*args, **kwargs)
+        return self
+
+    def eval(self) -> "Backbone":
+        self.model.eval()
+        return self
+
+    def parameters(self) -> Iterator[nn.Parameter]:
+        return self.model.parameters()
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    def __repr__(self) -> str:
+        s = self.spec
+        return (f"{type(self).__name__}({s.name!r}, family={s.family}, blocks={s.num_blocks}, "
+                f"heads={s.num_heads}, dim={s.embed_dim}, patch={s.patch_size}, prefix={s.prefix_kinds})")

@@ -1,0 +1,46 @@
+"""vitscope checkpoints of built-in models: ``vitscope.json`` (architecture) + ``model.safetensors``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from safetensors.torch import load_file, save_file
+
+from vitscope.models.backbone import Backbone
+
+FORMAT_VERSION = 1
+
+
+def save_checkpoint(backbone: Backbone, directory: str | Path, **metadata: object) -> Path:
+    """Save a tiny-model backbone's config and weights (safetensors, never pickle)."""
+    from vitscope.models.tiny import TinyResNet, TinyViT
+
+    model = backbone.model
+    if not isinstance(model, (TinyViT, TinyResNet)):
+        raise TypeError("vitscope checkpoints hold built-in tiny models; save HF models with save_pretrained")
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    arch = "tiny-vit" if isinstance(model, TinyViT) else "tiny-resnet"
+    meta = {"format": FORMAT_VERSION, "architecture": arch, "name": backbone.spec.name,
+            "config": model.config.to_dict(), "metadata": metadata}
+    (out / "vitscope.json").write_text(json.dumps(meta, indent=1))
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out / "model.safetensors"))
+    return out
+
+
+def load_checkpoint(directory: str | Path) -> Backbone:
+    """Load a checkpoint written by :func:`save_checkpoint`."""
+    from vitscope.models.tiny import TinyResNet, TinyResNetConfig, TinyViT, TinyViTConfig
+    from vitscope.models.wrap import wrap, wrap_tiny_vit
+
+    d = Path(directory)
+    meta = json.loads((d / "vitscope.json").read_text())
+    cfg = meta["config"]
+    if meta["architecture"] == "tiny-vit":
+        model = TinyViT(TinyViTConfig(**cfg))
+    else:
+        model = TinyResNet(TinyResNetConfig(**{**cfg, "widths": tuple(cfg["widths"])}))
+    model.load_state_dict(load_file(str(d / "model.safetensors")))
+    name = meta.get("name") or d.name
+    return wrap_tiny_vit(model, name) if meta["architecture"] == "tiny-vit" else wrap(model, "tiny-resnet", name=name)

@@ -1,0 +1,110 @@
+"""Load Hugging Face checkpoints (hub ids or local ``save_pretrained`` directories) as Backbones."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from vitscope.models.backbone import Backbone
+from vitscope.models.cnn import CNNBackbone, cnn_spec, hf_cnn_layout
+from vitscope.models.hf import HFViTBackbone
+from vitscope.models.hf_spec import (CNN_FAMILIES, TRANSFORMER_FAMILIES, family_of, load_preprocessor_json,
+                                     read_preprocessing, transformer_spec)
+
+
+class ModelLoadError(RuntimeError):
+    """A model could not be loaded; the message is one line saying why and what to do."""
+
+
+def _offline_message(source: str) -> str:
+    return (f"cannot load '{source}': it is not in the local Hugging Face cache and the hub cannot be reached "
+            "(offline). Download it once on a connected machine, or pass a local save_pretrained directory.")
+
+
+def _load_config(source: str) -> Any:
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(source)
+    except OSError as err:
+        if Path(source).exists():
+            raise ModelLoadError(f"'{source}' has no readable config.json: not a save_pretrained directory") from None
+        text = str(err).lower()
+        if any(w in text for w in ("offline", "connect", "resolve", "network", "cache", "internet")):
+            raise ModelLoadError(_offline_message(source)) from None
+        raise ModelLoadError(f"cannot load '{source}': {str(err).splitlines()[0]}") from None
+    except ValueError as err:
+        raise ModelLoadError(f"cannot load '{source}': {str(err).splitlines()[0]}") from None
+
+
+def _instantiate(source: str, config: Any) -> tuple[nn.Module, Any]:
+    """The model class to load for a config; returns (model, vision config)."""
+    import transformers as tf
+
+    mt = config.model_type
+    if mt == "clip":
+        return tf.CLIPVisionModelWithProjection.from_pretrained(source), config.vision_config
+    if mt == "siglip":
+        return tf.SiglipVisionModel.from_pretrained(source), config.vision_config
+    if mt == "vit_mae":
+        config.mask_ratio = 0.0  # deterministic: nothing masked (the adapter also fixes the patch order)
+        return tf.ViTMAEModel.from_pretrained(source, config=config), config
+    archs = config.architectures or []
+    if any(a.endswith("ForImageClassification") or a.endswith("WithTeacher") for a in archs):
+        cls = getattr(tf, archs[0], None) or tf.AutoModelForImageClassification
+        return cls.from_pretrained(source), config
+    return tf.AutoModel.from_pretrained(source), config
+
+
+def wrap_hf(model: nn.Module, name: str, preprocessor: dict[str, Any] | None = None,
+            overrides: dict[str, Any] | None = None) -> Backbone:
+    """Adapt an instantiated transformers model (vision transformer or ResNet/BiT/ConvNeXt)."""
+    config = getattr(model, "config", None)
+    if config is None:
+        raise TypeError(f"{type(model).__name__} has no transformers config")
+    vision = getattr(config, "vision_config", config)
+    family = family_of(vision)
+    model.eval()
+    if family in CNN_FAMILIES:
+        size = int(getattr(vision, "image_size", 224) or 224)
+        prep = read_preprocessing(preprocessor, family, (size, size)) | dict(overrides or {})
+        layout = hf_cnn_layout(model)
+        image_size = tuple(prep.pop("image_size"))
+        spec = cnn_spec(name, family, layout.call, layout, image_size, layout.classifier is not None, **prep)
+        return CNNBackbone(model, spec, layout)
+    if family not in TRANSFORMER_FAMILIES:
+        raise ModelLoadError(f"model type '{family}' is not supported; supported: "
+                             f"{', '.join(TRANSFORMER_FAMILIES + CNN_FAMILIES)}")
+    size = vision.image_size
+    prep = read_preprocessing(preprocessor, family, (size, size) if isinstance(size, int) else tuple(size))
+    prep.update(overrides or {})
+    return HFViTBackbone(model, transformer_spec(name, model, vision, prep))
+
+
+def load_hf(source: str, name: str | None = None, overrides: dict[str, Any] | None = None) -> Backbone:
+    """Load ``source`` (hub id or local directory) and wrap it.
+
+    Raises:
+        ModelLoadError: offline and not cached, not a model directory, or an unsupported type.
+    """
+    config = _load_config(source)
+    try:
+        model, _ = _instantiate(source, config)
+    except OSError as err:
+        if os.environ.get("HF_HUB_OFFLINE") or "offline" in str(err).lower() or "connect" in str(err).lower():
+            raise ModelLoadError(_offline_message(source)) from None
+        raise ModelLoadError(f"cannot load weights of '{source}': {str(err).splitlines()[0]}") from None
+    return wrap_hf(model, name or f"hf:{source}", load_preprocessor_json(source), overrides)
+
+
+def is_cached(hub_id: str) -> bool:
+    """Whether a hub id's config is in the local cache (loads offline)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(hub_id, "config.json"), str)
+    except Exception:  # noqa: BLE001 - any cache problem means "not available offline"
+        return False

@@ -1,0 +1,112 @@
+"""ModelSpec for Hugging Face models, from the config and the preprocessor JSON (no image-processor classes)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from vitscope.models.spec import ModelSpec
+
+# Defaults when a checkpoint ships no preprocessor_config.json (e.g. a model built from a config).
+_FAMILY_PREPROCESS: dict[str, dict[str, Any]] = {
+    "vit": {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "interpolation": "bilinear"},
+    "clip": {"mean": (0.48145466, 0.4578275, 0.40821073), "std": (0.26862954, 0.26130258, 0.27577711),
+             "interpolation": "bicubic"},
+    "siglip": {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "interpolation": "bicubic"},
+    "beit": {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "interpolation": "bicubic"},
+}
+_IMAGENET = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "interpolation": "bicubic"}
+_PIL_RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
+
+TRANSFORMER_FAMILIES = ("vit", "deit", "dinov2", "dinov2_with_registers", "clip", "siglip", "vit_mae", "beit")
+CNN_FAMILIES = ("resnet", "bit", "convnext")
+
+
+def family_of(config: Any) -> str:
+    """Adapter family from a transformers config (``clip_vision_model`` -> ``clip``)."""
+    mt = config.model_type
+    for suffix in ("_vision_model",):
+        mt = mt.removesuffix(suffix)
+    return mt
+
+
+def _pair(x: Any) -> tuple[int, int]:
+    if isinstance(x, dict):
+        if "height" in x:
+            return int(x["height"]), int(x["width"])
+        s = x.get("shortest_edge")
+        return int(s), int(s)
+    if isinstance(x, (list, tuple)):
+        return int(x[0]), int(x[1])
+    return int(x), int(x)
+
+
+def read_preprocessing(preprocessor: dict[str, Any] | None, family: str, image_size: tuple[int, int]) -> dict[str, Any]:
+    """Mean, std, resize size, crop size and interpolation from a ``preprocessor_config.json`` dict."""
+    out = dict(_FAMILY_PREPROCESS.get(family, _IMAGENET))
+    out["image_size"] = image_size
+    out["resize_size"] = max(image_size)
+    if not preprocessor:
+        return out
+    if "image_mean" in preprocessor:
+        out["mean"] = tuple(float(v) for v in preprocessor["image_mean"])
+        out["std"] = tuple(float(v) for v in preprocessor["image_std"])
+    if "resample" in preprocessor:
+        out["interpolation"] = _PIL_RESAMPLE.get(int(preprocessor["resample"]), "bicubic")
+    size = preprocessor.get("size")
+    crop = preprocessor.get("crop_size") if preprocessor.get("do_center_crop", "crop_size" in preprocessor) else None
+    if crop is not None:
+        out["image_size"] = _pair(crop)
+    if size is not None:
+        if isinstance(size, dict) and "shortest_edge" in size:
+            out["resize_size"] = int(size["shortest_edge"])
+        else:
+            hw = _pair(size)
+            out["resize_size"] = max(hw)
+            if crop is None:
+                out["image_size"] = hw
+    return out
+
+
+def load_preprocessor_json(source: str, **hub_kwargs: Any) -> dict[str, Any] | None:
+    """``preprocessor_config.json`` of a local directory or a hub id (cache first), or None."""
+    local = Path(source) / "preprocessor_config.json"
+    if local.is_file():
+        return json.loads(local.read_text())
+    if Path(source).is_dir():
+        return None
+    from transformers.utils import cached_file
+
+    try:
+        path = cached_file(source, "preprocessor_config.json", _raise_exceptions_for_missing_entries=False,
+                           **hub_kwargs)
+    except OSError:
+        return None
+    return json.loads(Path(path).read_text()) if path else None
+
+
+def transformer_spec(name: str, model: nn.Module, config: Any, preprocessing: dict[str, Any]) -> ModelSpec:
+    """ModelSpec of an HF vision transformer; prefix tokens in canonical order."""
+    family = family_of(config)
+    patch = int(config.patch_size)
+    image_size = tuple(preprocessing["image_size"])
+    prefix: tuple[str, ...] = ("cls",)
+    if family == "deit":
+        prefix = ("cls", "dist")
+    elif family == "dinov2_with_registers":
+        prefix = ("cls",) + ("reg",) * int(config.num_register_tokens)
+    elif family == "siglip":
+        prefix = ()
+    mlp_dim = getattr(config, "intermediate_size", None) or int(config.hidden_size * getattr(config, "mlp_ratio", 4))
+    return ModelSpec(
+        name=name, family=family, kind="transformer",
+        num_blocks=int(config.num_hidden_layers), num_heads=int(config.num_attention_heads),
+        embed_dim=int(config.hidden_size), mlp_dim=int(mlp_dim), patch_size=patch,
+        grid=(image_size[0] // patch, image_size[1] // patch), num_prefix_tokens=len(prefix),
+        prefix_kinds=prefix, image_size=image_size, mean=preprocessing["mean"], std=preprocessing["std"],
+        has_head=hasattr(model, "classifier") or hasattr(model, "cls_classifier"),
+        resize_size=preprocessing["resize_size"], interpolation=preprocessing["interpolation"],
+    )

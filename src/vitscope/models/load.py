@@ -1,0 +1,68 @@
+"""``vitscope.load_model``: one entry point for registered names, hub ids, directories and checkpoints."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+
+from vitscope.models.backbone import Backbone
+from vitscope.models.hf_load import ModelLoadError, load_hf
+from vitscope.models.registry import registry
+
+
+class UnknownModelError(ModelLoadError):
+    """A name that is not registered, not a hub id (``hf:...``) and not a directory."""
+
+
+def load_model(name: str, device: str | None = None) -> Backbone:
+    """Load a model by name and return its Backbone (in eval mode).
+
+    Args:
+        name: a registered name (``vitscope models``), ``hf:<hub id or local dir>``, a local
+            ``save_pretrained`` directory, or a vitscope checkpoint directory (``vitscope.json``).
+        device: optional device to move the model to.
+
+    Raises:
+        UnknownModelError: the name is unknown; the message suggests the closest names.
+        ModelLoadError: the model exists but cannot be loaded (offline, broken directory...).
+    """
+    backbone = _load(name)
+    backbone.eval()
+    return backbone.to(device) if device else backbone
+
+
+def _load(name: str) -> Backbone:
+    reg = registry()
+    if name in reg:
+        entry = reg[name]
+        if entry.builder is not None:
+            return entry.builder()
+        return load_hf(entry.hub_id, name=name, overrides=entry.preprocessing)
+    if name.startswith("hf:"):
+        return load_hf(name[3:], name=name)
+    path = Path(name)
+    if (path / "vitscope.json").is_file():
+        from vitscope.models.checkpoint import load_checkpoint
+
+        return load_checkpoint(path)
+    if (path / "config.json").is_file():
+        return load_hf(str(path), name=name)
+    close = difflib.get_close_matches(name, list(reg), n=3, cutoff=0.4)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    raise UnknownModelError(f"unknown model '{name}'.{hint} See `vitscope models`, or use hf:<hub id or directory>.")
+
+
+def describe_models() -> list[dict]:
+    """Rows for ``vitscope models``: family, architecture, prefix tokens and offline availability."""
+    from vitscope.models.hf_load import is_cached
+
+    rows = []
+    for e in registry().values():
+        offline = e.builder is not None or (e.hub_id is not None and is_cached(e.hub_id))
+        rows.append({"name": e.name, "family": e.family, "blocks": e.blocks, "heads": e.heads, "width": e.width,
+                     "patch": e.patch, "prefix": "+".join(e.prefix) or "-", "offline": offline,
+                     "source": e.hub_id or "built-in"})
+    return rows
+
+

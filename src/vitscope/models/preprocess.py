@@ -1,0 +1,64 @@
+"""Model preprocessing without torchvision: resize the short side, centre crop, normalise."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from PIL import Image
+
+from vitscope.models.spec import ModelSpec
+
+_RESAMPLE = {
+    "nearest": Image.Resampling.NEAREST,
+    "bilinear": Image.Resampling.BILINEAR,
+    "bicubic": Image.Resampling.BICUBIC,
+    "lanczos": Image.Resampling.LANCZOS,
+    "box": Image.Resampling.BOX,
+}
+
+
+def resample_filter(name: str) -> Image.Resampling:
+    try:
+        return _RESAMPLE[name]
+    except KeyError:
+        raise ValueError(f"unknown interpolation '{name}'; use one of {', '.join(_RESAMPLE)}") from None
+
+
+def resize_crop(image: Image.Image, spec: ModelSpec, resample: Image.Resampling | None = None) -> Image.Image:
+    """Resize so the short side is ``spec.resize_size`` (default: the crop's long side), then centre crop.
+
+    The same function is used for masks (pass ``resample=NEAREST``) so geometry always agrees.
+    """
+    out_h, out_w = spec.image_size
+    short = spec.resize_size or max(out_h, out_w)
+    w, h = image.size
+    scale = short / min(w, h)
+    new_w, new_h = max(out_w, round(w * scale)), max(out_h, round(h * scale))
+    image = image.resize((new_w, new_h), resample if resample is not None else resample_filter(spec.interpolation))
+    left, top = (new_w - out_w) // 2, (new_h - out_h) // 2
+    return image.crop((left, top, left + out_w, top + out_h))
+
+
+def to_pil(image: Any) -> Image.Image:
+    """PIL image or ``[H, W, 3]`` / ``[H, W]`` uint8 array -> RGB PIL image."""
+    if isinstance(image, Image.Image):
+        return image if image.mode == "RGB" else image.convert("RGB")
+    arr = np.asarray(image)
+    if arr.dtype != np.uint8:
+        raise TypeError(f"arrays must be uint8 HxWx3, got {arr.dtype} {arr.shape}")
+    return Image.fromarray(arr).convert("RGB")
+
+
+def preprocess_images(images: Sequence[Any], spec: ModelSpec) -> torch.Tensor:
+    """Images -> ``[B, 3, H, W]`` float32, normalised with ``spec.mean`` / ``spec.std``."""
+    if isinstance(images, (Image.Image, np.ndarray)):
+        images = [images]
+    if len(images) == 0:
+        raise ValueError("preprocess got no images")
+    arrays = [np.asarray(resize_crop(to_pil(im), spec), dtype=np.float32) / 255.0 for im in images]
+    x = torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2).contiguous()
+    mean = torch.tensor(spec.mean, dtype=torch.float32).view(1, 3, 1, 1)
+    std = torch.tensor(spec.std, dtype=torch.float32).view(1, 3, 1, 1)
+    return (x - mean) / std

@@ -1,0 +1,75 @@
+"""The one description of a model that every analysis reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Static facts about a backbone, shared by every analysis.
+
+    Attributes:
+        name: registry name or path the model was loaded from.
+        family: adapter family (``"vit"``, ``"deit"``, ``"dinov2"``, ``"clip"``, ``"siglip"``,
+            ``"vit_mae"``, ``"beit"``, ``"timm"``, ``"tiny-vit"``, ``"resnet"``, ...).
+        kind: ``"transformer"`` or ``"cnn"``.
+        num_blocks: transformer blocks (CNN: stages).
+        num_heads: attention heads per block (0 for CNNs).
+        embed_dim: residual width (CNN: channels of the last feature map).
+        mlp_dim: hidden width of the MLP (0 for CNNs).
+        patch_size: pixels per patch side (CNN: total stride of the last feature map).
+        grid: ``(h, w)`` spatial tokens (or final feature map) at ``image_size``.
+        num_prefix_tokens: CLS + distillation + register tokens before the spatial tokens.
+        prefix_kinds: one entry per prefix token, canonical order, e.g. ``("cls", "reg", "reg")``.
+        image_size: ``(H, W)`` model input in pixels.
+        mean: per-channel normalisation mean (RGB, pixels in [0, 1]).
+        std: per-channel normalisation std.
+        has_head: whether ``Backbone.head`` exists (a classifier).
+        resize_size: short side the image is resized to before the centre crop.
+        interpolation: PIL resampling used for the resize (``"bicubic"``, ``"bilinear"``, ...).
+    """
+
+    name: str
+    family: str
+    kind: str
+    num_blocks: int
+    num_heads: int
+    embed_dim: int
+    mlp_dim: int
+    patch_size: int
+    grid: tuple[int, int]
+    num_prefix_tokens: int
+    prefix_kinds: tuple[str, ...]
+    image_size: tuple[int, int]
+    mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
+    std: tuple[float, float, float] = (0.229, 0.224, 0.225)
+    has_head: bool = False
+    resize_size: int | None = None
+    interpolation: str = "bicubic"
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if len(self.prefix_kinds) != self.num_prefix_tokens:
+            raise ValueError("prefix_kinds must have one entry per prefix token")
+
+    @property
+    def is_transformer(self) -> bool:
+        return self.kind == "transformer"
+
+    @property
+    def num_spatial_tokens(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prefix_tokens + self.num_spatial_tokens
+
+    def grid_for(self, height: int, width: int) -> tuple[int, int]:
+        """Token grid for an input of ``height x width`` pixels (inputs larger than the training size)."""
+        return height // self.patch_size, width // self.patch_size
+
+    def to_dict(self) -> dict:
+        """JSON-friendly description (for results.json and ``vitscope models``)."""
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "extra"}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}

@@ -1,0 +1,105 @@
+"""Small fake specs and records of the canonical hook shapes, for analysis tests (not a test module)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from vitscope.analyses.base import Batch
+from vitscope.hooks.names import cnn_hook_names, expand_names, split_block_name, transformer_hook_names
+from vitscope.models.spec import ModelSpec
+
+SPEC_KINDS: tuple[str, ...] = ("transformer", "cnn")
+
+
+def fake_spec(kind: str = "transformer") -> ModelSpec:
+    """A tiny ModelSpec: 3 blocks (stages), non-square 3 x 4 grid, 12 x 16 pixel input.
+
+    Transformer: 2 heads, width 8, MLP 16, patch 4, one ``"cls"`` prefix token (N = 13).
+    CNN: 3 stages, 8 channels in the last map, total stride 4, no prefix tokens.
+    """
+    if kind == "transformer":
+        return ModelSpec(
+            name="fake-vit", family="tiny-vit", kind="transformer", num_blocks=3, num_heads=2, embed_dim=8,
+            mlp_dim=16, patch_size=4, grid=(3, 4), num_prefix_tokens=1, prefix_kinds=("cls",),
+            image_size=(12, 16),
+        )
+    if kind == "cnn":
+        return ModelSpec(
+            name="fake-cnn", family="resnet", kind="cnn", num_blocks=3, num_heads=0, embed_dim=8,
+            mlp_dim=0, patch_size=4, grid=(3, 4), num_prefix_tokens=0, prefix_kinds=(),
+            image_size=(12, 16),
+        )
+    raise ValueError(f"unknown fake spec kind {kind!r}; use one of {SPEC_KINDS}")
+
+
+def hook_names(spec: ModelSpec) -> list[str]:
+    """Every canonical hook name of ``spec``."""
+    if spec.is_transformer:
+        return transformer_hook_names(spec.num_blocks)
+    return cnn_hook_names(spec.num_blocks)
+
+
+def _cnn_shape(spec: ModelSpec, name: str, b: int) -> tuple[int, ...]:
+    """Stage i of S has stride ``patch / 2^(S-1-i)`` and ``D / 2^(S-1-i)`` channels; embed = stage 0."""
+    s = spec.num_blocks
+    if name == "features":
+        level = 0
+    elif name == "embed":
+        level = s - 1
+    else:
+        level = s - 1 - int(name.split(".")[1])
+    h, w = spec.grid
+    return (b, max(1, spec.embed_dim >> level), h << level, w << level)
+
+
+def _transformer_shape(spec: ModelSpec, name: str, b: int) -> tuple[int, ...]:
+    n, d, heads = spec.num_tokens, spec.embed_dim, spec.num_heads
+    site = split_block_name(name)[1] if split_block_name(name) else name
+    if site == "attn.pattern":
+        return (b, heads, n, n)
+    if site in ("attn.q", "attn.k", "attn.v"):
+        return (b, heads, n, d // heads)
+    if site == "mlp.post":
+        return (b, n, spec.mlp_dim)
+    return (b, n, d)
+
+
+def fake_record(
+    spec: ModelSpec,
+    names_or_patterns: Sequence[str] | str,
+    batch_size: int,
+    generator: torch.Generator,
+    start_index: int = 0,
+) -> tuple[dict[str, torch.Tensor], Batch]:
+    """Random tensors of the canonical shapes for every name matched, plus a matching Batch.
+
+    ``attn.pattern`` is the float32 softmax of random logits (rows sum to 1); every other tensor
+    is standard normal float32.
+
+    Args:
+        spec: from :func:`fake_spec`.
+        names_or_patterns: canonical names or glob patterns (``blocks.*.attn.pattern``).
+        batch_size: B.
+        generator: seeded ``torch.Generator``; the same seed gives the same record.
+        start_index: dataset index of the first image (so batches get distinct indices).
+
+    Returns:
+        ``(record, batch)``.
+    """
+    names = expand_names(names_or_patterns, hook_names(spec), model=spec.name)
+    record: dict[str, torch.Tensor] = {}
+    for name in names:
+        shape = _transformer_shape(spec, name, batch_size) if spec.is_transformer else _cnn_shape(
+            spec, name, batch_size
+        )
+        x = torch.randn(shape, generator=generator, dtype=torch.float32)
+        if name.endswith("attn.pattern"):
+            x = torch.softmax(3.0 * x, dim=-1)
+        record[name] = x
+    pixels = torch.randn((batch_size, 3, *spec.image_size), generator=generator)
+    indices = list(range(start_index, start_index + batch_size))
+    batch = Batch(pixels=pixels, indices=indices, paths=[f"img_{i:04d}.png" for i in indices], spec=spec,
+                  grid=spec.grid)
+    return record, batch

@@ -1,0 +1,158 @@
+"""Every registered analysis obeys the accumulator contract (DESIGN.md idea 3).
+
+Parametrised over ``ANALYSES`` x the fake spec kinds each analysis supports, so a newly registered
+analysis is covered without touching this file (it must be constructible without arguments).
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from vitscope.analyses import ANALYSES, Accumulator, Result, get_analysis
+from vitscope.analyses.registry import default_analyses
+from vitscope.hooks.names import expand_names
+
+try:  # pytest's default "prepend" import mode puts this folder on sys.path
+    from fake_records import SPEC_KINDS, fake_record, fake_spec, hook_names
+except ImportError:  # pragma: no cover - when tests/ is a package
+    from tests.contract.fake_records import SPEC_KINDS, fake_record, fake_spec, hook_names
+
+CASES = [
+    pytest.param(name, kind, id=f"{name}-{kind}")
+    for name, cls in sorted(ANALYSES.items())
+    for kind in SPEC_KINDS
+    if cls().supports(fake_spec(kind))
+]
+
+
+def make_batches(acc: Accumulator, kind: str, sizes: list[int], seed: int, start: int = 0) -> list[tuple]:
+    spec = fake_spec(kind)
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for size in sizes:
+        out.append(fake_record(spec, acc.required_hooks(spec), size, gen, start_index=start))
+        start += size
+    return out
+
+
+def run(acc: Accumulator, batches: list[tuple]) -> Accumulator:
+    for record, batch in batches:
+        acc.update(record, batch)
+    return acc
+
+
+def assert_meta_close(a: Any, b: Any, path: str = "meta") -> None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        assert set(a) == set(b), f"{path}: keys differ {set(a) ^ set(b)}"
+        for key in a:
+            assert_meta_close(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        assert len(a) == len(b), f"{path}: lengths differ"
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_meta_close(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) or isinstance(b, float):
+        assert math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9) or (math.isnan(a) and math.isnan(b)), path
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+def assert_results_equal(got: Result, want: Result) -> None:
+    assert isinstance(got, Result) and type(got) is type(want)
+    assert got.name == want.name
+    assert set(got.tensors) == set(want.tensors)
+    for key in want.tensors:
+        torch.testing.assert_close(got.tensors[key], want.tensors[key], rtol=1e-6, atol=1e-9, equal_nan=True,
+                                   msg=lambda m, key=key: f"{key}: {m}")
+    assert_meta_close(got.meta, want.meta)
+
+
+@pytest.mark.parametrize(("name", "kind"), CASES)
+class TestAccumulatorContract:
+    def _data(self, name: str, kind: str) -> dict[str, list[tuple]]:
+        acc = ANALYSES[name]()
+        x1 = make_batches(acc, kind, [2, 3], seed=0, start=0)
+        x2 = make_batches(acc, kind, [1], seed=1, start=5)
+        return {"x1": x1, "x2": x2, "all": x1 + x2}
+
+    def test_merge_equals_whole(self, name: str, kind: str) -> None:
+        d = self._data(name, kind)
+        whole = run(ANALYSES[name](), d["all"]).compute()
+        assert whole.tensors, "an updated accumulator must produce tensors"
+        a2 = run(ANALYSES[name](), d["x2"])
+        a2_before = a2.compute()
+        merged = run(ANALYSES[name](), d["x1"]).merge(a2)
+        assert isinstance(merged, Accumulator)
+        assert_results_equal(merged.compute(), whole)
+        assert_results_equal(a2.compute(), a2_before)  # merge leaves its argument unchanged
+
+    def test_merge_with_empty_is_identity(self, name: str, kind: str) -> None:
+        d = self._data(name, kind)
+        want = run(ANALYSES[name](), d["all"]).compute()
+        acc = run(ANALYSES[name](), d["all"])
+        assert_results_equal(acc.merge(acc.fresh()).compute(), want)
+        assert_results_equal(ANALYSES[name]().merge(run(ANALYSES[name](), d["all"])).compute(), want)
+
+    def test_pickle_round_trip(self, name: str, kind: str) -> None:
+        acc = run(ANALYSES[name](), self._data(name, kind)["all"])
+        clone = pickle.loads(pickle.dumps(acc))
+        assert_results_equal(clone.compute(), acc.compute())
+
+    def test_state_dict_round_trip(self, name: str, kind: str) -> None:
+        d = self._data(name, kind)
+        acc = run(ANALYSES[name](), d["x1"])
+        twin = acc.fresh()
+        twin.load_state_dict(pickle.loads(pickle.dumps(acc.state_dict())))
+        assert_results_equal(twin.compute(), acc.compute())
+        # the reloaded state keeps streaming exactly like the original
+        assert_results_equal(run(twin, d["x2"]).compute(), run(acc, d["x2"]).compute())
+
+    def test_reset_empties(self, name: str, kind: str) -> None:
+        d = self._data(name, kind)
+        acc = run(ANALYSES[name](), d["x1"])
+        acc.reset()
+        assert_results_equal(acc.compute(), ANALYSES[name]().compute())
+        assert_results_equal(run(acc, d["x2"]).compute(), run(ANALYSES[name](), d["x2"]).compute())
+        assert_results_equal(run(ANALYSES[name](), d["x1"]).fresh().compute(), ANALYSES[name]().compute())
+
+    def test_required_hooks_are_canonical(self, name: str, kind: str) -> None:
+        spec = fake_spec(kind)
+        hooks = ANALYSES[name]().required_hooks(spec)
+        assert hooks and all(isinstance(h, str) for h in hooks)
+        assert expand_names(hooks, hook_names(spec), model=spec.name)
+
+    def test_save_and_plot(self, name: str, kind: str, tmp_path: Path) -> None:
+        result = run(ANALYSES[name](), self._data(name, kind)["all"]).compute()
+        saved = result.save(tmp_path)
+        assert {p.suffix for p in saved} >= {".csv", ".json"}
+        figures = result.plot(tmp_path / "figures")
+        assert all(Path(p).is_file() and Path(p).stat().st_size > 0 for p in saved + figures)
+
+
+def test_every_spec_kind_is_covered() -> None:
+    assert {p.values[1] for p in CASES} == set(SPEC_KINDS)
+    assert {p.values[0] for p in CASES} == set(ANALYSES)
+
+
+def test_get_analysis_unknown_name_suggests() -> None:
+    with pytest.raises(ValueError, match="Did you mean 'attention_stats'") as info:
+        get_analysis("attention_stat")
+    assert "\n" not in str(info.value)
+    assert all(name in str(info.value) for name in ANALYSES)
+
+
+def test_get_analysis_passes_kwargs() -> None:
+    acc = get_analysis("mean_activation", hooks=["blocks.0.resid_post"])
+    assert acc.required_hooks(fake_spec()) == ["blocks.0.resid_post"]
+
+
+def test_default_analyses_follow_supports() -> None:
+    vit_names = {a.name for a in default_analyses(fake_spec("transformer"))}
+    cnn_names = {a.name for a in default_analyses(fake_spec("cnn"))}
+    assert vit_names == set(ANALYSES)
+    assert "attention_stats" not in cnn_names and "mean_activation" in cnn_names
