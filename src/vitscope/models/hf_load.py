@@ -24,11 +24,28 @@ def _offline_message(source: str) -> str:
             "(offline). Download it once on a connected machine, or pass a local save_pretrained directory.")
 
 
-def _load_config(source: str) -> Any:
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the hub endpoint accepts a TCP connection (one quick probe instead of minutes of retries)."""
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        return False
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    try:
+        with socket.create_connection((url.hostname, url.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _load_config(source: str, **hub: Any) -> Any:
     from transformers import AutoConfig
 
     try:
-        return AutoConfig.from_pretrained(source)
+        return AutoConfig.from_pretrained(source, **hub)
     except OSError as err:
         if Path(source).exists():
             raise ModelLoadError(f"'{source}' has no readable config.json: not a save_pretrained directory") from None
@@ -40,23 +57,23 @@ def _load_config(source: str) -> Any:
         raise ModelLoadError(f"cannot load '{source}': {str(err).splitlines()[0]}") from None
 
 
-def _instantiate(source: str, config: Any) -> tuple[nn.Module, Any]:
+def _instantiate(source: str, config: Any, **hub: Any) -> tuple[nn.Module, Any]:
     """The model class to load for a config; returns (model, vision config)."""
     import transformers as tf
 
     mt = config.model_type
     if mt == "clip":
-        return tf.CLIPVisionModelWithProjection.from_pretrained(source), config.vision_config
+        return tf.CLIPVisionModelWithProjection.from_pretrained(source, **hub), config.vision_config
     if mt == "siglip":
-        return tf.SiglipVisionModel.from_pretrained(source), config.vision_config
+        return tf.SiglipVisionModel.from_pretrained(source, **hub), config.vision_config
     if mt == "vit_mae":
         config.mask_ratio = 0.0  # deterministic: nothing masked (the adapter also fixes the patch order)
-        return tf.ViTMAEModel.from_pretrained(source, config=config), config
+        return tf.ViTMAEModel.from_pretrained(source, config=config, **hub), config
     archs = config.architectures or []
     if any(a.endswith("ForImageClassification") or a.endswith("WithTeacher") for a in archs):
         cls = getattr(tf, archs[0], None) or tf.AutoModelForImageClassification
-        return cls.from_pretrained(source), config
-    return tf.AutoModel.from_pretrained(source), config
+        return cls.from_pretrained(source, **hub), config
+    return tf.AutoModel.from_pretrained(source, **hub), config
 
 
 def wrap_hf(model: nn.Module, name: str, preprocessor: dict[str, Any] | None = None,
@@ -90,14 +107,19 @@ def load_hf(source: str, name: str | None = None, overrides: dict[str, Any] | No
     Raises:
         ModelLoadError: offline and not cached, not a model directory, or an unsupported type.
     """
-    config = _load_config(source)
+    hub: dict[str, Any] = {}
+    if not Path(source).exists() and not hub_reachable():
+        if not is_cached(source):
+            raise ModelLoadError(_offline_message(source))
+        hub["local_files_only"] = True  # cached: load it without minutes of network retries
+    config = _load_config(source, **hub)
     try:
-        model, _ = _instantiate(source, config)
+        model, _ = _instantiate(source, config, **hub)
     except OSError as err:
         if os.environ.get("HF_HUB_OFFLINE") or "offline" in str(err).lower() or "connect" in str(err).lower():
             raise ModelLoadError(_offline_message(source)) from None
         raise ModelLoadError(f"cannot load weights of '{source}': {str(err).splitlines()[0]}") from None
-    return wrap_hf(model, name or f"hf:{source}", load_preprocessor_json(source), overrides)
+    return wrap_hf(model, name or f"hf:{source}", load_preprocessor_json(source, **hub), overrides)
 
 
 def is_cached(hub_id: str) -> bool:

@@ -1,0 +1,3 @@
+from vitscope.cli.main import app
+
+app(prog_name="vitscope")

@@ -1,0 +1,37 @@
+"""Turn expected failures into one line on stderr and exit status 1 (bad usage is typer's 2)."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any, Callable
+
+import typer
+
+
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    from vitscope.data.images import EmptyDatasetError, ImageLoadError
+    from vitscope.engine.run import EmptyRunError
+    from vitscope.hooks.names import UnknownHookError
+    from vitscope.models.hf_load import ModelLoadError
+
+    return (ModelLoadError, EmptyDatasetError, ImageLoadError, EmptyRunError, UnknownHookError, ValueError,
+            TypeError, FileNotFoundError, PermissionError)
+
+
+def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator for CLI commands: expected errors print ``error: <message>`` and exit 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except _expected_errors() as err:
+            message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            print(f"error: {message}", file=sys.stderr)
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            raise typer.Exit(130) from None
+
+    return wrapper

@@ -1,0 +1,64 @@
+"""The ``vitscope`` command line (thin: parsing and printing only)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from vitscope.cli.errors import one_line_errors
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Put vision transformers under a microscope.")
+
+
+@app.command()
+@one_line_errors
+def models(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
+    """List every registered model: family, blocks, heads, width, patch, prefix tokens, offline."""
+    from vitscope.models.load import describe_models
+
+    rows = describe_models()
+    if as_json:
+        typer.echo(json.dumps(rows, indent=1))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="vitscope models")
+    for col in ("name", "family", "blocks", "heads", "width", "patch", "prefix", "offline", "source"):
+        table.add_column(col, justify="right" if col in ("blocks", "heads", "width", "patch") else "left")
+    for r in rows:
+        table.add_row(*[("yes" if r[c] else "no") if c == "offline" else str(r[c]) for c in
+                        ("name", "family", "blocks", "heads", "width", "patch", "prefix", "offline", "source")])
+    Console(width=140).print(table)
+    typer.echo("Also: hf:<hub id>, hf:<save_pretrained directory>, or a vitscope checkpoint directory.")
+
+
+@app.command()
+@one_line_errors
+def analyze(
+    model: str = typer.Option(..., "--model", "-m", help="Registered name, hf:<id or dir>, or a directory."),
+    data: str = typer.Option(..., "--data", "-d", help="Image folder, file list (.txt), image, or 'skimage'."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output directory."),
+    analyses: Optional[str] = typer.Option(None, "--analyses", "-a", help="Comma-separated analysis names."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use only the first N images."),
+    batch_size: int = typer.Option(16, "--batch-size", "-b", min=1),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="fp32 (default), bf16 or fp16 autocast."),
+    strict: bool = typer.Option(False, "--strict", help="Stop at the first unreadable image."),
+) -> None:
+    """Run analyses over a dataset in one pass; write results.json, tables and figures."""
+    from vitscope.cli.analyze import analyze as run_analyze
+
+    path = run_analyze(model, data, out, analyses, limit, batch_size, device, dtype, strict)
+    doc = json.loads(path.read_text())
+    typer.echo(f"{doc['num_images']} images, {len(doc['analyses'])} analyses -> {path}")
+    if doc["skipped"]:
+        typer.echo(f"skipped {len(doc['skipped'])} unreadable file(s); listed in results.json")
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()

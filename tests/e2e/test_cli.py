@@ -1,0 +1,69 @@
+"""End-to-end: the vitscope command as a user runs it (a subprocess, exit codes, files written)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+
+def vitscope(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vitscope.cli", *args], capture_output=True, text=True, env=ENV,
+                          timeout=300)
+
+
+def test_analyze_writes_results_tables_and_figures(tmp_path):
+    data = tmp_path / "photos"
+    data.mkdir()
+    rng = np.random.default_rng(1)
+    for i in range(3):
+        Image.fromarray(rng.integers(0, 255, (80, 70, 3), dtype=np.uint8)).save(data / f"p{i}.jpg")
+    (data / "bad.png").write_bytes(b"garbage")
+    out = tmp_path / "out"
+    proc = vitscope("analyze", "--model", "tiny-vit", "--data", str(data), "--out", str(out), "--batch-size", "2")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["vitscope_version"] and doc["num_images"] == 3
+    assert doc["models"][0]["name"] == "tiny-vit" and doc["data"]["fingerprint"]
+    assert [Path(s["path"]).name for s in doc["skipped"]] == ["bad.png"]
+    assert set(doc["analyses"]) == {"attention_stats", "mean_activation"}
+    ent = np.array(doc["analyses"]["attention_stats"]["summary"]["entropy"])
+    assert ent.shape == (6, 4) and (ent > 0).all() and (ent <= np.log(65) + 1e-6).all()
+    for files in doc["analyses"].values():
+        for rel in files["files"]["tables"] + files["files"]["figures"]:
+            assert (out / rel).stat().st_size > 0
+    assert (out / "figures" / "attention_stats_entropy.png").exists()
+
+
+def test_models_lists_registry_as_json():
+    proc = vitscope("models", "--json")
+    assert proc.returncode == 0
+    names = {r["name"] for r in json.loads(proc.stdout)}
+    assert {"tiny-vit", "tiny-resnet", "dino-vitb16", "mae-vitb16"} <= names
+
+
+def test_errors_are_one_line_with_status_1(tmp_path):
+    cases = [
+        ["analyze", "--model", "tiny-vitt", "--data", "skimage", "--out", str(tmp_path)],
+        ["analyze", "--model", "tiny-resnet", "--data", "skimage", "--out", str(tmp_path), "-a", "attention_stats"],
+        ["analyze", "--model", "hf:acme/not-cached", "--data", "skimage", "--out", str(tmp_path)],
+        ["analyze", "--model", "tiny-vit", "--data", str(tmp_path / "nowhere"), "--out", str(tmp_path)],
+        ["analyze", "--model", "tiny-vit", "--data", "skimage", "--out", str(tmp_path), "-a", "atention_stats"],
+    ]
+    for args in cases:
+        proc = vitscope(*args)
+        assert proc.returncode == 1, (args, proc.stderr)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: "), (args, proc.stderr)
+        assert "Traceback" not in proc.stderr
+
+
+def test_bad_usage_is_status_2():
+    assert vitscope("analyze", "--model", "tiny-vit").returncode == 2

@@ -1,0 +1,121 @@
+"""load_model: registered names, hf: directories and cache, offline errors, checkpoints, suggestions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import vitscope
+from helpers.hf_factories import make
+from vitscope.models.checkpoint import save_checkpoint
+from vitscope.models.hf_load import ModelLoadError
+from vitscope.models.load import UnknownModelError, describe_models
+from vitscope.models.registry import registry
+
+
+def test_every_builtin_name_loads_with_matching_summary():
+    for name, entry in registry().items():
+        if entry.builder is None:
+            continue
+        b = vitscope.load_model(name)
+        s = b.spec
+        assert (s.num_blocks, s.num_heads, s.embed_dim, s.patch_size) == (entry.blocks, entry.heads, entry.width,
+                                                                           entry.patch), name
+        assert s.prefix_kinds == entry.prefix
+
+
+def test_unknown_name_suggests_closest():
+    with pytest.raises(UnknownModelError, match="Did you mean tiny-vit"):
+        vitscope.load_model("tiny-vitt")
+
+
+def test_hub_alias_offline_fails_in_one_line(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelLoadError) as err:
+        vitscope.load_model("dino-vitb16")
+    assert "\n" not in str(err.value) and "offline" in str(err.value)
+
+
+def test_models_table_marks_offline_availability():
+    rows = {r["name"]: r for r in describe_models()}
+    assert rows["tiny-vit"]["offline"] is True
+    assert rows["dino-vitb16"]["offline"] is False
+    assert rows["deit-b16"]["prefix"] == "cls+dist"
+
+
+@pytest.mark.parametrize("kind", ["vit-cls", "deit", "dinov2-reg", "clip", "siglip", "mae", "beit", "resnet"])
+def test_hf_local_directory_roundtrip(tmp_path, kind):
+    model = make(kind)
+    model.save_pretrained(tmp_path)
+    b = vitscope.load_model(f"hf:{tmp_path}")
+    twin = vitscope.load_model(str(tmp_path))  # a bare directory works too
+    x = torch.randn(1, 3, *b.spec.image_size)
+    with torch.no_grad():
+        ref = vitscope.wrap(model)(x)
+        out = b(x)
+    key = "logits" if getattr(ref, "logits", None) is not None else "last_hidden_state"
+    if getattr(ref, key, None) is None:
+        key = "image_embeds"
+    torch.testing.assert_close(getattr(out, key), getattr(ref, key))
+    assert twin.spec == b.spec.__class__(**{**b.spec.__dict__, "name": str(tmp_path)})
+
+
+def test_preprocessor_json_sets_the_spec(tmp_path):
+    make("vit").save_pretrained(tmp_path)
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps({
+        "image_mean": [0.1, 0.2, 0.3], "image_std": [0.4, 0.5, 0.6], "resample": 3,
+        "size": {"shortest_edge": 40}, "crop_size": {"height": 32, "width": 32}, "do_center_crop": True}))
+    s = vitscope.load_model(f"hf:{tmp_path}").spec
+    assert s.mean == (0.1, 0.2, 0.3) and s.std == (0.4, 0.5, 0.6)
+    assert s.interpolation == "bicubic" and s.resize_size == 40 and s.image_size == (32, 32)
+
+
+def test_hub_id_loads_from_the_local_cache_offline(tmp_path, monkeypatch):
+    """A hub id present in the HF cache loads with no network (the real hub code path)."""
+    import huggingface_hub.constants as hc
+
+    repo = tmp_path / "models--acme--tiny-vit"
+    snap = repo / "snapshots" / "0123456789abcdef"
+    make("vit").save_pretrained(snap)
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0123456789abcdef")
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from vitscope.models import hf_load
+
+    assert hf_load.is_cached("acme/tiny-vit")
+    try:
+        b = vitscope.load_model("hf:acme/tiny-vit")
+    except ModelLoadError as err:  # transformers read its cache location at import time
+        pytest.skip(f"transformers ignores the patched cache location: {err}")
+    assert b.spec.family == "vit" and b.spec.num_blocks == 2
+
+
+def test_broken_directory_is_one_line(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ModelLoadError) as err:
+        vitscope.load_model(str(tmp_path))
+    assert "\n" not in str(err.value)
+
+
+def test_vitscope_checkpoint_roundtrip(tmp_path):
+    b = vitscope.load_model("tiny-vit-reg")
+    save_checkpoint(b, tmp_path / "ckpt", recipe="none")
+    assert not list((tmp_path / "ckpt").glob("*.pt")) and (tmp_path / "ckpt" / "model.safetensors").exists()
+    again = vitscope.load_model(str(tmp_path / "ckpt"))
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(again(x), b(x))
+    assert again.spec.prefix_kinds == ("cls", "reg", "reg")
+
+
+def test_import_does_not_pull_torchvision():
+    import subprocess
+    import sys
+
+    code = "import sys, vitscope; vitscope.load_model('tiny-vit'); print('torchvision' in sys.modules, 'timm' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False False"

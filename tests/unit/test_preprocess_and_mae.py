@@ -1,0 +1,48 @@
+"""Preprocessing geometry and normalisation; ViT-MAE keeps every patch in order."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from PIL import Image
+
+import vitscope
+from helpers.hf_factories import make
+from vitscope.models.preprocess import resize_crop
+
+
+def test_resize_short_side_then_centre_crop():
+    spec = vitscope.load_model("tiny-vit").spec  # 64 x 64, resize 64
+    img = Image.new("RGB", (200, 100))
+    assert resize_crop(img, spec).size == (64, 64)
+    # A 128x64 image with a white right half: after resizing to 128x64 the crop keeps columns 32..95.
+    arr = np.zeros((64, 128, 3), dtype=np.uint8)
+    arr[:, 64:] = 255
+    out = np.asarray(resize_crop(Image.fromarray(arr), spec))
+    assert (out[:, :32] == 0).all() and (out[:, 32:] == 255).all()
+
+
+def test_normalisation_matches_hand_computation():
+    b = vitscope.load_model("tiny-vit")
+    img = np.full((64, 64, 3), 128, dtype=np.uint8)
+    x = b.preprocess([img])
+    mean, std = b.spec.mean, b.spec.std
+    for c in range(3):
+        torch.testing.assert_close(x[0, c, 0, 0].item(), (128 / 255 - mean[c]) / std[c], rtol=0, atol=1e-6)
+    assert x.shape == (1, 3, 64, 64) and x.dtype == torch.float32
+
+
+def test_mae_is_deterministic_and_unshuffled():
+    b = vitscope.wrap(make("mae"))
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.manual_seed(1)
+        a = b(x).last_hidden_state
+        torch.manual_seed(2)
+        c = b(x).last_hidden_state
+        tokens = b.embed(x)
+        emb = b.base.embeddings
+        expected = emb.patch_embeddings(x) + emb.position_embeddings[:, 1:]
+    assert torch.equal(a, c)
+    assert tokens.shape[1] == 1 + 16, "no patch may be masked"
+    torch.testing.assert_close(tokens[:, 1:], expected)
