@@ -29,7 +29,8 @@ def make(kind: str, attn_implementation: str | None = None) -> torch.nn.Module:
     if kind == "vit-cls":
         return _seeded(lambda: tf.ViTForImageClassification(tf.ViTConfig(**SMALL, num_labels=5, **kw)))
     if kind == "deit":
-        return _seeded(lambda: tf.DeiTForImageClassificationWithTeacher(tf.DeiTConfig(**SMALL, num_labels=5, **kw)))
+        cfg = tf.DeiTConfig(**SMALL, num_labels=5, **kw)
+        return _seeded(lambda: tf.DeiTForImageClassificationWithTeacher(cfg))
     if kind == "dinov2":
         cfg = dict(SMALL)
         cfg.pop("intermediate_size")
@@ -62,7 +63,8 @@ def make(kind: str, attn_implementation: str | None = None) -> torch.nn.Module:
         return _seeded(lambda: tf.ResNetForImageClassification(tf.ResNetConfig(
             embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], num_labels=5)))
     if kind == "bit":
-        return _seeded(lambda: tf.BitModel(tf.BitConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], num_groups=4)))
+        cfg = tf.BitConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], num_groups=4)
+        return _seeded(lambda: tf.BitModel(cfg))
     if kind == "convnext":
         return _seeded(lambda: tf.ConvNextForImageClassification(tf.ConvNextConfig(
             hidden_sizes=[8, 16], depths=[1, 1], num_stages=2, num_labels=5)))

@@ -116,6 +116,7 @@ def test_import_does_not_pull_torchvision():
     import subprocess
     import sys
 
-    code = "import sys, vitscope; vitscope.load_model('tiny-vit'); print('torchvision' in sys.modules, 'timm' in sys.modules)"
+    code = ("import sys, vitscope; vitscope.load_model('tiny-vit'); "
+            "print('torchvision' in sys.modules, 'timm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False False"

@@ -5,9 +5,10 @@ from __future__ import annotations
 import copy
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 import torch
 
@@ -113,7 +114,12 @@ class Accumulator(ABC):
 
     def supports(self, spec: ModelSpec) -> bool:
         """Whether every hook this analysis needs exists on the model (attention needs a transformer)."""
-        from vitscope.hooks.names import UnknownHookError, cnn_hook_names, expand_names, transformer_hook_names
+        from vitscope.hooks.names import (
+            UnknownHookError,
+            cnn_hook_names,
+            expand_names,
+            transformer_hook_names,
+        )
 
         if self.needs_attention and not spec.is_transformer:
             return False
@@ -129,7 +135,7 @@ class Accumulator(ABC):
         ...
 
     @abstractmethod
-    def merge(self, other: "Accumulator") -> "Accumulator":
+    def merge(self, other: Accumulator) -> Accumulator:
         ...
 
     @abstractmethod
@@ -147,7 +153,7 @@ class Accumulator(ABC):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.__dict__.update(copy.deepcopy(dict(state)))
 
-    def fresh(self) -> "Accumulator":
+    def fresh(self) -> Accumulator:
         """An empty copy with the same configuration."""
         twin = copy.deepcopy(self)
         twin.reset()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -43,11 +42,11 @@ def analyze(
     model: str = typer.Option(..., "--model", "-m", help="Registered name, hf:<id or dir>, or a directory."),
     data: str = typer.Option(..., "--data", "-d", help="Image folder, file list (.txt), image, or 'skimage'."),
     out: Path = typer.Option(..., "--out", "-o", help="Output directory."),
-    analyses: Optional[str] = typer.Option(None, "--analyses", "-a", help="Comma-separated analysis names."),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use only the first N images."),
+    analyses: str | None = typer.Option(None, "--analyses", "-a", help="Comma-separated analysis names."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Use only the first N images."),
     batch_size: int = typer.Option(16, "--batch-size", "-b", min=1),
-    device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="fp32 (default), bf16 or fp16 autocast."),
+    device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),
+    dtype: str | None = typer.Option(None, "--dtype", help="fp32 (default), bf16 or fp16 autocast."),
     strict: bool = typer.Option(False, "--strict", help="Stop at the first unreadable image."),
 ) -> None:
     """Run analyses over a dataset in one pass; write results.json, tables and figures."""

@@ -118,7 +118,7 @@ def _apply_exif_orientation(img: Image.Image) -> Image.Image:
     """Rotate/flip ``img`` per its EXIF Orientation; malformed EXIF leaves it as stored."""
     try:
         return ImageOps.exif_transpose(img)
-    except Exception:  # noqa: BLE001 - broken metadata is not a broken image
+    except Exception:
         return img
 
 

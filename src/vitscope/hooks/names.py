@@ -95,9 +95,14 @@ def expand_names(requested: list[str] | tuple[str, ...] | str, valid: list[str],
 
 
 def _unknown_message(req: str, valid: list[str], model: str) -> str:
+    is_cnn = not any(v.startswith("blocks.") for v in valid)
+    if is_cnn and ("attn" in req or req.startswith("blocks.")):
+        return (f"{model} is a CNN and has no attention or blocks: '{req}' cannot be recorded; "
+                "use stages.{i} or features")
     close = difflib.get_close_matches(req, valid, n=3, cutoff=0.5)
-    sites = sorted({split_block_name(v)[1] for v in valid if split_block_name(v)} | {v for v in valid if not split_block_name(v) and not v.startswith("stages.")})
     hint = f" Closest: {', '.join(close)}." if close else ""
-    if any(s in ATTENTION_SITES for s in (req.split(".", 2)[-1],)) and not any("attn" in v for v in valid):
-        return f"{model} is a CNN and has no attention: '{req}' cannot be recorded. Valid names: stages.{{i}}, features."
-    return f"unknown hook name '{req}' for {model}.{hint} Valid sites: {', '.join(sites)} (blocks as 'blocks.{{i}}.SITE')."
+    if is_cnn:
+        return f"unknown hook name '{req}' for {model}.{hint} Valid: embed, stages.{{i}}, features."
+    num_blocks = sum(1 for v in valid if v.endswith(".resid_pre"))
+    return (f"unknown hook name '{req}' for {model}.{hint} Valid: embed, final_norm, blocks.{{i}}.SITE with i in "
+            f"0..{num_blocks - 1} and SITE one of {', '.join(BLOCK_SITES)}.")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Callable, Protocol
+from collections.abc import Callable, Iterator, Mapping
+from typing import Protocol
 
 import torch
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -98,11 +99,11 @@ class Backbone(ABC):
         """Register the hooks that fill ``rec``; return everything that must be removed."""
 
     # -- nn.Module conveniences ---------------------------------------------------------
-    def to(self, *args: Any, **kwargs: Any) -> "Backbone":
+    def to(self, *args: Any, **kwargs: Any) -> Backbone:
         self.model.to(*args, **kwargs)
         return self
 
-    def eval(self) -> "Backbone":
+    def eval(self) -> Backbone:
         self.model.eval()
         return self
 

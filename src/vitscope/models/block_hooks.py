@@ -8,8 +8,8 @@ tensors the model computes anyway, so the model's output is unchanged bit for bi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import nn

@@ -6,8 +6,9 @@ before pooling). Staged execution runs stages instead of blocks on feature maps.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn

@@ -12,7 +12,13 @@ from vitscope.hooks.record import Record, Removable
 from vitscope.models.backbone import Backbone
 from vitscope.models.block_hooks import install_block_hooks
 from vitscope.models.hf_attention import capture_hf_attention
-from vitscope.models.hf_layout import attention_module, block_modules, final_norm_module, find_base, find_layers
+from vitscope.models.hf_layout import (
+    attention_module,
+    block_modules,
+    final_norm_module,
+    find_base,
+    find_layers,
+)
 from vitscope.models.spec import ModelSpec
 
 

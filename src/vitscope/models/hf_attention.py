@@ -13,7 +13,8 @@ the mask), and the output differs from sdpa's only by kernel rounding. One pass,
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn

@@ -11,8 +11,14 @@ from torch import nn
 from vitscope.models.backbone import Backbone
 from vitscope.models.cnn import CNNBackbone, cnn_spec, hf_cnn_layout
 from vitscope.models.hf import HFViTBackbone
-from vitscope.models.hf_spec import (CNN_FAMILIES, TRANSFORMER_FAMILIES, family_of, load_preprocessor_json,
-                                     read_preprocessing, transformer_spec)
+from vitscope.models.hf_spec import (
+    CNN_FAMILIES,
+    TRANSFORMER_FAMILIES,
+    family_of,
+    load_preprocessor_json,
+    read_preprocessing,
+    transformer_spec,
+)
 
 
 class ModelLoadError(RuntimeError):
@@ -128,5 +134,5 @@ def is_cached(hub_id: str) -> bool:
         from huggingface_hub import try_to_load_from_cache
 
         return isinstance(try_to_load_from_cache(hub_id, "config.json"), str)
-    except Exception:  # noqa: BLE001 - any cache problem means "not available offline"
+    except Exception:
         return False

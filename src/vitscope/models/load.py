@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import json
 from pathlib import Path
 
 from vitscope.models.backbone import Backbone

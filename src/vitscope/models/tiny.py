@@ -113,7 +113,9 @@ class TinyViT(nn.Module):
             h, w = self.patch_embed.grid_size
             self.num_prefix_tokens = 1 + c.num_reg_tokens
             self.cls_token = nn.Parameter(torch.randn(1, 1, c.embed_dim) * 0.02)
-            self.reg_token = nn.Parameter(torch.randn(1, c.num_reg_tokens, c.embed_dim) * 0.02) if c.num_reg_tokens else None
+            self.reg_token = None
+            if c.num_reg_tokens:
+                self.reg_token = nn.Parameter(torch.randn(1, c.num_reg_tokens, c.embed_dim) * 0.02)
             # Position embeddings cover CLS and the spatial tokens; registers get none (timm's convention).
             self.pos_embed = nn.Parameter(torch.randn(1, 1 + h * w, c.embed_dim) * 0.02)
             self.norm_pre = nn.Identity()

@@ -13,7 +13,9 @@ from vitscope.models.timm_layout import TimmLayoutBackbone, check_timm_layout, t
 _TINY_PREPROCESS = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "interpolation": "bicubic"}
 
 
-def wrap(module: nn.Module, layout: str | CNNLayout = "auto", name: str | None = None, **spec_overrides: Any) -> Backbone:
+def wrap(
+    module: nn.Module, layout: str | CNNLayout = "auto", name: str | None = None, **spec_overrides: Any
+) -> Backbone:
     """Adapt ``module`` to the Backbone interface without copying or changing it.
 
     Args:
