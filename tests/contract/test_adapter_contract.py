@@ -69,6 +69,9 @@ def test_recording_leaves_output_unchanged(kind):
         after = _main_output(b(x))
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=0)
     assert torch.equal(after, ref), "hooks were not removed"
+    with torch.no_grad(), b.record(["blocks.*.resid_post", "blocks.*.mlp.post", "blocks.0.attn.q"]):
+        untouched = _main_output(b(x))
+    assert torch.equal(untouched, ref), "no kernel is switched here: the output must be bit-identical"
     if kind.startswith("tiny-"):  # no kernel is switched for the timm layout: bit-identical
         assert torch.equal(got, ref)
 
