@@ -1,0 +1,350 @@
+"""COCO instance segmentation: writer from synthetic scenes and a lazy reader built on pycocotools.
+
+Layout (official)::
+
+    root/<split>/<file_name>                       e.g. root/val2017/000000000001.jpg
+    root/annotations/instances_<split>.json        {"images", "annotations", "categories"}
+
+Segmentations are polygon lists (``iscrowd`` 0 in real COCO) or RLE dicts with ``counts`` either a
+compressed string or an uncompressed list of run lengths (column-major, starting with background, as
+``iscrowd`` 1 in real COCO). Polygons are filled outlines: writing a mask as polygons loses its holes and
+can move boundary pixels, so only the RLE path (``use_rle=True``) round-trips masks exactly.
+
+Reader conventions: ``instance_labels`` index the categories sorted by COCO id (``category_ids`` maps
+back); boxes go from COCO ``[x, y, w, h]`` to ``[x1, y1, x2, y2]`` (same 0-based pixel-edge frame, x2/y2
+exclusive); ``label`` = category index of the largest annotation by its ``area`` field (non-crowd
+annotations first; None when the image has none). The annotation file is parsed and its file names are
+checked (lexically) at construction; images are checked for existence only when their item is accessed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pycocotools import mask as mask_utils
+from pycocotools.coco import COCO
+from skimage.measure import approximate_polygon, find_contours
+
+from vitscope.data.formats.common import (
+    DatasetFormatError,
+    LazyDataset,
+    PathLike,
+    image_suffix,
+    mask_to_box,
+    read_json,
+    require_file,
+    safe_join,
+    save_image,
+)
+from vitscope.data.items import AnnotatedImage
+from vitscope.data.synthetic.scene import Scene
+
+
+def mask_to_polygons(mask: np.ndarray) -> list[list[float]]:
+    """Outer and inner outlines of a ``[H, W]`` mask as COCO polygons ``[x0, y0, x1, y1, ...]``.
+
+    Contours are traced at level 0.5 through the pixel edges (pixel ``(r, c)`` covers
+    ``[c, c+1) x [r, r+1)``); collinear points are dropped; outlines of fewer than 3 points are skipped.
+    """
+    padded = np.pad(np.asarray(mask).astype(np.float32), 1)
+    polygons = []
+    for contour in find_contours(padded, 0.5):
+        contour = approximate_polygon(contour, tolerance=0)
+        if len(contour) >= 4:  # closed outline: first point repeated, so >= 3 distinct points
+            xy = contour[:, ::-1] - 0.5  # padded centre coordinates -> pixel-edge coordinates
+            polygons.append([round(float(v), 2) for v in xy.ravel()])
+    return polygons
+
+
+def mask_to_rle(mask: np.ndarray) -> dict:
+    """Compressed COCO RLE of a ``[H, W]`` mask, JSON-ready (``counts`` as str)."""
+    rle = mask_utils.encode(np.asfortranarray(np.asarray(mask).astype(np.uint8)))
+    return {"size": [int(v) for v in rle["size"]], "counts": rle["counts"].decode("ascii")}
+
+
+def coco_annotation(mask: np.ndarray, ann_id: int, image_id: int, category_id: int, use_rle: bool) -> dict | None:
+    """One COCO annotation for a non-empty mask (None when the mask is empty or yields no polygon).
+
+    ``area`` is the pixel count of ``mask``; ``bbox`` its exact box ``[x, y, w, h]``; ``iscrowd`` 0.
+    """
+    mask = np.asarray(mask).astype(bool)
+    if not mask.any():
+        return None
+    segmentation: Any = mask_to_rle(mask) if use_rle else mask_to_polygons(mask)
+    if not segmentation:
+        return None
+    x1, y1, x2, y2 = (float(v) for v in mask_to_box(mask))
+    return {
+        "id": ann_id,
+        "image_id": image_id,
+        "category_id": category_id,
+        "segmentation": segmentation,
+        "area": float(mask.sum()),
+        "bbox": [x1, y1, x2 - x1, y2 - y1],
+        "iscrowd": 0,
+    }
+
+
+def write_coco_files(
+    scenes: Iterable[Scene],
+    image_dir: Path,
+    ann_path: Path,
+    categories: list[dict],
+    instances: Callable[[Scene], Iterator[tuple[np.ndarray, int]]],
+    use_rle: bool,
+    file_name: Callable[[Scene], str],
+) -> Path:
+    """Write images and one annotation file; ``instances(scene)`` yields ``(mask, category_id)`` pairs.
+
+    Image ids are ``scene.index + 1`` (COCO ids are positive); annotation ids count from 1.
+    """
+    import json
+
+    images, annotations = [], []
+    for scene in scenes:
+        image_id = int(scene.index) + 1
+        name = file_name(scene)
+        save_image(scene.image, image_dir / name)
+        height, width = scene.image.shape[:2]
+        images.append({"id": image_id, "file_name": name, "width": int(width), "height": int(height)})
+        for mask, category_id in instances(scene):
+            ann = coco_annotation(mask, len(annotations) + 1, image_id, category_id, use_rle)
+            if ann is not None:
+                annotations.append(ann)
+    ann_path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"images": images, "annotations": annotations, "categories": categories}
+    ann_path.write_text(json.dumps(data), encoding="utf-8")
+    return ann_path
+
+
+def write_coco(
+    scenes: Iterable[Scene],
+    root: PathLike,
+    categories: Sequence[str] | Sequence[dict],
+    split: str = "val2017",
+    use_rle: bool = False,
+    image_format: str = "jpg",
+) -> Path:
+    """Write scenes as a COCO instance dataset (module docstring): one annotation per visible object.
+
+    Args:
+        scenes: scenes to write; ``SceneObject.class_id`` indexes ``categories``.
+        root: output folder.
+        categories: class names (COCO ids 1..C, supercategory ``"object"``) or COCO category dicts
+            (``id``, ``name``, optional ``supercategory``) in class-id order.
+        split: split name (image folder and ``instances_<split>.json``).
+        use_rle: write compressed RLE (exact) instead of polygons (lossy at borders, no holes).
+        image_format: ``"jpg"`` (default, as COCO) or ``"png"``.
+
+    Returns:
+        Path of the annotation file.
+    """
+    cats = [
+        {"id": i + 1, "name": c, "supercategory": "object"}
+        if isinstance(c, str)
+        else {"id": int(c["id"]), "name": str(c["name"]), "supercategory": str(c.get("supercategory", "object"))}
+        for i, c in enumerate(categories)
+    ]
+    if len({c["id"] for c in cats}) != len(cats):
+        raise ValueError("category ids must be distinct")
+    suffix = image_suffix(image_format)
+    root = Path(root)
+
+    def instances(scene: Scene) -> Iterator[tuple[np.ndarray, int]]:
+        for obj in scene.objects:
+            yield obj.mask, cats[obj.class_id]["id"]
+
+    return write_coco_files(
+        scenes,
+        root / split,
+        root / "annotations" / f"instances_{split}.json",
+        cats,
+        instances,
+        use_rle,
+        lambda s: f"{int(s.index) + 1:012d}{suffix}",
+    )
+
+
+def _check_int(value: Any, where: str, positive: bool = False) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or (positive and value <= 0):
+        raise DatasetFormatError(f"{where} must be {'a positive' if positive else 'an'} integer, got {value!r}")
+    return value
+
+
+def _rle_string_total(counts: str, where: str) -> int:
+    """Sum of the run lengths of a compressed RLE string (as pycocotools' rleFrString decodes it)."""
+    runs: list[int] = []
+    p = 0
+    while p < len(counts):
+        x, k, more = 0, 0, True
+        while more:
+            if p >= len(counts):
+                raise DatasetFormatError(f"{where}: truncated RLE counts string")
+            c = ord(counts[p]) - 48
+            if not 0 <= c < 64:
+                raise DatasetFormatError(f"{where}: invalid character {counts[p]!r} in RLE counts")
+            x |= (c & 0x1F) << (5 * k)
+            more = bool(c & 0x20)
+            p += 1
+            k += 1
+            if not more and c & 0x10:
+                x |= -1 << (5 * k)
+        if len(runs) > 2:
+            x += runs[-2]
+        if x < 0:
+            raise DatasetFormatError(f"{where}: negative run length in RLE counts")
+        runs.append(x)
+    return sum(runs)
+
+
+def check_segmentation(seg: Any, height: int, width: int, where: str) -> None:
+    """Validate a COCO segmentation before pycocotools decodes it (its C decoder does not bounds-check)."""
+    if isinstance(seg, list):
+        for poly in seg:
+            if not isinstance(poly, list) or len(poly) < 6 or len(poly) % 2:
+                raise DatasetFormatError(f"{where}: each polygon must be a list of >= 6 numbers (x, y pairs)")
+            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in poly):
+                raise DatasetFormatError(f"{where}: polygon coordinates must be numbers")
+        return
+    if not isinstance(seg, dict) or "counts" not in seg or "size" not in seg:
+        raise DatasetFormatError(f"{where}: segmentation must be a polygon list or an RLE dict with size and counts")
+    if list(seg["size"]) != [height, width]:
+        raise DatasetFormatError(f"{where}: RLE size {seg['size']} differs from the image size [{height}, {width}]")
+    counts = seg["counts"]
+    if isinstance(counts, list):
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counts):
+            raise DatasetFormatError(f"{where}: uncompressed RLE counts must be non-negative integers")
+        total = sum(counts)
+    elif isinstance(counts, str):
+        total = _rle_string_total(counts, where)
+    else:
+        raise DatasetFormatError(f"{where}: RLE counts must be a list of integers or a string")
+    if total != height * width:
+        raise DatasetFormatError(f"{where}: RLE run lengths sum to {total}, expected height*width = {height * width}")
+
+
+class CocoDataset(LazyDataset):
+    """Lazy reader of a COCO instance dataset (conventions in the module docstring).
+
+    Items: ``masks`` ``[n, H, W]`` bool, ``instance_labels`` ``[n]``, ``boxes`` ``[n, 4]`` float32,
+    ``label``, ``meta`` = ``{"image_id", "category_ids", "annotation_ids", "iscrowd"}``.
+
+    Attributes:
+        coco: the ``pycocotools.coco.COCO`` index.
+        categories: category dicts sorted by id; ``classes`` their names; ``category_ids`` their ids.
+    """
+
+    def __init__(
+        self,
+        root: PathLike,
+        split: str = "val2017",
+        ann_file: PathLike | None = None,
+        image_dir: PathLike | None = None,
+    ) -> None:
+        """Parse and validate the annotation file (no image is opened).
+
+        Args:
+            root: dataset folder.
+            split: split name; default files ``root/annotations/instances_<split>.json`` and ``root/<split>/``.
+            ann_file: annotation file, overriding the default.
+            image_dir: folder the ``file_name`` entries are relative to, overriding ``root/<split>``.
+
+        Raises:
+            DatasetFileNotFoundError: the annotation file is missing.
+            DatasetFormatError: malformed JSON or schema, unsafe file name, unknown image or category id.
+        """
+        super().__init__(root, name=f"coco:{split}")
+        self.ann_file = (
+            Path(ann_file) if ann_file is not None else self.root / "annotations" / f"instances_{split}.json"
+        )
+        self.image_dir = Path(image_dir) if image_dir is not None else self.root / split
+        data = read_json(self.ann_file)
+        src = self.ann_file.name
+        if not isinstance(data, dict) or not isinstance(data.get("images"), list):
+            raise DatasetFormatError(f"{self.ann_file} is not a COCO annotation file: no 'images' list")
+        data.setdefault("annotations", [])
+        data.setdefault("categories", [])
+        for key in ("annotations", "categories"):
+            if not isinstance(data[key], list) or not all(isinstance(e, dict) for e in data[key]):
+                raise DatasetFormatError(f"{self.ann_file}: '{key}' must be a list of objects")
+        self.categories = sorted(data["categories"], key=lambda c: _check_int(c.get("id"), f"{src}: category id"))
+        self.category_ids = [c["id"] for c in self.categories]
+        self.classes = [str(c.get("name", c["id"])) for c in self.categories]
+        if len(set(self.category_ids)) != len(self.category_ids):
+            raise DatasetFormatError(f"{self.ann_file}: duplicate category ids")
+        self._cat_index = {cid: i for i, cid in enumerate(self.category_ids)}
+        self._paths: list[Path] = []
+        for k, img in enumerate(data["images"]):
+            where = f"image entry {k} (id {img.get('id') if isinstance(img, dict) else '?'}) of {src}"
+            if not isinstance(img, dict):
+                raise DatasetFormatError(f"{where} is not an object")
+            _check_int(img.get("id"), f"{where}: id")
+            _check_int(img.get("height"), f"{where}: height", positive=True)
+            _check_int(img.get("width"), f"{where}: width", positive=True)
+            self._paths.append(safe_join(self.image_dir, img.get("file_name"), where))
+        self._image_ids = [img["id"] for img in data["images"]]
+        if len(set(self._image_ids)) != len(self._image_ids):
+            raise DatasetFormatError(f"{self.ann_file}: duplicate image ids")
+        known = set(self._image_ids)
+        for k, ann in enumerate(data["annotations"]):
+            where = f"annotation entry {k} (id {ann.get('id')}) of {src}"
+            if ann.get("image_id") not in known:
+                raise DatasetFormatError(f"{where}: unknown image_id {ann.get('image_id')!r}")
+            if ann.get("category_id") not in self._cat_index:
+                raise DatasetFormatError(f"{where}: unknown category_id {ann.get('category_id')!r}")
+            if "segmentation" not in ann:
+                raise DatasetFormatError(f"{where}: no segmentation")
+        self.coco = COCO()
+        self.coco.dataset = data
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.coco.createIndex()
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+    def _annotations(self, index: int) -> tuple[dict, list[dict]]:
+        img = self.coco.imgs[self._image_ids[index]]
+        return img, self.coco.imgToAnns.get(img["id"], [])
+
+    def _get(self, index: int) -> AnnotatedImage:
+        img, anns = self._annotations(index)
+        path = require_file(self._paths[index], f"{self.name} image id {img['id']} ({img['file_name']})")
+        h, w = img["height"], img["width"]
+        masks = np.zeros((len(anns), h, w), dtype=bool)
+        boxes = np.zeros((len(anns), 4), dtype=np.float32)
+        for j, ann in enumerate(anns):
+            where = f"{self.ann_file.name} annotation id {ann.get('id')}"
+            check_segmentation(ann["segmentation"], h, w, where)
+            if ann["segmentation"]:  # an empty polygon list is an empty mask
+                with warnings.catch_warnings():  # pycocotools vs numpy 2 copy-keyword deprecation
+                    warnings.filterwarnings("ignore", message=".*__array__ implementation", category=DeprecationWarning)
+                    masks[j] = self.coco.annToMask(ann).astype(bool)
+            bbox = ann.get("bbox")
+            if isinstance(bbox, list) and len(bbox) == 4:
+                x, y, bw, bh = (float(v) for v in bbox)
+                boxes[j] = [x, y, x + bw, y + bh]
+            else:
+                boxes[j] = mask_to_box(masks[j])
+        labels = np.array([self._cat_index[a["category_id"]] for a in anns], dtype=np.int64)
+        crowd = np.array([int(bool(a.get("iscrowd", 0))) for a in anns], dtype=np.int64)
+        areas = [
+            float(a["area"]) if isinstance(a.get("area"), (int, float)) else float(m.sum()) for a, m in zip(anns, masks)
+        ]
+        label = None
+        if anns:  # largest annotation; non-crowd ones win over crowd ones
+            label = int(labels[max(range(len(anns)), key=lambda j: (not crowd[j], areas[j], -j))])
+        meta = {
+            "image_id": img["id"],
+            "category_ids": [a["category_id"] for a in anns],
+            "annotation_ids": [a.get("id") for a in anns],
+            "iscrowd": crowd,
+        }
+        return AnnotatedImage(
+            image_path=str(path), label=label, masks=masks, instance_labels=labels, boxes=boxes, meta=meta
+        )

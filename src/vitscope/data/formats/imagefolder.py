@@ -1,0 +1,111 @@
+"""Class-per-folder image datasets (the torchvision ``ImageFolder`` layout, without torchvision).
+
+Layout::
+
+    root/<class_name>/<file>.png|.jpg|...
+
+Classes are the sorted sub-folder names; an image's label is the index of its folder. Files whose
+suffix is not an image suffix (:data:`vitscope.data.images.IMAGE_EXTENSIONS`) and hidden files are
+ignored. Construction only lists folders; an item is checked for existence when accessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from vitscope.data.formats.common import (
+    DatasetFileNotFoundError,
+    DatasetFormatError,
+    LazyDataset,
+    PathLike,
+    image_suffix,
+    require_file,
+    save_image,
+)
+from vitscope.data.images import IMAGE_EXTENSIONS
+from vitscope.data.items import AnnotatedImage
+from vitscope.data.synthetic.scene import Scene
+
+
+def write_imagefolder(
+    scenes: Iterable[Scene], root: PathLike, class_names: Sequence[str], image_format: str = "png"
+) -> list[Path]:
+    """Write scenes as ``root/<class_names[scene.label]>/<scene.index:06d>.<image_format>``.
+
+    Every class gets its folder even when no scene has that label, so the reader's class indices equal
+    the positions in ``class_names`` whenever ``class_names`` is sorted (the reader sorts folder names).
+
+    Args:
+        scenes: scenes to write; ``scene.label`` indexes ``class_names``.
+        root: output folder (created).
+        class_names: folder name of each class; must be valid, distinct single path components.
+        image_format: ``"png"`` (lossless, default) or ``"jpg"``.
+
+    Returns:
+        The written image paths, in the order of ``scenes``.
+    """
+    suffix = image_suffix(image_format)
+    names = list(class_names)
+    for name in names:
+        if not name or name in (".", "..") or "/" in name or "\\" in name:
+            raise ValueError(f"class name {name!r} cannot be a folder name")
+    if len(set(names)) != len(names):
+        raise ValueError("class names must be distinct")
+    root = Path(root)
+    for name in names:
+        (root / name).mkdir(parents=True, exist_ok=True)
+    paths = []
+    for scene in scenes:
+        if not 0 <= scene.label < len(names):
+            raise ValueError(f"scene {scene.index} has label {scene.label}, outside the {len(names)} class names")
+        path = root / names[scene.label] / f"{scene.index:06d}{suffix}"
+        paths.append(save_image(scene.image, path))
+    return paths
+
+
+class ImageFolderDataset(LazyDataset):
+    """Reader of the class-per-folder layout.
+
+    Items are :class:`AnnotatedImage` with ``image_path`` and ``label`` (index into :attr:`classes`), and
+    ``meta["class_name"]``. Order: classes sorted, files sorted within a class.
+
+    Attributes:
+        classes: sorted sub-folder names.
+        samples: ``(path, label)`` pairs.
+    """
+
+    def __init__(self, root: PathLike, extensions: Sequence[str] = IMAGE_EXTENSIONS) -> None:
+        """List ``root``.
+
+        Raises:
+            DatasetFileNotFoundError: ``root`` is not a folder.
+            DatasetFormatError: no class folder holds an image file.
+        """
+        super().__init__(root, name=f"imagefolder:{Path(root).name}")
+        if not self.root.is_dir():
+            raise DatasetFileNotFoundError(f"image folder dataset not found: {self.root} is not a folder")
+        exts = tuple(e.lower() for e in extensions)
+        self.classes: list[str] = sorted(
+            p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")
+        )
+        self.samples: list[tuple[Path, int]] = []
+        for label, name in enumerate(self.classes):
+            files = sorted(
+                p.name
+                for p in (self.root / name).iterdir()
+                if p.suffix.lower() in exts and not p.name.startswith(".") and not p.is_dir()
+            )
+            self.samples.extend((self.root / name / f, label) for f in files)
+        if not self.samples:
+            raise DatasetFormatError(
+                f"no images found in {self.root}: expected root/<class>/<image> with suffixes {', '.join(exts)}"
+            )
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def _get(self, index: int) -> AnnotatedImage:
+        path, label = self.samples[index]
+        require_file(path, f"{self.name} item {index}")
+        return AnnotatedImage(image_path=str(path), label=label, meta={"class_name": self.classes[label]})

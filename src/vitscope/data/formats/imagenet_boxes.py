@@ -1,0 +1,220 @@
+"""ImageNet-style classification images with PASCAL VOC XML boxes (the ILSVRC localisation layout).
+
+Layout::
+
+    root/LOC_synset_mapping.txt            one line per class: "<wnid> <class name>" (defines label order)
+    root/<split>/<wnid>/<wnid>_<n>.JPEG    images, one folder per class
+    root/boxes/<wnid>/<wnid>_<n>.xml       optional VOC XML per image (same stem as the image)
+
+VOC XML (``annotation/filename``, ``size/width,height,depth``, ``object/name`` = wnid,
+``object/bndbox/xmin,ymin,xmax,ymax``) stores boxes **1-based, inclusive**. vitscope boxes are 0-based with
+x2/y2 exclusive (METHODS.md section 0), so the writer stores ``xmin = x1 + 1, ymin = y1 + 1, xmax = x2,
+ymax = y2`` and the reader converts back ``x1 = xmin - 1, y1 = ymin - 1, x2 = xmax, y2 = ymax``: a box
+covering pixel columns 0..9 is ``xmin=1, xmax=10`` in VOC and ``[0, 10)`` here.
+
+As in ImageNet, an image without an XML file simply has no boxes (``boxes`` is ``[0, 4]``). XML files are
+parsed when the item is accessed, never at construction.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from vitscope.data.formats.common import (
+    DatasetFileNotFoundError,
+    DatasetFormatError,
+    LazyDataset,
+    PathLike,
+    image_suffix,
+    require_file,
+    save_image,
+)
+from vitscope.data.images import IMAGE_EXTENSIONS
+from vitscope.data.items import AnnotatedImage
+from vitscope.data.synthetic.scene import Scene
+
+SYNSET_MAPPING = "LOC_synset_mapping.txt"
+
+
+def default_wnid(class_id: int) -> str:
+    """Synthetic WordNet-style id of class ``class_id`` (``"n00000007"``)."""
+    return f"n{class_id:08d}"
+
+
+def _box_xml(filename: str, width: int, height: int, objects: list[tuple[str, np.ndarray]]) -> ET.Element:
+    ann = ET.Element("annotation")
+    ET.SubElement(ann, "filename").text = filename
+    size = ET.SubElement(ann, "size")
+    for tag, value in (("width", width), ("height", height), ("depth", 3)):
+        ET.SubElement(size, tag).text = str(value)
+    for wnid, box in objects:
+        obj = ET.SubElement(ann, "object")
+        ET.SubElement(obj, "name").text = wnid
+        bnd = ET.SubElement(obj, "bndbox")
+        x1, y1, x2, y2 = (round(float(v)) for v in box)
+        for tag, value in (("xmin", x1 + 1), ("ymin", y1 + 1), ("xmax", x2), ("ymax", y2)):
+            ET.SubElement(bnd, tag).text = str(value)
+    return ann
+
+
+def write_imagenet_boxes(
+    scenes: Iterable[Scene],
+    root: PathLike,
+    class_names: Sequence[str],
+    split: str = "train",
+    wnids: Sequence[str] | None = None,
+    image_format: str = "jpg",
+) -> list[Path]:
+    """Write scenes in the ImageNet localisation layout (module docstring).
+
+    Image ``<wnid>_<scene.index>.JPEG`` goes to the folder of ``scene.label``; its XML lists a box per
+    visible object (fully occluded objects are left out), named by the object's wnid.
+
+    Args:
+        scenes: scenes to write.
+        root: output folder (created); ``LOC_synset_mapping.txt`` is (re)written.
+        class_names: class name of each class id.
+        split: image sub-folder, e.g. ``"train"`` or ``"val"``.
+        wnids: folder id of each class; default ``n%08d`` of the class id.
+        image_format: ``"jpg"`` (default, suffix ``.JPEG`` as ImageNet) or ``"png"`` (lossless).
+
+    Returns:
+        The written image paths, in the order of ``scenes``.
+    """
+    suffix = ".JPEG" if image_suffix(image_format) in (".jpg", ".jpeg") else ".png"
+    wnids = list(wnids) if wnids is not None else [default_wnid(i) for i in range(len(class_names))]
+    if len(wnids) != len(class_names) or len(set(wnids)) != len(wnids):
+        raise ValueError("wnids must be distinct, one per class name")
+    for name in class_names:
+        if "\n" in name:
+            raise ValueError(f"class name {name!r} must fit on one line")
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / SYNSET_MAPPING).write_text("".join(f"{w} {n}\n" for w, n in zip(wnids, class_names)), encoding="utf-8")
+    paths = []
+    for scene in scenes:
+        wnid = wnids[scene.label]
+        stem = f"{wnid}_{scene.index}"
+        path = save_image(scene.image, root / split / wnid / f"{stem}{suffix}")
+        objects = [(wnids[o.class_id], o.box) for o in scene.objects if o.mask.any()]
+        height, width = scene.image.shape[:2]
+        xml = _box_xml(path.name, width, height, objects)
+        ET.indent(xml)
+        xml_path = root / "boxes" / wnid / f"{stem}.xml"
+        xml_path.parent.mkdir(parents=True, exist_ok=True)
+        ET.ElementTree(xml).write(xml_path, encoding="utf-8", xml_declaration=False)
+        paths.append(path)
+    return paths
+
+
+def read_synset_mapping(path: PathLike) -> tuple[list[str], list[str]]:
+    """Parse ``LOC_synset_mapping.txt`` into ``(wnids, class_names)`` in file order."""
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetFileNotFoundError(f"synset mapping not found: {path} (lines '<wnid> <class name>')")
+    wnids, names = [], []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        wnid, _, name = line.strip().partition(" ")
+        if wnid in wnids:
+            raise DatasetFormatError(f"{path} line {lineno}: duplicate wnid {wnid!r}")
+        wnids.append(wnid)
+        names.append(name.strip() or wnid)
+    if not wnids:
+        raise DatasetFormatError(f"{path} lists no classes")
+    return wnids, names
+
+
+def _int_field(node: ET.Element, tag: str, where: str) -> int:
+    text = node.findtext(tag)
+    try:
+        return int(round(float(text)))  # some ImageNet XMLs write "12.0"
+    except (TypeError, ValueError):
+        raise DatasetFormatError(f"{where}: <{tag}> must be a number, got {text!r}") from None
+
+
+class ImageNetBoxesDataset(LazyDataset):
+    """Reader of the ImageNet localisation layout (module docstring).
+
+    Items: ``label`` = position of the image's wnid folder in the synset mapping; ``boxes`` ``[n, 4]``
+    float32 (0-based, exclusive); ``instance_labels`` ``[n]`` = positions of the objects' wnids;
+    ``meta`` = ``{"wnid", "class_name", "box_file"}`` (``box_file`` None when the image has no XML).
+
+    Attributes:
+        wnids, classes: the synset mapping, in label order.
+    """
+
+    def __init__(self, root: PathLike, split: str = "train", boxes_dir: str = "boxes") -> None:
+        """List ``root/<split>`` (no image or XML is opened).
+
+        Raises:
+            DatasetFileNotFoundError: the mapping file or the split folder is missing.
+            DatasetFormatError: a class folder is not in the mapping, or the split holds no image.
+        """
+        super().__init__(root, name=f"imagenet_boxes:{split}")
+        self.wnids, self.classes = read_synset_mapping(self.root / SYNSET_MAPPING)
+        index = {w: i for i, w in enumerate(self.wnids)}
+        split_dir = self.root / split
+        if not split_dir.is_dir():
+            raise DatasetFileNotFoundError(f"split folder not found: {split_dir}")
+        self._boxes_dir = self.root / boxes_dir
+        self._index = index
+        self.samples: list[tuple[Path, int]] = []
+        for folder in sorted(p for p in split_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            if folder.name not in index:
+                raise DatasetFormatError(f"class folder {folder} is not listed in {SYNSET_MAPPING}")
+            files = sorted(
+                p.name for p in folder.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS and not p.name.startswith(".")
+            )
+            self.samples.extend((folder / f, index[folder.name]) for f in files)
+        if not self.samples:
+            raise DatasetFormatError(f"no images found under {split_dir}: expected <split>/<wnid>/<image>")
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def _read_boxes(self, xml_path: Path) -> tuple[np.ndarray, np.ndarray]:
+        try:
+            tree = ET.parse(xml_path)
+        except ET.ParseError as e:
+            raise DatasetFormatError(f"malformed VOC XML in {xml_path}: {e}") from None
+        boxes, labels = [], []
+        for k, obj in enumerate(tree.getroot().iter("object")):
+            where = f"{xml_path} object {k}"
+            name = (obj.findtext("name") or "").strip()
+            if name not in self._index:
+                raise DatasetFormatError(f"{where}: name {name!r} is not a wnid of {SYNSET_MAPPING}")
+            bnd = obj.find("bndbox")
+            if bnd is None:
+                raise DatasetFormatError(f"{where}: missing <bndbox>")
+            xmin, ymin, xmax, ymax = (_int_field(bnd, t, where) for t in ("xmin", "ymin", "xmax", "ymax"))
+            if xmax < xmin or ymax < ymin:
+                raise DatasetFormatError(
+                    f"{where}: box ({xmin}, {ymin}, {xmax}, {ymax}) has xmax < xmin or ymax < ymin"
+                )
+            boxes.append([xmin - 1, ymin - 1, xmax, ymax])
+            labels.append(self._index[name])
+        return np.asarray(boxes, dtype=np.float32).reshape(-1, 4), np.asarray(labels, dtype=np.int64)
+
+    def _get(self, index: int) -> AnnotatedImage:
+        path, label = self.samples[index]
+        require_file(path, f"{self.name} item {index}")
+        wnid = self.wnids[label]
+        xml_path = self._boxes_dir / wnid / f"{path.stem}.xml"
+        if xml_path.is_file():
+            boxes, labels = self._read_boxes(xml_path)
+        else:
+            xml_path = None
+            boxes, labels = np.zeros((0, 4), np.float32), np.zeros(0, np.int64)
+        return AnnotatedImage(
+            image_path=str(path),
+            label=label,
+            boxes=boxes,
+            instance_labels=labels,
+            meta={"wnid": wnid, "class_name": self.classes[label], "box_file": str(xml_path) if xml_path else None},
+        )
