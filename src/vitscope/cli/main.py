@@ -59,5 +59,24 @@ def analyze(
         typer.echo(f"skipped {len(doc['skipped'])} unreadable file(s); listed in results.json")
 
 
+@app.command()
+@one_line_errors
+def synth(
+    out: Path = typer.Option(..., "--out", "-o", help="Output directory."),
+    format: str = typer.Option(..., "--format", "-f", help="imagefolder|coco|partimagenet|davis|spair|revisitop|"
+                               "sop|list|imagenet-boxes"),
+    n: int = typer.Option(100, "--n", min=1, help="Images (davis: sequences, spair: pairs)."),
+    size: int = typer.Option(224, "--size", min=16, help="Image side in pixels."),
+    seed: int = typer.Option(0, "--seed"),
+    spurious: float | None = typer.Option(None, "--spurious", help="P(background agrees with class)."),
+    num_classes: int = typer.Option(10, "--classes", min=2),
+) -> None:
+    """Generate the synthetic world with ground truth in a real dataset format."""
+    from vitscope.data.synthetic.write import synthesize
+
+    root = synthesize(out, format, n=n, size=size, seed=seed, spurious=spurious, num_classes=num_classes)
+    typer.echo(f"wrote {format} ({n} items, {size} px, seed {seed}) -> {root}")
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()

@@ -7,6 +7,7 @@ import os
 import stat
 import threading
 import warnings
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -195,7 +196,7 @@ def load_rgb(path: PathLike) -> Image.Image:
         raise ImageLoadError(path_str, _short_reason(err)) from err
 
 
-class ImageDataset:
+class ImageDataset(ABC):
     """Shared behaviour of image datasets: indexing, skipping and strict mode.
 
     Subclasses set ``name`` and ``paths`` and implement ``_load`` and ``describe``.
@@ -212,8 +213,9 @@ class ImageDataset:
     def __len__(self) -> int:
         return len(self.paths)
 
+    @abstractmethod
     def _load(self, i: int) -> Image.Image:
-        raise NotImplementedError
+        """Decode image ``i`` or raise ImageLoadError."""
 
     def get(self, i: int) -> ImageItem | None:
         """Load image ``i`` (negative indices count from the end).
@@ -237,7 +239,11 @@ class ImageDataset:
                 raise
             self._record_skip(self.paths[i], err)
             return None
-        return ImageItem(image=image, path=self.paths[i], index=i, targets={})
+        return ImageItem(image=image, path=self.paths[i], index=i, targets=self._targets(i))
+
+    def _targets(self, i: int) -> dict:
+        """Ground truth handed to analyses with image ``i`` (none for plain image files)."""
+        return {}
 
     def _record_skip(self, path: str, err: ImageLoadError) -> None:
         """Warn about a skipped file and remember it (once per path)."""
@@ -364,6 +370,12 @@ def open_dataset(source: PathLike | Sequence[PathLike], strict: bool = False) ->
         source: Dataset spec or path(s); see ``ImageFiles``.
         strict: Raise on unreadable images instead of skipping them.
     """
+    if isinstance(source, str) and "::" in source:  # "<root>::<format>", e.g. "data/coco::coco"
+        from vitscope.data.annotated_source import AnnotatedSource
+        from vitscope.data.load import load_dataset
+
+        root, _, fmt = source.rpartition("::")
+        return AnnotatedSource(load_dataset(root, fmt or None), strict=strict)
     if isinstance(source, str) and (source == "skimage" or source.startswith("skimage:")):
         from vitscope.data.sample_photos import SamplePhotos
 
