@@ -10,7 +10,7 @@ import torch
 import vitscope
 from helpers.hf_factories import make
 from vitscope.models.checkpoint import save_checkpoint
-from vitscope.models.hf_load import ModelLoadError
+from vitscope.models.errors import ModelLoadError
 from vitscope.models.load import UnknownModelError, describe_models
 from vitscope.models.registry import registry
 

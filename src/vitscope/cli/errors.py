@@ -14,7 +14,7 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
     from vitscope.data.images import EmptyDatasetError, ImageLoadError
     from vitscope.engine.run import EmptyRunError
     from vitscope.hooks.names import UnknownHookError
-    from vitscope.models.hf_load import ModelLoadError
+    from vitscope.models.errors import ModelLoadError
 
     return (ModelLoadError, EmptyDatasetError, ImageLoadError, EmptyRunError, UnknownHookError, ValueError,
             TypeError, FileNotFoundError, PermissionError)

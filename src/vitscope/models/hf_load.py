@@ -10,6 +10,7 @@ from torch import nn
 
 from vitscope.models.backbone import Backbone
 from vitscope.models.cnn import CNNBackbone, cnn_spec, hf_cnn_layout
+from vitscope.models.errors import ModelLoadError
 from vitscope.models.hf import HFViTBackbone
 from vitscope.models.hf_spec import (
     CNN_FAMILIES,
@@ -19,10 +20,7 @@ from vitscope.models.hf_spec import (
     read_preprocessing,
     transformer_spec,
 )
-
-
-class ModelLoadError(RuntimeError):
-    """A model could not be loaded; the message is one line saying why and what to do."""
+from vitscope.models.hub_cache import is_cached
 
 
 def _offline_message(source: str) -> str:
@@ -126,13 +124,3 @@ def load_hf(source: str, name: str | None = None, overrides: dict[str, Any] | No
             raise ModelLoadError(_offline_message(source)) from None
         raise ModelLoadError(f"cannot load weights of '{source}': {str(err).splitlines()[0]}") from None
     return wrap_hf(model, name or f"hf:{source}", load_preprocessor_json(source, **hub), overrides)
-
-
-def is_cached(hub_id: str) -> bool:
-    """Whether a hub id's config is in the local cache (loads offline)."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        return isinstance(try_to_load_from_cache(hub_id, "config.json"), str)
-    except Exception:
-        return False

@@ -6,7 +6,7 @@ import difflib
 from pathlib import Path
 
 from vitscope.models.backbone import Backbone
-from vitscope.models.hf_load import ModelLoadError, load_hf
+from vitscope.models.errors import ModelLoadError
 from vitscope.models.registry import registry
 
 
@@ -37,8 +37,12 @@ def _load(name: str) -> Backbone:
         entry = reg[name]
         if entry.builder is not None:
             return entry.builder()
+        from vitscope.models.hf_load import load_hf
+
         return load_hf(entry.hub_id, name=name, overrides=entry.preprocessing)
     if name.startswith("hf:"):
+        from vitscope.models.hf_load import load_hf
+
         return load_hf(name[3:], name=name)
     path = Path(name)
     if (path / "vitscope.json").is_file():
@@ -46,6 +50,8 @@ def _load(name: str) -> Backbone:
 
         return load_checkpoint(path)
     if (path / "config.json").is_file():
+        from vitscope.models.hf_load import load_hf
+
         return load_hf(str(path), name=name)
     close = difflib.get_close_matches(name, list(reg), n=3, cutoff=0.4)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
@@ -54,7 +60,7 @@ def _load(name: str) -> Backbone:
 
 def describe_models() -> list[dict]:
     """Rows for ``vitscope models``: family, architecture, prefix tokens and offline availability."""
-    from vitscope.models.hf_load import is_cached
+    from vitscope.models.hub_cache import is_cached
 
     rows = []
     for e in registry().values():
