@@ -61,3 +61,17 @@ class SyntheticImages:
             raise IndexError(f"image index {i} out of range for {self.n} images")
         i %= self.n
         return ImageItem(image=synthetic_image(i, self.size, self.seed), path=f"synthetic:{i}", index=i, targets={})
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else ``platform.processor()``."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"

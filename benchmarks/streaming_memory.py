@@ -16,6 +16,12 @@ high-water mark. The child reports, in MiB:
 Goal (issue): ``peak_rss(large) / peak_rss(small) <= 1.10``. The ratio of ``run_growth`` is also
 reported: it excludes the interpreter, torch and the weights and is therefore the stricter view.
 
+Every setting is run twice (``--allocators``): with glibc malloc as configured (``default``, what
+users get) and with ``MALLOC_MMAP_THRESHOLD_=1048576`` (``mmap1m``). glibc's default threshold is
+dynamic: once a large block has been freed, blocks of that size are served from the heap, where
+fragmentation can make RSS creep for a while before it levels off. With a fixed 1 MiB threshold
+every large tensor is returned to the OS on free, so a ramp in ``mmap1m`` would be a real leak.
+
 Settings (``--models``): ``tiny-vit`` (``vitscope.load_model("tiny-vit")``, 64 px, batch 16) and
 ``vit-s`` (a ViT-S/16-sized ``transformers.ViTModel`` with random weights, 224 px, batch 8).
 
@@ -29,7 +35,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -37,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _datasets import RESULTS_DIR, SyntheticImages  # noqa: E402  (also puts src/ on sys.path)
+from _datasets import RESULTS_DIR, SyntheticImages, cpu_model
 
 SETTINGS = {
     "tiny-vit": {"batch_size": 16},
@@ -70,6 +75,10 @@ def _reset_hwm() -> bool:
 
 
 def _ru_maxrss_bytes() -> int:
+    try:
+        import resource
+    except ImportError:  # Windows
+        return 0
     r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return r if sys.platform == "darwin" else r * 1024  # bytes on macOS, KiB on Linux
 
@@ -138,10 +147,21 @@ def child(model: str, n: int, batch_size: int) -> dict:
 
 
 # -- parent -----------------------------------------------------------------------------------
-def run_child(model: str, n: int, batch_size: int) -> dict:
+ALLOCATORS = {
+    # what users get: glibc's dynamic mmap threshold (large freed blocks may stay in the heap)
+    "default": {},
+    # allocator-neutral view: blocks >= 1 MiB always come from mmap and go back to the OS on free
+    "mmap1m": {"MALLOC_MMAP_THRESHOLD_": str(1024 * 1024)},
+}
+
+
+def run_child(model: str, n: int, batch_size: int, allocator: str) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--model", model, "--n", str(n),
            "--batch-size", str(batch_size)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    env = {**os.environ, **ALLOCATORS[allocator]}
+    if allocator == "default":
+        env.pop("MALLOC_MMAP_THRESHOLD_", None)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout + proc.stderr)
         raise SystemExit(f"child {' '.join(cmd[2:])} failed with exit code {proc.returncode}")
@@ -149,6 +169,10 @@ def run_child(model: str, n: int, batch_size: int) -> dict:
         if line.startswith("{"):
             return json.loads(line)
     raise SystemExit(f"child {' '.join(cmd[2:])} printed no result:\n{proc.stdout}\n{proc.stderr}")
+
+
+def _mib(x: float | None) -> str:
+    return f"{x:.1f}M" if x is not None else "n/a"
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -161,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--small", type=int, default=64)
     p.add_argument("--large", type=int, default=512)
     p.add_argument("--batch-size", type=int, default=None, help="override every setting's batch size")
+    p.add_argument("--allocators", default="default,mmap1m",
+                   help="comma-separated: default (glibc as configured) and/or mmap1m (MALLOC_MMAP_THRESHOLD_=1MiB)")
     p.add_argument("--out", default=str(RESULTS_DIR / "streaming_memory.json"))
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
@@ -175,48 +201,53 @@ def main(argv: list[str] | None = None) -> int:
     bad = [m for m in models if m not in SETTINGS]
     if bad or not models:
         p.error(f"--models takes a comma-separated subset of {', '.join(SETTINGS)}; got {args.models!r}")
+    allocators = [a.strip() for a in args.allocators.split(",") if a.strip()]
+    if not allocators or any(a not in ALLOCATORS for a in allocators):
+        p.error(f"--allocators takes a comma-separated subset of {', '.join(ALLOCATORS)}; got {args.allocators!r}")
     rows = []
     for model in models:
         bs = args.batch_size or SETTINGS[model]["batch_size"]
-        runs = {}
-        for n in (args.small, args.large):
-            print(f"[{model}] {n} images, batch {bs} (fresh subprocess) ...", flush=True)
-            runs[n] = run_child(model, n, bs)
-            r = runs[n]
-            print(f"[{model}] {n} images: peak RSS {r['peak_rss_mib']:.1f} MiB, before run "
-                  f"{r['rss_before_run_mib']:.1f} MiB, run growth {r['run_growth_mib']:.1f} MiB, "
-                  f"{r['seconds']:.1f} s", flush=True)
-        s, l_ = runs[args.small], runs[args.large]
-        ratio = _ratio(l_["peak_rss_mib"], s["peak_rss_mib"])
-        rows.append({
-            "model": model, "batch_size": bs, "small": s, "large": l_,
-            "peak_rss_ratio": ratio,
-            "run_growth_ratio": _ratio(l_["run_growth_mib"], s["run_growth_mib"]),
-            "goal": GOAL, "meets_goal": ratio is not None and ratio <= GOAL,
-        })
+        for alloc in allocators:
+            runs = {}
+            for n in (args.small, args.large):
+                print(f"[{model}, malloc {alloc}] {n} images, batch {bs} (fresh subprocess) ...", flush=True)
+                runs[n] = r = run_child(model, n, bs, alloc)
+                growth = f"{r['run_growth_mib']:.1f} MiB" if r["run_growth_mib"] is not None else "n/a"
+                print(f"[{model}, malloc {alloc}] {n} images: peak RSS {r['peak_rss_mib']:.1f} MiB, before run "
+                      f"{r['rss_before_run_mib']:.1f} MiB, run growth {growth}, {r['seconds']:.1f} s", flush=True)
+            s, l_ = runs[args.small], runs[args.large]
+            ratio = _ratio(l_["peak_rss_mib"], s["peak_rss_mib"])
+            rows.append({
+                "model": model, "allocator": alloc, "allocator_env": ALLOCATORS[alloc], "batch_size": bs,
+                "small": s, "large": l_,
+                "peak_rss_ratio": ratio,
+                "run_growth_ratio": _ratio(l_["run_growth_mib"], s["run_growth_mib"]),
+                "goal": GOAL, "meets_goal": ratio is not None and ratio <= GOAL,
+            })
 
     print()
     print(f"Streaming memory: vitscope.run with AttentionStats + MeanActivation, {args.small} vs {args.large} "
-          f"images, one fresh process each, cpu cores {os.cpu_count()}")
-    head = (f"{'model':10s}{'batch':>6s}{'peak ' + str(args.small):>11s}{'peak ' + str(args.large):>11s}"
+          f"images, one fresh process each, {os.cpu_count()} cpu cores ({cpu_model()})")
+    head = (f"{'model':10s}{'malloc':>8s}{'batch':>6s}{'peak ' + str(args.small):>11s}{'peak ' + str(args.large):>11s}"
             f"{'ratio':>8s}{'goal':>8s}{'ok':>5s}{'growth ' + str(args.small):>12s}{'growth ' + str(args.large):>12s}"
             f"{'ratio':>8s}")
     print(head)
     print("-" * len(head))
     for r in rows:
         g = r["run_growth_ratio"]
-        print(f"{r['model']:10s}{r['batch_size']:>6d}{r['small']['peak_rss_mib']:>10.1f}M{r['large']['peak_rss_mib']:>10.1f}M"
+        print(f"{r['model']:10s}{r['allocator']:>8s}{r['batch_size']:>6d}{r['small']['peak_rss_mib']:>10.1f}M{r['large']['peak_rss_mib']:>10.1f}M"
               f"{r['peak_rss_ratio']:>8.3f}{'<=' + format(GOAL, '.2f'):>8s}{('yes' if r['meets_goal'] else 'NO'):>5s}"
-              f"{r['small']['run_growth_mib']:>11.1f}M{r['large']['run_growth_mib']:>11.1f}M"
+              f"{_mib(r['small']['run_growth_mib']):>12s}{_mib(r['large']['run_growth_mib']):>12s}"
               f"{(format(g, '.3f') if g is not None else 'n/a'):>8s}")
-    print("peak = process peak RSS (goal metric); growth = peak during the run minus RSS just before it")
+    print("peak = process peak RSS (goal metric); growth = peak during the run minus RSS just before it;")
+    print("malloc mmap1m = MALLOC_MMAP_THRESHOLD_=1048576 (glibc returns every block >= 1 MiB to the OS on free)")
 
     import torch
     import transformers
 
     info = {"small": args.small, "large": args.large, "cpu_count": os.cpu_count(), "torch": torch.__version__,
             "transformers": transformers.__version__, "python": platform.python_version(),
-            "platform": platform.platform()}
+            "platform": platform.platform(), "cpu_model": cpu_model()}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"info": info, "results": rows}, indent=2) + "\n", encoding="utf-8")

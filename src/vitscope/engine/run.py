@@ -10,6 +10,7 @@ import torch
 
 from vitscope.analyses.base import Accumulator, Batch, Result
 from vitscope.engine.batches import Dataset, iter_batches
+from vitscope.engine.memory import limit_fragmentation
 from vitscope.hooks.names import expand_names
 from vitscope.models.backbone import Backbone
 
@@ -146,6 +147,7 @@ def run(
     hooks = required_hook_names(backbone, analyses)
     total = len(dataset) if limit is None else min(limit, len(dataset))
     seen = 0
+    limit_fragmentation()  # memory stays flat in the number of images (engine/memory.py)
     autocast = torch.autocast(dev.type, dtype=amp) if amp is not None else contextlib.nullcontext()
     with _progress(total, progress) as bar, torch.inference_mode(), backbone.record(hooks) as rec:
         task = bar.add_task(f"{backbone.spec.name}", total=total)
