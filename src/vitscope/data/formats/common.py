@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import operator
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -165,7 +166,7 @@ def image_suffix(image_format: str) -> str:
     return "." + fmt
 
 
-class LazyDataset(Sequence):
+class LazyDataset(Sequence, ABC):
     """Base of the format readers: a sequence of :class:`AnnotatedImage` built on access.
 
     Subclasses implement ``__len__`` and ``_get(i)`` (``0 <= i < len``); this class handles ``int``
@@ -183,11 +184,13 @@ class LazyDataset(Sequence):
         self.root = Path(root)
         self.name = name
 
-    def __len__(self) -> int:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def __len__(self) -> int:
+        """Number of items."""
 
-    def _get(self, index: int) -> AnnotatedImage:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def _get(self, index: int) -> AnnotatedImage:
+        """Item ``index`` with ``0 <= index < len(self)``."""
 
     def __getitem__(self, index):  # type: ignore[override]
         """Item ``index`` (negative counts from the end) or a list of items for a slice."""

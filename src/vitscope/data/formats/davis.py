@@ -14,14 +14,14 @@ even though the folder is called ``480p`` (the folder name is part of the layout
 
 from __future__ import annotations
 
-import operator
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
+from vitscope.data.formats.common import LazyDataset
 from vitscope.data.formats.errors import DatasetFormatError, safe_join
 from vitscope.data.items import VideoSequence
 from vitscope.data.synthetic.scene import Scene
@@ -148,7 +148,7 @@ def write_davis(
     return root
 
 
-class DavisDataset:
+class DavisDataset(LazyDataset):
     """Lazy reader of a DAVIS 2017 split: a sequence of ``VideoSequence`` items (``DavisSequence``).
 
     Construction lists folders only (no image or mask is decoded) and checks that every sequence of
@@ -201,17 +201,9 @@ class DavisDataset:
     def __len__(self) -> int:
         return len(self._items)
 
-    def __getitem__(self, i: int) -> DavisSequence:
-        n = len(self._items)
-        i = operator.index(i)
-        if not -n <= i < n:
-            raise IndexError(f"sequence index {i} out of range for {n} sequences")
-        frames, masks = self._items[i % n]
-        return DavisSequence(name=self.sequence_names[i % n], frame_paths=list(frames), mask_paths=list(masks))
-
-    def __iter__(self) -> Iterator[DavisSequence]:
-        for i in range(len(self)):
-            yield self[i]
+    def _get(self, i: int) -> DavisSequence:
+        frames, masks = self._items[i]
+        return DavisSequence(name=self.sequence_names[i], frame_paths=list(frames), mask_paths=list(masks))
 
     def __repr__(self) -> str:
         return f"DavisDataset(root={str(self.root)!r}, split={self.split!r}, sequences={len(self)})"

@@ -8,14 +8,14 @@ name, mapped to 0, 1, ... in order of first appearance (``class_names[k]`` is th
 
 from __future__ import annotations
 
-import operator
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
+from vitscope.data.formats.common import LazyDataset
 from vitscope.data.formats.errors import DatasetFormatError, safe_join
 from vitscope.data.items import AnnotatedImage
 from vitscope.data.synthetic.scene import Scene
@@ -75,7 +75,7 @@ def _is_int(text: str) -> bool:
     return True
 
 
-class PathListDataset:
+class PathListDataset(LazyDataset):
     """Lazy reader of a ``path label`` list: a sequence of ``AnnotatedImage`` (``label`` set).
 
     Construction parses the list only; an item's file is checked for existence on access (images
@@ -132,12 +132,7 @@ class PathListDataset:
     def __len__(self) -> int:
         return len(self._paths)
 
-    def __getitem__(self, i: int) -> AnnotatedImage:
-        n = len(self)
-        i = operator.index(i)
-        if not -n <= i < n:
-            raise IndexError(f"image index {i} out of range for {n} images")
-        i %= n
+    def _get(self, i: int) -> AnnotatedImage:
         path = self.root / self._paths[i]
         if not path.is_file():
             raise DatasetFormatError(f"image file {path} (line {self._lineno[i]} of {self.list_file.name}) not found")
@@ -146,10 +141,6 @@ class PathListDataset:
         if self.class_names is not None:
             meta["label_name"] = self.class_names[label]
         return AnnotatedImage(image_path=str(path), label=label, meta=meta)
-
-    def __iter__(self) -> Iterator[AnnotatedImage]:
-        for i in range(len(self)):
-            yield self[i]
 
     def __repr__(self) -> str:
         return f"PathListDataset(list_file={str(self.list_file)!r}, images={len(self)})"

@@ -23,16 +23,16 @@ from __future__ import annotations
 
 import builtins
 import importlib
-import operator
 import os
 import pickle
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
 import numpy as np
 from PIL import Image
 
+from vitscope.data.formats.common import LazyDataset
 from vitscope.data.formats.errors import DatasetFormatError, safe_join
 from vitscope.data.items import AnnotatedImage, RetrievalGroundTruth
 from vitscope.data.synthetic.scene import Scene
@@ -141,21 +141,17 @@ def _parse_gnd(data: dict, path: Path) -> tuple[list[str], list[str], list[Retri
     return imlist, qimlist, out
 
 
-class _ImageList:
+class _ImageList(LazyDataset):
     """Lazy list of ``AnnotatedImage`` for names under ``root/jpg``; files are checked on access."""
 
     def __init__(self, dataset: RevisitOPDataset, names: list[str], role: str) -> None:
+        super().__init__(dataset.root, f"{dataset.name}:{role}")
         self._ds, self._names, self._role = dataset, names, role
 
     def __len__(self) -> int:
         return len(self._names)
 
-    def __getitem__(self, i: int) -> AnnotatedImage:
-        n = len(self._names)
-        i = operator.index(i)
-        if not -n <= i < n:
-            raise IndexError(f"{self._role} index {i} out of range for {n} images")
-        i %= n
+    def _get(self, i: int) -> AnnotatedImage:
         name = self._names[i]
         path = safe_join(self._ds.root / "jpg", f"{name}.jpg", f"{self._role} list of {self._ds.gnd_file}")
         if not path.is_file():
@@ -168,12 +164,8 @@ class _ImageList:
             boxes = None if bbx is None else bbx[None].copy()
         return AnnotatedImage(image_path=str(path), boxes=boxes, meta=meta)
 
-    def __iter__(self) -> Iterator[AnnotatedImage]:
-        for i in range(len(self)):
-            yield self[i]
 
-
-class RevisitOPDataset:
+class RevisitOPDataset(LazyDataset):
     """Lazy reader of a revisited Oxford / Paris benchmark.
 
     The dataset itself is the queries followed by the database (``len = n_queries + n_database``),
@@ -225,17 +217,9 @@ class RevisitOPDataset:
     def __len__(self) -> int:
         return len(self.queries) + len(self.database)
 
-    def __getitem__(self, i: int) -> AnnotatedImage:
-        n, nq = len(self), len(self.queries)
-        i = operator.index(i)
-        if not -n <= i < n:
-            raise IndexError(f"image index {i} out of range for {n} images")
-        i %= n
+    def _get(self, i: int) -> AnnotatedImage:
+        nq = len(self.queries)
         return self.queries[i] if i < nq else self.database[i - nq]
-
-    def __iter__(self) -> Iterator[AnnotatedImage]:
-        for i in range(len(self)):
-            yield self[i]
 
     def __repr__(self) -> str:
         return f"RevisitOPDataset(root={str(self.root)!r}, name={self.name!r}, queries={len(self.queries)})"

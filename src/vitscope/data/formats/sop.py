@@ -14,15 +14,15 @@ numpy arrays and one string blob, so a million-row list costs a few tens of MB, 
 
 from __future__ import annotations
 
-import operator
 import os
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
+from vitscope.data.formats.common import LazyDataset
 from vitscope.data.formats.errors import DatasetFormatError, safe_join
 from vitscope.data.items import AnnotatedImage
 from vitscope.data.synthetic.scene import ClassSpec, Scene, SceneObject
@@ -85,7 +85,7 @@ def write_sop(
     return root
 
 
-class SOPDataset:
+class SOPDataset(LazyDataset):
     """Lazy reader of ``Ebay_<split>.txt``: a sequence of ``AnnotatedImage`` (see module docstring).
 
     Construction parses and validates every row (no image is opened); an item's image file is
@@ -171,12 +171,7 @@ class SOPDataset:
     def __len__(self) -> int:
         return len(self._image_id)
 
-    def __getitem__(self, i: int) -> AnnotatedImage:
-        n = len(self)
-        i = operator.index(i)
-        if not -n <= i < n:
-            raise IndexError(f"image index {i} out of range for {n} images")
-        i %= n
+    def _get(self, i: int) -> AnnotatedImage:
         path = self.root / self._path(i)
         if not path.is_file():
             raise DatasetFormatError(f"image file {path} (line {self._lineno[i]} of {self.list_file.name}) not found")
@@ -189,10 +184,6 @@ class SOPDataset:
                 "line": int(self._lineno[i]),
             },
         )
-
-    def __iter__(self) -> Iterator[AnnotatedImage]:
-        for i in range(len(self)):
-            yield self[i]
 
     def __repr__(self) -> str:
         return f"SOPDataset(root={str(self.root)!r}, split={self.split!r}, images={len(self)})"

@@ -24,14 +24,14 @@ Keypoints are ``(x, y)`` pixels, unchanged in both directions.
 from __future__ import annotations
 
 import json
-import operator
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
+from vitscope.data.formats.common import LazyDataset
 from vitscope.data.formats.errors import DatasetFormatError, safe_join
 from vitscope.data.items import ImagePair
 from vitscope.data.synthetic.scene import ClassSpec, Scene
@@ -181,7 +181,7 @@ def _box(value: object, key: str, path: Path) -> np.ndarray:
     return box
 
 
-class SPairDataset:
+class SPairDataset(LazyDataset):
     """Lazy reader of one SPair-71k split: a sequence of ``ImagePair`` items.
 
     Construction lists the pair files only; a pair's JSON is parsed (and its image files checked for
@@ -222,12 +222,8 @@ class SPairDataset:
             raise DatasetFormatError(f"image file {img} named in {path} not found")
         return str(img)
 
-    def __getitem__(self, i: int) -> ImagePair:
-        n = len(self._files)
-        i = operator.index(i)
-        if not -n <= i < n:
-            raise IndexError(f"pair index {i} out of range for {n} pairs")
-        path = self._files[i % n]
+    def _get(self, i: int) -> ImagePair:
+        path = self._files[i]
         try:
             ann = json.loads(path.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -254,10 +250,6 @@ class SPairDataset:
             category=category,
             meta={"annotation": str(path), **{k: ann[k] for k in _META_KEYS if k in ann}},
         )
-
-    def __iter__(self) -> Iterator[ImagePair]:
-        for i in range(len(self)):
-            yield self[i]
 
     def __repr__(self) -> str:
         return f"SPairDataset(root={str(self.root)!r}, split={self.split!r}, pairs={len(self)})"
