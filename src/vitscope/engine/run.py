@@ -73,7 +73,7 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     return dev
 
 
-def _progress(total: int, enabled: bool | None):
+def _progress(enabled: bool | None):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -149,7 +149,7 @@ def run(
     seen = 0
     limit_fragmentation()  # memory stays flat in the number of images (engine/memory.py)
     autocast = torch.autocast(dev.type, dtype=amp) if amp is not None else contextlib.nullcontext()
-    with _progress(total, progress) as bar, torch.inference_mode(), backbone.record(hooks) as rec:
+    with _progress(progress) as bar, torch.inference_mode(), backbone.record(hooks) as rec:
         task = bar.add_task(f"{backbone.spec.name}", total=total)
         for end, loaded in iter_batches(dataset, backbone, batch_size, limit):
             bar.update(task, completed=end)

@@ -25,7 +25,7 @@ from vitscope.hooks.record import CallbackRemovable, Record, Removable
 
 IMPL_NAME = "vitscope_record"
 
-# id(attention module) -> (callback(q, k, v, pattern_or_None), original implementation name)
+# id(attention module) -> (callback(q, k, v, pattern or None), whether the pattern is wanted, original kernel)
 _ACTIVE: dict[int, tuple[Callable[..., None], bool, str]] = {}
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,6 @@ class ModelSpec:
     has_head: bool = False
     resize_size: int | None = None
     interpolation: str = "bicubic"
-    extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if len(self.prefix_kinds) != self.num_prefix_tokens:
@@ -71,5 +70,5 @@ class ModelSpec:
 
     def to_dict(self) -> dict:
         """JSON-friendly description (for results.json and ``vitscope models``)."""
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "extra"}
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
         return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
