@@ -1,0 +1,32 @@
+"""Pure functions on tensors: no I/O, no plotting, no global state (DESIGN.md idea 4)."""
+
+from vitscope.functional.attention import (
+    HEAD_TYPES,
+    aligned_attention,
+    aligned_offset,
+    attention_distance,
+    attention_entropy,
+    cls_attention_map,
+    focus_index,
+    local_head_type,
+    mass_mask,
+    random_attention,
+    spatial_attention,
+    spatial_average_map,
+)
+from vitscope.functional.attention_stats import max_attention
+from vitscope.functional.cka import features_for_cka, hsic, linear_cka, minibatch_cka, minibatch_hsic_terms
+from vitscope.functional.cluster import cluster_scores, kmeans_labels
+from vitscope.functional.keypoints import pck
+from vitscope.functional.knn import knn_classify
+from vitscope.functional.retrieval import recall_at_k_map_at_r, revisited_map
+from vitscope.functional.rollout import rollout
+from vitscope.functional.video import davis_f, davis_j
+
+__all__ = [
+    "HEAD_TYPES", "aligned_attention", "aligned_offset", "attention_distance", "attention_entropy",
+    "cls_attention_map", "cluster_scores", "davis_f", "davis_j", "features_for_cka", "focus_index", "hsic",
+    "kmeans_labels", "knn_classify", "linear_cka", "local_head_type", "mass_mask", "max_attention",
+    "minibatch_cka", "minibatch_hsic_terms", "pck", "random_attention", "recall_at_k_map_at_r", "revisited_map",
+    "rollout", "spatial_attention", "spatial_average_map",
+]
