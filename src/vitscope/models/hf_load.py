@@ -61,23 +61,23 @@ def _load_config(source: str, **hub: Any) -> Any:
         raise ModelLoadError(f"cannot load '{source}': {str(err).splitlines()[0]}") from None
 
 
-def _instantiate(source: str, config: Any, **hub: Any) -> tuple[nn.Module, Any]:
-    """The model class to load for a config; returns (model, vision config)."""
+def _instantiate(source: str, config: Any, **hub: Any) -> nn.Module:
+    """Load ``source`` with the model class its config calls for (vision tower only for CLIP/SigLIP)."""
     import transformers as tf
 
     mt = config.model_type
     if mt == "clip":
-        return tf.CLIPVisionModelWithProjection.from_pretrained(source, **hub), config.vision_config
+        return tf.CLIPVisionModelWithProjection.from_pretrained(source, **hub)
     if mt == "siglip":
-        return tf.SiglipVisionModel.from_pretrained(source, **hub), config.vision_config
+        return tf.SiglipVisionModel.from_pretrained(source, **hub)
     if mt == "vit_mae":
         config.mask_ratio = 0.0  # deterministic: nothing masked (the adapter also fixes the patch order)
-        return tf.ViTMAEModel.from_pretrained(source, config=config, **hub), config
+        return tf.ViTMAEModel.from_pretrained(source, config=config, **hub)
     archs = config.architectures or []
     if any(a.endswith("ForImageClassification") or a.endswith("WithTeacher") for a in archs):
         cls = getattr(tf, archs[0], None) or tf.AutoModelForImageClassification
-        return cls.from_pretrained(source, **hub), config
-    return tf.AutoModel.from_pretrained(source, **hub), config
+        return cls.from_pretrained(source, **hub)
+    return tf.AutoModel.from_pretrained(source, **hub)
 
 
 def wrap_hf(model: nn.Module, name: str, preprocessor: dict[str, Any] | None = None,
@@ -118,7 +118,7 @@ def load_hf(source: str, name: str | None = None, overrides: dict[str, Any] | No
         hub["local_files_only"] = True  # cached: load it without minutes of network retries
     config = _load_config(source, **hub)
     try:
-        model, _ = _instantiate(source, config, **hub)
+        model = _instantiate(source, config, **hub)
     except OSError as err:
         if os.environ.get("HF_HUB_OFFLINE") or "offline" in str(err).lower() or "connect" in str(err).lower():
             raise ModelLoadError(_offline_message(source)) from None

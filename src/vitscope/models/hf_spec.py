@@ -27,10 +27,7 @@ CNN_FAMILIES = ("resnet", "bit", "convnext")
 
 def family_of(config: Any) -> str:
     """Adapter family from a transformers config (``clip_vision_model`` -> ``clip``)."""
-    mt = config.model_type
-    for suffix in ("_vision_model",):
-        mt = mt.removesuffix(suffix)
-    return mt
+    return config.model_type.removesuffix("_vision_model")
 
 
 def _pair(x: Any) -> tuple[int, int]:

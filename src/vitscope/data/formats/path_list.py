@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from vitscope.data.formats.common import LazyDataset
+from vitscope.data.formats.common import DatasetFileNotFoundError, LazyDataset
 from vitscope.data.formats.errors import DatasetFormatError, safe_join
 from vitscope.data.items import AnnotatedImage
 from vitscope.data.synthetic.scene import Scene
@@ -135,7 +135,8 @@ class PathListDataset(LazyDataset):
     def _get(self, i: int) -> AnnotatedImage:
         path = self.root / self._paths[i]
         if not path.is_file():
-            raise DatasetFormatError(f"image file {path} (line {self._lineno[i]} of {self.list_file.name}) not found")
+            where = f"line {self._lineno[i]} of {self.list_file.name}"
+            raise DatasetFileNotFoundError(f"image file {path} ({where}) not found")
         label = int(self._labels[i])
         meta: dict = {"line": int(self._lineno[i])}
         if self.class_names is not None:

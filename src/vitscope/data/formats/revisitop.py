@@ -32,7 +32,7 @@ from typing import IO
 import numpy as np
 from PIL import Image
 
-from vitscope.data.formats.common import LazyDataset
+from vitscope.data.formats.common import DatasetFileNotFoundError, LazyDataset
 from vitscope.data.formats.errors import DatasetFormatError, safe_join
 from vitscope.data.items import AnnotatedImage, RetrievalGroundTruth
 from vitscope.data.synthetic.scene import Scene
@@ -155,7 +155,7 @@ class _ImageList(LazyDataset):
         name = self._names[i]
         path = safe_join(self._ds.root / "jpg", f"{name}.jpg", f"{self._role} list of {self._ds.gnd_file}")
         if not path.is_file():
-            raise DatasetFormatError(f"image file {path} ({self._role} {i} of {self._ds.gnd_file}) not found")
+            raise DatasetFileNotFoundError(f"image file {path} ({self._role} {i} of {self._ds.gnd_file}) not found")
         meta = {"name": name, "role": self._role, "index": i}
         boxes = None
         if self._role == "query":

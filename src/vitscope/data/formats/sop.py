@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from vitscope.data.formats.common import LazyDataset
+from vitscope.data.formats.common import DatasetFileNotFoundError, LazyDataset
 from vitscope.data.formats.errors import DatasetFormatError, safe_join
 from vitscope.data.items import AnnotatedImage
 from vitscope.data.synthetic.scene import ClassSpec, Scene, SceneObject
@@ -174,7 +174,8 @@ class SOPDataset(LazyDataset):
     def _get(self, i: int) -> AnnotatedImage:
         path = self.root / self._path(i)
         if not path.is_file():
-            raise DatasetFormatError(f"image file {path} (line {self._lineno[i]} of {self.list_file.name}) not found")
+            where = f"line {self._lineno[i]} of {self.list_file.name}"
+            raise DatasetFileNotFoundError(f"image file {path} ({where}) not found")
         return AnnotatedImage(
             image_path=str(path),
             label=int(self._class_id[i]) - 1,

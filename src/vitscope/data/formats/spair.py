@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from vitscope.data.formats.common import LazyDataset
+from vitscope.data.formats.common import DatasetFileNotFoundError, LazyDataset
 from vitscope.data.formats.errors import DatasetFormatError, safe_join
 from vitscope.data.items import ImagePair
 from vitscope.data.synthetic.scene import ClassSpec, Scene
@@ -219,7 +219,7 @@ class SPairDataset(LazyDataset):
             raise DatasetFormatError(f"{path}: image names must be strings, got {imname!r}")
         img = safe_join(safe_join(self.root / "JPEGImages", category, str(path)), imname, str(path))
         if not img.is_file():
-            raise DatasetFormatError(f"image file {img} named in {path} not found")
+            raise DatasetFileNotFoundError(f"image file {img} named in {path} not found")
         return str(img)
 
     def _get(self, i: int) -> ImagePair:
