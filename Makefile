@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo install bench clean
+.PHONY: test demo install bench zoo clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/recording_overhead.py
 	$(PY) benchmarks/streaming_memory.py
+
+# Retrain the whole tiny zoo from its recipes (about 45 minutes on 2 cores); commit weights only when a recipe changed.
+zoo: $(STAMP)
+	$(VENV)/bin/vitscope zoo build
 
 clean:
 	rm -rf $(VENV) demo_out .pytest_cache

@@ -61,13 +61,15 @@ def _load(name: str) -> Backbone:
 def describe_models() -> list[dict]:
     """Rows for ``vitscope models``: family, architecture, prefix tokens and offline availability."""
     from vitscope.models.hub_cache import is_cached
+    from vitscope.zoo.store import is_built
 
     rows = []
     for e in registry().values():
-        offline = e.builder is not None or (e.hub_id is not None and is_cached(e.hub_id))
+        offline = (is_built(e.name) if e.zoo else e.builder is not None) or (
+            e.hub_id is not None and is_cached(e.hub_id))
         rows.append({"name": e.name, "family": e.family, "blocks": e.blocks, "heads": e.heads, "width": e.width,
                      "patch": e.patch, "prefix": "+".join(e.prefix) or "-", "offline": offline,
-                     "source": e.hub_id or "built-in"})
+                     "source": e.hub_id or ("zoo" if e.zoo else "built-in")})
     return rows
 
 

@@ -27,6 +27,8 @@ class ModelEntry:
         hub_id: Hugging Face hub id (None for built-in models).
         preprocessing: mean/std/size/crop/interpolation the papers used (overrides the checkpoint's).
         builder: zero-argument constructor of a Backbone for built-in models.
+        description: one line for ``vitscope models``.
+        zoo: a trained tiny-zoo model (its weights must have been built).
     """
 
     name: str
@@ -40,6 +42,7 @@ class ModelEntry:
     preprocessing: dict[str, Any] = field(default_factory=dict)
     builder: Callable[[], Any] | None = None
     description: str = ""
+    zoo: bool = False
 
 
 
@@ -88,7 +91,28 @@ def _entries() -> list[ModelEntry]:
         ModelEntry("bit-50", "bit", 4, 0, 2048, 32, (), "google/bit-50", {**_INCEPTION, "resize_size": 256}),
         ModelEntry("convnext-tiny", "convnext", 4, 0, 768, 32, (), "facebook/convnext-tiny-224", _DEIT),
     ]
-    return tiny + hub
+    return tiny + _zoo_entries() + hub
+
+
+def _zoo_entries() -> list[ModelEntry]:
+    """The trained tiny zoo (weights shipped in the package) and its shipped training checkpoints."""
+    from vitscope.zoo.catalog import ZOO
+    from vitscope.zoo.store import load_zoo_model
+
+    out = []
+    for e in ZOO:
+        m = e.model
+        vit = e.arch == "tiny-vit"
+        shape = (4, 0, 256, 16, ())  # the tiny ResNet: four stages, 256 channels, stride 16
+        if vit:
+            shape = (m.get("depth", 6), m.get("num_heads", 4), m.get("embed_dim", 128), m.get("patch_size", 8),
+                     ("cls",) + ("reg",) * m.get("num_reg_tokens", 0))
+        names = [e.name] + [f"{e.name}@step{s}" for s in e.snapshot_steps]
+        for n in names:
+            what = e.description if n == e.name else f"{e.name} after {n.split('@step')[1]} training steps"
+            out.append(ModelEntry(n, e.arch, *shape, builder=lambda n=n: load_zoo_model(n), zoo=True,
+                                  description=f"zoo: {what}"))
+    return out
 
 
 _REGISTRY: dict[str, ModelEntry] | None = None

@@ -1,0 +1,118 @@
+"""Batched, seeded image augmentations on tensors (no torchvision).
+
+Every function takes float images ``[B, 3, H, W]`` in [0, 1] and a ``torch.Generator`` and draws its
+per-image parameters from that generator only, so a recipe's augmentations repeat exactly for a seed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["color_jitter", "gaussian_blur", "grayscale", "random_resized_crop", "solarize"]
+
+_LUMA = (0.299, 0.587, 0.114)
+
+
+def _uniform(n: int, low: float, high: float, gen: torch.Generator) -> torch.Tensor:
+    return low + (high - low) * torch.rand(n, generator=gen)
+
+
+def _chance(n: int, p: float, gen: torch.Generator) -> torch.Tensor:
+    return (torch.rand(n, generator=gen) < p).view(n, 1, 1, 1)
+
+
+def random_resized_crop(
+    x: torch.Tensor, size: int, scale: tuple[float, float], gen: torch.Generator,
+    ratio: tuple[float, float] = (3 / 4, 4 / 3), flip: float = 0.5,
+) -> torch.Tensor:
+    """Crop a random box of each image (area fraction in ``scale``, aspect in ``ratio``), resize to ``size``.
+
+    As torchvision's RandomResizedCrop followed by RandomHorizontalFlip(``flip``), with bilinear
+    resampling through one affine grid per image (boxes are clipped to the image).
+
+    Args:
+        x: ``[B, 3, H, W]`` float images.
+        size: output side (square).
+        scale: range of the box area as a fraction of the image area.
+        gen: random generator.
+        ratio: range of the box aspect ratio (width / height), sampled log-uniformly.
+        flip: probability of a horizontal flip.
+
+    Returns:
+        ``[B, 3, size, size]``.
+    """
+    b = x.shape[0]
+    area = _uniform(b, *scale, gen)
+    log_r = _uniform(b, math.log(ratio[0]), math.log(ratio[1]), gen)
+    r = torch.exp(log_r)
+    w = torch.sqrt(area * r).clamp(max=1.0)  # fraction of the image width
+    h = torch.sqrt(area / r).clamp(max=1.0)
+    cx = (torch.rand(b, generator=gen) * 2 - 1) * (1 - w)  # centre in [-1, 1] coordinates
+    cy = (torch.rand(b, generator=gen) * 2 - 1) * (1 - h)
+    sign = torch.where(torch.rand(b, generator=gen) < flip, -1.0, 1.0)
+    theta = torch.zeros(b, 2, 3)
+    theta[:, 0, 0], theta[:, 0, 2] = w * sign, cx
+    theta[:, 1, 1], theta[:, 1, 2] = h, cy
+    theta = theta.to(x.device, x.dtype)
+    grid = F.affine_grid(theta, [b, 3, size, size], align_corners=False)
+    return F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
+
+
+def _gray(x: torch.Tensor) -> torch.Tensor:
+    w = torch.tensor(_LUMA, dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
+    return (x * w).sum(1, keepdim=True)
+
+
+def color_jitter(
+    x: torch.Tensor, gen: torch.Generator, brightness: float = 0.4, contrast: float = 0.4, saturation: float = 0.2,
+    p: float = 0.8,
+) -> torch.Tensor:
+    """Scale brightness, contrast and saturation by factors in ``[1 - s, 1 + s]`` with probability ``p``.
+
+    Hue is left alone on purpose: in the synthetic world a class's main part has a class hue, and the
+    tiny zoo's self-supervised models should be able to use it, as real networks use colour.
+    """
+    b = x.shape[0]
+    fb = _uniform(b, 1 - brightness, 1 + brightness, gen).view(b, 1, 1, 1).to(x)
+    fc = _uniform(b, 1 - contrast, 1 + contrast, gen).view(b, 1, 1, 1).to(x)
+    fs = _uniform(b, 1 - saturation, 1 + saturation, gen).view(b, 1, 1, 1).to(x)
+    apply = _chance(b, p, gen).to(x.device)
+    y = (x * fb).clamp(0, 1)
+    mean = _gray(y).mean(dim=(2, 3), keepdim=True)
+    y = ((y - mean) * fc + mean).clamp(0, 1)
+    g = _gray(y)
+    y = ((y - g) * fs + g).clamp(0, 1)
+    return torch.where(apply, y, x)
+
+
+def grayscale(x: torch.Tensor, gen: torch.Generator, p: float = 0.2) -> torch.Tensor:
+    """Replace an image by its luma (three equal channels) with probability ``p``."""
+    apply = _chance(x.shape[0], p, gen).to(x.device)
+    return torch.where(apply, _gray(x).expand_as(x), x)
+
+
+def gaussian_blur(
+    x: torch.Tensor, gen: torch.Generator, p: float = 0.5, sigma: tuple[float, float] = (0.1, 1.0)
+) -> torch.Tensor:
+    """Blur with a separable Gaussian of per-image ``sigma`` (pixels) with probability ``p``."""
+    b, c, hgt, wid = x.shape
+    s = _uniform(b, *sigma, gen)
+    apply = _chance(b, p, gen).to(x.device)
+    radius = max(1, math.ceil(3 * sigma[1]))
+    t = torch.arange(-radius, radius + 1, dtype=x.dtype)
+    k = torch.exp(-(t.view(1, -1) ** 2) / (2 * s.view(-1, 1).to(x.dtype) ** 2))
+    k = (k / k.sum(1, keepdim=True)).to(x.device)  # [B, 2r+1]
+    k = k.repeat_interleave(c, dim=0)  # one kernel per (image, channel), grouped conv
+    y = F.pad(x.reshape(1, b * c, hgt, wid), (radius, radius, radius, radius), mode="reflect")
+    y = F.conv2d(y, k.view(b * c, 1, 1, -1), groups=b * c)
+    y = F.conv2d(y, k.view(b * c, 1, -1, 1), groups=b * c).view(b, c, hgt, wid)
+    return torch.where(apply, y, x)
+
+
+def solarize(x: torch.Tensor, gen: torch.Generator, p: float = 0.2, threshold: float = 0.5) -> torch.Tensor:
+    """Invert pixels above ``threshold`` with probability ``p`` per image."""
+    apply = _chance(x.shape[0], p, gen).to(x.device)
+    return torch.where(apply & (x >= threshold), 1 - x, x)

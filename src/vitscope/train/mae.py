@@ -1,0 +1,170 @@
+"""Masked-autoencoder pretraining (He et al.; paper 002's MAE model), small.
+
+The encoder sees only the visible patches (plus CLS); a light decoder fills in mask tokens and
+predicts the pixels of every patch; the loss is the mean squared error on the masked patches of the
+per-patch normalised target (``norm_pix_loss``, MAE's default). The decoder is dropped after training.
+The mask generator is a replaceable function, so guided masking (a later experiment) plugs in here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from vitscope.models.backbone import Backbone
+from vitscope.models.tiny import Block
+from vitscope.train.augment import random_resized_crop
+from vitscope.train.data import normalise
+from vitscope.train.loop import Recipe, cosine_schedule
+from vitscope.train.supervised import decay_groups
+
+__all__ = ["MAEConfig", "MAEDecoder", "MAERecipe", "patchify", "random_mask"]
+
+# (batch, number of patches, number to keep, generator) -> ids_keep [B, keep] (the visible patches)
+MaskFn = Callable[[int, int, int, torch.Generator], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class MAEConfig:
+    """Hyper-parameters of MAE pretraining.
+
+    Attributes:
+        mask_ratio: fraction of patches hidden from the encoder.
+        decoder_dim, decoder_depth, decoder_heads: the light decoder.
+        lr, weight_decay, warmup: AdamW (betas 0.9, 0.95) with cosine decay.
+        norm_pix_loss: normalise each target patch by its mean and variance.
+        crop_scale: area range of the random resized crop.
+        seed: initialises the decoder.
+    """
+
+    mask_ratio: float = 0.75
+    decoder_dim: int = 64
+    decoder_depth: int = 2
+    decoder_heads: int = 4
+    lr: float = 1.5e-3
+    weight_decay: float = 0.05
+    warmup: int = 200
+    norm_pix_loss: bool = True
+    crop_scale: tuple[float, float] = (0.2, 1.0)
+    seed: int = 0
+
+
+def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
+    """``[B, C, H, W]`` -> ``[B, h*w, patch*patch*C]`` in the patch embedding's row-major token order."""
+    b, c, h, w = images.shape
+    x = images.reshape(b, c, h // patch, patch, w // patch, patch)
+    return x.permute(0, 2, 4, 3, 5, 1).reshape(b, (h // patch) * (w // patch), patch * patch * c)
+
+
+def random_mask(batch: int, num_patches: int, keep: int, gen: torch.Generator) -> torch.Tensor:
+    """MAE's uniform random masking: the ``keep`` patches with the smallest uniform noise stay visible."""
+    noise = torch.rand(batch, num_patches, generator=gen)
+    return noise.argsort(dim=1)[:, :keep]
+
+
+def _sincos_2d(dim: int, h: int, w: int) -> torch.Tensor:
+    """Fixed 2-D sine-cosine position embedding ``[h*w, dim]`` (MAE's decoder positions)."""
+    def one_axis(d: int, pos: np.ndarray) -> np.ndarray:
+        omega = 1.0 / 10000 ** (np.arange(d // 2, dtype=np.float64) / (d / 2))
+        out = np.einsum("m,d->md", pos.reshape(-1), omega)
+        return np.concatenate([np.sin(out), np.cos(out)], axis=1)
+
+    gy, gx = np.meshgrid(np.arange(h, dtype=np.float64), np.arange(w, dtype=np.float64), indexing="ij")
+    emb = np.concatenate([one_axis(dim // 2, gy), one_axis(dim // 2, gx)], axis=1)
+    return torch.from_numpy(emb).float()
+
+
+class MAEDecoder(nn.Module):
+    """Mask tokens + fixed positions + a few transformer blocks + a linear pixel predictor."""
+
+    def __init__(self, embed_dim: int, grid: tuple[int, int], patch: int, dim: int, depth: int, heads: int,
+                 seed: int = 0) -> None:
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.embed = nn.Linear(embed_dim, dim)
+            self.mask_token = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
+            self.register_buffer("pos_embed", _sincos_2d(dim, *grid).unsqueeze(0), persistent=False)
+            self.blocks = nn.Sequential(*[Block(dim, heads, 4.0) for _ in range(depth)])
+            self.norm = nn.LayerNorm(dim, eps=1e-6)
+            self.pred = nn.Linear(dim, patch * patch * 3)
+
+    def forward(self, latent: torch.Tensor, ids_keep: torch.Tensor, num_patches: int, num_prefix: int) -> torch.Tensor:
+        """``latent [B, P+keep, D]`` (prefix first) -> predicted patches ``[B, num_patches, patch*patch*3]``."""
+        x = self.embed(latent)
+        prefix, visible = x[:, :num_prefix], x[:, num_prefix:]
+        b, _, d = visible.shape
+        full = self.mask_token.to(visible.dtype).expand(b, num_patches, d).clone()
+        full.scatter_(1, ids_keep.unsqueeze(-1).expand(-1, -1, d), visible)
+        x = torch.cat([prefix, full + self.pos_embed], dim=1)
+        return self.pred(self.norm(self.blocks(x)))[:, num_prefix:]
+
+
+class MAERecipe(Recipe):
+    """Masked-autoencoder pretraining of a tiny ViT (timm layout).
+
+    Args:
+        backbone: a wrapped tiny ViT (its head, if any, is not trained).
+        config: hyper-parameters.
+        mask_fn: chooses the visible patches (default: uniform random, as MAE).
+    """
+
+    name = "mae"
+
+    def __init__(self, backbone: Backbone, config: MAEConfig = MAEConfig(), mask_fn: MaskFn = random_mask) -> None:
+        self._backbone, self.config, self.mask_fn = backbone, config, mask_fn
+        self.model = backbone.model
+        spec = backbone.spec
+        self.patch = spec.patch_size
+        self.decoder = MAEDecoder(spec.embed_dim, spec.grid, self.patch, config.decoder_dim, config.decoder_depth,
+                                  config.decoder_heads, config.seed)
+
+    def modules(self) -> dict[str, nn.Module]:
+        return {"model": self.model, "decoder": self.decoder}
+
+    def optimizer(self) -> torch.optim.Optimizer:
+        groups = decay_groups(self.model, self.config.weight_decay) + decay_groups(self.decoder,
+                                                                                   self.config.weight_decay)
+        return torch.optim.AdamW(groups, lr=self.config.lr, betas=(0.9, 0.95))
+
+    def scheduler(self, optimizer, steps):
+        return cosine_schedule(optimizer, steps, min(self.config.warmup, steps // 5 + 1))
+
+    def encode_visible(self, pixels: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encode a random visible subset of patches.
+
+        Returns:
+            latent ``[B, P+keep, D]`` (prefix tokens first) and ids_keep ``[B, keep]``.
+        """
+        m = self.model
+        tokens = m._pos_embed(m.patch_embed(pixels))  # [B, P+L, D], positions added
+        prefix_n = m.num_prefix_tokens
+        prefix, spatial = tokens[:, :prefix_n], tokens[:, prefix_n:]
+        b, n, d = spatial.shape
+        keep = max(1, round(n * (1 - self.config.mask_ratio)))
+        ids_keep = self.mask_fn(b, n, keep, gen).to(pixels.device)
+        visible = torch.gather(spatial, 1, ids_keep.unsqueeze(-1).expand(-1, -1, d))
+        latent = m.norm(m.blocks(m.norm_pre(torch.cat([prefix, visible], dim=1))))
+        return latent, ids_keep
+
+    def loss(self, images: torch.Tensor, labels: torch.Tensor, step: int, gen: torch.Generator) -> torch.Tensor:
+        spec = self._backbone.spec
+        x = normalise(random_resized_crop(images.float() / 255.0, spec.image_size[0], self.config.crop_scale, gen),
+                      spec.mean, spec.std)
+        latent, ids_keep = self.encode_visible(x, gen)
+        target = patchify(x, self.patch)
+        pred = self.decoder(latent, ids_keep, target.shape[1], self.model.num_prefix_tokens)
+        if self.config.norm_pix_loss:
+            mean, var = target.mean(-1, keepdim=True), target.var(-1, keepdim=True)
+            target = (target - mean) / (var + 1e-6).sqrt()
+        per_patch = ((pred - target) ** 2).mean(-1)  # [B, L]
+        masked = torch.ones_like(per_patch)
+        masked.scatter_(1, ids_keep, 0.0)
+        return (per_patch * masked).sum() / masked.sum()
+
+    def backbone(self) -> Backbone:
+        return self._backbone

@@ -1,0 +1,179 @@
+"""Label-free self-distillation in the style of DINO (Caron et al.; paper 002's DINO model), small.
+
+A student and an exponential-moving-average teacher see different crops of one image: two global
+crops (teacher and student) and several smaller local crops (student only). The student matches the
+teacher's centred and sharpened output distribution over ``out_dim`` prototypes; the centre is an EMA
+of the teacher's outputs. The teacher is the model kept after training (as DINO's released weights).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vitscope.models.backbone import Backbone
+from vitscope.train.augment import color_jitter, gaussian_blur, grayscale, random_resized_crop, solarize
+from vitscope.train.data import normalise
+from vitscope.train.loop import Recipe, cosine_schedule
+from vitscope.train.supervised import decay_groups
+
+__all__ = ["DINOHead", "SelfDistillConfig", "SelfDistillRecipe"]
+
+
+@dataclass(frozen=True)
+class SelfDistillConfig:
+    """Hyper-parameters of DINO-style training.
+
+    Attributes:
+        out_dim: prototypes of the projection head.
+        hidden_dim, bottleneck_dim: projection head MLP sizes.
+        local_crops: number of local crops per image; local_size: their side in pixels.
+        global_scale, local_scale: area ranges of the global and local crops.
+        student_temp: student softmax temperature.
+        teacher_temp, warmup_teacher_temp, teacher_temp_warmup: teacher sharpening, warmed up linearly
+            over that fraction of training.
+        center_momentum: EMA of the centre.
+        momentum: teacher EMA momentum at the start (raised to 1 with a cosine).
+        lr, weight_decay, warmup, grad_clip: AdamW with cosine decay.
+        seed: initialises the projection head.
+    """
+
+    out_dim: int = 1024
+    hidden_dim: int = 256
+    bottleneck_dim: int = 64
+    local_crops: int = 4
+    local_size: int = 32
+    global_scale: tuple[float, float] = (0.4, 1.0)
+    local_scale: tuple[float, float] = (0.1, 0.4)
+    student_temp: float = 0.1
+    teacher_temp: float = 0.06
+    warmup_teacher_temp: float = 0.04
+    teacher_temp_warmup: float = 0.3
+    center_momentum: float = 0.9
+    momentum: float = 0.99
+    lr: float = 1e-3
+    weight_decay: float = 0.04
+    warmup: int = 150
+    grad_clip: float = 3.0
+    seed: int = 0
+
+
+class DINOHead(nn.Module):
+    """MLP projection, L2 normalisation, then a weight-normalised linear layer (unit-norm rows)."""
+
+    def __init__(self, dim: int, out_dim: int, hidden: int, bottleneck: int, seed: int = 0) -> None:
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.mlp = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(),
+                                     nn.Linear(hidden, bottleneck))
+            self.last = nn.Parameter(torch.randn(out_dim, bottleneck) * 0.02)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.normalize(self.mlp(x), dim=-1)
+        return F.linear(x, F.normalize(self.last, dim=-1))
+
+
+class _Student(nn.Module):
+    def __init__(self, model: nn.Module, head: DINOHead) -> None:
+        super().__init__()
+        self.model, self.head = model, head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.model.forward_features(x)[:, 0])
+
+
+class _Centre(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.register_buffer("center", torch.zeros(1, dim))
+
+
+class SelfDistillRecipe(Recipe):
+    """DINO-style self-distillation of a tiny ViT (CLS token output).
+
+    Args:
+        backbone: a wrapped tiny ViT; its model becomes the teacher (what is kept), a copy the student.
+        config: hyper-parameters.
+    """
+
+    name = "self-distill"
+
+    def __init__(self, backbone: Backbone, config: SelfDistillConfig = SelfDistillConfig()) -> None:
+        self._backbone, self.config = backbone, config
+        c, dim = config, backbone.spec.embed_dim
+        head = DINOHead(dim, c.out_dim, c.hidden_dim, c.bottleneck_dim, c.seed)
+        self.student = _Student(copy.deepcopy(backbone.model), head)
+        self.teacher = _Student(backbone.model, copy.deepcopy(head))
+        for p in self.teacher.parameters():
+            p.requires_grad_(False)
+        self.centre = _Centre(c.out_dim)
+
+    def modules(self) -> dict[str, nn.Module]:
+        return {"student": self.student, "teacher": self.teacher, "centre": self.centre}
+
+    def optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(decay_groups(self.student, self.config.weight_decay), lr=self.config.lr)
+
+    def scheduler(self, optimizer, steps):
+        return cosine_schedule(optimizer, steps, min(self.config.warmup, steps // 5 + 1), final_fraction=0.01)
+
+    def grad_clip(self) -> float | None:
+        return self.config.grad_clip
+
+    def _views(self, images: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """Two global crops (stacked ``[2B, ...]``) and the local crops (stacked ``[nB, ...]``)."""
+        c, spec = self.config, self._backbone.spec
+        x = images.float() / 255.0
+        size = spec.image_size[0]
+
+        def view(out: int, scale: tuple[float, float], blur: float, sol: float) -> torch.Tensor:
+            v = random_resized_crop(x, out, scale, gen)
+            v = grayscale(color_jitter(v, gen), gen)
+            v = solarize(gaussian_blur(v, gen, p=blur), gen, p=sol)
+            return normalise(v, spec.mean, spec.std)
+
+        globals_ = torch.cat([view(size, c.global_scale, 1.0, 0.0), view(size, c.global_scale, 0.1, 0.2)])
+        locals_ = [view(c.local_size, c.local_scale, 0.5, 0.0) for _ in range(c.local_crops)]
+        return globals_, torch.cat(locals_) if locals_ else globals_[:0]
+
+    def _teacher_temp(self, step: int, steps: int) -> float:
+        c = self.config
+        warm = max(1, int(c.teacher_temp_warmup * steps))
+        t = min(1.0, step / warm)
+        return c.warmup_teacher_temp + t * (c.teacher_temp - c.warmup_teacher_temp)
+
+    def loss(self, images: torch.Tensor, labels: torch.Tensor, step: int, gen: torch.Generator) -> torch.Tensor:
+        c = self.config
+        globals_, locals_ = self._views(images, gen)
+        with torch.no_grad():
+            t_out = self.teacher(globals_)
+            targets = F.softmax((t_out - self.centre.center) / self._teacher_temp(step, self.total_steps), dim=-1)
+            self.centre.center.mul_(c.center_momentum).add_(t_out.mean(0, keepdim=True), alpha=1 - c.center_momentum)
+        s_out = [self.student(globals_)]
+        if len(locals_):
+            s_out.append(self.student(locals_))
+        student = F.log_softmax(torch.cat(s_out) / c.student_temp, dim=-1).chunk(2 + c.local_crops)
+        teacher = targets.chunk(2)
+        total, terms = 0.0, 0
+        for iq, tq in enumerate(teacher):
+            for v, sv in enumerate(student):
+                if v == iq:
+                    continue
+                total = total + (-tq * sv).sum(-1).mean()
+                terms += 1
+        return total / terms
+
+    def after_step(self, step: int, steps: int) -> None:
+        m = 1 - (1 - self.config.momentum) * (math.cos(math.pi * step / steps) + 1) / 2
+        with torch.no_grad():
+            for ps, pt in zip(self.student.parameters(), self.teacher.parameters(), strict=True):
+                pt.mul_(m).add_(ps.detach(), alpha=1 - m)
+
+    def backbone(self) -> Backbone:
+        return self._backbone

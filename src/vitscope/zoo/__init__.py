@@ -1,0 +1,16 @@
+"""The tiny model zoo: small ViTs (and a ResNet) trained on the synthetic world, shipped as fp16 weights.
+
+``vitscope.load_model("tiny-vit-sup")`` loads one offline; ``vitscope zoo list`` shows every model with
+its recipe and held-out score; ``vitscope zoo build NAME`` retrains one from its recipe.
+"""
+
+from vitscope.zoo.catalog import ZOO, ZooEntry, get_entry
+from vitscope.zoo.store import is_built, load_zoo_model, zoo_dir
+
+__all__ = ["ZOO", "ZooEntry", "checkpoints", "get_entry", "is_built", "load_zoo_model", "zoo_dir"]
+
+
+def checkpoints(name: str) -> list[str]:
+    """Names of the shipped training checkpoints of ``name``, earliest first (then the final model)."""
+    entry = get_entry(name)
+    return [f"{name}@step{s}" for s in entry.snapshot_steps] + [name]

@@ -1,0 +1,200 @@
+"""``vitscope zoo build``: train a zoo model from its catalogue entry, score it, ship it.
+
+Training is deterministic for a seed on CPU: batches and augmentations come from seeded generators,
+initial weights from the architecture's seed, and every build runs on ``BUILD_THREADS`` intra-op
+thread(s) whatever the machine, because float reductions depend on the thread count. Several models
+build in parallel processes instead (``jobs``): on two cores that is faster than two threads per model,
+whose barriers stall when the machine is shared. The weights are rounded to fp16 before scoring, so
+the recorded score is the one the shipped file reproduces.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vitscope.models.backbone import Backbone
+from vitscope.train.data import TensorImages, synthetic_split
+from vitscope.train.loop import LoopConfig, Recipe, fit
+from vitscope.zoo.cards import write_card
+from vitscope.zoo.catalog import ZooEntry, get_entry
+from vitscope.zoo.heldout import heldout_sets, is_training_identity, pixel_score, score
+from vitscope.zoo.store import (
+    build_model,
+    read_manifest,
+    roundtrip_fp16,
+    save_weights,
+    wrap_zoo_model,
+    write_manifest,
+    zoo_dir,
+)
+
+__all__ = ["BUILD_THREADS", "build", "build_many", "make_recipe", "training_set"]
+
+
+@lru_cache(maxsize=1)
+def _rendered(n: int, seed: int, size: int) -> TensorImages:
+    return synthetic_split(n, seed, size=size)  # shared by the models of one ``zoo build`` (same world)
+
+
+def training_set(entry: ZooEntry) -> TensorImages:
+    """The entry's training images (metric models: training identities only, labelled by identity)."""
+    data = _rendered(entry.train_images, entry.data_seed, int(entry.model.get("image_size", 64)))
+    if entry.recipe == "metric":
+        data = data.subset(is_training_identity(data.instances)).relabel_by_instance()
+    return data
+
+
+def make_recipe(entry: ZooEntry, backbone: Backbone, num_classes: int) -> Recipe:
+    """The recipe object of ``entry`` around ``backbone``."""
+    cfg = dict(entry.recipe_config)
+    if entry.recipe == "supervised":
+        from vitscope.train.supervised import SupervisedConfig, SupervisedRecipe
+
+        return SupervisedRecipe(backbone, SupervisedConfig(**cfg))
+    if entry.recipe == "self-distill":
+        from vitscope.train.self_distill import SelfDistillConfig, SelfDistillRecipe
+
+        return SelfDistillRecipe(backbone, SelfDistillConfig(**cfg))
+    if entry.recipe == "mae":
+        from vitscope.train.mae import MAEConfig, MAERecipe
+
+        return MAERecipe(backbone, MAEConfig(**cfg))
+    if entry.recipe == "metric":
+        from vitscope.train.metric import MetricConfig, MetricRecipe
+
+        return MetricRecipe(backbone, num_classes, MetricConfig(**cfg))
+    raise ValueError(f"unknown recipe '{entry.recipe}'")
+
+
+BUILD_THREADS = 1
+
+
+@contextmanager
+def _threads(n: int):
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+@contextmanager
+def _locked(directory: Path):
+    """Serialise manifest updates between parallel builds (POSIX advisory lock; no-op elsewhere)."""
+    with open(directory / ".manifest.lock", "w") as handle:
+        try:
+            import fcntl
+
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except ImportError:  # pragma: no cover - Windows
+            pass
+        yield
+
+
+def _params(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def build(
+    name: str | ZooEntry, directory: str | os.PathLike | None = None, workdir: str | os.PathLike | None = None,
+    progress: bool | None = None, steps: int | None = None,
+) -> dict[str, Any]:
+    """Train, score and save one zoo model; return its manifest record.
+
+    Args:
+        name: zoo name (``vitscope zoo list``), or an entry of your own.
+        directory: where weights, manifest and cards go (default: the zoo directory).
+        workdir: where resumable training state is kept (default: ``<directory>/.build``); an interrupted
+            build resumes from there and the state is removed after success.
+        progress: progress bars (default: when stderr is a terminal).
+        steps: override the entry's step count (quick checks; the record says so).
+    """
+    entry = name if isinstance(name, ZooEntry) else get_entry(name)
+    out = zoo_dir(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    with _threads(BUILD_THREADS):
+        return _build(entry, out, workdir, progress, steps)
+
+
+def _build(entry: ZooEntry, out: Path, workdir: str | os.PathLike | None, progress: bool | None,
+           steps: int | None) -> dict[str, Any]:
+    name = entry.name
+    work = Path(workdir) if workdir else out / ".build" / name
+    started = time.perf_counter()
+    data = training_set(entry)
+    model = build_model(entry)
+    backbone = wrap_zoo_model(model, name)
+    recipe = make_recipe(entry, backbone, int(data.labels.max()) + 1)
+    total = steps or entry.steps
+    snaps = tuple(s for s in entry.snapshot_steps if s < total)
+    result = fit(recipe, data, LoopConfig(steps=total, batch_size=entry.batch_size, seed=entry.data_seed,
+                                          checkpoint_dir=work, snapshot_steps=snaps, progress=progress,
+                                          autocast="bf16"))
+    train_seconds = time.perf_counter() - started
+    roundtrip_fp16(model)
+    sets = heldout_sets(entry.data_seed, int(entry.model.get("image_size", 64)))
+    record: dict[str, Any] = {
+        "entry": entry.to_dict(), "steps_trained": total, "params": _params(model),
+        "score_kind": entry.score, "score": score(entry, backbone, sets),
+        "baselines": {"random_init": score(entry, wrap_zoo_model(build_model(entry), name), sets),
+                      "raw_pixels": pixel_score(entry, backbone, sets)},
+        "train_seconds": round(train_seconds, 1), "threads": torch.get_num_threads(),
+        "torch": torch.__version__, "machine": platform.machine(),
+        "loss_first": result.losses[0], "loss_last": sum(result.losses[-20:]) / len(result.losses[-20:]),
+        "loss_curve": result.losses[:: max(1, total // 100)], "snapshots": {},
+    }
+    with _locked(out):
+        _ship(entry, out, model, result.snapshots, record, sets)
+    ckpt = work / "train_state.pt"
+    if ckpt.exists():
+        ckpt.unlink()
+    return record
+
+
+def _ship(entry: ZooEntry, out: Path, model: torch.nn.Module, snapshots: dict, record: dict[str, Any],
+          sets) -> None:
+    """Write the weights, snapshot weights, manifest lines and card of one trained model."""
+    name = entry.name
+    manifest = read_manifest(out)
+    for old in [f for f in manifest["files"] if f.startswith(f"{name}@step")]:  # snapshots of an older recipe
+        manifest["files"].pop(old)
+        (out / old).unlink(missing_ok=True)
+    manifest["files"][f"{name}.safetensors"] = save_weights(model, out / f"{name}.safetensors", name)
+    for step, state in snapshots.items():
+        snap = build_model(entry)
+        snap.load_state_dict(state)
+        roundtrip_fp16(snap)
+        snap_name = f"{name}@step{step}"
+        manifest["files"][f"{snap_name}.safetensors"] = save_weights(snap, out / f"{snap_name}.safetensors",
+                                                                     snap_name)
+        record["snapshots"][str(step)] = score(entry, wrap_zoo_model(snap.eval(), snap_name), sets)
+    manifest["models"][name] = record
+    write_manifest(out, manifest)
+    write_card(out, record)
+
+
+def build_many(names: list[str], directory: str | os.PathLike | None = None, jobs: int = 1,
+               steps: int | None = None) -> Iterator[dict[str, Any]]:
+    """Build ``names`` with up to ``jobs`` parallel processes; yield records as builds finish."""
+    if jobs <= 1 or len(names) <= 1:
+        for n in names:
+            yield build(n, directory, steps=steps)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    ctx = multiprocessing.get_context("spawn")  # no forked torch thread pools
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        futures = [pool.submit(build, n, directory, None, False, steps) for n in names]
+        for future in as_completed(futures):
+            yield future.result()

@@ -1,0 +1,89 @@
+"""The tiny zoo: every model's architecture, training recipe, data and held-out score, as data.
+
+A :class:`ZooEntry` is the whole recipe of one shipped model; ``vitscope zoo build NAME`` runs it and
+``vitscope zoo list`` shows it. Changing an entry changes the model: rebuild and commit its weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["ZOO", "ZooEntry", "get_entry"]
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    """One zoo model.
+
+    Attributes:
+        name: the name ``load_model`` accepts.
+        recipe: ``"supervised"``, ``"self-distill"``, ``"mae"`` or ``"metric"``.
+        arch: ``"tiny-vit"`` or ``"tiny-resnet"``.
+        model: architecture arguments (``TinyViTConfig`` / ``TinyResNetConfig`` fields).
+        recipe_config: recipe hyper-parameters (fields of the recipe's config class).
+        steps, batch_size: optimisation steps and images per step.
+        data_seed: synthetic-world seed of the training images (held-out data uses another seed).
+        train_images: number of training scenes rendered (metric models keep the half whose main object is
+            one of the training identities).
+        score: held-out score reported: ``"knn"`` (k-NN accuracy), ``"accuracy"`` (classifier) or
+            ``"recall@1"`` (retrieval of unseen identities).
+        features: features scored by k-NN (``"cls"`` or ``"mean"``; ``"output"`` otherwise).
+        snapshot_steps: steps after which weights are also shipped (effect-of-training figures).
+        description: one line for ``vitscope zoo list``.
+    """
+
+    name: str
+    recipe: str
+    arch: str
+    model: dict[str, Any]
+    recipe_config: dict[str, Any]
+    steps: int
+    batch_size: int
+    score: str
+    features: str = "output"
+    data_seed: int = 0
+    train_images: int = 10000
+    snapshot_steps: tuple[int, ...] = ()
+    description: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_VIT = {"image_size": 64, "patch_size": 8, "embed_dim": 128, "depth": 6, "num_heads": 4}
+
+ZOO: tuple[ZooEntry, ...] = (
+    ZooEntry("tiny-vit-sup", "supervised", "tiny-vit", {**_VIT, "num_classes": 10}, {}, steps=600,
+             batch_size=128, score="accuracy",
+             description="supervised classification (cross-entropy) on the 10 synthetic classes; CLS head"),
+    ZooEntry("tiny-vit-distill", "self-distill", "tiny-vit", {**_VIT, "num_classes": 0}, {}, steps=700,
+             batch_size=64, score="knn", features="cls",
+             description="DINO-style self-distillation (EMA teacher, 2 global + 4 local crops), teacher kept"),
+    ZooEntry("tiny-vit-mae", "mae", "tiny-vit", {**_VIT, "num_classes": 0}, {}, steps=1200, batch_size=256,
+             score="knn", features="mean",
+             description="masked autoencoder (75% masking, 2-block decoder dropped), encoder kept"),
+    ZooEntry("tiny-vit-metric", "metric", "tiny-vit", {**_VIT, "num_classes": 128, "global_pool": "avg"},
+             {"loss": "proxy_anchor"}, steps=800, batch_size=128, score="recall@1",
+             snapshot_steps=(100, 250, 500),
+             description="embedding net: mean-pooled tokens + linear projection, Proxy-Anchor, SGD one-cycle"),
+    ZooEntry("tiny-vit-metric-p16", "metric", "tiny-vit",
+             {**_VIT, "patch_size": 16, "num_classes": 128, "global_pool": "avg"}, {"loss": "proxy_anchor"},
+             steps=800, batch_size=128, score="recall@1",
+             description="as tiny-vit-metric with 16 px patches (4x4 tokens), for the patch-size comparison"),
+    ZooEntry("tiny-resnet-metric", "metric", "tiny-resnet", {"image_size": 64, "num_classes": 128},
+             {"loss": "proxy_anchor"}, steps=800, batch_size=128, score="recall@1",
+             description="embedding net: pooled CNN map + linear projection, Proxy-Anchor, SGD one-cycle"),
+)
+
+
+def get_entry(name: str) -> ZooEntry:
+    """The zoo entry called ``name``.
+
+    Raises:
+        KeyError: with the known names.
+    """
+    for entry in ZOO:
+        if entry.name == name:
+            return entry
+    raise KeyError(f"'{name}' is not a zoo model; zoo models: {', '.join(e.name for e in ZOO)}")

@@ -1,0 +1,147 @@
+"""Where zoo weights live and how they are loaded: fp16 safetensors checked against a sha256 manifest.
+
+The shipped weights are in the package (``vitscope/zoo/weights``); ``VITSCOPE_ZOO_DIR`` points loading
+and ``vitscope zoo build`` at another directory. ``manifest.json`` holds, per file, its sha256, and per
+model its build record (recipe, data seed, parameter count, held-out score and baselines).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from vitscope.models.backbone import Backbone
+from vitscope.models.errors import ModelLoadError
+from vitscope.zoo.catalog import ZooEntry, get_entry
+
+__all__ = ["MANIFEST", "build_model", "is_built", "load_zoo_model", "read_manifest", "roundtrip_fp16", "save_weights",
+           "sha256", "split_name", "wrap_zoo_model", "write_manifest", "zoo_dir"]
+
+MANIFEST = "manifest.json"
+_PACKAGED = Path(__file__).resolve().parent / "weights"
+
+
+def zoo_dir(directory: str | os.PathLike | None = None) -> Path:
+    """The zoo directory: ``directory``, else ``$VITSCOPE_ZOO_DIR``, else the packaged weights."""
+    if directory is not None:
+        return Path(directory)
+    env = os.environ.get("VITSCOPE_ZOO_DIR")
+    return Path(env) if env else _PACKAGED
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_manifest(directory: Path) -> dict[str, Any]:
+    """The manifest of ``directory`` (an empty one when none was written yet)."""
+    path = directory / MANIFEST
+    if not path.is_file():
+        return {"format": 1, "files": {}, "models": {}}
+    return json.loads(path.read_text())
+
+
+def write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
+    """Write the manifest atomically (sorted, so rebuilding one model changes only its lines)."""
+    tmp = directory / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, directory / MANIFEST)
+
+
+def split_name(name: str) -> tuple[str, int | None]:
+    """``"tiny-vit-metric@step250"`` -> ``("tiny-vit-metric", 250)``; plain names -> ``(name, None)``."""
+    base, sep, step = name.partition("@step")
+    if not sep:
+        return name, None
+    if not step.isdigit():
+        raise ModelLoadError(f"bad training-checkpoint name '{name}': expected NAME@step<integer>")
+    return base, int(step)
+
+
+def build_model(entry: ZooEntry) -> nn.Module:
+    """The entry's architecture with its seeded initial weights (the randomly initialised twin)."""
+    from vitscope.models.tiny import TinyResNet, TinyResNetConfig, TinyViT, TinyViTConfig
+
+    if entry.arch == "tiny-vit":
+        return TinyViT(TinyViTConfig(**entry.model))
+    if entry.arch == "tiny-resnet":
+        cfg = dict(entry.model)
+        if "widths" in cfg:
+            cfg["widths"] = tuple(cfg["widths"])
+        return TinyResNet(TinyResNetConfig(**cfg))
+    raise ValueError(f"unknown zoo architecture '{entry.arch}'")
+
+
+def wrap_zoo_model(model: nn.Module, name: str) -> Backbone:
+    from vitscope.models.tiny import TinyViT
+    from vitscope.models.wrap import wrap, wrap_tiny_vit
+
+    return wrap_tiny_vit(model, name) if isinstance(model, TinyViT) else wrap(model, "tiny-resnet", name=name)
+
+
+def save_weights(model: nn.Module, path: Path, name: str) -> str:
+    """Save ``model``'s weights as fp16 safetensors (integer buffers unchanged); return the file's sha256."""
+    state = {k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in model.state_dict().items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    save_file(state, str(tmp), metadata={"name": name, "format": "vitscope-zoo-1"})
+    os.replace(tmp, path)
+    return sha256(path)
+
+
+def is_built(name: str, directory: str | os.PathLike | None = None) -> bool:
+    """Whether ``name``'s weights are listed in the zoo manifest and present."""
+    d = zoo_dir(directory)
+    return f"{name}.safetensors" in read_manifest(d)["files"] and (d / f"{name}.safetensors").is_file()
+
+
+def load_zoo_model(name: str, directory: str | os.PathLike | None = None, entry: ZooEntry | None = None) -> Backbone:
+    """Load zoo model ``name`` (or a training checkpoint ``NAME@step<k>``) after checking its sha256.
+
+    Args:
+        name: zoo name, or ``NAME@step<k>``.
+        directory: zoo directory (default: :func:`zoo_dir`).
+        entry: the catalogue entry (default: looked up by name; pass your own for models you built).
+
+    Raises:
+        ModelLoadError: not built in this directory, or the file does not match the manifest.
+    """
+    base, _ = split_name(name)
+    try:
+        entry = entry or get_entry(base)
+    except KeyError as err:
+        raise ModelLoadError(str(err.args[0])) from None
+    d = zoo_dir(directory)
+    fname = f"{name}.safetensors"
+    expected = read_manifest(d)["files"].get(fname)
+    path = d / fname
+    if expected is None or not path.is_file():
+        raise ModelLoadError(f"zoo model '{name}' is not built in {d}; run `vitscope zoo build {base}`")
+    if sha256(path) != expected:
+        raise ModelLoadError(f"{path} does not match its checksum in {d / MANIFEST} (corrupted or replaced); "
+                             f"restore it or rebuild with `vitscope zoo build {base}`")
+    model = build_model(entry)
+    state = load_file(str(path))
+    reference = model.state_dict()
+    model.load_state_dict({k: v.to(reference[k].dtype) for k, v in state.items()})
+    model.eval()
+    return wrap_zoo_model(model, name)
+
+
+def roundtrip_fp16(model: nn.Module) -> None:
+    """Round ``model``'s floating-point weights to fp16 in place (what loading the shipped file gives)."""
+    with torch.no_grad():
+        for t in list(model.parameters()) + list(model.buffers()):
+            if t.is_floating_point():
+                t.copy_(t.half().float())

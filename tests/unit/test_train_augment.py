@@ -1,0 +1,67 @@
+"""Batched augmentations: shapes, seeds, and the cases whose output is known exactly."""
+
+import torch
+
+from vitscope.train.augment import color_jitter, gaussian_blur, grayscale, random_resized_crop, solarize
+
+
+def _images(b=4, s=16):
+    return torch.rand(b, 3, s, s, generator=torch.Generator().manual_seed(0))
+
+
+def test_full_crop_without_flip_is_identity():
+    x = _images()
+    y = random_resized_crop(x, 16, (1.0, 1.0), torch.Generator().manual_seed(1), ratio=(1.0, 1.0), flip=0.0)
+    assert torch.allclose(y, x, atol=1e-5)
+
+
+def test_full_crop_with_certain_flip_mirrors():
+    x = _images()
+    y = random_resized_crop(x, 16, (1.0, 1.0), torch.Generator().manual_seed(1), ratio=(1.0, 1.0), flip=1.0)
+    assert torch.allclose(y, x.flip(-1), atol=1e-5)
+
+
+def test_crop_resizes_and_repeats_for_a_seed():
+    x = _images()
+    a = random_resized_crop(x, 8, (0.1, 0.5), torch.Generator().manual_seed(3))
+    b = random_resized_crop(x, 8, (0.1, 0.5), torch.Generator().manual_seed(3))
+    c = random_resized_crop(x, 8, (0.1, 0.5), torch.Generator().manual_seed(4))
+    assert a.shape == (4, 3, 8, 8) and torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_small_crop_of_a_half_coloured_image_sees_less_variety():
+    x = torch.zeros(64, 3, 32, 32)
+    x[..., 16:] = 1.0  # left half black, right half white
+    small = random_resized_crop(x, 8, (0.02, 0.02), torch.Generator().manual_seed(0), flip=0.0)
+    # a crop of 2% of the area lies mostly on one side: most crops are nearly constant
+    spread = small.amax(dim=(1, 2, 3)) - small.amin(dim=(1, 2, 3))
+    assert (spread < 0.5).float().mean() > 0.6
+
+
+def test_grayscale_certain_gives_equal_channels_and_never_keeps_input():
+    x = _images()
+    y = grayscale(x, torch.Generator().manual_seed(0), p=1.0)
+    assert torch.allclose(y[:, 0], y[:, 1]) and torch.allclose(y[:, 1], y[:, 2])
+    assert torch.equal(grayscale(x, torch.Generator().manual_seed(0), p=0.0), x)
+
+
+def test_color_jitter_without_strength_is_identity_and_stays_in_range():
+    x = _images()
+    same = color_jitter(x, torch.Generator().manual_seed(0), brightness=0.0, contrast=0.0, saturation=0.0, p=1.0)
+    assert torch.allclose(same, x, atol=1e-6)
+    y = color_jitter(x, torch.Generator().manual_seed(0), p=1.0)
+    assert y.min() >= 0 and y.max() <= 1 and not torch.allclose(y, x)
+
+
+def test_blur_keeps_constants_and_smooths_noise():
+    const = torch.full((2, 3, 16, 16), 0.3)
+    assert torch.allclose(gaussian_blur(const, torch.Generator().manual_seed(0), p=1.0), const, atol=1e-6)
+    x = _images()
+    y = gaussian_blur(x, torch.Generator().manual_seed(0), p=1.0, sigma=(1.0, 1.0))
+    assert y.std() < 0.6 * x.std()
+
+
+def test_solarize_inverts_bright_pixels_only():
+    x = torch.tensor([0.2, 0.6]).view(1, 1, 1, 2).expand(1, 3, 1, 2)
+    y = solarize(x, torch.Generator().manual_seed(0), p=1.0)
+    assert torch.allclose(y[0, 0, 0], torch.tensor([0.2, 0.4]))

@@ -1,0 +1,143 @@
+"""Every training recipe lowers its loss in a few steps; the loop is seeded, resumable and snapshots."""
+
+import pytest
+import torch
+
+from vitscope.models.wrap import build_tiny_resnet, build_tiny_vit
+from vitscope.train.data import TensorImages, synthetic_split
+from vitscope.train.loop import LoopConfig, fit
+from vitscope.train.mae import MAERecipe, patchify, random_mask
+from vitscope.train.metric import MetricConfig, MetricRecipe, make_metric_loss
+from vitscope.train.self_distill import SelfDistillConfig, SelfDistillRecipe
+from vitscope.train.supervised import SupervisedConfig, SupervisedRecipe
+
+
+@pytest.fixture(scope="module")
+def data() -> TensorImages:
+    return synthetic_split(64, seed=5, size=32)
+
+
+def _small_vit(**kw):
+    return build_tiny_vit("t", image_size=32, depth=2, embed_dim=32, num_heads=2, **kw)
+
+
+def _fixed_loss(recipe, data):
+    """The recipe's loss on the whole set with fixed augmentations (same generator seed every time)."""
+    with torch.no_grad():
+        return float(recipe.loss(data.images, data.labels, 0, torch.Generator().manual_seed(123)))
+
+
+def _trains(recipe, data, steps=12, batch=32):
+    before = _fixed_loss(recipe, data)
+    fit(recipe, data, LoopConfig(steps=steps, batch_size=batch, progress=False))
+    for m in recipe.modules().values():
+        m.train()
+    after = _fixed_loss(recipe, data)
+    return before, after
+
+
+def test_supervised_lowers_cross_entropy(data):
+    recipe = SupervisedRecipe(_small_vit(num_classes=10), SupervisedConfig(lr=3e-3, warmup=1, crop_scale=(0.9, 1.0)))
+    before, after = _trains(recipe, data)
+    assert after < before - 0.05
+
+
+def test_mae_lowers_reconstruction_error(data):
+    recipe = MAERecipe(_small_vit(num_classes=0))
+    recipe.config = type(recipe.config)(lr=3e-3, warmup=1, decoder_dim=32)
+    recipe = MAERecipe(_small_vit(num_classes=0), recipe.config)
+    before, after = _trains(recipe, data)
+    assert after < before - 0.02
+
+
+def _dino_config(**kw):
+    return SelfDistillConfig(out_dim=64, hidden_dim=32, bottleneck_dim=16, local_crops=2, local_size=16, lr=3e-3,
+                             warmup=1, **kw)
+
+
+def test_self_distill_student_learns_to_match_its_teacher(data):
+    # A frozen teacher and centre (momentum 1) make the loss a plain function of the student: it must fall.
+    recipe = SelfDistillRecipe(_small_vit(num_classes=0), _dino_config(momentum=1.0, center_momentum=1.0))
+    before, after = _trains(recipe, data)
+    assert after < before - 0.01
+
+
+def test_self_distill_moves_the_teacher_it_returns(data):
+    backbone = _small_vit(num_classes=0)
+    recipe = SelfDistillRecipe(backbone, _dino_config(momentum=0.9))
+    teacher_before = [p.clone() for p in backbone.model.parameters()]
+    result = fit(recipe, data, LoopConfig(steps=3, batch_size=32, progress=False))
+    assert result.backbone.model is backbone.model  # the teacher is what the recipe returns
+    assert any(not torch.equal(a, b) for a, b in zip(teacher_before, backbone.model.parameters()))
+    assert not torch.equal(recipe.centre.center, torch.zeros_like(recipe.centre.center))
+
+
+@pytest.mark.parametrize("loss", ["proxy_anchor", "arcface"])
+@pytest.mark.parametrize("arch", ["vit", "resnet"])
+def test_metric_losses_decrease(data, loss, arch):
+    ids = data.relabel_by_instance()
+    bb = _small_vit(num_classes=16, global_pool="avg") if arch == "vit" else build_tiny_resnet(
+        "r", num_classes=16, image_size=32, widths=(8, 16, 16, 32))
+    recipe = MetricRecipe(bb, int(ids.labels.max()) + 1, MetricConfig(loss=loss, lr=0.05, crop_scale=(0.9, 1.0)))
+    before, after = _trains(recipe, ids, steps=15)
+    assert after < before
+
+
+def test_unknown_metric_loss_is_named():
+    with pytest.raises(ValueError, match="proxy_anchor, arcface"):
+        make_metric_loss("triplet", 3, 4)
+
+
+def test_patchify_matches_patch_embedding_order():
+    x = torch.arange(2 * 3 * 4 * 4, dtype=torch.float32).reshape(2, 3, 4, 4)
+    p = patchify(x, 2)
+    assert p.shape == (2, 4, 12)
+    # token 1 is the top-right patch: rows 0-1, columns 2-3; features are (row, col, channel)
+    assert torch.equal(p[0, 1].reshape(2, 2, 3).permute(2, 0, 1), x[0, :, 0:2, 2:4])
+
+
+def test_random_mask_keeps_distinct_patches():
+    ids = random_mask(3, 16, 4, torch.Generator().manual_seed(0))
+    assert ids.shape == (3, 4) and all(len(set(r.tolist())) == 4 for r in ids)
+
+
+def test_fit_is_deterministic_and_resumes_exactly(data, tmp_path):
+    def run(steps, ckpt=None, snaps=()):
+        recipe = SupervisedRecipe(_small_vit(num_classes=10), SupervisedConfig(warmup=1))
+        res = fit(recipe, data, LoopConfig(steps=steps, batch_size=16, seed=3, checkpoint_dir=ckpt,
+                                           checkpoint_every=2, snapshot_steps=snaps, progress=False))
+        return res
+
+    whole = run(6, snaps=(2,))
+    again = run(6)
+    assert whole.losses == again.losses
+    # an interrupted run: the first 4 steps were checkpointed, then the process died
+    first = SupervisedRecipe(_small_vit(num_classes=10), SupervisedConfig(warmup=1))
+    with pytest.raises(KeyboardInterrupt):
+        def interrupt(step, steps, _orig=first.after_step):
+            if step == 4:
+                raise KeyboardInterrupt
+            _orig(step, steps)
+        first.after_step = interrupt
+        fit(first, data, LoopConfig(steps=6, batch_size=16, seed=3, checkpoint_dir=tmp_path, checkpoint_every=2,
+                                    progress=False))
+    resumed = run(6, ckpt=tmp_path)
+    assert resumed.resumed_from == 4
+    assert resumed.losses == whole.losses
+    for a, b in zip(resumed.backbone.model.state_dict().values(), whole.backbone.model.state_dict().values()):
+        assert torch.equal(a, b)
+    assert set(whole.snapshots) == {2}
+
+
+def test_checkpoint_of_another_run_is_refused(data, tmp_path):
+    recipe = SupervisedRecipe(_small_vit(num_classes=10))
+    fit(recipe, data, LoopConfig(steps=2, batch_size=16, checkpoint_dir=tmp_path, progress=False))
+    with pytest.raises(ValueError, match="another run"):
+        fit(SupervisedRecipe(_small_vit(num_classes=10)), data,
+            LoopConfig(steps=3, batch_size=16, checkpoint_dir=tmp_path, progress=False))
+
+
+def test_too_small_dataset_is_explained(data):
+    with pytest.raises(ValueError, match="smaller than one batch"):
+        fit(SupervisedRecipe(_small_vit(num_classes=10)), data.subset(torch.arange(4)),
+            LoopConfig(steps=1, batch_size=8, progress=False))

@@ -1,0 +1,128 @@
+"""Zoo weights: fp16 files checked against the manifest, clear errors, names, and a whole tiny build."""
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import vitscope
+from vitscope.cli.main import app
+from vitscope.models.errors import ModelLoadError
+from vitscope.zoo import heldout
+from vitscope.zoo.build import build
+from vitscope.zoo.cards import meets_bar
+from vitscope.zoo.catalog import ZOO, ZooEntry, get_entry
+from vitscope.zoo.store import (
+    build_model,
+    load_zoo_model,
+    read_manifest,
+    save_weights,
+    split_name,
+    wrap_zoo_model,
+    write_manifest,
+)
+
+TINY = ZooEntry("test-tiny-sup", "supervised", "tiny-vit",
+                {"image_size": 32, "patch_size": 8, "embed_dim": 32, "depth": 2, "num_heads": 2, "num_classes": 10},
+                {"warmup": 1}, steps=4, batch_size=16, score="accuracy", data_seed=77, train_images=64,
+                snapshot_steps=(2,))
+
+
+def _ship(tmp_path, name="tiny-vit-sup"):
+    model = build_model(get_entry(name))
+    manifest = read_manifest(tmp_path)
+    manifest["files"][f"{name}.safetensors"] = save_weights(model, tmp_path / f"{name}.safetensors", name)
+    write_manifest(tmp_path, manifest)
+    return model
+
+
+def test_weights_roundtrip_through_fp16_and_record_attention(tmp_path):
+    model = _ship(tmp_path)
+    loaded = load_zoo_model("tiny-vit-sup", tmp_path)
+    for key, value in model.state_dict().items():
+        assert torch.equal(loaded.model.state_dict()[key], value.half().float())
+    assert loaded.model.state_dict()["cls_token"].dtype == torch.float32
+    with loaded.record(["blocks.0.attn.pattern"]) as rec:
+        loaded(torch.zeros(1, 3, 64, 64))
+    assert rec["blocks.0.attn.pattern"].shape == (1, 4, 65, 65)
+
+
+def test_load_model_finds_zoo_names_through_the_environment(tmp_path, monkeypatch):
+    _ship(tmp_path)
+    monkeypatch.setenv("VITSCOPE_ZOO_DIR", str(tmp_path))
+    backbone = vitscope.load_model("tiny-vit-sup")
+    assert backbone.spec.name == "tiny-vit-sup" and backbone.spec.has_head
+
+
+def test_tampered_weights_are_refused(tmp_path):
+    _ship(tmp_path)
+    path = tmp_path / "tiny-vit-sup.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(ModelLoadError, match="checksum"):
+        load_zoo_model("tiny-vit-sup", tmp_path)
+
+
+def test_unbuilt_and_unknown_names_say_what_to_do(tmp_path):
+    with pytest.raises(ModelLoadError, match="vitscope zoo build tiny-vit-mae"):
+        load_zoo_model("tiny-vit-mae", tmp_path)
+    with pytest.raises(ModelLoadError, match="zoo models: tiny-vit-sup"):
+        load_zoo_model("tiny-vit-nope", tmp_path)
+    with pytest.raises(ModelLoadError, match="NAME@step"):
+        split_name("tiny-vit-metric@stepX")
+    assert split_name("tiny-vit-metric@step250") == ("tiny-vit-metric", 250)
+
+
+def test_every_zoo_name_and_checkpoint_is_registered():
+    from vitscope.models.registry import registry
+
+    reg = registry()
+    for entry in ZOO:
+        assert reg[entry.name].zoo
+        for step in entry.snapshot_steps:
+            assert f"{entry.name}@step{step}" in reg
+    assert reg["tiny-vit-metric-p16"].patch == 16
+
+
+def test_a_whole_build_trains_scores_ships_and_loads(tmp_path, monkeypatch):
+    monkeypatch.setattr(heldout, "BANK_SIZE", 40)
+    monkeypatch.setattr(heldout, "TEST_SIZE", 30)
+    heldout.heldout_sets.cache_clear()
+    record = build(TINY, tmp_path, progress=False)
+    heldout.heldout_sets.cache_clear()
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert set(manifest["files"]) == {"test-tiny-sup.safetensors", "test-tiny-sup@step2.safetensors"}
+    assert manifest["models"]["test-tiny-sup"]["score"] == record["score"]
+    assert 0.0 <= record["score"] <= 1.0 and set(record["baselines"]) == {"random_init", "raw_pixels"}
+    assert record["params"] == sum(p.numel() for p in build_model(TINY).parameters())
+    assert isinstance(meets_bar(record), bool)
+    card = (tmp_path / "cards" / "test-tiny-sup.md").read_text()
+    assert "randomly initialised twin" in card and f"{record['score']:.3f}" in card
+    assert not (tmp_path / ".build" / "test-tiny-sup" / "train_state.pt").exists()
+    loaded = load_zoo_model("test-tiny-sup@step2", tmp_path, entry=TINY)
+    assert loaded.spec.name == "test-tiny-sup@step2"
+    # the recorded score is what the shipped (fp16) file reproduces
+    sets = heldout.HeldOut(*(heldout.synthetic_split(n, s, size=32) for n, s in ((40, 77), (30, 77 + 10_000))))
+    final = load_zoo_model("test-tiny-sup", tmp_path, entry=TINY)
+    assert heldout.score(TINY, final, sets) == pytest.approx(record["score"], abs=1e-9)
+    assert heldout.score(TINY, wrap_zoo_model(build_model(TINY), "twin"), sets) == pytest.approx(
+        record["baselines"]["random_init"], abs=1e-9)
+
+
+def test_zoo_list_cli_reports_built_and_unbuilt(tmp_path):
+    _ship(tmp_path)
+    manifest = read_manifest(tmp_path)
+    manifest["models"]["tiny-vit-sup"] = {"params": 123, "score": 0.9, "baselines": {"random_init": 0.1,
+                                                                                      "raw_pixels": 0.5}}
+    write_manifest(tmp_path, manifest)
+    result = CliRunner().invoke(app, ["zoo", "list", "--json", "--dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in json.loads(result.output)}
+    assert rows["tiny-vit-sup"]["built"] and rows["tiny-vit-sup"]["score"] == 0.9
+    assert not rows["tiny-vit-mae"]["built"] and rows["tiny-vit-mae"]["score"] is None
+    table = CliRunner().invoke(app, ["zoo", "list", "--dir", str(tmp_path)])
+    assert "not built" in table.output and "0.900" in table.output
+    bad = CliRunner().invoke(app, ["zoo", "build", "tiny-vit-nope", "--dir", str(tmp_path)])
+    assert bad.exit_code == 1 and "zoo models:" in bad.output
