@@ -73,6 +73,9 @@ def test_unbuilt_and_unknown_names_say_what_to_do(tmp_path):
     with pytest.raises(ModelLoadError, match="NAME@step"):
         split_name("tiny-vit-metric@stepX")
     assert split_name("tiny-vit-metric@step250") == ("tiny-vit-metric", 250)
+    untrained = load_zoo_model("tiny-vit-metric@step0", tmp_path)  # no file needed: the seeded initial weights
+    twin = build_model(get_entry("tiny-vit-metric"))
+    assert all(torch.equal(a, b) for a, b in zip(untrained.model.state_dict().values(), twin.state_dict().values()))
 
 
 def test_every_zoo_name_and_checkpoint_is_registered():
@@ -83,6 +86,7 @@ def test_every_zoo_name_and_checkpoint_is_registered():
         assert reg[entry.name].zoo
         for step in entry.snapshot_steps:
             assert f"{entry.name}@step{step}" in reg
+    assert "tiny-vit-metric@step0" in reg and "tiny-vit-sup@step0" not in reg
     assert reg["tiny-vit-metric-p16"].patch == 16
 
 

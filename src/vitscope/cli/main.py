@@ -72,11 +72,13 @@ def synth(
     seed: int = typer.Option(0, "--seed"),
     spurious: float | None = typer.Option(None, "--spurious", help="P(background agrees with class)."),
     num_classes: int = typer.Option(10, "--classes", min=2),
+    max_objects: int = typer.Option(3, "--max-objects", min=1, help="Objects per scene (1 to this)."),
 ) -> None:
     """Generate the synthetic world with ground truth in a real dataset format."""
     from vitscope.data.synthetic.write import synthesize
 
-    root = synthesize(out, format, n=n, size=size, seed=seed, spurious=spurious, num_classes=num_classes)
+    root = synthesize(out, format, n=n, size=size, seed=seed, spurious=spurious, num_classes=num_classes,
+                      max_objects=max_objects)
     typer.echo(f"wrote {format} ({n} items, {size} px, seed {seed}) -> {root}")
 
 

@@ -107,7 +107,8 @@ def _zoo_entries() -> list[ModelEntry]:
         if vit:
             shape = (m.get("depth", 6), m.get("num_heads", 4), m.get("embed_dim", 128), m.get("patch_size", 8),
                      ("cls",) + ("reg",) * m.get("num_reg_tokens", 0))
-        names = [e.name] + [f"{e.name}@step{s}" for s in e.snapshot_steps]
+        steps = (0, *e.snapshot_steps) if e.snapshot_steps else ()
+        names = [e.name] + [f"{e.name}@step{s}" for s in steps]
         for n in names:
             what = e.description if n == e.name else f"{e.name} after {n.split('@step')[1]} training steps"
             out.append(ModelEntry(n, e.arch, *shape, builder=lambda n=n: load_zoo_model(n), zoo=True,

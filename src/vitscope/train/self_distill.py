@@ -40,6 +40,7 @@ class SelfDistillConfig:
         center_momentum: EMA of the centre.
         momentum: teacher EMA momentum at the start (raised to 1 with a cosine).
         lr, weight_decay, warmup, grad_clip: AdamW with cosine decay.
+        freeze_last_layer: steps during which the prototypes stay fixed (DINO's stabiliser for the start).
         seed: initialises the projection head.
     """
 
@@ -51,15 +52,16 @@ class SelfDistillConfig:
     global_scale: tuple[float, float] = (0.4, 1.0)
     local_scale: tuple[float, float] = (0.1, 0.4)
     student_temp: float = 0.1
-    teacher_temp: float = 0.06
+    teacher_temp: float = 0.04
     warmup_teacher_temp: float = 0.04
     teacher_temp_warmup: float = 0.3
     center_momentum: float = 0.9
-    momentum: float = 0.99
-    lr: float = 1e-3
+    momentum: float = 0.996
+    lr: float = 5e-4
     weight_decay: float = 0.04
     warmup: int = 150
     grad_clip: float = 3.0
+    freeze_last_layer: int = 150
     seed: int = 0
 
 
@@ -150,6 +152,7 @@ class SelfDistillRecipe(Recipe):
 
     def loss(self, images: torch.Tensor, labels: torch.Tensor, step: int, gen: torch.Generator) -> torch.Tensor:
         c = self.config
+        self.student.head.last.requires_grad_(step >= c.freeze_last_layer)  # no gradient -> AdamW skips it
         globals_, locals_ = self._views(images, gen)
         with torch.no_grad():
             t_out = self.teacher(globals_)

@@ -11,6 +11,6 @@ __all__ = ["ZOO", "ZooEntry", "checkpoints", "get_entry", "is_built", "load_zoo_
 
 
 def checkpoints(name: str) -> list[str]:
-    """Names of the shipped training checkpoints of ``name``, earliest first (then the final model)."""
+    """Names of ``name``'s training checkpoints, from the initial weights (``@step0``) to the final model."""
     entry = get_entry(name)
-    return [f"{name}@step{s}" for s in entry.snapshot_steps] + [name]
+    return [f"{name}@step{s}" for s in (0, *entry.snapshot_steps)] + [name]

@@ -34,8 +34,10 @@ def card_text(record: dict[str, Any]) -> str:
     snaps = record.get("snapshots") or {}
     ordered = sorted(snaps.items(), key=lambda x: int(x[0]))
     snap_lines = "\n".join(f"| {e['name']}@step{s} | {v:.3f} |" for s, v in ordered)
-    snap_text = (f"\n## Training checkpoints\n\nShipped for the effect-of-training figures; load them by name.\n\n"
-                 f"| checkpoint | {kind} |\n|---|---|\n{snap_lines}\n| {e['name']} (final) | {record['score']:.3f} |\n"
+    snap_text = (f"\n## Training checkpoints\n\nShipped for the effect-of-training figures; load them by name "
+                 f"(`@step0` is the seeded initialisation, rebuilt without a file).\n\n"
+                 f"| checkpoint | {kind} |\n|---|---|\n| {e['name']}@step0 | {b['random_init']:.3f} |\n"
+                 f"{snap_lines}\n| {e['name']} (final) | {record['score']:.3f} |\n"
                  if snaps else "")
     verdict = "meets" if meets_bar(record) else "does NOT meet"
     cfg = ", ".join(f"{k}={v}" for k, v in e["recipe_config"].items()) or "recipe defaults"

@@ -29,7 +29,8 @@ class ZooEntry:
         score: held-out score reported: ``"knn"`` (k-NN accuracy), ``"accuracy"`` (classifier) or
             ``"recall@1"`` (retrieval of unseen identities).
         features: features scored by k-NN (``"cls"`` or ``"mean"``; ``"output"`` otherwise).
-        snapshot_steps: steps after which weights are also shipped (effect-of-training figures).
+        snapshot_steps: steps after which weights are also shipped (effect-of-training figures); step 0,
+            the seeded initial weights, loads as ``NAME@step0`` without a file.
         description: one line for ``vitscope zoo list``.
     """
 
@@ -57,15 +58,16 @@ ZOO: tuple[ZooEntry, ...] = (
     ZooEntry("tiny-vit-sup", "supervised", "tiny-vit", {**_VIT, "num_classes": 10}, {}, steps=600,
              batch_size=128, score="accuracy",
              description="supervised classification (cross-entropy) on the 10 synthetic classes; CLS head"),
-    ZooEntry("tiny-vit-distill", "self-distill", "tiny-vit", {**_VIT, "num_classes": 0}, {}, steps=700,
+    ZooEntry("tiny-vit-distill", "self-distill", "tiny-vit", {**_VIT, "num_classes": 0}, {}, steps=600,
              batch_size=64, score="knn", features="cls",
              description="DINO-style self-distillation (EMA teacher, 2 global + 4 local crops), teacher kept"),
-    ZooEntry("tiny-vit-mae", "mae", "tiny-vit", {**_VIT, "num_classes": 0}, {}, steps=1200, batch_size=256,
+    ZooEntry("tiny-vit-mae", "mae", "tiny-vit", {**_VIT, "num_classes": 0}, {"norm_pix_loss": False}, steps=1200,
+             batch_size=256,
              score="knn", features="mean",
              description="masked autoencoder (75% masking, 2-block decoder dropped), encoder kept"),
     ZooEntry("tiny-vit-metric", "metric", "tiny-vit", {**_VIT, "num_classes": 128, "global_pool": "avg"},
              {"loss": "proxy_anchor"}, steps=800, batch_size=128, score="recall@1",
-             snapshot_steps=(100, 250, 500),
+             snapshot_steps=(100, 250),
              description="embedding net: mean-pooled tokens + linear projection, Proxy-Anchor, SGD one-cycle"),
     ZooEntry("tiny-vit-metric-p16", "metric", "tiny-vit",
              {**_VIT, "patch_size": 16, "num_classes": 128, "global_pool": "avg"}, {"loss": "proxy_anchor"},

@@ -101,13 +101,17 @@ def save_weights(model: nn.Module, path: Path, name: str) -> str:
 
 
 def is_built(name: str, directory: str | os.PathLike | None = None) -> bool:
-    """Whether ``name``'s weights are listed in the zoo manifest and present."""
+    """Whether ``name``'s weights are listed in the zoo manifest and present (``@step0`` always is)."""
+    if split_name(name)[1] == 0:
+        return True
     d = zoo_dir(directory)
     return f"{name}.safetensors" in read_manifest(d)["files"] and (d / f"{name}.safetensors").is_file()
 
 
 def load_zoo_model(name: str, directory: str | os.PathLike | None = None, entry: ZooEntry | None = None) -> Backbone:
     """Load zoo model ``name`` (or a training checkpoint ``NAME@step<k>``) after checking its sha256.
+
+    ``NAME@step0`` is the untrained model (the seeded initial weights; no file needed).
 
     Args:
         name: zoo name, or ``NAME@step<k>``.
@@ -117,11 +121,13 @@ def load_zoo_model(name: str, directory: str | os.PathLike | None = None, entry:
     Raises:
         ModelLoadError: not built in this directory, or the file does not match the manifest.
     """
-    base, _ = split_name(name)
+    base, step = split_name(name)
     try:
         entry = entry or get_entry(base)
     except KeyError as err:
         raise ModelLoadError(str(err.args[0])) from None
+    if step == 0:  # the seeded initialisation: reproducible, so never shipped
+        return wrap_zoo_model(build_model(entry).eval(), name)
     d = zoo_dir(directory)
     fname = f"{name}.safetensors"
     expected = read_manifest(d)["files"].get(fname)

@@ -13,12 +13,15 @@ SYNTH_FORMATS = ("imagefolder", "imagenet-boxes", "coco", "partimagenet", "davis
 
 
 def synthesize(out: str | Path, format: str, n: int = 100, size: int = 224, seed: int = 0,
-               spurious: float | None = None, num_classes: int = 10, progress: Any = None) -> Path:
+               spurious: float | None = None, num_classes: int = 10, progress: Any = None,
+               max_objects: int = 3) -> Path:
     """Generate ``n`` items of the synthetic world and write them in ``format`` under ``out``.
 
     ``n`` counts images, except for ``davis`` (sequences of 8 frames), ``spair`` (pairs) and
     ``revisitop`` (database images; ``max(2, n // 10)`` queries are added). Retrieval formats use
     few instances per class (4) so every query has matches.
+
+    ``max_objects`` bounds the objects per scene (1 gives single-object scenes, as saliency benchmarks).
 
     Returns:
         ``out``, which also receives ``synth.json`` recording the generator settings.
@@ -31,7 +34,7 @@ def synthesize(out: str | Path, format: str, n: int = 100, size: int = 224, seed
         raise ValueError("--spurious must be a probability in [0, 1]")
     retrieval = format in ("revisitop", "sop", "list")
     world = SyntheticWorld(num_classes=num_classes, size=size, seed=seed, spurious=spurious,
-                           num_instances_per_class=4 if retrieval else 20)
+                           num_instances_per_class=4 if retrieval else 20, max_objects=max_objects)
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     names = [c.name for c in world.classes]
@@ -71,6 +74,7 @@ def synthesize(out: str | Path, format: str, n: int = 100, size: int = 224, seed
         from vitscope.data.formats.path_list import write_path_list
         write_path_list(list(scenes(n)), root)
     settings = {"format": format, "n": n, "size": size, "seed": seed, "spurious": spurious,
-                "num_classes": num_classes, "classes": names, "backgrounds": list(world.background_names)}
+                "num_classes": num_classes, "max_objects": max_objects, "classes": names,
+                "backgrounds": list(world.background_names)}
     (root / "synth.json").write_text(json.dumps(settings, indent=1))
     return root
