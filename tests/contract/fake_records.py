@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from vitscope.analyses.base import Batch
@@ -11,6 +12,7 @@ from vitscope.hooks.names import cnn_hook_names, expand_names, split_block_name,
 from vitscope.models.spec import ModelSpec
 
 SPEC_KINDS: tuple[str, ...] = ("transformer", "cnn")
+NUM_FAKE_LABELS = 3  # batch.targets["label"] = index % 3 (no random draws)
 
 
 def fake_spec(kind: str = "transformer") -> ModelSpec:
@@ -76,7 +78,8 @@ def fake_record(
     """Random tensors of the canonical shapes for every name matched, plus a matching Batch.
 
     ``attn.pattern`` is the float32 softmax of random logits (rows sum to 1); every other tensor
-    is standard normal float32.
+    is standard normal float32. ``batch.targets["masks"]`` holds :func:`fake_masks` of every image and
+    ``batch.targets["label"]`` the image labels ``index % NUM_FAKE_LABELS``.
 
     Args:
         spec: from :func:`fake_spec`.
@@ -101,5 +104,23 @@ def fake_record(
     pixels = torch.randn((batch_size, 3, *spec.image_size), generator=generator)
     indices = list(range(start_index, start_index + batch_size))
     batch = Batch(pixels=pixels, indices=indices, paths=[f"img_{i:04d}.png" for i in indices], spec=spec,
-                  grid=spec.grid)
+                  grid=spec.grid, targets={"masks": [fake_masks(spec, i) for i in indices],
+                                           "label": [i % NUM_FAKE_LABELS for i in indices]})
     return record, batch
+
+
+def fake_masks(spec: ModelSpec, index: int) -> np.ndarray:
+    """Instance masks ``[n, H, W]`` bool of fake image ``index`` at the input size (no random draws).
+
+    Image ``i`` has one rectangle shifted with ``i`` and, for odd ``i``, a second one; every fifth image
+    (``i % 5 == 4``) has no instance at all.
+    """
+    h, w = spec.image_size
+    if index % 5 == 4:
+        return np.zeros((0, h, w), dtype=bool)
+    masks = np.zeros((1 + index % 2, h, w), dtype=bool)
+    top, left = index % max(1, h // 2), (2 * index) % max(1, w // 2)
+    masks[0, top:top + h // 2, left:left + w // 2] = True
+    if index % 2:
+        masks[1, h - h // 4:, : w // 3] = True
+    return masks

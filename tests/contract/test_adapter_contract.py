@@ -11,6 +11,7 @@ from vitscope.hooks.names import BLOCK_SITES, UnknownHookError
 from vitscope.models.registry import registry
 
 TINY = [name for name, e in registry().items() if e.builder is not None]
+TINY_CNNS = [name for name in TINY if registry()[name].family == "tiny-resnet"]
 
 
 def _backbone(kind: str):
@@ -35,7 +36,7 @@ def _main_output(out):
     raise AssertionError("no tensor output")
 
 
-TRANSFORMERS = TRANSFORMER_KINDS + [t for t in TINY if not t.endswith("resnet")]
+TRANSFORMERS = TRANSFORMER_KINDS + [t for t in TINY if t not in TINY_CNNS]
 
 
 @pytest.mark.parametrize("kind", TRANSFORMERS)
@@ -107,7 +108,7 @@ def test_beit_relative_bias_is_in_the_pattern():
     assert (no_bias - rec["blocks.0.attn.pattern"]).abs().max() > 1e-4
 
 
-@pytest.mark.parametrize("kind", [t for t in TINY if not t.endswith("resnet")])
+@pytest.mark.parametrize("kind", [t for t in TINY if t not in TINY_CNNS])
 def test_timm_layout_fused_equals_eager(kind):
     b = _backbone(kind)
     x = _pixels(b)
@@ -161,7 +162,7 @@ def test_residual_sites_add_up(kind):
     torch.testing.assert_close(r["resid_mid"] + r["mlp_out"], r["resid_post"], atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("kind", CNN_KINDS + ["tiny-resnet"])
+@pytest.mark.parametrize("kind", CNN_KINDS + TINY_CNNS)
 def test_cnn_contract(kind):
     b = _backbone(kind)
     assert b.spec.kind == "cnn" and b.spec.num_heads == 0

@@ -152,7 +152,16 @@ def test_get_analysis_passes_kwargs() -> None:
 
 
 def test_default_analyses_follow_supports() -> None:
-    vit_names = {a.name for a in default_analyses(fake_spec("transformer"))}
-    cnn_names = {a.name for a in default_analyses(fake_spec("cnn"))}
+    vit_names = {a.name for a in default_analyses(fake_spec("transformer"), targets={"masks", "label"})}
+    cnn_names = {a.name for a in default_analyses(fake_spec("cnn"), targets={"masks", "label"})}
     assert vit_names == set(ANALYSES)
     assert "attention_stats" not in cnn_names and "mean_activation" in cnn_names
+    assert not any(getattr(ANALYSES[n], "needs_attention", False) for n in cnn_names)
+
+
+def test_default_analyses_leave_out_what_the_data_cannot_feed() -> None:
+    """Without ground truth, analyses that need it (saliency needs masks) are not defaults."""
+    plain = {a.name for a in default_analyses(fake_spec("transformer"))}
+    needy = {n for n, cls in ANALYSES.items() if getattr(cls, "required_targets", ())}
+    assert "saliency_iou" in needy
+    assert plain == set(ANALYSES) - needy

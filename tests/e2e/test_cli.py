@@ -33,7 +33,8 @@ def test_analyze_writes_results_tables_and_figures(tmp_path):
     assert doc["vitscope_version"] and doc["num_images"] == 3
     assert doc["models"][0]["name"] == "tiny-vit" and doc["data"]["fingerprint"]
     assert [Path(s["path"]).name for s in doc["skipped"]] == ["bad.png"]
-    assert set(doc["analyses"]) == {"attention_stats", "mean_activation"}
+    assert {"attention_stats", "mean_activation", "aligned_attention"} <= set(doc["analyses"])
+    assert "saliency_iou" not in doc["analyses"]  # plain photos have no masks: not a default
     ent = np.array(doc["analyses"]["attention_stats"]["summary"]["entropy"])
     assert ent.shape == (6, 4) and (ent > 0).all() and (ent <= np.log(65) + 1e-6).all()
     for files in doc["analyses"].values():

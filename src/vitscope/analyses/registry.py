@@ -3,18 +3,34 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Collection
 from typing import Any
 
 from vitscope.analyses.activation import MeanActivation
 from vitscope.analyses.attention_stats import AttentionStats
+from vitscope.analyses.attention_suite import ATTENTION_GROUP, ATTENTION_SUITE, link_attention_plans
 from vitscope.analyses.base import Accumulator
+from vitscope.analyses.clustering import Clustering
+from vitscope.analyses.probe_knn import KnnProbe
+from vitscope.analyses.probe_linear import LinearProbe
+from vitscope.analyses.representation import BlockCKA
+from vitscope.analyses.representation_residual import ResidualCKA
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["ANALYSES", "default_analyses", "get_analysis"]
+__all__ = ["ANALYSES", "GROUPS", "default_analyses", "get_analysis"]
 
 ANALYSES: dict[str, type[Accumulator]] = {
     MeanActivation.name: MeanActivation,
     AttentionStats.name: AttentionStats,
+    **{cls.name: cls for cls in ATTENTION_SUITE},
+    **{cls.name: cls for cls in (BlockCKA, ResidualCKA, Clustering, KnnProbe, LinearProbe)},
+}
+
+#: Group names usable wherever analysis names are listed (``--analyses attention``): group -> members.
+GROUPS: dict[str, tuple[str, ...]] = {
+    ATTENTION_GROUP: tuple(cls.name for cls in ATTENTION_SUITE),
+    "representation": (BlockCKA.name, ResidualCKA.name, Clustering.name),
+    "probes": (KnnProbe.name, LinearProbe.name, Clustering.name),
 }
 
 
@@ -30,11 +46,20 @@ def get_analysis(name: str, **kwargs: Any) -> Accumulator:
         known = sorted(ANALYSES)
         close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.4)
         hint = f" Did you mean '{close[0]}'?" if close else ""
-        raise ValueError(f"unknown analysis '{name}'.{hint} Known analyses: {', '.join(known)}.") from None
+        groups = f" Groups: {', '.join(sorted(GROUPS))}." if GROUPS else ""
+        raise ValueError(f"unknown analysis '{name}'.{hint} Known analyses: {', '.join(known)}.{groups}") from None
     return cls(**kwargs)
 
 
-def default_analyses(spec: ModelSpec) -> list[Accumulator]:
-    """One default-configured instance of every registered analysis that supports ``spec``."""
-    instances = [cls() for cls in ANALYSES.values()]
-    return [a for a in instances if a.supports(spec)]
+def default_analyses(spec: ModelSpec, targets: Collection[str] | None = None) -> list[Accumulator]:
+    """One default-configured instance of every registered analysis that supports ``spec`` and the data.
+
+    Args:
+        spec: the model's ModelSpec.
+        targets: ground-truth keys the dataset provides (``batch.targets``, e.g. ``{"masks"}``); analyses
+            with ``required_targets`` (saliency needs masks) are left out unless all of theirs are here.
+            None counts as none.
+    """
+    have = set(targets or ())
+    instances = [cls() for cls in ANALYSES.values() if set(getattr(cls, "required_targets", ())) <= have]
+    return link_attention_plans(a for a in instances if a.supports(spec))

@@ -8,17 +8,61 @@ from pathlib import Path
 from typing import Any
 
 import vitscope
-from vitscope.analyses.registry import ANALYSES, default_analyses, get_analysis
+from vitscope.analyses.attention_suite import ATTENTION_GROUP, attention_suite, link_attention_plans
+from vitscope.analyses.registry import ANALYSES, GROUPS, default_analyses, get_analysis
 from vitscope.data.images import open_dataset
 from vitscope.engine.run import Results, run
 from vitscope.models.load import load_model
 
 
-def parse_analyses(names: str | None, spec) -> list:
-    """Comma-separated analysis names -> instances (None: every analysis the model supports)."""
+def dataset_targets(dataset) -> frozenset[str]:
+    """Ground-truth keys the dataset hands to analyses (``batch.targets``), read from its first entries.
+
+    Plain image folders have none; annotated formats (``ROOT::coco``) give e.g. ``label`` and ``masks``.
+    """
+    probe = getattr(dataset, "_targets", None)
+    if probe is None:
+        return frozenset()
+    for i in range(min(len(dataset), 3)):
+        try:
+            return frozenset(probe(i))
+        except Exception:  # an unreadable entry: try the next one
+            continue
+    return frozenset()
+
+
+def _expand(name: str, spec, targets: frozenset[str]) -> list:
+    if name == ATTENTION_GROUP:
+        return attention_suite(spec, targets)
+    if name in GROUPS:
+        return [get_analysis(member) for member in GROUPS[name]]
+    return [get_analysis(name)]
+
+
+def parse_analyses(names: str | None, spec, targets: frozenset[str] | None = None) -> list:
+    """Comma-separated analysis or group names -> instances (None: every analysis the model and data support).
+
+    ``attention`` expands to the attention suite (saliency only when the data has masks). Explicitly named
+    analyses that cannot run fail here with a one-line reason (a CNN has no attention; saliency needs masks).
+    """
+    targets = frozenset(targets or ())
     if not names:
-        return default_analyses(spec)
-    return [get_analysis(n.strip()) for n in names.split(",") if n.strip()]
+        return default_analyses(spec, targets)
+    chosen, seen = [], set()
+    for name in (n.strip() for n in names.split(",")):
+        for a in _expand(name, spec, targets) if name else []:
+            if a.name not in seen:
+                seen.add(a.name)
+                chosen.append(a)
+    for a in chosen:
+        reason = a.why_unsupported(spec) if hasattr(a, "why_unsupported") else None
+        if reason:
+            raise ValueError(reason)
+        missing = sorted(set(getattr(a, "required_targets", ())) - targets)
+        if missing:
+            raise ValueError(f"analysis '{a.name}' needs ground truth {', '.join(missing)}, which this data does "
+                             "not provide; use an annotated dataset (e.g. --data ROOT::coco) or leave it out")
+    return link_attention_plans(chosen)
 
 
 def write_outputs(out: Path, results: Results, config: dict[str, Any], backbone, dataset) -> Path:
@@ -60,7 +104,7 @@ def analyze(model: str, data: str, out: Path, analyses: str | None, limit: int |
     """Load, run and write; returns the path of results.json."""
     backbone = load_model(model)
     dataset = open_dataset(data, strict=strict)
-    chosen = parse_analyses(analyses, backbone.spec)
+    chosen = parse_analyses(analyses, backbone.spec, dataset_targets(dataset))
     if not chosen:
         raise ValueError(f"no analysis supports {backbone.spec.name}; known: {', '.join(ANALYSES)}")
     results = run(backbone, dataset, chosen, batch_size=batch_size, device=device, dtype=dtype, limit=limit,

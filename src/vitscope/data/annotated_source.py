@@ -28,7 +28,7 @@ class _LazyPaths(Sequence):
 
 
 class AnnotatedSource(ImageDataset):
-    """Images of a format reader's AnnotatedImage items; ``targets`` carries ``label`` and ``instance_ids``.
+    """Images of a format reader's AnnotatedImage items; ``targets`` carries ``label``, ``instance_ids``, ``masks``.
 
     A missing file (the reader's DatasetFormatError) or an undecodable one is skipped with a
     warning, or stops the run under ``strict``, like plain image folders.
@@ -54,6 +54,8 @@ class AnnotatedSource(ImageDataset):
             out["label"] = item.label
         if getattr(item, "instance_ids", None) is not None:
             out["instance_ids"] = item.instance_ids
+        if getattr(item, "masks", None) is not None:  # [n, H, W] bool at the image's size (saliency_iou)
+            out["masks"] = item.masks
         return out
 
     def describe(self) -> dict:

@@ -16,11 +16,17 @@ from vitscope.functional.attention import (
 )
 from vitscope.functional.attention_stats import max_attention
 from vitscope.functional.cka import features_for_cka, hsic, linear_cka, minibatch_cka, minibatch_hsic_terms
+from vitscope.functional.cka_grams import hsic_matrix
 from vitscope.functional.cluster import cluster_scores, kmeans_labels
+from vitscope.functional.correspondence import letterbox_geometry, transfer_keypoints
 from vitscope.functional.keypoints import pck
 from vitscope.functional.knn import knn_classify
+from vitscope.functional.linear_probe import linear_probe_accuracy, train_linear_probe
+from vitscope.functional.pooling import mask_pool, mask_weights, random_features
+from vitscope.functional.propagation import propagate_labels
 from vitscope.functional.retrieval import recall_at_k_map_at_r, revisited_map
 from vitscope.functional.rollout import rollout
+from vitscope.functional.tiling import stitch_tiles, tiling_plan
 from vitscope.functional.video import davis_f, davis_j
 
 __all__ = [
@@ -29,4 +35,7 @@ __all__ = [
     "kmeans_labels", "knn_classify", "linear_cka", "local_head_type", "mass_mask", "max_attention",
     "minibatch_cka", "minibatch_hsic_terms", "pck", "random_attention", "recall_at_k_map_at_r", "revisited_map",
     "rollout", "spatial_attention", "spatial_average_map",
+    # representations and probes (issue 6)
+    "hsic_matrix", "letterbox_geometry", "linear_probe_accuracy", "mask_pool", "mask_weights", "propagate_labels",
+    "random_features", "stitch_tiles", "tiling_plan", "train_linear_probe", "transfer_keypoints",
 ]

@@ -1,0 +1,236 @@
+"""Shared plumbing of the attention-suite accumulators: block discovery, geometry, plan, random baseline."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from vitscope.analyses.attention_pass import BlockStats, random_block_statistics, shared_block_statistics
+from vitscope.analyses.base import Accumulator, Batch, Result
+from vitscope.hooks.names import split_block_name
+from vitscope.models.spec import ModelSpec
+
+__all__ = ["PATTERN_HOOKS", "AttentionAccumulator", "AttentionGeometry", "TableResult", "has_cls_token"]
+
+PATTERN_HOOKS = "blocks.*.attn.pattern"
+RANDOM_KINDS: tuple[str, ...] = ("uniform", "gaussian")
+
+
+def has_cls_token(spec: ModelSpec) -> bool:
+    """True when the model's first token is a CLS token (not for SigLIP-like models)."""
+    return spec.num_prefix_tokens >= 1 and tuple(spec.prefix_kinds)[:1] == ("cls",)
+
+
+@dataclass(frozen=True)
+class AttentionGeometry:
+    """What must agree between batches (and between merged accumulators) of an attention analysis."""
+
+    blocks: tuple[int, ...]
+    num_heads: int
+    grid: tuple[int, int]
+    num_prefix: int
+    has_cls: bool
+
+    @property
+    def num_spatial(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prefix + self.num_spatial
+
+    def describe(self) -> dict:
+        return {"blocks": list(self.blocks), "num_heads": self.num_heads, "grid": list(self.grid),
+                "num_prefix": self.num_prefix}
+
+
+class TableResult(Result):
+    """A Result whose ``to_frame`` leaves out bulky display-only tensors (``TABLE_EXCLUDE``)."""
+
+    TABLE_EXCLUDE: ClassVar[tuple[str, ...]] = ("images",)
+
+    def to_frame(self):
+        kept = {k: v for k, v in self.tensors.items() if k not in self.TABLE_EXCLUDE}
+        return Result(name=self.name, tensors=kept, meta=self.meta).to_frame()
+
+
+class AttentionAccumulator(Accumulator):
+    """Base of the attention suite: reads every ``blocks.{i}.attn.pattern`` through the shared pass.
+
+    Subclasses set ``name``, ``NEEDS`` (quantities of :mod:`~vitscope.analyses.attention_pass`) and
+    implement ``_reset_sums``, ``_update_blocks``, ``_merge_sums`` and ``compute``. Configuration:
+    ``seed``, ``random_samples`` (random patterns per block for the baseline) and ``random_kind``
+    (``"uniform"``, the 002 code, or ``"gaussian"``). ``_cfg_plan`` is the union of the quantities
+    of the analyses that run together (set by :func:`~vitscope.analyses.attention_suite.link_attention_plans`),
+    so the first analysis to see a block computes everything in one pass.
+    """
+
+    needs_attention = True
+    NEEDS: ClassVar[frozenset[str]] = frozenset()
+    requires_cls: ClassVar[bool] = False
+    required_targets: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, seed: int = 0, random_samples: int = 4, random_kind: str = "uniform") -> None:
+        if random_kind not in RANDOM_KINDS:
+            raise ValueError(f"random_kind must be one of {RANDOM_KINDS}, got {random_kind!r}")
+        if int(random_samples) < 1:
+            raise ValueError(f"random_samples must be at least 1, got {random_samples}")
+        self._cfg_seed = int(seed)
+        self._cfg_random_samples = int(random_samples)
+        self._cfg_random_kind = random_kind
+        self._cfg_plan: frozenset[str] = frozenset()
+        self.reset()
+
+    # ------------------------------------------------------------ capability
+
+    def required_hooks(self, spec: ModelSpec) -> list[str]:
+        return [PATTERN_HOOKS]
+
+    def supports(self, spec: ModelSpec) -> bool:
+        return self.why_unsupported(spec) is None
+
+    def why_unsupported(self, spec: ModelSpec) -> str | None:
+        """One-line reason this analysis cannot run on ``spec`` (None when it can)."""
+        if not spec.is_transformer:
+            return f"analysis '{self.name}' needs attention patterns, but {spec.name} is a CNN and has no attention"
+        if self.requires_cls and not has_cls_token(spec):
+            return (f"analysis '{self.name}' needs a CLS token, but {spec.name} has none "
+                    f"(prefix tokens: {list(spec.prefix_kinds) or 'none'}); use spatial_average_maps instead")
+        if not super().supports(spec):
+            return f"analysis '{self.name}' needs the hook {PATTERN_HOOKS!r}, which {spec.name} does not provide"
+        return None
+
+    # ------------------------------------------------------------ state
+
+    def reset(self) -> None:
+        self.num_images: int = 0
+        self.geometry: AttentionGeometry | None = None
+        self.model: str | None = None  # spec.name of the model, for figure legends
+        self._reset_sums()
+
+    def _reset_sums(self) -> None:
+        """Set the analysis's own sums to empty."""
+
+    def _adopt(self, geometry: AttentionGeometry) -> bool:
+        """Accept ``geometry`` (first batch) or check it matches; True when the sums are still empty."""
+        if self.geometry is None:
+            self.geometry = geometry
+            return True
+        if geometry != self.geometry:
+            raise ValueError(
+                f"{self.name}: this batch has blocks {list(geometry.blocks)}, {geometry.num_heads} heads, grid "
+                f"{geometry.grid} and {geometry.num_prefix} prefix tokens, but earlier ones had blocks "
+                f"{list(self.geometry.blocks)}, {self.geometry.num_heads} heads, grid {self.geometry.grid} and "
+                f"{self.geometry.num_prefix} prefix tokens; attention maps are averaged over one input size, "
+                "so resize the images to one size"
+            )
+        return False
+
+    def own_needs(self) -> frozenset[str]:
+        """Quantities of :mod:`~vitscope.analyses.attention_pass` this analysis reads."""
+        return self.NEEDS
+
+    def _needs(self, geometry: AttentionGeometry) -> frozenset[str]:
+        needs = self.own_needs() | self._cfg_plan
+        return needs if geometry.has_cls else needs - {"cls"}
+
+    # ------------------------------------------------------------ reading a batch
+
+    def _patterns(self, record: Mapping[str, torch.Tensor], batch: Batch) -> tuple[AttentionGeometry, list]:
+        """Sorted ``(block, pattern)`` pairs of the record and the batch's geometry (validated)."""
+        found = sorted(
+            (split_block_name(k)[0], k)
+            for k in record
+            if fnmatch.fnmatchcase(k, PATTERN_HOOKS) and split_block_name(k) is not None
+        )
+        if not found:
+            raise ValueError(
+                f"{self.name}: the record holds no 'blocks.{{i}}.attn.pattern'; record {PATTERN_HOOKS!r} "
+                "(required_hooks) on a transformer"
+            )
+        spec = batch.spec
+        grid = (int(batch.grid[0]), int(batch.grid[1]))
+        p = int(spec.num_prefix_tokens)
+        shape = None
+        pairs = []
+        for i, key in found:
+            pattern = record[key]
+            if pattern.dim() != 4 or (shape is not None and pattern.shape != shape):
+                raise ValueError(
+                    f"{self.name}: '{key}' has shape {tuple(pattern.shape)}; expected [B, H, N, N] with the same "
+                    "shape in every block"
+                )
+            shape = pattern.shape
+            pairs.append((i, pattern))
+        if shape[-1] != p + grid[0] * grid[1]:
+            raise ValueError(
+                f"{self.name}: the patterns have N = {shape[-1]} tokens, but grid {grid[0]}x{grid[1]} plus "
+                f"{p} prefix tokens of {spec.name} makes {p + grid[0] * grid[1]}"
+            )
+        geometry = AttentionGeometry(tuple(i for i, _ in found), int(shape[1]), grid, p, has_cls_token(spec))
+        return geometry, pairs
+
+    def _block_stats(self, record: Mapping[str, torch.Tensor], batch: Batch) -> tuple[AttentionGeometry, list]:
+        """Geometry and the shared :class:`BlockStats` of every block (computed once per batch and block)."""
+        geometry, pairs = self._patterns(record, batch)
+        needs = self._needs(geometry)
+        stats = [shared_block_statistics(p, geometry.grid, geometry.num_prefix, needs) for _, p in pairs]
+        return geometry, stats
+
+    def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
+        """Add one batch: reads every ``blocks.{i}.attn.pattern`` ``[B, H, N, N]`` in the record."""
+        geometry, stats = self._block_stats(record, batch)
+        if stats[0].batch_size == 0:
+            return
+        self._adopt(geometry)
+        self.model = self.model or batch.spec.name
+        self._update_blocks(geometry, stats, batch)
+
+    def _update_blocks(self, geometry: AttentionGeometry, stats: list[BlockStats], batch: Batch) -> None:
+        raise NotImplementedError
+
+    def merge(self, other: Accumulator) -> AttentionAccumulator:
+        """Fold ``other``'s state into this one (in place) and return ``self``; ``other`` is unchanged."""
+        if type(other) is not type(self):
+            raise TypeError(f"cannot merge {type(other).__name__} into {type(self).__name__}")
+        if other.num_images == 0 and other.geometry is None:
+            return self
+        empty = self._adopt(other.geometry)
+        self.model = self.model or other.model
+        self._merge_sums(other, empty)
+        self.num_images += other.num_images
+        return self
+
+    def _merge_sums(self, other: AttentionAccumulator, empty: bool) -> None:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ random baseline
+
+    def _random(self) -> tuple[BlockStats, ...]:
+        """Random-baseline statistics of every block of the accumulated geometry (cached per run)."""
+        g = self.geometry
+        return random_block_statistics(self._cfg_seed, self._cfg_random_kind, self._cfg_random_samples,
+                                       len(g.blocks), g.num_heads, g.grid, g.num_prefix)
+
+    def _base_meta(self) -> dict:
+        random = {"seed": self._cfg_seed, "kind": self._cfg_random_kind, "samples": self._cfg_random_samples}
+        meta = {"num_images": self.num_images, "model": self.model, "random": random}
+        if self.geometry is not None:
+            meta.update(self.geometry.describe())
+        return meta
+
+
+def thumbnails(batch: Batch, positions: Sequence[int]) -> list[torch.Tensor]:
+    """The preprocessed images at ``positions`` of the batch as ``[H, W, 3]`` uint8 (for overlays)."""
+    spec = batch.spec
+    mean = torch.tensor(spec.mean, dtype=torch.float32).view(3, 1, 1)
+    std = torch.tensor(spec.std, dtype=torch.float32).view(3, 1, 1)
+    out = []
+    for i in positions:
+        x = batch.pixels[i].detach().float().cpu() * std + mean
+        out.append((x.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).contiguous())
+    return out

@@ -1,0 +1,98 @@
+"""Attention entropy and the attention focus index per block and head (METHODS.md section 1)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, TableResult
+from vitscope.analyses.attention_pass import BlockStats
+from vitscope.analyses.base import Batch
+
+__all__ = ["AttentionFocus", "AttentionFocusResult"]
+
+
+class AttentionFocusResult(TableResult):
+    """Result of :class:`AttentionFocus`; ``plot`` draws heatmaps and the per-block means vs random."""
+
+    def plot(self, out_dir: str | Path) -> list[Path]:
+        """Write ``<name>_entropy``, ``<name>_focus`` (blocks x heads) and ``<name>_blocks`` as PNG and SVG."""
+        from vitscope.viz.attention_figures import block_lines_figure
+        from vitscope.viz.heatmaps import block_head_heatmap
+
+        if "entropy" not in self.tensors:
+            return []
+        out, n, labels = Path(out_dir), self.meta.get("num_images", 0), self.meta.get("blocks")
+        paths = block_head_heatmap(self.tensors["entropy"], f"Attention entropy per head ({n} images)",
+                                   "entropy (nats)", out / f"{self.name}_entropy", block_labels=labels)
+        paths += block_head_heatmap(self.tensors["focus"], f"Attention focus index per head ({n} images; lower = "
+                                    "more focused)", "focus index (nats)", out / f"{self.name}_focus",
+                                    block_labels=labels)
+        series = {"entropy / log N": (self.tensors["entropy_normalised"].mean(-1),
+                                      self.tensors["random_entropy_normalised"].mean(-1)),
+                  "focus / log K": (self.tensors["focus_normalised"].mean(-1),
+                                    self.tensors["random_focus_normalised"].mean(-1))}
+        paths += block_lines_figure(series, "Mean over heads (dashed: random attention)", "normalised value",
+                                    out / f"{self.name}_blocks", block_labels=labels)
+        return paths
+
+
+class AttentionFocus(AttentionAccumulator):
+    """Mean over images of the plain attention entropy and of the attention focus index, per block and head.
+
+    Per image and head: the entropy is :func:`~vitscope.functional.attention_entropy` (Shannon entropy
+    in nats of each row over all keys, mean over queries); the focus index is
+    :func:`~vitscope.functional.focus_index` (paper 003 eq. 5: each spatial row of the spatial attention
+    min-max normalised, then its entropy; mean over spatial queries; lower = more focused).
+
+    State: ``num_images``, ``geometry``, ``entropy_sum`` and ``focus_sum`` ``[L, H]`` float64.
+
+    Result tensors: ``entropy``, ``entropy_normalised`` (/ log N), ``focus``, ``focus_normalised``
+    (/ log K; 0 when K = 1), each ``[L, H]``, and the same four with a ``random_`` prefix for the random
+    baseline (its entropy on rows renormalised over all keys). meta: the geometry, ``num_images``, ``random``.
+    """
+
+    name = "attention_focus"
+    NEEDS = frozenset({"entropy", "focus"})
+
+    def _reset_sums(self) -> None:
+        self.entropy_sum: torch.Tensor | None = None
+        self.focus_sum: torch.Tensor | None = None
+
+    @staticmethod
+    def _sums(stats: list[BlockStats] | tuple[BlockStats, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        entropy = torch.stack([s.entropy.sum(dim=0) for s in stats]).to(torch.float64).cpu()
+        focus = torch.stack([s.focus.sum(dim=0) for s in stats]).to(torch.float64).cpu()
+        return entropy, focus
+
+    def _update_blocks(self, geometry: AttentionGeometry, stats: list[BlockStats], batch: Batch) -> None:
+        entropy, focus = self._sums(stats)
+        if self.entropy_sum is None:
+            self.entropy_sum, self.focus_sum = entropy, focus
+        else:
+            self.entropy_sum, self.focus_sum = self.entropy_sum + entropy, self.focus_sum + focus
+        self.num_images += stats[0].batch_size
+
+    def _merge_sums(self, other: AttentionAccumulator, empty: bool) -> None:
+        if empty:
+            self.entropy_sum, self.focus_sum = other.entropy_sum.clone(), other.focus_sum.clone()
+        else:
+            self.entropy_sum, self.focus_sum = self.entropy_sum + other.entropy_sum, self.focus_sum + other.focus_sum
+
+    def compute(self) -> AttentionFocusResult:
+        meta = self._base_meta()
+        if self.num_images == 0:
+            return AttentionFocusResult(name=self.name, tensors={}, meta=meta)
+        g = self.geometry
+        log_n, log_k = math.log(g.num_tokens), math.log(g.num_spatial)
+        random_entropy, random_focus = (x / self._cfg_random_samples for x in self._sums(self._random()))
+        tensors = {}
+        for prefix, entropy, focus in (("", self.entropy_sum / self.num_images, self.focus_sum / self.num_images),
+                                       ("random_", random_entropy, random_focus)):
+            tensors[f"{prefix}entropy"] = entropy
+            tensors[f"{prefix}entropy_normalised"] = entropy / log_n if log_n > 0 else torch.zeros_like(entropy)
+            tensors[f"{prefix}focus"] = focus
+            tensors[f"{prefix}focus_normalised"] = focus / log_k if log_k > 0 else torch.zeros_like(focus)
+        return AttentionFocusResult(name=self.name, tensors=tensors, meta=meta)

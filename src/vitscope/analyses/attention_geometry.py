@@ -1,0 +1,187 @@
+"""Where heads look relative to the query: aligned aggregated attention maps (AAAM) with the local-head
+taxonomy and offsets (paper 002 figures 3 and 18), and the average attention distance (figure 4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, TableResult
+from vitscope.analyses.attention_pass import BlockStats, grid_tables
+from vitscope.analyses.base import Batch
+from vitscope.functional.attention import HEAD_TYPES, aligned_offset, local_head_type
+
+__all__ = ["AlignedAttention", "AlignedAttentionResult", "AttentionDistance", "AttentionDistanceResult"]
+
+
+class AlignedAttentionResult(TableResult):
+    """Result of :class:`AlignedAttention`; ``save`` adds a per-head table and the table of offset heads."""
+
+    def head_table(self):
+        """One row per block and head: type, peak offset (cells), centre-of-mass offset and its norm."""
+        import pandas as pd
+
+        if "aaam" not in self.tensors:
+            return pd.DataFrame()
+        rows = []
+        types, blocks = self.meta["head_types"], self.meta["blocks"]
+        peak, offset, norm = self.tensors["peak"], self.tensors["offset"], self.tensors["offset_norm"]
+        centre = self.tensors["centre_mass"]
+        for i, block in enumerate(blocks):
+            for h in range(peak.shape[1]):
+                rows.append({"block": block, "head": h, "type": types[i][h], "peak_dy": int(peak[i, h, 0]),
+                             "peak_dx": int(peak[i, h, 1]), "offset_dy": float(offset[i, h, 0]),
+                             "offset_dx": float(offset[i, h, 1]), "offset_norm": float(norm[i, h]),
+                             "centre_mass": float(centre[i, h])})
+        return pd.DataFrame(rows)
+
+    def save(self, out_dir: str | Path) -> list[Path]:
+        """The base tables plus ``<name>_heads.csv`` and ``<name>_offset_heads.csv`` (offset-local heads)."""
+        paths = super().save(out_dir)
+        table = self.head_table()
+        heads = Path(out_dir) / f"{self.name}_heads.csv"
+        table.to_csv(heads, index=False)
+        offsets = Path(out_dir) / f"{self.name}_offset_heads.csv"
+        (table[table["type"] == "offset_local"] if len(table) else table).to_csv(offsets, index=False)
+        return paths + [heads, offsets]
+
+    def plot(self, out_dir: str | Path) -> list[Path]:
+        """Write ``<name>`` (blocks x heads AAAM grid, labelled with head types) as PNG and SVG."""
+        from vitscope.viz.attention_figures import aligned_maps_figure
+
+        if "aaam" not in self.tensors:
+            return []
+        n = self.meta.get("num_images", 0)
+        return aligned_maps_figure(self.tensors["aaam"], self.meta["head_types"],
+                                   f"Aligned aggregated attention maps, mean over {n} images",
+                                   Path(out_dir) / self.name, block_labels=self.meta.get("blocks"))
+
+
+class AlignedAttention(AttentionAccumulator):
+    """Dataset aligned aggregated attention map (AAAM) of every block and head, with its head taxonomy.
+
+    Per image the AAAM is :func:`~vitscope.functional.aligned_attention` (every spatial query's spatial
+    attention map placed so the query lands at the centre of a ``(2h-1) x (2w-1)`` canvas, mean over
+    queries); the dataset AAAM is the mean over images. From it: the offset (centre of mass,
+    :func:`~vitscope.functional.aligned_offset`) and the local-head type
+    (:func:`~vitscope.functional.local_head_type`, thresholds below).
+
+    Args:
+        strict, offset, soft, axial, radius: taxonomy thresholds (METHODS.md section 1).
+        seed, random_samples, random_kind: random baseline.
+
+    State: ``num_images``, ``geometry``, ``aaam_sum`` ``[L, H, 2h-1, 2w-1]`` float64.
+
+    Result tensors: ``aaam``, ``random_aaam`` ``[L, H, 2h-1, 2w-1]``; ``offset`` ``[L, H, 2]`` (dy, dx) and
+    ``offset_norm`` ``[L, H]``; ``peak`` ``[L, H, 2]`` (cells from the centre, int64); ``centre_mass``
+    ``[L, H]``; ``random_offset_norm`` ``[L, H]``. meta: ``head_types`` (``[L][H]`` labels),
+    ``type_counts``, ``offset_heads`` (``[block, head, dy, dx]`` of every offset-local head),
+    ``random_head_types``, ``thresholds`` and the geometry.
+    """
+
+    name = "aligned_attention"
+    NEEDS = frozenset({"aligned"})
+
+    def __init__(self, strict: float = 0.5, offset: float = 0.3, soft: float = 0.5, axial: float = 0.7,
+                 radius: int = 2, seed: int = 0, random_samples: int = 4, random_kind: str = "uniform") -> None:
+        self._cfg_thresholds = {"strict": float(strict), "offset": float(offset), "soft": float(soft),
+                                "axial": float(axial), "radius": int(radius)}
+        super().__init__(seed=seed, random_samples=random_samples, random_kind=random_kind)
+
+    def _reset_sums(self) -> None:
+        self.aaam_sum: torch.Tensor | None = None
+
+    def _canvas(self, stats: list[BlockStats]) -> torch.Tensor:
+        sh, sw = grid_tables(stats[0].grid).canvas_shape
+        return torch.stack([s.aligned.cpu() for s in stats]).reshape(len(stats), -1, sh, sw)
+
+    def _update_blocks(self, geometry: AttentionGeometry, stats: list[BlockStats], batch: Batch) -> None:
+        canvas = self._canvas(stats)
+        self.aaam_sum = canvas if self.aaam_sum is None else self.aaam_sum + canvas
+        self.num_images += stats[0].batch_size
+
+    def _merge_sums(self, other: AttentionAccumulator, empty: bool) -> None:
+        self.aaam_sum = other.aaam_sum.clone() if empty else self.aaam_sum + other.aaam_sum
+
+    def compute(self) -> AlignedAttentionResult:
+        meta = {**self._base_meta(), "thresholds": dict(self._cfg_thresholds)}
+        if self.num_images == 0:
+            return AlignedAttentionResult(name=self.name, tensors={}, meta=meta)
+        aaam = self.aaam_sum / self.num_images
+        random = self._canvas(list(self._random())) / self._cfg_random_samples
+        offset, norm = aligned_offset(aaam)
+        types, peak = local_head_type(aaam, **self._cfg_thresholds)
+        random_types, _ = local_head_type(random, **self._cfg_thresholds)
+        sh, sw = aaam.shape[-2:]
+        centre = aaam[..., (sh - 1) // 2, (sw - 1) // 2] / aaam.sum(dim=(-2, -1)).clamp_min(1e-300)
+        blocks = list(self.geometry.blocks)
+        meta.update({
+            "head_types": types,
+            "type_counts": {t: sum(row.count(t) for row in types) for t in HEAD_TYPES},
+            "offset_heads": [[blocks[i], h, int(peak[i, h, 0]), int(peak[i, h, 1])]
+                             for i, row in enumerate(types) for h, t in enumerate(row) if t == "offset_local"],
+            "random_head_types": random_types,
+        })
+        tensors = {"aaam": aaam, "random_aaam": random, "offset": offset, "offset_norm": norm, "peak": peak,
+                   "centre_mass": centre, "random_offset_norm": aligned_offset(random)[1]}
+        return AlignedAttentionResult(name=self.name, tensors=tensors, meta=meta)
+
+
+class AttentionDistanceResult(TableResult):
+    """Result of :class:`AttentionDistance`; ``plot`` draws paper 002 figure 4 for this model."""
+
+    def plot(self, out_dir: str | Path) -> list[Path]:
+        """Write ``<name>`` (distance of every head per block, the per-block mean, the random baseline)."""
+        from vitscope.viz.attention_figures import distance_figure
+
+        if "distance" not in self.tensors:
+            return []
+        model = self.meta.get("model") or "model"
+        return distance_figure({model: self.tensors["distance"]}, Path(out_dir) / self.name,
+                               random=self.tensors["random_distance"], block_labels=self.meta.get("blocks"))
+
+
+class AttentionDistance(AttentionAccumulator):
+    """Average attention distance per block and head (Raghu et al.; paper 002 section 4.3, figure 4).
+
+    Per image and head :func:`~vitscope.functional.attention_distance` (unit-square positions, mean over
+    spatial queries of the attention-weighted distance to the keys); dataset value = mean over images.
+    Computed from the per-image aligned map: a key's distance from its query depends only on their
+    offset, so ``d = sum_cells AAAM[cell] * ||offset(cell)||`` exactly.
+
+    State: ``num_images``, ``geometry``, ``distance_sum`` ``[L, H]`` float64.
+
+    Result tensors: ``distance`` ``[L, H]``, ``block_mean`` ``[L]``, ``random_distance`` ``[L, H]``,
+    ``random_block_mean`` ``[L]``. meta: the geometry, ``num_images``, ``random``.
+    """
+
+    name = "attention_distance"
+    NEEDS = frozenset({"aligned"})
+
+    def _reset_sums(self) -> None:
+        self.distance_sum: torch.Tensor | None = None
+
+    @staticmethod
+    def _distance(stats: list[BlockStats]) -> torch.Tensor:
+        """``[L, H]`` sum over the batch's images of the per-image distance."""
+        dist = grid_tables(stats[0].grid, stats[0].aligned.device).cell_distance
+        return torch.stack([s.aligned @ dist for s in stats]).cpu()
+
+    def _update_blocks(self, geometry: AttentionGeometry, stats: list[BlockStats], batch: Batch) -> None:
+        d = self._distance(stats)
+        self.distance_sum = d if self.distance_sum is None else self.distance_sum + d
+        self.num_images += stats[0].batch_size
+
+    def _merge_sums(self, other: AttentionAccumulator, empty: bool) -> None:
+        self.distance_sum = other.distance_sum.clone() if empty else self.distance_sum + other.distance_sum
+
+    def compute(self) -> AttentionDistanceResult:
+        meta = self._base_meta()
+        if self.num_images == 0:
+            return AttentionDistanceResult(name=self.name, tensors={}, meta=meta)
+        distance = self.distance_sum / self.num_images
+        random = self._distance(list(self._random())) / self._cfg_random_samples
+        tensors = {"distance": distance, "block_mean": distance.mean(dim=-1), "random_distance": random,
+                   "random_block_mean": random.mean(dim=-1)}
+        return AttentionDistanceResult(name=self.name, tensors=tensors, meta=meta)

@@ -1,0 +1,146 @@
+"""Dataset and per-image attention maps per block and head: CLS maps and spatial-average maps.
+
+Paper 002 figures 2 and 17 (dataset average, blocks x heads) and 11 to 13 (single images).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import ClassVar
+
+import torch
+
+from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, TableResult, thumbnails
+from vitscope.analyses.attention_pass import BlockStats
+from vitscope.analyses.base import Batch
+
+__all__ = ["AttentionMapsResult", "CLSAttentionMaps", "SpatialAverageMaps"]
+
+
+def _renormalise(x: torch.Tensor) -> torch.Tensor:
+    s = x.sum(dim=-1, keepdim=True)
+    return x / torch.where(s == 0, torch.ones_like(s), s)
+
+
+class AttentionMapsResult(TableResult):
+    """Result of :class:`CLSAttentionMaps` / :class:`SpatialAverageMaps`; ``plot`` draws blocks x heads grids."""
+
+    def plot(self, out_dir: str | Path) -> list[Path]:
+        """Write ``<name>_mean`` (dataset map), ``<name>_random`` and ``<name>_image<i>`` as PNG and SVG."""
+        from vitscope.viz.attention_figures import block_head_maps
+
+        if "mean_map" not in self.tensors:
+            return []
+        out = Path(out_dir)
+        what = self.meta.get("what", self.name)
+        n = self.meta.get("num_images", 0)
+        labels = self.meta.get("blocks")
+        paths = block_head_maps(self.tensors["mean_map"], f"{what}, mean over {n} images", out / f"{self.name}_mean",
+                                block_labels=labels)
+        paths += block_head_maps(self.tensors["random_mean_map"], f"{what}, random-attention baseline",
+                                 out / f"{self.name}_random", block_labels=labels)
+        for j, idx in enumerate(self.meta.get("image_indices", [])):
+            image = self.tensors["images"][j] if "images" in self.tensors else None
+            paths += block_head_maps(self.tensors["image_maps"][j], f"{what}, image {idx}",
+                                     out / f"{self.name}_image{idx}", block_labels=labels, image=image)
+        return paths
+
+
+class _MapAccumulator(AttentionAccumulator):
+    """Sum over images of a per-image ``[L, H, h, w]`` map, plus the maps of chosen images.
+
+    Args:
+        images: dataset indices whose own maps (and preprocessed image, for display) are kept.
+        seed, random_samples, random_kind: random baseline (see :class:`AttentionAccumulator`).
+
+    State: ``num_images``, ``geometry``, ``map_sum`` ``[L, H, h, w]`` float64 (CPU), ``image_maps`` and
+    ``image_pixels`` (dataset index -> ``[L, H, h, w]`` float64 / ``[H_px, W_px, 3]`` uint8).
+
+    Result tensors: ``mean_map`` ``[L, H, h, w]``, ``random_mean_map`` ``[L, H, h, w]`` (the same map of
+    the random baseline, mean over its samples), ``image_maps`` ``[I, L, H, h, w]`` and ``images``
+    ``[I, H_px, W_px, 3]`` for the chosen images that were seen (sorted by index; absent when none).
+    meta: ``num_images``, ``blocks``, ``num_heads``, ``grid``, ``num_prefix``, ``image_indices``, ``random``.
+    """
+
+    what: ClassVar[str] = "attention map"
+
+    def __init__(self, images: Sequence[int] = (0, 1, 2, 3), seed: int = 0, random_samples: int = 4,
+                 random_kind: str = "uniform") -> None:
+        if isinstance(images, int):
+            images = (images,)
+        self._cfg_images: frozenset[int] = frozenset(int(i) for i in images)
+        super().__init__(seed=seed, random_samples=random_samples, random_kind=random_kind)
+
+    def _reset_sums(self) -> None:
+        self.map_sum: torch.Tensor | None = None
+        self.image_maps: dict[int, torch.Tensor] = {}
+        self.image_pixels: dict[int, torch.Tensor] = {}
+
+    def _maps(self, stats: BlockStats) -> torch.Tensor:
+        """Per-image map ``[B, H, K]`` of one block."""
+        raise NotImplementedError
+
+    def _update_blocks(self, geometry: AttentionGeometry, stats: list[BlockStats], batch: Batch) -> None:
+        h, w = geometry.grid
+        maps = torch.stack([self._maps(s) for s in stats], dim=1)  # [B, L, H, K]
+        maps = maps.reshape(*maps.shape[:3], h, w)
+        batch_sum = maps.sum(dim=0).to(torch.float64).cpu()
+        self.map_sum = batch_sum if self.map_sum is None else self.map_sum + batch_sum
+        self.num_images += maps.shape[0]
+        chosen = [j for j, idx in enumerate(batch.indices) if int(idx) in self._cfg_images]
+        for j, pixels in zip(chosen, thumbnails(batch, chosen)):
+            idx = int(batch.indices[j])
+            self.image_maps.setdefault(idx, maps[j].to(torch.float64).cpu())
+            self.image_pixels.setdefault(idx, pixels)
+
+    def _merge_sums(self, other: AttentionAccumulator, empty: bool) -> None:
+        self.map_sum = other.map_sum.clone() if empty else self.map_sum + other.map_sum
+        for idx, m in other.image_maps.items():
+            self.image_maps.setdefault(idx, m.clone())
+            self.image_pixels.setdefault(idx, other.image_pixels[idx].clone())
+
+    def compute(self) -> AttentionMapsResult:
+        meta = {"what": self.what, **self._base_meta(), "image_indices": sorted(self.image_maps)}
+        if self.num_images == 0:
+            return AttentionMapsResult(name=self.name, tensors={}, meta=meta)
+        h, w = self.geometry.grid
+        rand = torch.stack([self._maps(s).mean(dim=0) for s in self._random()]).reshape(-1, self.geometry.num_heads,
+                                                                                          h, w)
+        tensors = {"mean_map": self.map_sum / self.num_images, "random_mean_map": rand.to(torch.float64).cpu()}
+        if self.image_maps:
+            order = sorted(self.image_maps)
+            tensors["image_maps"] = torch.stack([self.image_maps[i] for i in order])
+            tensors["images"] = torch.stack([self.image_pixels[i] for i in order])
+        return AttentionMapsResult(name=self.name, tensors=tensors, meta=meta)
+
+
+class CLSAttentionMaps(_MapAccumulator):
+    """CLS attention maps: row 0 of every head over the spatial keys, raw (METHODS.md section 1).
+
+    Dataset map = sum over images / number of images. Needs a CLS token. See :class:`_MapAccumulator`
+    for arguments, state and result.
+    """
+
+    name = "cls_attention_maps"
+    NEEDS = frozenset({"cls"})
+    requires_cls = True
+    what = "CLS attention"
+
+    def _maps(self, stats: BlockStats) -> torch.Tensor:
+        return stats.cls
+
+
+class SpatialAverageMaps(_MapAccumulator):
+    """Spatial-average maps: the raw rows of the spatial queries over the spatial keys, summed, normalised.
+
+    Per image and head the map sums to 1 (METHODS.md section 1; a map summing to 0 stays 0); the dataset
+    map is the mean over images. Works without a CLS token. See :class:`_MapAccumulator`.
+    """
+
+    name = "spatial_average_maps"
+    NEEDS = frozenset({"colsum"})
+    what = "spatial-average attention"
+
+    def _maps(self, stats: BlockStats) -> torch.Tensor:
+        return _renormalise(stats.colsum)

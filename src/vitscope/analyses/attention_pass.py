@@ -1,0 +1,345 @@
+"""One pass over a block's attention pattern for every statistic of the attention suite.
+
+The attention analyses (maps, aligned maps, distance, saliency, entropy and focus, rollout) all read the
+same ``[B, H, N, N]`` pattern of every block. Instead of each analysis calling the
+:mod:`vitscope.functional.attention` functions on it (each makes its own renormalised copy, and the
+aligned map scatters every entry of every image), :func:`block_statistics` computes the per-batch
+quantities they need in one go, with per-grid index and distance tables (:func:`grid_tables`, cached)
+and one reusable work buffer instead of fresh full-size temporaries:
+
+=============  ============================================================================  ==============
+quantity       meaning (METHODS.md section 1)                                                shape
+=============  ============================================================================  ==============
+``cls``        CLS row over the spatial keys, raw                                            ``[B, H, K]``
+``colsum``     sum of the raw spatial query rows over the spatial keys (spatial-average map  ``[B, H, K]``
+               before its normalisation)
+``rowsum``     spatial mass of every spatial query row                                       ``[B, H, K]``
+``aligned``    sum over the batch's images of the per-image aligned map (AAAM), flattened    ``[H, C]``
+``entropy``    plain row entropy over all keys, mean over all queries                        ``[B, H]``
+``focus``      attention focus index (paper 003), mean over spatial queries                  ``[B, H]``
+``fused_*``    heads fused by mean / max / min (rollout input)                               ``[B, N, N]``
+=============  ============================================================================  ==============
+
+with ``K = h * w`` spatial tokens and ``C = (2h - 1)(2w - 1)`` aligned-map cells. The per-image average
+attention distance is the aligned map's dot product with the distance of each cell from the centre
+(``GridTables.cell_distance``), because the distance of a key from its query depends only on the offset
+that the aligned map indexes by; so ``aligned`` also gives the distance at no extra cost.
+
+:func:`shared_block_statistics` memoises the result per recorded pattern tensor (weakly: the entry
+goes when the engine drops the record), so analyses run together compute each quantity once per block
+and batch; an analysis asks for the *union* of what the suite needs (its plan) so that the first one
+to see a block computes everything in one pass. :func:`random_block_statistics` does the same for the
+random baseline (computed once per configuration, seeded).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import threading
+import weakref
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from vitscope.functional.attention import random_attention
+
+__all__ = [
+    "FUSIONS",
+    "QUANTITIES",
+    "BlockStats",
+    "GridTables",
+    "block_statistics",
+    "grid_tables",
+    "random_block_statistics",
+    "release_work_buffers",
+    "shared_block_statistics",
+]
+
+FUSIONS: tuple[str, ...] = ("mean", "max", "min")
+QUANTITIES: frozenset[str] = frozenset(
+    {"cls", "colsum", "rowsum", "aligned", "entropy", "focus"} | {f"fused_{m}" for m in FUSIONS}
+)
+_FLAT = 1e-12  # a spatial row whose renormalised max - min is below this is uniform (METHODS.md, focus)
+
+
+# ---------------------------------------------------------------- per-grid tables
+
+
+@dataclass(frozen=True)
+class GridTables:
+    """Index and distance tables of one ``h x w`` grid (built once per grid and device).
+
+    Attributes:
+        grid: ``(h, w)``.
+        canvas_shape: ``(2h - 1, 2w - 1)``.
+        canvas_index: ``[K * K]`` int64: flat aligned-map cell of (query q, key k), row-major over (q, k).
+        cell_distance: ``[C]`` float64 unit-square distance between a query and a key at each cell's offset.
+    """
+
+    grid: tuple[int, int]
+    canvas_shape: tuple[int, int]
+    canvas_index: torch.Tensor
+    cell_distance: torch.Tensor
+
+
+@functools.lru_cache(maxsize=32)
+def _grid_tables(h: int, w: int, device: str) -> GridTables:
+    dev = torch.device(device)
+    r = torch.arange(h, device=dev).repeat_interleave(w)
+    c = torch.arange(w, device=dev).repeat(h)
+    index = (h - 1 + r[None, :] - r[:, None]) * (2 * w - 1) + (w - 1 + c[None, :] - c[:, None])
+    # the unit-square position of token (r, c) is (c / (w-1), r / (h-1)); an axis of length 1 has coordinate 0
+    dy = torch.arange(-(h - 1), h, dtype=torch.float64, device=dev) / max(h - 1, 1)
+    dx = torch.arange(-(w - 1), w, dtype=torch.float64, device=dev) / max(w - 1, 1)
+    dist = (dy[:, None] ** 2 + dx[None, :] ** 2).sqrt().reshape(-1)
+    return GridTables((h, w), (2 * h - 1, 2 * w - 1), index.reshape(-1).contiguous(), dist)
+
+
+def grid_tables(grid: Sequence[int], device: torch.device | str = "cpu") -> GridTables:
+    """Cached :class:`GridTables` of ``grid`` on ``device``."""
+    h, w = (int(v) for v in grid)
+    return _grid_tables(h, w, str(torch.device(device)))
+
+
+# ---------------------------------------------------------------- work buffer
+
+
+_BUFFERS: dict[tuple[str, torch.dtype, int], torch.Tensor] = {}
+_LOCK = threading.Lock()
+
+
+def _work_buffer(numel: int, dtype: torch.dtype, device: torch.device, slot: int = 0) -> torch.Tensor:
+    """A flat scratch tensor of at least ``numel`` elements, reused across blocks and batches.
+
+    Full-size temporaries would be page-faulted in anew for every block (the engine sends large blocks
+    back to the OS, engine/memory.py), which costs more than the arithmetic; persistent buffers avoid
+    that (two slots: the focus index needs two at once). Callers hold ``_LOCK``.
+    """
+    key = (str(device), dtype, slot)
+    buf = _BUFFERS.get(key)
+    if buf is None or buf.numel() < numel:
+        _BUFFERS.pop(key, None)
+        with torch.inference_mode(False):  # a normal tensor: writable both inside and outside inference mode
+            buf = torch.empty(numel, dtype=dtype, device=device)
+        _BUFFERS[key] = buf
+    return buf[:numel]
+
+
+def release_work_buffers() -> None:
+    """Free the scratch buffers (they are re-created on the next call)."""
+    with _LOCK:
+        _BUFFERS.clear()
+
+
+# ---------------------------------------------------------------- the pass
+
+
+@dataclass
+class BlockStats:
+    """Per-batch statistics of one block's pattern (see the module docstring for each quantity).
+
+    Tensors stay on the pattern's device in its computation dtype, except ``aligned`` (float64).
+    A field is None until computed.
+    """
+
+    batch_size: int
+    num_heads: int
+    grid: tuple[int, int]
+    num_prefix: int
+    cls: torch.Tensor | None = None
+    colsum: torch.Tensor | None = None
+    rowsum: torch.Tensor | None = None
+    aligned: torch.Tensor | None = None
+    entropy: torch.Tensor | None = None
+    focus: torch.Tensor | None = None
+    fused: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def have(self) -> frozenset[str]:
+        """Names of the quantities computed so far."""
+        names = {n for n in ("cls", "colsum", "rowsum", "aligned", "entropy", "focus") if getattr(self, n) is not None}
+        return frozenset(names | {f"fused_{m}" for m in self.fused})
+
+    def update_from(self, other: BlockStats) -> None:
+        for n in ("cls", "colsum", "rowsum", "aligned", "entropy", "focus"):
+            if getattr(other, n) is not None:
+                setattr(self, n, getattr(other, n))
+        self.fused.update(other.fused)
+
+
+def _check(pattern: torch.Tensor, grid: Sequence[int], num_prefix: int, needs: Iterable[str]) -> tuple[int, int, int]:
+    if not isinstance(pattern, torch.Tensor) or pattern.dim() != 4 or pattern.shape[-1] != pattern.shape[-2]:
+        raise ValueError(f"expected an attention pattern [B, H, N, N], got {tuple(getattr(pattern, 'shape', ()))}")
+    h, w = (int(v) for v in grid)
+    n, p = pattern.shape[-1], int(num_prefix)
+    if p < 0 or h < 1 or w < 1 or p + h * w != n:
+        raise ValueError(
+            f"the pattern has N = {n} tokens but grid {h}x{w} plus {p} prefix tokens makes {p + h * w}; "
+            "pass the batch's grid and the model's number of prefix tokens"
+        )
+    unknown = set(needs) - QUANTITIES
+    if unknown:
+        raise ValueError(f"unknown attention quantities {sorted(unknown)}; known: {sorted(QUANTITIES)}")
+    if "cls" in needs and p < 1:
+        raise ValueError("the CLS map needs a CLS token, but this model has no prefix tokens")
+    return h, w, p
+
+
+def block_statistics(
+    pattern: torch.Tensor, grid: Sequence[int], num_prefix: int, needs: Iterable[str]
+) -> BlockStats:
+    """Compute the requested quantities of one block's pattern in one pass (module docstring).
+
+    Float64 patterns are computed in float64, anything else in float32. The pattern must be
+    non-negative (a softmax output, or the random baseline).
+
+    Args:
+        pattern: ``[B, H, N, N]`` attention of one block.
+        grid: ``(h, w)`` with ``h * w = N - num_prefix``.
+        num_prefix: P prefix tokens (CLS first when P >= 1).
+        needs: names from :data:`QUANTITIES`.
+
+    Returns:
+        :class:`BlockStats` with the requested fields set.
+    """
+    needs = frozenset(needs)
+    h, w, p = _check(pattern, grid, num_prefix, needs)
+    dtype = torch.float64 if pattern.dtype == torch.float64 else torch.float32
+    a = pattern.detach().to(dtype)
+    b, heads = a.shape[:2]
+    out = BlockStats(batch_size=b, num_heads=heads, grid=(h, w), num_prefix=p)
+    if b == 0:
+        return out
+    sp = a[..., p:, p:]  # spatial block (a view)
+    if "cls" in needs:
+        out.cls = a[:, :, 0, p:].clone()  # a copy: a view would keep the whole pattern alive
+    if "colsum" in needs:
+        out.colsum = sp.sum(dim=-2)
+    rowsum = sp.sum(dim=-1) if needs & {"rowsum", "aligned", "focus"} else None
+    if "rowsum" in needs:
+        out.rowsum = rowsum
+    with _LOCK:
+        if "aligned" in needs:
+            out.aligned = _aligned(sp, rowsum, grid_tables((h, w), a.device), dtype)
+        if "entropy" in needs:
+            buf = _work_buffer(a.numel(), dtype, a.device).view(a.shape)
+            # plain entropy: -sum_k a log a; a = 0 gives 0 * -inf = nan, which nansum counts as 0 (0 log 0 = 0)
+            torch.log(a, out=buf)
+            buf.mul_(a)
+            out.entropy = -buf.nansum(dim=-1).mean(dim=-1)
+        if "focus" in needs:
+            out.focus = _focus(sp, rowsum, dtype)
+    for mode in FUSIONS:
+        if f"fused_{mode}" in needs:
+            out.fused[mode] = {"mean": a.mean, "max": a.amax, "min": a.amin}[mode](dim=1)
+    return out
+
+
+def _aligned(sp: torch.Tensor, rowsum: torch.Tensor, tables: GridTables, dtype: torch.dtype) -> torch.Tensor:
+    """Sum over images of the per-image AAAM: ``[H, C]`` float64 (each image's map divides by K).
+
+    The AAAM is linear in the spatial attention, so the batch's spatial rows (renormalised) are summed
+    over images first and scattered once, instead of scattering every image.
+    """
+    b, heads, k, _ = sp.shape
+    safe = torch.where(rowsum == 0, torch.ones_like(rowsum), rowsum)  # a row with no spatial mass stays 0
+    buf = _work_buffer(sp.numel(), dtype, sp.device).view(sp.shape)
+    torch.div(sp, safe.unsqueeze(-1), out=buf)
+    summed = buf.sum(dim=0).reshape(heads, k * k).to(torch.float64)
+    canvas = torch.zeros(heads, tables.cell_distance.numel(), dtype=torch.float64, device=sp.device)
+    canvas.index_add_(1, tables.canvas_index, summed)
+    return canvas / k
+
+
+def _focus(sp: torch.Tensor, rowsum: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Focus index ``[B, H]``: per spatial row ``log T - X / T`` with ``d = a - min``, ``T = sum d``,
+    ``X = sum d log d``.
+
+    That is the entropy of ``u / sum(u)`` for the min-max normalised row ``u = d / (max - min)``; it does
+    not depend on the row's scale, so the raw rows are used (no renormalisation pass). A row counts as
+    uniform (entropy ``log K``) when its renormalised span is below 1e-12, i.e. ``span < 1e-12 * rowsum``,
+    or when it has no spatial mass, exactly as :func:`vitscope.functional.focus_index`.
+    """
+    k = sp.shape[-1]
+    lo = sp.amin(dim=-1)  # amin and amax separately: torch.aminmax is several times slower here
+    span = sp.amax(dim=-1) - lo
+    d = _work_buffer(sp.numel(), dtype, sp.device).view(sp.shape)
+    torch.sub(sp, lo.unsqueeze(-1), out=d)
+    total = d.sum(dim=-1)
+    # d log d with 0 log 0 = 0: vectorised log, multiply, nansum (0 * -inf = nan counts as 0); xlogy would
+    # do it in one call but is a scalar loop, 3x slower
+    dlogd = _work_buffer(sp.numel(), dtype, sp.device, slot=1).view(sp.shape)
+    torch.log(d, out=dlogd)
+    x = dlogd.mul_(d).nansum(dim=-1)
+    flat = (span < _FLAT * rowsum) | (rowsum == 0)
+    safe = torch.where(flat, torch.ones_like(total), total)
+    entropy = torch.where(flat, torch.full_like(total, math.log(k)), safe.log() - x / safe)
+    return entropy.mean(dim=-1)
+
+
+# ---------------------------------------------------------------- sharing between analyses
+
+
+@dataclass
+class _Entry:
+    ref: weakref.ref
+    geometry: tuple[tuple[int, int], int]
+    stats: BlockStats
+
+
+_MEMO: dict[int, _Entry] = {}
+
+
+def _forget(key: int, ref: weakref.ref) -> None:
+    entry = _MEMO.get(key)
+    if entry is not None and entry.ref is ref:
+        del _MEMO[key]
+
+
+def shared_block_statistics(
+    pattern: torch.Tensor, grid: Sequence[int], num_prefix: int, needs: Iterable[str]
+) -> BlockStats:
+    """:func:`block_statistics`, memoised per pattern tensor so that analyses of one batch share the work.
+
+    The memo holds a weak reference to the pattern: its entry disappears when the tensor does (the
+    engine clears the record after every batch). Quantities missing from an entry are computed and added.
+    The returned tensors must not be modified.
+    """
+    needs = frozenset(needs)
+    geometry = ((int(grid[0]), int(grid[1])), int(num_prefix))
+    key = id(pattern)
+    entry = _MEMO.get(key)
+    if entry is None or entry.ref() is not pattern or entry.geometry != geometry:
+        ref = weakref.ref(pattern, lambda r, key=key: _forget(key, r))
+        entry = _Entry(ref, geometry, BlockStats(int(pattern.shape[0]), int(pattern.shape[1]), *geometry))
+        _MEMO[key] = entry
+    missing = needs - entry.stats.have()
+    if missing:
+        entry.stats.update_from(block_statistics(pattern, grid, num_prefix, missing))
+    return entry.stats
+
+
+@functools.lru_cache(maxsize=4)
+def random_block_statistics(
+    seed: int, kind: str, samples: int, num_blocks: int, num_heads: int, grid: tuple[int, int], num_prefix: int
+) -> tuple[BlockStats, ...]:
+    """Every quantity of the random baseline (METHODS.md section 1), per block; cached per configuration.
+
+    Block ``i`` gets ``random_attention([samples, H, N, N])`` drawn in block order from one generator
+    seeded with ``seed`` (float64). As in the 002 code the pattern's rows do not sum to 1: the CLS row is
+    used raw, spatial rows are renormalised where the definitions say so, and the focus index ignores the
+    scale. The plain entropy is the one exception: it is taken on the rows renormalised over all keys,
+    since the entropy of an unnormalised row is not an entropy.
+    """
+    gen = torch.Generator().manual_seed(int(seed))
+    h, w = grid
+    n = num_prefix + h * w
+    needs = set(QUANTITIES) - {"entropy", "rowsum"} - ({"cls"} if num_prefix < 1 else set())
+    out = []
+    for _ in range(num_blocks):
+        r = random_attention((samples, num_heads, n, n), gen, kind=kind, dtype=torch.float64)
+        stats = block_statistics(r, grid, num_prefix, needs)
+        stats.entropy = block_statistics(r / r.sum(dim=-1, keepdim=True), grid, num_prefix, {"entropy"}).entropy
+        out.append(stats)
+    return tuple(out)

@@ -1,0 +1,111 @@
+"""The attention suite of paper 002 (section 4, appendix C) plus rollout and entropy, as one group.
+
+``attention_suite(spec, targets)`` builds every attention analysis that can run on the model and data and
+links them so that every block's pattern is reduced in ONE pass per batch (see
+:mod:`vitscope.analyses.attention_pass`). ``vitscope analyze --analyses attention`` uses it.
+
+Example::
+
+    import vitscope
+    from vitscope.analyses.attention_suite import attention_suite
+    from vitscope.data.images import open_dataset
+
+    backbone = vitscope.load_model("tiny-vit")
+    data = open_dataset("synth_coco::coco")  # written by `vitscope synth --format coco --out synth_coco`
+    results = vitscope.run(backbone, data, attention_suite(backbone.spec, targets={"masks"}))
+    results["saliency_iou"]["cls_best_iou"]   # [L] best-head IoU per block
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+
+from vitscope.analyses.attention_base import AttentionAccumulator
+from vitscope.analyses.attention_focus import AttentionFocus
+from vitscope.analyses.attention_geometry import AlignedAttention, AttentionDistance
+from vitscope.analyses.attention_maps import CLSAttentionMaps, SpatialAverageMaps
+from vitscope.analyses.base import Accumulator
+from vitscope.analyses.rollout_analysis import AttentionRollout
+from vitscope.analyses.saliency import SaliencyIoU
+from vitscope.models.spec import ModelSpec
+
+__all__ = ["ATTENTION_GROUP", "ATTENTION_SUITE", "NoAttentionError", "attention_suite", "link_attention_plans"]
+
+ATTENTION_GROUP = "attention"
+ATTENTION_SUITE: tuple[type[AttentionAccumulator], ...] = (
+    CLSAttentionMaps, SpatialAverageMaps, AlignedAttention, AttentionDistance, SaliencyIoU, AttentionFocus,
+    AttentionRollout,
+)
+
+
+class NoAttentionError(ValueError):
+    """The model has no attention (a CNN), so no attention analysis can run on it."""
+
+
+def link_attention_plans(analyses: Iterable[Accumulator]) -> list[Accumulator]:
+    """Give every attention analysis of ``analyses`` the union of their needs, so they share one pass.
+
+    The first analysis to see a block then computes every quantity the others read (memoised per
+    pattern); without linking, each computes only its own and later ones add what is missing.
+
+    Returns:
+        ``analyses`` as a list (the same instances, configured in place).
+    """
+    analyses = list(analyses)
+    members = [a for a in analyses if isinstance(a, AttentionAccumulator)]
+    plan = frozenset().union(*(a.own_needs() for a in members)) if members else frozenset()
+    for a in members:
+        a._cfg_plan = plan
+    return analyses
+
+
+def attention_suite(
+    spec: ModelSpec | None = None,
+    targets: Collection[str] | None = None,
+    images: Sequence[int] = (0, 1, 2, 3),
+    seed: int = 0,
+    random_samples: int = 4,
+    random_kind: str = "uniform",
+    mass: float = 0.6,
+    best_head: str = "image",
+    head_fusion: str = "mean",
+    discard_ratio: float = 0.0,
+) -> list[Accumulator]:
+    """Every attention analysis that can run on ``spec`` and the data, linked to share one pass.
+
+    Args:
+        spec: the model's ModelSpec (None: assume a ViT with a CLS token).
+        targets: ground-truth keys the dataset provides (``batch.targets``); ``saliency_iou`` is included
+            only when ``"masks"`` is among them (None counts as none).
+        images: dataset indices whose own maps are kept (maps and rollout).
+        seed, random_samples, random_kind: the random baseline (one per run, seeded).
+        mass, best_head: saliency threshold and best-head rule.
+        head_fusion, discard_ratio: rollout options.
+
+    Returns:
+        Fresh accumulators: ``cls_attention_maps`` (models with a CLS token), ``spatial_average_maps``,
+        ``aligned_attention``, ``attention_distance``, ``saliency_iou`` (with masks), ``attention_focus``,
+        ``attention_rollout``.
+
+    Raises:
+        NoAttentionError: ``spec`` is a CNN.
+    """
+    if spec is not None and not spec.is_transformer:
+        raise NoAttentionError(
+            f"the attention analyses need attention patterns, but {spec.name} is a CNN and has no attention; "
+            "use a transformer or other analyses"
+        )
+    random = {"seed": seed, "random_samples": random_samples, "random_kind": random_kind}
+    suite: list[AttentionAccumulator] = [
+        CLSAttentionMaps(images=images, **random),
+        SpatialAverageMaps(images=images, **random),
+        AlignedAttention(**random),
+        AttentionDistance(**random),
+    ]
+    if targets is not None and "masks" in targets:
+        suite.append(SaliencyIoU(mass=mass, best_head=best_head, **random))
+    suite += [AttentionFocus(**random),
+              AttentionRollout(head_fusion=head_fusion, discard_ratio=discard_ratio, images=images, **random)]
+    if spec is not None:
+        suite = [a for a in suite if a.supports(spec)]
+    return link_attention_plans(suite)

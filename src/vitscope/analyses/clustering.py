@@ -1,0 +1,130 @@
+"""Clustering per block scored by purity, NMI and ARI (paper 002 sections 5.2, 5.3; figures 7, 8, 24 to 27).
+
+METHODS.md section 2 "Clustering": scikit-learn k-means (``n_init=10``, ``random_state`` passed
+explicitly, default 0), k = number of distinct labels unless given. Image level: CLS of the block output
+or the mean of its spatial tokens. Object / part level: mean of the spatial tokens weighted by each region
+mask resized to the grid (weights sum to 1). Random chance: the same clustering of U(0, 1) features of the
+same shape (``random_kind="gaussian"`` for N(0, 1)), seeded, once per run.
+
+Two ways in: the streaming :class:`Clustering` accumulator (``vitscope.run``, standard preprocessing), and
+:func:`clustering_probe` on a feature-cache entry (any view, e.g. tiled dense features for regions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vitscope.analyses.probe_base import LabelledFeatures
+from vitscope.analyses.probe_result import ProbeResult, probe_result
+from vitscope.features.cache import CacheEntry
+from vitscope.functional.cluster import cluster_scores, kmeans_labels
+from vitscope.functional.pooling import random_features
+
+__all__ = ["Clustering", "clustering_probe", "clustering_scores"]
+
+METRICS = ("purity", "nmi", "ari")
+
+
+def clustering_scores(blocks: Sequence[int], features: Callable[[int], np.ndarray], labels: np.ndarray,
+                      k: int | None = None, seed: int = 0, random_kind: str | None = "uniform",
+                      name: str = "clustering", **meta: object) -> ProbeResult:
+    """k-means of every block's features scored against ``labels``, plus the random-chance score.
+
+    Args:
+        blocks: block numbers; features: ``block -> [n, D]`` features (rows aligned with ``labels``).
+        labels: ``[n]`` integer ground truth.
+        k: clusters (default: distinct labels); seed: k-means ``random_state`` and random-feature seed.
+        random_kind: ``"uniform"``, ``"gaussian"`` or None (no baseline).
+        name: result name; meta: stored in ``ProbeResult.meta``.
+
+    Returns:
+        ProbeResult with ``purity``, ``nmi``, ``ari`` ``[L]`` and their ``random_*``.
+    """
+    labels = np.asarray(labels, dtype=np.int64)
+    k = int(k) if k is not None else int(np.unique(labels).size)
+    k = min(k, labels.size)
+    scores: dict[str, list[float]] = {m: [] for m in METRICS}
+    width = 0
+    for b in blocks:
+        x = np.asarray(features(b), dtype=np.float32)
+        width = x.shape[1]
+        s = cluster_scores(labels, kmeans_labels(x, k, seed))
+        for m in METRICS:
+            scores[m].append(s[m])
+    random = None
+    if random_kind is not None and blocks:
+        noise = random_features((labels.size, width), torch.Generator().manual_seed(seed), random_kind)
+        random = cluster_scores(labels, kmeans_labels(noise.numpy(), k, seed))
+    meta.setdefault("num_rows", int(labels.size))
+    return probe_result(name, "clustering", list(blocks), scores, random, k=k, seed=seed,
+                        random_kind=random_kind, **meta)
+
+
+class Clustering(LabelledFeatures):
+    """Per-block k-means clustering of image (or region) features, scored against the labels.
+
+    Args:
+        site: block site (default ``resid_post``, the block output).
+        tokens: image level: ``"cls"`` (default) or ``"spatial_mean"``.
+        level: ``"image"`` (batch targets ``label``), ``"object"`` or ``"part"`` (targets ``masks`` and
+            ``instance_labels``, see :class:`vitscope.features.sources.MaskedAnnotatedSource`).
+        k: number of clusters (default: the number of distinct labels).
+        seed: k-means ``random_state`` and seed of the random baseline.
+        random_kind: random-chance features, ``"uniform"`` (default), ``"gaussian"`` or None.
+        workdir: folder for spilled features.
+
+    Result: :class:`ProbeResult` with ``purity``, ``nmi``, ``ari`` ``[L]`` and ``random_*``.
+    """
+
+    name = "clustering"
+    task = "clustering"
+
+    def __init__(self, site: str = "resid_post", tokens: str = "cls", level: str = "image", k: int | None = None,
+                 seed: int = 0, random_kind: str | None = "uniform", workdir: str | Path | None = None) -> None:
+        super().__init__(site, tokens, level, workdir)
+        if k is not None and (int(k) != k or k < 1):
+            raise ValueError(f"k must be a positive integer, got {k!r}")
+        self._cfg_k, self._cfg_seed, self._cfg_random = k, int(seed), random_kind
+
+    def compute(self) -> ProbeResult:
+        meta = self.base_meta()
+        if len(self.store) == 0:
+            return ProbeResult(self.name, {}, {**meta, "metrics": list(METRICS)})
+        _, labels, feats = self.rows()
+        meta.pop("blocks")
+        meta.pop("task")
+        return clustering_scores(self.blocks, feats.__getitem__, labels, self._cfg_k, self._cfg_seed,
+                                 self._cfg_random, self.name, **meta)
+
+
+def clustering_probe(entry: CacheEntry, labels: np.ndarray | None = None, k: int | None = None, seed: int = 0,
+                     random_kind: str | None = "uniform", blocks: Sequence[int] | None = None,
+                     model: str = "") -> ProbeResult:
+    """Clustering scores per block from cached features (image level, or region rows of a ``"mask"`` entry).
+
+    Args:
+        entry: cache entry from :func:`vitscope.features.extract_features`.
+        labels: ``[rows]`` labels aligned with the entry's rows; default: its ``label`` column (mask pooling).
+        k, seed, random_kind: as :func:`clustering_scores`.
+        blocks: blocks to score (default: every cached block).
+        model: model name for the result.
+
+    Returns:
+        ProbeResult (``purity``, ``nmi``, ``ari`` per block, with random chance).
+    """
+    if labels is None:
+        if "label" not in entry.columns:
+            raise ValueError("this cache entry has no label column; pass labels (one per row, in index order)")
+        labels = np.asarray(entry.array("label"))
+    labels = np.asarray(labels)
+    if labels.shape != (len(entry),):
+        raise ValueError(f"{labels.shape[0] if labels.ndim else 0} labels for {len(entry)} cached rows")
+    keep = labels >= 0  # -1 marks an unlabelled image
+    blocks = list(blocks) if blocks is not None else entry.blocks
+    pooling = entry.meta.get("request", {}).get("pooling", "")
+    return clustering_scores(blocks, lambda b: np.asarray(entry.block(b))[keep], labels[keep], k, seed, random_kind,
+                             model=model, pooling=pooling, view=entry.meta.get("view", {}).get("view", ""))

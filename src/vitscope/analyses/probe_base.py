@@ -1,0 +1,157 @@
+"""Base of the streaming analyses that need every labelled example at once (clustering, k-NN, linear probe).
+
+Rows (one per image, or one per region mask at the object / part level) go to a disk-backed
+:class:`~vitscope.features.rowstore.RowStore` with their dataset index and label; ``compute`` reads them
+back sorted by index, so a merged accumulator scores exactly what one accumulator over all images would.
+Labels come from ``batch.targets`` (``label`` per image; ``masks`` and ``instance_labels`` for regions, as
+:class:`vitscope.features.sources.MaskedAnnotatedSource` provides). When the data has none, the analysis
+says so: a warning at the first such batch and ``meta["error"]`` in its (empty) result.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from vitscope.analyses.base import Accumulator, Batch
+from vitscope.features.rowstore import RowStore
+from vitscope.features.views import StandardView
+from vitscope.functional.pooling import mask_pool, mask_weights
+from vitscope.hooks.names import split_block_name
+from vitscope.models.spec import ModelSpec
+
+__all__ = ["LabelledFeatures", "holdout_mask"]
+
+LEVELS = ("image", "object", "part")
+
+
+def holdout_mask(indices: np.ndarray, test_fraction: float, seed: int = 0) -> np.ndarray:
+    """Deterministic test split by dataset index: ``True`` where an image is held out for testing.
+
+    A splitmix64 hash of ``(seed, index)`` mapped to [0, 1) is compared with ``test_fraction``, so the split
+    of an image never depends on which other images are present (merge-exact) and the same seed gives the
+    same split.
+    """
+    with np.errstate(over="ignore"):
+        z = (np.asarray(indices, dtype=np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
+             + np.uint64(0x9E3779B97F4A7C15))
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) / float(1 << 53) < test_fraction
+
+
+class LabelledFeatures(Accumulator):
+    """Keeps pooled block features and labels of every example (image or region) for a final computation.
+
+    Args:
+        site: block site (default the block output ``resid_post``).
+        tokens: ``"cls"`` or ``"spatial_mean"`` (image level; ignored for regions, which pool spatial tokens).
+        level: ``"image"`` (labels = image labels), ``"object"`` or ``"part"`` (one row per region mask).
+        workdir: folder for spilled rows (default: a temporary folder).
+    """
+
+    task = "features"
+    required_targets: ClassVar[tuple[str, ...]] = ("label",)  # default configuration: image labels
+
+    def __init__(self, site: str = "resid_post", tokens: str = "cls", level: str = "image",
+                 workdir: str | Path | None = None) -> None:
+        if tokens not in ("cls", "spatial_mean"):
+            raise ValueError(f"tokens must be 'cls' or 'spatial_mean', got {tokens!r}")
+        if level not in LEVELS:
+            raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+        self._cfg_site, self._cfg_tokens, self._cfg_level, self._cfg_workdir = site, tokens, level, workdir
+        self.reset()
+
+    def required_hooks(self, spec: ModelSpec) -> list[str]:
+        return [f"blocks.*.{self._cfg_site}"]
+
+    def supports(self, spec: ModelSpec) -> bool:
+        return spec.is_transformer and super().supports(spec)
+
+    def reset(self) -> None:
+        self.store = RowStore(workdir=self._cfg_workdir)
+        self.blocks: list[int] = []
+        self.unlabelled = 0  # images without the ground truth this analysis needs
+        self.model = ""
+
+    def _missing_message(self) -> str:
+        if self._cfg_level == "image":
+            return (f"{self.name}: the data has no image labels; use a labelled dataset (e.g. --data ROOT::imagefolder "
+                    "or ::coco)")
+        return (f"{self.name}: {self._cfg_level}-level rows need region masks and their labels; open the dataset "
+                "with vitscope.features.MaskedAnnotatedSource (coco, partimagenet)")
+
+    def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
+        """Add one batch: the site of every block ``[B, N, D]`` plus the labels (or masks) in ``batch.targets``."""
+        found = sorted((split_block_name(k)[0], k) for k in record
+                       if fnmatch.fnmatchcase(k, f"blocks.*.{self._cfg_site}") and split_block_name(k))
+        if not found:
+            raise ValueError(
+                f"{self.name}: the record holds no 'blocks.*.{self._cfg_site}'; record required_hooks(spec)")
+        if self.blocks and [i for i, _ in found] != self.blocks:
+            raise ValueError(f"{self.name}: blocks {[i for i, _ in found]} differ from those seen before {self.blocks}")
+        rows = self._rows(record, batch, found)
+        if rows is None:
+            if self.unlabelled == 0:
+                warnings.warn(self._missing_message(), stacklevel=2)
+            self.unlabelled += batch.size
+            return
+        self.blocks, self.model = [i for i, _ in found], batch.spec.name
+        self.store.append(rows)
+
+    def _rows(self, record: Mapping[str, torch.Tensor], batch: Batch, found: list[tuple[int, str]]) -> dict | None:
+        p = batch.spec.num_prefix_tokens
+        if self._cfg_level == "image":
+            labels = batch.targets.get("label")
+            if labels is None or len(labels) != batch.size or any(v is None for v in labels):
+                return None
+            cls = self._cfg_tokens == "cls"
+            rows = {f"block{i}": (record[k][:, 0] if cls else record[k][:, p:].mean(dim=1)).float() for i, k in found}
+            return {**rows, "index": np.asarray(batch.indices, dtype=np.int64),
+                    "label": np.asarray(labels, dtype=np.int64), "region": np.zeros(batch.size, dtype=np.int64)}
+        masks, mask_labels = batch.targets.get("masks"), batch.targets.get("instance_labels")
+        if masks is None or mask_labels is None or len(masks) != batch.size:
+            return None
+        weights = [mask_weights(StandardView().mask_frame(np.asarray(m), batch.spec), batch.grid) for m in masks]
+        keep = [w.sum(dim=1) > 0 for w in weights]  # regions cropped away cover no token
+        out: dict[str, object] = {
+            f"block{i}": torch.cat([mask_pool(record[k][j, p:], w[kp]) for j, (w, kp) in enumerate(zip(weights, keep))])
+            .float() for i, k in found}
+        kept = [kp.numpy() for kp in keep]
+        out["index"] = np.concatenate([np.full(int(k.sum()), i) for i, k in zip(batch.indices, kept)]).astype(np.int64)
+        out["label"] = np.concatenate([np.asarray(y)[kp] for y, kp in zip(mask_labels, kept)]).astype(np.int64)
+        out["region"] = np.concatenate([np.flatnonzero(kp) for kp in kept]).astype(np.int64)
+        return out
+
+    def merge(self, other: Accumulator) -> LabelledFeatures:
+        if type(other) is not type(self):
+            raise TypeError(f"cannot merge {type(other).__name__} into {type(self).__name__}")
+        if self.blocks and other.blocks and other.blocks != self.blocks:
+            raise ValueError(f"{self.name}: cannot merge blocks {other.blocks} into {self.blocks}")
+        self.store.extend(other.store)
+        self.unlabelled += other.unlabelled
+        if other.blocks:
+            self.blocks, self.model = list(other.blocks), other.model
+        return self
+
+    def rows(self) -> tuple[np.ndarray, np.ndarray, dict[int, np.ndarray]]:
+        """``(index [n], label [n], {block: features [n, D]})`` sorted by (index, region)."""
+        index, region = self.store.column("index"), self.store.column("region")
+        order = np.lexsort((region, index))
+        feats = {i: self.store.column(f"block{i}")[order] for i in self.blocks}
+        return index[order], self.store.column("label")[order], feats
+
+    def base_meta(self) -> dict:
+        meta = {"task": self.task, "model": self.model, "site": self._cfg_site, "tokens": self._cfg_tokens,
+                "level": self._cfg_level, "blocks": list(self.blocks), "num_rows": len(self.store),
+                "unlabelled_images": self.unlabelled}
+        if len(self.store) == 0 and self.unlabelled:
+            meta["error"] = self._missing_message()
+        return meta

@@ -1,0 +1,162 @@
+"""Video label propagation per block on DAVIS-format data (paper 002 figure 10 left, table 1).
+
+METHODS.md section 3 "Video label propagation", as the DINO code: context = the first frame and the 7
+previous frames; top-5 context tokens within a window of Chebyshev radius 12 tokens; weights
+``softmax(sim / 0.1)``; soft labels propagated frame after frame
+(:func:`vitscope.functional.propagation.propagate_labels`); bilinear upsampling by the patch size,
+per-channel min-max, argmax, nearest resize to the frame size. Evaluation as the official DAVIS 2017 code:
+objects ``1 .. max`` of the first annotation; the first and the last frame dropped; J (region IoU) and F
+(boundary F-measure) per object averaged over frames, then over every object of every sequence;
+J&F = (J + F) / 2. Void pixels (255) are ignored in both masks.
+
+Features: the spatial tokens of every frame at every block, extracted once per sequence and cached
+(:class:`FrameView`: short side to the model input unless ``short_side`` is given, as DINO's 480 for
+224-pixel models; ``tiling=True`` for dense features, paper appendix B.4). Random chance: the same
+propagation with U(0, 1) features.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from vitscope.analyses.probe_result import ProbeResult, probe_result
+from vitscope.features.cache import FeatureCache
+from vitscope.features.extract import FeatureRequest, extract_features
+from vitscope.features.sources import PathSource
+from vitscope.features.views import FrameView, TiledView
+from vitscope.functional.pooling import random_features
+from vitscope.functional.propagation import first_frame_labels, labels_to_mask, propagate_labels
+from vitscope.functional.video import davis_f, davis_j
+from vitscope.models.backbone import Backbone
+
+__all__ = ["davis_probe", "evaluate_sequence", "propagate_sequence"]
+
+VOID = 255
+
+
+def propagate_sequence(feats: np.ndarray | torch.Tensor, first_mask: np.ndarray, grid: tuple[int, int], patch: int,
+                       frame_hw: tuple[int, int], num_context: int = 7, topk: int = 5, radius: int = 12,
+                       temperature: float = 0.1) -> list[np.ndarray]:
+    """Propagate the first frame's mask through a sequence (the DINO ``eval_video_tracking_davis`` loop).
+
+    Args:
+        feats: ``[T, K, D]`` spatial tokens of every frame (row-major ``h x w`` grid).
+        first_mask: ``[H, W]`` object indices of frame 0 (0 = background).
+        grid: ``(h, w)``; patch: upsampling factor from the grid to the token frame.
+        frame_hw: ``(H, W)`` original frame size (predictions are resized to it).
+        num_context: previous frames kept besides the first (7).
+        topk, radius, temperature: propagation settings (5, 12, 0.1).
+
+    Returns:
+        ``T`` predicted ``[H, W]`` uint8 masks; frame 0's is the given annotation.
+    """
+    x = torch.as_tensor(np.array(feats, dtype=np.float32))
+    labels = first_frame_labels(np.where(first_mask == VOID, 0, first_mask), grid).flatten(1)  # [M, K]
+    queue: list[tuple[torch.Tensor, torch.Tensor]] = []
+    preds = [np.asarray(first_mask, dtype=np.uint8)]
+    for t in range(1, x.shape[0]):
+        context = torch.stack([x[0]] + [f for f, _ in queue])
+        context_labels = torch.stack([labels] + [s for _, s in queue])
+        soft = propagate_labels(x[t], context, context_labels, grid, topk, radius, temperature)
+        if len(queue) == num_context:
+            queue.pop(0)
+        queue.append((x[t], soft))
+        preds.append(labels_to_mask(soft.reshape(-1, *grid), patch, frame_hw))
+    return preds
+
+
+def evaluate_sequence(preds: Sequence[np.ndarray], truth: np.ndarray) -> tuple[list[float], list[float]]:
+    """Per-object mean J and F over frames 1 .. T-2, as the official DAVIS 2017 semi-supervised evaluation.
+
+    Args:
+        preds: T predicted ``[H, W]`` object-index masks.
+        truth: ``[T, H, W]`` annotated object indices (255 = void).
+
+    Returns:
+        ``(J per object, F per object)`` for objects ``1 .. max(truth[0])`` (void excluded).
+    """
+    truth = np.asarray(truth)
+    num_objects = int(np.where(truth[0] == VOID, 0, truth[0]).max())
+    frames = range(1, truth.shape[0] - 1)
+    j_scores, f_scores = [], []
+    for obj in range(1, num_objects + 1):
+        js, fs = [], []
+        for t in frames:
+            void = truth[t] == VOID
+            gt, pr = (truth[t] == obj) & ~void, (np.asarray(preds[t]) == obj) & ~void
+            js.append(davis_j(pr, gt))
+            fs.append(davis_f(pr, gt))
+        if js:
+            j_scores.append(float(np.mean(js)))
+            f_scores.append(float(np.mean(fs)))
+    return j_scores, f_scores
+
+
+def _scores(sequences: list[tuple[np.ndarray, dict]], features: Callable[[int], np.ndarray], options: dict
+            ) -> dict[str, float]:
+    j_all, f_all = [], []
+    for s, (truth, layout) in enumerate(sequences):
+        preds = propagate_sequence(features(s), truth[0], layout["grid"], layout["patch"], truth.shape[1:], **options)
+        j, f = evaluate_sequence(preds, truth)
+        j_all += j
+        f_all += f
+    j_mean = float(np.mean(j_all)) if j_all else float("nan")
+    f_mean = float(np.mean(f_all)) if f_all else float("nan")
+    return {"J&F": (j_mean + f_mean) / 2, "J": j_mean, "F": f_mean}
+
+
+def davis_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, site: str = "resid_post",
+                blocks: Sequence[int] | None = None, short_side: int | None = None, tiling: bool = False,
+                num_context: int = 7, topk: int = 5, radius: int = 12, temperature: float = 0.1, seed: int = 0,
+                random_kind: str | None = "uniform", batch_size: int = 16, device: str | None = None,
+                dtype: str | None = None) -> ProbeResult:
+    """DAVIS J, F and J&F of label propagation at every block.
+
+    Args:
+        backbone: the model.
+        dataset: a :class:`~vitscope.data.formats.davis.DavisDataset` (sequences with ``frame_paths`` and
+            annotations).
+        cache: feature cache (default location if None); features are cached per sequence.
+        site: block site; blocks: blocks to score (default all).
+        short_side: frame short side in pixels (default: the model input's; DINO: 480).
+        tiling: dense features by tiling the resized frame (paper appendix B.4).
+        num_context, topk, radius, temperature: propagation settings.
+        seed, random_kind: random-chance features (None: no baseline).
+        batch_size, device, dtype: extraction settings.
+
+    Returns:
+        ProbeResult with ``J&F``, ``J``, ``F`` per block and their ``random_*``.
+    """
+    if len(dataset) == 0 or not hasattr(dataset[0], "frame_paths"):
+        raise ValueError("davis_probe needs a DAVIS-format dataset of sequences (load_dataset(root, 'davis'))")
+    spec = backbone.spec
+    view = TiledView(FrameView(short_side)) if tiling else FrameView(short_side)
+    request = FeatureRequest(site, "spatial", None if blocks is None else tuple(blocks))
+    entries, sequences = [], []
+    for s in range(len(dataset)):
+        seq = dataset[s]
+        source = PathSource(seq.frame_paths, name=f"davis:{seq.name}")
+        entry = extract_features(backbone, source, [request], cache, view, batch_size, device, dtype)[request]
+        if len(entry) != len(seq.frame_paths):
+            raise ValueError(f"sequence {seq.name}: {len(seq.frame_paths) - len(entry)} frames could not be read")
+        grid = tuple(entry.meta["grid"])
+        patch = entry.meta["frame_hw"][0] // grid[0]
+        entries.append(entry)
+        sequences.append((seq.masks(), {"grid": grid, "patch": patch}))
+    options = {"num_context": num_context, "topk": topk, "radius": radius, "temperature": temperature}
+    block_list = request.block_list(spec.num_blocks)
+    scores: dict[str, list[float]] = {"J&F": [], "J": [], "F": []}
+    for b in block_list:
+        for k, v in _scores(sequences, lambda s, b=b: np.asarray(entries[s].block(b)), options).items():
+            scores[k].append(v)
+    random = None
+    if random_kind is not None:
+        gen = torch.Generator().manual_seed(seed)
+        noise = [random_features(entries[s].block(block_list[0]).shape, gen, random_kind).numpy()
+                 for s in range(len(entries))]
+        random = _scores(sequences, noise.__getitem__, options)
+    return probe_result("davis", "davis", block_list, scores, random, model=spec.name, view=view.describe(spec),
+                        num_sequences=len(entries), random_kind=random_kind, **options)

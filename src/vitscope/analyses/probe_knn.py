@@ -1,0 +1,130 @@
+"""k-NN classification per block (paper 002 section 6, figure 9 left; METHODS.md section 3 "k-NN").
+
+L2-normalised features, cosine similarity, k = 20, votes ``exp(sim / 0.07)``
+(:func:`vitscope.functional.knn_classify`). Random chance: the same classifier on U(0, 1) features of the
+same shapes (seeded, once per run).
+
+Two ways in: :func:`knn_probe` on cached features of a training set and a test set (the paper's protocol),
+and the streaming :class:`KnnProbe` accumulator, which holds out a deterministic fraction of one labelled
+stream as the test set (:func:`vitscope.analyses.probe_base.holdout_mask`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vitscope.analyses.probe_base import LabelledFeatures, holdout_mask
+from vitscope.analyses.probe_result import ProbeResult, probe_result
+from vitscope.features.cache import CacheEntry
+from vitscope.functional.knn import knn_classify
+from vitscope.functional.pooling import random_features
+
+__all__ = ["KnnProbe", "knn_probe", "knn_scores"]
+
+
+def _accuracy(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray, k: int,
+              temperature: float, num_classes: int) -> float:
+    if test_y.size == 0 or train_y.size == 0:
+        return math.nan
+    pred = knn_classify(torch.as_tensor(np.array(train_x, dtype=np.float32)), torch.as_tensor(train_y),
+                        torch.as_tensor(np.array(test_x, dtype=np.float32)), k=k, temperature=temperature,
+                        num_classes=num_classes)
+    return float((pred.numpy() == test_y).mean())
+
+
+def knn_scores(blocks: Sequence[int], features: Callable[[int], tuple[np.ndarray, np.ndarray]], train_y: np.ndarray,
+               test_y: np.ndarray, k: int = 20, temperature: float = 0.07, seed: int = 0,
+               random_kind: str | None = "uniform", name: str = "knn_probe", **meta: object) -> ProbeResult:
+    """Top-1 k-NN accuracy of every block, plus the random-chance accuracy.
+
+    Args:
+        blocks: block numbers; features: ``block -> (train [n, D], test [m, D])``.
+        train_y: ``[n]`` labels; test_y: ``[m]`` labels.
+        k, temperature: the classifier's settings (default 20 and 0.07).
+        seed: seed of the random features; random_kind: ``"uniform"``, ``"gaussian"`` or None.
+        name: result name; meta: stored in the result.
+
+    Returns:
+        ProbeResult with ``accuracy`` ``[L]`` and ``random_accuracy``.
+    """
+    train_y, test_y = np.asarray(train_y, dtype=np.int64), np.asarray(test_y, dtype=np.int64)
+    num_classes = int(max(train_y.max(initial=0), test_y.max(initial=0))) + 1
+    acc, width = [], 0
+    for b in blocks:
+        tr, te = features(b)
+        width = np.asarray(tr).shape[1]
+        acc.append(_accuracy(tr, train_y, te, test_y, k, temperature, num_classes))
+    random = None
+    if random_kind is not None and blocks:
+        gen = torch.Generator().manual_seed(seed)
+        tr = random_features((train_y.size, width), gen, random_kind).numpy()
+        te = random_features((test_y.size, width), gen, random_kind).numpy()
+        random = {"accuracy": _accuracy(tr, train_y, te, test_y, k, temperature, num_classes)}
+    return probe_result(name, "knn", list(blocks), {"accuracy": acc}, random, k=k, temperature=temperature,
+                        num_train=int(train_y.size), num_test=int(test_y.size), random_kind=random_kind, **meta)
+
+
+class KnnProbe(LabelledFeatures):
+    """Per-block k-NN accuracy on a held-out part of one labelled image stream.
+
+    Args:
+        site: block site (default ``resid_post``); tokens: ``"cls"`` (default) or ``"spatial_mean"``.
+        k: neighbours (20); temperature: vote temperature (0.07).
+        test_fraction: share of images held out for testing (by a seeded hash of the dataset index).
+        seed: split and random-baseline seed; random_kind: ``"uniform"``, ``"gaussian"`` or None.
+        workdir: folder for spilled features.
+
+    Result: :class:`ProbeResult` with ``accuracy`` ``[L]`` and ``random_accuracy``.
+    """
+
+    name = "knn_probe"
+    task = "knn"
+
+    def __init__(self, site: str = "resid_post", tokens: str = "cls", k: int = 20, temperature: float = 0.07,
+                 test_fraction: float = 0.2, seed: int = 0, random_kind: str | None = "uniform",
+                 workdir: str | Path | None = None) -> None:
+        super().__init__(site, tokens, "image", workdir)
+        if not 0 < test_fraction < 1:
+            raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+        self._cfg_k, self._cfg_t, self._cfg_fraction = int(k), float(temperature), float(test_fraction)
+        self._cfg_seed, self._cfg_random = int(seed), random_kind
+
+    def compute(self) -> ProbeResult:
+        meta = self.base_meta()
+        if len(self.store) == 0:
+            return ProbeResult(self.name, {}, {**meta, "metrics": ["accuracy"]})
+        index, labels, feats = self.rows()
+        test = holdout_mask(index, self._cfg_fraction, self._cfg_seed)
+        for key in ("blocks", "task"):
+            meta.pop(key)
+        return knn_scores(self.blocks, lambda b: (feats[b][~test], feats[b][test]), labels[~test], labels[test],
+                          self._cfg_k, self._cfg_t, self._cfg_seed, self._cfg_random, self.name,
+                          test_fraction=self._cfg_fraction, **meta)
+
+
+def knn_probe(train: CacheEntry, train_labels: np.ndarray, test: CacheEntry, test_labels: np.ndarray, k: int = 20,
+              temperature: float = 0.07, seed: int = 0, random_kind: str | None = "uniform",
+              blocks: Sequence[int] | None = None, model: str = "") -> ProbeResult:
+    """k-NN accuracy per block from cached features of a training and a test set.
+
+    Args:
+        train: cache entry of the training images; train_labels: ``[n_images]`` labels by image position
+            (rows are looked up through the entry's ``index``; -1 = unlabelled, left out).
+        test: cache entry of the test images; test_labels: their labels by image position.
+        k, temperature, seed, random_kind: as :func:`knn_scores`.
+        blocks: blocks to score (default: those both entries hold); model: model name for the result.
+
+    Returns:
+        ProbeResult with ``accuracy`` per block and ``random_accuracy``.
+    """
+    ytr, yte = np.asarray(train_labels)[train.index], np.asarray(test_labels)[test.index]
+    ktr, kte = ytr >= 0, yte >= 0
+    blocks = list(blocks) if blocks is not None else [b for b in train.blocks if b in test.blocks]
+    return knn_scores(blocks, lambda b: (np.asarray(train.block(b))[ktr], np.asarray(test.block(b))[kte]), ytr[ktr],
+                      yte[kte], k, temperature, seed, random_kind, model=model,
+                      pooling=train.meta.get("request", {}).get("pooling", ""))

@@ -1,0 +1,124 @@
+"""Linear probe per block on frozen CLS or spatial-mean features (paper 002 appendix E.4, table 6).
+
+Logistic regression with optional batch norm (:mod:`vitscope.functional.linear_probe`, plain torch,
+deterministic for a seed). Random chance: the same probe trained and tested on U(0, 1) features of the
+same shapes. :func:`linear_probe` works on cached training / test features; :class:`LinearProbe` is the
+streaming accumulator with a deterministic held-out split (as :class:`KnnProbe`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vitscope.analyses.probe_base import LabelledFeatures, holdout_mask
+from vitscope.analyses.probe_result import ProbeResult, probe_result
+from vitscope.features.cache import CacheEntry
+from vitscope.functional.linear_probe import linear_probe_accuracy
+from vitscope.functional.pooling import random_features
+
+__all__ = ["LinearProbe", "linear_probe", "linear_scores"]
+
+
+def linear_scores(blocks: Sequence[int], features: Callable[[int], tuple[np.ndarray, np.ndarray]],
+                  train_y: np.ndarray, test_y: np.ndarray, batch_norm: bool = False, epochs: int = 20,
+                  lr: float = 0.1, batch_size: int = 256, seed: int = 0, random_kind: str | None = "uniform",
+                  name: str = "linear_probe", **meta: object) -> ProbeResult:
+    """Test accuracy of a linear probe trained on every block's features, plus the random-chance accuracy.
+
+    Args:
+        blocks: block numbers; features: ``block -> (train [n, D], test [m, D])``.
+        train_y: ``[n]`` labels; test_y: ``[m]`` labels.
+        batch_norm, epochs, lr, batch_size, seed: the probe's training settings.
+        random_kind: ``"uniform"``, ``"gaussian"`` or None; name, meta: for the result.
+
+    Returns:
+        ProbeResult with ``accuracy`` ``[L]`` and ``random_accuracy``.
+    """
+    train_y, test_y = np.asarray(train_y, dtype=np.int64), np.asarray(test_y, dtype=np.int64)
+    opts = {"batch_norm": batch_norm, "epochs": epochs, "lr": lr, "batch_size": batch_size, "seed": seed}
+
+    def accuracy(tr: np.ndarray, te: np.ndarray) -> float:
+        if train_y.size == 0:
+            return float("nan")
+        return linear_probe_accuracy(torch.as_tensor(np.array(tr, dtype=np.float32)), torch.as_tensor(train_y),
+                                     torch.as_tensor(np.array(te, dtype=np.float32)), torch.as_tensor(test_y), **opts)
+
+    acc, width = [], 0
+    for b in blocks:
+        tr, te = features(b)
+        width = np.asarray(tr).shape[1]
+        acc.append(accuracy(tr, te))
+    random = None
+    if random_kind is not None and blocks:
+        gen = torch.Generator().manual_seed(seed)
+        tr = random_features((train_y.size, width), gen, random_kind).numpy()
+        random = {"accuracy": accuracy(tr, random_features((test_y.size, width), gen, random_kind).numpy())}
+    return probe_result(name, "linear", list(blocks), {"accuracy": acc}, random, num_train=int(train_y.size),
+                        num_test=int(test_y.size), random_kind=random_kind, **opts, **meta)
+
+
+class LinearProbe(LabelledFeatures):
+    """Per-block linear-probe accuracy on a held-out part of one labelled image stream.
+
+    Args:
+        site: block site; tokens: ``"cls"`` (default) or ``"spatial_mean"``.
+        batch_norm: batch norm (no affine) before the linear layer, as MAE's recipe.
+        epochs, lr, batch_size: training settings (Adam, cosine schedule).
+        test_fraction: share of images held out (seeded hash of the dataset index).
+        seed: split, initialisation, shuffling and random-baseline seed.
+        random_kind: ``"uniform"``, ``"gaussian"`` or None; workdir: folder for spilled features.
+
+    Result: :class:`ProbeResult` with ``accuracy`` ``[L]`` and ``random_accuracy``.
+    """
+
+    name = "linear_probe"
+    task = "linear"
+
+    def __init__(self, site: str = "resid_post", tokens: str = "cls", batch_norm: bool = False, epochs: int = 20,
+                 lr: float = 0.1, batch_size: int = 256, test_fraction: float = 0.2, seed: int = 0,
+                 random_kind: str | None = "uniform", workdir: str | Path | None = None) -> None:
+        super().__init__(site, tokens, "image", workdir)
+        if not 0 < test_fraction < 1:
+            raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+        self._cfg_opts = {"batch_norm": bool(batch_norm), "epochs": int(epochs), "lr": float(lr),
+                          "batch_size": int(batch_size), "seed": int(seed)}
+        self._cfg_fraction, self._cfg_random = float(test_fraction), random_kind
+
+    def compute(self) -> ProbeResult:
+        meta = self.base_meta()
+        if len(self.store) == 0:
+            return ProbeResult(self.name, {}, {**meta, "metrics": ["accuracy"]})
+        index, labels, feats = self.rows()
+        test = holdout_mask(index, self._cfg_fraction, self._cfg_opts["seed"])
+        for key in ("blocks", "task"):
+            meta.pop(key)
+        return linear_scores(self.blocks, lambda b: (feats[b][~test], feats[b][test]), labels[~test], labels[test],
+                             random_kind=self._cfg_random, name=self.name, test_fraction=self._cfg_fraction,
+                             **self._cfg_opts, **meta)
+
+
+def linear_probe(train: CacheEntry, train_labels: np.ndarray, test: CacheEntry, test_labels: np.ndarray,
+                 batch_norm: bool = False, epochs: int = 20, lr: float = 0.1, batch_size: int = 256, seed: int = 0,
+                 random_kind: str | None = "uniform", blocks: Sequence[int] | None = None,
+                 model: str = "") -> ProbeResult:
+    """Linear-probe accuracy per block from cached training and test features (labels by image position).
+
+    Args:
+        train, test: cache entries (pooling ``"cls"`` or ``"spatial_mean"``); train_labels, test_labels:
+            ``[n_images]`` labels by image position (-1 = unlabelled, left out).
+        batch_norm, epochs, lr, batch_size, seed, random_kind: as :func:`linear_scores`.
+        blocks: blocks to score (default: those both entries hold); model: model name for the result.
+
+    Returns:
+        ProbeResult with ``accuracy`` per block and ``random_accuracy``.
+    """
+    ytr, yte = np.asarray(train_labels)[train.index], np.asarray(test_labels)[test.index]
+    ktr, kte = ytr >= 0, yte >= 0
+    blocks = list(blocks) if blocks is not None else [b for b in train.blocks if b in test.blocks]
+    return linear_scores(blocks, lambda b: (np.asarray(train.block(b))[ktr], np.asarray(test.block(b))[kte]),
+                         ytr[ktr], yte[kte], batch_norm, epochs, lr, batch_size, seed, random_kind, model=model,
+                         pooling=train.meta.get("request", {}).get("pooling", ""))

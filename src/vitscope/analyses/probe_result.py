@@ -1,0 +1,91 @@
+"""``ProbeResult``: per-block scores of one task with its random-chance baseline, and the best-block table.
+
+Every probe (k-NN, linear, clustering, retrieval, video propagation, keypoints) returns a ProbeResult:
+tensors ``<metric>`` ``[L]`` (one score per block in ``meta["blocks"]``) and ``random_<metric>`` (0-dim,
+the same task on random features of the same shape, METHODS.md section 3 "Random chance"). ``meta`` holds
+``task``, ``metrics`` (names, the first is the headline metric), ``model`` and the task's settings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from vitscope.analyses.base import Result
+
+__all__ = ["ProbeResult", "best_block_table", "probe_result"]
+
+
+class ProbeResult(Result):
+    """Per-block probe scores; ``plot`` draws one curve per metric with its random-chance line."""
+
+    @property
+    def metrics(self) -> list[str]:
+        return list(self.meta.get("metrics", []))
+
+    def best(self, metric: str | None = None) -> tuple[int, float]:
+        """``(block, score)`` of the best block for ``metric`` (default: the headline metric)."""
+        metric = metric or self.metrics[0]
+        values = self.tensors[metric].double()
+        if torch.isnan(values).all():
+            return -1, math.nan
+        pos = int(torch.nan_to_num(values, nan=-math.inf).argmax())
+        return int(self.meta["blocks"][pos]), float(values[pos])
+
+    def plot(self, out_dir: str | Path) -> list[Path]:
+        from vitscope.viz.probe_figures import probe_curves
+
+        if not self.metrics or self.metrics[0] not in self.tensors:
+            return []
+        paths = []
+        for metric in self.metrics:
+            random = self.tensors.get(f"random_{metric}")
+            paths += probe_curves(
+                {self.meta.get("model", "model"): self.tensors[metric]},
+                metric,
+                f"{self.meta.get('task', self.name)}: {metric} per block",
+                Path(out_dir) / f"{self.name}_{metric.replace('@', '_at_').replace('&', 'and')}",
+                random=None if random is None else float(random),
+                blocks=self.meta.get("blocks"),
+            )
+        return paths
+
+
+def probe_result(name: str, task: str, blocks: list[int], scores: Mapping[str, list[float]],
+                 random: Mapping[str, float] | None, **meta: object) -> ProbeResult:
+    """Build a ProbeResult from per-block score lists (metric order = insertion order of ``scores``)."""
+    tensors = {m: torch.tensor(v, dtype=torch.float64) for m, v in scores.items()}
+    for m, v in (random or {}).items():
+        tensors[f"random_{m}"] = torch.tensor(float(v), dtype=torch.float64)
+    return ProbeResult(name, tensors, {"task": task, "metrics": list(scores), "blocks": list(blocks), **meta})
+
+
+def best_block_table(results: Mapping[str, Mapping[str, ProbeResult]]):
+    """Best block per model and task (paper 002 table 1), as a pandas DataFrame.
+
+    Args:
+        results: ``{model: {task: ProbeResult}}``.
+
+    Returns:
+        One row per (model, task, metric): ``model``, ``task``, ``metric``, ``best_block``, ``score``,
+        ``last_block_score``, ``random`` (the random-chance score) and ``above_random``.
+    """
+    import pandas as pd
+
+    rows = []
+    for model, tasks in results.items():
+        for task, res in tasks.items():
+            for metric in res.metrics:
+                if metric not in res.tensors:
+                    continue
+                block, score = res.best(metric)
+                random_t = res.tensors.get(f"random_{metric}")
+                random = float(random_t) if random_t is not None else math.nan
+                rows.append({"model": model, "task": task, "metric": metric, "best_block": block, "score": score,
+                             "last_block_score": float(res.tensors[metric][-1]), "random": random,
+                             "above_random": score - random})
+    return pd.DataFrame(rows, columns=["model", "task", "metric", "best_block", "score", "last_block_score",
+                                       "random", "above_random"])

@@ -1,0 +1,274 @@
+"""CKA between the blocks of one model (``BlockCKA``), and between models from cached features.
+
+Conventions: METHODS.md section 2 (features for CKA, linear CKA, minibatch CKA, sites). Block-by-block
+CKA is paper 002 figures 20 to 22 (the 002 code used the ``norm1`` / ``norm2`` sites there: pass
+``site="norm1"``); model-by-model CKA of one block is figures 6 and 19 (:func:`cross_model_cka`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vitscope.analyses.base import Accumulator, Batch, Result
+from vitscope.analyses.representation_core import FullHSIC, MinibatchHSIC, chunked_gram
+from vitscope.features.cache import CacheEntry
+from vitscope.functional.cka import features_for_cka
+from vitscope.functional.cka_grams import cka_from_hsic, hsic_matrix
+from vitscope.hooks.names import split_block_name
+from vitscope.hooks.tokens import grid_to_tokens
+from vitscope.models.spec import ModelSpec
+
+__all__ = ["BlockCKA", "CKAResult", "block_cka", "cka_between", "cka_features", "cross_model_cka"]
+
+ESTIMATORS = ("minibatch", "full", "full_unbiased")
+TOKENS = ("all", "cls", "spatial", "spatial_mean")
+
+
+def cka_features(x: torch.Tensor, num_prefix: int, tokens: str) -> torch.Tensor:
+    """One CKA feature vector per image from a recorded tensor (METHODS.md "Features for CKA").
+
+    Args:
+        x: ``[B, N, D]`` tokens, or a CNN map ``[B, C, h, w]`` (its h*w positions are the spatial tokens).
+        num_prefix: prefix tokens of ``x`` (0 for CNN maps).
+        tokens: ``"all"``, ``"cls"``, ``"spatial"`` or ``"spatial_mean"``.
+
+    Returns:
+        ``[B, F]``.
+    """
+    if x.dim() == 4:
+        x, num_prefix = grid_to_tokens(x), 0
+    return features_for_cka(x, num_prefix, tokens)  # type: ignore[arg-type]
+
+
+def check_cka_options(tokens: str, estimator: str, batch: int) -> None:
+    if tokens not in TOKENS:
+        raise ValueError(f"tokens must be one of {TOKENS}, got {tokens!r}")
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+    if int(batch) != batch or batch < 4:
+        raise ValueError(f"batch must be an integer >= 4, got {batch!r}")
+
+
+def new_hsic_state(estimator: str, batch: int, gram_minmax: bool, symmetric: bool,
+                   workdir: str | Path | None) -> MinibatchHSIC | FullHSIC:
+    if estimator == "minibatch":
+        return MinibatchHSIC(batch, gram_minmax, symmetric)
+    return FullHSIC(symmetric, workdir)
+
+
+def hsic_state_cka(state: MinibatchHSIC | FullHSIC, estimator: str) -> torch.Tensor | None:
+    return state.cka() if isinstance(state, MinibatchHSIC) else state.cka(unbiased=estimator == "full_unbiased")
+
+
+class CKAResult(Result):
+    """Result of :class:`BlockCKA`; ``plot`` draws the block x block heatmap."""
+
+    def plot(self, out_dir: str | Path) -> list[Path]:
+        from vitscope.viz.representation_figures import cka_heatmap
+
+        if "cka" not in self.tensors:
+            return []
+        m = self.meta
+        title = (f"{m.get('model', '')} CKA between blocks ({m.get('site')}, tokens={m.get('tokens')}, "
+                 f"{m.get('estimator')}, {m.get('num_images')} images)").strip()
+        labels = m.get("blocks")
+        return cka_heatmap(self.tensors["cka"], title, Path(out_dir) / self.name, labels, labels)
+
+
+class BlockCKA(Accumulator):
+    """Linear CKA between every pair of blocks of one model, streamed over a dataset.
+
+    Args:
+        site: block site whose output is compared: ``"resid_post"`` (block output, default), ``"norm1"``,
+            ``"norm2"``, or any ``[B, N, D]`` site. CNNs always use ``stages.*``.
+        tokens: features per image: ``"all"`` (default), ``"cls"``, ``"spatial"``, ``"spatial_mean"``.
+        estimator: ``"minibatch"`` (unbiased minibatch CKA, streaming, default), ``"full"`` (biased
+            full-batch linear CKA) or ``"full_unbiased"``; the full estimators keep features on disk.
+        batch: minibatch size of the minibatch estimator (images ``index // batch`` share a minibatch).
+        gram_minmax: min-max rescale every minibatch Gram, as the 002 code.
+        workdir: folder for the full estimators' spilled features (default: a temporary folder).
+
+    Memory: the minibatch estimator keeps the features of the images of unfinished minibatches (at most
+    ``batch - 1`` images when batches arrive in order): ``batch x L x F`` float32, e.g. about 0.46 GB for
+    ViT-B/16 with ``tokens="all"`` (F = 197 x 768); ``tokens="cls"`` or a smaller ``batch`` shrink it. The
+    full estimators keep every image's features on disk and need ``L`` float64 ``n x n`` Grams at the end.
+
+    Result tensors: ``cka`` ``[L, L]`` (rows and columns follow ``meta["blocks"]``).
+    """
+
+    name = "cka"
+
+    def __init__(self, site: str = "resid_post", tokens: str = "all", estimator: str = "minibatch", batch: int = 64,
+                 gram_minmax: bool = False, workdir: str | Path | None = None) -> None:
+        check_cka_options(tokens, estimator, batch)
+        self._cfg_site, self._cfg_tokens, self._cfg_estimator = site, tokens, estimator
+        self._cfg_batch, self._cfg_minmax, self._cfg_workdir = int(batch), bool(gram_minmax), workdir
+        self.reset()
+
+    def required_hooks(self, spec: ModelSpec) -> list[str]:
+        return [f"blocks.*.{self._cfg_site}"] if spec.is_transformer else ["stages.*"]
+
+    def reset(self) -> None:
+        self.state = new_hsic_state(self._cfg_estimator, self._cfg_batch, self._cfg_minmax, True, self._cfg_workdir)
+        self.blocks: list[int] = []
+        self.model = ""
+
+    def _keys(self, record: Mapping[str, torch.Tensor], spec: ModelSpec) -> list[tuple[int, str]]:
+        pattern = self.required_hooks(spec)[0]
+        found = sorted((int(k.split(".")[1]) if split_block_name(k) is None else split_block_name(k)[0], k)
+                       for k in record if fnmatch.fnmatchcase(k, pattern))
+        if not found:
+            raise ValueError(f"cka: the record holds no '{pattern}'; record required_hooks(spec)")
+        return found
+
+    def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
+        """Add one batch: the chosen site of every block, ``[B, N, D]`` (CNN: ``[B, C, h, w]``)."""
+        found = self._keys(record, batch.spec)
+        blocks = [i for i, _ in found]
+        if self.blocks and blocks != self.blocks:
+            raise ValueError(f"cka: blocks {blocks} differ from the blocks seen before {self.blocks}")
+        if batch.size == 0:
+            return
+        self.blocks, self.model = blocks, batch.spec.name
+        prefix = batch.spec.num_prefix_tokens
+        self.state.add(batch.indices, [cka_features(record[k], prefix, self._cfg_tokens) for _, k in found])
+
+    def merge(self, other: Accumulator) -> BlockCKA:
+        if not isinstance(other, BlockCKA):
+            raise TypeError(f"cannot merge {type(other).__name__} into BlockCKA")
+        if other.state.count == 0:
+            return self
+        if self.blocks and other.blocks != self.blocks:
+            raise ValueError(f"cka: cannot merge blocks {other.blocks} into {self.blocks}")
+        self.blocks, self.model = list(other.blocks), other.model
+        self.state.merge(other.state)  # raises on different estimator settings
+        return self
+
+    def compute(self) -> CKAResult:
+        meta = {"model": self.model, "site": self._cfg_site, "tokens": self._cfg_tokens,
+                "estimator": self._cfg_estimator, "batch": self._cfg_batch, "gram_minmax": self._cfg_minmax,
+                "num_images": self.state.count, "blocks": list(self.blocks)}
+        cka = hsic_state_cka(self.state, self._cfg_estimator) if self.state.count else None
+        if cka is None:
+            if self.state.count:
+                meta["note"] = "too few images for this estimator (minibatch and unbiased CKA need at least 4)"
+            return CKAResult(self.name, {}, meta)
+        return CKAResult(self.name, {"cka": cka}, meta)
+
+
+# -- CKA from cached features (models run in separate passes) ------------------------------------------
+
+
+def _common_rows(entries: Sequence[CacheEntry]) -> list[np.ndarray]:
+    """Row positions of each entry restricted to the image indices they all hold (same order)."""
+    indices = [e.index for e in entries]
+    common = indices[0]
+    for ix in indices[1:]:
+        common = np.intersect1d(common, ix)
+    if common.size == 0:
+        raise ValueError("the cached features share no image: were they extracted from the same data?")
+    return [np.searchsorted(ix, common) for ix in indices]
+
+
+def _cka_of_reps(reps: list[tuple[CacheEntry, int, np.ndarray]], split: int | None, estimator: str, batch: int,
+                 gram_minmax: bool, chunk: int = 4096) -> torch.Tensor:
+    """CKA between representations given as ``(entry, block, rows)``; ``split`` = number of X reps (None: all
+    against all)."""
+    check_cka_options("all", estimator, batch)
+    symmetric = split is None
+    index = reps[0][0].index[reps[0][2]]
+    if estimator == "minibatch":
+        state = MinibatchHSIC(batch, gram_minmax, symmetric)
+        for start in range(0, index.size, chunk):
+            feats = [torch.from_numpy(np.asarray(e.block(b)[rows[start : start + chunk]], dtype=np.float32)
+                                      .reshape(len(rows[start : start + chunk]), -1)) for e, b, rows in reps]
+            idx = index[start : start + chunk]
+            state.add(idx, feats) if symmetric else state.add(idx, feats[:split], feats[split:])
+        out = state.cka()
+    else:
+        def gram(e: CacheEntry, b: int, rows: np.ndarray) -> torch.Tensor:
+            arr = e.block(b)
+            return chunked_gram([arr[rows[s : s + chunk]] for s in range(0, rows.size, chunk)])
+
+        unbiased = estimator == "full_unbiased"
+        grams = torch.stack([gram(*r) for r in reps])
+        kx, ky = (grams, None) if symmetric else (grams[:split], grams[split:])
+        hxx = hsic_matrix(kx, unbiased=unbiased)
+        hyy = hxx if ky is None else hsic_matrix(ky, unbiased=unbiased)
+        out = cka_from_hsic(hxx if ky is None else hsic_matrix(kx, ky, unbiased=unbiased), hxx.diagonal(),
+                            hyy.diagonal())
+    if out is None:
+        raise ValueError(f"too few common images ({index.size}) for the {estimator} CKA estimator")
+    return out
+
+
+def cka_between(a: CacheEntry, b: CacheEntry, blocks_a: Sequence[int] | None = None,
+                blocks_b: Sequence[int] | None = None, estimator: str = "minibatch", batch: int = 64,
+                gram_minmax: bool = False) -> torch.Tensor:
+    """CKA between the blocks of two models whose features were cached in separate passes.
+
+    Rows are matched by image index (images missing from either entry are left out). Both entries must use
+    the same pooling for the comparison to mean what the paper means (e.g. ``"all"``, ``"cls"``).
+
+    Args:
+        a: cache entry of model A (from :func:`vitscope.features.extract_features`); b: of model B.
+        blocks_a: blocks of A (default: every cached block); blocks_b likewise.
+        estimator: ``"minibatch"``, ``"full"`` or ``"full_unbiased"``.
+        batch: minibatch size; gram_minmax: the 002 code's Gram rescaling.
+
+    Returns:
+        ``[len(blocks_a), len(blocks_b)]`` float64 CKA.
+    """
+    ra, rb = _common_rows([a, b])
+    ba = list(blocks_a) if blocks_a is not None else a.blocks
+    bb = list(blocks_b) if blocks_b is not None else b.blocks
+    reps = [(a, i, ra) for i in ba] + [(b, j, rb) for j in bb]
+    return _cka_of_reps(reps, len(ba), estimator, batch, gram_minmax)
+
+
+def block_cka(entry: CacheEntry, blocks: Sequence[int] | None = None, estimator: str = "minibatch", batch: int = 64,
+              gram_minmax: bool = False) -> torch.Tensor:
+    """CKA between the cached blocks of one model (what :class:`BlockCKA` streams, from a cache entry).
+
+    Args:
+        entry: cache entry with several blocks (e.g. pooling ``"all"``, every block).
+        blocks: blocks to compare (default: every cached block).
+        estimator, batch, gram_minmax: as :func:`cka_between`.
+
+    Returns:
+        ``[L, L]`` float64 CKA (each block's Gram is built once per minibatch).
+    """
+    rows = np.arange(len(entry))
+    reps = [(entry, b, rows) for b in (list(blocks) if blocks is not None else entry.blocks)]
+    return _cka_of_reps(reps, None, estimator, batch, gram_minmax)
+
+
+def cross_model_cka(entries: Mapping[str, CacheEntry], block: int | Mapping[str, int] = -1,
+                    estimator: str = "minibatch", batch: int = 64, gram_minmax: bool = False) -> torch.Tensor:
+    """CKA between several models at one block each (paper 002 figures 6 and 19): ``[M, M]``.
+
+    Each model's features were cached once; every pair is computed from them (each model's Gram is built
+    once per minibatch, whatever the number of pairs).
+
+    Args:
+        entries: ``{model name: cache entry}`` (same data, same pooling).
+        block: block index for every model (negative counts from its last cached block), or one per model.
+        estimator: ``"minibatch"``, ``"full"`` or ``"full_unbiased"``.
+        batch: minibatch size; gram_minmax: the 002 code's Gram rescaling.
+
+    Returns:
+        ``[M, M]`` float64 CKA in the order of ``entries``.
+    """
+    names = list(entries)
+    rows = _common_rows([entries[n] for n in names])
+    reps = []
+    for n, r in zip(names, rows):
+        b = block[n] if isinstance(block, Mapping) else block
+        cached = entries[n].blocks
+        reps.append((entries[n], cached[b] if b < 0 else b, r))
+    return _cka_of_reps(reps, None, estimator, batch, gram_minmax)

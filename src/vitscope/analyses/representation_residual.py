@@ -1,0 +1,135 @@
+"""Residual-path analysis (paper 002 appendix D.4, figure 23; METHODS.md section 2 "Residual analysis").
+
+For every attention and MLP sublayer of every block: CKA between the skip input (``resid_pre`` for the
+attention sublayer, ``resid_mid`` for the MLP one) and the branch output added to it (``attn_out``,
+``mlp_out``, after LayerScale), and the mean over images of ``||skip||_F / ||branch||_F``. The full
+skip x branch CKA matrix (skip of block i against branch of block j) is kept as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from vitscope.analyses.base import Accumulator, Batch, Result
+from vitscope.analyses.representation import check_cka_options, cka_features, hsic_state_cka, new_hsic_state
+from vitscope.hooks.names import split_block_name
+from vitscope.models.spec import ModelSpec
+
+__all__ = ["ResidualCKA", "ResidualResult"]
+
+_SITES = ("resid_pre", "attn_out", "resid_mid", "mlp_out")
+
+
+class ResidualResult(Result):
+    """Result of :class:`ResidualCKA`; ``plot`` draws the curves and the skip x branch heatmaps."""
+
+    def plot(self, out_dir: str | Path) -> list[Path]:
+        from vitscope.viz.representation_figures import cka_heatmap, residual_figure
+
+        if "attn_cka" not in self.tensors:
+            return []
+        out, t, m = Path(out_dir), self.tensors, self.meta
+        what = f"{m.get('model', '')} ({m.get('tokens')} tokens, {m.get('estimator')}, {m.get('num_images')} images)"
+        paths = residual_figure(t["attn_cka"], t["mlp_cka"], t["attn_norm_ratio"], t["mlp_norm_ratio"],
+                                f"Residual paths of {what}", out / self.name)
+        for part in ("attn", "mlp"):
+            paths += cka_heatmap(t[f"{part}_cka_matrix"], f"CKA between {part} skip inputs and branch outputs, {what}",
+                                 out / f"{self.name}_{part}_matrix", m.get("blocks"), m.get("blocks"),
+                                 row_title="skip input of block", col_title="branch output of block")
+        return paths
+
+
+class ResidualCKA(Accumulator):
+    """CKA and norm ratio between the skip and the branch of every sublayer (transformers only).
+
+    Args:
+        tokens: features per image: ``"all"`` (default), ``"cls"``, ``"spatial"``, ``"spatial_mean"``; the
+            norm ratio uses the same selection.
+        estimator: ``"minibatch"`` (default), ``"full"`` or ``"full_unbiased"`` (see :class:`BlockCKA`).
+        batch: minibatch size; gram_minmax: the 002 code's Gram rescaling.
+        workdir: folder for the full estimators' features.
+
+    Memory: as :class:`BlockCKA`, with ``4 L`` representations (skips and branches) instead of ``L``.
+
+    Result tensors: ``attn_cka``, ``mlp_cka`` ``[L]`` (skip vs branch of the same sublayer),
+    ``attn_cka_matrix``, ``mlp_cka_matrix`` ``[L, L]`` (row = skip input of block i, column = branch output of
+    block j), ``attn_norm_ratio``, ``mlp_norm_ratio`` ``[L]`` (mean over images; inf where a branch is 0).
+    """
+
+    name = "residual_cka"
+
+    def __init__(self, tokens: str = "all", estimator: str = "minibatch", batch: int = 64, gram_minmax: bool = False,
+                 workdir: str | Path | None = None) -> None:
+        check_cka_options(tokens, estimator, batch)
+        self._cfg_tokens, self._cfg_estimator, self._cfg_batch = tokens, estimator, int(batch)
+        self._cfg_minmax, self._cfg_workdir = bool(gram_minmax), workdir
+        self.reset()
+
+    def required_hooks(self, spec: ModelSpec) -> list[str]:
+        return [f"blocks.*.{s}" for s in _SITES]
+
+    def supports(self, spec: ModelSpec) -> bool:
+        return spec.is_transformer and super().supports(spec)
+
+    def reset(self) -> None:
+        self.state = new_hsic_state(self._cfg_estimator, self._cfg_batch, self._cfg_minmax, False, self._cfg_workdir)
+        self.ratio_sum: torch.Tensor | None = None  # [2, L] sums over images of ||skip|| / ||branch||
+        self.blocks: list[int] = []
+        self.model = ""
+
+    def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
+        """Add one batch: ``resid_pre``, ``attn_out``, ``resid_mid``, ``mlp_out`` of every block, ``[B, N, D]``."""
+        blocks = sorted({split_block_name(k)[0] for k in record if split_block_name(k) and
+                         split_block_name(k)[1] in _SITES})
+        missing = [f"blocks.{i}.{s}" for i in blocks for s in _SITES if f"blocks.{i}.{s}" not in record]
+        if not blocks or missing:
+            raise ValueError(f"residual_cka: the record lacks {missing[:4] or list(_SITES)}; record "
+                             "required_hooks(spec) on a transformer")
+        if self.blocks and blocks != self.blocks:
+            raise ValueError(f"residual_cka: blocks {blocks} differ from the blocks seen before {self.blocks}")
+        if batch.size == 0:
+            return
+        p = batch.spec.num_prefix_tokens
+
+        def feats(site: str) -> list[torch.Tensor]:
+            return [cka_features(record[f"blocks.{i}.{site}"], p, self._cfg_tokens) for i in blocks]
+
+        skips = feats("resid_pre") + feats("resid_mid")
+        branches = feats("attn_out") + feats("mlp_out")
+        ratios = torch.stack([s.double().norm(dim=1) / b.double().norm(dim=1) for s, b in zip(skips, branches)])
+        ratio_sum = ratios.sum(dim=1).reshape(2, len(blocks)).cpu()
+        self.ratio_sum = ratio_sum if self.ratio_sum is None else self.ratio_sum + ratio_sum
+        self.blocks, self.model = blocks, batch.spec.name
+        self.state.add(batch.indices, skips, branches)
+
+    def merge(self, other: Accumulator) -> ResidualCKA:
+        if not isinstance(other, ResidualCKA):
+            raise TypeError(f"cannot merge {type(other).__name__} into ResidualCKA")
+        if other.state.count == 0:
+            return self
+        if self.blocks and other.blocks != self.blocks:
+            raise ValueError(f"residual_cka: cannot merge blocks {other.blocks} into {self.blocks}")
+        self.state.merge(other.state)
+        self.ratio_sum = other.ratio_sum.clone() if self.ratio_sum is None else self.ratio_sum + other.ratio_sum
+        self.blocks, self.model = list(other.blocks), other.model
+        return self
+
+    def compute(self) -> ResidualResult:
+        n = self.state.count
+        meta = {"model": self.model, "tokens": self._cfg_tokens, "estimator": self._cfg_estimator,
+                "batch": self._cfg_batch, "gram_minmax": self._cfg_minmax, "num_images": n, "blocks": list(self.blocks)}
+        cka = hsic_state_cka(self.state, self._cfg_estimator) if n else None
+        if cka is None:
+            if n:
+                meta["note"] = "too few images for this estimator (minibatch and unbiased CKA need at least 4)"
+            return ResidualResult(self.name, {}, meta)
+        num = len(self.blocks)
+        attn, mlp = cka[:num, :num], cka[num:, num:]
+        ratio = self.ratio_sum / n
+        tensors = {"attn_cka": attn.diagonal().clone(), "mlp_cka": mlp.diagonal().clone(),
+                   "attn_cka_matrix": attn.clone(), "mlp_cka_matrix": mlp.clone(),
+                   "attn_norm_ratio": ratio[0].clone(), "mlp_norm_ratio": ratio[1].clone()}
+        return ResidualResult(self.name, tensors, meta)

@@ -1,0 +1,226 @@
+"""Saliency IoU of attention maps with ground-truth masks (paper 002 section 4.4, figure 5).
+
+For every block and head, the CLS map (and the spatial-average map) of each image is thresholded to the
+smallest set of tokens holding ``mass`` (60%) of it and compared with the union of the image's instance
+masks on the token grid (METHODS.md section 1, "Saliency IoU").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, TableResult
+from vitscope.analyses.attention_pass import BlockStats
+from vitscope.analyses.base import Batch
+from vitscope.functional.attention import mass_mask
+from vitscope.models.preprocess import resize_crop
+from vitscope.models.spec import ModelSpec
+
+__all__ = ["SaliencyIoU", "SaliencyIoUResult", "mask_to_grid"]
+
+BEST_HEAD_RULES: tuple[str, ...] = ("image", "dataset")
+
+
+def mask_to_grid(masks: np.ndarray | Sequence[np.ndarray], spec: ModelSpec, grid: Sequence[int]) -> np.ndarray:
+    """Ground truth on the token grid: union of the instance masks after the image's geometry.
+
+    Each ``[H, W]`` instance mask becomes a uint8 0/255 image, goes through the image's own resize and
+    centre crop (:func:`~vitscope.models.preprocess.resize_crop` with ``spec.interpolation``, as the
+    pixels), is resized to the ``h x w`` grid with PIL's bicubic filter and thresholded at > 0; the
+    union over instances is returned (METHODS.md section 1).
+
+    Args:
+        masks: ``[n, H, W]`` bool (or 0/1) instance masks at the image's original size; ``n`` may be 0.
+        spec: the model's ModelSpec (its ``image_size``, ``resize_size`` and ``interpolation``).
+        grid: ``(h, w)`` token grid.
+
+    Returns:
+        ``[h, w]`` bool.
+    """
+    h, w = (int(v) for v in grid)
+    out = np.zeros((h, w), dtype=bool)
+    for m in np.asarray(masks):
+        img = Image.fromarray(np.where(np.asarray(m) > 0, 255, 0).astype(np.uint8), mode="L")
+        img = resize_crop(img, spec).resize((w, h), Image.Resampling.BICUBIC)
+        out |= np.asarray(img) > 0
+    return out
+
+
+class SaliencyIoUResult(TableResult):
+    """Result of :class:`SaliencyIoU`; ``plot`` draws figure 5 (best-head IoU per block vs random)."""
+
+    def plot(self, out_dir: str | Path) -> list[Path]:
+        """Write ``<name>`` (best-head IoU per block per map, random baseline dashed) and per-head heatmaps."""
+        from vitscope.viz.attention_figures import saliency_figure
+        from vitscope.viz.heatmaps import block_head_heatmap
+
+        sources = [s for s in self.meta.get("sources", []) if f"{s}_iou" in self.tensors]
+        if not sources:
+            return []
+        out = Path(out_dir)
+        model = self.meta.get("model") or "model"
+        paths = saliency_figure({model: {s: self.tensors[f"{s}_best_iou"] for s in sources}},
+                                {s: self.tensors[f"random_{s}_best_iou"] for s in sources}, out / self.name,
+                                block_labels=self.meta.get("blocks"), rule=self.meta.get("best_head", "image"))
+        for s in sources:
+            paths += block_head_heatmap(self.tensors[f"{s}_iou"], f"Saliency IoU of the {s} map per head "
+                                        f"({self.meta.get('num_images', 0)} images)", "mean IoU",
+                                        out / f"{self.name}_{s}_heads", block_labels=self.meta.get("blocks"))
+        return paths
+
+
+class SaliencyIoU(AttentionAccumulator):
+    """IoU of the mass-thresholded CLS and spatial-average maps with the ground-truth masks.
+
+    Reads ``batch.targets["masks"]``: one ``[n, H, W]`` array of instance masks per image (the format
+    readers' ``AnnotatedImage.masks``), mapped to the grid by :func:`mask_to_grid`. Images whose union
+    mask is empty on the grid have no salient object and are skipped (counted in ``num_empty``). The CLS
+    source needs a CLS token; models without one get the spatial-average source only.
+
+    Best head of a block (``best_head``): ``"image"`` (default, the 002 code's rule) = mean over images of
+    the maximum over heads; ``"dataset"`` = the single head with the highest dataset-mean IoU. Both are
+    reported; ``<src>_best_iou`` follows the option. Also reported: how often each head is the best one
+    of an image, and the head that is best most often.
+
+    Random baseline: the maps of the run's random patterns (seeded, ``random_samples`` per block) against
+    every image's ground truth, averaged over the samples.
+
+    Args:
+        mass: fraction of the map's mass kept by the threshold, in ``(0, 1]``.
+        best_head: ``"image"`` or ``"dataset"``.
+        seed, random_samples, random_kind: random baseline.
+
+    State per source (``cls``, ``spatial``): ``iou_sum`` ``[L, H]``, ``best_sum`` ``[L]``, ``best_count``
+    ``[L, H]``, ``random_iou_sum`` ``[L, H]``, ``random_best_sum`` ``[L]`` (float64), plus ``num_images``,
+    ``num_empty`` and the geometry.
+
+    Result tensors per source ``s``: ``s_iou`` ``[L, H]`` (mean over images), ``s_best_iou`` ``[L]`` (by the
+    option), ``s_best_iou_image`` ``[L]``, ``s_best_iou_dataset`` ``[L]``, ``s_best_head_dataset`` ``[L]``,
+    ``s_best_head_count`` ``[L, H]``, ``s_most_often_best`` ``[L]``, ``random_s_iou`` ``[L, H]``,
+    ``random_s_best_iou`` ``[L]`` (same rule as ``s_best_iou``). meta: ``sources``, ``mass``,
+    ``best_head``, ``num_images``, ``num_empty`` and the geometry.
+    """
+
+    name = "saliency_iou"
+    NEEDS = frozenset({"cls", "colsum"})
+    required_targets = ("masks",)
+
+    def __init__(self, mass: float = 0.6, best_head: str = "image", seed: int = 0, random_samples: int = 4,
+                 random_kind: str = "uniform") -> None:
+        if not 0.0 < float(mass) <= 1.0:
+            raise ValueError(f"mass must be in (0, 1], got {mass}")
+        if best_head not in BEST_HEAD_RULES:
+            raise ValueError(f"best_head must be one of {BEST_HEAD_RULES}, got {best_head!r}")
+        self._cfg_mass = float(mass)
+        self._cfg_best_head = best_head
+        super().__init__(seed=seed, random_samples=random_samples, random_kind=random_kind)
+
+    def _reset_sums(self) -> None:
+        self.num_empty: int = 0
+        self.sums: dict[str, dict[str, torch.Tensor]] = {}
+
+    @staticmethod
+    def _sources(geometry: AttentionGeometry) -> tuple[str, ...]:
+        return ("cls", "spatial") if geometry.has_cls else ("spatial",)
+
+    @staticmethod
+    def _map(stats: BlockStats, source: str) -> torch.Tensor:
+        return stats.cls if source == "cls" else stats.colsum
+
+    def _masks(self, maps: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+        """``[..., K]`` maps -> ``[..., K]`` bool mass masks (:func:`~vitscope.functional.mass_mask`)."""
+        return mass_mask(maps.reshape(*maps.shape[:-1], *grid), self._cfg_mass).reshape(maps.shape)
+
+    def _ground_truth(self, batch: Batch) -> torch.Tensor:
+        masks = batch.targets.get("masks") if batch.targets else None
+        if masks is None:
+            raise ValueError(
+                f"{self.name} needs ground-truth instance masks, but this batch has none (targets: "
+                f"{sorted(batch.targets or {}) or 'none'}); use a dataset with masks, e.g. --data ROOT::coco, or "
+                "leave saliency_iou out"
+            )
+        if len(masks) != batch.size:
+            raise ValueError(f"{self.name}: {len(masks)} mask sets for {batch.size} images; every image needs one")
+        gt = np.stack([mask_to_grid(m, batch.spec, batch.grid) for m in masks])
+        return torch.from_numpy(gt.reshape(batch.size, -1))
+
+    @staticmethod
+    def _iou(pred: torch.Tensor, gt: torch.Tensor) -> torch.Tensor:
+        """IoU of bool ``pred [..., B, K]`` with ``gt [B, K]`` (gt non-empty, so the union is > 0)."""
+        inter = (pred & gt).sum(dim=-1, dtype=torch.float64)
+        union = (pred | gt).sum(dim=-1, dtype=torch.float64)
+        return inter / union
+
+    def _random_masks(self) -> dict[str, torch.Tensor]:
+        """``source -> [L, S, H, K]`` bool mass masks of the random baseline's maps (computed once)."""
+        cache = getattr(self, "_cfg_random_masks", None)
+        key = (self.geometry, self._cfg_seed, self._cfg_random_kind, self._cfg_random_samples, self._cfg_mass)
+        if cache is None or cache[0] != key:
+            stats = self._random()
+            masks = {s: self._masks(torch.stack([self._map(b, s) for b in stats]), self.geometry.grid)
+                     for s in self._sources(self.geometry)}
+            self._cfg_random_masks = cache = (key, masks)
+        return cache[1]
+
+    def _update_blocks(self, geometry: AttentionGeometry, stats: list[BlockStats], batch: Batch) -> None:
+        gt = self._ground_truth(batch)
+        keep = gt.any(dim=-1)
+        self.num_empty += int((~keep).sum())
+        n = int(keep.sum())
+        if n == 0:
+            return
+        gt = gt[keep]
+        heads = geometry.num_heads
+        random = self._random_masks()
+        for source in self._sources(geometry):
+            maps = torch.stack([self._map(s, source) for s in stats], dim=1).cpu()[keep]  # [n, L, H, K]
+            iou = self._iou(self._masks(maps, geometry.grid).permute(1, 2, 0, 3), gt)  # [L, H, n]
+            best = iou.argmax(dim=1)  # [L, n], ties -> the lowest head
+            rand = self._iou(random[source].unsqueeze(-2), gt)  # [L, S, H, n]
+            add = {"iou_sum": iou.sum(dim=-1), "best_sum": iou.amax(dim=1).sum(dim=-1),
+                   "best_count": torch.nn.functional.one_hot(best, heads).sum(dim=1).to(torch.float64),
+                   "random_iou_sum": rand.mean(dim=1).sum(dim=-1),
+                   "random_best_sum": rand.amax(dim=2).mean(dim=1).sum(dim=-1)}
+            self._add(source, add)
+        self.num_images += n
+
+    def _add(self, source: str, add: dict[str, torch.Tensor]) -> None:
+        mine = self.sums.setdefault(source, {})
+        for k, v in add.items():
+            mine[k] = v.clone() if k not in mine else mine[k] + v
+
+    def _merge_sums(self, other: AttentionAccumulator, empty: bool) -> None:
+        self.num_empty += other.num_empty
+        for source, add in other.sums.items():
+            self._add(source, add)
+
+    def compute(self) -> SaliencyIoUResult:
+        meta = {**self._base_meta(), "mass": self._cfg_mass, "best_head": self._cfg_best_head,
+                "num_empty": self.num_empty, "sources": list(self.sums)}
+        if self.num_images == 0:
+            return SaliencyIoUResult(name=self.name, tensors={}, meta=meta)
+        n = self.num_images
+        tensors: dict[str, torch.Tensor] = {}
+        for s, sums in self.sums.items():
+            iou = sums["iou_sum"] / n
+            best_value, best_head = iou.amax(dim=-1), iou.argmax(dim=-1)  # ties -> the lowest head
+            random_iou = sums["random_iou_sum"] / n
+            by_image, random_by_image = sums["best_sum"] / n, sums["random_best_sum"] / n
+            dataset_rule = self._cfg_best_head == "dataset"
+            tensors.update({
+                f"{s}_iou": iou,
+                f"{s}_best_iou": best_value if dataset_rule else by_image,
+                f"{s}_best_iou_image": by_image,
+                f"{s}_best_iou_dataset": best_value,
+                f"{s}_best_head_dataset": best_head,
+                f"{s}_best_head_count": sums["best_count"].clone(),
+                f"{s}_most_often_best": sums["best_count"].argmax(dim=-1),
+                f"random_{s}_iou": random_iou,
+                f"random_{s}_best_iou": random_iou.amax(dim=-1) if dataset_rule else random_by_image,
+            })
+        return SaliencyIoUResult(name=self.name, tensors=tensors, meta=meta)

@@ -1,0 +1,204 @@
+"""The disk-backed feature cache: memory-mapped ``.npy`` arrays keyed by a fingerprint.
+
+Layout: ``<root>/<key[:2]>/<key>/`` holds ``meta.json`` and one ``<column>.npy`` per column (e.g.
+``index.npy`` ``[rows]`` dataset index of each row, ``block3.npy`` ``[rows, F]`` features of block 3).
+An entry is written in a private folder under ``<root>/tmp/`` and renamed into place in one step, so a
+reader sees a complete entry or none; two processes racing on one key both succeed and one copy is kept.
+Arrays are read back as read-only memory maps (``np.load(mmap_mode="r")``): memory stays bounded by what
+a consumer touches.
+
+The key (:func:`vitscope.features.fingerprint.digest` of a dict) covers the model weights, the data files,
+the view (preprocessing), the hook site and the pooling, so an entry is reused across runs exactly when
+none of them changed. ``max_bytes`` bounds the cache on disk: after each commit the least recently used
+entries are removed until the total fits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitscope.features.rowstore import RowStore
+
+__all__ = ["CacheEntry", "FeatureCache", "default_cache_root"]
+
+
+def default_cache_root() -> Path:
+    """``$VITSCOPE_CACHE/features``, else ``$XDG_CACHE_HOME/vitscope/features``, else ``~/.cache/vitscope/features``."""
+    if os.environ.get("VITSCOPE_CACHE"):
+        return Path(os.environ["VITSCOPE_CACHE"]) / "features"
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "vitscope" / "features"
+
+
+class CacheEntry:
+    """One committed entry: ``meta`` (dict) and read-only memory-mapped columns.
+
+    Attributes:
+        key: the fingerprint.
+        path: the entry's folder.
+        meta: what was stored with it (request, view, grid, blocks, ...).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.key = self.path.name
+        self.meta: dict[str, Any] = json.loads((self.path / "meta.json").read_text())
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.meta["columns"])
+
+    def array(self, name: str) -> np.ndarray:
+        """Column ``name`` as a read-only memory map ``[rows, *tail]``."""
+        if name not in self.meta["columns"]:
+            raise KeyError(f"cache entry {self.key[:12]} has no column '{name}'; it has {self.columns}")
+        return np.load(self.path / f"{name}.npy", mmap_mode="r")
+
+    def block(self, i: int) -> np.ndarray:
+        """Features of block ``i``: ``[rows, *tail]`` memory map."""
+        return self.array(f"block{i}")
+
+    @property
+    def blocks(self) -> list[int]:
+        return [int(b) for b in self.meta.get("blocks", [])]
+
+    @property
+    def index(self) -> np.ndarray:
+        """``[rows]`` dataset index (image position) of every row, ascending."""
+        return np.asarray(self.array("index"))
+
+    def __len__(self) -> int:
+        return int(self.meta["rows"])
+
+    def __repr__(self) -> str:
+        return f"CacheEntry({self.key[:12]}, rows={len(self)}, columns={self.columns})"
+
+
+class FeatureCache:
+    """A folder of feature entries keyed by fingerprint.
+
+    Args:
+        root: cache folder (created on first write); default :func:`default_cache_root`.
+        max_bytes: if set, least recently used entries are removed after a commit until the cache fits.
+    """
+
+    def __init__(self, root: str | os.PathLike | None = None, max_bytes: int | None = None) -> None:
+        self.root = Path(root) if root is not None else default_cache_root()
+        self.max_bytes = max_bytes
+
+    def _path(self, key: str) -> Path:
+        if len(key) < 8 or not all(c in "0123456789abcdef" for c in key):
+            raise ValueError(f"cache keys are hex digests, got {key!r}")
+        return self.root / key[:2] / key
+
+    def get(self, key: str) -> CacheEntry | None:
+        """The committed entry of ``key``, or None; a hit refreshes its last-use time."""
+        path = self._path(key)
+        if not (path / "meta.json").is_file():
+            return None
+        with contextlib.suppress(OSError):  # a read-only cache still serves hits
+            os.utime(path / "meta.json")
+        return CacheEntry(path)
+
+    def commit(self, key: str, store: RowStore, meta: Mapping[str, Any], sort_by: str = "index") -> CacheEntry:
+        """Write every column of ``store`` sorted by ``sort_by`` and publish it atomically under ``key``.
+
+        Memory stays bounded: rows are copied chunk by chunk into memory-mapped ``.npy`` files.
+
+        Args:
+            key: fingerprint (hex digest).
+            store: the rows (must hold a ``sort_by`` column).
+            meta: JSON-able description stored as ``meta.json`` (``columns``, ``rows``, ``key`` are added).
+            sort_by: column ordering the rows (stable).
+
+        Returns:
+            The committed entry (an existing one if another process committed ``key`` first).
+        """
+        final = self._path(key)
+        if (final / "meta.json").is_file():
+            return CacheEntry(final)
+        if store.rows and sort_by not in store.schema:
+            raise ValueError(f"cannot commit a store without a '{sort_by}' column (it has {sorted(store.schema)})")
+        tmp = self.root / "tmp" / f"{key}.{uuid.uuid4().hex}"
+        tmp.mkdir(parents=True)
+        try:
+            outs = {}
+            for name, (dtype, tail) in store.schema.items():
+                if store.rows == 0:  # a zero-length file cannot be memory-mapped
+                    np.save(tmp / f"{name}.npy", np.zeros((0, *tail), dtype=np.dtype(dtype)))
+                    continue
+                outs[name] = np.lib.format.open_memmap(tmp / f"{name}.npy", mode="w+", dtype=np.dtype(dtype),
+                                                       shape=(store.rows, *tail))
+            if outs:
+                store.write_sorted(sort_by, outs)
+            for arr in outs.values():
+                arr.flush()
+            del outs
+            doc = {**dict(meta), "key": key, "rows": store.rows, "created": time.time(),
+                   "columns": {n: {"dtype": d, "shape": list(t)} for n, (d, t) in store.schema.items()}}
+            (tmp / "meta.json").write_text(json.dumps(doc, indent=1, default=str))
+            final.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.rename(tmp, final)
+            except OSError:  # another process published the same key first: keep theirs
+                if not (final / "meta.json").is_file():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if self.max_bytes is not None:
+            self.evict(keep=key)
+        return CacheEntry(final)
+
+    def keys(self) -> list[str]:
+        """Keys of every committed entry."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p.parent.name for p in self.root.glob("??/*/meta.json"))
+
+    @staticmethod
+    def _size(path: Path) -> int:
+        return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+
+    def size_bytes(self) -> int:
+        """Bytes used by committed entries."""
+        return sum(self._size(self._path(k)) for k in self.keys())
+
+    def evict(self, keep: str | None = None) -> list[str]:
+        """Remove least recently used entries (never ``keep``) until the cache fits ``max_bytes``.
+
+        Returns:
+            The removed keys.
+        """
+        if self.max_bytes is None:
+            return []
+        entries = [(self._path(k), k) for k in self.keys()]
+        info = sorted(((p / "meta.json").stat().st_mtime, self._size(p), k, p) for p, k in entries)
+        total = sum(size for _, size, _, _ in info)
+        removed = []
+        for _, size, k, p in info:
+            if total <= self.max_bytes:
+                break
+            if k == keep:
+                continue
+            shutil.rmtree(p, ignore_errors=True)
+            total -= size
+            removed.append(k)
+        return removed
+
+    def remove(self, key: str) -> bool:
+        """Delete one entry; returns whether it existed."""
+        path = self._path(key)
+        if not path.is_dir():
+            return False
+        shutil.rmtree(path, ignore_errors=True)
+        return True

@@ -1,0 +1,211 @@
+"""``RowStore``: an append-only table of numpy columns that spills to disk, for accumulators that need every row.
+
+Analyses that need all examples at once (k-means, k-NN, probes, full-batch CKA) keep their rows here
+instead of in memory (DESIGN.md idea 3). Rows are held in memory until ``spill_bytes`` is reached, then
+appended to raw files of an open *shard* on disk and read back as memory maps. Memory stays bounded by
+``spill_bytes`` plus one batch.
+
+Sharing rule (what makes ``merge``, pickling and ``state_dict`` safe): a shard is *sealed* before any
+other object may reference it (:meth:`seal` runs on pickling and on :meth:`extend`), and sealed shards are
+never written again; later spills open a new shard. Shard files are never deleted by a store: they live
+in ``workdir`` (default: a private temporary folder removed when the process exits; pass a persistent
+folder to resume a run in another process).
+
+Row order is append order within one store but unspecified after :meth:`extend`: consumers sort by a key
+column (the dataset index), which also makes ``merge(A(x1), A(x2))`` equal ``A(x1 + x2)``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["RowStore"]
+
+_TEMP_DIRS: list[str] = []
+
+
+def _cleanup_temp_dirs() -> None:
+    for d in _TEMP_DIRS:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+atexit.register(_cleanup_temp_dirs)
+
+
+def _as_array(value: Any) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+class RowStore:
+    """Append-only named columns ``{name: [rows, *tail]}`` with a fixed dtype and tail shape per column.
+
+    Args:
+        workdir: folder for spilled shards; None = a private temporary folder (removed at exit).
+        spill_bytes: in-memory bytes above which rows move to disk (default 64 MiB).
+    """
+
+    def __init__(self, workdir: str | Path | None = None, spill_bytes: int = 64 << 20) -> None:
+        self.workdir = None if workdir is None else str(workdir)
+        self.spill_bytes = int(spill_bytes)
+        self.schema: dict[str, tuple[str, tuple[int, ...]]] = {}
+        self.rows = 0
+        self._memory: list[dict[str, np.ndarray]] = []
+        self._memory_bytes = 0
+        self._sealed: list[tuple[str, int]] = []  # (shard folder, rows), immutable
+        self._open: list[Any] | None = None  # [shard folder, rows] being appended to
+
+    # -- writing -----------------------------------------------------------------------
+    def append(self, columns: Mapping[str, Any]) -> None:
+        """Append rows: every column ``[b, *tail]`` with the same b (tensors are copied to numpy)."""
+        arrays = {k: np.ascontiguousarray(_as_array(v)) for k, v in columns.items()}
+        if not arrays:
+            return
+        sizes = {a.shape[0] if a.ndim else -1 for a in arrays.values()}
+        if len(sizes) != 1 or -1 in sizes:
+            raise ValueError(f"every column needs the same number of rows, got {[a.shape for a in arrays.values()]}")
+        if not self.schema:
+            self.schema = {k: (a.dtype.str, tuple(a.shape[1:])) for k, a in arrays.items()}
+        elif set(arrays) != set(self.schema):
+            raise ValueError(f"columns {sorted(arrays)} differ from the store's {sorted(self.schema)}")
+        for k, a in arrays.items():
+            dtype, tail = self.schema[k]
+            if tuple(a.shape[1:]) != tail:
+                raise ValueError(
+                    f"column '{k}' has rows of shape {tuple(a.shape[1:])} here but {tail} before (rows of one "
+                    "column must match: use one input size, or one token selection, for the whole run)"
+                )
+            if a.dtype.str != dtype:
+                arrays[k] = a.astype(np.dtype(dtype))
+        b = sizes.pop()
+        if b == 0:
+            return
+        self._memory.append(arrays)
+        self._memory_bytes += sum(a.nbytes for a in arrays.values())
+        self.rows += b
+        if self._memory_bytes > self.spill_bytes:
+            self._spill()
+
+    def _folder(self) -> Path:
+        if self.workdir is None:
+            self.workdir = tempfile.mkdtemp(prefix="vitscope-rows-")
+            _TEMP_DIRS.append(self.workdir)
+        root = Path(self.workdir)
+        root.mkdir(parents=True, exist_ok=True)
+        return root
+
+    def _spill(self) -> None:
+        """Append the in-memory rows to the open shard (opening one if needed)."""
+        if not self._memory:
+            return
+        if self._open is None:
+            folder = self._folder() / f"shard-{uuid.uuid4().hex}"
+            folder.mkdir()
+            self._open = [str(folder), 0]
+        for name in self.schema:
+            with open(Path(self._open[0]) / f"{name}.bin", "ab") as f:
+                for chunk in self._memory:
+                    f.write(chunk[name].tobytes())
+        self._open[1] += sum(len(next(iter(c.values()))) for c in self._memory)
+        self._memory, self._memory_bytes = [], 0
+
+    def seal(self) -> None:
+        """Close the open shard for writing (it may then be shared); later spills open a new one."""
+        if self._open is not None:
+            self._sealed.append((self._open[0], int(self._open[1])))
+            self._open = None
+
+    def extend(self, other: RowStore) -> None:
+        """Add every row of ``other`` (its shards are sealed and referenced, its memory rows copied)."""
+        if other is self:
+            raise ValueError("cannot extend a RowStore with itself")
+        if other.rows == 0:
+            return
+        if self.schema and other.schema != self.schema:
+            raise ValueError(f"cannot merge stores with different columns: {other.schema} vs {self.schema}")
+        other.seal()
+        self.schema = dict(other.schema)
+        self._sealed.extend(other._sealed)
+        self._memory.extend({k: v.copy() for k, v in chunk.items()} for chunk in other._memory)
+        self._memory_bytes += other._memory_bytes
+        self.rows += other.rows
+        if self._memory_bytes > self.spill_bytes:
+            self._spill()
+
+    # -- reading -----------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self.rows
+
+    def _shard_chunk(self, folder: str, rows: int, names: list[str]) -> dict[str, np.ndarray]:
+        out = {}
+        for name in names:
+            dtype, tail = self.schema[name]
+            out[name] = np.memmap(Path(folder) / f"{name}.bin", dtype=np.dtype(dtype), mode="r", shape=(rows, *tail))
+        return out
+
+    def chunks(self, names: list[str] | None = None, max_rows: int = 4096) -> Iterator[dict[str, np.ndarray]]:
+        """Yield the rows in store order as dicts of arrays (disk rows as memory maps, ``max_rows`` at a time)."""
+        names = list(self.schema) if names is None else list(names)
+        unknown = [n for n in names if n not in self.schema]
+        if unknown:
+            raise KeyError(f"unknown columns {unknown}; the store has {sorted(self.schema)}")
+        shards = list(self._sealed) + ([(self._open[0], int(self._open[1]))] if self._open else [])
+        for folder, rows in shards:
+            if rows == 0:
+                continue
+            maps = self._shard_chunk(folder, rows, names)
+            for start in range(0, rows, max_rows):
+                yield {k: v[start : start + max_rows] for k, v in maps.items()}
+        for chunk in self._memory:
+            yield {k: chunk[k] for k in names}
+
+    def column(self, name: str) -> np.ndarray:
+        """Every row of one column, in store order, as one in-memory array (use for small columns)."""
+        parts = [np.asarray(c[name]) for c in self.chunks([name])]
+        if not parts:
+            dtype, tail = self.schema.get(name, ("<f4", ()))
+            return np.zeros((0, *tail), dtype=np.dtype(dtype))
+        return np.concatenate(parts)
+
+    def write_sorted(self, key: str, out: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Copy every column into preallocated arrays (e.g. ``np.lib.format.open_memmap``), sorted by ``key``.
+
+        Args:
+            key: column whose values order the rows (stable sort).
+            out: ``{column: array [rows, *tail]}`` for the columns to write.
+
+        Returns:
+            ``order`` such that row ``i`` of the output is row ``order[i]`` of the store.
+        """
+        order = np.argsort(self.column(key), kind="stable")
+        position = np.empty_like(order)
+        position[order] = np.arange(order.size)
+        offset = 0
+        for chunk in self.chunks(list(out)):
+            b = len(next(iter(chunk.values())))
+            for name, arr in out.items():
+                arr[position[offset : offset + b]] = chunk[name]
+            offset += b
+        return order
+
+    def sorted_column(self, name: str, key: str) -> np.ndarray:
+        """One column as an in-memory array sorted (stably) by ``key``."""
+        return self.column(name)[np.argsort(self.column(key), kind="stable")]
+
+    # -- pickling ----------------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        self.seal()  # a pickled copy may be resumed elsewhere: the shard must not change under it
+        return dict(self.__dict__)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)

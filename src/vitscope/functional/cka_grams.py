@@ -1,0 +1,105 @@
+"""HSIC between many Gram matrices at once (METHODS.md section 2), for CKA matrices over blocks and models.
+
+Pure tensor functions: no I/O, no plotting, no global state. They compute exactly the estimators of
+:func:`vitscope.functional.cka.hsic` (biased ``tr(K H L H) / (n-1)^2`` and the unbiased Song et al.
+estimator), but for every pair of a stack of Grams with matrix products instead of one pair at a time:
+
+- biased: ``tr(K H L H) = <H K H, H L H>_F``, so centre every Gram once and take one matrix product of
+  the flattened centred Grams;
+- unbiased (diagonals zeroed): ``tr(K L) = <K, L>_F``, ``1^T K 1`` = the sum of K, and
+  ``1^T K L 1 = (K 1) . (L 1)``, so three products give every pair.
+
+Grams must be symmetric (linear Grams ``X X^T`` are). Arithmetic runs in float64.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from vitscope.functional.cka import _minmax_gram
+
+__all__ = ["cka_from_hsic", "grams", "hsic_matrix"]
+
+_MIN_UNBIASED = 4
+
+
+def grams(features: torch.Tensor, gram_minmax: bool = False) -> torch.Tensor:
+    """Linear Grams ``X_a X_a^T`` of a stack of representations of the same examples.
+
+    Args:
+        features: ``[A, n, F]`` (A representations of n examples; trailing dims beyond F are not allowed).
+        gram_minmax: rescale each Gram as the 002 code, ``K - min(K)`` then divided by its shifted maximum.
+
+    Returns:
+        ``[A, n, n]`` float64.
+    """
+    if features.dim() != 3:
+        raise ValueError(f"features must be [A, n, F], got shape {tuple(features.shape)}")
+    x = features.detach().to(torch.float64)
+    k = x @ x.transpose(1, 2)
+    if gram_minmax:
+        k = torch.stack([_minmax_gram(g) for g in k])
+    return k
+
+
+def _check(k: torch.Tensor, name: str) -> torch.Tensor:
+    if k.dim() != 3 or k.shape[-1] != k.shape[-2]:
+        raise ValueError(f"{name} must be a stack of square Grams [A, n, n], got shape {tuple(k.shape)}")
+    return k.detach().to(torch.float64)
+
+
+def hsic_matrix(k: torch.Tensor, l: torch.Tensor | None = None, unbiased: bool = False) -> torch.Tensor:  # noqa: E741
+    """HSIC of every pair ``(k[a], l[b])`` of two stacks of symmetric Gram matrices.
+
+    Args:
+        k: ``[A, n, n]`` Grams of A representations.
+        l: ``[B, n, n]`` Grams of B representations of the same n examples; None means ``k`` (then the
+            result is symmetric and its diagonal holds the self-HSICs).
+        unbiased: the unbiased estimator (needs n >= 4; diagonals are zeroed on copies here).
+
+    Returns:
+        ``[A, B]`` float64, entry ``[a, b]`` equal to ``hsic(k[a], l[b], unbiased)``.
+    """
+    k = _check(k, "k")
+    l = k if l is None else _check(l, "l")  # noqa: E741
+    if k.shape[1:] != l.shape[1:]:
+        raise ValueError(f"k and l must hold Grams of the same n examples, got {tuple(k.shape)} and {tuple(l.shape)}")
+    n = k.shape[-1]
+    if not unbiased:
+        if n < 2:
+            raise ValueError(f"biased HSIC needs at least 2 examples, got n={n}")
+
+        def centre(g: torch.Tensor) -> torch.Tensor:
+            return g - g.mean(dim=1, keepdim=True) - g.mean(dim=2, keepdim=True) + g.mean(dim=(1, 2), keepdim=True)
+
+        kc = centre(k).reshape(k.shape[0], -1)
+        lc = kc if l is k else centre(l).reshape(l.shape[0], -1)
+        return kc @ lc.T / (n - 1) ** 2
+    if n < _MIN_UNBIASED:
+        raise ValueError(f"unbiased HSIC needs at least {_MIN_UNBIASED} examples, got n={n}")
+    eye = torch.eye(n, dtype=torch.bool, device=k.device)
+    kz = k.masked_fill(eye, 0.0)
+    lz = kz if l is k else l.masked_fill(eye, 0.0)
+    trace_kl = kz.reshape(kz.shape[0], -1) @ lz.reshape(lz.shape[0], -1).T  # tr(K L) for symmetric L
+    rows_k, rows_l = kz.sum(dim=2), lz.sum(dim=2)  # K 1, L 1: [A, n], [B, n]
+    sum_k, sum_l = rows_k.sum(dim=1), rows_l.sum(dim=1)  # 1^T K 1
+    k_l_ones = rows_k @ rows_l.T  # 1^T K L 1
+    value = trace_kl + torch.outer(sum_k, sum_l) / ((n - 1) * (n - 2)) - 2.0 / (n - 2) * k_l_ones
+    return value / (n * (n - 3))
+
+
+def cka_from_hsic(hsic_xy: torch.Tensor, hsic_xx: torch.Tensor, hsic_yy: torch.Tensor) -> torch.Tensor:
+    """``CKA[a, b] = hsic_xy[a, b] / sqrt(hsic_xx[a] * hsic_yy[b])``; NaN where the product is not positive.
+
+    Args:
+        hsic_xy: ``[A, B]`` cross HSICs.
+        hsic_xx: ``[A]`` self-HSICs of the rows.
+        hsic_yy: ``[B]`` self-HSICs of the columns.
+
+    Returns:
+        ``[A, B]`` float64.
+    """
+    denom = torch.outer(hsic_xx.to(torch.float64), hsic_yy.to(torch.float64))
+    safe = torch.where(denom > 0, denom, torch.ones_like(denom))
+    out = hsic_xy.to(torch.float64) / safe.sqrt()
+    return torch.where(denom > 0, out, torch.full_like(out, float("nan")))

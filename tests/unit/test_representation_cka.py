@@ -1,0 +1,235 @@
+"""CKA matrices: batched HSIC, the BlockCKA / ResidualCKA accumulators, and CKA between cached models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from contract.fake_records import fake_record, fake_spec
+from vitscope.analyses.representation import BlockCKA, cka_between, cross_model_cka
+from vitscope.analyses.representation_core import MinibatchHSIC
+from vitscope.analyses.representation_residual import ResidualCKA
+from vitscope.features.cache import FeatureCache
+from vitscope.features.rowstore import RowStore
+from vitscope.functional import features_for_cka, hsic, linear_cka, minibatch_cka
+from vitscope.functional.cka_grams import cka_from_hsic, grams, hsic_matrix
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _reps(n: int = 40, seed: int = 0) -> list[torch.Tensor]:
+    """Three related representations of n examples with different widths."""
+    g = _gen(seed)
+    x = torch.randn(n, 10, generator=g, dtype=torch.float64)
+    y = x @ torch.randn(10, 6, generator=g, dtype=torch.float64) + 0.5 * torch.randn(n, 6, generator=g,
+                                                                                       dtype=torch.float64)
+    z = torch.randn(n, 10, generator=g, dtype=torch.float64)
+    return [x, y, z]
+
+
+def _orthogonal(d: int, seed: int) -> torch.Tensor:
+    q, _ = torch.linalg.qr(torch.randn(d, d, generator=_gen(seed), dtype=torch.float64))
+    return q
+
+
+# -------------------------------------------------------------------------------- batched HSIC
+
+
+@pytest.mark.parametrize("unbiased", [False, True])
+def test_hsic_matrix_equals_pairwise_hsic(unbiased: bool) -> None:
+    reps = _reps(12)
+    k = torch.stack([r @ r.T for r in reps])
+    got = hsic_matrix(k, unbiased=unbiased)
+    want = torch.tensor([[hsic(a, b, unbiased) for b in k] for a in k], dtype=torch.float64)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    cross = hsic_matrix(k[:1], k[1:], unbiased=unbiased)
+    torch.testing.assert_close(cross, want[:1, 1:], rtol=1e-10, atol=1e-12)
+
+
+def test_hsic_matrix_hand_computed_biased() -> None:
+    # K = L = x x^T with x = (1, 0, -1): H K H = K (x is centred), HSIC = ||K||_F^2 / (n - 1)^2 = 4 / 4
+    x = torch.tensor([[1.0], [0.0], [-1.0]], dtype=torch.float64)
+    k = (x @ x.T)[None]
+    assert hsic_matrix(k).item() == pytest.approx(1.0)
+
+
+def test_cka_from_hsic_nan_without_variance() -> None:
+    out = cka_from_hsic(torch.tensor([[1.0, 0.0]]), torch.tensor([4.0]), torch.tensor([1.0, 0.0]))
+    assert out[0, 0].item() == pytest.approx(0.5) and torch.isnan(out[0, 1])
+
+
+def test_grams_minmax_matches_functional_terms() -> None:
+    from vitscope.functional import minibatch_hsic_terms
+
+    x, y, _ = _reps(8)
+    k = grams(torch.stack([x, x @ torch.randn(10, 10, generator=_gen(3), dtype=torch.float64)]), gram_minmax=True)
+    h = hsic_matrix(k, unbiased=True)
+    terms = minibatch_hsic_terms(x, x @ torch.randn(10, 10, generator=_gen(3), dtype=torch.float64), gram_minmax=True)
+    torch.testing.assert_close(torch.tensor([h[0, 1], h[0, 0], h[1, 1]]), torch.tensor(terms, dtype=torch.float64))
+
+
+# -------------------------------------------------------------------------------- CKA properties
+
+
+def _block_cka(reps: list[torch.Tensor], estimator: str, batch: int = 8,
+               split: list[int] | None = None) -> torch.Tensor:
+    """Run BlockCKA on fake records whose three blocks hold ``reps`` as flattened 'all' tokens."""
+    spec = fake_spec()
+    n = reps[0].shape[0]
+    acc = BlockCKA(estimator=estimator, batch=batch)
+    start = 0
+    for size in split or [n]:
+        record, batch_obj = fake_record(spec, acc.required_hooks(spec), size, _gen(start), start_index=start)
+        for i, r in enumerate(reps):
+            padded = torch.zeros(size, spec.num_tokens * spec.embed_dim, dtype=torch.float64)
+            padded[:, : r.shape[1]] = r[start : start + size]
+            record[f"blocks.{i}.resid_post"] = padded.reshape(size, spec.num_tokens, spec.embed_dim).float()
+        acc.update(record, batch_obj)
+        start += size
+    return acc.compute()["cka"]
+
+
+@pytest.mark.parametrize("estimator", ["minibatch", "full", "full_unbiased"])
+def test_block_cka_properties(estimator: str) -> None:
+    x, _, _ = _reps(48, seed=1)
+    q = _orthogonal(10, seed=5)
+    cka = _block_cka([x, 3.7 * x @ q, x @ torch.randn(10, 10, generator=_gen(9), dtype=torch.float64)], estimator)
+    assert torch.allclose(cka.diagonal(), torch.ones(3, dtype=torch.float64), atol=1e-6)  # CKA(X, X) = 1
+    assert cka[0, 1].item() == pytest.approx(1.0, abs=1e-5)  # orthogonal transform and isotropic scaling
+    assert cka[0, 2].item() < 0.99  # a general linear map is not an invariance
+    torch.testing.assert_close(cka, cka.T)
+
+
+@pytest.mark.parametrize("estimator", ["minibatch", "full", "full_unbiased"])
+def test_block_cka_matches_functional(estimator: str) -> None:
+    reps = _reps(30, seed=2)
+    got = _block_cka(reps, estimator, batch=8, split=[7, 11, 12])
+    for i in range(3):
+        for j in range(3):
+            if estimator == "minibatch":
+                want = minibatch_cka(reps[i].float(), reps[j].float(), batch=8)
+            else:
+                want = linear_cka(reps[i].float(), reps[j].float(), unbiased=estimator == "full_unbiased")
+            assert got[i, j].item() == pytest.approx(want, abs=1e-6), (i, j)
+
+
+def test_minibatch_close_to_full_batch() -> None:
+    g = _gen(4)
+    x = torch.randn(1200, 16, generator=g, dtype=torch.float64)
+    y = torch.tanh(x @ torch.randn(16, 12, generator=g, dtype=torch.float64)) + 0.3 * torch.randn(
+        1200, 12, generator=g, dtype=torch.float64)
+    state = MinibatchHSIC(batch=100, symmetric=False)
+    state.add(range(1200), [x], [y])
+    mini = state.cka()[0, 0].item()
+    assert mini == pytest.approx(linear_cka(x, y, unbiased=True), abs=0.02)
+    assert mini == pytest.approx(linear_cka(x, y), abs=0.03)
+
+
+def test_minibatches_follow_dataset_index_not_arrival() -> None:
+    """Minibatch of an image = index // batch: any split or order of the stream gives the same estimate."""
+    x, y, _ = _reps(21, seed=6)
+    whole = MinibatchHSIC(batch=8, symmetric=False)
+    whole.add(range(21), [x], [y])
+    parts = [MinibatchHSIC(batch=8, symmetric=False) for _ in range(3)]
+    order = torch.randperm(21, generator=_gen(1)).tolist()
+    for k, part in enumerate(parts):
+        ids = order[k * 7 : (k + 1) * 7]
+        part.add(ids, [x[ids]], [y[ids]])
+    merged = parts[0].merge(parts[1]).merge(parts[2])
+    assert merged.count == 21
+    torch.testing.assert_close(merged.cka(), whole.cka(), rtol=1e-9, atol=1e-12)
+    # the final minibatch holds images 16..20 (5 >= 4 images): it counts, and equals the functional estimate
+    assert whole.cka()[0, 0].item() == pytest.approx(minibatch_cka(x.float(), y.float(), batch=8), abs=1e-9)
+    with pytest.raises(ValueError, match="added twice"):
+        whole.add([3], [x[:1]], [y[:1]])
+
+
+def test_block_cka_gram_minmax_reproduces_functional() -> None:
+    spec = fake_spec()
+    acc = BlockCKA(batch=8, gram_minmax=True)
+    record, batch = fake_record(spec, acc.required_hooks(spec), 16, _gen(0))
+    acc.update(record, batch)
+    feats = [features_for_cka(record[f"blocks.{i}.resid_post"], 1, "all") for i in range(3)]
+    assert acc.compute()["cka"][0, 2].item() == pytest.approx(
+        minibatch_cka(feats[0], feats[2], batch=8, gram_minmax=True), abs=1e-9)
+
+
+def test_block_cka_too_few_images_says_so() -> None:
+    spec = fake_spec()
+    acc = BlockCKA()
+    acc.update(*fake_record(spec, acc.required_hooks(spec), 3, _gen(0)))
+    res = acc.compute()
+    assert res.tensors == {} and "at least 4" in res.meta["note"]
+
+
+def test_block_cka_cls_tokens_and_norm_site() -> None:
+    spec = fake_spec()
+    acc = BlockCKA(site="norm1", tokens="cls", estimator="full")
+    assert acc.required_hooks(spec) == ["blocks.*.norm1"]
+    record, batch = fake_record(spec, acc.required_hooks(spec), 10, _gen(2))
+    acc.update(record, batch)
+    want = linear_cka(record["blocks.0.norm1"][:, 0], record["blocks.2.norm1"][:, 0])
+    assert acc.compute()["cka"][0, 2].item() == pytest.approx(want, abs=1e-7)
+
+
+# -------------------------------------------------------------------------------- residual paths
+
+
+def test_residual_cka_and_norm_ratio() -> None:
+    spec = fake_spec()
+    acc = ResidualCKA(estimator="full")
+    record, batch = fake_record(spec, acc.required_hooks(spec), 9, _gen(3))
+    # block 1's attention branch is a scaled copy of its skip input: CKA 1 and norm ratio 1 / 0.25
+    record["blocks.1.attn_out"] = 0.25 * record["blocks.1.resid_pre"]
+    acc.update(record, batch)
+    res = acc.compute()
+    assert res["attn_cka"][1].item() == pytest.approx(1.0, abs=1e-9)
+    assert res["attn_norm_ratio"][1].item() == pytest.approx(4.0, rel=1e-6)
+    skip = record["blocks.2.resid_mid"].reshape(9, -1).double()
+    branch = record["blocks.2.mlp_out"].reshape(9, -1).double()
+    assert res["mlp_cka"][2].item() == pytest.approx(linear_cka(skip, branch), abs=1e-7)
+    assert res["mlp_norm_ratio"][2].item() == pytest.approx((skip.norm(dim=1) / branch.norm(dim=1)).mean().item())
+    assert res["attn_cka_matrix"].shape == (3, 3)
+    assert res["attn_cka_matrix"][1, 1].item() == pytest.approx(res["attn_cka"][1].item())
+    assert not ResidualCKA().supports(fake_spec("cnn"))
+
+
+# -------------------------------------------------------------------------------- across models (cache)
+
+
+def _entry(cache: FeatureCache, feats: dict[int, np.ndarray], index: np.ndarray, key: str):
+    store = RowStore()
+    store.append({**{f"block{b}": f for b, f in feats.items()}, "index": index})
+    return cache.commit(key, store, {"blocks": sorted(feats)})
+
+
+def test_cka_between_cached_models_matches_direct(tmp_path: Path) -> None:
+    reps = [r.float().numpy() for r in _reps(32, seed=11)]
+    cache = FeatureCache(tmp_path)
+    idx = np.arange(32)
+    a = _entry(cache, {0: reps[0], 1: reps[1]}, idx, "a" * 64)
+    perm = np.random.default_rng(0).permutation(32)  # rows are matched by image index, not position
+    b = _entry(cache, {0: reps[2][perm], 5: reps[1][perm]}, idx[perm], "b" * 64)
+    full = cka_between(a, b, estimator="full")
+    assert full.shape == (2, 2)
+    assert full[1, 1].item() == pytest.approx(1.0, abs=1e-6)
+    assert full[0, 0].item() == pytest.approx(linear_cka(torch.from_numpy(reps[0]), torch.from_numpy(reps[2])),
+                                              abs=1e-7)
+    mini = cka_between(a, b, estimator="minibatch", batch=8)
+    assert mini[0, 1].item() == pytest.approx(minibatch_cka(torch.from_numpy(reps[0]), torch.from_numpy(reps[1]),
+                                                            batch=8), abs=1e-7)
+    matrix = cross_model_cka({"A": a, "B": b}, block={"A": 1, "B": 5}, estimator="full")
+    assert matrix[0, 1].item() == pytest.approx(1.0, abs=1e-6)
+
+
+def test_cka_between_needs_common_images(tmp_path: Path) -> None:
+    cache = FeatureCache(tmp_path)
+    a = _entry(cache, {0: np.ones((4, 3), np.float32)}, np.arange(4), "c" * 64)
+    b = _entry(cache, {0: np.ones((4, 3), np.float32)}, np.arange(4, 8), "d" * 64)
+    with pytest.raises(ValueError, match="share no image"):
+        cka_between(a, b)

@@ -1,0 +1,73 @@
+"""The shipped zoo: every model loads offline, fast, reproduces its recorded held-out score, clears the bar."""
+
+import time
+
+import pytest
+import torch
+
+import vitscope
+from vitscope.zoo import heldout
+from vitscope.zoo.cards import MARGIN_OVER_PIXELS, MARGIN_OVER_RANDOM
+from vitscope.zoo.catalog import ZOO
+from vitscope.zoo.store import read_manifest, zoo_dir
+
+MAX_BYTES = 25_000_000  # 25 MB
+
+
+@pytest.fixture(scope="module")
+def manifest():
+    return read_manifest(zoo_dir())
+
+
+def test_every_zoo_model_is_shipped_within_the_size_budget(manifest):
+    d = zoo_dir()
+    missing = [e.name for e in ZOO if f"{e.name}.safetensors" not in manifest["files"]]
+    assert not missing, f"not built: {missing} (run `vitscope zoo build NAME`)"
+    total = sum((d / f).stat().st_size for f in manifest["files"])
+    assert total <= MAX_BYTES, f"shipped weights take {total / 1e6:.1f} MB (budget 25 MB)"
+    checkpoints = [f for f in manifest["files"] if "@step" in f]
+    assert len(checkpoints) <= 4 and len({f.split("@")[0] for f in checkpoints}) <= 1
+
+
+# Models whose current recipe does not reach the zoo's bar yet (issue 4 stays open while this is non-empty).
+BELOW_BAR: dict[str, str] = {
+    "tiny-vit-distill": "the DINO-style recipe collapses within its 600-step CPU budget (k-NN 0.209, untrained 0.198)",
+    "tiny-vit-mae": "MAE features reach k-NN 0.267 after 1200 steps; the bar is raw pixels (0.699) + 0.15",
+}
+
+
+@pytest.mark.parametrize("entry", ZOO, ids=lambda e: e.name)
+def test_shipped_model_loads_fast_and_reproduces_its_score(entry, manifest):
+    record = manifest["models"][entry.name]
+    assert record["entry"]["recipe_config"] == entry.recipe_config, "recipe changed: rebuild and commit weights"
+    start = time.perf_counter()
+    backbone = vitscope.load_model(entry.name)
+    assert time.perf_counter() - start < 1.0
+    sets = heldout.heldout_sets(entry.data_seed, entry.model.get("image_size", 64))
+    assert heldout.score(entry, backbone, sets) == pytest.approx(record["score"], abs=0.01)
+
+
+@pytest.mark.parametrize("entry", [pytest.param(e, marks=pytest.mark.xfail(strict=True, reason=BELOW_BAR[e.name]))
+                                   if e.name in BELOW_BAR else e for e in ZOO], ids=lambda e: e.name)
+def test_shipped_model_clears_the_bar(entry, manifest):
+    record = manifest["models"][entry.name]
+    assert record["score"] - record["baselines"]["random_init"] >= MARGIN_OVER_RANDOM
+    assert record["score"] - record["baselines"]["raw_pixels"] >= MARGIN_OVER_PIXELS
+
+
+@pytest.mark.parametrize("entry", [e for e in ZOO if e.snapshot_steps], ids=lambda e: e.name)
+def test_training_checkpoints_load_and_improve(entry, manifest):
+    record = manifest["models"][entry.name]
+    scores = [record["baselines"]["random_init"]] + [record["snapshots"][str(s)] for s in entry.snapshot_steps]
+    scores.append(record["score"])
+    for s in (0, *entry.snapshot_steps):
+        assert vitscope.load_model(f"{entry.name}@step{s}").spec.name == f"{entry.name}@step{s}"
+    assert scores == sorted(scores), scores  # the score grows along training
+
+
+def test_supervised_head_is_reachable_through_the_backbone():
+    backbone = vitscope.load_model("tiny-vit-sup")
+    pixels = torch.zeros(2, 3, 64, 64)
+    tokens = backbone.final_norm(backbone.run_blocks(backbone.embed(pixels), 0, backbone.spec.num_blocks))
+    assert torch.allclose(backbone.head(tokens), backbone(pixels), atol=1e-5)
+    assert backbone.head(tokens).shape == (2, 10)
