@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -190,8 +191,9 @@ class AttentionAccumulator(Accumulator):
         self.model = self.model or batch.spec.name
         self._update_blocks(geometry, stats, batch)
 
+    @abstractmethod
     def _update_blocks(self, geometry: AttentionGeometry, stats: list[BlockStats], batch: Batch) -> None:
-        raise NotImplementedError
+        """Add one batch's per-block statistics to the sums."""
 
     def merge(self, other: Accumulator) -> AttentionAccumulator:
         """Fold ``other``'s state into this one (in place) and return ``self``; ``other`` is unchanged."""
@@ -205,8 +207,9 @@ class AttentionAccumulator(Accumulator):
         self.num_images += other.num_images
         return self
 
+    @abstractmethod
     def _merge_sums(self, other: AttentionAccumulator, empty: bool) -> None:
-        raise NotImplementedError
+        """Add ``other``'s sums (``empty``: this accumulator had none yet)."""
 
     # ------------------------------------------------------------ random baseline
 
@@ -222,6 +225,41 @@ class AttentionAccumulator(Accumulator):
         if self.geometry is not None:
             meta.update(self.geometry.describe())
         return meta
+
+
+class ChosenImages:
+    """Mixin keeping the maps and thumbnails of the images chosen by dataset index (``_cfg_images``).
+
+    The host defines ``_cfg_images`` (a frozenset of dataset indices) and calls :meth:`_reset_chosen` from
+    its ``_reset_sums``. The first occurrence of an index wins, in updates and merges alike.
+    """
+
+    _cfg_images: frozenset[int]
+
+    def _reset_chosen(self) -> None:
+        self.image_maps: dict[int, torch.Tensor] = {}
+        self.image_pixels: dict[int, torch.Tensor] = {}
+
+    def _keep_chosen(self, batch: Batch, maps: torch.Tensor) -> None:
+        """Store ``maps[j]`` (float64, CPU) and the thumbnail of every chosen image of the batch."""
+        chosen = [j for j, idx in enumerate(batch.indices) if int(idx) in self._cfg_images]
+        for j, pixels in zip(chosen, thumbnails(batch, chosen)):
+            idx = int(batch.indices[j])
+            self.image_maps.setdefault(idx, maps[j].to(torch.float64).cpu())
+            self.image_pixels.setdefault(idx, pixels)
+
+    def _merge_chosen(self, other: ChosenImages) -> None:
+        for idx, m in other.image_maps.items():
+            self.image_maps.setdefault(idx, m.clone())
+            self.image_pixels.setdefault(idx, other.image_pixels[idx].clone())
+
+    def _chosen_tensors(self) -> dict[str, torch.Tensor]:
+        """``image_maps`` ``[I, ...]`` and ``images`` ``[I, H, W, 3]`` in increasing index order (empty if none)."""
+        if not self.image_maps:
+            return {}
+        order = sorted(self.image_maps)
+        return {"image_maps": torch.stack([self.image_maps[i] for i in order]),
+                "images": torch.stack([self.image_pixels[i] for i in order])}
 
 
 def thumbnails(batch: Batch, positions: Sequence[int]) -> list[torch.Tensor]:

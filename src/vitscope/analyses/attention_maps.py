@@ -5,13 +5,14 @@ Paper 002 figures 2 and 17 (dataset average, blocks x heads) and 11 to 13 (singl
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
 import torch
 
-from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, TableResult, thumbnails
+from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, ChosenImages, TableResult
 from vitscope.analyses.attention_pass import BlockStats
 from vitscope.analyses.base import Batch
 
@@ -47,7 +48,7 @@ class AttentionMapsResult(TableResult):
         return paths
 
 
-class _MapAccumulator(AttentionAccumulator):
+class _MapAccumulator(ChosenImages, AttentionAccumulator):
     """Sum over images of a per-image ``[L, H, h, w]`` map, plus the maps of chosen images.
 
     Args:
@@ -74,12 +75,11 @@ class _MapAccumulator(AttentionAccumulator):
 
     def _reset_sums(self) -> None:
         self.map_sum: torch.Tensor | None = None
-        self.image_maps: dict[int, torch.Tensor] = {}
-        self.image_pixels: dict[int, torch.Tensor] = {}
+        self._reset_chosen()
 
+    @abstractmethod
     def _maps(self, stats: BlockStats) -> torch.Tensor:
         """Per-image map ``[B, H, K]`` of one block."""
-        raise NotImplementedError
 
     def _update_blocks(self, geometry: AttentionGeometry, stats: list[BlockStats], batch: Batch) -> None:
         h, w = geometry.grid
@@ -88,17 +88,11 @@ class _MapAccumulator(AttentionAccumulator):
         batch_sum = maps.sum(dim=0).to(torch.float64).cpu()
         self.map_sum = batch_sum if self.map_sum is None else self.map_sum + batch_sum
         self.num_images += maps.shape[0]
-        chosen = [j for j, idx in enumerate(batch.indices) if int(idx) in self._cfg_images]
-        for j, pixels in zip(chosen, thumbnails(batch, chosen)):
-            idx = int(batch.indices[j])
-            self.image_maps.setdefault(idx, maps[j].to(torch.float64).cpu())
-            self.image_pixels.setdefault(idx, pixels)
+        self._keep_chosen(batch, maps)
 
     def _merge_sums(self, other: AttentionAccumulator, empty: bool) -> None:
         self.map_sum = other.map_sum.clone() if empty else self.map_sum + other.map_sum
-        for idx, m in other.image_maps.items():
-            self.image_maps.setdefault(idx, m.clone())
-            self.image_pixels.setdefault(idx, other.image_pixels[idx].clone())
+        self._merge_chosen(other)
 
     def compute(self) -> AttentionMapsResult:
         meta = {"what": self.what, **self._base_meta(), "image_indices": sorted(self.image_maps)}
@@ -108,10 +102,7 @@ class _MapAccumulator(AttentionAccumulator):
         rand = torch.stack([self._maps(s).mean(dim=0) for s in self._random()]).reshape(-1, self.geometry.num_heads,
                                                                                           h, w)
         tensors = {"mean_map": self.map_sum / self.num_images, "random_mean_map": rand.to(torch.float64).cpu()}
-        if self.image_maps:
-            order = sorted(self.image_maps)
-            tensors["image_maps"] = torch.stack([self.image_maps[i] for i in order])
-            tensors["images"] = torch.stack([self.image_pixels[i] for i in order])
+        tensors.update(self._chosen_tensors())
         return AttentionMapsResult(name=self.name, tensors=tensors, meta=meta)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, TableResult, thumbnails
+from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, ChosenImages, TableResult
 from vitscope.analyses.attention_pass import FUSIONS, BlockStats
 from vitscope.analyses.base import Batch
 from vitscope.functional.rollout import rollout
@@ -32,7 +32,7 @@ class AttentionRolloutResult(TableResult):
                               f"heads), {self.meta.get('num_images', 0)} images", Path(out_dir) / self.name)
 
 
-class AttentionRollout(AttentionAccumulator):
+class AttentionRollout(ChosenImages, AttentionAccumulator):
     """Attention rollout of every image (:func:`~vitscope.functional.rollout`), its display map, and means.
 
     ``R = A_hat_L @ ... @ A_hat_1`` over the recorded blocks in order (first block first), heads fused by
@@ -80,8 +80,7 @@ class AttentionRollout(AttentionAccumulator):
     def _reset_sums(self) -> None:
         self.rollout_sum: torch.Tensor | None = None
         self.map_sum: torch.Tensor | None = None
-        self.image_maps: dict[int, torch.Tensor] = {}
-        self.image_pixels: dict[int, torch.Tensor] = {}
+        self._reset_chosen()
 
     def _uses_cls(self, geometry: AttentionGeometry) -> bool:
         return geometry.has_cls and not self._cfg_exclude_prefix
@@ -108,20 +107,14 @@ class AttentionRollout(AttentionAccumulator):
         else:
             self.rollout_sum, self.map_sum = self.rollout_sum + r_sum, self.map_sum + m_sum
         self.num_images += r.shape[0]
-        chosen = [j for j, idx in enumerate(batch.indices) if int(idx) in self._cfg_images]
-        for j, pixels in zip(chosen, thumbnails(batch, chosen)):
-            idx = int(batch.indices[j])
-            self.image_maps.setdefault(idx, maps[j].to(torch.float64).cpu())
-            self.image_pixels.setdefault(idx, pixels)
+        self._keep_chosen(batch, maps)
 
     def _merge_sums(self, other: AttentionAccumulator, empty: bool) -> None:
         if empty:
             self.rollout_sum, self.map_sum = other.rollout_sum.clone(), other.map_sum.clone()
         else:
             self.rollout_sum, self.map_sum = self.rollout_sum + other.rollout_sum, self.map_sum + other.map_sum
-        for idx, m in other.image_maps.items():
-            self.image_maps.setdefault(idx, m.clone())
-            self.image_pixels.setdefault(idx, other.image_pixels[idx].clone())
+        self._merge_chosen(other)
 
     def compute(self) -> AttentionRolloutResult:
         meta = {**self._base_meta(), "head_fusion": self._cfg_head_fusion, "discard_ratio": self._cfg_discard_ratio,
@@ -132,8 +125,5 @@ class AttentionRollout(AttentionAccumulator):
         _, random_maps = self._rollout(self._random(), self.geometry)
         tensors = {"mean_rollout": self.rollout_sum / self.num_images, "mean_map": self.map_sum / self.num_images,
                    "random_map": random_maps.mean(dim=0).to(torch.float64)}
-        if self.image_maps:
-            order = sorted(self.image_maps)
-            tensors["image_maps"] = torch.stack([self.image_maps[i] for i in order])
-            tensors["images"] = torch.stack([self.image_pixels[i] for i in order])
+        tensors.update(self._chosen_tensors())
         return AttentionRolloutResult(name=self.name, tensors=tensors, meta=meta)

@@ -90,8 +90,6 @@ class MetricRecipe(Recipe):
         c = self.config
         groups = decay_groups(self.model, c.weight_decay)
         groups.append({"params": list(self.criterion.parameters()), "weight_decay": 0.0, "lr": c.lr * c.loss_lr_factor})
-        for g in groups[:2]:
-            g["lr"] = c.lr
         return torch.optim.SGD(groups, lr=c.lr, momentum=c.momentum, nesterov=True)
 
     def scheduler(self, optimizer, steps):
