@@ -111,3 +111,14 @@ def test_object_level_rows_pool_the_masks() -> None:
     batch.targets = {"label": [0, 1]}
     with pytest.warns(UserWarning, match="region masks"):
         plain.update(record, batch)
+
+
+def test_every_registered_analysis_is_importable_from_vitscope_analyses() -> None:
+    import vitscope.analyses as public
+    from vitscope.analyses.registry import ANALYSES
+
+    for name, cls in ANALYSES.items():
+        assert getattr(public, cls.__name__, None) is cls and cls.__name__ in public.__all__, name
+    for fn in ("probe_sweep", "best_block_table", "retrieval_probe", "davis_probe", "keypoint_probe", "knn_probe",
+               "linear_probe", "clustering_probe", "cross_model_cka", "cka_between"):
+        assert callable(getattr(public, fn)) and fn in public.__all__

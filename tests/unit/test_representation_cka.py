@@ -77,11 +77,11 @@ def test_grams_minmax_matches_functional_terms() -> None:
 
 
 def _block_cka(reps: list[torch.Tensor], estimator: str, batch: int = 8,
-               split: list[int] | None = None) -> torch.Tensor:
+               split: list[int] | None = None, grouping: str = "batch") -> torch.Tensor:
     """Run BlockCKA on fake records whose three blocks hold ``reps`` as flattened 'all' tokens."""
     spec = fake_spec()
     n = reps[0].shape[0]
-    acc = BlockCKA(estimator=estimator, batch=batch)
+    acc = BlockCKA(estimator=estimator, batch=batch, grouping=grouping)
     start = 0
     for size in split or [n]:
         record, batch_obj = fake_record(spec, acc.required_hooks(spec), size, _gen(start), start_index=start)
@@ -108,7 +108,7 @@ def test_block_cka_properties(estimator: str) -> None:
 @pytest.mark.parametrize("estimator", ["minibatch", "full", "full_unbiased"])
 def test_block_cka_matches_functional(estimator: str) -> None:
     reps = _reps(30, seed=2)
-    got = _block_cka(reps, estimator, batch=8, split=[7, 11, 12])
+    got = _block_cka(reps, estimator, batch=8, split=[7, 11, 12], grouping="index")
     for i in range(3):
         for j in range(3):
             if estimator == "minibatch":
@@ -133,9 +133,9 @@ def test_minibatch_close_to_full_batch() -> None:
 def test_minibatches_follow_dataset_index_not_arrival() -> None:
     """Minibatch of an image = index // batch: any split or order of the stream gives the same estimate."""
     x, y, _ = _reps(21, seed=6)
-    whole = MinibatchHSIC(batch=8, symmetric=False)
+    whole = MinibatchHSIC(batch=8, symmetric=False, grouping="index")
     whole.add(range(21), [x], [y])
-    parts = [MinibatchHSIC(batch=8, symmetric=False) for _ in range(3)]
+    parts = [MinibatchHSIC(batch=8, symmetric=False, grouping="index") for _ in range(3)]
     order = torch.randperm(21, generator=_gen(1)).tolist()
     for k, part in enumerate(parts):
         ids = order[k * 7 : (k + 1) * 7]
@@ -147,6 +147,48 @@ def test_minibatches_follow_dataset_index_not_arrival() -> None:
     assert whole.cka()[0, 0].item() == pytest.approx(minibatch_cka(x.float(), y.float(), batch=8), abs=1e-9)
     with pytest.raises(ValueError, match="added twice"):
         whole.add([3], [x[:1]], [y[:1]])
+
+
+def _hsic_sums(x: torch.Tensor, y: torch.Tensor, pieces: list[list[int]]) -> torch.Tensor:
+    """CKA from the minibatch HSIC terms of the given pieces (positions), weighted by piece size."""
+    from vitscope.functional import minibatch_hsic_terms
+
+    sums = torch.zeros(3, dtype=torch.float64)
+    for p in pieces:
+        sums += len(p) * torch.tensor(minibatch_hsic_terms(x[p], y[p]), dtype=torch.float64)
+    return sums[0] / (sums[1] * sums[2]).sqrt()
+
+
+def test_batch_grouping_cuts_each_batch_and_pools_small_tails() -> None:
+    """grouping="batch": minibatches of ``batch`` within each added batch; pieces under 4 images pooled by index."""
+    x, y, _ = _reps(40, seed=8)
+    state = MinibatchHSIC(batch=8, symmetric=False)  # the default grouping
+    for ids in ([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10], list(range(11, 17)), [17, 18], list(range(19, 40))):
+        state.add(ids, [x[ids]], [y[ids]])
+        assert all(i < 24 for i in np.concatenate([c[0] for chunks in state.open.values() for c in chunks] or [[]]))
+    # batch 1 -> 0..7 and the tail 8..10 (pooled, minibatch 1); batch 2 -> 11..16; batch 3 -> 17, 18 (pooled:
+    # minibatch 2); batch 4 -> 19..26, 27..34, 35..39. Pooled minibatches 1 and 2 hold 3 and 2 images: dropped.
+    pieces = [list(range(0, 8)), list(range(11, 17)), list(range(19, 27)), list(range(27, 35)), list(range(35, 40))]
+    assert state.cka()[0, 0].item() == pytest.approx(_hsic_sums(x.float(), y.float(), pieces).item(), abs=1e-9)
+    assert state.held_bytes() == (3 + 2) * (x.shape[1] + y.shape[1]) * 4  # only the pooled tails, float32
+
+
+def test_batch_grouping_equals_index_grouping_on_aligned_batches_and_keeps_nothing() -> None:
+    x, y, _ = _reps(48, seed=9)
+    by_batch, by_index = MinibatchHSIC(8, symmetric=False), MinibatchHSIC(8, symmetric=False, grouping="index")
+    for start in range(0, 48, 16):
+        ids = list(range(start, start + 16))
+        by_batch.add(ids, [x[ids]], [y[ids]])
+        by_index.add(ids[:4], [x[ids[:4]]], [y[ids[:4]]])  # index grouping keeps these until their minibatch is full
+        assert by_index.held_bytes() > 0
+        by_index.add(ids[4:], [x[ids[4:]]], [y[ids[4:]]])
+        assert by_batch.held_bytes() == 0
+    torch.testing.assert_close(by_batch.cka(), by_index.cka(), rtol=1e-12, atol=1e-14)
+    assert by_batch.cka()[0, 0].item() == pytest.approx(minibatch_cka(x.float(), y.float(), batch=8), abs=1e-6)
+    with pytest.raises(ValueError, match="grouping"):
+        by_batch.merge(by_index)
+    with pytest.raises(ValueError, match="grouping"):
+        BlockCKA(grouping="images")
 
 
 def test_block_cka_gram_minmax_reproduces_functional() -> None:
@@ -233,3 +275,18 @@ def test_cka_between_needs_common_images(tmp_path: Path) -> None:
     b = _entry(cache, {0: np.ones((4, 3), np.float32)}, np.arange(4, 8), "d" * 64)
     with pytest.raises(ValueError, match="share no image"):
         cka_between(a, b)
+
+
+def test_cross_gram_and_row_norms_are_exact_float64_in_column_blocks() -> None:
+    from vitscope.functional.cka_grams import cross_gram, row_norms
+
+    x = torch.randn(5, 3, 7, generator=_gen(12))
+    y = torch.randn(4, 21, generator=_gen(13))
+    want = x.reshape(5, -1).double() @ y.double().T
+    torch.testing.assert_close(cross_gram(x, y, column_chunk=4), want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(cross_gram(x.numpy(), y.numpy(), column_chunk=5), want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(cross_gram(y), y.double() @ y.double().T, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(row_norms(x, column_chunk=2), x.reshape(5, -1).double().norm(dim=1), rtol=1e-12,
+                               atol=0)
+    with pytest.raises(ValueError, match="width"):
+        cross_gram(x, y[:, :5])

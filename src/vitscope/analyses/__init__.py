@@ -1,4 +1,10 @@
-"""Mergeable streaming analyses (DESIGN.md idea 3) and their registry."""
+"""Mergeable streaming analyses (DESIGN.md idea 3), their registry, and the downstream probes.
+
+Every analysis registered in :data:`ANALYSES` (what ``vitscope analyze --analyses NAME`` runs) is importable
+from here by its class name, together with its Result class. The probes that need a whole benchmark at once
+(revisited retrieval, DAVIS propagation, SPair keypoints) and the cached-feature entry points (k-NN, linear
+probe, clustering, cross-model CKA) are functions; :func:`probe_sweep` runs every probe the data allows.
+"""
 
 from vitscope.analyses.activation import MeanActivation
 from vitscope.analyses.attention_focus import AttentionFocus, AttentionFocusResult
@@ -12,7 +18,17 @@ from vitscope.analyses.attention_maps import AttentionMapsResult, CLSAttentionMa
 from vitscope.analyses.attention_stats import AttentionStats, AttentionStatsResult
 from vitscope.analyses.attention_suite import attention_suite, link_attention_plans
 from vitscope.analyses.base import Accumulator, Batch, Result
+from vitscope.analyses.clustering import Clustering, clustering_probe
+from vitscope.analyses.probe_davis import davis_probe
+from vitscope.analyses.probe_keypoints import keypoint_probe
+from vitscope.analyses.probe_knn import KnnProbe, knn_probe
+from vitscope.analyses.probe_linear import LinearProbe, linear_probe
+from vitscope.analyses.probe_result import ProbeResult, best_block_table
+from vitscope.analyses.probe_retrieval import retrieval_probe
+from vitscope.analyses.probes import probe_sweep
 from vitscope.analyses.registry import ANALYSES, GROUPS, default_analyses, get_analysis
+from vitscope.analyses.representation import BlockCKA, CKAResult, block_cka, cka_between, cross_model_cka
+from vitscope.analyses.representation_residual import ResidualCKA, ResidualResult
 from vitscope.analyses.rollout_analysis import AttentionRollout, AttentionRolloutResult
 from vitscope.analyses.saliency import SaliencyIoU, SaliencyIoUResult
 
@@ -32,14 +48,33 @@ __all__ = [
     "AttentionStats",
     "AttentionStatsResult",
     "Batch",
+    "BlockCKA",
+    "CKAResult",
     "CLSAttentionMaps",
+    "Clustering",
+    "KnnProbe",
+    "LinearProbe",
     "MeanActivation",
+    "ProbeResult",
+    "ResidualCKA",
+    "ResidualResult",
     "Result",
     "SaliencyIoU",
     "SaliencyIoUResult",
     "SpatialAverageMaps",
     "attention_suite",
+    "best_block_table",
+    "block_cka",
+    "cka_between",
+    "clustering_probe",
+    "cross_model_cka",
+    "davis_probe",
     "default_analyses",
     "get_analysis",
+    "keypoint_probe",
+    "knn_probe",
+    "linear_probe",
     "link_attention_plans",
+    "probe_sweep",
+    "retrieval_probe",
 ]

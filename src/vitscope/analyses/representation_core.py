@@ -3,11 +3,24 @@
 Two estimators of the CKA between every representation of a group X and every one of a group Y (or of X
 with itself), both exactly mergeable:
 
-- :class:`MinibatchHSIC` (Nguyen et al. 2021): images are assigned to minibatch ``index // batch`` by their
-  dataset index, so the partition (and hence the estimate) does not depend on how the stream was split
-  across batches, workers or resumed runs. A minibatch is reduced to its three unbiased HSICs as soon as
-  it is complete; incomplete ones keep their images' features until ``compute`` (then a minibatch of
-  fewer than 4 images is dropped). State: HSIC sums weighted by minibatch size, plus the open buffers.
+- :class:`MinibatchHSIC` (Nguyen et al. 2021): per minibatch, the three unbiased HSICs of every pair, summed
+  weighted by minibatch size. How the stream is cut into minibatches (``grouping``):
+
+  * ``"batch"`` (default): the images of each ``add`` call (one engine batch), sorted by dataset index, are
+    cut into consecutive minibatches of ``batch`` images and reduced at once, so no feature outlives its
+    batch (as the 002 code, whose minibatch was its loader batch). Memory is flat and small in every case;
+    the partition depends on the engine batch size (a batch of 16 gives minibatches of 16) but not on how
+    the batches are later merged. With an engine batch size that is a multiple of ``batch`` it is exactly
+    the ``"index"`` partition.
+  * ``"index"``: image ``i`` belongs to minibatch ``i // batch`` whatever the batch it arrives in, so the
+    estimate does not depend on the engine batch size, worker split or resume. The features of a
+    minibatch that is not complete yet are kept until it is (up to ``batch - 1`` images when batches
+    arrive in order; a minibatch missing an unreadable image is only reduced by ``cka()``).
+
+  Pieces of fewer than 4 images (an engine batch smaller than 4, or its tail) cannot give an unbiased
+  HSIC alone: they are pooled by index as ``"index"`` does, so a stream of tiny batches still counts; a
+  final pooled minibatch of fewer than 4 images is dropped. Grams are built one representation at a time
+  in float64 (two chunks converted at a time), never for every representation at once.
 - :class:`FullHSIC`: every image's features go to a disk-backed :class:`RowStore`; ``compute`` builds the
   full Grams chunk by chunk and applies the biased (default) or unbiased estimator.
 """
@@ -21,90 +34,90 @@ import numpy as np
 import torch
 
 from vitscope.features.rowstore import RowStore
-from vitscope.functional.cka_grams import cka_from_hsic, grams, hsic_matrix
+from vitscope.functional.cka import _minmax_gram
+from vitscope.functional.cka_grams import cka_from_hsic, cross_gram, hsic_matrix
 
-__all__ = ["FullHSIC", "MinibatchHSIC", "chunked_gram"]
+__all__ = ["GROUPINGS", "FullHSIC", "MinibatchHSIC", "chunked_gram"]
 
 _MIN_UNBIASED = 4
+GROUPINGS = ("batch", "index")
 
 
-def _stack_grams(reps: Sequence[torch.Tensor], gram_minmax: bool) -> torch.Tensor:
-    """``[A, b, b]`` Grams of A representations ``[b, F_a]`` (stacked into one product when widths agree)."""
-    if len({r.shape[1] for r in reps}) == 1:
-        return grams(torch.stack(list(reps)), gram_minmax)  # one float64 conversion, inside grams
-    return torch.cat([grams(r.to(torch.float64)[None], gram_minmax) for r in reps])
+def chunked_gram(chunks: Sequence[np.ndarray | torch.Tensor]) -> torch.Tensor:
+    """Gram ``X X^T`` (float64, CPU) of rows given as consecutive chunks ``[b_i, ...]`` (e.g. memory maps).
 
-
-def _hsic_terms(xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor] | None, gram_minmax: bool,
-                unbiased: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(hsic_xy [A, B], hsic_xx [A], hsic_yy [B])`` of one set of examples."""
-    kx = _stack_grams(xs, gram_minmax)
-    hxx = hsic_matrix(kx, unbiased=unbiased)
-    if ys is None:
-        return hxx, hxx.diagonal().clone(), hxx.diagonal().clone()
-    ky = _stack_grams(ys, gram_minmax)
-    hyy = hsic_matrix(ky, unbiased=unbiased).diagonal().clone()
-    return hsic_matrix(kx, ky, unbiased=unbiased), hxx.diagonal().clone(), hyy
-
-
-def chunked_gram(chunks: Sequence[np.ndarray]) -> torch.Tensor:
-    """Gram ``X X^T`` (float64) of rows given as consecutive chunks ``[b_i, ...]`` (e.g. memory maps).
-
-    Only two chunks are converted to float64 at a time, so memory is ``n^2`` plus two chunks.
+    Blocks are built by :func:`~vitscope.functional.cka_grams.cross_gram`, a few feature columns converted to
+    float64 at a time, so memory is ``n^2`` plus a small working set whatever the feature width.
     """
     sizes = [len(c) for c in chunks]
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
     k = torch.zeros((int(starts[-1]),) * 2, dtype=torch.float64)
-
-    def rows(c: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(np.array(c, dtype=np.float64).reshape(len(c), -1))
-
     for i, ci in enumerate(chunks):
-        xi = rows(ci)
         for j in range(i, len(chunks)):
-            xj = xi if j == i else rows(chunks[j])
-            block = xi @ xj.T
+            block = cross_gram(ci, None if j == i else chunks[j]).cpu()
             k[starts[i] : starts[i + 1], starts[j] : starts[j + 1]] = block
             k[starts[j] : starts[j + 1], starts[i] : starts[i + 1]] = block.T
     return k
 
 
 class MinibatchHSIC:
-    """Streaming unbiased minibatch HSIC sums for CKA matrices (merge-exact: minibatches by dataset index).
+    """Streaming unbiased minibatch HSIC sums for CKA matrices (merge-exact; see the module docstring).
 
     Args:
         batch: minibatch size (>= 4).
         gram_minmax: min-max rescale every minibatch Gram as the 002 code.
         symmetric: X is compared with itself (``add`` gets no ``ys``).
+        grouping: ``"batch"`` (minibatches within each added batch, nothing kept) or ``"index"`` (minibatch
+            ``index // batch``, independent of the batch sizes).
     """
 
-    def __init__(self, batch: int = 64, gram_minmax: bool = False, symmetric: bool = True) -> None:
+    def __init__(self, batch: int = 64, gram_minmax: bool = False, symmetric: bool = True,
+                 grouping: str = "batch") -> None:
         if int(batch) != batch or batch < _MIN_UNBIASED:
             raise ValueError(f"batch must be an integer >= {_MIN_UNBIASED}, got {batch!r}")
+        if grouping not in GROUPINGS:
+            raise ValueError(f"grouping must be one of {GROUPINGS}, got {grouping!r}")
         self.batch, self.gram_minmax, self.symmetric = int(batch), bool(gram_minmax), bool(symmetric)
+        self.grouping = grouping
         self.sums: list[torch.Tensor] | None = None  # [xy [A, B], xx [A], yy [B]], weighted by minibatch size
         self.weight = 0  # images in reduced minibatches
         self.count = 0  # images seen
         # minibatch -> chunks (image indices [c], features [c, F] of each rep) not yet reduced
         self.open: dict[int, list[tuple[np.ndarray, list[np.ndarray]]]] = {}
-        self.done: set[int] = set()  # minibatches already reduced
+        self.done: set[int] = set()  # index minibatches already reduced
 
-    def _reduce(self, chunks: list[tuple[np.ndarray, list[np.ndarray]]]) -> None:
-        """Fold one minibatch (its chunks) into the sums, rows sorted by image index."""
-        index = np.concatenate([c[0] for c in chunks])
-        b = index.size
-        if b < _MIN_UNBIASED:
-            return
-        order = np.argsort(index, kind="stable")
-        reps = [torch.from_numpy(np.concatenate([c[1][a] for c in chunks])[order]) for a in range(len(chunks[0][1]))]
-        num_x = len(reps) if self.symmetric else len(reps) // 2
-        terms = _hsic_terms(reps[:num_x], None if self.symmetric else reps[num_x:], self.gram_minmax, True)
+    def _fold(self, grams: list[torch.Tensor], b: int) -> None:
+        """Add the weighted HSIC terms of one minibatch of ``b`` images given every representation's Gram."""
+        if self.gram_minmax:
+            grams = [_minmax_gram(k) for k in grams]
+        num_x = len(grams) if self.symmetric else len(grams) // 2
+        kx = torch.stack(grams[:num_x])
+        hxx = hsic_matrix(kx, unbiased=True)
+        if self.symmetric:
+            terms = [hxx, hxx.diagonal().clone(), hxx.diagonal().clone()]
+        else:
+            ky = torch.stack(grams[num_x:])
+            terms = [hsic_matrix(kx, ky, unbiased=True), hxx.diagonal().clone(),
+                     hsic_matrix(ky, unbiased=True).diagonal().clone()]
         weighted = [b * t for t in terms]
         self.sums = weighted if self.sums is None else [s + t for s, t in zip(self.sums, weighted)]
         self.weight += b
 
+    def _reduce(self, chunks: list[tuple[np.ndarray, list[np.ndarray]]]) -> None:
+        """Fold one index minibatch (its chunks) into the sums, rows sorted by image index."""
+        index = np.concatenate([c[0] for c in chunks])
+        b = index.size
+        if b < _MIN_UNBIASED:
+            return
+        order = torch.from_numpy(np.argsort(index, kind="stable"))
+        grams = []
+        for a in range(len(chunks[0][1])):
+            k = chunked_gram([c[1][a] for c in chunks])
+            grams.append(k[order][:, order])
+        self._fold(grams, b)
+
     def _put(self, mb: int, index: np.ndarray, feats: list[np.ndarray]) -> None:
-        """Add the rows of one minibatch; reduce it once it holds ``batch`` images."""
+        """Add the rows of one index minibatch; reduce it once it holds ``batch`` images."""
         chunks = self.open.setdefault(mb, [])
         seen = np.concatenate([c[0] for c in chunks] + [index])
         if mb in self.done or np.unique(seen).size != seen.size:
@@ -115,22 +128,41 @@ class MinibatchHSIC:
             self._reduce(self.open.pop(mb))
             self.done.add(mb)
 
+    def _pool(self, index: np.ndarray, reps: Sequence[torch.Tensor]) -> None:
+        """Keep rows (copied to the CPU) in their index minibatches until those are complete."""
+        feats = [r.detach().float().cpu().reshape(len(index), -1).numpy().copy() for r in reps]
+        minibatch = index // self.batch
+        for mb in np.unique(minibatch):
+            sel = minibatch == mb
+            self._put(int(mb), index[sel], [f[sel] for f in feats])
+
     def add(self, indices: Sequence[int], xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor] | None = None) -> None:
         """Add a batch: ``xs`` (and ``ys`` unless symmetric) are lists of ``[b, F]`` representations."""
         if (ys is None) != self.symmetric:
             raise ValueError("pass ys exactly when the HSIC state is not symmetric")
         index = np.asarray(list(indices), dtype=np.int64)
-        reps = [r.detach().float().cpu().numpy() for r in list(xs) + list(ys or [])]
-        minibatch = index // self.batch
-        for mb in np.unique(minibatch):
-            sel = minibatch == mb
-            self._put(int(mb), index[sel], [r[sel] for r in reps])
+        reps = list(xs) + list(ys or [])
+        if self.grouping == "index":
+            self._pool(index, reps)
+        else:
+            order = np.argsort(index, kind="stable")
+            for start in range(0, order.size, self.batch):
+                pos = order[start : start + self.batch]
+                if pos.size < _MIN_UNBIASED:
+                    self._pool(index[pos], [r[torch.from_numpy(pos).to(r.device)] for r in reps])
+                    continue
+                if pos[-1] - pos[0] == pos.size - 1:  # consecutive rows (batches arrive sorted): a view, no copy
+                    picked = [r[int(pos[0]) : int(pos[-1]) + 1] for r in reps]
+                else:
+                    picked = [r[torch.from_numpy(pos).to(r.device)] for r in reps]
+                self._fold([cross_gram(r.detach().float()).cpu() for r in picked], int(pos.size))
         self.count += index.size
 
     def merge(self, other: MinibatchHSIC) -> MinibatchHSIC:
         """Fold ``other`` in (``other`` is unchanged); returns ``self``."""
-        if (other.batch, other.gram_minmax, other.symmetric) != (self.batch, self.gram_minmax, self.symmetric):
-            raise ValueError("cannot merge minibatch HSIC states with different batch / gram_minmax settings")
+        mine = (self.batch, self.gram_minmax, self.symmetric, self.grouping)
+        if (other.batch, other.gram_minmax, other.symmetric, other.grouping) != mine:
+            raise ValueError("cannot merge minibatch HSIC states with different batch / gram_minmax / grouping")
         if self.done & other.done:
             raise ValueError("both HSIC states hold the same minibatch: the same images were added twice")
         self.done |= other.done
@@ -144,9 +176,13 @@ class MinibatchHSIC:
                 self._put(mb, index.copy(), [f.copy() for f in feats])
         return self
 
+    def held_bytes(self) -> int:
+        """Bytes of features kept for minibatches that are not complete yet."""
+        return sum(f.nbytes for chunks in self.open.values() for _, feats in chunks for f in feats)
+
     def cka(self) -> torch.Tensor | None:
-        """``[A, B]`` CKA from every complete minibatch and the open ones with >= 4 images (None if none)."""
-        twin = MinibatchHSIC(self.batch, self.gram_minmax, self.symmetric)
+        """``[A, B]`` CKA from every reduced minibatch and the open ones with >= 4 images (None if none)."""
+        twin = MinibatchHSIC(self.batch, self.gram_minmax, self.symmetric, self.grouping)
         twin.sums = None if self.sums is None else [s.clone() for s in self.sums]
         twin.weight = self.weight
         for mb in sorted(self.open):

@@ -15,6 +15,7 @@ import torch
 
 from vitscope.analyses.base import Accumulator, Batch, Result
 from vitscope.analyses.representation import check_cka_options, cka_features, hsic_state_cka, new_hsic_state
+from vitscope.functional.cka_grams import row_norms
 from vitscope.hooks.names import split_block_name
 from vitscope.models.spec import ModelSpec
 
@@ -51,8 +52,13 @@ class ResidualCKA(Accumulator):
         estimator: ``"minibatch"`` (default), ``"full"`` or ``"full_unbiased"`` (see :class:`BlockCKA`).
         batch: minibatch size; gram_minmax: the 002 code's Gram rescaling.
         workdir: folder for the full estimators' features.
+        grouping: ``"batch"`` (default) or ``"index"`` minibatches, as :class:`BlockCKA`.
 
-    Memory: as :class:`BlockCKA`, with ``4 L`` representations (skips and branches) instead of ``L``.
+    Memory: as :class:`BlockCKA`, with ``4 L`` representations (skips and branches) instead of ``L``. On
+    ViT-B/16-shaped records (``tokens="all"``, engine batch 16) the default keeps nothing between batches;
+    peak resident memory is 467-489 MiB above the baseline for 64 and for 192 images, of which 443 MiB is
+    the recorded batch (48 tensors). The previous default (index grouping, every representation stacked in
+    float64 at reduction) kept 1.3 GB of features between batches and peaked 6.7 GB above the baseline.
 
     Result tensors: ``attn_cka``, ``mlp_cka`` ``[L]`` (skip vs branch of the same sublayer),
     ``attn_cka_matrix``, ``mlp_cka_matrix`` ``[L, L]`` (row = skip input of block i, column = branch output of
@@ -62,10 +68,10 @@ class ResidualCKA(Accumulator):
     name = "residual_cka"
 
     def __init__(self, tokens: str = "all", estimator: str = "minibatch", batch: int = 64, gram_minmax: bool = False,
-                 workdir: str | Path | None = None) -> None:
-        check_cka_options(tokens, estimator, batch)
+                 workdir: str | Path | None = None, grouping: str = "batch") -> None:
+        check_cka_options(tokens, estimator, batch, grouping)
         self._cfg_tokens, self._cfg_estimator, self._cfg_batch = tokens, estimator, int(batch)
-        self._cfg_minmax, self._cfg_workdir = bool(gram_minmax), workdir
+        self._cfg_minmax, self._cfg_workdir, self._cfg_grouping = bool(gram_minmax), workdir, grouping
         self.reset()
 
     def required_hooks(self, spec: ModelSpec) -> list[str]:
@@ -75,7 +81,8 @@ class ResidualCKA(Accumulator):
         return spec.is_transformer and super().supports(spec)
 
     def reset(self) -> None:
-        self.state = new_hsic_state(self._cfg_estimator, self._cfg_batch, self._cfg_minmax, False, self._cfg_workdir)
+        self.state = new_hsic_state(self._cfg_estimator, self._cfg_batch, self._cfg_minmax, False, self._cfg_workdir,
+                                    self._cfg_grouping)
         self.ratio_sum: torch.Tensor | None = None  # [2, L] sums over images of ||skip|| / ||branch||
         self.blocks: list[int] = []
         self.model = ""
@@ -99,7 +106,7 @@ class ResidualCKA(Accumulator):
 
         skips = feats("resid_pre") + feats("resid_mid")
         branches = feats("attn_out") + feats("mlp_out")
-        ratios = torch.stack([s.double().norm(dim=1) / b.double().norm(dim=1) for s, b in zip(skips, branches)])
+        ratios = torch.stack([row_norms(s) / row_norms(b) for s, b in zip(skips, branches)])
         ratio_sum = ratios.sum(dim=1).reshape(2, len(blocks)).cpu()
         self.ratio_sum = ratio_sum if self.ratio_sum is None else self.ratio_sum + ratio_sum
         self.blocks, self.model = blocks, batch.spec.name
@@ -120,7 +127,8 @@ class ResidualCKA(Accumulator):
     def compute(self) -> ResidualResult:
         n = self.state.count
         meta = {"model": self.model, "tokens": self._cfg_tokens, "estimator": self._cfg_estimator,
-                "batch": self._cfg_batch, "gram_minmax": self._cfg_minmax, "num_images": n, "blocks": list(self.blocks)}
+                "batch": self._cfg_batch, "gram_minmax": self._cfg_minmax, "grouping": self._cfg_grouping,
+                "num_images": n, "blocks": list(self.blocks)}
         cka = hsic_state_cka(self.state, self._cfg_estimator) if n else None
         if cka is None:
             if n:

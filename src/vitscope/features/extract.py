@@ -16,11 +16,11 @@ import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from vitscope.analyses.base import Accumulator, Batch
 from vitscope.data.images import ImageLoadError
 from vitscope.features.cache import CacheEntry, FeatureCache
 from vitscope.features.fingerprint import CACHE_FORMAT, digest, model_fingerprint
@@ -30,6 +30,9 @@ from vitscope.features.views import StandardView, TiledView, TokenGroup, View
 from vitscope.functional.pooling import mask_pool, mask_weights
 from vitscope.hooks.names import expand_names
 from vitscope.models.backbone import Backbone
+
+if TYPE_CHECKING:  # vitscope.analyses imports this module (its probes extract features): no import cycle
+    from vitscope.analyses.base import Accumulator
 
 __all__ = ["POOLINGS", "FeatureRequest", "extract_features", "pool_group"]
 
@@ -162,6 +165,7 @@ def extract_features(
         ``meta`` records the view, the request, and the token ``grid`` / ``frame_hw`` / ``num_prefix`` of the
         first image (``"spatial"`` rows are ``[K, D]`` on that grid, row-major).
     """
+    from vitscope.analyses.base import Batch  # at call time: vitscope.analyses imports this module
     from vitscope.engine.run import resolve_device, resolve_dtype
 
     if batch_size < 1:
