@@ -70,3 +70,61 @@ def test_retrieval_metrics_match_pytorch_metric_learning():
     assert ours["recall@1"] == pytest.approx(ref["precision_at_1"], abs=1e-6)
     assert ours["map@r"] == pytest.approx(ref["mean_average_precision_at_r"], abs=1e-6)
     assert set(ours) == {"recall@1", "recall@2", "recall@4", "recall@8", "map@r"}
+
+
+def test_decomposed_similarity_generalises_mean_pooling_and_keeps_the_rest():
+    from vitscope.functional.similarity import decomposed_similarity
+
+    a, b = _tokens(3, 12, 8, 6), _tokens(3, 20, 8, 7)
+    ga, gb, s = paired_similarity(a, b)
+    ga2, gb2, s2, ra, rb = decomposed_similarity(a / 12, b / 20)
+    assert torch.allclose(ga, ga2) and torch.allclose(gb, gb2) and torch.allclose(s, s2)
+    assert torch.equal(ra, torch.zeros(3, dtype=ra.dtype)) and torch.equal(rb, torch.zeros(3, dtype=rb.dtype))
+    rest_a, rest_b = _tokens(3, 1, 8, 8)[:, 0], _tokens(3, 1, 8, 9)[:, 0]
+    ga, gb, s, ra, rb = decomposed_similarity(a, b, rest_a, rest_b)
+    ea, eb = a.sum(1) + rest_a, b.sum(1) + rest_b
+    assert torch.allclose(s, torch.cosine_similarity(ea, eb, dim=-1), atol=1e-10)
+    assert torch.allclose(ga.sum(-1) + ra, s, atol=1e-10) and torch.allclose(gb.sum(-1) + rb, s, atol=1e-10)
+    assert not torch.allclose(ga.sum(-1), s)  # the rest carries a real share here
+
+
+def test_redistribution_with_the_transposed_rollout_preserves_the_sum():
+    from vitscope.functional.similarity import redistribute
+
+    gen = torch.Generator().manual_seed(3)
+    r = torch.rand(2, 6, 6, generator=gen, dtype=torch.float64)
+    r = r / r.sum(-1, keepdim=True)  # row-stochastic, as the rollout
+    gamma = torch.randn(2, 6, generator=gen, dtype=torch.float64)
+    assert torch.allclose(redistribute(gamma, r, transpose=True).sum(-1), gamma.sum(-1))
+    assert torch.allclose(redistribute(gamma, r), (r @ gamma.unsqueeze(-1)).squeeze(-1))
+    assert not torch.allclose(redistribute(gamma, r).sum(-1), gamma.sum(-1))
+    with pytest.raises(ValueError, match=r"\[B, K, K\]"):
+        redistribute(gamma, r[:, :5, :5])
+
+
+def test_cosine_topk_matches_brute_force_and_excludes_the_query():
+    from vitscope.functional.similarity import cosine_topk
+
+    gen = torch.Generator().manual_seed(4)
+    gal = torch.randn(30, 5, generator=gen)
+    q = torch.tensor([0, 7, 29])
+    scores, idx = cosine_topk(gal[q], gal, 4, exclude=q)
+    assert idx.shape == (3, 4) and not (idx == q[:, None]).any()
+    sims = torch.nn.functional.normalize(gal, dim=-1) @ torch.nn.functional.normalize(gal, dim=-1).T
+    sims[q, q] = -2
+    assert torch.equal(idx, sims[q].topk(4, dim=-1).indices)
+    assert torch.allclose(scores, sims[q].topk(4, dim=-1).values, atol=1e-6)
+    with pytest.raises(ValueError, match="k must be"):
+        cosine_topk(gal[q], gal, 30, exclude=q)
+
+
+def test_display_map_is_bicubic_then_min_max():
+    from vitscope.functional.similarity import display_map
+
+    m = torch.tensor([[[0.0, 1.0], [2.0, 3.0]], [[5.0, 5.0], [5.0, 5.0]]])
+    out = display_map(m, (8, 8))
+    assert out.shape == (2, 8, 8)
+    assert out[0].min() == 0 and out[0].max() == 1 and torch.equal(out[1], torch.zeros(8, 8))
+    ref = torch.nn.functional.interpolate(m[:1, None], size=(8, 8), mode="bicubic", align_corners=False)[0, 0]
+    assert torch.allclose(out[0], (ref - ref.min()) / (ref.max() - ref.min()))
+    assert out[0, -1, -1] > out[0, 0, 0]  # the orientation survives

@@ -8,11 +8,13 @@ from pathlib import Path
 import typer
 
 from vitscope.cli.errors import one_line_errors
+from vitscope.cli.explain import explain_pair
 from vitscope.cli.zoo import zoo_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Put vision transformers under a microscope.")
 app.add_typer(zoo_app, name="zoo")
+app.command("explain-pair")(explain_pair)
 
 
 @app.command()

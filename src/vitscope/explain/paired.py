@@ -4,7 +4,8 @@ Transformers: the final-norm spatial tokens, through the optional projection, de
 (:func:`vitscope.functional.paired_similarity`), then redistributed over the input patches with the
 attention rollout (METHODS.md section 4). CNNs: the same decomposition over the positions of the last
 feature map (the projection acts as a 1x1 convolution), without rollout. Images are encoded once
-(:meth:`PairedSimilarity.encode`); explaining any pair of encoded images needs no forward pass.
+(:meth:`PairedSimilarity.encode`: embedding parts, rollout and output-agnostic map cached); explaining any
+pair of encoded images is a few matrix products, never a forward pass.
 """
 
 from __future__ import annotations
@@ -16,33 +17,66 @@ from typing import Any
 import torch
 from torch import nn
 
+from vitscope.explain.cls_pooling import cls_parts
 from vitscope.functional.rollout import rollout as attention_rollout
-from vitscope.functional.similarity import paired_similarity
+from vitscope.functional.similarity import decomposed_similarity, project_tokens, redistribute
 from vitscope.models.backbone import Backbone
+from vitscope.train.data import normalise
 
 __all__ = ["Encoded", "PairExplanation", "PairedSimilarity"]
 
 
 @dataclass
 class Encoded:
-    """Images encoded for explanation.
+    """Images encoded for explanation (everything an explanation needs, no forward pass later).
 
     Attributes:
-        tokens: ``[B, K, D]`` final spatial tokens (CNN: map positions, row-major).
-        rollout: ``[B, K, K]`` rollout over spatial tokens, or None (CNNs, or rollout off).
+        parts: ``[B, K, E]`` per-token parts of the embedding (mean pooling: projected tokens / K; CNN:
+            map positions, row-major).
         grid: ``(h, w)`` token grid.
+        rest: ``[B, E]`` part of the embedding no token owns (CLS pooling), or None.
+        rest_weights: ``[B, K]`` how the rest's contribution is spread over the tokens (CLS pooling: the
+            last block's CLS attention), or None.
+        rollout: ``[B, K, K]`` rollout over spatial tokens (``R[q, k]``: flow from input k to output q), or
+            None (CNNs, or rollout off).
+        agnostic: ``[B, K]`` output-agnostic rollout map (flow from each input patch to the pooled
+            output, sums to 1), or None.
     """
 
-    tokens: torch.Tensor
-    rollout: torch.Tensor | None
+    parts: torch.Tensor
     grid: tuple[int, int]
+    rest: torch.Tensor | None = None
+    rest_weights: torch.Tensor | None = None
+    rollout: torch.Tensor | None = None
+    agnostic: torch.Tensor | None = None
 
     def __len__(self) -> int:
-        return self.tokens.shape[0]
+        return self.parts.shape[0]
+
+    @property
+    def embeddings(self) -> torch.Tensor:
+        """``[B, E]`` the embeddings the parts add up to."""
+        return self.parts.sum(1) + (0 if self.rest is None else self.rest)
 
     def select(self, index: torch.Tensor | Sequence[int]) -> Encoded:
+        """The images at ``index`` (repeats allowed)."""
         idx = torch.as_tensor(index, dtype=torch.long)
-        return Encoded(self.tokens[idx], None if self.rollout is None else self.rollout[idx], self.grid)
+
+        def pick(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t[idx]
+
+        return Encoded(self.parts[idx], self.grid, pick(self.rest), pick(self.rest_weights), pick(self.rollout),
+                       pick(self.agnostic))
+
+    @staticmethod
+    def cat(items: Sequence[Encoded]) -> Encoded:
+        """Concatenate encoded batches (same grid)."""
+        def cat(name: str) -> torch.Tensor | None:
+            vals = [getattr(e, name) for e in items]
+            return None if vals[0] is None else torch.cat(vals)
+
+        return Encoded(cat("parts"), items[0].grid, cat("rest"), cat("rest_weights"), cat("rollout"),
+                       cat("agnostic"))
 
 
 @dataclass
@@ -52,10 +86,11 @@ class PairExplanation:
     Attributes:
         score: ``[B]`` cosine similarity of the embeddings.
         map_a, map_b: ``[B, h, w]`` contributions after rollout redistribution (equal to ``raw_*``
-            without rollout); with ``transpose=True`` each still sums to ``score``.
-        raw_a, raw_b: ``[B, h, w]`` token contributions; each sums exactly to ``score``.
-        rollout_a, rollout_b: ``[B, h, w]`` output-agnostic rollout maps (flow from each input patch to
-            the mean-pooled output), or None.
+            without rollout); with ``transpose=True`` each sums to ``score``.
+        raw_a, raw_b: ``[B, h, w]`` token contributions; each sums exactly to ``score - residual``.
+        residual_a, residual_b: ``[B]`` contribution of the embedding part no token owns (0 for mean
+            pooling and CNNs; CLS pooling: spread over the tokens in ``map_*``).
+        rollout_a, rollout_b: ``[B, h, w]`` output-agnostic rollout maps, or None.
     """
 
     score: torch.Tensor
@@ -65,27 +100,50 @@ class PairExplanation:
     raw_b: torch.Tensor
     rollout_a: torch.Tensor | None = None
     rollout_b: torch.Tensor | None = None
+    residual_a: torch.Tensor | None = None
+    residual_b: torch.Tensor | None = None
 
 
 class PairedSimilarity:
-    """Paired similarity maps for a backbone's mean-pooled (optionally projected) embedding.
+    """Paired similarity maps for a backbone's (optionally projected) embedding.
+
+    What is exact and what is approximate:
+
+    * ``pooling="mean"`` (paper 000's networks, and CNNs): the raw maps are exact, each sums to the cosine
+      score (float rounding aside), and swapping the pair swaps the maps.
+    * ``pooling="cls"``: the CLS embedding is decomposed through the last block
+      (:mod:`vitscope.explain.cls_pooling`): each spatial token's value path through the last attention,
+      the final LayerNorm with its statistics frozen at their actual values, and the projection, which is
+      exact for these inputs (``raw.sum() + residual == score``). The residual (the CLS token's own stream,
+      the MLP, the biases) has no exact owner; it is spread over the tokens in proportion to the last
+      block's CLS attention (an approximation) before redistribution, so ``map`` still sums to the score
+      with ``transpose=True``. Redistribution then uses the rollout of the earlier blocks.
+    * Rollout redistribution (transformers) is an approximation of attention flow (paper 000 section 3.2):
+      ``R @ gamma`` as the published code (rows are outputs, so it does not preserve the sum), or
+      ``R^T @ gamma`` with ``transpose=True`` (credits each input patch with its share of every output's
+      contribution; preserves the sum).
 
     Args:
         backbone: a transformer or CNN Backbone.
-        pooling: ``"mean"`` (paper 000's networks). CLS-pooled embeddings are not decomposed yet.
-        projection: None, a ``[E, D]`` matrix, an ``nn.Linear``, or ``"head"`` for the backbone's own
-            head (the tiny zoo's metric models keep their projection there).
+        pooling: ``"mean"`` (spatial tokens or the CNN map) or ``"cls"`` (transformers with a CLS token).
+        projection: None, a ``[E, D]`` matrix, an ``nn.Linear`` (bias applied), or ``"head"`` for the
+            backbone's own linear head (the tiny zoo's metric models keep their projection there).
         rollout: redistribute contributions with the attention rollout (transformers only).
-        transpose: use ``R^T`` instead of ``R`` (preserves the sums; the published code uses ``R``).
+        transpose: use ``R^T`` instead of ``R``.
         head_fusion, discard_ratio: rollout options (METHODS.md section 1).
+        batch_size: images per forward pass in :meth:`encode`.
     """
 
     def __init__(self, backbone: Backbone, pooling: str = "mean", projection: Any = None, rollout: bool = True,
-                 transpose: bool = False, head_fusion: str = "mean", discard_ratio: float = 0.0) -> None:
-        if pooling != "mean":
-            raise ValueError("only pooling='mean' is decomposed exactly; CLS pooling is not supported yet")
+                 transpose: bool = False, head_fusion: str = "mean", discard_ratio: float = 0.0,
+                 batch_size: int = 64) -> None:
         self.backbone = backbone
-        self.is_cnn = backbone.spec.num_heads == 0
+        self.is_cnn = not backbone.spec.is_transformer
+        if pooling not in ("mean", "cls"):
+            raise ValueError(f"pooling must be 'mean' or 'cls', got '{pooling}'")
+        if pooling == "cls" and (self.is_cnn or "cls" not in backbone.spec.prefix_kinds):
+            raise ValueError(f"{backbone.spec.name} has no CLS token; use pooling='mean'")
+        self.pooling = pooling
         if isinstance(projection, str):
             if projection != "head":
                 raise ValueError(f"projection must be None, a tensor, an nn.Linear or 'head', got '{projection}'")
@@ -93,54 +151,104 @@ class PairedSimilarity:
         self.projection = projection
         self.use_rollout = rollout and not self.is_cnn
         self.transpose, self.head_fusion, self.discard_ratio = transpose, head_fusion, discard_ratio
+        self.batch_size = batch_size
+
+    # -- encoding (the only forward passes) ---------------------------------------------------------------
+    @torch.no_grad()
+    def encode(self, images: Any) -> Encoded:
+        """Run the model once per batch: images -> :class:`Encoded`.
+
+        Args:
+            images: ``[B, 3, H, W]`` preprocessed float pixels, ``[B, 3, H, W]`` uint8 pixels at the model's
+                input size (normalised here), or a list of PIL images / ``HxWx3`` uint8 arrays.
+        """
+        pixels = self.pixels(images)
+        chunks = [self._encode(pixels[i:i + self.batch_size]) for i in range(0, len(pixels), self.batch_size)]
+        return Encoded.cat(chunks)
 
     @torch.no_grad()
-    def encode(self, pixels: torch.Tensor) -> Encoded:
-        """Run the model once: ``[B, 3, H, W]`` preprocessed pixels -> :class:`Encoded`."""
+    def embed(self, images: Any) -> torch.Tensor:
+        """``[B, E]`` embeddings only (no rollout); what faithfulness curves re-run on perturbed images."""
+        saved, self.use_rollout = self.use_rollout, False
+        try:
+            return self.encode(images).embeddings
+        finally:
+            self.use_rollout = saved
+
+    def _encode(self, pixels: torch.Tensor) -> Encoded:
         b = self.backbone
         spec = b.spec
+        pixels = pixels.to(b.device)
         if self.is_cnn:
-            fmap = b.final_norm(b.run_blocks(b.embed(pixels), 0, spec.num_blocks))  # [B, C, h, w]
-            return Encoded(fmap.flatten(2).transpose(1, 2).float(), None, (fmap.shape[2], fmap.shape[3]))
-        grid = spec.grid_for(pixels.shape[-2], pixels.shape[-1])
+            fmap = b.final_norm(b.run_blocks(b.embed(pixels), 0, spec.num_blocks)).float()  # [B, C, h, w]
+            tokens = fmap.flatten(2).transpose(1, 2)  # [B, K, C]
+            parts = project_tokens(tokens, self.projection) / tokens.shape[1]
+            return Encoded(parts.cpu(), (fmap.shape[2], fmap.shape[3]))
+        grid = tuple(spec.grid_for(pixels.shape[-2], pixels.shape[-1]))
+        p = spec.num_prefix_tokens
+        if self.pooling == "cls":
+            cp = cls_parts(b, pixels, self.projection)
+            enc = Encoded(cp.parts.cpu(), grid, cp.rest.cpu(), (cp.cls_attention / cp.cls_attention.sum(
+                -1, keepdim=True).clamp_min(1e-12)).cpu())
+            if self.use_rollout:
+                before = cp.patterns[:-1]  # the last block's mixing is in the parts already
+                k = enc.parts.shape[1]
+                enc.rollout = (self._rollout(before, p) if before else
+                               torch.eye(k).expand(len(pixels), k, k).clone())
+                full = self._rollout(cp.patterns, None)[:, 0, p:]  # CLS row over spatial inputs
+                enc.agnostic = (full / full.sum(-1, keepdim=True)).cpu()
+            return enc
         names = [f"blocks.{i}.attn.pattern" for i in range(spec.num_blocks)] if self.use_rollout else []
         with b.record(names) as rec:
             tokens = b.final_norm(b.run_blocks(b.embed(pixels), 0, spec.num_blocks))
-        spatial = tokens[:, spec.num_prefix_tokens:].float()
-        roll = None
+            patterns = [rec[n] for n in names]
+        spatial = tokens[:, p:].float()
+        enc = Encoded((project_tokens(spatial, self.projection) / spatial.shape[1]).cpu(), grid)
         if self.use_rollout:
-            roll = attention_rollout([rec[n] for n in names], self.head_fusion, self.discard_ratio,
-                                     num_prefix=spec.num_prefix_tokens)
-        return Encoded(spatial, roll, tuple(grid))
+            enc.rollout = self._rollout(patterns, p)
+            enc.agnostic = enc.rollout.mean(1)  # column means: flow from each input to the mean-pooled output
+        return enc
 
+    def _rollout(self, patterns: list[torch.Tensor], num_prefix: int | None) -> torch.Tensor:
+        return attention_rollout(patterns, self.head_fusion, self.discard_ratio, num_prefix=num_prefix).cpu()
+
+    # -- explaining (no forward pass) ---------------------------------------------------------------------
     @torch.no_grad()
     def explain_encoded(self, a: Encoded, b: Encoded) -> PairExplanation:
         """Maps for the pairs ``(a[i], b[i])`` of two equally long encoded sets; no forward pass."""
         if len(a) != len(b):
             raise ValueError(f"need as many first as second images, got {len(a)} and {len(b)}")
-        ga, gb, score = paired_similarity(a.tokens, b.tokens, self.projection)
-        ma, mb = self._redistribute(ga, a), self._redistribute(gb, b)
+        ga, gb, score, res_a, res_b = decomposed_similarity(a.parts, b.parts, a.rest, b.rest)
+        ma, mb = self._to_map(ga, res_a, a), self._to_map(gb, res_b, b)
         ra = rb = None
-        if a.rollout is not None and b.rollout is not None:
-            ra, rb = a.rollout.mean(1).reshape(-1, *a.grid), b.rollout.mean(1).reshape(-1, *b.grid)
+        if a.agnostic is not None and b.agnostic is not None:
+            ra, rb = a.agnostic.reshape(-1, *a.grid), b.agnostic.reshape(-1, *b.grid)
         return PairExplanation(score, ma.reshape(-1, *a.grid), mb.reshape(-1, *b.grid), ga.reshape(-1, *a.grid),
-                               gb.reshape(-1, *b.grid), ra, rb)
+                               gb.reshape(-1, *b.grid), ra, rb, res_a, res_b)
+
+    def explain_indices(self, a: Encoded, index_a: Any, b: Encoded, index_b: Any) -> PairExplanation:
+        """Maps for the pairs ``(a[index_a[i]], b[index_b[i]])`` of two encoded sets; no forward pass."""
+        return self.explain_encoded(a.select(index_a), b.select(index_b))
 
     def explain(self, images_a: Any, images_b: Any) -> PairExplanation:
-        """Maps for pairs of images (preprocessed ``[B, 3, H, W]`` tensors, or lists of PIL images)."""
-        return self.explain_encoded(self.encode(self._pixels(images_a)), self.encode(self._pixels(images_b)))
+        """Maps for a batch of pairs of images (any input :meth:`encode` accepts), one forward pass per set."""
+        return self.explain_encoded(self.encode(images_a), self.encode(images_b))
 
-    def _pixels(self, images: Any) -> torch.Tensor:
+    def pixels(self, images: Any) -> torch.Tensor:
+        """Any accepted image batch -> ``[B, 3, H, W]`` float pixels in the model's normalisation."""
         if isinstance(images, torch.Tensor):
-            return images if images.dim() == 4 else images.unsqueeze(0)
+            x = images if images.dim() == 4 else images.unsqueeze(0)
+            if x.dtype == torch.uint8:
+                return normalise(x, self.backbone.spec.mean, self.backbone.spec.std)
+            return x
         return self.backbone.preprocess(list(images))
 
-    def _redistribute(self, gamma: torch.Tensor, enc: Encoded) -> torch.Tensor:
+    def _to_map(self, gamma: torch.Tensor, residual: torch.Tensor, enc: Encoded) -> torch.Tensor:
+        if enc.rest_weights is not None:  # CLS pooling: spread the unowned residual (approximation)
+            gamma = gamma + residual.unsqueeze(-1) * enc.rest_weights.to(gamma.dtype)
         if enc.rollout is None:
             return gamma
-        r = enc.rollout.to(gamma.dtype)
-        r = r.transpose(1, 2) if self.transpose else r
-        return (r @ gamma.unsqueeze(-1)).squeeze(-1)
+        return redistribute(gamma, enc.rollout, self.transpose)
 
 
 def _head_linear(backbone: Backbone) -> nn.Linear:

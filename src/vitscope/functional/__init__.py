@@ -19,6 +19,13 @@ from vitscope.functional.cka import features_for_cka, hsic, linear_cka, minibatc
 from vitscope.functional.cka_grams import hsic_matrix
 from vitscope.functional.cluster import cluster_scores, kmeans_labels
 from vitscope.functional.correspondence import letterbox_geometry, transfer_keypoints
+from vitscope.functional.faithfulness import (
+    curve_area,
+    patch_order,
+    patch_pixel_mask,
+    perturbation_schedule,
+    random_order,
+)
 from vitscope.functional.keypoints import pck
 from vitscope.functional.knn import knn_classify
 from vitscope.functional.linear_probe import linear_probe_accuracy, train_linear_probe
@@ -26,6 +33,16 @@ from vitscope.functional.pooling import mask_pool, mask_weights, random_features
 from vitscope.functional.propagation import propagate_labels
 from vitscope.functional.retrieval import recall_at_k_map_at_r, revisited_map
 from vitscope.functional.rollout import rollout
+from vitscope.functional.semantic import class_histograms, pose_similarity
+from vitscope.functional.similarity import (
+    cosine_topk,
+    decomposed_similarity,
+    display_map,
+    paired_similarity,
+    project_tokens,
+    redistribute,
+    retrieval_metrics,
+)
 from vitscope.functional.tiling import stitch_tiles, tiling_plan
 from vitscope.functional.video import davis_f, davis_j
 
@@ -38,4 +55,8 @@ __all__ = [
     # representations and probes (issue 6)
     "hsic_matrix", "letterbox_geometry", "linear_probe_accuracy", "mask_pool", "mask_weights", "propagate_labels",
     "random_features", "stitch_tiles", "tiling_plan", "train_linear_probe", "transfer_keypoints",
+    # paired similarity and explanations (issue 7)
+    "class_histograms", "cosine_topk", "curve_area", "decomposed_similarity", "display_map", "paired_similarity",
+    "patch_order", "patch_pixel_mask", "perturbation_schedule", "pose_similarity", "project_tokens",
+    "random_order", "redistribute", "retrieval_metrics",
 ]

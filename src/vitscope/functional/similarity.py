@@ -13,7 +13,8 @@ from torch import nn
 
 from vitscope.functional.retrieval import recall_at_k_map_at_r
 
-__all__ = ["paired_similarity", "project_tokens", "retrieval_metrics"]
+__all__ = ["cosine_topk", "decomposed_similarity", "display_map", "paired_similarity", "project_tokens",
+           "redistribute", "retrieval_metrics"]
 
 
 def project_tokens(tokens: torch.Tensor, projection: torch.Tensor | nn.Linear | None) -> torch.Tensor:
@@ -67,6 +68,107 @@ def paired_similarity(
     gamma_b = (alpha_b @ beta_a.unsqueeze(-1)).squeeze(-1) / (alpha_b.shape[1] * norm.unsqueeze(-1))
     score = (beta_a * beta_b).sum(-1) / norm
     return gamma_a, gamma_b, score
+
+
+def decomposed_similarity(
+    parts_a: torch.Tensor, parts_b: torch.Tensor, rest_a: torch.Tensor | None = None,
+    rest_b: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Decompose the cosine similarity of embeddings given as sums of per-token parts.
+
+    Each embedding is ``e = parts.sum(1) + rest``; token x of image a contributes
+    ``parts_a[x] . e_b / (||e_a|| ||e_b||)`` and the rest ``rest_a . e_b / (||e_a|| ||e_b||)``, so
+    ``gamma_a.sum(-1) + residual_a == score`` exactly. Mean pooling is the case ``parts = alpha / K``
+    and ``rest = 0`` (:func:`paired_similarity`); a CLS embedding decomposed through the last block
+    has a non-zero rest (the CLS token's own stream, the MLP and the biases).
+
+    Args:
+        parts_a: ``[B, Ka, E]`` per-token parts of the first embeddings.
+        parts_b: ``[B, Kb, E]`` per-token parts of the second embeddings.
+        rest_a, rest_b: ``[B, E]`` parts not attributed to any token, or None (zero).
+
+    Returns:
+        ``gamma_a [B, Ka]``, ``gamma_b [B, Kb]``, ``score [B]``, ``residual_a [B]``, ``residual_b [B]``.
+    """
+    if parts_a.dim() != 3 or parts_b.dim() != 3 or parts_a.shape[0] != parts_b.shape[0] \
+            or parts_a.shape[2] != parts_b.shape[2]:
+        raise ValueError(f"parts must be [B, K, E] with equal B and E, got {tuple(parts_a.shape)} and "
+                         f"{tuple(parts_b.shape)}")
+    dtype = torch.float64 if parts_a.dtype == torch.float64 else torch.float32
+    pa, pb = parts_a.to(dtype), parts_b.to(dtype)
+    ra = torch.zeros_like(pa[:, 0]) if rest_a is None else rest_a.to(dtype)
+    rb = torch.zeros_like(pb[:, 0]) if rest_b is None else rest_b.to(dtype)
+    ea, eb = pa.sum(1) + ra, pb.sum(1) + rb  # [B, E]
+    norm = (ea.norm(dim=-1) * eb.norm(dim=-1)).clamp_min(torch.finfo(dtype).tiny)  # [B]
+    gamma_a = (pa @ eb.unsqueeze(-1)).squeeze(-1) / norm.unsqueeze(-1)
+    gamma_b = (pb @ ea.unsqueeze(-1)).squeeze(-1) / norm.unsqueeze(-1)
+    return gamma_a, gamma_b, (ea * eb).sum(-1) / norm, (ra * eb).sum(-1) / norm, (rb * ea).sum(-1) / norm
+
+
+def redistribute(gamma: torch.Tensor, rollout: torch.Tensor, transpose: bool = False) -> torch.Tensor:
+    """Move token contributions to input patches with a rollout matrix (paper 000 eq. 6).
+
+    ``R[q, k]`` is the flow from input k to output q (rows sum to 1). ``R @ gamma`` is what the published
+    code computes; ``R^T @ gamma`` gives input k the share ``R[q, k]`` of every output's contribution and
+    alone preserves the sum.
+
+    Args:
+        gamma: ``[B, K]`` contributions of the output tokens.
+        rollout: ``[B, K, K]`` row-stochastic rollout over the same tokens.
+        transpose: use ``R^T``.
+
+    Returns:
+        ``[B, K]``.
+    """
+    if rollout.dim() != 3 or rollout.shape[0] != gamma.shape[0] or rollout.shape[1:] != (gamma.shape[1],) * 2:
+        raise ValueError(f"rollout must be [B, K, K] for gamma {tuple(gamma.shape)}, got {tuple(rollout.shape)}")
+    r = rollout.to(gamma.dtype)
+    r = r.transpose(1, 2) if transpose else r
+    return (r @ gamma.unsqueeze(-1)).squeeze(-1)
+
+
+def cosine_topk(
+    queries: torch.Tensor, gallery: torch.Tensor, k: int, exclude: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k gallery items most cosine-similar to each query.
+
+    Args:
+        queries: ``[Q, E]`` embeddings.
+        gallery: ``[G, E]`` embeddings.
+        k: neighbours per query (``<= G``, minus one when excluding).
+        exclude: ``[Q]`` gallery index never returned for each query (the query itself in leave-one-out
+            retrieval), or None. Negative entries exclude nothing.
+
+    Returns:
+        ``scores [Q, k]`` (descending) and ``indices [Q, k]`` (int64); ties go to the lower index.
+    """
+    limit = gallery.shape[0] - (0 if exclude is None else 1)
+    if not 1 <= k <= limit:
+        raise ValueError(f"k must be in [1, {limit}] for a gallery of {gallery.shape[0]}, got {k}")
+    sims = torch.nn.functional.normalize(queries.double(), dim=-1) @ \
+        torch.nn.functional.normalize(gallery.double(), dim=-1).T  # [Q, G]
+    if exclude is not None:
+        rows = torch.arange(len(queries))[exclude >= 0]
+        sims[rows, exclude[exclude >= 0]] = -float("inf")
+    order = torch.sort(sims, dim=-1, descending=True, stable=True).indices[:, :k]
+    return sims.gather(1, order).float(), order
+
+
+def display_map(maps: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """Maps as displayed (METHODS.md section 4): bicubic upsampling to ``size``, then min-max per map.
+
+    Args:
+        maps: ``[B, h, w]``.
+        size: ``(H, W)`` image size.
+
+    Returns:
+        ``[B, H, W]`` float32 in [0, 1] (a constant map becomes all zeros).
+    """
+    up = torch.nn.functional.interpolate(maps.float().unsqueeze(1), size=tuple(size), mode="bicubic",
+                                         align_corners=False).squeeze(1)
+    lo = up.flatten(1).min(1).values[:, None, None]
+    span = up.flatten(1).max(1).values[:, None, None] - lo
+    return torch.where(span > 0, (up - lo) / span.clamp_min(1e-12), torch.zeros_like(up))
 
 
 def retrieval_metrics(

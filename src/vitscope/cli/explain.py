@@ -1,0 +1,35 @@
+"""``vitscope explain-pair``: why two images are similar (paper 000); parsing and printing only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from vitscope.cli.errors import one_line_errors
+
+__all__ = ["explain_pair"]
+
+
+@one_line_errors
+def explain_pair(
+    image_a: Path = typer.Argument(..., help="First image file."),
+    image_b: Path = typer.Argument(..., help="Second image file."),
+    model: str = typer.Option(..., "--model", "-m", help="Registered name, hf:<id or dir>, or a directory."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output directory."),
+    projection: str = typer.Option("auto", "--projection", help="auto (the head of metric zoo models), head, none."),
+    pooling: str = typer.Option("auto", "--pooling", help="auto, mean or cls (transformers)."),
+    rollout: bool = typer.Option(True, "--rollout/--no-rollout", help="Redistribute with attention rollout."),
+    transpose: bool = typer.Option(False, "--transpose", help="Use R^T (preserves the sum) instead of R."),
+    fmt: str = typer.Option("npy", "--format", help="Raw maps as npy or csv."),
+) -> None:
+    """Paired similarity maps of two images: overlays, raw maps, score and results.json."""
+    from vitscope.explain.pair_report import write_pair_report
+
+    for p in (image_a, image_b):
+        if not p.is_file():
+            raise FileNotFoundError(f"image {p} not found")
+    doc = write_pair_report(model, image_a, image_b, out, projection, pooling, rollout, transpose, fmt)
+    s = doc["analyses"]["paired_similarity"]
+    typer.echo(f"similarity {s['score']:.4f} ({doc['config']['pooling']} pooling, projection "
+               f"{doc['config']['projection']}, map grid {s['grid'][0]}x{s['grid'][1]}) -> {out / 'results.json'}")
