@@ -72,8 +72,17 @@ class LabelledFeatures(Accumulator):
     def required_hooks(self, spec: ModelSpec) -> list[str]:
         return [f"blocks.*.{self._cfg_site}"]
 
+    def why_unsupported(self, spec: ModelSpec) -> str | None:
+        """One-line reason this analysis cannot run on ``spec`` (None when it can)."""
+        if not spec.is_transformer:
+            return f"analysis '{self.name}' reads transformer blocks; {spec.name} is a CNN"
+        if self._cfg_level == "image" and self._cfg_tokens == "cls" and spec.num_prefix_tokens < 1:
+            return (f"analysis '{self.name}' reads the CLS token (tokens='cls'), but {spec.name} has no prefix "
+                    "tokens (tiled features drop them); use tokens='spatial_mean'")
+        return None
+
     def supports(self, spec: ModelSpec) -> bool:
-        return spec.is_transformer and super().supports(spec)
+        return self.why_unsupported(spec) is None and super().supports(spec)
 
     def reset(self) -> None:
         self.store = RowStore(workdir=self._cfg_workdir)
@@ -113,6 +122,8 @@ class LabelledFeatures(Accumulator):
             if labels is None or len(labels) != batch.size or any(v is None for v in labels):
                 return None
             cls = self._cfg_tokens == "cls"
+            if cls and p < 1:  # token 0 would be a spatial token: refuse rather than score the wrong feature
+                raise ValueError(self.why_unsupported(batch.spec))
             rows = {f"block{i}": (record[k][:, 0] if cls else record[k][:, p:].mean(dim=1)).float() for i, k in found}
             return {**rows, "index": np.asarray(batch.indices, dtype=np.int64),
                     "label": np.asarray(labels, dtype=np.int64), "region": np.zeros(batch.size, dtype=np.int64)}

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
+from vitscope.analyses.probe_common import require_blocks, tiling_scale
 from vitscope.analyses.probe_result import ProbeResult, probe_result
 from vitscope.features.cache import FeatureCache
 from vitscope.features.extract import FeatureRequest, extract_features
@@ -109,7 +110,7 @@ def _scores(sequences: list[tuple[np.ndarray, dict]], features: Callable[[int], 
 
 
 def davis_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, site: str = "resid_post",
-                blocks: Sequence[int] | None = None, short_side: int | None = None, tiling: bool = False,
+                blocks: Sequence[int] | None = None, short_side: int | None = None, tiling: bool | float = False,
                 num_context: int = 7, topk: int = 5, radius: int = 12, temperature: float = 0.1, seed: int = 0,
                 random_kind: str | None = "uniform", batch_size: int = 16, device: str | None = None,
                 dtype: str | None = None) -> ProbeResult:
@@ -122,7 +123,8 @@ def davis_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, 
         cache: feature cache (default location if None); features are cached per sequence.
         site: block site; blocks: blocks to score (default all).
         short_side: frame short side in pixels (default: the model input's; DINO: 480).
-        tiling: dense features by tiling the resized frame (paper appendix B.4).
+        tiling: dense features by tiling the resized frame (paper appendix B.4): True = frames at twice the
+            size (the paper), a number = that scale, False = none.
         num_context, topk, radius, temperature: propagation settings.
         seed, random_kind: random-chance features (None: no baseline).
         batch_size, device, dtype: extraction settings.
@@ -132,8 +134,10 @@ def davis_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, 
     """
     if len(dataset) == 0 or not hasattr(dataset[0], "frame_paths"):
         raise ValueError("davis_probe needs a DAVIS-format dataset of sequences (load_dataset(root, 'davis'))")
+    require_blocks(backbone, "DAVIS")
     spec = backbone.spec
-    view = TiledView(FrameView(short_side)) if tiling else FrameView(short_side)
+    scale = tiling_scale(tiling)
+    view = TiledView(FrameView(short_side), scale) if scale else FrameView(short_side)
     request = FeatureRequest(site, "spatial", None if blocks is None else tuple(blocks))
     entries, sequences = [], []
     for s in range(len(dataset)):

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from vitscope.analyses.probe_common import require_blocks, tiling_scale
 from vitscope.analyses.probe_result import ProbeResult, probe_result
 from vitscope.features.cache import FeatureCache
 from vitscope.features.extract import FeatureRequest, extract_features
@@ -79,7 +80,7 @@ def _pck(pairs: list[dict], tokens: Callable[[str], torch.Tensor], canvas: tuple
 
 def keypoint_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, site: str = "resid_post",
                    blocks: Sequence[int] | None = None, pairs_per_category: int | None = 20, seed: int = 42,
-                   alphas: Sequence[float] = ALPHAS, normaliser: str = "bbox", tiling: bool = False,
+                   alphas: Sequence[float] = ALPHAS, normaliser: str = "bbox", tiling: bool | float = False,
                    random_kind: str | None = "uniform", batch_size: int = 32, device: str | None = None,
                    dtype: str | None = None) -> ProbeResult:
     """SPair keypoint-transfer PCK at every block (every image's features extracted once, cached).
@@ -93,7 +94,8 @@ def keypoint_probe(backbone: Backbone, dataset, cache: FeatureCache | None = Non
         seed: seed of the pair sampling and of the random features.
         alphas: PCK thresholds (default 0.1, 0.05, 0.01).
         normaliser: ``"bbox"`` (target box long side, the code) or ``"image"`` (letterboxed image long side).
-        tiling: dense features by tiling the letterboxed image (paper appendix B.4).
+        tiling: dense features by tiling the letterboxed image (paper appendix B.4): True = twice the size (the
+            paper), a number = that scale, False = none.
         random_kind: random-chance features (None: no baseline).
         batch_size, device, dtype: extraction settings.
 
@@ -104,6 +106,8 @@ def keypoint_probe(backbone: Backbone, dataset, cache: FeatureCache | None = Non
         raise ValueError(f"normaliser must be 'bbox' or 'image', got {normaliser!r}")
     if len(dataset) == 0 or not hasattr(dataset[0], "src_kps"):
         raise ValueError("keypoint_probe needs an SPair-format dataset of pairs (load_dataset(root, 'spair'))")
+    require_blocks(backbone, "keypoint")
+    scale = tiling_scale(tiling)
     spec = backbone.spec
     canvas = tuple(spec.image_size)
     items = [dataset[i] for i in range(len(dataset))]
@@ -121,7 +125,7 @@ def keypoint_probe(backbone: Backbone, dataset, cache: FeatureCache | None = Non
         pairs.append({"pair": i, "src": it.src_path, "trg": it.trg_path, "category": it.category,
                       "threshold": float(size), "src_xy": src_box.apply(it.src_kps),
                       "trg_xy": trg_box.apply(it.trg_kps)})
-    view = TiledView(LetterboxView()) if tiling else LetterboxView()
+    view = TiledView(LetterboxView(), scale) if scale else LetterboxView()
     request = FeatureRequest(site, "spatial", None if blocks is None else tuple(blocks))
     entry = extract_features(backbone, PathSource(paths, name=getattr(dataset, "name", "spair")), [request], cache,
                              view, batch_size, device, dtype)[request]

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from vitscope.analyses.probe_common import require_blocks
 from vitscope.analyses.probe_result import ProbeResult, probe_result
 from vitscope.features.cache import CacheEntry, FeatureCache
 from vitscope.features.extract import FeatureRequest, extract_features
@@ -90,6 +91,7 @@ def retrieval_probe(backbone: Backbone, dataset, cache: FeatureCache | None = No
     Returns:
         ProbeResult with ``mAP_medium``, ``mAP_hard``, ``mAP_easy`` per block.
     """
+    require_blocks(backbone, "retrieval")
     if not hasattr(dataset, "gnd") or not hasattr(dataset, "queries"):
         raise ValueError("retrieval needs a revisited Oxford / Paris dataset (load_dataset(root, 'revisitop'))")
     request = FeatureRequest(site, pooling, None if blocks is None else tuple(blocks))

@@ -1,7 +1,8 @@
 """One sweep over every block and every downstream probe of a model (paper 002 section 6, tables 1 and 5).
 
 ``probe_sweep`` extracts each dataset's features once (all blocks, every pooling the probes need, one
-forward pass per image, cached on disk) and runs every probe the given data allows; ``best_block_table``
+forward pass per image, cached on disk; with ``tiling`` a second, tiled pass feeds the spatial-mean probes)
+and runs every probe the given data allows; ``best_block_table``
 (:mod:`vitscope.analyses.probe_result`) then gives the best block per model and task, and
 ``vitscope.viz.probe_figures.compare_models`` draws the per-block curves of several models.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from vitscope.analyses.clustering import clustering_probe
+from vitscope.analyses.probe_common import require_blocks, tiling_scale
 from vitscope.analyses.probe_davis import davis_probe
 from vitscope.analyses.probe_keypoints import keypoint_probe
 from vitscope.analyses.probe_knn import knn_probe
@@ -20,7 +22,7 @@ from vitscope.analyses.probe_retrieval import retrieval_probe
 from vitscope.features.cache import FeatureCache
 from vitscope.features.extract import FeatureRequest, extract_features
 from vitscope.features.sources import DatasetSource, as_source
-from vitscope.features.views import StandardView, TiledView
+from vitscope.features.views import StandardView, TiledView, View
 from vitscope.models.backbone import Backbone
 
 __all__ = ["probe_sweep"]
@@ -39,7 +41,8 @@ def probe_sweep(
     tokens: Sequence[str] = ("cls", "spatial_mean"),
     batch_norm: Sequence[bool] = (False, True),
     site: str = "resid_post",
-    tiling: bool = False,
+    tiling: bool | float = False,
+    blocks: Sequence[int] | None = None,
     seed: int = 0,
     random_kind: str | None = "uniform",
     batch_size: int = 32,
@@ -49,34 +52,60 @@ def probe_sweep(
     """Every probe the given data allows, at every block, each with its random-chance score.
 
     Args:
-        backbone: the model.
+        backbone: the model (a transformer: the probes read ``blocks.{i}.<site>``).
         cache: feature cache (default location if None); a second sweep with unchanged model, data and
             settings runs no forward pass.
-        train, test: labelled image sets (format readers with labels, e.g. imagefolder) for k-NN and the
-            linear probe (``knn_<tokens>``, ``linear_<tokens>`` and ``linear_<tokens>_bn``).
+        train, test: labelled image sets (format readers with labels, e.g. imagefolder, or labelled
+            ``PathSource``) for k-NN and the linear probe (``knn_<tokens>``, ``linear_<tokens>`` and
+            ``linear_<tokens>_bn``).
         clustering: labelled image set for image-level clustering (``clustering_<tokens>``); default: ``test``.
         regions: dataset with instance or part masks (coco, partimagenet) for region-level clustering
-            (``clustering_regions``; tiled dense features when ``tiling``).
+            (``clustering_regions``).
         retrieval: revisited Oxford / Paris dataset (``retrieval``); davis: DAVIS dataset (``davis``);
             spair: SPair dataset (``keypoints``).
         tokens: image-level poolings to probe (``"cls"``, ``"spatial_mean"``).
         batch_norm: linear-probe variants (without and with batch norm).
-        site: block site; tiling: dense tiled features for the spatial tasks (regions, DAVIS, SPair).
+        site: block site.
+        tiling: dense features by tiling (appendix B.4) for every spatial-feature probe: regions, DAVIS, SPair
+            and the ``spatial_mean`` image-level probes (CLS probes keep the model's preprocessing: tiles have
+            no common CLS). True = the paper's scale 2, a number >= 1 = that scale, False = none. Retrieval
+            ranks CLS features and refuses tiling.
+        blocks: blocks to probe (negative counts from the end; default every block).
         seed: seed of the probes and of the random baselines (SPair pair sampling keeps the code's 42).
         random_kind: ``"uniform"``, ``"gaussian"`` or None.
         batch_size, device, dtype: extraction settings.
 
     Returns:
         ``{task name: ProbeResult}``.
+
+    Raises:
+        ValueError: a CNN backbone, only one of train / test, retrieval with tiling, a bad tiling scale.
     """
+    require_blocks(backbone, "per-block")
+    scale = tiling_scale(tiling)
+    if retrieval is not None and scale:
+        raise ValueError("retrieval ranks CLS features (METHODS.md section 3), which tiles do not have; run the "
+                         "retrieval probe without tiling")
     out: dict[str, ProbeResult] = {}
     name = backbone.spec.name
     common = {"batch_size": batch_size, "device": device, "dtype": dtype}
-    requests = [FeatureRequest(site, t) for t in tokens]
+    chosen = None if blocks is None else tuple(blocks)
+    requests = [FeatureRequest(site, t, chosen) for t in tokens]
+
+    def view_of(request: FeatureRequest) -> View:
+        return TiledView(scale=scale) if scale and request.pooling != "cls" else StandardView()
 
     def entries(data):
-        source = as_source(data)
-        return source, extract_features(backbone, source, requests, cache, StandardView(), **common)
+        """One extraction per view (at most two passes: standard for CLS, tiled for the spatial mean)."""
+        source, found = as_source(data), {}
+        for view in dict.fromkeys(view_of(r) for r in requests):
+            mine = [r for r in requests if view_of(r) == view]
+            found.update(extract_features(backbone, source, mine, cache, view, **common))
+        return source, found
+
+    def tag(result: ProbeResult, request: FeatureRequest) -> ProbeResult:
+        result.meta["view"] = view_of(request).name
+        return result
 
     if (train is None) != (test is None):
         raise ValueError("k-NN and linear probes need both a train and a test set")
@@ -84,31 +113,31 @@ def probe_sweep(
         (src_tr, e_tr), (src_te, e_te) = entries(train), entries(test)
         y_tr, y_te = src_tr.labels(), src_te.labels()
         for r in requests:
-            out[f"knn_{r.pooling}"] = knn_probe(e_tr[r], y_tr, e_te[r], y_te, seed=seed, random_kind=random_kind,
-                                                model=name)
+            out[f"knn_{r.pooling}"] = tag(knn_probe(e_tr[r], y_tr, e_te[r], y_te, seed=seed, random_kind=random_kind,
+                                                    model=name), r)
             for bn in batch_norm:
-                out[f"linear_{r.pooling}" + ("_bn" if bn else "")] = linear_probe(
-                    e_tr[r], y_tr, e_te[r], y_te, batch_norm=bn, seed=seed, random_kind=random_kind, model=name)
+                out[f"linear_{r.pooling}" + ("_bn" if bn else "")] = tag(linear_probe(
+                    e_tr[r], y_tr, e_te[r], y_te, batch_norm=bn, seed=seed, random_kind=random_kind, model=name), r)
     clustering = clustering if clustering is not None else test
     if clustering is not None:
         src, found = entries(clustering)
         labels = src.labels()
         for r in requests:
             entry = found[r]
-            out[f"clustering_{r.pooling}"] = clustering_probe(entry, labels[entry.index], seed=seed,
-                                                              random_kind=random_kind, model=name)
+            out[f"clustering_{r.pooling}"] = tag(clustering_probe(entry, labels[entry.index], seed=seed,
+                                                                  random_kind=random_kind, model=name), r)
     if regions is not None:
-        request = FeatureRequest(site, "mask")
-        view = TiledView() if tiling else StandardView()
+        request = FeatureRequest(site, "mask", chosen)
+        view = TiledView(scale=scale) if scale else StandardView()
         entry = extract_features(backbone, DatasetSource(regions), [request], cache, view, **common)[request]
         out["clustering_regions"] = clustering_probe(entry, seed=seed, random_kind=random_kind, model=name)
     if retrieval is not None:
-        out["retrieval"] = retrieval_probe(backbone, retrieval, cache, site=site, seed=seed, random_kind=random_kind,
-                                           **common)
+        out["retrieval"] = retrieval_probe(backbone, retrieval, cache, site=site, blocks=chosen, seed=seed,
+                                           random_kind=random_kind, **common)
     if davis is not None:
-        out["davis"] = davis_probe(backbone, davis, cache, site=site, tiling=tiling, seed=seed,
-                                   random_kind=random_kind, **common)
+        out["davis"] = davis_probe(backbone, davis, cache, site=site, blocks=chosen, tiling=scale or False,
+                                   seed=seed, random_kind=random_kind, **common)
     if spair is not None:
-        out["keypoints"] = keypoint_probe(backbone, spair, cache, site=site, tiling=tiling, random_kind=random_kind,
-                                          **common)
+        out["keypoints"] = keypoint_probe(backbone, spair, cache, site=site, blocks=chosen, tiling=scale or False,
+                                          random_kind=random_kind, **common)
     return out

@@ -9,12 +9,14 @@ import typer
 
 from vitscope.cli.errors import one_line_errors
 from vitscope.cli.explain import explain_pair
+from vitscope.cli.probe import probe as probe_command
 from vitscope.cli.zoo import zoo_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Put vision transformers under a microscope.")
 app.add_typer(zoo_app, name="zoo")
 app.command("explain-pair")(explain_pair)
+app.command("probe")(probe_command)
 
 
 @app.command()
@@ -40,27 +42,99 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print JSON instea
     typer.echo("Also: hf:<hub id>, hf:<save_pretrained directory>, or a vitscope checkpoint directory.")
 
 
+def _stderr(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+def _resolve(table, given: dict, config: Path | None) -> dict:
+    """Merge --config and the command line; a bad or missing option is bad usage: one line, exit status 2."""
+    from vitscope.cli.config import ConfigError, resolve_options
+
+    try:
+        return resolve_options(table, given, config)
+    except ConfigError as err:
+        _stderr(f"error: {err}")
+        raise typer.Exit(2) from None
+
+
+_CONFIG_HELP = "YAML file of options (keys as the long options); command-line options override it."
+_RESUME_HELP = "Continue from the state saved by an interrupted run of the same command (default: on)."
+
+
 @app.command()
 @one_line_errors
 def analyze(
-    model: str = typer.Option(..., "--model", "-m", help="Registered name, hf:<id or dir>, or a directory."),
-    data: str = typer.Option(..., "--data", "-d", help="Image folder, file list (.txt), image, or 'skimage'."),
-    out: Path = typer.Option(..., "--out", "-o", help="Output directory."),
+    model: str | None = typer.Option(None, "--model", "-m", help="Registered name, hf:<id or dir>, or a directory."),
+    data: str | None = typer.Option(None, "--data", "-d", help="Image folder, file list (.txt), image, 'skimage', "
+                                    "or ROOT::FORMAT."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Output directory."),
     analyses: str | None = typer.Option(None, "--analyses", "-a", help="Comma-separated analysis names."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Use only the first N images."),
-    batch_size: int = typer.Option(16, "--batch-size", "-b", min=1),
+    batch_size: int | None = typer.Option(None, "--batch-size", "-b", min=1, help="Images per batch [16]."),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),
     dtype: str | None = typer.Option(None, "--dtype", help="fp32 (default), bf16 or fp16 autocast."),
-    strict: bool = typer.Option(False, "--strict", help="Stop at the first unreadable image."),
+    strict: bool | None = typer.Option(None, "--strict/--no-strict", help="Stop at the first unreadable image."),
+    resume: bool | None = typer.Option(None, "--resume/--no-resume", help=_RESUME_HELP),
+    checkpoint_seconds: float | None = typer.Option(None, "--checkpoint-seconds", min=0,
+                                                    help="Least seconds between state saves [60]."),
+    config: Path | None = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
 ) -> None:
-    """Run analyses over a dataset in one pass; write results.json, tables and figures."""
+    """Run analyses over a dataset in one pass; write results.json, tables, figures and report.html."""
     from vitscope.cli.analyze import analyze as run_analyze
+    from vitscope.cli.config import ANALYZE_OPTIONS
 
-    path = run_analyze(model, data, out, analyses, limit, batch_size, device, dtype, strict)
+    given = {"model": model, "data": data, "out": out, "analyses": analyses, "limit": limit, "batch_size": batch_size,
+             "device": device, "dtype": dtype, "strict": strict, "resume": resume,
+             "checkpoint_seconds": checkpoint_seconds}
+    options = _resolve(ANALYZE_OPTIONS, given, config)
+    path = run_analyze(options, log=_stderr)
     doc = json.loads(path.read_text())
     typer.echo(f"{doc['num_images']} images, {len(doc['analyses'])} analyses -> {path}")
+    typer.echo(f"report: {path.parent / 'report.html'}")
     if doc["skipped"]:
         typer.echo(f"skipped {len(doc['skipped'])} unreadable file(s); listed in results.json")
+
+
+@app.command()
+@one_line_errors
+def compare(
+    models: str | None = typer.Option(None, "--models", "-M", help="Comma-separated model names (two or more)."),
+    data: str | None = typer.Option(None, "--data", "-d", help="Dataset, as for analyze (ROOT::coco gives masks "
+                                    "and labels)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Output directory."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Use only the first N images."),
+    batch_size: int | None = typer.Option(None, "--batch-size", "-b", min=1, help="Images per batch [16]."),
+    device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),
+    dtype: str | None = typer.Option(None, "--dtype", help="fp32 (default), bf16 or fp16 autocast."),
+    strict: bool | None = typer.Option(None, "--strict/--no-strict", help="Stop at the first unreadable image."),
+    resume: bool | None = typer.Option(None, "--resume/--no-resume", help=_RESUME_HELP),
+    checkpoint_seconds: float | None = typer.Option(None, "--checkpoint-seconds", min=0,
+                                                    help="Least seconds between state saves [60]."),
+    config: Path | None = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
+) -> None:
+    """Compare models per block on shared axes (paper 002): one pass per model; figures, tables, report.html."""
+    from vitscope.cli.compare import compare as run_compare_command
+    from vitscope.cli.config import COMPARE_OPTIONS
+
+    given = {"models": models, "data": data, "out": out, "limit": limit, "batch_size": batch_size, "device": device,
+             "dtype": dtype, "strict": strict, "resume": resume, "checkpoint_seconds": checkpoint_seconds}
+    path = run_compare_command(_resolve(COMPARE_OPTIONS, given, config), log=_stderr)
+    doc = json.loads(path.read_text())
+    typer.echo(f"{len(doc['models'])} models, {doc['num_images']} images -> {path}")
+    typer.echo(f"report: {path.parent / 'report.html'}")
+
+
+@app.command()
+@one_line_errors
+def demo(
+    out: Path = typer.Option(Path("demo_out"), "--out", "-o", help="Output directory."),
+    quick: bool = typer.Option(False, "--quick", help="Fewer images: under a minute on 2 CPU cores (for CI)."),
+) -> None:
+    """Generate the synthetic world, compare the tiny zoo on it, explain a few pairs; write report.html."""
+    from vitscope.cli.demo import demo as run_demo
+
+    path = run_demo(out, quick=quick, log=_stderr)
+    typer.echo(f"demo report: {path}")
 
 
 @app.command()

@@ -11,6 +11,7 @@ import torch
 from vitscope.analyses.base import Accumulator, Batch, Result
 from vitscope.engine.batches import Dataset, iter_batches
 from vitscope.engine.memory import limit_fragmentation
+from vitscope.engine.state import Checkpoint, interrupt_guard
 from vitscope.hooks.names import expand_names
 from vitscope.models.backbone import Backbone
 
@@ -99,6 +100,21 @@ def required_hook_names(backbone: Backbone, analyses: Sequence[Accumulator]) -> 
     return names
 
 
+def _restore(checkpoint: Checkpoint | None, analyses: Sequence[Accumulator], dataset: Dataset) -> tuple[int, int]:
+    """Load saved state (and the files skipped before) when it matches; returns ``(start position, seen)``."""
+    point = checkpoint.restore(analyses) if checkpoint is not None else None
+    if point is None:
+        return 0, 0
+    if hasattr(dataset, "skipped"):
+        from vitscope.data.images import SkippedImage
+
+        known = {s.path for s in dataset.skipped}
+        dataset.skipped[:0] = [SkippedImage(path=p, reason=r) for p, r in point.skipped if p not in known]
+        if hasattr(dataset, "_skipped_paths"):
+            dataset._skipped_paths.update(p for p, _ in point.skipped)
+    return point.position, point.seen
+
+
 def run(
     backbone: Backbone,
     dataset: Dataset | str,
@@ -109,6 +125,7 @@ def run(
     limit: int | None = None,
     strict: bool | None = None,
     progress: bool | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> Results:
     """Make one pass over ``dataset`` and feed every batch to every analysis.
 
@@ -122,6 +139,9 @@ def run(
         limit: use only the first ``limit`` images.
         strict: stop at the first unreadable image (default: skip it with a warning).
         progress: force the progress bar on/off (default: on when stderr is a terminal).
+        checkpoint: resumable state (:class:`~vitscope.engine.state.Checkpoint`): restored before the pass
+            when it matches this run, saved while running and once at the end; Ctrl-C then stops after the
+            batch in flight with the state saved.
 
     Returns:
         :class:`Results` mapping each analysis's ``name`` to its Result.
@@ -146,24 +166,28 @@ def run(
     backbone.to(dev).eval()
     hooks = required_hook_names(backbone, analyses)
     total = len(dataset) if limit is None else min(limit, len(dataset))
-    seen = 0
+    start, seen = _restore(checkpoint, analyses, dataset)
     limit_fragmentation()  # memory stays flat in the number of images (engine/memory.py)
     autocast = torch.autocast(dev.type, dtype=amp) if amp is not None else contextlib.nullcontext()
-    with _progress(progress) as bar, torch.inference_mode(), backbone.record(hooks) as rec:
-        task = bar.add_task(f"{backbone.spec.name}", total=total)
-        for end, loaded in iter_batches(dataset, backbone, batch_size, limit):
+    with _progress(progress) as bar, torch.inference_mode(), backbone.record(hooks) as rec, \
+            interrupt_guard(checkpoint is not None) as guard:
+        task = bar.add_task(f"{backbone.spec.name}", total=total, completed=start)
+        for end, loaded in iter_batches(dataset, backbone, batch_size, limit, start=start):
             bar.update(task, completed=end)
-            if loaded is None:
-                continue
-            pixels = loaded.pixels.to(dev)
-            with autocast:
-                backbone(pixels)
-            batch = Batch(pixels=pixels, indices=loaded.indices, paths=loaded.paths, spec=backbone.spec,
-                          grid=backbone.spec.grid_for(*pixels.shape[-2:]), targets=loaded.targets)
-            for a in analyses:
-                a.update(rec, batch)
-            seen += batch.size
-            rec.clear()
+            if loaded is not None:
+                pixels = loaded.pixels.to(dev)
+                with autocast:
+                    backbone(pixels)
+                batch = Batch(pixels=pixels, indices=loaded.indices, paths=loaded.paths, spec=backbone.spec,
+                              grid=backbone.spec.grid_for(*pixels.shape[-2:]), targets=loaded.targets)
+                for a in analyses:
+                    a.update(rec, batch)
+                seen += batch.size
+                rec.clear()
+            if checkpoint is not None:
+                checkpoint.after_batch(analyses, end, seen, getattr(dataset, "skipped", []), guard.requested)
+    if checkpoint is not None and start < total:
+        checkpoint.save(analyses, total, seen, getattr(dataset, "skipped", []))  # a finished pass is kept
     if seen == 0:
         raise EmptyRunError(f"no readable image among {total} files ({len(dataset.skipped)} skipped)")
     return Results({a.name: a.compute() for a in analyses}, seen, list(getattr(dataset, "skipped", [])), hooks)

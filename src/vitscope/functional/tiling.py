@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["TilingPlan", "stitch_tiles", "tiling_plan"]
+__all__ = ["TilingPlan", "frame_plan", "stitch_tiles", "tiling_plan"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,30 @@ def _starts(length: int, tile: int) -> list[int]:
     if starts[-1] + tile < length:
         starts.append(length - tile)
     return starts
+
+
+def frame_plan(frame_hw: tuple[int, int], input_hw: tuple[int, int], patch_size: int) -> TilingPlan:
+    """Plan the tiles of a frame that already has its final size (no resizing).
+
+    Args:
+        frame_hw: ``(H, W)`` pixels; multiples of ``patch_size``, at least one tile on each side.
+        input_hw: ``(th, tw)`` model input (the tile); multiples of ``patch_size``.
+        patch_size: p; every tile origin is a multiple of it, so tile tokens land on the frame's token grid.
+
+    Returns:
+        The :class:`TilingPlan` (``resized == frame_hw``).
+    """
+    h, w = (int(v) for v in frame_hw)
+    th, tw = (int(v) for v in input_hw)
+    p = int(patch_size)
+    if p < 1 or th % p or tw % p:
+        raise ValueError(f"the model input {input_hw} must be a multiple of the patch size {patch_size}")
+    if h % p or w % p:
+        raise ValueError(f"the frame {h}x{w} must be a multiple of the patch size {p} on both sides")
+    if h < th or w < tw:
+        raise ValueError(f"the frame {h}x{w} is smaller than one tile {th}x{tw}; raise scale")
+    origins = tuple((top, left) for top in _starts(h, th) for left in _starts(w, tw))
+    return TilingPlan(resized=(h, w), tile=(th, tw), patch=p, grid=(h // p, w // p), origins=origins)
 
 
 def tiling_plan(
@@ -72,33 +96,39 @@ def tiling_plan(
         new_h, new_w = short, math.floor(w * short / h / p) * p
     else:
         new_h, new_w = math.floor(h * short / w / p) * p, short
-    if new_h < th or new_w < tw:
-        raise ValueError(f"resized image {new_h}x{new_w} is smaller than one tile {th}x{tw}; raise scale")
-    origins = tuple((top, left) for top in _starts(new_h, th) for left in _starts(new_w, tw))
-    return TilingPlan(resized=(new_h, new_w), tile=(th, tw), patch=p, grid=(new_h // p, new_w // p), origins=origins)
+    return frame_plan((new_h, new_w), (th, tw), p)
 
 
-def stitch_tiles(tiles: torch.Tensor, plan: TilingPlan) -> torch.Tensor:
+def stitch_tiles(tiles: torch.Tensor, plan: TilingPlan, stride: int | None = None) -> torch.Tensor:
     """Assemble per-tile spatial features into the dense grid (first write wins).
 
     Args:
-        tiles: ``[T, D, th/p, tw/p]`` spatial features of the tiles, in ``plan.origins`` order.
-        plan: from :func:`tiling_plan`.
+        tiles: ``[T, D, th/s, tw/s]`` spatial features of the tiles in ``plan.origins`` order, or
+            ``[B, T, D, th/s, tw/s]`` for a batch of frames sharing the plan.
+        plan: from :func:`tiling_plan` or :func:`frame_plan`.
+        stride: pixels per feature cell ``s`` (default the patch size; a CNN stage map has its own); every
+            tile origin must be a multiple of it.
 
     Returns:
-        ``[D, H/p, W/p]`` dense features (same dtype and device as ``tiles``).
+        ``[D, H/s, W/s]`` (or ``[B, D, H/s, W/s]``) dense features, same dtype and device as ``tiles``.
     """
-    th, tw = plan.tile[0] // plan.patch, plan.tile[1] // plan.patch
-    if tiles.dim() != 4 or tiles.shape[0] != len(plan.origins) or tuple(tiles.shape[2:]) != (th, tw):
+    s = int(stride) if stride is not None else plan.patch
+    th, tw = plan.tile[0] // s, plan.tile[1] // s
+    if (s < 1 or plan.tile[0] % s or plan.tile[1] % s
+            or any(top % s or left % s for top, left in plan.origins)):
+        raise ValueError(f"stride {stride} does not divide the tile {plan.tile} and every tile origin")
+    if tiles.dim() not in (4, 5) or tiles.shape[-4] != len(plan.origins) or tuple(tiles.shape[-2:]) != (th, tw):
         raise ValueError(
-            f"tiles must be [{len(plan.origins)}, D, {th}, {tw}] for this plan, got {tuple(tiles.shape)}"
+            f"tiles must be [{len(plan.origins)}, D, {th}, {tw}] (or with a leading batch axis) for this plan, "
+            f"got {tuple(tiles.shape)}"
         )
-    gh, gw = plan.grid
-    out = tiles.new_zeros((tiles.shape[1], gh, gw))
+    gh, gw = plan.resized[0] // s, plan.resized[1] // s
+    out = tiles.new_zeros((*tiles.shape[:-4], tiles.shape[-3], gh, gw))
     filled = torch.zeros((gh, gw), dtype=torch.bool, device=tiles.device)
-    for tile, (top, left) in zip(tiles, plan.origins):
-        r, c = top // plan.patch, left // plan.patch
-        free = ~filled[r : r + th, c : c + tw]
-        out[:, r : r + th, c : c + tw] = torch.where(free, tile, out[:, r : r + th, c : c + tw])
+    for k, (top, left) in enumerate(plan.origins):
+        r, c = top // s, left // s
+        free = ~filled[r : r + th, c : c + tw]  # cells no earlier tile wrote
+        region = out[..., r : r + th, c : c + tw]
+        out[..., r : r + th, c : c + tw] = torch.where(free, tiles.select(-4, k), region)
         filled[r : r + th, c : c + tw] = True
     return out

@@ -1,0 +1,165 @@
+"""Options of ``analyze`` and ``compare`` from a YAML file (``--config``), overridden by the command line.
+
+Precedence: an option given on the command line > the same key in the YAML file > the default. Keys are the
+long option names with ``_`` or ``-`` (``batch_size`` or ``batch-size``); an unknown key is an error naming
+the closest known key. Example ``analyze.yaml``::
+
+    model: tiny-vit-sup
+    data: synth_coco::coco
+    out: runs/sup
+    analyses: [attention, clustering]   # or "attention,clustering"
+    batch_size: 32
+    limit: 500
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ANALYZE_OPTIONS", "COMPARE_OPTIONS", "ConfigError", "Option", "load_config", "resolve_options"]
+
+
+class ConfigError(ValueError):
+    """The configuration file or the merged options are invalid (one line, says what to change)."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: its name, type (``str``, ``int``, ``float``, ``bool``, ``list``, ``path``), default, whether
+    it must be given, and a lower bound for numbers."""
+
+    name: str
+    kind: str
+    default: Any = None
+    required: bool = False
+    minimum: float | None = None
+
+
+_COMMON = (
+    Option("data", "str", required=True),
+    Option("out", "path", required=True),
+    Option("limit", "int", minimum=1),
+    Option("batch_size", "int", 16, minimum=1),
+    Option("device", "str"),
+    Option("dtype", "str"),
+    Option("strict", "bool", False),
+    Option("resume", "bool", True),
+    Option("checkpoint_seconds", "float", 60.0, minimum=0),
+)
+
+#: Options of ``vitscope analyze`` (names as in the YAML file and as keyword arguments).
+ANALYZE_OPTIONS: tuple[Option, ...] = (Option("model", "str", required=True), Option("analyses", "list"), *_COMMON)
+
+#: Options of ``vitscope compare``.
+COMPARE_OPTIONS: tuple[Option, ...] = (Option("models", "list", required=True), *_COMMON)
+
+
+def _where(source: str | None) -> str:
+    return f" in {source}" if source else ""
+
+
+def _coerce(option: Option, value: Any, source: str | None) -> Any:
+    """Check and convert one value to the option's type."""
+    if value is None:
+        return None
+    kind, where = option.kind, _where(source)
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(f"'{option.name}'{where} must be true or false, got {value!r}")
+        return value
+    if kind in ("int", "float"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind == "int" and value != int(value)):
+            raise ConfigError(f"'{option.name}'{where} must be {'an integer' if kind == 'int' else 'a number'}, "
+                              f"got {value!r}")
+        value = int(value) if kind == "int" else float(value)
+        if option.minimum is not None and value < option.minimum:
+            raise ConfigError(f"'{option.name}'{where} must be at least {option.minimum:g}, got {value!r}")
+        return value
+    if kind == "list":
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) for v in items):
+            raise ConfigError(f"'{option.name}'{where} must be a list of names or a comma-separated string, "
+                              f"got {value!r}")
+        items = [v.strip() for v in items if v.strip()]
+        return items or None
+    if not isinstance(value, (str, Path)) or (isinstance(value, str) and not value.strip()):
+        raise ConfigError(f"'{option.name}'{where} must be a non-empty string, got {value!r}")
+    return Path(value) if kind == "path" else str(value)
+
+
+def load_config(path: str | Path, options: tuple[Option, ...]) -> dict[str, Any]:
+    """Read a YAML mapping of option values, checking every key and type.
+
+    Relative ``out`` paths stay relative to the working directory (as on the command line).
+
+    Raises:
+        ConfigError: unreadable file, not a mapping, unknown key (with the closest known key), bad value.
+    """
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"cannot read config file {path}: {err.strerror or err}") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ConfigError(f"config file {path} is not valid YAML{at}: {getattr(err, 'problem', None) or err}") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ConfigError(f"config file {path} must be a mapping of option: value, got a {type(doc).__name__}")
+    known = {o.name: o for o in options}
+    out: dict[str, Any] = {}
+    for raw_key, value in doc.items():
+        key = str(raw_key).replace("-", "_")
+        if key not in known:
+            close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.5)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise ConfigError(f"unknown key '{raw_key}' in config file {path}{hint} Known keys: "
+                              f"{', '.join(known)}")
+        out[key] = _coerce(known[key], value, str(path))
+    return out
+
+
+def resolve_options(options: tuple[Option, ...], given: Mapping[str, Any],
+                    config_file: str | Path | None = None) -> dict[str, Any]:
+    """Merge defaults, the YAML file and command-line values (None = not given there).
+
+    Args:
+        options: the command's :class:`Option` table.
+        given: command-line values by option name; None means "not given".
+        config_file: optional YAML file.
+
+    Returns:
+        Every option's final value (plus ``config_file`` when one was read).
+
+    Raises:
+        ConfigError: a bad file, or a required option given nowhere.
+    """
+    known = {o.name for o in options}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise ConfigError(f"unknown option(s) {', '.join(unknown)}")
+    from_file = load_config(config_file, options) if config_file is not None else {}
+    resolved: dict[str, Any] = {}
+    for o in options:
+        value = _coerce(o, given.get(o.name), "the command line")
+        if value is None:
+            value = from_file.get(o.name)
+        if value is None:
+            value = o.default
+        if value is None and o.required:
+            flag = "--" + o.name.replace("_", "-")
+            raise ConfigError(f"missing {flag}: give it on the command line or as '{o.name}:' in a --config file")
+        resolved[o.name] = value
+    if config_file is not None:
+        resolved["config_file"] = str(config_file)
+    return resolved

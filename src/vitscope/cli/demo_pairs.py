@@ -1,0 +1,102 @@
+"""The demo's paired-similarity section (paper 000): a few image pairs explained with the metric model.
+
+Kept on its own so it can follow the explain package as it grows: it only calls
+``vitscope.explain.PairedSimilarity(backbone, projection="head").explain(images_a, images_b)``.
+Display as METHODS.md section 4: bicubic upsampling, min-max normalisation, jet overlay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitscope.report.captions import caption_for
+from vitscope.report.model import FigureItem, Section, Table
+from vitscope.report.tables import format_cell
+
+__all__ = ["choose_pairs", "paired_similarity_section"]
+
+
+def choose_pairs(labels: Sequence[int], num_same: int = 3, num_different: int = 1) -> list[tuple[int, int]]:
+    """Deterministic pairs of dataset positions: ``num_same`` pairs sharing a label (each from a different label
+    where possible), then ``num_different`` pairs with different labels."""
+    by_label: dict[int, list[int]] = {}
+    for i, y in enumerate(labels):
+        if y is not None and y >= 0:
+            by_label.setdefault(int(y), []).append(i)
+    same = [(v[0], v[1]) for _, v in sorted(by_label.items()) if len(v) >= 2][:num_same]
+    firsts = [v[0] for _, v in sorted(by_label.items())]
+    different = [(firsts[k], firsts[k + 1]) for k in range(0, len(firsts) - 1, 2)][:num_different]
+    return same + different
+
+
+def _figure(images_a, images_b, maps_a, maps_b, titles: list[str], stem: Path) -> list[Path]:
+    from matplotlib.figure import Figure
+
+    from vitscope.viz.representation_figures import save_figure
+
+    fig = Figure(figsize=(5.2, 2.6 * len(titles)))
+    axes = fig.subplots(len(titles), 2, squeeze=False)
+    for row, title in enumerate(titles):
+        for col, (img, m) in enumerate(((images_a[row], maps_a[row]), (images_b[row], maps_b[row]))):
+            ax = axes[row][col]
+            h, w = img.shape[:2]
+            m = np.asarray(m, dtype=np.float64)
+            span = m.max() - m.min()
+            ax.imshow(img)
+            ax.imshow((m - m.min()) / span if span > 0 else np.zeros_like(m), cmap="jet", alpha=0.5,
+                      interpolation="bicubic", extent=(0, w, h, 0))
+            ax.set_axis_off()
+        axes[row][0].set_title(title, fontsize=8, loc="left")
+    return save_figure(fig, stem)
+
+
+def paired_similarity_section(out: Path, dataset: Any, model: str = "tiny-vit-metric",
+                              num_pairs: int = 4) -> tuple[Section, dict[str, Any]]:
+    """Explain ``num_pairs`` pairs of ``dataset`` with ``model``; write the figure; return the section and a
+    JSON-able summary for results.json.
+
+    Args:
+        out: output folder (the figure goes to ``out/figures/paired_similarity.png|svg``).
+        dataset: an engine dataset with labels in its targets (e.g. ``open_dataset("root::coco")``).
+        model: a metric-learning model whose head is the embedding projection.
+    """
+    from vitscope.explain import PairedSimilarity
+    from vitscope.models.load import load_model
+
+    n = min(len(dataset), 200)
+    labels = [dataset._targets(i).get("label", -1) if hasattr(dataset, "_targets") else -1 for i in range(n)]
+    pairs = choose_pairs(labels, num_same=max(1, num_pairs - 1), num_different=1)[:num_pairs]
+    if not pairs:
+        raise ValueError("the paired-similarity section needs labelled images (at least two of one class)")
+    backbone = load_model(model)
+    items_a = [dataset.get(a) for a, _ in pairs]
+    items_b = [dataset.get(b) for _, b in pairs]
+    explainer = PairedSimilarity(backbone, projection="head")
+    exp = explainer.explain([it.image for it in items_a], [it.image for it in items_b])
+    size = tuple(backbone.spec.image_size)
+    pictures_a = [np.asarray(it.image.convert("RGB").resize(size[::-1])) for it in items_a]
+    pictures_b = [np.asarray(it.image.convert("RGB").resize(size[::-1])) for it in items_b]
+    scores = exp.score.tolist()
+    titles = [f"images {a} and {b}: {'same class' if labels[a] == labels[b] else 'different classes'}, "
+              f"cosine {s:.3f}" for (a, b), s in zip(pairs, scores)]
+    paths = _figure(pictures_a, pictures_b, exp.map_a.numpy(), exp.map_b.numpy(), titles,
+                    out / "figures" / "paired_similarity")
+    rows = [[k, a, b, labels[a], labels[b], format_cell(s), format_cell(float(ra.sum())), format_cell(float(rb.sum()))]
+            for k, ((a, b), s, ra, rb) in enumerate(zip(pairs, scores, exp.raw_a, exp.raw_b))]
+    table = Table("Explained pairs", ["pair", "image a", "image b", "label a", "label b", "cosine similarity",
+                                      "sum of map a", "sum of map b"], rows,
+                  "Each image's token contributions sum exactly to the pair's cosine similarity (before rollout).")
+    title, caption, paper = caption_for("paired_similarity")
+    section = Section("paired-similarity", f"Paired similarity ({model})",
+                      "Why two images are similar to an embedding network: the cosine similarity of the two "
+                      "mean-pooled, projected embeddings decomposed over the tokens of each image and redistributed "
+                      "over the input patches with the attention rollout (METHODS.md section 4).",
+                      [FigureItem(paths[0], title, caption, paper)], [table])
+    summary = {"model": model, "pairs": [{"a": a, "b": b, "label_a": labels[a], "label_b": labels[b], "score": s}
+                                         for (a, b), s in zip(pairs, scores)],
+               "files": [str(p.relative_to(out)) for p in paths]}
+    return section, summary

@@ -1,0 +1,34 @@
+"""The analyses one comparison pass runs on a model: pooled features, plus attention where there is some."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from vitscope.analyses.attention_base import has_cls_token
+from vitscope.analyses.attention_geometry import AttentionDistance
+from vitscope.analyses.attention_maps import CLSAttentionMaps, SpatialAverageMaps
+from vitscope.analyses.attention_suite import link_attention_plans
+from vitscope.analyses.base import Accumulator
+from vitscope.analyses.saliency import SaliencyIoU
+from vitscope.compare.pooled import PooledFeatures
+from vitscope.models.spec import ModelSpec
+
+__all__ = ["compare_analyses"]
+
+
+def compare_analyses(spec: ModelSpec, targets: Collection[str], images: Sequence[int] = (0,),
+                     seed: int = 0) -> list[Accumulator]:
+    """Accumulators for one model's single pass of ``vitscope compare``.
+
+    Every model: :class:`PooledFeatures` (clustering, k-NN, CKA between models). Transformers also get the
+    attention distance, saliency IoU (when the data has masks) and the CLS (or spatial-average) maps of the
+    dataset and of ``images`` for the report's explorer, linked to share one reduction per block.
+    """
+    chosen: list[Accumulator] = [PooledFeatures()]
+    if spec.is_transformer:
+        maps = CLSAttentionMaps if has_cls_token(spec) else SpatialAverageMaps
+        chosen += [AttentionDistance(seed=seed), maps(images=images, seed=seed)]
+        if "masks" in targets:
+            chosen.append(SaliencyIoU(seed=seed))
+        chosen = [a for a in chosen if a.supports(spec)]
+    return link_attention_plans(chosen)

@@ -1,0 +1,205 @@
+"""Per-block quantities of several models on shared axes, and the best-block table (paper 002's comparison).
+
+Every model has been run once over the same data (:func:`vitscope.compare.run.compare_analyses`); this
+module reads its results: attention distance and saliency IoU from the attention analyses (transformers
+only: CNNs simply have no such curve), clustering purity and k-NN accuracy from the pooled features
+(CLS when the model has one, else the spatial mean; METHODS.md sections 2 and 3), and linear CKA between
+models from the spatial-mean features of the block outputs. Blocks are placed at their relative depth
+``b / (L - 1)`` so models of different depth share the x axis; CKA between models pairs each block with
+the reference model's block nearest in relative depth.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from vitscope.analyses.clustering import clustering_scores
+from vitscope.analyses.probe_base import holdout_mask
+from vitscope.analyses.probe_knn import knn_scores
+from vitscope.functional.cka import linear_cka
+
+__all__ = ["QUANTITIES", "Comparison", "Curve", "ModelRun", "compare_runs", "relative_depth"]
+
+#: quantity -> (axis label, higher is better: part of the best-block table)
+QUANTITIES: dict[str, tuple[str, bool]] = {
+    "attention_distance": ("mean attention distance (image widths)", False),
+    "saliency_iou": ("best-head saliency IoU", True),
+    "clustering_purity": ("clustering purity", True),
+    "knn_accuracy": ("k-NN accuracy", True),
+    "cka_to_reference": ("CKA with the reference model", False),
+}
+
+
+@dataclass
+class ModelRun:
+    """One model's pass: its id, spec and Results (by analysis name)."""
+
+    model_id: str
+    spec: Any
+    results: Mapping[str, Any]
+
+
+@dataclass
+class Curve:
+    """Values per block; ``x`` is the relative depth of each block."""
+
+    blocks: list[int]
+    x: list[float]
+    values: list[float]
+
+
+@dataclass
+class Comparison:
+    """Everything ``vitscope compare`` plots and tabulates.
+
+    Attributes:
+        curves: ``{quantity: {model: Curve}}`` (a model without a quantity is absent from it).
+        random: ``{quantity: random-chance value}`` where one exists.
+        cka_models: model order of ``cka_matrix``; cka_matrix: ``[M, M]`` CKA of the final blocks.
+        reference: the model the ``cka_to_reference`` curves compare with.
+        best_blocks: rows of the best-block table.
+        notes: why a quantity is missing (no labels, no masks...).
+    """
+
+    curves: dict[str, dict[str, Curve]] = field(default_factory=dict)
+    random: dict[str, float] = field(default_factory=dict)
+    cka_models: list[str] = field(default_factory=list)
+    cka_matrix: torch.Tensor | None = None
+    reference: str = ""
+    best_blocks: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def relative_depth(blocks: Sequence[int]) -> list[float]:
+    """``b / (L - 1)`` of every block (0 for a single block)."""
+    n = len(blocks)
+    return [i / (n - 1) if n > 1 else 0.0 for i in range(n)]
+
+
+def _curve(blocks: Sequence[int], values: Sequence[float]) -> Curve:
+    return Curve([int(b) for b in blocks], relative_depth(blocks), [float(v) for v in values])
+
+
+def _mean(x: torch.Tensor | float) -> float:
+    return float(torch.as_tensor(x, dtype=torch.float64).nanmean())
+
+
+def _attention_curves(run: ModelRun, comp: Comparison) -> None:
+    dist = run.results.get("attention_distance")
+    if dist is not None and "block_mean" in dist.tensors:
+        blocks = dist.meta.get("blocks") or list(range(len(dist.tensors["block_mean"])))
+        comp.curves.setdefault("attention_distance", {})[run.model_id] = _curve(blocks, dist.tensors["block_mean"])
+        comp.random.setdefault("attention_distance", _mean(dist.tensors["random_block_mean"]))
+    sal = run.results.get("saliency_iou")
+    if sal is not None:
+        source = "cls" if "cls_best_iou" in sal.tensors else "spatial"
+        if f"{source}_best_iou" in sal.tensors:
+            blocks = sal.meta.get("blocks") or list(range(len(sal.tensors[f"{source}_best_iou"])))
+            comp.curves.setdefault("saliency_iou", {})[run.model_id] = _curve(blocks, sal.tensors[f"{source}_best_iou"])
+            comp.random.setdefault("saliency_iou", _mean(sal.tensors[f"random_{source}_best_iou"]))
+
+
+def _features(run: ModelRun, kind: str) -> tuple[list[int], dict[int, np.ndarray], np.ndarray, np.ndarray] | None:
+    pooled = run.results.get("pooled_features")
+    if pooled is None or "index" not in pooled.tensors:
+        return None
+    blocks = list(pooled.meta["blocks"])
+    prefix = "cls" if kind == "image" and pooled.meta.get("has_cls") else "mean"
+    feats = {b: pooled.tensors[f"{prefix}_{b}"].numpy() for b in blocks}
+    return blocks, feats, pooled.tensors["index"].numpy(), pooled.tensors["label"].numpy()
+
+
+def _probe_curves(run: ModelRun, comp: Comparison, seed: int, test_fraction: float) -> None:
+    found = _features(run, "image")
+    if found is None:
+        return
+    blocks, feats, index, labels = found
+    keep = labels >= 0
+    if np.unique(labels[keep]).size < 2:
+        note = "clustering and k-NN need image labels (at least two classes); this data has none"
+        if note not in comp.notes:
+            comp.notes.append(note)
+        return
+    y = labels[keep]
+    clus = clustering_scores(blocks, lambda b: feats[b][keep], y, seed=seed)
+    comp.curves.setdefault("clustering_purity", {})[run.model_id] = _curve(blocks, clus.tensors["purity"])
+    comp.random.setdefault("clustering_purity", float(clus.tensors["random_purity"]))
+    test = holdout_mask(index[keep], test_fraction, seed)
+    if test.all() or not test.any():
+        comp.notes.append(f"k-NN of {run.model_id}: too few images to hold out a test set")
+        return
+    knn = knn_scores(blocks, lambda b: (feats[b][keep][~test], feats[b][keep][test]), y[~test], y[test], seed=seed)
+    comp.curves.setdefault("knn_accuracy", {})[run.model_id] = _curve(blocks, knn.tensors["accuracy"])
+    comp.random.setdefault("knn_accuracy", float(knn.tensors["random_accuracy"]))
+
+
+def _aligned(a: tuple, b: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """Row positions of the images both feature sets hold (same order)."""
+    common = np.intersect1d(a[2], b[2])
+    return np.searchsorted(a[2], common), np.searchsorted(b[2], common)
+
+
+def _cka(x: np.ndarray, y: np.ndarray) -> float:
+    return linear_cka(torch.from_numpy(x).double(), torch.from_numpy(y).double()) if len(x) >= 2 else math.nan
+
+
+def _cka_between_models(runs: Sequence[ModelRun], comp: Comparison) -> None:
+    feats = {r.model_id: _features(r, "spatial") for r in runs}
+    feats = {k: v for k, v in feats.items() if v is not None}
+    if len(feats) < 2:
+        return
+    names = list(feats)
+    comp.reference, ref = names[0], feats[names[0]]
+    ref_depth = np.asarray(relative_depth(ref[0]))
+    for name in names:
+        blocks, fm = feats[name][0], feats[name][1]
+        ra, rb = _aligned(feats[name], ref)
+        values = [_cka(fm[b][ra], ref[1][ref[0][int(np.abs(ref_depth - d).argmin())]][rb])
+                  for b, d in zip(blocks, relative_depth(blocks))]
+        comp.curves.setdefault("cka_to_reference", {})[name] = _curve(blocks, values)
+    matrix = torch.full((len(names), len(names)), math.nan, dtype=torch.float64)
+    for i, a in enumerate(names):
+        for j, b in enumerate(names):
+            ra, rb = _aligned(feats[a], feats[b])
+            fa, fb = feats[a], feats[b]
+            matrix[i, j] = _cka(fa[1][fa[0][-1]][ra], fb[1][fb[0][-1]][rb])
+    comp.cka_models, comp.cka_matrix = names, matrix
+
+
+def _best_blocks(comp: Comparison) -> list[dict[str, Any]]:
+    rows = []
+    for quantity, (_, ranked) in QUANTITIES.items():
+        if not ranked:
+            continue
+        for model, curve in comp.curves.get(quantity, {}).items():
+            values = np.asarray(curve.values, dtype=np.float64)
+            if np.isnan(values).all():
+                continue
+            pos = int(np.nanargmax(values))
+            rows.append({"model": model, "quantity": quantity, "best_block": curve.blocks[pos],
+                         "relative_depth": round(curve.x[pos], 3), "best": float(values[pos]),
+                         "last_block": float(values[-1]), "random": comp.random.get(quantity, math.nan)})
+    return rows
+
+
+def compare_runs(runs: Sequence[ModelRun], seed: int = 0, test_fraction: float = 0.2) -> Comparison:
+    """Curves, CKA between models and the best-block table of several models' passes.
+
+    Args:
+        runs: one :class:`ModelRun` per model, in display order (the first is the CKA reference).
+        seed: k-means / k-NN split / random-baseline seed.
+        test_fraction: share of images held out for k-NN (by a seeded hash of the dataset index).
+    """
+    comp = Comparison()
+    for run in runs:
+        _attention_curves(run, comp)
+        _probe_curves(run, comp, seed, test_fraction)
+    _cka_between_models(runs, comp)
+    comp.best_blocks = _best_blocks(comp)
+    return comp

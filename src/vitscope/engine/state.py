@@ -1,0 +1,214 @@
+"""Save and resume a run's accumulator state (DESIGN.md idea 3: state is saved and reloaded).
+
+A :class:`Checkpoint` writes, every ``every_seconds`` (and when the user presses Ctrl-C, after the batch in
+flight), the state of every analysis plus the dataset position reached. Re-running the same command loads
+it and continues from that position; because batches are the same ranges of the dataset in the same order
+and the state is restored exactly (float64 sums bit for bit), the results equal those of an uninterrupted
+run. A state file is keyed by a digest of everything that decides the numbers (model weights and spec,
+data fingerprint, analyses and their configuration, batch size, limit, device, dtype, vitscope version):
+a file written under another key is ignored with a message, never merged.
+
+Files are written atomically (temporary file + ``os.replace``) with ``torch.save`` of a tree of tensors,
+numbers and strings (:mod:`~vitscope.engine.state_codec`), and read with ``torch.load(weights_only=True)``,
+so loading a state file cannot run code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vitscope.analyses.base import Accumulator
+from vitscope.engine.state_codec import StateCodecError, decode, encode
+
+__all__ = ["STOP_AFTER_ENV", "Checkpoint", "ResumePoint", "interrupt_guard", "run_key"]
+
+FORMAT = 1
+#: Test hook: stop (as if interrupted by Ctrl-C) after this many batches of one process, state saved first.
+STOP_AFTER_ENV = "VITSCOPE_STOP_AFTER_BATCHES"
+
+
+@dataclass
+class ResumePoint:
+    """Where a saved run stopped: next dataset position, images fed so far, files skipped so far."""
+
+    position: int
+    seen: int
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _analysis_config(a: Accumulator) -> dict[str, str]:
+    """The ``_cfg_`` attributes of an analysis as strings (they decide what it computes)."""
+    return {k: repr(sorted(v) if isinstance(v, (set, frozenset)) else v)
+            for k, v in sorted(vars(a).items()) if k.startswith("_cfg_") and k != "_cfg_workdir"}
+
+
+def run_key(model_fingerprint: str, spec: dict[str, Any], data_fingerprint: dict[str, Any],
+            analyses: Sequence[Accumulator], **settings: Any) -> dict[str, Any]:
+    """Everything that decides a run's numbers, as a JSON-able dict (its digest keys the state file).
+
+    Args:
+        model_fingerprint: digest of the model's weights; spec: its ``ModelSpec.to_dict()``.
+        data_fingerprint: :func:`~vitscope.engine.provenance.data_fingerprint` of the dataset.
+        analyses: the accumulators (names, classes and ``_cfg_`` settings are keyed).
+        settings: batch_size, limit, device, dtype, ... (JSON-able).
+    """
+    import vitscope
+
+    return {
+        "format": FORMAT,
+        "vitscope": vitscope.__version__,
+        "model": model_fingerprint,
+        "spec": spec,
+        "data": data_fingerprint.get("digest"),
+        "analyses": [{"name": a.name, "class": f"{type(a).__module__}.{type(a).__qualname__}",
+                      "config": _analysis_config(a)} for a in analyses],
+        **settings,
+    }
+
+
+def _key_text(key: dict[str, Any]) -> str:
+    return json.dumps(key, sort_keys=True, default=str, separators=(",", ":"))
+
+
+def _changed(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    return sorted(k for k in set(old) | set(new) if _key_text({k: old.get(k)}) != _key_text({k: new.get(k)}))
+
+
+class Checkpoint:
+    """Resumable state of one run, kept in one file.
+
+    Args:
+        path: the state file (its folder is created on the first save).
+        key: :func:`run_key` of this run.
+        every_seconds: least time between two periodic saves (0: after every batch).
+        log: called with one-line messages (resumed from..., ignored a state file...).
+        stop_after: test hook: after this many batches, save and raise KeyboardInterrupt (default: the
+            ``VITSCOPE_STOP_AFTER_BATCHES`` environment variable, if set).
+    """
+
+    def __init__(self, path: str | os.PathLike, key: dict[str, Any], every_seconds: float = 60.0,
+                 log: Callable[[str], None] | None = None, stop_after: int | None = None) -> None:
+        self.path = Path(path)
+        self.key = key
+        self.every_seconds = float(every_seconds)
+        self.log = log or (lambda message: None)
+        env = os.environ.get(STOP_AFTER_ENV)
+        self.stop_after = stop_after if stop_after is not None else (int(env) if env else None)
+        self.batches = 0
+        self.saves = 0
+        self.resumed_images = 0  # images the restored state already held
+        self._last_save = time.monotonic()
+
+    # ------------------------------------------------------------------ reading
+
+    def restore(self, analyses: Sequence[Accumulator]) -> ResumePoint | None:
+        """Load the saved state into ``analyses`` when it was written under the same key.
+
+        Returns:
+            Where to continue, or None (no usable state: the analyses are left as they were).
+        """
+        if not self.path.exists():
+            return None
+        try:
+            saved = torch.load(self.path, map_location="cpu", weights_only=True)
+            old_key = json.loads(saved["key"])
+        except Exception as err:  # a truncated or foreign file: start over rather than fail
+            self.log(f"ignoring unreadable state file {self.path} ({type(err).__name__}); starting over")
+            return None
+        if saved["key"] != _key_text(self.key):
+            changed = ", ".join(_changed(old_key, self.key)) or "key"
+            self.log(f"ignoring saved state {self.path}: it belongs to a different run (changed: {changed}); "
+                     "starting over")
+            return None
+        names = [a.name for a in analyses]
+        if sorted(saved["analyses"]) != sorted(names):
+            self.log(f"ignoring saved state {self.path}: it holds other analyses; starting over")
+            return None
+        try:
+            states = {name: decode(saved["analyses"][name]) for name in names}
+        except StateCodecError as err:
+            self.log(f"ignoring saved state {self.path}: {err}; starting over")
+            return None
+        for a in analyses:
+            a.reset()
+            a.load_state_dict(states[a.name])
+        point = ResumePoint(int(saved["position"]), int(saved["seen"]), [tuple(s) for s in saved["skipped"]])
+        self.resumed_images = point.seen
+        self.log(f"resuming from saved state: {point.seen} images already done ({self.path})")
+        return point
+
+    # ------------------------------------------------------------------ writing
+
+    def save(self, analyses: Sequence[Accumulator], position: int, seen: int, skipped: Sequence[Any]) -> None:
+        """Write the state atomically (temporary file in the same folder, then ``os.replace``)."""
+        payload = {
+            "format": FORMAT,
+            "key": _key_text(self.key),
+            "position": int(position),
+            "seen": int(seen),
+            "skipped": [[str(s.path), str(s.reason)] for s in skipped],
+            "analyses": {a.name: encode(a.state_dict()) for a in analyses},
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                torch.save(payload, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        self.saves += 1
+        self._last_save = time.monotonic()
+
+    def after_batch(self, analyses: Sequence[Accumulator], position: int, seen: int, skipped: Sequence[Any],
+                    interrupted: bool = False) -> None:
+        """Called by the engine after every batch: save when due; stop (KeyboardInterrupt) when asked to."""
+        self.batches += 1
+        stop = interrupted or (self.stop_after is not None and self.batches >= self.stop_after)
+        if stop or time.monotonic() - self._last_save >= self.every_seconds:
+            self.save(analyses, position, seen, skipped)
+        if stop:
+            self.log(f"stopped after {seen} images; state saved to {self.path}: run the same command to resume")
+            raise KeyboardInterrupt
+
+    def clear(self) -> None:
+        """Delete the state file (after the run's outputs are written)."""
+        self.path.unlink(missing_ok=True)
+
+
+class _Guard:
+    requested = False
+
+
+@contextlib.contextmanager
+def interrupt_guard(enabled: bool = True) -> Iterator[_Guard]:
+    """Turn the first Ctrl-C into a request (``guard.requested``) so the batch in flight finishes and the
+    state is saved; a second Ctrl-C interrupts at once. No-op outside the main thread or when disabled."""
+    guard = _Guard()
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield guard
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if guard.requested:
+            raise KeyboardInterrupt
+        guard.requested = True
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield guard
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -1,0 +1,142 @@
+"""Turn accumulator state into a tree that ``torch.load(weights_only=True)`` can read back, and back again.
+
+``Accumulator.state_dict()`` holds plain tensors and numbers, but also numpy arrays, sets, dicts with int
+keys, small dataclasses (``AttentionGeometry``), helper objects (``MinibatchHSIC``) and disk-backed
+``RowStore`` tables. Pickling those would make a state file able to run code when loaded, so instead
+:func:`encode` rewrites them as tagged dicts of tensors, strings and numbers (the only things the
+weights-only unpickler accepts) and :func:`decode` rebuilds them. Objects are rebuilt only when their class
+lives in the ``vitscope`` package; anything else is refused when saving and when loading.
+
+A ``RowStore`` is saved by value (every row, in store order): its spilled shards live in a temporary
+folder that does not outlive the process, so a reference to them could not be resumed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["StateCodecError", "decode", "encode"]
+
+_TAG = "__vs__"
+_PACKAGE = "vitscope."
+
+
+class StateCodecError(TypeError):
+    """A value cannot be saved in (or was not written as) a resumable state file."""
+
+
+def _array_to_tree(a: np.ndarray) -> dict[str, Any]:
+    a = np.ascontiguousarray(a)
+    if a.dtype.hasobject:
+        raise StateCodecError("cannot save a numpy array of Python objects in a state file")
+    raw = torch.frombuffer(bytearray(a.tobytes()), dtype=torch.uint8) if a.nbytes else torch.zeros(0, dtype=torch.uint8)
+    return {_TAG: "ndarray", "dtype": a.dtype.str, "shape": list(a.shape), "data": raw}
+
+
+def _tree_to_array(tree: dict[str, Any]) -> np.ndarray:
+    data = tree["data"]
+    buf = data.numpy().tobytes() if data.numel() else b""
+    return np.frombuffer(buf, dtype=np.dtype(tree["dtype"])).reshape(tree["shape"]).copy()
+
+
+def _rowstore_to_tree(store: Any) -> dict[str, Any]:
+    columns = {name: _array_to_tree(store.column(name)) for name in store.schema}
+    return {_TAG: "rowstore", "spill_bytes": int(store.spill_bytes), "columns": columns,
+            "schema": {k: [dtype, list(tail)] for k, (dtype, tail) in store.schema.items()}}
+
+
+def _tree_to_rowstore(tree: dict[str, Any]) -> Any:
+    from vitscope.features.rowstore import RowStore
+
+    store = RowStore(spill_bytes=int(tree["spill_bytes"]))
+    columns = {k: _tree_to_array(v) for k, v in tree["columns"].items()}
+    if columns and len(next(iter(columns.values()))):
+        store.append(columns)
+    else:  # an empty store still remembers its columns
+        store.schema = {k: (dtype, tuple(tail)) for k, (dtype, tail) in tree["schema"].items()}
+    return store
+
+
+def _class_path(obj: Any) -> str:
+    cls = type(obj)
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _import_class(path: str) -> type:
+    module, _, qualname = path.partition(":")
+    if not (module + ".").startswith(_PACKAGE):
+        raise StateCodecError(f"refusing to rebuild {path!r} from a state file: only vitscope classes are allowed")
+    target: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    if not isinstance(target, type):
+        raise StateCodecError(f"{path!r} in a state file is not a class")
+    return target
+
+
+def encode(value: Any) -> Any:
+    """Rewrite ``value`` as nested dicts/lists of tensors, str, int, float, bool and None.
+
+    Raises:
+        StateCodecError: a value of a type that cannot be saved (e.g. a lambda or an object from another
+            package).
+    """
+    from vitscope.features.rowstore import RowStore
+
+    if value is None or type(value) in (bool, int, float, str):  # exact types: np.float64 subclasses float
+        return value
+    if isinstance(value, np.generic):
+        return {_TAG: "npscalar", "value": _array_to_tree(np.asarray(value))}
+    if isinstance(value, (bool, int, float, str)):  # other subclasses (IntEnum...): the plain value
+        return next(t for t in (bool, int, float, str) if isinstance(value, t))(value)
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().clone()
+    if isinstance(value, np.ndarray):
+        return _array_to_tree(value)
+    if isinstance(value, (list, tuple, set, frozenset)):
+        kind = type(value).__name__ if type(value) in (list, tuple, set, frozenset) else "list"
+        items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
+        return {_TAG: kind, "items": [encode(v) for v in items]}
+    if isinstance(value, dict):
+        return {_TAG: "dict", "items": [[encode(k), encode(v)] for k, v in value.items()]}
+    if isinstance(value, torch.dtype):
+        return {_TAG: "dtype", "name": str(value).removeprefix("torch.")}
+    if isinstance(value, RowStore):
+        return _rowstore_to_tree(value)
+    if type(value).__module__.startswith(_PACKAGE) and hasattr(value, "__dict__"):
+        return {_TAG: "object", "class": _class_path(value), "state": encode(dict(vars(value)))}
+    raise StateCodecError(f"cannot save a {type(value).__module__}.{type(value).__qualname__} in a state file")
+
+
+def decode(tree: Any) -> Any:
+    """Inverse of :func:`encode`.
+
+    Raises:
+        StateCodecError: an unknown tag, or an object class outside the vitscope package.
+    """
+    if not isinstance(tree, dict):
+        return tree
+    kind = tree.get(_TAG)
+    if kind == "ndarray":
+        return _tree_to_array(tree)
+    if kind == "npscalar":
+        return _tree_to_array(tree["value"])[()]
+    if kind in ("list", "tuple", "set", "frozenset"):
+        items = [decode(v) for v in tree["items"]]
+        return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[kind](items)
+    if kind == "dict":
+        return {decode(k): decode(v) for k, v in tree["items"]}
+    if kind == "dtype":
+        return getattr(torch, tree["name"])
+    if kind == "rowstore":
+        return _tree_to_rowstore(tree)
+    if kind == "object":
+        cls = _import_class(tree["class"])
+        obj = cls.__new__(cls)
+        obj.__dict__.update(decode(tree["state"]))  # not setattr: frozen dataclasses forbid it
+        return obj
+    raise StateCodecError(f"unknown entry {kind!r} in a state file (written by another vitscope version?)")

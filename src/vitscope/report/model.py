@@ -1,0 +1,105 @@
+"""What a report is made of: sections holding figures, tables and block x head explorers (plain data).
+
+Builders (:mod:`~vitscope.report.sections`, the compare and demo workflows) fill these; the renderer
+(:mod:`~vitscope.report.render`) turns them into one self-contained HTML file. Every string here may come
+from the user (model ids, data paths, config values): the template escapes all of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ExplorerGrid", "Explorer", "FigureItem", "Report", "Section", "Table"]
+
+
+@dataclass
+class FigureItem:
+    """A PNG figure embedded in the report.
+
+    Attributes:
+        path: the PNG file (read and embedded as a data URI when rendering).
+        title: short title; caption: what the figure shows and how to read it.
+        paper: the paper figure it corresponds to (e.g. ``"paper 002, fig. 4"``), or "".
+    """
+
+    path: Path
+    title: str
+    caption: str = ""
+    paper: str = ""
+
+
+@dataclass
+class Table:
+    """A table of numbers: ``columns`` names and ``rows`` of cells (numbers are formatted when rendering)."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[Any]]
+    note: str = ""
+
+
+@dataclass
+class ExplorerGrid:
+    """One map source of an explorer (e.g. the dataset mean or one image).
+
+    Attributes:
+        label: button text, e.g. ``"dataset mean"`` or ``"image 3"``.
+        cells: ``cells[b][h]`` PNG bytes of the map of block ``b``, head ``h`` (small; the browser scales it).
+        ranges: ``ranges[b][h]`` ``(min, max)`` of the map before it was scaled to the colour map.
+        image: PNG bytes of the image the maps are drawn over in the enlarged view, or None.
+    """
+
+    label: str
+    cells: list[list[bytes]]
+    ranges: list[list[tuple[float, float]]]
+    image: bytes | None = None
+
+
+@dataclass
+class Explorer:
+    """A block x head grid of attention maps; pointing at a cell shows that head's map enlarged.
+
+    ``grid_shape`` is the ``(h, w)`` token grid of the maps (sets the enlarged view's aspect ratio).
+    """
+
+    title: str
+    blocks: list[int]
+    num_heads: int
+    grids: list[ExplorerGrid]
+    caption: str = ""
+    paper: str = ""
+    grid_shape: tuple[int, int] = (1, 1)
+
+
+@dataclass
+class Section:
+    """One analysis (or one comparison quantity): text, figures, tables and explorers."""
+
+    id: str
+    title: str
+    intro: str = ""
+    figures: list[FigureItem] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    explorers: list[Explorer] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    """The whole report.
+
+    Attributes:
+        title: page title; subtitle: one line under it.
+        summary: ``(label, value)`` rows shown first (models, data, fingerprint, version...).
+        config: the resolved configuration, shown as a table.
+        sections: analysis sections in order.
+        notes: warnings worth showing (skipped files...).
+    """
+
+    title: str
+    subtitle: str = ""
+    summary: list[tuple[str, str]] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+    sections: list[Section] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)

@@ -1,0 +1,69 @@
+"""Render a :class:`~vitscope.report.model.Report` to one self-contained HTML file.
+
+Jinja2 with autoescaping on for every value (model ids, paths and config values come from the user);
+images become ``data:`` URIs, and a Content-Security-Policy forbids the page from fetching anything, so the
+file opens from ``file://`` without a server and makes no request.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from vitscope.report.model import Report
+
+__all__ = ["data_uri", "render_html", "write_report"]
+
+_MIME = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif", ".webp": "image/webp"}
+
+
+def data_uri(source: bytes | str | os.PathLike) -> str:
+    """``data:`` URI of PNG bytes or of an image file (PNG, JPEG, GIF, WebP)."""
+    if isinstance(source, (bytes, bytearray)):
+        raw, mime = bytes(source), "image/png"
+    else:
+        path = Path(source)
+        mime = _MIME.get(path.suffix.lower())
+        if mime is None:
+            raise ValueError(f"cannot embed {path.name}: only {', '.join(_MIME)} images are embedded")
+        raw = path.read_bytes()
+    return f"data:{mime};base64,{base64.b64encode(raw).decode('ascii')}"
+
+
+@cache
+def _environment():
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("vitscope.report", "templates"),
+                             autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["data_uri"] = data_uri
+    return env
+
+
+def _config_value(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, default=str)
+
+
+def render_html(report: Report) -> str:
+    """The report as an HTML string (every text value escaped)."""
+    import vitscope
+
+    rows = [(str(k), _config_value(v)) for k, v in report.config.items()]
+    return _environment().get_template("report.html.j2").render(report=report, config_rows=rows,
+                                                                version=vitscope.__version__)
+
+
+def write_report(report: Report, path: str | os.PathLike) -> Path:
+    """Render ``report`` and write it atomically to ``path`` (usually ``<out>/report.html``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(render_html(report), encoding="utf-8")
+    os.replace(tmp, path)
+    return path

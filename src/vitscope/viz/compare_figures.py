@@ -1,0 +1,50 @@
+"""Figures of ``vitscope compare``: one quantity per figure, every model on it, relative depth on the x axis."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from vitscope.viz.representation_figures import save_figure
+
+__all__ = ["model_curves"]
+
+
+def model_curves(
+    curves: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    title: str,
+    ylabel: str,
+    out_path_stem: str | Path,
+    baseline: float | None = None,
+    baseline_label: str = "random",
+) -> list[Path]:
+    """One line per model over relative depth (0 = first block, 1 = last), an optional dashed baseline.
+
+    Args:
+        curves: ``{model: (relative depths, values)}``.
+        title, ylabel: figure title and y label; out_path_stem: output path without extension.
+        baseline: a horizontal dashed line (e.g. random chance), if finite.
+
+    Returns:
+        ``[<stem>.png, <stem>.svg]``.
+    """
+    fig = Figure(figsize=(6.8, 4.2))
+    ax = fig.add_subplot()
+    markers = "osD^v<>ph*"
+    for k, (label, (x, y)) in enumerate(curves.items()):
+        ax.plot(np.asarray(x, dtype=float), np.asarray(y, dtype=float), marker=markers[k % len(markers)],
+                markersize=4, label=label)
+    if baseline is not None and np.isfinite(baseline):
+        ax.axhline(float(baseline), linestyle="--", linewidth=1, color="grey", label=baseline_label)
+    ax.set_xlabel("relative depth (block / (blocks - 1))")
+    ax.set_ylabel(ylabel)
+    ax.set_xlim(-0.03, 1.03)
+    ax.set_title(textwrap.fill(title, width=70), fontsize=10)
+    ax.grid(alpha=0.3)
+    if curves:
+        ax.legend(fontsize=8, loc="best")
+    return save_figure(fig, out_path_stem)

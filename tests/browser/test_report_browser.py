@@ -1,0 +1,91 @@
+"""report.html in a real browser: Playwright driving Debian's chromium-headless-shell.
+
+`make test` installs chromium-headless-shell when it is missing (as root, with apt-get); the test skips,
+saying why, only when no Chromium binary can be found. Set VITSCOPE_CHROMIUM to use another binary.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from vitscope.cli.analyze import analyze
+from vitscope.cli.config import ANALYZE_OPTIONS, resolve_options
+from vitscope.data.synthetic.write import synthesize
+
+CANDIDATES = ("/usr/lib/chromium/chromium-headless-shell", "/usr/bin/chromium-headless-shell",
+              "/usr/lib/chromium/chromium", "/usr/bin/chromium")
+
+
+def chromium_binary() -> str | None:
+    """The Chromium to drive: $VITSCOPE_CHROMIUM, chromium-headless-shell on PATH, or a Debian path."""
+    found = [os.environ.get("VITSCOPE_CHROMIUM"), shutil.which("chromium-headless-shell"), *CANDIDATES,
+             shutil.which("chromium")]
+    return next((p for p in found if p and os.access(p, os.X_OK)), None)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api",
+                                   reason="playwright is not installed (pip install -e '.[dev]')")
+    binary = chromium_binary()
+    if binary is None:
+        pytest.skip("chromium-headless-shell not found: install it with `apt-get install chromium-headless-shell` "
+                    "(`make test` does so when run as root)")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=binary, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("browser")
+    coco = synthesize(base / "coco", "coco", n=6, size=64, seed=4)
+    opts = resolve_options(ANALYZE_OPTIONS, {"model": "tiny-vit", "data": f"{coco}::coco", "out": str(base / "out"),
+                                             "analyses": "cls_attention_maps,attention_distance", "device": "cpu",
+                                             "batch_size": 3})
+    analyze(opts, progress=False)
+    return base / "out" / "report.html"
+
+
+def test_report_loads_every_figure_and_the_explorer_responds(browser, report):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    requests: list[str] = []
+    page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+    page.on("request", lambda r: requests.append(r.url) if not r.url.startswith(("data:", "file:")) else None)
+    page.goto(report.as_uri(), wait_until="load")
+
+    images = page.evaluate("Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.alt])")
+    assert len(images) > 20
+    broken = [alt for complete, width, alt in images if not (complete and width > 0)]
+    assert not broken, f"images that did not load: {broken[:5]}"
+
+    zoom = page.locator(".vs-zoom-map").first
+    caption = page.locator(".vs-zoom-caption").first
+    cells = page.locator("table.vs-grid:not([hidden]) .vs-cell")
+    assert cells.count() == 6 * 4  # tiny-vit: 6 blocks x 4 heads
+    first_src = zoom.get_attribute("src")
+    target = cells.nth(5)  # block 1, head 1
+    target.hover()
+    assert zoom.get_attribute("src") == target.locator("img").get_attribute("src") != first_src
+    assert "block 1, head 1" in caption.inner_text()
+
+    cells.nth(22).focus()  # keyboard users get the same view
+    assert "block 5, head 2" in caption.inner_text()
+
+    page.locator(".vs-source", has_text="image 0").first.click()  # a single image: map drawn over it
+    cells = page.locator("table.vs-grid:not([hidden]) .vs-cell")
+    cells.nth(3).hover()
+    assert caption.inner_text().startswith("image 0: block 0, head 3")
+    assert page.locator(".vs-zoom-base").first.is_visible()
+    assert page.evaluate("document.querySelector('.vs-zoom-base').naturalWidth") > 0
+
+    assert not errors, errors
+    assert not requests, f"the report fetched {requests}"
+    page.close()

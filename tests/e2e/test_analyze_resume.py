@@ -1,0 +1,81 @@
+"""End-to-end: `vitscope analyze --config`, interrupted and re-run, equals an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from vitscope.data.synthetic.write import synthesize
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
+ANALYSES = "attention_distance,cka,knn_probe"
+
+
+def vitscope(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vitscope.cli", *args], capture_output=True, text=True,
+                          env=env or ENV, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def coco(tmp_path_factory):
+    return synthesize(tmp_path_factory.mktemp("coco"), "coco", n=20, size=64, seed=5)
+
+
+def test_interrupted_run_resumes_to_the_same_numbers(coco, tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(f"model: tiny-vit-sup\ndata: '{coco}::coco'\nanalyses: {ANALYSES}\nbatch_size: 4\n"
+                   "limit: 100\ndevice: cpu\n")
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    proc = vitscope("analyze", "--config", str(cfg), "--out", str(full))
+    assert proc.returncode == 0, proc.stderr
+
+    stop = {**ENV, "VITSCOPE_STOP_AFTER_BATCHES": "2"}
+    proc = vitscope("analyze", "--config", str(cfg), "--out", str(resumed), env=stop)
+    assert proc.returncode == 130 and "state saved" in proc.stderr, proc.stderr
+    assert (resumed / ".vitscope-state" / "tiny-vit-sup.pt").exists() and not (resumed / "results.json").exists()
+
+    proc = vitscope("analyze", "--config", str(cfg), "--out", str(resumed))
+    assert proc.returncode == 0, proc.stderr
+    assert "resuming from saved state: 8 images already done" in proc.stderr
+    a, b = (json.loads((d / "results.json").read_text()) for d in (full, resumed))
+    assert b["run"]["resumed_images"] == 8 and a["run"]["resumed_images"] == 0
+    assert a["analyses"].keys() == set(ANALYSES.split(","))
+    for name in a["analyses"]:
+        assert a["analyses"][name]["summary"] == b["analyses"][name]["summary"], name
+    assert not (resumed / ".vitscope-state").exists()
+    # the resolved configuration, version, model id and data fingerprint are recorded
+    assert b["config"]["config_file"] == str(cfg) and b["config"]["batch_size"] == 4 and b["config"]["limit"] == 100
+    assert b["vitscope_version"] and b["models"][0]["id"] == "tiny-vit-sup" and b["models"][0]["weights_sha256"]
+    assert b["data"]["fingerprint"] == a["data"]["fingerprint"]
+    assert (resumed / "report.html").stat().st_size > 0
+
+
+def test_state_from_other_settings_is_not_merged(coco, tmp_path):
+    out = tmp_path / "o"
+    base = ["analyze", "-m", "tiny-vit", "-d", f"{coco}::coco", "-a", "attention_distance", "-o", str(out), "-b", "4"]
+    proc = vitscope(*base, env={**ENV, "VITSCOPE_STOP_AFTER_BATCHES": "1"})
+    assert proc.returncode == 130, proc.stderr
+    proc = vitscope(*base[:-2], "-b", "5", "--limit", "10")  # another batch size: the saved state does not apply
+    assert proc.returncode == 0, proc.stderr
+    assert "ignoring saved state" in proc.stderr and "batch_size" in proc.stderr
+    assert json.loads((out / "results.json").read_text())["run"]["resumed_images"] == 0
+
+
+def test_config_and_compare_errors_are_one_line(coco, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: tiny-vit\nbatchsize: 3\n")
+    cases = [  # bad options are bad usage (exit status 2); failures exit with 1
+        (["analyze", "--config", str(bad), "-d", "x", "-o", str(tmp_path)], 2, "did you mean 'batch_size'"),
+        (["analyze", "-d", f"{coco}::coco", "-o", str(tmp_path)], 2, "missing --model"),
+        (["compare", "--models", "tiny-vit,tiny-vit", "-d", f"{coco}::coco", "-o", str(tmp_path)], 1, "listed twice"),
+        (["compare", "--models", "tiny-vit", "-d", f"{coco}::coco", "-o", str(tmp_path)], 1, "at least two models"),
+    ]
+    for args, status, needle in cases:
+        proc = vitscope(*args)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode == status and len(lines) == 1 and lines[0].startswith("error: "), (args, proc.stderr)
+        assert needle in lines[0], lines[0]

@@ -1,0 +1,52 @@
+"""End-to-end: `vitscope demo --quick` on a fresh output folder, as CI and a new user run it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def test_demo_quick_writes_the_comparison_and_a_self_contained_report(tmp_path):
+    out = tmp_path / "demo"
+    proc = subprocess.run([sys.executable, "-m", "vitscope.cli", "demo", "--quick", "--out", str(out)],
+                          capture_output=True, text=True, env=ENV, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "demo report:" in proc.stdout
+    doc = json.loads((out / "results.json").read_text())
+    from vitscope.zoo.catalog import ZOO
+
+    zoo = [e.name for e in ZOO]
+    assert [m["id"] for m in doc["models"]] == zoo and all(m["weights_sha256"] for m in doc["models"])
+    assert doc["config"]["models"] == zoo and doc["config"]["demo"]["quick"] is True
+    assert doc["data"]["fingerprint"]["method"].startswith("stat") and len(doc["data"]["fingerprint"]["digest"]) == 16
+    assert doc["num_images"] == 64 and set(doc["images_per_model"].values()) == {64}
+    summary = doc["analyses"]["compare"]["summary"]
+    curves = summary["curves"]
+    cnn = "tiny-resnet-metric"
+    for quantity in ("attention_distance", "saliency_iou"):  # transformers only: the CNN has no attention
+        assert set(curves[quantity]) == set(zoo) - {cnn}, quantity
+    for quantity in ("clustering_purity", "knn_accuracy", "cka_to_reference"):
+        assert set(curves[quantity]) == set(zoo), quantity
+    assert curves["cka_to_reference"][zoo[0]]["values"] == [1.0] * 6  # the reference against itself
+    purity = curves["clustering_purity"]["tiny-vit-sup"]["values"]
+    assert purity[-1] > summary["random"]["clustering_purity"] + 0.2  # the supervised model clusters its classes
+    matrix = summary["cka_matrix"]
+    assert len(matrix) == len(zoo) and all(abs(matrix[i][i] - 1) < 1e-6 for i in range(len(zoo)))
+    assert {r["quantity"] for r in summary["best_blocks"]} == {"saliency_iou", "clustering_purity", "knn_accuracy"}
+    pairs = doc["paired_similarity"]["pairs"]
+    assert len(pairs) == 4 and all(-1 <= p["score"] <= 1 for p in pairs)
+    assert sum(p["label_a"] == p["label_b"] for p in pairs) == 3
+    for rel in doc["analyses"]["compare"]["files"]["figures"] + doc["paired_similarity"]["files"]:
+        assert (out / rel).stat().st_size > 0, rel
+    html = (out / "report.html").read_text()
+    assert not re.search(r"""(src|href)=["']?(https?:|//)""", html)  # nothing fetched from anywhere
+    for part in ("Best block per model", "Mean attention distance", "Clustering purity", "K-nn accuracy",
+                 "Paired similarity", "Attention maps per model", "paper 000, fig. 4", "paper 002, fig. 6"):
+        assert part in html, part
+    assert html.count('class="explorer" data-explorer') == len(zoo) - 1  # one explorer per transformer
+    assert not (out / ".vitscope-state").exists()

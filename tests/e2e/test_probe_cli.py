@@ -1,0 +1,125 @@
+"""``vitscope probe`` end to end on synthetic benchmarks (``vitscope synth``, 64 px) with the tiny zoo."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from vitscope.cli.main import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("probe_cli")
+    plan = {"revisitop": 12, "davis": 1, "spair": 4, "imagefolder": 30}
+    for fmt, n in plan.items():
+        res = runner.invoke(app, ["synth", "--out", str(root / fmt), "--format", fmt, "--n", str(n), "--size", "64",
+                                  "--seed", "3", "--classes", "3"])
+        assert res.exit_code == 0, res.output
+    return {**{fmt: root / fmt for fmt in plan}, "cache": root / "cache"}
+
+
+def probe(data: dict[str, Path], out: Path, fmt: str, *extra: str, model: str = "tiny-vit-metric"):
+    return runner.invoke(app, ["probe", "--model", model, "--data", f"{data[fmt]}::{fmt}", "--out", str(out),
+                               "--cache", str(data["cache"]), *extra])
+
+
+def _scores(doc: dict, task: str, metric: str) -> list[float]:
+    return doc["analyses"][task]["summary"][metric]
+
+
+def _check_outputs(out: Path, doc: dict, tasks: set[str], blocks: list[int]) -> None:
+    assert set(doc["analyses"]) == tasks and doc["models"][0]["name"] == "tiny-vit-metric"
+    assert doc["vitscope_version"] and doc["config"]["task"] and doc["data"]["format"]
+    with (out / "tables" / "best_blocks.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert {r["task"] for r in rows} == tasks and len(rows) == len(doc["best_blocks"]["rows"])
+    for task, entry in doc["analyses"].items():
+        summary = entry["summary"]
+        assert summary["blocks"] == blocks
+        for metric in summary["metrics"]:
+            values = [v for v in summary[metric] if not math.isnan(v)]
+            assert len(summary[metric]) == len(blocks)
+            assert all(-1 <= v <= 1 for v in values), (task, metric, values)  # ARI may be negative
+            assert f"random_{metric}" in summary
+        pngs = [p for p in entry["files"]["figures"] if p.endswith(".png")]
+        assert len(pngs) == len(summary["metrics"]) and all((out / p).stat().st_size > 0 for p in pngs)
+    assert (out / "report.html").stat().st_size > 0
+
+
+def test_retrieval(data, tmp_path: Path) -> None:
+    res = probe(data, tmp_path, "revisitop")
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "results.json").read_text())
+    _check_outputs(tmp_path, doc, {"retrieval"}, list(range(6)))
+    medium = _scores(doc, "retrieval", "mAP_medium")
+    assert all(0 <= v <= 1 for v in medium)
+    assert max(medium) > doc["analyses"]["retrieval"]["summary"]["random_mAP_medium"]
+    assert "mAP_medium" in res.output
+
+
+def test_davis_with_tiling_and_chosen_blocks(data, tmp_path: Path) -> None:
+    plain = probe(data, tmp_path / "plain", "davis", "--blocks", "0,-1")
+    tiled = probe(data, tmp_path / "tiled", "davis", "--blocks", "0,-1", "--tiling", "2")
+    assert plain.exit_code == 0 and tiled.exit_code == 0, plain.output + tiled.output
+    docs = {k: json.loads((tmp_path / k / "results.json").read_text()) for k in ("plain", "tiled")}
+    for k, doc in docs.items():
+        _check_outputs(tmp_path / k, doc, {"davis"}, [0, 5])
+        s = doc["analyses"]["davis"]["summary"]
+        for jf, j, f in zip(s["J&F"], s["J"], s["F"]):
+            assert 0 <= j <= 1 and 0 <= f <= 1 and jf == pytest.approx((j + f) / 2)
+        assert max(s["J&F"]) > s["random_J&F"]
+    assert docs["plain"]["analyses"]["davis"]["summary"]["view"]["view"] == "frame"
+    assert docs["tiled"]["analyses"]["davis"]["summary"]["view"]["view"] == "tiled"
+    assert docs["tiled"]["config"]["tiling"] == 2
+
+
+def test_keypoints(data, tmp_path: Path) -> None:
+    res = probe(data, tmp_path, "spair", "--tiling", "2")
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "results.json").read_text())
+    _check_outputs(tmp_path, doc, {"keypoints"}, list(range(6)))
+    s = doc["analyses"]["keypoints"]["summary"]
+    for a, b, c in zip(s["PCK@0.1"], s["PCK@0.05"], s["PCK@0.01"]):
+        assert 1 >= a >= b >= c >= 0
+    assert s["view"]["view"] == "tiled"
+
+
+def test_labelled_images_give_knn_linear_and_clustering(data, tmp_path: Path) -> None:
+    res = probe(data, tmp_path, "imagefolder", "--blocks", "-1", "--test-fraction", "0.3", "--tiling", "2")
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "results.json").read_text())
+    tasks = {f"{kind}_{t}" for kind in ("knn", "linear", "clustering") for t in ("cls", "spatial_mean")}
+    tasks |= {"linear_cls_bn", "linear_spatial_mean_bn"}
+    _check_outputs(tmp_path, doc, tasks, [5])
+    knn = doc["analyses"]["knn_cls"]["summary"]
+    assert knn["num_train"] + knn["num_test"] == 30 and knn["num_test"] > 0
+    assert all(0 <= v <= 1 for v in knn["accuracy"])
+    # tiling densifies the spatial-mean features; CLS features keep the model's own preprocessing
+    assert doc["analyses"]["knn_spatial_mean"]["summary"]["view"] == "tiled" and knn["view"] == "standard"
+
+
+def test_errors_are_one_line(data, tmp_path: Path) -> None:
+    cnn = probe(data, tmp_path / "cnn", "davis", model="tiny-resnet-metric")
+    assert cnn.exit_code == 1 and "is a CNN" in cnn.output and "Traceback" not in cnn.output
+    tiled_retrieval = probe(data, tmp_path / "r", "revisitop", "--tiling", "2")
+    assert tiled_retrieval.exit_code == 1 and "retrieval ranks CLS features" in tiled_retrieval.output
+    assert probe(data, tmp_path / "b", "revisitop", "--blocks", "6").exit_code == 2
+    assert probe(data, tmp_path / "t", "revisitop", "--tiling", "0.5").exit_code == 2
+    assert not (tmp_path / "cnn" / "results.json").exists()

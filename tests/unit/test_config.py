@@ -1,0 +1,70 @@
+"""Options from a YAML file (--config) merged with command-line options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vitscope.cli.config import ANALYZE_OPTIONS, COMPARE_OPTIONS, ConfigError, load_config, resolve_options
+
+
+def _yaml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "cfg.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_command_line_overrides_file_which_overrides_defaults(tmp_path):
+    cfg = _yaml(tmp_path, "model: tiny-vit\ndata: photos/\nout: runs/a\nbatch-size: 8\nlimit: 100\n"
+                          "analyses: [attention, cka]\n")
+    opts = resolve_options(ANALYZE_OPTIONS, {"limit": 5, "model": None}, cfg)
+    assert opts["model"] == "tiny-vit" and opts["data"] == "photos/" and opts["out"] == Path("runs/a")
+    assert opts["batch_size"] == 8  # from the file (dash spelling accepted)
+    assert opts["limit"] == 5  # the command line wins
+    assert opts["analyses"] == ["attention", "cka"]
+    assert opts["strict"] is False and opts["resume"] is True and opts["checkpoint_seconds"] == 60.0  # defaults
+    assert opts["config_file"] == str(cfg)
+
+
+def test_lists_accept_comma_strings_from_either_source(tmp_path):
+    cfg = _yaml(tmp_path, "models: tiny-vit-sup, tiny-vit-mae\ndata: d\nout: o\n")
+    assert resolve_options(COMPARE_OPTIONS, {}, cfg)["models"] == ["tiny-vit-sup", "tiny-vit-mae"]
+    assert resolve_options(COMPARE_OPTIONS, {"models": "a,b"}, cfg)["models"] == ["a", "b"]
+
+
+def test_unknown_key_is_a_clear_error_with_the_closest_name(tmp_path):
+    cfg = _yaml(tmp_path, "model: tiny-vit\nbatchsize: 8\n")
+    with pytest.raises(ConfigError, match=r"unknown key 'batchsize'.*did you mean 'batch_size'"):
+        load_config(cfg, ANALYZE_OPTIONS)
+    # a compare-only key is unknown to analyze
+    with pytest.raises(ConfigError, match="unknown key 'models'"):
+        load_config(_yaml(tmp_path, "models: [a, b]\n"), ANALYZE_OPTIONS)
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("batch_size: many\n", "must be an integer"),
+    ("batch_size: 0\n", "at least 1"),
+    ("strict: maybe\n", "true or false"),
+    ("analyses: {a: 1}\n", "list of names"),
+    ("- model\n", "must be a mapping"),
+    ("model: [unclosed\n", "not valid YAML"),
+])
+def test_bad_values_name_the_key_and_the_file(tmp_path, text, needle):
+    with pytest.raises(ConfigError, match=needle):
+        load_config(_yaml(tmp_path, text), ANALYZE_OPTIONS)
+
+
+def test_missing_required_option_says_where_to_give_it(tmp_path):
+    with pytest.raises(ConfigError, match=r"missing --data: give it on the command line or as 'data:'"):
+        resolve_options(ANALYZE_OPTIONS, {"model": "tiny-vit", "out": "o"})
+
+
+def test_missing_config_file_is_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        resolve_options(ANALYZE_OPTIONS, {}, tmp_path / "nope.yaml")
+
+
+def test_empty_file_gives_defaults(tmp_path):
+    opts = resolve_options(ANALYZE_OPTIONS, {"model": "m", "data": "d", "out": "o"}, _yaml(tmp_path, ""))
+    assert opts["batch_size"] == 16 and opts["analyses"] is None

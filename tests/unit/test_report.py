@@ -1,0 +1,106 @@
+"""report.html: self-contained, escaped, with figures, tables and the block x head explorer."""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vitscope.cli.analyze import analyze
+from vitscope.cli.config import ANALYZE_OPTIONS, resolve_options
+from vitscope.report import FigureItem, Report, Section, explorer_from_maps, render_html
+from vitscope.report.captions import caption_for
+from vitscope.report.tables import summary_tables
+
+EVIL = "<script>alert('x')</script>"
+
+
+def _png(path, value=128):
+    Image.fromarray(np.full((6, 9, 3), value, dtype=np.uint8)).save(path)
+    return path
+
+
+def test_every_user_string_is_escaped(tmp_path):
+    fig = _png(tmp_path / "f.png")
+    ex = explorer_from_maps(EVIL, torch.rand(2, 3, 4, 4), image_maps=torch.rand(1, 2, 3, 4, 4),
+                            images=torch.zeros(1, 16, 16, 3, dtype=torch.uint8), image_labels=[EVIL])
+    report = Report(title=EVIL, subtitle=EVIL, summary=[("Model", EVIL)], config={"model": EVIL, EVIL: [EVIL]},
+                    sections=[Section("s", EVIL, EVIL, [FigureItem(fig, EVIL, EVIL, EVIL)], explorers=[ex])],
+                    notes=[EVIL])
+    html = render_html(report)
+    assert "<script>alert" not in html
+    assert html.count("&lt;script&gt;alert(") >= 10
+    assert len(re.findall(r"<script>", html)) == 1  # only the report's own inline script
+
+
+def test_report_is_self_contained(tmp_path):
+    fig = _png(tmp_path / "f.png", 7)
+    html = render_html(Report("t", sections=[Section("s", "S", figures=[FigureItem(fig, "F")])]))
+    assert not re.search(r"""(src|href)=["']?(https?:|//|file:)""", html)
+    assert "Content-Security-Policy" in html
+    uris = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
+    assert base64.b64decode(uris[0]) == fig.read_bytes()
+
+
+def test_explorer_cells_are_one_png_per_block_and_head():
+    maps = torch.zeros(3, 2, 4, 5)
+    maps[1, 1, 2, 3] = 1.0
+    ex = explorer_from_maps("t", maps, blocks=[0, 2, 4])
+    grid = ex.grids[0]
+    assert ex.blocks == [0, 2, 4] and ex.num_heads == 2 and ex.grid_shape == (4, 5)
+    assert len(grid.cells) == 3 and all(len(row) == 2 for row in grid.cells)
+    from io import BytesIO
+
+    cell = np.asarray(Image.open(BytesIO(grid.cells[1][1])))
+    assert cell.shape == (4, 5, 3)
+    bright = np.unravel_index(cell.sum(-1).argmax(), cell.shape[:2])
+    assert tuple(int(v) for v in bright) == (2, 3) and grid.ranges[1][1] == (0.0, 1.0)
+
+
+def test_summary_tables_split_scalars_blocks_and_heads():
+    summary = {"blocks": [0, 1], "num_images": 5, "distance": [[0.1, 0.2], [0.3, 0.4]], "block_mean": [0.15, 0.35],
+               "big": {"shape": [9, 9], "mean": 0.5}}
+    titles = [t.title for t in summary_tables("d", summary)]
+    assert titles == ["d: per block", "d: distance (block x head)", "d: settings and scores"]
+    per_block = summary_tables("d", summary)[0]
+    assert per_block.rows == [[0, "0.15"], [1, "0.35"]]
+
+
+def test_captions_name_the_paper_figures():
+    assert caption_for("attention_distance")[2] == "paper 002, fig. 4 and 15"
+    assert "fig. 2" in caption_for("cls_attention_maps_mean")[2]
+    assert "fig. 3" in caption_for("aligned_attention")[2]
+    assert "fig. 5" in caption_for("saliency_iou")[2]
+    assert "fig. 6" in caption_for("compare_cka_matrix")[2]
+    assert "paper 000" in caption_for("paired_similarity")[2]
+
+
+@pytest.fixture(scope="module")
+def evil_run(tmp_path_factory):
+    """``vitscope analyze`` on a folder whose name is a script tag."""
+    base = tmp_path_factory.mktemp("evil")
+    photos = base / EVIL.replace("/", "_")
+    photos.mkdir()
+    for i in range(4):
+        pixels = np.random.default_rng(i).integers(0, 255, (40, 40, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(photos / f"{i}.png")
+    out = base / "out"
+    opts = resolve_options(ANALYZE_OPTIONS, {"model": "tiny-vit", "data": str(photos), "out": str(out),
+                                             "analyses": "cls_attention_maps,attention_distance", "device": "cpu"})
+    analyze(opts, progress=False)
+    return out
+
+
+def test_analyze_report_escapes_the_data_name_and_has_every_part(evil_run):
+    html = (evil_run / "report.html").read_text()
+    assert "<script>alert" not in html and "&lt;script&gt;alert(" in html
+    for part in ("Summary", "Data fingerprint", "Resolved configuration", "vitscope version", "Block x head explorer",
+                 "paper 002, fig. 4 and 15", "attention_distance: per block"):
+        assert part in html, part
+    # one explorer cell per block and head (tiny-vit: 6 x 4) for the mean and for each kept image (4 here)
+    assert html.count('class="vs-cell"') == 6 * 4 * 5
+    assert not (evil_run / ".vitscope-state").exists()  # state removed once the outputs are written
