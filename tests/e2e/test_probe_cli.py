@@ -8,7 +8,6 @@ import math
 from pathlib import Path
 
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from vitscope.cli.main import app
@@ -16,12 +15,7 @@ from vitscope.cli.main import app
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -26,14 +26,7 @@ from vitscope.features.sources import MaskedAnnotatedSource
 from vitscope.functional import knn_classify, revisited_map
 from vitscope.viz.probe_figures import compare_models
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """These models and sets are tiny: one thread avoids OpenMP stalls on a busy machine (and is faster)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

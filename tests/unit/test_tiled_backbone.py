@@ -22,13 +22,7 @@ from vitscope.features.sources import DatasetSource, MaskedAnnotatedSource
 from vitscope.features.views import TiledView
 from vitscope.models.tiled import TilingError, wrap_tiled
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

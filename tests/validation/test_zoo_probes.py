@@ -20,7 +20,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 import vitscope
 from vitscope.analyses import Clustering, KnnProbe, LinearProbe, ProbeResult, best_block_table
@@ -37,13 +36,7 @@ SEED = 4242  # a world seed no zoo model trained on
 CLASSES = 10
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models and sets: one thread is faster and avoids OpenMP stalls on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -131,7 +131,10 @@ def decode(tree: Any) -> Any:
     if kind == "dict":
         return {decode(k): decode(v) for k, v in tree["items"]}
     if kind == "dtype":
-        return getattr(torch, tree["name"])
+        dtype = getattr(torch, str(tree["name"]), None)
+        if not isinstance(dtype, torch.dtype):  # never hand back another torch attribute
+            raise StateCodecError(f"{tree['name']!r} in a state file is not a torch dtype")
+        return dtype
     if kind == "rowstore":
         return _tree_to_rowstore(tree)
     if kind == "object":
