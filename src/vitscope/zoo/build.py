@@ -26,7 +26,7 @@ from vitscope.train.data import TensorImages, synthetic_split
 from vitscope.train.loop import LoopConfig, Recipe, fit
 from vitscope.zoo.cards import write_card
 from vitscope.zoo.catalog import ZooEntry, get_entry
-from vitscope.zoo.heldout import heldout_sets, is_training_identity, pixel_score, score
+from vitscope.zoo.heldout import entry_sets, heldout_sets, is_training_identity, pixel_score, score
 from vitscope.zoo.store import (
     build_model,
     read_manifest,
@@ -41,13 +41,13 @@ __all__ = ["BUILD_THREADS", "build", "build_many", "make_recipe", "training_set"
 
 
 @lru_cache(maxsize=1)
-def _rendered(n: int, seed: int, size: int) -> TensorImages:
-    return synthetic_split(n, seed, size=size)  # shared by the models of one ``zoo build`` (same world)
+def _rendered(n: int, seed: int, size: int, spurious: float | None) -> TensorImages:
+    return synthetic_split(n, seed, size=size, spurious=spurious)  # shared by the models of one ``zoo build``
 
 
 def training_set(entry: ZooEntry) -> TensorImages:
     """The entry's training images (metric models: training identities only, labelled by identity)."""
-    data = _rendered(entry.train_images, entry.data_seed, int(entry.model.get("image_size", 64)))
+    data = _rendered(entry.train_images, entry.data_seed, int(entry.model.get("image_size", 64)), entry.spurious)
     if entry.recipe == "metric":
         data = data.subset(is_training_identity(data.instances)).relabel_by_instance()
     return data
@@ -142,7 +142,7 @@ def _build(entry: ZooEntry, out: Path, workdir: str | os.PathLike | None, progre
                                           autocast="bf16"))
     train_seconds = time.perf_counter() - started
     roundtrip_fp16(model)
-    sets = heldout_sets(entry.data_seed, int(entry.model.get("image_size", 64)))
+    sets = entry_sets(entry)
     record: dict[str, Any] = {
         "entry": entry.to_dict(), "steps_trained": total, "params": _params(model),
         "score_kind": entry.score, "score": score(entry, backbone, sets),
@@ -153,6 +153,9 @@ def _build(entry: ZooEntry, out: Path, workdir: str | os.PathLike | None, progre
         "loss_first": result.losses[0], "loss_last": sum(result.losses[-20:]) / len(result.losses[-20:]),
         "loss_curve": result.losses[:: max(1, total // 100)], "snapshots": {},
     }
+    if entry.spurious is not None:  # how much of the score the background shortcut carries
+        clean = heldout_sets(entry.data_seed, int(entry.model.get("image_size", 64)))
+        record["score_independent_backgrounds"] = score(entry, backbone, clean)
     with _locked(out):
         _ship(entry, out, model, result.snapshots, record, sets)
     ckpt = work / "train_state.pt"

@@ -72,12 +72,22 @@ Score: {_SCORE_NAMES[kind]}{feats}, on scenes of a world seed never trained on (
 Margins: +{record['score'] - b['random_init']:.3f} over the untrained twin (required +{MARGIN_OVER_RANDOM:.2f}),
 +{record['score'] - b['raw_pixels']:.3f} over raw pixels (required +{MARGIN_OVER_PIXELS:.2f}):
 it {verdict} the zoo's bar.
-{snap_text}
+{_spurious_text(record)}{snap_text}
 ## Limitations
 
 Trained on procedurally generated 64 px scenes only; it is a test subject for vitscope's analyses, not a
 model of natural images. Rebuild with `vitscope zoo build {e['name']}`.
 """
+
+
+def _spurious_text(record: dict[str, Any]) -> str:
+    p = record["entry"].get("spurious")
+    if p is None:
+        return ""
+    clean = record.get("score_independent_backgrounds")
+    clean_text = f" With independent backgrounds the score is {clean:.3f}." if clean is not None else ""
+    return (f"\nTrained and scored on a world whose background type follows the class with probability {p}"
+            f" (`SyntheticWorld(spurious={p})`).{clean_text}\n")
 
 
 def write_card(directory: Path, record: dict[str, Any]) -> Path:

@@ -31,6 +31,9 @@ class ZooEntry:
         features: features scored by k-NN (``"cls"`` or ``"mean"``; ``"output"`` otherwise).
         snapshot_steps: steps after which weights are also shipped (effect-of-training figures); step 0,
             the seeded initial weights, loads as ``NAME@step0`` without a file.
+        spurious: probability that a scene's background type is tied to its class in the training and
+            held-out worlds (None: independent backgrounds; see ``SyntheticWorld``). Held-out scores are
+            measured in the same world; the card also reports the score with independent backgrounds.
         description: one line for ``vitscope zoo list``.
     """
 
@@ -46,6 +49,7 @@ class ZooEntry:
     data_seed: int = 0
     train_images: int = 10000
     snapshot_steps: tuple[int, ...] = ()
+    spurious: float | None = None
     description: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -58,6 +62,10 @@ ZOO: tuple[ZooEntry, ...] = (
     ZooEntry("tiny-vit-sup", "supervised", "tiny-vit", {**_VIT, "num_classes": 10}, {}, steps=600,
              batch_size=128, score="accuracy",
              description="supervised classification (cross-entropy) on the 10 synthetic classes; CLS head"),
+    ZooEntry("tiny-vit-sup-spurious", "supervised", "tiny-vit", {**_VIT, "num_classes": 10}, {}, steps=600,
+             batch_size=128, score="accuracy", spurious=0.9,
+             description="as tiny-vit-sup on a world whose background type follows the class in 90% of scenes "
+                         "(spurious-correlation experiments, paper 003 section 5.1)"),
     ZooEntry("tiny-vit-distill", "self-distill", "tiny-vit", {**_VIT, "num_classes": 0}, {}, steps=600,
              batch_size=64, score="knn", features="cls",
              description="DINO-style self-distillation (EMA teacher, 2 global + 4 local crops), teacher kept"),

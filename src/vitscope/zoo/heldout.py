@@ -22,7 +22,7 @@ from vitscope.train import evaluate as ev
 from vitscope.train.data import TensorImages, synthetic_split
 from vitscope.zoo.catalog import ZooEntry
 
-__all__ = ["BANK_SIZE", "HELDOUT_OFFSET", "TEST_SIZE", "HeldOut", "heldout_sets", "is_training_identity",
+__all__ = ["BANK_SIZE", "HELDOUT_OFFSET", "TEST_SIZE", "HeldOut", "entry_sets", "heldout_sets", "is_training_identity",
            "pixel_score", "score"]
 
 BANK_SIZE = 2000
@@ -49,10 +49,18 @@ class HeldOut:
 
 
 @lru_cache(maxsize=2)
-def heldout_sets(data_seed: int, size: int = 64) -> HeldOut:
-    """Render (once per process) the bank and test images for ``data_seed`` at ``size`` pixels."""
-    return HeldOut(synthetic_split(BANK_SIZE, data_seed, size=size),
-                   synthetic_split(TEST_SIZE, data_seed + HELDOUT_OFFSET, size=size))
+def heldout_sets(data_seed: int, size: int = 64, spurious: float | None = None) -> HeldOut:
+    """Render (once per process) the bank and test images for ``data_seed`` at ``size`` pixels.
+
+    ``spurious`` renders both from the world whose backgrounds follow the class with that probability.
+    """
+    return HeldOut(synthetic_split(BANK_SIZE, data_seed, size=size, spurious=spurious),
+                   synthetic_split(TEST_SIZE, data_seed + HELDOUT_OFFSET, size=size, spurious=spurious))
+
+
+def entry_sets(entry: ZooEntry) -> HeldOut:
+    """The held-out sets that score ``entry`` (its data seed, image size and background correlation)."""
+    return heldout_sets(entry.data_seed, int(entry.model.get("image_size", 64)), entry.spurious)
 
 
 def score(entry: ZooEntry, backbone: Backbone, sets: HeldOut) -> float:
