@@ -2,7 +2,14 @@
 
 import torch
 
-from vitscope.train.augment import color_jitter, gaussian_blur, grayscale, random_resized_crop, solarize
+from vitscope.train.augment import (
+    color_jitter,
+    gaussian_blur,
+    grayscale,
+    random_resized_crop,
+    rotate_hue,
+    solarize,
+)
 
 
 def _images(b=4, s=16):
@@ -51,6 +58,25 @@ def test_color_jitter_without_strength_is_identity_and_stays_in_range():
     assert torch.allclose(same, x, atol=1e-6)
     y = color_jitter(x, torch.Generator().manual_seed(0), p=1.0)
     assert y.min() >= 0 and y.max() <= 1 and not torch.allclose(y, x)
+
+
+def test_hue_rotation_keeps_luma_and_turns_red_towards_green():
+    red = torch.zeros(1, 3, 2, 2)
+    red[:, 0] = 0.5
+    red[:, 1:] = 0.25
+    turned = rotate_hue(red, torch.tensor([-2.0]))  # in gamut: nothing clamped
+    luma = torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)
+    assert torch.allclose((turned * luma).sum(1), (red * luma).sum(1), atol=1e-5)
+    assert turned[0, 1, 0, 0] > turned[0, 0, 0, 0]  # green now above red
+    assert torch.allclose(rotate_hue(red, torch.tensor([0.0])), red, atol=1e-6)
+
+
+def test_hue_jitter_is_off_by_default_without_drawing_numbers():
+    x = _images()
+    plain = color_jitter(x, torch.Generator().manual_seed(3), p=1.0)
+    explicit = color_jitter(x, torch.Generator().manual_seed(3), p=1.0, hue=0.0)
+    assert torch.equal(plain, explicit)  # same random stream as before the hue option existed
+    assert not torch.allclose(color_jitter(x, torch.Generator().manual_seed(3), p=1.0, hue=0.5), plain)
 
 
 def test_blur_keeps_constants_and_smooths_noise():

@@ -11,7 +11,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-__all__ = ["color_jitter", "gaussian_blur", "grayscale", "random_resized_crop", "solarize"]
+__all__ = ["color_jitter", "gaussian_blur", "grayscale", "random_resized_crop", "rotate_hue", "solarize"]
 
 _LUMA = (0.299, 0.587, 0.114)
 
@@ -68,12 +68,13 @@ def _gray(x: torch.Tensor) -> torch.Tensor:
 
 def color_jitter(
     x: torch.Tensor, gen: torch.Generator, brightness: float = 0.4, contrast: float = 0.4, saturation: float = 0.2,
-    p: float = 0.8,
+    p: float = 0.8, hue: float = 0.0,
 ) -> torch.Tensor:
     """Scale brightness, contrast and saturation by factors in ``[1 - s, 1 + s]`` with probability ``p``.
 
-    Hue is left alone on purpose: in the synthetic world a class's main part has a class hue, and the
-    tiny zoo's self-supervised models should be able to use it, as real networks use colour.
+    ``hue`` (0 to 1) also rotates every pixel's chroma by the same random angle in ``[-hue, hue] * pi``
+    (a rotation of the YIQ chroma plane: luma kept). It is off by default; with it off no random numbers
+    are drawn for it, so existing recipes see the same stream.
     """
     b = x.shape[0]
     fb = _uniform(b, 1 - brightness, 1 + brightness, gen).view(b, 1, 1, 1).to(x)
@@ -85,7 +86,23 @@ def color_jitter(
     y = ((y - mean) * fc + mean).clamp(0, 1)
     g = _gray(y)
     y = ((y - g) * fs + g).clamp(0, 1)
+    if hue > 0:
+        y = rotate_hue(y, _uniform(b, -hue * math.pi, hue * math.pi, gen).to(x))
     return torch.where(apply, y, x)
+
+
+_RGB_TO_YIQ = ((0.299, 0.587, 0.114), (0.596, -0.274, -0.322), (0.211, -0.523, 0.312))
+
+
+def rotate_hue(x: torch.Tensor, angle: torch.Tensor) -> torch.Tensor:
+    """Rotate the chroma of images ``[B, 3, H, W]`` (RGB in [0, 1]) by ``angle [B]`` radians (YIQ plane)."""
+    to_yiq = torch.tensor(_RGB_TO_YIQ, dtype=x.dtype, device=x.device)
+    cos, sin = angle.cos(), angle.sin()
+    rot = torch.zeros(x.shape[0], 3, 3, dtype=x.dtype, device=x.device)
+    rot[:, 0, 0] = 1
+    rot[:, 1, 1], rot[:, 1, 2], rot[:, 2, 1], rot[:, 2, 2] = cos, -sin, sin, cos
+    m = torch.linalg.inv(to_yiq) @ rot @ to_yiq  # [B, 3, 3]: RGB -> YIQ, rotate I/Q, back to RGB
+    return torch.einsum("bij,bjhw->bihw", m, x).clamp(0, 1)
 
 
 def grayscale(x: torch.Tensor, gen: torch.Generator, p: float = 0.2) -> torch.Tensor:

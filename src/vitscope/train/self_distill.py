@@ -33,6 +33,7 @@ class SelfDistillConfig:
         out_dim: prototypes of the projection head.
         hidden_dim, bottleneck_dim: projection head MLP sizes.
         local_crops: number of local crops per image; local_size: their side in pixels.
+        jitter: colour jitter strengths ``(brightness, contrast, saturation, hue)``; grayscale: its probability.
         global_scale, local_scale: area ranges of the global and local crops.
         student_temp: student softmax temperature.
         teacher_temp, warmup_teacher_temp, teacher_temp_warmup: teacher sharpening, warmed up linearly
@@ -51,6 +52,8 @@ class SelfDistillConfig:
     local_size: int = 32
     global_scale: tuple[float, float] = (0.4, 1.0)
     local_scale: tuple[float, float] = (0.1, 0.4)
+    jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.2, 0.0)
+    grayscale: float = 0.2
     student_temp: float = 0.1
     teacher_temp: float = 0.04
     warmup_teacher_temp: float = 0.04
@@ -136,7 +139,8 @@ class SelfDistillRecipe(Recipe):
 
         def view(out: int, scale: tuple[float, float], blur: float, sol: float) -> torch.Tensor:
             v = random_resized_crop(x, out, scale, gen)
-            v = grayscale(color_jitter(v, gen), gen)
+            bri, con, sat, hue = c.jitter
+            v = grayscale(color_jitter(v, gen, bri, con, sat, hue=hue), gen, p=c.grayscale)
             v = solarize(gaussian_blur(v, gen, p=blur), gen, p=sol)
             return normalise(v, spec.mean, spec.std)
 
