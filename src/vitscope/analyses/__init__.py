@@ -19,6 +19,10 @@ from vitscope.analyses.attention_stats import AttentionStats, AttentionStatsResu
 from vitscope.analyses.attention_suite import attention_suite, link_attention_plans
 from vitscope.analyses.base import Accumulator, Batch, Result
 from vitscope.analyses.clustering import Clustering, clustering_probe
+from vitscope.analyses.interrelation import Interrelation, InterrelationResult
+from vitscope.analyses.masking_foreground import ForegroundMasking, ForegroundMaskingResult
+from vitscope.analyses.masking_frequency import FrequencyFiltering, FrequencyFilteringResult
+from vitscope.analyses.masking_interrelation import InterrelationMasking, InterrelationMaskingResult
 from vitscope.analyses.probe_davis import davis_probe
 from vitscope.analyses.probe_keypoints import keypoint_probe
 from vitscope.analyses.probe_knn import KnnProbe, knn_probe
@@ -31,6 +35,7 @@ from vitscope.analyses.representation import BlockCKA, CKAResult, block_cka, cka
 from vitscope.analyses.representation_residual import ResidualCKA, ResidualResult
 from vitscope.analyses.rollout_analysis import AttentionRollout, AttentionRolloutResult
 from vitscope.analyses.saliency import SaliencyIoU, SaliencyIoUResult
+from vitscope.analyses.top_activations import TopActivations, TopActivationsResult
 
 __all__ = [
     "ANALYSES",
@@ -52,6 +57,14 @@ __all__ = [
     "CKAResult",
     "CLSAttentionMaps",
     "Clustering",
+    "ForegroundMasking",
+    "ForegroundMaskingResult",
+    "FrequencyFiltering",
+    "FrequencyFilteringResult",
+    "Interrelation",
+    "InterrelationMasking",
+    "InterrelationMaskingResult",
+    "InterrelationResult",
     "KnnProbe",
     "LinearProbe",
     "MeanActivation",
@@ -62,6 +75,8 @@ __all__ = [
     "SaliencyIoU",
     "SaliencyIoUResult",
     "SpatialAverageMaps",
+    "TopActivations",
+    "TopActivationsResult",
     "attention_suite",
     "best_block_table",
     "block_cka",

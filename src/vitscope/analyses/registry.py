@@ -11,10 +11,12 @@ from vitscope.analyses.attention_stats import AttentionStats
 from vitscope.analyses.attention_suite import ATTENTION_GROUP, ATTENTION_SUITE, link_attention_plans
 from vitscope.analyses.base import Accumulator
 from vitscope.analyses.clustering import Clustering
+from vitscope.analyses.interrelation import Interrelation
 from vitscope.analyses.probe_knn import KnnProbe
 from vitscope.analyses.probe_linear import LinearProbe
 from vitscope.analyses.representation import BlockCKA
 from vitscope.analyses.representation_residual import ResidualCKA
+from vitscope.analyses.top_activations import TopActivations
 from vitscope.models.spec import ModelSpec
 
 __all__ = ["ANALYSES", "GROUPS", "default_analyses", "get_analysis"]
@@ -24,6 +26,8 @@ ANALYSES: dict[str, type[Accumulator]] = {
     AttentionStats.name: AttentionStats,
     **{cls.name: cls for cls in ATTENTION_SUITE},
     **{cls.name: cls for cls in (BlockCKA, ResidualCKA, Clustering, KnnProbe, LinearProbe)},
+    TopActivations.name: TopActivations,
+    Interrelation.name: Interrelation,
 }
 
 #: Group names usable wherever analysis names are listed (``--analyses attention``): group -> members.

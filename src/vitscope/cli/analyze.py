@@ -13,6 +13,8 @@ from typing import Any
 
 import vitscope
 from vitscope.analyses.attention_suite import ATTENTION_GROUP, attention_suite, link_attention_plans
+from vitscope.analyses.masking_base import bind_model_analyses
+from vitscope.analyses.masking_registry import MASKING_GROUP, MODEL_ANALYSES, masking_analyses
 from vitscope.analyses.registry import ANALYSES, GROUPS, default_analyses, get_analysis
 from vitscope.data.images import open_dataset
 from vitscope.engine.provenance import data_fingerprint, model_identity
@@ -41,6 +43,8 @@ def dataset_targets(dataset) -> frozenset[str]:
 
 
 def _expand(name: str, spec, targets: frozenset[str]) -> list:
+    if name == MASKING_GROUP or name in MODEL_ANALYSES:  # they re-run the model: bound in analyze()
+        return masking_analyses(name, spec, targets)
     if name == ATTENTION_GROUP:
         return attention_suite(spec, targets)
     if name in GROUPS:
@@ -178,7 +182,7 @@ def analyze(options: Mapping[str, Any], progress: bool | None = None,
     backbone = load_model(options["model"])
     dataset = open_dataset(options["data"], strict=bool(options.get("strict")))
     names = ",".join(options["analyses"]) if options.get("analyses") else None
-    chosen = parse_analyses(names, backbone.spec, dataset_targets(dataset))
+    chosen = bind_model_analyses(parse_analyses(names, backbone.spec, dataset_targets(dataset)), backbone)
     if not chosen:
         raise ValueError(f"no analysis supports {backbone.spec.name}; known: {', '.join(ANALYSES)}")
     data = describe_data(dataset)

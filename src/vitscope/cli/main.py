@@ -8,14 +8,18 @@ from pathlib import Path
 import typer
 
 from vitscope.cli.errors import one_line_errors
+from vitscope.cli.experiment import experiment_app
 from vitscope.cli.explain import explain_pair
+from vitscope.cli.featviz import featviz as featviz_command
 from vitscope.cli.probe import probe as probe_command
 from vitscope.cli.zoo import zoo_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Put vision transformers under a microscope.")
 app.add_typer(zoo_app, name="zoo")
+app.add_typer(experiment_app, name="experiment")
 app.command("explain-pair")(explain_pair)
+app.command("featviz")(featviz_command)
 app.command("probe")(probe_command)
 
 

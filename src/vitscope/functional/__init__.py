@@ -26,14 +26,32 @@ from vitscope.functional.faithfulness import (
     perturbation_schedule,
     random_order,
 )
+from vitscope.functional.frequency import frequency_filter
+from vitscope.functional.guided_mask import curriculum_rho, guided_mask, guided_visible_ids
+from vitscope.functional.interrelation import (
+    interrelation,
+    interrelation_patch_scores,
+    interrelation_stages,
+    patch_interrelation,
+)
 from vitscope.functional.keypoints import pck
 from vitscope.functional.knn import knn_classify
 from vitscope.functional.linear_probe import linear_probe_accuracy, train_linear_probe
+from vitscope.functional.masking import (
+    boxes_pixel_mask,
+    fill_pixels,
+    masks_bounding_boxes,
+    patch_to_pixel_mask,
+    pixel_to_patch_mask,
+    random_patch_mask,
+    score_patch_mask,
+)
 from vitscope.functional.pooling import mask_pool, mask_weights, random_features
 from vitscope.functional.propagation import propagate_labels
 from vitscope.functional.retrieval import recall_at_k_map_at_r, revisited_map
 from vitscope.functional.rollout import rollout
 from vitscope.functional.semantic import class_histograms, pose_similarity
+from vitscope.functional.sift import sift_keypoint_counts
 from vitscope.functional.similarity import (
     cosine_topk,
     decomposed_similarity,
@@ -44,6 +62,7 @@ from vitscope.functional.similarity import (
     retrieval_metrics,
 )
 from vitscope.functional.tiling import stitch_tiles, tiling_plan
+from vitscope.functional.total_variation import total_variation
 from vitscope.functional.video import davis_f, davis_j
 
 __all__ = [
@@ -59,4 +78,11 @@ __all__ = [
     "class_histograms", "cosine_topk", "curve_area", "decomposed_similarity", "display_map", "paired_similarity",
     "patch_order", "patch_pixel_mask", "perturbation_schedule", "pose_similarity", "project_tokens",
     "random_order", "redistribute", "retrieval_metrics",
+    # SIFT interrelation and masking (issue 10)
+    "boxes_pixel_mask", "curriculum_rho", "fill_pixels", "frequency_filter", "guided_mask", "guided_visible_ids",
+    "interrelation", "interrelation_patch_scores", "interrelation_stages", "masks_bounding_boxes",
+    "patch_interrelation", "patch_to_pixel_mask", "pixel_to_patch_mask", "random_patch_mask", "score_patch_mask",
+    "sift_keypoint_counts",
+    # feature visualisation (issue 9)
+    "total_variation",
 ]

@@ -1,0 +1,204 @@
+"""SIFT patch interrelation per block and head, the focus index and the three stages (paper 003 sections 2-4).
+
+For every image the SIFT keypoints of the preprocessed image (model resolution) are counted per patch
+(:func:`~vitscope.functional.sift_keypoint_counts`); every block's pattern gives KK, KN, NK and NN per head
+(:func:`~vitscope.functional.interrelation`, METHODS.md section 6). The attention focus index comes from the
+attention suite's shared pass, so ``--analyses attention,interrelation`` reduces each pattern once for both.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, TableResult, thumbnails
+from vitscope.analyses.attention_pass import BlockStats, shared_block_statistics
+from vitscope.analyses.base import Batch
+from vitscope.functional.interrelation import RULES, interrelation, interrelation_stages
+from vitscope.functional.sift import sift_keypoint_counts
+
+__all__ = ["Interrelation", "InterrelationResult", "batch_keypoint_counts"]
+
+QUANTITIES: tuple[str, ...] = ("KK", "KN", "NK", "NN")
+
+_COUNTS: dict[int, tuple[weakref.ref, tuple[int, int], torch.Tensor]] = {}
+
+
+def batch_keypoint_counts(batch: Batch, grid: tuple[int, int] | None = None) -> torch.Tensor:
+    """SIFT keypoints per patch of every image of the batch: ``[B, h, w]`` int64 (CPU).
+
+    The image is the batch's preprocessed input turned back into RGB uint8 at model resolution. Counts are
+    memoised per pixel tensor (weakly), so the interrelation and masking analyses of one batch share them.
+    """
+    grid = tuple(int(v) for v in (grid or batch.grid))
+    key = id(batch.pixels)
+    hit = _COUNTS.get(key)
+    if hit is not None and hit[0]() is batch.pixels and hit[1] == grid:
+        return hit[2]
+    images = thumbnails(batch, range(batch.size))
+    counts = torch.stack([sift_keypoint_counts(im.numpy(), grid) for im in images]) if images else \
+        torch.zeros(0, *grid, dtype=torch.int64)
+    _COUNTS[key] = (weakref.ref(batch.pixels, lambda r, key=key: _forget(key, r)), grid, counts)
+    return counts
+
+
+def _forget(key: int, ref: weakref.ref) -> None:
+    hit = _COUNTS.get(key)
+    if hit is not None and hit[0] is ref:
+        del _COUNTS[key]
+
+
+class InterrelationResult(TableResult):
+    """Result of :class:`Interrelation`; ``plot`` draws paper 003's figures 3, 5, 6 and 7a."""
+
+    TABLE_EXCLUDE = ("images", "keypoint_counts")
+
+    def plot(self, out_dir: str | Path) -> list[Path]:
+        """Write ``<name>_keypoints`` (fig. 3), ``<name>_kk_nk`` (fig. 5), ``<name>_focus`` (fig. 6) and
+        ``<name>_stages`` (fig. 7a) as PNG and SVG."""
+        from vitscope.viz.interrelation_figures import (
+            focus_figure,
+            keypoint_grid_figure,
+            kk_nk_figure,
+            stages_figure,
+        )
+
+        if "KK" not in self.tensors:
+            return []
+        out = Path(out_dir)
+        labels = self.meta.get("blocks")
+        paths: list[Path] = []
+        if "images" in self.tensors:
+            paths += keypoint_grid_figure(self.tensors["images"], self.tensors["keypoint_counts"],
+                                          out / f"{self.name}_keypoints")
+        paths += kk_nk_figure(self.tensors, out / f"{self.name}_kk_nk", labels, self.meta)
+        paths += focus_figure(self.tensors["focus"], out / f"{self.name}_focus", labels)
+        paths += stages_figure(self.tensors, self.meta.get("stages", {}), out / f"{self.name}_stages", labels)
+        return paths
+
+
+class Interrelation(AttentionAccumulator):
+    """Weighted SIFT patch interrelation KK/KN/NK/NN per block and head, plus the focus index and stages.
+
+    Args:
+        lam: detection-line height (METHODS.md section 6).
+        rule: ``"max"`` (``a > lam * max``, default) or ``"uniform"`` (``a > lam / K``).
+        rise: stage rule parameter (:func:`~vitscope.functional.interrelation_stages`).
+        images: dataset indices whose image and keypoint counts are kept for figure 3.
+        seed, random_samples, random_kind: the attention suite's shared options.
+
+    State: ``num_images``, ``geometry``; ``sums`` and ``counts``: quantity (``KK``, ``NK``) -> ``[L, H]``
+    float64 sum over images where it is defined and number of such images; ``focus_sum`` ``[L, H]``;
+    ``keypoints`` (total keypoints), ``keypoint_patches`` (total keypoint patches); chosen images.
+
+    Result tensors: ``KK``, ``KN``, ``NK``, ``NN``, ``focus``, ``focus_normalised`` ``[L, H]``; the means over
+    heads ``KK_blocks`` ... ``NN_blocks``, ``focus_blocks`` ``[L]``; ``images`` ``[I, H, W, 3]`` and
+    ``keypoint_counts`` ``[I, h, w]`` of the chosen images. meta: geometry, ``stages`` (block numbers of
+    retrieval / capture / coach), ``lam``, ``rule``, ``mean_keypoints``, ``keypoint_patch_fraction``,
+    ``images_with_keypoints``.
+    """
+
+    name = "interrelation"
+    NEEDS = frozenset({"focus"})
+
+    def __init__(self, lam: float = 0.5, rule: str = "max", rise: float = 0.5, images: tuple[int, ...] = (0, 1, 2, 3),
+                 seed: int = 0, random_samples: int = 4, random_kind: str = "uniform") -> None:
+        if rule not in RULES:
+            raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+        if not lam >= 0:
+            raise ValueError(f"lam must be non-negative, got {lam}")
+        self._cfg_lam, self._cfg_rule, self._cfg_rise = float(lam), rule, float(rise)
+        self._cfg_images = frozenset(int(i) for i in images)
+        super().__init__(seed=seed, random_samples=random_samples, random_kind=random_kind)
+
+    def _reset_sums(self) -> None:
+        self.sums: dict[str, torch.Tensor] = {}
+        self.counts: dict[str, torch.Tensor] = {}
+        self.focus_sum: torch.Tensor | None = None
+        self.keypoints = 0
+        self.keypoint_patches = 0
+        self.images_with_keypoints = 0
+        self.chosen: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
+        """Add one batch: reads every ``blocks.{i}.attn.pattern`` ``[B, H, N, N]`` and the batch's pixels."""
+        geometry, pairs = self._patterns(record, batch)
+        if pairs[0][1].shape[0] == 0:
+            return
+        self._adopt(geometry)
+        self.model = self.model or batch.spec.name
+        needs = self._needs(geometry)
+        stats = [shared_block_statistics(p, geometry.grid, geometry.num_prefix, needs) for _, p in pairs]
+        counts = batch_keypoint_counts(batch, geometry.grid)
+        sums = {q: [] for q in ("KK", "NK")}
+        defined = {q: [] for q in ("KK", "NK")}
+        for _, pattern in pairs:
+            d = interrelation(pattern, counts.to(pattern.device), geometry.grid, geometry.num_prefix,
+                              self._cfg_lam, self._cfg_rule)
+            for q in ("KK", "NK"):
+                ok = ~d[q].isnan()
+                sums[q].append(torch.where(ok, d[q], torch.zeros_like(d[q])).sum(dim=0).cpu())
+                defined[q].append(ok.sum(dim=0).to(torch.float64).cpu())
+        for q in ("KK", "NK"):
+            s, c = torch.stack(sums[q]), torch.stack(defined[q])
+            self.sums[q] = s if q not in self.sums else self.sums[q] + s
+            self.counts[q] = c if q not in self.counts else self.counts[q] + c
+        self._update_blocks(geometry, stats, batch)
+        self.keypoints += int(counts.sum())
+        self.keypoint_patches += int((counts > 0).sum())
+        self.images_with_keypoints += int((counts.flatten(1) > 0).any(dim=1).sum())
+        for j, idx in enumerate(batch.indices):
+            if int(idx) in self._cfg_images and int(idx) not in self.chosen:
+                self.chosen[int(idx)] = (thumbnails(batch, [j])[0], counts[j].clone())
+
+    def _update_blocks(self, geometry: AttentionGeometry, stats: list[BlockStats], batch: Batch) -> None:
+        focus = torch.stack([s.focus.sum(dim=0) for s in stats]).to(torch.float64).cpu()
+        self.focus_sum = focus if self.focus_sum is None else self.focus_sum + focus
+        self.num_images += stats[0].batch_size
+
+    def _merge_sums(self, other: AttentionAccumulator, empty: bool) -> None:
+        assert isinstance(other, Interrelation)
+        for q in other.sums:
+            self.sums[q] = other.sums[q].clone() if q not in self.sums else self.sums[q] + other.sums[q]
+            self.counts[q] = other.counts[q].clone() if q not in self.counts else self.counts[q] + other.counts[q]
+        self.focus_sum = other.focus_sum.clone() if self.focus_sum is None else self.focus_sum + other.focus_sum
+        self.keypoints += other.keypoints
+        self.keypoint_patches += other.keypoint_patches
+        self.images_with_keypoints += other.images_with_keypoints
+        for idx, (img, cnt) in other.chosen.items():
+            self.chosen.setdefault(idx, (img.clone(), cnt.clone()))
+
+    def compute(self) -> InterrelationResult:
+        meta = self._base_meta()
+        meta.update({"lam": self._cfg_lam, "rule": self._cfg_rule, "rise": self._cfg_rise})
+        if self.num_images == 0:
+            return InterrelationResult(name=self.name, tensors={}, meta=meta)
+        g = self.geometry
+        nan = float("nan")
+        tensors: dict[str, torch.Tensor] = {}
+        for q, twin in (("KK", "KN"), ("NK", "NN")):
+            c = self.counts[q]
+            mean = torch.where(c > 0, self.sums[q] / c.clamp(min=1), torch.full_like(c, nan))
+            tensors[q], tensors[twin] = mean, 1 - mean
+        focus = self.focus_sum / self.num_images
+        tensors["focus"] = focus
+        log_k = torch.log(torch.tensor(float(g.num_spatial), dtype=torch.float64))
+        tensors["focus_normalised"] = focus / log_k if g.num_spatial > 1 else torch.zeros_like(focus)
+        for q in (*QUANTITIES, "focus"):
+            tensors[f"{q}_blocks"] = tensors[q].nanmean(dim=-1)
+        if self.chosen:
+            order = sorted(self.chosen)
+            tensors["images"] = torch.stack([self.chosen[i][0] for i in order])
+            tensors["keypoint_counts"] = torch.stack([self.chosen[i][1] for i in order])
+            meta["image_indices"] = order
+        stages = interrelation_stages(tensors["KK_blocks"], self._cfg_rise)
+        meta["stages"] = {k: [g.blocks[i] for i in v] for k, v in stages.items()}
+        meta["stage_focus"] = {k: (float(tensors["focus_normalised"].mean(-1)[v].mean()) if v else nan)
+                               for k, v in stages.items()}
+        meta["mean_keypoints"] = self.keypoints / self.num_images
+        meta["keypoint_patch_fraction"] = self.keypoint_patches / (self.num_images * g.num_spatial)
+        meta["images_with_keypoints"] = self.images_with_keypoints
+        return InterrelationResult(name=self.name, tensors=tensors, meta=meta)

@@ -1,0 +1,115 @@
+"""Foreground and background reliance (paper 001 section 5, tables 2 and 3).
+
+Each image is classified three times: as it is, with only its foreground visible (the background
+masked out) and with only its background visible (the foreground masked out); the foreground is the
+union of the objects' boxes (``region="box"``, as paper 001 with ImageNet boxes) or of their segmentation
+masks (``region="mask"``). Accuracies are normalised by the full-image accuracy, as the paper's tables.
+Images without any object are left out (they have no foreground to show or hide).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from vitscope.analyses.base import Batch, Result
+from vitscope.analyses.masking_base import ModelAccumulator, topk_correct
+from vitscope.functional.masking import FILLS
+from vitscope.masking.forward import masked_logits
+from vitscope.masking.regions import REGIONS, foreground_pixel_mask
+
+__all__ = ["CONDITIONS", "ForegroundMasking", "ForegroundMaskingResult"]
+
+CONDITIONS: tuple[str, ...] = ("full", "foreground_only", "background_only")
+
+
+class ForegroundMaskingResult(Result):
+    """Result of :class:`ForegroundMasking`; ``plot`` draws the normalised accuracies as bars."""
+
+    def plot(self, out_dir: str | Path) -> list[Path]:
+        """Write ``<name>`` (foreground-only and background-only accuracy / full accuracy) as PNG and SVG."""
+        from vitscope.viz.masking_figures import foreground_bars_figure
+
+        if "normalised_accuracy" not in self.tensors:
+            return []
+        return foreground_bars_figure({self.meta.get("model") or "model": self.tensors["normalised_accuracy"]},
+                                      self.meta["topk"], Path(out_dir) / self.name)
+
+
+class ForegroundMasking(ModelAccumulator):
+    """Top-k accuracy on full, foreground-only and background-only images (any classifier, ViT or CNN).
+
+    Args:
+        backbone: the classifier (or :meth:`bind` it later).
+        region: ``"box"`` or ``"mask"`` (module docstring).
+        fill, blur_sigma: how masked-out pixels are filled (default black, ``"zero"``).
+        topk: the k of each reported top-k accuracy (capped at the number of classes).
+
+    State: ``num_images`` (images seen), ``used`` (images with a foreground), ``correct`` ``[3, len(topk)]``
+    float64 (full, foreground only, background only), ``foreground_fraction`` (sum of foreground areas).
+
+    Result tensors: ``accuracy`` ``[3, k]``, ``normalised_accuracy`` ``[3, k]`` (row / full row; NaN when the
+    full accuracy is 0).
+    """
+
+    name = "foreground_masking"
+    required_targets = ("label", "masks")
+
+    def __init__(self, backbone=None, region: str = "box", fill: str = "zero", blur_sigma: float = 4.0,
+                 topk: Sequence[int] = (1, 5)) -> None:
+        if region not in REGIONS or fill not in FILLS:
+            raise ValueError(f"region must be one of {REGIONS} and fill one of {FILLS}")
+        if not topk or any(int(k) < 1 for k in topk):
+            raise ValueError(f"topk must be positive integers, got {list(topk)}")
+        self._cfg_region, self._cfg_fill, self._cfg_blur = region, fill, float(blur_sigma)
+        self._cfg_topk = tuple(int(k) for k in topk)
+        super().__init__(backbone)
+
+    def required_hooks(self, spec) -> list[str]:
+        return []
+
+    def _reset_counts(self) -> None:
+        self.used = 0
+        self.correct = torch.zeros(len(CONDITIONS), len(self._cfg_topk), dtype=torch.float64)
+        self.foreground_fraction = 0.0
+
+    def _update_counts(self, record: Mapping[str, torch.Tensor], batch: Batch, labels: torch.Tensor) -> None:
+        masks = batch.targets.get("masks")
+        if masks is None:
+            raise ValueError(f"analysis '{self.name}' needs object masks or boxes (batch.targets['masks'])")
+        fg = torch.stack([foreground_pixel_mask(m, batch.spec, self._cfg_region) for m in masks])
+        keep = fg.flatten(1).any(dim=1)
+        if not keep.any():
+            return
+        pixels, fg, labels = batch.pixels[keep.to(batch.pixels.device)], fg[keep], labels[keep]
+        self.used += int(keep.sum())
+        self.foreground_fraction += float(fg.double().mean(dim=(1, 2)).sum())
+        for i, condition in enumerate(CONDITIONS):
+            if condition == "full":
+                logits = self._logits(pixels, record)
+            else:
+                hide = ~fg if condition == "foreground_only" else fg
+                logits = self._run(lambda b, hide=hide: masked_logits(
+                    b, pixels, mode="pixel", fill=self._cfg_fill, blur_sigma=self._cfg_blur, pixel_mask=hide), record)
+            for j, k in enumerate(self._cfg_topk):
+                self.correct[i, j] += float(topk_correct(logits, labels, k).sum())
+
+    def _merge_counts(self, other: ModelAccumulator) -> None:
+        assert isinstance(other, ForegroundMasking)
+        self.used += other.used
+        self.correct = self.correct + other.correct
+        self.foreground_fraction += other.foreground_fraction
+
+    def compute(self) -> ForegroundMaskingResult:
+        meta = self._meta() | {"conditions": list(CONDITIONS), "topk": list(self._cfg_topk),
+                               "region": self._cfg_region, "fill": self._cfg_fill, "images_used": self.used}
+        if self.used == 0:
+            return ForegroundMaskingResult(name=self.name, tensors={}, meta=meta)
+        acc = self.correct / self.used
+        full = acc[0:1]
+        norm = torch.where(full > 0, acc / full.clamp(min=1e-300), torch.full_like(acc, float("nan")))
+        meta["mean_foreground_fraction"] = self.foreground_fraction / self.used
+        return ForegroundMaskingResult(name=self.name, tensors={"accuracy": acc, "normalised_accuracy": norm},
+                                       meta=meta)

@@ -1,0 +1,96 @@
+"""Low- and high-pass Fourier filtering sweeps (robustness; ViT beside CNN as paper 001 section 5).
+
+Each image is turned back into pixel space, filtered (:func:`~vitscope.functional.frequency_filter`) at
+every cut-off radius, normalised again and classified; top-1 accuracy per filter kind and radius. Radii
+are fractions of ``min(H, W) / 2`` (the highest frequency along the shorter axis).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from vitscope.analyses.base import Batch, Result
+from vitscope.analyses.masking_base import ModelAccumulator, topk_correct
+from vitscope.functional.frequency import KINDS, frequency_filter
+
+__all__ = ["DEFAULT_FRACTIONS", "FrequencyFiltering", "FrequencyFilteringResult"]
+
+DEFAULT_FRACTIONS: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)
+
+
+class FrequencyFilteringResult(Result):
+    """Result of :class:`FrequencyFiltering`; ``plot`` draws accuracy against the cut-off per filter."""
+
+    def plot(self, out_dir: str | Path) -> list[Path]:
+        """Write ``<name>`` (low-pass and high-pass accuracy vs cut-off) as PNG and SVG."""
+        from vitscope.viz.masking_figures import frequency_figure
+
+        if "accuracy" not in self.tensors:
+            return []
+        model = self.meta.get("model") or "model"
+        return frequency_figure({model: self.tensors["accuracy"]}, self.meta["fractions"],
+                                {model: float(self.tensors["full_accuracy"])}, Path(out_dir) / self.name)
+
+
+class FrequencyFiltering(ModelAccumulator):
+    """Top-1 accuracy under low-pass and high-pass filtering at a sweep of cut-off radii (any classifier).
+
+    Args:
+        backbone: the classifier (or :meth:`bind` it later).
+        fractions: cut-off radii as fractions of ``min(H, W) / 2``.
+        clamp: clip the filtered images to ``[0, 1]`` before normalising (default False: the plain filter).
+
+    State: ``num_images``, ``full_correct``, ``correct`` ``[2, R]`` float64 (low, high).
+    """
+
+    name = "frequency_filtering"
+
+    def __init__(self, backbone=None, fractions: Sequence[float] = DEFAULT_FRACTIONS, clamp: bool = False) -> None:
+        if not fractions or any(f < 0 for f in fractions):
+            raise ValueError(f"fractions must be non-negative, got {list(fractions)}")
+        self._cfg_fractions = tuple(float(f) for f in fractions)
+        self._cfg_clamp = bool(clamp)
+        super().__init__(backbone)
+
+    def required_hooks(self, spec) -> list[str]:
+        return []
+
+    def _reset_counts(self) -> None:
+        self.full_correct = 0
+        self.correct = torch.zeros(len(KINDS), len(self._cfg_fractions), dtype=torch.float64)
+        self.radii: list[float] | None = None
+
+    def _update_counts(self, record: Mapping[str, torch.Tensor], batch: Batch, labels: torch.Tensor) -> None:
+        spec = batch.spec
+        mean = torch.tensor(spec.mean, dtype=batch.pixels.dtype, device=batch.pixels.device).view(1, 3, 1, 1)
+        std = torch.tensor(spec.std, dtype=batch.pixels.dtype, device=batch.pixels.device).view(1, 3, 1, 1)
+        images = batch.pixels * std + mean
+        half = min(batch.pixels.shape[-2:]) / 2
+        self.radii = [f * half for f in self._cfg_fractions]
+        self.full_correct += int(topk_correct(self._logits(batch.pixels, record), labels, 1).sum())
+        for i, kind in enumerate(KINDS):
+            for j, radius in enumerate(self.radii):
+                filtered = frequency_filter(images, radius, kind)
+                if self._cfg_clamp:
+                    filtered = filtered.clamp(0, 1)
+                logits = self._logits((filtered - mean) / std, record)
+                self.correct[i, j] += float(topk_correct(logits, labels, 1).sum())
+
+    def _merge_counts(self, other: ModelAccumulator) -> None:
+        assert isinstance(other, FrequencyFiltering)
+        self.full_correct += other.full_correct
+        self.correct = self.correct + other.correct
+        self.radii = self.radii or other.radii
+
+    def compute(self) -> FrequencyFilteringResult:
+        meta = self._meta() | {"kinds": list(KINDS), "fractions": list(self._cfg_fractions), "radii": self.radii,
+                               "clamp": self._cfg_clamp}
+        if self.num_images == 0:
+            return FrequencyFilteringResult(name=self.name, tensors={}, meta=meta)
+        n = self.num_images
+        return FrequencyFilteringResult(name=self.name, tensors={
+            "accuracy": self.correct / n, "full_accuracy": torch.tensor(self.full_correct / n, dtype=torch.float64)},
+            meta=meta)

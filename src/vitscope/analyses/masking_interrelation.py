@@ -1,0 +1,186 @@
+"""Spurious-correlation discovery by interrelation masking (paper 003 section 5.1, figure 8).
+
+Every patch gets the score ``P_i`` of one block averaged over its heads
+(:func:`~vitscope.functional.interrelation_patch_scores`); the ``Top`` (highest scores) or ``Bottom`` (lowest)
+``ratio`` of the patches is masked and the image classified again. A seeded random mask of the same size
+is the baseline. When the data has segmentation masks, the share of masked patches that lie on the
+background says whether the flagged patches are background (the spurious-correlation check).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from vitscope.analyses.base import Batch, Result
+from vitscope.analyses.interrelation import batch_keypoint_counts
+from vitscope.analyses.masking_base import ModelAccumulator, topk_correct
+from vitscope.functional.interrelation import RULES, interrelation_patch_scores
+from vitscope.functional.masking import FILLS, pixel_to_patch_mask, random_patch_mask, score_patch_mask
+from vitscope.masking.forward import MODES, masked_logits
+from vitscope.masking.regions import foreground_pixel_mask
+from vitscope.models.spec import ModelSpec
+
+__all__ = ["DEFAULT_RATIOS", "InterrelationMasking", "InterrelationMaskingResult"]
+
+DEFAULT_RATIOS: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+ORDERS: tuple[str, ...] = ("top", "bottom", "random")
+
+
+class InterrelationMaskingResult(Result):
+    """Result of :class:`InterrelationMasking`; ``plot`` draws figure 8 (accuracy against the mask ratio)."""
+
+    def plot(self, out_dir: str | Path) -> list[Path]:
+        """Write ``<name>`` (accuracy of Top / Bottom / random masking vs ratio) as PNG and SVG."""
+        from vitscope.viz.masking_figures import ratio_curves_figure
+
+        if "accuracy" not in self.tensors:
+            return []
+        curves = {o: self.tensors["accuracy"][i] for i, o in enumerate(self.meta["orders"])}
+        title = (f"Masking by interrelation score (block {self.meta['block']}, {self.meta['mode']} "
+                 f"{self.meta['fill'] if self.meta['mode'] == 'pixel' else ''}, {self.meta['num_images']} images)")
+        return ratio_curves_figure({self.meta.get("model") or "model": curves}, self.meta["ratios"],
+                                   {self.meta.get("model") or "model": float(self.tensors["full_accuracy"])},
+                                   title, Path(out_dir) / self.name)
+
+
+class InterrelationMasking(ModelAccumulator):
+    """Top / Bottom / random masking by the interrelation score at several ratios, top-1 accuracy.
+
+    Args:
+        backbone: the classifier to re-run (or :meth:`bind` it later).
+        ratios: mask ratios (fractions of the patches, each masks ``floor(ratio * K + 0.5)``).
+        block: block whose attention gives the scores (negative counts from the end; default the last).
+        lam, rule: interrelation detection line (METHODS.md section 6).
+        mode: ``"pixel"`` (fill the masked patches) or ``"drop"`` (drop their tokens).
+        fill, blur_sigma: pixel filling.
+        seed: random-mask baseline (image ``i`` draws from ``seed * 1000003 + i``, whatever the batching).
+
+    Result meta ``flagged_on_background`` (with segmentation masks): whether the Top / Bottom masked patches at
+    the small ratios (<= 20%) lie on the background more often than patches do overall
+    (``flagged_background_share`` against ``background_share_of_all_patches``).
+
+    State: ``num_images``, ``full_correct`` (int), ``correct`` ``[3, R]`` float64 (top, bottom, random);
+    ``background_masked`` ``[2, R]`` masked patches on the background (top, bottom), ``masked_with_masks``
+    ``[2, R]`` masked patches of images with segmentation masks, ``background_patches`` and ``patches``.
+    """
+
+    name = "interrelation_masking"
+    needs_attention = True
+
+    def __init__(self, backbone=None, ratios: Sequence[float] = DEFAULT_RATIOS, block: int = -1, lam: float = 0.5,
+                 rule: str = "max", mode: str = "pixel", fill: str = "mean", blur_sigma: float = 4.0,
+                 seed: int = 0) -> None:
+        if rule not in RULES or mode not in MODES or fill not in FILLS:
+            raise ValueError(f"rule must be one of {RULES}, mode one of {MODES}, fill one of {FILLS}")
+        if not ratios or any(not 0 <= r <= 1 for r in ratios):
+            raise ValueError(f"ratios must be fractions in [0, 1], got {list(ratios)}")
+        self._cfg_ratios = tuple(float(r) for r in ratios)
+        self._cfg_block, self._cfg_lam, self._cfg_rule = int(block), float(lam), rule
+        self._cfg_mode, self._cfg_fill, self._cfg_blur = mode, fill, float(blur_sigma)
+        self._cfg_seed = int(seed)
+        super().__init__(backbone)
+
+    def why_unsupported(self, spec: ModelSpec) -> str | None:
+        if not spec.is_transformer:
+            return (f"analysis '{self.name}' scores patches by their attention, but {spec.name} is a CNN; use "
+                    "foreground_masking and frequency_filtering for CNNs")
+        return super().why_unsupported(spec)
+
+    def _block(self, spec: ModelSpec) -> int:
+        if not -spec.num_blocks <= self._cfg_block < spec.num_blocks:
+            raise ValueError(f"block {self._cfg_block} does not exist; {spec.name} has {spec.num_blocks} blocks")
+        return self._cfg_block % spec.num_blocks
+
+    def required_hooks(self, spec: ModelSpec) -> list[str]:
+        return [f"blocks.{self._block(spec)}.attn.pattern"] if spec.is_transformer else ["blocks.*.attn.pattern"]
+
+    def _reset_counts(self) -> None:
+        r = len(self._cfg_ratios)
+        self.full_correct = 0
+        self.correct = torch.zeros(len(ORDERS), r, dtype=torch.float64)
+        self.background_masked = torch.zeros(2, r, dtype=torch.float64)
+        self.masked_with_masks = torch.zeros(2, r, dtype=torch.float64)
+        self.background_patches = 0
+        self.patches_with_masks = 0
+        self.block: int | None = None
+
+    def _random_masks(self, batch: Batch, ratio: float) -> torch.Tensor:
+        gens = [torch.Generator().manual_seed(self._cfg_seed * 1_000_003 + int(i)) for i in batch.indices]
+        return torch.cat([random_patch_mask(1, batch.grid, ratio, g) for g in gens])
+
+    def _update_counts(self, record: Mapping[str, torch.Tensor], batch: Batch, labels: torch.Tensor) -> None:
+        spec, grid = batch.spec, tuple(batch.grid)
+        self.block = self._block(spec)
+        pattern = record[f"blocks.{self.block}.attn.pattern"]
+        counts = batch_keypoint_counts(batch, grid)
+        scores = interrelation_patch_scores(pattern, counts.to(pattern.device), grid, spec.num_prefix_tokens,
+                                            self._cfg_lam, self._cfg_rule).cpu()
+        background = self._background(batch, grid)
+
+        def classify(mask: torch.Tensor) -> torch.Tensor:
+            return self._run(lambda b: masked_logits(b, batch.pixels, mask, self._cfg_mode, self._cfg_fill,
+                                                     self._cfg_blur), record)
+
+        full = self._logits(batch.pixels, record)
+        self.full_correct += int(topk_correct(full, labels, 1).sum())
+        for j, ratio in enumerate(self._cfg_ratios):
+            for i, order in enumerate(ORDERS):
+                mask = self._random_masks(batch, ratio) if order == "random" else score_patch_mask(scores, ratio, order)
+                self.correct[i, j] += float(topk_correct(classify(mask), labels, 1).sum())
+                if order != "random" and background is not None:
+                    have, bg = background
+                    self.background_masked[i, j] += float((mask[have] & bg[have]).sum())
+                    self.masked_with_masks[i, j] += float(mask[have].sum())
+
+    def _background(self, batch: Batch, grid: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(images with masks [B] bool, background patches [B, h, w] bool)`` or None without masks."""
+        masks = batch.targets.get("masks")
+        if masks is None:
+            return None
+        have = torch.tensor([m is not None and len(m) > 0 for m in masks], dtype=torch.bool)
+        fg = torch.stack([foreground_pixel_mask(m, batch.spec, "mask") if h else
+                          torch.zeros(batch.spec.image_size, dtype=torch.bool) for m, h in zip(masks, have)])
+        bg = ~pixel_to_patch_mask(fg, grid, 0.5)  # a patch is foreground when half of it is
+        self.background_patches += int(bg[have].sum())
+        self.patches_with_masks += int(have.sum()) * grid[0] * grid[1]
+        return have, bg
+
+    def _merge_counts(self, other: ModelAccumulator) -> None:
+        assert isinstance(other, InterrelationMasking)
+        self.full_correct += other.full_correct
+        self.correct = self.correct + other.correct
+        self.background_masked = self.background_masked + other.background_masked
+        self.masked_with_masks = self.masked_with_masks + other.masked_with_masks
+        self.background_patches += other.background_patches
+        self.patches_with_masks += other.patches_with_masks
+        self.block = self.block if self.block is not None else other.block
+
+    def compute(self) -> InterrelationMaskingResult:
+        meta = self._meta() | {"ratios": list(self._cfg_ratios), "orders": list(ORDERS), "block": self.block,
+                               "lam": self._cfg_lam, "rule": self._cfg_rule, "mode": self._cfg_mode,
+                               "fill": self._cfg_fill, "seed": self._cfg_seed}
+        if self.num_images == 0:
+            return InterrelationMaskingResult(name=self.name, tensors={}, meta=meta)
+        n = self.num_images
+        tensors = {"accuracy": self.correct / n, "full_accuracy": torch.tensor(self.full_correct / n,
+                                                                               dtype=torch.float64)}
+        tensors["accuracy_change"] = tensors["accuracy"] - tensors["full_accuracy"]
+        if self.patches_with_masks:
+            nan = torch.full_like(self.masked_with_masks, float("nan"))
+            share = torch.where(self.masked_with_masks > 0, self.background_masked / self.masked_with_masks.clamp(
+                min=1), nan)
+            tensors["background_share"] = share  # [2, R]: of the Top / Bottom masked patches
+            base = self.background_patches / self.patches_with_masks
+            meta["background_share_of_all_patches"] = base
+            # the flagged patches are the few most extreme ones: judge them at the small ratios (<= 20%, else
+            # the smallest positive one); at large ratios every order tends to the base share
+            small = [j for j, r in enumerate(self._cfg_ratios) if 0 < r <= 0.2] or \
+                [min((j for j, r in enumerate(self._cfg_ratios) if r > 0), key=lambda j: self._cfg_ratios[j],
+                     default=0)]
+            flagged = {order: float(share[i, small].nanmean()) for i, order in enumerate(("top", "bottom"))}
+            meta["flagged_background_share"] = flagged
+            meta["flagged_on_background"] = {order: bool(v > base) for order, v in flagged.items()}
+        return InterrelationMaskingResult(name=self.name, tensors=tensors, meta=meta)

@@ -1,0 +1,206 @@
+"""Most-activating dataset images of every unit, with their patch activation maps (paper 001 figs. 2, 5).
+
+A unit is one channel of a recorded site, scored per image by its mean over spatial tokens (the
+feature-visualisation objective, METHODS.md section 5). The state is a top-k heap per unit kept as
+sorted tensors; ties are broken by the smaller dataset index, so the order is total and
+``merge(A(x1), A(x2)) == A(x1 + x2)`` holds exactly.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from vitscope.analyses.activation import natural_key
+from vitscope.analyses.base import Accumulator, Batch, Result
+from vitscope.models.spec import ModelSpec
+
+__all__ = ["TopActivations", "TopActivationsResult", "spatial_units"]
+
+TRANSFORMER_DEFAULT = ("blocks.*.mlp.post",)
+CNN_DEFAULT = ("stages.*",)
+
+
+def spatial_units(x: torch.Tensor, spec: ModelSpec, grid: tuple[int, int]) -> tuple[torch.Tensor, tuple[int, int]]:
+    """Every channel of a site over its spatial positions.
+
+    Args:
+        x: tokens ``[B, N, D]``, attention tensors ``[B, H, N, Dh]`` (channels = concatenated heads) or a
+            CNN map ``[B, C, h, w]``.
+        spec: the model's spec (prefix tokens are dropped).
+        grid: the token grid of this batch (transformers).
+
+    Returns:
+        ``([B, K, C], (h, w))`` with K = h * w spatial positions, row-major.
+    """
+    if x.dim() == 3:
+        return x[:, spec.num_prefix_tokens:], grid
+    if x.dim() == 4 and spec.is_transformer:
+        b, heads, _, dh = x.shape
+        return x[:, :, spec.num_prefix_tokens:].permute(0, 2, 1, 3).reshape(b, -1, heads * dh), grid
+    if x.dim() == 4:
+        return x.flatten(2).transpose(1, 2), (int(x.shape[2]), int(x.shape[3]))
+    raise ValueError(f"top_activations: cannot read units from a tensor of shape {tuple(x.shape)}")
+
+
+class TopActivationsResult(Result):
+    """Top-k scores, dataset indices and patch maps of every unit.
+
+    Tensors per hook: ``{hook}.scores`` ``[C, k]`` float64 (descending), ``{hook}.indices`` ``[C, k]``
+    int64, ``{hook}.maps`` ``[C, k, h, w]`` float32. Meta: ``paths`` (dataset index -> path of every kept
+    image, keys as strings), ``k``, ``hooks``, ``channels`` (hook -> kept channel ids), ``num_images``.
+    The long table holds scores and indices; maps are saved to ``<name>_maps.pt``.
+    """
+
+    def to_frame(self):
+        keep = {k: v for k, v in self.tensors.items() if not k.endswith(".maps")}
+        return Result(self.name, keep, self.meta).to_frame()
+
+    def save(self, out_dir: str | Path) -> list[Path]:
+        paths = super().save(out_dir)
+        maps = {k: v for k, v in self.tensors.items() if k.endswith(".maps")}
+        if maps:
+            path = Path(out_dir) / f"{self.name}_maps.pt"
+            torch.save(maps, path)
+            paths.append(path)
+        return paths
+
+    def plot(self, out_dir: str | Path) -> list[Path]:
+        from vitscope.viz.featviz_figures import top_maps_figure
+
+        out = Path(out_dir)
+        figures = []
+        for hook in self.meta.get("hooks", []):
+            maps, scores = self.tensors[f"{hook}.maps"], self.tensors[f"{hook}.scores"]
+            channels = self.meta["channels"][hook][: min(6, maps.shape[0])]
+            figures.append(top_maps_figure(maps[: len(channels)], scores[: len(channels)],
+                                           [f"{hook}:{c}" for c in channels],
+                                           out / f"{self.name}_{hook.replace('.', '_')}.png"))
+        return figures
+
+
+class TopActivations(Accumulator):
+    """Keep the ``k`` most-activating images of every unit of the chosen sites, with their patch maps.
+
+    Args:
+        hooks: sites or patterns (default ``blocks.*.mlp.post``; CNNs ``stages.*``).
+        k: images kept per unit.
+        channels: keep only these channel ids of every site, or a mapping ``site or pattern -> ids``
+            (sites it does not name keep every channel). Default: all channels. The state holds
+            ``channels x k x h x w`` float32 maps per site, so restrict channels on wide models.
+    """
+
+    name = "top_activations"
+
+    def __init__(self, hooks: Sequence[str] | str | None = None, k: int = 5,
+                 channels: Sequence[int] | Mapping[str, Sequence[int]] | None = None) -> None:
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        self._cfg_hooks = (hooks,) if isinstance(hooks, str) else (tuple(hooks) if hooks is not None else None)
+        self._cfg_k = int(k)
+        if isinstance(channels, Mapping):
+            self._cfg_channels = tuple((str(k), tuple(int(c) for c in v)) for k, v in channels.items())
+        else:
+            self._cfg_channels = None if channels is None else tuple(int(c) for c in channels)
+        self.reset()
+
+    def _channels_for(self, key: str) -> tuple[int, ...] | None:
+        """The channel ids kept at ``key`` (None: all)."""
+        cfg = self._cfg_channels
+        if cfg is None or not cfg or not isinstance(cfg[0], tuple):
+            return cfg
+        for pattern, ids in cfg:
+            if fnmatch.fnmatchcase(key, pattern):
+                return ids
+        return None
+
+    def patterns(self, spec: ModelSpec) -> tuple[str, ...]:
+        if self._cfg_hooks is not None:
+            return self._cfg_hooks
+        return TRANSFORMER_DEFAULT if spec.is_transformer else CNN_DEFAULT
+
+    def required_hooks(self, spec: ModelSpec) -> list[str]:
+        return list(self.patterns(spec))
+
+    def reset(self) -> None:
+        self.scores: dict[str, torch.Tensor] = {}
+        self.indices: dict[str, torch.Tensor] = {}
+        self.maps: dict[str, torch.Tensor] = {}
+        self.channels: dict[str, list[int]] = {}
+        self.paths: dict[int, str] = {}
+        self.num_images = 0
+
+    def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
+        patterns = self.patterns(batch.spec)
+        keys = [k for k in record if any(fnmatch.fnmatchcase(k, p) for p in patterns)]
+        if not keys:
+            raise ValueError(f"top_activations: the record holds none of {list(patterns)}; record "
+                             "the names returned by required_hooks(spec)")
+        idx = torch.as_tensor(batch.indices, dtype=torch.int64)
+        for key in keys:
+            units, (h, w) = spatial_units(record[key].detach(), batch.spec, batch.grid)  # [B, K, C]
+            wanted = self._channels_for(key)
+            if wanted is not None:
+                bad = [c for c in wanted if not 0 <= c < units.shape[-1]]
+                if bad:
+                    raise ValueError(f"top_activations: channels {bad} do not exist at '{key}' "
+                                     f"({units.shape[-1]} channels)")
+                units = units[..., list(wanted)]
+            channels = list(wanted) if wanted is not None else list(range(units.shape[-1]))
+            scores = units.double().mean(dim=1).T.cpu()  # [C, B]
+            maps = units.float().permute(2, 0, 1).reshape(len(channels), -1, h, w).cpu()  # [C, B, h, w]
+            self._fold(key, channels, scores, idx.expand(len(channels), -1), maps)
+        self.paths.update({int(i): str(p) for i, p in zip(batch.indices, batch.paths)})
+        self.num_images += batch.size
+        self._prune_paths()
+
+    def _fold(self, key: str, channels: list[int], scores: torch.Tensor, indices: torch.Tensor,
+              maps: torch.Tensor) -> None:
+        """Merge candidates ``scores [C, n]``, ``indices [C, n]``, ``maps [C, n, h, w]`` into the heap of ``key``."""
+        if key in self.scores:
+            if self.maps[key].shape[2:] != maps.shape[2:] or self.channels[key] != channels:
+                raise ValueError(f"top_activations: '{key}' changed grid or channels between batches; "
+                                 "use one input size per run")
+            scores = torch.cat([self.scores[key], scores], dim=1)
+            indices = torch.cat([self.indices[key], indices], dim=1)
+            maps = torch.cat([self.maps[key], maps], dim=1)
+        # total order: score descending, then dataset index ascending (two stable sorts)
+        by_index = torch.argsort(indices, dim=1, stable=True)
+        s1 = scores.gather(1, by_index)
+        by_score = torch.argsort(-s1, dim=1, stable=True)
+        order = by_index.gather(1, by_score)[:, : self._cfg_k]
+        self.scores[key] = scores.gather(1, order)
+        self.indices[key] = indices.gather(1, order)
+        self.maps[key] = maps[torch.arange(maps.shape[0]).unsqueeze(1), order]
+        self.channels[key] = list(channels)
+
+    def _prune_paths(self) -> None:
+        kept = {int(i) for t in self.indices.values() for i in t.flatten().tolist()}
+        self.paths = {i: p for i, p in self.paths.items() if i in kept}
+
+    def merge(self, other: Accumulator) -> TopActivations:
+        if not isinstance(other, TopActivations):
+            raise TypeError(f"cannot merge {type(other).__name__} into TopActivations")
+        if (other._cfg_hooks, other._cfg_k, other._cfg_channels) != (self._cfg_hooks, self._cfg_k, self._cfg_channels):
+            raise ValueError("cannot merge TopActivations with different hooks, k or channels")
+        for key in other.scores:
+            self._fold(key, other.channels[key], other.scores[key], other.indices[key], other.maps[key])
+        self.paths.update(other.paths)
+        self.num_images += other.num_images
+        self._prune_paths()
+        return self
+
+    def compute(self) -> Result:
+        keys = sorted(self.scores, key=natural_key)
+        tensors: dict[str, torch.Tensor] = {}
+        for key in keys:
+            tensors[f"{key}.scores"] = self.scores[key].clone()
+            tensors[f"{key}.indices"] = self.indices[key].clone()
+            tensors[f"{key}.maps"] = self.maps[key].clone()
+        meta = {"num_images": self.num_images, "k": self._cfg_k, "hooks": keys,
+                "channels": {k: list(self.channels[k]) for k in keys},
+                "paths": {str(i): self.paths[i] for i in sorted(self.paths)}}
+        return TopActivationsResult(name=self.name, tensors=tensors, meta=meta)

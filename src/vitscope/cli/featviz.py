@@ -1,0 +1,51 @@
+"""``vitscope featviz``: feature visualisation (paper 001); parsing and printing only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from vitscope.cli.errors import one_line_errors
+
+__all__ = ["featviz"]
+
+
+@one_line_errors
+def featviz(
+    model: str = typer.Option(..., "--model", "-m", help="Registered name, hf:<id or dir>, or a directory."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output directory."),
+    unit: list[str] = typer.Option([], "--unit", "-u", help="SITE:CHANNEL[@TOKEN] (blocks.5.mlp.post:31, "
+                                   "blocks.2.attn.k:5, stages.2:7) or logit:CLASS; repeatable."),
+    grid: int = typer.Option(0, "--grid", min=0, help="Also visualise N random FFN channels of every block."),
+    steps: int = typer.Option(400, "--steps", min=1, help="Optimisation steps [400]."),
+    seed: int = typer.Option(0, "--seed"),
+    lambda_tv: float = typer.Option(4e-4, "--lambda-tv", min=0.0, help="Total-variation weight [4e-4]."),
+    noise: str = typer.Option("channel", "--noise", help="channel (the published code) | pixel (paper text) | none."),
+    color_shift: str = typer.Option("code", "--color-shift", help="code: (x-mu)/sigma | paper: sigma*x+mu | none."),
+    data: str | None = typer.Option(None, "--data", "-d", help="Images for the most-activating panels "
+                                    "(folder, list, ROOT::FORMAT)."),
+    top_k: int = typer.Option(5, "--top-k", min=1, help="Most-activating images per unit [5]."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Use only the first N images of --data."),
+    token_mixing: bool = typer.Option(False, "--token-mixing", help="Also run the last-layer token-mixing "
+                                      "experiments (needs labelled --data, e.g. ROOT::imagefolder)."),
+    device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),
+) -> None:
+    """Optimise images that maximise units; with --data, their top images and activation maps."""
+    from vitscope.featviz.workflow import FeatvizOptions, run_featviz
+
+    if noise not in ("channel", "pixel", "none") or color_shift not in ("code", "paper", "none"):
+        typer.echo("error: --noise must be channel|pixel|none and --color-shift code|paper|none", err=True)
+        raise typer.Exit(2)
+    options = FeatvizOptions(model=model, out=out, units=list(unit), grid=grid, steps=steps, seed=seed,
+                             lambda_tv=lambda_tv, noise=noise, color_shift=color_shift, data=data, top_k=top_k,
+                             limit=limit, token_mixing=token_mixing, device=device)
+    path = run_featviz(options, log=lambda s: typer.echo(s, err=True))
+    doc = json.loads(path.read_text())
+    units = doc["analyses"]["featviz"]["units"]
+    for name, u in units.items():
+        best = f", best dataset image {u['best_dataset_score']:.3f}" if "best_dataset_score" in u else ""
+        typer.echo(f"{name}: activation {u['activation']:.3f}{best}")
+    typer.echo(f"{len(units)} units -> {path}")
+    typer.echo(f"report: {path.parent / 'report.html'}")

@@ -1,0 +1,97 @@
+"""Run a model on masked inputs: pixel filling or token dropping (staged execution)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from vitscope.functional.masking import fill_pixels, patch_to_pixel_mask
+from vitscope.models.backbone import Backbone
+
+__all__ = ["MODES", "drop_tokens_logits", "logits_of", "masked_logits"]
+
+MODES: tuple[str, ...] = ("pixel", "drop")
+
+
+def logits_of(output: Any) -> torch.Tensor:
+    """The logits tensor of a model's own output (a tensor, or an object with ``.logits`` as in transformers)."""
+    if isinstance(output, torch.Tensor):
+        return output
+    logits = getattr(output, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    raise TypeError(f"cannot find logits in a model output of type {type(output).__name__}")
+
+
+def _head(backbone: Backbone, tokens: torch.Tensor) -> torch.Tensor:
+    return backbone.head(backbone.final_norm(tokens) if backbone.head_after_final_norm else tokens)
+
+
+def drop_tokens_logits(backbone: Backbone, pixels: torch.Tensor, patch_mask: torch.Tensor) -> torch.Tensor:
+    """Logits with the masked patch tokens removed from the sequence after the embedding.
+
+    Prefix tokens are always kept; the kept spatial tokens keep their position embeddings (added by
+    ``embed``). Images with the same number of kept tokens run together.
+
+    Args:
+        backbone: a transformer with a classifier head.
+        pixels: ``[B, 3, H, W]`` normalised input.
+        patch_mask: ``[B, h, w]`` bool, True = drop that token.
+
+    Returns:
+        ``[B, classes]`` logits.
+    """
+    spec = backbone.spec
+    if not spec.is_transformer:
+        raise ValueError(f"token dropping needs a transformer, but {spec.name} is a CNN; use mode='pixel'")
+    tokens = backbone.embed(pixels)
+    p = spec.num_prefix_tokens
+    keep = ~patch_mask.reshape(len(pixels), -1).to(tokens.device)
+    if keep.shape[1] != tokens.shape[1] - p:
+        raise ValueError(f"the mask has {keep.shape[1]} patches but the model sees {tokens.shape[1] - p} tokens")
+    out: torch.Tensor | None = None
+    sizes = keep.sum(dim=1)
+    for size in sizes.unique().tolist():
+        rows = (sizes == size).nonzero().flatten()
+        ids = keep[rows].nonzero()[:, 1].reshape(len(rows), int(size))  # ascending positions per row
+        spatial = torch.gather(tokens[rows, p:], 1, ids.unsqueeze(-1).expand(-1, -1, tokens.shape[-1]))
+        seq = torch.cat([tokens[rows, :p], spatial], dim=1)
+        logits = _head(backbone, backbone.run_blocks(seq, 0, spec.num_blocks))
+        if out is None:
+            out = logits.new_empty(len(pixels), *logits.shape[1:])
+        out[rows] = logits
+    assert out is not None
+    return out
+
+
+def masked_logits(
+    backbone: Backbone, pixels: torch.Tensor, patch_mask: torch.Tensor | None = None, mode: str = "pixel",
+    fill: str = "mean", blur_sigma: float = 4.0, pixel_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Logits of ``backbone`` on ``pixels`` with a mask applied.
+
+    Args:
+        backbone: any classifier backbone (``mode="drop"``: a transformer).
+        pixels: ``[B, 3, H, W]`` normalised input.
+        patch_mask: ``[B, h, w]`` bool on the token grid, True = hidden.
+        mode: ``"pixel"`` (fill the hidden pixels) or ``"drop"`` (remove the hidden tokens).
+        fill, blur_sigma: pixel filling (:func:`~vitscope.functional.fill_pixels`).
+        pixel_mask: ``[B, H, W]`` bool pixel mask instead of ``patch_mask`` (pixel mode only).
+
+    Returns:
+        ``[B, classes]`` logits; an all-False mask gives exactly the unmasked logits.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if (patch_mask is None) == (pixel_mask is None):
+        raise ValueError("pass exactly one of patch_mask and pixel_mask")
+    if mode == "drop":
+        if patch_mask is None:
+            raise ValueError("token dropping needs a patch mask on the token grid, not a pixel mask")
+        return drop_tokens_logits(backbone, pixels, patch_mask)
+    if pixel_mask is None:
+        pixel_mask = patch_to_pixel_mask(patch_mask.to(pixels.device), pixels.shape[-2:])
+    spec = backbone.spec
+    x = fill_pixels(pixels, pixel_mask.to(pixels.device), fill, spec.mean, spec.std, blur_sigma)
+    return logits_of(backbone(x))

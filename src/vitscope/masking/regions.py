@@ -1,0 +1,49 @@
+"""Foreground regions of dataset items in the model's geometry (paper 001 section 5: boxes)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from PIL import Image
+
+from vitscope.functional.masking import boxes_pixel_mask, masks_bounding_boxes
+from vitscope.models.preprocess import resize_crop
+from vitscope.models.spec import ModelSpec
+
+__all__ = ["REGIONS", "foreground_pixel_mask", "instance_masks_to_model"]
+
+REGIONS: tuple[str, ...] = ("box", "mask")
+
+
+def instance_masks_to_model(masks: np.ndarray | Sequence[np.ndarray], spec: ModelSpec) -> torch.Tensor:
+    """Instance masks at the image's size -> ``[n, H, W]`` bool at model resolution.
+
+    Each mask goes through the image's own resize and centre crop with nearest-neighbour sampling
+    (METHODS.md section 0: masks follow the pixels' geometric transform).
+    """
+    out = []
+    for m in np.asarray(masks):
+        img = Image.fromarray(np.where(np.asarray(m) > 0, 255, 0).astype(np.uint8), mode="L")
+        out.append(torch.from_numpy(np.asarray(resize_crop(img, spec, Image.Resampling.NEAREST)) > 127))
+    h, w = spec.image_size
+    return torch.stack(out) if out else torch.zeros(0, h, w, dtype=torch.bool)
+
+
+def foreground_pixel_mask(masks: np.ndarray | Sequence[np.ndarray], spec: ModelSpec,
+                          region: str = "box") -> torch.Tensor:
+    """Foreground of one image at model resolution: ``[H, W]`` bool.
+
+    Args:
+        masks: ``[n, H0, W0]`` instance masks at the image's size (``n`` may be 0: no foreground).
+        spec: the model's ModelSpec (its resize and crop).
+        region: ``"box"`` (union of the instances' bounding boxes, as paper 001 with ImageNet boxes) or
+            ``"mask"`` (union of the segmentation masks).
+    """
+    if region not in REGIONS:
+        raise ValueError(f"region must be one of {REGIONS}, got {region!r}")
+    model_masks = instance_masks_to_model(masks, spec)
+    if region == "mask":
+        return model_masks.any(dim=0) if len(model_masks) else torch.zeros(spec.image_size, dtype=torch.bool)
+    return boxes_pixel_mask(masks_bounding_boxes(model_masks), spec.image_size)

@@ -1,0 +1,165 @@
+"""Figures of paper 001: unit grids (figs. 1, 7), the standard panel (fig. 2), token-mixing plots (fig. 6).
+
+matplotlib object API only (no pyplot), so these work headless and leave the user's backend alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+
+__all__ = ["panel_figure", "spatial_information_figure", "token_accuracy_figure", "top_maps_figure",
+           "unit_grid_figure", "isolate_cls_figure"]
+
+
+def _rgb(image: torch.Tensor | np.ndarray) -> np.ndarray:
+    """``[3, H, W]`` float in [0, 1] or ``[H, W, 3]`` uint8 -> ``[H, W, 3]`` float in [0, 1]."""
+    arr = image.detach().cpu().numpy() if isinstance(image, torch.Tensor) else np.asarray(image)
+    if arr.ndim == 3 and arr.shape[0] == 3 and arr.shape[-1] != 3:
+        arr = arr.transpose(1, 2, 0)
+    arr = arr.astype(np.float64)
+    if arr.max() > 1.0 + 1e-6:
+        arr = arr / 255.0
+    return np.clip(arr, 0.0, 1.0)
+
+
+def _save(fig: Figure, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    return path
+
+
+def _off(ax) -> None:
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def unit_grid_figure(images: torch.Tensor, labels: Sequence[str], path: str | Path, columns: int | None = None,
+                     title: str = "") -> Path:
+    """Optimised images in a grid (rows = blocks when ``columns`` = units per block): figs. 1 and 7.
+
+    Args:
+        images: ``[U, 3, H, W]`` in [0, 1].
+        labels: one label per image.
+        path: PNG to write.
+        columns: images per row (default: all in one row up to 8).
+    """
+    u = images.shape[0]
+    cols = columns or min(u, 8)
+    rows = int(np.ceil(u / cols))
+    fig = Figure(figsize=(1.8 * cols, 1.9 * rows))
+    for i in range(rows * cols):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        _off(ax)
+        if i < u:
+            ax.imshow(_rgb(images[i]))
+            ax.set_title(labels[i], fontsize=7)
+        else:
+            ax.axis("off")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    return _save(fig, path)
+
+
+def panel_figure(optimised: torch.Tensor, top_images: Sequence[torch.Tensor | np.ndarray], maps: torch.Tensor,
+                 label: str, path: str | Path, scores: Sequence[float] | None = None) -> Path:
+    """The standard panel: optimised image | top dataset images | their patch activation maps (fig. 2).
+
+    Args:
+        optimised: ``[3, H, W]`` in [0, 1].
+        top_images: the k most-activating images as the model saw them (``[3, H, W]`` or ``[H, W, 3]``).
+        maps: ``[k, h, w]`` the unit's activation on each image's patches.
+        label: the unit's name.
+        path: PNG to write.
+        scores: the unit's score (mean activation) on each top image.
+    """
+    k = len(top_images)
+    fig = Figure(figsize=(1.9 * (1 + 2 * k), 2.3))
+    ax = fig.add_subplot(1, 1 + 2 * k, 1)
+    ax.imshow(_rgb(optimised))
+    ax.set_title(f"{label}\noptimised", fontsize=7)
+    _off(ax)
+    vmax = float(maps.max()) if maps.numel() else 1.0
+    vmin = float(maps.min()) if maps.numel() else 0.0
+    for j in range(k):
+        img = _rgb(top_images[j])
+        ax = fig.add_subplot(1, 1 + 2 * k, 2 + j)
+        ax.imshow(img)
+        ax.set_title(f"top {j + 1}" + (f" ({scores[j]:.2f})" if scores is not None else ""), fontsize=7)
+        _off(ax)
+        ax = fig.add_subplot(1, 1 + 2 * k, 2 + k + j)
+        ax.imshow(img, alpha=0.35)
+        ax.imshow(maps[j].detach().cpu().numpy(), cmap="magma", alpha=0.75, vmin=vmin, vmax=vmax,
+                  extent=(0, img.shape[1], img.shape[0], 0), interpolation="nearest")
+        ax.set_title(f"map {j + 1}", fontsize=7)
+        _off(ax)
+    return _save(fig, path)
+
+
+def top_maps_figure(maps: torch.Tensor, scores: torch.Tensor, labels: Sequence[str], path: str | Path) -> Path:
+    """Patch activation maps of the top images of several units: ``maps [U, k, h, w]``, ``scores [U, k]``."""
+    u, k = maps.shape[:2]
+    fig = Figure(figsize=(1.4 * k, 1.5 * u + 0.3))
+    for i in range(u):
+        for j in range(k):
+            ax = fig.add_subplot(u, k, i * k + j + 1)
+            ax.imshow(maps[i, j].detach().cpu().numpy(), cmap="magma", interpolation="nearest")
+            _off(ax)
+            ax.set_title(f"{float(scores[i, j]):.2f}", fontsize=6)
+            if j == 0:
+                ax.set_ylabel(labels[i], fontsize=6)
+    return _save(fig, path)
+
+
+def token_accuracy_figure(grid_accuracy: torch.Tensor, cls_accuracy: float, path: str | Path,
+                          title: str = "head applied to each patch token") -> Path:
+    """Heat map of accuracy per spatial token position (fig. 6); the CLS accuracy in the title."""
+    fig = Figure(figsize=(4.2, 3.6))
+    ax = fig.add_subplot(1, 1, 1)
+    im = ax.imshow(grid_accuracy.detach().cpu().numpy(), cmap="viridis", vmin=0.0, vmax=1.0)
+    fig.colorbar(im, ax=ax, label="accuracy")
+    ax.set_title(f"{title}\n(CLS token: {cls_accuracy:.3f})", fontsize=8)
+    ax.set_xlabel("column")
+    ax.set_ylabel("row")
+    return _save(fig, path)
+
+
+def isolate_cls_figure(accuracy: torch.Tensor, path: str | Path, chance: float | None = None) -> Path:
+    """Accuracy when CLS joins the patches only from block L on, against L (``accuracy [L + 1]``)."""
+    fig = Figure(figsize=(4.2, 3.0))
+    ax = fig.add_subplot(1, 1, 1)
+    xs = np.arange(accuracy.numel())
+    ax.plot(xs, accuracy.detach().cpu().numpy(), marker="o")
+    if chance is not None:
+        ax.axhline(chance, color="grey", ls="--", lw=0.8, label="chance")
+        ax.legend(fontsize=7)
+    ax.set_xlabel("block where CLS is inserted (0 = unmodified model)")
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(0, 1)
+    ax.set_title("isolating CLS until block L", fontsize=8)
+    return _save(fig, path)
+
+
+def spatial_information_figure(fractions: torch.Tensor, count_ratio: torch.Tensor, sum_ratio: torch.Tensor,
+                               labels: Sequence[str], path: str | Path) -> Path:
+    """Ratio of active patches (count, sum) against the fraction of active patches removed, one line per block.
+
+    Args:
+        fractions: ``[F]``; count_ratio, sum_ratio: ``[L, F]``; labels: ``L`` line labels.
+    """
+    fig = Figure(figsize=(7.5, 3.0))
+    x = fractions.detach().cpu().numpy()
+    for col, (ratio, what) in enumerate(((count_ratio, "count"), (sum_ratio, "sum"))):
+        ax = fig.add_subplot(1, 2, col + 1)
+        for i, lab in enumerate(labels):
+            ax.plot(x, ratio[i].detach().cpu().numpy(), marker=".", label=lab)
+        ax.plot(x, 1 - x, color="grey", ls="--", lw=0.8, label="linear (1 - x)")
+        ax.set_xlabel("fraction of active patches removed")
+        ax.set_ylabel(f"active patches ({what}) / initial")
+        ax.legend(fontsize=6)
+    return _save(fig, path)

@@ -1,0 +1,129 @@
+"""Figures of the SIFT patch interrelation (paper 003 figures 3, 5, 6 and 7a).
+
+matplotlib object API only (no pyplot). Every function writes ``<stem>.png`` and ``<stem>.svg`` and
+returns both paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+
+from vitscope.viz.attention_figures import _labels, _np, _save
+
+__all__ = ["STAGE_COLOURS", "focus_figure", "keypoint_grid_figure", "kk_nk_figure", "stages_figure"]
+
+STAGE_COLOURS = {"retrieval": "#dbe9f6", "capture": "#fde2c8", "coach": "#d9f0d3"}
+_LINE = {"KK": "tab:blue", "NK": "tab:orange", "KN": "tab:green", "NN": "tab:red"}
+
+
+def keypoint_grid_figure(images: torch.Tensor, counts: torch.Tensor, stem: str | Path) -> list[Path]:
+    """Figure 3: each image with its SIFT keypoints and the patch grid, keypoint patches shaded.
+
+    Args:
+        images: ``[I, H, W, 3]`` uint8 at model resolution.
+        counts: ``[I, h, w]`` keypoints per patch.
+        stem: output path without suffix.
+    """
+    from vitscope.functional.sift import sift_keypoints
+
+    n = len(images)
+    fig = Figure(figsize=(2.6 * max(n, 1), 2.9), layout="constrained")
+    axes = fig.subplots(1, max(n, 1), squeeze=False)[0]
+    for ax, img, cnt in zip(axes, images, counts):
+        arr = img.cpu().numpy()
+        height, width = arr.shape[:2]
+        h, w = cnt.shape
+        ax.imshow(arr, extent=(0, width, height, 0))
+        shade = np.where(cnt.cpu().numpy() > 0, 0.35, np.nan)
+        ax.imshow(shade, cmap="autumn", vmin=0, vmax=1, alpha=0.45, extent=(0, width, height, 0))
+        for r in range(1, h):
+            ax.axhline(r * height / h, color="white", lw=0.5, alpha=0.8)
+        for c in range(1, w):
+            ax.axvline(c * width / w, color="white", lw=0.5, alpha=0.8)
+        pts = sift_keypoints(arr)
+        if len(pts):
+            ax.scatter(pts[:, 0], pts[:, 1], s=10, c="lime", edgecolors="black", linewidths=0.4)
+        ax.set_title(f"{len(pts)} keypoints, {int((cnt > 0).sum())}/{h * w} patches", fontsize=8)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    for ax in axes[n:]:
+        ax.set_axis_off()
+    fig.suptitle("SIFT keypoints and the patch grid (shaded: keypoint patches)", fontsize=9)
+    return _save(fig, stem)
+
+
+def kk_nk_figure(tensors: Mapping[str, torch.Tensor], stem: str | Path, block_labels: Sequence | None = None,
+                 meta: Mapping | None = None) -> list[Path]:
+    """Figure 5: KK and NK per block (mean over heads, band: range over heads)."""
+    kk, nk = _np(tensors["KK"]), _np(tensors["NK"])
+    labels = _labels(kk.shape[0], block_labels)
+    x = np.arange(kk.shape[0])
+    fig = Figure(figsize=(5.5, 3.4), layout="constrained")
+    ax = fig.subplots()
+    for name, arr in (("KK", kk), ("NK", nk)):
+        ax.plot(x, np.nanmean(arr, axis=1), marker="o", color=_LINE[name], label=name)
+        if np.isfinite(arr).any():
+            ax.fill_between(x, np.nanmin(arr, axis=1), np.nanmax(arr, axis=1), color=_LINE[name], alpha=0.15)
+    ax.set_xticks(x, labels)
+    ax.set_xlabel("block")
+    ax.set_ylabel("weighted interrelation")
+    ax.set_ylim(0, 1)
+    rule = f" (lam={meta.get('lam')}, rule={meta.get('rule')}, {meta.get('num_images')} images)" if meta else ""
+    ax.set_title("Interrelation from keypoint (KK) and non-keypoint (NK) patches" + rule, fontsize=8)
+    ax.legend(fontsize=8)
+    return _save(fig, stem)
+
+
+def focus_figure(focus: torch.Tensor, stem: str | Path, block_labels: Sequence | None = None) -> list[Path]:
+    """Figure 6: attention focus index of every head per block (lower = more focused), mean in black."""
+    arr = _np(focus)
+    labels = _labels(arr.shape[0], block_labels)
+    x = np.arange(arr.shape[0])
+    fig = Figure(figsize=(5.5, 3.4), layout="constrained")
+    ax = fig.subplots()
+    for hd in range(arr.shape[1]):
+        ax.plot(x, arr[:, hd], color="tab:gray", alpha=0.5, lw=0.8)
+    ax.plot(x, arr.mean(axis=1), color="black", marker="o", label="mean over heads")
+    ax.set_xticks(x, labels)
+    ax.set_xlabel("block")
+    ax.set_ylabel("focus index (nats)")
+    ax.set_title("Attention focus index per head (lower = more focused)", fontsize=9)
+    ax.legend(fontsize=8)
+    return _save(fig, stem)
+
+
+def stages_figure(tensors: Mapping[str, torch.Tensor], stages: Mapping[str, Sequence[int]], stem: str | Path,
+                  block_labels: Sequence | None = None) -> list[Path]:
+    """Figure 7a: KK, KN, NK, NN per block with the retrieval / capture / coach stages shaded, focus index on
+    a second axis."""
+    kk = _np(tensors["KK"])
+    labels = _labels(kk.shape[0], block_labels)
+    x = np.arange(kk.shape[0])
+    fig = Figure(figsize=(6.0, 3.6), layout="constrained")
+    ax = fig.subplots()
+    position = {str(v): i for i, v in enumerate(labels)}
+    for stage, blocks in stages.items():
+        idx = [position[str(b)] for b in blocks if str(b) in position]
+        if idx:
+            ax.axvspan(min(idx) - 0.5, max(idx) + 0.5, color=STAGE_COLOURS.get(stage, "#eeeeee"), zorder=0)
+            ax.text((min(idx) + max(idx)) / 2, 1.01, stage, ha="center", va="bottom", fontsize=8,
+                    transform=ax.get_xaxis_transform())
+    for name in ("KK", "KN", "NK", "NN"):
+        ax.plot(x, np.nanmean(_np(tensors[name]), axis=1), marker="o", color=_LINE[name], label=name)
+    ax.set_xticks(x, labels)
+    ax.set_xlim(-0.5, len(x) - 0.5)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("block")
+    ax.set_ylabel("weighted interrelation")
+    twin = ax.twinx()
+    twin.plot(x, _np(tensors["focus_normalised"]).mean(axis=1), color="black", ls="--", label="focus / log K")
+    twin.set_ylabel("focus index / log K")
+    lines = ax.get_legend_handles_labels()
+    more = twin.get_legend_handles_labels()
+    ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="lower right")
+    return _save(fig, stem)

@@ -1,0 +1,69 @@
+"""End-to-end: `vitscope experiment guided-mae` (a few steps) and `vitscope experiment robustness` (ViT and CNN).
+
+guided-mae runs in-process (CliRunner) to keep the suite fast; robustness runs as a user runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("cv2")
+
+from typer.testing import CliRunner
+
+from vitscope.cli.main import app
+from vitscope.data.synthetic.write import synthesize
+from vitscope.models.checkpoint import save_checkpoint
+from vitscope.models.wrap import build_tiny_resnet
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+
+
+def vitscope(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vitscope.cli", *args], capture_output=True, text=True, env=ENV,
+                          timeout=300)
+
+
+def test_guided_mae_few_steps(tmp_path):
+    out = tmp_path / "gm"
+    proc = CliRunner().invoke(app, ["experiment", "guided-mae", "--out", str(out), "--steps", "4", "--batch-size",
+                                    "8", "--train-images", "16", "--eval-points", "2", "--bank-images", "16",
+                                    "--test-images", "10", "--every-epochs", "1", "--depth", "1", "--embed-dim", "16"])
+    assert proc.exit_code == 0, proc.stderr
+    doc = json.loads((out / "results.json").read_text())
+    entry = doc["analyses"]["guided_mae"]["summary"]
+    assert entry["steps"] == [0, 2, 4] and entry["epochs"] == [0.0, 1.0, 2.0] and entry["rho"] == [0.0, 0.0, 0.25]
+    assert set(entry["accuracy"]) == {"random", "guided"}
+    assert entry["accuracy"]["random"][0] == entry["accuracy"]["guided"][0]  # the twins start identical
+    assert all(0 <= a <= 1 for curve in entry["accuracy"].values() for a in curve)
+    assert entry["convergence"]["faster"] in {"random", "guided", "tie", "neither"}
+    assert (out / "figures" / "guided_mae.png").stat().st_size > 0
+    assert (out / "tables" / "guided_mae.csv").read_text().startswith("step,epoch,rho,random,guided")
+    assert 'id="guided-mae"' in (out / "report.html").read_text()
+
+
+def test_robustness_vit_beside_cnn(tmp_path):
+    coco = synthesize(tmp_path / "coco", "coco", n=3, size=64, seed=5)
+    cnn = save_checkpoint(build_tiny_resnet("cnn", num_classes=10, image_size=64, widths=(8, 8, 16, 16)),
+                          tmp_path / "cnn")
+    out = tmp_path / "rob"
+    proc = vitscope("experiment", "robustness", "--models", f"tiny-vit-sup,{cnn}", "--data", f"{coco}::coco",
+                    "--out", str(out), "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((out / "results.json").read_text())
+    fg, freq = doc["analyses"]["foreground_masking"], doc["analyses"]["frequency_filtering"]
+    assert list(fg["summary"]) == list(freq["summary"]) == ["tiny-vit-sup", str(cnn)]  # ViT beside CNN
+    for model, res in fg["summary"].items():
+        assert res["images_used"] == 3 and len(res["accuracy"]) == 3
+        assert len(freq["summary"][model]["accuracy"]) == 2
+    assert "figures/foreground_masking.png" in fg["files"]["figures"]
+    assert "figures/frequency_filtering.png" in freq["files"]["figures"]
+    assert 'id="frequency-filtering"' in (out / "report.html").read_text()
+    bad = CliRunner().invoke(app, ["experiment", "robustness", "--models", "tiny-vit-mae", "--data", f"{coco}::coco",
+                                   "--out", str(tmp_path / "bad")])
+    assert bad.exit_code == 1 and "classifier head" in bad.stderr

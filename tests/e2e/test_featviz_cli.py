@@ -1,0 +1,67 @@
+"""End-to-end: ``vitscope featviz`` (exit codes, files, results.json, report)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from vitscope.cli.main import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    from vitscope.data.synthetic.write import synthesize
+
+    return synthesize(tmp_path_factory.mktemp("fv") / "data", "imagefolder", n=10, size=64, seed=0)
+
+
+def test_featviz_writes_images_panels_token_mixing_and_report(tmp_path, data) -> None:
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["featviz", "--model", "tiny-vit-sup", "--unit", "blocks.1.mlp.post:5",
+                              "--unit", "blocks.0.attn.k:3", "--unit", "logit:2", "--steps", "3", "--data",
+                              f"{data}::imagefolder", "--top-k", "2", "--token-mixing", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "results.json").read_text())
+    assert {"vitscope_version", "config", "models", "data", "analyses"} <= set(doc)
+    units = doc["analyses"]["featviz"]["units"]
+    assert list(units) == ["blocks.1.mlp.post:5", "blocks.0.attn.k:3", "logit:2"]
+    for u in units.values():
+        assert (out / u["image"]).is_file()
+    for name in ("blocks.1.mlp.post:5", "blocks.0.attn.k:3"):
+        assert (out / units[name]["panel"]).is_file() and len(units[name]["top"]) == 2
+        scores = [t["score"] for t in units[name]["top"]]
+        assert scores == sorted(scores, reverse=True)
+    assert "panel" not in units["logit:2"]
+    tm = doc["analyses"]["token_mixing"]
+    assert tm["num_images"] == 10 and 0 <= tm["patch_average"] <= tm["patch_maximum"] <= 1
+    assert len((out / "history.csv").read_text().splitlines()) == 1 + 3 * 3
+    html = (out / "report.html").read_text()
+    assert "Feature visualisation" in html and "Last-layer token mixing" in html
+    assert (out / "featviz_grid.png").is_file()
+
+
+def test_featviz_grid_across_blocks(tmp_path) -> None:
+    out = tmp_path / "grid"
+    res = runner.invoke(app, ["featviz", "--model", "tiny-vit-sup", "--grid", "1", "--steps", "1", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    units = json.loads((out / "results.json").read_text())["analyses"]["featviz"]["units"]
+    assert [n.split(".")[1] for n in units] == [str(b) for b in range(6)]
+
+
+@pytest.mark.parametrize(("args", "code", "message"), [
+    (["--unit", "blocks.1.mlp.post"], 1, "SITE:CHANNEL"),
+    (["--unit", "blocks.1.mlp.post:99999"], 1, "out of range"),
+    ([], 1, "--unit"),
+    (["--unit", "blocks.1.mlp.post:1", "--noise", "gauss"], 2, "--noise"),
+    (["--unit", "blocks.1.mlp.post:1", "--token-mixing"], 1, "--data"),
+])
+def test_featviz_bad_usage_is_one_line(tmp_path, args, code, message) -> None:
+    res = runner.invoke(app, ["featviz", "--model", "tiny-vit-sup", "--steps", "1", "--out", str(tmp_path / "o"),
+                              *args])
+    assert res.exit_code == code, res.output
+    lines = [line for line in res.output.strip().splitlines() if line.startswith("error")]
+    assert len(lines) == 1 and message in lines[0]

@@ -1,0 +1,76 @@
+"""End-to-end: `vitscope analyze --analyses attention,interrelation,masking` on synthetic COCO, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("cv2")
+
+from typer.testing import CliRunner
+
+from vitscope.cli.main import app
+from vitscope.data.synthetic.write import synthesize
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+
+
+def vitscope(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vitscope.cli", *args], capture_output=True, text=True, env=ENV,
+                          timeout=300)
+
+
+@pytest.fixture(scope="module")
+def coco(tmp_path_factory):
+    return synthesize(tmp_path_factory.mktemp("coco"), "coco", n=6, size=64, seed=4)
+
+
+def test_interrelation_and_masking_in_one_pass(coco, tmp_path):
+    out = tmp_path / "out"
+    proc = vitscope("analyze", "--model", "tiny-vit-sup", "--data", f"{coco}::coco", "--out", str(out),
+                    "--analyses", "attention_focus,interrelation,masking", "--batch-size", "3", "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((out / "results.json").read_text())
+    assert set(doc["analyses"]) == {"attention_focus", "interrelation", "interrelation_masking",
+                                    "foreground_masking", "frequency_filtering"}
+    assert doc["hooks"] == [f"blocks.{i}.attn.pattern" for i in range(6)]  # one recording feeds all
+    inter = doc["analyses"]["interrelation"]["summary"]
+    kk, nk = np.array(inter["KK"], dtype=float), np.array(inter["NK"], dtype=float)
+    assert kk.shape == (6, 4) and np.isfinite(kk).all() and ((kk >= 0) & (kk <= 1)).all()
+    np.testing.assert_allclose(np.array(inter["KN"], dtype=float), 1 - kk)
+    np.testing.assert_allclose(np.array(inter["NN"], dtype=float), 1 - nk)
+    np.testing.assert_allclose(inter["focus"], doc["analyses"]["attention_focus"]["summary"]["focus"])
+    stages = inter["stages"]
+    assert sorted(stages["retrieval"] + stages["capture"] + stages["coach"]) == list(range(6))
+    masking = doc["analyses"]["interrelation_masking"]["summary"]
+    acc = np.array(masking["accuracy"])
+    assert acc.shape == (3, 10) and masking["orders"] == ["top", "bottom", "random"]
+    assert 0 < masking["full_accuracy"] <= 1 and set(masking["flagged_on_background"]) == {"top", "bottom"}
+    fg = doc["analyses"]["foreground_masking"]["summary"]
+    assert np.array(fg["normalised_accuracy"]).shape == (3, 2) and fg["normalised_accuracy"][0] == [1.0, 1.0]
+    freq = doc["analyses"]["frequency_filtering"]["summary"]
+    assert np.array(freq["accuracy"]).shape == (2, 7)
+    figures = {rel.rsplit("/", 1)[-1] for entry in doc["analyses"].values() for rel in entry["files"]["figures"]}
+    for stem in ("interrelation_keypoints", "interrelation_kk_nk", "interrelation_focus", "interrelation_stages",
+                 "interrelation_masking", "foreground_masking", "frequency_filtering"):
+        assert f"{stem}.png" in figures and (out / "figures" / f"{stem}.png").stat().st_size > 0
+    report = (out / "report.html").read_text()
+    for section in ("interrelation", "interrelation-masking", "foreground-masking", "frequency-filtering"):
+        assert f'id="{section}"' in report
+    assert report.count("<img") >= 7  # the figures are embedded in the report
+
+
+@pytest.mark.parametrize(("model", "analyses", "message"), [
+    ("tiny-vit-mae", "masking", "classifier head"),  # accuracy needs a classifier
+    ("tiny-vit-sup", "interrelation_mask", "Did you mean"),  # a typo is caught with a suggestion
+])
+def test_masking_explains_what_cannot_run(coco, tmp_path, model, analyses, message):
+    result = CliRunner().invoke(app, ["analyze", "--model", model, "--data", f"{coco}::coco", "--out",
+                                      str(tmp_path / "o"), "--analyses", analyses, "--device", "cpu"])
+    assert result.exit_code == 1
+    assert message in result.stderr and "Traceback" not in result.stderr

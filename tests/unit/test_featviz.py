@@ -1,0 +1,214 @@
+"""Feature visualisation: objectives, augmentations, total variation and the published recipe (paper 001)."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+
+import vitscope
+from vitscope.featviz import (
+    AugmentConfig,
+    ChannelObjective,
+    ClassLogit,
+    ConvChannel,
+    Direction,
+    FeatvizConfig,
+    FFNChannel,
+    Key,
+    Query,
+    Value,
+    augment,
+    evaluate,
+    parse_objective,
+    render,
+)
+from vitscope.featviz.augment import max_shift
+from vitscope.featviz.render import _stop_block
+from vitscope.functional import total_variation
+
+PLAIN = AugmentConfig(copies=1, jitter=0, color_shift="none", noise="none")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return vitscope.load_model("tiny-vit-sup")
+
+
+def test_total_variation_matches_hand_computation() -> None:
+    x = torch.tensor([[[[0.0, 1.0], [3.0, 5.0]]]])  # [1, 1, 2, 2]
+    # horizontal (1, 2) -> sqrt(5); vertical (3, 4) -> 5; diagonal (5) -> 5; anti-diagonal (3 - 1 = 2) -> 2
+    want = 5 ** 0.5 + 5 + 5 + 2
+    assert total_variation(x).item() == pytest.approx(want, rel=1e-6)
+    two = torch.cat([x, 2 * x])
+    assert total_variation(two, reduction="none").tolist() == pytest.approx([want, 2 * want], rel=1e-6)
+    assert total_variation(two).item() == pytest.approx(1.5 * want, rel=1e-6)
+    flat = torch.ones(1, 3, 4, 4, requires_grad=True)
+    total_variation(flat).backward()
+    assert torch.isfinite(flat.grad).all()
+    with pytest.raises(ValueError, match="B, C, H, W"):
+        total_variation(torch.ones(3, 4, 4))
+
+
+def test_objectives_compose_with_readable_names_and_pickle() -> None:
+    a, b = FFNChannel(5, 31), Key(2, 4)
+    assert a.name == "blocks.5.mlp.post:31"
+    assert (a + 0.5 * b).name == "blocks.5.mlp.post:31 + 0.5*blocks.2.attn.k:4"
+    assert (a - b).name == "blocks.5.mlp.post:31 - blocks.2.attn.k:4"
+    assert (-a).name == "-blocks.5.mlp.post:31"
+    assert (a * 2).name == "2*blocks.5.mlp.post:31"
+    combo = 2 * a - 0.5 * Direction("blocks.1.resid_post", torch.ones(4), label="ones") + ClassLogit(3)
+    assert set(combo.hooks()) == {"blocks.5.mlp.post", "blocks.1.resid_post"}
+    assert combo.needs_logits
+    clone = pickle.loads(pickle.dumps(combo))
+    assert clone == combo and clone.name == combo.name
+    with pytest.raises(TypeError):
+        _ = a * "2"
+
+
+def test_combination_is_the_weighted_sum_of_its_terms(tiny) -> None:
+    spec = tiny.spec
+    gen = torch.Generator().manual_seed(0)
+    acts = {"blocks.1.mlp.post": torch.randn(3, spec.num_tokens, spec.mlp_dim, generator=gen),
+            "blocks.0.attn.q": torch.randn(3, spec.num_heads, spec.num_tokens, 32, generator=gen),
+            "logits": torch.randn(3, 10, generator=gen)}
+    a, q, lg = FFNChannel(1, 7), Query(0, 33), ClassLogit(4)
+    got = (a - 2 * q + 0.25 * lg)(acts, spec, spec.grid)
+    want = a(acts, spec, spec.grid) - 2 * q(acts, spec, spec.grid) + 0.25 * lg(acts, spec, spec.grid)
+    torch.testing.assert_close(got, want)
+    # the channel objective is the spatial mean; the attention channel indexes the concatenated heads
+    torch.testing.assert_close(a(acts, spec, spec.grid), acts["blocks.1.mlp.post"][:, 1:, 7].mean(1))
+    torch.testing.assert_close(q(acts, spec, spec.grid), acts["blocks.0.attn.q"][:, 1, 1:, 1].mean(1))
+    at = FFNChannel(1, 7, token=(2, 3))(acts, spec, spec.grid)
+    torch.testing.assert_close(at, acts["blocks.1.mlp.post"][:, 1 + 2 * 8 + 3, 7])
+    with pytest.raises(ValueError, match="out of range"):
+        FFNChannel(1, 9999)(acts, spec, spec.grid)
+
+
+def test_parse_objective() -> None:
+    assert parse_objective("blocks.5.mlp.post:31") == FFNChannel(5, 31)
+    assert parse_objective("blocks.5.mlp.post:31@2,3") == FFNChannel(5, 31, token=(2, 3))
+    assert parse_objective("blocks.5.mlp.post:31@12").token == 12
+    assert parse_objective("stages.2:7") == ConvChannel(2, 7)
+    assert parse_objective("logit:3") == ClassLogit(3)
+    for bad in ("blocks.5.mlp.post", "logit:x", "blocks.5:mlp:3", ""):
+        with pytest.raises(ValueError, match="SITE:CHANNEL"):
+            parse_objective(bad)
+
+
+def test_forward_stops_after_the_deepest_block_read() -> None:
+    assert _stop_block(["blocks.1.mlp.post", "blocks.3.attn.k"], False, 6) == (4, False)
+    assert _stop_block(["stages.2"], False, 4) == (3, False)
+    assert _stop_block(["blocks.1.mlp.post", "final_norm"], False, 6) == (6, True)
+    assert _stop_block([], True, 6) == (6, True)
+    assert _stop_block(["embed"], False, 6) == (1, False)  # adapters record it as block 0's input
+
+
+def test_augment_follows_the_published_recipe() -> None:
+    assert max_shift(32, (224, 224)) == (32, 32) and max_shift(32, (64, 128)) == (9, 18)
+    x = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    out = augment(x, 0, 10, torch.Generator().manual_seed(1), AugmentConfig(color_shift="none", noise="none"))
+    assert out.shape == (16, 3, 64, 64)
+    # one shared roll: every copy of a unit is the same image, and a roll of the original
+    assert torch.equal(out[0], out[7]) and not torch.equal(out[0], out[8])
+    shifts = [(dy, dx) for dy in range(-9, 10) for dx in range(-9, 10)]
+    assert any(torch.equal(out[0], torch.roll(x[0], s, (-2, -1))) for s in shifts)
+    # channel noise: a constant per image and channel, annealed to zero at the end
+    noisy = augment(x, 0, 10, torch.Generator().manual_seed(1), AugmentConfig(jitter=0, color_shift="none"))
+    diff = noisy - x.repeat_interleave(8, 0)
+    assert torch.allclose(diff, diff.mean(dim=(-2, -1), keepdim=True), atol=1e-6) and diff.abs().max() > 0
+    late = augment(x, 10, 10, torch.Generator().manual_seed(1), AugmentConfig(jitter=0, color_shift="none"))
+    assert torch.equal(late, x.repeat_interleave(8, 0))
+    pixel = augment(x, 0, 10, torch.Generator().manual_seed(1),
+                    AugmentConfig(jitter=0, color_shift="none", noise="pixel")) - x.repeat_interleave(8, 0)
+    assert pixel.std(dim=(-2, -1)).min() > 0.3
+    # ColorShift (x - mu) / sigma with mu in (-1, 1), sigma in (1/e, e): affine per image and channel
+    cs = augment(x, 0, 10, torch.Generator().manual_seed(1), AugmentConfig(jitter=0, noise="none"))
+    base = x.repeat_interleave(8, 0)
+    scale = (cs[..., 0, 1] - cs[..., 0, 0]) / (base[..., 0, 1] - base[..., 0, 0])
+    assert ((1 / scale) > 1 / torch.e - 1e-4).all() and ((1 / scale) < torch.e + 1e-4).all()
+    with pytest.raises(ValueError, match="noise"):
+        AugmentConfig(noise="gaussian")
+
+
+def test_every_objective_loss_falls_within_5_steps(tiny) -> None:
+    direction = torch.randn(128, generator=torch.Generator().manual_seed(0))
+    objectives = [FFNChannel(3, 7), FFNChannel(3, 7, token=(2, 3)), Key(2, 5), Query(1, 3), Value(4, 9),
+                  ClassLogit(2), Direction("blocks.2.resid_post", direction), FFNChannel(5, 1) - 0.5 * FFNChannel(5, 2)]
+    res = render(tiny, objectives, FeatvizConfig(steps=5, augment=PLAIN))
+    assert res.loss.shape == (5, len(objectives)) and res.images.shape == (8, 3, 64, 64)
+    falls = res.loss[-1] < res.loss[0]
+    assert falls.all(), [o.name for o, f in zip(objectives, falls) if not f]
+    assert res.images.min() >= 0 and res.images.max() <= 1
+
+
+def test_cnn_channel_loss_falls_within_5_steps() -> None:
+    cnn = vitscope.load_model("tiny-resnet-metric")
+    res = render(cnn, [ConvChannel(1, 3), ConvChannel(2, 5, token=(1, 1))], FeatvizConfig(steps=5, augment=PLAIN))
+    assert (res.loss[-1] < res.loss[0]).all()
+
+
+def test_hf_classifier_objectives() -> None:
+    from helpers.hf_factories import make
+
+    hf = vitscope.wrap(make("vit-cls"))
+    res = render(hf, [FFNChannel(1, 3), ClassLogit(1)], FeatvizConfig(steps=5, augment=PLAIN))
+    assert (res.loss[-1] < res.loss[0]).all()
+
+
+def test_weights_frozen_during_the_run_and_restored(tiny) -> None:
+    params = list(tiny.parameters())
+    params[0].requires_grad_(False)
+    tiny.model.train()
+    seen = []
+
+    def callback(info) -> None:
+        seen.append((info.step, any(p.requires_grad for p in params), tiny.model.training,
+                     all(p.grad is None for p in params)))
+
+    try:
+        render(tiny, FFNChannel(0, 1), FeatvizConfig(steps=3, augment=AugmentConfig(copies=2)), callback=callback)
+        assert [s[0] for s in seen] == [0, 1, 2]
+        assert not any(s[1] or s[2] for s in seen) and all(s[3] for s in seen)
+        assert not params[0].requires_grad and all(p.requires_grad for p in params[1:])
+        assert tiny.model.training
+    finally:
+        params[0].requires_grad_(True)
+        tiny.model.eval()
+
+
+def test_same_seed_same_images(tiny) -> None:
+    cfg = FeatvizConfig(steps=2, seed=3, augment=AugmentConfig(copies=2))
+    a, b = render(tiny, FFNChannel(1, 2), cfg), render(tiny, FFNChannel(1, 2), cfg)
+    assert torch.equal(a.images, b.images)
+    c = render(tiny, FFNChannel(1, 2), FeatvizConfig(steps=2, seed=4, augment=AugmentConfig(copies=2)))
+    assert not torch.equal(a.images, c.images)
+
+
+def test_optimised_image_beats_the_best_of_500_synthetic_images(tiny) -> None:
+    from vitscope.train.data import synthetic_split
+
+    unit = FFNChannel(1, 5)
+    best = float(evaluate(tiny, unit, synthetic_split(500, seed=1, size=64).images).max())
+    res = render(tiny, unit, FeatvizConfig(steps=60))  # the published recipe, fewer steps
+    got = float(evaluate(tiny, unit, res.images)[0])
+    assert got > best, (got, best)
+
+
+def test_logit_objective_needs_a_head() -> None:
+    backbone = vitscope.load_model("tiny-vit-mae")
+    with pytest.raises(ValueError, match="no classifier head"):
+        render(backbone, ClassLogit(0), FeatvizConfig(steps=1))
+    with pytest.raises(TypeError, match="Objective"):
+        render(backbone, [], FeatvizConfig(steps=1))
+
+
+def test_channel_objective_on_any_site_reads_the_record(tiny) -> None:
+    obj = ChannelObjective("blocks.2.resid_post", 4)
+    images = torch.rand(3, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    x = (images - torch.tensor(tiny.spec.mean).view(1, 3, 1, 1)) / torch.tensor(tiny.spec.std).view(1, 3, 1, 1)
+    with torch.no_grad(), tiny.record(["blocks.2.resid_post"]) as rec:
+        tiny(x)
+        want = rec["blocks.2.resid_post"][:, 1:, 4].mean(1).double()
+    torch.testing.assert_close(evaluate(tiny, obj, images), want, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,61 @@
+"""Guided masking plugged into the MAE recipe: masks follow keypoints and the rho curriculum; training runs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("cv2")
+
+from vitscope.experiments.guided_mae import GuidedMAEConfig, convergence_summary
+from vitscope.models.wrap import build_tiny_vit
+from vitscope.train import LoopConfig, MAEConfig, fit, synthetic_split
+from vitscope.train.data import normalise
+from vitscope.train.guided_masking import GuidedMAERecipe, GuidedMaskFn, pixels_keypoint_counts
+
+
+@pytest.fixture(scope="module")
+def data():
+    return synthetic_split(16, seed=2, size=32)
+
+
+def _recipe(levels=(0.0, 1.0)):
+    backbone = build_tiny_vit("mae", num_classes=0, image_size=32, patch_size=8, embed_dim=16, depth=1, num_heads=2)
+    return GuidedMAERecipe(backbone, MAEConfig(mask_ratio=0.5, decoder_dim=16, decoder_depth=1, decoder_heads=2),
+                           steps_per_epoch=2, every_epochs=1, levels=levels)
+
+
+@pytest.mark.parametrize(("step", "rho"), [(0, 0.0), (2, 1.0)])
+def test_masks_follow_keypoints_and_the_curriculum(data, step: int, rho: float) -> None:
+    recipe = _recipe()
+    assert recipe.rho_at(step) == rho
+    spec = recipe.backbone().spec
+    pixels = normalise(data.images[:6], spec.mean, spec.std)
+    recipe._step = step
+    with torch.no_grad():
+        _, ids_keep = recipe.encode_visible(pixels, torch.Generator().manual_seed(0))
+    counts = pixels_keypoint_counts(pixels, spec.mean, spec.std, spec.grid).flatten(1)
+    assert ids_keep.shape == (6, 8)  # 16 patches, half masked
+    for keep, c in zip(ids_keep, counts):
+        masked = torch.ones(16, dtype=torch.bool)
+        masked[keep] = False
+        key = int((c > 0).sum())
+        want = max(0, 8 - (16 - key)) if rho == 0 else min(8, key)  # spill-over when a group is too small
+        assert int((masked & (c > 0)).sum()) == want
+
+
+def test_mask_fn_needs_counts_and_training_runs(data) -> None:
+    with pytest.raises(RuntimeError, match="keypoint counts"):
+        GuidedMaskFn()(2, 16, 8, torch.Generator())
+    result = fit(_recipe(), data, LoopConfig(steps=3, batch_size=8, seed=0, progress=False))
+    assert len(result.losses) == 3 and all(torch.isfinite(torch.tensor(result.losses)))
+
+
+def test_eval_steps_and_convergence_summary() -> None:
+    cfg = GuidedMAEConfig(steps=10, eval_points=3, train_images=64, batch_size=16)
+    assert cfg.eval_steps() == [0, 3, 7, 10] and cfg.steps_per_epoch == 4
+    s = convergence_summary([0, 5, 10], {"random": [0.1, 0.5, 0.8], "guided": [0.1, 0.78, 0.8]})
+    assert s["faster"] == "guided" and s["first_step"] == {"random": 10, "guided": 5}
+    assert convergence_summary([0, 5], {"a": [0.1, 0.9], "b": [0.1, 0.9]})["faster"] == "tie"
+    with pytest.raises(ValueError, match="at least one batch"):
+        GuidedMAEConfig(train_images=8, batch_size=16)

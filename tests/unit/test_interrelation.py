@@ -1,0 +1,126 @@
+"""Weighted SIFT patch interrelation (METHODS.md section 6) on hand-built patterns with known answers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from vitscope.functional import interrelation, interrelation_patch_scores, interrelation_stages, patch_interrelation
+
+GRID = (2, 2)
+
+
+def _pattern(rows_per_head: list[list[list[float]]], prefix_mass: float = 0.0) -> torch.Tensor:
+    """[1, H, 1+4, 1+4] pattern whose spatial rows are the given ones scaled to 1 - prefix_mass."""
+    heads = len(rows_per_head)
+    p = torch.zeros(1, heads, 5, 5, dtype=torch.float64)
+    for hd, rows in enumerate(rows_per_head):
+        sp = torch.tensor(rows, dtype=torch.float64)
+        sp = sp / sp.sum(-1, keepdim=True)
+        p[0, hd, 1:, 1:] = sp * (1 - prefix_mass)
+        p[0, hd, 1:, 0] = prefix_mass
+        p[0, hd, 0, :] = 0.2
+    return p.float()
+
+
+ONE_HOT_0 = [[1, 0, 0, 0]] * 4
+UNIFORM = [[1, 1, 1, 1]] * 4
+IDENTITY = [[1 if i == j else 0 for j in range(4)] for i in range(4)]
+COUNTS = torch.tensor([[[3, 1], [0, 0]]])  # patches 0 and 1 are keypoint patches
+
+
+def test_known_answers_rule_max() -> None:
+    pattern = _pattern([ONE_HOT_0, UNIFORM, IDENTITY], prefix_mass=0.3)
+    out = interrelation(pattern, COUNTS, GRID, num_prefix=1)
+    # head 0: every query attends patch 0 only -> P = 3/3; head 1: all four -> (3+1)/(3+1+2);
+    # head 2: each query attends itself -> keypoint queries 1, non-keypoint queries 0
+    torch.testing.assert_close(out["KK"], torch.tensor([[1.0, 4 / 6, 1.0]], dtype=torch.float64))
+    torch.testing.assert_close(out["NK"], torch.tensor([[1.0, 4 / 6, 0.0]], dtype=torch.float64))
+    torch.testing.assert_close(out["KN"], 1 - out["KK"])
+    torch.testing.assert_close(out["NN"], 1 - out["NK"])
+
+
+def test_rules_differ_where_the_detection_line_does() -> None:
+    row = [0.6, 0.3, 0.1, 0.0]
+    pattern = _pattern([[row] * 4])
+    counts = torch.tensor([[[3, 0], [1, 0]]])
+    # max: 0.3 is not above 0.5 * 0.6, so only patch 0 is attended -> P = 1
+    p_max = patch_interrelation(pattern, counts, GRID, 1, lam=0.5, rule="max")
+    torch.testing.assert_close(p_max, torch.ones(1, 1, 4, dtype=torch.float64))
+    # uniform: above 0.5 / 4 are patches 0 and 1 (a non-keypoint patch) -> P = 3 / (3 + 1)
+    p_uni = patch_interrelation(pattern, counts, GRID, 1, lam=0.5, rule="uniform")
+    torch.testing.assert_close(p_uni, torch.full((1, 1, 4), 0.75, dtype=torch.float64))
+
+
+def _reference(pattern: torch.Tensor, counts: torch.Tensor, p: int, lam: float, rule: str) -> dict:
+    """Loop version of METHODS.md section 6, written independently of the vectorised one."""
+    b, heads, n, _ = pattern.shape
+    k = n - p
+    out = {q: torch.full((b, heads), float("nan"), dtype=torch.float64) for q in ("KK", "NK")}
+    for i in range(b):
+        nj = counts[i].flatten().tolist()
+        for hd in range(heads):
+            per_query = []
+            for q in range(k):
+                row = pattern[i, hd, p + q, p:].double()
+                row = row / row.sum()
+                line = lam * float(row.max()) if rule == "max" else lam / k
+                attended = [j for j in range(k) if float(row[j]) > line]
+                key = sum(nj[j] for j in attended if nj[j] > 0)
+                plain = sum(1 for j in attended if nj[j] == 0)
+                per_query.append(key / (key + plain))
+            for name, want in (("KK", True), ("NK", False)):
+                vals = [v for q, v in enumerate(per_query) if (nj[q] > 0) == want]
+                if vals:
+                    out[name][i, hd] = sum(vals) / len(vals)
+    return out
+
+
+@pytest.mark.parametrize("rule", ["max", "uniform"])
+@pytest.mark.parametrize("lam", [0.2, 0.5, 0.9])
+def test_matches_loop_reference_and_complements(rule: str, lam: float) -> None:
+    gen = torch.Generator().manual_seed(3)
+    grid, p = (3, 4), 2
+    n = p + 12
+    pattern = torch.softmax(3 * torch.randn(3, 2, n, n, generator=gen), dim=-1)
+    counts = torch.randint(0, 3, (3, *grid), generator=gen) * (torch.rand(3, *grid, generator=gen) > 0.5)
+    counts[2] = 0  # an image with no keypoint at all: KK is NaN, NK defined
+    got = interrelation(pattern, counts, grid, p, lam=lam, rule=rule)
+    want = _reference(pattern, counts, p, lam, rule)
+    torch.testing.assert_close(got["KK"], want["KK"], equal_nan=True)
+    torch.testing.assert_close(got["NK"], want["NK"], equal_nan=True)
+    assert got["KK"][2].isnan().all() and not got["NK"][2].isnan().any()
+    torch.testing.assert_close(got["KN"], 1 - got["KK"], equal_nan=True)
+    torch.testing.assert_close(got["NN"], 1 - got["NK"], equal_nan=True)
+
+
+def test_all_keypoint_image_has_nan_nk_and_scores_average_heads() -> None:
+    pattern = _pattern([ONE_HOT_0, IDENTITY])
+    counts = torch.ones(1, 2, 2, dtype=torch.long)
+    out = interrelation(pattern, counts, GRID, 1)
+    assert out["NK"].isnan().all() and out["NN"].isnan().all()
+    scores = interrelation_patch_scores(_pattern([ONE_HOT_0, IDENTITY]), COUNTS, GRID, 1)
+    # head 0 gives 1 everywhere, head 2 gives 1, 1, 0, 0 -> mean over heads
+    torch.testing.assert_close(scores, torch.tensor([[[1.0, 1.0], [0.5, 0.5]]], dtype=torch.float64))
+
+
+def test_bad_inputs_raise() -> None:
+    pattern = _pattern([UNIFORM])
+    with pytest.raises(ValueError, match="rule"):
+        interrelation(pattern, COUNTS, GRID, 1, rule="mean")
+    with pytest.raises(ValueError, match="keypoint_counts"):
+        interrelation(pattern, COUNTS[:, :1], GRID, 1)
+    with pytest.raises(ValueError, match="prefix"):
+        interrelation(pattern, COUNTS, GRID, 0)
+
+
+def test_stage_rule() -> None:
+    kk = torch.tensor([0.2, 0.21, 0.3, 0.6, 0.8, 0.7, 0.65])
+    assert interrelation_stages(kk) == {"retrieval": [0, 1, 2], "capture": [3, 4], "coach": [5, 6]}
+    assert interrelation_stages(kk, rise=0.0) == {"retrieval": [], "capture": [0, 1, 2, 3, 4], "coach": [5, 6]}
+    rising = torch.tensor([0.1, 0.25, 0.3])
+    assert interrelation_stages(rising)["coach"] == [] and interrelation_stages(rising)["capture"] == [1, 2]
+    with_nan = torch.tensor([math.nan, 0.1, 0.5, 0.2])
+    assert interrelation_stages(with_nan) == {"retrieval": [0, 1], "capture": [2], "coach": [3]}

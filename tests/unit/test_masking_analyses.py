@@ -1,0 +1,166 @@
+"""The masking analyses: exact merging, record restoration, limits, and their CLI group."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from vitscope.analyses.base import Batch
+from vitscope.analyses.masking_base import UnboundModelError
+from vitscope.analyses.masking_foreground import ForegroundMasking
+from vitscope.analyses.masking_frequency import FrequencyFiltering
+from vitscope.analyses.masking_interrelation import InterrelationMasking
+from vitscope.analyses.masking_registry import masking_analyses
+from vitscope.data.synthetic.world import SyntheticWorld
+from vitscope.masking import logits_of
+from vitscope.models.wrap import build_tiny_resnet, build_tiny_vit
+
+RATIOS = (0.0, 0.25, 1.0)
+
+
+@pytest.fixture(scope="module")
+def vit():
+    return build_tiny_vit("vit", num_classes=5, image_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2).eval()
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    return build_tiny_resnet("cnn", num_classes=5, image_size=32, widths=(8, 8, 16, 16)).eval()
+
+
+@pytest.fixture(scope="module")
+def scenes():
+    world = SyntheticWorld(num_classes=5, size=32, seed=3)
+    return list(world.scenes(6))
+
+
+def make_batches(backbone, scenes, sizes, own_labels=True):
+    """Batches of synthetic scenes; labels = the model's own predictions (full accuracy 1) unless told."""
+    out, start = [], 0
+    for size in sizes:
+        chunk = scenes[start:start + size]
+        pixels = backbone.preprocess([s.image for s in chunk])
+        masks = [np.stack([o.mask for o in s.objects]) for s in chunk]
+        with torch.no_grad():
+            labels = logits_of(backbone(pixels)).argmax(-1).tolist() if own_labels else [s.label for s in chunk]
+        indices = list(range(start, start + size))
+        batch = Batch(pixels=pixels, indices=indices, paths=[str(i) for i in indices], spec=backbone.spec,
+                      grid=backbone.spec.grid, targets={"label": labels, "masks": masks})
+        out.append(batch)
+        start += size
+    return out
+
+
+def feed(acc, backbone, batches):
+    hooks = acc.required_hooks(backbone.spec)
+    for batch in batches:
+        with backbone.record(hooks) if hooks else _null() as rec, torch.no_grad():
+            backbone(batch.pixels)
+            acc.update(rec if rec is not None else {}, batch)
+    return acc
+
+
+class _null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _analyses(backbone):
+    out = [ForegroundMasking(backbone, topk=(1, 2)), FrequencyFiltering(backbone, fractions=(0.1, 0.5, 5.0))]
+    if backbone.spec.is_transformer:
+        out.insert(0, InterrelationMasking(backbone, ratios=RATIOS))
+    return out
+
+
+def _assert_same(a, b) -> None:
+    assert set(a.tensors) == set(b.tensors) and a.tensors
+    for k in a.tensors:
+        torch.testing.assert_close(a.tensors[k], b.tensors[k], equal_nan=True, rtol=1e-9, atol=1e-12)
+    assert a.meta == b.meta
+
+
+@pytest.mark.parametrize("kind", ["vit", "cnn"])
+def test_merge_equals_whole_and_state_round_trips(kind, vit, cnn, scenes, one_thread) -> None:
+    backbone = vit if kind == "vit" else cnn
+    batches = make_batches(backbone, scenes, [2, 3, 1])
+    for proto in _analyses(backbone):
+        whole = feed(proto.fresh(), backbone, batches).compute()
+        first = feed(proto.fresh(), backbone, batches[:2])
+        second = feed(proto.fresh(), backbone, batches[2:])
+        _assert_same(first.merge(second).compute(), whole)
+        clone = pickle.loads(pickle.dumps(first))  # the model is not pickled with the state
+        assert clone._cfg_backbone is None
+        _assert_same(clone.compute(), first.compute())
+        twin = proto.fresh()
+        assert twin._cfg_backbone is backbone  # fresh copies stay bound to the same model
+        twin.load_state_dict(first.state_dict())
+        _assert_same(twin.compute(), first.compute())
+
+
+def test_interrelation_masking_limits(vit, scenes, one_thread) -> None:
+    result = feed(InterrelationMasking(vit, ratios=RATIOS), vit, make_batches(vit, scenes, [3, 3])).compute()
+    acc = result["accuracy"]  # [top, bottom, random] x ratios
+    assert float(result["full_accuracy"]) == 1.0
+    assert torch.equal(acc[:, 0], torch.ones(3, dtype=torch.float64))  # 0% masked = the full image
+    assert acc[0, 2] == acc[1, 2] == acc[2, 2]  # 100% masked: every order hides everything
+    share = result["background_share"]
+    assert share.shape == (2, 3) and share[:, 0].isnan().all()  # nothing masked at 0%
+    assert 0 <= result.meta["background_share_of_all_patches"] <= 1
+    # no ratio in (0, 20%]: the flag is judged at the smallest positive ratio (25%)
+    assert result.meta["flagged_background_share"]["top"] == pytest.approx(float(share[0, 1]))
+    assert result.meta["flagged_on_background"]["bottom"] == (float(share[1, 1]) >
+                                                              result.meta["background_share_of_all_patches"])
+    torch.testing.assert_close(share[:, 2], torch.full((2,), result.meta["background_share_of_all_patches"],
+                                                       dtype=torch.float64))
+
+
+def test_foreground_and_frequency_limits(vit, scenes, one_thread) -> None:
+    batches = make_batches(vit, scenes, [6])
+    whole = np.ones((1, 32, 32), dtype=bool)
+    covered = [batches[0].__class__(**{**batches[0].__dict__, "targets": {
+        "label": batches[0].targets["label"], "masks": [whole] * 6}})]
+    fg = feed(ForegroundMasking(vit, topk=(1,)), vit, covered).compute()
+    assert fg["accuracy"][:2, 0].tolist() == [1.0, 1.0]  # the foreground is the whole image
+    freq = feed(FrequencyFiltering(vit, fractions=(5.0,)), vit, batches).compute()
+    assert freq["accuracy"][0, 0] == 1.0  # a low-pass beyond every frequency changes nothing
+
+
+def test_record_is_restored_after_the_extra_forwards(vit, scenes, one_thread) -> None:
+    batch = make_batches(vit, scenes, [2])[0]
+    acc = InterrelationMasking(vit, ratios=(0.5,))
+    with vit.record(["blocks.*.attn.pattern"]) as rec, torch.no_grad():
+        vit(batch.pixels)
+        before = {k: v for k, v in rec.items()}
+        acc.update(rec, batch)
+        assert set(rec) == set(before) and all(rec[k] is before[k] for k in before)
+
+
+def test_binding_and_support(vit, cnn, scenes) -> None:
+    batch = make_batches(vit, scenes, [1])[0]
+    with pytest.raises(UnboundModelError, match="bind"):
+        FrequencyFiltering().update({}, batch)
+    with pytest.raises(ValueError, match="CNN"):
+        InterrelationMasking(cnn)
+    headless = build_tiny_vit("headless", num_classes=0, image_size=32, patch_size=8, embed_dim=32, depth=1,
+                              num_heads=2)
+    with pytest.raises(ValueError, match="classifier head"):
+        ForegroundMasking(headless)
+    unlabelled = Batch(pixels=batch.pixels, indices=[0], paths=["0"], spec=vit.spec, grid=vit.spec.grid)
+    with pytest.raises(ValueError, match="label"):
+        FrequencyFiltering(vit).update({}, unlabelled)
+
+
+def test_masking_group_keeps_what_can_run(vit, cnn) -> None:
+    names = lambda spec, targets: [a.name for a in masking_analyses("masking", spec, targets)]
+    assert names(vit.spec, {"label", "masks"}) == ["interrelation_masking", "foreground_masking",
+                                                   "frequency_filtering"]
+    assert names(cnn.spec, {"label", "masks"}) == ["foreground_masking", "frequency_filtering"]
+    assert names(vit.spec, {"label"}) == ["interrelation_masking", "frequency_filtering"]
+    with pytest.raises(ValueError, match="no masking analysis"):
+        masking_analyses("masking", vit.spec, set())

@@ -1,0 +1,108 @@
+"""Last-layer token mixing (paper 001 section 4): head on every token, CLS isolated until block L."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import vitscope
+from vitscope.experiments.token_mixing import (
+    TokenMixingCounts,
+    isolated_cls_logits,
+    per_token_logits,
+    token_mixing,
+)
+from vitscope.train.data import normalise, synthetic_split
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return vitscope.load_model("tiny-vit-sup")
+
+
+@pytest.fixture(scope="module")
+def data(tiny):
+    d = synthetic_split(48, seed=5, size=64)
+    return normalise(d.images, tiny.spec.mean, tiny.spec.std), d.labels
+
+
+@pytest.fixture(scope="module")
+def hf_vit():
+    from helpers.hf_factories import make
+
+    return vitscope.wrap(make("vit-cls"))
+
+
+def test_head_at_cls_reproduces_the_tiny_model_exactly(tiny, data) -> None:
+    x = data[0][:16]
+    with torch.no_grad():
+        want = tiny(x)
+    logits = per_token_logits(tiny, x)
+    assert logits.shape == (16, tiny.spec.num_tokens, 10)
+    assert torch.equal(logits[:, 0], want)
+    assert torch.equal(logits[:, 0].argmax(-1), want.argmax(-1))
+
+
+def test_head_at_cls_reproduces_an_hf_classifier_exactly(hf_vit) -> None:
+    x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = hf_vit(x).logits
+    logits = per_token_logits(hf_vit, x)
+    assert logits.shape == (4, hf_vit.spec.num_tokens, 5)
+    assert torch.equal(logits[:, 0], want)
+
+
+def test_head_on_a_patch_token_is_the_classifier_of_that_token(tiny, data) -> None:
+    x = data[0][:4]
+    with torch.no_grad():
+        seq = tiny.final_norm(tiny.run_blocks(tiny.embed(x)))
+        want = tiny.model.head(seq[:, 9])
+    torch.testing.assert_close(per_token_logits(tiny, x)[:, 9], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("which", ["tiny", "hf"])
+def test_isolating_cls(which, tiny, hf_vit, data) -> None:
+    backbone = tiny if which == "tiny" else hf_vit
+    x = data[0][:6] if which == "tiny" else torch.randn(6, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out = backbone(x)
+    want = getattr(out, "logits", out)
+    assert torch.equal(isolated_cls_logits(backbone, x, 0), want)  # L = 0 is the unmodified model
+    # CLS joined at the last block differs from the model, but still depends on the image
+    last = isolated_cls_logits(backbone, x, backbone.spec.num_blocks - 1)
+    assert not torch.allclose(last, want) and not torch.allclose(last, last[:1].expand_as(last))
+    # CLS never sees the image: the same logits for every image
+    never = isolated_cls_logits(backbone, x, backbone.spec.num_blocks)
+    torch.testing.assert_close(never, never[:1].expand_as(never))
+    with pytest.raises(ValueError, match="insert_at"):
+        isolated_cls_logits(backbone, x, backbone.spec.num_blocks + 1)
+
+
+def test_counts_merge_exactly_and_accuracies_are_consistent(tiny, data) -> None:
+    x, y = data
+    whole = token_mixing(tiny, [(x[:20], y[:20]), (x[20:], y[20:])])
+    a, b = TokenMixingCounts(insert_blocks=list(range(7))), TokenMixingCounts(insert_blocks=list(range(7)))
+    a.update(tiny, x[:30], y[:30])
+    b.update(tiny, x[30:], y[30:])
+    merged = a.merge(b).compute()
+    for key in whole.tensors:
+        assert torch.equal(merged[key], whole[key]), key
+    assert merged.meta == whole.meta
+    m = whole.meta
+    assert m["num_images"] == 48
+    assert m["cls_token_accuracy"] == m["model_accuracy"] == m["isolate_cls"]["0"]
+    assert m["patch_minimum"] <= m["patch_average"] <= m["patch_maximum"]
+    assert whole["token_accuracy_grid"].shape == (8, 8)
+    assert m["model_accuracy"] > 0.5  # the tiny classifier works on its own synthetic world
+
+
+def test_token_mixing_refuses_models_without_a_head() -> None:
+    with pytest.raises(ValueError, match="classifier"):
+        per_token_logits(vitscope.load_model("tiny-vit-mae"), torch.zeros(1, 3, 64, 64))
+
+
+def test_result_plots(tiny, data, tmp_path) -> None:
+    res = token_mixing(tiny, [(data[0][:8], data[1][:8])], insert_blocks=[0, 5])
+    assert res["isolate_cls_accuracy"].shape == (2,)
+    files = res.plot(tmp_path)
+    assert len(files) == 2 and all(p.stat().st_size > 0 for p in files)
