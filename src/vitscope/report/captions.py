@@ -40,6 +40,17 @@ ANALYSIS_TEXT: dict[str, str] = {
                  "temperature 0.07); the dashed line is random chance.",
     "linear_probe": "Linear probe accuracy of each block's CLS features on held-out images; the dashed line is "
                     "random chance.",
+    "top_activations": "The dataset images that activate each unit most (a top-k kept in one streaming pass), "
+                       "with the unit's activation over their patches.",
+    "interrelation": "SIFT patch interrelation: how much of each head's attention from keypoint (K) and "
+                     "non-keypoint (N) patches goes to keypoint patches (KK, NK), the focus index, and the "
+                     "retrieval / capture / coach stages read from those curves.",
+    "interrelation_masking": "Accuracy when the patches with the highest (Top) or lowest (Bottom) interrelation "
+                             "score are masked, against a random order, at growing mask ratios.",
+    "foreground_masking": "Accuracy on the full image, the foreground only and the background only (ground-truth "
+                          "boxes or masks), normalised by the full-image accuracy.",
+    "frequency_filtering": "Accuracy after low-pass and high-pass filtering in the Fourier domain, over a sweep "
+                           "of cut-off radii.",
 }
 
 # (glob on the figure file stem, caption, paper figure); first match wins
@@ -66,6 +77,21 @@ _FIGURES: tuple[tuple[str, str, str], ...] = (
     ("attention_rollout*", "Attention rollout maps (dataset mean and single images).",
      "paper 000, section 3.2 (rollout redistribution)"),
     ("attention_stats*", "Attention entropy / maximum attention per block and head.", ""),
+    ("top_activations*", "Top-k most activating images of each unit with their patch activation maps.",
+     "paper 001, fig. 2 and 5"),
+    ("interrelation_keypoints*", "SIFT keypoints on sample images with the patch grid; keypoint patches marked.",
+     "paper 003, fig. 3"),
+    ("interrelation_kk_nk*", "Weighted interrelation KK and NK per block (mean over heads and images).",
+     "paper 003, fig. 5 and 6"),
+    ("interrelation_focus*", "Attention focus index per block and head.", "paper 003, fig. 7a"),
+    ("interrelation_stages*", "Retrieval, capture and coach stages found from the interrelation curves.",
+     "paper 003, fig. 7a"),
+    ("interrelation_masking*", "Accuracy against the ratio of masked patches: Top, Bottom and random order.",
+     "paper 003, fig. 8"),
+    ("foreground_masking*", "Full, foreground-only and background-only accuracy, normalised by full-image "
+     "accuracy.", "paper 001, tables 2 and 3"),
+    ("frequency_filtering*", "Accuracy against the cut-off radius of low-pass and high-pass filters.",
+     "paper 001, section 5"),
     ("residual_cka*", "CKA between the skip path and the attention / MLP branches per block, and their norm ratio.",
      "paper 002, fig. 23"),
     ("cka", "Block-by-block linear CKA of this model.", "paper 002, fig. 20 to 22"),
