@@ -23,7 +23,8 @@ def test_featviz_writes_images_panels_token_mixing_and_report(tmp_path, data) ->
     out = tmp_path / "out"
     res = runner.invoke(app, ["featviz", "--model", "tiny-vit-sup", "--unit", "blocks.1.mlp.post:5",
                               "--unit", "blocks.0.attn.k:3", "--unit", "logit:2", "--steps", "3", "--data",
-                              f"{data}::imagefolder", "--top-k", "2", "--token-mixing", "--out", str(out)])
+                              f"{data}::imagefolder", "--top-k", "2", "--token-mixing", "--spatial-information", "2",
+                              "--out", str(out)])
     assert res.exit_code == 0, res.output
     doc = json.loads((out / "results.json").read_text())
     assert {"vitscope_version", "config", "models", "data", "analyses"} <= set(doc)
@@ -38,9 +39,14 @@ def test_featviz_writes_images_panels_token_mixing_and_report(tmp_path, data) ->
     assert "panel" not in units["logit:2"]
     tm = doc["analyses"]["token_mixing"]
     assert tm["num_images"] == 10 and 0 <= tm["patch_average"] <= tm["patch_maximum"] <= 1
+    spatial = doc["analyses"]["spatial_information"]
+    assert len(spatial["channels"]) == 2 and spatial["images"] == 10 and (out / spatial["figure"]).is_file()
+    assert len(spatial["count_ratio"]) == 6 and all(row[0] == 1.0 for row in spatial["count_ratio"]
+                                                    if row[0] == row[0])  # NaN rows: no active patch
     assert len((out / "history.csv").read_text().splitlines()) == 1 + 3 * 3
     html = (out / "report.html").read_text()
     assert "Feature visualisation" in html and "Last-layer token mixing" in html
+    assert "Spatial information in single channels" in html
     assert (out / "featviz_grid.png").is_file()
 
 

@@ -30,6 +30,9 @@ def featviz(
     limit: int | None = typer.Option(None, "--limit", min=1, help="Use only the first N images of --data."),
     token_mixing: bool = typer.Option(False, "--token-mixing", help="Also run the last-layer token-mixing "
                                       "experiments (needs labelled --data, e.g. ROOT::imagefolder)."),
+    spatial_information: int = typer.Option(0, "--spatial-information", min=0, help="Also run the appendix-F "
+                                            "spatial-information test on N random FFN channels per block (needs "
+                                            "--data)."),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),
 ) -> None:
     """Optimise images that maximise units; with --data, their top images and activation maps."""
@@ -40,7 +43,8 @@ def featviz(
         raise typer.Exit(2)
     options = FeatvizOptions(model=model, out=out, units=list(unit), grid=grid, steps=steps, seed=seed,
                              lambda_tv=lambda_tv, noise=noise, color_shift=color_shift, data=data, top_k=top_k,
-                             limit=limit, token_mixing=token_mixing, device=device)
+                             limit=limit, token_mixing=token_mixing,
+                             spatial_information=spatial_information, device=device)
     path = run_featviz(options, log=lambda s: typer.echo(s, err=True))
     doc = json.loads(path.read_text())
     units = doc["analyses"]["featviz"]["units"]

@@ -47,6 +47,19 @@ def featviz_sections(out: Path, doc: Mapping[str, Any]) -> list[Section]:
         for f in tm.get("figures", []):
             sec.figures.append(FigureItem(out / f, Path(f).stem.replace("_", " "), "", "paper 001, fig. 6"))
         sections.append(sec)
+    si = doc["analyses"].get("spatial_information")
+    if si:
+        sec = Section(id="spatial-information", title="Spatial information in single channels",
+                      intro="For random FFN channels of every block, a growing fraction of each unit's active "
+                            "patches is blacked out in its most-activating images; the ratio of active patches "
+                            "(count and sum) is plotted against that fraction (paper 001 appendix F).")
+        sec.figures.append(FigureItem(out / si["figure"], "Ratio of active patches per block",
+                                      "A line near 1 - x means the channel keeps spatial information; a flat "
+                                      "line means it mixes tokens.", "paper 001, appendix F"))
+        rows = [[f"block {b}", used, (lin or {}).get("r2", "")]
+                for b, used, lin in zip(range(len(si["units_used"])), si["units_used"], si["linearity"])]
+        sec.tables.append(Table("Units per block", ["block", "units with an active patch", "linearity"], rows))
+        sections.append(sec)
     return sections
 
 

@@ -44,6 +44,7 @@ class FeatvizOptions:
     limit: int | None = None
     batch_size: int = 16
     token_mixing: bool = False
+    spatial_information: int = 0
     device: str | None = None
     chunk: int = 16
 
@@ -147,6 +148,42 @@ def _token_mixing(backbone, dataset, options: FeatvizOptions, out: Path) -> dict
     return {**res.summary(), "figures": [str(p.relative_to(out)) for p in figures]}
 
 
+def _spatial_information(backbone, dataset, options: FeatvizOptions, out: Path) -> dict[str, Any]:
+    """Appendix F on ``options.spatial_information`` seeded random FFN channels of every block."""
+    from vitscope.engine.batches import iter_batches
+    from vitscope.featviz.spatial import spatial_information_by_block
+    from vitscope.viz.featviz_figures import spatial_information_figure
+
+    limit = options.limit or 300  # candidates for each unit's top images; every one is re-run per fraction
+    pixels = [loaded.pixels for _, loaded in iter_batches(dataset, backbone, options.batch_size, limit) if loaded]
+    images = _unnormalise(backbone, torch.cat(pixels))
+    gen = torch.Generator().manual_seed(options.seed)
+    channels = torch.randperm(_mlp_width(backbone), generator=gen)[: options.spatial_information].tolist()
+    res = spatial_information_by_block(backbone, images, channels, k=options.top_k, seed=options.seed)
+    labels = [f"block {b}" for b in res["blocks"]]
+    fig = spatial_information_figure(res["fractions"], res["count_ratio"], res["sum_ratio"], labels,
+                                     out / "figures" / "spatial_information.png")
+    return {"channels": channels, "images": len(images), "fractions": res["fractions"].tolist(),
+            "count_ratio": res["count_ratio"].tolist(), "sum_ratio": res["sum_ratio"].tolist(),
+            "units_used": res["units_used"].tolist(), "linearity": res["linearity"],
+            "figure": str(fig.relative_to(out))}
+
+
+def _unnormalise(backbone, pixels: torch.Tensor) -> torch.Tensor:
+    """Model-normalised pixels ``[B, 3, H, W]`` back to [0, 1] (the spatial test blacks out patches there)."""
+    mean = torch.tensor(backbone.spec.mean).view(1, 3, 1, 1)
+    std = torch.tensor(backbone.spec.std).view(1, 3, 1, 1)
+    return (pixels.cpu() * std + mean).clamp(0, 1)
+
+
+def _mlp_width(backbone) -> int:
+    """Channels of ``blocks.0.mlp.post`` (the FFN hidden width), from one recorded forward."""
+    size = backbone.spec.image_size
+    with torch.no_grad(), backbone.record(["blocks.0.mlp.post"]) as rec:
+        backbone(torch.zeros(1, 3, *size))
+    return int(rec["blocks.0.mlp.post"].shape[-1])
+
+
 def run_featviz(options: FeatvizOptions, log: Callable[[str], None] = lambda s: None) -> Path:
     """Run the command; return the path of ``results.json``."""
     from vitscope.engine.run import resolve_device
@@ -197,8 +234,10 @@ def run_featviz(options: FeatvizOptions, log: Callable[[str], None] = lambda s: 
             analyses["top_activations"] = {"k": options.top_k, "units": len(top)}
         if options.token_mixing:
             analyses["token_mixing"] = _token_mixing(backbone, dataset, options, out)
-    elif options.token_mixing:
-        raise ValueError("--token-mixing needs --data with labels (e.g. --data ROOT::imagefolder)")
+        if options.spatial_information:
+            analyses["spatial_information"] = _spatial_information(backbone, dataset, options, out)
+    elif options.token_mixing or options.spatial_information:
+        raise ValueError("--token-mixing and --spatial-information need --data (e.g. --data ROOT::imagefolder)")
     doc = {
         "vitscope_version": vitscope.__version__, "python": platform.python_version(),
         "config": {"command": "featviz", "model": options.model, "units": [o.name for o in objectives],
