@@ -114,10 +114,8 @@ class ModelAccumulator(Accumulator):
             with torch.inference_mode():
                 return fn(self._model())
         finally:
-            data = getattr(record, "_data", None)
-            if isinstance(data, dict):  # the same tensor objects: per-pattern memos (attention_pass) keep hitting
-                data.clear()
-                data.update(saved)
+            if hasattr(record, "restore"):  # the same tensor objects: per-pattern memos (attention_pass) keep hitting
+                record.restore(saved)
             elif hasattr(record, "put") and hasattr(record, "clear"):
                 record.clear()
                 for k, v in saved.items():

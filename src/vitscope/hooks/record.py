@@ -66,3 +66,12 @@ class Record(Mapping[str, torch.Tensor]):
 
     def as_dict(self) -> dict[str, torch.Tensor]:
         return dict(self._data)
+
+    def restore(self, saved: dict[str, torch.Tensor]) -> None:
+        """Put back exactly ``saved`` (from :meth:`as_dict`), the same tensor objects, nothing else.
+
+        Analyses that run extra forwards inside a recording (masking) use it so later analyses see the
+        batch's own records, and memos keyed on tensor identity keep working.
+        """
+        self._data.clear()
+        self._data.update(saved)
