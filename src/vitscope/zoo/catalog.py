@@ -34,6 +34,8 @@ class ZooEntry:
         spurious: probability that a scene's background type is tied to its class in the training and
             held-out worlds (None: independent backgrounds; see ``SyntheticWorld``). Held-out scores are
             measured in the same world; the card also reports the score with independent backgrounds.
+        extra: a model of the masking and robustness experiments (issue 10), outside the core zoo's 25 MB
+            weight budget and 45-minute build budget (they have their own).
         description: one line for ``vitscope zoo list``.
     """
 
@@ -50,6 +52,7 @@ class ZooEntry:
     train_images: int = 10000
     snapshot_steps: tuple[int, ...] = ()
     spurious: float | None = None
+    extra: bool = False
     description: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -63,9 +66,14 @@ ZOO: tuple[ZooEntry, ...] = (
              batch_size=128, score="accuracy",
              description="supervised classification (cross-entropy) on the 10 synthetic classes; CLS head"),
     ZooEntry("tiny-vit-sup-spurious", "supervised", "tiny-vit", {**_VIT, "num_classes": 10}, {}, steps=600,
-             batch_size=128, score="accuracy", spurious=0.9,
+             batch_size=128, score="accuracy", spurious=0.9, extra=True,
              description="as tiny-vit-sup on a world whose background type follows the class in 90% of scenes "
                          "(spurious-correlation experiments, paper 003 section 5.1)"),
+    ZooEntry("tiny-resnet-sup", "supervised", "tiny-resnet",
+             {"image_size": 64, "num_classes": 10, "widths": (16, 32, 64, 128)}, {}, steps=600, batch_size=128,
+             score="accuracy", extra=True,
+             description="supervised classification with a narrow tiny ResNet: the CNN beside tiny-vit-sup in the "
+                         "masking and robustness experiments"),
     ZooEntry("tiny-vit-distill", "self-distill", "tiny-vit", {**_VIT, "num_classes": 0}, {}, steps=600,
              batch_size=64, score="knn", features="cls",
              description="DINO-style self-distillation (EMA teacher, 2 global + 4 local crops), teacher kept"),
