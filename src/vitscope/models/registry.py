@@ -103,7 +103,8 @@ def _zoo_entries() -> list[ModelEntry]:
     for e in ZOO:
         m = e.model
         vit = e.arch == "tiny-vit"
-        shape = (4, 0, 256, 16, ())  # the tiny ResNet: four stages, 256 channels, stride 16
+        widths = tuple(m.get("widths", (32, 64, 128, 256)))
+        shape = (len(widths), 0, widths[-1], 16, ())  # the tiny ResNet: its stages, last width, stride 16
         if vit:
             shape = (m.get("depth", 6), m.get("num_heads", 4), m.get("embed_dim", 128), m.get("patch_size", 8),
                      ("cls",) + ("reg",) * m.get("num_reg_tokens", 0))
