@@ -11,6 +11,7 @@ State is a set of correct-prediction counts (exactly mergeable); accuracy = corr
 from __future__ import annotations
 
 import copy
+from abc import abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -158,11 +159,13 @@ class ModelAccumulator(Accumulator):
     def _reset_counts(self) -> None:
         """Set the analysis's counts to empty."""
 
+    @abstractmethod
     def _update_counts(self, record: Mapping[str, torch.Tensor], batch: Batch, labels: torch.Tensor) -> None:
-        raise NotImplementedError
+        """Add one batch's counts (the subclass's own tensors)."""
 
+    @abstractmethod
     def _merge_counts(self, other: ModelAccumulator) -> None:
-        raise NotImplementedError
+        """Add ``other``'s counts to this analysis's."""
 
     @staticmethod
     def _add(mine: torch.Tensor | None, theirs: torch.Tensor | None) -> torch.Tensor | None:
@@ -173,5 +176,6 @@ class ModelAccumulator(Accumulator):
     def _meta(self) -> dict[str, Any]:
         return {"num_images": self.num_images, "model": self.model}
 
-    def compute(self) -> Result:  # pragma: no cover - every subclass overrides
-        raise NotImplementedError
+    @abstractmethod
+    def compute(self) -> Result:
+        """The analysis's result from its counts."""

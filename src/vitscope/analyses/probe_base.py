@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import fnmatch
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
@@ -26,7 +26,10 @@ from vitscope.functional.pooling import mask_pool, mask_weights
 from vitscope.hooks.names import split_block_name
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["LabelledFeatures", "holdout_mask"]
+if TYPE_CHECKING:  # the cache imports the analyses package lazily; annotations only
+    from vitscope.features.cache import CacheEntry
+
+__all__ = ["LabelledFeatures", "cached_labelled_pair", "holdout_mask"]
 
 LEVELS = ("image", "object", "part")
 
@@ -166,3 +169,26 @@ class LabelledFeatures(Accumulator):
         if len(self.store) == 0 and self.unlabelled:
             meta["error"] = self._missing_message()
         return meta
+
+
+def cached_labelled_pair(train: CacheEntry, train_labels: np.ndarray, test: CacheEntry, test_labels: np.ndarray,
+                         blocks: Sequence[int] | None = None) -> tuple:
+    """Features and labels of a cached training and test set, unlabelled images (-1) left out.
+
+    Args:
+        train, test: feature-cache entries (``CacheEntry``); train_labels, test_labels: ``[n_images]`` labels by
+            image position (rows are looked up through each entry's ``index``).
+        blocks: blocks to score (default: those both entries hold).
+
+    Returns:
+        ``(blocks, features, y_train, y_test, pooling)`` where ``features(b)`` gives the block's
+        ``(train [n, d], test [m, d])`` numpy features of the labelled rows.
+    """
+    ytr, yte = np.asarray(train_labels)[train.index], np.asarray(test_labels)[test.index]
+    ktr, kte = ytr >= 0, yte >= 0
+    blocks = list(blocks) if blocks is not None else [b for b in train.blocks if b in test.blocks]
+
+    def features(b: int):
+        return np.asarray(train.block(b))[ktr], np.asarray(test.block(b))[kte]
+
+    return blocks, features, ytr[ktr], yte[kte], train.meta.get("request", {}).get("pooling", "")

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vitscope.analyses.probe_base import LabelledFeatures, holdout_mask
+from vitscope.analyses.probe_base import LabelledFeatures, cached_labelled_pair, holdout_mask
 from vitscope.analyses.probe_result import ProbeResult, probe_result
 from vitscope.features.cache import CacheEntry
 from vitscope.functional.knn import knn_classify
@@ -122,9 +122,5 @@ def knn_probe(train: CacheEntry, train_labels: np.ndarray, test: CacheEntry, tes
     Returns:
         ProbeResult with ``accuracy`` per block and ``random_accuracy``.
     """
-    ytr, yte = np.asarray(train_labels)[train.index], np.asarray(test_labels)[test.index]
-    ktr, kte = ytr >= 0, yte >= 0
-    blocks = list(blocks) if blocks is not None else [b for b in train.blocks if b in test.blocks]
-    return knn_scores(blocks, lambda b: (np.asarray(train.block(b))[ktr], np.asarray(test.block(b))[kte]), ytr[ktr],
-                      yte[kte], k, temperature, seed, random_kind, model=model,
-                      pooling=train.meta.get("request", {}).get("pooling", ""))
+    blocks, features, ytr, yte, pooling = cached_labelled_pair(train, train_labels, test, test_labels, blocks)
+    return knn_scores(blocks, features, ytr, yte, k, temperature, seed, random_kind, model=model, pooling=pooling)

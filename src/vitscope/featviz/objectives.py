@@ -11,6 +11,7 @@ row-major spatial index or an ``(row, col)`` pair (METHODS.md section 0).
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 
 import torch
@@ -25,7 +26,7 @@ __all__ = [
 Token = int | tuple[int, int] | None
 
 
-class Objective:
+class Objective(ABC):
     """Base class: ``obj(acts, spec, grid) -> [B]``; composes linearly with other objectives."""
 
     name: str = "objective"
@@ -35,8 +36,9 @@ class Objective:
         """Canonical hook names this objective reads."""
         return ()
 
+    @abstractmethod
     def __call__(self, acts: Mapping[str, torch.Tensor], spec: ModelSpec, grid: tuple[int, int]) -> torch.Tensor:
-        raise NotImplementedError
+        """The objective per image ``[B]`` from the recorded activations."""
 
     # -- composition --------------------------------------------------------------------
     def _terms(self) -> tuple[tuple[float, Objective], ...]:
