@@ -67,7 +67,9 @@ def test_interrelation_and_masking_in_one_pass(coco, tmp_path):
 
 @pytest.mark.parametrize(("model", "analyses", "message"), [
     ("tiny-vit-mae", "masking", "classifier head"),  # accuracy needs a classifier
-    ("tiny-vit-sup", "interrelation_mask", "Did you mean"),  # a typo is caught with a suggestion
+    ("tiny-vit-sup", "interrelation_mask", "Did you mean 'interrelation_masking'"),  # typos get a suggestion
+    ("tiny-vit-sup", "foreground", "Did you mean 'foreground_masking'"),  # among the model-bound analyses
+    ("tiny-vit-sup", "maskin", "Groups: attention, masking,"),  # and the groups, the masking group included
 ])
 def test_masking_explains_what_cannot_run(coco, tmp_path, model, analyses, message):
     result = CliRunner().invoke(app, ["analyze", "--model", model, "--data", f"{coco}::coco", "--out",

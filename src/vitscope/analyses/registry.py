@@ -19,7 +19,7 @@ from vitscope.analyses.representation_residual import ResidualCKA
 from vitscope.analyses.top_activations import TopActivations
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["ANALYSES", "GROUPS", "default_analyses", "get_analysis"]
+__all__ = ["ANALYSES", "GROUPS", "default_analyses", "get_analysis", "unknown_analysis"]
 
 ANALYSES: dict[str, type[Accumulator]] = {
     MeanActivation.name: MeanActivation,
@@ -47,12 +47,17 @@ def get_analysis(name: str, **kwargs: Any) -> Accumulator:
     try:
         cls = ANALYSES[name]
     except KeyError:
-        known = sorted(ANALYSES)
-        close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.4)
-        hint = f" Did you mean '{close[0]}'?" if close else ""
-        groups = f" Groups: {', '.join(sorted(GROUPS))}." if GROUPS else ""
-        raise ValueError(f"unknown analysis '{name}'.{hint} Known analyses: {', '.join(known)}.{groups}") from None
+        raise unknown_analysis(name, ANALYSES, GROUPS) from None
     return cls(**kwargs)
+
+
+def unknown_analysis(name: str, known: Collection[str], groups: Collection[str]) -> ValueError:
+    """The one-line error for an unknown analysis name: the closest known name or group, then all of them."""
+    names, group_names = sorted(known), sorted(groups)
+    close = difflib.get_close_matches(str(name), names + group_names, n=1, cutoff=0.4)
+    hint = f" Did you mean '{close[0]}'?" if close else ""
+    listed = f" Groups: {', '.join(group_names)}." if group_names else ""
+    return ValueError(f"unknown analysis '{name}'.{hint} Known analyses: {', '.join(names)}.{listed}")
 
 
 def default_analyses(spec: ModelSpec, targets: Collection[str] | None = None) -> list[Accumulator]:

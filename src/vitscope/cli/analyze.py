@@ -15,7 +15,7 @@ import vitscope
 from vitscope.analyses.attention_suite import ATTENTION_GROUP, attention_suite, link_attention_plans
 from vitscope.analyses.masking_base import bind_model_analyses
 from vitscope.analyses.masking_registry import MASKING_GROUP, MODEL_ANALYSES, masking_analyses
-from vitscope.analyses.registry import ANALYSES, GROUPS, default_analyses, get_analysis
+from vitscope.analyses.registry import ANALYSES, GROUPS, default_analyses, get_analysis, unknown_analysis
 from vitscope.data.images import open_dataset
 from vitscope.engine.provenance import data_fingerprint, model_identity
 from vitscope.engine.run import Results, resolve_device, run
@@ -49,6 +49,8 @@ def _expand(name: str, spec, targets: frozenset[str]) -> list:
         return attention_suite(spec, targets)
     if name in GROUPS:
         return [get_analysis(member) for member in GROUPS[name]]
+    if name not in ANALYSES:  # name the model-bound analyses and the masking group too
+        raise unknown_analysis(name, [*ANALYSES, *MODEL_ANALYSES], [*GROUPS, MASKING_GROUP])
     return [get_analysis(name)]
 
 
