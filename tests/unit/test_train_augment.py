@@ -6,6 +6,7 @@ from vitscope.train.augment import (
     color_jitter,
     gaussian_blur,
     grayscale,
+    random_erasing,
     random_resized_crop,
     rotate_hue,
     solarize,
@@ -91,3 +92,23 @@ def test_solarize_inverts_bright_pixels_only():
     x = torch.tensor([0.2, 0.6]).view(1, 1, 1, 2).expand(1, 3, 1, 2)
     y = solarize(x, torch.Generator().manual_seed(0), p=1.0)
     assert torch.allclose(y[0, 0, 0], torch.tensor([0.2, 0.4]))
+
+
+def test_random_erasing_replaces_one_box_per_erased_image():
+    x = torch.full((64, 3, 32, 32), 0.5)
+    y = random_erasing(x, torch.Generator().manual_seed(0), p=0.5, scale=(0.05, 0.2))
+    changed = (y != x).any(1)  # [B, H, W]
+    erased = changed.flatten(1).any(1)
+    assert 16 < int(erased.sum()) < 48  # about half of the images
+    for img in changed[erased]:
+        rows, cols = img.any(1).nonzero().flatten(), img.any(0).nonzero().flatten()
+        box = img[rows.min():rows.max() + 1, cols.min():cols.max() + 1]
+        assert box.float().mean() > 0.95  # one rectangle (noise may equal 0.5 at a few pixels)
+        assert 0.02 <= box.numel() / img.numel() <= 0.3
+    assert (y >= 0).all() and (y <= 1).all()
+    assert torch.equal(y, random_erasing(x, torch.Generator().manual_seed(0), p=0.5, scale=(0.05, 0.2)))
+
+
+def test_random_erasing_off_leaves_images_alone():
+    x = torch.rand(4, 3, 16, 16)
+    assert torch.equal(random_erasing(x, torch.Generator().manual_seed(1), p=0.0), x)

@@ -11,7 +11,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-__all__ = ["color_jitter", "gaussian_blur", "grayscale", "random_resized_crop", "rotate_hue", "solarize"]
+__all__ = ["color_jitter", "gaussian_blur", "grayscale", "random_erasing", "random_resized_crop", "rotate_hue",
+           "solarize"]
 
 _LUMA = (0.299, 0.587, 0.114)
 
@@ -133,3 +134,39 @@ def solarize(x: torch.Tensor, gen: torch.Generator, p: float = 0.2, threshold: f
     """Invert pixels above ``threshold`` with probability ``p`` per image."""
     apply = _chance(x.shape[0], p, gen).to(x.device)
     return torch.where(apply & (x >= threshold), 1 - x, x)
+
+
+def random_erasing(
+    x: torch.Tensor, gen: torch.Generator, p: float = 0.25, scale: tuple[float, float] = (0.02, 1 / 3),
+    ratio: tuple[float, float] = (0.3, 3.3),
+) -> torch.Tensor:
+    """Replace one random box of each image by uniform noise with probability ``p`` (DeiT's random erasing).
+
+    As timm's ``RandomErasing(mode="pixel", max_count=1)``, except that the noise is uniform in pixel space
+    ([0, 1], before normalisation) rather than standard normal after it. The box area is a fraction in
+    ``scale`` of the image, its aspect (height / width) log-uniform in ``ratio``; boxes are clipped to the
+    image.
+
+    Args:
+        x: ``[B, 3, H, W]`` float images in [0, 1].
+        gen: random generator.
+        p: probability that an image is erased.
+        scale, ratio: box area fraction and aspect ranges.
+
+    Returns:
+        ``[B, 3, H, W]``.
+    """
+    b, c, hgt, wid = x.shape
+    area = _uniform(b, *scale, gen) * hgt * wid
+    aspect = torch.exp(_uniform(b, math.log(ratio[0]), math.log(ratio[1]), gen))
+    bh = torch.sqrt(area * aspect).round().clamp(1, hgt)
+    bw = torch.sqrt(area / aspect).round().clamp(1, wid)
+    top = (torch.rand(b, generator=gen) * (hgt - bh + 1)).floor()
+    left = (torch.rand(b, generator=gen) * (wid - bw + 1)).floor()
+    noise = torch.rand(b, c, hgt, wid, generator=gen).to(x)
+    apply = _chance(b, p, gen)
+    rows, cols = torch.arange(hgt), torch.arange(wid)
+    inside_r = (rows[None] >= top[:, None]) & (rows[None] < (top + bh)[:, None])  # [B, H]
+    inside_c = (cols[None] >= left[:, None]) & (cols[None] < (left + bw)[:, None])  # [B, W]
+    box = (inside_r[:, :, None] & inside_c[:, None, :]) & apply.view(b, 1, 1)
+    return torch.where(box[:, None].to(x.device), noise, x)

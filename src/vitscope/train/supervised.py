@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitscope.models.backbone import Backbone
-from vitscope.train.augment import random_resized_crop
+from vitscope.train.augment import random_erasing, random_resized_crop
 from vitscope.train.data import normalise
 from vitscope.train.loop import Recipe, cosine_schedule
 
@@ -26,6 +26,8 @@ class SupervisedConfig:
         warmup: linear warm-up steps.
         label_smoothing: cross-entropy label smoothing.
         crop_scale: area range of the random resized crop.
+        erase_prob: probability of DeiT's random erasing per image after the crop (0: off, and the
+            augmentation stream is then exactly that of a recipe without it).
     """
 
     lr: float = 1e-3
@@ -33,6 +35,7 @@ class SupervisedConfig:
     warmup: int = 100
     label_smoothing: float = 0.1
     crop_scale: tuple[float, float] = (0.35, 1.0)
+    erase_prob: float = 0.0
 
 
 def decay_groups(module: nn.Module, weight_decay: float) -> list[dict]:
@@ -72,6 +75,8 @@ class SupervisedRecipe(Recipe):
     def loss(self, images: torch.Tensor, labels: torch.Tensor, step: int, gen: torch.Generator) -> torch.Tensor:
         spec = self._backbone.spec
         x = random_resized_crop(images.float() / 255.0, spec.image_size[0], self.config.crop_scale, gen)
+        if self.config.erase_prob > 0:
+            x = random_erasing(x, gen, p=self.config.erase_prob)
         logits = self.model(normalise(x, spec.mean, spec.std))
         return F.cross_entropy(logits, labels, label_smoothing=self.config.label_smoothing)
 
