@@ -21,14 +21,7 @@ def heldout_coco(tmp_path_factory):
     return AnnotatedSource(load_dataset(root, format="coco"))
 
 
-# Known shortfalls of the current zoo (issue 5's validation stays open while these are listed).
-SHORTFALLS = {
-    "tiny-vit-sup": "best-head IoU is 0.09 above the random baseline (block 4, CLS map); 0.15 is required",
-}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=SHORTFALLS[n]))
-                                  if n in SHORTFALLS else n for n in ("tiny-vit-sup", "tiny-vit-distill")])
+@pytest.mark.parametrize("name", ["tiny-vit-sup", "tiny-vit-distill"])
 def test_trained_heads_find_the_objects(name, heldout_coco):
     result = vitscope.run(vitscope.load_model(name), heldout_coco, [SaliencyIoU()], batch_size=32)["saliency_iou"]
     margins = {src: (result[f"{src}_best_iou"] - result[f"random_{src}_best_iou"]).max().item()

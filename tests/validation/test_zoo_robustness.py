@@ -54,7 +54,7 @@ def test_shape_survives_a_low_pass_and_not_a_high_pass(measured, name):
 
 
 def test_the_vit_relies_less_on_high_frequencies_than_the_cnn(measured):
-    # paper 001: ViTs keep more accuracy when high frequencies are removed (measured 0.68 against 0.46 on
+    # paper 001: ViTs keep more accuracy when high frequencies are removed (measured 0.63 against 0.46 on
     # 400 held-out scenes at a 1.6 px cut-off)
     vit, cnn = measured["tiny-vit-sup"], measured["tiny-resnet-sup"]
     assert vit["low"][0] - cnn["low"][0] >= 0.1, (vit, cnn)
@@ -62,12 +62,12 @@ def test_the_vit_relies_less_on_high_frequencies_than_the_cnn(measured):
 
 def test_the_spurious_model_leans_on_the_background_it_was_trained_with(tmp_path):
     # On a world whose background type follows the class in 90% of scenes. Object masks filled with the mean
-    # colour: black boxes cover half the image and push both models to one class (background-only 0.09 for
+    # colour: black boxes cover half the image and push both models to one class (background-only 0.16 for
     # the spurious model with zero-filled boxes), and a blurred fill leaves the object's silhouette at 64 px
-    # (0.85 for the clean model), so neither isolates the background here.
+    # (0.83 for the clean model), so neither isolates the background here.
     source = AnnotatedSource(load_dataset(synthesize(tmp_path, "coco", n=160, size=64, seed=4242, spurious=0.9),
                                           format="coco"))
     spurious = _measure("tiny-vit-sup-spurious", source, region="mask", fill="mean")
     clean = _measure("tiny-vit-sup", source, region="mask", fill="mean")
-    assert spurious["background"] - clean["background"] >= 0.08, (spurious, clean)  # measured 0.25 and 0.12
-    assert clean["foreground"] - spurious["foreground"] >= 0.05, (spurious, clean)  # measured 1.01 and 0.86
+    assert spurious["background"] - clean["background"] >= 0.08, (spurious, clean)  # measured 0.30 and 0.10
+    assert clean["foreground"] - spurious["foreground"] >= 0.05, (spurious, clean)  # measured 1.01 and 0.76

@@ -60,12 +60,16 @@ class ZooEntry:
 
 
 _VIT = {"image_size": 64, "patch_size": 8, "embed_dim": 128, "depth": 6, "num_heads": 4}
+# Peak learning rate 5e-4 rather than the recipe's 1e-3: at 1e-3 the CLS attention narrows onto a few
+# discriminative patches (best-head saliency IoU only 0.09 above random; issue 5 asks for 0.15), at 5e-4
+# it covers the object (0.19 and 0.21 on two held-out sets) for 0.90 accuracy instead of 0.93.
+_VIT_SUP = {"lr": 5e-4}
 
 ZOO: tuple[ZooEntry, ...] = (
-    ZooEntry("tiny-vit-sup", "supervised", "tiny-vit", {**_VIT, "num_classes": 10}, {}, steps=600,
+    ZooEntry("tiny-vit-sup", "supervised", "tiny-vit", {**_VIT, "num_classes": 10}, _VIT_SUP, steps=600,
              batch_size=128, score="accuracy",
              description="supervised classification (cross-entropy) on the 10 synthetic classes; CLS head"),
-    ZooEntry("tiny-vit-sup-spurious", "supervised", "tiny-vit", {**_VIT, "num_classes": 10}, {}, steps=600,
+    ZooEntry("tiny-vit-sup-spurious", "supervised", "tiny-vit", {**_VIT, "num_classes": 10}, _VIT_SUP, steps=600,
              batch_size=128, score="accuracy", spurious=0.9, extra=True,
              description="as tiny-vit-sup on a world whose background type follows the class in 90% of scenes "
                          "(spurious-correlation experiments, paper 003 section 5.1)"),
