@@ -130,3 +130,19 @@ def test_zoo_list_cli_reports_built_and_unbuilt(tmp_path):
     assert "not built" in table.output and "0.900" in table.output
     bad = CliRunner().invoke(app, ["zoo", "build", "tiny-vit-nope", "--dir", str(tmp_path)])
     assert bad.exit_code == 1 and "zoo models:" in bad.output
+
+
+def test_zoo_build_core_leaves_out_the_extras(monkeypatch, tmp_path):
+    import vitscope.zoo.build as zoo_build
+    from vitscope.zoo.catalog import ZOO
+
+    asked = []
+    monkeypatch.setattr(zoo_build, "build_many", lambda names, *a, **k: asked.append(names) or [])
+    assert CliRunner().invoke(app, ["zoo", "build", "--core", "--dir", str(tmp_path)]).exit_code == 0
+    assert CliRunner().invoke(app, ["zoo", "build", "--dir", str(tmp_path)]).exit_code == 0
+    core, everything = asked
+    assert core == [e.name for e in ZOO if not e.extra] and "tiny-vit-sup-spurious" not in core
+    assert everything == [e.name for e in ZOO] and set(everything) - set(core) == {"tiny-vit-sup-spurious",
+                                                                                   "tiny-resnet-sup"}
+    both = CliRunner().invoke(app, ["zoo", "build", "tiny-vit-sup", "--core", "--dir", str(tmp_path)])
+    assert both.exit_code == 2

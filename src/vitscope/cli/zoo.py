@@ -67,14 +67,17 @@ def build(
     directory: Path | None = typer.Option(None, "--dir", help="Where to write weights (default: the zoo dir)."),
     steps: int | None = typer.Option(None, "--steps", min=1, help="Override the recipe's steps (quick checks)."),
     jobs: int = typer.Option(2, "--jobs", "-j", min=1, help="Models built in parallel (one thread each)."),
+    core: bool = typer.Option(False, "--core", help="Only the core zoo, not the masking/robustness extras."),
 ) -> None:
     """Retrain zoo models from their recipes (deterministic for a seed on CPU); resumes if interrupted."""
     from vitscope.zoo.build import build_many
     from vitscope.zoo.cards import meets_bar
     from vitscope.zoo.catalog import ZOO, get_entry
 
+    if name and core:
+        raise typer.BadParameter("give a model name or --core, not both")
     try:
-        names = [get_entry(name).name] if name else [e.name for e in ZOO]
+        names = [get_entry(name).name] if name else [e.name for e in ZOO if not (core and e.extra)]
     except KeyError as err:
         raise ValueError(err.args[0]) from None
     for rec in build_many(names, directory, jobs=jobs, steps=steps):
