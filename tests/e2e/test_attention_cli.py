@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from helpers.cli import vitscope
 from vitscope.data.synthetic.write import synthesize
 
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
 SUITE = {"cls_attention_maps", "spatial_average_maps", "aligned_attention", "attention_distance", "saliency_iou",
          "attention_focus", "attention_rollout"}
-
-
-def vitscope(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vitscope.cli", *args], capture_output=True, text=True, env=ENV,
-                          timeout=300)
 
 
 @pytest.fixture(scope="module")

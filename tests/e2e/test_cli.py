@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
-
-
-def vitscope(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vitscope.cli", *args], capture_output=True, text=True, env=ENV,
-                          timeout=300)
+from helpers.cli import vitscope
 
 
 def test_analyze_writes_results_tables_and_figures(tmp_path):

@@ -3,21 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-
-
-def vitscope(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vitscope.cli", *args], capture_output=True, text=True, env=ENV,
-                          timeout=300)
+from helpers.cli import vitscope
 
 
 @pytest.fixture(scope="module")

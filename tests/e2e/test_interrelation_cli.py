@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,15 +11,9 @@ pytest.importorskip("cv2")
 
 from typer.testing import CliRunner
 
+from helpers.cli import vitscope
 from vitscope.cli.main import app
 from vitscope.data.synthetic.write import synthesize
-
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-
-
-def vitscope(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vitscope.cli", *args], capture_output=True, text=True, env=ENV,
-                          timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -91,9 +91,6 @@ class AttentionAccumulator(Accumulator):
     def required_hooks(self, spec: ModelSpec) -> list[str]:
         return [PATTERN_HOOKS]
 
-    def supports(self, spec: ModelSpec) -> bool:
-        return self.why_unsupported(spec) is None
-
     def why_unsupported(self, spec: ModelSpec) -> str | None:
         """One-line reason this analysis cannot run on ``spec`` (None when it can)."""
         if not spec.is_transformer:
@@ -101,7 +98,7 @@ class AttentionAccumulator(Accumulator):
         if self.requires_cls and not has_cls_token(spec):
             return (f"analysis '{self.name}' needs a CLS token, but {spec.name} has none "
                     f"(prefix tokens: {list(spec.prefix_kinds) or 'none'}); use spatial_average_maps instead")
-        if not super().supports(spec):
+        if not self.hooks_exist(spec):
             return f"analysis '{self.name}' needs the hook {PATTERN_HOOKS!r}, which {spec.name} does not provide"
         return None
 

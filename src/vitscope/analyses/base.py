@@ -113,6 +113,14 @@ class Accumulator(ABC):
         ...
 
     def supports(self, spec: ModelSpec) -> bool:
+        """Whether this analysis can run on ``spec``: no :meth:`why_unsupported` reason, and its hooks exist."""
+        return self.why_unsupported(spec) is None and self.hooks_exist(spec)
+
+    def why_unsupported(self, spec: ModelSpec) -> str | None:
+        """One-line reason this analysis cannot run on ``spec`` (None when it can; subclasses add checks)."""
+        return None
+
+    def hooks_exist(self, spec: ModelSpec) -> bool:
         """Whether every hook this analysis needs exists on the model (attention needs a transformer)."""
         from vitscope.hooks.names import (
             UnknownHookError,

@@ -77,9 +77,6 @@ class ModelAccumulator(Accumulator):
                     "head; use a classifier (e.g. tiny-vit-sup)")
         return None
 
-    def supports(self, spec: ModelSpec) -> bool:
-        return self.why_unsupported(spec) is None and super().supports(spec)
-
     def fresh(self) -> ModelAccumulator:
         """An empty copy with the same configuration, bound to the same model (not a copy of it)."""
         backbone, self._cfg_backbone = self._cfg_backbone, None

@@ -84,9 +84,6 @@ class LabelledFeatures(Accumulator):
                     "tokens (tiled features drop them); use tokens='spatial_mean'")
         return None
 
-    def supports(self, spec: ModelSpec) -> bool:
-        return self.why_unsupported(spec) is None and super().supports(spec)
-
     def reset(self) -> None:
         self.store = RowStore(workdir=self._cfg_workdir)
         self.blocks: list[int] = []

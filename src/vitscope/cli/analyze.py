@@ -70,7 +70,7 @@ def parse_analyses(names: str | None, spec, targets: frozenset[str] | None = Non
                 seen.add(a.name)
                 chosen.append(a)
     for a in chosen:
-        reason = a.why_unsupported(spec) if hasattr(a, "why_unsupported") else None
+        reason = a.why_unsupported(spec)
         if reason:
             raise ValueError(reason)
         missing = sorted(set(getattr(a, "required_targets", ())) - targets)
