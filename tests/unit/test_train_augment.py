@@ -1,5 +1,6 @@
 """Batched augmentations: shapes, seeds, and the cases whose output is known exactly."""
 
+import pytest
 import torch
 
 from vitscope.train.augment import (
@@ -10,6 +11,7 @@ from vitscope.train.augment import (
     random_resized_crop,
     rotate_hue,
     solarize,
+    swap_background,
 )
 
 
@@ -112,3 +114,29 @@ def test_random_erasing_replaces_one_box_per_erased_image():
 def test_random_erasing_off_leaves_images_alone():
     x = torch.rand(4, 3, 16, 16)
     assert torch.equal(random_erasing(x, torch.Generator().manual_seed(1), p=0.0), x)
+
+
+def _constant_batch(b=3, s=8):
+    """Image i is the constant (i + 1) / 10; its foreground is the left half."""
+    x = torch.arange(1, b + 1, dtype=torch.float32).div(10).view(b, 1, 1, 1).expand(b, 3, s, s).clone()
+    fg = torch.zeros(b, s, s, dtype=torch.bool)
+    fg[:, :, : s // 2] = True
+    return x, fg
+
+
+def test_swap_background_keeps_objects_and_takes_another_images_background():
+    x, fg = _constant_batch()
+    y = swap_background(x, fg, torch.Generator().manual_seed(0), p=1.0)
+    assert torch.equal(y[:, :, :, :4], x[:, :, :, :4])  # objects untouched
+    backgrounds = y[:, 0, 0, -1]
+    assert all(backgrounds[i] != x[i, 0, 0, 0] for i in range(3))  # never its own background
+    assert sorted(backgrounds.tolist()) == pytest.approx(sorted(x[:, 0, 0, 0].tolist()))  # a permutation
+    assert torch.equal(y[:, :, :, 4:], backgrounds.view(3, 1, 1, 1).expand(3, 3, 8, 4))
+
+
+def test_swap_background_off_single_image_and_bad_masks():
+    x, fg = _constant_batch()
+    assert torch.equal(swap_background(x, fg, torch.Generator().manual_seed(0), p=0.0), x)
+    assert torch.equal(swap_background(x[:1], fg[:1], torch.Generator().manual_seed(0)), x[:1])
+    with pytest.raises(ValueError, match="foreground must be"):
+        swap_background(x, fg[:, :4], torch.Generator())

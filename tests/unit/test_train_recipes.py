@@ -72,6 +72,45 @@ def test_self_distill_moves_the_teacher_it_returns(data):
     assert not torch.equal(recipe.centre.center, torch.zeros_like(recipe.centre.center))
 
 
+def test_synthetic_split_carries_foreground_masks_through_subsets(data):
+    assert data.foreground is not None and data.foreground.shape == (64, 32, 32)
+    assert 0.05 < data.foreground.float().mean() < 0.95  # objects and background in every scene set
+    keep = data.labels < 5
+    assert torch.equal(data.subset(keep).foreground, data.foreground[keep])
+    assert data.relabel_by_instance().foreground is data.foreground
+    with pytest.raises(ValueError, match="foreground must be"):
+        TensorImages(data.images, data.labels, foreground=data.foreground[:, :8])
+
+
+def test_background_swap_views_share_objects_not_backgrounds():
+    # Image i is the flat grey 30 * (i + 1) with its left half marked as object; colour augmentations off and
+    # full-image crops, so each view is the object's grey on one side (flips) and another image's on the other.
+    b, size = 6, 32
+    grey = torch.arange(1, b + 1) * 30
+    images = grey.view(b, 1, 1, 1).expand(b, 3, size, size).to(torch.uint8).contiguous()
+    fg = torch.zeros(b, size, size, dtype=torch.bool)
+    fg[:, :, : size // 2] = True
+    backbone = _small_vit(num_classes=0)
+    recipe = SelfDistillRecipe(backbone, _dino_config(
+        background_swap=1.0, jitter=(0.0, 0.0, 0.0, 0.0), grayscale=0.0, solarize=0.0, global_scale=(1.0, 1.0)))
+    globals_, _ = recipe._views(images, torch.Generator().manual_seed(0), fg)
+    mean, std = backbone.spec.mean[0], backbone.spec.std[0]
+    edges = (globals_[:, 0, size // 2, [0, -1]] * std + mean) * 255  # [2B, 2]: leftmost and rightmost pixel
+    for v in range(2 * b):
+        own = float(grey[v % b])
+        assert min(abs(edges[v] - own)) < 1.0  # the object kept its pixels
+        assert max(abs(edges[v] - own)) > 20.0  # the background came from another image
+
+
+def test_background_swap_trains_and_needs_masks(data):
+    recipe = SelfDistillRecipe(_small_vit(num_classes=0), _dino_config(
+        momentum=1.0, center_momentum=1.0, background_swap=1.0))
+    assert recipe.needs_foreground
+    with pytest.raises(ValueError, match="foreground masks"):
+        fit(recipe, TensorImages(data.images, data.labels), LoopConfig(steps=1, batch_size=32, progress=False))
+    fit(recipe, data, LoopConfig(steps=2, batch_size=32, progress=False))
+
+
 @pytest.mark.parametrize("loss", ["proxy_anchor", "arcface"])
 @pytest.mark.parametrize("arch", ["vit", "resnet"])
 def test_metric_losses_decrease(data, loss, arch):

@@ -1,5 +1,6 @@
 """The shipped zoo: every model loads offline, fast, reproduces its recorded held-out score, clears the bar."""
 
+import json
 import time
 
 import pytest
@@ -35,7 +36,7 @@ def test_every_zoo_model_is_shipped_within_the_size_budget(manifest):
 
 # Models whose current recipe does not reach the zoo's bar yet (issue 4 stays open while this is non-empty).
 BELOW_BAR: dict[str, str] = {
-    "tiny-vit-distill": "the DINO-style recipe collapses within its 600-step CPU budget (k-NN 0.209, untrained 0.198)",
+    "tiny-vit-distill": "k-NN 0.552 after 600 steps (untrained 0.198) is 0.15 short of raw pixels + 0.15 (0.849)",
     "tiny-vit-mae": "MAE features reach k-NN 0.267 after 1200 steps; the bar is raw pixels (0.699) + 0.15",
 }
 
@@ -43,7 +44,8 @@ BELOW_BAR: dict[str, str] = {
 @pytest.mark.parametrize("entry", ZOO, ids=lambda e: e.name)
 def test_shipped_model_loads_fast_and_reproduces_its_score(entry, manifest):
     record = manifest["models"][entry.name]
-    assert record["entry"]["recipe_config"] == entry.recipe_config, "recipe changed: rebuild and commit weights"
+    as_json = json.loads(json.dumps(entry.recipe_config))  # the manifest stores tuples as lists
+    assert record["entry"]["recipe_config"] == as_json, "recipe changed: rebuild and commit weights"
     start = time.perf_counter()
     backbone = vitscope.load_model(entry.name)
     assert time.perf_counter() - start < 1.0

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 __all__ = ["color_jitter", "gaussian_blur", "grayscale", "random_erasing", "random_resized_crop", "rotate_hue",
-           "solarize"]
+           "solarize", "swap_background"]
 
 _LUMA = (0.299, 0.587, 0.114)
 
@@ -170,3 +170,32 @@ def random_erasing(
     inside_c = (cols[None] >= left[:, None]) & (cols[None] < (left + bw)[:, None])  # [B, W]
     box = (inside_r[:, :, None] & inside_c[:, None, :]) & apply.view(b, 1, 1)
     return torch.where(box[:, None].to(x.device), noise, x)
+
+
+def swap_background(x: torch.Tensor, foreground: torch.Tensor, gen: torch.Generator, p: float = 1.0) -> torch.Tensor:
+    """Give each image, with probability ``p``, the background of another image of the batch.
+
+    Background augmentation for self-supervised views (Ryali et al. 2021, "Characterizing and improving
+    the robustness of self-supervised learning through background augmentation", BG_Swaps): the pixels
+    outside an image's foreground mask are taken from image ``(i - s) mod B`` of the batch, with one random
+    shift ``1 <= s < B`` per call, so an image never receives its own background. Two views that swap
+    independently then share their objects but not their background.
+
+    Args:
+        x: ``[B, 3, H, W]`` float images in [0, 1].
+        foreground: ``[B, H, W]`` bool (or 0/1) masks of the objects to keep.
+        gen: random generator.
+        p: probability that an image's background is replaced.
+
+    Returns:
+        ``[B, 3, H, W]``; unchanged when ``B < 2``.
+    """
+    b = x.shape[0]
+    if foreground.shape != (b, *x.shape[2:]):
+        raise ValueError(f"foreground must be [B, H, W] = {(b, *x.shape[2:])}, got {tuple(foreground.shape)}")
+    if b < 2:
+        return x
+    shift = int(torch.randint(1, b, (1,), generator=gen))
+    apply = _chance(b, p, gen).to(x.device)
+    keep = foreground.to(device=x.device, dtype=torch.bool).unsqueeze(1) | ~apply
+    return torch.where(keep, x, x.roll(shift, dims=0))

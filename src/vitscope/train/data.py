@@ -27,18 +27,24 @@ class TensorImages:
         labels: ``[N]`` int64 class labels.
         instances: ``[N]`` int64 identity labels (the synthetic main object's instance id), or None.
         class_names: names of the classes, indexed by label.
+        foreground: ``[N, H, W]`` bool masks of the objects (the synthetic world's ground truth), or None;
+            background augmentation (``SelfDistillConfig.background_swap``) needs them.
     """
 
     images: torch.Tensor
     labels: torch.Tensor
     instances: torch.Tensor | None = None
     class_names: tuple[str, ...] = ()
+    foreground: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.images.dtype != torch.uint8 or self.images.dim() != 4 or self.images.shape[1] != 3:
             raise ValueError(f"images must be uint8 [N, 3, H, W], got {self.images.dtype} {tuple(self.images.shape)}")
         if len(self.labels) != len(self.images):
             raise ValueError(f"{len(self.images)} images but {len(self.labels)} labels")
+        if self.foreground is not None and self.foreground.shape != (len(self.images), *self.images.shape[2:]):
+            raise ValueError(f"foreground must be [N, H, W] = {(len(self.images), *self.images.shape[2:])}, "
+                             f"got {tuple(self.foreground.shape)}")
 
     def __len__(self) -> int:
         return len(self.images)
@@ -50,14 +56,15 @@ class TensorImages:
     def subset(self, keep: torch.Tensor) -> TensorImages:
         """The images where the boolean ``keep [N]`` is True (or at the given indices)."""
         inst = None if self.instances is None else self.instances[keep]
-        return TensorImages(self.images[keep], self.labels[keep], inst, self.class_names)
+        fg = None if self.foreground is None else self.foreground[keep]
+        return TensorImages(self.images[keep], self.labels[keep], inst, self.class_names, fg)
 
     def relabel_by_instance(self) -> TensorImages:
         """Labels become the instance ids, renumbered ``0..K-1`` in increasing order (metric learning)."""
         if self.instances is None:
             raise ValueError("this set has no instance labels")
         _, labels = torch.unique(self.instances, return_inverse=True)
-        return TensorImages(self.images, labels, self.instances, ())
+        return TensorImages(self.images, labels, self.instances, (), self.foreground)
 
 
 def synthetic_split(
@@ -66,7 +73,8 @@ def synthetic_split(
 ) -> TensorImages:
     """Render ``n`` scenes of the synthetic world (``seed``, indices ``start..start+n-1``) into tensors.
 
-    The label is the scene's main object class, the instance the main (largest visible) object's id.
+    The label is the scene's main object class, the instance the main (largest visible) object's id, the
+    foreground the union of every object's mask.
     """
     from vitscope.data.synthetic.world import SyntheticWorld
 
@@ -74,6 +82,7 @@ def synthetic_split(
     images = np.empty((n, size, size, 3), dtype=np.uint8)
     labels = np.empty(n, dtype=np.int64)
     instances = np.empty(n, dtype=np.int64)
+    foreground = np.zeros((n, size, size), dtype=bool)
     scenes = world.scenes(n, start=start)
     if progress:
         from rich.progress import track
@@ -84,8 +93,10 @@ def synthetic_split(
         labels[i] = scene.label
         areas = [int(o.mask.sum()) for o in scene.objects]
         instances[i] = scene.objects[int(np.argmax(areas))].instance_id
+        for obj in scene.objects:
+            foreground[i] |= obj.mask
     return TensorImages(torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(), torch.from_numpy(labels),
-                        torch.from_numpy(instances), tuple(c.name for c in world.classes))
+                        torch.from_numpy(instances), tuple(c.name for c in world.classes), torch.from_numpy(foreground))
 
 
 def image_folder_tensors(root: str | os.PathLike, spec: ModelSpec) -> TensorImages:

@@ -84,6 +84,7 @@ class Recipe(ABC):
 
     name: str = "recipe"
     total_steps: int = 1  # set by fit() before the first step (schedules inside the loss use it)
+    needs_foreground: bool = False  # loss() then also gets ``foreground=`` [B, H, W] masks of the batch
 
     @abstractmethod
     def modules(self) -> dict[str, nn.Module]:
@@ -170,7 +171,13 @@ def fit(recipe: Recipe, data: TensorImages, config: LoopConfig) -> TrainResult:
 
     Returns:
         The trained backbone (eval mode), per-step losses and the requested snapshots.
+
+    Raises:
+        ValueError: the recipe needs foreground masks and ``data`` has none.
     """
+    if recipe.needs_foreground and data.foreground is None:
+        raise ValueError(f"{recipe.name}: this configuration needs foreground masks (TensorImages.foreground); "
+                         "synthetic_split provides them, image folders do not")
     recipe.total_steps = config.steps
     modules = recipe.modules()
     optimizer = recipe.optimizer()
@@ -205,7 +212,8 @@ def fit(recipe: Recipe, data: TensorImages, config: LoopConfig) -> TrainResult:
             if step >= config.steps:
                 break
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.autocast == "bf16"):
-                loss = recipe.loss(data.images[idx], data.labels[idx], step, gen).float()
+                extra = {"foreground": data.foreground[idx]} if recipe.needs_foreground else {}
+                loss = recipe.loss(data.images[idx], data.labels[idx], step, gen, **extra).float()
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"{recipe.name}: loss became {loss.item()} at step {step}; "
                                          "lower the learning rate")

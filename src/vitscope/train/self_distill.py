@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitscope.models.backbone import Backbone
-from vitscope.train.augment import color_jitter, gaussian_blur, grayscale, random_resized_crop, solarize
+from vitscope.train.augment import (color_jitter, gaussian_blur, grayscale, random_resized_crop, solarize,
+                                    swap_background)
 from vitscope.train.data import normalise
 from vitscope.train.loop import Recipe, cosine_schedule
 from vitscope.train.supervised import decay_groups
@@ -34,6 +35,10 @@ class SelfDistillConfig:
         hidden_dim, bottleneck_dim: projection head MLP sizes.
         local_crops: number of local crops per image; local_size: their side in pixels.
         jitter: colour jitter strengths ``(brightness, contrast, saturation, hue)``; grayscale: its probability.
+        solarize: probability of solarizing the second global crop (DINO: 0.2).
+        background_swap: probability that a view's background is taken from another image of the batch
+            before cropping (:func:`~vitscope.train.augment.swap_background`); needs the training set's
+            foreground masks. 0 (the default) is DINO's recipe.
         global_scale, local_scale: area ranges of the global and local crops.
         student_temp: student softmax temperature.
         teacher_temp, warmup_teacher_temp, teacher_temp_warmup: teacher sharpening, warmed up linearly
@@ -54,6 +59,8 @@ class SelfDistillConfig:
     local_scale: tuple[float, float] = (0.1, 0.4)
     jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.2, 0.0)
     grayscale: float = 0.2
+    solarize: float = 0.2
+    background_swap: float = 0.0
     student_temp: float = 0.1
     teacher_temp: float = 0.04
     warmup_teacher_temp: float = 0.04
@@ -118,6 +125,7 @@ class SelfDistillRecipe(Recipe):
         for p in self.teacher.parameters():
             p.requires_grad_(False)
         self.centre = _Centre(c.out_dim)
+        self.needs_foreground = c.background_swap > 0
 
     def modules(self) -> dict[str, nn.Module]:
         return {"student": self.student, "teacher": self.teacher, "centre": self.centre}
@@ -131,20 +139,24 @@ class SelfDistillRecipe(Recipe):
     def grad_clip(self) -> float | None:
         return self.config.grad_clip
 
-    def _views(self, images: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    def _views(self, images: torch.Tensor, gen: torch.Generator,
+               foreground: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Two global crops (stacked ``[2B, ...]``) and the local crops (stacked ``[nB, ...]``)."""
         c, spec = self.config, self._backbone.spec
         x = images.float() / 255.0
         size = spec.image_size[0]
 
         def view(out: int, scale: tuple[float, float], blur: float, sol: float) -> torch.Tensor:
-            v = random_resized_crop(x, out, scale, gen)
+            v = x
+            if c.background_swap > 0:  # skipped at 0 so that DINO's recipe draws the same random numbers
+                v = swap_background(x, foreground, gen, p=c.background_swap)
+            v = random_resized_crop(v, out, scale, gen)
             bri, con, sat, hue = c.jitter
             v = grayscale(color_jitter(v, gen, bri, con, sat, hue=hue), gen, p=c.grayscale)
             v = solarize(gaussian_blur(v, gen, p=blur), gen, p=sol)
             return normalise(v, spec.mean, spec.std)
 
-        globals_ = torch.cat([view(size, c.global_scale, 1.0, 0.0), view(size, c.global_scale, 0.1, 0.2)])
+        globals_ = torch.cat([view(size, c.global_scale, 1.0, 0.0), view(size, c.global_scale, 0.1, c.solarize)])
         locals_ = [view(c.local_size, c.local_scale, 0.5, 0.0) for _ in range(c.local_crops)]
         return globals_, torch.cat(locals_) if locals_ else globals_[:0]
 
@@ -154,10 +166,13 @@ class SelfDistillRecipe(Recipe):
         t = min(1.0, step / warm)
         return c.warmup_teacher_temp + t * (c.teacher_temp - c.warmup_teacher_temp)
 
-    def loss(self, images: torch.Tensor, labels: torch.Tensor, step: int, gen: torch.Generator) -> torch.Tensor:
+    def loss(self, images: torch.Tensor, labels: torch.Tensor, step: int, gen: torch.Generator,
+             foreground: torch.Tensor | None = None) -> torch.Tensor:
         c = self.config
+        if self.needs_foreground and foreground is None:
+            raise ValueError("background_swap needs the batch's foreground masks")
         self.student.head.last.requires_grad_(step >= c.freeze_last_layer)  # no gradient -> AdamW skips it
-        globals_, locals_ = self._views(images, gen)
+        globals_, locals_ = self._views(images, gen, foreground)
         with torch.no_grad():
             t_out = self.teacher(globals_)
             targets = F.softmax((t_out - self.centre.center) / self._teacher_temp(step, self.total_steps), dim=-1)

@@ -69,8 +69,8 @@ Score: {_SCORE_NAMES[kind]}{feats}, on scenes of a world seed never trained on (
 |---|---|
 {table}
 
-Margins: +{record['score'] - b['random_init']:.3f} over the untrained twin (required +{MARGIN_OVER_RANDOM:.2f}),
-+{record['score'] - b['raw_pixels']:.3f} over raw pixels (required +{MARGIN_OVER_PIXELS:.2f}):
+Margins: {record['score'] - b['random_init']:+.3f} over the untrained twin (required +{MARGIN_OVER_RANDOM:.2f}),
+{record['score'] - b['raw_pixels']:+.3f} over raw pixels (required +{MARGIN_OVER_PIXELS:.2f}):
 it {verdict} the zoo's bar.
 {_spurious_text(record)}{snap_text}
 ## Limitations
