@@ -28,7 +28,7 @@ from PIL import Image
 from vitscope.functional.correspondence import letterbox_geometry
 from vitscope.functional.tiling import stitch_tiles, tiling_plan
 from vitscope.hooks.tokens import tokens_to_grid
-from vitscope.models.preprocess import resample_filter, resize_crop
+from vitscope.models.preprocess import resample_filter, resize_crop, resize_crop_geometry
 from vitscope.models.spec import ModelSpec
 
 __all__ = ["FrameView", "LetterboxView", "LongSideView", "StandardView", "TiledView", "TokenGroup", "View"]
@@ -66,6 +66,17 @@ def normalise(images: list[Image.Image], spec: ModelSpec) -> torch.Tensor:
     return (x - mean) / std
 
 
+def _rescale(xy: np.ndarray, from_hw: tuple[int, int], to_hw: tuple[int, int]) -> np.ndarray:
+    """``[n, 2]`` (x, y) pixels of a ``from_hw`` image -> the same places after resizing it to ``to_hw``."""
+    pts = np.asarray(xy, dtype=np.float64).reshape(-1, 2)
+    return pts * np.array([to_hw[1] / from_hw[1], to_hw[0] / from_hw[0]])
+
+
+def _resize_crop_points(xy: np.ndarray, image_hw: tuple[int, int], spec: ModelSpec) -> np.ndarray:
+    new_hw, left, top = resize_crop_geometry(image_hw, spec)
+    return _rescale(xy, image_hw, new_hw) - np.array([left, top])
+
+
 class View(ABC):
     """Geometry from an original image to the token frame, and the forward passes that go with it."""
 
@@ -79,9 +90,9 @@ class View(ABC):
     def transform(self, image: Image.Image, spec: ModelSpec, resample: Image.Resampling | None = None) -> Image.Image:
         """Map an original image (or a mask as a mode ``"L"`` image) into the frame fed to the model."""
 
+    @abstractmethod
     def points(self, xy: np.ndarray, image_hw: tuple[int, int], spec: ModelSpec) -> np.ndarray:
         """Map ``[n, 2]`` (x, y) pixels of an original ``image_hw`` image into the token frame."""
-        raise NotImplementedError(f"{type(self).__name__} does not map keypoints; use LetterboxView")
 
     def tokens(self, images: list[Image.Image], spec: ModelSpec, forward: Forward) -> list[TokenGroup]:
         """Run the model on ``images`` (grouped by frame size) and return their tokens."""
@@ -116,6 +127,9 @@ class StandardView(View):
     def transform(self, image: Image.Image, spec: ModelSpec, resample: Image.Resampling | None = None) -> Image.Image:
         return resize_crop(image, spec, resample)
 
+    def points(self, xy: np.ndarray, image_hw: tuple[int, int], spec: ModelSpec) -> np.ndarray:
+        return _resize_crop_points(xy, image_hw, spec)
+
 
 @dataclass(frozen=True)
 class LongSideView(View):
@@ -126,14 +140,26 @@ class LongSideView(View):
     def describe(self, spec: ModelSpec) -> dict:
         return {**StandardView().describe(spec), "view": self.name}
 
-    def transform(self, image: Image.Image, spec: ModelSpec, resample: Image.Resampling | None = None) -> Image.Image:
+    @staticmethod
+    def reduced(image_hw: tuple[int, int], spec: ModelSpec) -> tuple[int, int]:
+        """``(height, width)`` after the reduction (images already small enough are not enlarged)."""
         side = max(spec.image_size)
-        w, h = image.size
-        if max(w, h) > side:  # "reduced": images already small enough are not enlarged here
-            s = side / max(w, h)
+        h, w = image_hw
+        if max(w, h) <= side:
+            return h, w
+        s = side / max(w, h)
+        return max(1, round(h * s)), max(1, round(w * s))
+
+    def transform(self, image: Image.Image, spec: ModelSpec, resample: Image.Resampling | None = None) -> Image.Image:
+        h, w = self.reduced((image.height, image.width), spec)
+        if (h, w) != (image.height, image.width):
             filt = resample if resample is not None else resample_filter(spec.interpolation)
-            image = image.resize((max(1, round(w * s)), max(1, round(h * s))), filt)
+            image = image.resize((w, h), filt)
         return resize_crop(image, spec, resample)
+
+    def points(self, xy: np.ndarray, image_hw: tuple[int, int], spec: ModelSpec) -> np.ndarray:
+        hw = self.reduced(image_hw, spec)
+        return _resize_crop_points(_rescale(xy, image_hw, hw), hw, spec)
 
 
 @dataclass(frozen=True)
@@ -187,6 +213,9 @@ class FrameView(View):
         h, w = self.size((image.height, image.width), spec)
         return image.resize((w, h), resample if resample is not None else Image.Resampling.BILINEAR)
 
+    def points(self, xy: np.ndarray, image_hw: tuple[int, int], spec: ModelSpec) -> np.ndarray:
+        return _rescale(xy, image_hw, self.size(image_hw, spec))
+
 
 @dataclass(frozen=True)
 class TiledView(View):
@@ -226,8 +255,7 @@ class TiledView(View):
             pts = self.inner.points(pts, image_hw, spec)
             probe = self.inner.transform(Image.new("L", (image_hw[1], image_hw[0])), spec)
             hw = (probe.height, probe.width)
-        new_h, new_w = tiling_plan(hw, spec.image_size, spec.patch_size, self.scale).resized
-        return pts * np.array([new_w / hw[1], new_h / hw[0]])
+        return _rescale(pts, hw, tiling_plan(hw, spec.image_size, spec.patch_size, self.scale).resized)
 
     def tokens(self, images: list[Image.Image], spec: ModelSpec, forward: Forward) -> list[TokenGroup]:
         out = []

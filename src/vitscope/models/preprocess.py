@@ -27,18 +27,27 @@ def resample_filter(name: str) -> Image.Resampling:
         raise ValueError(f"unknown interpolation '{name}'; use one of {', '.join(_RESAMPLE)}") from None
 
 
+def resize_crop_geometry(image_hw: tuple[int, int], spec: ModelSpec) -> tuple[tuple[int, int], int, int]:
+    """Where :func:`resize_crop` puts an ``image_hw`` image: ``((new_h, new_w), left, top)``.
+
+    The image is resized to ``(new_h, new_w)`` and the crop starts at column ``left``, row ``top``.
+    """
+    out_h, out_w = spec.image_size
+    short = spec.resize_size or max(out_h, out_w)
+    h, w = image_hw
+    scale = short / min(w, h)
+    new_w, new_h = max(out_w, round(w * scale)), max(out_h, round(h * scale))
+    return (new_h, new_w), (new_w - out_w) // 2, (new_h - out_h) // 2
+
+
 def resize_crop(image: Image.Image, spec: ModelSpec, resample: Image.Resampling | None = None) -> Image.Image:
     """Resize so the short side is ``spec.resize_size`` (default: the crop's long side), then centre crop.
 
     The same function is used for masks (pass ``resample=NEAREST``) so geometry always agrees.
     """
     out_h, out_w = spec.image_size
-    short = spec.resize_size or max(out_h, out_w)
-    w, h = image.size
-    scale = short / min(w, h)
-    new_w, new_h = max(out_w, round(w * scale)), max(out_h, round(h * scale))
+    (new_h, new_w), left, top = resize_crop_geometry((image.height, image.width), spec)
     image = image.resize((new_w, new_h), resample if resample is not None else resample_filter(spec.interpolation))
-    left, top = (new_w - out_w) // 2, (new_h - out_h) // 2
     return image.crop((left, top, left + out_w, top + out_h))
 
 
