@@ -6,7 +6,7 @@ import torch
 from vitscope.models.wrap import build_tiny_resnet, build_tiny_vit
 from vitscope.train.data import TensorImages, synthetic_split
 from vitscope.train.loop import LoopConfig, fit
-from vitscope.train.mae import MAERecipe, patchify, random_mask
+from vitscope.train.mae import MAEConfig, MAERecipe, patchify, random_mask
 from vitscope.train.metric import MetricConfig, MetricRecipe, make_metric_loss
 from vitscope.train.self_distill import SelfDistillConfig, SelfDistillRecipe
 from vitscope.train.supervised import SupervisedConfig, SupervisedRecipe
@@ -109,6 +109,53 @@ def test_background_swap_trains_and_needs_masks(data):
     with pytest.raises(ValueError, match="foreground masks"):
         fit(recipe, TensorImages(data.images, data.labels), LoopConfig(steps=1, batch_size=32, progress=False))
     fit(recipe, data, LoopConfig(steps=2, batch_size=32, progress=False))
+
+
+def _mae(**kw):
+    return MAERecipe(_small_vit(num_classes=0), MAEConfig(lr=3e-3, warmup=1, decoder_dim=32, **kw))
+
+
+def test_mae_foreground_loss_weights_patches_by_their_object_pixels(data):
+    recipe = _mae(foreground_loss=True)
+    assert recipe.needs_foreground
+    gen = lambda: torch.Generator().manual_seed(7)  # noqa: E731  same crops and masks in every call
+    with torch.no_grad():
+        plain = _mae().loss(data.images, data.labels, 0, gen())
+        everywhere = recipe.loss(data.images, data.labels, 0, gen(), torch.ones_like(data.foreground))
+        real = recipe.loss(data.images, data.labels, 0, gen(), data.foreground)
+    # Same decoder seed and draws: an all-object mask weights every patch 1 and gives MAE's loss back.
+    torch.testing.assert_close(everywhere, plain)
+    assert abs(float(real) - float(plain)) > 1e-4  # the real masks re-weight the patches
+    with pytest.raises(ValueError, match="foreground masks"):
+        recipe.loss(data.images, data.labels, 0, gen())
+
+
+@pytest.mark.parametrize("options", [{"foreground_loss": True}, {"background_swap": 1.0},
+                                     {"foreground_loss": True, "background_swap": 1.0}])
+def test_mae_mask_options_train_and_are_refused_without_masks(data, options):
+    with pytest.raises(ValueError, match="foreground masks"):
+        fit(_mae(**options), TensorImages(data.images, data.labels), LoopConfig(steps=1, batch_size=32, progress=False))
+    recipe = _mae(**options)
+    assert recipe.needs_foreground
+    with torch.no_grad():
+        before = float(recipe.loss(data.images, data.labels, 0, torch.Generator().manual_seed(123), data.foreground))
+    fit(recipe, data, LoopConfig(steps=12, batch_size=32, progress=False))
+    with torch.no_grad():
+        after = float(recipe.loss(data.images, data.labels, 0, torch.Generator().manual_seed(123), data.foreground))
+    assert after < before - 0.02
+
+
+def test_self_distill_final_momentum_sets_the_last_teacher_update():
+    recipe = SelfDistillRecipe(_small_vit(num_classes=0), _dino_config(momentum=0.9, final_momentum=0.5))
+    with torch.no_grad():
+        for p in recipe.student.parameters():
+            p.fill_(1.0)
+        for p in recipe.teacher.parameters():
+            p.fill_(0.0)
+    recipe.after_step(10, 10)  # the cosine ends at final_momentum: teacher = 0.5 * 0 + 0.5 * 1
+    assert all(torch.allclose(p, torch.full_like(p, 0.5)) for p in recipe.teacher.parameters())
+    recipe.after_step(0, 10)  # and starts at momentum: 0.9 * 0.5 + 0.1 * 1
+    assert all(torch.allclose(p, torch.full_like(p, 0.55)) for p in recipe.teacher.parameters())
 
 
 @pytest.mark.parametrize("loss", ["proxy_anchor", "arcface"])

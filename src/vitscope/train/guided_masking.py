@@ -81,9 +81,10 @@ class GuidedMAERecipe(MAERecipe):
         """The curriculum's ``rho`` at optimisation step ``step``."""
         return curriculum_rho(step // self.steps_per_epoch, self.every_epochs, self.levels)
 
-    def loss(self, images: torch.Tensor, labels: torch.Tensor, step: int, gen: torch.Generator) -> torch.Tensor:
+    def loss(self, images: torch.Tensor, labels: torch.Tensor, step: int, gen: torch.Generator,
+             foreground: torch.Tensor | None = None) -> torch.Tensor:
         self._step = step
-        return super().loss(images, labels, step, gen)
+        return super().loss(images, labels, step, gen, foreground)
 
     def encode_visible(self, pixels: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         spec = self._backbone.spec

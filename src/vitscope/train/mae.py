@@ -17,7 +17,7 @@ from torch import nn
 
 from vitscope.models.backbone import Backbone
 from vitscope.models.tiny import Block
-from vitscope.train.augment import random_resized_crop
+from vitscope.train.augment import random_resized_crop, swap_background
 from vitscope.train.data import normalise
 from vitscope.train.loop import Recipe, cosine_schedule
 from vitscope.train.supervised import decay_groups
@@ -38,6 +38,14 @@ class MAEConfig:
         lr, weight_decay, warmup: AdamW (betas 0.9, 0.95) with cosine decay.
         norm_pix_loss: normalise each target patch by its mean and variance.
         crop_scale: area range of the random resized crop.
+        foreground_loss: weight each masked patch's error by the fraction of its pixels inside the
+            foreground (the training set's object masks, cropped with the image), so that the encoder is
+            not paid to memorise background textures; needs ``TensorImages.foreground``. False (the
+            default) is MAE's loss.
+        background_swap: probability that an image's background is replaced by another batch image's
+            before cropping (:func:`~vitscope.train.augment.swap_background`); with ``foreground_loss`` the
+            background is then unrelated to the object and unpredictable, so nothing rewards encoding it.
+            Needs ``TensorImages.foreground``.
         seed: initialises the decoder.
     """
 
@@ -50,6 +58,8 @@ class MAEConfig:
     warmup: int = 200
     norm_pix_loss: bool = True
     crop_scale: tuple[float, float] = (0.2, 1.0)
+    foreground_loss: bool = False
+    background_swap: float = 0.0
     seed: int = 0
 
 
@@ -122,6 +132,7 @@ class MAERecipe(Recipe):
         self.patch = spec.patch_size
         self.decoder = MAEDecoder(spec.embed_dim, spec.grid, self.patch, config.decoder_dim, config.decoder_depth,
                                   config.decoder_heads, config.seed)
+        self.needs_foreground = config.foreground_loss or config.background_swap > 0
 
     def modules(self) -> dict[str, nn.Module]:
         return {"model": self.model, "decoder": self.decoder}
@@ -151,10 +162,19 @@ class MAERecipe(Recipe):
         latent = m.norm(m.blocks(m.norm_pre(torch.cat([prefix, visible], dim=1))))
         return latent, ids_keep
 
-    def loss(self, images: torch.Tensor, labels: torch.Tensor, step: int, gen: torch.Generator) -> torch.Tensor:
+    def loss(self, images: torch.Tensor, labels: torch.Tensor, step: int, gen: torch.Generator,
+             foreground: torch.Tensor | None = None) -> torch.Tensor:
         spec = self._backbone.spec
-        x = normalise(random_resized_crop(images.float() / 255.0, spec.image_size[0], self.config.crop_scale, gen),
-                      spec.mean, spec.std)
+        x = images.float() / 255.0
+        if self.needs_foreground:
+            if foreground is None:
+                raise ValueError("foreground_loss and background_swap need the batch's foreground masks")
+            if self.config.background_swap > 0:
+                x = swap_background(x, foreground, gen, p=self.config.background_swap)
+            x = torch.cat([x, foreground.unsqueeze(1).to(x.dtype)], dim=1)  # cropped with the image
+        x = random_resized_crop(x, spec.image_size[0], self.config.crop_scale, gen)
+        x, fg = x[:, :3], x[:, 3:]
+        x = normalise(x, spec.mean, spec.std)
         latent, ids_keep = self.encode_visible(x, gen)
         target = patchify(x, self.patch)
         pred = self.decoder(latent, ids_keep, target.shape[1], self.model.num_prefix_tokens)
@@ -164,7 +184,9 @@ class MAERecipe(Recipe):
         per_patch = ((pred - target) ** 2).mean(-1)  # [B, L]
         masked = torch.ones_like(per_patch)
         masked.scatter_(1, ids_keep, 0.0)
-        return (per_patch * masked).sum() / masked.sum()
+        if self.config.foreground_loss:
+            masked = masked * patchify(fg, self.patch).mean(-1)  # foreground fraction of each patch
+        return (per_patch * masked).sum() / masked.sum().clamp_min(1e-6)
 
     def backbone(self) -> Backbone:
         return self._backbone

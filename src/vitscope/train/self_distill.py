@@ -44,7 +44,9 @@ class SelfDistillConfig:
         teacher_temp, warmup_teacher_temp, teacher_temp_warmup: teacher sharpening, warmed up linearly
             over that fraction of training.
         center_momentum: EMA of the centre.
-        momentum: teacher EMA momentum at the start (raised to 1 with a cosine).
+        momentum: teacher EMA momentum at the start, raised to ``final_momentum`` with a cosine (DINO: 1).
+            In a short run a final momentum near 1 freezes the teacher (the kept model) for the last
+            fraction of training while the student still learns.
         lr, weight_decay, warmup, grad_clip: AdamW with cosine decay.
         freeze_last_layer: steps during which the prototypes stay fixed (DINO's stabiliser for the start).
         seed: initialises the projection head.
@@ -67,6 +69,7 @@ class SelfDistillConfig:
     teacher_temp_warmup: float = 0.3
     center_momentum: float = 0.9
     momentum: float = 0.996
+    final_momentum: float = 1.0
     lr: float = 5e-4
     weight_decay: float = 0.04
     warmup: int = 150
@@ -192,7 +195,8 @@ class SelfDistillRecipe(Recipe):
         return total / terms
 
     def after_step(self, step: int, steps: int) -> None:
-        m = 1 - (1 - self.config.momentum) * (math.cos(math.pi * step / steps) + 1) / 2
+        c = self.config
+        m = c.final_momentum - (c.final_momentum - c.momentum) * (math.cos(math.pi * step / steps) + 1) / 2
         with torch.no_grad():
             for ps, pt in zip(self.student.parameters(), self.teacher.parameters(), strict=True):
                 pt.mul_(m).add_(ps.detach(), alpha=1 - m)
