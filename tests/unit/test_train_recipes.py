@@ -118,7 +118,7 @@ def _mae(**kw):
 def test_mae_foreground_loss_weights_patches_by_their_object_pixels(data):
     recipe = _mae(foreground_loss=True)
     assert recipe.needs_foreground
-    gen = lambda: torch.Generator().manual_seed(7)  # noqa: E731  same crops and masks in every call
+    gen = lambda: torch.Generator().manual_seed(7)
     with torch.no_grad():
         plain = _mae().loss(data.images, data.labels, 0, gen())
         everywhere = recipe.loss(data.images, data.labels, 0, gen(), torch.ones_like(data.foreground))

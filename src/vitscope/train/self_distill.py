@@ -17,8 +17,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitscope.models.backbone import Backbone
-from vitscope.train.augment import (color_jitter, gaussian_blur, grayscale, random_resized_crop, solarize,
-                                    swap_background)
+from vitscope.train.augment import (
+    color_jitter,
+    gaussian_blur,
+    grayscale,
+    random_resized_crop,
+    solarize,
+    swap_background,
+)
 from vitscope.train.data import normalise
 from vitscope.train.loop import Recipe, cosine_schedule
 from vitscope.train.supervised import decay_groups
