@@ -114,6 +114,12 @@ class Recipe(ABC):
         """Clip the global gradient norm to this value (None: no clipping)."""
         return None
 
+    def require_foreground(self, foreground: torch.Tensor | None) -> torch.Tensor:
+        """The batch's masks, or a ValueError when this configuration needs them and got none."""
+        if foreground is None:
+            raise ValueError(f"{self.name}: this configuration needs the batch's foreground masks")
+        return foreground
+
     def snapshot_module(self) -> nn.Module:
         """The module whose weights are snapshotted (default: the backbone's model)."""
         return self.backbone().model

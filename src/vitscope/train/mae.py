@@ -167,8 +167,7 @@ class MAERecipe(Recipe):
         spec = self._backbone.spec
         x = images.float() / 255.0
         if self.needs_foreground:
-            if foreground is None:
-                raise ValueError("foreground_loss and background_swap need the batch's foreground masks")
+            foreground = self.require_foreground(foreground)
             if self.config.background_swap > 0:
                 x = swap_background(x, foreground, gen, p=self.config.background_swap)
             x = torch.cat([x, foreground.unsqueeze(1).to(x.dtype)], dim=1)  # cropped with the image

@@ -178,8 +178,8 @@ class SelfDistillRecipe(Recipe):
     def loss(self, images: torch.Tensor, labels: torch.Tensor, step: int, gen: torch.Generator,
              foreground: torch.Tensor | None = None) -> torch.Tensor:
         c = self.config
-        if self.needs_foreground and foreground is None:
-            raise ValueError("background_swap needs the batch's foreground masks")
+        if self.needs_foreground:
+            self.require_foreground(foreground)
         self.student.head.last.requires_grad_(step >= c.freeze_last_layer)  # no gradient -> AdamW skips it
         globals_, locals_ = self._views(images, gen, foreground)
         with torch.no_grad():
