@@ -5,6 +5,7 @@ import torch
 
 from vitscope.train.augment import (
     color_jitter,
+    foreground_points,
     gaussian_blur,
     grayscale,
     random_erasing,
@@ -140,3 +141,32 @@ def test_swap_background_off_single_image_and_bad_masks():
     assert torch.equal(swap_background(x[:1], fg[:1], torch.Generator().manual_seed(0)), x[:1])
     with pytest.raises(ValueError, match="foreground must be"):
         swap_background(x, fg[:, :4], torch.Generator())
+
+
+def test_foreground_points_fall_on_the_only_object_pixel_or_anywhere_without_one():
+    fg = torch.zeros(3, 8, 8, dtype=torch.bool)
+    fg[0, 6, 1] = True  # row 6, column 1: centre ((2 * 1 + 1) / 8 - 1, (2 * 6 + 1) / 8 - 1)
+    fg[1, :, 5:] = True
+    points = foreground_points(fg, torch.Generator().manual_seed(0))
+    assert points[0].tolist() == pytest.approx([-0.625, 0.625])
+    assert points[1, 0] > 0.25  # column >= 5
+    many = foreground_points(fg[2:].expand(400, 8, 8), torch.Generator().manual_seed(1))  # no object: uniform
+    assert many.min() == pytest.approx(-0.875) and many.max() == pytest.approx(0.875)
+    assert abs(float(many.mean())) < 0.1
+
+
+def test_crop_centred_on_a_point_samples_around_it_and_stays_inside():
+    x = torch.zeros(2, 3, 8, 8)
+    x[0, :, 6, 1] = 1.0
+    centre = torch.tensor([[-0.625, 0.625], [float("nan"), float("nan")]])
+    # a one-pixel box on pixel (6, 1), read at 2 x 2 points a quarter pixel from its centre: 0.75 * 0.75 each
+    y = random_resized_crop(x, 2, (1 / 64, 1 / 64), torch.Generator().manual_seed(0), ratio=(1.0, 1.0), flip=0.0,
+                            centre=centre)
+    assert torch.allclose(y[0], torch.full((3, 2, 2), 0.5625))
+    plain = random_resized_crop(x, 2, (1 / 64, 1 / 64), torch.Generator().manual_seed(0), ratio=(1.0, 1.0), flip=0.0)
+    assert torch.equal(y[1], plain[1])  # a NaN row keeps the random centre
+    corner = torch.tensor([[1.0, 1.0], [-1.0, -1.0]])  # a half-image box cannot be centred on the corner
+    z = random_resized_crop(torch.arange(64.0).view(1, 1, 8, 8).expand(2, 3, 8, 8).contiguous(), 4, (0.25, 0.25),
+                            torch.Generator().manual_seed(0), ratio=(1.0, 1.0), flip=0.0, centre=corner)
+    grid = torch.arange(64.0).view(8, 8)
+    assert torch.allclose(z[0, 0], grid[4:, 4:]) and torch.allclose(z[1, 0], grid[:4, :4])  # moved inside

@@ -111,6 +111,27 @@ def test_background_swap_trains_and_needs_masks(data):
     fit(recipe, data, LoopConfig(steps=2, batch_size=32, progress=False))
 
 
+def test_local_crops_on_objects_always_show_part_of_an_object():
+    # A white 4 x 4 object in the corner of black 32 px images; local crops of 2-4% of the area
+    b, size = 32, 32
+    images = torch.zeros(b, 3, size, size, dtype=torch.uint8)
+    images[:, :, :4, :4] = 255
+    fg = images[:, 0] > 0
+    backbone = _small_vit(num_classes=0)
+    mean, std = backbone.spec.mean[0], backbone.spec.std[0]
+
+    def share_with_object(on_object):
+        recipe = SelfDistillRecipe(backbone, _dino_config(
+            local_on_object=on_object, local_scale=(0.02, 0.04), jitter=(0.0, 0.0, 0.0, 0.0), grayscale=0.0))
+        assert recipe.needs_foreground == (on_object > 0)
+        _, locals_ = recipe._views(images, torch.Generator().manual_seed(0), fg if on_object else None)
+        white = locals_[:, 0] * std + mean > 0.25  # blur softens the edges only
+        return white.flatten(1).any(1).float().mean()
+
+    assert share_with_object(1.0) == 1.0
+    assert share_with_object(0.0) < 0.2  # placed uniformly, few crops reach the corner
+
+
 def _mae(**kw):
     return MAERecipe(_small_vit(num_classes=0), MAEConfig(lr=3e-3, warmup=1, decoder_dim=32, **kw))
 

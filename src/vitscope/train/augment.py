@@ -11,8 +11,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-__all__ = ["color_jitter", "gaussian_blur", "grayscale", "random_erasing", "random_resized_crop", "rotate_hue",
-           "solarize", "swap_background"]
+__all__ = ["color_jitter", "foreground_points", "gaussian_blur", "grayscale", "random_erasing", "random_resized_crop",
+           "rotate_hue", "solarize", "swap_background"]
 
 _LUMA = (0.299, 0.587, 0.114)
 
@@ -27,7 +27,7 @@ def _chance(n: int, p: float, gen: torch.Generator) -> torch.Tensor:
 
 def random_resized_crop(
     x: torch.Tensor, size: int, scale: tuple[float, float], gen: torch.Generator,
-    ratio: tuple[float, float] = (3 / 4, 4 / 3), flip: float = 0.5,
+    ratio: tuple[float, float] = (3 / 4, 4 / 3), flip: float = 0.5, centre: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Crop a random box of each image (area fraction in ``scale``, aspect in ``ratio``), resize to ``size``.
 
@@ -41,6 +41,9 @@ def random_resized_crop(
         gen: random generator.
         ratio: range of the box aspect ratio (width / height), sampled log-uniformly.
         flip: probability of a horizontal flip.
+        centre: optional ``[B, 2]`` box centres ``(x, y)`` in ``[-1, 1]`` image coordinates (e.g. from
+            :func:`foreground_points`), moved just enough to keep each box inside the image; rows of NaN keep
+            the random centre. The random centres are still drawn, so the other parameters do not depend on it.
 
     Returns:
         ``[B, 3, size, size]``.
@@ -53,6 +56,10 @@ def random_resized_crop(
     h = torch.sqrt(area / r).clamp(max=1.0)
     cx = (torch.rand(b, generator=gen) * 2 - 1) * (1 - w)  # centre in [-1, 1] coordinates
     cy = (torch.rand(b, generator=gen) * 2 - 1) * (1 - h)
+    if centre is not None:
+        given = centre.cpu().float()
+        cx = torch.where(given[:, 0].isnan(), cx, torch.maximum(torch.minimum(given[:, 0], 1 - w), w - 1))
+        cy = torch.where(given[:, 1].isnan(), cy, torch.maximum(torch.minimum(given[:, 1], 1 - h), h - 1))
     sign = torch.where(torch.rand(b, generator=gen) < flip, -1.0, 1.0)
     theta = torch.zeros(b, 2, 3)
     theta[:, 0, 0], theta[:, 0, 2] = w * sign, cx
@@ -170,6 +177,29 @@ def random_erasing(
     inside_c = (cols[None] >= left[:, None]) & (cols[None] < (left + bw)[:, None])  # [B, W]
     box = (inside_r[:, :, None] & inside_c[:, None, :]) & apply.view(b, 1, 1)
     return torch.where(box[:, None].to(x.device), noise, x)
+
+
+def foreground_points(foreground: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """One uniformly drawn foreground pixel per image, as a crop centre for :func:`random_resized_crop`.
+
+    Object-aware cropping (Mishra et al. 2022, "Object-aware cropping for self-supervised learning"): a
+    small crop centred on an object pixel always shows part of an object, where a uniformly placed one
+    often shows background only. An image without foreground gets a uniformly drawn pixel.
+
+    Args:
+        foreground: ``[B, H, W]`` bool (or 0/1) masks.
+        gen: random generator.
+
+    Returns:
+        ``[B, 2]`` float centres ``(x, y)`` of the drawn pixels in ``[-1, 1]`` coordinates (pixel centres,
+        as ``grid_sample`` with ``align_corners=False``).
+    """
+    b, h, w = foreground.shape
+    weights = foreground.reshape(b, h * w).cpu().float()
+    weights[weights.sum(1) == 0] = 1.0
+    index = torch.multinomial(weights, 1, generator=gen).squeeze(1)
+    rows, cols = index // w, index % w
+    return torch.stack([(2 * cols.float() + 1) / w - 1, (2 * rows.float() + 1) / h - 1], dim=1)
 
 
 def swap_background(x: torch.Tensor, foreground: torch.Tensor, gen: torch.Generator, p: float = 1.0) -> torch.Tensor:

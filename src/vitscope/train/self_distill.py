@@ -19,6 +19,7 @@ from torch import nn
 from vitscope.models.backbone import Backbone
 from vitscope.train.augment import (
     color_jitter,
+    foreground_points,
     gaussian_blur,
     grayscale,
     random_resized_crop,
@@ -46,6 +47,9 @@ class SelfDistillConfig:
             before cropping (:func:`~vitscope.train.augment.swap_background`); needs the training set's
             foreground masks. 0 (the default) is DINO's recipe.
         global_scale, local_scale: area ranges of the global and local crops.
+        local_on_object: probability that a local crop is centred on a random object pixel
+            (:func:`~vitscope.train.augment.foreground_points`, object-aware cropping) rather than placed
+            uniformly; needs the foreground masks. 0 (the default) is DINO's recipe.
         student_temp: student softmax temperature.
         teacher_temp, warmup_teacher_temp, teacher_temp_warmup: teacher sharpening, warmed up linearly
             over that fraction of training.
@@ -65,6 +69,7 @@ class SelfDistillConfig:
     local_size: int = 32
     global_scale: tuple[float, float] = (0.4, 1.0)
     local_scale: tuple[float, float] = (0.1, 0.4)
+    local_on_object: float = 0.0
     jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.2, 0.0)
     grayscale: float = 0.2
     solarize: float = 0.2
@@ -134,7 +139,7 @@ class SelfDistillRecipe(Recipe):
         for p in self.teacher.parameters():
             p.requires_grad_(False)
         self.centre = _Centre(c.out_dim)
-        self.needs_foreground = c.background_swap > 0
+        self.needs_foreground = c.background_swap > 0 or c.local_on_object > 0
 
     def modules(self) -> dict[str, nn.Module]:
         return {"student": self.student, "teacher": self.teacher, "centre": self.centre}
@@ -155,18 +160,21 @@ class SelfDistillRecipe(Recipe):
         x = images.float() / 255.0
         size = spec.image_size[0]
 
-        def view(out: int, scale: tuple[float, float], blur: float, sol: float) -> torch.Tensor:
-            v = x
+        def view(out: int, scale: tuple[float, float], blur: float, sol: float, on_object: float = 0.0) -> torch.Tensor:
+            v, centre = x, None
             if c.background_swap > 0:  # skipped at 0 so that DINO's recipe draws the same random numbers
                 v = swap_background(x, foreground, gen, p=c.background_swap)
-            v = random_resized_crop(v, out, scale, gen)
+            if on_object > 0:
+                centre = foreground_points(foreground, gen)
+                centre[torch.rand(len(x), generator=gen) >= on_object] = float("nan")
+            v = random_resized_crop(v, out, scale, gen, centre=centre)
             bri, con, sat, hue = c.jitter
             v = grayscale(color_jitter(v, gen, bri, con, sat, hue=hue), gen, p=c.grayscale)
             v = solarize(gaussian_blur(v, gen, p=blur), gen, p=sol)
             return normalise(v, spec.mean, spec.std)
 
         globals_ = torch.cat([view(size, c.global_scale, 1.0, 0.0), view(size, c.global_scale, 0.1, c.solarize)])
-        locals_ = [view(c.local_size, c.local_scale, 0.5, 0.0) for _ in range(c.local_crops)]
+        locals_ = [view(c.local_size, c.local_scale, 0.5, 0.0, c.local_on_object) for _ in range(c.local_crops)]
         return globals_, torch.cat(locals_) if locals_ else globals_[:0]
 
     def _teacher_temp(self, step: int, steps: int) -> float:
