@@ -143,21 +143,25 @@ def test_swap_background_off_single_image_and_bad_masks():
         swap_background(x, fg[:, :4], torch.Generator())
 
 
-def test_foreground_points_fall_on_the_only_object_pixel_or_anywhere_without_one():
+def test_foreground_points_fall_on_object_pixels_and_are_nan_without_one():
     fg = torch.zeros(3, 8, 8, dtype=torch.bool)
     fg[0, 6, 1] = True  # row 6, column 1: centre ((2 * 1 + 1) / 8 - 1, (2 * 6 + 1) / 8 - 1)
     fg[1, :, 5:] = True
     points = foreground_points(fg, torch.Generator().manual_seed(0))
     assert points[0].tolist() == pytest.approx([-0.625, 0.625])
     assert points[1, 0] > 0.25  # column >= 5
-    many = foreground_points(fg[2:].expand(400, 8, 8), torch.Generator().manual_seed(1))  # no object: uniform
-    assert many.min() == pytest.approx(-0.875) and many.max() == pytest.approx(0.875)
-    assert abs(float(many.mean())) < 0.1
+    assert points[2].isnan().all()  # no object: the crop is placed at random
+    many = foreground_points(fg[1:2].expand(400, 8, 8).float(), torch.Generator().manual_seed(1))
+    assert sorted(set(many[:, 0].tolist())) == pytest.approx([0.375, 0.625, 0.875])  # columns 5, 6, 7 only
+    assert many[:, 1].min() == pytest.approx(-0.875) and many[:, 1].max() == pytest.approx(0.875)  # every row
+    with pytest.raises(ValueError, match=r"\[B, H, W\]"):
+        foreground_points(fg[0], torch.Generator())
 
 
 def test_crop_centred_on_a_point_samples_around_it_and_stays_inside():
     x = torch.zeros(2, 3, 8, 8)
     x[0, :, 6, 1] = 1.0
+    x[1] = torch.arange(64.0).view(8, 8)
     centre = torch.tensor([[-0.625, 0.625], [float("nan"), float("nan")]])
     # a one-pixel box on pixel (6, 1), read at 2 x 2 points a quarter pixel from its centre: 0.75 * 0.75 each
     y = random_resized_crop(x, 2, (1 / 64, 1 / 64), torch.Generator().manual_seed(0), ratio=(1.0, 1.0), flip=0.0,
@@ -165,6 +169,10 @@ def test_crop_centred_on_a_point_samples_around_it_and_stays_inside():
     assert torch.allclose(y[0], torch.full((3, 2, 2), 0.5625))
     plain = random_resized_crop(x, 2, (1 / 64, 1 / 64), torch.Generator().manual_seed(0), ratio=(1.0, 1.0), flip=0.0)
     assert torch.equal(y[1], plain[1])  # a NaN row keeps the random centre
+    assert not torch.equal(y[0], plain[0])
+    nan = torch.full((2, 2), float("nan"))  # all-NaN centres leave every random draw as without them
+    assert torch.equal(random_resized_crop(x, 4, (0.1, 0.5), torch.Generator().manual_seed(5), centre=nan),
+                       random_resized_crop(x, 4, (0.1, 0.5), torch.Generator().manual_seed(5)))
     corner = torch.tensor([[1.0, 1.0], [-1.0, -1.0]])  # a half-image box cannot be centred on the corner
     z = random_resized_crop(torch.arange(64.0).view(1, 1, 8, 8).expand(2, 3, 8, 8).contiguous(), 4, (0.25, 0.25),
                             torch.Generator().manual_seed(0), ratio=(1.0, 1.0), flip=0.0, centre=corner)

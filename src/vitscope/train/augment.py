@@ -1,7 +1,8 @@
 """Batched, seeded image augmentations on tensors (no torchvision).
 
-Every function takes float images ``[B, 3, H, W]`` in [0, 1] and a ``torch.Generator`` and draws its
-per-image parameters from that generator only, so a recipe's augmentations repeat exactly for a seed.
+Every function takes float images ``[B, 3, H, W]`` in [0, 1] (:func:`foreground_points` their object masks
+``[B, H, W]``) and a ``torch.Generator`` and draws its per-image parameters from that generator only, so a
+recipe's augmentations repeat exactly for a seed.
 """
 
 from __future__ import annotations
@@ -184,22 +185,26 @@ def foreground_points(foreground: torch.Tensor, gen: torch.Generator) -> torch.T
 
     Object-aware cropping (Mishra et al. 2022, "Object-aware cropping for self-supervised learning"): a
     small crop centred on an object pixel always shows part of an object, where a uniformly placed one
-    often shows background only. An image without foreground gets a uniformly drawn pixel.
+    often shows background only.
 
     Args:
         foreground: ``[B, H, W]`` bool (or 0/1) masks.
         gen: random generator.
 
     Returns:
-        ``[B, 2]`` float centres ``(x, y)`` of the drawn pixels in ``[-1, 1]`` coordinates (pixel centres,
-        as ``grid_sample`` with ``align_corners=False``).
+        ``[B, 2]`` float CPU centres ``(x, y)`` of the drawn pixels in ``[-1, 1]`` coordinates (pixel centres,
+        as ``grid_sample`` with ``align_corners=False``); NaN for an image without foreground, which
+        :func:`random_resized_crop` then places at random.
     """
+    if foreground.dim() != 3:
+        raise ValueError(f"foreground must be [B, H, W], got {tuple(foreground.shape)}")
     b, h, w = foreground.shape
-    weights = foreground.reshape(b, h * w).cpu().float()
-    weights[weights.sum(1) == 0] = 1.0
-    index = torch.multinomial(weights, 1, generator=gen).squeeze(1)
+    weights = foreground.reshape(b, h * w).float().cpu()
+    empty = weights.sum(1) == 0
+    index = torch.multinomial(torch.where(empty[:, None], 1.0, weights), 1, generator=gen).squeeze(1)
     rows, cols = index // w, index % w
-    return torch.stack([(2 * cols.float() + 1) / w - 1, (2 * rows.float() + 1) / h - 1], dim=1)
+    points = torch.stack([(2 * cols.float() + 1) / w - 1, (2 * rows.float() + 1) / h - 1], dim=1)
+    return points.masked_fill(empty[:, None], float("nan"))
 
 
 def swap_background(x: torch.Tensor, foreground: torch.Tensor, gen: torch.Generator, p: float = 1.0) -> torch.Tensor:
