@@ -146,3 +146,13 @@ def test_zoo_build_core_leaves_out_the_extras(monkeypatch, tmp_path):
                                                                                    "tiny-resnet-sup"}
     both = CliRunner().invoke(app, ["zoo", "build", "tiny-vit-sup", "--core", "--dir", str(tmp_path)])
     assert both.exit_code == 2
+
+
+def test_parallel_builds_start_with_the_longest_recorded_training(tmp_path):
+    from vitscope.zoo.build import longest_first
+    from vitscope.zoo.store import write_manifest
+
+    write_manifest(tmp_path, {"format": 1, "files": {}, "models": {
+        "short": {"train_seconds": 10.0}, "long": {"train_seconds": 300.0}, "mid": {"train_seconds": 50.0}}})
+    assert longest_first(["new", "short", "long", "other", "mid"], tmp_path) == ["long", "mid", "short", "new",
+                                                                                 "other"]

@@ -37,7 +37,7 @@ from vitscope.zoo.store import (
     zoo_dir,
 )
 
-__all__ = ["BUILD_THREADS", "build", "build_many", "make_recipe", "training_set"]
+__all__ = ["BUILD_THREADS", "build", "build_many", "longest_first", "make_recipe", "training_set"]
 
 
 @lru_cache(maxsize=1)
@@ -186,13 +186,24 @@ def _ship(entry: ZooEntry, out: Path, model: torch.nn.Module, snapshots: dict, r
     write_card(out, record)
 
 
+def longest_first(names: list[str], directory: str | os.PathLike | None = None) -> list[str]:
+    """``names`` by their last recorded training time, longest first; models never built keep their order last.
+
+    Parallel builds end sooner when the long ones start first (longest-processing-time scheduling). The
+    times come from ``directory``'s manifest, else from the default zoo's.
+    """
+    recorded = {**read_manifest(zoo_dir())["models"], **read_manifest(zoo_dir(directory))["models"]}
+    return sorted(names, key=lambda n: -float(recorded.get(n, {}).get("train_seconds", 0.0)))
+
+
 def build_many(names: list[str], directory: str | os.PathLike | None = None, jobs: int = 1,
                steps: int | None = None) -> Iterator[dict[str, Any]]:
-    """Build ``names`` with up to ``jobs`` parallel processes; yield records as builds finish."""
+    """Build ``names`` with up to ``jobs`` parallel processes, longest first; yield records as builds finish."""
     if jobs <= 1 or len(names) <= 1:
         for n in names:
             yield build(n, directory, steps=steps)
         return
+    names = longest_first(names, directory)
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
