@@ -59,8 +59,8 @@ def random_resized_crop(
     cy = (torch.rand(b, generator=gen) * 2 - 1) * (1 - h)
     if centre is not None:
         given = centre.cpu().float()
-        cx = torch.where(given[:, 0].isnan(), cx, torch.maximum(torch.minimum(given[:, 0], 1 - w), w - 1))
-        cy = torch.where(given[:, 1].isnan(), cy, torch.maximum(torch.minimum(given[:, 1], 1 - h), h - 1))
+        cx = torch.where(given[:, 0].isnan(), cx, given[:, 0].clamp(w - 1, 1 - w))
+        cy = torch.where(given[:, 1].isnan(), cy, given[:, 1].clamp(h - 1, 1 - h))
     sign = torch.where(torch.rand(b, generator=gen) < flip, -1.0, 1.0)
     theta = torch.zeros(b, 2, 3)
     theta[:, 0, 0], theta[:, 0, 2] = w * sign, cx
