@@ -1,5 +1,7 @@
 """Every training recipe lowers its loss in a few steps; the loop is seeded, resumable and snapshots."""
 
+import math
+
 import pytest
 import torch
 
@@ -8,7 +10,7 @@ from vitscope.train.data import TensorImages, synthetic_split
 from vitscope.train.loop import LoopConfig, fit
 from vitscope.train.mae import MAEConfig, MAERecipe, patchify, random_mask
 from vitscope.train.metric import MetricConfig, MetricRecipe, make_metric_loss
-from vitscope.train.self_distill import SelfDistillConfig, SelfDistillRecipe
+from vitscope.train.self_distill import SelfDistillConfig, SelfDistillRecipe, koleo_loss
 from vitscope.train.supervised import SupervisedConfig, SupervisedRecipe
 
 
@@ -177,6 +179,34 @@ def test_self_distill_final_momentum_sets_the_last_teacher_update():
     assert all(torch.allclose(p, torch.full_like(p, 0.5)) for p in recipe.teacher.parameters())
     recipe.after_step(0, 10)  # and starts at momentum: 0.9 * 0.5 + 0.1 * 1
     assert all(torch.allclose(p, torch.full_like(p, 0.55)) for p in recipe.teacher.parameters())
+
+
+def test_koleo_loss_is_minus_the_mean_log_nearest_neighbour_distance():
+    # three unit vectors on a half circle: every nearest neighbour is sqrt(2) away
+    points = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
+    assert koleo_loss(points * 3.0).item() == pytest.approx(-math.log(math.sqrt(2.0)), abs=1e-6)
+    # a pair squeezed together raises it; identical rows stay finite
+    squeezed = torch.tensor([[1.0, 0.0], [0.995, 0.0998], [-1.0, 0.0]])
+    assert koleo_loss(squeezed) > koleo_loss(points)
+    assert torch.isfinite(koleo_loss(torch.ones(4, 3)))
+
+
+def test_self_distill_koleo_spreads_the_students_features(data):
+    def spread_after(koleo):
+        recipe = SelfDistillRecipe(_small_vit(num_classes=0), _dino_config(koleo=koleo))
+        fit(recipe, data, LoopConfig(steps=6, batch_size=32, seed=1, progress=False))
+        with torch.no_grad():
+            images = data.images[:32].float() / 255.0
+            return koleo_loss(recipe.student.model.forward_features(images)[:, 0]).item()
+
+    assert spread_after(1.0) < spread_after(0.0) - 0.05
+
+
+def test_self_distill_global_crops_take_their_own_size(data):
+    recipe = SelfDistillRecipe(_small_vit(num_classes=0), _dino_config(global_size=24))
+    globals_, locals_ = recipe._views(data.images[:4], torch.Generator().manual_seed(0))
+    assert globals_.shape == (8, 3, 24, 24) and locals_.shape == (8, 3, 16, 16)
+    assert torch.isfinite(recipe.loss(data.images[:4], data.labels[:4], 0, torch.Generator().manual_seed(0)))
 
 
 @pytest.mark.parametrize("loss", ["proxy_anchor", "arcface"])

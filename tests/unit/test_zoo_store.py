@@ -115,6 +115,31 @@ def test_a_whole_build_trains_scores_ships_and_loads(tmp_path, monkeypatch):
         record["baselines"]["random_init"], abs=1e-9)
 
 
+@pytest.mark.parametrize("math", [False, True])
+def test_build_trains_with_the_attention_kernel_of_the_entry(tmp_path, monkeypatch, math):
+    import dataclasses
+
+    from vitscope.zoo import build as build_module
+
+    monkeypatch.setattr(heldout, "BANK_SIZE", 40)
+    monkeypatch.setattr(heldout, "TEST_SIZE", 30)
+    heldout.heldout_sets.cache_clear()
+    configs = []
+
+    def spy(recipe, data, config, _fit=build_module.fit):
+        configs.append(config)
+        return _fit(recipe, data, config)
+
+    monkeypatch.setattr(build_module, "fit", spy)
+    entry = dataclasses.replace(TINY, math_attention=math, snapshot_steps=())
+    record = build(entry, tmp_path, progress=False)
+    heldout.heldout_sets.cache_clear()
+    assert [c.math_attention for c in configs] == [math]
+    assert record["entry"]["math_attention"] is math
+    card = (tmp_path / "cards" / "test-tiny-sup.md").read_text()
+    assert ("explicit attention" in card) is math
+
+
 def test_zoo_list_cli_reports_built_and_unbuilt(tmp_path):
     _ship(tmp_path)
     manifest = read_manifest(tmp_path)

@@ -4,7 +4,9 @@ The timm-layout adapter is tested on these, so their module names must stay timm
 ``patch_embed.proj``, ``cls_token``, ``reg_token``, ``pos_embed``, ``norm_pre``,
 ``blocks[i].norm1 / attn.qkv / attn.q_norm / attn.k_norm / attn.proj / ls1 / norm2 /
 mlp.fc1 / mlp.act / mlp.fc2 / ls2``, ``norm``, ``fc_norm``, ``head``. Attention uses the fused
-``scaled_dot_product_attention`` kernel unless ``fused_attn`` is False, as in timm.
+``scaled_dot_product_attention`` kernel unless ``fused_attn`` is False, as in timm. The explicit path
+(:func:`explicit_attention`) keeps logits and softmax in float32 even under autocast, as the fused kernel
+does: with bfloat16 logits the attention output's error would be about twice the fused kernel's.
 """
 
 from __future__ import annotations
@@ -47,6 +49,26 @@ class PatchEmbed(nn.Module):
         return self.proj(x).permute(0, 2, 3, 1)
 
 
+def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                       dropout: nn.Module | None = None) -> torch.Tensor:
+    """``softmax(q k^T * scale) v`` with logits and softmax in float32, also under autocast.
+
+    Args:
+        q, k, v: ``[B, heads, N, head_dim]``.
+        scale: logit scale (``head_dim ** -0.5``).
+        dropout: applied to the attention weights (training).
+
+    Returns:
+        ``[B, heads, N, head_dim]`` in ``v``'s dtype.
+    """
+    with torch.autocast(q.device.type, enabled=False):
+        attn = (q.float() * scale) @ k.float().transpose(-2, -1)
+        attn = attn.softmax(dim=-1)
+        if dropout is not None:
+            attn = dropout(attn)
+        return (attn @ v.float()).to(v.dtype)
+
+
 class Attention(nn.Module):
     def __init__(self, dim: int, num_heads: int) -> None:
         super().__init__()
@@ -69,9 +91,7 @@ class Attention(nn.Module):
         if self.fused_attn:
             x = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_drop.p if self.training else 0.0)
         else:
-            attn = (q * self.scale) @ k.transpose(-2, -1)
-            attn = self.attn_drop(attn.softmax(dim=-1))
-            x = attn @ v
+            x = explicit_attention(q, k, v, self.scale, self.attn_drop)
         return self.proj_drop(self.proj(x.transpose(1, 2).reshape(b, n, c)))
 
 

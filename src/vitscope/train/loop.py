@@ -14,6 +14,7 @@ import os
 import sys
 import time
 from abc import ABC, abstractmethod
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,10 @@ class LoopConfig:
             logs, one line per 10% of training).
         autocast: ``"bf16"`` runs the forward passes under bfloat16 autocast (about 1.7x faster on CPUs
             with AVX-512 BF16; weights, optimiser and losses stay float32), None for float32 throughout.
+        math_attention: while training, modules with a timm-style ``fused_attn`` switch compute attention as
+            explicit products and softmax instead of the fused kernel. For the tiny ViTs (65 tokens) under
+            bf16 autocast on one CPU thread this makes a DINO step 1.55x faster (0.24 s against 0.37 s): the
+            fused kernel's backward dominates at so few tokens. Outside training the switches are restored.
     """
 
     steps: int
@@ -54,6 +59,7 @@ class LoopConfig:
     snapshot_steps: tuple[int, ...] = ()
     progress: bool | None = None
     autocast: str | None = None
+    math_attention: bool = False
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1:
@@ -167,6 +173,21 @@ def _progress(enabled: bool | None, description: str, total: int):
     return bar, bar.add_task(description, total=total, loss=float("nan"))
 
 
+@contextmanager
+def _attention_kernel(modules: dict[str, nn.Module], fused: bool):
+    """Set every ``fused_attn`` switch under ``modules`` to ``fused``; restore the old values on exit."""
+    switches = {id(m): m for root in modules.values() for m in root.modules()
+                if isinstance(getattr(m, "fused_attn", None), bool)}.values()
+    before = [m.fused_attn for m in switches]
+    for m in switches:
+        m.fused_attn = fused
+    try:
+        yield
+    finally:
+        for m, value in zip(switches, before, strict=True):
+            m.fused_attn = value
+
+
 def fit(recipe: Recipe, data: TensorImages, config: LoopConfig) -> TrainResult:
     """Train ``recipe`` on ``data`` for ``config.steps`` steps (resuming from a checkpoint if one exists).
 
@@ -211,7 +232,8 @@ def fit(recipe: Recipe, data: TensorImages, config: LoopConfig) -> TrainResult:
     bar, task = _progress(config.progress, recipe.name, config.steps)
     log_every = max(1, config.steps // 10) if config.progress is None and bar.disable else 0
     started = time.perf_counter()
-    with bar:
+    kernel = _attention_kernel(modules, fused=False) if config.math_attention else nullcontext()
+    with bar, kernel:
         bar.update(task, completed=start)
         batches = _batches(len(data), config.batch_size, config.seed, start)
         for step, idx in batches:

@@ -30,7 +30,7 @@ from vitscope.train.data import normalise
 from vitscope.train.loop import Recipe, cosine_schedule
 from vitscope.train.supervised import decay_groups
 
-__all__ = ["DINOHead", "SelfDistillConfig", "SelfDistillRecipe"]
+__all__ = ["DINOHead", "SelfDistillConfig", "SelfDistillRecipe", "koleo_loss"]
 
 
 @dataclass(frozen=True)
@@ -46,10 +46,14 @@ class SelfDistillConfig:
         background_swap: probability that a view's background is taken from another image of the batch
             before cropping (:func:`~vitscope.train.augment.swap_background`); needs the training set's
             foreground masks. 0 (the default) is DINO's recipe.
+        global_size: side of the global crops in pixels (None: the model's input size). Smaller global
+            crops make a step cheaper; position embeddings are interpolated, as for the local crops.
         global_scale, local_scale: area ranges of the global and local crops.
         local_on_object: probability that a local crop is centred on a random object pixel
             (:func:`~vitscope.train.augment.foreground_points`, object-aware cropping) rather than placed
             uniformly; needs the foreground masks. 0 (the default) is DINO's recipe.
+        koleo: weight of the KoLeo regulariser (DINOv2; :func:`koleo_loss`) on the student's CLS features of
+            the first global crops, which spreads the batch's features apart. 0 (the default) is DINO's recipe.
         student_temp: student softmax temperature.
         teacher_temp, warmup_teacher_temp, teacher_temp_warmup: teacher sharpening, warmed up linearly
             over that fraction of training.
@@ -67,6 +71,7 @@ class SelfDistillConfig:
     bottleneck_dim: int = 64
     local_crops: int = 4
     local_size: int = 32
+    global_size: int | None = None
     global_scale: tuple[float, float] = (0.4, 1.0)
     local_scale: tuple[float, float] = (0.1, 0.4)
     local_on_object: float = 0.0
@@ -74,6 +79,7 @@ class SelfDistillConfig:
     grayscale: float = 0.2
     solarize: float = 0.2
     background_swap: float = 0.0
+    koleo: float = 0.0
     student_temp: float = 0.1
     teacher_temp: float = 0.04
     warmup_teacher_temp: float = 0.04
@@ -87,6 +93,23 @@ class SelfDistillConfig:
     grad_clip: float = 3.0
     freeze_last_layer: int = 150
     seed: int = 0
+
+
+def koleo_loss(features: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Kozachenko-Leonenko entropy estimator as a loss: minus the mean log distance to the nearest neighbour.
+
+    Args:
+        features: ``[B, D]``, L2-normalised here; ``B >= 2``.
+        eps: added to the distances (identical features).
+
+    Returns:
+        Scalar ``-mean_i log(min_{j != i} ||x_i - x_j|| + eps)``; lower when the features are spread apart.
+    """
+    x = F.normalize(features.float(), dim=-1)
+    sims = x @ x.T
+    sims.fill_diagonal_(-2.0)  # below any cosine: never one's own neighbour
+    nearest = x[sims.argmax(dim=1)]
+    return -torch.log((x - nearest).norm(dim=-1) + eps).mean()
 
 
 class DINOHead(nn.Module):
@@ -158,7 +181,7 @@ class SelfDistillRecipe(Recipe):
         """Two global crops (stacked ``[2B, ...]``) and the local crops (stacked ``[nB, ...]``)."""
         c, spec = self.config, self._backbone.spec
         x = images.float() / 255.0
-        size = spec.image_size[0]
+        size = c.global_size or spec.image_size[0]
 
         def view(out: int, scale: tuple[float, float], blur: float, sol: float, on_object: float = 0.0) -> torch.Tensor:
             v, centre = x, None
@@ -194,7 +217,8 @@ class SelfDistillRecipe(Recipe):
             t_out = self.teacher(globals_)
             targets = F.softmax((t_out - self.centre.center) / self._teacher_temp(step, self.total_steps), dim=-1)
             self.centre.center.mul_(c.center_momentum).add_(t_out.mean(0, keepdim=True), alpha=1 - c.center_momentum)
-        s_out = [self.student(globals_)]
+        student_cls = self.student.model.forward_features(globals_)[:, 0]
+        s_out = [self.student.head(student_cls)]
         if len(locals_):
             s_out.append(self.student(locals_))
         student = F.log_softmax(torch.cat(s_out) / c.student_temp, dim=-1).chunk(2 + c.local_crops)
@@ -206,6 +230,8 @@ class SelfDistillRecipe(Recipe):
                     continue
                 total = total + (-tq * sv).sum(-1).mean()
                 terms += 1
+        if c.koleo > 0:
+            return total / terms + c.koleo * koleo_loss(student_cls[: len(images)])
         return total / terms
 
     def after_step(self, step: int, steps: int) -> None:

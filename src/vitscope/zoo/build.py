@@ -139,7 +139,7 @@ def _build(entry: ZooEntry, out: Path, workdir: str | os.PathLike | None, progre
     snaps = tuple(s for s in entry.snapshot_steps if s < total)
     result = fit(recipe, data, LoopConfig(steps=total, batch_size=entry.batch_size, seed=entry.data_seed,
                                           checkpoint_dir=work, snapshot_steps=snaps, progress=progress,
-                                          autocast="bf16"))
+                                          autocast="bf16", math_attention=entry.math_attention))
     train_seconds = time.perf_counter() - started
     roundtrip_fp16(model)
     sets = entry_sets(entry)

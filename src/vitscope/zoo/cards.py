@@ -42,6 +42,7 @@ def card_text(record: dict[str, Any]) -> str:
     verdict = "meets" if meets_bar(record) else "does NOT meet"
     cfg = ", ".join(f"{k}={v}" for k, v in e["recipe_config"].items()) or "recipe defaults"
     model = ", ".join(f"{k}={v}" for k, v in e["model"].items())
+    kernel = " with explicit attention products" if e.get("math_attention") else ""
     threads = f"{record['threads']} thread" + ("" if record["threads"] == 1 else "s")
     return f"""# {e['name']}
 
@@ -56,7 +57,7 @@ backbone = vitscope.load_model("{e['name']}")   # offline, fp16 weights checked 
 
 - Architecture: {e['arch']} ({model}); {record['params']:,} parameters.
 - Recipe: `{e['recipe']}` ({cfg}); {record['steps_trained']} steps of {e['batch_size']} images,
-  bfloat16 autocast on CPU, seed {e['data_seed']}; {record['train_seconds']:.0f} s on {threads}
+  bfloat16 autocast on CPU{kernel}, seed {e['data_seed']}; {record['train_seconds']:.0f} s on {threads}
   (torch {record['torch']}).
 - Loss: {record['loss_first']:.4f} at the first step, {record['loss_last']:.4f} over the last 20 steps.
 - Data: {e['train_images']} scenes of the synthetic world (10 classes, 64 px) with seed {e['data_seed']}.
