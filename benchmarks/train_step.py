@@ -2,9 +2,10 @@
 
 For every ViT recipe of the core zoo, the script builds the entry's model and recipe exactly as
 ``vitscope zoo build`` does (its batch size, bf16 autocast, one thread: one build job), then times
-``fit`` for ``--steps`` steps with ``LoopConfig.math_attention`` off (the denominator: PyTorch's fused
-``scaled_dot_product_attention``) and on (``q k^T``, softmax, ``@ v``). Variants are interleaved round by
-round so drift in machine speed hits both alike; each number is the median over ``--repeats`` rounds.
+``fit`` for ``--steps`` steps with ``LoopConfig.math_attention`` off (the baseline: PyTorch's fused
+``scaled_dot_product_attention``) and on (``q k^T``, softmax, ``@ v``); the ratio is fused / explicit.
+Variants are interleaved round by round, in alternating order, so drift in machine speed hits both alike;
+each number is the median over ``--repeats`` rounds.
 The training data is rendered once per entry, before any timing.
 
 Run: ``python benchmarks/train_step.py [--entries tiny-vit-sup,...] [--steps 20] [--repeats 3]``.
@@ -26,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch
 from _datasets import RESULTS_DIR
 
+from vitscope.train.data import TensorImages
 from vitscope.train.loop import LoopConfig, fit
 from vitscope.zoo.build import make_recipe, training_set
 from vitscope.zoo.catalog import ZOO, get_entry
@@ -34,7 +36,7 @@ from vitscope.zoo.store import build_model, wrap_zoo_model
 DEFAULT_ENTRIES = [e.name for e in ZOO if e.arch == "tiny-vit" and not e.extra]
 
 
-def time_steps(name: str, data, steps: int, math: bool) -> float:
+def time_steps(name: str, data: TensorImages, steps: int, math: bool) -> float:
     """Seconds per training step of zoo entry ``name`` (fresh model and recipe, seed 0)."""
     entry = get_entry(name)
     recipe = make_recipe(entry, wrap_zoo_model(build_model(entry), name), int(data.labels.max()) + 1)
@@ -58,11 +60,12 @@ def main() -> None:
     print(f"{'entry':<22} {'batch':>5} {'fused s/step':>12} {'math s/step':>12} {'fused / math':>12}")
     for name in args.entries.split(","):
         data = training_set(get_entry(name))
-        time_steps(name, data, 2, math=True)  # warm-up: allocator, kernels, lazy imports
+        for math in (False, True):  # warm-up: allocator, kernels, lazy imports
+            time_steps(name, data, 2, math=math)
         runs: dict[str, list[float]] = {"fused": [], "math": []}
-        for _ in range(args.repeats):
-            runs["fused"].append(time_steps(name, data, args.steps, math=False))
-            runs["math"].append(time_steps(name, data, args.steps, math=True))
+        for r in range(args.repeats):
+            for math in ((False, True) if r % 2 == 0 else (True, False)):
+                runs["math" if math else "fused"].append(time_steps(name, data, args.steps, math=math))
         fused, math = statistics.median(runs["fused"]), statistics.median(runs["math"])
         rows.append({"entry": name, "batch_size": get_entry(name).batch_size, "fused_s": fused, "math_s": math,
                      "ratio": fused / math, "runs": runs})

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from vitscope.models.wrap import build_tiny_resnet, build_tiny_vit
-from vitscope.train.data import TensorImages, synthetic_split
+from vitscope.train.data import TensorImages, normalise, synthetic_split
 from vitscope.train.loop import LoopConfig, fit
 from vitscope.train.mae import MAEConfig, MAERecipe, patchify, random_mask
 from vitscope.train.metric import MetricConfig, MetricRecipe, make_metric_loss
@@ -189,6 +189,8 @@ def test_koleo_loss_is_minus_the_mean_log_nearest_neighbour_distance():
     squeezed = torch.tensor([[1.0, 0.0], [0.995, 0.0998], [-1.0, 0.0]])
     assert koleo_loss(squeezed) > koleo_loss(points)
     assert torch.isfinite(koleo_loss(torch.ones(4, 3)))
+    with pytest.raises(ValueError, match="at least 2"):
+        koleo_loss(torch.ones(1, 3))
 
 
 def test_self_distill_koleo_spreads_the_students_features(data):
@@ -196,7 +198,8 @@ def test_self_distill_koleo_spreads_the_students_features(data):
         recipe = SelfDistillRecipe(_small_vit(num_classes=0), _dino_config(koleo=koleo))
         fit(recipe, data, LoopConfig(steps=6, batch_size=32, seed=1, progress=False))
         with torch.no_grad():
-            images = data.images[:32].float() / 255.0
+            images = normalise(data.images[:32].float() / 255.0, recipe.backbone().spec.mean,
+                               recipe.backbone().spec.std)
             return koleo_loss(recipe.student.model.forward_features(images)[:, 0]).item()
 
     assert spread_after(1.0) < spread_after(0.0) - 0.05

@@ -14,6 +14,7 @@ import os
 import sys
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,9 +47,11 @@ class LoopConfig:
         autocast: ``"bf16"`` runs the forward passes under bfloat16 autocast (about 1.7x faster on CPUs
             with AVX-512 BF16; weights, optimiser and losses stay float32), None for float32 throughout.
         math_attention: while training, modules with a timm-style ``fused_attn`` switch compute attention as
-            explicit products and softmax instead of the fused kernel. For the tiny ViTs (65 tokens) under
-            bf16 autocast on one CPU thread this makes a DINO step 1.55x faster (0.24 s against 0.37 s): the
-            fused kernel's backward dominates at so few tokens. Outside training the switches are restored.
+            explicit products and softmax instead of the fused kernel; afterwards the switches are restored.
+            For vitscope's tiny ViTs (17-65 tokens, :func:`~vitscope.models.tiny.explicit_attention`, float32
+            logits and softmax) under bf16 autocast on one CPU thread a zoo recipe's step is 1.4-1.9x faster
+            (``benchmarks/train_step.py``). timm models use their own explicit path (bfloat16 logits under
+            autocast); Hugging Face models have no such switch and are left as they are.
     """
 
     steps: int
@@ -174,7 +177,7 @@ def _progress(enabled: bool | None, description: str, total: int):
 
 
 @contextmanager
-def _attention_kernel(modules: dict[str, nn.Module], fused: bool):
+def _attention_kernel(modules: dict[str, nn.Module], fused: bool) -> Iterator[None]:
     """Set every ``fused_attn`` switch under ``modules`` to ``fused``; restore the old values on exit."""
     switches = {id(m): m for root in modules.values() for m in root.modules()
                 if isinstance(getattr(m, "fused_attn", None), bool)}.values()

@@ -104,12 +104,18 @@ def koleo_loss(features: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
 
     Returns:
         Scalar ``-mean_i log(min_{j != i} ||x_i - x_j|| + eps)``; lower when the features are spread apart.
+
+    Raises:
+        ValueError: fewer than two rows (no neighbour to measure).
     """
-    x = F.normalize(features.float(), dim=-1)
-    sims = x @ x.T
-    sims.fill_diagonal_(-2.0)  # below any cosine: never one's own neighbour
-    nearest = x[sims.argmax(dim=1)]
-    return -torch.log((x - nearest).norm(dim=-1) + eps).mean()
+    if len(features) < 2:
+        raise ValueError(f"koleo_loss needs at least 2 features, got {len(features)}")
+    with torch.autocast(features.device.type, enabled=False):  # bf16 cosines would pick wrong neighbours
+        x = F.normalize(features.float(), dim=-1)
+        sims = x @ x.T
+        sims.fill_diagonal_(-2.0)  # below any cosine: never one's own neighbour
+        nearest = x[sims.argmax(dim=1)]
+        return -torch.log((x - nearest).norm(dim=-1) + eps).mean()
 
 
 class DINOHead(nn.Module):

@@ -35,7 +35,7 @@ class ZooEntry:
             held-out worlds (None: independent backgrounds; see ``SyntheticWorld``). Held-out scores are
             measured in the same world; the card also reports the score with independent backgrounds.
         math_attention: trains with explicit attention products instead of the fused kernel
-            (:class:`~vitscope.train.loop.LoopConfig`, 1.5-2x faster steps on CPU). Entries built before this
+            (:class:`~vitscope.train.loop.LoopConfig`, 1.4-1.9x faster steps on CPU). Entries built before this
             option keep the fused kernel, so that rebuilding them reproduces their shipped weights bit for bit.
         extra: a model of the masking and robustness experiments (issue 10), outside the core zoo's 25 MB
             weight budget and 45-minute build budget (they have their own).
@@ -75,16 +75,17 @@ _VIT_SUP = {"lr": 5e-4}
 # teacher targets (temperature 0.03) and 128 prototypes suit so short a run. For the same images seen, more and
 # smaller steps learn more: 600 x 64 images 0.625, 1200 x 32 0.667, 2400 x 16 0.693, 4800 x 8 0.677. Two local
 # crops instead of four make a step a fifth cheaper, and the time buys more steps (2800 x 16: 0.728). Explicit
-# attention (math_attention) makes a step 1.5x cheaper again (6000 x 16: 0.805), and 48 px global crops instead
-# of 64 (36 tokens, not 64) another 1.6x: 9600 x 16 in the same time reach 0.863.
+# attention (math_attention) makes a step about 1.4x cheaper again (6000 x 16: 0.805), and 48 px global crops
+# instead of 64 (36 patches, not 64) another 1.6x: 9600 x 16 in the same time reach 0.863.
 # DINO's views: k-NN 0.21.
 _DINO = {"jitter": (0.4, 0.4, 0.0, 0.0), "grayscale": 0.0, "solarize": 0.0, "background_swap": 1.0,
          "local_scale": (0.2, 0.5), "momentum": 0.98, "final_momentum": 0.99, "teacher_temp": 0.03,
          "warmup_teacher_temp": 0.03, "out_dim": 128, "local_crops": 2, "global_size": 48}
 # MAE's loss on every pixel pays the encoder to memorise each scene's background (k-NN of the background
 # type 0.60, of the class 0.25); weighting each masked patch by its object pixels moves the features to the
-# objects: k-NN of the CLS token 0.25 -> 0.45 (docs/zoo-findings.md), and 0.49 with 4800 steps of 64 images
-# instead of 1200 of 256 (the same images seen). CLS as METHODS.md's k-NN protocol.
+# objects: k-NN of the CLS token 0.25 -> 0.45 (docs/zoo-findings.md), 0.49 with 4800 steps of 64 images
+# instead of 1200 of 256 (the same images seen), 0.52 with explicit float32 attention. CLS as METHODS.md's k-NN
+# protocol.
 _MAE = {"foreground_loss": True}
 
 ZOO: tuple[ZooEntry, ...] = (
