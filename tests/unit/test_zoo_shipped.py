@@ -36,6 +36,7 @@ def test_every_zoo_model_is_shipped_within_the_size_budget(manifest):
 
 # Models whose current recipe does not reach the zoo's bar yet (issue 4 stays open while this is non-empty).
 BELOW_BAR: dict[str, str] = {
+    "tiny-vit-distill": "k-NN 0.805 after 6000 steps (untrained 0.198) is 0.044 short of raw pixels + 0.15 (0.849)",
     "tiny-vit-mae": "MAE's CLS reaches k-NN 0.524 after 4800 steps (untrained 0.198); bar: raw pixels (0.699) + 0.15",
 }
 
