@@ -49,7 +49,7 @@ class LoopConfig:
         math_attention: while training, modules with a timm-style ``fused_attn`` switch compute attention as
             explicit products and softmax instead of the fused kernel; afterwards the switches are restored.
             For vitscope's tiny ViTs (17-65 tokens, :func:`~vitscope.models.tiny.explicit_attention`, float32
-            logits and softmax) under bf16 autocast on one CPU thread a zoo recipe's step is 1.4-1.9x faster
+            logits and softmax) under bf16 autocast on one CPU thread a zoo recipe's step is 1.4-2.0x faster
             (``benchmarks/train_step.py``). timm models use their own explicit path (bfloat16 logits under
             autocast); Hugging Face models have no such switch and are left as they are.
     """

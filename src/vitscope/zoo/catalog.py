@@ -35,7 +35,7 @@ class ZooEntry:
             held-out worlds (None: independent backgrounds; see ``SyntheticWorld``). Held-out scores are
             measured in the same world; the card also reports the score with independent backgrounds.
         math_attention: trains with explicit attention products instead of the fused kernel
-            (:class:`~vitscope.train.loop.LoopConfig`, 1.4-1.9x faster steps on CPU). Entries built before this
+            (:class:`~vitscope.train.loop.LoopConfig`, 1.4-2.0x faster steps on CPU). Entries built before this
             option keep the fused kernel, so that rebuilding them reproduces their shipped weights bit for bit.
         extra: a model of the masking and robustness experiments (issue 10), outside the core zoo's 25 MB
             weight budget and 45-minute build budget (they have their own).
