@@ -25,59 +25,54 @@ def _switches(recipe) -> list[bool]:
     return [m.fused_attn for root in recipe.modules().values() for m in root.modules() if hasattr(m, "fused_attn")]
 
 
-class _Spy(SupervisedRecipe):
-    """Records the attention switches each time the loop asks for a loss; can fail on a chosen step."""
+def _record_switches(recipe, fail_at: int | None = None) -> list[list[bool]]:
+    """Wrap ``recipe.loss`` to record the attention switches at every call; raise on step ``fail_at``."""
+    seen: list[list[bool]] = []
+    original = recipe.loss
 
-    def __init__(self, *args, fail_at: int | None = None, **kw) -> None:
-        super().__init__(*args, **kw)
-        self.seen: list[list[bool]] = []
-        self.fail_at = fail_at
-
-    def loss(self, images, labels, step, gen, **kw):
-        self.seen.append(_switches(self))
-        if step == self.fail_at:
+    def loss(images, labels, step, gen, **kw):
+        seen.append(_switches(recipe))
+        if step == fail_at:
             raise RuntimeError("boom")
-        return super().loss(images, labels, step, gen, **kw)
+        return original(images, labels, step, gen, **kw)
+
+    recipe.loss = loss
+    return seen
 
 
-def _run(data, math: bool, **kw) -> tuple[_Spy, list[float]]:
-    recipe = _Spy(_vit(num_classes=10), SupervisedConfig(warmup=1), **kw)
+def _run(data, math: bool) -> tuple[SupervisedRecipe, list[list[bool]], list[float]]:
+    recipe = SupervisedRecipe(_vit(num_classes=10), SupervisedConfig(warmup=1))
+    seen = _record_switches(recipe)
     result = fit(recipe, data, LoopConfig(steps=3, batch_size=8, seed=1, progress=False, math_attention=math))
-    return recipe, result.losses
+    return recipe, seen, result.losses
 
 
 def test_math_attention_switches_off_the_fused_kernel_only_while_training(data):
-    recipe, _ = _run(data, math=True)
-    assert recipe.seen and all(s == [False, False] for s in recipe.seen)
+    recipe, seen, _ = _run(data, math=True)
+    assert seen and all(s == [False, False] for s in seen)
     assert _switches(recipe) == [True, True]
-    plain, _ = _run(data, math=False)
-    assert all(s == [True, True] for s in plain.seen)
+    _, plain, _ = _run(data, math=False)
+    assert all(s == [True, True] for s in plain)
 
 
 def test_math_attention_gives_the_fused_kernels_losses(data):
-    _, fused = _run(data, math=False)
-    _, math = _run(data, math=True)
+    *_, fused = _run(data, math=False)
+    *_, math = _run(data, math=True)
     assert math == pytest.approx(fused, rel=1e-4)
 
 
 def test_switches_are_restored_when_training_fails(data):
-    recipe = _Spy(_vit(num_classes=10), SupervisedConfig(warmup=1), fail_at=1)
+    recipe = SupervisedRecipe(_vit(num_classes=10), SupervisedConfig(warmup=1))
+    seen = _record_switches(recipe, fail_at=1)
     with pytest.raises(RuntimeError, match="boom"):
         fit(recipe, data, LoopConfig(steps=3, batch_size=8, progress=False, math_attention=True))
-    assert recipe.seen[-1] == [False, False] and _switches(recipe) == [True, True]
+    assert seen[-1] == [False, False] and _switches(recipe) == [True, True]
 
 
 def test_self_distillation_switches_student_and_teacher(data):
     recipe = SelfDistillRecipe(_vit(num_classes=0), SelfDistillConfig(out_dim=16, hidden_dim=16, bottleneck_dim=8,
                                                                        local_crops=1, local_size=16))
-    seen = []
-    original = recipe.loss
-
-    def spy(*args, **kw):
-        seen.append(_switches(recipe))
-        return original(*args, **kw)
-
-    recipe.loss = spy
+    seen = _record_switches(recipe)
     fit(recipe, data, LoopConfig(steps=2, batch_size=8, progress=False, math_attention=True))
     assert len(seen[0]) == 4 and not any(seen[0])  # two blocks each in the student and in the teacher
     assert all(_switches(recipe))

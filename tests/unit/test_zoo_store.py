@@ -90,12 +90,18 @@ def test_every_zoo_name_and_checkpoint_is_registered():
     assert reg["tiny-vit-metric-p16"].patch == 16
 
 
-def test_a_whole_build_trains_scores_ships_and_loads(tmp_path, monkeypatch):
+@pytest.fixture
+def small_heldout(monkeypatch):
+    """Held-out sets of 40 + 30 scenes, cached only for the test."""
     monkeypatch.setattr(heldout, "BANK_SIZE", 40)
     monkeypatch.setattr(heldout, "TEST_SIZE", 30)
     heldout.heldout_sets.cache_clear()
-    record = build(TINY, tmp_path, progress=False)
+    yield
     heldout.heldout_sets.cache_clear()
+
+
+def test_a_whole_build_trains_scores_ships_and_loads(tmp_path, small_heldout):
+    record = build(TINY, tmp_path, progress=False)
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert set(manifest["files"]) == {"test-tiny-sup.safetensors", "test-tiny-sup@step2.safetensors"}
     assert manifest["models"]["test-tiny-sup"]["score"] == record["score"]
@@ -116,14 +122,11 @@ def test_a_whole_build_trains_scores_ships_and_loads(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("math", [False, True])
-def test_build_trains_with_the_attention_kernel_of_the_entry(tmp_path, monkeypatch, math):
+def test_build_trains_with_the_attention_kernel_of_the_entry(tmp_path, monkeypatch, small_heldout, math):
     import dataclasses
 
     from vitscope.zoo import build as build_module
 
-    monkeypatch.setattr(heldout, "BANK_SIZE", 40)
-    monkeypatch.setattr(heldout, "TEST_SIZE", 30)
-    heldout.heldout_sets.cache_clear()
     configs = []
 
     def spy(recipe, data, config, _fit=build_module.fit):
@@ -133,7 +136,6 @@ def test_build_trains_with_the_attention_kernel_of_the_entry(tmp_path, monkeypat
     monkeypatch.setattr(build_module, "fit", spy)
     entry = dataclasses.replace(TINY, math_attention=math, snapshot_steps=())
     record = build(entry, tmp_path, progress=False)
-    heldout.heldout_sets.cache_clear()
     assert [c.math_attention for c in configs] == [math]
     assert record["entry"]["math_attention"] is math
     card = (tmp_path / "cards" / "test-tiny-sup.md").read_text()
