@@ -207,9 +207,19 @@ def test_self_distill_koleo_spreads_the_students_features(data):
 
 def test_self_distill_global_crops_take_their_own_size(data):
     recipe = SelfDistillRecipe(_small_vit(num_classes=0), _dino_config(global_size=24))
-    globals_, locals_ = recipe._views(data.images[:4], torch.Generator().manual_seed(0))
+    globals_, locals_ = recipe._views(data.images[:4], torch.Generator().manual_seed(0), size=24)
     assert globals_.shape == (8, 3, 24, 24) and locals_.shape == (8, 3, 16, 16)
     assert torch.isfinite(recipe.loss(data.images[:4], data.labels[:4], 0, torch.Generator().manual_seed(0)))
+
+
+@pytest.mark.parametrize(("until", "sizes"), [(1.0, [24, 24, 24, 24]), (0.5, [24, 24, 32, 32]), (0.0, [32] * 4)])
+def test_self_distill_ends_at_full_resolution_after_global_size_until(data, until, sizes):
+    recipe = SelfDistillRecipe(_small_vit(num_classes=0), _dino_config(global_size=24, global_size_until=until))
+    recipe.total_steps, seen = 4, []
+    recipe.teacher.register_forward_pre_hook(lambda module, args: seen.append(args[0].shape[-1]))
+    for step in range(4):
+        recipe.loss(data.images[:4], data.labels[:4], step, torch.Generator().manual_seed(step))
+    assert seen == sizes
 
 
 @pytest.mark.parametrize("loss", ["proxy_anchor", "arcface"])

@@ -48,6 +48,8 @@ class SelfDistillConfig:
             foreground masks. 0 (the default) is DINO's recipe.
         global_size: side of the global crops in pixels (None: the model's input size). Smaller global
             crops make a step cheaper; position embeddings are interpolated, as for the local crops.
+        global_size_until: fraction of the steps that use ``global_size``; the rest use the model's input
+            size, a short final phase at the test resolution (as DINOv2 ends its training at full resolution).
         global_scale, local_scale: area ranges of the global and local crops.
         local_on_object: probability that a local crop is centred on a random object pixel
             (:func:`~vitscope.train.augment.foreground_points`, object-aware cropping) rather than placed
@@ -72,6 +74,7 @@ class SelfDistillConfig:
     local_crops: int = 4
     local_size: int = 32
     global_size: int | None = None
+    global_size_until: float = 1.0
     global_scale: tuple[float, float] = (0.4, 1.0)
     local_scale: tuple[float, float] = (0.1, 0.4)
     local_on_object: float = 0.0
@@ -182,12 +185,16 @@ class SelfDistillRecipe(Recipe):
     def grad_clip(self) -> float | None:
         return self.config.grad_clip
 
-    def _views(self, images: torch.Tensor, gen: torch.Generator,
-               foreground: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Two global crops (stacked ``[2B, ...]``) and the local crops (stacked ``[nB, ...]``)."""
+    def _global_size(self, step: int, steps: int) -> int:
+        c, full = self.config, self._backbone.spec.image_size[0]
+        return c.global_size if c.global_size and step < c.global_size_until * steps else full
+
+    def _views(self, images: torch.Tensor, gen: torch.Generator, foreground: torch.Tensor | None = None,
+               size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Two global crops of side ``size`` (stacked ``[2B, ...]``) and the local crops (stacked ``[nB, ...]``)."""
         c, spec = self.config, self._backbone.spec
         x = images.float() / 255.0
-        size = c.global_size or spec.image_size[0]
+        size = size or spec.image_size[0]
 
         def view(out: int, scale: tuple[float, float], blur: float, sol: float, on_object: float = 0.0) -> torch.Tensor:
             v, centre = x, None
@@ -218,7 +225,7 @@ class SelfDistillRecipe(Recipe):
         if self.needs_foreground:
             self.require_foreground(foreground)
         self.student.head.last.requires_grad_(step >= c.freeze_last_layer)  # no gradient -> AdamW skips it
-        globals_, locals_ = self._views(images, gen, foreground)
+        globals_, locals_ = self._views(images, gen, foreground, self._global_size(step, self.total_steps))
         with torch.no_grad():
             t_out = self.teacher(globals_)
             targets = F.softmax((t_out - self.centre.center) / self._teacher_temp(step, self.total_steps), dim=-1)
