@@ -183,3 +183,14 @@ def test_parallel_builds_start_with_the_longest_recorded_training(tmp_path):
         "short": {"train_seconds": 10.0}, "long": {"train_seconds": 300.0}, "mid": {"train_seconds": 50.0}}})
     assert longest_first(["new", "short", "long", "other", "mid"], tmp_path) == ["long", "mid", "short", "new",
                                                                                  "other"]
+
+
+@pytest.mark.parametrize(("score", "twin", "pixels", "meets"), [
+    (0.849, 0.198, 0.699, True),  # tiny-vit-distill: exactly +0.15 over pixels
+    (0.848, 0.198, 0.699, False),
+    (0.235, 0.0, 0.085, True),  # 0.235 - 0.085 < 0.15 in floating point: a tie must still count
+    (0.205, 0.005, 0.0, True),  # the same for the twin's +0.20
+    (0.204, 0.005, 0.0, False),
+])
+def test_the_bar_counts_exact_ties_as_met(score, twin, pixels, meets):
+    assert meets_bar({"score": score, "baselines": {"random_init": twin, "raw_pixels": pixels}}) is meets
