@@ -222,6 +222,12 @@ def test_self_distill_ends_at_full_resolution_after_global_size_until(data, unti
     assert seen == sizes
 
 
+@pytest.mark.parametrize("until", [-0.1, 1.5])
+def test_self_distill_refuses_a_global_size_until_outside_0_1(until):
+    with pytest.raises(ValueError, match="global_size_until"):
+        SelfDistillConfig(global_size=24, global_size_until=until)
+
+
 @pytest.mark.parametrize("loss", ["proxy_anchor", "arcface"])
 @pytest.mark.parametrize("arch", ["vit", "resnet"])
 def test_metric_losses_decrease(data, loss, arch):

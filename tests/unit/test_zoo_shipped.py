@@ -1,5 +1,6 @@
 """The shipped zoo: every model loads offline, fast, reproduces its recorded held-out score, clears the bar."""
 
+import functools
 import json
 import time
 
@@ -9,7 +10,7 @@ import torch
 import vitscope
 from vitscope.zoo import heldout
 from vitscope.zoo.cards import MARGIN_OVER_PIXELS, MARGIN_OVER_RANDOM, meets_bar
-from vitscope.zoo.catalog import ZOO
+from vitscope.zoo.catalog import ZOO, get_entry
 from vitscope.zoo.store import read_manifest, zoo_dir
 
 MAX_BYTES = 25_000_000  # 25 MB for the issue-4 zoo
@@ -49,15 +50,25 @@ def test_shipped_model_loads_fast_and_reproduces_its_score(entry, manifest):
     start = time.perf_counter()
     backbone = vitscope.load_model(entry.name)
     assert time.perf_counter() - start < 1.0
-    assert heldout.score(entry, backbone, heldout.entry_sets(entry)) == pytest.approx(record["score"], abs=0.01)
+    assert _measured_score(entry.name, backbone) == pytest.approx(record["score"], abs=0.01)
+
+
+@functools.cache
+def _measured_score(name: str, backbone=None) -> float:
+    """The held-out score of the shipped weights, measured once per test session."""
+    entry = get_entry(name)
+    return heldout.score(entry, backbone or vitscope.load_model(name), heldout.entry_sets(entry))
 
 
 @pytest.mark.parametrize("entry", [pytest.param(e, marks=pytest.mark.xfail(strict=True, reason=BELOW_BAR[e.name]))
                                    if e.name in BELOW_BAR else e for e in ZOO], ids=lambda e: e.name)
 def test_shipped_model_clears_the_bar(entry, manifest):
     record = manifest["models"][entry.name]
-    assert meets_bar(record), (f"{record['score']:.3f} against {record['baselines']}; needs +{MARGIN_OVER_RANDOM} over "
-                               f"the untrained twin and +{MARGIN_OVER_PIXELS} over raw pixels")
+    need = f"needs +{MARGIN_OVER_RANDOM} over the untrained twin and +{MARGIN_OVER_PIXELS} over raw pixels"
+    assert meets_bar(record), f"recorded {record['score']:.3f} against {record['baselines']}; {need}"
+    # and as measured here: a model on the bar must not slip below it within the reproduction tolerance
+    measured = _measured_score(entry.name)
+    assert meets_bar({**record, "score": measured}), f"measured {measured:.3f} against {record['baselines']}; {need}"
 
 
 @pytest.mark.parametrize("entry", [e for e in ZOO if e.snapshot_steps], ids=lambda e: e.name)

@@ -48,8 +48,9 @@ class SelfDistillConfig:
             foreground masks. 0 (the default) is DINO's recipe.
         global_size: side of the global crops in pixels (None: the model's input size). Smaller global
             crops make a step cheaper; position embeddings are interpolated, as for the local crops.
-        global_size_until: fraction of the steps that use ``global_size``; the rest use the model's input
-            size, a short final phase at the test resolution (as DINOv2 ends its training at full resolution).
+        global_size_until: fraction of the steps (0 to 1) that use ``global_size``; the rest use the model's
+            input size, a short final phase at the test resolution (as DINOv2 ends its training at full
+            resolution). Has no effect without ``global_size``.
         global_scale, local_scale: area ranges of the global and local crops.
         local_on_object: probability that a local crop is centred on a random object pixel
             (:func:`~vitscope.train.augment.foreground_points`, object-aware cropping) rather than placed
@@ -96,6 +97,10 @@ class SelfDistillConfig:
     grad_clip: float = 3.0
     freeze_last_layer: int = 150
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.global_size_until <= 1.0:
+            raise ValueError(f"global_size_until is a fraction of the steps (0 to 1), got {self.global_size_until}")
 
 
 def koleo_loss(features: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -191,7 +196,8 @@ class SelfDistillRecipe(Recipe):
 
     def _views(self, images: torch.Tensor, gen: torch.Generator, foreground: torch.Tensor | None = None,
                size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Two global crops of side ``size`` (stacked ``[2B, ...]``) and the local crops (stacked ``[nB, ...]``)."""
+        """Two global crops of side ``size`` (None: the model's input size; stacked ``[2B, ...]``) and the
+        local crops (stacked ``[nB, ...]``)."""
         c, spec = self.config, self._backbone.spec
         x = images.float() / 255.0
         size = size or spec.image_size[0]

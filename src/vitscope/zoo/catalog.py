@@ -70,15 +70,15 @@ _VIT = {"image_size": 64, "patch_size": 8, "embed_dim": 128, "depth": 6, "num_he
 _VIT_SUP = {"lr": 5e-4}
 # DINO's views adapted to this world (docs/zoo-findings.md): the class is the main part's hue, so colour is
 # kept (no grayscale, saturation or hue jitter, no solarization); every scene has its own background, which
-# two crops always share, so each view gets another scene's background (ground-truth masks). A faster
-# teacher (momentum 0.98 rising to 0.99, not 1: it would freeze for the last quarter of the run), sharper
+# two crops always share, so each view gets another scene's background (ground-truth masks). A teacher
+# whose momentum rises to below 1 (at 1 it would freeze for the last quarter of the run), sharper
 # teacher targets (temperature 0.03) and 128 prototypes suit so short a run. For the same images seen, more and
 # smaller steps learn more: 600 x 64 images 0.625, 1200 x 32 0.667, 2400 x 16 0.693, 4800 x 8 0.677. Two local
 # crops instead of four make a step a fifth cheaper, and the time buys more steps (2800 x 16: 0.728). Explicit
 # attention (math_attention) makes a step about 1.4x cheaper again (6000 x 16: 0.805). 48 px global crops
 # (9600 x 16 in the same time) reach 0.863 but their CLS attention no longer finds the objects at 64 px
 # (best-head saliency IoU margin 0.13, issue 5 asks 0.15), even with the last 15% at 64 px (0.14). A slower
-# teacher (0.99 -> 0.995) keeps the attention (margins 0.18-0.20) and adds 0.02; with 56 px global crops, 1.25x
+# teacher (0.99 -> 0.995) keeps the attention (spatial margins 0.175-0.20) and adds 0.02; with 56 px global crops, 1.25x
 # cheaper steps buy 8600 of them: 0.849 (docs/zoo-findings.md, session 9).
 # DINO's views: k-NN 0.21.
 _DINO = {"jitter": (0.4, 0.4, 0.0, 0.0), "grayscale": 0.0, "solarize": 0.0, "background_swap": 1.0,
