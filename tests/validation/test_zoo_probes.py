@@ -12,8 +12,8 @@ land below chance (k-NN on this split draws 0.0 with seed 0, 0.03 to 0.14 with s
 
 Per probe, the model that the tiny zoo trains for it: the supervised ViT for the classification probes
 and for keypoints (its early blocks), the metric-learning ViT for instance retrieval and video
-propagation. ``tiny-vit-distill`` and ``tiny-vit-mae`` are not used: each probe
-gets the model trained for its task.
+propagation. ``tiny-vit-distill`` and ``tiny-vit-mae`` are not used: each probe gets the model trained for
+its task.
 """
 
 from __future__ import annotations
