@@ -186,7 +186,7 @@ def test_parallel_builds_start_with_the_longest_recorded_training(tmp_path):
 
 
 @pytest.mark.parametrize(("score", "twin", "pixels", "meets"), [
-    (0.849, 0.198, 0.699, True),  # tiny-vit-distill: exactly +0.15 (this pair's float difference is just above)
+    (0.849, 0.198, 0.699, True),  # exactly +0.15 (session 9's distill; this pair's float difference is just above)
     (0.848, 0.198, 0.699, False),
     (0.235, 0.0, 0.085, True),  # 0.235 - 0.085 < 0.15 in floating point: a tie must still count
     (0.205, 0.005, 0.0, True),  # the same for the twin's +0.20
