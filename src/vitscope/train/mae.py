@@ -4,6 +4,10 @@ The encoder sees only the visible patches (plus CLS); a light decoder fills in m
 predicts the pixels of every patch; the loss is the mean squared error on the masked patches of the
 per-patch normalised target (``norm_pix_loss``, MAE's default). The decoder is dropped after training.
 The mask generator is a replaceable function, so guided masking (a later experiment) plugs in here.
+
+Two options leave MAE for experiments (``docs/zoo-findings.md``, session 11): ``decoder_input="cls"`` lets
+the decoder read only the CLS token (a global bottleneck, as BEiT v2 pretrains its CLS), and ``target_pool``
+predicts each patch at a coarser resolution.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from vitscope.models.backbone import Backbone
@@ -22,7 +27,7 @@ from vitscope.train.data import normalise
 from vitscope.train.loop import Recipe, cosine_schedule
 from vitscope.train.supervised import decay_groups
 
-__all__ = ["MAEConfig", "MAEDecoder", "MAERecipe", "patchify", "random_mask"]
+__all__ = ["MAEConfig", "MAEDecoder", "MAERecipe", "patchify", "pooled_patches", "random_mask"]
 
 # (batch, number of patches, number to keep, generator) -> ids_keep [B, keep] (the visible patches)
 MaskFn = Callable[[int, int, int, torch.Generator], torch.Tensor]
@@ -46,6 +51,11 @@ class MAEConfig:
             before cropping (:func:`~vitscope.train.augment.swap_background`); with ``foreground_loss`` the
             background is then unrelated to the object and unpredictable, so nothing rewards encoding it.
             Needs ``TensorImages.foreground``.
+        decoder_input: ``"tokens"`` (MAE): the decoder reads the encoded visible patches and the prefix
+            tokens; ``"cls"``: only the prefix tokens (CLS), so everything it reconstructs must pass through
+            them. Not MAE; an experiment (BEiT v2's CLS bottleneck without its patch tokens).
+        target_pool: each target patch is average-pooled in ``target_pool x target_pool`` cells first (1:
+            every pixel, MAE; the patch size: its mean colour). Must divide the patch size.
         seed: initialises the decoder.
     """
 
@@ -60,7 +70,15 @@ class MAEConfig:
     crop_scale: tuple[float, float] = (0.2, 1.0)
     foreground_loss: bool = False
     background_swap: float = 0.0
+    decoder_input: str = "tokens"
+    target_pool: int = 1
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.decoder_input not in ("tokens", "cls"):
+            raise ValueError(f"decoder_input must be 'tokens' or 'cls', got '{self.decoder_input}'")
+        if self.target_pool < 1:
+            raise ValueError(f"target_pool must be at least 1, got {self.target_pool}")
 
 
 def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
@@ -68,6 +86,14 @@ def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
     b, c, h, w = images.shape
     x = images.reshape(b, c, h // patch, patch, w // patch, patch)
     return x.permute(0, 2, 4, 3, 5, 1).reshape(b, (h // patch) * (w // patch), patch * patch * c)
+
+
+def pooled_patches(images: torch.Tensor, patch: int, pool: int) -> torch.Tensor:
+    """Patches average-pooled in ``pool x pool`` cells: ``[B, C, H, W]`` -> ``[B, h*w, (patch/pool)**2 * C]``.
+
+    ``pool`` 1 is :func:`patchify`; ``pool == patch`` gives each patch's mean colour.
+    """
+    return patchify(F.avg_pool2d(images, pool), patch // pool) if pool > 1 else patchify(images, patch)
 
 
 def random_mask(batch: int, num_patches: int, keep: int, gen: torch.Generator) -> torch.Tensor:
@@ -92,7 +118,7 @@ class MAEDecoder(nn.Module):
     """Mask tokens + fixed positions + a few transformer blocks + a linear pixel predictor."""
 
     def __init__(self, embed_dim: int, grid: tuple[int, int], patch: int, dim: int, depth: int, heads: int,
-                 seed: int = 0) -> None:
+                 seed: int = 0, out_patch: int | None = None) -> None:
         super().__init__()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -101,10 +127,14 @@ class MAEDecoder(nn.Module):
             self.register_buffer("pos_embed", _sincos_2d(dim, *grid).unsqueeze(0), persistent=False)
             self.blocks = nn.Sequential(*[Block(dim, heads, 4.0) for _ in range(depth)])
             self.norm = nn.LayerNorm(dim, eps=1e-6)
-            self.pred = nn.Linear(dim, patch * patch * 3)
+            out_patch = patch if out_patch is None else out_patch  # side of the predicted patch
+            self.pred = nn.Linear(dim, out_patch * out_patch * 3)
 
     def forward(self, latent: torch.Tensor, ids_keep: torch.Tensor, num_patches: int, num_prefix: int) -> torch.Tensor:
-        """``latent [B, P+keep, D]`` (prefix first) -> predicted patches ``[B, num_patches, patch*patch*3]``."""
+        """``latent [B, P+keep, D]`` (prefix first) -> predicted patches ``[B, num_patches, out_patch**2 * 3]``.
+
+        With ``keep`` 0 (``ids_keep [B, 0]``) the decoder sees the prefix tokens alone.
+        """
         x = self.embed(latent)
         prefix, visible = x[:, :num_prefix], x[:, num_prefix:]
         b, _, d = visible.shape
@@ -130,8 +160,12 @@ class MAERecipe(Recipe):
         self.model = backbone.model
         spec = backbone.spec
         self.patch = spec.patch_size
+        if config.decoder_input == "cls" and self.model.num_prefix_tokens == 0:
+            raise ValueError("decoder_input='cls' needs a model with a CLS token")
+        if self.patch % config.target_pool:
+            raise ValueError(f"target_pool {config.target_pool} does not divide the patch size {self.patch}")
         self.decoder = MAEDecoder(spec.embed_dim, spec.grid, self.patch, config.decoder_dim, config.decoder_depth,
-                                  config.decoder_heads, config.seed)
+                                  config.decoder_heads, config.seed, out_patch=self.patch // config.target_pool)
         self.needs_foreground = config.foreground_loss or config.background_swap > 0
 
     def modules(self) -> dict[str, nn.Module]:
@@ -175,8 +209,12 @@ class MAERecipe(Recipe):
         x, fg = x[:, :3], x[:, 3:]
         x = normalise(x, spec.mean, spec.std)
         latent, ids_keep = self.encode_visible(x, gen)
-        target = patchify(x, self.patch)
-        pred = self.decoder(latent, ids_keep, target.shape[1], self.model.num_prefix_tokens)
+        target = pooled_patches(x, self.patch, self.config.target_pool)
+        prefix_n = self.model.num_prefix_tokens
+        if self.config.decoder_input == "cls":  # the decoder sees no visible patch: the CLS is the bottleneck
+            pred = self.decoder(latent[:, :prefix_n], ids_keep[:, :0], target.shape[1], prefix_n)
+        else:
+            pred = self.decoder(latent, ids_keep, target.shape[1], prefix_n)
         if self.config.norm_pix_loss:
             mean, var = target.mean(-1, keepdim=True), target.var(-1, keepdim=True)
             target = (target - mean) / (var + 1e-6).sqrt()
