@@ -1,12 +1,15 @@
 """MAE's experimental options: a CLS-only decoder input and pooled targets (docs/zoo-findings.md, session 11)."""
 
+import dataclasses
+
 import pytest
 import torch
 
+from vitscope.models.backbone import Backbone
 from vitscope.models.wrap import build_tiny_vit
 from vitscope.train.data import TensorImages, synthetic_split
 from vitscope.train.loop import LoopConfig, fit
-from vitscope.train.mae import MAEConfig, MAEDecoder, MAERecipe, patchify, pooled_patches
+from vitscope.train.mae import MAEConfig, MAEDecoder, MAERecipe, patchify, pooled_patches, random_mask
 
 
 @pytest.fixture(scope="module")
@@ -14,12 +17,12 @@ def data() -> TensorImages:
     return synthetic_split(64, seed=5, size=32)
 
 
-def _vit():
-    return build_tiny_vit("t", image_size=32, depth=2, embed_dim=32, num_heads=2, num_classes=0)
+def _vit(**kw) -> Backbone:
+    return build_tiny_vit("t", image_size=32, depth=2, embed_dim=32, num_heads=2, num_classes=0, **kw)
 
 
-def _mae(**kw) -> MAERecipe:
-    return MAERecipe(_vit(), MAEConfig(lr=3e-3, warmup=1, decoder_dim=32, **kw))
+def _mae(vit: Backbone | None = None, mask_fn=random_mask, **kw) -> MAERecipe:
+    return MAERecipe(vit or _vit(), MAEConfig(lr=3e-3, warmup=1, decoder_dim=32, **kw), mask_fn)
 
 
 def test_pooled_patches_by_hand():
@@ -27,10 +30,13 @@ def test_pooled_patches_by_hand():
     torch.testing.assert_close(pooled_patches(images, 2, 1), patchify(images, 2))
     means = pooled_patches(images, 2, 2)  # [2, 4 patches, 3 channels]: each patch's mean colour
     assert means.shape == (2, 4, 3)
-    # Patch 1 (top right) of image 0, channel 0: pixels (0,2) (0,3) (1,2) (1,3) = 2, 3, 6, 7.
-    assert means[0, 1, 0] == pytest.approx(4.5)
-    assert means[1, 3, 2] == pytest.approx(float(images[1, 2, 2:, 2:].mean()))
-    assert pooled_patches(torch.zeros(1, 3, 8, 8), 4, 2).shape == (1, 4, 2 * 2 * 3)
+    assert means[0, 1, 0] == pytest.approx(4.5)  # top-right patch, channel 0: pixels 2, 3, 6, 7
+    assert means[1, 3, 2] == pytest.approx(92.5)  # bottom-right patch of image 1, channel 2: 90, 91, 94, 95
+    # Inside a token the cells run row by row, as patchify's pixels: top-right 4 px patch of an 8 x 8 ramp.
+    ramp = torch.arange(64, dtype=torch.float32).reshape(1, 1, 8, 8)
+    assert pooled_patches(ramp, 4, 2)[0, 1].tolist() == [8.5, 10.5, 24.5, 26.5]
+    with pytest.raises(ValueError, match="does not divide"):
+        pooled_patches(ramp, 4, 3)
 
 
 def test_decoder_predicts_the_pooled_patch_size():
@@ -38,25 +44,47 @@ def test_decoder_predicts_the_pooled_patch_size():
     assert _mae().decoder.pred.out_features == 8 * 8 * 3
 
 
-def test_decoder_without_visible_tokens_depends_on_the_prefix_alone():
+def test_decoder_without_visible_tokens_reads_the_prefix_and_the_positions():
     decoder = MAEDecoder(16, (2, 2), 4, 16, 1, 2).eval()
-    cls = torch.randn(1, 1, 16).expand(3, 1, 16)  # three images with the same CLS
+    cls = torch.randn(2, 1, 16)
+    none = torch.zeros(2, 0, dtype=torch.long)
     with torch.no_grad():
-        out = decoder(cls, torch.zeros(3, 0, dtype=torch.long), 4, 1)
-        other = decoder(cls + 1.0, torch.zeros(3, 0, dtype=torch.long), 4, 1)
-    assert out.shape == (3, 4, 4 * 4 * 3)
-    torch.testing.assert_close(out[0], out[2])
-    assert not torch.allclose(out, other)
+        out, shifted = decoder(cls, none, 4, 1), decoder(cls + 1.0, none, 4, 1)
+    assert out.shape == (2, 4, 4 * 4 * 3)
+    assert not torch.allclose(out[:, 0], out[:, 1])  # each position is told apart by its embedding
+    assert not torch.allclose(out, shifted)  # and what it predicts comes from the CLS
 
 
-@pytest.mark.parametrize("decoder_input, seen", [("tokens", 1 + 4), ("cls", 1)])  # 16 patches, 25% visible
-def test_cls_input_hands_the_decoder_the_cls_token_only(data, decoder_input, seen):
-    recipe = _mae(decoder_input=decoder_input)
+@pytest.mark.parametrize("decoder_input, registers, seen", [("tokens", 0, 1 + 4), ("cls", 0, 1), ("cls", 2, 1)])
+def test_cls_input_hands_the_decoder_the_cls_token_only(data, decoder_input, registers, seen):
+    recipe = _mae(_vit(num_reg_tokens=registers), decoder_input=decoder_input)  # 16 patches, 4 visible
     shapes = []
     recipe.decoder.register_forward_pre_hook(lambda mod, args: shapes.append((args[0].shape[1], args[1].shape[1])))
     with torch.no_grad():
         recipe.loss(data.images[:4], data.labels[:4], 0, torch.Generator().manual_seed(0))
     assert shapes == [(seen, seen - 1)]
+
+
+def test_cls_input_still_scores_the_masked_patches_only(data):
+    kept = []
+    recipe = _mae(mask_fn=lambda *a: kept.append(random_mask(*a)) or kept[-1], decoder_input="cls")
+    images, labels = data.images[:4], data.labels[:4]
+
+    def loss_with(offset_at_visible: bool) -> float:
+        def shift(module, args, out):
+            ids = kept[-1] if offset_at_visible else (kept[-1] + 1) % out.shape[1]
+            return out.scatter_add(1, ids.unsqueeze(-1).expand(-1, -1, out.shape[-1]), torch.full_like(out, 100.0))
+
+        handle = recipe.decoder.register_forward_hook(shift)
+        with torch.no_grad():
+            value = float(recipe.loss(images, labels, 0, torch.Generator().manual_seed(0)))
+        handle.remove()
+        return value
+
+    with torch.no_grad():
+        plain = float(recipe.loss(images, labels, 0, torch.Generator().manual_seed(0)))
+    assert loss_with(offset_at_visible=True) == pytest.approx(plain)  # visible patches are not scored
+    assert loss_with(offset_at_visible=False) > plain + 1.0  # (some of) the masked ones are
 
 
 @pytest.mark.parametrize("options", [{"decoder_input": "cls"}, {"target_pool": 8},
@@ -80,6 +108,6 @@ def test_bad_options_are_refused():
     with pytest.raises(ValueError, match="does not divide"):
         _mae(target_pool=3)
     no_cls = _vit()
-    no_cls.model.num_prefix_tokens = 0  # a timm-layout ViT without a CLS token (class_token=False)
+    no_cls.spec = dataclasses.replace(no_cls.spec, num_prefix_tokens=0, prefix_kinds=())  # e.g. class_token=False
     with pytest.raises(ValueError, match="CLS token"):
         MAERecipe(no_cls, MAEConfig(decoder_input="cls"))

@@ -6,14 +6,15 @@ per-patch normalised target (``norm_pix_loss``, MAE's default). The decoder is d
 The mask generator is a replaceable function, so guided masking (a later experiment) plugs in here.
 
 Two options leave MAE for experiments (``docs/zoo-findings.md``, session 11): ``decoder_input="cls"`` lets
-the decoder read only the CLS token (a global bottleneck, as BEiT v2 pretrains its CLS), and ``target_pool``
-predicts each patch at a coarser resolution.
+the decoder read only the CLS token (a global bottleneck like BEiT v2's, without its patch tokens), and
+``target_pool`` predicts each patch at a coarser resolution.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
@@ -52,10 +53,11 @@ class MAEConfig:
             background is then unrelated to the object and unpredictable, so nothing rewards encoding it.
             Needs ``TensorImages.foreground``.
         decoder_input: ``"tokens"`` (MAE): the decoder reads the encoded visible patches and the prefix
-            tokens; ``"cls"``: only the prefix tokens (CLS), so everything it reconstructs must pass through
-            them. Not MAE; an experiment (BEiT v2's CLS bottleneck without its patch tokens).
+            tokens; ``"cls"``: the CLS token alone (no registers, no patch), so everything it reconstructs
+            must pass through it. Not MAE; an experiment (BEiT v2's CLS bottleneck without its patch tokens).
         target_pool: each target patch is average-pooled in ``target_pool x target_pool`` cells first (1:
-            every pixel, MAE; the patch size: its mean colour). Must divide the patch size.
+            every pixel, MAE; the patch size: its mean colour, which ``norm_pix_loss`` reduces to its
+            direction about grey, i.e. its hue, amplifying near-grey patches). Must divide the patch size.
         seed: initialises the decoder.
     """
 
@@ -70,7 +72,7 @@ class MAEConfig:
     crop_scale: tuple[float, float] = (0.2, 1.0)
     foreground_loss: bool = False
     background_swap: float = 0.0
-    decoder_input: str = "tokens"
+    decoder_input: Literal["tokens", "cls"] = "tokens"
     target_pool: int = 1
     seed: int = 0
 
@@ -89,10 +91,21 @@ def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
 
 
 def pooled_patches(images: torch.Tensor, patch: int, pool: int) -> torch.Tensor:
-    """Patches average-pooled in ``pool x pool`` cells: ``[B, C, H, W]`` -> ``[B, h*w, (patch/pool)**2 * C]``.
+    """Patches average-pooled in ``pool x pool`` cells, in :func:`patchify`'s token and value order.
 
-    ``pool`` 1 is :func:`patchify`; ``pool == patch`` gives each patch's mean colour.
+    Args:
+        images: ``[B, C, H, W]``, sides multiples of ``patch``.
+        patch: patch side in pixels.
+        pool: cell side in pixels; divides ``patch``. 1 is :func:`patchify`, ``patch`` each patch's mean colour.
+
+    Returns:
+        ``[B, h*w, (patch/pool)**2 * C]``.
+
+    Raises:
+        ValueError: if ``pool`` does not divide ``patch``.
     """
+    if pool < 1 or patch % pool:
+        raise ValueError(f"pool {pool} does not divide the patch size {patch}")
     return patchify(F.avg_pool2d(images, pool), patch // pool) if pool > 1 else patchify(images, patch)
 
 
@@ -115,7 +128,16 @@ def _sincos_2d(dim: int, h: int, w: int) -> torch.Tensor:
 
 
 class MAEDecoder(nn.Module):
-    """Mask tokens + fixed positions + a few transformer blocks + a linear pixel predictor."""
+    """Mask tokens + fixed positions + a few transformer blocks + a linear pixel predictor.
+
+    Args:
+        embed_dim: width of the encoder's tokens.
+        grid: ``(h, w)`` patch grid.
+        patch: patch side in pixels.
+        dim, depth, heads: the decoder's width, blocks and heads.
+        seed: initialises the decoder (its draws never touch the global generator).
+        out_patch: side of each predicted patch (default ``patch``; smaller for pooled targets).
+    """
 
     def __init__(self, embed_dim: int, grid: tuple[int, int], patch: int, dim: int, depth: int, heads: int,
                  seed: int = 0, out_patch: int | None = None) -> None:
@@ -127,7 +149,7 @@ class MAEDecoder(nn.Module):
             self.register_buffer("pos_embed", _sincos_2d(dim, *grid).unsqueeze(0), persistent=False)
             self.blocks = nn.Sequential(*[Block(dim, heads, 4.0) for _ in range(depth)])
             self.norm = nn.LayerNorm(dim, eps=1e-6)
-            out_patch = patch if out_patch is None else out_patch  # side of the predicted patch
+            out_patch = patch if out_patch is None else out_patch
             self.pred = nn.Linear(dim, out_patch * out_patch * 3)
 
     def forward(self, latent: torch.Tensor, ids_keep: torch.Tensor, num_patches: int, num_prefix: int) -> torch.Tensor:
@@ -160,7 +182,7 @@ class MAERecipe(Recipe):
         self.model = backbone.model
         spec = backbone.spec
         self.patch = spec.patch_size
-        if config.decoder_input == "cls" and self.model.num_prefix_tokens == 0:
+        if config.decoder_input == "cls" and spec.prefix_kinds[:1] != ("cls",):  # timm layout: CLS first
             raise ValueError("decoder_input='cls' needs a model with a CLS token")
         if self.patch % config.target_pool:
             raise ValueError(f"target_pool {config.target_pool} does not divide the patch size {self.patch}")
@@ -211,8 +233,8 @@ class MAERecipe(Recipe):
         latent, ids_keep = self.encode_visible(x, gen)
         target = pooled_patches(x, self.patch, self.config.target_pool)
         prefix_n = self.model.num_prefix_tokens
-        if self.config.decoder_input == "cls":  # the decoder sees no visible patch: the CLS is the bottleneck
-            pred = self.decoder(latent[:, :prefix_n], ids_keep[:, :0], target.shape[1], prefix_n)
+        if self.config.decoder_input == "cls":  # no visible patch, no register: the CLS is the bottleneck
+            pred = self.decoder(latent[:, :1], ids_keep[:, :0], target.shape[1], 1)
         else:
             pred = self.decoder(latent, ids_keep, target.shape[1], prefix_n)
         if self.config.norm_pix_loss:
