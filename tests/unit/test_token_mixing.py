@@ -33,23 +33,24 @@ def hf_vit():
     return vitscope.wrap(make("vit-cls"))
 
 
-def test_head_at_cls_reproduces_the_tiny_model_exactly(tiny, data) -> None:
+def test_head_at_cls_reproduces_the_tiny_model(tiny, data) -> None:
     x = data[0][:16]
     with torch.no_grad():
         want = tiny(x)
     logits = per_token_logits(tiny, x)
     assert logits.shape == (16, tiny.spec.num_tokens, 10)
-    assert torch.equal(logits[:, 0], want)
+    # the head runs on B*N rows instead of B, so the BLAS kernel may differ in the last bit
+    torch.testing.assert_close(logits[:, 0], want, rtol=1e-6, atol=1e-6)
     assert torch.equal(logits[:, 0].argmax(-1), want.argmax(-1))
 
 
-def test_head_at_cls_reproduces_an_hf_classifier_exactly(hf_vit) -> None:
+def test_head_at_cls_reproduces_an_hf_classifier(hf_vit) -> None:
     x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         want = hf_vit(x).logits
     logits = per_token_logits(hf_vit, x)
     assert logits.shape == (4, hf_vit.spec.num_tokens, 5)
-    assert torch.equal(logits[:, 0], want)
+    torch.testing.assert_close(logits[:, 0], want, rtol=1e-6, atol=1e-6)
 
 
 def test_head_on_a_patch_token_is_the_classifier_of_that_token(tiny, data) -> None:
