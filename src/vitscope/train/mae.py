@@ -90,6 +90,11 @@ def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
     return x.permute(0, 2, 4, 3, 5, 1).reshape(b, (h // patch) * (w // patch), patch * patch * c)
 
 
+def _check_pool(patch: int, pool: int, name: str) -> None:
+    if pool < 1 or patch % pool:
+        raise ValueError(f"{name} {pool} does not divide the patch size {patch}")
+
+
 def pooled_patches(images: torch.Tensor, patch: int, pool: int) -> torch.Tensor:
     """Patches average-pooled in ``pool x pool`` cells, in :func:`patchify`'s token and value order.
 
@@ -104,8 +109,7 @@ def pooled_patches(images: torch.Tensor, patch: int, pool: int) -> torch.Tensor:
     Raises:
         ValueError: if ``pool`` does not divide ``patch``.
     """
-    if pool < 1 or patch % pool:
-        raise ValueError(f"pool {pool} does not divide the patch size {patch}")
+    _check_pool(patch, pool, "pool")
     return patchify(F.avg_pool2d(images, pool), patch // pool) if pool > 1 else patchify(images, patch)
 
 
@@ -184,8 +188,7 @@ class MAERecipe(Recipe):
         self.patch = spec.patch_size
         if config.decoder_input == "cls" and spec.prefix_kinds[:1] != ("cls",):  # timm layout: CLS first
             raise ValueError("decoder_input='cls' needs a model with a CLS token")
-        if self.patch % config.target_pool:
-            raise ValueError(f"target_pool {config.target_pool} does not divide the patch size {self.patch}")
+        _check_pool(self.patch, config.target_pool, "target_pool")  # at construction, not at the first step
         self.decoder = MAEDecoder(spec.embed_dim, spec.grid, self.patch, config.decoder_dim, config.decoder_depth,
                                   config.decoder_heads, config.seed, out_patch=self.patch // config.target_pool)
         self.needs_foreground = config.foreground_loss or config.background_swap > 0
@@ -232,11 +235,10 @@ class MAERecipe(Recipe):
         x = normalise(x, spec.mean, spec.std)
         latent, ids_keep = self.encode_visible(x, gen)
         target = pooled_patches(x, self.patch, self.config.target_pool)
-        prefix_n = self.model.num_prefix_tokens
         if self.config.decoder_input == "cls":  # no visible patch, no register: the CLS is the bottleneck
             pred = self.decoder(latent[:, :1], ids_keep[:, :0], target.shape[1], 1)
         else:
-            pred = self.decoder(latent, ids_keep, target.shape[1], prefix_n)
+            pred = self.decoder(latent, ids_keep, target.shape[1], self.model.num_prefix_tokens)
         if self.config.norm_pix_loss:
             mean, var = target.mean(-1, keepdim=True), target.var(-1, keepdim=True)
             target = (target - mean) / (var + 1e-6).sqrt()
