@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo install bench zoo clean chromium
+.PHONY: test demo install bench zoo clean chromium golden
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,11 @@ test: $(STAMP) chromium
 
 demo: $(STAMP)
 	$(VENV)/bin/vitscope demo --out demo_out
+
+# Every golden run (results.json of analyze, compare, probe and the full demo on the synthetic world) against the
+# numbers committed before the engine-v2 redesign; `make test` checks the quick ones. About 4 minutes on 2 cores.
+golden: $(STAMP)
+	cd tests && ../$(PY) -m golden.check
 
 bench: $(STAMP)
 	$(PY) benchmarks/recording_overhead.py

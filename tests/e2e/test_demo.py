@@ -8,6 +8,9 @@ import re
 import subprocess
 import sys
 
+from golden.compare import differences
+from golden.runs import fixture, normalised
+
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
@@ -18,6 +21,8 @@ def test_demo_quick_writes_the_comparison_and_a_self_contained_report(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "demo report:" in proc.stdout
     doc = json.loads((out / "results.json").read_text())
+    moved = differences(fixture("demo_quick"), normalised(out, {}), allow_extra=True)
+    assert not moved, "the demo's numbers moved:\n" + "\n".join(moved)  # the engine-v2 golden run
     from vitscope.zoo.catalog import ZOO
 
     zoo = [e.name for e in ZOO]

@@ -1,0 +1,92 @@
+"""Compare two results.json documents number by number (the engine-v2 refactor must not move any number).
+
+A document is first normalised: run-specific values (temporary paths, timestamps, file-stat fingerprints, the
+environment) are replaced or dropped, so what remains is what the analyses measured. Numbers then match when
+``|a - b| <= atol + rtol * max(|a|, |b|)`` (both 1e-6 by default); NaN equals NaN; strings, booleans, None and
+the structure (keys, lengths) must match exactly. Integers are compared as numbers: counts and indices are
+integers on both sides, and any difference in them exceeds the tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+#: Top-level keys that describe the run, not the measurements.
+RUN_KEYS = ("environment", "vitscope_version", "run")
+#: Keys dropped wherever they occur: file lists (the writer may lay files out anew; the report and its
+#: figures are checked elsewhere) and stat-based digests (they change with every file's mtime).
+DROPPED_ANYWHERE = ("files", "digest")
+
+
+def normalise(doc: Any, roots: Iterable[tuple[str, str]] = ()) -> Any:
+    """A copy of ``doc`` without run-specific values; every string has each ``(path, placeholder)`` replaced.
+
+    Args:
+        doc: a results.json document (or any JSON value).
+        roots: ``(absolute path, placeholder)`` pairs, longest first is not required (sorted here).
+    """
+    pairs = sorted(((str(p), tag) for p, tag in roots), key=lambda pair: -len(pair[0]))
+
+    def walk(value: Any, top: bool) -> Any:
+        if isinstance(value, Mapping):
+            return {k: walk(v, False) for k, v in value.items()
+                    if k not in DROPPED_ANYWHERE and not (top and k in RUN_KEYS)}
+        if isinstance(value, list):
+            return [walk(v, False) for v in value]
+        if isinstance(value, str):
+            for path, tag in pairs:
+                value = value.replace(path, tag)
+            return value
+        return value
+
+    return walk(doc, True)
+
+
+def _close(a: float, b: float, rtol: float, atol: float) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return abs(a - b) <= atol + rtol * max(abs(a), abs(b))
+
+
+def differences(expected: Any, actual: Any, rtol: float = 1e-6, atol: float = 1e-6, allow_extra: bool = False,
+                limit: int = 40) -> list[str]:
+    """Every place where ``actual`` differs from ``expected`` (at most ``limit``), as ``path: what`` lines.
+
+    ``allow_extra`` accepts keys that only ``actual`` has (results.json may gain keys, never lose them).
+    """
+    found: list[str] = []
+
+    def visit(e: Any, a: Any, where: str) -> None:
+        if len(found) >= limit:
+            return
+        number = (int, float)
+        if isinstance(e, bool) or isinstance(a, bool):
+            if e is not a:
+                found.append(f"{where}: expected {e!r}, got {a!r}")
+        elif isinstance(e, number) and isinstance(a, number):
+            if not _close(float(e), float(a), rtol, atol):
+                found.append(f"{where}: expected {e!r}, got {a!r} (difference {float(a) - float(e):.3g})")
+        elif isinstance(e, Mapping) and isinstance(a, Mapping):
+            missing, extra = sorted(set(e) - set(a)), sorted(set(a) - set(e))
+            if missing:
+                found.append(f"{where}: missing keys {missing}")
+            if extra and not allow_extra:
+                found.append(f"{where}: unexpected keys {extra}")
+            for key in e:
+                if key in a:
+                    visit(e[key], a[key], f"{where}.{key}")
+        elif isinstance(e, list) and isinstance(a, list):
+            if len(e) != len(a):
+                found.append(f"{where}: expected {len(e)} items, got {len(a)}")
+                return
+            for i, (x, y) in enumerate(zip(e, a)):
+                visit(x, y, f"{where}[{i}]")
+        elif e != a or type(e) is not type(a):
+            found.append(f"{where}: expected {e!r}, got {a!r}")
+
+    visit(expected, actual, "$")
+    return found

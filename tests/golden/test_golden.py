@@ -1,0 +1,33 @@
+"""The golden runs give the numbers committed before the engine-v2 redesign (1e-6, number by number)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from golden.compare import differences
+from golden.execute import run_golden, write_data
+from golden.runs import RUNS, fixture
+
+QUICK = [r for r in RUNS if r.quick]
+
+
+@pytest.fixture(scope="module")
+def roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return write_data(tmp_path_factory.mktemp("golden_data"), {k for r in QUICK for k in r.data})
+
+
+@pytest.mark.parametrize("run", QUICK, ids=[r.name for r in QUICK])
+def test_golden_run_matches_its_fixture(run, roots, tmp_path):
+    actual = run_golden(run, roots, tmp_path / run.name)
+    found = differences(fixture(run.name), actual, allow_extra=True)
+    assert not found, f"{run.name} moved:\n" + "\n".join(found)
+
+
+def test_comparison_finds_a_moved_number_a_missing_key_and_a_changed_label():
+    expected = {"a": [1.0, 2.0, float("nan")], "b": {"c": "x", "n": 3}, "d": True}
+    assert differences(expected, {"a": [1.0, 2.0 + 1e-9, float("nan")], "b": {"c": "x", "n": 3}, "d": True}) == []
+    moved = differences(expected, {"a": [1.0, 2.001, 0.0], "b": {"c": "y"}, "d": 1})
+    assert len(moved) == 5, moved  # 2.001, nan vs 0, missing n, label x -> y, True -> 1
+    assert differences({"a": 1}, {"a": 1, "z": 2}) and not differences({"a": 1}, {"a": 1, "z": 2}, allow_extra=True)
