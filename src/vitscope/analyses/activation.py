@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from vitscope.analyses.base import Accumulator, Batch, Result
+from vitscope.analyses.base import Analysis, Batch, Result
+from vitscope.functional.moments import merge_moments
 from vitscope.hooks.names import UnknownHookError, cnn_hook_names, expand_names, transformer_hook_names
 from vitscope.hooks.tokens import grid_to_tokens
 from vitscope.models.spec import ModelSpec
@@ -36,7 +37,7 @@ def _as_tokens(x: torch.Tensor, key: str) -> torch.Tensor:
     return x.to(torch.float64)
 
 
-class MeanActivation(Accumulator):
+class MeanActivation(Analysis):
     """Mean and variance over images of every token position of the chosen activations.
 
     State per hook: image count ``n`` (float), ``mean`` ``[N, D]`` and ``M2`` ``[N, D]`` (sum of
@@ -63,9 +64,13 @@ class MeanActivation(Accumulator):
             hooks = (hooks,)
         if ddof < 0:
             raise ValueError(f"ddof must be >= 0, got {ddof}")
+        super().__init__()
         self._cfg_hooks: tuple[str, ...] | None = tuple(hooks) if hooks is not None else None
         self._cfg_ddof = int(ddof)
-        self.reset()
+        # per hook: image count, mean [N, D] and M2 [N, D] (float64, CPU), merged with Chan's formula
+        self.add_state("count", {}, reduce="sum")
+        self.add_state("mean", {}, reduce="mean", count="count")
+        self.add_state("m2", {}, reduce="variance", mean="mean", count="count")
 
     def patterns(self, spec: ModelSpec) -> tuple[str, ...]:
         """The hook names / patterns this instance reads on ``spec``."""
@@ -85,11 +90,6 @@ class MeanActivation(Accumulator):
             return False
         return True
 
-    def reset(self) -> None:
-        self.count: dict[str, float] = {}
-        self.mean: dict[str, torch.Tensor] = {}
-        self.m2: dict[str, torch.Tensor] = {}
-
     def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
         """Fold one batch in: every record key matching the patterns, ``[B, N, D]`` or ``[B, C, h, w]``."""
         patterns = self.patterns(batch.spec)
@@ -108,36 +108,31 @@ class MeanActivation(Accumulator):
             self._fold(key, float(x.shape[0]), mean_b.cpu(), m2_b.cpu())
 
     def _fold(self, key: str, n_b: float, mean_b: torch.Tensor, m2_b: torch.Tensor) -> None:
-        """Chan's parallel merge of ``(n_b, mean_b [N, D], M2_b [N, D])`` into the state of ``key``."""
+        """Chan's parallel merge of ``(n_b, mean_b [N, D], M2_b [N, D])`` into the state of ``key`` (the rule
+        the declared ``"mean"`` / ``"variance"`` states merge by)."""
         n_a = self.count.get(key, 0.0)
         if n_b == 0:
             return
         if n_a == 0:
             self.count[key], self.mean[key], self.m2[key] = n_b, mean_b.clone(), m2_b.clone()
             return
-        if mean_b.shape != self.mean[key].shape:
-            (n_old, d_old), (n_new, d_new) = self.mean[key].shape, mean_b.shape
+        self._check_shape(key, mean_b.shape)
+        self.mean[key], self.m2[key] = merge_moments(n_a, self.mean[key], self.m2[key], n_b, mean_b, m2_b)
+        self.count[key] = n_a + n_b
+
+    def _check_shape(self, key: str, shape: torch.Size) -> None:
+        if key in self.mean and shape != self.mean[key].shape:
+            (n_old, d_old), (n_new, d_new) = self.mean[key].shape, shape
             what = "tokens" if n_old != n_new else "channels"
             raise ValueError(
                 f"mean_activation: '{key}' has {n_new} tokens of width {d_new} here but {n_old} tokens of "
                 f"width {d_old} before (mismatched {what}); per-token statistics need every image at the "
                 "same input size, so resize the images to one size or use separate runs"
             )
-        n = n_a + n_b
-        delta = mean_b - self.mean[key]
-        self.mean[key] = self.mean[key] + delta * (n_b / n)
-        self.m2[key] = self.m2[key] + m2_b + delta.square() * (n_a * n_b / n)
-        self.count[key] = n
 
-    def merge(self, other: Accumulator) -> MeanActivation:
-        """Fold ``other``'s state into this one (in place) and return ``self``; ``other`` is unchanged."""
-        if not isinstance(other, MeanActivation):
-            raise TypeError(f"cannot merge {type(other).__name__} into MeanActivation")
-        if other._cfg_hooks != self._cfg_hooks:
-            raise ValueError(f"cannot merge MeanActivation(hooks={other._cfg_hooks}) into hooks={self._cfg_hooks}")
-        for key in other.count:
-            self._fold(key, other.count[key], other.mean[key], other.m2[key])
-        return self
+    def check_mergeable(self, other: Analysis) -> None:
+        for key, mean in getattr(other, "mean", {}).items():
+            self._check_shape(key, mean.shape)
 
     def compute(self) -> Result:
         tensors: dict[str, torch.Tensor] = {}

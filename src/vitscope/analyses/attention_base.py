@@ -11,7 +11,8 @@ from typing import ClassVar
 import torch
 
 from vitscope.analyses.attention_pass import BlockStats, random_block_statistics, shared_block_statistics
-from vitscope.analyses.base import Accumulator, Batch, Result
+from vitscope.analyses.base import Analysis, Batch, Result
+from vitscope.analyses.state import first_seen
 from vitscope.hooks.names import split_block_name
 from vitscope.models.spec import ModelSpec
 
@@ -59,11 +60,11 @@ class TableResult(Result):
         return Result(name=self.name, tensors=kept, meta=self.meta).to_frame()
 
 
-class AttentionAccumulator(Accumulator):
+class AttentionAccumulator(Analysis):
     """Base of the attention suite: reads every ``blocks.{i}.attn.pattern`` through the shared pass.
 
-    Subclasses set ``name``, ``NEEDS`` (quantities of :mod:`~vitscope.analyses.attention_pass`) and
-    implement ``_reset_sums``, ``_update_blocks``, ``_merge_sums`` and ``compute``. Configuration:
+    Subclasses set ``name``, ``NEEDS`` (quantities of :mod:`~vitscope.analyses.attention_pass`), declare
+    their sums in ``_declare_sums`` and implement ``_update_blocks`` and ``compute``. Configuration:
     ``seed``, ``random_samples`` (random patterns per block for the baseline) and ``random_kind``
     (``"uniform"``, the 002 code, or ``"gaussian"``). ``_cfg_plan`` is the union of the quantities
     of the analyses that run together (set by :func:`~vitscope.analyses.attention_suite.link_attention_plans`),
@@ -76,6 +77,7 @@ class AttentionAccumulator(Accumulator):
     required_targets: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, seed: int = 0, random_samples: int = 4, random_kind: str = "uniform") -> None:
+        super().__init__()
         if random_kind not in RANDOM_KINDS:
             raise ValueError(f"random_kind must be one of {RANDOM_KINDS}, got {random_kind!r}")
         if int(random_samples) < 1:
@@ -84,7 +86,10 @@ class AttentionAccumulator(Accumulator):
         self._cfg_random_samples = int(random_samples)
         self._cfg_random_kind = random_kind
         self._cfg_plan: frozenset[str] = frozenset()
-        self.reset()
+        self.add_state("num_images", 0, reduce="sum")
+        self.add_state("geometry", None, reduce="same")
+        self.add_state("model", None, reduce="same")  # spec.name of the model, for figure legends
+        self._declare_sums()
 
     # ------------------------------------------------------------ capability
 
@@ -104,14 +109,8 @@ class AttentionAccumulator(Accumulator):
 
     # ------------------------------------------------------------ state
 
-    def reset(self) -> None:
-        self.num_images: int = 0
-        self.geometry: AttentionGeometry | None = None
-        self.model: str | None = None  # spec.name of the model, for figure legends
-        self._reset_sums()
-
-    def _reset_sums(self) -> None:
-        """Set the analysis's own sums to empty."""
+    def _declare_sums(self) -> None:
+        """Declare the analysis's own sums (``add_state``)."""
 
     def _adopt(self, geometry: AttentionGeometry) -> bool:
         """Accept ``geometry`` (first batch) or check it matches; True when the sums are still empty."""
@@ -192,22 +191,6 @@ class AttentionAccumulator(Accumulator):
     def _update_blocks(self, geometry: AttentionGeometry, stats: list[BlockStats], batch: Batch) -> None:
         """Add one batch's per-block statistics to the sums."""
 
-    def merge(self, other: Accumulator) -> AttentionAccumulator:
-        """Fold ``other``'s state into this one (in place) and return ``self``; ``other`` is unchanged."""
-        if type(other) is not type(self):
-            raise TypeError(f"cannot merge {type(other).__name__} into {type(self).__name__}")
-        if other.num_images == 0 and other.geometry is None:
-            return self
-        empty = self._adopt(other.geometry)
-        self.model = self.model or other.model
-        self._merge_sums(other, empty)
-        self.num_images += other.num_images
-        return self
-
-    @abstractmethod
-    def _merge_sums(self, other: AttentionAccumulator, empty: bool) -> None:
-        """Add ``other``'s sums (``empty``: this accumulator had none yet)."""
-
     # ------------------------------------------------------------ random baseline
 
     def _random(self) -> tuple[BlockStats, ...]:
@@ -227,15 +210,15 @@ class AttentionAccumulator(Accumulator):
 class ChosenImages:
     """Mixin keeping the maps and thumbnails of the images chosen by dataset index (``_cfg_images``).
 
-    The host defines ``_cfg_images`` (a frozenset of dataset indices) and calls :meth:`_reset_chosen` from
-    its ``_reset_sums``. The first occurrence of an index wins, in updates and merges alike.
+    The host defines ``_cfg_images`` (a frozenset of dataset indices) and calls :meth:`_declare_chosen` from
+    its ``_declare_sums``. The first occurrence of an index wins, in updates and merges alike.
     """
 
     _cfg_images: frozenset[int]
 
-    def _reset_chosen(self) -> None:
-        self.image_maps: dict[int, torch.Tensor] = {}
-        self.image_pixels: dict[int, torch.Tensor] = {}
+    def _declare_chosen(self) -> None:
+        self.add_state("image_maps", {}, reduce=first_seen)
+        self.add_state("image_pixels", {}, reduce=first_seen)
 
     def _keep_chosen(self, batch: Batch, maps: torch.Tensor) -> None:
         """Store ``maps[j]`` (float64, CPU) and the thumbnail of every chosen image of the batch."""
@@ -244,11 +227,6 @@ class ChosenImages:
             idx = int(batch.indices[j])
             self.image_maps.setdefault(idx, maps[j].to(torch.float64).cpu())
             self.image_pixels.setdefault(idx, pixels)
-
-    def _merge_chosen(self, other: ChosenImages) -> None:
-        for idx, m in other.image_maps.items():
-            self.image_maps.setdefault(idx, m.clone())
-            self.image_pixels.setdefault(idx, other.image_pixels[idx].clone())
 
     def _chosen_tensors(self) -> dict[str, torch.Tensor]:
         """``image_maps`` ``[I, ...]`` and ``images`` ``[I, H, W, 3]`` in increasing index order (empty if none)."""

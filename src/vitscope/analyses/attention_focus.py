@@ -57,9 +57,9 @@ class AttentionFocus(AttentionAccumulator):
     name = "attention_focus"
     NEEDS = frozenset({"entropy", "focus"})
 
-    def _reset_sums(self) -> None:
-        self.entropy_sum: torch.Tensor | None = None
-        self.focus_sum: torch.Tensor | None = None
+    def _declare_sums(self) -> None:
+        self.add_state("entropy_sum", None, reduce="sum")  # [L, H] float64
+        self.add_state("focus_sum", None, reduce="sum")
 
     @staticmethod
     def _sums(stats: list[BlockStats] | tuple[BlockStats, ...]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -74,12 +74,6 @@ class AttentionFocus(AttentionAccumulator):
         else:
             self.entropy_sum, self.focus_sum = self.entropy_sum + entropy, self.focus_sum + focus
         self.num_images += stats[0].batch_size
-
-    def _merge_sums(self, other: AttentionAccumulator, empty: bool) -> None:
-        if empty:
-            self.entropy_sum, self.focus_sum = other.entropy_sum.clone(), other.focus_sum.clone()
-        else:
-            self.entropy_sum, self.focus_sum = self.entropy_sum + other.entropy_sum, self.focus_sum + other.focus_sum
 
     def compute(self) -> AttentionFocusResult:
         meta = self._base_meta()

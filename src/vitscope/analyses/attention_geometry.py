@@ -89,8 +89,8 @@ class AlignedAttention(AttentionAccumulator):
                                 "axial": float(axial), "radius": int(radius)}
         super().__init__(seed=seed, random_samples=random_samples, random_kind=random_kind)
 
-    def _reset_sums(self) -> None:
-        self.aaam_sum: torch.Tensor | None = None
+    def _declare_sums(self) -> None:
+        self.add_state("aaam_sum", None, reduce="sum")  # [L, H, 2h-1, 2w-1] float64
 
     def _canvas(self, stats: list[BlockStats]) -> torch.Tensor:
         sh, sw = grid_tables(stats[0].grid).canvas_shape
@@ -100,9 +100,6 @@ class AlignedAttention(AttentionAccumulator):
         canvas = self._canvas(stats)
         self.aaam_sum = canvas if self.aaam_sum is None else self.aaam_sum + canvas
         self.num_images += stats[0].batch_size
-
-    def _merge_sums(self, other: AttentionAccumulator, empty: bool) -> None:
-        self.aaam_sum = other.aaam_sum.clone() if empty else self.aaam_sum + other.aaam_sum
 
     def compute(self) -> AlignedAttentionResult:
         meta = {**self._base_meta(), "thresholds": dict(self._cfg_thresholds)}
@@ -159,8 +156,8 @@ class AttentionDistance(AttentionAccumulator):
     name = "attention_distance"
     NEEDS = frozenset({"aligned"})
 
-    def _reset_sums(self) -> None:
-        self.distance_sum: torch.Tensor | None = None
+    def _declare_sums(self) -> None:
+        self.add_state("distance_sum", None, reduce="sum")  # [L, H] float64
 
     @staticmethod
     def _distance(stats: list[BlockStats]) -> torch.Tensor:
@@ -172,9 +169,6 @@ class AttentionDistance(AttentionAccumulator):
         d = self._distance(stats)
         self.distance_sum = d if self.distance_sum is None else self.distance_sum + d
         self.num_images += stats[0].batch_size
-
-    def _merge_sums(self, other: AttentionAccumulator, empty: bool) -> None:
-        self.distance_sum = other.distance_sum.clone() if empty else self.distance_sum + other.distance_sum
 
     def compute(self) -> AttentionDistanceResult:
         meta = self._base_meta()

@@ -73,9 +73,9 @@ class _MapAccumulator(ChosenImages, AttentionAccumulator):
         self._cfg_images: frozenset[int] = frozenset(int(i) for i in images)
         super().__init__(seed=seed, random_samples=random_samples, random_kind=random_kind)
 
-    def _reset_sums(self) -> None:
-        self.map_sum: torch.Tensor | None = None
-        self._reset_chosen()
+    def _declare_sums(self) -> None:
+        self.add_state("map_sum", None, reduce="sum")  # [L, H, h, w] float64
+        self._declare_chosen()
 
     @abstractmethod
     def _maps(self, stats: BlockStats) -> torch.Tensor:
@@ -89,10 +89,6 @@ class _MapAccumulator(ChosenImages, AttentionAccumulator):
         self.map_sum = batch_sum if self.map_sum is None else self.map_sum + batch_sum
         self.num_images += maps.shape[0]
         self._keep_chosen(batch, maps)
-
-    def _merge_sums(self, other: AttentionAccumulator, empty: bool) -> None:
-        self.map_sum = other.map_sum.clone() if empty else self.map_sum + other.map_sum
-        self._merge_chosen(other)
 
     def compute(self) -> AttentionMapsResult:
         meta = {"what": self.what, **self._base_meta(), "image_indices": sorted(self.image_maps)}

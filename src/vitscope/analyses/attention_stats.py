@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from vitscope.analyses.base import Accumulator, Batch, Result
+from vitscope.analyses.base import Analysis, Batch, Result
 from vitscope.functional.attention_stats import attention_entropy, max_attention
 from vitscope.hooks.names import split_block_name
 from vitscope.models.spec import ModelSpec
@@ -52,7 +52,7 @@ class AttentionStatsResult(Result):
         return paths
 
 
-class AttentionStats(Accumulator):
+class AttentionStats(Analysis):
     """Mean over images of the plain attention entropy and of the max attention, per block and head.
 
     Per image and head the values are :func:`~vitscope.functional.attention_stats.attention_entropy`
@@ -69,17 +69,15 @@ class AttentionStats(Accumulator):
     needs_attention = True
 
     def __init__(self) -> None:
-        self.reset()
+        super().__init__()
+        self.add_state("num_images", 0, reduce="sum")
+        self.add_state("num_tokens", None, reduce="same")
+        self.add_state("blocks", [], reduce="same")
+        self.add_state("sum_entropy", None, reduce="sum")  # [L, H] float64
+        self.add_state("sum_max", None, reduce="sum")
 
     def required_hooks(self, spec: ModelSpec) -> list[str]:
         return [PATTERN_HOOKS]
-
-    def reset(self) -> None:
-        self.num_images: int = 0
-        self.num_tokens: int = 0
-        self.blocks: list[int] = []
-        self.sum_entropy: torch.Tensor | None = None
-        self.sum_max: torch.Tensor | None = None
 
     def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
         """Add one batch: reads every ``blocks.{i}.attn.pattern`` ``[B, H, N, N]`` in the record."""
@@ -110,7 +108,7 @@ class AttentionStats(Accumulator):
         self._add([i for i, _ in found], int(shape[0]), int(shape[-1]), torch.stack(entropy), torch.stack(peak))
 
     def _add(self, blocks: list[int], n: int, num_tokens: int, s_ent: torch.Tensor, s_max: torch.Tensor) -> None:
-        """Add sums ``[L, H]`` over ``n`` images (shared by ``update`` and ``merge``)."""
+        """Add sums ``[L, H]`` over ``n`` images."""
         if n == 0:
             return
         if self.num_images == 0:
@@ -132,16 +130,8 @@ class AttentionStats(Accumulator):
         self.sum_max = self.sum_max + s_max
         self.num_images += n
 
-    def merge(self, other: Accumulator) -> AttentionStats:
-        """Fold ``other``'s state into this one (in place) and return ``self``; ``other`` is unchanged."""
-        if not isinstance(other, AttentionStats):
-            raise TypeError(f"cannot merge {type(other).__name__} into AttentionStats")
-        if other.num_images:
-            self._add(other.blocks, other.num_images, other.num_tokens, other.sum_entropy, other.sum_max)
-        return self
-
     def compute(self) -> AttentionStatsResult:
-        meta = {"num_images": self.num_images, "num_tokens": self.num_tokens, "blocks": list(self.blocks)}
+        meta = {"num_images": self.num_images, "num_tokens": self.num_tokens or 0, "blocks": list(self.blocks)}
         if self.num_images == 0:
             return AttentionStatsResult(name=self.name, tensors={}, meta=meta)
         entropy = self.sum_entropy / self.num_images

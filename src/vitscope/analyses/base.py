@@ -1,17 +1,21 @@
-"""The accumulator protocol every analysis follows (DESIGN.md idea 3) and the Result it returns."""
+"""The analysis protocol (DESIGN.md idea 3): :class:`Analysis` with declared state, the :class:`Batch` it
+reads, and the :class:`Result` it returns."""
 
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 
+from vitscope.analyses.state import StateSpec, merge_states
 from vitscope.models.spec import ModelSpec
 
 
@@ -42,7 +46,7 @@ class Batch:
 
 @dataclass
 class Result:
-    """Output of ``Accumulator.compute()``: named tensors plus scalar metadata.
+    """Output of ``Analysis.compute()``: named tensors plus scalar metadata.
 
     Subclasses add ``plot()``; the base knows how to tabulate and save itself.
     """
@@ -93,23 +97,185 @@ class Result:
         return []
 
 
-class Accumulator(ABC):
-    """Streaming analysis with exactly mergeable state.
+class Analysis(ABC):
+    """A streaming analysis with declared, exactly mergeable state (DESIGN.md idea 3).
 
-    Subclasses set ``name`` and implement ``required_hooks``, ``update``, ``compute``,
-    ``merge`` / ``reset``. State lives in plain attributes (float64 tensors, ints, lists, dicts);
-    configuration attributes start with ``_cfg_`` and stay out of ``state_dict()``.
-    ``merge(other)`` folds ``other`` into ``self`` in place, leaves ``other`` unchanged, returns
-    ``self``, and satisfies ``merge(A(x1), A(x2)) == A(x1 + x2)``. ``compute()`` on an empty
-    accumulator returns a Result with no tensors.
+    Subclasses call ``super().__init__()`` first, then declare every piece of state with
+    :meth:`add_state`, and implement :meth:`required_hooks`, :meth:`update` and :meth:`compute`. Everything
+    else comes from this class: :meth:`merge` (``merge(A on x1, A on x2) == A on x1 + x2``), :meth:`reset`,
+    :meth:`state_dict` / :meth:`load_state_dict` (resume) and :meth:`sync` (``torch.distributed``). State is
+    read and written as plain attributes (``self.total += x``). The arguments an analysis was constructed
+    with are kept in :attr:`params` (they key resumable state and label results).
+
+    ``compute()`` returns a :class:`Result`, or a plain dict that the engine wraps into one (tensors become
+    the result's tensors, everything else its metadata).
+
+    Example::
+
+        class TokenNorm(vitscope.Analysis):
+            def __init__(self):
+                super().__init__()
+                self.add_state("total", torch.zeros((), dtype=torch.float64), reduce="sum")
+                self.add_state("count", torch.zeros((), dtype=torch.float64), reduce="sum")
+            def required_hooks(self, spec):
+                return ["blocks.0.resid_post"]
+            def update(self, record, batch):
+                n = record["blocks.0.resid_post"].double().norm(dim=-1)
+                self.total += n.sum(); self.count += n.numel()
+            def compute(self):
+                return {"mean_norm": self.total / self.count}
     """
 
-    name: ClassVar[str] = "accumulator"
+    name: ClassVar[str] = "analysis"
     needs_attention: ClassVar[bool] = False
+    #: ground-truth keys (``batch.targets``) the default configuration needs, e.g. ``("masks",)``
+    required_targets: ClassVar[tuple[str, ...]] = ()
+    #: constructor arguments that do not change the numbers (left out of the resume key and merge checks)
+    run_only_params: ClassVar[tuple[str, ...]] = ("workdir",)
+
+    def __init__(self) -> None:
+        if "_states" not in self.__dict__:
+            self._states: dict[str, StateSpec] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None and not getattr(init, "_records_params", False):
+            cls.__init__ = _recording_params(init)  # type: ignore[method-assign]
+
+    # ------------------------------------------------------------ declared state
+
+    def add_state(self, name: str, default: Any, reduce: str | Callable[[Any, Any], Any] = "sum", **options: Any
+                  ) -> None:
+        """Declare a piece of state and the rule that merges two copies of it.
+
+        Args:
+            name: attribute name (set to a fresh copy of ``default`` now and on every :meth:`reset`).
+            default: the empty value: a tensor, number, list, dict, None (shape known at the first batch),
+                or a zero-argument factory (e.g. ``RowStore`` for a disk-backed ``"cat"``).
+            reduce: ``"sum"``, ``"max"``, ``"min"``, ``"cat"``, ``"mean"`` (with ``count=``), ``"variance"``
+                (with ``mean=`` and ``count=``: Chan's formula), ``"topk"`` (with ``key=``, ``k=``, optional
+                ``tie=`` and ``dim=``), ``"same"``, or a callable ``(mine, theirs) -> merged``; see
+                :mod:`vitscope.analyses.state`.
+            options: ``count``, ``mean``, ``key``, ``tie``, ``k``, ``dim`` as the rule needs.
+
+        Raises:
+            ValueError: an unknown rule, missing options, or a name already taken.
+        """
+        if "_states" not in self.__dict__:
+            raise RuntimeError(f"{type(self).__name__}: call super().__init__() before add_state()")
+        if not name.isidentifier() or name.startswith("_") or name in self._states or hasattr(type(self), name):
+            raise ValueError(f"{type(self).__name__}: cannot declare state {name!r} (not an identifier, private, "
+                             "declared twice or the name of a method)")
+        spec = StateSpec(name, default, reduce, **options)
+        self._states[name] = spec
+        setattr(self, name, spec.fresh())
+
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        """Names of the declared states, in declaration order."""
+        return tuple(self._states)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The arguments this analysis was constructed with (defaults filled in)."""
+        return dict(self.__dict__.get("_params", {}))
+
+    def keyed_params(self) -> dict[str, Any]:
+        """:attr:`params` without :attr:`run_only_params`: what must agree for two states to merge."""
+        return {k: v for k, v in self.params.items() if k not in self.run_only_params}
+
+    def reset(self) -> None:
+        """Set every declared state back to its default."""
+        for name, spec in self._states.items():
+            setattr(self, name, spec.fresh())
+
+    def state_dict(self) -> dict[str, Any]:
+        """Copies of the declared states (plain tensors, numbers, lists, dicts, row stores)."""
+        return {name: _copy_value(getattr(self, name)) for name in self._states}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Replace the declared states with copies of ``state`` (from :meth:`state_dict`).
+
+        Raises:
+            KeyError: ``state`` lacks a declared state or holds an undeclared one.
+        """
+        missing, extra = sorted(set(self._states) - set(state)), sorted(set(state) - set(self._states))
+        if missing or extra:
+            problems = ([f"lacks {', '.join(missing)}"] if missing else []) + (
+                [f"has undeclared {', '.join(extra)}"] if extra else [])
+            raise KeyError(f"{self.name}: the saved state {'; '.join(problems)}")
+        for name in self._states:
+            setattr(self, name, _copy_value(state[name]))
+
+    def merge(self, other: Analysis) -> Analysis:
+        """Fold ``other``'s state into this one (in place) and return ``self``; ``other`` is unchanged.
+
+        Raises:
+            TypeError: ``other`` is another analysis.
+            ValueError: it was configured differently, or saw another model geometry.
+        """
+        if type(other) is not type(self):
+            raise TypeError(f"cannot merge {type(other).__name__} into {type(self).__name__}")
+        if other.keyed_params() != self.keyed_params():
+            raise ValueError(f"cannot merge {self.name} configured with {other.keyed_params()} into one configured "
+                             f"with {self.keyed_params()}")
+        self.check_mergeable(other)
+        mine = {name: getattr(self, name) for name in self._states}
+        theirs = {name: getattr(other, name) for name in self._states}
+        for name, value in merge_states(self._states, mine, theirs, self.name).items():
+            setattr(self, name, value)
+        return self
+
+    def check_mergeable(self, other: Analysis) -> None:
+        """Raise a ValueError that says what differs when ``other``'s state cannot join this one (optional
+        hook: the generic checks of :meth:`merge` name the state and its shapes)."""
+        return None
+
+    def sync(self, group: Any = None) -> None:
+        """Merge the states of every process of a ``torch.distributed`` group into each (a no-op alone).
+
+        Every process ends with the state of the whole group, merged in rank order.
+        """
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
+            return
+        states: list[Any] = [None] * dist.get_world_size(group)
+        dist.all_gather_object(states, self.state_dict(), group=group)
+        twins = []
+        for state in states:
+            twin = self.fresh()
+            twin.load_state_dict(state)
+            twins.append(twin)
+        merged = twins[0]
+        for twin in twins[1:]:
+            merged.merge(twin)
+        for name in self._states:
+            setattr(self, name, getattr(merged, name))
+
+    def fresh(self) -> Analysis:
+        """An empty copy with the same configuration."""
+        twin = object.__new__(type(self))  # not copy.copy: __getstate__ may leave out what pickles must not carry
+        twin.__dict__.update(self.__dict__)  # configuration shared (never mutated); every state replaced below
+        twin.reset()
+        return twin
+
+    # ------------------------------------------------------------ what subclasses implement
 
     @abstractmethod
     def required_hooks(self, spec: ModelSpec) -> list[str]:
         """Canonical hook names (patterns allowed) this analysis reads from the record."""
+        ...
+
+    @abstractmethod
+    def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
+        """Add one batch (``record``: the recorded tensors; ``batch``: pixels, indices, targets...)."""
+        ...
+
+    @abstractmethod
+    def compute(self) -> Result | Mapping[str, Any]:
+        """The result of everything added so far (an empty analysis gives a result without tensors)."""
         ...
 
     def supports(self, spec: ModelSpec) -> bool:
@@ -138,31 +304,36 @@ class Accumulator(ABC):
             return False
         return True
 
-    @abstractmethod
-    def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
-        ...
 
-    @abstractmethod
-    def merge(self, other: Accumulator) -> Accumulator:
-        ...
+#: The name of the analysis base before engine v2 (kept for code written against it).
+Accumulator = Analysis
 
-    @abstractmethod
-    def compute(self) -> Result:
-        ...
 
-    @abstractmethod
-    def reset(self) -> None:
-        ...
+def _copy_value(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    return copy.deepcopy(value)
 
-    def state_dict(self) -> dict[str, Any]:
-        """State for resume and gathering: plain tensors, numbers, lists and dicts (no configuration)."""
-        return copy.deepcopy({k: v for k, v in self.__dict__.items() if not k.startswith("_cfg_")})
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.__dict__.update(copy.deepcopy(dict(state)))
+def _recording_params(init: Callable[..., None]) -> Callable[..., None]:
+    """Wrap a subclass's ``__init__`` so the outermost call keeps its bound arguments in ``_params``."""
+    signature = inspect.signature(init)
 
-    def fresh(self) -> Accumulator:
-        """An empty copy with the same configuration."""
-        twin = copy.deepcopy(self)
-        twin.reset()
-        return twin
+    @functools.wraps(init)
+    def wrapped(self: Analysis, *args: Any, **kwargs: Any) -> None:
+        if "_params" not in self.__dict__:
+            bound = signature.bind(self, *args, **kwargs)
+            bound.apply_defaults()
+            params: dict[str, Any] = {}
+            for name, value in list(bound.arguments.items())[1:]:
+                kind = signature.parameters[name].kind
+                if kind is inspect.Parameter.VAR_KEYWORD:
+                    params.update(value)
+                elif kind is not inspect.Parameter.VAR_POSITIONAL:
+                    params[name] = value
+            self.__dict__["_params"] = params
+            self.__dict__["_states"] = {}
+        init(self, *args, **kwargs)
+
+    wrapped._records_params = True  # type: ignore[attr-defined]
+    return wrapped

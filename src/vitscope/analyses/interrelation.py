@@ -17,6 +17,7 @@ import torch
 from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, TableResult, thumbnails
 from vitscope.analyses.attention_pass import BlockStats, shared_block_statistics
 from vitscope.analyses.base import Batch
+from vitscope.analyses.state import first_seen
 from vitscope.functional.interrelation import RULES, interrelation, interrelation_stages
 from vitscope.functional.sift import sift_keypoint_counts
 
@@ -114,14 +115,14 @@ class Interrelation(AttentionAccumulator):
         self._cfg_images = frozenset(int(i) for i in images)
         super().__init__(seed=seed, random_samples=random_samples, random_kind=random_kind)
 
-    def _reset_sums(self) -> None:
-        self.sums: dict[str, torch.Tensor] = {}
-        self.counts: dict[str, torch.Tensor] = {}
-        self.focus_sum: torch.Tensor | None = None
-        self.keypoints = 0
-        self.keypoint_patches = 0
-        self.images_with_keypoints = 0
-        self.chosen: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    def _declare_sums(self) -> None:
+        self.add_state("sums", {}, reduce="sum")  # "KK" / "NK" -> [L, H]
+        self.add_state("counts", {}, reduce="sum")
+        self.add_state("focus_sum", None, reduce="sum")
+        self.add_state("keypoints", 0, reduce="sum")
+        self.add_state("keypoint_patches", 0, reduce="sum")
+        self.add_state("images_with_keypoints", 0, reduce="sum")
+        self.add_state("chosen", {}, reduce=first_seen)  # index -> (thumbnail, keypoint counts)
 
     def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
         """Add one batch: reads every ``blocks.{i}.attn.pattern`` ``[B, H, N, N]`` and the batch's pixels."""
@@ -158,18 +159,6 @@ class Interrelation(AttentionAccumulator):
         focus = torch.stack([s.focus.sum(dim=0) for s in stats]).to(torch.float64).cpu()
         self.focus_sum = focus if self.focus_sum is None else self.focus_sum + focus
         self.num_images += stats[0].batch_size
-
-    def _merge_sums(self, other: AttentionAccumulator, empty: bool) -> None:
-        assert isinstance(other, Interrelation)
-        for q in other.sums:
-            self.sums[q] = other.sums[q].clone() if q not in self.sums else self.sums[q] + other.sums[q]
-            self.counts[q] = other.counts[q].clone() if q not in self.counts else self.counts[q] + other.counts[q]
-        self.focus_sum = other.focus_sum.clone() if self.focus_sum is None else self.focus_sum + other.focus_sum
-        self.keypoints += other.keypoints
-        self.keypoint_patches += other.keypoint_patches
-        self.images_with_keypoints += other.images_with_keypoints
-        for idx, (img, cnt) in other.chosen.items():
-            self.chosen.setdefault(idx, (img.clone(), cnt.clone()))
 
     def compute(self) -> InterrelationResult:
         meta = self._base_meta()

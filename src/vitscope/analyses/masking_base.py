@@ -10,14 +10,13 @@ State is a set of correct-prediction counts (exactly mergeable); accuracy = corr
 
 from __future__ import annotations
 
-import copy
 from abc import abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
 
-from vitscope.analyses.base import Accumulator, Batch, Result
+from vitscope.analyses.base import Analysis, Batch, Result
 from vitscope.masking.forward import logits_of
 from vitscope.models.backbone import Backbone
 from vitscope.models.spec import ModelSpec
@@ -44,21 +43,26 @@ def bind_model_analyses(analyses, backbone: Backbone) -> list:
     return analyses
 
 
-class ModelAccumulator(Accumulator):
+class ModelAccumulator(Analysis):
     """An accumulator that classifies altered copies of each batch with the bound model.
 
-    Subclasses set ``name`` and implement ``_reset_counts``, ``_update_counts``, ``_merge_counts`` and
-    ``compute``. Reads ``batch.targets["label"]`` (class index per image, in the model's label space).
+    Subclasses set ``name``, declare their counts in ``_declare_counts`` and implement ``_update_counts``
+    and ``compute``. Reads ``batch.targets["label"]`` (class index per image, in the model's label space).
     """
 
     required_targets: ClassVar[tuple[str, ...]] = ("label",)
     needs_head: ClassVar[bool] = True
 
+    run_only_params = ("workdir", "backbone")
+
     def __init__(self, backbone: Backbone | None = None) -> None:
+        super().__init__()
         self._cfg_backbone: Backbone | None = None
         if backbone is not None:
             self.bind(backbone)
-        self.reset()
+        self.add_state("num_images", 0, reduce="sum")
+        self.add_state("model", None, reduce="same")
+        self._declare_counts()
 
     # ------------------------------------------------------------ binding
 
@@ -77,19 +81,12 @@ class ModelAccumulator(Accumulator):
                     "head; use a classifier (e.g. tiny-vit-sup)")
         return None
 
-    def fresh(self) -> ModelAccumulator:
-        """An empty copy with the same configuration, bound to the same model (not a copy of it)."""
-        backbone, self._cfg_backbone = self._cfg_backbone, None
-        try:
-            twin = copy.deepcopy(self)
-        finally:
-            self._cfg_backbone = backbone
-        twin._cfg_backbone = backbone
-        twin.reset()
-        return twin
-
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_cfg_backbone"} | {"_cfg_backbone": None}
+        """Pickles carry the state, never the model (bind again after unpickling)."""
+        state = dict(self.__dict__, _cfg_backbone=None)
+        if "_params" in state:
+            state["_params"] = dict(state["_params"], backbone=None)
+        return state
 
     # ------------------------------------------------------------ running the model
 
@@ -129,11 +126,6 @@ class ModelAccumulator(Accumulator):
 
     # ------------------------------------------------------------ accumulator protocol
 
-    def reset(self) -> None:
-        self.num_images = 0
-        self.model: str | None = None
-        self._reset_counts()
-
     def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
         if batch.size == 0:
             return
@@ -142,33 +134,12 @@ class ModelAccumulator(Accumulator):
         self._update_counts(record, batch, labels)
         self.num_images += batch.size
 
-    def merge(self, other: Accumulator) -> ModelAccumulator:
-        if type(other) is not type(self):
-            raise TypeError(f"cannot merge {type(other).__name__} into {type(self).__name__}")
-        assert isinstance(other, ModelAccumulator)
-        if other.num_images == 0:
-            return self
-        self._merge_counts(other)
-        self.model = self.model or other.model
-        self.num_images += other.num_images
-        return self
-
-    def _reset_counts(self) -> None:
-        """Set the analysis's counts to empty."""
+    def _declare_counts(self) -> None:
+        """Declare the analysis's counts (``add_state``)."""
 
     @abstractmethod
     def _update_counts(self, record: Mapping[str, torch.Tensor], batch: Batch, labels: torch.Tensor) -> None:
         """Add one batch's counts (the subclass's own tensors)."""
-
-    @abstractmethod
-    def _merge_counts(self, other: ModelAccumulator) -> None:
-        """Add ``other``'s counts to this analysis's."""
-
-    @staticmethod
-    def _add(mine: torch.Tensor | None, theirs: torch.Tensor | None) -> torch.Tensor | None:
-        if theirs is None:
-            return mine
-        return theirs.clone() if mine is None else mine + theirs
 
     def _meta(self) -> dict[str, Any]:
         return {"num_images": self.num_images, "model": self.model}

@@ -70,10 +70,10 @@ class ForegroundMasking(ModelAccumulator):
     def required_hooks(self, spec) -> list[str]:
         return []
 
-    def _reset_counts(self) -> None:
-        self.used = 0
-        self.correct = torch.zeros(len(CONDITIONS), len(self._cfg_topk), dtype=torch.float64)
-        self.foreground_fraction = 0.0
+    def _declare_counts(self) -> None:
+        self.add_state("used", 0, reduce="sum")
+        self.add_state("correct", torch.zeros(len(CONDITIONS), len(self._cfg_topk), dtype=torch.float64))
+        self.add_state("foreground_fraction", 0.0, reduce="sum")
 
     def _update_counts(self, record: Mapping[str, torch.Tensor], batch: Batch, labels: torch.Tensor) -> None:
         masks = batch.targets.get("masks")
@@ -95,12 +95,6 @@ class ForegroundMasking(ModelAccumulator):
                     b, pixels, mode="pixel", fill=self._cfg_fill, blur_sigma=self._cfg_blur, pixel_mask=hide), record)
             for j, k in enumerate(self._cfg_topk):
                 self.correct[i, j] += float(topk_correct(logits, labels, k).sum())
-
-    def _merge_counts(self, other: ModelAccumulator) -> None:
-        assert isinstance(other, ForegroundMasking)
-        self.used += other.used
-        self.correct = self.correct + other.correct
-        self.foreground_fraction += other.foreground_fraction
 
     def compute(self) -> ForegroundMaskingResult:
         meta = self._meta() | {"conditions": list(CONDITIONS), "topk": list(self._cfg_topk),

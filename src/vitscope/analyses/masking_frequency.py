@@ -58,10 +58,10 @@ class FrequencyFiltering(ModelAccumulator):
     def required_hooks(self, spec) -> list[str]:
         return []
 
-    def _reset_counts(self) -> None:
-        self.full_correct = 0
-        self.correct = torch.zeros(len(KINDS), len(self._cfg_fractions), dtype=torch.float64)
-        self.radii: list[float] | None = None
+    def _declare_counts(self) -> None:
+        self.add_state("full_correct", 0, reduce="sum")
+        self.add_state("correct", torch.zeros(len(KINDS), len(self._cfg_fractions), dtype=torch.float64))
+        self.add_state("radii", None, reduce="same")
 
     def _update_counts(self, record: Mapping[str, torch.Tensor], batch: Batch, labels: torch.Tensor) -> None:
         spec = batch.spec
@@ -78,12 +78,6 @@ class FrequencyFiltering(ModelAccumulator):
                     filtered = filtered.clamp(0, 1)
                 logits = self._logits((filtered - mean) / std, record)
                 self.correct[i, j] += float(topk_correct(logits, labels, 1).sum())
-
-    def _merge_counts(self, other: ModelAccumulator) -> None:
-        assert isinstance(other, FrequencyFiltering)
-        self.full_correct += other.full_correct
-        self.correct = self.correct + other.correct
-        self.radii = self.radii or other.radii
 
     def compute(self) -> FrequencyFilteringResult:
         meta = self._meta() | {"kinds": list(KINDS), "fractions": list(self._cfg_fractions), "radii": self.radii,

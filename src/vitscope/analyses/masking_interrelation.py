@@ -97,15 +97,15 @@ class InterrelationMasking(ModelAccumulator):
     def required_hooks(self, spec: ModelSpec) -> list[str]:
         return [f"blocks.{self._block(spec)}.attn.pattern"] if spec.is_transformer else ["blocks.*.attn.pattern"]
 
-    def _reset_counts(self) -> None:
+    def _declare_counts(self) -> None:
         r = len(self._cfg_ratios)
-        self.full_correct = 0
-        self.correct = torch.zeros(len(ORDERS), r, dtype=torch.float64)
-        self.background_masked = torch.zeros(2, r, dtype=torch.float64)
-        self.masked_with_masks = torch.zeros(2, r, dtype=torch.float64)
-        self.background_patches = 0
-        self.patches_with_masks = 0
-        self.block: int | None = None
+        self.add_state("full_correct", 0, reduce="sum")
+        self.add_state("correct", torch.zeros(len(ORDERS), r, dtype=torch.float64))
+        self.add_state("background_masked", torch.zeros(2, r, dtype=torch.float64))
+        self.add_state("masked_with_masks", torch.zeros(2, r, dtype=torch.float64))
+        self.add_state("background_patches", 0, reduce="sum")
+        self.add_state("patches_with_masks", 0, reduce="sum")
+        self.add_state("block", None, reduce="same")
 
     def _random_masks(self, batch: Batch, ratio: float) -> torch.Tensor:
         gens = [torch.Generator().manual_seed(self._cfg_seed * 1_000_003 + int(i)) for i in batch.indices]
@@ -147,16 +147,6 @@ class InterrelationMasking(ModelAccumulator):
         self.background_patches += int(bg[have].sum())
         self.patches_with_masks += int(have.sum()) * grid[0] * grid[1]
         return have, bg
-
-    def _merge_counts(self, other: ModelAccumulator) -> None:
-        assert isinstance(other, InterrelationMasking)
-        self.full_correct += other.full_correct
-        self.correct = self.correct + other.correct
-        self.background_masked = self.background_masked + other.background_masked
-        self.masked_with_masks = self.masked_with_masks + other.masked_with_masks
-        self.background_patches += other.background_patches
-        self.patches_with_masks += other.patches_with_masks
-        self.block = self.block if self.block is not None else other.block
 
     def compute(self) -> InterrelationMaskingResult:
         meta = self._meta() | {"ratios": list(self._cfg_ratios), "orders": list(ORDERS), "block": self.block,

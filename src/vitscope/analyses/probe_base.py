@@ -11,6 +11,7 @@ says so: a warning at the first such batch and ``meta["error"]`` in its (empty) 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 import torch
 
-from vitscope.analyses.base import Accumulator, Batch
+from vitscope.analyses.base import Analysis, Batch
 from vitscope.features.rowstore import RowStore
 from vitscope.features.views import StandardView
 from vitscope.functional.pooling import mask_pool, mask_weights
@@ -50,7 +51,7 @@ def holdout_mask(indices: np.ndarray, test_fraction: float, seed: int = 0) -> np
     return (z >> np.uint64(11)).astype(np.float64) / float(1 << 53) < test_fraction
 
 
-class LabelledFeatures(Accumulator):
+class LabelledFeatures(Analysis):
     """Keeps pooled block features and labels of every example (image or region) for a final computation.
 
     Args:
@@ -65,12 +66,16 @@ class LabelledFeatures(Accumulator):
 
     def __init__(self, site: str = "resid_post", tokens: str = "cls", level: str = "image",
                  workdir: str | Path | None = None) -> None:
+        super().__init__()
         if tokens not in ("cls", "spatial_mean"):
             raise ValueError(f"tokens must be 'cls' or 'spatial_mean', got {tokens!r}")
         if level not in LEVELS:
             raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
         self._cfg_site, self._cfg_tokens, self._cfg_level, self._cfg_workdir = site, tokens, level, workdir
-        self.reset()
+        self.add_state("store", functools.partial(RowStore, workdir=workdir), reduce="cat")  # rows, on disk
+        self.add_state("blocks", [], reduce="same")
+        self.add_state("unlabelled", 0, reduce="sum")  # images without the ground truth this analysis needs
+        self.add_state("model", "", reduce="same")
 
     def required_hooks(self, spec: ModelSpec) -> list[str]:
         return [f"blocks.*.{self._cfg_site}"]
@@ -83,12 +88,6 @@ class LabelledFeatures(Accumulator):
             return (f"analysis '{self.name}' reads the CLS token (tokens='cls'), but {spec.name} has no prefix "
                     "tokens (tiled features drop them); use tokens='spatial_mean'")
         return None
-
-    def reset(self) -> None:
-        self.store = RowStore(workdir=self._cfg_workdir)
-        self.blocks: list[int] = []
-        self.unlabelled = 0  # images without the ground truth this analysis needs
-        self.model = ""
 
     def _missing_message(self) -> str:
         if self._cfg_level == "image":
@@ -140,17 +139,6 @@ class LabelledFeatures(Accumulator):
         out["label"] = np.concatenate([np.asarray(y)[kp] for y, kp in zip(mask_labels, kept)]).astype(np.int64)
         out["region"] = np.concatenate([np.flatnonzero(kp) for kp in kept]).astype(np.int64)
         return out
-
-    def merge(self, other: Accumulator) -> LabelledFeatures:
-        if type(other) is not type(self):
-            raise TypeError(f"cannot merge {type(other).__name__} into {type(self).__name__}")
-        if self.blocks and other.blocks and other.blocks != self.blocks:
-            raise ValueError(f"{self.name}: cannot merge blocks {other.blocks} into {self.blocks}")
-        self.store.extend(other.store)
-        self.unlabelled += other.unlabelled
-        if other.blocks:
-            self.blocks, self.model = list(other.blocks), other.model
-        return self
 
     def rows(self) -> tuple[np.ndarray, np.ndarray, dict[int, np.ndarray]]:
         """``(index [n], label [n], {block: features [n, D]})`` sorted by (index, region)."""

@@ -8,13 +8,14 @@ CKA is paper 002 figures 20 to 22 (the 002 code used the ``norm1`` / ``norm2`` s
 from __future__ import annotations
 
 import fnmatch
+import functools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from vitscope.analyses.base import Accumulator, Batch, Result
+from vitscope.analyses.base import Analysis, Batch, Result
 from vitscope.analyses.representation_core import GROUPINGS, FullHSIC, MinibatchHSIC, chunked_gram
 from vitscope.features.cache import CacheEntry
 from vitscope.functional.cka import features_for_cka
@@ -65,6 +66,11 @@ def new_hsic_state(estimator: str, batch: int, gram_minmax: bool, symmetric: boo
     return FullHSIC(symmetric, workdir)
 
 
+def merge_hsic(mine: MinibatchHSIC | FullHSIC, theirs: MinibatchHSIC | FullHSIC) -> MinibatchHSIC | FullHSIC:
+    """Declared-state reduce of the HSIC states (``theirs`` is left unchanged)."""
+    return mine.merge(theirs)  # raises on different estimator settings
+
+
 def hsic_state_cka(state: MinibatchHSIC | FullHSIC, estimator: str) -> torch.Tensor | None:
     """``[A, B]`` CKA of an HSIC state (None when too few images)."""
     return state.cka() if isinstance(state, MinibatchHSIC) else state.cka(unbiased=estimator == "full_unbiased")
@@ -85,7 +91,7 @@ class CKAResult(Result):
         return cka_heatmap(self.tensors["cka"], title, Path(out_dir) / self.name, labels, labels)
 
 
-class BlockCKA(Accumulator):
+class BlockCKA(Analysis):
     """Linear CKA between every pair of blocks of one model, streamed over a dataset.
 
     Args:
@@ -124,20 +130,18 @@ class BlockCKA(Accumulator):
 
     def __init__(self, site: str = "resid_post", tokens: str = "all", estimator: str = "minibatch", batch: int = 64,
                  gram_minmax: bool = False, workdir: str | Path | None = None, grouping: str = "batch") -> None:
+        super().__init__()
         check_cka_options(tokens, estimator, batch, grouping)
         self._cfg_site, self._cfg_tokens, self._cfg_estimator = site, tokens, estimator
         self._cfg_batch, self._cfg_minmax, self._cfg_workdir = int(batch), bool(gram_minmax), workdir
         self._cfg_grouping = grouping
-        self.reset()
+        self.add_state("state", functools.partial(new_hsic_state, estimator, int(batch), bool(gram_minmax), True,
+                                                  workdir, grouping), reduce=merge_hsic)
+        self.add_state("blocks", [], reduce="same")
+        self.add_state("model", "", reduce="same")
 
     def required_hooks(self, spec: ModelSpec) -> list[str]:
         return [f"blocks.*.{self._cfg_site}"] if spec.is_transformer else ["stages.*"]
-
-    def reset(self) -> None:
-        self.state = new_hsic_state(self._cfg_estimator, self._cfg_batch, self._cfg_minmax, True, self._cfg_workdir,
-                                    self._cfg_grouping)
-        self.blocks: list[int] = []
-        self.model = ""
 
     def _keys(self, record: Mapping[str, torch.Tensor], spec: ModelSpec) -> list[tuple[int, str]]:
         pattern = self.required_hooks(spec)[0]
@@ -158,17 +162,6 @@ class BlockCKA(Accumulator):
         self.blocks, self.model = blocks, batch.spec.name
         prefix = batch.spec.num_prefix_tokens
         self.state.add(batch.indices, [cka_features(record[k], prefix, self._cfg_tokens) for _, k in found])
-
-    def merge(self, other: Accumulator) -> BlockCKA:
-        if not isinstance(other, BlockCKA):
-            raise TypeError(f"cannot merge {type(other).__name__} into BlockCKA")
-        if other.state.count == 0:
-            return self
-        if self.blocks and other.blocks != self.blocks:
-            raise ValueError(f"cka: cannot merge blocks {other.blocks} into {self.blocks}")
-        self.blocks, self.model = list(other.blocks), other.model
-        self.state.merge(other.state)  # raises on different estimator settings
-        return self
 
     def compute(self) -> CKAResult:
         meta = {"model": self.model, "site": self._cfg_site, "tokens": self._cfg_tokens,

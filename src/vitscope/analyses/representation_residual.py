@@ -8,13 +8,20 @@ skip x branch CKA matrix (skip of block i against branch of block j) is kept as 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 
-from vitscope.analyses.base import Accumulator, Batch, Result
-from vitscope.analyses.representation import check_cka_options, cka_features, hsic_state_cka, new_hsic_state
+from vitscope.analyses.base import Analysis, Batch, Result
+from vitscope.analyses.representation import (
+    check_cka_options,
+    cka_features,
+    hsic_state_cka,
+    merge_hsic,
+    new_hsic_state,
+)
 from vitscope.functional.cka_grams import row_norms
 from vitscope.hooks.names import split_block_name
 from vitscope.models.spec import ModelSpec
@@ -43,7 +50,7 @@ class ResidualResult(Result):
         return paths
 
 
-class ResidualCKA(Accumulator):
+class ResidualCKA(Analysis):
     """CKA and norm ratio between the skip and the branch of every sublayer (transformers only).
 
     Args:
@@ -69,23 +76,21 @@ class ResidualCKA(Accumulator):
 
     def __init__(self, tokens: str = "all", estimator: str = "minibatch", batch: int = 64, gram_minmax: bool = False,
                  workdir: str | Path | None = None, grouping: str = "batch") -> None:
+        super().__init__()
         check_cka_options(tokens, estimator, batch, grouping)
         self._cfg_tokens, self._cfg_estimator, self._cfg_batch = tokens, estimator, int(batch)
         self._cfg_minmax, self._cfg_workdir, self._cfg_grouping = bool(gram_minmax), workdir, grouping
-        self.reset()
+        self.add_state("state", functools.partial(new_hsic_state, estimator, int(batch), bool(gram_minmax), False,
+                                                  workdir, grouping), reduce=merge_hsic)
+        self.add_state("ratio_sum", None, reduce="sum")  # [2, L] sums over images of ||skip|| / ||branch||
+        self.add_state("blocks", [], reduce="same")
+        self.add_state("model", "", reduce="same")
 
     def required_hooks(self, spec: ModelSpec) -> list[str]:
         return [f"blocks.*.{s}" for s in _SITES]
 
     def supports(self, spec: ModelSpec) -> bool:
         return spec.is_transformer and super().supports(spec)
-
-    def reset(self) -> None:
-        self.state = new_hsic_state(self._cfg_estimator, self._cfg_batch, self._cfg_minmax, False, self._cfg_workdir,
-                                    self._cfg_grouping)
-        self.ratio_sum: torch.Tensor | None = None  # [2, L] sums over images of ||skip|| / ||branch||
-        self.blocks: list[int] = []
-        self.model = ""
 
     def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
         """Add one batch: ``resid_pre``, ``attn_out``, ``resid_mid``, ``mlp_out`` of every block, ``[B, N, D]``."""
@@ -111,18 +116,6 @@ class ResidualCKA(Accumulator):
         self.ratio_sum = ratio_sum if self.ratio_sum is None else self.ratio_sum + ratio_sum
         self.blocks, self.model = blocks, batch.spec.name
         self.state.add(batch.indices, skips, branches)
-
-    def merge(self, other: Accumulator) -> ResidualCKA:
-        if not isinstance(other, ResidualCKA):
-            raise TypeError(f"cannot merge {type(other).__name__} into ResidualCKA")
-        if other.state.count == 0:
-            return self
-        if self.blocks and other.blocks != self.blocks:
-            raise ValueError(f"residual_cka: cannot merge blocks {other.blocks} into {self.blocks}")
-        self.state.merge(other.state)
-        self.ratio_sum = other.ratio_sum.clone() if self.ratio_sum is None else self.ratio_sum + other.ratio_sum
-        self.blocks, self.model = list(other.blocks), other.model
-        return self
 
     def compute(self) -> ResidualResult:
         n = self.state.count

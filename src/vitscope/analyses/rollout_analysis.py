@@ -77,10 +77,10 @@ class AttentionRollout(ChosenImages, AttentionAccumulator):
     def own_needs(self) -> frozenset[str]:
         return frozenset({f"fused_{self._cfg_head_fusion}"})
 
-    def _reset_sums(self) -> None:
-        self.rollout_sum: torch.Tensor | None = None
-        self.map_sum: torch.Tensor | None = None
-        self._reset_chosen()
+    def _declare_sums(self) -> None:
+        self.add_state("rollout_sum", None, reduce="sum")  # [N', N'] float64
+        self.add_state("map_sum", None, reduce="sum")  # [h, w] float64
+        self._declare_chosen()
 
     def _uses_cls(self, geometry: AttentionGeometry) -> bool:
         return geometry.has_cls and not self._cfg_exclude_prefix
@@ -108,13 +108,6 @@ class AttentionRollout(ChosenImages, AttentionAccumulator):
             self.rollout_sum, self.map_sum = self.rollout_sum + r_sum, self.map_sum + m_sum
         self.num_images += r.shape[0]
         self._keep_chosen(batch, maps)
-
-    def _merge_sums(self, other: AttentionAccumulator, empty: bool) -> None:
-        if empty:
-            self.rollout_sum, self.map_sum = other.rollout_sum.clone(), other.map_sum.clone()
-        else:
-            self.rollout_sum, self.map_sum = self.rollout_sum + other.rollout_sum, self.map_sum + other.map_sum
-        self._merge_chosen(other)
 
     def compute(self) -> AttentionRolloutResult:
         meta = {**self._base_meta(), "head_fusion": self._cfg_head_fusion, "discard_ratio": self._cfg_discard_ratio,

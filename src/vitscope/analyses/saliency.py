@@ -120,9 +120,9 @@ class SaliencyIoU(AttentionAccumulator):
         self._cfg_best_head = best_head
         super().__init__(seed=seed, random_samples=random_samples, random_kind=random_kind)
 
-    def _reset_sums(self) -> None:
-        self.num_empty: int = 0
-        self.sums: dict[str, dict[str, torch.Tensor]] = {}
+    def _declare_sums(self) -> None:
+        self.add_state("num_empty", 0, reduce="sum")
+        self.add_state("sums", {}, reduce="sum")  # source -> quantity -> tensor
 
     @staticmethod
     def _sources(geometry: AttentionGeometry) -> tuple[str, ...]:
@@ -193,11 +193,6 @@ class SaliencyIoU(AttentionAccumulator):
         mine = self.sums.setdefault(source, {})
         for k, v in add.items():
             mine[k] = v.clone() if k not in mine else mine[k] + v
-
-    def _merge_sums(self, other: AttentionAccumulator, empty: bool) -> None:
-        self.num_empty += other.num_empty
-        for source, add in other.sums.items():
-            self._add(source, add)
 
     def compute(self) -> SaliencyIoUResult:
         meta = {**self._base_meta(), "mass": self._cfg_mass, "best_head": self._cfg_best_head,

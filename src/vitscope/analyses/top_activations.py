@@ -15,7 +15,9 @@ from pathlib import Path
 import torch
 
 from vitscope.analyses.activation import natural_key
-from vitscope.analyses.base import Accumulator, Batch, Result
+from vitscope.analyses.base import Analysis, Batch, Result
+from vitscope.analyses.state import first_seen
+from vitscope.functional.topk import merge_topk
 from vitscope.models.spec import ModelSpec
 
 __all__ = ["TopActivations", "TopActivationsResult", "spatial_units"]
@@ -82,7 +84,7 @@ class TopActivationsResult(Result):
         return figures
 
 
-class TopActivations(Accumulator):
+class TopActivations(Analysis):
     """Keep the ``k`` most-activating images of every unit of the chosen sites, with their patch maps.
 
     Args:
@@ -97,6 +99,7 @@ class TopActivations(Accumulator):
 
     def __init__(self, hooks: Sequence[str] | str | None = None, k: int = 5,
                  channels: Sequence[int] | Mapping[str, Sequence[int]] | None = None) -> None:
+        super().__init__()
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
         self._cfg_hooks = (hooks,) if isinstance(hooks, str) else (tuple(hooks) if hooks is not None else None)
@@ -105,7 +108,11 @@ class TopActivations(Accumulator):
             self._cfg_channels = tuple((str(k), tuple(int(c) for c in v)) for k, v in channels.items())
         else:
             self._cfg_channels = None if channels is None else tuple(int(c) for c in channels)
-        self.reset()
+        # per hook: {"scores" [C, k] float64, "indices" [C, k] int64, "maps" [C, k, h, w] float32}, best first
+        self.add_state("top", {}, reduce="topk", key="scores", tie="indices", k=self._cfg_k, dim=1)
+        self.add_state("channels", {}, reduce="same")  # hook -> kept channel ids
+        self.add_state("paths", {}, reduce=first_seen)  # dataset index -> path, for the kept images
+        self.add_state("num_images", 0, reduce="sum")
 
     def _channels_for(self, key: str) -> tuple[int, ...] | None:
         """The channel ids kept at ``key`` (None: all)."""
@@ -124,14 +131,6 @@ class TopActivations(Accumulator):
 
     def required_hooks(self, spec: ModelSpec) -> list[str]:
         return list(self.patterns(spec))
-
-    def reset(self) -> None:
-        self.scores: dict[str, torch.Tensor] = {}
-        self.indices: dict[str, torch.Tensor] = {}
-        self.maps: dict[str, torch.Tensor] = {}
-        self.channels: dict[str, list[int]] = {}
-        self.paths: dict[int, str] = {}
-        self.num_images = 0
 
     def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
         patterns = self.patterns(batch.spec)
@@ -160,47 +159,32 @@ class TopActivations(Accumulator):
     def _fold(self, key: str, channels: list[int], scores: torch.Tensor, indices: torch.Tensor,
               maps: torch.Tensor) -> None:
         """Merge candidates ``scores [C, n]``, ``indices [C, n]``, ``maps [C, n, h, w]`` into the heap of ``key``."""
-        if key in self.scores:
-            if self.maps[key].shape[2:] != maps.shape[2:] or self.channels[key] != channels:
+        fields = {"scores": scores, "indices": indices, "maps": maps}
+        if key in self.top:
+            held = self.top[key]
+            if held["maps"].shape[2:] != maps.shape[2:] or self.channels[key] != channels:
                 raise ValueError(f"top_activations: '{key}' changed grid or channels between batches; "
                                  "use one input size per run")
-            scores = torch.cat([self.scores[key], scores], dim=1)
-            indices = torch.cat([self.indices[key], indices], dim=1)
-            maps = torch.cat([self.maps[key], maps], dim=1)
-        # total order: score descending, then dataset index ascending (two stable sorts)
-        by_index = torch.argsort(indices, dim=1, stable=True)
-        s1 = scores.gather(1, by_index)
-        by_score = torch.argsort(-s1, dim=1, stable=True)
-        order = by_index.gather(1, by_score)[:, : self._cfg_k]
-        self.scores[key] = scores.gather(1, order)
-        self.indices[key] = indices.gather(1, order)
-        self.maps[key] = maps[torch.arange(maps.shape[0]).unsqueeze(1), order]
+            fields = {name: torch.cat([held[name], value], dim=1) for name, value in fields.items()}
+        # total order: score descending, then dataset index ascending
+        self.top[key] = merge_topk(fields, self._cfg_k, key="scores", tie="indices", dim=1)
         self.channels[key] = list(channels)
 
+    def _kept_indices(self) -> set[int]:
+        return {int(i) for t in self.top.values() for i in t["indices"].flatten().tolist()}
+
     def _prune_paths(self) -> None:
-        kept = {int(i) for t in self.indices.values() for i in t.flatten().tolist()}
+        """Forget the paths of images no longer kept (a merge may bring some: compute filters them too)."""
+        kept = self._kept_indices()
         self.paths = {i: p for i, p in self.paths.items() if i in kept}
 
-    def merge(self, other: Accumulator) -> TopActivations:
-        if not isinstance(other, TopActivations):
-            raise TypeError(f"cannot merge {type(other).__name__} into TopActivations")
-        if (other._cfg_hooks, other._cfg_k, other._cfg_channels) != (self._cfg_hooks, self._cfg_k, self._cfg_channels):
-            raise ValueError("cannot merge TopActivations with different hooks, k or channels")
-        for key in other.scores:
-            self._fold(key, other.channels[key], other.scores[key], other.indices[key], other.maps[key])
-        self.paths.update(other.paths)
-        self.num_images += other.num_images
-        self._prune_paths()
-        return self
-
     def compute(self) -> Result:
-        keys = sorted(self.scores, key=natural_key)
+        keys = sorted(self.top, key=natural_key)
         tensors: dict[str, torch.Tensor] = {}
         for key in keys:
-            tensors[f"{key}.scores"] = self.scores[key].clone()
-            tensors[f"{key}.indices"] = self.indices[key].clone()
-            tensors[f"{key}.maps"] = self.maps[key].clone()
+            for field in ("scores", "indices", "maps"):
+                tensors[f"{key}.{field}"] = self.top[key][field].clone()
         meta = {"num_images": self.num_images, "k": self._cfg_k, "hooks": keys,
                 "channels": {k: list(self.channels[k]) for k in keys},
-                "paths": {str(i): self.paths[i] for i in sorted(self.paths)}}
+                "paths": {str(i): self.paths[i] for i in sorted(self._kept_indices() & set(self.paths))}}
         return TopActivationsResult(name=self.name, tensors=tensors, meta=meta)

@@ -11,6 +11,7 @@ bounded and merges are exact (rows are sorted by index when read).
 from __future__ import annotations
 
 import fnmatch
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import numpy as np
 import torch
 
 from vitscope.analyses.attention_base import has_cls_token
-from vitscope.analyses.base import Accumulator, Batch, Result
+from vitscope.analyses.base import Analysis, Batch, Result
 from vitscope.features.rowstore import RowStore
 from vitscope.models.spec import ModelSpec
 
@@ -45,7 +46,7 @@ def _block_number(name: str) -> int:
     return int(name.split(".")[1])
 
 
-class PooledFeatures(Accumulator):
+class PooledFeatures(Analysis):
     """Keep pooled per-block features of every image (see the module docstring).
 
     Args:
@@ -55,17 +56,15 @@ class PooledFeatures(Accumulator):
     name = "pooled_features"
 
     def __init__(self, workdir: str | Path | None = None) -> None:
+        super().__init__()
         self._cfg_workdir = workdir
-        self.reset()
+        self.add_state("store", functools.partial(RowStore, workdir=workdir), reduce="cat")
+        self.add_state("blocks", [], reduce="same")
+        self.add_state("has_cls", None, reduce="same")
+        self.add_state("model", "", reduce="same")
 
     def required_hooks(self, spec: ModelSpec) -> list[str]:
         return ["blocks.*.resid_post"] if spec.is_transformer else ["stages.*"]
-
-    def reset(self) -> None:
-        self.store = RowStore(workdir=self._cfg_workdir)
-        self.blocks: list[int] = []
-        self.has_cls = False
-        self.model = ""
 
     def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
         """Add one batch: ``blocks.{i}.resid_post`` ``[B, N, D]`` (CNN: ``stages.{i}`` ``[B, C, h, w]``)."""
@@ -92,18 +91,9 @@ class PooledFeatures(Accumulator):
         cols["index"] = np.asarray(batch.indices, dtype=np.int64)
         self.store.append(cols)
 
-    def merge(self, other: Accumulator) -> PooledFeatures:
-        if not isinstance(other, PooledFeatures):
-            raise TypeError(f"cannot merge {type(other).__name__} into PooledFeatures")
-        if self.blocks and other.blocks and other.blocks != self.blocks:
-            raise ValueError(f"{self.name}: cannot merge blocks {other.blocks} into {self.blocks}")
-        self.store.extend(other.store)
-        if other.blocks:
-            self.blocks, self.model, self.has_cls = list(other.blocks), other.model, other.has_cls
-        return self
-
     def compute(self) -> PooledFeaturesResult:
-        meta = {"model": self.model, "blocks": list(self.blocks), "has_cls": self.has_cls, "num_rows": len(self.store)}
+        meta = {"model": self.model, "blocks": list(self.blocks), "has_cls": bool(self.has_cls),
+                "num_rows": len(self.store)}
         if len(self.store) == 0:
             return PooledFeaturesResult(self.name, {}, meta)
         order = np.argsort(self.store.column("index"), kind="stable")
