@@ -1,23 +1,59 @@
 """vitscope: put vision transformers under a microscope.
 
-Public API: :func:`load_model`, :func:`wrap`, :func:`run`, :func:`tokens_to_grid`, the
-``analyses`` and ``functional`` packages.
+Public API: :func:`load_model`, :func:`wrap`, :func:`run`, :func:`tokens_to_grid`, :class:`Analysis` and
+:func:`register_analysis` (write your own analysis), the ``analyses`` and ``functional`` packages.
+
+Importing the package is cheap: every name is imported on first use (``import torch`` alone takes seconds), so
+``vitscope --help`` answers at once.
 """
 
-from vitscope.hooks.tokens import tokens_to_grid
-from vitscope.models.backbone import Backbone
-from vitscope.models.load import load_model
-from vitscope.models.spec import ModelSpec
-from vitscope.models.wrap import wrap
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Backbone", "ModelSpec", "__version__", "load_model", "run", "tokens_to_grid", "wrap"]
+#: public name -> (module, attribute), imported on first use
+_LAZY: dict[str, tuple[str, str]] = {
+    "Analysis": ("vitscope.analyses.base", "Analysis"),
+    "Backbone": ("vitscope.models.backbone", "Backbone"),
+    "ModelSpec": ("vitscope.models.spec", "ModelSpec"),
+    "Result": ("vitscope.analyses.base", "Result"),
+    "load_model": ("vitscope.models.load", "load_model"),
+    "register_analysis": ("vitscope.analyses.registry", "register_analysis"),
+    "run": ("vitscope.engine.run", "run"),
+    "tokens_to_grid": ("vitscope.hooks.tokens", "tokens_to_grid"),
+    "wrap": ("vitscope.models.wrap", "wrap"),
+}
+
+__all__ = ["Analysis", "Backbone", "ModelSpec", "Result", "__version__", "load_model", "register_analysis", "run",
+           "tokens_to_grid", "wrap"]
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from vitscope.analyses.base import Analysis, Result
+    from vitscope.analyses.registry import register_analysis
+    from vitscope.engine.run import run
+    from vitscope.hooks.tokens import tokens_to_grid
+    from vitscope.models.backbone import Backbone
+    from vitscope.models.load import load_model
+    from vitscope.models.spec import ModelSpec
+    from vitscope.models.wrap import wrap
 
 
-def __getattr__(name: str):
-    if name == "run":  # the engine pulls in the data layer; import it on first use
-        from vitscope.engine.run import run
+_SUBPACKAGES = ("analyses", "data", "engine", "functional", "hooks", "models")
 
-        return run
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"vitscope.{name}")
+    if name in _LAZY:
+        module, attribute = _LAZY[name]
+        value = getattr(importlib.import_module(module), attribute)
+        globals()[name] = value  # later lookups skip this function
+        return value
     raise AttributeError(f"module 'vitscope' has no attribute '{name}'")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

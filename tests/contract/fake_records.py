@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -12,7 +14,24 @@ from vitscope.hooks.names import cnn_hook_names, expand_names, split_block_name,
 from vitscope.models.spec import ModelSpec
 
 SPEC_KINDS: tuple[str, ...] = ("transformer", "cnn")
+#: kinds backed by a real tiny classifier (random weights): for analyses that re-run the model (masking)
+MODEL_KINDS: tuple[str, ...] = ("vit-classifier", "cnn-classifier")
 NUM_FAKE_LABELS = 3  # batch.targets["label"] = index % 3 (no random draws)
+
+
+@functools.lru_cache(maxsize=2)
+def classifier(kind: str):
+    """A tiny classifier with random weights (seeded), 32 px input: ``vit-classifier`` or ``cnn-classifier``."""
+    from vitscope.models.wrap import build_tiny_resnet, build_tiny_vit
+
+    torch.manual_seed(0)
+    if kind == "vit-classifier":
+        return build_tiny_vit("fake-vit-head", num_classes=NUM_FAKE_LABELS, image_size=32, patch_size=8, embed_dim=16,
+                              depth=2, num_heads=2).eval()
+    if kind == "cnn-classifier":
+        return build_tiny_resnet("fake-cnn-head", num_classes=NUM_FAKE_LABELS, image_size=32,
+                                 widths=(8, 8, 8, 8)).eval()
+    raise ValueError(f"unknown classifier kind {kind!r}; use one of {MODEL_KINDS}")
 
 
 def fake_spec(kind: str = "transformer") -> ModelSpec:
@@ -27,6 +46,8 @@ def fake_spec(kind: str = "transformer") -> ModelSpec:
             mlp_dim=16, patch_size=4, grid=(3, 4), num_prefix_tokens=1, prefix_kinds=("cls",),
             image_size=(12, 16),
         )
+    if kind in MODEL_KINDS:
+        return classifier(kind).spec
     if kind == "cnn":
         return ModelSpec(
             name="fake-cnn", family="resnet", kind="cnn", num_blocks=3, num_heads=0, embed_dim=8,
@@ -91,6 +112,8 @@ def fake_record(
     Returns:
         ``(record, batch)``.
     """
+    if spec.name.startswith("fake-") and spec.name.endswith("-head"):
+        return _model_record(spec, names_or_patterns, batch_size, generator, start_index)
     names = expand_names(names_or_patterns, hook_names(spec), model=spec.name)
     record: dict[str, torch.Tensor] = {}
     for name in names:
@@ -124,3 +147,22 @@ def fake_masks(spec: ModelSpec, index: int) -> np.ndarray:
     if index % 2:
         masks[1, h - h // 4:, : w // 3] = True
     return masks
+
+
+def _model_record(spec: ModelSpec, names_or_patterns: Sequence[str] | str, batch_size: int,
+                  generator: torch.Generator, start_index: int) -> tuple[dict[str, torch.Tensor], Batch]:
+    """A real forward of the tiny classifier of ``spec`` on random pixels; the batch carries the model."""
+    from vitscope.analyses.context import ModelRunner
+
+    backbone = classifier("vit-classifier" if spec.is_transformer else "cnn-classifier")
+    pixels = torch.randn((batch_size, 3, *spec.image_size), generator=generator)
+    names = list(names_or_patterns) if not isinstance(names_or_patterns, str) else [names_or_patterns]
+    with torch.no_grad(), backbone.record(names) if names else contextlib.nullcontext() as rec:
+        backbone(pixels)
+        record = dict(rec.items()) if rec is not None else {}
+    indices = list(range(start_index, start_index + batch_size))
+    batch = Batch(pixels=pixels, indices=indices, paths=[f"img_{i:04d}.png" for i in indices], spec=spec,
+                  grid=spec.grid, targets={"masks": [fake_masks(spec, i) for i in indices],
+                                           "label": [i % NUM_FAKE_LABELS for i in indices]},
+                  model=ModelRunner(backbone))
+    return record, batch

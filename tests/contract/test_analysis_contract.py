@@ -14,20 +14,26 @@ from typing import Any
 import pytest
 import torch
 
-from vitscope.analyses import ANALYSES, Accumulator, Result, get_analysis
+from vitscope.analyses import ANALYSES, GROUPS, Accumulator, Result, get_analysis
 from vitscope.analyses.registry import default_analyses
 from vitscope.hooks.names import expand_names
 
 try:  # pytest's default "prepend" import mode puts this folder on sys.path
-    from fake_records import SPEC_KINDS, fake_record, fake_spec, hook_names
+    from fake_records import MODEL_KINDS, SPEC_KINDS, fake_record, fake_spec, hook_names
 except ImportError:  # pragma: no cover - when tests/ is a package
-    from tests.contract.fake_records import SPEC_KINDS, fake_record, fake_spec, hook_names
+    from tests.contract.fake_records import MODEL_KINDS, SPEC_KINDS, fake_record, fake_spec, hook_names
+
+
+def _kinds(cls) -> list[str]:
+    """The fake kinds an analysis runs on; analyses that need a classifier (masking) get real tiny ones."""
+    fake = [kind for kind in SPEC_KINDS if cls().supports(fake_spec(kind))]
+    return fake or [kind for kind in MODEL_KINDS if cls().supports(fake_spec(kind))]
+
 
 CASES = [
     pytest.param(name, kind, id=f"{name}-{kind}")
     for name, cls in sorted(ANALYSES.items())
-    for kind in SPEC_KINDS
-    if cls().supports(fake_spec(kind))
+    for kind in _kinds(cls)
 ]
 
 
@@ -123,8 +129,9 @@ class TestAccumulatorContract:
     def test_required_hooks_are_canonical(self, name: str, kind: str) -> None:
         spec = fake_spec(kind)
         hooks = ANALYSES[name]().required_hooks(spec)
-        assert hooks and all(isinstance(h, str) for h in hooks)
-        assert expand_names(hooks, hook_names(spec), model=spec.name)
+        assert all(isinstance(h, str) for h in hooks)
+        assert hooks or ANALYSES[name] in {ANALYSES[n] for n in GROUPS["masking"]}  # those may read the model alone
+        assert not hooks or expand_names(hooks, hook_names(spec), model=spec.name)
 
     def test_save_and_plot(self, name: str, kind: str, tmp_path: Path) -> None:
         result = run(ANALYSES[name](), self._data(name, kind)["all"]).compute()
@@ -134,9 +141,9 @@ class TestAccumulatorContract:
         assert all(Path(p).is_file() and Path(p).stat().st_size > 0 for p in saved + figures)
 
 
-def test_every_spec_kind_is_covered() -> None:
-    assert {p.values[1] for p in CASES} == set(SPEC_KINDS)
-    assert {p.values[0] for p in CASES} == set(ANALYSES)
+def test_every_registered_analysis_and_kind_is_covered() -> None:
+    assert {p.values[1] for p in CASES} == set(SPEC_KINDS) | set(MODEL_KINDS)
+    assert {p.values[0] for p in CASES} == set(ANALYSES)  # the masking analyses included
 
 
 def test_get_analysis_unknown_name_suggests() -> None:
@@ -154,7 +161,8 @@ def test_get_analysis_passes_kwargs() -> None:
 def test_default_analyses_follow_supports() -> None:
     vit_names = {a.name for a in default_analyses(fake_spec("transformer"), targets={"masks", "label"})}
     cnn_names = {a.name for a in default_analyses(fake_spec("cnn"), targets={"masks", "label"})}
-    assert vit_names == set(ANALYSES)
+    assert vit_names == {n for n, cls in ANALYSES.items() if cls.default}
+    assert {n for n, cls in ANALYSES.items() if not cls.default} == set(GROUPS["masking"])  # opt-in
     assert "attention_stats" not in cnn_names and "mean_activation" in cnn_names
     assert not any(getattr(ANALYSES[n], "needs_attention", False) for n in cnn_names)
 
@@ -164,4 +172,4 @@ def test_default_analyses_leave_out_what_the_data_cannot_feed() -> None:
     plain = {a.name for a in default_analyses(fake_spec("transformer"))}
     needy = {n for n, cls in ANALYSES.items() if getattr(cls, "required_targets", ())}
     assert "saliency_iou" in needy
-    assert plain == set(ANALYSES) - needy
+    assert plain == {n for n, cls in ANALYSES.items() if cls.default} - needy

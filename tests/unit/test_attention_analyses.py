@@ -18,8 +18,10 @@ from vitscope.analyses import (
     CLSAttentionMaps,
     SpatialAverageMaps,
     attention_suite,
+    context,
 )
-from vitscope.analyses import attention_pass as ap
+from vitscope.analyses.context import SharedQuantities, union_plan
+from vitscope.functional import attention_blocks as ap
 from vitscope.functional.rollout import rollout
 from vitscope.models.spec import ModelSpec
 
@@ -88,34 +90,40 @@ def test_suite_reduces_every_block_once_per_batch(monkeypatch):
     calls = []
     real = ap.block_statistics
 
-    def counting(pattern, grid, num_prefix, needs):
+    def counting(pattern, grid, num_prefix, needs, workspace=None):
         calls.append((id(pattern), frozenset(needs)))
-        return real(pattern, grid, num_prefix, needs)
+        return real(pattern, grid, num_prefix, needs, workspace)
 
-    monkeypatch.setattr(ap, "block_statistics", counting)
+    monkeypatch.setattr(context, "block_statistics", counting)
     spec = make_spec(blocks=3)
     suite = attention_suite(spec, targets={"masks"})
     assert {a.name for a in suite} >= {"cls_attention_maps", "saliency_iou", "attention_rollout"}
-    patterns = [softmax_pattern(2, 2, 10, seed=i) for i in range(3)]
+    plan = union_plan([a.shared_quantities(spec) for a in suite])  # what the engine hands every batch
     masks = [torch.ones(1, *spec.image_size, dtype=torch.bool).numpy()] * 2
-    for a in suite:
-        a.update(record_of(patterns), make_batch(spec, 2, masks=masks))
-    on_data = [needs for key, needs in calls if key in {id(p) for p in patterns}]  # not the random baseline
-    assert len(on_data) == 3, "one pass per block, shared by every analysis of the suite"
-    assert all(c == on_data[0] for c in on_data) and {"aligned", "entropy", "focus", "cls"} <= on_data[0]
-    del patterns
-    assert not ap._MEMO, "the memo must not outlive the recorded patterns"
+    for round_ in range(2):
+        patterns = [softmax_pattern(2, 2, 10, seed=i + 3 * round_) for i in range(3)]
+        record = record_of(patterns)
+        batch = make_batch(spec, 2, start=2 * round_, masks=masks)
+        batch.shared = SharedQuantities(record, plan)
+        for a in suite:
+            a.update(record, batch)
+        on_data = [needs for key, needs in calls if key in {id(p) for p in patterns}]  # not the random baseline
+        assert len(on_data) == 3, "one pass per block and batch, shared by every analysis of the suite"
+        assert all(c == on_data[0] for c in on_data) and {"aligned", "entropy", "focus", "cls"} <= on_data[0]
+        calls.clear()  # the next batch computes its own: nothing is kept from one batch to the next
 
 
-def test_unlinked_analyses_still_share_what_overlaps(monkeypatch):
+def test_analyses_without_a_plan_still_share_what_overlaps(monkeypatch):
     calls = []
     real = ap.block_statistics
-    monkeypatch.setattr(ap, "block_statistics", lambda *a: calls.append(frozenset(a[3])) or real(*a))
+    monkeypatch.setattr(context, "block_statistics", lambda *a: calls.append(frozenset(a[3])) or real(*a))
     spec = make_spec()
     pattern = [softmax_pattern(2, 2, 10)]
-    AlignedAttention().update(record_of(pattern), make_batch(spec, 2))
-    AttentionDistance().update(record_of(pattern), make_batch(spec, 2))
-    assert calls == [frozenset({"aligned"})]
+    batch = make_batch(spec, 2)  # no engine: the batch creates its shared quantities on first request
+    AlignedAttention().update(record_of(pattern), batch)
+    AttentionDistance().update(record_of(pattern), batch)
+    AttentionFocus().update(record_of(pattern), batch)  # asks for more: only the missing quantities are computed
+    assert calls == [frozenset({"aligned"}), frozenset({"entropy", "focus"})]
 
 
 # ---------------------------------------------------------------- maps
@@ -303,10 +311,13 @@ def test_figures_put_several_models_on_one_plot(tmp_path):
 
 
 def test_work_buffers_serve_inference_mode_and_normal_mode_alike():
-    ap.release_work_buffers()
+    workspace = ap.Workspace()
     x = softmax_pattern(2, 2, 10)
     with torch.inference_mode():
-        inside = ap.block_statistics(x, (3, 3), 1, {"aligned", "entropy", "focus"})
-    outside = ap.block_statistics(x, (3, 3), 1, {"aligned", "entropy", "focus"})
+        inside = ap.block_statistics(x, (3, 3), 1, {"aligned", "entropy", "focus"}, workspace)
+    outside = ap.block_statistics(x, (3, 3), 1, {"aligned", "entropy", "focus"}, workspace)
+    fresh = ap.block_statistics(x, (3, 3), 1, {"aligned", "entropy", "focus"})  # no workspace: temporaries
+    torch.testing.assert_close(fresh.focus, inside.focus)
+    workspace.release()
     torch.testing.assert_close(outside.focus, inside.focus)
     torch.testing.assert_close(outside.aligned, inside.aligned)

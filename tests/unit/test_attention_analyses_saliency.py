@@ -9,6 +9,7 @@ import torch
 
 from vitscope.analyses import SaliencyIoU, attention_suite
 from vitscope.analyses.attention_suite import NoAttentionError
+from vitscope.analyses.context import union_plan
 from vitscope.analyses.saliency import mask_to_grid
 from vitscope.cli.analyze import parse_analyses
 from vitscope.models.spec import ModelSpec
@@ -154,5 +155,6 @@ def test_suite_and_cli_rules():
     assert "saliency_iou" not in plain and "saliency_iou" in with_masks
     assert len(with_masks) == len(set(with_masks)) == len(plain) + 1
     suite = parse_analyses("attention_rollout,attention_focus", vit)
-    assert suite[0]._cfg_plan == suite[1]._cfg_plan == frozenset({"fused_mean", "entropy", "focus"})
+    plan = union_plan([a.shared_quantities(vit) for a in suite])  # one reduction per block serves both
+    assert plan == {"attention_blocks": frozenset({"fused_mean", "entropy", "focus"})}
     assert {a.name for a in parse_analyses(None, CNN)}.isdisjoint(plain)

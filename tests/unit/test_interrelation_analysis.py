@@ -9,7 +9,6 @@ import torch
 pytest.importorskip("cv2")
 
 from vitscope.analyses.attention_focus import AttentionFocus
-from vitscope.analyses.attention_suite import link_attention_plans
 from vitscope.analyses.base import Batch
 from vitscope.analyses.interrelation import Interrelation
 from vitscope.data.synthetic.world import SyntheticWorld
@@ -68,7 +67,7 @@ def test_matches_functional_core_and_merges(setup) -> None:
 
 def test_focus_is_shared_with_the_attention_suite(setup) -> None:
     _, _, batches, records = setup
-    inter, focus = link_attention_plans([Interrelation(), AttentionFocus()])
+    inter, focus = Interrelation(), AttentionFocus()
     _feed(inter, batches, records)
     _feed(focus, batches, records)
     torch.testing.assert_close(inter.compute()["focus"], focus.compute()["focus"])

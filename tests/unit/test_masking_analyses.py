@@ -1,4 +1,4 @@
-"""The masking analyses: exact merging, record restoration, limits, and their CLI group."""
+"""The masking analyses: exact merging, an untouched record, limits, and their group."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from vitscope.analyses.base import Batch
-from vitscope.analyses.masking_base import UnboundModelError
+from vitscope.analyses.context import ModelRunner
+from vitscope.analyses.masking_base import NoModelError
 from vitscope.analyses.masking_foreground import ForegroundMasking
 from vitscope.analyses.masking_frequency import FrequencyFiltering
 from vitscope.analyses.masking_interrelation import InterrelationMasking
-from vitscope.analyses.masking_registry import masking_analyses
+from vitscope.analyses.registry import expand_group
 from vitscope.data.synthetic.world import SyntheticWorld
 from vitscope.masking import logits_of
 from vitscope.models.wrap import build_tiny_resnet, build_tiny_vit
@@ -55,10 +56,12 @@ def make_batches(backbone, scenes, sizes, own_labels=True):
 
 
 def feed(acc, backbone, batches):
+    """What the engine does: record, forward, hand the batch its model, update."""
     hooks = acc.required_hooks(backbone.spec)
     for batch in batches:
         with backbone.record(hooks) if hooks else _null() as rec, torch.no_grad():
             backbone(batch.pixels)
+            batch.model, batch.shared = ModelRunner(backbone, rec), None
             acc.update(rec if rec is not None else {}, batch)
     return acc
 
@@ -72,9 +75,9 @@ class _null:
 
 
 def _analyses(backbone):
-    out = [ForegroundMasking(backbone, topk=(1, 2)), FrequencyFiltering(backbone, fractions=(0.1, 0.5, 5.0))]
+    out = [ForegroundMasking(topk=(1, 2)), FrequencyFiltering(fractions=(0.1, 0.5, 5.0))]
     if backbone.spec.is_transformer:
-        out.insert(0, InterrelationMasking(backbone, ratios=RATIOS))
+        out.insert(0, InterrelationMasking(ratios=RATIOS))
     return out
 
 
@@ -94,17 +97,15 @@ def test_merge_equals_whole_and_state_round_trips(kind, vit, cnn, scenes, one_th
         first = feed(proto.fresh(), backbone, batches[:2])
         second = feed(proto.fresh(), backbone, batches[2:])
         _assert_same(first.merge(second).compute(), whole)
-        clone = pickle.loads(pickle.dumps(first))  # the model is not pickled with the state
-        assert clone._cfg_backbone is None
+        clone = pickle.loads(pickle.dumps(first))  # the state holds no model: the batch brings it
         _assert_same(clone.compute(), first.compute())
         twin = proto.fresh()
-        assert twin._cfg_backbone is backbone  # fresh copies stay bound to the same model
         twin.load_state_dict(first.state_dict())
         _assert_same(twin.compute(), first.compute())
 
 
 def test_interrelation_masking_limits(vit, scenes, one_thread) -> None:
-    result = feed(InterrelationMasking(vit, ratios=RATIOS), vit, make_batches(vit, scenes, [3, 3])).compute()
+    result = feed(InterrelationMasking(ratios=RATIOS), vit, make_batches(vit, scenes, [3, 3])).compute()
     acc = result["accuracy"]  # [top, bottom, random] x ratios
     assert float(result["full_accuracy"]) == 1.0
     assert torch.equal(acc[:, 0], torch.ones(3, dtype=torch.float64))  # 0% masked = the full image
@@ -125,42 +126,44 @@ def test_foreground_and_frequency_limits(vit, scenes, one_thread) -> None:
     whole = np.ones((1, 32, 32), dtype=bool)
     covered = [batches[0].__class__(**{**batches[0].__dict__, "targets": {
         "label": batches[0].targets["label"], "masks": [whole] * 6}})]
-    fg = feed(ForegroundMasking(vit, topk=(1,)), vit, covered).compute()
+    fg = feed(ForegroundMasking(topk=(1,)), vit, covered).compute()
     assert fg["accuracy"][:2, 0].tolist() == [1.0, 1.0]  # the foreground is the whole image
-    freq = feed(FrequencyFiltering(vit, fractions=(5.0,)), vit, batches).compute()
+    freq = feed(FrequencyFiltering(fractions=(5.0,)), vit, batches).compute()
     assert freq["accuracy"][0, 0] == 1.0  # a low-pass beyond every frequency changes nothing
 
 
-def test_record_is_restored_after_the_extra_forwards(vit, scenes, one_thread) -> None:
+def test_the_extra_forwards_leave_the_record_untouched(vit, scenes, one_thread) -> None:
     batch = make_batches(vit, scenes, [2])[0]
-    acc = InterrelationMasking(vit, ratios=(0.5,))
+    acc = InterrelationMasking(ratios=(0.5,))
     with vit.record(["blocks.*.attn.pattern"]) as rec, torch.no_grad():
         vit(batch.pixels)
-        before = {k: v for k, v in rec.items()}
+        before = {k: v.clone() for k, v in rec.items()}
+        batch.model = ModelRunner(vit, rec)
         acc.update(rec, batch)
-        assert set(rec) == set(before) and all(rec[k] is before[k] for k in before)
+        assert set(rec) == set(before) and all(torch.equal(rec[k], before[k]) for k in before)
+        vit(batch.pixels * 0.5)  # a forward outside the runner records as usual
+        assert not torch.equal(rec["blocks.0.attn.pattern"], before["blocks.0.attn.pattern"])
 
 
-def test_binding_and_support(vit, cnn, scenes) -> None:
+def test_model_and_support(vit, cnn, scenes) -> None:
     batch = make_batches(vit, scenes, [1])[0]
-    with pytest.raises(UnboundModelError, match="bind"):
+    with pytest.raises(NoModelError, match="carries no model"):
         FrequencyFiltering().update({}, batch)
-    with pytest.raises(ValueError, match="CNN"):
-        InterrelationMasking(cnn)
+    assert "CNN" in InterrelationMasking().why_unsupported(cnn.spec)
     headless = build_tiny_vit("headless", num_classes=0, image_size=32, patch_size=8, embed_dim=32, depth=1,
                               num_heads=2)
-    with pytest.raises(ValueError, match="classifier head"):
-        ForegroundMasking(headless)
-    unlabelled = Batch(pixels=batch.pixels, indices=[0], paths=["0"], spec=vit.spec, grid=vit.spec.grid)
+    assert "classifier head" in ForegroundMasking().why_unsupported(headless.spec)
+    unlabelled = Batch(pixels=batch.pixels, indices=[0], paths=["0"], spec=vit.spec, grid=vit.spec.grid,
+                       model=ModelRunner(vit))
     with pytest.raises(ValueError, match="label"):
-        FrequencyFiltering(vit).update({}, unlabelled)
+        FrequencyFiltering().update({}, unlabelled)
 
 
 def test_masking_group_keeps_what_can_run(vit, cnn) -> None:
-    names = lambda spec, targets: [a.name for a in masking_analyses("masking", spec, targets)]
+    names = lambda spec, targets: [a.name for a in expand_group("masking", spec, targets)]
     assert names(vit.spec, {"label", "masks"}) == ["interrelation_masking", "foreground_masking",
                                                    "frequency_filtering"]
     assert names(cnn.spec, {"label", "masks"}) == ["foreground_masking", "frequency_filtering"]
     assert names(vit.spec, {"label"}) == ["interrelation_masking", "frequency_filtering"]
-    with pytest.raises(ValueError, match="no masking analysis"):
-        masking_analyses("masking", vit.spec, set())
+    with pytest.raises(ValueError, match="no analysis of the 'masking' group can run"):
+        expand_group("masking", vit.spec, set())

@@ -19,7 +19,7 @@ FRACTIONS = (0.05, 0.3)  # cut-off radius as a fraction of half the image side: 
 
 def _measure(name: str, source: AnnotatedSource, frequency: bool = True, **foreground) -> dict:
     backbone = vitscope.load_model(name)
-    analyses = [ForegroundMasking(backbone, **foreground)] + ([FrequencyFiltering(backbone, FRACTIONS)] if frequency
+    analyses = [ForegroundMasking(**foreground)] + ([FrequencyFiltering(FRACTIONS)] if frequency
                                                               else [])
     res = vitscope.run(backbone, source, analyses, batch_size=64, progress=False)
     fg = res["foreground_masking"]

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from vitscope.analyses.base import Analysis, Batch, Result
+from vitscope.analyses.registry import register_analysis
 from vitscope.functional.moments import merge_moments
 from vitscope.hooks.names import UnknownHookError, cnn_hook_names, expand_names, transformer_hook_names
 from vitscope.hooks.tokens import grid_to_tokens
@@ -37,6 +38,7 @@ def _as_tokens(x: torch.Tensor, key: str) -> torch.Tensor:
     return x.to(torch.float64)
 
 
+@register_analysis("mean_activation")
 class MeanActivation(Analysis):
     """Mean and variance over images of every token position of the chosen activations.
 
@@ -57,7 +59,6 @@ class MeanActivation(Analysis):
     ``[N, D]`` and ``"{hook}.token_norm"`` ``[N]`` (L2 norm of the mean vector of each token).
     """
 
-    name = "mean_activation"
 
     def __init__(self, hooks: Sequence[str] | None = None, ddof: int = 0) -> None:
         if isinstance(hooks, str):

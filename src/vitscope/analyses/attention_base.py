@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import fnmatch
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
-from vitscope.analyses.attention_pass import BlockStats, random_block_statistics, shared_block_statistics
-from vitscope.analyses.base import Analysis, Batch, Result
+from vitscope.analyses.base import Analysis, Batch, Result, thumbnails
+from vitscope.analyses.context import ATTENTION_BLOCKS
 from vitscope.analyses.state import first_seen
+from vitscope.functional.attention_blocks import BlockStats, random_block_statistics
 from vitscope.hooks.names import split_block_name
 from vitscope.models.spec import ModelSpec
 
@@ -63,12 +64,12 @@ class TableResult(Result):
 class AttentionAccumulator(Analysis):
     """Base of the attention suite: reads every ``blocks.{i}.attn.pattern`` through the shared pass.
 
-    Subclasses set ``name``, ``NEEDS`` (quantities of :mod:`~vitscope.analyses.attention_pass`), declare
+    Subclasses set ``NEEDS`` (per-block quantities of :mod:`~vitscope.functional.attention_blocks`), declare
     their sums in ``_declare_sums`` and implement ``_update_blocks`` and ``compute``. Configuration:
     ``seed``, ``random_samples`` (random patterns per block for the baseline) and ``random_kind``
-    (``"uniform"``, the 002 code, or ``"gaussian"``). ``_cfg_plan`` is the union of the quantities
-    of the analyses that run together (set by :func:`~vitscope.analyses.attention_suite.link_attention_plans`),
-    so the first analysis to see a block computes everything in one pass.
+    (``"uniform"``, the 002 code, or ``"gaussian"``). The block statistics are a shared quantity of the
+    batch (``"attention_blocks"``): the engine computes them once per batch and block with the union of what
+    the run's analyses need.
     """
 
     needs_attention = True
@@ -85,7 +86,6 @@ class AttentionAccumulator(Analysis):
         self._cfg_seed = int(seed)
         self._cfg_random_samples = int(random_samples)
         self._cfg_random_kind = random_kind
-        self._cfg_plan: frozenset[str] = frozenset()
         self.add_state("num_images", 0, reduce="sum")
         self.add_state("geometry", None, reduce="same")
         self.add_state("model", None, reduce="same")  # spec.name of the model, for figure legends
@@ -128,12 +128,12 @@ class AttentionAccumulator(Analysis):
         return False
 
     def own_needs(self) -> frozenset[str]:
-        """Quantities of :mod:`~vitscope.analyses.attention_pass` this analysis reads."""
+        """Per-block quantities (:data:`~vitscope.functional.attention_blocks.QUANTITIES`) this analysis reads."""
         return self.NEEDS
 
-    def _needs(self, geometry: AttentionGeometry) -> frozenset[str]:
-        needs = self.own_needs() | self._cfg_plan
-        return needs if geometry.has_cls else needs - {"cls"}
+    def shared_quantities(self, spec: ModelSpec) -> dict[str, frozenset[str]]:
+        needs = self.own_needs()
+        return {ATTENTION_BLOCKS: needs if has_cls_token(spec) else needs - {"cls"}}
 
     # ------------------------------------------------------------ reading a batch
 
@@ -174,9 +174,8 @@ class AttentionAccumulator(Analysis):
     def _block_stats(self, record: Mapping[str, torch.Tensor], batch: Batch) -> tuple[AttentionGeometry, list]:
         """Geometry and the shared :class:`BlockStats` of every block (computed once per batch and block)."""
         geometry, pairs = self._patterns(record, batch)
-        needs = self._needs(geometry)
-        stats = [shared_block_statistics(p, geometry.grid, geometry.num_prefix, needs) for _, p in pairs]
-        return geometry, stats
+        blocks = batch.quantity(ATTENTION_BLOCKS, record, self.shared_quantities(batch.spec)[ATTENTION_BLOCKS])
+        return geometry, [blocks[i] for i, _ in pairs]
 
     def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
         """Add one batch: reads every ``blocks.{i}.attn.pattern`` ``[B, H, N, N]`` in the record."""
@@ -237,13 +236,3 @@ class ChosenImages:
                 "images": torch.stack([self.image_pixels[i] for i in order])}
 
 
-def thumbnails(batch: Batch, positions: Sequence[int]) -> list[torch.Tensor]:
-    """The preprocessed images at ``positions`` of the batch as ``[H, W, 3]`` uint8 (for overlays)."""
-    spec = batch.spec
-    mean = torch.tensor(spec.mean, dtype=torch.float32).view(3, 1, 1)
-    std = torch.tensor(spec.std, dtype=torch.float32).view(3, 1, 1)
-    out = []
-    for i in positions:
-        x = batch.pixels[i].detach().float().cpu() * std + mean
-        out.append((x.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).contiguous())
-    return out

@@ -8,8 +8,9 @@ from pathlib import Path
 import torch
 
 from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, TableResult
-from vitscope.analyses.attention_pass import BlockStats
 from vitscope.analyses.base import Batch
+from vitscope.analyses.registry import register_analysis
+from vitscope.functional.attention_blocks import BlockStats
 
 __all__ = ["AttentionFocus", "AttentionFocusResult"]
 
@@ -39,6 +40,7 @@ class AttentionFocusResult(TableResult):
         return paths
 
 
+@register_analysis("attention_focus", groups=("attention",))
 class AttentionFocus(AttentionAccumulator):
     """Mean over images of the plain attention entropy and of the attention focus index, per block and head.
 
@@ -54,7 +56,6 @@ class AttentionFocus(AttentionAccumulator):
     baseline (its entropy on rows renormalised over all keys). meta: the geometry, ``num_images``, ``random``.
     """
 
-    name = "attention_focus"
     NEEDS = frozenset({"entropy", "focus"})
 
     def _declare_sums(self) -> None:

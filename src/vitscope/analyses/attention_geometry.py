@@ -8,9 +8,10 @@ from pathlib import Path
 import torch
 
 from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, TableResult
-from vitscope.analyses.attention_pass import BlockStats, grid_tables
 from vitscope.analyses.base import Batch
+from vitscope.analyses.registry import register_analysis
 from vitscope.functional.attention import HEAD_TYPES, aligned_offset, local_head_type
+from vitscope.functional.attention_blocks import BlockStats, grid_tables
 
 __all__ = ["AlignedAttention", "AlignedAttentionResult", "AttentionDistance", "AttentionDistanceResult"]
 
@@ -58,6 +59,7 @@ class AlignedAttentionResult(TableResult):
                                    Path(out_dir) / self.name, block_labels=self.meta.get("blocks"))
 
 
+@register_analysis("aligned_attention", groups=("attention",))
 class AlignedAttention(AttentionAccumulator):
     """Dataset aligned aggregated attention map (AAAM) of every block and head, with its head taxonomy.
 
@@ -80,7 +82,6 @@ class AlignedAttention(AttentionAccumulator):
     ``random_head_types``, ``thresholds`` and the geometry.
     """
 
-    name = "aligned_attention"
     NEEDS = frozenset({"aligned"})
 
     def __init__(self, strict: float = 0.5, offset: float = 0.3, soft: float = 0.5, axial: float = 0.7,
@@ -139,6 +140,7 @@ class AttentionDistanceResult(TableResult):
                                random=self.tensors["random_distance"], block_labels=self.meta.get("blocks"))
 
 
+@register_analysis("attention_distance", groups=("attention",))
 class AttentionDistance(AttentionAccumulator):
     """Average attention distance per block and head (Raghu et al.; paper 002 section 4.3, figure 4).
 
@@ -153,7 +155,6 @@ class AttentionDistance(AttentionAccumulator):
     ``random_block_mean`` ``[L]``. meta: the geometry, ``num_images``, ``random``.
     """
 
-    name = "attention_distance"
     NEEDS = frozenset({"aligned"})
 
     def _declare_sums(self) -> None:

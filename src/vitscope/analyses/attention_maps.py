@@ -13,8 +13,9 @@ from typing import ClassVar
 import torch
 
 from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, ChosenImages, TableResult
-from vitscope.analyses.attention_pass import BlockStats
 from vitscope.analyses.base import Batch
+from vitscope.analyses.registry import register_analysis
+from vitscope.functional.attention_blocks import BlockStats
 
 __all__ = ["AttentionMapsResult", "CLSAttentionMaps", "SpatialAverageMaps"]
 
@@ -102,6 +103,7 @@ class _MapAccumulator(ChosenImages, AttentionAccumulator):
         return AttentionMapsResult(name=self.name, tensors=tensors, meta=meta)
 
 
+@register_analysis("cls_attention_maps", groups=("attention",))
 class CLSAttentionMaps(_MapAccumulator):
     """CLS attention maps: row 0 of every head over the spatial keys, raw (METHODS.md section 1).
 
@@ -109,7 +111,6 @@ class CLSAttentionMaps(_MapAccumulator):
     for arguments, state and result.
     """
 
-    name = "cls_attention_maps"
     NEEDS = frozenset({"cls"})
     requires_cls = True
     what = "CLS attention"
@@ -118,6 +119,7 @@ class CLSAttentionMaps(_MapAccumulator):
         return stats.cls
 
 
+@register_analysis("spatial_average_maps", groups=("attention",))
 class SpatialAverageMaps(_MapAccumulator):
     """Spatial-average maps: the raw rows of the spatial queries over the spatial keys, summed, normalised.
 
@@ -125,7 +127,6 @@ class SpatialAverageMaps(_MapAccumulator):
     map is the mean over images. Works without a CLS token. See :class:`_MapAccumulator`.
     """
 
-    name = "spatial_average_maps"
     NEEDS = frozenset({"colsum"})
     what = "spatial-average attention"
 

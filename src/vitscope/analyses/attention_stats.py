@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from vitscope.analyses.base import Analysis, Batch, Result
+from vitscope.analyses.registry import register_analysis
 from vitscope.functional.attention_stats import attention_entropy, max_attention
 from vitscope.hooks.names import split_block_name
 from vitscope.models.spec import ModelSpec
@@ -52,6 +53,7 @@ class AttentionStatsResult(Result):
         return paths
 
 
+@register_analysis("attention_stats")
 class AttentionStats(Analysis):
     """Mean over images of the plain attention entropy and of the max attention, per block and head.
 
@@ -65,7 +67,6 @@ class AttentionStats(Analysis):
     meta: ``num_images``, ``num_tokens``, ``blocks``.
     """
 
-    name = "attention_stats"
     needs_attention = True
 
     def __init__(self) -> None:

@@ -1,8 +1,10 @@
 """The attention suite of paper 002 (section 4, appendix C) plus rollout and entropy, as one group.
 
-``attention_suite(spec, targets)`` builds every attention analysis that can run on the model and data and
-links them so that every block's pattern is reduced in ONE pass per batch (see
-:mod:`vitscope.analyses.attention_pass`). ``vitscope analyze --analyses attention`` uses it.
+``attention_suite(spec, targets)`` builds every attention analysis that can run on the model and data, with
+shared options (random baseline, chosen images). They read the per-block statistics as a shared quantity of
+the batch, so every block's pattern is reduced once per batch for all of them
+(:mod:`vitscope.functional.attention_blocks`). ``vitscope analyze --analyses attention`` runs the same group
+(members registered with ``groups=("attention",)``) with default options.
 
 Example::
 
@@ -18,18 +20,18 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 
 from vitscope.analyses.attention_base import AttentionAccumulator
 from vitscope.analyses.attention_focus import AttentionFocus
 from vitscope.analyses.attention_geometry import AlignedAttention, AttentionDistance
 from vitscope.analyses.attention_maps import CLSAttentionMaps, SpatialAverageMaps
-from vitscope.analyses.base import Accumulator
+from vitscope.analyses.base import Analysis
 from vitscope.analyses.rollout_analysis import AttentionRollout
 from vitscope.analyses.saliency import SaliencyIoU
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["ATTENTION_GROUP", "ATTENTION_SUITE", "NoAttentionError", "attention_suite", "link_attention_plans"]
+__all__ = ["ATTENTION_GROUP", "ATTENTION_SUITE", "NoAttentionError", "attention_suite"]
 
 ATTENTION_GROUP = "attention"
 ATTENTION_SUITE: tuple[type[AttentionAccumulator], ...] = (
@@ -40,23 +42,6 @@ ATTENTION_SUITE: tuple[type[AttentionAccumulator], ...] = (
 
 class NoAttentionError(ValueError):
     """The model has no attention (a CNN), so no attention analysis can run on it."""
-
-
-def link_attention_plans(analyses: Iterable[Accumulator]) -> list[Accumulator]:
-    """Give every attention analysis of ``analyses`` the union of their needs, so they share one pass.
-
-    The first analysis to see a block then computes every quantity the others read (memoised per
-    pattern); without linking, each computes only its own and later ones add what is missing.
-
-    Returns:
-        ``analyses`` as a list (the same instances, configured in place).
-    """
-    analyses = list(analyses)
-    members = [a for a in analyses if isinstance(a, AttentionAccumulator)]
-    plan = frozenset().union(*(a.own_needs() for a in members)) if members else frozenset()
-    for a in members:
-        a._cfg_plan = plan
-    return analyses
 
 
 def attention_suite(
@@ -70,7 +55,7 @@ def attention_suite(
     best_head: str = "image",
     head_fusion: str = "mean",
     discard_ratio: float = 0.0,
-) -> list[Accumulator]:
+) -> list[Analysis]:
     """Every attention analysis that can run on ``spec`` and the data, linked to share one pass.
 
     Args:
@@ -83,7 +68,7 @@ def attention_suite(
         head_fusion, discard_ratio: rollout options.
 
     Returns:
-        Fresh accumulators: ``cls_attention_maps`` (models with a CLS token), ``spatial_average_maps``,
+        Fresh analyses: ``cls_attention_maps`` (models with a CLS token), ``spatial_average_maps``,
         ``aligned_attention``, ``attention_distance``, ``saliency_iou`` (with masks), ``attention_focus``,
         ``attention_rollout``.
 
@@ -108,4 +93,4 @@ def attention_suite(
               AttentionRollout(head_fusion=head_fusion, discard_ratio=discard_ratio, images=images, **random)]
     if spec is not None:
         suite = [a for a in suite if a.supports(spec)]
-    return link_attention_plans(suite)
+    return list(suite)

@@ -8,7 +8,7 @@ import functools
 import inspect
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -30,6 +30,10 @@ class Batch:
         spec: the backbone's ModelSpec.
         grid: ``(h, w)`` token grid of this batch's input size.
         targets: optional per-image ground truth (labels, masks...) from the dataset.
+        shared: the batch's shared quantities (:class:`~vitscope.analyses.context.SharedQuantities`); the engine
+            sets it with the run's plan, :meth:`quantity` creates one when it is missing.
+        model: runs the model again on altered inputs (:class:`~vitscope.analyses.context.ModelRunner`); the
+            engine sets it, analyses that re-run the model (masking) read it.
     """
 
     pixels: torch.Tensor
@@ -38,10 +42,38 @@ class Batch:
     spec: ModelSpec
     grid: tuple[int, int]
     targets: dict[str, Any] = field(default_factory=dict)
+    shared: Any = field(default=None, repr=False)
+    model: Any = field(default=None, repr=False)
 
     @property
     def size(self) -> int:
         return len(self.indices)
+
+    def quantity(self, name: str, record: Mapping[str, torch.Tensor], needs: Collection[str] = ()) -> Any:
+        """A shared quantity of this batch (``"attention_blocks"``, ``"sift_keypoints"``), computed once.
+
+        Args:
+            name: the quantity (:data:`vitscope.analyses.context.PROVIDERS`).
+            record: the batch's recorded tensors.
+            needs: options the caller reads (e.g. ``{"cls", "aligned"}`` of the attention blocks).
+        """
+        if self.shared is None:
+            from vitscope.analyses.context import SharedQuantities
+
+            self.shared = SharedQuantities(record)
+        return self.shared.get(name, self, needs)
+
+
+def thumbnails(batch: Batch, positions: Sequence[int]) -> list[torch.Tensor]:
+    """The preprocessed images at ``positions`` of the batch as ``[H, W, 3]`` uint8 (for overlays and SIFT)."""
+    spec = batch.spec
+    mean = torch.tensor(spec.mean, dtype=torch.float32).view(3, 1, 1)
+    std = torch.tensor(spec.std, dtype=torch.float32).view(3, 1, 1)
+    out = []
+    for i in positions:
+        x = batch.pixels[i].detach().float().cpu() * std + mean
+        out.append((x.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).contiguous())
+    return out
 
 
 @dataclass
@@ -277,6 +309,11 @@ class Analysis(ABC):
     def compute(self) -> Result | Mapping[str, Any]:
         """The result of everything added so far (an empty analysis gives a result without tensors)."""
         ...
+
+    def shared_quantities(self, spec: ModelSpec) -> dict[str, frozenset[str]]:
+        """Per-batch quantities this analysis reads through :meth:`Batch.quantity`, with their options
+        (e.g. ``{"attention_blocks": {"cls"}}``); the engine computes each once per batch for all analyses."""
+        return {}
 
     def supports(self, spec: ModelSpec) -> bool:
         """Whether this analysis can run on ``spec``: no :meth:`why_unsupported` reason, and its hooks exist."""

@@ -20,6 +20,7 @@ import torch
 
 from vitscope.analyses.probe_base import LabelledFeatures
 from vitscope.analyses.probe_result import ProbeResult, probe_result
+from vitscope.analyses.registry import register_analysis
 from vitscope.features.cache import CacheEntry
 from vitscope.functional.cluster import cluster_scores, kmeans_labels
 from vitscope.functional.pooling import random_features
@@ -64,6 +65,7 @@ def clustering_scores(blocks: Sequence[int], features: Callable[[int], np.ndarra
                         random_kind=random_kind, **meta)
 
 
+@register_analysis("clustering", groups=("representation", "probes"))
 class Clustering(LabelledFeatures):
     """Per-block k-means clustering of image (or region) features, scored against the labels.
 
@@ -80,7 +82,6 @@ class Clustering(LabelledFeatures):
     Result: :class:`ProbeResult` with ``purity``, ``nmi``, ``ari`` ``[L]`` and ``random_*``.
     """
 
-    name = "clustering"
     task = "clustering"
 
     def __init__(self, site: str = "resid_post", tokens: str = "cls", level: str = "image", k: int | None = None,

@@ -8,48 +8,31 @@ attention suite's shared pass, so ``--analyses attention,interrelation`` reduces
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 
 from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, TableResult, thumbnails
-from vitscope.analyses.attention_pass import BlockStats, shared_block_statistics
 from vitscope.analyses.base import Batch
+from vitscope.analyses.context import ATTENTION_BLOCKS, SIFT_KEYPOINTS
+from vitscope.analyses.registry import register_analysis
 from vitscope.analyses.state import first_seen
+from vitscope.functional.attention_blocks import BlockStats
 from vitscope.functional.interrelation import RULES, interrelation, interrelation_stages
-from vitscope.functional.sift import sift_keypoint_counts
+from vitscope.models.spec import ModelSpec
 
 __all__ = ["Interrelation", "InterrelationResult", "batch_keypoint_counts"]
 
 QUANTITIES: tuple[str, ...] = ("KK", "KN", "NK", "NN")
 
-_COUNTS: dict[int, tuple[weakref.ref, tuple[int, int], torch.Tensor]] = {}
 
+def batch_keypoint_counts(batch: Batch, record: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
+    """SIFT keypoints per patch of every image of the batch at model resolution: ``[B, h, w]`` int64 (CPU).
 
-def batch_keypoint_counts(batch: Batch, grid: tuple[int, int] | None = None) -> torch.Tensor:
-    """SIFT keypoints per patch of every image of the batch: ``[B, h, w]`` int64 (CPU).
-
-    The image is the batch's preprocessed input turned back into RGB uint8 at model resolution. Counts are
-    memoised per pixel tensor (weakly), so the interrelation and masking analyses of one batch share them.
+    The batch's shared quantity ``"sift_keypoints"``: computed once per batch for every analysis that reads it.
     """
-    grid = tuple(int(v) for v in (grid or batch.grid))
-    key = id(batch.pixels)
-    hit = _COUNTS.get(key)
-    if hit is not None and hit[0]() is batch.pixels and hit[1] == grid:
-        return hit[2]
-    images = thumbnails(batch, range(batch.size))
-    counts = torch.stack([sift_keypoint_counts(im.numpy(), grid) for im in images]) if images else \
-        torch.zeros(0, *grid, dtype=torch.int64)
-    _COUNTS[key] = (weakref.ref(batch.pixels, lambda r, key=key: _forget(key, r)), grid, counts)
-    return counts
-
-
-def _forget(key: int, ref: weakref.ref) -> None:
-    hit = _COUNTS.get(key)
-    if hit is not None and hit[0] is ref:
-        del _COUNTS[key]
+    return batch.quantity(SIFT_KEYPOINTS, record or {})
 
 
 class InterrelationResult(TableResult):
@@ -81,6 +64,7 @@ class InterrelationResult(TableResult):
         return paths
 
 
+@register_analysis("interrelation")
 class Interrelation(AttentionAccumulator):
     """Weighted SIFT patch interrelation KK/KN/NK/NN per block and head, plus the focus index and stages.
 
@@ -102,7 +86,6 @@ class Interrelation(AttentionAccumulator):
     ``images_with_keypoints``.
     """
 
-    name = "interrelation"
     NEEDS = frozenset({"focus"})
 
     def __init__(self, lam: float = 0.5, rule: str = "max", rise: float = 0.5, images: tuple[int, ...] = (0, 1, 2, 3),
@@ -131,9 +114,9 @@ class Interrelation(AttentionAccumulator):
             return
         self._adopt(geometry)
         self.model = self.model or batch.spec.name
-        needs = self._needs(geometry)
-        stats = [shared_block_statistics(p, geometry.grid, geometry.num_prefix, needs) for _, p in pairs]
-        counts = batch_keypoint_counts(batch, geometry.grid)
+        blocks = batch.quantity(ATTENTION_BLOCKS, record, self.NEEDS)
+        stats = [blocks[i] for i, _ in pairs]
+        counts = batch_keypoint_counts(batch, record)
         sums = {q: [] for q in ("KK", "NK")}
         defined = {q: [] for q in ("KK", "NK")}
         for _, pattern in pairs:
@@ -154,6 +137,9 @@ class Interrelation(AttentionAccumulator):
         for j, idx in enumerate(batch.indices):
             if int(idx) in self._cfg_images and int(idx) not in self.chosen:
                 self.chosen[int(idx)] = (thumbnails(batch, [j])[0], counts[j].clone())
+
+    def shared_quantities(self, spec: ModelSpec) -> dict[str, frozenset[str]]:
+        return {**super().shared_quantities(spec), SIFT_KEYPOINTS: frozenset()}
 
     def _update_blocks(self, geometry: AttentionGeometry, stats: list[BlockStats], batch: Batch) -> None:
         focus = torch.stack([s.focus.sum(dim=0) for s in stats]).to(torch.float64).cpu()

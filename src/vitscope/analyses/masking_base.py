@@ -1,9 +1,9 @@
-"""Shared plumbing of the masking analyses: accumulators that re-run the model on altered inputs.
+"""Shared plumbing of the masking analyses: analyses that re-run the model on altered inputs.
 
-Unlike the other analyses, these need the model itself during the pass (to classify masked or filtered
-copies of every batch), so they are bound to a backbone (:meth:`ModelAccumulator.bind`) before the run;
-``vitscope analyze`` binds them. The extra forwards run inside the engine's recording context, so the
-record is saved before and restored after them: analyses updated later see the unaltered batch.
+Unlike the other analyses, these classify masked or filtered copies of every batch, so they need the model
+during the pass: the engine hands it over with the batch (``batch.model``, a
+:class:`~vitscope.analyses.context.ModelRunner` that pauses the recording during the extra forwards, so the
+record stays the batch's own for every analysis).
 
 State is a set of correct-prediction counts (exactly mergeable); accuracy = correct / images.
 """
@@ -11,21 +11,23 @@ State is a set of correct-prediction counts (exactly mergeable); accuracy = corr
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, TypeVar
 
 import torch
 
 from vitscope.analyses.base import Analysis, Batch, Result
-from vitscope.masking.forward import logits_of
+from vitscope.analyses.context import ModelRunner
 from vitscope.models.backbone import Backbone
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["ModelAccumulator", "UnboundModelError", "bind_model_analyses", "topk_correct"]
+__all__ = ["ModelAccumulator", "NoModelError", "topk_correct"]
+
+T = TypeVar("T")
 
 
-class UnboundModelError(RuntimeError):
-    """A masking analysis was run without a model to classify the masked images."""
+class NoModelError(RuntimeError):
+    """A masking analysis was fed a batch without the model to classify the masked images."""
 
 
 def topk_correct(logits: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
@@ -34,45 +36,21 @@ def topk_correct(logits: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Te
     return (logits.topk(k, dim=-1).indices == labels.to(logits.device).unsqueeze(-1)).any(dim=-1)
 
 
-def bind_model_analyses(analyses, backbone: Backbone) -> list:
-    """Bind every :class:`ModelAccumulator` of ``analyses`` to ``backbone`` (others are untouched)."""
-    analyses = list(analyses)
-    for a in analyses:
-        if isinstance(a, ModelAccumulator):
-            a.bind(backbone)
-    return analyses
-
-
 class ModelAccumulator(Analysis):
-    """An accumulator that classifies altered copies of each batch with the bound model.
+    """An analysis that classifies altered copies of each batch with the model of the pass (``batch.model``).
 
-    Subclasses set ``name``, declare their counts in ``_declare_counts`` and implement ``_update_counts``
-    and ``compute``. Reads ``batch.targets["label"]`` (class index per image, in the model's label space).
+    Subclasses declare their counts in ``_declare_counts`` and implement ``_update_counts`` and ``compute``.
+    Reads ``batch.targets["label"]`` (class index per image, in the model's label space).
     """
 
     required_targets: ClassVar[tuple[str, ...]] = ("label",)
     needs_head: ClassVar[bool] = True
 
-    run_only_params = ("workdir", "backbone")
-
-    def __init__(self, backbone: Backbone | None = None) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self._cfg_backbone: Backbone | None = None
-        if backbone is not None:
-            self.bind(backbone)
         self.add_state("num_images", 0, reduce="sum")
         self.add_state("model", None, reduce="same")
         self._declare_counts()
-
-    # ------------------------------------------------------------ binding
-
-    def bind(self, backbone: Backbone) -> ModelAccumulator:
-        """Use ``backbone`` to classify the altered images (the model the engine runs); returns ``self``."""
-        reason = self.why_unsupported(backbone.spec)
-        if reason:
-            raise ValueError(reason)
-        self._cfg_backbone = backbone
-        return self
 
     def why_unsupported(self, spec: ModelSpec) -> str | None:
         """One-line reason this analysis cannot run on ``spec`` (None when it can)."""
@@ -90,31 +68,22 @@ class ModelAccumulator(Analysis):
 
     # ------------------------------------------------------------ running the model
 
-    def _model(self) -> Backbone:
-        if self._cfg_backbone is None:
-            raise UnboundModelError(
-                f"analysis '{self.name}' re-runs the model on masked images: bind it first "
-                f"({type(self).__name__}(backbone=...) or .bind(backbone)); vitscope analyze does this"
+    def _runner(self, batch: Batch) -> ModelRunner:
+        if batch.model is None:
+            raise NoModelError(
+                f"analysis '{self.name}' re-runs the model on masked images, but this batch carries no model; "
+                "run it through vitscope.run (which hands every batch its model) or set "
+                "batch.model = ModelRunner(backbone, record)"
             )
-        return self._cfg_backbone
+        return batch.model
 
-    def _logits(self, pixels: torch.Tensor, record: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """The bound model's logits on ``pixels`` (the record is left as it was)."""
-        return logits_of(self._run(lambda b: b(pixels), record))
+    def _logits(self, pixels: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """The model's logits on ``pixels`` (nothing is recorded meanwhile)."""
+        return self._runner(batch).logits(pixels)
 
-    def _run(self, fn, record: Mapping[str, torch.Tensor]):
-        """Call ``fn(backbone)`` and restore the record's tensors afterwards (hooks refill it on a forward)."""
-        saved = dict(record.items())
-        try:
-            with torch.inference_mode():
-                return fn(self._model())
-        finally:
-            if hasattr(record, "restore"):  # the same tensor objects: per-pattern memos (attention_pass) keep hitting
-                record.restore(saved)
-            elif hasattr(record, "put") and hasattr(record, "clear"):
-                record.clear()
-                for k, v in saved.items():
-                    record.put(k, v)
+    def _run(self, fn: Callable[[Backbone], T], batch: Batch) -> T:
+        """``fn(backbone)`` with nothing recorded meanwhile."""
+        return self._runner(batch).run(fn)
 
     @staticmethod
     def _labels(batch: Batch) -> torch.Tensor:

@@ -16,6 +16,7 @@ import torch
 
 from vitscope.analyses.base import Batch, Result
 from vitscope.analyses.masking_base import ModelAccumulator, topk_correct
+from vitscope.analyses.registry import register_analysis
 from vitscope.functional.masking import FILLS
 from vitscope.masking.forward import masked_logits
 from vitscope.masking.regions import REGIONS, foreground_pixel_mask
@@ -38,11 +39,11 @@ class ForegroundMaskingResult(Result):
                                       self.meta["topk"], Path(out_dir) / self.name)
 
 
+@register_analysis("foreground_masking", groups=("masking",), default=False)
 class ForegroundMasking(ModelAccumulator):
     """Top-k accuracy on full, foreground-only and background-only images (any classifier, ViT or CNN).
 
     Args:
-        backbone: the classifier (or :meth:`bind` it later).
         region: ``"box"`` or ``"mask"`` (module docstring).
         fill, blur_sigma: how masked-out pixels are filled (default black, ``"zero"``).
         topk: the k of each reported top-k accuracy (capped at the number of classes).
@@ -54,10 +55,9 @@ class ForegroundMasking(ModelAccumulator):
     full accuracy is 0).
     """
 
-    name = "foreground_masking"
     required_targets = ("label", "masks")
 
-    def __init__(self, backbone=None, region: str = "box", fill: str = "zero", blur_sigma: float = 4.0,
+    def __init__(self, region: str = "box", fill: str = "zero", blur_sigma: float = 4.0,
                  topk: Sequence[int] = (1, 5)) -> None:
         if region not in REGIONS or fill not in FILLS:
             raise ValueError(f"region must be one of {REGIONS} and fill one of {FILLS}")
@@ -65,7 +65,7 @@ class ForegroundMasking(ModelAccumulator):
             raise ValueError(f"topk must be positive integers, got {list(topk)}")
         self._cfg_region, self._cfg_fill, self._cfg_blur = region, fill, float(blur_sigma)
         self._cfg_topk = tuple(int(k) for k in topk)
-        super().__init__(backbone)
+        super().__init__()
 
     def required_hooks(self, spec) -> list[str]:
         return []
@@ -88,11 +88,11 @@ class ForegroundMasking(ModelAccumulator):
         self.foreground_fraction += float(fg.double().mean(dim=(1, 2)).sum())
         for i, condition in enumerate(CONDITIONS):
             if condition == "full":
-                logits = self._logits(pixels, record)
+                logits = self._logits(pixels, batch)
             else:
                 hide = ~fg if condition == "foreground_only" else fg
                 logits = self._run(lambda b, hide=hide: masked_logits(
-                    b, pixels, mode="pixel", fill=self._cfg_fill, blur_sigma=self._cfg_blur, pixel_mask=hide), record)
+                    b, pixels, mode="pixel", fill=self._cfg_fill, blur_sigma=self._cfg_blur, pixel_mask=hide), batch)
             for j, k in enumerate(self._cfg_topk):
                 self.correct[i, j] += float(topk_correct(logits, labels, k).sum())
 

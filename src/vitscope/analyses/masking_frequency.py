@@ -14,6 +14,7 @@ import torch
 
 from vitscope.analyses.base import Batch, Result
 from vitscope.analyses.masking_base import ModelAccumulator, topk_correct
+from vitscope.analyses.registry import register_analysis
 from vitscope.functional.frequency import KINDS, frequency_filter
 
 __all__ = ["DEFAULT_FRACTIONS", "FrequencyFiltering", "FrequencyFilteringResult"]
@@ -35,25 +36,24 @@ class FrequencyFilteringResult(Result):
                                 {model: float(self.tensors["full_accuracy"])}, Path(out_dir) / self.name)
 
 
+@register_analysis("frequency_filtering", groups=("masking",), default=False)
 class FrequencyFiltering(ModelAccumulator):
     """Top-1 accuracy under low-pass and high-pass filtering at a sweep of cut-off radii (any classifier).
 
     Args:
-        backbone: the classifier (or :meth:`bind` it later).
         fractions: cut-off radii as fractions of ``min(H, W) / 2``.
         clamp: clip the filtered images to ``[0, 1]`` before normalising (default False: the plain filter).
 
     State: ``num_images``, ``full_correct``, ``correct`` ``[2, R]`` float64 (low, high).
     """
 
-    name = "frequency_filtering"
 
-    def __init__(self, backbone=None, fractions: Sequence[float] = DEFAULT_FRACTIONS, clamp: bool = False) -> None:
+    def __init__(self, fractions: Sequence[float] = DEFAULT_FRACTIONS, clamp: bool = False) -> None:
         if not fractions or any(f < 0 for f in fractions):
             raise ValueError(f"fractions must be non-negative, got {list(fractions)}")
         self._cfg_fractions = tuple(float(f) for f in fractions)
         self._cfg_clamp = bool(clamp)
-        super().__init__(backbone)
+        super().__init__()
 
     def required_hooks(self, spec) -> list[str]:
         return []
@@ -70,13 +70,13 @@ class FrequencyFiltering(ModelAccumulator):
         images = batch.pixels * std + mean
         half = min(batch.pixels.shape[-2:]) / 2
         self.radii = [f * half for f in self._cfg_fractions]
-        self.full_correct += int(topk_correct(self._logits(batch.pixels, record), labels, 1).sum())
+        self.full_correct += int(topk_correct(self._logits(batch.pixels, batch), labels, 1).sum())
         for i, kind in enumerate(KINDS):
             for j, radius in enumerate(self.radii):
                 filtered = frequency_filter(images, radius, kind)
                 if self._cfg_clamp:
                     filtered = filtered.clamp(0, 1)
-                logits = self._logits((filtered - mean) / std, record)
+                logits = self._logits((filtered - mean) / std, batch)
                 self.correct[i, j] += float(topk_correct(logits, labels, 1).sum())
 
     def compute(self) -> FrequencyFilteringResult:

@@ -15,8 +15,10 @@ from pathlib import Path
 import torch
 
 from vitscope.analyses.base import Batch, Result
+from vitscope.analyses.context import SIFT_KEYPOINTS
 from vitscope.analyses.interrelation import batch_keypoint_counts
 from vitscope.analyses.masking_base import ModelAccumulator, topk_correct
+from vitscope.analyses.registry import register_analysis
 from vitscope.functional.interrelation import RULES, interrelation_patch_scores
 from vitscope.functional.masking import FILLS, pixel_to_patch_mask, random_patch_mask, score_patch_mask
 from vitscope.masking.forward import MODES, masked_logits
@@ -46,11 +48,11 @@ class InterrelationMaskingResult(Result):
                                    title, Path(out_dir) / self.name)
 
 
+@register_analysis("interrelation_masking", groups=("masking",), default=False)
 class InterrelationMasking(ModelAccumulator):
     """Top / Bottom / random masking by the interrelation score at several ratios, top-1 accuracy.
 
     Args:
-        backbone: the classifier to re-run (or :meth:`bind` it later).
         ratios: mask ratios (fractions of the patches, each masks ``floor(ratio * K + 0.5)``).
         block: block whose attention gives the scores (negative counts from the end; default the last).
         lam, rule: interrelation detection line (METHODS.md section 6).
@@ -67,10 +69,9 @@ class InterrelationMasking(ModelAccumulator):
     ``[2, R]`` masked patches of images with segmentation masks, ``background_patches`` and ``patches``.
     """
 
-    name = "interrelation_masking"
     needs_attention = True
 
-    def __init__(self, backbone=None, ratios: Sequence[float] = DEFAULT_RATIOS, block: int = -1, lam: float = 0.5,
+    def __init__(self, ratios: Sequence[float] = DEFAULT_RATIOS, block: int = -1, lam: float = 0.5,
                  rule: str = "max", mode: str = "pixel", fill: str = "mean", blur_sigma: float = 4.0,
                  seed: int = 0) -> None:
         if rule not in RULES or mode not in MODES or fill not in FILLS:
@@ -81,7 +82,7 @@ class InterrelationMasking(ModelAccumulator):
         self._cfg_block, self._cfg_lam, self._cfg_rule = int(block), float(lam), rule
         self._cfg_mode, self._cfg_fill, self._cfg_blur = mode, fill, float(blur_sigma)
         self._cfg_seed = int(seed)
-        super().__init__(backbone)
+        super().__init__()
 
     def why_unsupported(self, spec: ModelSpec) -> str | None:
         if not spec.is_transformer:
@@ -96,6 +97,9 @@ class InterrelationMasking(ModelAccumulator):
 
     def required_hooks(self, spec: ModelSpec) -> list[str]:
         return [f"blocks.{self._block(spec)}.attn.pattern"] if spec.is_transformer else ["blocks.*.attn.pattern"]
+
+    def shared_quantities(self, spec: ModelSpec) -> dict[str, frozenset[str]]:
+        return {SIFT_KEYPOINTS: frozenset()}
 
     def _declare_counts(self) -> None:
         r = len(self._cfg_ratios)
@@ -115,16 +119,16 @@ class InterrelationMasking(ModelAccumulator):
         spec, grid = batch.spec, tuple(batch.grid)
         self.block = self._block(spec)
         pattern = record[f"blocks.{self.block}.attn.pattern"]
-        counts = batch_keypoint_counts(batch, grid)
+        counts = batch_keypoint_counts(batch, record)
         scores = interrelation_patch_scores(pattern, counts.to(pattern.device), grid, spec.num_prefix_tokens,
                                             self._cfg_lam, self._cfg_rule).cpu()
         background = self._background(batch, grid)
 
         def classify(mask: torch.Tensor) -> torch.Tensor:
             return self._run(lambda b: masked_logits(b, batch.pixels, mask, self._cfg_mode, self._cfg_fill,
-                                                     self._cfg_blur), record)
+                                                     self._cfg_blur), batch)
 
-        full = self._logits(batch.pixels, record)
+        full = self._logits(batch.pixels, batch)
         self.full_correct += int(topk_correct(full, labels, 1).sum())
         for j, ratio in enumerate(self._cfg_ratios):
             for i, order in enumerate(ORDERS):

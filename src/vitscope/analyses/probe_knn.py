@@ -20,6 +20,7 @@ import torch
 
 from vitscope.analyses.probe_base import LabelledFeatures, cached_labelled_pair, holdout_mask
 from vitscope.analyses.probe_result import ProbeResult, probe_result
+from vitscope.analyses.registry import register_analysis
 from vitscope.features.cache import CacheEntry
 from vitscope.functional.knn import knn_classify
 from vitscope.functional.pooling import random_features
@@ -69,6 +70,7 @@ def knn_scores(blocks: Sequence[int], features: Callable[[int], tuple[np.ndarray
                         num_train=int(train_y.size), num_test=int(test_y.size), random_kind=random_kind, **meta)
 
 
+@register_analysis("knn_probe", groups=("probes",))
 class KnnProbe(LabelledFeatures):
     """Per-block k-NN accuracy on a held-out part of one labelled image stream.
 
@@ -82,13 +84,16 @@ class KnnProbe(LabelledFeatures):
     Result: :class:`ProbeResult` with ``accuracy`` ``[L]`` and ``random_accuracy``.
     """
 
-    name = "knn_probe"
     task = "knn"
 
     def __init__(self, site: str = "resid_post", tokens: str = "cls", k: int = 20, temperature: float = 0.07,
                  test_fraction: float = 0.2, seed: int = 0, random_kind: str | None = "uniform",
                  workdir: str | Path | None = None) -> None:
         super().__init__(site, tokens, "image", workdir)
+        if isinstance(k, bool) or int(k) != k or k < 1:
+            raise ValueError(f"k must be a positive integer (neighbours voting), got {k!r}")
+        if not temperature > 0:
+            raise ValueError(f"temperature must be positive, got {temperature!r}")
         if not 0 < test_fraction < 1:
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
         self._cfg_k, self._cfg_t, self._cfg_fraction = int(k), float(temperature), float(test_fraction)

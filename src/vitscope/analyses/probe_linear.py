@@ -16,6 +16,7 @@ import torch
 
 from vitscope.analyses.probe_base import LabelledFeatures, cached_labelled_pair, holdout_mask
 from vitscope.analyses.probe_result import ProbeResult, probe_result
+from vitscope.analyses.registry import register_analysis
 from vitscope.features.cache import CacheEntry
 from vitscope.functional.linear_probe import linear_probe_accuracy
 from vitscope.functional.pooling import random_features
@@ -61,6 +62,7 @@ def linear_scores(blocks: Sequence[int], features: Callable[[int], tuple[np.ndar
                         num_test=int(test_y.size), random_kind=random_kind, **opts, **meta)
 
 
+@register_analysis("linear_probe", groups=("probes",))
 class LinearProbe(LabelledFeatures):
     """Per-block linear-probe accuracy on a held-out part of one labelled image stream.
 
@@ -75,7 +77,6 @@ class LinearProbe(LabelledFeatures):
     Result: :class:`ProbeResult` with ``accuracy`` ``[L]`` and ``random_accuracy``.
     """
 
-    name = "linear_probe"
     task = "linear"
 
     def __init__(self, site: str = "resid_post", tokens: str = "cls", batch_norm: bool = False, epochs: int = 20,

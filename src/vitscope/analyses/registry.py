@@ -1,67 +1,139 @@
-"""Name -> analysis class table, used by the CLI, the engine and the contract tests."""
+"""The analysis registry: ``@register_analysis`` on the class, in its own file (timm's ``@register_model``).
+
+The CLI's ``--analyses``, the groups, the defaults of ``vitscope analyze``, the report and the contract tests
+discover analyses here and nowhere else. Adding one is one file::
+
+    @vitscope.register_analysis("token_norm", groups=("representation",))
+    class TokenNorm(vitscope.Analysis):
+        ...
+
+Registration order is the order of the defaults (and of their results).
+"""
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Collection
-from typing import Any
+import re
+from collections.abc import Callable, Collection, Mapping
+from types import MappingProxyType
+from typing import Any, TypeVar
 
-from vitscope.analyses.activation import MeanActivation
-from vitscope.analyses.attention_stats import AttentionStats
-from vitscope.analyses.attention_suite import ATTENTION_GROUP, ATTENTION_SUITE, link_attention_plans
-from vitscope.analyses.base import Accumulator
-from vitscope.analyses.clustering import Clustering
-from vitscope.analyses.interrelation import Interrelation
-from vitscope.analyses.probe_knn import KnnProbe
-from vitscope.analyses.probe_linear import LinearProbe
-from vitscope.analyses.representation import BlockCKA
-from vitscope.analyses.representation_residual import ResidualCKA
-from vitscope.analyses.top_activations import TopActivations
+from vitscope.analyses.base import Analysis
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["ANALYSES", "GROUPS", "default_analyses", "get_analysis", "unknown_analysis"]
+__all__ = ["ANALYSES", "GROUPS", "default_analyses", "expand_group", "get_analysis", "register_analysis",
+           "unknown_analysis"]
 
-ANALYSES: dict[str, type[Accumulator]] = {
-    MeanActivation.name: MeanActivation,
-    AttentionStats.name: AttentionStats,
-    **{cls.name: cls for cls in ATTENTION_SUITE},
-    **{cls.name: cls for cls in (BlockCKA, ResidualCKA, Clustering, KnnProbe, LinearProbe)},
-    TopActivations.name: TopActivations,
-    Interrelation.name: Interrelation,
-}
+_ANALYSES: dict[str, type[Analysis]] = {}
+_GROUPS: dict[str, tuple[str, ...]] = {}
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
-#: Group names usable wherever analysis names are listed (``--analyses attention``): group -> members.
-GROUPS: dict[str, tuple[str, ...]] = {
-    ATTENTION_GROUP: tuple(cls.name for cls in ATTENTION_SUITE),
-    "representation": (BlockCKA.name, ResidualCKA.name, Clustering.name),
-    "probes": (KnnProbe.name, LinearProbe.name, Clustering.name),
-}
+#: name -> analysis class, in registration order (a live, read-only view).
+ANALYSES: Mapping[str, type[Analysis]] = MappingProxyType(_ANALYSES)
+#: group -> member names (``--analyses attention``), in registration order (a live, read-only view).
+GROUPS: Mapping[str, tuple[str, ...]] = MappingProxyType(_GROUPS)
+
+A = TypeVar("A", bound=type[Analysis])
 
 
-def get_analysis(name: str, **kwargs: Any) -> Accumulator:
-    """Instantiate the analysis registered as ``name`` with ``kwargs``.
+def register_analysis(name: str, *, groups: Collection[str] = (), default: bool = True) -> Callable[[A], A]:
+    """Class decorator: make an :class:`~vitscope.analyses.base.Analysis` available by ``name``.
+
+    Args:
+        name: lower-case identifier used by ``--analyses``, ``results.json`` and the report.
+        groups: group names that include it (``--analyses attention`` runs every member that can run).
+        default: part of ``vitscope analyze`` without ``--analyses`` (when the model and data support it).
 
     Raises:
-        ValueError: unknown name; the one-line message suggests the closest name and lists all.
+        ValueError: a bad name, a class that is not an Analysis, or a name another class already holds.
     """
-    try:
-        cls = ANALYSES[name]
-    except KeyError:
-        raise unknown_analysis(name, ANALYSES, GROUPS) from None
-    return cls(**kwargs)
+    if not _NAME.match(name):
+        raise ValueError(f"analysis name {name!r} must be lower case letters, digits and '_', starting with a letter")
+    bad = [g for g in groups if not _NAME.match(g)]
+    if bad:
+        raise ValueError(f"group names {bad} must be lower case letters, digits and '_'")
+
+    def decorate(cls: A) -> A:
+        if not (isinstance(cls, type) and issubclass(cls, Analysis)):
+            raise ValueError(f"@register_analysis({name!r}) decorates vitscope.Analysis subclasses, got {cls!r}")
+        held = _ANALYSES.get(name)
+        if held is not None and (held.__module__, held.__qualname__) != (cls.__module__, cls.__qualname__):
+            raise ValueError(f"analysis name {name!r} is already registered by {held.__module__}.{held.__qualname__}")
+        if name in _GROUPS:
+            raise ValueError(f"analysis name {name!r} is already the name of a group")
+        cls.name = name
+        cls.groups = tuple(groups)
+        cls.default = bool(default)
+        _ANALYSES[name] = cls
+        for group in groups:
+            if group in _ANALYSES:
+                raise ValueError(f"group name {group!r} is already the name of an analysis")
+            members = _GROUPS.get(group, ())
+            _GROUPS[group] = members if name in members else (*members, name)
+        return cls
+
+    return decorate
 
 
-def unknown_analysis(name: str, known: Collection[str], groups: Collection[str]) -> ValueError:
+def unknown_analysis(name: str, known: Collection[str] | None = None, groups: Collection[str] | None = None
+                     ) -> ValueError:
     """The one-line error for an unknown analysis name: the closest known name or group, then all of them."""
-    names, group_names = sorted(known), sorted(groups)
+    names = sorted(_ANALYSES if known is None else known)
+    group_names = sorted(_GROUPS if groups is None else groups)
     close = difflib.get_close_matches(str(name), names + group_names, n=1, cutoff=0.4)
     hint = f" Did you mean '{close[0]}'?" if close else ""
     listed = f" Groups: {', '.join(group_names)}." if group_names else ""
     return ValueError(f"unknown analysis '{name}'.{hint} Known analyses: {', '.join(names)}.{listed}")
 
 
-def default_analyses(spec: ModelSpec, targets: Collection[str] | None = None) -> list[Accumulator]:
-    """One default-configured instance of every registered analysis that supports ``spec`` and the data.
+def get_analysis(name: str, **kwargs: Any) -> Analysis:
+    """Instantiate the analysis registered as ``name`` with ``kwargs``.
+
+    Raises:
+        ValueError: unknown name; the one-line message suggests the closest name and lists all.
+    """
+    try:
+        cls = _ANALYSES[name]
+    except KeyError:
+        raise unknown_analysis(name) from None
+    return cls(**kwargs)
+
+
+def why_cannot_run(analysis: Analysis, spec: ModelSpec, targets: Collection[str]) -> str | None:
+    """One-line reason ``analysis`` cannot run on ``spec`` with data giving ``targets`` (None when it can)."""
+    reason = analysis.why_unsupported(spec)
+    if reason:
+        return reason
+    if not analysis.hooks_exist(spec):
+        kind = "a CNN and has no attention" if analysis.needs_attention and not spec.is_transformer else \
+            "missing hooks it needs"
+        return f"analysis '{analysis.name}' cannot run on {spec.name}: the model is {kind}"
+    missing = sorted(set(analysis.required_targets) - set(targets))
+    if missing:
+        return (f"analysis '{analysis.name}' needs ground truth {', '.join(missing)}, which this data does not "
+                "provide; use an annotated dataset (e.g. --data ROOT::coco) or leave it out")
+    return None
+
+
+def expand_group(group: str, spec: ModelSpec, targets: Collection[str] | None = None,
+                 make: Callable[[str], Analysis] | None = None) -> list[Analysis]:
+    """The members of ``group`` that can run on ``spec`` and the data (default-configured unless ``make``).
+
+    Raises:
+        ValueError: unknown group, or no member can run (the message gives the first member's reason).
+    """
+    if group not in _GROUPS:
+        raise unknown_analysis(group)
+    targets = frozenset(targets or ())
+    members = [(make or get_analysis)(name) for name in _GROUPS[group]]
+    chosen = [a for a in members if why_cannot_run(a, spec, targets) is None]
+    if not chosen:
+        raise ValueError(f"no analysis of the '{group}' group can run: {why_cannot_run(members[0], spec, targets)}")
+    return chosen
+
+
+def default_analyses(spec: ModelSpec, targets: Collection[str] | None = None) -> list[Analysis]:
+    """One default-configured instance of every default analysis that can run on ``spec`` and the data.
 
     Args:
         spec: the model's ModelSpec.
@@ -69,6 +141,6 @@ def default_analyses(spec: ModelSpec, targets: Collection[str] | None = None) ->
             with ``required_targets`` (saliency needs masks) are left out unless all of theirs are here.
             None counts as none.
     """
-    have = set(targets or ())
-    instances = [cls() for cls in ANALYSES.values() if set(getattr(cls, "required_targets", ())) <= have]
-    return link_attention_plans(a for a in instances if a.supports(spec))
+    have = frozenset(targets or ())
+    instances = [cls() for cls in _ANALYSES.values() if getattr(cls, "default", True)]
+    return [a for a in instances if why_cannot_run(a, spec, have) is None]

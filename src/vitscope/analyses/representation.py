@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from vitscope.analyses.base import Analysis, Batch, Result
+from vitscope.analyses.registry import register_analysis
 from vitscope.analyses.representation_core import GROUPINGS, FullHSIC, MinibatchHSIC, chunked_gram
 from vitscope.features.cache import CacheEntry
 from vitscope.functional.cka import features_for_cka
@@ -91,6 +92,7 @@ class CKAResult(Result):
         return cka_heatmap(self.tensors["cka"], title, Path(out_dir) / self.name, labels, labels)
 
 
+@register_analysis("cka", groups=("representation",))
 class BlockCKA(Analysis):
     """Linear CKA between every pair of blocks of one model, streamed over a dataset.
 
@@ -126,7 +128,6 @@ class BlockCKA(Analysis):
     Result tensors: ``cka`` ``[L, L]`` (rows and columns follow ``meta["blocks"]``).
     """
 
-    name = "cka"
 
     def __init__(self, site: str = "resid_post", tokens: str = "all", estimator: str = "minibatch", batch: int = 64,
                  gram_minmax: bool = False, workdir: str | Path | None = None, grouping: str = "batch") -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from vitscope.analyses.base import Analysis, Batch, Result
+from vitscope.analyses.registry import register_analysis
 from vitscope.analyses.representation import (
     check_cka_options,
     cka_features,
@@ -50,6 +51,7 @@ class ResidualResult(Result):
         return paths
 
 
+@register_analysis("residual_cka", groups=("representation",))
 class ResidualCKA(Analysis):
     """CKA and norm ratio between the skip and the branch of every sublayer (transformers only).
 
@@ -72,7 +74,6 @@ class ResidualCKA(Analysis):
     block j), ``attn_norm_ratio``, ``mlp_norm_ratio`` ``[L]`` (mean over images; inf where a branch is 0).
     """
 
-    name = "residual_cka"
 
     def __init__(self, tokens: str = "all", estimator: str = "minibatch", batch: int = 64, gram_minmax: bool = False,
                  workdir: str | Path | None = None, grouping: str = "batch") -> None:

@@ -8,8 +8,9 @@ from pathlib import Path
 import torch
 
 from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, ChosenImages, TableResult
-from vitscope.analyses.attention_pass import FUSIONS, BlockStats
 from vitscope.analyses.base import Batch
+from vitscope.analyses.registry import register_analysis
+from vitscope.functional.attention_blocks import FUSIONS, BlockStats
 from vitscope.functional.rollout import rollout
 
 __all__ = ["AttentionRollout", "AttentionRolloutResult"]
@@ -32,6 +33,7 @@ class AttentionRolloutResult(TableResult):
                               f"heads), {self.meta.get('num_images', 0)} images", Path(out_dir) / self.name)
 
 
+@register_analysis("attention_rollout", groups=("attention",))
 class AttentionRollout(ChosenImages, AttentionAccumulator):
     """Attention rollout of every image (:func:`~vitscope.functional.rollout`), its display map, and means.
 
@@ -57,7 +59,6 @@ class AttentionRollout(ChosenImages, AttentionAccumulator):
     ``exclude_prefix``, ``map_source`` (``"cls"`` or ``"spatial_average"``), ``image_indices``, geometry.
     """
 
-    name = "attention_rollout"
 
     def __init__(self, head_fusion: str = "mean", discard_ratio: float = 0.0, exclude_prefix: bool = False,
                  images: Sequence[int] = (0, 1, 2, 3), seed: int = 0, random_samples: int = 4,

@@ -15,9 +15,10 @@ import torch
 from PIL import Image
 
 from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, TableResult
-from vitscope.analyses.attention_pass import BlockStats
 from vitscope.analyses.base import Batch
+from vitscope.analyses.registry import register_analysis
 from vitscope.functional.attention import mass_mask
+from vitscope.functional.attention_blocks import BlockStats
 from vitscope.models.preprocess import resize_crop
 from vitscope.models.spec import ModelSpec
 
@@ -74,6 +75,7 @@ class SaliencyIoUResult(TableResult):
         return paths
 
 
+@register_analysis("saliency_iou", groups=("attention",))
 class SaliencyIoU(AttentionAccumulator):
     """IoU of the mass-thresholded CLS and spatial-average maps with the ground-truth masks.
 
@@ -106,7 +108,6 @@ class SaliencyIoU(AttentionAccumulator):
     ``best_head``, ``num_images``, ``num_empty`` and the geometry.
     """
 
-    name = "saliency_iou"
     NEEDS = frozenset({"cls", "colsum"})
     required_targets = ("masks",)
 

@@ -16,6 +16,7 @@ import torch
 
 from vitscope.analyses.activation import natural_key
 from vitscope.analyses.base import Analysis, Batch, Result
+from vitscope.analyses.registry import register_analysis
 from vitscope.analyses.state import first_seen
 from vitscope.functional.topk import merge_topk
 from vitscope.models.spec import ModelSpec
@@ -84,6 +85,7 @@ class TopActivationsResult(Result):
         return figures
 
 
+@register_analysis("top_activations")
 class TopActivations(Analysis):
     """Keep the ``k`` most-activating images of every unit of the chosen sites, with their patch maps.
 
@@ -95,7 +97,6 @@ class TopActivations(Analysis):
             ``channels x k x h x w`` float32 maps per site, so restrict channels on wide models.
     """
 
-    name = "top_activations"
 
     def __init__(self, hooks: Sequence[str] | str | None = None, k: int = 5,
                  channels: Sequence[int] | Mapping[str, Sequence[int]] | None = None) -> None:

@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import vitscope
-from vitscope.analyses.attention_suite import ATTENTION_GROUP, attention_suite, link_attention_plans
-from vitscope.analyses.masking_base import bind_model_analyses
-from vitscope.analyses.masking_registry import MASKING_GROUP, MODEL_ANALYSES, masking_analyses
-from vitscope.analyses.registry import ANALYSES, GROUPS, default_analyses, get_analysis, unknown_analysis
+from vitscope.analyses.attention_suite import ATTENTION_GROUP, NoAttentionError
+from vitscope.analyses.params import build_analyses
+from vitscope.analyses.registry import ANALYSES, default_analyses
 from vitscope.data.images import open_dataset
 from vitscope.engine.provenance import data_fingerprint, model_identity
 from vitscope.engine.run import Results, resolve_device, run
@@ -42,42 +41,21 @@ def dataset_targets(dataset) -> frozenset[str]:
     return frozenset()
 
 
-def _expand(name: str, spec, targets: frozenset[str]) -> list:
-    if name == MASKING_GROUP or name in MODEL_ANALYSES:  # they re-run the model: bound in analyze()
-        return masking_analyses(name, spec, targets)
-    if name == ATTENTION_GROUP:
-        return attention_suite(spec, targets)
-    if name in GROUPS:
-        return [get_analysis(member) for member in GROUPS[name]]
-    if name not in ANALYSES:  # name the model-bound analyses and the masking group too
-        raise unknown_analysis(name, [*ANALYSES, *MODEL_ANALYSES], [*GROUPS, MASKING_GROUP])
-    return [get_analysis(name)]
+def parse_analyses(names: str | None, spec, targets: frozenset[str] | None = None,
+                   params: dict[str, dict[str, Any]] | None = None) -> list:
+    """Comma-separated analysis or group names (``NAME@TAG`` for a labelled instance) -> configured instances.
 
-
-def parse_analyses(names: str | None, spec, targets: frozenset[str] | None = None) -> list:
-    """Comma-separated analysis or group names -> instances (None: every analysis the model and data support).
-
-    ``attention`` expands to the attention suite (saliency only when the data has masks). Explicitly named
-    analyses that cannot run fail here with a one-line reason (a CNN has no attention; saliency needs masks).
+    None selects every default analysis the model and data support. A group expands to its members that can
+    run (``attention``: saliency only when the data has masks); explicitly named analyses that cannot run fail
+    here with a one-line reason (a CNN has no attention; saliency needs masks). ``params`` configures them
+    (:func:`vitscope.analyses.params.build_analyses`).
     """
     targets = frozenset(targets or ())
-    if not names:
-        return default_analyses(spec, targets)
-    chosen, seen = [], set()
-    for name in (n.strip() for n in names.split(",")):
-        for a in _expand(name, spec, targets) if name else []:
-            if a.name not in seen:
-                seen.add(a.name)
-                chosen.append(a)
-    for a in chosen:
-        reason = a.why_unsupported(spec)
-        if reason:
-            raise ValueError(reason)
-        missing = sorted(set(getattr(a, "required_targets", ())) - targets)
-        if missing:
-            raise ValueError(f"analysis '{a.name}' needs ground truth {', '.join(missing)}, which this data does "
-                             "not provide; use an annotated dataset (e.g. --data ROOT::coco) or leave it out")
-    return link_attention_plans(chosen)
+    if names and any(n.strip() == ATTENTION_GROUP for n in names.split(",")) and not spec.is_transformer:
+        raise NoAttentionError(f"the attention analyses need attention patterns, but {spec.name} is a CNN and "
+                               "has no attention; use a transformer or other analyses")
+    selection = names.split(",") if names else [a.name for a in default_analyses(spec, targets)]
+    return build_analyses(selection, spec, targets, params)
 
 
 def describe_data(dataset) -> dict[str, Any]:
@@ -184,7 +162,7 @@ def analyze(options: Mapping[str, Any], progress: bool | None = None,
     backbone = load_model(options["model"])
     dataset = open_dataset(options["data"], strict=bool(options.get("strict")))
     names = ",".join(options["analyses"]) if options.get("analyses") else None
-    chosen = bind_model_analyses(parse_analyses(names, backbone.spec, dataset_targets(dataset)), backbone)
+    chosen = parse_analyses(names, backbone.spec, dataset_targets(dataset), options.get("params"))
     if not chosen:
         raise ValueError(f"no analysis supports {backbone.spec.name}; known: {', '.join(ANALYSES)}")
     data = describe_data(dataset)

@@ -10,6 +10,8 @@ the closest known key. Example ``analyze.yaml``::
     analyses: [attention, clustering]   # or "attention,clustering"
     batch_size: 32
     limit: 500
+    params:                             # analysis parameters (as --param clustering.k=10)
+      clustering: {k: 10}
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Option:
-    """One option: its name, type (``str``, ``int``, ``float``, ``bool``, ``list``, ``path``), default, whether
-    it must be given, and a lower bound for numbers."""
+    """One option: its name, type (``str``, ``int``, ``float``, ``bool``, ``list``, ``path``, ``params``), default,
+    whether it must be given, and a lower bound for numbers."""
 
     name: str
     kind: str
@@ -52,7 +54,8 @@ _COMMON = (
 )
 
 #: Options of ``vitscope analyze`` (names as in the YAML file and as keyword arguments).
-ANALYZE_OPTIONS: tuple[Option, ...] = (Option("model", "str", required=True), Option("analyses", "list"), *_COMMON)
+ANALYZE_OPTIONS: tuple[Option, ...] = (Option("model", "str", required=True), Option("analyses", "list"),
+                                       Option("params", "params"), *_COMMON)
 
 #: Options of ``vitscope compare``.
 COMPARE_OPTIONS: tuple[Option, ...] = (Option("models", "list", required=True), *_COMMON)
@@ -79,6 +82,8 @@ def _coerce(option: Option, value: Any, source: str | None) -> Any:
         if option.minimum is not None and value < option.minimum:
             raise ConfigError(f"'{option.name}'{where} must be at least {option.minimum:g}, got {value!r}")
         return value
+    if kind == "params":
+        return _params(option, value, where)
     if kind == "list":
         items = value.split(",") if isinstance(value, str) else value
         if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) for v in items):
@@ -89,6 +94,22 @@ def _coerce(option: Option, value: Any, source: str | None) -> Any:
     if not isinstance(value, (str, Path)) or (isinstance(value, str) and not value.strip()):
         raise ConfigError(f"'{option.name}'{where} must be a non-empty string, got {value!r}")
     return Path(value) if kind == "path" else str(value)
+
+
+def _params(option: Option, value: Any, where: str) -> dict[str, dict[str, Any]] | None:
+    """``--param`` items (``["knn_probe.k=20"]``) or a YAML mapping ``{analysis: {parameter: value}}``."""
+    from vitscope.analyses.params import ParameterError, parse_param_assignments
+
+    from_command_line = where == _where("the command line")
+    if from_command_line and isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        try:
+            return parse_param_assignments(value) or None
+        except ParameterError as err:
+            raise ConfigError(str(err)) from None
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise ConfigError(f"'{option.name}'{where} must map analyses to their parameters, e.g. "
+                          f"{{knn_probe: {{k: 20}}}}, got {value!r}")
+    return {str(k): {str(p): v for p, v in v.items()} for k, v in value.items()} or None
 
 
 def load_config(path: str | Path, options: tuple[Option, ...]) -> dict[str, Any]:
@@ -152,6 +173,11 @@ def resolve_options(options: tuple[Option, ...], given: Mapping[str, Any],
     resolved: dict[str, Any] = {}
     for o in options:
         value = _coerce(o, given.get(o.name), "the command line")
+        if o.kind == "params":  # per parameter: the command line overrides the file
+            merged = {k: dict(v) for k, v in (from_file.get(o.name) or {}).items()}
+            for name, values in (value or {}).items():
+                merged.setdefault(name, {}).update(values)
+            value = merged or None
         if value is None:
             value = from_file.get(o.name)
         if value is None:

@@ -72,7 +72,10 @@ def analyze(
     data: str | None = typer.Option(None, "--data", "-d", help="Image folder, file list (.txt), image, 'skimage', "
                                     "or ROOT::FORMAT."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Output directory."),
-    analyses: str | None = typer.Option(None, "--analyses", "-a", help="Comma-separated analysis names."),
+    analyses: str | None = typer.Option(None, "--analyses", "-a", help="Comma-separated analysis or group names "
+                                        "(NAME@TAG: a labelled second configuration)."),
+    param: list[str] | None = typer.Option(None, "--param", "-p", help="Analysis parameter NAME.KEY=VALUE "
+                                           "(repeatable), e.g. knn_probe.k=20 or representation.tokens=cls."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Use only the first N images."),
     batch_size: int | None = typer.Option(None, "--batch-size", "-b", min=1, help="Images per batch [16]."),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),
@@ -87,8 +90,8 @@ def analyze(
     from vitscope.cli.analyze import analyze as run_analyze
     from vitscope.cli.config import ANALYZE_OPTIONS
 
-    given = {"model": model, "data": data, "out": out, "analyses": analyses, "limit": limit, "batch_size": batch_size,
-             "device": device, "dtype": dtype, "strict": strict, "resume": resume,
+    given = {"model": model, "data": data, "out": out, "analyses": analyses, "params": param or None, "limit": limit,
+             "batch_size": batch_size, "device": device, "dtype": dtype, "strict": strict, "resume": resume,
              "checkpoint_seconds": checkpoint_seconds}
     options = _resolve(ANALYZE_OPTIONS, given, config)
     path = run_analyze(options, log=_stderr)

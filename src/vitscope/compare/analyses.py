@@ -7,8 +7,7 @@ from collections.abc import Collection, Sequence
 from vitscope.analyses.attention_base import has_cls_token
 from vitscope.analyses.attention_geometry import AttentionDistance
 from vitscope.analyses.attention_maps import CLSAttentionMaps, SpatialAverageMaps
-from vitscope.analyses.attention_suite import link_attention_plans
-from vitscope.analyses.base import Accumulator
+from vitscope.analyses.base import Analysis
 from vitscope.analyses.saliency import SaliencyIoU
 from vitscope.compare.pooled import PooledFeatures
 from vitscope.models.spec import ModelSpec
@@ -17,18 +16,18 @@ __all__ = ["compare_analyses"]
 
 
 def compare_analyses(spec: ModelSpec, targets: Collection[str], images: Sequence[int] = (0,),
-                     seed: int = 0) -> list[Accumulator]:
-    """Accumulators for one model's single pass of ``vitscope compare``.
+                     seed: int = 0) -> list[Analysis]:
+    """Analysiss for one model's single pass of ``vitscope compare``.
 
     Every model: :class:`PooledFeatures` (clustering, k-NN, CKA between models). Transformers also get the
     attention distance, saliency IoU (when the data has masks) and the CLS (or spatial-average) maps of the
-    dataset and of ``images`` for the report's explorer, linked to share one reduction per block.
+    dataset and of ``images`` for the report's explorer (they share one reduction per block and batch).
     """
-    chosen: list[Accumulator] = [PooledFeatures()]
+    chosen: list[Analysis] = [PooledFeatures()]
     if spec.is_transformer:
         maps = CLSAttentionMaps if has_cls_token(spec) else SpatialAverageMaps
         chosen += [AttentionDistance(seed=seed), maps(images=images, seed=seed)]
         if "masks" in targets:
             chosen.append(SaliencyIoU(seed=seed))
         chosen = [a for a in chosen if a.supports(spec)]
-    return link_attention_plans(chosen)
+    return chosen

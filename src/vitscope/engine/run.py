@@ -5,13 +5,16 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-from vitscope.analyses.base import Accumulator, Batch, Result
+from vitscope.analyses.base import Analysis, Batch, Result
+from vitscope.analyses.context import ModelRunner, SharedQuantities, union_plan
 from vitscope.engine.batches import Dataset, iter_batches
 from vitscope.engine.memory import limit_fragmentation
 from vitscope.engine.state import Checkpoint, interrupt_guard
+from vitscope.functional.attention_blocks import Workspace
 from vitscope.hooks.names import expand_names
 from vitscope.models.backbone import Backbone
 
@@ -85,12 +88,35 @@ def _progress(enabled: bool | None):
     return progress
 
 
-def required_hook_names(backbone: Backbone, analyses: Sequence[Accumulator]) -> list[str]:
+def as_result(name: str, computed: Result | Mapping[str, Any]) -> Result:
+    """A :class:`Result` from what ``compute()`` returned: a Result as is, or a plain dict whose tensors (and
+    numbers, as float64 tensors) become the result's tensors and everything else its metadata."""
+    if isinstance(computed, Result):
+        return computed
+    if not isinstance(computed, Mapping):
+        raise TypeError(f"analysis '{name}': compute() returned a {type(computed).__name__}; return a Result or a "
+                        "dict of tensors and metadata")
+    tensors: dict[str, torch.Tensor] = {}
+    meta: dict[str, Any] = {}
+    for key, value in computed.items():
+        if isinstance(value, torch.Tensor):
+            tensors[key] = value
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            tensors[key] = torch.tensor(value, dtype=torch.float64)
+        else:
+            meta[key] = value
+    return Result(name=name, tensors=tensors, meta=meta)
+
+
+def required_hook_names(backbone: Backbone, analyses: Sequence[Analysis]) -> list[str]:
     """Union of the hook names every analysis declares, resolved against the backbone."""
     spec = backbone.spec
     names: list[str] = []
     for a in analyses:
-        if not a.supports(spec):
+        reason = a.why_unsupported(spec)
+        if reason:
+            raise ValueError(reason)
+        if not a.hooks_exist(spec):
             kind = "a CNN and has no attention" if a.needs_attention and not spec.is_transformer else \
                 "missing hooks it needs"
             raise ValueError(f"analysis '{a.name}' cannot run on {spec.name}: the model is {kind}")
@@ -100,7 +126,7 @@ def required_hook_names(backbone: Backbone, analyses: Sequence[Accumulator]) -> 
     return names
 
 
-def _restore(checkpoint: Checkpoint | None, analyses: Sequence[Accumulator], dataset: Dataset) -> tuple[int, int]:
+def _restore(checkpoint: Checkpoint | None, analyses: Sequence[Analysis], dataset: Dataset) -> tuple[int, int]:
     """Load saved state (and the files skipped before) when it matches; returns ``(start position, seen)``."""
     point = checkpoint.restore(analyses) if checkpoint is not None else None
     if point is None:
@@ -118,7 +144,7 @@ def _restore(checkpoint: Checkpoint | None, analyses: Sequence[Accumulator], dat
 def run(
     backbone: Backbone,
     dataset: Dataset | str,
-    analyses: Sequence[Accumulator],
+    analyses: Sequence[Analysis],
     batch_size: int = 16,
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
@@ -169,6 +195,8 @@ def run(
     start, seen = _restore(checkpoint, analyses, dataset)
     limit_fragmentation()  # memory stays flat in the number of images (engine/memory.py)
     autocast = torch.autocast(dev.type, dtype=amp) if amp is not None else contextlib.nullcontext()
+    plan = union_plan([a.shared_quantities(backbone.spec) for a in analyses])
+    workspace = Workspace()  # work buffers of this run, freed with it
     with _progress(progress) as bar, torch.inference_mode(), backbone.record(hooks) as rec, \
             interrupt_guard(checkpoint is not None) as guard:
         task = bar.add_task(f"{backbone.spec.name}", total=total, completed=start)
@@ -179,7 +207,8 @@ def run(
                 with autocast:
                     backbone(pixels)
                 batch = Batch(pixels=pixels, indices=loaded.indices, paths=loaded.paths, spec=backbone.spec,
-                              grid=backbone.spec.grid_for(*pixels.shape[-2:]), targets=loaded.targets)
+                              grid=backbone.spec.grid_for(*pixels.shape[-2:]), targets=loaded.targets,
+                              shared=SharedQuantities(rec, plan, workspace), model=ModelRunner(backbone, rec))
                 for a in analyses:
                     a.update(rec, batch)
                 seen += batch.size
@@ -190,4 +219,6 @@ def run(
         checkpoint.save(analyses, total, seen, getattr(dataset, "skipped", []))  # a finished pass is kept
     if seen == 0:
         raise EmptyRunError(f"no readable image among {total} files ({len(dataset.skipped)} skipped)")
-    return Results({a.name: a.compute() for a in analyses}, seen, list(getattr(dataset, "skipped", [])), hooks)
+    workspace.release()
+    return Results({a.name: as_result(a.name, a.compute()) for a in analyses}, seen,
+                   list(getattr(dataset, "skipped", [])), hooks)

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from vitscope.analyses.base import Accumulator
+from vitscope.analyses.base import Analysis
 from vitscope.engine.state_codec import StateCodecError, decode, encode
 
 __all__ = ["STOP_AFTER_ENV", "Checkpoint", "ResumePoint", "interrupt_guard", "run_key"]
@@ -47,20 +47,19 @@ class ResumePoint:
     skipped: list[tuple[str, str]] = field(default_factory=list)
 
 
-def _analysis_config(a: Accumulator) -> dict[str, str]:
-    """The ``_cfg_`` attributes of an analysis as strings (they decide what it computes)."""
-    return {k: repr(sorted(v) if isinstance(v, (set, frozenset)) else v)
-            for k, v in sorted(vars(a).items()) if k.startswith("_cfg_") and k != "_cfg_workdir"}
+def _analysis_config(a: Analysis) -> dict[str, str]:
+    """The constructor arguments of an analysis that decide what it computes, as strings."""
+    return {k: repr(sorted(v) if isinstance(v, (set, frozenset)) else v) for k, v in sorted(a.keyed_params().items())}
 
 
 def run_key(model_fingerprint: str, spec: dict[str, Any], data_fingerprint: dict[str, Any],
-            analyses: Sequence[Accumulator], **settings: Any) -> dict[str, Any]:
+            analyses: Sequence[Analysis], **settings: Any) -> dict[str, Any]:
     """Everything that decides a run's numbers, as a JSON-able dict (its digest keys the state file).
 
     Args:
         model_fingerprint: digest of the model's weights; spec: its ``ModelSpec.to_dict()``.
         data_fingerprint: :func:`~vitscope.engine.provenance.data_fingerprint` of the dataset.
-        analyses: the accumulators (names, classes and ``_cfg_`` settings are keyed).
+        analyses: the analyses (names, classes and constructor arguments are keyed).
         settings: batch_size, limit, device, dtype, ... (JSON-able).
     """
     import vitscope
@@ -112,7 +111,7 @@ class Checkpoint:
 
     # ------------------------------------------------------------------ reading
 
-    def restore(self, analyses: Sequence[Accumulator]) -> ResumePoint | None:
+    def restore(self, analyses: Sequence[Analysis]) -> ResumePoint | None:
         """Load the saved state into ``analyses`` when it was written under the same key.
 
         Returns:
@@ -150,7 +149,7 @@ class Checkpoint:
 
     # ------------------------------------------------------------------ writing
 
-    def save(self, analyses: Sequence[Accumulator], position: int, seen: int, skipped: Sequence[Any]) -> None:
+    def save(self, analyses: Sequence[Analysis], position: int, seen: int, skipped: Sequence[Any]) -> None:
         """Write the state atomically (temporary file in the same folder, then ``os.replace``)."""
         payload = {
             "format": FORMAT,
@@ -173,7 +172,7 @@ class Checkpoint:
         self.saves += 1
         self._last_save = time.monotonic()
 
-    def after_batch(self, analyses: Sequence[Accumulator], position: int, seen: int, skipped: Sequence[Any],
+    def after_batch(self, analyses: Sequence[Analysis], position: int, seen: int, skipped: Sequence[Any],
                     interrupted: bool = False) -> None:
         """Called by the engine after every batch: save when due; stop (KeyboardInterrupt) when asked to."""
         self.batches += 1

@@ -1,6 +1,6 @@
 """Turn accumulator state into a tree that ``torch.load(weights_only=True)`` can read back, and back again.
 
-``Accumulator.state_dict()`` holds plain tensors and numbers, but also numpy arrays, sets, dicts with int
+``Analysis.state_dict()`` holds plain tensors and numbers, but also numpy arrays, sets, dicts with int
 keys, small dataclasses (``AttentionGeometry``), helper objects (``MinibatchHSIC``) and disk-backed
 ``RowStore`` tables. Pickling those would make a state file able to run code when loaded, so instead
 :func:`encode` rewrites them as tagged dicts of tensors, strings and numbers (the only things the

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from vitscope.analyses.base import Accumulator
+from vitscope.analyses.base import Analysis
 from vitscope.engine.batches import Dataset
 from vitscope.engine.run import Results, run
 from vitscope.models.backbone import Backbone
@@ -19,7 +19,7 @@ from vitscope.models.tiled import TiledBackbone, check_tiling, wrap_tiled
 __all__ = ["run_tiled"]
 
 
-def run_tiled(backbone: Backbone, dataset: Dataset | str, analyses: Sequence[Accumulator], scale: float = 2.0,
+def run_tiled(backbone: Backbone, dataset: Dataset | str, analyses: Sequence[Analysis], scale: float = 2.0,
               **run_options: Any) -> Results:
     """One pass of ``analyses`` over ``dataset`` on tiled dense features.
 

@@ -53,9 +53,9 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
     for name in models:
         backbone = load_model(name)
         identities.append(model_identity(name, backbone))
-        analyses = [FrequencyFiltering(backbone)]
+        analyses = [FrequencyFiltering()]
         if with_masks:
-            analyses.insert(0, ForegroundMasking(backbone, region=region))
+            analyses.insert(0, ForegroundMasking(region=region))
         results = run(backbone, dataset, analyses, batch_size=batch_size, device=device, limit=limit,
                       progress=progress)
         per_model[name] = dict(results.items())

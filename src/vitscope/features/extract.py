@@ -32,7 +32,7 @@ from vitscope.hooks.names import expand_names
 from vitscope.models.backbone import Backbone
 
 if TYPE_CHECKING:  # vitscope.analyses imports this module (its probes extract features): no import cycle
-    from vitscope.analyses.base import Accumulator
+    from vitscope.analyses.base import Analysis
 
 __all__ = ["POOLINGS", "FeatureRequest", "extract_features", "pool_group"]
 
@@ -111,7 +111,7 @@ def _key(model_fp: str, source: ImageSource, view: View, request: FeatureRequest
     })
 
 
-def _labels_for(source: ImageSource, analyses: Sequence[Accumulator]) -> list[int | None] | None:
+def _labels_for(source: ImageSource, analyses: Sequence[Analysis]) -> list[int | None] | None:
     """Image labels by position when a riding analysis needs them (None: not needed or not available)."""
     if not any("label" in getattr(a, "required_targets", ()) for a in analyses):
         return None
@@ -141,7 +141,7 @@ def extract_features(
     batch_size: int = 32,
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
-    analyses: Sequence[Accumulator] = (),
+    analyses: Sequence[Analysis] = (),
 ) -> dict[FeatureRequest, CacheEntry]:
     """Cached per-block features of every image of ``source`` for each request.
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import torch
 
+from vitscope.functional.attention_kernels import mean_spatial_focus
 from vitscope.functional.attention_stats import attention_entropy
 
 __all__ = [
@@ -359,8 +360,8 @@ def local_head_type(
 def focus_index(pattern: torch.Tensor, grid: Sequence[int], num_prefix: int, normalised: bool = False) -> torch.Tensor:
     """Attention focus index (paper 003 eq. 5 as reconstructed in METHODS.md). Lower = more focused.
 
-    For each spatial query row of the spatial attention: min-max normalise to ``[0, 1]`` (a row with
-    ``max - min < 1e-12``, including an all-zero row, counts as uniform), divide by its sum, Shannon
+    For each spatial query row of the spatial attention: min-max normalise to ``[0, 1]`` (a row whose
+    renormalised ``max - min < 1e-12``, including an all-zero row, counts as uniform), divide by its sum, Shannon
     entropy in nats (``0 log 0 = 0``); mean over the spatial queries. After min-max the row's minimum is
     exactly 0, so a one-hot row gives 0 and a uniform row gives ``log K``.
 
@@ -374,13 +375,8 @@ def focus_index(pattern: torch.Tensor, grid: Sequence[int], num_prefix: int, nor
         ``[B, H]``.
     """
     k = _check_pattern(pattern, num_prefix, grid)
-    s = spatial_attention(pattern, num_prefix)
-    lo = s.amin(dim=-1, keepdim=True)
-    span = s.amax(dim=-1, keepdim=True) - lo
-    flat = span < 1e-12
-    u = torch.where(flat, torch.ones_like(s), (s - lo) / torch.where(flat, torch.ones_like(span), span))
-    u = u / u.sum(dim=-1, keepdim=True)
-    entropy = -torch.special.xlogy(u, u).sum(dim=-1).mean(dim=-1)
+    sp = _as_float(pattern)[..., num_prefix:, num_prefix:]
+    entropy = mean_spatial_focus(sp, sp.sum(dim=-1))  # the shared attention pass's code
     if normalised:
         entropy = entropy / math.log(k) if k > 1 else torch.zeros_like(entropy)
     return entropy

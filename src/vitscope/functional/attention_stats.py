@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from vitscope.functional.attention_kernels import mean_row_entropy
+
 __all__ = ["attention_entropy", "max_attention"]
 
 
@@ -35,7 +37,9 @@ def attention_entropy(pattern: torch.Tensor, dtype: torch.dtype | None = None) -
     For each query row ``a_q`` (over ALL keys, prefix tokens included) the entropy is
     ``-sum_k a_qk * log(a_qk)`` in nats with ``0 * log 0 = 0``; the result is the mean over
     queries. Rows are used as given (not renormalised); tiny negative values from numerical
-    noise are clamped to 0. A uniform row over N keys gives ``log N``, a one-hot row gives 0.
+    noise count as 0. The shared attention pass computes it with the same code
+    (:func:`~vitscope.functional.attention_kernels.mean_row_entropy`). A uniform row over N keys gives
+    ``log N``, a one-hot row gives 0.
 
     Args:
         pattern: ``[B, H, N, N]`` post-softmax attention (any leading dims ``[..., Nq, Nk]`` work).
@@ -46,9 +50,7 @@ def attention_entropy(pattern: torch.Tensor, dtype: torch.dtype | None = None) -
         ``[B, H]`` (the leading dims) mean row entropy in nats, in the computation dtype.
     """
     _check_pattern(pattern)
-    p = pattern.to(_compute_dtype(pattern, dtype)).clamp_min(0)
-    row_entropy = -torch.special.xlogy(p, p).sum(dim=-1)  # [..., Nq]
-    return row_entropy.mean(dim=-1)
+    return mean_row_entropy(pattern.to(_compute_dtype(pattern, dtype)))
 
 
 def max_attention(pattern: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Protocol
 
@@ -39,14 +40,24 @@ class Record(Mapping[str, torch.Tensor]):
         self._wanted = frozenset(names)
         self.detach = detach
         self._data: dict[str, torch.Tensor] = {}
+        self._paused = False
 
     def wants(self, name: str) -> bool:
-        return name in self._wanted
+        return name in self._wanted and not self._paused
 
     def put(self, name: str, tensor: torch.Tensor) -> None:
         """Store ``tensor`` under ``name`` if it was requested (adapters call this from hooks)."""
-        if name in self._wanted:
+        if name in self._wanted and not self._paused:
             self._data[name] = tensor.detach() if self.detach else tensor
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Record nothing inside (extra forwards of an analysis leave the batch's record as it is)."""
+        before, self._paused = self._paused, True
+        try:
+            yield
+        finally:
+            self._paused = before
 
     def __getitem__(self, name: str) -> torch.Tensor:
         if name not in self._wanted:
@@ -67,11 +78,3 @@ class Record(Mapping[str, torch.Tensor]):
     def as_dict(self) -> dict[str, torch.Tensor]:
         return dict(self._data)
 
-    def restore(self, saved: dict[str, torch.Tensor]) -> None:
-        """Put back exactly ``saved`` (from :meth:`as_dict`), the same tensor objects, nothing else.
-
-        Analyses that run extra forwards inside a recording (masking) use it so later analyses see the
-        batch's own records, and memos keyed on tensor identity keep working.
-        """
-        self._data.clear()
-        self._data.update(saved)

@@ -1,11 +1,11 @@
-"""One pass over a block's attention pattern for every statistic of the attention suite.
+"""One pass over a block's attention pattern for every per-block statistic of the attention analyses.
 
 The attention analyses (maps, aligned maps, distance, saliency, entropy and focus, rollout) all read the
 same ``[B, H, N, N]`` pattern of every block. Instead of each analysis calling the
 :mod:`vitscope.functional.attention` functions on it (each makes its own renormalised copy, and the
 aligned map scatters every entry of every image), :func:`block_statistics` computes the per-batch
 quantities they need in one go, with per-grid index and distance tables (:func:`grid_tables`, cached)
-and one reusable work buffer instead of fresh full-size temporaries:
+and the caller's reusable work buffers (:class:`Workspace`) instead of fresh full-size temporaries:
 
 =============  ============================================================================  ==============
 quantity       meaning (METHODS.md section 1)                                                shape
@@ -25,43 +25,38 @@ attention distance is the aligned map's dot product with the distance of each ce
 (``GridTables.cell_distance``), because the distance of a key from its query depends only on the offset
 that the aligned map indexes by; so ``aligned`` also gives the distance at no extra cost.
 
-:func:`shared_block_statistics` memoises the result per recorded pattern tensor (weakly: the entry
-goes when the engine drops the record), so analyses run together compute each quantity once per block
-and batch; an analysis asks for the *union* of what the suite needs (its plan) so that the first one
-to see a block computes everything in one pass. :func:`random_block_statistics` does the same for the
-random baseline (computed once per configuration, seeded).
+:func:`random_block_statistics` does the same for the random baseline (computed once per configuration,
+seeded; a pure function, so its small cache holds no run state). The engine computes the statistics of every
+block once per batch, with the union of what the analyses of the run need, and hands them to each analysis
+with the batch (:mod:`vitscope.analyses.shared`).
 """
 
 from __future__ import annotations
 
 import functools
-import math
-import threading
-import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from vitscope.functional.attention import random_attention
+from vitscope.functional.attention_kernels import mean_row_entropy, mean_spatial_focus
 
 __all__ = [
     "FUSIONS",
     "QUANTITIES",
     "BlockStats",
     "GridTables",
+    "Workspace",
     "block_statistics",
     "grid_tables",
     "random_block_statistics",
-    "release_work_buffers",
-    "shared_block_statistics",
 ]
 
 FUSIONS: tuple[str, ...] = ("mean", "max", "min")
 QUANTITIES: frozenset[str] = frozenset(
     {"cls", "colsum", "rowsum", "aligned", "entropy", "focus"} | {f"fused_{m}" for m in FUSIONS}
 )
-_FLAT = 1e-12  # a spatial row whose renormalised max - min is below this is uniform (METHODS.md, focus)
 
 
 # ---------------------------------------------------------------- per-grid tables
@@ -106,31 +101,38 @@ def grid_tables(grid: Sequence[int], device: torch.device | str = "cpu") -> Grid
 # ---------------------------------------------------------------- work buffer
 
 
-_BUFFERS: dict[tuple[str, torch.dtype, int], torch.Tensor] = {}
-_LOCK = threading.Lock()
-
-
-def _work_buffer(numel: int, dtype: torch.dtype, device: torch.device, slot: int = 0) -> torch.Tensor:
-    """A flat scratch tensor of at least ``numel`` elements, reused across blocks and batches.
+class Workspace:
+    """Flat scratch tensors reused across blocks and batches, owned by the caller (the engine: one per run).
 
     Full-size temporaries would be page-faulted in anew for every block (the engine sends large blocks
-    back to the OS, engine/memory.py), which costs more than the arithmetic; persistent buffers avoid
-    that (two slots: the focus index needs two at once). Callers hold ``_LOCK``.
+    back to the OS, engine/memory.py), which costs more than the arithmetic; reused buffers avoid that
+    (two slots: the focus index needs two at once). Freed with the workspace.
     """
-    key = (str(device), dtype, slot)
-    buf = _BUFFERS.get(key)
-    if buf is None or buf.numel() < numel:
-        _BUFFERS.pop(key, None)
-        with torch.inference_mode(False):  # a normal tensor: writable both inside and outside inference mode
-            buf = torch.empty(numel, dtype=dtype, device=device)
-        _BUFFERS[key] = buf
-    return buf[:numel]
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[str, torch.dtype, int], torch.Tensor] = {}
+
+    def buffer(self, shape: Sequence[int], dtype: torch.dtype, device: torch.device, slot: int = 0) -> torch.Tensor:
+        """A tensor of ``shape`` (contents undefined) backed by this workspace's buffer ``slot``."""
+        numel = 1
+        for size in shape:
+            numel *= int(size)
+        key = (str(device), dtype, slot)
+        buf = self._buffers.get(key)
+        if buf is None or buf.numel() < numel:
+            self._buffers.pop(key, None)
+            with torch.inference_mode(False):  # a normal tensor: writable both inside and outside inference mode
+                buf = torch.empty(numel, dtype=dtype, device=device)
+            self._buffers[key] = buf
+        return buf[:numel].view(*shape)
+
+    def release(self) -> None:
+        """Free every buffer (they are re-created on demand)."""
+        self._buffers.clear()
 
 
-def release_work_buffers() -> None:
-    """Free the scratch buffers (they are re-created on the next call)."""
-    with _LOCK:
-        _BUFFERS.clear()
+def _scratch(workspace: Workspace | None, like: torch.Tensor, dtype: torch.dtype, slot: int = 0) -> torch.Tensor | None:
+    return None if workspace is None else workspace.buffer(like.shape, dtype, like.device, slot)
 
 
 # ---------------------------------------------------------------- the pass
@@ -187,7 +189,8 @@ def _check(pattern: torch.Tensor, grid: Sequence[int], num_prefix: int, needs: I
 
 
 def block_statistics(
-    pattern: torch.Tensor, grid: Sequence[int], num_prefix: int, needs: Iterable[str]
+    pattern: torch.Tensor, grid: Sequence[int], num_prefix: int, needs: Iterable[str],
+    workspace: Workspace | None = None,
 ) -> BlockStats:
     """Compute the requested quantities of one block's pattern in one pass (module docstring).
 
@@ -199,6 +202,7 @@ def block_statistics(
         grid: ``(h, w)`` with ``h * w = N - num_prefix``.
         num_prefix: P prefix tokens (CLS first when P >= 1).
         needs: names from :data:`QUANTITIES`.
+        workspace: reusable work buffers (None: fresh temporaries).
 
     Returns:
         :class:`BlockStats` with the requested fields set.
@@ -219,24 +223,20 @@ def block_statistics(
     rowsum = sp.sum(dim=-1) if needs & {"rowsum", "aligned", "focus"} else None
     if "rowsum" in needs:
         out.rowsum = rowsum
-    with _LOCK:
-        if "aligned" in needs:
-            out.aligned = _aligned(sp, rowsum, grid_tables((h, w), a.device), dtype)
-        if "entropy" in needs:
-            buf = _work_buffer(a.numel(), dtype, a.device).view(a.shape)
-            # plain entropy: -sum_k a log a; a = 0 gives 0 * -inf = nan, which nansum counts as 0 (0 log 0 = 0)
-            torch.log(a, out=buf)
-            buf.mul_(a)
-            out.entropy = -buf.nansum(dim=-1).mean(dim=-1)
-        if "focus" in needs:
-            out.focus = _focus(sp, rowsum, dtype)
+    if "aligned" in needs:
+        out.aligned = _aligned(sp, rowsum, grid_tables((h, w), a.device), dtype, workspace)
+    if "entropy" in needs:
+        out.entropy = mean_row_entropy(a, _scratch(workspace, a, dtype))
+    if "focus" in needs:
+        out.focus = mean_spatial_focus(sp, rowsum, _scratch(workspace, sp, dtype), _scratch(workspace, sp, dtype, 1))
     for mode in FUSIONS:
         if f"fused_{mode}" in needs:
             out.fused[mode] = {"mean": a.mean, "max": a.amax, "min": a.amin}[mode](dim=1)
     return out
 
 
-def _aligned(sp: torch.Tensor, rowsum: torch.Tensor, tables: GridTables, dtype: torch.dtype) -> torch.Tensor:
+def _aligned(sp: torch.Tensor, rowsum: torch.Tensor, tables: GridTables, dtype: torch.dtype,
+             workspace: Workspace | None) -> torch.Tensor:
     """Sum over images of the per-image AAAM: ``[H, C]`` float64 (each image's map divides by K).
 
     The AAAM is linear in the spatial attention, so the batch's spatial rows (renormalised) are summed
@@ -244,80 +244,12 @@ def _aligned(sp: torch.Tensor, rowsum: torch.Tensor, tables: GridTables, dtype: 
     """
     b, heads, k, _ = sp.shape
     safe = torch.where(rowsum == 0, torch.ones_like(rowsum), rowsum)  # a row with no spatial mass stays 0
-    buf = _work_buffer(sp.numel(), dtype, sp.device).view(sp.shape)
-    torch.div(sp, safe.unsqueeze(-1), out=buf)
-    summed = buf.sum(dim=0).reshape(heads, k * k).to(torch.float64)
+    buf = _scratch(workspace, sp, dtype)
+    rows = torch.div(sp, safe.unsqueeze(-1)) if buf is None else torch.div(sp, safe.unsqueeze(-1), out=buf)
+    summed = rows.sum(dim=0).reshape(heads, k * k).to(torch.float64)
     canvas = torch.zeros(heads, tables.cell_distance.numel(), dtype=torch.float64, device=sp.device)
     canvas.index_add_(1, tables.canvas_index, summed)
     return canvas / k
-
-
-def _focus(sp: torch.Tensor, rowsum: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Focus index ``[B, H]``: per spatial row ``log T - X / T`` with ``d = a - min``, ``T = sum d``,
-    ``X = sum d log d``.
-
-    That is the entropy of ``u / sum(u)`` for the min-max normalised row ``u = d / (max - min)``; it does
-    not depend on the row's scale, so the raw rows are used (no renormalisation pass). A row counts as
-    uniform (entropy ``log K``) when its renormalised span is below 1e-12, i.e. ``span < 1e-12 * rowsum``,
-    or when it has no spatial mass, exactly as :func:`vitscope.functional.focus_index`.
-    """
-    k = sp.shape[-1]
-    lo = sp.amin(dim=-1)  # amin and amax separately: torch.aminmax is several times slower here
-    span = sp.amax(dim=-1) - lo
-    d = _work_buffer(sp.numel(), dtype, sp.device).view(sp.shape)
-    torch.sub(sp, lo.unsqueeze(-1), out=d)
-    total = d.sum(dim=-1)
-    # d log d with 0 log 0 = 0: vectorised log, multiply, nansum (0 * -inf = nan counts as 0); xlogy would
-    # do it in one call but is a scalar loop, 3x slower
-    dlogd = _work_buffer(sp.numel(), dtype, sp.device, slot=1).view(sp.shape)
-    torch.log(d, out=dlogd)
-    x = dlogd.mul_(d).nansum(dim=-1)
-    flat = (span < _FLAT * rowsum) | (rowsum == 0)
-    safe = torch.where(flat, torch.ones_like(total), total)
-    entropy = torch.where(flat, torch.full_like(total, math.log(k)), safe.log() - x / safe)
-    return entropy.mean(dim=-1)
-
-
-# ---------------------------------------------------------------- sharing between analyses
-
-
-@dataclass
-class _Entry:
-    ref: weakref.ref
-    geometry: tuple[tuple[int, int], int]
-    stats: BlockStats
-
-
-_MEMO: dict[int, _Entry] = {}
-
-
-def _forget(key: int, ref: weakref.ref) -> None:
-    entry = _MEMO.get(key)
-    if entry is not None and entry.ref is ref:
-        del _MEMO[key]
-
-
-def shared_block_statistics(
-    pattern: torch.Tensor, grid: Sequence[int], num_prefix: int, needs: Iterable[str]
-) -> BlockStats:
-    """:func:`block_statistics`, memoised per pattern tensor so that analyses of one batch share the work.
-
-    The memo holds a weak reference to the pattern: its entry disappears when the tensor does (the
-    engine clears the record after every batch). Quantities missing from an entry are computed and added.
-    The returned tensors must not be modified.
-    """
-    needs = frozenset(needs)
-    geometry = ((int(grid[0]), int(grid[1])), int(num_prefix))
-    key = id(pattern)
-    entry = _MEMO.get(key)
-    if entry is None or entry.ref() is not pattern or entry.geometry != geometry:
-        ref = weakref.ref(pattern, lambda r, key=key: _forget(key, r))
-        entry = _Entry(ref, geometry, BlockStats(int(pattern.shape[0]), int(pattern.shape[1]), *geometry))
-        _MEMO[key] = entry
-    missing = needs - entry.stats.have()
-    if missing:
-        entry.stats.update_from(block_statistics(pattern, grid, num_prefix, missing))
-    return entry.stats
 
 
 @functools.lru_cache(maxsize=4)

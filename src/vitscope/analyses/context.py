@@ -1,0 +1,165 @@
+"""What a batch carries besides its pixels: work shared by analyses, and the model for extra forwards.
+
+Several analyses read the same per-batch quantities: every attention analysis reads the statistics of
+every block's pattern, interrelation and interrelation masking read the SIFT keypoints of every image. An
+analysis declares what it reads (:meth:`~vitscope.analyses.base.Analysis.shared_quantities`); the engine
+takes the union over the run's analyses (the *plan*) and hands each batch a :class:`SharedQuantities` that
+computes a quantity the first time an analysis asks for it, with everything the plan asks of it, and keeps
+it for the other analyses of that batch only. Nothing outlives the batch; work buffers belong to the run
+(:class:`~vitscope.functional.attention_blocks.Workspace`).
+
+Analyses that classify altered copies of the batch (masking) run the model through :class:`ModelRunner`,
+which pauses the recording meanwhile: the batch's record stays as the engine recorded it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import torch
+
+from vitscope.functional.attention_blocks import QUANTITIES, BlockStats, Workspace, block_statistics
+from vitscope.functional.sift import sift_keypoint_counts
+from vitscope.hooks.names import split_block_name
+
+if TYPE_CHECKING:  # annotations only: base imports this module lazily
+    from vitscope.analyses.base import Batch
+    from vitscope.models.backbone import Backbone
+
+__all__ = ["ATTENTION_BLOCKS", "PROVIDERS", "SIFT_KEYPOINTS", "ModelRunner", "SharedQuantities", "union_plan"]
+
+T = TypeVar("T")
+
+ATTENTION_BLOCKS = "attention_blocks"
+SIFT_KEYPOINTS = "sift_keypoints"
+PATTERN_HOOKS = "blocks.*.attn.pattern"
+
+
+def _has_cls(batch: Batch) -> bool:
+    spec = batch.spec
+    return spec.num_prefix_tokens >= 1 and tuple(spec.prefix_kinds)[:1] == ("cls",)
+
+
+def _attention_blocks(record: Mapping[str, torch.Tensor], batch: Batch, needs: frozenset[str],
+                      workspace: Workspace, held: dict[int, BlockStats] | None) -> dict[int, BlockStats]:
+    """Block index -> :class:`BlockStats` of every recorded pattern (``held``: computed before, completed)."""
+    needs = needs if _has_cls(batch) else needs - {"cls"}
+    out = dict(held or {})
+    for key in record:
+        where = split_block_name(key)
+        if where is None or not fnmatch.fnmatchcase(key, PATTERN_HOOKS):
+            continue
+        block = where[0]
+        have = out[block].have() if block in out else frozenset()
+        missing = needs - have
+        if block not in out or missing:
+            stats = block_statistics(record[key], batch.grid, batch.spec.num_prefix_tokens, missing, workspace)
+            if block in out:
+                out[block].update_from(stats)
+            else:
+                out[block] = stats
+    return out
+
+
+def _sift_keypoints(record: Mapping[str, torch.Tensor], batch: Batch, needs: frozenset[str], workspace: Workspace,
+                    held: torch.Tensor | None) -> torch.Tensor:
+    """SIFT keypoints per patch of every image at model resolution: ``[B, h, w]`` int64 (CPU)."""
+    if held is not None:
+        return held
+    from vitscope.analyses.base import thumbnails
+
+    grid = tuple(int(v) for v in batch.grid)
+    images = thumbnails(batch, range(batch.size))
+    if not images:
+        return torch.zeros(0, *grid, dtype=torch.int64)
+    return torch.stack([sift_keypoint_counts(im.numpy(), grid) for im in images])
+
+
+#: quantity name -> ``provider(record, batch, needs, workspace, held) -> value`` (``held``: what an earlier
+#: call of this batch computed, for providers whose options can grow).
+PROVIDERS: dict[str, Callable[..., Any]] = {ATTENTION_BLOCKS: _attention_blocks, SIFT_KEYPOINTS: _sift_keypoints}
+#: the options a quantity accepts (None: it takes none)
+OPTIONS: dict[str, frozenset[str] | None] = {ATTENTION_BLOCKS: QUANTITIES, SIFT_KEYPOINTS: None}
+
+
+def union_plan(needs: Collection[Mapping[str, Collection[str]]]) -> dict[str, frozenset[str]]:
+    """Merge every analysis's ``{quantity: options}`` into one plan (the union of the options per quantity)."""
+    plan: dict[str, frozenset[str]] = {}
+    for one in needs:
+        for name, options in one.items():
+            _check(name, options)
+            plan[name] = plan.get(name, frozenset()) | frozenset(options)
+    return plan
+
+
+def _check(name: str, options: Collection[str]) -> None:
+    if name not in PROVIDERS:
+        raise ValueError(f"unknown shared quantity {name!r}; known: {', '.join(sorted(PROVIDERS))}")
+    allowed = OPTIONS[name] or frozenset()
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise ValueError(f"shared quantity {name!r} has no option {unknown[0]!r}; known: {sorted(allowed)}")
+
+
+class SharedQuantities:
+    """The shared quantities of one batch, each computed once (with the run's plan) on first request.
+
+    Args:
+        record: the batch's recorded tensors.
+        plan: quantity -> options the run's analyses need (:func:`union_plan`); a request for more computes
+            the rest then.
+        workspace: the run's work buffers (None: a private one).
+    """
+
+    def __init__(self, record: Mapping[str, torch.Tensor], plan: Mapping[str, Collection[str]] | None = None,
+                 workspace: Workspace | None = None) -> None:
+        self.record = record
+        self.plan = {k: frozenset(v) for k, v in (plan or {}).items()}
+        self.workspace = workspace if workspace is not None else Workspace()
+        self._values: dict[str, Any] = {}
+        self._options: dict[str, frozenset[str]] = {}
+
+    def get(self, name: str, batch: Batch, needs: Collection[str] = ()) -> Any:
+        """The quantity ``name`` of this batch with at least the options ``needs`` (shared: do not modify it)."""
+        needs = frozenset(needs)
+        _check(name, needs)
+        have = self._options.get(name)
+        if have is None or not needs <= have:
+            want = needs | self.plan.get(name, frozenset()) | (have or frozenset())
+            self._values[name] = PROVIDERS[name](self.record, batch, want, self.workspace, self._values.get(name))
+            self._options[name] = want
+        return self._values[name]
+
+
+class ModelRunner:
+    """Runs the model of the pass again on altered inputs, recording nothing meanwhile.
+
+    Args:
+        backbone: the model the engine runs.
+        record: the engine's record, paused during the extra forwards (None: nothing to pause).
+    """
+
+    def __init__(self, backbone: Backbone, record: Any = None) -> None:
+        self.backbone = backbone
+        self.record = record
+
+    @property
+    def spec(self):
+        return self.backbone.spec
+
+    def run(self, fn: Callable[[Backbone], T]) -> T:
+        """``fn(backbone)`` under ``torch.inference_mode`` with the recording paused."""
+        paused = getattr(self.record, "paused", None)
+        with torch.inference_mode():
+            if paused is None:
+                return fn(self.backbone)
+            with paused():
+                return fn(self.backbone)
+
+    def logits(self, pixels: torch.Tensor) -> torch.Tensor:
+        """The classifier's logits on ``pixels`` ``[B, 3, H, W]``."""
+        from vitscope.masking.forward import logits_of
+
+        return logits_of(self.run(lambda b: b(pixels)))
