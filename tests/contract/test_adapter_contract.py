@@ -178,3 +178,18 @@ def test_cnn_contract(kind):
     with pytest.raises(UnknownHookError, match="CNN"):
         with b.record("blocks.0.attn.pattern"):
             pass
+
+
+def test_every_registered_family_has_a_test_factory() -> None:
+    """A new Hugging Face family is one descriptor file plus one factory: both must exist."""
+    from helpers.hf_factories import FACTORIES
+    from vitscope.models.family import family_of, hf_families
+
+    covered = set()
+    for kind in FACTORIES:
+        config = make(kind).config
+        covered.add(family_of(getattr(config, "vision_config", config)))
+    assert covered == set(hf_families()), f"families without a factory: {set(hf_families()) - covered}"
+    for name, family in hf_families().items():
+        assert family.name == name and family.kind in ("transformer", "cnn")
+        assert all(alias.family == name for alias in family.aliases)

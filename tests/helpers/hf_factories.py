@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import transformers as tf
 
@@ -21,56 +23,111 @@ def _seeded(build):
     return model.eval()
 
 
+#: kind -> (is a CNN, builder(attention kwargs) -> model); one factory per kind, registered with @factory
+FACTORIES: dict[str, tuple[bool, Callable[[dict], torch.nn.Module]]] = {}
+
+
+def factory(kind: str, cnn: bool = False):
+    """Register the tiny-model builder of ``kind`` (a new HF family adds one of these, beside its descriptor)."""
+    def register(build: Callable[[dict], torch.nn.Module]) -> Callable[[dict], torch.nn.Module]:
+        FACTORIES[kind] = (cnn, build)
+        return build
+    return register
+
+
 def make(kind: str, attn_implementation: str | None = None) -> torch.nn.Module:
     """A tiny model of ``kind``; ``attn_implementation="eager"`` builds the eager twin."""
-    kw = {"attn_implementation": attn_implementation} if attn_implementation else {}
-    if kind == "vit":
-        return _seeded(lambda: tf.ViTModel(tf.ViTConfig(**SMALL, **kw), add_pooling_layer=False))
-    if kind == "vit-cls":
-        return _seeded(lambda: tf.ViTForImageClassification(tf.ViTConfig(**SMALL, num_labels=5, **kw)))
-    if kind == "deit":
-        cfg = tf.DeiTConfig(**SMALL, num_labels=5, **kw)
-        return _seeded(lambda: tf.DeiTForImageClassificationWithTeacher(cfg))
-    if kind == "dinov2":
-        cfg = dict(SMALL)
-        cfg.pop("intermediate_size")
-        return _seeded(lambda: tf.Dinov2ForImageClassification(tf.Dinov2Config(**cfg, mlp_ratio=2, num_labels=5,
-                                                                                 layerscale_value=0.5, **kw)))
-    if kind == "dinov2-reg":
-        cfg = dict(SMALL)
-        cfg.pop("intermediate_size")
-        return _seeded(lambda: tf.Dinov2WithRegistersModel(tf.Dinov2WithRegistersConfig(
-            **cfg, mlp_ratio=2, num_register_tokens=3, layerscale_value=0.5, **kw)))
-    if kind == "clip":
-        return _seeded(lambda: tf.CLIPVisionModelWithProjection(tf.CLIPVisionConfig(**SMALL, projection_dim=16, **kw)))
-    if kind == "clip-cls":
-        vis = tf.CLIPVisionConfig(**SMALL)
-        cfg = tf.CLIPConfig(vision_config=vis.to_dict(), text_config={"hidden_size": 16, "num_hidden_layers": 1,
-                            "num_attention_heads": 2, "intermediate_size": 32}, num_labels=5, **kw)
-        return _seeded(lambda: tf.CLIPForImageClassification(cfg))
-    if kind == "siglip":
-        return _seeded(lambda: tf.SiglipVisionModel(tf.SiglipVisionConfig(**SMALL, **kw)))
-    if kind == "mae":
-        return _seeded(lambda: tf.ViTMAEModel(tf.ViTMAEConfig(**SMALL, mask_ratio=0.0, **kw)))
-    if kind == "beit":
-        return _seeded(lambda: tf.BeitForImageClassification(tf.BeitConfig(
-            **SMALL, use_relative_position_bias=True, use_mean_pooling=True, layer_scale_init_value=0.3,
-            num_labels=5, **kw)))
-    if kind == "beit-shared":
-        return _seeded(lambda: tf.BeitModel(tf.BeitConfig(
-            **SMALL, use_shared_relative_position_bias=True, use_mean_pooling=False, **kw)))
-    if kind == "resnet":
-        return _seeded(lambda: tf.ResNetForImageClassification(tf.ResNetConfig(
-            embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], num_labels=5)))
-    if kind == "bit":
-        cfg = tf.BitConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], num_groups=4)
-        return _seeded(lambda: tf.BitModel(cfg))
-    if kind == "convnext":
-        return _seeded(lambda: tf.ConvNextForImageClassification(tf.ConvNextConfig(
-            hidden_sizes=[8, 16], depths=[1, 1], num_stages=2, num_labels=5)))
-    raise ValueError(kind)
+    if kind not in FACTORIES:
+        raise ValueError(f"no test factory for {kind!r}; known: {sorted(FACTORIES)}")
+    cnn, build = FACTORIES[kind]
+    kw = {"attn_implementation": attn_implementation} if attn_implementation and not cnn else {}
+    return _seeded(lambda: build(kw))
 
 
-TRANSFORMER_KINDS = ["vit", "vit-cls", "deit", "dinov2", "dinov2-reg", "clip", "clip-cls", "siglip", "mae", "beit",
-                     "beit-shared"]
-CNN_KINDS = ["resnet", "bit", "convnext"]
+def _no_intermediate() -> dict:
+    cfg = dict(SMALL)
+    cfg.pop("intermediate_size")
+    return cfg
+
+
+@factory("vit")
+def _vit(kw: dict) -> torch.nn.Module:
+    return tf.ViTModel(tf.ViTConfig(**SMALL, **kw), add_pooling_layer=False)
+
+
+@factory("vit-cls")
+def _vit_cls(kw: dict) -> torch.nn.Module:
+    return tf.ViTForImageClassification(tf.ViTConfig(**SMALL, num_labels=5, **kw))
+
+
+@factory("deit")
+def _deit(kw: dict) -> torch.nn.Module:
+    return tf.DeiTForImageClassificationWithTeacher(tf.DeiTConfig(**SMALL, num_labels=5, **kw))
+
+
+@factory("dinov2")
+def _dinov2(kw: dict) -> torch.nn.Module:
+    return tf.Dinov2ForImageClassification(tf.Dinov2Config(**_no_intermediate(), mlp_ratio=2, num_labels=5,
+                                                           layerscale_value=0.5, **kw))
+
+
+@factory("dinov2-reg")
+def _dinov2_reg(kw: dict) -> torch.nn.Module:
+    return tf.Dinov2WithRegistersModel(tf.Dinov2WithRegistersConfig(
+        **_no_intermediate(), mlp_ratio=2, num_register_tokens=3, layerscale_value=0.5, **kw))
+
+
+@factory("clip")
+def _clip(kw: dict) -> torch.nn.Module:
+    return tf.CLIPVisionModelWithProjection(tf.CLIPVisionConfig(**SMALL, projection_dim=16, **kw))
+
+
+@factory("clip-cls")
+def _clip_cls(kw: dict) -> torch.nn.Module:
+    vis = tf.CLIPVisionConfig(**SMALL)
+    cfg = tf.CLIPConfig(vision_config=vis.to_dict(), text_config={"hidden_size": 16, "num_hidden_layers": 1,
+                        "num_attention_heads": 2, "intermediate_size": 32}, num_labels=5, **kw)
+    return tf.CLIPForImageClassification(cfg)
+
+
+@factory("siglip")
+def _siglip(kw: dict) -> torch.nn.Module:
+    return tf.SiglipVisionModel(tf.SiglipVisionConfig(**SMALL, **kw))
+
+
+@factory("mae")
+def _mae(kw: dict) -> torch.nn.Module:
+    return tf.ViTMAEModel(tf.ViTMAEConfig(**SMALL, mask_ratio=0.0, **kw))
+
+
+@factory("beit")
+def _beit(kw: dict) -> torch.nn.Module:
+    return tf.BeitForImageClassification(tf.BeitConfig(
+        **SMALL, use_relative_position_bias=True, use_mean_pooling=True, layer_scale_init_value=0.3, num_labels=5,
+        **kw))
+
+
+@factory("beit-shared")
+def _beit_shared(kw: dict) -> torch.nn.Module:
+    return tf.BeitModel(tf.BeitConfig(**SMALL, use_shared_relative_position_bias=True, use_mean_pooling=False, **kw))
+
+
+@factory("resnet", cnn=True)
+def _resnet(kw: dict) -> torch.nn.Module:
+    return tf.ResNetForImageClassification(tf.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
+                                                           num_labels=5))
+
+
+@factory("bit", cnn=True)
+def _bit(kw: dict) -> torch.nn.Module:
+    return tf.BitModel(tf.BitConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], num_groups=4))
+
+
+@factory("convnext", cnn=True)
+def _convnext(kw: dict) -> torch.nn.Module:
+    return tf.ConvNextForImageClassification(tf.ConvNextConfig(hidden_sizes=[8, 16], depths=[1, 1], num_stages=2,
+                                                               num_labels=5))
+
+
+TRANSFORMER_KINDS = [kind for kind, (cnn, _) in FACTORIES.items() if not cnn]
+CNN_KINDS = [kind for kind, (cnn, _) in FACTORIES.items() if cnn]

@@ -11,15 +11,9 @@ from torch import nn
 from vitscope.models.backbone import Backbone
 from vitscope.models.cnn import CNNBackbone, cnn_spec, hf_cnn_layout
 from vitscope.models.errors import ModelLoadError
+from vitscope.models.family import family_of, get_family
 from vitscope.models.hf import HFViTBackbone
-from vitscope.models.hf_spec import (
-    CNN_FAMILIES,
-    TRANSFORMER_FAMILIES,
-    family_of,
-    load_preprocessor_json,
-    read_preprocessing,
-    transformer_spec,
-)
+from vitscope.models.hf_spec import load_preprocessor_json, read_preprocessing, transformer_spec
 from vitscope.models.hub_cache import is_cached
 
 
@@ -62,22 +56,12 @@ def _load_config(source: str, **hub: Any) -> Any:
 
 
 def _instantiate(source: str, config: Any, **hub: Any) -> nn.Module:
-    """Load ``source`` with the model class its config calls for (vision tower only for CLIP/SigLIP)."""
-    import transformers as tf
-
-    mt = config.model_type
-    if mt == "clip":
-        return tf.CLIPVisionModelWithProjection.from_pretrained(source, **hub)
-    if mt == "siglip":
-        return tf.SiglipVisionModel.from_pretrained(source, **hub)
-    if mt == "vit_mae":
-        config.mask_ratio = 0.0  # deterministic: nothing masked (the adapter also fixes the patch order)
-        return tf.ViTMAEModel.from_pretrained(source, config=config, **hub)
-    archs = config.architectures or []
-    if any(a.endswith("ForImageClassification") or a.endswith("WithTeacher") for a in archs):
-        cls = getattr(tf, archs[0], None) or tf.AutoModelForImageClassification
-        return cls.from_pretrained(source, **hub)
-    return tf.AutoModel.from_pretrained(source, **hub)
+    """Load ``source`` with the model class its family calls for (vision tower only for CLIP/SigLIP)."""
+    try:
+        family = get_family(family_of(getattr(config, "vision_config", config)))
+    except KeyError as err:
+        raise ModelLoadError(str(err.args[0])) from None
+    return family.load(source, config, **hub)
 
 
 def wrap_hf(model: nn.Module, name: str, preprocessor: dict[str, Any] | None = None,
@@ -89,16 +73,17 @@ def wrap_hf(model: nn.Module, name: str, preprocessor: dict[str, Any] | None = N
     vision = getattr(config, "vision_config", config)
     family = family_of(vision)
     model.eval()
-    if family in CNN_FAMILIES:
+    try:
+        kind = get_family(family).kind
+    except KeyError as err:
+        raise ModelLoadError(str(err.args[0])) from None
+    if kind == "cnn":
         size = int(getattr(vision, "image_size", 224) or 224)
         prep = read_preprocessing(preprocessor, family, (size, size)) | dict(overrides or {})
         layout = hf_cnn_layout(model)
         image_size = tuple(prep.pop("image_size"))
         spec = cnn_spec(name, family, layout.call, layout, image_size, layout.classifier is not None, **prep)
         return CNNBackbone(model, spec, layout)
-    if family not in TRANSFORMER_FAMILIES:
-        raise ModelLoadError(f"model type '{family}' is not supported; supported: "
-                             f"{', '.join(TRANSFORMER_FAMILIES + CNN_FAMILIES)}")
     size = vision.image_size
     prep = read_preprocessing(preprocessor, family, (size, size) if isinstance(size, int) else tuple(size))
     prep.update(overrides or {})

@@ -8,26 +8,10 @@ from typing import Any
 
 from torch import nn
 
+from vitscope.models.family import family_of, get_family
 from vitscope.models.spec import ModelSpec
 
-# Defaults when a checkpoint ships no preprocessor_config.json (e.g. a model built from a config).
-_FAMILY_PREPROCESS: dict[str, dict[str, Any]] = {
-    "vit": {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "interpolation": "bilinear"},
-    "clip": {"mean": (0.48145466, 0.4578275, 0.40821073), "std": (0.26862954, 0.26130258, 0.27577711),
-             "interpolation": "bicubic"},
-    "siglip": {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "interpolation": "bicubic"},
-    "beit": {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "interpolation": "bicubic"},
-}
-_IMAGENET = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "interpolation": "bicubic"}
 _PIL_RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
-
-TRANSFORMER_FAMILIES = ("vit", "deit", "dinov2", "dinov2_with_registers", "clip", "siglip", "vit_mae", "beit")
-CNN_FAMILIES = ("resnet", "bit", "convnext")
-
-
-def family_of(config: Any) -> str:
-    """Adapter family from a transformers config (``clip_vision_model`` -> ``clip``)."""
-    return config.model_type.removesuffix("_vision_model")
 
 
 def _pair(x: Any) -> tuple[int, int]:
@@ -43,7 +27,7 @@ def _pair(x: Any) -> tuple[int, int]:
 
 def read_preprocessing(preprocessor: dict[str, Any] | None, family: str, image_size: tuple[int, int]) -> dict[str, Any]:
     """Mean, std, resize size, crop size and interpolation from a ``preprocessor_config.json`` dict."""
-    out = dict(_FAMILY_PREPROCESS.get(family, _IMAGENET))
+    out = dict(get_family(family).preprocessing)  # the family's defaults, when the checkpoint says nothing
     out["image_size"] = image_size
     out["resize_size"] = max(image_size)
     if not preprocessor:
@@ -90,13 +74,7 @@ def transformer_spec(name: str, model: nn.Module, config: Any, preprocessing: di
     family = family_of(config)
     patch = int(config.patch_size)
     image_size = tuple(preprocessing["image_size"])
-    prefix: tuple[str, ...] = ("cls",)
-    if family == "deit":
-        prefix = ("cls", "dist")
-    elif family == "dinov2_with_registers":
-        prefix = ("cls",) + ("reg",) * int(config.num_register_tokens)
-    elif family == "siglip":
-        prefix = ()
+    prefix = tuple(get_family(family).prefix(config))
     mlp_dim = getattr(config, "intermediate_size", None) or int(config.hidden_size * getattr(config, "mlp_ratio", 4))
     return ModelSpec(
         name=name, family=family, kind="transformer",

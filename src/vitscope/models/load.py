@@ -61,15 +61,14 @@ def _load(name: str) -> Backbone:
 def describe_models() -> list[dict]:
     """Rows for ``vitscope models``: family, architecture, prefix tokens and offline availability."""
     from vitscope.models.hub_cache import is_cached
-    from vitscope.zoo.store import is_built
 
     rows = []
     for e in registry().values():
-        offline = (is_built(e.name) if e.zoo else e.builder is not None) or (
+        offline = e.available() if e.available is not None else (e.builder is not None) or (
             e.hub_id is not None and is_cached(e.hub_id))
         rows.append({"name": e.name, "family": e.family, "blocks": e.blocks, "heads": e.heads, "width": e.width,
                      "patch": e.patch, "prefix": "+".join(e.prefix) or "-", "offline": offline,
-                     "source": e.hub_id or ("zoo" if e.zoo else "built-in")})
+                     "source": e.source or e.hub_id or "built-in"})
     return rows
 
 

@@ -1,0 +1,13 @@
+"""Preprocessing of the papers' checkpoints shared by several families' aliases."""
+
+from __future__ import annotations
+
+from vitscope.models.family import IMAGENET
+
+#: DINO, DINOv2, MAE and DeiT evaluation: resize 256, centre crop 224, bicubic, ImageNet statistics
+DINO = {**IMAGENET, "image_size": (224, 224), "resize_size": 256, "interpolation": "bicubic"}
+#: Inception-style statistics of the original ViT and BEiT checkpoints
+INCEPTION = {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "image_size": (224, 224), "resize_size": 224,
+             "interpolation": "bilinear"}
+CLIP = {"mean": (0.48145466, 0.4578275, 0.40821073), "std": (0.26862954, 0.26130258, 0.27577711),
+        "image_size": (224, 224), "resize_size": 224, "interpolation": "bicubic"}

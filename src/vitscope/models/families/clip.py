@@ -1,0 +1,37 @@
+"""CLIP vision tower: CLS token; the classifier pools the patch tokens before the final norm."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from vitscope.models.entry import ModelEntry
+from vitscope.models.families._common import CLIP
+from vitscope.models.family import HFFamily, load_auto, register_family
+
+
+def _load(source: str, config: Any, **hub: Any):
+    """A full CLIP checkpoint loads its vision tower only; a vision-only one loads as its config says."""
+    import transformers as tf
+
+    if config.model_type == "clip":
+        return tf.CLIPVisionModelWithProjection.from_pretrained(source, **hub)
+    return load_auto(source, config, **hub)
+
+
+def _head(backbone: Any, tokens: torch.Tensor) -> torch.Tensor:
+    return backbone.model.classifier(tokens[:, 1:].mean(dim=1))
+
+
+FAMILY = register_family(HFFamily(
+    name="clip",
+    preprocessing={k: CLIP[k] for k in ("mean", "std", "interpolation")},
+    load=_load,
+    head=_head,
+    head_after_final_norm=False,
+    aliases=(
+        ModelEntry("clip-vitb16", "clip", 12, 12, 768, 16, ("cls",), "openai/clip-vit-base-patch16", CLIP),
+        ModelEntry("clip-vitb32", "clip", 12, 12, 768, 32, ("cls",), "openai/clip-vit-base-patch32", CLIP),
+    ),
+))

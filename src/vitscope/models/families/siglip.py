@@ -1,0 +1,37 @@
+"""SigLIP vision tower: no prefix token; the classifier pools every token."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from vitscope.models.entry import ModelEntry
+from vitscope.models.families._common import INCEPTION
+from vitscope.models.family import HFFamily, load_auto, register_family
+
+
+def _load(source: str, config: Any, **hub: Any):
+    """A full SigLIP checkpoint loads its vision tower only; a vision-only one loads as its config says."""
+    import transformers as tf
+
+    if config.model_type == "siglip":
+        return tf.SiglipVisionModel.from_pretrained(source, **hub)
+    return load_auto(source, config, **hub)
+
+
+def _head(backbone: Any, tokens: torch.Tensor) -> torch.Tensor:
+    return backbone.model.classifier(tokens.mean(dim=1))
+
+
+FAMILY = register_family(HFFamily(
+    name="siglip",
+    preprocessing={"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "interpolation": "bicubic"},
+    prefix=lambda config: (),
+    load=_load,
+    head=_head,
+    aliases=(
+        ModelEntry("siglip-b16", "siglip", 12, 12, 768, 16, (), "google/siglip-base-patch16-224",
+                   {**INCEPTION, "interpolation": "bicubic"}),
+    ),
+))

@@ -1,0 +1,37 @@
+"""ViT-MAE: run with nothing masked and a fixed increasing noise, so the patches keep their order."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+from vitscope.models.entry import ModelEntry
+from vitscope.models.families._common import DINO
+from vitscope.models.family import HFFamily, register_family
+
+
+def _load(source: str, config: Any, **hub: Any):
+    import transformers as tf
+
+    config.mask_ratio = 0.0  # deterministic: nothing masked (the forward also fixes the patch order)
+    return tf.ViTMAEModel.from_pretrained(source, config=config, **hub)
+
+
+def _forward_kwargs(backbone: Any, fn: Any, pixels: torch.Tensor) -> dict[str, Any]:
+    if "noise" not in inspect.signature(fn).parameters:
+        return {}
+    h, w = backbone.spec.grid_for(*pixels.shape[-2:])
+    return {"noise": torch.arange(h * w, device=pixels.device, dtype=torch.float32).expand(pixels.shape[0], -1)}
+
+
+FAMILY = register_family(HFFamily(
+    name="vit_mae",
+    load=_load,
+    forward_kwargs=_forward_kwargs,
+    aliases=(
+        ModelEntry("mae-vitb16", "vit_mae", 12, 12, 768, 16, ("cls",), "facebook/vit-mae-base", DINO),
+        ModelEntry("mae-vitl16", "vit_mae", 24, 16, 1024, 16, ("cls",), "facebook/vit-mae-large", DINO),
+    ),
+))

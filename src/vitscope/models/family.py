@@ -1,0 +1,119 @@
+"""Hugging Face model families as descriptors: one file per family under :mod:`vitscope.models.families`.
+
+A descriptor says everything family-specific the adapters need (timm's one-file-per-family, as data): how to
+load the checkpoint, its prefix tokens, its preprocessing defaults, how its classifier pools the tokens, and
+extra arguments its forward or its blocks take. The adapters (:mod:`vitscope.models.hf`,
+:mod:`vitscope.models.hf_load`, :mod:`vitscope.models.hf_spec`) read descriptors and never branch on family
+names. Registered aliases of the papers' checkpoints (``dino-vitb16``...) live in the family's file too.
+
+Adding a family: one file that calls :func:`register_family`, imported by ``families/__init__.py``, plus a
+test factory (``tests/helpers/hf_factories.py``); see ``docs/extending.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only
+    import torch
+    from torch import nn
+
+    from vitscope.models.entry import ModelEntry
+
+__all__ = ["HFFamily", "IMAGENET", "family_of", "get_family", "hf_families", "register_family"]
+
+IMAGENET: Mapping[str, Any] = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "interpolation": "bicubic"}
+
+
+def _cls_prefix(config: Any) -> tuple[str, ...]:
+    return ("cls",)
+
+
+def _cls_head(backbone: Any, tokens: torch.Tensor) -> torch.Tensor:
+    return backbone.model.classifier(tokens[:, 0])
+
+
+def _no_kwargs(backbone: Any, fn: Any, pixels: torch.Tensor) -> dict[str, Any]:
+    return {}
+
+
+def _plain_layers(backbone: Any, tokens: torch.Tensor) -> dict[str, Any]:
+    return {"attention_mask": None}
+
+
+def load_auto(source: str, config: Any, **hub: Any) -> nn.Module:
+    """The checkpoint's own classifier class when its architectures name one, else ``AutoModel``."""
+    import transformers as tf
+
+    archs = config.architectures or []
+    if any(a.endswith("ForImageClassification") or a.endswith("WithTeacher") for a in archs):
+        cls = getattr(tf, archs[0], None) or tf.AutoModelForImageClassification
+        return cls.from_pretrained(source, **hub)
+    return tf.AutoModel.from_pretrained(source, **hub)
+
+
+@dataclass(frozen=True)
+class HFFamily:
+    """What is particular to one Hugging Face model family.
+
+    Attributes:
+        name: the family, ``config.model_type`` without ``_vision_model`` (``clip_vision_model`` -> ``clip``).
+        kind: ``"transformer"`` or ``"cnn"``.
+        preprocessing: mean, std and interpolation used when a checkpoint ships no ``preprocessor_config.json``.
+        prefix: ``config -> prefix token kinds`` in canonical order (CLS, distillation, registers).
+        load: ``(source, config, **hub) -> model`` (e.g. CLIP loads its vision tower only).
+        head: ``(backbone, tokens [B, N, D]) -> logits``: the pooling of the family's classifier.
+        head_after_final_norm: the classifier reads final-normed tokens (CLIP pools before the norm).
+        forward_kwargs: ``(backbone, fn, pixels) -> extra keyword arguments`` of the model's and the
+            embeddings' forward (ViT-MAE: a fixed patch order).
+        layer_kwargs: ``(backbone, tokens) -> keyword arguments`` of every block's forward (BEiT's bias).
+        aliases: registered names of the papers' checkpoints of this family.
+    """
+
+    name: str
+    kind: str = "transformer"
+    preprocessing: Mapping[str, Any] = field(default_factory=lambda: dict(IMAGENET))
+    prefix: Callable[[Any], tuple[str, ...]] = _cls_prefix
+    load: Callable[..., nn.Module] = load_auto
+    head: Callable[[Any, torch.Tensor], torch.Tensor] = _cls_head
+    head_after_final_norm: bool = True
+    forward_kwargs: Callable[[Any, Any, torch.Tensor], dict[str, Any]] = _no_kwargs
+    layer_kwargs: Callable[[Any, torch.Tensor], dict[str, Any]] = _plain_layers
+    aliases: tuple[ModelEntry, ...] = ()
+
+
+_FAMILIES: dict[str, HFFamily] = {}
+
+
+def register_family(family: HFFamily) -> HFFamily:
+    """Make ``family`` known to the Hugging Face adapters (called by its file in ``models/families``)."""
+    if family.kind not in ("transformer", "cnn"):
+        raise ValueError(f"family {family.name!r}: kind must be 'transformer' or 'cnn', got {family.kind!r}")
+    _FAMILIES[family.name] = family
+    return family
+
+
+def hf_families() -> dict[str, HFFamily]:
+    """Every registered family by name (the built-in ones are imported on first use)."""
+    import vitscope.models.families  # noqa: F401  (each file registers its family)
+
+    return dict(_FAMILIES)
+
+
+def family_of(config: Any) -> str:
+    """Adapter family from a transformers config (``clip_vision_model`` -> ``clip``)."""
+    return config.model_type.removesuffix("_vision_model")
+
+
+def get_family(name: str) -> HFFamily:
+    """The descriptor of family ``name``.
+
+    Raises:
+        KeyError: an unsupported family (the message lists the supported ones).
+    """
+    families = hf_families()
+    if name not in families:
+        raise KeyError(f"model type '{name}' is not supported; supported: {', '.join(sorted(families))}")
+    return families[name]
