@@ -152,7 +152,7 @@ def fake_masks(spec: ModelSpec, index: int) -> np.ndarray:
 def _model_record(spec: ModelSpec, names_or_patterns: Sequence[str] | str, batch_size: int,
                   generator: torch.Generator, start_index: int) -> tuple[dict[str, torch.Tensor], Batch]:
     """A real forward of the tiny classifier of ``spec`` on random pixels; the batch carries the model."""
-    from vitscope.analyses.context import ModelRunner
+    from vitscope.analyses.batch import ModelRunner
 
     backbone = classifier("vit-classifier" if spec.is_transformer else "cnn-classifier")
     pixels = torch.randn((batch_size, 3, *spec.image_size), generator=generator)

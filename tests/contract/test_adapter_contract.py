@@ -183,7 +183,8 @@ def test_cnn_contract(kind):
 def test_every_registered_family_has_a_test_factory() -> None:
     """A new Hugging Face family is one descriptor file plus one factory: both must exist."""
     from helpers.hf_factories import FACTORIES
-    from vitscope.models.family import family_of, hf_families
+    from vitscope.models.families import hf_families
+    from vitscope.models.family import family_of
 
     covered = set()
     for kind in FACTORIES:

@@ -18,9 +18,9 @@ from vitscope.analyses import (
     CLSAttentionMaps,
     SpatialAverageMaps,
     attention_suite,
-    context,
 )
-from vitscope.analyses.context import SharedQuantities, union_plan
+from vitscope.analyses import batch as context
+from vitscope.analyses.batch import SharedQuantities, union_plan
 from vitscope.functional import attention_blocks as ap
 from vitscope.functional.rollout import rollout
 from vitscope.models.spec import ModelSpec

@@ -9,7 +9,7 @@ import torch
 
 from vitscope.analyses import SaliencyIoU, attention_suite
 from vitscope.analyses.attention_suite import NoAttentionError
-from vitscope.analyses.context import union_plan
+from vitscope.analyses.batch import union_plan
 from vitscope.analyses.saliency import mask_to_grid
 from vitscope.cli.analyze import parse_analyses
 from vitscope.models.spec import ModelSpec

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from vitscope.analyses.base import Batch
-from vitscope.analyses.context import ModelRunner
+from vitscope.analyses.batch import ModelRunner
 from vitscope.analyses.masking_base import NoModelError
 from vitscope.analyses.masking_foreground import ForegroundMasking
 from vitscope.analyses.masking_frequency import FrequencyFiltering

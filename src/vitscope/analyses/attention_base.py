@@ -11,7 +11,7 @@ from typing import ClassVar
 import torch
 
 from vitscope.analyses.base import Analysis, Batch, Result, thumbnails
-from vitscope.analyses.context import ATTENTION_BLOCKS
+from vitscope.analyses.batch import ATTENTION_BLOCKS
 from vitscope.analyses.state import first_seen
 from vitscope.functional.attention_blocks import BlockStats, random_block_statistics
 from vitscope.hooks.names import split_block_name

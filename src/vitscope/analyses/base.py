@@ -1,5 +1,5 @@
-"""The analysis protocol (DESIGN.md idea 3): :class:`Analysis` with declared state, the :class:`Batch` it
-reads, and the :class:`Result` it returns."""
+"""The analysis protocol (DESIGN.md idea 3): :class:`Analysis` with declared state, and the :class:`Result` it
+returns; the :class:`~vitscope.analyses.batch.Batch` it reads is re-exported here."""
 
 from __future__ import annotations
 
@@ -8,72 +8,18 @@ import functools
 import inspect
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 
+from vitscope.analyses.batch import Batch, thumbnails
 from vitscope.analyses.state import StateSpec, merge_states
 from vitscope.models.spec import ModelSpec
 
-
-@dataclass
-class Batch:
-    """What the engine hands to every analysis together with the recorded tensors.
-
-    Attributes:
-        pixels: ``[B, 3, H, W]`` preprocessed input (on the run's device).
-        indices: dataset index of each image.
-        paths: source path (or name) of each image.
-        spec: the backbone's ModelSpec.
-        grid: ``(h, w)`` token grid of this batch's input size.
-        targets: optional per-image ground truth (labels, masks...) from the dataset.
-        shared: the batch's shared quantities (:class:`~vitscope.analyses.context.SharedQuantities`); the engine
-            sets it with the run's plan, :meth:`quantity` creates one when it is missing.
-        model: runs the model again on altered inputs (:class:`~vitscope.analyses.context.ModelRunner`); the
-            engine sets it, analyses that re-run the model (masking) read it.
-    """
-
-    pixels: torch.Tensor
-    indices: list[int]
-    paths: list[str]
-    spec: ModelSpec
-    grid: tuple[int, int]
-    targets: dict[str, Any] = field(default_factory=dict)
-    shared: Any = field(default=None, repr=False)
-    model: Any = field(default=None, repr=False)
-
-    @property
-    def size(self) -> int:
-        return len(self.indices)
-
-    def quantity(self, name: str, record: Mapping[str, torch.Tensor], needs: Collection[str] = ()) -> Any:
-        """A shared quantity of this batch (``"attention_blocks"``, ``"sift_keypoints"``), computed once.
-
-        Args:
-            name: the quantity (:data:`vitscope.analyses.context.PROVIDERS`).
-            record: the batch's recorded tensors.
-            needs: options the caller reads (e.g. ``{"cls", "aligned"}`` of the attention blocks).
-        """
-        if self.shared is None:
-            from vitscope.analyses.context import SharedQuantities
-
-            self.shared = SharedQuantities(record)
-        return self.shared.get(name, self, needs)
-
-
-def thumbnails(batch: Batch, positions: Sequence[int]) -> list[torch.Tensor]:
-    """The preprocessed images at ``positions`` of the batch as ``[H, W, 3]`` uint8 (for overlays and SIFT)."""
-    spec = batch.spec
-    mean = torch.tensor(spec.mean, dtype=torch.float32).view(3, 1, 1)
-    std = torch.tensor(spec.std, dtype=torch.float32).view(3, 1, 1)
-    out = []
-    for i in positions:
-        x = batch.pixels[i].detach().float().cpu() * std + mean
-        out.append((x.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).contiguous())
-    return out
+__all__ = ["Accumulator", "Analysis", "Batch", "Result", "thumbnails"]
 
 
 @dataclass

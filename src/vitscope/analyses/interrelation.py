@@ -15,7 +15,7 @@ import torch
 
 from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, TableResult, thumbnails
 from vitscope.analyses.base import Batch
-from vitscope.analyses.context import ATTENTION_BLOCKS, SIFT_KEYPOINTS
+from vitscope.analyses.batch import ATTENTION_BLOCKS, SIFT_KEYPOINTS
 from vitscope.analyses.registry import register_analysis
 from vitscope.analyses.state import first_seen
 from vitscope.functional.attention_blocks import BlockStats

@@ -2,7 +2,7 @@
 
 Unlike the other analyses, these classify masked or filtered copies of every batch, so they need the model
 during the pass: the engine hands it over with the batch (``batch.model``, a
-:class:`~vitscope.analyses.context.ModelRunner` that pauses the recording during the extra forwards, so the
+:class:`~vitscope.analyses.batch.ModelRunner` that pauses the recording during the extra forwards, so the
 record stays the batch's own for every analysis).
 
 State is a set of correct-prediction counts (exactly mergeable); accuracy = correct / images.
@@ -17,7 +17,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 
 from vitscope.analyses.base import Analysis, Batch, Result
-from vitscope.analyses.context import ModelRunner
+from vitscope.analyses.batch import ModelRunner
 from vitscope.models.backbone import Backbone
 from vitscope.models.spec import ModelSpec
 

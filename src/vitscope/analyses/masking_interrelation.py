@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from vitscope.analyses.base import Batch, Result
-from vitscope.analyses.context import SIFT_KEYPOINTS
+from vitscope.analyses.batch import SIFT_KEYPOINTS
 from vitscope.analyses.interrelation import batch_keypoint_counts
 from vitscope.analyses.masking_base import ModelAccumulator, topk_correct
 from vitscope.analyses.registry import register_analysis

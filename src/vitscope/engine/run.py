@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from vitscope.analyses.base import Analysis, Batch, Result
-from vitscope.analyses.context import ModelRunner, SharedQuantities, union_plan
+from vitscope.analyses.batch import ModelRunner, SharedQuantities, union_plan
 from vitscope.engine.batches import Dataset, iter_batches
 from vitscope.engine.memory import limit_fragmentation
 from vitscope.engine.state import Checkpoint, interrupt_guard

@@ -6,8 +6,9 @@ extra arguments its forward or its blocks take. The adapters (:mod:`vitscope.mod
 :mod:`vitscope.models.hf_load`, :mod:`vitscope.models.hf_spec`) read descriptors and never branch on family
 names. Registered aliases of the papers' checkpoints (``dino-vitb16``...) live in the family's file too.
 
-Adding a family: one file that calls :func:`register_family`, imported by ``families/__init__.py``, plus a
-test factory (``tests/helpers/hf_factories.py``); see ``docs/extending.md``.
+Adding a family: one file that calls :func:`register_family`, imported by ``families/__init__.py`` (which also
+looks families up: :func:`vitscope.models.families.get_family`), plus a test factory
+(``tests/helpers/hf_factories.py``); see ``docs/extending.md``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ if TYPE_CHECKING:  # annotations only
 
     from vitscope.models.entry import ModelEntry
 
-__all__ = ["HFFamily", "IMAGENET", "family_of", "get_family", "hf_families", "register_family"]
+__all__ = ["HFFamily", "IMAGENET", "family_of", "load_auto", "register_family", "registered_families"]
 
 IMAGENET: Mapping[str, Any] = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "interpolation": "bicubic"}
 
@@ -95,25 +96,11 @@ def register_family(family: HFFamily) -> HFFamily:
     return family
 
 
-def hf_families() -> dict[str, HFFamily]:
-    """Every registered family by name (the built-in ones are imported on first use)."""
-    import vitscope.models.families  # noqa: F401  (each file registers its family)
-
-    return dict(_FAMILIES)
-
-
 def family_of(config: Any) -> str:
     """Adapter family from a transformers config (``clip_vision_model`` -> ``clip``)."""
     return config.model_type.removesuffix("_vision_model")
 
 
-def get_family(name: str) -> HFFamily:
-    """The descriptor of family ``name``.
-
-    Raises:
-        KeyError: an unsupported family (the message lists the supported ones).
-    """
-    families = hf_families()
-    if name not in families:
-        raise KeyError(f"model type '{name}' is not supported; supported: {', '.join(sorted(families))}")
-    return families[name]
+def registered_families() -> dict[str, HFFamily]:
+    """The families registered so far (:func:`vitscope.models.families.hf_families` imports the built-in ones)."""
+    return dict(_FAMILIES)

@@ -12,7 +12,7 @@ from torch import nn
 from vitscope.hooks.record import Record, Removable
 from vitscope.models.backbone import Backbone
 from vitscope.models.block_hooks import install_block_hooks
-from vitscope.models.family import get_family
+from vitscope.models.families import get_family
 from vitscope.models.hf_attention import capture_hf_attention
 from vitscope.models.hf_layout import (
     attention_module,

@@ -11,7 +11,8 @@ from torch import nn
 from vitscope.models.backbone import Backbone
 from vitscope.models.cnn import CNNBackbone, cnn_spec, hf_cnn_layout
 from vitscope.models.errors import ModelLoadError
-from vitscope.models.family import family_of, get_family
+from vitscope.models.families import get_family
+from vitscope.models.family import family_of
 from vitscope.models.hf import HFViTBackbone
 from vitscope.models.hf_spec import load_preprocessor_json, read_preprocessing, transformer_spec
 from vitscope.models.hub_cache import is_cached

@@ -8,7 +8,8 @@ from typing import Any
 
 from torch import nn
 
-from vitscope.models.family import family_of, get_family
+from vitscope.models.families import get_family
+from vitscope.models.family import family_of
 from vitscope.models.spec import ModelSpec
 
 _PIL_RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}

@@ -22,7 +22,7 @@ def _entries() -> list[ModelEntry]:
         ModelEntry("tiny-resnet", "tiny-resnet", 4, 0, 256, 16, (), builder=lambda: build_tiny_resnet("tiny-resnet"),
                    description="vitscope's tiny ResNet (64 px), random weights, 10-class head"),
     ]
-    from vitscope.models.family import hf_families  # each family's file lists its checkpoints' aliases
+    from vitscope.models.families import hf_families  # each family's file lists its checkpoints' aliases
 
     hub = [alias for family in hf_families().values() for alias in family.aliases]
     return tiny + _plugin_entries() + hub

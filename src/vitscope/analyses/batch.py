@@ -1,4 +1,5 @@
-"""What a batch carries besides its pixels: work shared by analyses, and the model for extra forwards.
+"""What the engine hands every analysis with the recorded tensors: the :class:`Batch`, the work its analyses
+share, and the model for extra forwards.
 
 Several analyses read the same per-batch quantities: every attention analysis reads the statistics of
 every block's pattern, interrelation and interrelation masking read the SIFT keypoints of every image. An
@@ -15,7 +16,8 @@ which pauses the recording meanwhile: the batch's record stays as the engine rec
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
@@ -23,14 +25,71 @@ import torch
 from vitscope.functional.attention_blocks import QUANTITIES, BlockStats, Workspace, block_statistics
 from vitscope.functional.sift import sift_keypoint_counts
 from vitscope.hooks.names import split_block_name
+from vitscope.models.spec import ModelSpec
 
-if TYPE_CHECKING:  # annotations only: base imports this module lazily
-    from vitscope.analyses.base import Batch
+if TYPE_CHECKING:  # annotations only
     from vitscope.models.backbone import Backbone
 
-__all__ = ["ATTENTION_BLOCKS", "PROVIDERS", "SIFT_KEYPOINTS", "ModelRunner", "SharedQuantities", "union_plan"]
+__all__ = ["ATTENTION_BLOCKS", "PROVIDERS", "SIFT_KEYPOINTS", "Batch", "ModelRunner", "SharedQuantities",
+           "thumbnails", "union_plan"]
 
 T = TypeVar("T")
+
+
+@dataclass
+class Batch:
+    """What the engine hands to every analysis together with the recorded tensors.
+
+    Attributes:
+        pixels: ``[B, 3, H, W]`` preprocessed input (on the run's device).
+        indices: dataset index of each image.
+        paths: source path (or name) of each image.
+        spec: the backbone's ModelSpec.
+        grid: ``(h, w)`` token grid of this batch's input size.
+        targets: optional per-image ground truth (labels, masks...) from the dataset.
+        shared: the batch's shared quantities (:class:`SharedQuantities`); the engine sets it with the run's
+            plan, :meth:`quantity` creates one when it is missing.
+        model: runs the model again on altered inputs (:class:`ModelRunner`); the engine sets it, analyses that
+            re-run the model (masking) read it.
+    """
+
+    pixels: torch.Tensor
+    indices: list[int]
+    paths: list[str]
+    spec: ModelSpec
+    grid: tuple[int, int]
+    targets: dict[str, Any] = field(default_factory=dict)
+    shared: Any = field(default=None, repr=False)
+    model: Any = field(default=None, repr=False)
+
+    @property
+    def size(self) -> int:
+        return len(self.indices)
+
+    def quantity(self, name: str, record: Mapping[str, torch.Tensor], needs: Collection[str] = ()) -> Any:
+        """A shared quantity of this batch (``"attention_blocks"``, ``"sift_keypoints"``), computed once.
+
+        Args:
+            name: the quantity (:data:`PROVIDERS`).
+            record: the batch's recorded tensors.
+            needs: options the caller reads (e.g. ``{"cls", "aligned"}`` of the attention blocks).
+        """
+        if self.shared is None:
+            self.shared = SharedQuantities(record)
+        return self.shared.get(name, self, needs)
+
+
+def thumbnails(batch: Batch, positions: Sequence[int]) -> list[torch.Tensor]:
+    """The preprocessed images at ``positions`` of the batch as ``[H, W, 3]`` uint8 (for overlays and SIFT)."""
+    spec = batch.spec
+    mean = torch.tensor(spec.mean, dtype=torch.float32).view(3, 1, 1)
+    std = torch.tensor(spec.std, dtype=torch.float32).view(3, 1, 1)
+    out = []
+    for i in positions:
+        x = batch.pixels[i].detach().float().cpu() * std + mean
+        out.append((x.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).contiguous())
+    return out
+
 
 ATTENTION_BLOCKS = "attention_blocks"
 SIFT_KEYPOINTS = "sift_keypoints"
@@ -68,8 +127,6 @@ def _sift_keypoints(record: Mapping[str, torch.Tensor], batch: Batch, needs: fro
     """SIFT keypoints per patch of every image at model resolution: ``[B, h, w]`` int64 (CPU)."""
     if held is not None:
         return held
-    from vitscope.analyses.base import thumbnails
-
     grid = tuple(int(v) for v in batch.grid)
     images = thumbnails(batch, range(batch.size))
     if not images:
