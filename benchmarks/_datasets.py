@@ -1,7 +1,7 @@
 """Lazy, deterministic synthetic image dataset shared by the benchmark scripts.
 
-``SyntheticImages(n, size)`` satisfies the dataset protocol ``vitscope.run`` reads (``len``,
-``get(i) -> item | None``, ``skipped``). Nothing is stored per image: ``get(i)`` builds image ``i``
+``SyntheticImages(n, size)`` is a ``vitscope.data.Source`` (``len``, ``load(i)``).
+Nothing is stored per image: ``load(i)`` builds image ``i``
 from its index every time (a smooth gradient plus index-seeded noise), so the dataset's own
 memory does not grow with ``n`` and two calls with the same index return identical pixels.
 """
@@ -20,7 +20,7 @@ _SRC = Path(__file__).resolve().parent.parent / "src"
 if _SRC.is_dir() and str(_SRC) not in sys.path:
     sys.path.insert(0, str(_SRC))
 
-from vitscope.data.images import ImageItem  # noqa: E402
+from vitscope.data.source import Source  # noqa: E402
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -38,8 +38,8 @@ def synthetic_image(index: int, size: int = 224, seed: int = 0) -> Image.Image:
     return Image.fromarray((np.clip(img, 0.0, 1.0) * 255).astype(np.uint8), mode="RGB")
 
 
-class SyntheticImages:
-    """``n`` synthetic RGB images generated lazily from their index (nothing cached).
+class SyntheticImages(Source):
+    """``n`` synthetic RGB images generated lazily from their index (nothing cached), a vitscope Source.
 
     Args:
         n: number of images.
@@ -50,17 +50,16 @@ class SyntheticImages:
     def __init__(self, n: int, size: int = 224, seed: int = 0) -> None:
         if n < 0:
             raise ValueError("n must be >= 0")
+        super().__init__()
         self.n, self.size, self.seed = int(n), int(size), int(seed)
-        self.skipped: list = []
+        self.paths = [f"synthetic:{i}" for i in range(self.n)]
+        self.name = f"synthetic-{self.n}"
 
-    def __len__(self) -> int:
-        return self.n
+    def load(self, i: int) -> Image.Image:
+        return synthetic_image(i, self.size, self.seed)
 
-    def get(self, i: int) -> ImageItem:
-        if not -self.n <= i < self.n:
-            raise IndexError(f"image index {i} out of range for {self.n} images")
-        i %= self.n
-        return ImageItem(image=synthetic_image(i, self.size, self.seed), path=f"synthetic:{i}", index=i, targets={})
+    def content_digest(self) -> str:
+        return f"synthetic-{self.n}-{self.size}-{self.seed}"
 
 
 def cpu_model() -> str:

@@ -40,22 +40,23 @@ import torch
 from _datasets import RESULTS_DIR, synthetic_image
 
 from vitscope.analyses.representation import BlockCKA, cross_model_cka
-from vitscope.features import FeatureCache, FeatureRequest, ImageSource, extract_features
+from vitscope.data.source import Source
+from vitscope.features import FeatureCache, FeatureRequest, extract_features
 from vitscope.features.fingerprint import digest
 from vitscope.models.wrap import build_tiny_vit
 
 
-class GeneratedSource(ImageSource):
+class GeneratedSource(Source):
     """``n`` synthetic images made from their index (``_datasets.synthetic_image``), no files."""
 
     def __init__(self, n: int, size: int) -> None:
-        super().__init__([f"synthetic:{i}" for i in range(n)], name=f"synthetic-{n}")
-        self.size = size
+        super().__init__()
+        self.paths, self.name, self.size = [f"synthetic:{i}" for i in range(n)], f"synthetic-{n}", size
 
-    def image(self, i: int):
+    def load(self, i: int):
         return synthetic_image(i, self.size)
 
-    def fingerprint(self, with_annotations: bool = False) -> str:
+    def content_digest(self) -> str:
         return digest({"synthetic": len(self), "size": self.size})
 
 

@@ -113,12 +113,12 @@ def child(model: str, n: int, batch_size: int) -> dict:
     class Traced(SyntheticImages):
         """Samples VmRSS when the loader starts each batch (the list holds a few floats only)."""
 
-        def get(self, i: int):
+        def load(self, i: int):
             if i % batch_size == 0:
                 kib = _status_kib("VmRSS")
                 if kib is not None:
                     trace.append(kib / 1024)
-            return super().get(i)
+            return super().load(i)
 
     dataset = Traced(n, size=size, seed=0)
     rss_before = _status_kib("VmRSS")

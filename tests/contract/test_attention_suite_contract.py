@@ -15,7 +15,7 @@ from helpers.hf_factories import CNN_KINDS, TRANSFORMER_KINDS, make
 from vitscope import wrap
 from vitscope.analyses import AlignedAttention, attention_suite, default_analyses
 from vitscope.analyses.attention_suite import NoAttentionError
-from vitscope.data.images import ImageItem
+from vitscope.data.source import Source
 from vitscope.data.synthetic import SyntheticWorld
 from vitscope.models.registry import registry
 
@@ -25,21 +25,20 @@ TINY_VITS = [t for t in TINY if not t.endswith("resnet")]
 NUM_IMAGES = 3
 
 
-class MaskedScenes:
-    """In-memory synthetic scenes with their instance masks as ``targets["masks"]`` (the engine's protocol)."""
+class MaskedScenes(Source):
+    """In-memory synthetic scenes with their instance masks as ``targets["masks"]`` (a vitscope Source)."""
 
     def __init__(self, n: int, size: int = 48) -> None:
+        super().__init__()
         world = SyntheticWorld(num_classes=4, size=size, seed=5)
         self.scenes = [world.scene(i) for i in range(n)]
-        self.skipped: list = []
+        self.paths = [f"scene:{i}" for i in range(n)]
 
-    def __len__(self) -> int:
-        return len(self.scenes)
+    def load(self, i: int) -> Image.Image:
+        return Image.fromarray(self.scenes[i].image)
 
-    def get(self, i: int) -> ImageItem:
-        s = self.scenes[i]
-        masks = torch.stack([torch.from_numpy(o.mask) for o in s.objects]).numpy()
-        return ImageItem(image=Image.fromarray(s.image), path=f"scene:{i}", index=i, targets={"masks": masks})
+    def targets(self, i: int) -> dict:
+        return {"masks": torch.stack([torch.from_numpy(o.mask) for o in self.scenes[i].objects]).numpy()}
 
 
 @pytest.fixture(scope="module")

@@ -20,9 +20,9 @@ from vitscope.analyses.probes import probe_sweep
 from vitscope.analyses.representation import BlockCKA
 from vitscope.analyses.representation_residual import ResidualCKA
 from vitscope.data import load_dataset
+from vitscope.data.annotated_source import AnnotatedSource
 from vitscope.data.synthetic.write import synthesize
-from vitscope.features import DatasetSource, FeatureCache, FeatureRequest, LongSideView, extract_features
-from vitscope.features.sources import MaskedAnnotatedSource
+from vitscope.features import FeatureCache, FeatureRequest, LongSideView, extract_features
 from vitscope.functional import knn_classify, revisited_map
 from vitscope.viz.probe_figures import compare_models
 
@@ -79,11 +79,11 @@ def test_sweep_runs_one_pass_per_image_then_none(data, tmp_path: Path) -> None:
 def test_knn_probe_equals_a_direct_computation(data, backbone, tmp_path: Path) -> None:
     res = probe_sweep(backbone, FeatureCache(tmp_path), train=load_dataset(data["train"]),
                       test=load_dataset(data["test"]), tokens=("cls",), batch_norm=(False,))["knn_cls"]
-    train, test = DatasetSource(load_dataset(data["train"])), DatasetSource(load_dataset(data["test"]))
+    train, test = AnnotatedSource(load_dataset(data["train"])), AnnotatedSource(load_dataset(data["test"]))
     feats = []
     with torch.inference_mode(), backbone.record(["blocks.4.resid_post"]) as rec:
         for src in (train, test):
-            backbone(backbone.preprocess([src.image(i) for i in range(len(src))]))
+            backbone(backbone.preprocess([src.load(i) for i in range(len(src))]))
             feats.append(rec["blocks.4.resid_post"][:, 0].clone())
     pred = knn_classify(feats[0], torch.as_tensor(train.labels()), feats[1], k=20, temperature=0.07)
     assert res["accuracy"][4].item() == pytest.approx((pred.numpy() == test.labels()).mean())
@@ -97,7 +97,7 @@ def test_retrieval_probe(data, backbone, tmp_path: Path) -> None:
     for m in res.metrics:
         values = res[m][~torch.isnan(res[m])]
         assert ((values >= 0) & (values <= 1)).all()
-    entry = extract_features(backbone, DatasetSource(dataset), [FeatureRequest(blocks=(2, 5))], cache,
+    entry = extract_features(backbone, AnnotatedSource(dataset), [FeatureRequest(blocks=(2, 5))], cache,
                              LongSideView())[FeatureRequest(blocks=(2, 5))]
     x = F.normalize(torch.from_numpy(np.array(entry.block(5))), dim=1)
     nq = len(dataset.queries)
@@ -136,7 +136,7 @@ def test_region_clustering_with_tiled_features(data, backbone, tmp_path: Path) -
 
 
 def test_engine_run_with_representation_analyses(data, backbone) -> None:
-    dataset = MaskedAnnotatedSource(load_dataset(data["coco"]))
+    dataset = AnnotatedSource(load_dataset(data["coco"]), regions=True)
     analyses = [BlockCKA(batch=4), ResidualCKA(estimator="full"), Clustering(level="object"), KnnProbe()]
     results = vitscope.run(backbone, dataset, analyses, batch_size=4, device="cpu", progress=False)
     cka = results["cka"]["cka"]
@@ -145,6 +145,6 @@ def test_engine_run_with_representation_analyses(data, backbone) -> None:
     regions = results["clustering"]
     assert regions.meta["level"] == "object" and regions["purity"].shape == (6,)
     # the same rows through the cache path give the same scores (engine and extraction agree)
-    entry = extract_features(backbone, DatasetSource(load_dataset(data["coco"])), [FeatureRequest(pooling="mask")],
+    entry = extract_features(backbone, AnnotatedSource(load_dataset(data["coco"])), [FeatureRequest(pooling="mask")],
                              FeatureCache(Path(dataset.dataset.root) / "cache"))[FeatureRequest(pooling="mask")]
     torch.testing.assert_close(clustering_probe(entry)["purity"], regions["purity"])

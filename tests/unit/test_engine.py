@@ -9,7 +9,8 @@ from PIL import Image
 
 import vitscope
 from vitscope.analyses import AttentionStats, MeanActivation
-from vitscope.data.images import EmptyDatasetError, ImageFiles, ImageLoadError
+from vitscope.data.files import ImageFiles
+from vitscope.data.images import EmptyDatasetError, ImageLoadError
 from vitscope.engine.run import required_hook_names
 from vitscope.functional.attention_stats import attention_entropy
 

@@ -12,13 +12,13 @@ import torch
 
 import vitscope
 from vitscope.data import load_dataset
+from vitscope.data.annotated_source import AnnotatedSource as DatasetSource
+from vitscope.data.files import ImageFiles as PathSource
 from vitscope.data.synthetic.write import synthesize
 from vitscope.features import (
-    DatasetSource,
     FeatureCache,
     FeatureRequest,
     LongSideView,
-    PathSource,
     RowStore,
     StandardView,
     extract_features,
@@ -154,7 +154,7 @@ def test_one_forward_pass_for_every_request_then_none(folder: Path, tmp_path: Pa
     assert calls == [4, 4, 2, 5, 5] and third[extra].blocks == [5] and third[extra].block(5).shape == (10, 65 * 128)
     # the cached rows are what a direct recording gives
     with torch.inference_mode(), backbone.record(["blocks.3.resid_post", "blocks.1.norm1"]) as rec:
-        backbone(backbone.preprocess([source.image(i) for i in range(10)]))
+        backbone(backbone.preprocess([source.load(i) for i in range(10)]))
         np.testing.assert_allclose(first[cls].block(3), rec["blocks.3.resid_post"][:, 0].numpy(), rtol=1e-5,
                                    atol=1e-5)
         np.testing.assert_allclose(first[mean].block(1), rec["blocks.1.norm1"][:, 1:].mean(1).numpy(), rtol=1e-5,

@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFile, features
 
+from vitscope.data.files import ImageFiles
 from vitscope.data.images import (
     IMAGE_EXTENSIONS,
     EmptyDatasetError,
-    ImageFiles,
     ImageItem,
     ImageLoadError,
     SkippedImageWarning,
     load_rgb,
-    open_dataset,
 )
+from vitscope.data.open import open_dataset
 from vitscope.data.sample_photos import SAMPLE_PHOTO_NAMES, SamplePhotos
 
 

@@ -8,7 +8,7 @@ import torch
 
 import vitscope
 from vitscope.analyses.registry import default_analyses
-from vitscope.data.images import open_dataset
+from vitscope.data.open import open_dataset
 from vitscope.data.synthetic.write import synthesize
 from vitscope.engine.provenance import data_fingerprint
 from vitscope.engine.state import Checkpoint, run_key

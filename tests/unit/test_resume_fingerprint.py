@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 from PIL import Image
 
-from vitscope.data.images import open_dataset
+from vitscope.data.open import open_dataset
 from vitscope.data.synthetic.write import synthesize
 from vitscope.engine.provenance import data_fingerprint
 

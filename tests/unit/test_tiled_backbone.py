@@ -15,10 +15,10 @@ from vitscope.analyses.clustering import Clustering, clustering_probe
 from vitscope.analyses.probe_knn import KnnProbe
 from vitscope.analyses.representation import BlockCKA
 from vitscope.data import load_dataset
+from vitscope.data.annotated_source import AnnotatedSource
 from vitscope.data.synthetic.write import synthesize
 from vitscope.engine.tiling import run_tiled
 from vitscope.features import FeatureCache, FeatureRequest, extract_features
-from vitscope.features.sources import DatasetSource, MaskedAnnotatedSource
 from vitscope.features.views import TiledView
 from vitscope.models.tiled import TilingError, wrap_tiled
 
@@ -117,7 +117,7 @@ def coco(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_attention_or_cls_analyses_with_tiling_name_the_analysis(vit, coco) -> None:
-    dataset = MaskedAnnotatedSource(load_dataset(coco))
+    dataset = AnnotatedSource(load_dataset(coco), regions=True)
     with pytest.raises(TilingError, match="analysis 'attention_stats' reads attention"):
         run_tiled(vit, dataset, [AttentionStats()], device="cpu", progress=False)
     with pytest.raises(TilingError, match="analysis 'knn_probe' reads the CLS token"):
@@ -132,7 +132,7 @@ def test_attention_or_cls_analyses_with_tiling_name_the_analysis(vit, coco) -> N
 def test_spatial_analyses_run_tiled_end_to_end(vit, coco, tmp_path: Path) -> None:
     """Object-level clustering, spatial-mean k-NN and CKA through the engine on tiled features; the
     clustering equals the feature-cache path with a TiledView (square images: the same 128 x 128 frame)."""
-    dataset = MaskedAnnotatedSource(load_dataset(coco))
+    dataset = AnnotatedSource(load_dataset(coco), regions=True)
     analyses = [Clustering(level="object"), KnnProbe(tokens="spatial_mean", k=3), BlockCKA(tokens="spatial_mean",
                                                                                            estimator="full")]
     results = run_tiled(vit, dataset, analyses, batch_size=4, device="cpu", progress=False)
@@ -143,7 +143,7 @@ def test_spatial_analyses_run_tiled_end_to_end(vit, coco, tmp_path: Path) -> Non
     cka = results["cka"]["cka"]
     assert cka.shape == (6, 6) and torch.allclose(cka.diagonal(), torch.ones(6, dtype=torch.float64))
     request = FeatureRequest(pooling="mask")
-    entry = extract_features(vit, DatasetSource(load_dataset(coco)), [request], FeatureCache(tmp_path),
+    entry = extract_features(vit, AnnotatedSource(load_dataset(coco)), [request], FeatureCache(tmp_path),
                              TiledView())[request]
     assert entry.meta["grid"] == [16, 16] and regions.meta["num_rows"] == len(entry)
     torch.testing.assert_close(clustering_probe(entry)["purity"], regions["purity"])

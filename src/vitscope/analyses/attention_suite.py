@@ -10,7 +10,7 @@ Example::
 
     import vitscope
     from vitscope.analyses.attention_suite import attention_suite
-    from vitscope.data.images import open_dataset
+    from vitscope.data.open import open_dataset
 
     backbone = vitscope.load_model("tiny-vit")
     data = open_dataset("synth_coco::coco")  # written by `vitscope synth --format coco --out synth_coco`

@@ -73,7 +73,7 @@ class Clustering(LabelledFeatures):
         site: block site (default ``resid_post``, the block output).
         tokens: image level: ``"cls"`` (default) or ``"spatial_mean"``.
         level: ``"image"`` (batch targets ``label``), ``"object"`` or ``"part"`` (targets ``masks`` and
-            ``instance_labels``, see :class:`vitscope.features.sources.MaskedAnnotatedSource`).
+            ``instance_labels``, see :class:`vitscope.data.annotated_source.AnnotatedSource` with ``regions=True``).
         k: number of clusters (default: the number of distinct labels).
         seed: k-means ``random_state`` and seed of the random baseline.
         random_kind: random-chance features, ``"uniform"`` (default), ``"gaussian"`` or None.

@@ -4,8 +4,8 @@ Rows (one per image, or one per region mask at the object / part level) go to a 
 :class:`~vitscope.features.rowstore.RowStore` with their dataset index and label; ``compute`` reads them
 back sorted by index, so a merged accumulator scores exactly what one accumulator over all images would.
 Labels come from ``batch.targets`` (``label`` per image; ``masks`` and ``instance_labels`` for regions, as
-:class:`vitscope.features.sources.MaskedAnnotatedSource` provides). When the data has none, the analysis
-says so: a warning at the first such batch and ``meta["error"]`` in its (empty) result.
+:class:`vitscope.data.annotated_source.AnnotatedSource` with ``regions=True`` provides). When the data has none,
+the analysis says so: a warning at the first such batch and ``meta["error"]`` in its (empty) result.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class LabelledFeatures(Analysis):
             return (f"{self.name}: the data has no image labels; use a labelled dataset (e.g. --data ROOT::imagefolder "
                     "or ::coco)")
         return (f"{self.name}: {self._cfg_level}-level rows need region masks and their labels; open the dataset "
-                "with vitscope.features.MaskedAnnotatedSource (coco, partimagenet)")
+                "with vitscope.data.annotated_source.AnnotatedSource(reader, regions=True) (coco, partimagenet)")
 
     def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
         """Add one batch: the site of every block ``[B, N, D]`` plus the labels (or masks) in ``batch.targets``."""

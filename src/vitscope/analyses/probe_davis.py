@@ -24,9 +24,9 @@ import torch
 
 from vitscope.analyses.probe_common import require_blocks, tiling_scale
 from vitscope.analyses.probe_result import ProbeResult, probe_result
+from vitscope.data.files import ImageFiles
 from vitscope.features.cache import FeatureCache
 from vitscope.features.extract import FeatureRequest, extract_features
-from vitscope.features.sources import PathSource
 from vitscope.features.views import FrameView, TiledView
 from vitscope.functional.pooling import random_features
 from vitscope.functional.propagation import first_frame_labels, labels_to_mask, propagate_labels
@@ -142,7 +142,7 @@ def davis_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, 
     entries, sequences = [], []
     for s in range(len(dataset)):
         seq = dataset[s]
-        source = PathSource(seq.frame_paths, name=f"davis:{seq.name}")
+        source = ImageFiles(list(seq.frame_paths), name=f"davis:{seq.name}")
         entry = extract_features(backbone, source, [request], cache, view, batch_size, device, dtype)[request]
         if len(entry) != len(seq.frame_paths):
             raise ValueError(f"sequence {seq.name}: {len(seq.frame_paths) - len(entry)} frames could not be read")

@@ -20,9 +20,9 @@ from PIL import Image
 
 from vitscope.analyses.probe_common import require_blocks, tiling_scale
 from vitscope.analyses.probe_result import ProbeResult, probe_result
+from vitscope.data.files import ImageFiles
 from vitscope.features.cache import FeatureCache
 from vitscope.features.extract import FeatureRequest, extract_features
-from vitscope.features.sources import PathSource
 from vitscope.features.views import LetterboxView, TiledView
 from vitscope.functional.correspondence import letterbox_geometry, transfer_keypoints
 from vitscope.functional.keypoints import pck
@@ -127,7 +127,7 @@ def keypoint_probe(backbone: Backbone, dataset, cache: FeatureCache | None = Non
                       "trg_xy": trg_box.apply(it.trg_kps)})
     view = TiledView(LetterboxView(), scale) if scale else LetterboxView()
     request = FeatureRequest(site, "spatial", None if blocks is None else tuple(blocks))
-    entry = extract_features(backbone, PathSource(paths, name=getattr(dataset, "name", "spair")), [request], cache,
+    entry = extract_features(backbone, ImageFiles(paths, name=getattr(dataset, "name", "spair")), [request], cache,
                              view, batch_size, device, dtype)[request]
     if len(entry) != len(paths):
         raise ValueError(f"{len(paths) - len(entry)} SPair images could not be read")

@@ -16,9 +16,9 @@ import torch.nn.functional as F
 
 from vitscope.analyses.probe_common import require_blocks
 from vitscope.analyses.probe_result import ProbeResult, probe_result
+from vitscope.data.annotated_source import AnnotatedSource
 from vitscope.features.cache import CacheEntry, FeatureCache
 from vitscope.features.extract import FeatureRequest, extract_features
-from vitscope.features.sources import DatasetSource
 from vitscope.features.views import LongSideView
 from vitscope.functional.pooling import random_features
 from vitscope.functional.retrieval import revisited_map
@@ -95,7 +95,7 @@ def retrieval_probe(backbone: Backbone, dataset, cache: FeatureCache | None = No
     if not hasattr(dataset, "gnd") or not hasattr(dataset, "queries"):
         raise ValueError("retrieval needs a revisited Oxford / Paris dataset (load_dataset(root, 'revisitop'))")
     request = FeatureRequest(site, pooling, None if blocks is None else tuple(blocks))
-    entry = extract_features(backbone, DatasetSource(dataset), [request], cache, LongSideView(), batch_size,
+    entry = extract_features(backbone, AnnotatedSource(dataset), [request], cache, LongSideView(), batch_size,
                              device, dtype)[request]
     return retrieval_scores(entry, len(dataset.queries), dataset.gnd, seed=seed, random_kind=random_kind,
                             model=backbone.spec.name)

@@ -19,9 +19,10 @@ from vitscope.analyses.probe_knn import knn_probe
 from vitscope.analyses.probe_linear import linear_probe
 from vitscope.analyses.probe_result import ProbeResult
 from vitscope.analyses.probe_retrieval import retrieval_probe
+from vitscope.data.annotated_source import AnnotatedSource
+from vitscope.data.open import as_source
 from vitscope.features.cache import FeatureCache
 from vitscope.features.extract import FeatureRequest, extract_features
-from vitscope.features.sources import DatasetSource, as_source
 from vitscope.features.views import StandardView, TiledView, View
 from vitscope.models.backbone import Backbone
 
@@ -56,7 +57,7 @@ def probe_sweep(
         cache: feature cache (default location if None); a second sweep with unchanged model, data and
             settings runs no forward pass.
         train, test: labelled image sets (format readers with labels, e.g. imagefolder, or labelled
-            ``PathSource``) for k-NN and the linear probe (``knn_<tokens>``, ``linear_<tokens>`` and
+            ``ImageFiles`` with labels) for k-NN and the linear probe (``knn_<tokens>``, ``linear_<tokens>`` and
             ``linear_<tokens>_bn``).
         clustering: labelled image set for image-level clustering (``clustering_<tokens>``); default: ``test``.
         regions: dataset with instance or part masks (coco, partimagenet) for region-level clustering
@@ -129,7 +130,7 @@ def probe_sweep(
     if regions is not None:
         request = FeatureRequest(site, "mask", chosen)
         view = TiledView(scale=scale) if scale else StandardView()
-        entry = extract_features(backbone, DatasetSource(regions), [request], cache, view, **common)[request]
+        entry = extract_features(backbone, AnnotatedSource(regions), [request], cache, view, **common)[request]
         out["clustering_regions"] = clustering_probe(entry, seed=seed, random_kind=random_kind, model=name)
     if retrieval is not None:
         out["retrieval"] = retrieval_probe(backbone, retrieval, cache, site=site, blocks=chosen, seed=seed,

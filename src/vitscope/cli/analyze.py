@@ -15,8 +15,8 @@ import vitscope
 from vitscope.analyses.attention_suite import ATTENTION_GROUP, NoAttentionError
 from vitscope.analyses.params import build_analyses
 from vitscope.analyses.registry import ANALYSES, default_analyses
-from vitscope.data.images import open_dataset
-from vitscope.engine.provenance import data_fingerprint, model_identity
+from vitscope.data.open import open_dataset
+from vitscope.engine.provenance import model_identity
 from vitscope.engine.run import Results, resolve_device, run
 from vitscope.engine.state import Checkpoint, run_key
 from vitscope.features.fingerprint import model_fingerprint
@@ -26,19 +26,9 @@ STATE_DIR = ".vitscope-state"
 
 
 def dataset_targets(dataset) -> frozenset[str]:
-    """Ground-truth keys the dataset hands to analyses (``batch.targets``), read from its first entries.
-
-    Plain image folders have none; annotated formats (``ROOT::coco``) give e.g. ``label`` and ``masks``.
-    """
-    probe = getattr(dataset, "_targets", None)
-    if probe is None:
-        return frozenset()
-    for i in range(min(len(dataset), 3)):
-        try:
-            return frozenset(probe(i))
-        except Exception:  # an unreadable entry: try the next one
-            continue
-    return frozenset()
+    """Ground-truth keys the data hands to analyses (``batch.targets``): none for plain image folders,
+    e.g. ``label`` and ``masks`` for annotated formats (``ROOT::coco``)."""
+    return dataset.target_keys()
 
 
 def parse_analyses(names: str | None, spec, targets: frozenset[str] | None = None,
@@ -59,9 +49,8 @@ def parse_analyses(names: str | None, spec, targets: frozenset[str] | None = Non
 
 
 def describe_data(dataset) -> dict[str, Any]:
-    """The data entry of results.json: the dataset's own description plus its fingerprint."""
-    described = dataset.describe() if hasattr(dataset, "describe") else {"name": str(dataset)}
-    return {**described, "fingerprint": data_fingerprint(dataset)}
+    """The data entry of results.json: the source's own description plus its fingerprint."""
+    return {**dataset.describe(), "fingerprint": dataset.fingerprint()}
 
 
 def write_results_json(out: Path, doc: dict[str, Any]) -> Path:

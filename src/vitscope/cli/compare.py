@@ -20,7 +20,7 @@ from vitscope.cli.analyze import (
 )
 from vitscope.compare import ModelRun, compare_analyses, compare_runs
 from vitscope.compare.outputs import comparison_sections, comparison_summary, write_comparison
-from vitscope.data.images import open_dataset
+from vitscope.data.open import open_dataset
 from vitscope.engine.provenance import model_identity
 from vitscope.engine.run import run
 from vitscope.models.load import load_model
@@ -58,7 +58,7 @@ def run_compare(options: Mapping[str, Any], progress: bool | None = None,
     dataset = open_dataset(options["data"], strict=bool(options.get("strict")))
     targets = dataset_targets(dataset)
     data = describe_data(dataset)
-    runs, identities, counts = [], [], {}
+    runs, identities, counts, skipped = [], [], {}, {}
     for model_id in models:  # one at a time: only one model is in memory (a failed name resumes cheaply)
         backbone = load_model(model_id)
         analyses = compare_analyses(backbone.spec, targets)
@@ -69,6 +69,7 @@ def run_compare(options: Mapping[str, Any], progress: bool | None = None,
         runs.append(ModelRun(model_id, backbone.spec, dict(results.items())))
         identities.append(model_identity(model_id, backbone))
         counts[model_id] = results.num_images
+        skipped.update((s.path, {"path": s.path, "reason": s.reason}) for s in results.skipped)
         del backbone
         gc.collect()
     comparison = compare_runs(runs)
@@ -80,7 +81,7 @@ def run_compare(options: Mapping[str, Any], progress: bool | None = None,
         "data": data,
         "num_images": max(counts.values()),
         "images_per_model": counts,
-        "skipped": [{"path": s.path, "reason": s.reason} for s in dataset.skipped],
+        "skipped": list(skipped.values()),
         "analyses": {"compare": {"summary": comparison_summary(comparison), "files": files}},
         "environment": environment(),
     }

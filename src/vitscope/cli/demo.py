@@ -17,7 +17,7 @@ from vitscope.cli.analyze import clear_state, write_results_json
 from vitscope.cli.compare import run_compare
 from vitscope.cli.config import COMPARE_OPTIONS, resolve_options
 from vitscope.cli.demo_pairs import paired_similarity_section
-from vitscope.data.images import open_dataset
+from vitscope.data.open import open_dataset
 
 __all__ = ["DEMO_SEED", "demo", "demo_models", "demo_settings"]
 

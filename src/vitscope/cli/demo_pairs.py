@@ -68,7 +68,7 @@ def paired_similarity_section(out: Path, dataset: Any, model: str = "tiny-vit-me
     from vitscope.models.load import load_model
 
     n = min(len(dataset), 200)
-    labels = [dataset._targets(i).get("label", -1) if hasattr(dataset, "_targets") else -1 for i in range(n)]
+    labels = [dataset.targets(i).get("label", -1) for i in range(n)]
     pairs = choose_pairs(labels, num_same=max(1, num_pairs - 1), num_different=1)[:num_pairs]
     if not pairs:
         raise ValueError("the paired-similarity section needs labelled images (at least two of one class)")

@@ -54,13 +54,14 @@ def _open(data: str):
 
 
 def _labelled_split(dataset, fmt: str, test_fraction: float, seed: int):
-    """A labelled reader -> ``(train, test)`` PathSources split by a seeded hash of the position."""
+    """A labelled reader -> ``(train, test)`` image lists with labels, split by a seeded hash of the position."""
     import numpy as np
 
     from vitscope.analyses.probe_base import holdout_mask
-    from vitscope.features.sources import DatasetSource, PathSource
+    from vitscope.data.annotated_source import AnnotatedSource
+    from vitscope.data.files import ImageFiles
 
-    source = DatasetSource(dataset)
+    source = AnnotatedSource(dataset)
     try:
         labels = source.labels()
     except ValueError:
@@ -71,8 +72,8 @@ def _labelled_split(dataset, fmt: str, test_fraction: float, seed: int):
         raise ValueError(f"{len(source)} images cannot be split into train and test at --test-fraction "
                          f"{test_fraction}; add images or pass --test-data")
     paths = np.asarray(source.paths, dtype=object)
-    return (PathSource(list(paths[~test]), labels[~test], name=f"{source.name}:train"),
-            PathSource(list(paths[test]), labels[test], name=f"{source.name}:test"))
+    return (ImageFiles(list(paths[~test]), labels=labels[~test], name=f"{source.name}:train"),
+            ImageFiles(list(paths[test]), labels=labels[test], name=f"{source.name}:test"))
 
 
 def _num_images(dataset, fmt: str) -> int:

@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from vitscope.data.images import ImageDataset, ImageLoadError
+from vitscope.data.images import ImageLoadError
+from vitscope.data.source import Source
 
 SOURCE_PREFIX = "skimage"
 
@@ -60,7 +61,7 @@ def _array_to_rgb(arr: np.ndarray) -> Image.Image:
     return Image.fromarray(np.ascontiguousarray(arr)).convert("RGB")
 
 
-class SamplePhotos(ImageDataset):
+class SamplePhotos(Source):
     """The scikit-image sample photographs, with the same interface as ``ImageFiles``.
 
     Paths look like ``"skimage:astronaut"``; ``skipped`` stays empty unless a photo
@@ -100,26 +101,21 @@ class SamplePhotos(ImageDataset):
         self.name = SOURCE_PREFIX
         self.paths = [f"{SOURCE_PREFIX}:{n}" for n in chosen]
 
-    def _load(self, i: int) -> Image.Image:
+    def load(self, i: int) -> Image.Image:
         try:
             return _array_to_rgb(_skimage_loader(self.names[i])())
         except Exception as err:  # e.g. a future scikit-image that needs pooch for this photo
             first_line = (str(err).splitlines() or [type(err).__name__])[0]
             raise ImageLoadError(self.paths[i], first_line or type(err).__name__) from err
 
-    def describe(self) -> dict:
-        """Summarise the dataset.
-
-        Returns:
-            ``{"name", "source", "num_files", "fingerprint"}``; the fingerprint hashes the
-            selected names and the scikit-image version.
-        """
+    def content_digest(self) -> str:
+        """What defines the photos: the selected names and the scikit-image version (no decoding needed)."""
         import skimage
 
-        key = repr((skimage.__version__, self.names)).encode("utf-8")
-        return {
-            "name": self.name,
-            "source": f"{SOURCE_PREFIX}:{','.join(self.names)}",
-            "num_files": len(self.paths),
-            "fingerprint": hashlib.sha256(key).hexdigest()[:16],
-        }
+        return hashlib.sha256(repr((skimage.__version__, self.names)).encode("utf-8")).hexdigest()
+
+    def describe(self) -> dict:
+        """``{"name", "source", "num_files", "fingerprint"}``; the fingerprint hashes the selected names and the
+        scikit-image version."""
+        return {"name": self.name, "source": f"{SOURCE_PREFIX}:{','.join(self.names)}",
+                "num_files": len(self.paths), "fingerprint": self.content_digest()[:16]}

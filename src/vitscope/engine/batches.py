@@ -1,61 +1,112 @@
-"""Turn a dataset into preprocessed batches, skipping unreadable images, one batch ahead."""
+"""Read a source in batches, one batch ahead of the model, skipping (and noting) unreadable images."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
-from vitscope.models.backbone import Backbone
+from vitscope.data.images import ImageLoadError, SkippedImage, SkippedImageWarning
+from vitscope.data.source import Source
 
-
-class Dataset(Protocol):
-    """What the engine reads: ``len``, ``get(i) -> item | None`` (None = skipped), ``skipped``."""
-
-    skipped: list
-
-    def __len__(self) -> int: ...
-
-    def get(self, i: int) -> Any: ...
+__all__ = ["LoadedBatch", "SkipLog", "iter_batches"]
 
 
 @dataclass
 class LoadedBatch:
-    pixels: torch.Tensor
+    """Decoded images of one batch (unreadable ones left out) with their ground truth.
+
+    Attributes:
+        images: the decoded RGB images.
+        indices: their positions in the source.
+        paths: their names in outputs.
+        targets: ground-truth key -> one value per image.
+        pixels: ``[B, 3, H, W]`` when the loader also preprocessed them (the model's own preprocessing).
+    """
+
+    images: list[Any]
     indices: list[int]
     paths: list[str]
     targets: dict[str, list[Any]] = field(default_factory=dict)
+    pixels: torch.Tensor | None = None
 
 
-def _load(dataset: Dataset, backbone: Backbone, indices: range) -> LoadedBatch | None:
-    items = [it for it in (dataset.get(i) for i in indices) if it is not None]
-    if not items:
+@dataclass
+class SkipLog:
+    """The unreadable images of one run (the run keeps them; the source is never written to)."""
+
+    skipped: list[SkippedImage] = field(default_factory=list)
+
+    def add(self, path: str, reason: str, warn: bool = True) -> None:
+        if any(s.path == path for s in self.skipped):
+            return
+        self.skipped.append(SkippedImage(path=path, reason=reason))
+        if warn:
+            warnings.warn(f"skipping image: cannot read {path}: {reason}", SkippedImageWarning, stacklevel=2)
+
+
+def _load(source: Source, indices: range, strict: bool, log: SkipLog, regions: bool,
+          preprocess: Callable[[list[Any]], torch.Tensor] | None) -> LoadedBatch | None:
+    batch = LoadedBatch([], [], [])
+    per_image: list[dict[str, Any]] = []
+    for i in indices:
+        try:
+            image = source.load(i)
+        except ImageLoadError as err:
+            if strict:
+                raise
+            log.add(source.path(i), err.reason)
+            continue
+        targets = dict(source.targets(i))
+        if regions:
+            try:
+                targets["regions"] = source.regions(i)
+            except ValueError:  # this image (or this source) has none: the analysis says so
+                targets["regions"] = None
+        batch.images.append(image)
+        batch.indices.append(i)
+        batch.paths.append(source.path(i))
+        per_image.append(targets)
+    if not batch.images:
         return None
-    targets: dict[str, list[Any]] = {}
-    for it in items:
-        for key, value in (getattr(it, "targets", None) or {}).items():
-            targets.setdefault(key, []).append(value)
-    return LoadedBatch(pixels=backbone.preprocess([it.image for it in items]), indices=[it.index for it in items],
-                       paths=[it.path for it in items], targets=targets)
+    keys = dict.fromkeys(k for t in per_image for k in t)
+    batch.targets = {k: [t.get(k) for t in per_image] for k in keys}  # None where an image lacks a key
+    if preprocess is not None:
+        batch.pixels = preprocess(batch.images)
+    return batch
 
 
-def iter_batches(dataset: Dataset, backbone: Backbone, batch_size: int, limit: int | None = None,
-                 start: int = 0) -> Iterator[tuple[int, LoadedBatch | None]]:
-    """Yield ``(end_position, batch)`` over dataset positions ``start .. n``; decoding runs one batch ahead.
+def iter_batches(source: Source, batch_size: int, limit: int | None = None, start: int = 0, strict: bool = False,
+                 log: SkipLog | None = None, regions: bool = False,
+                 preprocess: Callable[[list[Any]], torch.Tensor] | None = None
+                 ) -> Iterator[tuple[int, LoadedBatch | None]]:
+    """Yield ``(end_position, batch)`` over positions ``start .. n``; decoding runs one batch ahead.
+
+    Args:
+        source: what to read.
+        batch_size: images per batch.
+        limit: read only the first ``limit`` positions.
+        start: first position (a resumed run).
+        strict: raise on an unreadable image instead of skipping it.
+        log: where skipped images are noted (one warning each).
+        regions: add ``targets["regions"]`` (the source's region masks and labels) to every image.
+        preprocess: images -> pixels, run in the loading thread too (None: leave it to the caller).
 
     A batch whose every image was unreadable is yielded as None so callers can still count progress.
     """
-    n = len(dataset) if limit is None else min(limit, len(dataset))
+    log = log if log is not None else SkipLog()
+    n = len(source) if limit is None else min(limit, len(source))
     ranges = [range(s, min(s + batch_size, n)) for s in range(start, n, batch_size)]
     if not ranges:
         return
     with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = pool.submit(_load, dataset, backbone, ranges[0])
+        pending = pool.submit(_load, source, ranges[0], strict, log, regions, preprocess)
         for k, r in enumerate(ranges):
             batch = pending.result()
             if k + 1 < len(ranges):
-                pending = pool.submit(_load, dataset, backbone, ranges[k + 1])
+                pending = pool.submit(_load, source, ranges[k + 1], strict, log, regions, preprocess)
             yield r.stop, batch

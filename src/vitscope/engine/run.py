@@ -1,22 +1,36 @@
-"""``vitscope.run``: one pass over a dataset feeding every analysis (DESIGN.md, where data flows)."""
+"""``vitscope.run``: THE loop over images (DESIGN.md, where data flows). Everything that reads a dataset through a
+model (``analyze``, ``compare``, the feature cache, the probes, masking re-runs) is fed by it.
+
+Per batch: decode (one batch ahead, in a thread), preprocess (the model's own, or a :class:`View`), forward
+under autocast while recording exactly the hooks the analyses need, hand every analysis the record and a
+:class:`~vitscope.analyses.batch.Batch` carrying the run's shared quantities and the model, save resumable
+state when due. At the end every analysis computes its result.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from vitscope.analyses.base import Analysis, Batch, Result
 from vitscope.analyses.batch import ModelRunner, SharedQuantities, union_plan
-from vitscope.engine.batches import Dataset, iter_batches
+from vitscope.data.open import as_source
+from vitscope.data.source import Source
+from vitscope.engine.batches import LoadedBatch, SkipLog, iter_batches
 from vitscope.engine.memory import limit_fragmentation
-from vitscope.engine.state import Checkpoint, interrupt_guard
+from vitscope.engine.settings import progress_bar, resolve_device, resolve_dtype
+from vitscope.engine.state import Checkpoint, interrupt_guard, run_checkpoint
 from vitscope.functional.attention_blocks import Workspace
 from vitscope.hooks.names import expand_names
 from vitscope.models.backbone import Backbone
+
+__all__ = ["EmptyRunError", "Results", "as_result", "required_hook_names", "resolve_device", "resolve_dtype", "run"]
 
 
 class EmptyRunError(RuntimeError):
@@ -32,12 +46,16 @@ class Results(Mapping[str, Result]):
         num_images: images fed to the analyses.
         skipped: ``SkippedImage`` records of unreadable files.
         hooks: canonical names recorded.
+        data: the source's description with its fingerprint (the data entry of results.json).
+        resumed_images: images the restored state already held (0 when the run started afresh).
     """
 
     results: dict[str, Result]
     num_images: int
     skipped: list = field(default_factory=list)
     hooks: list[str] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    resumed_images: int = 0
 
     def __getitem__(self, name: str) -> Result:
         return self.results[name]
@@ -47,45 +65,6 @@ class Results(Mapping[str, Result]):
 
     def __len__(self) -> int:
         return len(self.results)
-
-
-def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
-    """``"bf16"``/``"bfloat16"``/``"fp16"`` -> autocast dtype; ``None``/``"fp32"`` -> no autocast."""
-    if dtype is None or dtype in ("fp32", "float32", torch.float32):
-        return None
-    table = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype not in table:
-        raise ValueError(f"unknown dtype '{dtype}'; use fp32, bf16 or fp16")
-    return table[dtype]
-
-
-def resolve_device(device: str | torch.device | None) -> torch.device:
-    """``None``/``"auto"`` picks cuda, then mps, then cpu; an unavailable device is a clear error."""
-    if device in (None, "auto"):
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' requested but no CUDA GPU is available; use --device cpu")
-    if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise ValueError("device 'mps' requested but MPS is not available; use --device cpu")
-    return dev
-
-
-def _progress(enabled: bool | None):
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    console = Console(stderr=True)
-    show = console.is_terminal if enabled is None else enabled
-    progress = Progress(TextColumn("[bold]vitscope[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeRemainingColumn(), console=console, disable=not show, transient=False)
-    return progress
 
 
 def as_result(name: str, computed: Result | Mapping[str, Any]) -> Result:
@@ -126,24 +105,65 @@ def required_hook_names(backbone: Backbone, analyses: Sequence[Analysis]) -> lis
     return names
 
 
-def _restore(checkpoint: Checkpoint | None, analyses: Sequence[Analysis], dataset: Dataset) -> tuple[int, int]:
+@dataclass
+class _Pass:
+    """What every batch of one run shares: the model, its record, the device, the plan, the work buffers."""
+
+    backbone: Backbone
+    record: Any
+    device: torch.device
+    autocast: Any
+    plan: dict[str, frozenset[str]]
+    workspace: Workspace
+    view: Any
+
+    def batches(self, loaded: LoadedBatch) -> Iterator[tuple[Mapping[str, torch.Tensor], Batch]]:
+        """``(record, batch)`` for every group of ``loaded`` that runs through the model together."""
+        spec = self.backbone.spec
+        if self.view is None:  # the model's own preprocessing: the whole batch at once
+            pixels = loaded.pixels.to(self.device)
+            with self.autocast:
+                self.backbone(pixels)
+            yield self.record, self._batch(pixels, loaded, range(len(loaded.indices)), spec,
+                                           spec.grid_for(*pixels.shape[-2:]), self.record)
+            return
+
+        def forward(pixels: torch.Tensor) -> dict[str, torch.Tensor]:
+            self.record.clear()
+            with self.autocast:
+                self.backbone(pixels.to(self.device))
+            return dict(self.record)
+
+        for group in self.view.tokens(loaded.images, spec, forward):  # grouped by frame size; tiles stitched
+            group_spec = spec if group.num_prefix == spec.num_prefix_tokens else dataclasses.replace(
+                spec, num_prefix_tokens=group.num_prefix, prefix_kinds=(), grid=tuple(group.grid))
+            pixels = group.pixels.to(self.device) if group.pixels is not None else None
+            yield group.tokens, self._batch(pixels, loaded, group.positions, group_spec, tuple(group.grid),
+                                            group.tokens)
+
+    def _batch(self, pixels: torch.Tensor | None, loaded: LoadedBatch, positions: Sequence[int], spec: Any,
+               grid: tuple[int, int], record: Mapping[str, torch.Tensor]) -> Batch:
+        every = len(positions) == len(loaded.indices)
+        pick = (lambda values: list(values)) if every else (lambda values: [values[j] for j in positions])
+        return Batch(pixels=pixels, indices=pick(loaded.indices), paths=pick(loaded.paths), spec=spec, grid=grid,
+                     targets={k: pick(v) for k, v in loaded.targets.items()},
+                     shared=SharedQuantities(record, self.plan, self.workspace),
+                     model=ModelRunner(self.backbone, self.record))
+
+
+def _restore(checkpoint: Checkpoint | None, analyses: Sequence[Analysis], log: SkipLog) -> tuple[int, int]:
     """Load saved state (and the files skipped before) when it matches; returns ``(start position, seen)``."""
     point = checkpoint.restore(analyses) if checkpoint is not None else None
     if point is None:
         return 0, 0
-    if hasattr(dataset, "skipped"):
-        from vitscope.data.images import SkippedImage
-
-        known = {s.path for s in dataset.skipped}
-        dataset.skipped[:0] = [SkippedImage(path=p, reason=r) for p, r in point.skipped if p not in known]
-        if hasattr(dataset, "_skipped_paths"):
-            dataset._skipped_paths.update(p for p, _ in point.skipped)
+    for path, reason in point.skipped:
+        log.add(path, reason, warn=False)
     return point.position, point.seen
 
 
 def run(
     backbone: Backbone,
-    dataset: Dataset | str,
+    data: Any,
     analyses: Sequence[Analysis],
     batch_size: int = 16,
     device: str | torch.device | None = None,
@@ -152,22 +172,31 @@ def run(
     strict: bool | None = None,
     progress: bool | None = None,
     checkpoint: Checkpoint | None = None,
+    resume: str | Path | None = None,
+    view: Any = None,
 ) -> Results:
-    """Make one pass over ``dataset`` and feed every batch to every analysis.
+    """Make one pass over ``data`` and feed every batch to every analysis.
 
     Args:
         backbone: the model (moved to ``device``).
-        dataset: a dataset object (``len``, ``get``, ``skipped``), or a folder / file list / ``"skimage"``.
-        analyses: accumulator instances; each sees every batch once.
+        data: a :class:`~vitscope.data.source.Source`, or anything :func:`vitscope.data.as_source` opens: a
+            folder, ``ROOT::FORMAT``, a list of paths or of PIL images, a reader of ``load_dataset``.
+        analyses: analysis instances; each sees every batch once.
         batch_size: images per forward pass.
         device: ``"cpu"``, ``"cuda"``, ``"mps"`` or None for the best available.
         dtype: None/``"fp32"`` or ``"bf16"``/``"fp16"`` autocast (recorded patterns stay float32).
         limit: use only the first ``limit`` images.
-        strict: stop at the first unreadable image (default: skip it with a warning).
+        strict: stop at the first unreadable image (default: the source's own setting, else skip it with a
+            warning; skipped files are listed in the results).
         progress: force the progress bar on/off (default: on when stderr is a terminal).
-        checkpoint: resumable state (:class:`~vitscope.engine.state.Checkpoint`): restored before the pass
-            when it matches this run, saved while running and once at the end; Ctrl-C then stops after the
-            batch in flight with the state saved.
+        checkpoint: resumable state (:class:`~vitscope.engine.state.Checkpoint`): restored before the pass when
+            it matches this run, saved while running and once at the end; Ctrl-C then stops after the batch in
+            flight with the state saved.
+        resume: a state file: the same as a checkpoint keyed by everything that decides the numbers (model
+            weights, data fingerprint, analyses and their parameters, batch size...): a re-run with the same
+            arguments continues where an interrupted one stopped; anything else starts over.
+        view: how images become model inputs (:mod:`vitscope.features.views`); None: the model's own
+            preprocessing. Views group images by frame size, and tiled views stitch tiles into dense grids.
 
     Returns:
         :class:`Results` mapping each analysis's ``name`` to its Result.
@@ -181,44 +210,43 @@ def run(
     names = [a.name for a in analyses]
     if len(set(names)) != len(names):
         raise ValueError(f"two analyses share a name ({', '.join(names)}); give each a distinct name")
-    if isinstance(dataset, str) or hasattr(dataset, "__fspath__"):
-        from vitscope.data.images import open_dataset
-
-        dataset = open_dataset(dataset, strict=bool(strict))
-    elif strict is not None and hasattr(dataset, "strict"):
-        dataset.strict = strict
+    source: Source = as_source(data, strict=bool(strict))
+    strict = bool(strict) if strict is not None else bool(getattr(source, "strict", False))
     dev = resolve_device(device)
     amp = resolve_dtype(dtype)
     backbone.to(dev).eval()
     hooks = required_hook_names(backbone, analyses)
-    total = len(dataset) if limit is None else min(limit, len(dataset))
-    start, seen = _restore(checkpoint, analyses, dataset)
+    total = len(source) if limit is None else min(limit, len(source))
+    described = {**source.describe(), "fingerprint": source.fingerprint()}
+    if checkpoint is None and resume is not None:
+        checkpoint = run_checkpoint(resume, backbone, described["fingerprint"], analyses, batch_size=batch_size,
+                                    limit=limit, strict=strict, device=dev.type, dtype=str(dtype or "fp32"))
+    log = SkipLog()
+    start, seen = _restore(checkpoint, analyses, log)
     limit_fragmentation()  # memory stays flat in the number of images (engine/memory.py)
     autocast = torch.autocast(dev.type, dtype=amp) if amp is not None else contextlib.nullcontext()
-    plan = union_plan([a.shared_quantities(backbone.spec) for a in analyses])
+    regions = any("regions" in getattr(a, "required_targets", ()) for a in analyses)
+    preprocess = backbone.preprocess if view is None else None
     workspace = Workspace()  # work buffers of this run, freed with it
-    with _progress(progress) as bar, torch.inference_mode(), backbone.record(hooks) as rec, \
+    with progress_bar(progress) as bar, torch.inference_mode(), backbone.record(hooks) as rec, \
             interrupt_guard(checkpoint is not None) as guard:
         task = bar.add_task(f"{backbone.spec.name}", total=total, completed=start)
-        for end, loaded in iter_batches(dataset, backbone, batch_size, limit, start=start):
+        current = _Pass(backbone, rec, dev, autocast, union_plan([a.shared_quantities(backbone.spec)
+                                                                 for a in analyses]), workspace, view)
+        for end, loaded in iter_batches(source, batch_size, limit, start, strict, log, regions, preprocess):
             bar.update(task, completed=end)
             if loaded is not None:
-                pixels = loaded.pixels.to(dev)
-                with autocast:
-                    backbone(pixels)
-                batch = Batch(pixels=pixels, indices=loaded.indices, paths=loaded.paths, spec=backbone.spec,
-                              grid=backbone.spec.grid_for(*pixels.shape[-2:]), targets=loaded.targets,
-                              shared=SharedQuantities(rec, plan, workspace), model=ModelRunner(backbone, rec))
-                for a in analyses:
-                    a.update(rec, batch)
-                seen += batch.size
+                for record, batch in current.batches(loaded):
+                    for a in analyses:
+                        a.update(record, batch)
+                seen += len(loaded.indices)
                 rec.clear()
             if checkpoint is not None:
-                checkpoint.after_batch(analyses, end, seen, getattr(dataset, "skipped", []), guard.requested)
+                checkpoint.after_batch(analyses, end, seen, log.skipped, guard.requested)
     if checkpoint is not None and start < total:
-        checkpoint.save(analyses, total, seen, getattr(dataset, "skipped", []))  # a finished pass is kept
-    if seen == 0:
-        raise EmptyRunError(f"no readable image among {total} files ({len(dataset.skipped)} skipped)")
+        checkpoint.save(analyses, total, seen, log.skipped)  # a finished pass is kept
     workspace.release()
-    return Results({a.name: as_result(a.name, a.compute()) for a in analyses}, seen,
-                   list(getattr(dataset, "skipped", [])), hooks)
+    if seen == 0:
+        raise EmptyRunError(f"no readable image among {total} files ({len(log.skipped)} skipped)")
+    return Results({a.name: as_result(a.name, a.compute()) for a in analyses}, seen, list(log.skipped), hooks,
+                   described, checkpoint.resumed_images if checkpoint is not None else 0)

@@ -31,7 +31,7 @@ import torch
 from vitscope.analyses.base import Analysis
 from vitscope.engine.state_codec import StateCodecError, decode, encode
 
-__all__ = ["STOP_AFTER_ENV", "Checkpoint", "ResumePoint", "interrupt_guard", "run_key"]
+__all__ = ["STOP_AFTER_ENV", "Checkpoint", "ResumePoint", "interrupt_guard", "run_checkpoint", "run_key"]
 
 FORMAT = 1
 #: Test hook: stop (as if interrupted by Ctrl-C) after this many batches of one process, state saved first.
@@ -74,6 +74,26 @@ def run_key(model_fingerprint: str, spec: dict[str, Any], data_fingerprint: dict
                       "config": _analysis_config(a)} for a in analyses],
         **settings,
     }
+
+
+def run_checkpoint(path: str | os.PathLike, backbone: Any, data_fingerprint: dict[str, Any],
+                   analyses: Sequence[Analysis], every_seconds: float = 60.0,
+                   log: Callable[[str], None] | None = None, **settings: Any) -> Checkpoint:
+    """The Checkpoint of a library run (``vitscope.run(..., resume=path)``), keyed by :func:`run_key`.
+
+    Args:
+        path: the state file.
+        backbone: the model (its weights and spec are keyed).
+        data_fingerprint: :func:`~vitscope.data.fingerprint.data_fingerprint` of the source.
+        analyses: the analyses (names, classes and parameters are keyed).
+        every_seconds: least time between two saves.
+        log: receives one-line messages.
+        settings: batch_size, limit, strict, device, dtype (keyed).
+    """
+    from vitscope.features.fingerprint import model_fingerprint
+
+    key = run_key(model_fingerprint(backbone), backbone.spec.to_dict(), data_fingerprint, analyses, **settings)
+    return Checkpoint(path, key, every_seconds=every_seconds, log=log)
 
 
 def _key_text(key: dict[str, Any]) -> str:

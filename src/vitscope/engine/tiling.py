@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+from typing import Any as Dataset  # anything vitscope.run reads (a Source, a folder...)
 
 from vitscope.analyses.base import Analysis
-from vitscope.engine.batches import Dataset
 from vitscope.engine.run import Results, run
 from vitscope.models.backbone import Backbone
 from vitscope.models.tiled import TiledBackbone, check_tiling, wrap_tiled

@@ -36,7 +36,7 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
     from vitscope.analyses.masking_foreground import ForegroundMasking
     from vitscope.analyses.masking_frequency import FrequencyFiltering
     from vitscope.cli.analyze import dataset_targets, describe_data
-    from vitscope.data.images import open_dataset
+    from vitscope.data.open import open_dataset
     from vitscope.engine.provenance import model_identity
     from vitscope.engine.run import run
     from vitscope.models.load import load_model

@@ -3,11 +3,10 @@
 from vitscope.features.cache import CacheEntry, FeatureCache, default_cache_root
 from vitscope.features.extract import POOLINGS, FeatureRequest, extract_features
 from vitscope.features.rowstore import RowStore
-from vitscope.features.sources import DatasetSource, ImageSource, PathSource, as_source
 from vitscope.features.views import FrameView, LetterboxView, LongSideView, StandardView, TiledView, View
 
 __all__ = [
-    "POOLINGS", "CacheEntry", "DatasetSource", "FeatureCache", "FeatureRequest", "FrameView", "ImageSource",
-    "LetterboxView", "LongSideView", "PathSource", "RowStore", "StandardView", "TiledView", "View",
-    "as_source", "default_cache_root", "extract_features",
+    "POOLINGS", "CacheEntry", "FeatureCache", "FeatureRequest", "FrameView",
+    "LetterboxView", "LongSideView", "RowStore", "StandardView", "TiledView", "View",
+    "default_cache_root", "extract_features",
 ]

@@ -133,7 +133,7 @@ def _token_mixing(backbone, dataset, options: FeatvizOptions, out: Path) -> dict
     from vitscope.experiments.token_mixing import token_mixing
 
     def batches():
-        for _, loaded in iter_batches(dataset, backbone, options.batch_size, options.limit):
+        for _, loaded in iter_batches(dataset, options.batch_size, options.limit, preprocess=backbone.preprocess):
             if loaded is None:
                 continue
             labels = loaded.targets.get("label")
@@ -155,7 +155,8 @@ def _spatial_information(backbone, dataset, options: FeatvizOptions, out: Path) 
     from vitscope.viz.featviz_figures import spatial_information_figure
 
     limit = options.limit or 300  # candidates for each unit's top images; every one is re-run per fraction
-    pixels = [loaded.pixels for _, loaded in iter_batches(dataset, backbone, options.batch_size, limit) if loaded]
+    loaded = iter_batches(dataset, options.batch_size, limit, preprocess=backbone.preprocess)
+    pixels = [batch.pixels for _, batch in loaded if batch]
     images = _unnormalise(backbone, torch.cat(pixels))
     gen = torch.Generator().manual_seed(options.seed)
     channels = torch.randperm(_mlp_width(backbone), generator=gen)[: options.spatial_information].tolist()
@@ -222,7 +223,7 @@ def run_featviz(options: FeatvizOptions, log: Callable[[str], None] = lambda s: 
     analyses: dict[str, Any] = {"featviz": {"units": units, "grid_figure": grid_png.name}}
     data_doc: dict[str, Any] = {}
     if options.data:
-        from vitscope.data.images import open_dataset
+        from vitscope.data.open import open_dataset
         from vitscope.engine.provenance import data_fingerprint
 
         dataset = open_dataset(options.data)

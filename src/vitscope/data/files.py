@@ -1,0 +1,121 @@
+"""``ImageFiles``: images from a folder (recursive), a list of paths, or a text file listing them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from vitscope.data.images import (
+    IMAGE_EXTENSIONS,
+    DatasetNotFoundError,
+    EmptyDatasetError,
+    PathLike,
+    load_rgb,
+    one_line,
+)
+from vitscope.data.source import Source
+
+__all__ = ["ImageFiles"]
+
+
+def _scan_folder(root: Path, extensions: tuple[str, ...]) -> list[str]:
+    """Recursively list files under ``root`` whose suffix matches, sorted by relative path."""
+    found = [p for p in root.rglob("*") if p.suffix.lower() in extensions and p.is_file()]
+    found.sort(key=lambda p: p.relative_to(root).as_posix())
+    return [str(p) for p in found]
+
+
+def _read_list_file(list_file: Path) -> list[str]:
+    """Read one path per line; skip blank and ``#`` lines; resolve relative to the file's folder."""
+    entries = (line.strip() for line in list_file.read_text(encoding="utf-8").splitlines())
+    paths = [Path(e).expanduser() for e in entries if e and not e.startswith("#")]
+    return [os.path.normpath(p if p.is_absolute() else list_file.parent / p) for p in paths]
+
+
+def _common_root(paths: Sequence[str]) -> Path | None:
+    """Deepest folder containing every path, or ``None`` if there is none."""
+    try:
+        return Path(os.path.commonpath([os.path.abspath(os.path.dirname(p) or ".") for p in paths]))
+    except ValueError:  # empty list, or paths on different drives
+        return None
+
+
+class ImageFiles(Source):
+    """Images from a folder (recursive), a list of paths, or a text file listing one path per line.
+
+    Args:
+        source: a folder (searched recursively, extensions matched case-insensitively, paths sorted), a ``.txt``
+            file listing paths (relative ones resolved against its folder; blank and ``#`` lines ignored), a
+            single image file, or a list/tuple of paths.
+        strict: :meth:`get` raises on unreadable files instead of skipping them.
+        extensions: suffixes that count as images when scanning a folder.
+        labels: optional class label per path (``targets["label"]``; -1 = unknown).
+        name: what to call the data in outputs (default: the folder or list file's name).
+
+    Raises:
+        DatasetNotFoundError: ``source`` does not exist (also an ``EmptyDatasetError`` and a ``FileNotFoundError``).
+        EmptyDatasetError: no candidate files.
+    """
+
+    def __init__(self, source: PathLike | Sequence[PathLike], strict: bool = False,
+                 extensions: Sequence[str] = IMAGE_EXTENSIONS, labels: Sequence[int] | None = None,
+                 name: str | None = None) -> None:
+        super().__init__(strict=strict)
+        self.extensions = tuple(e.lower() if e.startswith(".") else f".{e.lower()}" for e in extensions)
+        if isinstance(source, (list, tuple)):
+            self.paths = [os.fspath(p) for p in source]
+            self.name, self.source = "files", f"list of {len(self.paths)} paths"
+            self._root = _common_root(self.paths)
+            where = "the given path list"
+        else:
+            where = self._init_from_path(Path(os.fspath(source)).expanduser())
+        if not self.paths:
+            raise EmptyDatasetError(one_line(f"no images found in {where}"))
+        if labels is not None and len(labels) != len(self.paths):
+            raise ValueError(f"{len(labels)} labels for {len(self.paths)} paths")
+        self._labels = None if labels is None else np.asarray(labels, dtype=np.int64)
+        self.name = name or self.name
+
+    def _init_from_path(self, src: Path) -> str:
+        """Set ``paths``, ``name``, ``source`` and the fingerprint root; return a 'where' phrase."""
+        if not src.exists():
+            raise DatasetNotFoundError(one_line(f"image source not found: {src}"))
+        self.source = str(src)
+        if src.is_dir():
+            self.name, self._root = src.resolve().name or str(src), src
+            self.paths = _scan_folder(src, self.extensions)
+            return f"folder {src} (searched recursively for {', '.join(self.extensions)}, any case)"
+        self.name, self._root = src.stem, src.parent
+        if src.suffix.lower() == ".txt":
+            self.paths = _read_list_file(src)
+            return f"list file {src} (it has no path entries)"
+        self.paths = [str(src)]
+        return str(src)
+
+    def load(self, i: int) -> Image.Image:
+        return load_rgb(self.paths[i])
+
+    def targets(self, i: int) -> dict[str, Any]:
+        if self._labels is None or self._labels[i] < 0:
+            return {}
+        return {"label": int(self._labels[i])}
+
+    def labels(self) -> np.ndarray:
+        if self._labels is None:
+            return super().labels()
+        return self._labels.copy()
+
+    def fingerprint_files(self) -> tuple[Sequence[str], Path] | None:
+        return self.paths, self._root or Path(".")
+
+    def describe(self) -> dict[str, Any]:
+        """``{"name", "source", "num_files", "fingerprint"}``; the fingerprint is
+        :func:`vitscope.data.fingerprint.data_fingerprint`'s digest: it changes when files are added, removed
+        or modified, and file contents are never read."""
+        return {"name": self.name, "source": self.source, "num_files": len(self.paths),
+                "fingerprint": self.fingerprint()["digest"]}

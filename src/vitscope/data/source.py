@@ -1,0 +1,168 @@
+"""``Source``: the one protocol every dataset follows, whatever it holds (files, a format, images in memory).
+
+The engine reads a source by position: ``len(source)``, ``source.load(i)`` (an 8-bit RGB image, or an
+:class:`~vitscope.data.images.ImageLoadError` naming the file), ``source.targets(i)`` (the ground truth it hands
+to analyses: ``label``, ``masks``...), ``source.path(i)`` (what to call the image in outputs). Probes also ask
+for ``labels()`` and ``regions(i)``; resume, the feature cache and results.json for ``fingerprint()``
+(:func:`vitscope.data.fingerprint.data_fingerprint`, the one fingerprint function). Skipping unreadable images
+is the reader's decision (the engine's ``strict``), not the source's; :meth:`Source.get` and iteration keep a
+per-source list of skipped files for interactive use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from vitscope.data.images import ImageItem, ImageLoadError, SkippedImage, SkippedImageWarning
+
+__all__ = ["Source"]
+
+
+class Source(ABC):
+    """A dataset the engine can read: images by position, their ground truth, their fingerprint.
+
+    Subclasses set ``name`` and ``paths`` (a sequence of strings, one per image: file paths or names such as
+    ``skimage:astronaut``) and implement :meth:`load`; they override :meth:`targets`, :meth:`fingerprint_files`
+    and :meth:`describe` where they have more to say.
+
+    Args:
+        strict: :meth:`get` raises on an unreadable image instead of returning None.
+    """
+
+    name: str = "images"
+    paths: Sequence[str]
+
+    def __init__(self, strict: bool = False) -> None:
+        self.strict = strict
+        self.skipped: list[SkippedImage] = []  # what get() and iteration skipped (the engine keeps its own)
+        self._skipped_paths: set[str] = set()
+
+    # ------------------------------------------------------------ the protocol
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def path(self, i: int) -> str:
+        """What image ``i`` is called in outputs (its file path, or a name)."""
+        return str(self.paths[i])
+
+    @abstractmethod
+    def load(self, i: int) -> Image.Image:
+        """Image ``i`` as 8-bit RGB.
+
+        Raises:
+            ImageLoadError: unreadable (the message names the file).
+        """
+
+    def targets(self, i: int) -> dict[str, Any]:
+        """Ground truth of image ``i`` handed to analyses (``batch.targets``): none for plain images."""
+        return {}
+
+    def target_keys(self) -> frozenset[str]:
+        """The ground-truth keys this source provides, read from its first readable entries."""
+        for i in range(min(len(self), 3)):
+            try:
+                return frozenset(self.targets(i))
+            except Exception:  # an unreadable entry: try the next one
+                continue
+        return frozenset()
+
+    def labels(self) -> np.ndarray:
+        """``[n]`` int64 image labels by position (-1 where unknown).
+
+        Raises:
+            ValueError: the source has no image labels.
+        """
+        out = np.full(len(self), -1, dtype=np.int64)
+        for i in range(len(self)):
+            label = self.targets(i).get("label")
+            if label is not None:
+                out[i] = int(label)
+        if not len(out) or (out < 0).all():
+            raise ValueError(f"{self.name}: this data has no image labels; open a labelled dataset "
+                             "(--data ROOT::imagefolder, ::coco, ::partimagenet...)")
+        return out
+
+    def regions(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """``([M, H, W] bool, [M] int64)``: the region masks of image ``i`` and their labels.
+
+        Raises:
+            ValueError: the source has no region masks.
+        """
+        raise ValueError(f"{self.name}: this data has no region masks; object- and part-level features need a "
+                         "dataset with instance masks (--data ROOT::coco or ::partimagenet)")
+
+    def fingerprint_files(self) -> tuple[Sequence[str], Path] | None:
+        """``(files, root)`` whose stat signatures fingerprint this source, or None to hash its content."""
+        return None
+
+    def content_digest(self) -> str:
+        """SHA-256 of the decoded pixels of every image (sources without files; costs one decode each)."""
+        h = hashlib.sha256()
+        for i in range(len(self)):
+            try:
+                image = self.load(i)
+            except ImageLoadError as err:
+                h.update(f"unreadable:{err.reason}".encode())
+                continue
+            h.update(f"{image.mode}{image.size}".encode())
+            h.update(image.tobytes())
+        return h.hexdigest()
+
+    def fingerprint(self) -> dict[str, Any]:
+        """:func:`vitscope.data.fingerprint.data_fingerprint` of this source."""
+        from vitscope.data.fingerprint import data_fingerprint
+
+        return data_fingerprint(self)
+
+    def describe(self) -> dict[str, Any]:
+        """The data entry of results.json (the fingerprint is added by the writer)."""
+        return {"name": self.name, "num_files": len(self)}
+
+    # ------------------------------------------------------------ interactive use
+
+    def get(self, i: int) -> ImageItem | None:
+        """Image ``i`` with its ground truth (negative indices count from the end).
+
+        Returns:
+            The item, or None when it is unreadable and the source is not strict (a ``SkippedImageWarning`` is
+            issued once and the file is added to ``skipped``).
+
+        Raises:
+            IndexError: ``i`` is out of range.
+            ImageLoadError: unreadable under ``strict``.
+        """
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"image index {i} out of range for {n} images")
+        i %= n
+        try:
+            image = self.load(i)
+        except ImageLoadError as err:
+            if self.strict:
+                raise
+            self._note_skip(self.path(i), err)
+            return None
+        return ImageItem(image=image, path=self.path(i), index=i, targets=self.targets(i))
+
+    def _note_skip(self, path: str, err: ImageLoadError) -> None:
+        if path in self._skipped_paths:
+            return
+        self._skipped_paths.add(path)
+        self.skipped.append(SkippedImage(path=path, reason=err.reason))
+        warnings.warn(f"skipping image: {err}", SkippedImageWarning, stacklevel=3)
+
+    def __iter__(self) -> Iterator[ImageItem]:
+        """Every readable image in order (unreadable ones are skipped, or raise under ``strict``)."""
+        for i in range(len(self)):
+            item = self.get(i)
+            if item is not None:
+                yield item

@@ -1,0 +1,47 @@
+"""Where and how a pass runs: device, autocast dtype, and the progress bar."""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["progress_bar", "resolve_device", "resolve_dtype"]
+
+
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
+    """``"bf16"``/``"bfloat16"``/``"fp16"`` -> autocast dtype; ``None``/``"fp32"`` -> no autocast."""
+    if dtype is None or dtype in ("fp32", "float32", torch.float32):
+        return None
+    table = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in table:
+        raise ValueError(f"unknown dtype '{dtype}'; use fp32, bf16 or fp16")
+    return table[dtype]
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """``None``/``"auto"`` picks cuda, then mps, then cpu; an unavailable device is a clear error."""
+    if device in (None, "auto"):
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' requested but no CUDA GPU is available; use --device cpu")
+    if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ValueError("device 'mps' requested but MPS is not available; use --device cpu")
+    return dev
+
+
+def progress_bar(enabled: bool | None):
+    """A rich progress bar on stderr (shown when stderr is a terminal unless ``enabled`` says otherwise)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    console = Console(stderr=True)
+    show = console.is_terminal if enabled is None else enabled
+    progress = Progress(TextColumn("[bold]vitscope[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeRemainingColumn(), console=console, disable=not show, transient=False)
+    return progress
