@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from vitscope._version import __version__
 
 #: public name -> (module, attribute), imported on first use
 _LAZY: dict[str, tuple[str, str]] = {

@@ -133,6 +133,13 @@ class TestAccumulatorContract:
         assert hooks or ANALYSES[name] in {ANALYSES[n] for n in GROUPS["masking"]}  # those may read the model alone
         assert not hooks or expand_names(hooks, hook_names(spec), model=spec.name)
 
+    def test_figures_carry_their_captions(self, name: str, kind: str) -> None:
+        result = run(ANALYSES[name](), self._data(name, kind)["all"]).compute()
+        stems = [f.stem for f in result.figures()]
+        assert stems and len(set(stems)) == len(stems), stems
+        assert all(f.caption and f.title and f.stem.startswith(name) for f in result.figures())
+        assert ANALYSES[name].description  # the report's paragraph for this analysis
+
     def test_save_and_plot(self, name: str, kind: str, tmp_path: Path) -> None:
         result = run(ANALYSES[name](), self._data(name, kind)["all"]).compute()
         saved = result.save(tmp_path)

@@ -13,7 +13,6 @@ from PIL import Image
 from vitscope.cli.analyze import analyze
 from vitscope.cli.config import ANALYZE_OPTIONS, resolve_options
 from vitscope.report import FigureItem, Report, Section, explorer_from_maps, render_html
-from vitscope.report.captions import caption_for
 from vitscope.report.tables import summary_tables
 
 EVIL = "<script>alert('x')</script>"
@@ -70,13 +69,22 @@ def test_summary_tables_split_scalars_blocks_and_heads():
     assert per_block.rows == [[0, "0.15"], [1, "0.35"]]
 
 
-def test_captions_name_the_paper_figures():
-    assert caption_for("attention_distance")[2] == "paper 002, fig. 4 and 15"
-    assert "fig. 2" in caption_for("cls_attention_maps_mean")[2]
-    assert "fig. 3" in caption_for("aligned_attention")[2]
-    assert "fig. 5" in caption_for("saliency_iou")[2]
-    assert "fig. 6" in caption_for("compare_cka_matrix")[2]
-    assert "paper 000" in caption_for("paired_similarity")[2]
+def test_figures_name_the_paper_figures_they_reproduce():
+    """Captions and paper references travel with the figures (no table to keep in step with file names)."""
+    import torch
+
+    from contract.fake_records import fake_record, fake_spec
+    from vitscope.analyses import ANALYSES
+    from vitscope.compare.result import CAPTIONS
+
+    spec, papers = fake_spec(), {}
+    for name in ("attention_distance", "cls_attention_maps", "aligned_attention", "saliency_iou"):
+        analysis = ANALYSES[name]()
+        analysis.update(*fake_record(spec, analysis.required_hooks(spec), 3, torch.Generator().manual_seed(0)))
+        papers.update({f.stem: f.paper for f in analysis.compute().figures()})
+    assert papers["attention_distance"] == "paper 002, fig. 4 and 15"
+    assert "fig. 2" in papers["cls_attention_maps_mean"] and "fig. 3" in papers["aligned_attention"]
+    assert "fig. 5" in papers["saliency_iou"] and "fig. 6" in CAPTIONS["cka_matrix"][1]
 
 
 @pytest.fixture(scope="module")

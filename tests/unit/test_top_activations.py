@@ -92,5 +92,9 @@ def test_engine_pass_agrees_with_the_featviz_objective(tmp_path) -> None:
         assert res["blocks.2.mlp.post.indices"][row].tolist() == top.tolist()
         torch.testing.assert_close(res["blocks.2.mlp.post.scores"][row], want[top, row], rtol=1e-4, atol=1e-5)
     saved = res.save(tmp_path / "out")
-    assert {p.suffix for p in saved} == {".csv", ".json", ".pt"}
+    assert {p.suffix for p in saved} == {".csv", ".json", ".npz"}  # the patch maps go to .npz, written once
+    import numpy as np
+
+    with np.load(next(p for p in saved if p.suffix == ".npz")) as arrays:
+        np.testing.assert_array_equal(arrays["blocks.2.mlp.post.maps"], res["blocks.2.mlp.post.maps"].numpy())
     assert all(p.stat().st_size > 0 for p in res.plot(tmp_path / "figs"))

@@ -5,17 +5,18 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import torch
 
-from vitscope.analyses.base import Analysis, Batch, Result
+from vitscope.analyses.base import Analysis, Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
 from vitscope.functional.moments import merge_moments
 from vitscope.hooks.names import UnknownHookError, cnn_hook_names, expand_names, transformer_hook_names
 from vitscope.hooks.tokens import grid_to_tokens
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["CNN_DEFAULT_HOOKS", "TRANSFORMER_DEFAULT_HOOKS", "MeanActivation"]
+__all__ = ["CNN_DEFAULT_HOOKS", "TRANSFORMER_DEFAULT_HOOKS", "MeanActivation", "MeanActivationResult"]
 
 TRANSFORMER_DEFAULT_HOOKS: tuple[str, ...] = ("blocks.*.resid_post",)
 CNN_DEFAULT_HOOKS: tuple[str, ...] = ("stages.*",)
@@ -38,6 +39,33 @@ def _as_tokens(x: torch.Tensor, key: str) -> torch.Tensor:
     return x.to(torch.float64)
 
 
+class MeanActivationResult(Result):
+    """Result of :class:`MeanActivation`: the per-token means, variances and token norms of every site."""
+
+    def figures(self) -> list[Figure]:
+        """``<name>_token_norm``: the norm of every token position's mean vector, one row per site (sites with
+        another number of positions, e.g. CNN stages, get a figure each: ``<name>_token_norm_<site>``)."""
+        hooks = [h for h in self.meta.get("hooks", []) if f"{h}.token_norm" in self.tensors]
+        groups: dict[int, list[str]] = {}
+        for h in hooks:
+            groups.setdefault(self.tensors[f"{h}.token_norm"].numel(), []).append(h)
+        figures = []
+        for sites in groups.values():
+            def draw(path: Path, sites: list[str] = sites) -> list[Path]:
+                from vitscope.viz.heatmaps import block_head_heatmap
+
+                rows = torch.stack([self.tensors[f"{h}.token_norm"] for h in sites])
+                return block_head_heatmap(rows, f"Norm of the mean token, {self.meta.get('num_images', 0)} images",
+                                          "L2 norm", path, block_labels=sites, x_label="token position", y_label="site")
+
+            suffix = "_token_norm" if len(groups) == 1 else f"_token_norm_{sites[0].replace('.', '_')}"
+            figures.append(self.figure(suffix, draw, "Norm of the dataset-mean vector of every token position "
+                                       "(prefix tokens first, then the spatial tokens row by row), one row per "
+                                       "recorded site; bright columns are tokens with large, image-independent "
+                                       "activations."))
+        return figures
+
+
 @register_analysis("mean_activation")
 class MeanActivation(Analysis):
     """Mean and variance over images of every token position of the chosen activations.
@@ -58,6 +86,8 @@ class MeanActivation(Analysis):
     Result tensors (for every recorded hook): ``"{hook}.mean"`` ``[N, D]``, ``"{hook}.var"``
     ``[N, D]`` and ``"{hook}.token_norm"`` ``[N]`` (L2 norm of the mean vector of each token).
     """
+
+    description = "Mean activation and token norm of the recorded sites, per token position."
 
 
     def __init__(self, hooks: Sequence[str] | None = None, ddof: int = 0) -> None:
@@ -149,4 +179,4 @@ class MeanActivation(Analysis):
             tensors[f"{key}.token_norm"] = mean.norm(dim=-1)
         num_images = int(max(self.count.values())) if self.count else 0
         meta = {"num_images": num_images, "hooks": keys, "ddof": self._cfg_ddof}
-        return Result(name=self.name, tensors=tensors, meta=meta)
+        return MeanActivationResult(name=self.name, tensors=tensors, meta=meta)

@@ -10,14 +10,14 @@ from typing import ClassVar
 
 import torch
 
-from vitscope.analyses.base import Analysis, Batch, Result, thumbnails
+from vitscope.analyses.base import Analysis, Batch, thumbnails
 from vitscope.analyses.batch import ATTENTION_BLOCKS
 from vitscope.analyses.state import first_seen
 from vitscope.functional.attention_blocks import BlockStats, random_block_statistics
 from vitscope.hooks.names import split_block_name
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["PATTERN_HOOKS", "AttentionAccumulator", "AttentionGeometry", "TableResult", "has_cls_token"]
+__all__ = ["PATTERN_HOOKS", "AttentionAccumulator", "AttentionGeometry", "has_cls_token"]
 
 PATTERN_HOOKS = "blocks.*.attn.pattern"
 RANDOM_KINDS: tuple[str, ...] = ("uniform", "gaussian")
@@ -49,16 +49,6 @@ class AttentionGeometry:
     def describe(self) -> dict:
         return {"blocks": list(self.blocks), "num_heads": self.num_heads, "grid": list(self.grid),
                 "num_prefix": self.num_prefix}
-
-
-class TableResult(Result):
-    """A Result whose ``to_frame`` leaves out bulky display-only tensors (``TABLE_EXCLUDE``)."""
-
-    TABLE_EXCLUDE: ClassVar[tuple[str, ...]] = ("images",)
-
-    def to_frame(self):
-        kept = {k: v for k, v in self.tensors.items() if k not in self.TABLE_EXCLUDE}
-        return Result(name=self.name, tensors=kept, meta=self.meta).to_frame()
 
 
 class AttentionAccumulator(Analysis):

@@ -7,37 +7,49 @@ from pathlib import Path
 
 import torch
 
-from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, TableResult
-from vitscope.analyses.base import Batch
+from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry
+from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
 from vitscope.functional.attention_blocks import BlockStats
 
 __all__ = ["AttentionFocus", "AttentionFocusResult"]
 
 
-class AttentionFocusResult(TableResult):
-    """Result of :class:`AttentionFocus`; ``plot`` draws heatmaps and the per-block means vs random."""
+class AttentionFocusResult(Result):
+    """Result of :class:`AttentionFocus`: heatmaps and the per-block means vs random."""
 
-    def plot(self, out_dir: str | Path) -> list[Path]:
-        """Write ``<name>_entropy``, ``<name>_focus`` (blocks x heads) and ``<name>_blocks`` as PNG and SVG."""
-        from vitscope.viz.attention_figures import block_lines_figure
-        from vitscope.viz.heatmaps import block_head_heatmap
-
+    def figures(self) -> list[Figure]:
+        """``<name>_entropy``, ``<name>_focus`` (blocks x heads) and ``<name>_blocks`` (means vs random)."""
         if "entropy" not in self.tensors:
             return []
-        out, n, labels = Path(out_dir), self.meta.get("num_images", 0), self.meta.get("blocks")
-        paths = block_head_heatmap(self.tensors["entropy"], f"Attention entropy per head ({n} images)",
-                                   "entropy (nats)", out / f"{self.name}_entropy", block_labels=labels)
-        paths += block_head_heatmap(self.tensors["focus"], f"Attention focus index per head ({n} images; lower = "
-                                    "more focused)", "focus index (nats)", out / f"{self.name}_focus",
-                                    block_labels=labels)
-        series = {"entropy / log N": (self.tensors["entropy_normalised"].mean(-1),
-                                      self.tensors["random_entropy_normalised"].mean(-1)),
-                  "focus / log K": (self.tensors["focus_normalised"].mean(-1),
-                                    self.tensors["random_focus_normalised"].mean(-1))}
-        paths += block_lines_figure(series, "Mean over heads (dashed: random attention)", "normalised value",
-                                    out / f"{self.name}_blocks", block_labels=labels)
-        return paths
+        n, labels = self.meta.get("num_images", 0), self.meta.get("blocks")
+
+        def heatmap(key: str, title: str, unit: str):
+            def draw(path: Path) -> list[Path]:
+                from vitscope.viz.heatmaps import block_head_heatmap
+
+                return block_head_heatmap(self.tensors[key], title, unit, path, block_labels=labels)
+            return draw
+
+        def lines(path: Path) -> list[Path]:
+            from vitscope.viz.attention_figures import block_lines_figure
+
+            t = self.tensors
+            series = {"entropy / log N": (t["entropy_normalised"].mean(-1), t["random_entropy_normalised"].mean(-1)),
+                      "focus / log K": (t["focus_normalised"].mean(-1), t["random_focus_normalised"].mean(-1))}
+            return block_lines_figure(series, "Mean over heads (dashed: random attention)", "normalised value", path,
+                                      block_labels=labels)
+
+        paper = "paper 003, focus index (eq. 5)"
+        return [
+            self.figure("_entropy", heatmap("entropy", f"Attention entropy per head ({n} images)", "entropy (nats)"),
+                        "Attention entropy per block and head (nats); lower is more focused.", paper),
+            self.figure("_focus", heatmap("focus", f"Attention focus index per head ({n} images; lower = more "
+                                          "focused)", "focus index (nats)"),
+                        "Attention focus index per block and head; lower is more focused.", paper),
+            self.figure("_blocks", lines, "Entropy and focus index per block, normalised and averaged over heads, "
+                        "with random attention dashed.", paper),
+        ]
 
 
 @register_analysis("attention_focus", groups=("attention",))
@@ -55,6 +67,9 @@ class AttentionFocus(AttentionAccumulator):
     (/ log K; 0 when K = 1), each ``[L, H]``, and the same four with a ``random_`` prefix for the random
     baseline (its entropy on rows renormalised over all keys). meta: the geometry, ``num_images``, ``random``.
     """
+
+    description = ("Attention entropy and the focus index of paper 003 (entropy of min-max normalised spatial rows): "
+                   "lower means more focused attention.")
 
     NEEDS = frozenset({"entropy", "focus"})
 

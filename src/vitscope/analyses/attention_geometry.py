@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
-from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, TableResult
-from vitscope.analyses.base import Batch
+from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry
+from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
 from vitscope.functional.attention import HEAD_TYPES, aligned_offset, local_head_type
 from vitscope.functional.attention_blocks import BlockStats, grid_tables
@@ -16,8 +16,8 @@ from vitscope.functional.attention_blocks import BlockStats, grid_tables
 __all__ = ["AlignedAttention", "AlignedAttentionResult", "AttentionDistance", "AttentionDistanceResult"]
 
 
-class AlignedAttentionResult(TableResult):
-    """Result of :class:`AlignedAttention`; ``save`` adds a per-head table and the table of offset heads."""
+class AlignedAttentionResult(Result):
+    """Result of :class:`AlignedAttention`: the AAAM grid, a per-head table and the table of offset heads."""
 
     def head_table(self):
         """One row per block and head: type, peak offset (cells), centre-of-mass offset and its norm."""
@@ -37,26 +37,28 @@ class AlignedAttentionResult(TableResult):
                              "centre_mass": float(centre[i, h])})
         return pd.DataFrame(rows)
 
-    def save(self, out_dir: str | Path) -> list[Path]:
-        """The base tables plus ``<name>_heads.csv`` and ``<name>_offset_heads.csv`` (offset-local heads)."""
-        paths = super().save(out_dir)
+    def tables(self) -> dict:
+        """The long table plus ``<name>_heads`` (every head's type and offsets) and ``<name>_offset_heads``."""
         table = self.head_table()
-        heads = Path(out_dir) / f"{self.name}_heads.csv"
-        table.to_csv(heads, index=False)
-        offsets = Path(out_dir) / f"{self.name}_offset_heads.csv"
-        (table[table["type"] == "offset_local"] if len(table) else table).to_csv(offsets, index=False)
-        return paths + [heads, offsets]
+        offsets = table[table["type"] == "offset_local"] if len(table) else table
+        return {**super().tables(), f"{self.name}_heads": table, f"{self.name}_offset_heads": offsets}
 
-    def plot(self, out_dir: str | Path) -> list[Path]:
-        """Write ``<name>`` (blocks x heads AAAM grid, labelled with head types) as PNG and SVG."""
-        from vitscope.viz.attention_figures import aligned_maps_figure
-
+    def figures(self) -> list[Figure]:
+        """``<name>``: the blocks x heads AAAM grid, labelled with head types."""
         if "aaam" not in self.tensors:
             return []
         n = self.meta.get("num_images", 0)
-        return aligned_maps_figure(self.tensors["aaam"], self.meta["head_types"],
-                                   f"Aligned aggregated attention maps, mean over {n} images",
-                                   Path(out_dir) / self.name, block_labels=self.meta.get("blocks"))
+
+        def draw(path: Path) -> list[Path]:
+            from vitscope.viz.attention_figures import aligned_maps_figure
+
+            return aligned_maps_figure(self.tensors["aaam"], self.meta["head_types"],
+                                       f"Aligned aggregated attention maps, mean over {n} images", path,
+                                       block_labels=self.meta.get("blocks"))
+
+        return [self.figure("", draw, "Aligned aggregated attention maps per block and head; a bright centre marks a "
+                            "local head, an off-centre peak an offset-local head.",
+                            "paper 002, fig. 3 and 18 (offset heads: fig. 14)")]
 
 
 @register_analysis("aligned_attention", groups=("attention",))
@@ -81,6 +83,9 @@ class AlignedAttention(AttentionAccumulator):
     ``type_counts``, ``offset_heads`` (``[block, head, dy, dx]`` of every offset-local head),
     ``random_head_types``, ``thresholds`` and the geometry.
     """
+
+    description = ("Aligned aggregated attention maps: every query's attention re-centred on the query and averaged, "
+                   "so local heads show a bright centre and offset-local heads a shifted peak.")
 
     NEEDS = frozenset({"aligned"})
 
@@ -126,18 +131,23 @@ class AlignedAttention(AttentionAccumulator):
         return AlignedAttentionResult(name=self.name, tensors=tensors, meta=meta)
 
 
-class AttentionDistanceResult(TableResult):
-    """Result of :class:`AttentionDistance`; ``plot`` draws paper 002 figure 4 for this model."""
+class AttentionDistanceResult(Result):
+    """Result of :class:`AttentionDistance`: paper 002 figure 4 for this model."""
 
-    def plot(self, out_dir: str | Path) -> list[Path]:
-        """Write ``<name>`` (distance of every head per block, the per-block mean, the random baseline)."""
-        from vitscope.viz.attention_figures import distance_figure
-
+    def figures(self) -> list[Figure]:
+        """``<name>``: the distance of every head per block, the per-block mean and the random baseline."""
         if "distance" not in self.tensors:
             return []
         model = self.meta.get("model") or "model"
-        return distance_figure({model: self.tensors["distance"]}, Path(out_dir) / self.name,
-                               random=self.tensors["random_distance"], block_labels=self.meta.get("blocks"))
+
+        def draw(path: Path) -> list[Path]:
+            from vitscope.viz.attention_figures import distance_figure
+
+            return distance_figure({model: self.tensors["distance"]}, path, random=self.tensors["random_distance"],
+                                   block_labels=self.meta.get("blocks"))
+
+        return [self.figure("", draw, "Average attention distance of every head per block (dots), the per-block "
+                            "mean (line) and random attention (dashed).", "paper 002, fig. 4 and 15")]
 
 
 @register_analysis("attention_distance", groups=("attention",))
@@ -154,6 +164,9 @@ class AttentionDistance(AttentionAccumulator):
     Result tensors: ``distance`` ``[L, H]``, ``block_mean`` ``[L]``, ``random_distance`` ``[L, H]``,
     ``random_block_mean`` ``[L]``. meta: the geometry, ``num_images``, ``random``.
     """
+
+    description = ("Average attention distance: how far (in image-width units) each head looks from its query. Local "
+                   "processing has small distances, global processing large ones.")
 
     NEEDS = frozenset({"aligned"})
 

@@ -12,8 +12,8 @@ from typing import ClassVar
 
 import torch
 
-from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, ChosenImages, TableResult
-from vitscope.analyses.base import Batch
+from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, ChosenImages
+from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
 from vitscope.functional.attention_blocks import BlockStats
 
@@ -25,28 +25,39 @@ def _renormalise(x: torch.Tensor) -> torch.Tensor:
     return x / torch.where(s == 0, torch.ones_like(s), s)
 
 
-class AttentionMapsResult(TableResult):
-    """Result of :class:`CLSAttentionMaps` / :class:`SpatialAverageMaps`; ``plot`` draws blocks x heads grids."""
+class AttentionMapsResult(Result):
+    """Result of :class:`CLSAttentionMaps` / :class:`SpatialAverageMaps`: blocks x heads grids of maps."""
 
-    def plot(self, out_dir: str | Path) -> list[Path]:
-        """Write ``<name>_mean`` (dataset map), ``<name>_random`` and ``<name>_image<i>`` as PNG and SVG."""
-        from vitscope.viz.attention_figures import block_head_maps
-
+    def figures(self) -> list[Figure]:
+        """``<name>_mean`` (dataset map), ``<name>_random`` and ``<name>_image<i>``: blocks x heads grids."""
         if "mean_map" not in self.tensors:
             return []
-        out = Path(out_dir)
-        what = self.meta.get("what", self.name)
-        n = self.meta.get("num_images", 0)
-        labels = self.meta.get("blocks")
-        paths = block_head_maps(self.tensors["mean_map"], f"{what}, mean over {n} images", out / f"{self.name}_mean",
-                                block_labels=labels)
-        paths += block_head_maps(self.tensors["random_mean_map"], f"{what}, random-attention baseline",
-                                 out / f"{self.name}_random", block_labels=labels)
+        what, n, labels = self.meta.get("what", self.name), self.meta.get("num_images", 0), self.meta.get("blocks")
+        cls = self.base_name == "cls_attention_maps"
+
+        def grid(maps: torch.Tensor, title: str, image: torch.Tensor | None = None):
+            def draw(path: Path) -> list[Path]:
+                from vitscope.viz.attention_figures import block_head_maps
+
+                return block_head_maps(maps, title, path, block_labels=labels, image=image)
+            return draw
+
+        figures = [
+            self.figure("_mean", grid(self.tensors["mean_map"], f"{what}, mean over {n} images"),
+                        "Dataset-average CLS attention maps: rows are blocks, columns heads." if cls else
+                        "Dataset-average spatial-average attention maps: rows are blocks, columns heads.",
+                        "paper 002, fig. 2 and 17" if cls else "paper 002, fig. 17 (models without CLS)"),
+            self.figure("_random", grid(self.tensors["random_mean_map"], f"{what}, random-attention baseline"),
+                        "The same maps for random attention (the baseline every map is compared with).",
+                        "paper 002, fig. 17 (baseline)"),
+        ]
         for j, idx in enumerate(self.meta.get("image_indices", [])):
             image = self.tensors["images"][j] if "images" in self.tensors else None
-            paths += block_head_maps(self.tensors["image_maps"][j], f"{what}, image {idx}",
-                                     out / f"{self.name}_image{idx}", block_labels=labels, image=image)
-        return paths
+            figures.append(self.figure(f"_image{idx}", grid(self.tensors["image_maps"][j], f"{what}, image {idx}",
+                                                            image),
+                                       f"{what.capitalize()} maps of image {idx}, every block and head.",
+                                       "paper 002, fig. 11 to 13"))
+        return figures
 
 
 class _MapAccumulator(ChosenImages, AttentionAccumulator):
@@ -111,6 +122,9 @@ class CLSAttentionMaps(_MapAccumulator):
     for arguments, state and result.
     """
 
+    description = ("Where the CLS token looks: its attention over the image patches, for every head of every block, "
+                   "averaged over the dataset and for single images.")
+
     NEEDS = frozenset({"cls"})
     requires_cls = True
     what = "CLS attention"
@@ -126,6 +140,9 @@ class SpatialAverageMaps(_MapAccumulator):
     Per image and head the map sums to 1 (METHODS.md section 1; a map summing to 0 stays 0); the dataset
     map is the mean over images. Works without a CLS token. See :class:`_MapAccumulator`.
     """
+
+    description = ("Where the image tokens look on average: the attention of all spatial queries summed over "
+                   "queries and normalised, per head and block (works without a CLS token).")
 
     NEEDS = frozenset({"colsum"})
     what = "spatial-average attention"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from vitscope.analyses.base import Analysis, Batch, Result
+from vitscope.analyses.base import Analysis, Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
 from vitscope.functional.attention_stats import attention_entropy, max_attention
 from vitscope.hooks.names import split_block_name
@@ -21,36 +21,30 @@ PATTERN_HOOKS = "blocks.*.attn.pattern"
 
 
 class AttentionStatsResult(Result):
-    """Result of :class:`AttentionStats`; ``plot`` draws blocks x heads heatmaps."""
+    """Result of :class:`AttentionStats`: blocks x heads heatmaps of entropy and maximum attention."""
 
-    def plot(self, out_dir: str | Path) -> list[Path]:
-        """Write ``attention_stats_entropy`` and ``attention_stats_max_attention`` as PNG and SVG.
-
-        Returns:
-            The written files (none when the result is empty).
-        """
-        from vitscope.viz.heatmaps import block_head_heatmap
-
+    def figures(self) -> list[Figure]:
+        """``<name>_entropy`` and ``<name>_max_attention``: blocks x heads heatmaps."""
         if "entropy" not in self.tensors:
             return []
-        out = Path(out_dir)
-        labels = self.meta.get("blocks")
-        n = self.meta.get("num_images", 0)
-        paths = block_head_heatmap(
-            self.tensors["entropy"],
-            f"Attention entropy per head (mean over {n} images)",
-            "entropy (nats)",
-            out / f"{self.name}_entropy",
-            block_labels=labels,
-        )
-        paths += block_head_heatmap(
-            self.tensors["max_attention"],
-            f"Mean max attention per head ({n} images)",
-            "mean over queries of the row maximum",
-            out / f"{self.name}_max_attention",
-            block_labels=labels,
-        )
-        return paths
+        labels, n = self.meta.get("blocks"), self.meta.get("num_images", 0)
+
+        def heatmap(key: str, title: str, unit: str):
+            def draw(path: Path) -> list[Path]:
+                from vitscope.viz.heatmaps import block_head_heatmap
+
+                return block_head_heatmap(self.tensors[key], title, unit, path, block_labels=labels)
+            return draw
+
+        return [
+            self.figure("_entropy", heatmap("entropy", f"Attention entropy per head (mean over {n} images)",
+                                            "entropy (nats)"),
+                        "Attention entropy per block and head (nats, mean over images); low entropy marks focused "
+                        "heads."),
+            self.figure("_max_attention", heatmap("max_attention", f"Mean max attention per head ({n} images)",
+                                                  "mean over queries of the row maximum"),
+                        "The largest attention weight of every row, averaged over queries and images."),
+        ]
 
 
 @register_analysis("attention_stats")
@@ -66,6 +60,9 @@ class AttentionStats(Analysis):
     log(N) (0 when N = 1), ``max_attention`` ``[L, H]``; rows follow ``meta["blocks"]``.
     meta: ``num_images``, ``num_tokens``, ``blocks``.
     """
+
+    description = ("Entropy of every attention row over all keys and the largest attention weight, per block and "
+                   "head: low entropy means focused heads.")
 
     needs_attention = True
 

@@ -6,73 +6,18 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
-import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 
 from vitscope.analyses.batch import Batch, thumbnails
+from vitscope.analyses.result import Figure, Result
 from vitscope.analyses.state import StateSpec, merge_states
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["Accumulator", "Analysis", "Batch", "Result", "thumbnails"]
-
-
-@dataclass
-class Result:
-    """Output of ``Analysis.compute()``: named tensors plus scalar metadata.
-
-    Subclasses add ``plot()``; the base knows how to tabulate and save itself.
-    """
-
-    name: str
-    tensors: dict[str, torch.Tensor]
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    def __getitem__(self, key: str) -> torch.Tensor:
-        return self.tensors[key]
-
-    def to_frame(self):
-        """Long-format pandas table: one row per element of every tensor, with its index columns."""
-        import pandas as pd
-
-        frames = []
-        for key, t in self.tensors.items():
-            arr = t.detach().cpu().double()
-            idx = torch.cartesian_prod(*[torch.arange(s) for s in arr.shape]) if arr.dim() > 1 else (
-                torch.arange(arr.numel()).unsqueeze(1) if arr.dim() == 1 else torch.zeros(1, 0, dtype=torch.long)
-            )
-            cols = {f"dim{d}": idx[:, d].numpy() for d in range(idx.shape[1])}
-            frames.append(pd.DataFrame({"quantity": key, **cols, "value": arr.reshape(-1).numpy()}))
-        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-    def summary(self) -> dict[str, Any]:
-        """JSON-friendly summary: metadata plus small tensors as nested lists."""
-        out: dict[str, Any] = dict(self.meta)
-        for key, t in self.tensors.items():
-            if t.numel() <= 4096:
-                out[key] = t.detach().cpu().tolist()
-            else:
-                out[key] = {"shape": list(t.shape), "mean": float(t.double().mean())}
-        return out
-
-    def save(self, out_dir: str | Path) -> list[Path]:
-        """Write ``<name>.csv`` (long table) and ``<name>.json`` (summary) into ``out_dir``."""
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        csv_path = out / f"{self.name}.csv"
-        self.to_frame().to_csv(csv_path, index=False)
-        json_path = out / f"{self.name}.json"
-        json_path.write_text(json.dumps(self.summary(), indent=1))
-        return [csv_path, json_path]
-
-    def plot(self, out_dir: str | Path) -> list[Path]:
-        """Write the figures of this result; the base class has none."""
-        return []
+__all__ = ["Accumulator", "Analysis", "Batch", "Figure", "Result", "thumbnails"]
 
 
 class Analysis(ABC):
@@ -105,6 +50,8 @@ class Analysis(ABC):
     """
 
     name: ClassVar[str] = "analysis"
+    #: one paragraph for the report: what the analysis measures and how to read it
+    description: ClassVar[str] = ""
     needs_attention: ClassVar[bool] = False
     #: ground-truth keys (``batch.targets``) the default configuration needs, e.g. ``("masks",)``
     required_targets: ClassVar[tuple[str, ...]] = ()

@@ -82,6 +82,9 @@ class Clustering(LabelledFeatures):
     Result: :class:`ProbeResult` with ``purity``, ``nmi``, ``ari`` ``[L]`` and ``random_*``.
     """
 
+    description = ("k-means of each block's image features scored against the class labels (purity, NMI, ARI); the "
+                   "dashed line is random chance.")
+
     task = "clustering"
 
     def __init__(self, site: str = "resid_post", tokens: str = "cls", level: str = "image", k: int | None = None,

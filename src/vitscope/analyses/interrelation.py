@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, TableResult, thumbnails
-from vitscope.analyses.base import Batch
+from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, thumbnails
+from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.batch import ATTENTION_BLOCKS, SIFT_KEYPOINTS
 from vitscope.analyses.registry import register_analysis
 from vitscope.analyses.state import first_seen
@@ -35,33 +35,45 @@ def batch_keypoint_counts(batch: Batch, record: Mapping[str, torch.Tensor] | Non
     return batch.quantity(SIFT_KEYPOINTS, record or {})
 
 
-class InterrelationResult(TableResult):
-    """Result of :class:`Interrelation`; ``plot`` draws paper 003's figures 3, 5, 6 and 7a."""
+class InterrelationResult(Result):
+    """Result of :class:`Interrelation`: paper 003's figures 3, 5, 6 and 7a."""
 
-    TABLE_EXCLUDE = ("images", "keypoint_counts")
-
-    def plot(self, out_dir: str | Path) -> list[Path]:
-        """Write ``<name>_keypoints`` (fig. 3), ``<name>_kk_nk`` (fig. 5), ``<name>_focus`` (fig. 6) and
-        ``<name>_stages`` (fig. 7a) as PNG and SVG."""
-        from vitscope.viz.interrelation_figures import (
-            focus_figure,
-            keypoint_grid_figure,
-            kk_nk_figure,
-            stages_figure,
-        )
-
+    def figures(self) -> list[Figure]:
+        """``<name>_keypoints`` (fig. 3), ``<name>_kk_nk`` (fig. 5), ``<name>_focus`` (fig. 6) and
+        ``<name>_stages`` (fig. 7a)."""
         if "KK" not in self.tensors:
             return []
-        out = Path(out_dir)
         labels = self.meta.get("blocks")
-        paths: list[Path] = []
-        if "images" in self.tensors:
-            paths += keypoint_grid_figure(self.tensors["images"], self.tensors["keypoint_counts"],
-                                          out / f"{self.name}_keypoints")
-        paths += kk_nk_figure(self.tensors, out / f"{self.name}_kk_nk", labels, self.meta)
-        paths += focus_figure(self.tensors["focus"], out / f"{self.name}_focus", labels)
-        paths += stages_figure(self.tensors, self.meta.get("stages", {}), out / f"{self.name}_stages", labels)
-        return paths
+
+        def keypoints(path: Path) -> list[Path]:
+            from vitscope.viz.interrelation_figures import keypoint_grid_figure
+
+            return keypoint_grid_figure(self.tensors["images"], self.tensors["keypoint_counts"], path)
+
+        def kk_nk(path: Path) -> list[Path]:
+            from vitscope.viz.interrelation_figures import kk_nk_figure
+
+            return kk_nk_figure(self.tensors, path, labels, self.meta)
+
+        def focus(path: Path) -> list[Path]:
+            from vitscope.viz.interrelation_figures import focus_figure
+
+            return focus_figure(self.tensors["focus"], path, labels)
+
+        def stages(path: Path) -> list[Path]:
+            from vitscope.viz.interrelation_figures import stages_figure
+
+            return stages_figure(self.tensors, self.meta.get("stages", {}), path, labels)
+
+        figures = [self.figure("_keypoints", keypoints, "SIFT keypoints on sample images with the patch grid; "
+                               "keypoint patches marked.", "paper 003, fig. 3")] if "images" in self.tensors else []
+        return figures + [
+            self.figure("_kk_nk", kk_nk, "Weighted interrelation KK and NK per block (mean over heads and images).",
+                        "paper 003, fig. 5 and 6"),
+            self.figure("_focus", focus, "Attention focus index per block and head.", "paper 003, fig. 7a"),
+            self.figure("_stages", stages, "Retrieval, capture and coach stages found from the interrelation "
+                        "curves.", "paper 003, fig. 7a"),
+        ]
 
 
 @register_analysis("interrelation")
@@ -85,6 +97,10 @@ class Interrelation(AttentionAccumulator):
     retrieval / capture / coach), ``lam``, ``rule``, ``mean_keypoints``, ``keypoint_patch_fraction``,
     ``images_with_keypoints``.
     """
+
+    description = ("SIFT patch interrelation: how much of each head's attention from keypoint (K) and non-keypoint "
+                   "(N) patches goes to keypoint patches (KK, NK), the focus index, and the retrieval / capture / "
+                   "coach stages read from those curves.")
 
     NEEDS = frozenset({"focus"})
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from vitscope.analyses.base import Batch, Result
+from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.masking_base import ModelAccumulator, topk_correct
 from vitscope.analyses.registry import register_analysis
 from vitscope.functional.masking import FILLS
@@ -27,16 +27,21 @@ CONDITIONS: tuple[str, ...] = ("full", "foreground_only", "background_only")
 
 
 class ForegroundMaskingResult(Result):
-    """Result of :class:`ForegroundMasking`; ``plot`` draws the normalised accuracies as bars."""
+    """Result of :class:`ForegroundMasking`: the normalised accuracies as bars."""
 
-    def plot(self, out_dir: str | Path) -> list[Path]:
-        """Write ``<name>`` (foreground-only and background-only accuracy / full accuracy) as PNG and SVG."""
-        from vitscope.viz.masking_figures import foreground_bars_figure
-
+    def figures(self) -> list[Figure]:
+        """``<name>``: foreground-only and background-only accuracy / full accuracy, as bars."""
         if "normalised_accuracy" not in self.tensors:
             return []
-        return foreground_bars_figure({self.meta.get("model") or "model": self.tensors["normalised_accuracy"]},
-                                      self.meta["topk"], Path(out_dir) / self.name)
+
+        def draw(path: Path) -> list[Path]:
+            from vitscope.viz.masking_figures import foreground_bars_figure
+
+            return foreground_bars_figure({self.meta.get("model") or "model": self.tensors["normalised_accuracy"]},
+                                          self.meta["topk"], path)
+
+        return [self.figure("", draw, "Full, foreground-only and background-only accuracy, normalised by full-image "
+                            "accuracy.", "paper 001, tables 2 and 3")]
 
 
 @register_analysis("foreground_masking", groups=("masking",), default=False)
@@ -54,6 +59,9 @@ class ForegroundMasking(ModelAccumulator):
     Result tensors: ``accuracy`` ``[3, k]``, ``normalised_accuracy`` ``[3, k]`` (row / full row; NaN when the
     full accuracy is 0).
     """
+
+    description = ("Accuracy on the full image, the foreground only and the background only (ground-truth boxes or "
+                   "masks), normalised by the full-image accuracy.")
 
     required_targets = ("label", "masks")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from vitscope.analyses.base import Batch, Result
+from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.masking_base import ModelAccumulator, topk_correct
 from vitscope.analyses.registry import register_analysis
 from vitscope.functional.frequency import KINDS, frequency_filter
@@ -23,17 +23,22 @@ DEFAULT_FRACTIONS: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)
 
 
 class FrequencyFilteringResult(Result):
-    """Result of :class:`FrequencyFiltering`; ``plot`` draws accuracy against the cut-off per filter."""
+    """Result of :class:`FrequencyFiltering`: accuracy against the cut-off per filter."""
 
-    def plot(self, out_dir: str | Path) -> list[Path]:
-        """Write ``<name>`` (low-pass and high-pass accuracy vs cut-off) as PNG and SVG."""
-        from vitscope.viz.masking_figures import frequency_figure
-
+    def figures(self) -> list[Figure]:
+        """``<name>``: low-pass and high-pass accuracy against the cut-off."""
         if "accuracy" not in self.tensors:
             return []
         model = self.meta.get("model") or "model"
-        return frequency_figure({model: self.tensors["accuracy"]}, self.meta["fractions"],
-                                {model: float(self.tensors["full_accuracy"])}, Path(out_dir) / self.name)
+
+        def draw(path: Path) -> list[Path]:
+            from vitscope.viz.masking_figures import frequency_figure
+
+            return frequency_figure({model: self.tensors["accuracy"]}, self.meta["fractions"],
+                                    {model: float(self.tensors["full_accuracy"])}, path)
+
+        return [self.figure("", draw, "Accuracy against the cut-off radius of low-pass and high-pass filters.",
+                            "paper 001, section 5")]
 
 
 @register_analysis("frequency_filtering", groups=("masking",), default=False)
@@ -46,6 +51,9 @@ class FrequencyFiltering(ModelAccumulator):
 
     State: ``num_images``, ``full_correct``, ``correct`` ``[2, R]`` float64 (low, high).
     """
+
+    description = ("Accuracy after low-pass and high-pass filtering in the Fourier domain, over a sweep of cut-off "
+                   "radii.")
 
 
     def __init__(self, fractions: Sequence[float] = DEFAULT_FRACTIONS, clamp: bool = False) -> None:

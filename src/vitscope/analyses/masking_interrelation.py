@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from vitscope.analyses.base import Batch, Result
+from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.batch import SIFT_KEYPOINTS
 from vitscope.analyses.interrelation import batch_keypoint_counts
 from vitscope.analyses.masking_base import ModelAccumulator, topk_correct
@@ -32,20 +32,25 @@ ORDERS: tuple[str, ...] = ("top", "bottom", "random")
 
 
 class InterrelationMaskingResult(Result):
-    """Result of :class:`InterrelationMasking`; ``plot`` draws figure 8 (accuracy against the mask ratio)."""
+    """Result of :class:`InterrelationMasking`: figure 8 (accuracy against the mask ratio)."""
 
-    def plot(self, out_dir: str | Path) -> list[Path]:
-        """Write ``<name>`` (accuracy of Top / Bottom / random masking vs ratio) as PNG and SVG."""
-        from vitscope.viz.masking_figures import ratio_curves_figure
-
+    def figures(self) -> list[Figure]:
+        """``<name>``: accuracy of Top / Bottom / random masking against the mask ratio."""
         if "accuracy" not in self.tensors:
             return []
-        curves = {o: self.tensors["accuracy"][i] for i, o in enumerate(self.meta["orders"])}
-        title = (f"Masking by interrelation score (block {self.meta['block']}, {self.meta['mode']} "
-                 f"{self.meta['fill'] if self.meta['mode'] == 'pixel' else ''}, {self.meta['num_images']} images)")
-        return ratio_curves_figure({self.meta.get("model") or "model": curves}, self.meta["ratios"],
-                                   {self.meta.get("model") or "model": float(self.tensors["full_accuracy"])},
-                                   title, Path(out_dir) / self.name)
+        m, model = self.meta, self.meta.get("model") or "model"
+        title = (f"Masking by interrelation score (block {m['block']}, {m['mode']} "
+                 f"{m['fill'] if m['mode'] == 'pixel' else ''}, {m['num_images']} images)")
+
+        def draw(path: Path) -> list[Path]:
+            from vitscope.viz.masking_figures import ratio_curves_figure
+
+            curves = {o: self.tensors["accuracy"][i] for i, o in enumerate(m["orders"])}
+            return ratio_curves_figure({model: curves}, m["ratios"], {model: float(self.tensors["full_accuracy"])},
+                                       title, path)
+
+        return [self.figure("", draw, "Accuracy against the ratio of masked patches: Top, Bottom and random order.",
+                            "paper 003, fig. 8")]
 
 
 @register_analysis("interrelation_masking", groups=("masking",), default=False)
@@ -68,6 +73,9 @@ class InterrelationMasking(ModelAccumulator):
     ``background_masked`` ``[2, R]`` masked patches on the background (top, bottom), ``masked_with_masks``
     ``[2, R]`` masked patches of images with segmentation masks, ``background_patches`` and ``patches``.
     """
+
+    description = ("Accuracy when the patches with the highest (Top) or lowest (Bottom) interrelation score are "
+                   "masked, against a random order, at growing mask ratios.")
 
     needs_attention = True
 

@@ -84,6 +84,9 @@ class KnnProbe(LabelledFeatures):
     Result: :class:`ProbeResult` with ``accuracy`` ``[L]`` and ``random_accuracy``.
     """
 
+    description = ("k-NN classification accuracy of each block's CLS features on held-out images (k = 20, cosine, "
+                   "temperature 0.07); the dashed line is random chance.")
+
     task = "knn"
 
     def __init__(self, site: str = "resid_post", tokens: str = "cls", k: int = 20, temperature: float = 0.07,

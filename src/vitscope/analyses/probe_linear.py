@@ -77,6 +77,9 @@ class LinearProbe(LabelledFeatures):
     Result: :class:`ProbeResult` with ``accuracy`` ``[L]`` and ``random_accuracy``.
     """
 
+    description = ("Linear probe accuracy of each block's CLS features on held-out images; the dashed line is random "
+                   "chance.")
+
     task = "linear"
 
     def __init__(self, site: str = "resid_post", tokens: str = "cls", batch_norm: bool = False, epochs: int = 20,

@@ -14,13 +14,28 @@ from pathlib import Path
 
 import torch
 
-from vitscope.analyses.base import Result
+from vitscope.analyses.base import Figure, Result
 
-__all__ = ["ProbeResult", "best_block_table", "probe_result"]
+__all__ = ["CAPTIONS", "ProbeResult", "best_block_table", "probe_result"]
+
+#: analysis or task -> (caption with ``{metric}``, paper figure) of its per-block curves
+CAPTIONS: dict[str, tuple[str, str]] = {
+    "clustering": ("Clustering score ({metric}) per block, k-means on image features; random chance dashed.",
+                   "paper 002, fig. 7 and 24, 25"),
+    "knn_probe": ("k-NN {metric} per block on held-out images; random chance dashed.",
+                  "paper 002, fig. 9 (left) and 28"),
+    "linear_probe": ("Linear-probe {metric} per block on held-out images; random chance dashed.", "paper 002, fig. 9"),
+    "retrieval": ("Retrieval {metric} per block (revisited Oxford / Paris protocol); random chance dashed.",
+                  "paper 002, fig. 8"),
+    "davis": ("Video label propagation {metric} per block (DAVIS 2017); random chance dashed.", "paper 002, fig. 10"),
+    "keypoints": ("Keypoint correspondence {metric} per block (SPair-71k); random chance dashed.",
+                  "paper 002, fig. 10"),
+}
+CAPTIONS["knn"], CAPTIONS["linear"] = CAPTIONS["knn_probe"], CAPTIONS["linear_probe"]  # the probe sweep's tasks
 
 
 class ProbeResult(Result):
-    """Per-block probe scores; ``plot`` draws one curve per metric with its random-chance line."""
+    """Per-block probe scores: one curve per metric with its random-chance line."""
 
     @property
     def metrics(self) -> list[str]:
@@ -35,23 +50,26 @@ class ProbeResult(Result):
         pos = int(torch.nan_to_num(values, nan=-math.inf).argmax())
         return int(self.meta["blocks"][pos]), float(values[pos])
 
-    def plot(self, out_dir: str | Path) -> list[Path]:
-        from vitscope.viz.probe_figures import probe_curves
-
+    def figures(self) -> list[Figure]:
+        """``<name>_<metric>``: one curve per metric with its random-chance line."""
         if not self.metrics or self.metrics[0] not in self.tensors:
             return []
-        paths = []
-        for metric in self.metrics:
-            random = self.tensors.get(f"random_{metric}")
-            paths += probe_curves(
-                {self.meta.get("model", "model"): self.tensors[metric]},
-                metric,
-                f"{self.meta.get('task', self.name)}: {metric} per block",
-                Path(out_dir) / f"{self.name}_{metric.replace('@', '_at_').replace('&', 'and')}",
-                random=None if random is None else float(random),
-                blocks=self.meta.get("blocks"),
-            )
-        return paths
+        task = self.meta.get("task", self.name)
+        caption, paper = CAPTIONS.get(self.base_name, CAPTIONS.get(task, ("{metric} per block, random chance "
+                                                                          "dashed.", "paper 002, table 1")))
+
+        def curve(metric: str):
+            def draw(path: Path) -> list[Path]:
+                from vitscope.viz.probe_figures import probe_curves
+
+                random = self.tensors.get(f"random_{metric}")
+                return probe_curves({self.meta.get("model", "model"): self.tensors[metric]}, metric,
+                                    f"{task}: {metric} per block", path,
+                                    random=None if random is None else float(random), blocks=self.meta.get("blocks"))
+            return draw
+
+        return [self.figure(f"_{metric.replace('@', '_at_').replace('&', 'and')}", curve(metric),
+                            caption.format(metric=metric), paper) for metric in self.metrics]
 
 
 def probe_result(name: str, task: str, blocks: list[int], scores: Mapping[str, list[float]],

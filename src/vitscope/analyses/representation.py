@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vitscope.analyses.base import Analysis, Batch, Result
+from vitscope.analyses.base import Analysis, Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
 from vitscope.analyses.representation_core import GROUPINGS, FullHSIC, MinibatchHSIC, chunked_gram
 from vitscope.features.cache import CacheEntry
@@ -78,18 +78,23 @@ def hsic_state_cka(state: MinibatchHSIC | FullHSIC, estimator: str) -> torch.Ten
 
 
 class CKAResult(Result):
-    """Result of :class:`BlockCKA`; ``plot`` draws the block x block heatmap."""
+    """Result of :class:`BlockCKA`: the block x block heatmap."""
 
-    def plot(self, out_dir: str | Path) -> list[Path]:
-        from vitscope.viz.representation_figures import cka_heatmap
-
+    def figures(self) -> list[Figure]:
+        """``<name>``: the block x block CKA heatmap."""
         if "cka" not in self.tensors:
             return []
         m = self.meta
         title = (f"{m.get('model', '')} CKA between blocks ({m.get('site')}, tokens={m.get('tokens')}, "
                  f"{m.get('estimator')}, {m.get('num_images')} images)").strip()
-        labels = m.get("blocks")
-        return cka_heatmap(self.tensors["cka"], title, Path(out_dir) / self.name, labels, labels)
+
+        def draw(path: Path) -> list[Path]:
+            from vitscope.viz.representation_figures import cka_heatmap
+
+            return cka_heatmap(self.tensors["cka"], title, path, m.get("blocks"), m.get("blocks"))
+
+        return [self.figure("", draw, "Block-by-block linear CKA of this model: bright cells are blocks that "
+                            "compute similar representations.", "paper 002, fig. 20 to 22")]
 
 
 @register_analysis("cka", groups=("representation",))
@@ -127,6 +132,9 @@ class BlockCKA(Analysis):
 
     Result tensors: ``cka`` ``[L, L]`` (rows and columns follow ``meta["blocks"]``).
     """
+
+    description = ("Linear CKA between the outputs of every pair of blocks: bright blocks compute similar "
+                   "representations.")
 
 
     def __init__(self, site: str = "resid_post", tokens: str = "all", estimator: str = "minibatch", batch: int = 64,

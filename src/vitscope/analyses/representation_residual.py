@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from vitscope.analyses.base import Analysis, Batch, Result
+from vitscope.analyses.base import Analysis, Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
 from vitscope.analyses.representation import (
     check_cka_options,
@@ -35,20 +35,33 @@ _SITES = ("resid_pre", "attn_out", "resid_mid", "mlp_out")
 class ResidualResult(Result):
     """Result of :class:`ResidualCKA`; ``plot`` draws the curves and the skip x branch heatmaps."""
 
-    def plot(self, out_dir: str | Path) -> list[Path]:
-        from vitscope.viz.representation_figures import cka_heatmap, residual_figure
-
+    def figures(self) -> list[Figure]:
+        """``<name>`` (CKA and norm ratio per block) and ``<name>_attn_matrix`` / ``<name>_mlp_matrix``."""
         if "attn_cka" not in self.tensors:
             return []
-        out, t, m = Path(out_dir), self.tensors, self.meta
+        t, m = self.tensors, self.meta
         what = f"{m.get('model', '')} ({m.get('tokens')} tokens, {m.get('estimator')}, {m.get('num_images')} images)"
-        paths = residual_figure(t["attn_cka"], t["mlp_cka"], t["attn_norm_ratio"], t["mlp_norm_ratio"],
-                                f"Residual paths of {what}", out / self.name)
-        for part in ("attn", "mlp"):
-            paths += cka_heatmap(t[f"{part}_cka_matrix"], f"CKA between {part} skip inputs and branch outputs, {what}",
-                                 out / f"{self.name}_{part}_matrix", m.get("blocks"), m.get("blocks"),
-                                 row_title="skip input of block", col_title="branch output of block")
-        return paths
+
+        def curves(path: Path) -> list[Path]:
+            from vitscope.viz.representation_figures import residual_figure
+
+            return residual_figure(t["attn_cka"], t["mlp_cka"], t["attn_norm_ratio"], t["mlp_norm_ratio"],
+                                   f"Residual paths of {what}", path)
+
+        def matrix(part: str):
+            def draw(path: Path) -> list[Path]:
+                from vitscope.viz.representation_figures import cka_heatmap
+
+                return cka_heatmap(t[f"{part}_cka_matrix"], f"CKA between {part} skip inputs and branch outputs, "
+                                   f"{what}", path, m.get("blocks"), m.get("blocks"), row_title="skip input of block",
+                                   col_title="branch output of block")
+            return draw
+
+        paper = "paper 002, fig. 23"
+        return [self.figure("", curves, "CKA between the skip path and the attention / MLP branches per block, and "
+                            "their norm ratio.", paper)] + [
+            self.figure(f"_{part}_matrix", matrix(part), f"CKA between every {part} skip input (rows) and every "
+                        f"{part} branch output (columns).", paper) for part in ("attn", "mlp")]
 
 
 @register_analysis("residual_cka", groups=("representation",))
@@ -73,6 +86,9 @@ class ResidualCKA(Analysis):
     ``attn_cka_matrix``, ``mlp_cka_matrix`` ``[L, L]`` (row = skip input of block i, column = branch output of
     block j), ``attn_norm_ratio``, ``mlp_norm_ratio`` ``[L]`` (mean over images; inf where a branch is 0).
     """
+
+    description = ("Residual analysis: CKA between the skip input and each attention / MLP branch output, and the "
+                   "norm ratio skip / branch. High CKA and ratio mean the branch changes little.")
 
 
     def __init__(self, tokens: str = "all", estimator: str = "minibatch", batch: int = 64, gram_minmax: bool = False,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
-from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, ChosenImages, TableResult
-from vitscope.analyses.base import Batch
+from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, ChosenImages
+from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
 from vitscope.functional.attention_blocks import FUSIONS, BlockStats
 from vitscope.functional.rollout import rollout
@@ -16,21 +16,24 @@ from vitscope.functional.rollout import rollout
 __all__ = ["AttentionRollout", "AttentionRolloutResult"]
 
 
-class AttentionRolloutResult(TableResult):
-    """Result of :class:`AttentionRollout`; ``plot`` draws the rollout maps over the chosen images."""
+class AttentionRolloutResult(Result):
+    """Result of :class:`AttentionRollout`: the rollout maps over the chosen images."""
 
-    TABLE_EXCLUDE = ("images", "mean_rollout")  # the token x token matrix stays in the JSON summary
-
-    def plot(self, out_dir: str | Path) -> list[Path]:
-        """Write ``<name>`` (chosen images with their rollout overlaid, dataset and random maps) as PNG and SVG."""
-        from vitscope.viz.attention_figures import rollout_figure
-
+    def figures(self) -> list[Figure]:
+        """``<name>``: the chosen images with their rollout overlaid, the dataset and random maps."""
         if "mean_map" not in self.tensors:
             return []
-        return rollout_figure(self.tensors.get("images"), self.tensors.get("image_maps"),
-                              self.meta.get("image_indices", []), self.tensors["mean_map"],
-                              self.tensors["random_map"], f"Attention rollout ({self.meta.get('head_fusion')} over "
-                              f"heads), {self.meta.get('num_images', 0)} images", Path(out_dir) / self.name)
+
+        def draw(path: Path) -> list[Path]:
+            from vitscope.viz.attention_figures import rollout_figure
+
+            return rollout_figure(self.tensors.get("images"), self.tensors.get("image_maps"),
+                                  self.meta.get("image_indices", []), self.tensors["mean_map"],
+                                  self.tensors["random_map"], f"Attention rollout ({self.meta.get('head_fusion')} "
+                                  f"over heads), {self.meta.get('num_images', 0)} images", path)
+
+        return [self.figure("", draw, "Attention rollout maps (dataset mean and single images).",
+                            "paper 000, section 3.2 (rollout redistribution)")]
 
 
 @register_analysis("attention_rollout", groups=("attention",))
@@ -58,6 +61,9 @@ class AttentionRollout(ChosenImages, AttentionAccumulator):
     ``[I, H_px, W_px, 3]`` (when chosen images were seen). meta: ``head_fusion``, ``discard_ratio``,
     ``exclude_prefix``, ``map_source`` (``"cls"`` or ``"spatial_average"``), ``image_indices``, geometry.
     """
+
+    description = ("Attention rollout: attention propagated through the residual stream from the input patches to "
+                   "the output, averaged over the dataset and for single images.")
 
 
     def __init__(self, head_fusion: str = "mean", discard_ratio: float = 0.0, exclude_prefix: bool = False,

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, TableResult
-from vitscope.analyses.base import Batch
+from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry
+from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
 from vitscope.functional.attention import mass_mask
 from vitscope.functional.attention_blocks import BlockStats
@@ -52,27 +52,36 @@ def mask_to_grid(masks: np.ndarray | Sequence[np.ndarray], spec: ModelSpec, grid
     return out
 
 
-class SaliencyIoUResult(TableResult):
-    """Result of :class:`SaliencyIoU`; ``plot`` draws figure 5 (best-head IoU per block vs random)."""
+class SaliencyIoUResult(Result):
+    """Result of :class:`SaliencyIoU`: figure 5 (best-head IoU per block vs random) and per-head heatmaps."""
 
-    def plot(self, out_dir: str | Path) -> list[Path]:
-        """Write ``<name>`` (best-head IoU per block per map, random baseline dashed) and per-head heatmaps."""
-        from vitscope.viz.attention_figures import saliency_figure
-        from vitscope.viz.heatmaps import block_head_heatmap
-
+    def figures(self) -> list[Figure]:
+        """``<name>``: best-head IoU per block per map (random dashed), and ``<name>_<source>_heads`` heatmaps."""
         sources = [s for s in self.meta.get("sources", []) if f"{s}_iou" in self.tensors]
         if not sources:
             return []
-        out = Path(out_dir)
-        model = self.meta.get("model") or "model"
-        paths = saliency_figure({model: {s: self.tensors[f"{s}_best_iou"] for s in sources}},
-                                {s: self.tensors[f"random_{s}_best_iou"] for s in sources}, out / self.name,
-                                block_labels=self.meta.get("blocks"), rule=self.meta.get("best_head", "image"))
-        for s in sources:
-            paths += block_head_heatmap(self.tensors[f"{s}_iou"], f"Saliency IoU of the {s} map per head "
-                                        f"({self.meta.get('num_images', 0)} images)", "mean IoU",
-                                        out / f"{self.name}_{s}_heads", block_labels=self.meta.get("blocks"))
-        return paths
+        model, labels = self.meta.get("model") or "model", self.meta.get("blocks")
+
+        def curves(path: Path) -> list[Path]:
+            from vitscope.viz.attention_figures import saliency_figure
+
+            return saliency_figure({model: {s: self.tensors[f"{s}_best_iou"] for s in sources}},
+                                   {s: self.tensors[f"random_{s}_best_iou"] for s in sources}, path,
+                                   block_labels=labels, rule=self.meta.get("best_head", "image"))
+
+        def heads(source: str):
+            def draw(path: Path) -> list[Path]:
+                from vitscope.viz.heatmaps import block_head_heatmap
+
+                return block_head_heatmap(self.tensors[f"{source}_iou"], f"Saliency IoU of the {source} map per head "
+                                          f"({self.meta.get('num_images', 0)} images)", "mean IoU", path,
+                                          block_labels=labels)
+            return draw
+
+        return [self.figure("", curves, "Best-head saliency IoU per block against the object masks, with random "
+                            "attention.", "paper 002, fig. 5 and 16")] + [
+            self.figure(f"_{s}_heads", heads(s), f"Saliency IoU of every head per block ({s} map).",
+                        "paper 002, fig. 16") for s in sources]
 
 
 @register_analysis("saliency_iou", groups=("attention",))
@@ -107,6 +116,9 @@ class SaliencyIoU(AttentionAccumulator):
     ``random_s_best_iou`` ``[L]`` (same rule as ``s_best_iou``). meta: ``sources``, ``mass``,
     ``best_head``, ``num_images``, ``num_empty`` and the geometry.
     """
+
+    description = ("Attention alignment with the ground-truth object masks: IoU between the smallest set of patches "
+                   "holding 60% of a map's mass and the mask, per block (best head and per head).")
 
     NEEDS = frozenset({"cls", "colsum"})
     required_targets = ("masks",)

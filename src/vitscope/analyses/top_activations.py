@@ -15,8 +15,9 @@ from pathlib import Path
 import torch
 
 from vitscope.analyses.activation import natural_key
-from vitscope.analyses.base import Analysis, Batch, Result
+from vitscope.analyses.base import Analysis, Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
+from vitscope.analyses.result import SMALL
 from vitscope.analyses.state import first_seen
 from vitscope.functional.topk import merge_topk
 from vitscope.models.spec import ModelSpec
@@ -55,33 +56,27 @@ class TopActivationsResult(Result):
     Tensors per hook: ``{hook}.scores`` ``[C, k]`` float64 (descending), ``{hook}.indices`` ``[C, k]``
     int64, ``{hook}.maps`` ``[C, k, h, w]`` float32. Meta: ``paths`` (dataset index -> path of every kept
     image, keys as strings), ``k``, ``hooks``, ``channels`` (hook -> kept channel ids), ``num_images``.
-    The long table holds scores and indices; maps are saved to ``<name>_maps.pt``.
+    The long table holds scores and indices; the maps go to ``<name>.npz``.
     """
 
-    def to_frame(self):
-        keep = {k: v for k, v in self.tensors.items() if not k.endswith(".maps")}
-        return Result(self.name, keep, self.meta).to_frame()
+    def arrays(self) -> dict[str, torch.Tensor]:
+        """The patch maps (``{hook}.maps``), whatever their size, beside the other large tensors."""
+        return {k: t for k, t in self.tensors.items() if k.endswith(".maps") or t.numel() > SMALL}
 
-    def save(self, out_dir: str | Path) -> list[Path]:
-        paths = super().save(out_dir)
-        maps = {k: v for k, v in self.tensors.items() if k.endswith(".maps")}
-        if maps:
-            path = Path(out_dir) / f"{self.name}_maps.pt"
-            torch.save(maps, path)
-            paths.append(path)
-        return paths
-
-    def plot(self, out_dir: str | Path) -> list[Path]:
-        from vitscope.viz.featviz_figures import top_maps_figure
-
-        out = Path(out_dir)
+    def figures(self) -> list[Figure]:
+        """``<name>_<hook>``: the top images' patch maps of the first six units of every hook."""
         figures = []
         for hook in self.meta.get("hooks", []):
-            maps, scores = self.tensors[f"{hook}.maps"], self.tensors[f"{hook}.scores"]
-            channels = self.meta["channels"][hook][: min(6, maps.shape[0])]
-            figures.append(top_maps_figure(maps[: len(channels)], scores[: len(channels)],
-                                           [f"{hook}:{c}" for c in channels],
-                                           out / f"{self.name}_{hook.replace('.', '_')}.png"))
+            def draw(path: Path, hook: str = hook) -> list[Path]:
+                from vitscope.viz.featviz_figures import top_maps_figure
+
+                maps, scores = self.tensors[f"{hook}.maps"], self.tensors[f"{hook}.scores"]
+                channels = self.meta["channels"][hook][: min(6, maps.shape[0])]
+                return [top_maps_figure(maps[: len(channels)], scores[: len(channels)],
+                                        [f"{hook}:{c}" for c in channels], path.with_suffix(".png"))]
+
+            figures.append(self.figure(f"_{hook.replace('.', '_')}", draw, "Top-k most activating images of each "
+                                       "unit with their patch activation maps.", "paper 001, fig. 2 and 5"))
         return figures
 
 
@@ -96,6 +91,9 @@ class TopActivations(Analysis):
             (sites it does not name keep every channel). Default: all channels. The state holds
             ``channels x k x h x w`` float32 maps per site, so restrict channels on wide models.
     """
+
+    description = ("The dataset images that activate each unit most (a top-k kept in one streaming pass), with the "
+                   "unit's activation over their patches.")
 
 
     def __init__(self, hooks: Sequence[str] | str | None = None, k: int = 5,

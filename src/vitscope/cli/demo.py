@@ -13,11 +13,12 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from vitscope.cli.analyze import clear_state, write_results_json
-from vitscope.cli.compare import run_compare
 from vitscope.cli.config import COMPARE_OPTIONS, resolve_options
 from vitscope.cli.demo_pairs import paired_similarity_section
 from vitscope.data.open import open_dataset
+from vitscope.outputs import write_run
+from vitscope.workflows.compare import compare_models
+from vitscope.workflows.state_files import clear_state
 
 __all__ = ["DEMO_SEED", "demo", "demo_models", "demo_settings"]
 
@@ -64,8 +65,6 @@ def demo(out: str | Path = "demo_out", quick: bool = False, progress: bool | Non
         progress: force the progress bars on/off.
         log: receives one-line progress messages.
     """
-    from vitscope.report import write_report
-
     log = log or (lambda message: None)
     out = Path(out)
     settings = demo_settings(quick)
@@ -73,15 +72,14 @@ def demo(out: str | Path = "demo_out", quick: bool = False, progress: bool | Non
     data = f"{root}::coco"
     options = resolve_options(COMPARE_OPTIONS, {"models": demo_models(), "data": data, "out": out,
                                                 "batch_size": settings["batch_size"]})
-    result = run_compare(options, progress=progress, log=log)
+    result = compare_models(options, progress=progress, log=log)
     log(f"explaining image pairs with {PAIR_MODEL}")
-    section, pairs = paired_similarity_section(out, open_dataset(data), PAIR_MODEL)
-    result.report.sections.insert(1 if result.report.sections else 0, section)
-    result.report.title = f"vitscope demo: the tiny zoo on the synthetic world{' (quick)' if quick else ''}"
-    result.doc["config"]["demo"] = {"quick": quick, "images": settings["n"], "seed": DEMO_SEED}
-    result.report.config = dict(result.doc["config"])
-    result.doc["paired_similarity"] = pairs
-    write_results_json(out, result.doc)
-    path = write_report(result.report, out / "report.html")
+    section, pairs = paired_similarity_section(open_dataset(data), PAIR_MODEL)
+    result.sections.insert(1 if result.sections else 0, section)
+    result.command = "demo"
+    result.title = f"vitscope demo: the tiny zoo on the synthetic world{' (quick)' if quick else ''}"
+    result.config["demo"] = {"quick": quick, "images": settings["n"], "seed": DEMO_SEED}
+    result.extra["paired_similarity"] = pairs
+    write_run(out, result, progress=progress)
     clear_state(out)
-    return path
+    return out / "report.html"

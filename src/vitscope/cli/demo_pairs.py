@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from vitscope.report.captions import caption_for
-from vitscope.report.model import FigureItem, Section, Table
+from vitscope.analyses.result import Figure
+from vitscope.report.model import Section, Table
 from vitscope.report.tables import format_cell
 
 __all__ = ["choose_pairs", "paired_similarity_section"]
@@ -54,13 +54,12 @@ def _figure(images_a, images_b, maps_a, maps_b, titles: list[str], stem: Path) -
     return save_figure(fig, stem)
 
 
-def paired_similarity_section(out: Path, dataset: Any, model: str = "tiny-vit-metric",
+def paired_similarity_section(dataset: Any, model: str = "tiny-vit-metric",
                               num_pairs: int = 4) -> tuple[Section, dict[str, Any]]:
-    """Explain ``num_pairs`` pairs of ``dataset`` with ``model``; write the figure; return the section and a
-    JSON-able summary for results.json.
+    """Explain ``num_pairs`` pairs of ``dataset`` with ``model``; return the report section (its figure, drawn by
+    the writer to ``figures/paired_similarity.png|svg``) and a JSON-able summary for results.json.
 
     Args:
-        out: output folder (the figure goes to ``out/figures/paired_similarity.png|svg``).
         dataset: an engine dataset with labels in its targets (e.g. ``open_dataset("root::coco")``).
         model: a metric-learning model whose head is the embedding projection.
     """
@@ -83,20 +82,25 @@ def paired_similarity_section(out: Path, dataset: Any, model: str = "tiny-vit-me
     scores = exp.score.tolist()
     titles = [f"images {a} and {b}: {'same class' if labels[a] == labels[b] else 'different classes'}, "
               f"cosine {s:.3f}" for (a, b), s in zip(pairs, scores)]
-    paths = _figure(pictures_a, pictures_b, exp.map_a.numpy(), exp.map_b.numpy(), titles,
-                    out / "figures" / "paired_similarity")
+    map_a, map_b = exp.map_a.numpy(), exp.map_b.numpy()
+
+    def draw(path: Path) -> list[Path]:
+        return _figure(pictures_a, pictures_b, map_a, map_b, titles, path)
+
     rows = [[k, a, b, labels[a], labels[b], format_cell(s), format_cell(float(ra.sum())), format_cell(float(rb.sum()))]
             for k, ((a, b), s, ra, rb) in enumerate(zip(pairs, scores, exp.raw_a, exp.raw_b))]
     table = Table("Explained pairs", ["pair", "image a", "image b", "label a", "label b", "cosine similarity",
                                       "sum of map a", "sum of map b"], rows,
                   "Each image's token contributions sum exactly to the pair's cosine similarity (before rollout).")
-    title, caption, paper = caption_for("paired_similarity")
+    figure = Figure("paired_similarity", draw, "Paired similarity", "Paired similarity maps: which patches of each "
+                    "image make the pair similar, for the metric-learning model (the contributions of each image sum "
+                    "to the cosine similarity).", "paper 000, fig. 4")
     section = Section("paired-similarity", f"Paired similarity ({model})",
                       "Why two images are similar to an embedding network: the cosine similarity of the two "
                       "mean-pooled, projected embeddings decomposed over the tokens of each image and redistributed "
                       "over the input patches with the attention rollout (METHODS.md section 4).",
-                      [FigureItem(paths[0], title, caption, paper)], [table])
+                      [figure], [table])
     summary = {"model": model, "pairs": [{"a": a, "b": b, "label_a": labels[a], "label_b": labels[b], "score": s}
                                          for (a, b), s in zip(pairs, scores)],
-               "files": [str(p.relative_to(out)) for p in paths]}
+               "files": ["figures/paired_similarity.png", "figures/paired_similarity.svg"]}
     return section, summary

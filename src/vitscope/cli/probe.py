@@ -9,9 +9,7 @@ with ``--test-data``, else a seeded hold-out of ``--test-fraction``). Everything
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import typer
 
@@ -19,9 +17,7 @@ from vitscope.cli.errors import one_line_errors
 
 __all__ = ["PROBE_OF_FORMAT", "parse_blocks", "probe", "run_probe"]
 
-#: data format -> probe_sweep argument (formats not listed are treated as labelled image sets)
-PROBE_OF_FORMAT = {"revisitop": "retrieval", "davis": "davis", "spair": "spair", "coco": "regions",
-                   "partimagenet": "regions"}
+from vitscope.workflows.probe import PROBE_OF_FORMAT, run_probe
 
 
 def parse_blocks(text: str | None, num_blocks: int) -> tuple[int, ...] | None:
@@ -41,113 +37,6 @@ def parse_blocks(text: str | None, num_blocks: int) -> tuple[int, ...] | None:
         raise typer.BadParameter(f"--blocks {text!r}: the model has blocks 0..{num_blocks - 1} (negative counts "
                                  "from the end)")
     return blocks
-
-
-def _open(data: str):
-    """``ROOT::FORMAT`` (or ``ROOT``, format detected) -> ``(reader, format)``."""
-    from vitscope.data.load import detect_format, load_dataset
-
-    root, sep, fmt = data.rpartition("::")
-    root, fmt = (root, fmt) if sep else (data, "")
-    fmt = fmt or detect_format(root)
-    return load_dataset(root, fmt), fmt
-
-
-def _labelled_split(dataset, fmt: str, test_fraction: float, seed: int):
-    """A labelled reader -> ``(train, test)`` image lists with labels, split by a seeded hash of the position."""
-    import numpy as np
-
-    from vitscope.analyses.probe_base import holdout_mask
-    from vitscope.data.annotated_source import AnnotatedSource
-    from vitscope.data.files import ImageFiles
-
-    source = AnnotatedSource(dataset)
-    try:
-        labels = source.labels()
-    except ValueError:
-        raise ValueError(f"{fmt} data has no image labels; vitscope probe takes revisitop, davis, spair, coco, "
-                         "partimagenet or labelled images (imagefolder)") from None
-    test = holdout_mask(np.arange(len(source)), test_fraction, seed)
-    if test.all() or not test.any():
-        raise ValueError(f"{len(source)} images cannot be split into train and test at --test-fraction "
-                         f"{test_fraction}; add images or pass --test-data")
-    paths = np.asarray(source.paths, dtype=object)
-    return (ImageFiles(list(paths[~test]), labels=labels[~test], name=f"{source.name}:train"),
-            ImageFiles(list(paths[test]), labels=labels[test], name=f"{source.name}:test"))
-
-
-def _num_images(dataset, fmt: str) -> int:
-    if fmt == "davis":
-        return sum(len(dataset[s].frame_paths) for s in range(len(dataset)))
-    if fmt == "spair":
-        return len({p for i in range(len(dataset)) for p in (dataset[i].src_path, dataset[i].trg_path)})
-    return len(dataset)
-
-
-def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None) -> Path:
-    """Load the model and data, run the probes, write results.json, tables, figures and report.html.
-
-    Args:
-        options: ``model``, ``data``, ``out``, ``test_data``, ``test_fraction``, ``tiling``, ``blocks`` (text),
-            ``site``, ``batch_size``, ``device``, ``dtype``, ``seed``, ``cache`` (folder or None).
-        log: receives one-line progress messages.
-
-    Returns:
-        The path of results.json.
-    """
-    import vitscope
-    from vitscope.analyses.probe_common import require_blocks
-    from vitscope.analyses.probe_result import best_block_table
-    from vitscope.analyses.probes import probe_sweep
-    from vitscope.cli.analyze import environment, save_result_files, write_results_json
-    from vitscope.engine.provenance import model_identity
-    from vitscope.features.cache import FeatureCache
-    from vitscope.models.load import load_model
-    from vitscope.report import analyze_report, write_report
-
-    out = Path(options["out"])
-    backbone = load_model(options["model"])
-    require_blocks(backbone, "per-block")  # before any data is read: a CNN fails at once
-    blocks = parse_blocks(options.get("blocks"), backbone.spec.num_blocks)
-    dataset, fmt = _open(options["data"])
-    task = PROBE_OF_FORMAT.get(fmt, "labelled")
-    data: dict[str, Any] = {task: dataset}
-    if task == "labelled":
-        if options.get("test_data"):
-            test, _ = _open(options["test_data"])
-            data = {"train": dataset, "test": test}
-        else:
-            train, test = _labelled_split(dataset, fmt, options["test_fraction"], options["seed"])
-            data = {"train": train, "test": test}
-    elif options.get("test_data"):
-        raise ValueError(f"--test-data is for labelled image sets; {fmt} data is probed on its own")
-    if log:
-        log(f"probing {backbone.spec.name} on {fmt} ({task}) ...")
-    cache = FeatureCache(options["cache"]) if options.get("cache") else None
-    results = probe_sweep(backbone, cache, **data, tiling=options.get("tiling") or False, blocks=blocks,
-                          site=options["site"], seed=options["seed"], batch_size=options["batch_size"],
-                          device=options.get("device"), dtype=options.get("dtype"))
-    files = save_result_files(out, results)
-    table = best_block_table({backbone.spec.name: results})
-    table_path = out / "tables" / "best_blocks.csv"
-    table.to_csv(table_path, index=False)
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items()}
-    doc = {
-        "vitscope_version": vitscope.__version__,
-        "config": {**config, "format": fmt, "task": task, "blocks": None if blocks is None else list(blocks),
-                   "device": options.get("device") or "auto", "dtype": options.get("dtype") or "fp32"},
-        "models": [model_identity(options["model"], backbone)],
-        "data": {"name": getattr(dataset, "name", fmt), "source": options["data"], "format": fmt,
-                 "items": len(dataset)},
-        "num_images": _num_images(dataset, fmt) + (_num_images(data["test"], fmt) if options.get("test_data") else 0),
-        "skipped": [],
-        "analyses": {name: {"summary": r.summary(), "files": files[name]} for name, r in results.items()},
-        "best_blocks": {"file": str(table_path.relative_to(out)), "rows": table.to_dict(orient="records")},
-        "environment": environment(),
-    }
-    path = write_results_json(out, doc)
-    write_report(analyze_report(out, doc, results), out / "report.html")
-    return path
 
 
 @one_line_errors
@@ -178,8 +67,8 @@ def probe(
     if tiling != 0 and not tiling >= 1:
         raise typer.BadParameter(f"--tiling must be 0 (off) or a scale >= 1, got {tiling:g}")
     options = {"model": model, "data": data, "out": out, "test_data": test_data, "test_fraction": test_fraction,
-               "tiling": tiling, "blocks": blocks, "site": site, "batch_size": batch_size, "device": device,
-               "dtype": dtype, "seed": seed, "cache": cache}
+               "tiling": tiling, "blocks": lambda num_blocks: parse_blocks(blocks, num_blocks), "site": site,
+               "batch_size": batch_size, "device": device, "dtype": dtype, "seed": seed, "cache": cache}
     path = run_probe(options, log=lambda m: typer.echo(m, err=True))
     doc = json.loads(path.read_text())
     for row in doc["best_blocks"]["rows"]:

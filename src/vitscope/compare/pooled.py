@@ -29,7 +29,7 @@ __all__ = ["PooledFeatures", "PooledFeaturesResult"]
 class PooledFeaturesResult(Result):
     """Features ``cls_{b}`` / ``mean_{b}`` ``[n, D]`` per block, ``index`` and ``label`` ``[n]`` (sorted by index).
 
-    The arrays are inputs of the comparison, not a table: ``save`` writes only the JSON summary.
+    The arrays are inputs of the comparison, not outputs: only the metadata is written.
     """
 
     def to_frame(self):
@@ -38,8 +38,11 @@ class PooledFeaturesResult(Result):
         return pd.DataFrame({"index": self.tensors["index"].numpy(), "label": self.tensors["label"].numpy()}) \
             if "index" in self.tensors else pd.DataFrame()
 
-    def summary(self) -> dict:
+    def to_json(self) -> dict:
         return dict(self.meta)
+
+    def arrays(self) -> dict:
+        return {}
 
 
 def _block_number(name: str) -> int:

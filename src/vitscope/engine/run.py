@@ -87,6 +87,14 @@ def as_result(name: str, computed: Result | Mapping[str, Any]) -> Result:
     return Result(name=name, tensors=tensors, meta=meta)
 
 
+def _finish(analysis: Analysis) -> Result:
+    """The analysis's result, with its description as the report's intro."""
+    result = as_result(analysis.name, analysis.compute())
+    if not result.intro:
+        result.intro = type(analysis).description
+    return result
+
+
 def required_hook_names(backbone: Backbone, analyses: Sequence[Analysis]) -> list[str]:
     """Union of the hook names every analysis declares, resolved against the backbone."""
     spec = backbone.spec
@@ -248,5 +256,5 @@ def run(
     workspace.release()
     if seen == 0:
         raise EmptyRunError(f"no readable image among {total} files ({len(log.skipped)} skipped)")
-    return Results({a.name: as_result(a.name, a.compute()) for a in analyses}, seen, list(log.skipped), hooks,
-                   described, checkpoint.resumed_images if checkpoint is not None else 0)
+    return Results({a.name: _finish(a) for a in analyses}, seen, list(log.skipped), hooks, described,
+                   checkpoint.resumed_images if checkpoint is not None else 0)

@@ -62,11 +62,11 @@ def run_key(model_fingerprint: str, spec: dict[str, Any], data_fingerprint: dict
         analyses: the analyses (names, classes and constructor arguments are keyed).
         settings: batch_size, limit, device, dtype, ... (JSON-able).
     """
-    import vitscope
+    from vitscope._version import __version__
 
     return {
         "format": FORMAT,
-        "vitscope": vitscope.__version__,
+        "vitscope": __version__,
         "model": model_fingerprint,
         "spec": spec,
         "data": data_fingerprint.get("digest"),

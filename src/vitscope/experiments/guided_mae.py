@@ -129,12 +129,12 @@ def run_guided_mae(cfg: GuidedMAEConfig, out: str | Path, progress: bool | None 
     Returns:
         The ``results.json`` document.
     """
-    import vitscope
-    from vitscope.report import analyze_report, write_report
-    from vitscope.viz.masking_figures import guided_mae_figure
+    import pandas as pd
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    from vitscope.analyses.result import Figure, SummaryResult
+    from vitscope.outputs import RunResult, prepare_output, write_run
+
+    out = prepare_output(out)
     data = synthetic_split(cfg.train_images, cfg.seed, size=cfg.image_size)
     bank = data.subset(torch.arange(min(cfg.bank_images, len(data))))
     test = synthetic_split(cfg.test_images, cfg.seed + 10_000, size=cfg.image_size)
@@ -160,23 +160,26 @@ def run_guided_mae(cfg: GuidedMAEConfig, out: str | Path, progress: bool | None 
     guide = GuidedMAERecipe(_model(cfg)[1], mae, cfg.steps_per_epoch, cfg.every_epochs, cfg.levels)
     epochs = [s / cfg.steps_per_epoch for s in steps]
     rho = [guide.rho_at(max(s - 1, 0)) for s in steps]  # the rho of the last step trained before each point
-    figures = guided_mae_figure(epochs, curves, "k-NN accuracy (mean token)", out / "figures" / "guided_mae", rho)
-    tables = out / "tables"
-    tables.mkdir(parents=True, exist_ok=True)
-    rows = ["step,epoch,rho," + ",".join(TWINS)]
-    rows += [f"{s},{e:.4f},{r}," + ",".join(f"{curves[t][i]:.6f}" for t in TWINS)
-             for i, (s, e, r) in enumerate(zip(steps, epochs, rho))]
-    (tables / "guided_mae.csv").write_text("\n".join(rows) + "\n")
+    def draw(path: Path) -> list[Path]:
+        from vitscope.viz.masking_figures import guided_mae_figure
+
+        return guided_mae_figure(epochs, curves, "k-NN accuracy (mean token)", path, rho)
+
+    table = pd.DataFrame({"step": steps, "epoch": epochs, "rho": rho, **{t: curves[t] for t in TWINS}})
     summary = {"steps": steps, "epochs": epochs, "rho": rho, "accuracy": curves,
                "final_loss": {t: sum(v[-10:]) / len(v[-10:]) for t, v in losses.items()},
                "convergence": convergence_summary(steps, curves)}
-    doc = {"vitscope_version": vitscope.__version__, "experiment": "guided-mae", "config": asdict(cfg),
-           "models": [{"name": f"tiny-vit ({t} masks)", "family": "tiny-vit", "num_blocks": cfg.depth,
-                       "num_heads": cfg.num_heads} for t in TWINS],
-           "data": {"name": "synthetic world", "source": f"seed {cfg.seed}, {cfg.train_images} training scenes, "
-                    f"k-NN bank {len(bank)}, held-out test {len(test)}"},
-           "analyses": {"guided_mae": {"summary": summary, "files": {
-               "tables": ["tables/guided_mae.csv"], "figures": [str(p.relative_to(out)) for p in figures]}}}}
-    (out / "results.json").write_text(json.dumps(doc, indent=1))
-    write_report(analyze_report(out, doc), out / "report.html")
+    result = SummaryResult("guided_mae", summary, tables={"guided_mae": table}, figures=[Figure(
+        "guided_mae", draw, "Guided MAE", "k-NN accuracy of the mean token during pretraining, SIFT-guided masks "
+        "against random masks (rho: the share of guided masks).", "paper 003, fig. 9")],
+        intro="MAE pretraining with masks guided by the SIFT interrelation score against random masks.")
+    path = write_run(out, RunResult(
+        "experiment guided-mae", title="vitscope experiment guided-mae", config=asdict(cfg),
+        results={"guided_mae": result},
+        models=[{"name": f"tiny-vit ({t} masks)", "family": "tiny-vit", "num_blocks": cfg.depth,
+                 "num_heads": cfg.num_heads} for t in TWINS],
+        data={"name": "synthetic world", "source": f"seed {cfg.seed}, {cfg.train_images} training scenes, "
+              f"k-NN bank {len(bank)}, held-out test {len(test)}"}, extra={"experiment": "guided-mae"}),
+        progress=progress)
+    doc = json.loads(path.read_text())
     return doc

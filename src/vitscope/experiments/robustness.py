@@ -13,7 +13,29 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from vitscope.analyses.result import Figure, Result
+
 __all__ = ["run_robustness"]
+
+
+class ModelsResult(Result):
+    """One analysis run on several models: the summary per model, one figure with every model in it."""
+
+    def __init__(self, name: str, per_model: dict[str, Result], figure: Figure | None) -> None:
+        super().__init__(name, {}, {})
+        self.per_model, self._figure = per_model, figure
+
+    def to_json(self) -> dict[str, Any]:
+        return {model: r.to_json() for model, r in self.per_model.items()}
+
+    def tables(self) -> dict[str, Any]:
+        return {f"{self.name}_{model.replace('/', '_')}": r.to_frame() for model, r in self.per_model.items()}
+
+    def arrays(self) -> dict[str, Any]:
+        return {}
+
+    def figures(self) -> list[Figure]:
+        return [self._figure] if self._figure is not None else []
 
 
 def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size: int = 32,
@@ -32,51 +54,58 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
     Returns:
         The ``results.json`` document.
     """
-    import vitscope
     from vitscope.analyses.masking_foreground import ForegroundMasking
     from vitscope.analyses.masking_frequency import FrequencyFiltering
-    from vitscope.cli.analyze import dataset_targets, describe_data
-    from vitscope.data.open import open_dataset
+    from vitscope.data.open import as_source
     from vitscope.engine.provenance import model_identity
     from vitscope.engine.run import run
     from vitscope.models.load import load_model
-    from vitscope.report import analyze_report, write_report
-    from vitscope.viz.masking_figures import foreground_bars_figure, frequency_figure
+    from vitscope.outputs import RunResult, prepare_output, write_run
 
     if not models:
         raise ValueError("give at least one model (e.g. --models tiny-vit-sup,MY_CNN)")
-    out = Path(out)
-    dataset = open_dataset(data)
-    with_masks = "masks" in dataset_targets(dataset)
-    per_model: dict[str, dict[str, Any]] = {}
-    identities = []
+    out = prepare_output(out)
+    source = as_source(data)
+    with_masks = "masks" in source.target_keys()
+    per_model: dict[str, dict[str, Result]] = {}
+    identities, described = [], {}
     for name in models:
         backbone = load_model(name)
         identities.append(model_identity(name, backbone))
         analyses = [FrequencyFiltering()]
         if with_masks:
             analyses.insert(0, ForegroundMasking(region=region))
-        results = run(backbone, dataset, analyses, batch_size=batch_size, device=device, limit=limit,
+        results = run(backbone, source, analyses, batch_size=batch_size, device=device, limit=limit,
                       progress=progress)
         per_model[name] = dict(results.items())
-        for result in results.values():
-            result.save(out / "tables" / name.replace("/", "_"))
-    figures: dict[str, list[Path]] = {}
+        described = results.data
+    results: dict[str, Result] = {}
     if with_masks:
-        figures["foreground_masking"] = foreground_bars_figure(
-            {m: r["foreground_masking"]["normalised_accuracy"] for m, r in per_model.items()}, [1, 5],
-            out / "figures" / "foreground_masking")
+        fg = {m: r["foreground_masking"]["normalised_accuracy"] for m, r in per_model.items()}
+
+        def bars(path: Path) -> list[Path]:
+            from vitscope.viz.masking_figures import foreground_bars_figure
+
+            return foreground_bars_figure(fg, [1, 5], path)
+
+        results["foreground_masking"] = ModelsResult(
+            "foreground_masking", {m: r["foreground_masking"] for m, r in per_model.items()},
+            Figure("foreground_masking", bars, "Foreground masking", "Full, foreground-only and background-only "
+                   "accuracy of every model, normalised by its full-image accuracy.", "paper 001, tables 2 and 3"))
     freq = {m: r["frequency_filtering"] for m, r in per_model.items()}
     first = next(iter(freq.values()))
-    figures["frequency_filtering"] = frequency_figure(
-        {m: r["accuracy"] for m, r in freq.items()}, first.meta["fractions"],
-        {m: float(r["full_accuracy"]) for m, r in freq.items()}, out / "figures" / "frequency_filtering")
-    doc = {"vitscope_version": vitscope.__version__, "experiment": "robustness",
-           "config": {"models": list(models), "data": data, "region": region, "limit": limit},
-           "models": identities, "data": describe_data(dataset),
-           "analyses": {name: {"summary": {m: res[name].summary() for m, res in per_model.items()},
-                               "files": {"tables": [], "figures": [str(p.relative_to(out)) for p in paths]}}
-                        for name, paths in figures.items()}}
-    (out / "results.json").write_text(json.dumps(doc, indent=1, default=str))
-    write_report(analyze_report(out, doc), out / "report.html")
-    return doc
+
+    def curves(path: Path) -> list[Path]:
+        from vitscope.viz.masking_figures import frequency_figure
+
+        return frequency_figure({m: r["accuracy"] for m, r in freq.items()}, first.meta["fractions"],
+                                {m: float(r["full_accuracy"]) for m, r in freq.items()}, path)
+
+    results["frequency_filtering"] = ModelsResult("frequency_filtering", freq, Figure(
+        "frequency_filtering", curves, "Frequency filtering", "Accuracy of every model against the cut-off radius "
+        "of low-pass and high-pass filters.", "paper 001, section 5"))
+    config = {"models": list(models), "data": data, "region": region, "limit": limit}
+    path = write_run(out, RunResult("experiment robustness", title=f"vitscope experiment robustness: "
+                                    f"{', '.join(models)}", config=config, results=results, models=identities,
+                                    data=described, extra={"experiment": "robustness"}), progress=progress)
+    return json.loads(path.read_text())

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from vitscope.analyses.base import Result
+from vitscope.analyses.base import Figure, Result
 from vitscope.models.backbone import Backbone
 
 __all__ = ["TokenMixingCounts", "TokenMixingResult", "isolated_cls_logits", "per_token_logits", "token_mixing"]
@@ -166,17 +166,28 @@ def _model_logits(backbone: Backbone, pixels: torch.Tensor) -> torch.Tensor:
 
 
 class TokenMixingResult(Result):
-    """Accuracies of the token-mixing experiments (table 1 rows in ``meta``, figure 6 in ``plot``)."""
+    """Accuracies of the token-mixing experiments (table 1 rows in ``meta``, figure 6 in ``figures``)."""
 
-    def plot(self, out_dir: str | Path) -> list[Path]:
-        from vitscope.viz.featviz_figures import isolate_cls_figure, token_accuracy_figure
-
+    def figures(self) -> list[Figure]:
+        """``<name>_token_accuracy`` (accuracy of the head on every token) and ``<name>_isolate_cls``."""
         if not self.tensors:
             return []
-        out = Path(out_dir)
-        return [token_accuracy_figure(self.tensors["token_accuracy_grid"], self.meta["cls_token_accuracy"],
-                                      out / f"{self.name}_token_accuracy.png"),
-                isolate_cls_figure(self.tensors["isolate_cls_accuracy"], out / f"{self.name}_isolate_cls.png")]
+
+        def tokens(path: Path) -> list[Path]:
+            from vitscope.viz.featviz_figures import token_accuracy_figure
+
+            return [token_accuracy_figure(self.tensors["token_accuracy_grid"], self.meta["cls_token_accuracy"],
+                                          path.with_suffix(".png"))]
+
+        def isolate(path: Path) -> list[Path]:
+            from vitscope.viz.featviz_figures import isolate_cls_figure
+
+            return [isolate_cls_figure(self.tensors["isolate_cls_accuracy"], path.with_suffix(".png"))]
+
+        return [self.figure("_token_accuracy", tokens, "Accuracy of the classifier applied to every output token, "
+                            "on the token grid (the CLS token's accuracy in the title).", "paper 001, fig. 6"),
+                self.figure("_isolate_cls", isolate, "Accuracy when the CLS token is inserted at a later block and "
+                            "attends only to itself before it.", "paper 001, table 1")]
 
 
 def token_mixing(

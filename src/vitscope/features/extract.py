@@ -13,15 +13,15 @@ from __future__ import annotations
 import shutil
 import uuid
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from vitscope.features.cache import CacheEntry, FeatureCache
 from vitscope.features.fingerprint import CACHE_FORMAT, digest, model_fingerprint
-from vitscope.features.views import StandardView, TiledView, TokenGroup, View
-from vitscope.functional.pooling import mask_pool
+from vitscope.features.request import POOLINGS, FeatureRequest, pool_group
+from vitscope.features.views import StandardView, TiledView, View
 from vitscope.models.backbone import Backbone
 
 if TYPE_CHECKING:  # vitscope.analyses imports this module (its probes extract features): no import cycle
@@ -29,72 +29,6 @@ if TYPE_CHECKING:  # vitscope.analyses imports this module (its probes extract f
     from vitscope.data.source import Source
 
 __all__ = ["POOLINGS", "FeatureRequest", "extract_features", "pool_group"]
-
-POOLINGS = ("cls", "spatial_mean", "spatial", "all", "mask")
-
-
-@dataclass(frozen=True)
-class FeatureRequest:
-    """Which features to keep for every image (one cache entry per request).
-
-    Attributes:
-        site: block site, ``blocks.{i}.<site>``: ``"resid_post"`` (block output), ``"norm1"``, ``"norm2"``,
-            ``"resid_pre"``, ``"resid_mid"``, ``"attn_out"`` or ``"mlp_out"``.
-        pooling: ``"cls"`` ``[D]``; ``"spatial_mean"`` ``[D]``; ``"spatial"`` ``[K, D]`` (row-major grid);
-            ``"all"`` ``[N*D]``; ``"mask"``: one row ``[D]`` per region mask of the image (mask-weighted mean
-            of the spatial tokens; extra columns ``label`` and ``region``).
-        blocks: block indices to keep; None = every block.
-    """
-
-    site: str = "resid_post"
-    pooling: str = "cls"
-    blocks: tuple[int, ...] | None = None
-
-    def __post_init__(self) -> None:
-        if self.pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
-        if self.blocks is not None:
-            object.__setattr__(self, "blocks", tuple(int(b) for b in self.blocks))
-
-    def block_list(self, num_blocks: int) -> list[int]:
-        """The blocks this request keeps on a model with ``num_blocks`` blocks (negative indices count back)."""
-        if self.blocks is None:
-            return list(range(num_blocks))
-        out = sorted({b % num_blocks for b in self.blocks if -num_blocks <= b < num_blocks})
-        if len(out) != len(set(self.blocks)):
-            raise ValueError(f"blocks {self.blocks} outside 0..{num_blocks - 1}")
-        return out
-
-    def hooks(self, num_blocks: int) -> list[str]:
-        return [f"blocks.{i}.{self.site}" for i in self.block_list(num_blocks)]
-
-
-def pool_group(group: TokenGroup, hook: str, pooling: str, weights: list[torch.Tensor] | None = None) -> torch.Tensor:
-    """Pool one hook's tokens of a group: ``[b, F]`` (``[b, K, D]`` for "spatial"; for "mask" ``[sum M_i, D]``).
-
-    Args:
-        group: tokens of b images sharing a layout.
-        hook: the hook name.
-        pooling: one of :data:`POOLINGS`.
-        weights: for "mask", one ``[M_i, K]`` weight matrix per image of the group.
-    """
-    x = group.tokens[hook]
-    p = group.num_prefix
-    if pooling == "cls":
-        if p < 1:
-            raise ValueError("pooling 'cls' needs a CLS token; tiled features have none (use 'spatial_mean')")
-        return x[:, 0]
-    if pooling == "spatial_mean":
-        return x[:, p:].mean(dim=1)
-    if pooling == "spatial":
-        return x[:, p:]
-    if pooling == "all":
-        return x.reshape(x.shape[0], -1)
-    if weights is None:
-        raise ValueError("pooling 'mask' needs region weights")
-    rows = [mask_pool(x[j, p:].double(), w.to(x.device)) for j, w in enumerate(weights)]
-    return torch.cat(rows) if rows else x.new_zeros((0, x.shape[-1]))
-
 
 def _key(model_fp: str, data_digest: str, view: View, request: FeatureRequest, backbone: Backbone,
          amp: torch.dtype | None) -> str:

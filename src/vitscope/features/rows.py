@@ -1,6 +1,6 @@
 """``FeatureRows``: the feature cache as one more consumer of the engine's pass (no loop of its own).
 
-For every request it pools the recorded tokens of each batch (:func:`~vitscope.features.extract.pool_group`) and
+For every request it pools the recorded tokens of each batch (:func:`~vitscope.features.request.pool_group`) and
 appends the rows, with their image positions, to a disk-backed :class:`~vitscope.features.rowstore.RowStore`
 (declared ``"cat"`` state: merging and resuming come with it). Mask pooling reads the source's region masks
 (``targets["regions"]``, which the engine loads when an analysis requires them) and projects them through the
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from vitscope.analyses.base import Analysis, Batch
-from vitscope.features.extract import FeatureRequest, pool_group
+from vitscope.features.request import FeatureRequest, pool_group
 from vitscope.features.rowstore import RowStore
 from vitscope.features.views import TokenGroup, View
 from vitscope.functional.pooling import mask_weights

@@ -1,9 +1,10 @@
 """``report.html``: one self-contained page per run (summary, a section per analysis, explorer, numbers)."""
 
+from vitscope.report.build import build_report
 from vitscope.report.explorer import explorer_from_maps
 from vitscope.report.model import Explorer, ExplorerGrid, FigureItem, Report, Section, Table
 from vitscope.report.render import data_uri, render_html, write_report
-from vitscope.report.sections import analysis_section, analyze_report, explorer_of, summary_rows
+from vitscope.report.sections import explorer_of, summary_rows
 
 __all__ = [
     "Explorer",
@@ -12,8 +13,7 @@ __all__ = [
     "Report",
     "Section",
     "Table",
-    "analysis_section",
-    "analyze_report",
+    "build_report",
     "data_uri",
     "explorer_from_maps",
     "explorer_of",

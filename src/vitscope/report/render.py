@@ -52,11 +52,11 @@ def _config_value(value: Any) -> str:
 
 def render_html(report: Report) -> str:
     """The report as an HTML string (every text value escaped)."""
-    import vitscope
+    from vitscope._version import __version__
 
     rows = [(str(k), _config_value(v)) for k, v in report.config.items()]
     return _environment().get_template("report.html.j2").render(report=report, config_rows=rows,
-                                                                version=vitscope.__version__)
+                                                                version=__version__)
 
 
 def write_report(report: Report, path: str | os.PathLike) -> Path:

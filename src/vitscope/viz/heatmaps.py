@@ -38,6 +38,8 @@ def block_head_heatmap(
     out_path_stem: str | Path,
     block_labels: Sequence[int | str] | None = None,
     cmap: str = "viridis",
+    x_label: str = "head",
+    y_label: str = "block",
 ) -> list[Path]:
     """Draw a blocks x heads heatmap and write it as ``<stem>.png`` and ``<stem>.svg``.
 
@@ -50,6 +52,7 @@ def block_head_heatmap(
         out_path_stem: output path without extension; parent folders are created.
         block_labels: optional label of each row (e.g. the actual block indices); default ``0..L-1``.
         cmap: matplotlib colour map name.
+        x_label, y_label: axis titles (other matrices than blocks x heads reuse this figure).
 
     Returns:
         ``[<stem>.png, <stem>.svg]``.
@@ -71,8 +74,8 @@ def block_head_heatmap(
         xt, yt = _ticks(num_heads), _ticks(num_blocks)
         ax.set_xticks(xt, [str(i) for i in xt])
         ax.set_yticks(yt, [str(labels[i]) for i in yt])
-        ax.set_xlabel("head")
-        ax.set_ylabel("block")
+        ax.set_xlabel(x_label)
+        ax.set_ylabel(y_label)
         ax.set_title(textwrap.fill(title, width=int(width * 8)), fontsize=10)
         fig.colorbar(image, ax=ax, label=colorbar_label)
         fig.tight_layout()

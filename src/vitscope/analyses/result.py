@@ -1,0 +1,175 @@
+"""What an analysis returns: a :class:`Result` (named tensors and metadata) that knows its JSON summary, its
+tables, its large arrays and its :class:`Figure` objects, each carrying the caption the report shows and the
+paper figure it reproduces. :mod:`vitscope.outputs` writes them; the report renders them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["SMALL", "Figure", "Result", "SummaryResult"]
+
+#: tensors with at most this many elements go to results.json and the CSV tables; larger ones to ``.npz``
+SMALL = 4096
+
+
+@dataclass
+class Figure:
+    """One figure of a result: how to draw it, and the text beside it in the report.
+
+    Attributes:
+        stem: file stem (``figures/<stem>.png`` and ``.svg``).
+        draw: ``draw(path_without_suffix) -> written files`` (matplotlib is imported only when drawing).
+        title: short title.
+        caption: what the figure shows and how to read it (required: the report shows it).
+        paper: the paper figure it reproduces (e.g. ``"paper 002, fig. 4"``), or "".
+    """
+
+    stem: str
+    draw: Callable[[Path], list[Path]]
+    title: str
+    caption: str
+    paper: str = ""
+
+
+def _long_table(tensors: dict[str, torch.Tensor]):
+    import pandas as pd
+
+    frames = []
+    for key, t in tensors.items():
+        arr = t.detach().cpu().double()
+        idx = torch.cartesian_prod(*[torch.arange(s) for s in arr.shape]) if arr.dim() > 1 else (
+            torch.arange(arr.numel()).unsqueeze(1) if arr.dim() == 1 else torch.zeros(1, 0, dtype=torch.long))
+        cols = {f"dim{d}": idx[:, d].numpy() for d in range(idx.shape[1])}
+        frames.append(pd.DataFrame({"quantity": key, **cols, "value": arr.reshape(-1).numpy()}))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+@dataclass
+class Result:
+    """Output of ``Analysis.compute()``: named tensors plus metadata, typed by subclass.
+
+    Attributes:
+        name: the analysis's name (its instance label, e.g. ``cka@cls``).
+        tensors: named tensors (``result["cka"]``).
+        meta: JSON-able metadata (model, blocks, settings...).
+        intro: the paragraph the report shows above the result (the analysis's description).
+    """
+
+    name: str
+    tensors: dict[str, torch.Tensor]
+    meta: dict[str, Any] = field(default_factory=dict)
+    intro: str = ""
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        return self.tensors[key]
+
+    @property
+    def base_name(self) -> str:
+        """The registered analysis name (without an ``@tag`` instance label)."""
+        return self.name.partition("@")[0]
+
+    # ------------------------------------------------------------ numbers
+
+    def to_json(self) -> dict[str, Any]:
+        """The results.json entry: metadata plus small tensors as nested lists (large ones as shape and mean,
+        their values in :meth:`arrays`)."""
+        out: dict[str, Any] = dict(self.meta)
+        for key, t in self.tensors.items():
+            if t.numel() <= SMALL:
+                out[key] = t.detach().cpu().tolist()
+            else:
+                out[key] = {"shape": list(t.shape), "mean": float(t.double().mean())}
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """:meth:`to_json` under its earlier name."""
+        return self.to_json()
+
+    def to_frame(self):
+        """Long-format pandas table (one row per element) of the small tensors."""
+        return _long_table({k: t for k, t in self.tensors.items() if t.numel() <= SMALL})
+
+    def tables(self) -> dict[str, Any]:
+        """CSV tables a person reads: ``{file stem: pandas DataFrame}`` (the base: the long table)."""
+        return {self.name: self.to_frame()}
+
+    def arrays(self) -> dict[str, torch.Tensor]:
+        """The tensors too large for results.json and CSV (written once, to ``<name>.npz``)."""
+        return {k: t for k, t in self.tensors.items() if t.numel() > SMALL}
+
+    # ------------------------------------------------------------ figures
+
+    def figures(self) -> list[Figure]:
+        """The figures of this result (none for the base class)."""
+        return []
+
+    def figure(self, suffix: str, draw: Callable[[Path], list[Path]], caption: str, paper: str = "",
+               title: str | None = None) -> Figure:
+        """A :class:`Figure` of this result with stem ``<name><suffix>``."""
+        stem = f"{self.name}{suffix}"
+        return Figure(stem, draw, title or stem.replace("_", " ").replace("@", " @").strip().capitalize(), caption,
+                      paper)
+
+    # ------------------------------------------------------------ files (one result alone)
+
+    def save(self, out_dir: str | Path) -> list[Path]:
+        """Write this result's tables (``.csv``), summary (``.json``) and large arrays (``.npz``) into ``out_dir``
+        (``vitscope.outputs.write_run`` writes every result of a run this way)."""
+        import numpy as np
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for stem, frame in self.tables().items():
+            path = out / f"{stem}.csv"
+            frame.to_csv(path, index=False)
+            paths.append(path)
+        json_path = out / f"{self.name}.json"
+        json_path.write_text(json.dumps(self.to_json(), indent=1, default=str))
+        paths.append(json_path)
+        arrays = self.arrays()
+        if arrays:
+            path = out / f"{self.name}.npz"
+            np.savez(path, **{k: t.detach().cpu().numpy() for k, t in arrays.items()})
+            paths.append(path)
+        return paths
+
+    def plot(self, out_dir: str | Path) -> list[Path]:
+        """Draw every figure of :meth:`figures` into ``out_dir``; returns the written files."""
+        out = Path(out_dir)
+        paths: list[Path] = []
+        for fig in self.figures():
+            paths += fig.draw(out / fig.stem)
+        return paths
+
+
+class SummaryResult(Result):
+    """A result given whole: its JSON summary, tables and figures (experiments that do not stream).
+
+    Args:
+        name: the result's name.
+        summary: the results.json summary (JSON-able).
+        tables: ``{file stem: pandas DataFrame}``.
+        figures: its figures.
+        tensors: arrays to keep beside (written to ``.npz`` when large, listed in the summary when small).
+        intro: the report's paragraph.
+    """
+
+    def __init__(self, name: str, summary: dict[str, Any], tables: dict[str, Any] | None = None,
+                 figures: list[Figure] | None = None, tensors: dict[str, torch.Tensor] | None = None,
+                 intro: str = "") -> None:
+        super().__init__(name, dict(tensors or {}), dict(summary), intro)
+        self._tables, self._figures = dict(tables or {}), list(figures or [])
+
+    def tables(self) -> dict[str, Any]:
+        return dict(self._tables)
+
+    def figures(self) -> list[Figure]:
+        return list(self._figures)

@@ -1,0 +1,92 @@
+"""``ComparisonResult``: a comparison of models as a typed result (summary, tables, figures with captions)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from vitscope.analyses.result import Figure, Result
+from vitscope.compare.curves import QUANTITIES, Comparison
+
+__all__ = ["CAPTIONS", "ComparisonResult", "figure_stem"]
+
+#: quantity -> (caption, paper figure) of its curves; ``cka_matrix``: the model x model matrix
+CAPTIONS: dict[str, tuple[str, str]] = {
+    "attention_distance": ("Mean attention distance per block for every model (relative depth on the x axis so "
+                           "models of different depth share it).", "paper 002, fig. 4"),
+    "saliency_iou": ("Best-head saliency IoU per block for every model.", "paper 002, fig. 5"),
+    "clustering_purity": ("Clustering purity of image features per block for every model.", "paper 002, fig. 7"),
+    "knn_accuracy": ("k-NN accuracy per block for every model.", "paper 002, fig. 9 (left)"),
+    "cka_to_reference": ("CKA of every model's blocks with the first model's block at the same relative depth.",
+                         "paper 002, fig. 6 (per block)"),
+    "cka_matrix": ("CKA between the final-block features of every pair of models.", "paper 002, fig. 6 and 19"),
+}
+
+
+def figure_stem(quantity: str) -> str:
+    """The figure file stem of a quantity's curves."""
+    return "compare_cka_curve" if quantity == "cka_to_reference" else f"compare_{quantity}"
+
+
+class ComparisonResult(Result):
+    """A :class:`~vitscope.compare.curves.Comparison` as a result named ``compare``."""
+
+    def __init__(self, comparison: Comparison) -> None:
+        super().__init__("compare", {}, {})
+        self.comparison = comparison
+
+    def to_json(self) -> dict[str, Any]:
+        """Curves per quantity and model, random values, CKA, best blocks and notes."""
+        comp = self.comparison
+        return {
+            "curves": {q: {m: {"blocks": c.blocks, "relative_depth": c.x, "values": c.values} for m, c in pm.items()}
+                       for q, pm in comp.curves.items()},
+            "random": comp.random,
+            "cka_reference": comp.reference,
+            "cka_models": comp.cka_models,
+            "cka_matrix": None if comp.cka_matrix is None else comp.cka_matrix.tolist(),
+            "best_blocks": comp.best_blocks,
+            "notes": comp.notes,
+        }
+
+    def tables(self) -> dict[str, Any]:
+        comp = self.comparison
+        rows = [{"quantity": q, "model": m, "block": b, "relative_depth": x, "value": v}
+                for q, per_model in comp.curves.items() for m, c in per_model.items()
+                for b, x, v in zip(c.blocks, c.x, c.values)]
+        out = {"compare_curves": pd.DataFrame(rows, columns=["quantity", "model", "block", "relative_depth", "value"]),
+               "compare_best_blocks": pd.DataFrame(comp.best_blocks)}
+        if comp.cka_matrix is not None:
+            out["compare_cka_matrix"] = pd.DataFrame(comp.cka_matrix.numpy(), index=comp.cka_models,
+                                                     columns=comp.cka_models).rename_axis("model").reset_index()
+        return out
+
+    def arrays(self) -> dict[str, Any]:
+        return {}
+
+    def figures(self) -> list[Figure]:
+        comp, out = self.comparison, []
+        for quantity, per_model in comp.curves.items():
+            label = QUANTITIES[quantity][0].replace("the reference model", comp.reference or "the reference model")
+            curves = {m: (c.x, c.values) for m, c in per_model.items()}
+
+            def draw(path: Path, curves=curves, label=label, quantity=quantity) -> list[Path]:
+                from vitscope.viz.compare_figures import model_curves
+
+                return model_curves(curves, f"{label} per block", label, path, comp.random.get(quantity),
+                                    "random attention" if quantity in ("attention_distance", "saliency_iou")
+                                    else "random chance")
+
+            stem = figure_stem(quantity)
+            out.append(Figure(stem, draw, f"{label.capitalize()} per block", *CAPTIONS[quantity]))
+        if comp.cka_matrix is not None:
+            def matrix(path: Path) -> list[Path]:
+                from vitscope.viz.representation_figures import cka_heatmap
+
+                return cka_heatmap(comp.cka_matrix, "CKA between the final blocks of the models", path,
+                                   comp.cka_models, comp.cka_models, row_title="model", col_title="model")
+
+            out.append(Figure("compare_cka_matrix", matrix, "CKA between final blocks", *CAPTIONS["cka_matrix"]))
+        return out

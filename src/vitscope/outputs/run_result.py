@@ -1,0 +1,57 @@
+"""``RunResult``: everything one command produced, as objects (the writer turns it into files)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from vitscope.analyses.result import Figure, Result
+
+__all__ = ["RunResult"]
+
+
+@dataclass
+class RunResult:
+    """What a command produced.
+
+    Attributes:
+        command: ``analyze``, ``compare``, ``probe``, ``explain-pair``, ``featviz``, ``experiment robustness``...
+        title: the report's title; subtitle: one line under it.
+        config: the resolved configuration (results.json ``config``).
+        results: name -> typed :class:`~vitscope.analyses.result.Result` (results.json ``analyses``, one report
+            section each, with its tables, arrays and figures).
+        models: model identities (``vitscope.engine.provenance.model_identity``).
+        data: the data's description with its fingerprint.
+        num_images: images analysed (None when it does not apply).
+        skipped: unreadable files (``SkippedImage`` records or ``{"path", "reason"}`` dicts).
+        extra: further top-level results.json entries (JSON-able), e.g. ``hooks`` or ``best_blocks``.
+        figures: figures that belong to the run rather than one result (drawn into ``figures/``), with the report
+            section they go to (``(section title, Figure)``).
+        tables: run-level CSV tables ``{stem: pandas DataFrame}`` (written to ``tables/``).
+        sections: extra report sections (:class:`vitscope.report.model.Section`), after the results' own; their
+            ``figures`` may hold :class:`Figure` objects (drawn by the writer) or the stems of result figures.
+        own_sections: results whose default report section is left out (``sections`` present them instead).
+        notes: warnings worth showing in the report.
+        resumed_images: images a restored state already held (results.json ``run``).
+    """
+
+    command: str
+    title: str = ""
+    subtitle: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    results: dict[str, Result] = field(default_factory=dict)
+    models: list[dict[str, Any]] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    num_images: int | None = None
+    skipped: list[Any] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+    figures: list[tuple[str, Figure]] = field(default_factory=list)
+    tables: dict[str, Any] = field(default_factory=dict)
+    sections: list[Any] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    resumed_images: int = 0
+    own_sections: set[str] = field(default_factory=set)
+
+    def skipped_records(self) -> list[dict[str, str]]:
+        """The skipped files as ``{"path", "reason"}`` dicts."""
+        return [s if isinstance(s, dict) else {"path": str(s.path), "reason": str(s.reason)} for s in self.skipped]

@@ -1,0 +1,152 @@
+"""``write_run``: the one writer of every command's outputs.
+
+Layout of an output folder::
+
+    results.json          summaries a person reads (small tensors as lists, large ones as shape and mean)
+    tables/*.csv          tables (per block, per head...) and tables/<name>.json (each result's summary)
+    arrays/<name>.npz     large arrays (per-token means, patch maps), written once
+    figures/*.png|svg     figures, with captions in the report
+    report.html           one self-contained page
+    .vitscope-manifest.json   what this run wrote (the next run into the folder replaces exactly these)
+
+Everything is written into a staging folder first and moved into place file by file (``os.replace``),
+results.json last; the progress bar shows the writing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import platform
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from vitscope._version import __version__
+from vitscope.analyses.result import Figure
+from vitscope.outputs.folder import Staging, prepare_output
+from vitscope.outputs.run_result import RunResult
+
+__all__ = ["environment", "write_run"]
+
+
+def environment() -> dict[str, str]:
+    """Versions that decide the numbers (results.json ``environment``)."""
+    import torch
+
+    return {"python": platform.python_version(), "torch": torch.__version__}
+
+
+class _Writer:
+    def __init__(self, staging: Staging, advance: Callable[[], None]) -> None:
+        self.staging, self.advance = staging, advance
+        self.drawn: dict[str, list[Any]] = {}  # section key -> [(Figure, png path in staging)]
+
+    def table(self, stem: str, frame: Any) -> str:
+        rel = f"tables/{stem}.csv"
+        frame.to_csv(self.staging.path(rel), index=False)
+        self.advance()
+        return rel
+
+    def json(self, rel: str, doc: Any) -> str:
+        self.staging.path(rel).write_text(json.dumps(doc, indent=1, default=str))
+        return rel
+
+    def arrays(self, name: str, arrays: dict[str, Any]) -> list[str]:
+        if not arrays:
+            return []
+        import numpy as np
+
+        rel = f"arrays/{name}.npz"
+        np.savez(self.staging.path(rel), **{k: t.detach().cpu().numpy() for k, t in arrays.items()})
+        self.advance()
+        return [rel]
+
+    def section(self, section: Any, run_files: dict[str, list[str]]) -> Any:
+        """A run section with its figures resolved: Figure objects drawn, stems of result figures looked up."""
+        from vitscope.report.model import FigureItem
+
+        items = []
+        for fig in section.figures:
+            if isinstance(fig, Figure):
+                run_files["figures"] += self.figure(f"section:{section.id}", fig)
+                drawn, path = self.drawn[f"section:{section.id}"][-1]
+                items.append(FigureItem(path, drawn.title, drawn.caption, drawn.paper))
+            elif isinstance(fig, str):
+                found = [(f, p) for key, pairs in self.drawn.items() for f, p in pairs if f.stem == fig]
+                items += [FigureItem(p, f.title, f.caption, f.paper) for f, p in found[:1]]
+            else:
+                items.append(fig)
+        return dataclasses.replace(section, figures=items)
+
+    def figure(self, key: str, fig: Any) -> list[str]:
+        paths = fig.draw(self.staging.path(f"figures/{fig.stem}"))
+        self.advance()
+        pngs = [p for p in paths if Path(p).suffix == ".png"]
+        if pngs:
+            self.drawn.setdefault(key, []).append((fig, Path(pngs[0])))
+        return [Path(p).relative_to(self.staging.root).as_posix() for p in paths]
+
+
+def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
+              log: Callable[[str], None] | None = None) -> Path:
+    """Write every output of ``run`` into ``out`` (see the module docstring); returns results.json's path.
+
+    Args:
+        out: the output folder (created when missing; a file there is an error).
+        run: what the command produced.
+        progress: show a progress bar while writing (default: when stderr is a terminal).
+        log: receives one-line messages.
+
+    Raises:
+        OutputError: ``out`` cannot be used.
+    """
+    from vitscope.engine.settings import progress_bar
+    from vitscope.report.build import build_report
+    from vitscope.report.render import render_html
+
+    out = prepare_output(out)
+    staging = Staging(out)
+    try:
+        results = dict(run.results)
+        figures = {name: r.figures() for name, r in results.items()}
+        tables = {name: r.tables() for name, r in results.items()}
+        arrays = {name: r.arrays() for name, r in results.items()}
+        total = sum(len(v) for v in figures.values()) + sum(len(v) for v in tables.values()) + \
+            sum(bool(v) for v in arrays.values()) + len(run.figures) + len(run.tables) + \
+            sum(isinstance(f, Figure) for s in run.sections for f in s.figures)
+        with progress_bar(progress) as bar:
+            task = bar.add_task("writing outputs", total=max(total, 1))
+            writer = _Writer(staging, lambda: bar.advance(task))
+            entries = {}
+            for name, result in results.items():
+                files = {"tables": [writer.table(stem, frame) for stem, frame in tables[name].items()],
+                         "figures": [], "arrays": writer.arrays(name, arrays[name])}
+                files["tables"].append(writer.json(f"tables/{name}.json", result.to_json()))
+                for fig in figures[name]:
+                    files["figures"] += writer.figure(name, fig)
+                entries[name] = {"summary": result.to_json(), "files": files}
+            run_files: dict[str, list[str]] = {"tables": [writer.table(s, f) for s, f in run.tables.items()],
+                                               "figures": []}
+            for section, fig in run.figures:
+                run_files["figures"] += writer.figure(f"run:{section}", fig)
+            sections = [writer.section(s, run_files) for s in run.sections]
+        doc = {"vitscope_version": __version__, "command": run.command, "config": run.config, "models": run.models,
+               "data": run.data}
+        if run.num_images is not None:
+            doc["num_images"] = run.num_images
+        doc["skipped"] = run.skipped_records()
+        doc["analyses"] = entries
+        doc.update(run.extra)
+        if run_files["tables"] or run_files["figures"]:
+            doc["files"] = run_files
+        doc["environment"] = environment()
+        doc["run"] = {"resumed_images": run.resumed_images}
+        writer.json("results.json", doc)
+        report = build_report(run, doc, writer.drawn, sections)
+        staging.path("report.html").write_text(render_html(report), encoding="utf-8")
+        staging.publish(last=["report.html", "results.json"])
+    except BaseException:
+        staging.discard()
+        raise
+    return out / "results.json"

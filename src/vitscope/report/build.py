@@ -1,0 +1,64 @@
+"""Build the report of any command from its :class:`~vitscope.outputs.run_result.RunResult`: one section per
+typed result (its intro, drawn figures with their captions, tables from its summary, an explorer for attention
+maps), the run's own figures and sections, and the summary of what was run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from vitscope.report.model import FigureItem, Report, Section
+from vitscope.report.sections import explorer_of, slug, summary_rows
+from vitscope.report.tables import summary_tables
+
+__all__ = ["build_report"]
+
+_EXPLORER_SOURCES = ("cls_attention_maps", "spatial_average_maps")
+
+
+def _title(name: str) -> str:
+    base, _, tag = name.partition("@")
+    text = base.replace("_", " ").capitalize()
+    return f"{text} ({tag})" if tag else text
+
+
+def _items(drawn: list[tuple[Any, Path]]) -> list[FigureItem]:
+    return [FigureItem(path, fig.title, fig.caption, fig.paper) for fig, path in drawn]
+
+
+def build_report(run: Any, doc: Mapping[str, Any], drawn: Mapping[str, list[tuple[Any, Path]]],
+                 extra: list[Section] | None = None) -> Report:
+    """The report of one run.
+
+    Args:
+        run: the :class:`~vitscope.outputs.run_result.RunResult`.
+        doc: its results.json document (for the summary rows and the tables).
+        drawn: section key (a result's name, or ``run:<section title>``) -> ``[(Figure, PNG path)]``.
+        extra: the run's own sections with their figures resolved (default: ``run.sections``).
+    """
+    sections = []
+    for name, result in run.results.items():
+        if name in run.own_sections:
+            continue
+        explorers = []
+        if result.base_name in _EXPLORER_SOURCES:
+            explorer = explorer_of(result)
+            if explorer is not None:
+                explorers.append(explorer)
+        summary = doc.get("analyses", {}).get(name, {}).get("summary", {})
+        sections.append(Section(slug(name), _title(name), result.intro, _items(drawn.get(name, [])),
+                                summary_tables(name, summary), explorers))
+    for key, items in drawn.items():
+        if key.startswith("run:"):
+            title = key[4:]
+            sections.append(Section(slug(title), title, "", _items(items)))
+    sections += list(run.sections if extra is None else extra)
+    notes = list(run.notes)
+    if doc.get("skipped"):
+        notes.append(f"{len(doc['skipped'])} unreadable file(s) were skipped; results.json lists them.")
+    models = ", ".join(str(m.get("id", m.get("name"))) for m in doc.get("models", []))
+    title = run.title or f"vitscope {run.command}" + (f": {models}" if models else "")
+    subtitle = run.subtitle or (f"data: {doc.get('data', {}).get('name', '')}" if doc.get("data") else "")
+    return Report(title=title, subtitle=subtitle, summary=summary_rows(doc), config=dict(doc.get("config", {})),
+                  sections=sections, notes=notes)

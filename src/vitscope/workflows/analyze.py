@@ -1,0 +1,109 @@
+"""``vitscope.analyze``: one pass of chosen analyses over a dataset, with every output written; the library
+call behind ``vitscope analyze``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from vitscope.analyses.base import Analysis
+from vitscope.analyses.params import build_analyses
+from vitscope.analyses.registry import default_analyses
+from vitscope.data.open import as_source
+from vitscope.engine.provenance import model_identity
+from vitscope.engine.run import Results, run
+from vitscope.engine.settings import resolve_device
+from vitscope.models.backbone import Backbone
+from vitscope.models.load import load_model
+from vitscope.outputs import RunResult, prepare_output, write_run
+from vitscope.workflows.state_files import checkpoint_for, clear_state
+
+__all__ = ["analyze", "choose_analyses", "config_record"]
+
+
+def choose_analyses(selection: str | Sequence[str | Analysis] | None, spec: Any, targets: frozenset[str],
+                    params: Mapping[str, Mapping[str, Any]] | None = None) -> list[Analysis]:
+    """Analyses from names, groups (``attention``), labelled instances (``cka@cls``) or instances.
+
+    None selects every default analysis the model and data support; ``params`` configures named ones
+    (:func:`vitscope.analyses.params.build_analyses`).
+
+    Raises:
+        ValueError: an unknown name, an analysis that cannot run, a bad parameter (one line each).
+    """
+    if isinstance(selection, str):
+        selection = [s for s in selection.split(",") if s.strip()]
+    if selection and all(isinstance(a, Analysis) for a in selection):
+        return list(selection)  # type: ignore[arg-type]
+    if selection and any(not isinstance(a, str) for a in selection):
+        raise TypeError("pass analysis names or Analysis instances, not a mixture")
+    if selection and any(n.strip() == "attention" for n in selection) and not spec.is_transformer:
+        from vitscope.analyses.attention_suite import NoAttentionError
+
+        raise NoAttentionError(f"the attention analyses need attention patterns, but {spec.name} is a CNN and has "
+                               "no attention; use a transformer or other analyses")
+    names = list(selection) if selection else [a.name for a in default_analyses(spec, targets)]
+    chosen = build_analyses(names, spec, targets, params)
+    if not chosen:
+        raise ValueError(f"no analysis supports {spec.name} with this data")
+    return chosen
+
+
+def config_record(options: Mapping[str, Any], **resolved: Any) -> dict[str, Any]:
+    """The resolved configuration as stored in results.json (paths as strings, choices made explicit)."""
+    record = {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items()}
+    record["device"] = record.get("device") or "auto"
+    record["dtype"] = record.get("dtype") or "fp32"
+    record.update(resolved)
+    return record
+
+
+def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Analysis] | None = None, *,
+            out: str | Path | None = None, params: Mapping[str, Mapping[str, Any]] | None = None,
+            batch_size: int = 16, device: str | None = None, dtype: str | None = None, limit: int | None = None,
+            strict: bool = False, resume: bool = True, checkpoint_seconds: float = 60.0,
+            progress: bool | None = None, log: Callable[[str], None] | None = None,
+            config: Mapping[str, Any] | None = None) -> Results:
+    """Run analyses over a dataset in one pass; with ``out``, write results.json, tables, arrays, figures and
+    report.html there (resumably: an interrupted call with the same arguments continues).
+
+    Args:
+        model: a registered name, ``hf:<id or dir>``, a directory, or a Backbone.
+        data: anything :func:`vitscope.data.as_source` opens (folder, ``ROOT::FORMAT``, images...).
+        analyses: names or groups (``"attention,cka@cls"``), Analysis instances, or None for the defaults.
+        out: output folder (checked before the pass); None writes nothing.
+        params: ``{analysis: {parameter: value}}`` for named analyses.
+        batch_size, device, dtype, limit, strict: as :func:`vitscope.run`.
+        resume: keep state in ``out`` while running and continue from it (with ``out`` only).
+        checkpoint_seconds: least seconds between state saves.
+        progress: progress bars on/off (default: when stderr is a terminal).
+        log: receives one-line messages.
+        config: the configuration recorded in results.json (default: these arguments).
+
+    Returns:
+        The :class:`~vitscope.engine.run.Results` of the pass.
+    """
+    out = prepare_output(out) if out is not None else None
+    model_id = model if isinstance(model, str) else model.spec.name
+    backbone = load_model(model) if isinstance(model, str) else model
+    source = as_source(data, strict=strict)
+    chosen = choose_analyses(analyses, backbone.spec, source.target_keys(), params)
+    checkpoint = None
+    if out is not None:
+        checkpoint = checkpoint_for(out, model_id, backbone, source.fingerprint(), chosen, resume=resume,
+                                    every_seconds=checkpoint_seconds, log=log, batch_size=batch_size, limit=limit,
+                                    strict=strict, device=resolve_device(device).type, dtype=dtype or "fp32")
+    results = run(backbone, source, chosen, batch_size=batch_size, device=device, dtype=dtype, limit=limit,
+                  strict=strict, progress=progress, checkpoint=checkpoint)
+    if out is not None:
+        options = dict(config) if config is not None else {
+            "model": model_id, "data": data if isinstance(data, (str, Path)) else source.name, "out": str(out),
+            "batch_size": batch_size, "device": device, "dtype": dtype, "limit": limit, "strict": strict}
+        write_run(out, RunResult(
+            "analyze", config=config_record(options, analyses=[a.name for a in chosen]), results=dict(results),
+            models=[model_identity(model_id, backbone)], data=results.data, num_images=results.num_images,
+            skipped=results.skipped, extra={"hooks": results.hooks}, resumed_images=results.resumed_images),
+            progress=progress, log=log)
+        clear_state(out)
+    return results

@@ -1,0 +1,79 @@
+"""``vitscope compare``: every model once over the data (resumably), then per-block curves on shared axes."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from vitscope.compare import ModelRun, compare_analyses, compare_runs
+from vitscope.compare.outputs import comparison_sections
+from vitscope.compare.result import ComparisonResult
+from vitscope.data.open import as_source
+from vitscope.engine.provenance import model_identity
+from vitscope.engine.run import run
+from vitscope.engine.settings import resolve_device
+from vitscope.models.load import load_model
+from vitscope.outputs import RunResult, prepare_output, write_run
+from vitscope.workflows.analyze import config_record
+from vitscope.workflows.state_files import checkpoint_for, clear_state
+
+__all__ = ["compare", "compare_models"]
+
+
+def compare_models(options: Mapping[str, Any], progress: bool | None = None,
+                   log: Callable[[str], None] | None = None) -> RunResult:
+    """Run each model once (resumably, state in ``options["out"]``) and compare them; returns what to write.
+
+    Args:
+        options: resolved options (:data:`vitscope.cli.config.COMPARE_OPTIONS`).
+        progress: force the progress bars on/off.
+        log: receives one-line messages.
+
+    Raises:
+        ValueError: fewer than two models, or a model listed twice.
+    """
+    models = list(options["models"])
+    if len(models) < 2:
+        raise ValueError("compare needs at least two models, e.g. --models tiny-vit-sup,tiny-vit-mae")
+    dupes = sorted({m for m in models if models.count(m) > 1})
+    if dupes:
+        raise ValueError(f"model {dupes[0]!r} is listed twice in --models; list each model once")
+    out = prepare_output(options["out"])
+    source = as_source(options["data"], strict=bool(options.get("strict")))
+    targets, fingerprint = source.target_keys(), source.fingerprint()
+    runs, identities, counts, skipped, data = [], [], {}, {}, {}
+    for model_id in models:  # one at a time: only one model is in memory (a failed name resumes cheaply)
+        backbone = load_model(model_id)
+        analyses = compare_analyses(backbone.spec, targets)
+        checkpoint = checkpoint_for(
+            out, model_id, backbone, fingerprint, analyses, resume=options.get("resume", True),
+            every_seconds=float(options.get("checkpoint_seconds", 60.0)), log=log, batch_size=options["batch_size"],
+            limit=options.get("limit"), strict=bool(options.get("strict")),
+            device=resolve_device(options.get("device")).type, dtype=options.get("dtype") or "fp32")
+        results = run(backbone, source, analyses, batch_size=options["batch_size"], device=options.get("device"),
+                      dtype=options.get("dtype"), limit=options.get("limit"), strict=bool(options.get("strict")),
+                      progress=progress, checkpoint=checkpoint)
+        runs.append(ModelRun(model_id, backbone.spec, dict(results.items())))
+        identities.append(model_identity(model_id, backbone))
+        counts[model_id] = results.num_images
+        skipped.update((s.path, s) for s in results.skipped)
+        data = results.data
+        del backbone
+        gc.collect()
+    comparison = compare_runs(runs)
+    return RunResult("compare", title=f"vitscope compare: {', '.join(models)}", config=config_record(options),
+                     results={"compare": ComparisonResult(comparison)}, models=identities, data=data,
+                     num_images=max(counts.values()), skipped=list(skipped.values()),
+                     extra={"images_per_model": counts}, sections=comparison_sections(comparison, runs),
+                     notes=list(comparison.notes), own_sections={"compare"})
+
+
+def compare(options: Mapping[str, Any], progress: bool | None = None,
+            log: Callable[[str], None] | None = None) -> Path:
+    """:func:`compare_models`, written by :func:`vitscope.outputs.write_run`; returns results.json's path."""
+    result = compare_models(options, progress, log)
+    path = write_run(options["out"], result, progress=progress)
+    clear_state(Path(options["out"]))
+    return path

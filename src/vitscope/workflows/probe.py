@@ -1,0 +1,118 @@
+"""``vitscope probe``: per-block downstream probes of one model on one benchmark (paper 002 section 6).
+
+The data format picks the probe: ``revisitop`` -> retrieval (revisited mAP), ``davis`` -> label propagation
+(J, F, J&F), ``spair`` -> keypoint correspondence (PCK), ``coco`` / ``partimagenet`` -> region clustering,
+any labelled image set (``imagefolder``...) -> k-NN, linear probes and clustering (a second labelled set
+with ``test_data``, else a seeded hold-out of ``test_fraction``). Everything runs through
+:func:`vitscope.analyses.probes.probe_sweep`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from vitscope.outputs import RunResult, prepare_output, write_run
+
+__all__ = ["PROBE_OF_FORMAT", "run_probe"]
+
+#: data format -> probe_sweep argument (formats not listed are treated as labelled image sets)
+PROBE_OF_FORMAT = {"revisitop": "retrieval", "davis": "davis", "spair": "spair", "coco": "regions",
+                   "partimagenet": "regions"}
+
+
+def _open(data: str):
+    """``ROOT::FORMAT`` (or ``ROOT``, format detected) -> ``(reader, format)``."""
+    from vitscope.data.load import detect_format, load_dataset
+
+    root, sep, fmt = data.rpartition("::")
+    root, fmt = (root, fmt) if sep else (data, "")
+    fmt = fmt or detect_format(root)
+    return load_dataset(root, fmt), fmt
+
+
+def _labelled_split(dataset, fmt: str, test_fraction: float, seed: int):
+    """A labelled reader -> ``(train, test)`` image lists with labels, split by a seeded hash of the position."""
+    import numpy as np
+
+    from vitscope.analyses.probe_base import holdout_mask
+    from vitscope.data.annotated_source import AnnotatedSource
+    from vitscope.data.files import ImageFiles
+
+    source = AnnotatedSource(dataset)
+    try:
+        labels = source.labels()
+    except ValueError:
+        raise ValueError(f"{fmt} data has no image labels; vitscope probe takes revisitop, davis, spair, coco, "
+                         "partimagenet or labelled images (imagefolder)") from None
+    test = holdout_mask(np.arange(len(source)), test_fraction, seed)
+    if test.all() or not test.any():
+        raise ValueError(f"{len(source)} images cannot be split into train and test at --test-fraction "
+                         f"{test_fraction}; add images or pass --test-data")
+    paths = np.asarray(source.paths, dtype=object)
+    return (ImageFiles(list(paths[~test]), labels=labels[~test], name=f"{source.name}:train"),
+            ImageFiles(list(paths[test]), labels=labels[test], name=f"{source.name}:test"))
+
+
+def _num_images(dataset, fmt: str) -> int:
+    if fmt == "davis":
+        return sum(len(dataset[s].frame_paths) for s in range(len(dataset)))
+    if fmt == "spair":
+        return len({p for i in range(len(dataset)) for p in (dataset[i].src_path, dataset[i].trg_path)})
+    return len(dataset)
+
+
+def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None) -> Path:
+    """Load the model and data, run the probes, write results.json, tables, figures and report.html.
+
+    Args:
+        options: ``model``, ``data``, ``out``, ``test_data``, ``test_fraction``, ``tiling``, ``blocks`` (a tuple,
+            None for every block, or ``num_blocks -> tuple`` to check against the model),
+            ``site``, ``batch_size``, ``device``, ``dtype``, ``seed``, ``cache`` (folder or None).
+        log: receives one-line progress messages.
+
+    Returns:
+        The path of results.json.
+    """
+    from vitscope.analyses.probe_common import require_blocks
+    from vitscope.analyses.probe_result import best_block_table
+    from vitscope.analyses.probes import probe_sweep
+    from vitscope.engine.provenance import model_identity
+    from vitscope.features.cache import FeatureCache
+    from vitscope.models.load import load_model
+
+    out = prepare_output(options["out"])
+    backbone = load_model(options["model"])
+    require_blocks(backbone, "per-block")  # before any data is read: a CNN fails at once
+    blocks = options.get("blocks")
+    blocks = blocks(backbone.spec.num_blocks) if callable(blocks) else blocks
+    dataset, fmt = _open(options["data"])
+    task = PROBE_OF_FORMAT.get(fmt, "labelled")
+    data: dict[str, Any] = {task: dataset}
+    if task == "labelled":
+        if options.get("test_data"):
+            test, _ = _open(options["test_data"])
+            data = {"train": dataset, "test": test}
+        else:
+            train, test = _labelled_split(dataset, fmt, options["test_fraction"], options["seed"])
+            data = {"train": train, "test": test}
+    elif options.get("test_data"):
+        raise ValueError(f"--test-data is for labelled image sets; {fmt} data is probed on its own")
+    if log:
+        log(f"probing {backbone.spec.name} on {fmt} ({task}) ...")
+    cache = FeatureCache(options["cache"]) if options.get("cache") else None
+    results = probe_sweep(backbone, cache, **data, tiling=options.get("tiling") or False, blocks=blocks,
+                          site=options["site"], seed=options["seed"], batch_size=options["batch_size"],
+                          device=options.get("device"), dtype=options.get("dtype"))
+    table = best_block_table({backbone.spec.name: results})
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items() if not callable(v)}
+    num_images = _num_images(dataset, fmt) + (_num_images(data["test"], fmt) if options.get("test_data") else 0)
+    return write_run(out, RunResult(
+        "probe", title=f"vitscope probe: {options['model']} on {fmt} ({task})",
+        config={**config, "format": fmt, "task": task, "blocks": None if blocks is None else list(blocks),
+                "device": options.get("device") or "auto", "dtype": options.get("dtype") or "fp32"},
+        results=dict(results), models=[model_identity(options["model"], backbone)],
+        data={"name": getattr(dataset, "name", fmt), "source": options["data"], "format": fmt, "items": len(dataset)},
+        num_images=num_images, tables={"best_blocks": table},
+        extra={"best_blocks": {"file": "tables/best_blocks.csv", "rows": table.to_dict(orient="records")}}))

@@ -1,0 +1,100 @@
+"""The one writer: layout, proportionate files, the output-folder check, the manifest, nothing half-written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vitscope.analyses.result import SMALL, Figure, Result, SummaryResult
+from vitscope.outputs import OutputError, RunResult, prepare_output, write_run
+from vitscope.outputs.folder import MANIFEST
+
+
+def _figure(stem: str) -> Figure:
+    def draw(path: Path) -> list[Path]:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(2, 2))
+        ax.plot([0, 1], [1, 0])
+        paths = [path.with_suffix(".png"), path.with_suffix(".svg")]
+        for p in paths:
+            fig.savefig(p)
+        plt.close(fig)
+        return paths
+    return Figure(stem, draw, stem.title(), f"caption of {stem}", "paper 002, fig. 1")
+
+
+class _Small(Result):
+    def figures(self) -> list[Figure]:
+        return [_figure(f"{self.name}_curve")]
+
+
+def _run(name: str = "thing", big: int = SMALL + 1) -> RunResult:
+    result = _Small(name, {"curve": torch.arange(4.0), "maps": torch.ones(big)}, {"model": "m"}, intro="intro")
+    return RunResult("analyze", config={"model": "m"}, results={name: result}, models=[{"id": "m"}],
+                     data={"name": "d"}, num_images=3)
+
+
+def test_layout_summaries_tables_arrays_figures_and_report(tmp_path) -> None:
+    path = write_run(tmp_path / "out", _run(), progress=False)
+    out = path.parent
+    doc = json.loads(path.read_text())
+    entry = doc["analyses"]["thing"]
+    assert entry["summary"]["curve"] == [0.0, 1.0, 2.0, 3.0]
+    assert entry["summary"]["maps"] == {"shape": [SMALL + 1], "mean": 1.0}  # large: summarised in the JSON
+    assert entry["files"] == {"tables": ["tables/thing.csv", "tables/thing.json"],
+                              "figures": ["figures/thing_curve.png", "figures/thing_curve.svg"],
+                              "arrays": ["arrays/thing.npz"]}
+    with np.load(out / "arrays/thing.npz") as arrays:  # ... and whole in the arrays file
+        assert arrays["maps"].shape == (SMALL + 1,)
+    table = (out / "tables/thing.csv").read_text()
+    assert "curve" in table and "maps" not in table  # tables hold what a person reads
+    html = (out / "report.html").read_text()
+    assert "caption of thing_curve" in html and "paper 002, fig. 1" in html and "intro" in html
+    assert not any(p.name.startswith(".staging") for p in out.iterdir())
+    assert json.loads((out / MANIFEST).read_text())["files"] == sorted(
+        ["results.json", "report.html", *entry["files"]["tables"], *entry["files"]["figures"], "arrays/thing.npz"])
+
+
+def test_a_rerun_replaces_its_own_files_and_keeps_the_users(tmp_path) -> None:
+    out = tmp_path / "out"
+    write_run(out, _run("first"), progress=False)
+    (out / "notes.txt").write_text("mine")
+    write_run(out, _run("second"), progress=False)
+    names = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    assert not any("first" in n for n in names)  # the previous run's figures and tables are gone
+    assert "notes.txt" in names and "figures/second_curve.png" in names
+
+
+def test_an_output_path_that_is_a_file_is_one_line(tmp_path) -> None:
+    target = tmp_path / "taken"
+    target.write_text("x")
+    with pytest.raises(OutputError, match="is a file; give a folder") as info:
+        prepare_output(target)
+    assert "\n" not in str(info.value)
+    with pytest.raises(OutputError):
+        write_run(target, _run(), progress=False)
+    assert target.read_text() == "x"
+
+
+def test_a_failing_figure_leaves_the_previous_outputs_whole(tmp_path) -> None:
+    out = tmp_path / "out"
+    write_run(out, _run("good"), progress=False)
+    before = (out / "results.json").read_text()
+
+    def broken(path: Path) -> list[Path]:
+        raise RuntimeError("drawing failed")
+
+    bad = RunResult("analyze", results={"bad": SummaryResult("bad", {"x": 1}, figures=[Figure("bad", broken, "B",
+                                                                                               "c")])})
+    with pytest.raises(RuntimeError, match="drawing failed"):
+        write_run(out, bad, progress=False)
+    assert (out / "results.json").read_text() == before
+    assert not any(p.name.startswith(".staging") for p in out.iterdir())
