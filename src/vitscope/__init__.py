@@ -1,7 +1,8 @@
 """vitscope: put vision transformers under a microscope.
 
-Public API: :func:`load_model`, :func:`wrap`, :func:`run`, :func:`tokens_to_grid`, :class:`Analysis` and
-:func:`register_analysis` (write your own analysis), the ``analyses`` and ``functional`` packages.
+Public API: :func:`load_model`, :func:`wrap`, :func:`run` (one pass), :func:`analyze` (one pass with every output
+written), :func:`tokens_to_grid`, :class:`Analysis` and :func:`register_analysis` (write your own analysis), the
+``analyses``, ``data`` and ``functional`` packages.
 
 Importing the package is cheap: every name is imported on first use (``import torch`` alone takes seconds), so
 ``vitscope --help`` answers at once.
@@ -19,6 +20,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "Analysis": ("vitscope.analyses.base", "Analysis"),
     "Backbone": ("vitscope.models.backbone", "Backbone"),
     "ModelSpec": ("vitscope.models.spec", "ModelSpec"),
+    "analyze": ("vitscope.workflows.analyze", "analyze"),
     "Result": ("vitscope.analyses.base", "Result"),
     "load_model": ("vitscope.models.load", "load_model"),
     "register_analysis": ("vitscope.analyses.registry", "register_analysis"),
@@ -27,8 +29,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "wrap": ("vitscope.models.wrap", "wrap"),
 }
 
-__all__ = ["Analysis", "Backbone", "ModelSpec", "Result", "__version__", "load_model", "register_analysis", "run",
-           "tokens_to_grid", "wrap"]
+__all__ = ["Analysis", "Backbone", "ModelSpec", "Result", "__version__", "analyze", "load_model", "register_analysis",
+           "run", "tokens_to_grid", "wrap"]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from vitscope.analyses.base import Analysis, Result
@@ -39,6 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from vitscope.models.load import load_model
     from vitscope.models.spec import ModelSpec
     from vitscope.models.wrap import wrap
+    from vitscope.workflows.analyze import analyze
 
 
 _SUBPACKAGES = ("analyses", "data", "engine", "functional", "hooks", "models")

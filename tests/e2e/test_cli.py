@@ -60,3 +60,17 @@ def test_errors_are_one_line_with_status_1(tmp_path):
 
 def test_bad_usage_is_status_2():
     assert vitscope("analyze", "--model", "tiny-vit").returncode == 2
+
+
+def test_help_and_version_do_not_import_torch() -> None:
+    """``vitscope --help`` and ``--version`` answer at once: neither the package root nor the CLI imports torch
+    (``import torch`` alone takes seconds)."""
+    import subprocess
+    import sys
+
+    probe = "import sys, vitscope, vitscope.cli.main; print(sorted(m for m in ('torch', 'numpy', 'matplotlib') " \
+            "if m in sys.modules))"
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+    version = vitscope("--version")
+    assert version.returncode == 0 and version.stdout.strip().startswith("vitscope ")

@@ -1,23 +1,12 @@
-"""``vitscope analyze``: run analyses over a dataset (resumably) and write results.json, tables, figures, report."""
+"""``vitscope analyze``: the resolved options handed to :func:`vitscope.workflows.analyze.analyze`."""
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from vitscope.engine.run import Results
-
-STATE_DIR = ".vitscope-state"
-
-
-def dataset_targets(dataset) -> frozenset[str]:
-    """Ground-truth keys the data hands to analyses (``batch.targets``): none for plain image folders,
-    e.g. ``label`` and ``masks`` for annotated formats (``ROOT::coco``)."""
-    return dataset.target_keys()
+__all__ = ["analyze", "parse_analyses"]
 
 
 def parse_analyses(names: str | None, spec, targets: frozenset[str] | None = None,
@@ -27,40 +16,6 @@ def parse_analyses(names: str | None, spec, targets: frozenset[str] | None = Non
     from vitscope.workflows.analyze import choose_analyses
 
     return choose_analyses(names, spec, frozenset(targets or ()), params)
-
-
-def describe_data(dataset) -> dict[str, Any]:
-    """The data entry of results.json: the source's own description plus its fingerprint."""
-    return {**dataset.describe(), "fingerprint": dataset.fingerprint()}
-
-
-def write_results_json(out: Path, doc: dict[str, Any]) -> Path:
-    """Write ``results.json`` atomically (a reader never sees half a file)."""
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "results.json"
-    tmp = path.with_name(".results.json.tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=str))
-    os.replace(tmp, path)
-    return path
-
-
-def save_result_files(out: Path, results: Results, prefix: str = "") -> dict[str, dict[str, list[str]]]:
-    """Write every result's tables and figures under ``out/tables`` and ``out/figures`` (``prefix`` groups them
-    per model in a comparison); returns ``{name: {"tables": [...], "figures": [...]}}`` relative to ``out``."""
-    tables, figures = out / "tables" / prefix, out / "figures" / prefix
-    files: dict[str, dict[str, list[str]]] = {}
-    for name, result in results.items():
-        files[name] = {"tables": [str(p.relative_to(out)) for p in result.save(tables)],
-                       "figures": [str(p.relative_to(out)) for p in result.plot(figures)]}
-    return files
-
-
-def environment() -> dict[str, str]:
-    import torch
-
-    return {"python": platform.python_version(), "torch": torch.__version__}
-
-
 
 
 def analyze(options: Mapping[str, Any], progress: bool | None = None,

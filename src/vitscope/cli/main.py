@@ -23,6 +23,20 @@ app.command("featviz")(featviz_command)
 app.command("probe")(probe_command)
 
 
+def _version(value: bool) -> None:
+    if value:
+        from vitscope._version import __version__
+
+        typer.echo(f"vitscope {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                              help="Print the version and exit.")) -> None:
+    """Put vision transformers under a microscope."""
+
+
 @app.command()
 @one_line_errors
 def models(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:

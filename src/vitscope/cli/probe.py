@@ -15,10 +15,7 @@ import typer
 
 from vitscope.cli.errors import one_line_errors
 
-__all__ = ["PROBE_OF_FORMAT", "parse_blocks", "probe", "run_probe"]
-
-from vitscope.workflows.probe import PROBE_OF_FORMAT, run_probe
-
+__all__ = ["parse_blocks", "probe"]
 
 def parse_blocks(text: str | None, num_blocks: int) -> tuple[int, ...] | None:
     """``"0,3,-1"`` -> ``(0, 3, -1)`` checked against ``num_blocks``; None / ``"all"`` -> None (every block).
@@ -69,6 +66,8 @@ def probe(
     options = {"model": model, "data": data, "out": out, "test_data": test_data, "test_fraction": test_fraction,
                "tiling": tiling, "blocks": lambda num_blocks: parse_blocks(blocks, num_blocks), "site": site,
                "batch_size": batch_size, "device": device, "dtype": dtype, "seed": seed, "cache": cache}
+    from vitscope.workflows.probe import run_probe
+
     path = run_probe(options, log=lambda m: typer.echo(m, err=True))
     doc = json.loads(path.read_text())
     for row in doc["best_blocks"]["rows"]:
