@@ -29,15 +29,18 @@ def test_explain_pair_writes_maps_overlays_and_the_score(tmp_path, pair_files):
     proc = vitscope("explain-pair", "--model", "tiny-vit-metric", str(a), str(b), "--out", str(out), "--transpose")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((out / "results.json").read_text())
-    s = doc["analyses"]["paired_similarity"]
+    entry = doc["analyses"]["paired_similarity"]
+    s, files = entry["summary"], entry["files"]
     assert doc["vitscope_version"] and doc["config"]["projection"] == "head" and doc["config"]["pooling"] == "mean"
     assert f"{s['score']:.4f}" in proc.stdout and s["grid"] == [8, 8]
-    maps = {k: np.load(out / v) for k, v in s["files"].items() if v.endswith(".npy")}
+    with np.load(out / files["arrays"][0]) as arrays:  # arrays/paired_similarity.npz
+        maps = {k: arrays[k] for k in arrays.files}
     assert set(maps) == {"map_a", "map_b", "raw_a", "raw_b", "rollout_a", "rollout_b"}
     assert maps["raw_a"].sum() == pytest.approx(s["score"], abs=1e-5) == maps["raw_b"].sum()
     assert maps["map_a"].sum() == pytest.approx(s["score"], abs=1e-5)  # R^T keeps the sum
     for name in ("a_given_b", "b_given_a", "pair"):
-        assert Image.open(out / s["files"][name]).size[0] >= 64
+        assert Image.open(out / "figures" / f"{name}.png").size[0] >= 64
+    assert "Image a given b" in (out / "report.html").read_text()
     # the same numbers as the Python API on the same files
     from vitscope import load_model
     from vitscope.explain import PairedSimilarity
@@ -58,11 +61,13 @@ def test_explain_pair_on_a_cnn_writes_csv(tmp_path, pair_files):
     res = CliRunner().invoke(app, ["explain-pair", "-m", "tiny-resnet-metric", str(a), str(b), "-o", str(out),
                                    "--format", "csv"])
     assert res.exit_code == 0, res.output
-    s = json.loads((out / "results.json").read_text())["analyses"]["paired_similarity"]
-    raw = np.loadtxt(out / "raw_a.csv", delimiter=",")
+    entry = json.loads((out / "results.json").read_text())["analyses"]["paired_similarity"]
+    s = entry["summary"]
+    raw = np.loadtxt(out / "tables" / "paired_similarity_raw_a.csv", delimiter=",", skiprows=1)
     assert raw.shape == (4, 4) and raw.sum() == pytest.approx(s["score"], abs=1e-5)
-    assert "rollout_a" not in s["files"] and s["redistribution"] is None
-    assert torch.allclose(torch.from_numpy(raw), torch.from_numpy(np.loadtxt(out / "map_a.csv", delimiter=",")))
+    assert not any("rollout" in f for f in entry["files"]["tables"]) and s["redistribution"] is None
+    map_a = np.loadtxt(out / "tables" / "paired_similarity_map_a.csv", delimiter=",", skiprows=1)
+    assert torch.allclose(torch.from_numpy(raw), torch.from_numpy(map_a))
 
 
 def test_explain_pair_failures_are_one_line(tmp_path, pair_files):

@@ -28,7 +28,7 @@ def test_featviz_writes_images_panels_token_mixing_and_report(tmp_path, data) ->
     assert res.exit_code == 0, res.output
     doc = json.loads((out / "results.json").read_text())
     assert {"vitscope_version", "config", "models", "data", "analyses"} <= set(doc)
-    units = doc["analyses"]["featviz"]["units"]
+    units = doc["analyses"]["featviz"]["summary"]["units"]
     assert list(units) == ["blocks.1.mlp.post:5", "blocks.0.attn.k:3", "logit:2"]
     for u in units.values():
         assert (out / u["image"]).is_file()
@@ -37,24 +37,25 @@ def test_featviz_writes_images_panels_token_mixing_and_report(tmp_path, data) ->
         scores = [t["score"] for t in units[name]["top"]]
         assert scores == sorted(scores, reverse=True)
     assert "panel" not in units["logit:2"]
-    tm = doc["analyses"]["token_mixing"]
+    tm = doc["analyses"]["token_mixing"]["summary"]
     assert tm["num_images"] == 10 and 0 <= tm["patch_average"] <= tm["patch_maximum"] <= 1
-    spatial = doc["analyses"]["spatial_information"]
+    spatial = doc["analyses"]["spatial_information"]["summary"]
     assert len(spatial["channels"]) == 2 and spatial["images"] == 10 and (out / spatial["figure"]).is_file()
     assert len(spatial["count_ratio"]) == 6 and all(row[0] == 1.0 for row in spatial["count_ratio"]
                                                     if row[0] == row[0])  # NaN rows: no active patch
-    assert len((out / "history.csv").read_text().splitlines()) == 1 + 3 * 3
+    assert len((out / "tables" / "history.csv").read_text().splitlines()) == 1 + 3 * 3
     html = (out / "report.html").read_text()
     assert "Feature visualisation" in html and "Last-layer token mixing" in html
     assert "Spatial information in single channels" in html
-    assert (out / "featviz_grid.png").is_file()
+    assert (out / "figures" / "featviz_grid.png").is_file()
+    assert doc["analyses"]["top_activations"]["files"]["arrays"] == ["arrays/top_activations.npz"]
 
 
 def test_featviz_grid_across_blocks(tmp_path) -> None:
     out = tmp_path / "grid"
     res = runner.invoke(app, ["featviz", "--model", "tiny-vit-sup", "--grid", "1", "--steps", "1", "--out", str(out)])
     assert res.exit_code == 0, res.output
-    units = json.loads((out / "results.json").read_text())["analyses"]["featviz"]["units"]
+    units = json.loads((out / "results.json").read_text())["analyses"]["featviz"]["summary"]["units"]
     assert [n.split(".")[1] for n in units] == [str(b) for b in range(6)]
 
 

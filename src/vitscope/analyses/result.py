@@ -13,10 +13,15 @@ from typing import Any
 
 import torch
 
-__all__ = ["SMALL", "Figure", "Result", "SummaryResult"]
+__all__ = ["SMALL", "Figure", "Result", "SummaryResult", "png_path"]
 
 #: tensors with at most this many elements go to results.json and the CSV tables; larger ones to ``.npz``
 SMALL = 4096
+
+
+def png_path(stem: Path) -> Path:
+    """``<stem>.png`` (appended, not substituted: stems may hold dots, e.g. ``keypoints_PCK_at_0.1``)."""
+    return stem.parent / f"{stem.name}.png"
 
 
 @dataclass
@@ -36,6 +41,10 @@ class Figure:
     title: str
     caption: str
     paper: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.stem or any(c in self.stem for c in "/\\"):
+            raise ValueError(f"figure stem {self.stem!r} must be a non-empty file name without '/' or '\\'")
 
 
 def _long_table(tensors: dict[str, torch.Tensor]):

@@ -17,7 +17,7 @@ import torch
 from vitscope.analyses.activation import natural_key
 from vitscope.analyses.base import Analysis, Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
-from vitscope.analyses.result import SMALL
+from vitscope.analyses.result import SMALL, png_path
 from vitscope.analyses.state import first_seen
 from vitscope.functional.topk import merge_topk
 from vitscope.models.spec import ModelSpec
@@ -73,7 +73,7 @@ class TopActivationsResult(Result):
                 maps, scores = self.tensors[f"{hook}.maps"], self.tensors[f"{hook}.scores"]
                 channels = self.meta["channels"][hook][: min(6, maps.shape[0])]
                 return [top_maps_figure(maps[: len(channels)], scores[: len(channels)],
-                                        [f"{hook}:{c}" for c in channels], path.with_suffix(".png"))]
+                                        [f"{hook}:{c}" for c in channels], png_path(path))]
 
             figures.append(self.figure(f"_{hook.replace('.', '_')}", draw, "Top-k most activating images of each "
                                        "unit with their patch activation maps.", "paper 001, fig. 2 and 5"))

@@ -30,6 +30,6 @@ def explain_pair(
         if not p.is_file():
             raise FileNotFoundError(f"image {p} not found")
     doc = write_pair_report(model, image_a, image_b, out, projection, pooling, rollout, transpose, fmt)
-    s = doc["analyses"]["paired_similarity"]
+    s = doc["analyses"]["paired_similarity"]["summary"]
     typer.echo(f"similarity {s['score']:.4f} ({doc['config']['pooling']} pooling, projection "
                f"{doc['config']['projection']}, map grid {s['grid'][0]}x{s['grid'][1]}) -> {out / 'results.json'}")

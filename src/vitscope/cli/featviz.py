@@ -47,7 +47,7 @@ def featviz(
                              spatial_information=spatial_information, device=device)
     path = run_featviz(options, log=lambda s: typer.echo(s, err=True))
     doc = json.loads(path.read_text())
-    units = doc["analyses"]["featviz"]["units"]
+    units = doc["analyses"]["featviz"]["summary"]["units"]
     for name, u in units.items():
         best = f", best dataset image {u['best_dataset_score']:.3f}" if "best_dataset_score" in u else ""
         typer.echo(f"{name}: activation {u['activation']:.3f}{best}")

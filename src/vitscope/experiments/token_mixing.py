@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from vitscope.analyses.base import Figure, Result
+from vitscope.analyses.result import png_path
 from vitscope.models.backbone import Backbone
 
 __all__ = ["TokenMixingCounts", "TokenMixingResult", "isolated_cls_logits", "per_token_logits", "token_mixing"]
@@ -177,12 +178,12 @@ class TokenMixingResult(Result):
             from vitscope.viz.featviz_figures import token_accuracy_figure
 
             return [token_accuracy_figure(self.tensors["token_accuracy_grid"], self.meta["cls_token_accuracy"],
-                                          path.with_suffix(".png"))]
+                                          png_path(path))]
 
         def isolate(path: Path) -> list[Path]:
             from vitscope.viz.featviz_figures import isolate_cls_figure
 
-            return [isolate_cls_figure(self.tensors["isolate_cls_accuracy"], path.with_suffix(".png"))]
+            return [isolate_cls_figure(self.tensors["isolate_cls_accuracy"], png_path(path))]
 
         return [self.figure("_token_accuracy", tokens, "Accuracy of the classifier applied to every output token, "
                             "on the token grid (the CLS token's accuracy in the title).", "paper 001, fig. 6"),

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from vitscope.atomic import write_json_atomic
+
 __all__ = ["zoo_study"]
 
 VIT, P16, RESNET = "tiny-vit-metric", "tiny-vit-metric-p16", "tiny-resnet-metric"
@@ -127,7 +129,7 @@ def zoo_study(out: str | os.PathLike, num_scenes: int = 400, k: int = 4, num_que
         ef.faithfulness_figure(curves.fractions, curves.curves, outdir / f"faithfulness_{n}.png")
         faith[n] = curves.summary()
     doc["analyses"]["faithfulness"] = {"pairs": len(fa), "steps": steps, "areas": faith}
-    (outdir / "results.json").write_text(json.dumps(doc, indent=1))
+    write_json_atomic(outdir / "results.json", doc)
     return doc
 
 

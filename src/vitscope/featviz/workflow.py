@@ -1,15 +1,14 @@
 """The ``vitscope featviz`` workflow: optimise units, find their top dataset images, write outputs and report.
 
-Outputs in ``out``: ``images/<unit>.png`` (optimised images), ``featviz_grid.png`` (figs. 1 and 7),
-``history.csv`` (loss and activation per step), with data ``panels/<unit>.png`` (optimised | top images |
-maps, fig. 2) and ``top_activations.*``; with ``token_mixing`` the table-1 numbers and figure 6;
-``results.json`` and ``report.html``.
+Written by the one writer: ``figures/featviz_<unit>.png`` (optimised images), ``figures/featviz_grid.png``
+(figs. 1 and 7), ``tables/history.csv`` (loss and activation per step), with data ``figures/panel_<unit>.png``
+(optimised | top images | maps, fig. 2) and the top-activations result; with ``token_mixing`` the table-1 numbers
+and figure 6; ``results.json`` and ``report.html``.
 """
 
 from __future__ import annotations
 
 import json
-import platform
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from typing import Any
 
 import torch
 
-import vitscope
+from vitscope.analyses.result import Figure, SummaryResult, png_path
 from vitscope.featviz.augment import AugmentConfig
 from vitscope.featviz.objectives import ChannelObjective, Objective, parse_objective
 from vitscope.featviz.render import FeatvizConfig, FeatvizResult, StepInfo, evaluate, render
@@ -93,16 +92,17 @@ def _seen_image(backbone, pil) -> torch.Tensor:
     return (x * std + mean).clamp(0, 1)
 
 
-def _top_images(backbone, dataset, objectives: list[Objective], options: FeatvizOptions, out: Path,
-                result: FeatvizResult, log: Callable[[str], None]) -> dict[str, Any]:
-    """One streaming pass for the top-k images of every channel unit; standard panels per unit."""
+def _top_images(backbone, dataset, objectives: list[Objective], options: FeatvizOptions, figures: list,
+                result: FeatvizResult, log: Callable[[str], None]) -> tuple[dict[str, Any], Any]:
+    """One streaming pass for the top-k images of every channel unit; a standard panel per unit (appended to
+    ``figures``); returns the units' entries and the top-activations result."""
     from vitscope.analyses.top_activations import TopActivations
     from vitscope.engine.run import run
     from vitscope.viz.featviz_figures import panel_figure
 
     chans = [o for o in objectives if isinstance(o, ChannelObjective)]
     if not chans:
-        return {}
+        return {}, None
     channels: dict[str, list[int]] = {}
     for o in chans:
         channels.setdefault(o.site, []).append(o.channel)
@@ -110,7 +110,6 @@ def _top_images(backbone, dataset, objectives: list[Objective], options: Featviz
     acc = TopActivations(hooks=list(channels), k=options.top_k, channels=channels)
     res = run(backbone, dataset, [acc], batch_size=options.batch_size, device=options.device, limit=options.limit,
               progress=False)["top_activations"]
-    res.save(out)
     entries: dict[str, Any] = {}
     for i, obj in enumerate(objectives):
         if not isinstance(obj, ChannelObjective) or obj.token is not None:
@@ -119,16 +118,22 @@ def _top_images(backbone, dataset, objectives: list[Objective], options: Featviz
         scores = res[f"{obj.site}.scores"][j]
         indices = res[f"{obj.site}.indices"][j].tolist()
         images = [_seen_image(backbone, dataset.get(int(idx)).image) for idx in indices]
-        panel = panel_figure(result.images[i], images, res[f"{obj.site}.maps"][j], obj.name,
-                             out / "panels" / f"{_safe(obj.name)}.png", scores.tolist())
-        entries[obj.name] = {"panel": str(panel.relative_to(out)), "best_dataset_score": float(scores[0]),
+
+        def draw(path: Path, i: int = i, images: list = images, maps=res[f"{obj.site}.maps"][j], name=obj.name,
+                 scores=scores.tolist()) -> list[Path]:
+            return [panel_figure(result.images[i], images, maps, name, png_path(path), scores)]
+
+        stem = f"panel_{_safe(obj.name).replace('.', '_')}"
+        figures.append(Figure(stem, draw, obj.name, "Optimised image | most-activating dataset images | the unit's "
+                              "activation on their patches.", "paper 001, figs. 2 and 5"))
+        entries[obj.name] = {"panel": f"figures/{stem}.png", "best_dataset_score": float(scores[0]),
                              "top": [{"index": int(idx), "path": res.meta["paths"][str(int(idx))], "score": float(s)}
                                      for idx, s in zip(indices, scores.tolist())]}
     log(f"top {options.top_k} images of {len(entries)} units from {res.meta['num_images']} images")
-    return entries
+    return entries, res
 
 
-def _token_mixing(backbone, dataset, options: FeatvizOptions, out: Path) -> dict[str, Any]:
+def _token_mixing(backbone, dataset, options: FeatvizOptions) -> Any:
     from vitscope.engine.batches import iter_batches
     from vitscope.experiments.token_mixing import token_mixing
 
@@ -142,13 +147,10 @@ def _token_mixing(backbone, dataset, options: FeatvizOptions, out: Path) -> dict
                                  "format with labels)")
             yield loaded.pixels, torch.as_tensor([int(v) for v in labels])
 
-    res = token_mixing(backbone, batches(), device=options.device)
-    res.save(out)
-    figures = res.plot(out / "figures")
-    return {**res.summary(), "figures": [str(p.relative_to(out)) for p in figures]}
+    return token_mixing(backbone, batches(), device=options.device)
 
 
-def _spatial_information(backbone, dataset, options: FeatvizOptions, out: Path) -> dict[str, Any]:
+def _spatial_information(backbone, dataset, options: FeatvizOptions) -> Any:
     """Appendix F on ``options.spatial_information`` seeded random FFN channels of every block."""
     from vitscope.engine.batches import iter_batches
     from vitscope.featviz.spatial import spatial_information_by_block
@@ -162,12 +164,18 @@ def _spatial_information(backbone, dataset, options: FeatvizOptions, out: Path) 
     channels = torch.randperm(_mlp_width(backbone), generator=gen)[: options.spatial_information].tolist()
     res = spatial_information_by_block(backbone, images, channels, k=options.top_k, seed=options.seed)
     labels = [f"block {b}" for b in res["blocks"]]
-    fig = spatial_information_figure(res["fractions"], res["count_ratio"], res["sum_ratio"], labels,
-                                     out / "figures" / "spatial_information.png")
-    return {"channels": channels, "images": len(images), "fractions": res["fractions"].tolist(),
-            "count_ratio": res["count_ratio"].tolist(), "sum_ratio": res["sum_ratio"].tolist(),
-            "units_used": res["units_used"].tolist(), "linearity": res["linearity"],
-            "figure": str(fig.relative_to(out))}
+
+    def draw(path: Path) -> list[Path]:
+        return [spatial_information_figure(res["fractions"], res["count_ratio"], res["sum_ratio"], labels,
+                                           png_path(path))]
+
+    summary = {"channels": channels, "images": len(images), "fractions": res["fractions"].tolist(),
+               "count_ratio": res["count_ratio"].tolist(), "sum_ratio": res["sum_ratio"].tolist(),
+               "units_used": res["units_used"].tolist(), "linearity": res["linearity"],
+               "figure": "figures/spatial_information.png"}
+    return SummaryResult("spatial_information", summary, figures=[Figure(
+        "spatial_information", draw, "Ratio of active patches per block", "A line near 1 - x means the channel "
+        "keeps spatial information; a flat line means it mixes tokens.", "paper 001, appendix F")])
 
 
 def _unnormalise(backbone, pixels: torch.Tensor) -> torch.Tensor:
@@ -187,11 +195,14 @@ def _mlp_width(backbone) -> int:
 
 def run_featviz(options: FeatvizOptions, log: Callable[[str], None] = lambda s: None) -> Path:
     """Run the command; return the path of ``results.json``."""
+    from vitscope.engine.provenance import model_identity
     from vitscope.engine.run import resolve_device
+    from vitscope.featviz.report_section import featviz_sections
     from vitscope.models.load import load_model
+    from vitscope.outputs import RunResult, prepare_output, write_run
     from vitscope.viz.featviz_figures import unit_grid_figure
 
-    out = Path(options.out)
+    out = prepare_output(options.out)
     if not options.units and options.grid <= 0:
         raise ValueError("give at least one --unit (e.g. blocks.5.mlp.post:31) or --grid N")
     objectives = [parse_objective(u) for u in options.units]
@@ -206,66 +217,65 @@ def run_featviz(options: FeatvizOptions, log: Callable[[str], None] = lambda s: 
     result = _render_chunks(backbone, objectives, cfg, options.chunk, log)
     clean = evaluate(backbone, objectives, result.images).reshape(-1, len(objectives)).diagonal()
 
-    (out / "images").mkdir(parents=True, exist_ok=True)
-    from PIL import Image
-
-    files = []
-    for name, img in zip(result.names, result.to_uint8()):
-        path = out / "images" / f"{_safe(name)}.png"
-        Image.fromarray(img.numpy()).save(path)
-        files.append(str(path.relative_to(out)))
-    _write_history(result, out / "history.csv")
+    figures: list[Figure] = []
     per_block = options.grid if options.grid > 0 and not options.units else None
-    grid_png = unit_grid_figure(result.images, result.names, out / "featviz_grid.png", columns=per_block,
-                                title=f"{backbone.spec.name}: optimised images")
-    units = {name: {"image": f, "final_loss": float(result.loss[-1, i]), "activation": float(clean[i])}
-             for i, (name, f) in enumerate(zip(result.names, files))}
-    analyses: dict[str, Any] = {"featviz": {"units": units, "grid_figure": grid_png.name}}
+
+    def grid(path: Path) -> list[Path]:
+        return [unit_grid_figure(result.images, result.names, png_path(path), columns=per_block,
+                                 title=f"{backbone.spec.name}: optimised images")]
+
+    figures.append(Figure("featviz_grid", grid, "Optimised images", "One image per unit; with --grid, one row per "
+                          "block (early blocks first).", "paper 001, figs. 1 and 7"))
+    units: dict[str, dict[str, Any]] = {}
+    for i, (name, img) in enumerate(zip(result.names, result.to_uint8())):
+        stem = f"featviz_{_safe(name).replace('.', '_')}"
+
+        def image(path: Path, img=img) -> list[Path]:
+            from PIL import Image
+
+            Image.fromarray(img.numpy()).save(png_path(path))
+            return [png_path(path)]
+
+        figures.append(Figure(stem, image, name, "The optimised image of this unit.", "paper 001, fig. 1"))
+        units[name] = {"image": f"figures/{stem}.png", "final_loss": float(result.loss[-1, i]),
+                       "activation": float(clean[i])}
+    results: dict[str, Any] = {}
     data_doc: dict[str, Any] = {}
     if options.data:
-        from vitscope.data.open import open_dataset
-        from vitscope.engine.provenance import data_fingerprint
+        from vitscope.data.open import as_source
 
-        dataset = open_dataset(options.data)
-        data_doc = {"source": options.data, **data_fingerprint(dataset)}
-        top = _top_images(backbone, dataset, objectives, options, out, result, log)
+        dataset = as_source(options.data)
+        data_doc = {"source": options.data, **dataset.fingerprint()}
+        top, top_result = _top_images(backbone, dataset, objectives, options, figures, result, log)
         for name, entry in top.items():
             units[name].update(entry)
-        if top:
-            analyses["top_activations"] = {"k": options.top_k, "units": len(top)}
+        if top_result is not None:
+            results["top_activations"] = top_result
         if options.token_mixing:
-            analyses["token_mixing"] = _token_mixing(backbone, dataset, options, out)
+            results["token_mixing"] = _token_mixing(backbone, dataset, options)
         if options.spatial_information:
-            analyses["spatial_information"] = _spatial_information(backbone, dataset, options, out)
+            results["spatial_information"] = _spatial_information(backbone, dataset, options)
     elif options.token_mixing or options.spatial_information:
         raise ValueError("--token-mixing and --spatial-information need --data (e.g. --data ROOT::imagefolder)")
-    doc = {
-        "vitscope_version": vitscope.__version__, "python": platform.python_version(),
-        "config": {"command": "featviz", "model": options.model, "units": [o.name for o in objectives],
-                   "device": str(device), **_jsonable(cfg.to_dict()), "top_k": options.top_k, "limit": options.limit},
-        "models": {options.model: backbone.spec.to_dict()},
-        "data": data_doc,
-        "analyses": analyses,
-    }
-    path = out / "results.json"
-    path.write_text(json.dumps(doc, indent=1, default=str))
-    from vitscope.featviz.report_section import write_featviz_report
-
-    write_featviz_report(out, doc)
-    return path
+    featviz = SummaryResult("featviz", {"units": units, "grid_figure": "figures/featviz_grid.png"},
+                            tables={"history": _history(result)}, figures=figures)
+    results = {"featviz": featviz, **results}
+    config = {"command": "featviz", "model": options.model, "units": [o.name for o in objectives],
+              "device": str(device), **_jsonable(cfg.to_dict()), "top_k": options.top_k, "limit": options.limit}
+    run = RunResult("featviz", title=f"vitscope featviz: {options.model}", subtitle="feature visualisation (paper 001)",
+                    config=config, results=results, models=[model_identity(options.model, backbone)], data=data_doc,
+                    sections=featviz_sections(results), own_sections={"featviz", "token_mixing", "spatial_information"})
+    return write_run(out, run)
 
 
 def _jsonable(d: dict) -> dict:
     return json.loads(json.dumps(d, default=list))
 
 
-def _write_history(result: FeatvizResult, path: Path) -> None:
-    import csv
+def _history(result: FeatvizResult):
+    """Loss and activation of every unit at every step, as a table."""
+    import pandas as pd
 
-    with path.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["step", "unit", "loss", "activation"])
-        for step in range(result.loss.shape[0]):
-            for u, name in enumerate(result.names):
-                writer.writerow([step, name, f"{float(result.loss[step, u]):.6g}",
-                                 f"{float(result.activation[step, u]):.6g}"])
+    rows = [[step, name, float(result.loss[step, u]), float(result.activation[step, u])]
+            for step in range(result.loss.shape[0]) for u, name in enumerate(result.names)]
+    return pd.DataFrame(rows, columns=["step", "unit", "loss", "activation"])
