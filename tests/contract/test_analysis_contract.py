@@ -1,4 +1,4 @@
-"""Every registered analysis obeys the accumulator contract (DESIGN.md idea 3).
+"""Every registered analysis obeys the accumulator contract (docs/architecture.md idea 3).
 
 Parametrised over ``ANALYSES`` x the fake spec kinds each analysis supports, so a newly registered
 analysis is covered without touching this file (it must be constructible without arguments).

@@ -123,7 +123,7 @@ def test_ground_truth_follows_the_image_geometry():
     assert not mask_to_grid(masks, spec, (4, 4)).any()
     masks[1, :4, 4:8] = True  # the crop's top-left quadrant: tokens (0..1, 0..1)
     got = mask_to_grid(masks, spec, (4, 4))
-    # bicubic downsampling rings one token beyond the edge, and "> 0" keeps it (METHODS.md)
+    # bicubic downsampling rings one token beyond the edge, and "> 0" keeps it (docs/methods.md)
     want = np.zeros((4, 4), dtype=bool)
     want[:3, :3] = True
     np.testing.assert_array_equal(got, want)

@@ -1,4 +1,4 @@
-"""Hand-computed cases and properties for vitscope.functional.attention and .rollout (METHODS.md section 1)."""
+"""Hand-computed cases and properties for vitscope.functional.attention and .rollout (docs/methods.md, Attention)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Linear CKA, HSIC estimators and minibatch CKA (METHODS.md section 2)."""
+"""Linear CKA, HSIC estimators and minibatch CKA (docs/methods.md, Representations)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Probe scores: clustering, k-NN, retrieval, keypoints and DAVIS J / F (METHODS.md sections 2 and 3)."""
+"""Probe scores: clustering, k-NN, retrieval, keypoints and DAVIS J / F (docs/methods.md sections 2 and 3)."""
 
 from __future__ import annotations
 

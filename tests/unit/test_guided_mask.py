@@ -1,4 +1,4 @@
-"""Guided MAE masking (METHODS.md section 6): counts, keypoint share, spill-over, curriculum."""
+"""Guided MAE masking (docs/methods.md, SIFT patch interrelation): counts, keypoint share, spill-over, curriculum."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Weighted SIFT patch interrelation (METHODS.md section 6) on hand-built patterns with known answers."""
+"""Weighted SIFT patch interrelation (docs/methods.md, SIFT patch interrelation) on hand-built patterns with known
+answers."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def test_rules_differ_where_the_detection_line_does() -> None:
 
 
 def _reference(pattern: torch.Tensor, counts: torch.Tensor, p: int, lam: float, rule: str) -> dict:
-    """Loop version of METHODS.md section 6, written independently of the vectorised one."""
+    """Loop version of docs/methods.md, SIFT patch interrelation, written independently of the vectorised one."""
     b, heads, n, _ = pattern.shape
     k = n - p
     out = {q: torch.full((b, heads), float("nan"), dtype=torch.float64) for q in ("KK", "NK")}

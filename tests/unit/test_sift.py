@@ -1,4 +1,4 @@
-"""SIFT keypoints counted per patch (METHODS.md section 6)."""
+"""SIFT keypoints counted per patch (docs/methods.md, SIFT patch interrelation)."""
 
 from __future__ import annotations
 

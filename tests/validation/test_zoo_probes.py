@@ -6,7 +6,7 @@ registered accumulators through ``vitscope.run`` (the path of ``vitscope analyze
 from ``ROOT::imagefolder``); retrieval, DAVIS propagation and SPair keypoints through their probe functions
 (the path of :func:`vitscope.analyses.probes.probe_sweep`). The best block of each (model, task, metric)
 comes from :func:`best_block_table`, and its score must reach the random baseline the probe reports
-(METHODS.md section 3 "Random chance") plus 0.15. For the classification probes the bar is taken from
+(docs/methods.md, Probes per block "Random chance") plus 0.15. For the classification probes the bar is taken from
 ``max(random, 1 / classes)``: their random baseline is one seeded draw on a small test split, which can
 land below chance (k-NN on this split draws 0.0 with seed 0, 0.03 to 0.14 with seeds 1 to 7).
 

@@ -1,4 +1,4 @@
-"""Mergeable streaming analyses (DESIGN.md idea 3), their registry, and the downstream probes.
+"""Mergeable streaming analyses (docs/architecture.md idea 3), their registry, and the downstream probes.
 
 Every analysis registered in :data:`ANALYSES` (what ``vitscope analyze --analyses NAME`` runs) is importable
 from here by its class name, together with its Result class. The probes that need a whole benchmark at once

@@ -1,4 +1,4 @@
-"""Attention entropy and the attention focus index per block and head (METHODS.md section 1)."""
+"""Attention entropy and the attention focus index per block and head (docs/methods.md, Attention)."""
 
 from __future__ import annotations
 

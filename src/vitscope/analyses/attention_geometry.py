@@ -72,7 +72,7 @@ class AlignedAttention(AttentionAccumulator):
     (:func:`~vitscope.functional.local_head_type`, thresholds below).
 
     Args:
-        strict, offset, soft, axial, radius: taxonomy thresholds (METHODS.md section 1).
+        strict, offset, soft, axial, radius: taxonomy thresholds (docs/methods.md, Attention).
         seed, random_samples, random_kind: random baseline.
 
     State: ``num_images``, ``geometry``, ``aaam_sum`` ``[L, H, 2h-1, 2w-1]`` float64.

@@ -116,7 +116,7 @@ class _MapAccumulator(ChosenImages, AttentionAccumulator):
 
 @register_analysis("cls_attention_maps", groups=("attention",))
 class CLSAttentionMaps(_MapAccumulator):
-    """CLS attention maps: row 0 of every head over the spatial keys, raw (METHODS.md section 1).
+    """CLS attention maps: row 0 of every head over the spatial keys, raw (docs/methods.md, Attention).
 
     Dataset map = sum over images / number of images. Needs a CLS token. See :class:`_MapAccumulator`
     for arguments, state and result.
@@ -137,7 +137,7 @@ class CLSAttentionMaps(_MapAccumulator):
 class SpatialAverageMaps(_MapAccumulator):
     """Spatial-average maps: the raw rows of the spatial queries over the spatial keys, summed, normalised.
 
-    Per image and head the map sums to 1 (METHODS.md section 1; a map summing to 0 stays 0); the dataset
+    Per image and head the map sums to 1 (docs/methods.md, Attention; a map summing to 0 stays 0); the dataset
     map is the mean over images. Works without a CLS token. See :class:`_MapAccumulator`.
     """
 

@@ -1,5 +1,5 @@
-"""The analysis protocol (DESIGN.md idea 3): :class:`Analysis` with declared state, and the :class:`Result` it
-returns; the :class:`~vitscope.analyses.batch.Batch` it reads is re-exported here."""
+"""The analysis protocol (docs/architecture.md, "Declared state"): :class:`Analysis` with declared state, and the
+:class:`Result` it returns; the :class:`~vitscope.analyses.batch.Batch` it reads is re-exported here."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ __all__ = ["Accumulator", "Analysis", "Batch", "Figure", "Result", "thumbnails"]
 
 
 class Analysis(ABC):
-    """A streaming analysis with declared, exactly mergeable state (DESIGN.md idea 3).
+    """A streaming analysis with declared, exactly mergeable state (docs/architecture.md idea 3).
 
     Subclasses call ``super().__init__()`` first, then declare every piece of state with
     :meth:`add_state`, and implement :meth:`required_hooks`, :meth:`update` and :meth:`compute`. Everything

@@ -1,6 +1,6 @@
 """Clustering per block scored by purity, NMI and ARI (paper 002 sections 5.2, 5.3; figures 7, 8, 24 to 27).
 
-METHODS.md section 2 "Clustering": scikit-learn k-means (``n_init=10``, ``random_state`` passed
+docs/methods.md, Representations "Clustering": scikit-learn k-means (``n_init=10``, ``random_state`` passed
 explicitly, default 0), k = number of distinct labels unless given. Image level: CLS of the block output
 or the mean of its spatial tokens. Object / part level: mean of the spatial tokens weighted by each region
 mask resized to the grid (weights sum to 1). Random chance: the same clustering of U(0, 1) features of the

@@ -2,8 +2,8 @@
 
 For every image the SIFT keypoints of the preprocessed image (model resolution) are counted per patch
 (:func:`~vitscope.functional.sift_keypoint_counts`); every block's pattern gives KK, KN, NK and NN per head
-(:func:`~vitscope.functional.interrelation`, METHODS.md section 6). The attention focus index comes from the
-attention suite's shared pass, so ``--analyses attention,interrelation`` reduces each pattern once for both.
+(:func:`~vitscope.functional.interrelation`; docs/methods.md, SIFT patch interrelation). The attention focus index
+comes from the shared per-block pass, so ``--analyses attention,interrelation`` reduces each pattern once for both.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class Interrelation(AttentionAccumulator):
     """Weighted SIFT patch interrelation KK/KN/NK/NN per block and head, plus the focus index and stages.
 
     Args:
-        lam: detection-line height (METHODS.md section 6).
+        lam: detection-line height (docs/methods.md, SIFT patch interrelation).
         rule: ``"max"`` (``a > lam * max``, default) or ``"uniform"`` (``a > lam / K``).
         rise: stage rule parameter (:func:`~vitscope.functional.interrelation_stages`).
         images: dataset indices whose image and keypoint counts are kept for figure 3.

@@ -60,7 +60,7 @@ class InterrelationMasking(ModelAccumulator):
     Args:
         ratios: mask ratios (fractions of the patches, each masks ``floor(ratio * K + 0.5)``).
         block: block whose attention gives the scores (negative counts from the end; default the last).
-        lam, rule: interrelation detection line (METHODS.md section 6).
+        lam, rule: interrelation detection line (docs/methods.md, SIFT patch interrelation).
         mode: ``"pixel"`` (fill the masked patches) or ``"drop"`` (drop their tokens).
         fill, blur_sigma: pixel filling.
         seed: random-mask baseline (image ``i`` draws from ``seed * 1000003 + i``, whatever the batching).

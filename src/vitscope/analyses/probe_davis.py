@@ -1,6 +1,6 @@
 """Video label propagation per block on DAVIS-format data (paper 002 figure 10 left, table 1).
 
-METHODS.md section 3 "Video label propagation", as the DINO code: context = the first frame and the 7
+docs/methods.md, Probes per block "Video label propagation", as the DINO code: context = the first frame and the 7
 previous frames; top-5 context tokens within a window of Chebyshev radius 12 tokens; weights
 ``softmax(sim / 0.1)``; soft labels propagated frame after frame
 (:func:`vitscope.functional.propagation.propagate_labels`); bilinear upsampling by the patch size,

@@ -1,6 +1,6 @@
 """Keypoint correspondence per block on SPair-format pairs (paper 002 figure 10 right, appendix E.1).
 
-METHODS.md section 3 "Keypoint correspondence", as the 002 code (``run_kp_analysis.py``): both images
+docs/methods.md, Probes per block "Keypoint correspondence", as the 002 code (``run_kp_analysis.py``): both images
 letterboxed to the model input; spatial tokens L2-normalised and upsampled bilinearly to pixels; each
 source keypoint matched to the best target pixel (:func:`vitscope.functional.correspondence.transfer_keypoints`);
 correct when the error is strictly below ``alpha * max(h, w)`` of the target box in the letterboxed frame

@@ -1,4 +1,4 @@
-"""k-NN classification per block (paper 002 section 6, figure 9 left; METHODS.md section 3 "k-NN").
+"""k-NN classification per block (paper 002 section 6, figure 9 left; docs/methods.md, Probes per block "k-NN").
 
 L2-normalised features, cosine similarity, k = 20, votes ``exp(sim / 0.07)``
 (:func:`vitscope.functional.knn_classify`). Random chance: the same classifier on U(0, 1) features of the

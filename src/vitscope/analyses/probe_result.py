@@ -2,7 +2,7 @@
 
 Every probe (k-NN, linear, clustering, retrieval, video propagation, keypoints) returns a ProbeResult:
 tensors ``<metric>`` ``[L]`` (one score per block in ``meta["blocks"]``) and ``random_<metric>`` (0-dim,
-the same task on random features of the same shape, METHODS.md section 3 "Random chance"). ``meta`` holds
+the same task on random features of the same shape, docs/methods.md, Probes per block "Random chance"). ``meta`` holds
 ``task``, ``metrics`` (names, the first is the headline metric), ``model`` and the task's settings.
 """
 

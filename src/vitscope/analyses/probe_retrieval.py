@@ -1,6 +1,6 @@
 """Image retrieval per block on revisited Oxford / Paris (paper 002 figure 9 right, figure 29, table 1).
 
-METHODS.md section 3 "Retrieval": CLS features of the block output; images reduced so the long side is
+docs/methods.md, Probes per block "Retrieval": CLS features of the block output; images reduced so the long side is
 the model input, then the model's resize and centre crop (:class:`LongSideView`); no query-box crop;
 ranking by cosine similarity; mAP with the revisited protocol (Easy, Medium, Hard;
 :func:`vitscope.functional.revisited_map`). Random chance: the same ranking of U(0, 1) features.

@@ -85,8 +85,8 @@ def probe_sweep(
     require_blocks(backbone, "per-block")
     scale = tiling_scale(tiling)
     if retrieval is not None and scale:
-        raise ValueError("retrieval ranks CLS features (METHODS.md section 3), which tiles do not have; run the "
-                         "retrieval probe without tiling")
+        raise ValueError("retrieval ranks CLS features (docs/methods.md, Probes per block), which tiles do not "
+                         "have; run the retrieval probe without tiling")
     out: dict[str, ProbeResult] = {}
     name = backbone.spec.name
     common = {"batch_size": batch_size, "device": device, "dtype": dtype}

@@ -1,6 +1,6 @@
 """CKA between the blocks of one model (``BlockCKA``), and between models from cached features.
 
-Conventions: METHODS.md section 2 (features for CKA, linear CKA, minibatch CKA, sites). Block-by-block
+Conventions: docs/methods.md, Representations (features for CKA, linear CKA, minibatch CKA, sites). Block-by-block
 CKA is paper 002 figures 20 to 22 (the 002 code used the ``norm1`` / ``norm2`` sites there: pass
 ``site="norm1"``); model-by-model CKA of one block is figures 6 and 19 (:func:`cross_model_cka`).
 """
@@ -32,7 +32,7 @@ TOKENS = ("all", "cls", "spatial", "spatial_mean")
 
 
 def cka_features(x: torch.Tensor, num_prefix: int, tokens: str) -> torch.Tensor:
-    """One CKA feature vector per image from a recorded tensor (METHODS.md "Features for CKA").
+    """One CKA feature vector per image from a recorded tensor (docs/methods.md "Features for CKA").
 
     Args:
         x: ``[B, N, D]`` tokens, or a CNN map ``[B, C, h, w]`` (its h*w positions are the spatial tokens).
@@ -125,7 +125,7 @@ class BlockCKA(Analysis):
     stacked in float64 at reduction) kept 332 MiB of features between batches and peaked 2.3 GB above the
     baseline. ``grouping="index"`` keeps up to ``batch - 1`` images of features (``L x F`` float32 each,
     7.3 MB per image here: 332 MiB at engine batch 16). Use an engine batch size that is a multiple of
-    ``batch`` (``--batch-size 64``) to get minibatches of exactly ``batch`` images (METHODS.md) with nothing
+    ``batch`` (``--batch-size 64``) to get minibatches of exactly ``batch`` images (docs/methods.md) with nothing
     kept. ``tokens="all"`` stays the default because the paper's CKA figures used it (the 002 code's
     ``mode="all"``); ``"cls"`` / ``"spatial_mean"`` make every cost 197x smaller. The full estimators keep
     every image's features on disk and need ``L`` float64 ``n x n`` Grams at the end.

@@ -1,4 +1,4 @@
-"""Mergeable HSIC state behind the CKA analyses (METHODS.md section 2).
+"""Mergeable HSIC state behind the CKA analyses (docs/methods.md, Representations).
 
 Two estimators of the CKA between every representation of a group X and every one of a group Y (or of X
 with itself), both exactly mergeable:

@@ -1,4 +1,4 @@
-"""Residual-path analysis (paper 002 appendix D.4, figure 23; METHODS.md section 2 "Residual analysis").
+"""Residual-path analysis (paper 002 appendix D.4, figure 23; docs/methods.md, Representations "Residual analysis").
 
 For every attention and MLP sublayer of every block: CKA between the skip input (``resid_pre`` for the
 attention sublayer, ``resid_mid`` for the MLP one) and the branch output added to it (``attn_out``,

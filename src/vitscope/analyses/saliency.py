@@ -2,7 +2,7 @@
 
 For every block and head, the CLS map (and the spatial-average map) of each image is thresholded to the
 smallest set of tokens holding ``mass`` (60%) of it and compared with the union of the image's instance
-masks on the token grid (METHODS.md section 1, "Saliency IoU").
+masks on the token grid (docs/methods.md, Attention, "Saliency IoU").
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def mask_to_grid(masks: np.ndarray | Sequence[np.ndarray], spec: ModelSpec, grid
     Each ``[H, W]`` instance mask becomes a uint8 0/255 image, goes through the image's own resize and
     centre crop (:func:`~vitscope.models.preprocess.resize_crop` with ``spec.interpolation``, as the
     pixels), is resized to the ``h x w`` grid with PIL's bicubic filter and thresholded at > 0; the
-    union over instances is returned (METHODS.md section 1).
+    union over instances is returned (docs/methods.md, Attention).
 
     Args:
         masks: ``[n, H, W]`` bool (or 0/1) instance masks at the image's original size; ``n`` may be 0.

@@ -1,7 +1,7 @@
 """Most-activating dataset images of every unit, with their patch activation maps (paper 001 figs. 2, 5).
 
 A unit is one channel of a recorded site, scored per image by its mean over spatial tokens (the
-feature-visualisation objective, METHODS.md section 5). The state is a top-k heap per unit kept as
+feature-visualisation objective, docs/methods.md, Feature visualisation). The state is a top-k heap per unit kept as
 sorted tensors; ties are broken by the smaller dataset index, so the order is total and
 ``merge(A(x1), A(x2)) == A(x1 + x2)`` holds exactly.
 """

@@ -2,7 +2,7 @@
 
 Kept on its own so it can follow the explain package as it grows: it only calls
 ``vitscope.explain.PairedSimilarity(backbone, projection="head").explain(images_a, images_b)``.
-Display as METHODS.md section 4: bicubic upsampling, min-max normalisation, jet overlay.
+Display as docs/methods.md, Paired image similarity: bicubic upsampling, min-max normalisation, jet overlay.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def paired_similarity_section(dataset: Any, model: str = "tiny-vit-metric",
     section = Section("paired-similarity", f"Paired similarity ({model})",
                       "Why two images are similar to an embedding network: the cosine similarity of the two "
                       "mean-pooled, projected embeddings decomposed over the tokens of each image and redistributed "
-                      "over the input patches with the attention rollout (METHODS.md section 4).",
+                      "over the input patches with the attention rollout (docs/methods.md, Paired image similarity).",
                       [figure], [table])
     summary = {"model": model, "pairs": [{"a": a, "b": b, "label_a": labels[a], "label_b": labels[b], "score": s}
                                          for (a, b), s in zip(pairs, scores)],

@@ -1,6 +1,6 @@
 """Dataset items shared by every format reader: small dataclasses, arrays as numpy.
 
-Conventions (METHODS.md section 0): boxes ``[x1, y1, x2, y2]`` float pixels, 0-based, x2/y2
+Conventions (docs/methods.md, Shared rules): boxes ``[x1, y1, x2, y2]`` float pixels, 0-based, x2/y2
 exclusive; keypoints ``[K, 3]`` rows ``(x, y, visible)`` in pixels; masks ``[n, H, W]`` bool.
 """
 

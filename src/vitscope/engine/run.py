@@ -1,5 +1,5 @@
-"""``vitscope.run``: THE loop over images (DESIGN.md, where data flows). Everything that reads a dataset through a
-model (``analyze``, ``compare``, the feature cache, the probes, masking re-runs) is fed by it.
+"""``vitscope.run``: THE loop over images (docs/architecture.md, "The one loop"). Everything that reads a dataset
+through a model (``analyze``, ``compare``, the feature cache, the probes, masking re-runs) is fed by it.
 
 Per batch: decode (one batch ahead, in a thread), preprocess (the model's own, or a :class:`View`), forward
 under autocast while recording exactly the hooks the analyses need, hand every analysis the record and a

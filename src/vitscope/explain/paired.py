@@ -2,8 +2,8 @@
 
 Transformers: the final-norm spatial tokens, through the optional projection, decomposed exactly
 (:func:`vitscope.functional.paired_similarity`), then redistributed over the input patches with the
-attention rollout (METHODS.md section 4). CNNs: the same decomposition over the positions of the last
-feature map (the projection acts as a 1x1 convolution), without rollout. Images are encoded once
+attention rollout (docs/methods.md, Paired image similarity). CNNs: the same decomposition over the positions of
+the last feature map (the projection acts as a 1x1 convolution), without rollout. Images are encoded once
 (:meth:`PairedSimilarity.encode`: embedding parts, rollout and output-agnostic map cached); explaining any
 pair of encoded images is a few matrix products, never a forward pass.
 """
@@ -130,7 +130,7 @@ class PairedSimilarity:
             backbone's own linear head (the tiny zoo's metric models keep their projection there).
         rollout: redistribute contributions with the attention rollout (transformers only).
         transpose: use ``R^T`` instead of ``R``.
-        head_fusion, discard_ratio: rollout options (METHODS.md section 1).
+        head_fusion, discard_ratio: rollout options (docs/methods.md, Attention).
         batch_size: images per forward pass in :meth:`encode`.
     """
 

@@ -2,10 +2,10 @@
 
 A view fixes the geometry from an original image to the *token frame*: the pixel frame in which token
 ``(r, c)`` covers pixels ``[r*p, (r+1)*p) x [c*p, (c+1)*p)``. Masks and keypoints go through the same
-geometry (METHODS.md section 0). Views:
+geometry (docs/methods.md, Shared rules). Views:
 
 - :class:`StandardView`: the model's own preprocessing (resize the short side, centre crop).
-- :class:`LongSideView`: retrieval (METHODS.md section 3): first reduce the image so its long side is the
+- :class:`LongSideView`: retrieval (docs/methods.md, Probes per block): first reduce the image so its long side is the
   model input, then the model's preprocessing.
 - :class:`LetterboxView`: SPair (the 002 code): the long side fills the model input, the rest is black.
 - :class:`FrameView`: DAVIS frames (the DINO code): short side resized to ``short_side``, long side floored

@@ -1,6 +1,6 @@
 """The published augmentation ensemble of paper 001: GS(CS(Jitter(x))) on copies of each image.
 
-Defaults follow the published code (METHODS.md section 5); the paper's text variants are options.
+Defaults follow the published code (docs/methods.md, Feature visualisation); the paper's text variants are options.
 Random draws come from a CPU ``torch.Generator`` so the same seed gives the same images on any device.
 """
 

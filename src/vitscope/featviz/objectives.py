@@ -5,7 +5,7 @@ better); the renderer minimises ``-mean(objective) + lambda_tv * TV``. Objective
 hook names they read (``hooks()``) and whether they need the classifier logits (``needs_logits``).
 
 Spatial tokens are those after the prefix tokens (CLS, distillation, registers); a ``token`` is a
-row-major spatial index or an ``(row, col)`` pair (METHODS.md section 0).
+row-major spatial index or an ``(row, col)`` pair (docs/methods.md, Shared rules).
 """
 
 from __future__ import annotations

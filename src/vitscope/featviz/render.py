@@ -1,4 +1,4 @@
-"""Activation maximisation with the published recipe of paper 001 (METHODS.md section 5).
+"""Activation maximisation with the published recipe of paper 001 (docs/methods.md, Feature visualisation).
 
 Several units are optimised together, one image each, in one batch of ``units * copies`` augmented
 images: per-unit losses are independent (separate pixels, per-element Adam, TV averaged per unit),

@@ -1,4 +1,4 @@
-"""Pure functions on tensors: no I/O, no plotting, no global state (DESIGN.md idea 4)."""
+"""Pure functions on tensors: no I/O, no plotting, no global state (docs/architecture.md idea 4)."""
 
 from vitscope.functional.attention import (
     HEAD_TYPES,

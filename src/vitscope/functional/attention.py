@@ -1,6 +1,6 @@
-"""Attention-pattern maths of METHODS.md section 1 (paper 002 section 4, paper 003 section 4.2).
+"""Attention-pattern maths of docs/methods.md, Attention (paper 002 section 4, paper 003 section 4.2).
 
-Pure tensor functions: no I/O, no plotting, no global state. Conventions (METHODS.md section 0):
+Pure tensor functions: no I/O, no plotting, no global state. Conventions (docs/methods.md, Shared rules):
 
 - A pattern is post-softmax attention ``[B, H, N, N]`` (any leading dims ``[..., N, N]`` work), the row
   is the query, the column the key. Tokens are ``P = num_prefix`` prefix tokens (CLS, distillation,
@@ -293,7 +293,7 @@ def local_head_type(
     axial: float = 0.7,
     radius: int = 2,
 ) -> tuple[str, tuple[int, int]] | tuple[list, torch.Tensor]:
-    """Local-head taxonomy on an (dataset) aligned map; METHODS.md section 1, first match wins.
+    """Local-head taxonomy on an (dataset) aligned map; docs/methods.md, Attention, first match wins.
 
     The map is normalised to sum 1, centre cell ``c = (h-1, w-1)``, peak = the largest cell (ties: the
     centre if it is among them, else the first in row-major order). In order:
@@ -358,7 +358,7 @@ def local_head_type(
 
 
 def focus_index(pattern: torch.Tensor, grid: Sequence[int], num_prefix: int, normalised: bool = False) -> torch.Tensor:
-    """Attention focus index (paper 003 eq. 5 as reconstructed in METHODS.md). Lower = more focused.
+    """Attention focus index (paper 003 eq. 5 as reconstructed in docs/methods.md). Lower = more focused.
 
     For each spatial query row of the spatial attention: min-max normalise to ``[0, 1]`` (a row whose
     renormalised ``max - min < 1e-12``, including an all-zero row, counts as uniform), divide by its sum, Shannon

@@ -8,7 +8,7 @@ quantities they need in one go, with per-grid index and distance tables (:func:`
 and the caller's reusable work buffers (:class:`Workspace`) instead of fresh full-size temporaries:
 
 =============  ============================================================================  ==============
-quantity       meaning (METHODS.md section 1)                                                shape
+quantity       meaning (docs/methods.md, Attention)                                                shape
 =============  ============================================================================  ==============
 ``cls``        CLS row over the spatial keys, raw                                            ``[B, H, K]``
 ``colsum``     sum of the raw spatial query rows over the spatial keys (spatial-average map  ``[B, H, K]``
@@ -256,7 +256,7 @@ def _aligned(sp: torch.Tensor, rowsum: torch.Tensor, tables: GridTables, dtype: 
 def random_block_statistics(
     seed: int, kind: str, samples: int, num_blocks: int, num_heads: int, grid: tuple[int, int], num_prefix: int
 ) -> tuple[BlockStats, ...]:
-    """Every quantity of the random baseline (METHODS.md section 1), per block; cached per configuration.
+    """Every quantity of the random baseline (docs/methods.md, Attention), per block; cached per configuration.
 
     Block ``i`` gets ``random_attention([samples, H, N, N])`` drawn in block order from one generator
     seeded with ``seed`` (float64). As in the 002 code the pattern's rows do not sum to 1: the CLS row is

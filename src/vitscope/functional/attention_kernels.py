@@ -14,7 +14,7 @@ import torch
 
 __all__ = ["FLAT", "mean_row_entropy", "mean_spatial_focus"]
 
-FLAT = 1e-12  # a spatial row whose renormalised max - min is below this is uniform (METHODS.md, focus)
+FLAT = 1e-12  # a spatial row whose renormalised max - min is below this is uniform (docs/methods.md, focus)
 
 
 def mean_row_entropy(a: torch.Tensor, work: torch.Tensor | None = None) -> torch.Tensor:
@@ -36,7 +36,7 @@ def mean_row_entropy(a: torch.Tensor, work: torch.Tensor | None = None) -> torch
 
 def mean_spatial_focus(sp: torch.Tensor, rowsum: torch.Tensor, work: torch.Tensor | None = None,
                        work2: torch.Tensor | None = None) -> torch.Tensor:
-    """Attention focus index (paper 003 eq. 5, METHODS.md) of spatial rows, mean over the spatial queries.
+    """Attention focus index (paper 003 eq. 5, docs/methods.md) of spatial rows, mean over the spatial queries.
 
     Per row: ``log T - X / T`` with ``d = a - min``, ``T = sum d``, ``X = sum d log d``. That is the entropy of
     ``u / sum(u)`` for the min-max normalised row ``u = d / (max - min)``; it does not depend on the row's scale,

@@ -1,4 +1,4 @@
-"""Per-head summary statistics of attention patterns (METHODS.md section 1, "Attention entropy").
+"""Per-head summary statistics of attention patterns (docs/methods.md, Attention, "Attention entropy").
 
 Pure tensor functions: no I/O, no plotting, no global state. Patterns follow the vitscope
 convention: post-softmax, rows are queries and columns are keys.

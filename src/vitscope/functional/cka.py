@@ -1,9 +1,9 @@
-"""Linear CKA, full-batch and minibatch (METHODS.md section 2, "Linear CKA" and "Minibatch CKA").
+"""Linear CKA, full-batch and minibatch (docs/methods.md, Representations, "Linear CKA" and "Minibatch CKA").
 
 Pure tensor functions: no I/O, no plotting, no global state. All HSIC arithmetic runs in float64
 whatever the input dtype; scalars come back as Python floats.
 
-Conventions (METHODS.md section 2):
+Conventions (docs/methods.md, Representations):
 
 - Gram ``K = X X^T`` of the raw features (no feature centring: HSIC centres, or is invariant to it).
 - Biased HSIC: ``tr(K H L H) / (n-1)^2`` with ``H = I - 1/n``.
@@ -207,7 +207,7 @@ def minibatch_cka(x: torch.Tensor, y: torch.Tensor, batch: int = 64, gram_minmax
 
 
 def features_for_cka(x: torch.Tensor, num_prefix: int, tokens: TokenSelection = "all") -> torch.Tensor:
-    """One feature vector per image from its tokens (METHODS.md section 2, "Features for CKA").
+    """One feature vector per image from its tokens (docs/methods.md, Representations, "Features for CKA").
 
     Args:
         x: ``[B, N, D]`` tokens (prefix tokens first, then the spatial tokens).

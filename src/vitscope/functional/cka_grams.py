@@ -1,4 +1,4 @@
-"""HSIC between many Gram matrices at once (METHODS.md section 2), for CKA matrices over blocks and models.
+"""HSIC between many Gram matrices at once (docs/methods.md, Representations), for CKA matrices over blocks and models.
 
 Pure tensor functions: no I/O, no plotting, no global state. They compute exactly the estimators of
 :func:`vitscope.functional.cka.hsic` (biased ``tr(K H L H) / (n-1)^2`` and the unbiased Song et al.

@@ -1,4 +1,4 @@
-"""Clustering of features and its scores (METHODS.md section 2, "Clustering").
+"""Clustering of features and its scores (docs/methods.md, Representations, "Clustering").
 
 Pure functions: no I/O, no plotting, no global state. k-means is scikit-learn's ``KMeans`` with
 ``n_init=10`` and the seed passed explicitly as ``random_state``, as the 002 code.
@@ -82,7 +82,7 @@ def kmeans_labels(features: ArrayLike, k: int, seed: int = 0) -> np.ndarray:
 
     Args:
         features: ``[n, d]`` features (numpy or torch). float32 stays float32, anything else becomes float64.
-        k: number of clusters, 1 <= k <= n (METHODS.md default: the number of distinct labels).
+        k: number of clusters, 1 <= k <= n (docs/methods.md default: the number of distinct labels).
         seed: passed as ``random_state`` (default 0, as the 002 code).
 
     Returns:

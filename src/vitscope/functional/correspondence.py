@@ -1,4 +1,4 @@
-"""Keypoint transfer by nearest dense feature, as the paper-002 SPair code (METHODS.md section 3).
+"""Keypoint transfer by nearest dense feature, as the paper-002 SPair code (docs/methods.md, Probes per block).
 
 Pure functions: no I/O, no plotting, no global state.
 

@@ -1,4 +1,4 @@
-"""Guided MAE masking by SIFT keypoint patches (paper 003 section 5.2; METHODS.md section 6).
+"""Guided MAE masking by SIFT keypoint patches (paper 003 section 5.2; docs/methods.md, SIFT patch interrelation).
 
 ``M = floor(ratio * K + 0.5)`` patches are masked, of which ``floor(rho * M + 0.5)`` are keypoint patches
 (``n_j > 0``) drawn at random within their group and the rest non-keypoint patches; when a group has too
@@ -16,7 +16,7 @@ __all__ = ["curriculum_rho", "guided_mask", "guided_mask_counts", "guided_visibl
 
 
 def _round_half_up(x: float) -> int:
-    return int(x + 0.5)  # floor(x + 0.5) for x >= 0, as METHODS.md (Python's round() is banker's rounding)
+    return int(x + 0.5)  # floor(x + 0.5) for x >= 0, as docs/methods.md (Python's round() is banker's rounding)
 
 
 def guided_mask_counts(num_keypoint: int, num_other: int, num_masked: int, rho: float) -> tuple[int, int]:

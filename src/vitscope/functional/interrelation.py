@@ -1,7 +1,7 @@
-"""Weighted SIFT patch interrelation (paper 003 sections 3 and 4; METHODS.md section 6).
+"""Weighted SIFT patch interrelation (paper 003 sections 3 and 4; docs/methods.md, SIFT patch interrelation).
 
 Paper 003's equations 2 to 4 did not survive in its text; vitscope uses the reconstruction of
-METHODS.md section 6:
+docs/methods.md, SIFT patch interrelation:
 
 * attended set of spatial query ``i`` in one head, on the spatial attention (prefix dropped, rows
   renormalised): keys ``j`` with ``a_ij > lam * max_j a_ij`` (rule ``"max"``, default) or

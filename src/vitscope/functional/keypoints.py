@@ -1,4 +1,4 @@
-"""Percentage of correct keypoints (METHODS.md section 3, "Keypoint correspondence").
+"""Percentage of correct keypoints (docs/methods.md, Probes per block, "Keypoint correspondence").
 
 Pure functions: no I/O, no plotting, no global state.
 """

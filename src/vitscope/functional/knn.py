@@ -1,4 +1,4 @@
-"""Weighted k-nearest-neighbour classification (METHODS.md section 3, "k-NN"; the DINO ``eval_knn`` code).
+"""Weighted k-nearest-neighbour classification (docs/methods.md, Probes per block, "k-NN"; the DINO ``eval_knn`` code).
 
 Pure tensor functions: no I/O, no plotting, no global state.
 """

@@ -1,4 +1,4 @@
-"""Linear probe on frozen features (METHODS.md section 3; paper 002 appendix E.4), plain torch.
+"""Linear probe on frozen features (docs/methods.md, Probes per block; paper 002 appendix E.4), plain torch.
 
 No I/O, no plotting, no global state: the seed goes into a private ``torch.Generator`` used for the
 initialisation and the shuffling, so the same seed gives the same probe (on one device and torch

@@ -3,7 +3,7 @@
 Conventions: a mask is True where the image is HIDDEN. Patch masks are ``[B, h, w]`` bool on the token
 grid (row-major like the tokens); pixel masks ``[B, H, W]`` bool. Pixels are the model's normalised
 input ``[B, 3, H, W]``; ``mean`` / ``std`` are the model's (``spec.mean``, ``spec.std``). Boxes are
-``[x1, y1, x2, y2]`` float pixels, 0-based, x2/y2 exclusive (METHODS.md section 0); a pixel belongs to a
+``[x1, y1, x2, y2]`` float pixels, 0-based, x2/y2 exclusive (docs/methods.md, Shared rules); a pixel belongs to a
 box when its centre does.
 """
 
@@ -34,7 +34,7 @@ ORDERS: tuple[str, ...] = ("top", "bottom")
 def _count(ratio: float, k: int) -> int:
     if not 0.0 <= ratio <= 1.0:
         raise ValueError(f"mask ratio must be in [0, 1], got {ratio}")
-    return int(ratio * k + 0.5)  # floor(ratio * K + 0.5), as METHODS.md section 6
+    return int(ratio * k + 0.5)  # floor(ratio * K + 0.5), as docs/methods.md, SIFT patch interrelation
 
 
 def score_patch_mask(scores: torch.Tensor, ratio: float, order: str = "top") -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Token pooling for region-level features (METHODS.md section 2, "Clustering": object / part level).
+"""Token pooling for region-level features (docs/methods.md, Representations, "Clustering": object / part level).
 
 Pure tensor functions: no I/O, no plotting, no global state.
 """
@@ -58,7 +58,7 @@ def mask_pool(tokens: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
 def random_features(
     shape: tuple[int, ...] | torch.Size, generator: torch.Generator, kind: str = "uniform"
 ) -> torch.Tensor:
-    """Random-chance features of a given shape, as the 002 code's random baseline (METHODS.md section 1).
+    """Random-chance features of a given shape, as the 002 code's random baseline (docs/methods.md, Attention).
 
     Args:
         shape: the shape of the real features, e.g. ``[n, D]``.

@@ -1,4 +1,4 @@
-"""Video label propagation as the DINO ``eval_video_segmentation.py`` code (METHODS.md section 3).
+"""Video label propagation as the DINO ``eval_video_segmentation.py`` code (docs/methods.md, Probes per block).
 
 Pure tensor functions: no I/O, no plotting, no global state. One step, for a target frame:
 

@@ -1,4 +1,4 @@
-"""Retrieval scores (METHODS.md section 3, "Retrieval" and "Recall@k / mAP@R").
+"""Retrieval scores (docs/methods.md, Probes per block, "Retrieval" and "Recall@k / mAP@R").
 
 Pure functions: no I/O, no plotting, no global state.
 
@@ -161,7 +161,7 @@ def recall_at_k_map_at_r(
     ks: Sequence[int] = (1, 2, 4, 8),
     chunk_size: int = 1024,
 ) -> dict[str, float]:
-    """Leave-one-out Recall@k and mAP@R over one set (METHODS.md section 3, paper 000 section 5).
+    """Leave-one-out Recall@k and mAP@R over one set (docs/methods.md, Probes per block, paper 000 section 5).
 
     Every item queries all the others by cosine similarity; it never retrieves itself. Queries whose
     label has no other item are skipped for every metric. Recall@k of a query = 1 if any of its k

@@ -1,4 +1,4 @@
-"""Attention rollout (Abnar & Zuidema 2020) as METHODS.md section 1 and the paper-000 code define it.
+"""Attention rollout (Abnar & Zuidema 2020) as docs/methods.md, Attention and the paper-000 code define it.
 
 Pure tensor functions: no I/O, no plotting, no global state.
 """

@@ -1,4 +1,4 @@
-"""SIFT keypoints counted per patch (paper 003 section 2.2; METHODS.md section 6).
+"""SIFT keypoints counted per patch (paper 003 section 2.2; docs/methods.md, SIFT patch interrelation).
 
 OpenCV is imported lazily, so ``import vitscope`` works without it; only these functions need it
 (``pip install opencv-python-headless``).
@@ -33,7 +33,7 @@ def sift_keypoints(image: np.ndarray) -> np.ndarray:
     """OpenCV SIFT keypoints (default parameters) of an RGB image, on its grayscale version.
 
     Args:
-        image: RGB ``uint8`` array ``[H, W, 3]`` (at model resolution, METHODS.md section 6).
+        image: RGB ``uint8`` array ``[H, W, 3]`` (at model resolution, docs/methods.md, SIFT patch interrelation).
 
     Returns:
         ``[n, 2]`` float64 keypoint positions ``(x, y)`` in pixels.
@@ -48,7 +48,7 @@ def sift_keypoint_counts(image: np.ndarray, grid: Sequence[int]) -> torch.Tensor
     """Number of SIFT keypoints in every patch of an ``h x w`` grid.
 
     A keypoint at ``(x, y)`` counts in patch ``(min(floor(y / ph), h - 1), min(floor(x / pw), w - 1))``
-    with ``ph = H / h`` and ``pw = W / w`` (METHODS.md section 6).
+    with ``ph = H / h`` and ``pw = W / w`` (docs/methods.md, SIFT patch interrelation).
 
     Args:
         image: RGB ``uint8`` array ``[H, W, 3]`` at model resolution.

@@ -1,4 +1,5 @@
-"""Paired image similarity decomposed over tokens (paper 000, METHODS.md section 4), and retrieval metrics.
+"""Paired image similarity decomposed over tokens (paper 000; docs/methods.md, Paired image similarity), and
+retrieval metrics.
 
 Pure tensor functions: no I/O, no plotting, no global state.
 """
@@ -44,7 +45,7 @@ def paired_similarity(
 
     With projected tokens ``alpha`` and embeddings ``beta = mean(alpha)``, the contribution of token x of
     image a is ``gamma_a[x] = alpha_a[x] . beta_b / (K_a * ||beta_a|| * ||beta_b||)``, so that
-    ``gamma_a.sum(-1) == score == gamma_b.sum(-1)`` (METHODS.md section 4).
+    ``gamma_a.sum(-1) == score == gamma_b.sum(-1)`` (docs/methods.md, Paired image similarity).
 
     Args:
         tokens_a: ``[B, Ka, D]`` spatial tokens of the first images (prefix tokens already removed).
@@ -155,7 +156,8 @@ def cosine_topk(
 
 
 def display_map(maps: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """Maps as displayed (METHODS.md section 4): bicubic upsampling to ``size``, then min-max per map.
+    """Maps as displayed (docs/methods.md, Paired image similarity): bicubic upsampling to ``size``, then min-max
+    per map.
 
     Args:
         maps: ``[B, h, w]``.

@@ -1,4 +1,4 @@
-"""Dense features by tiling (paper 002 appendix B.4 and its code; METHODS.md section 2).
+"""Dense features by tiling (paper 002 appendix B.4 and its code; docs/methods.md, Representations).
 
 Pure functions: no I/O, no plotting, no global state. The plan: resize the image so its short side is
 ``scale`` (default 2) times the model input, the long side **floored** to a multiple of the patch size

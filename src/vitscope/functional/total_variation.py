@@ -8,7 +8,7 @@ __all__ = ["total_variation"]
 
 
 def total_variation(images: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    """Unsquared L2 total variation over four directions (METHODS.md section 5).
+    """Unsquared L2 total variation over four directions (docs/methods.md, Feature visualisation).
 
     For every image and channel the L2 norm (not squared) of the horizontal, vertical and both diagonal
     difference maps is taken; each direction is averaged over channels (and over images with

@@ -1,4 +1,4 @@
-"""Video object segmentation scores as the official DAVIS 2017 evaluation (METHODS.md section 3).
+"""Video object segmentation scores as the official DAVIS 2017 evaluation (docs/methods.md, Probes per block).
 
 Pure functions: no I/O, no plotting, no global state. J is the region IoU, F the boundary F-measure
 of ``davis2017/metrics.py`` (``db_eval_iou`` and ``f_measure``): one-pixel boundaries from the

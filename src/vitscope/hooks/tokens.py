@@ -1,4 +1,4 @@
-"""Token-layout helpers: prefix tokens first, spatial tokens row-major (METHODS.md section 0)."""
+"""Token-layout helpers: prefix tokens first, spatial tokens row-major (docs/methods.md, Shared rules)."""
 
 from __future__ import annotations
 

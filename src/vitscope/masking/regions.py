@@ -21,7 +21,7 @@ def instance_masks_to_model(masks: np.ndarray | Sequence[np.ndarray], spec: Mode
     """Instance masks at the image's size -> ``[n, H, W]`` bool at model resolution.
 
     Each mask goes through the image's own resize and centre crop with nearest-neighbour sampling
-    (METHODS.md section 0: masks follow the pixels' geometric transform).
+    (docs/methods.md, Shared rules: masks follow the pixels' geometric transform).
     """
     out = []
     for m in np.asarray(masks):

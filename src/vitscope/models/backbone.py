@@ -1,4 +1,4 @@
-"""The Backbone: one interface over every model family (DESIGN.md idea 1)."""
+"""The Backbone: one interface over every model family (docs/architecture.md idea 1)."""
 
 from __future__ import annotations
 

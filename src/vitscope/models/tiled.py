@@ -1,4 +1,4 @@
-"""Dense features by tiling for any analysis the engine runs (paper 002 appendix B.4; METHODS.md section 2).
+"""Dense features by tiling for any analysis the engine runs (paper 002 appendix B.4; docs/methods.md, Representations).
 
 ``wrap_tiled(backbone, scale=2)`` returns a :class:`TiledBackbone`: a Backbone whose preprocessing makes a
 ``scale`` times larger frame and whose forward runs the wrapped model on model-input-size tiles of that frame

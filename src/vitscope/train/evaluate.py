@@ -47,7 +47,7 @@ def pixel_features(images: torch.Tensor, mean: tuple[float, ...], std: tuple[flo
 
 def knn_accuracy(bank: torch.Tensor, bank_labels: torch.Tensor, test: torch.Tensor, test_labels: torch.Tensor,
                  k: int = 20, temperature: float = 0.07) -> float:
-    """Weighted k-NN accuracy (DINO's protocol, METHODS.md section 3) of ``test`` against ``bank``."""
+    """Weighted k-NN accuracy (DINO's protocol, docs/methods.md, Probes per block) of ``test`` against ``bank``."""
     pred = knn_classify(bank, bank_labels, test, k=k, temperature=temperature)
     return float((pred.cpu() == test_labels.cpu()).double().mean())
 

@@ -5,7 +5,7 @@ guided recipe counts the SIFT keypoints of the batch it is about to encode (afte
 crop, at model resolution) and hands them to its :class:`GuidedMaskFn` just before. The share ``rho`` of
 keypoint patches among the masked ones follows :func:`~vitscope.functional.curriculum_rho`: it climbs
 ``levels`` one step every ``every_epochs`` epochs. The masked count is the recipe's own
-(``K - keep``); its split follows METHODS.md section 6.
+(``K - keep``); its split follows docs/methods.md, SIFT patch interrelation.
 """
 
 from __future__ import annotations

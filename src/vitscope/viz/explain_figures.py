@@ -1,6 +1,6 @@
 """Figures of paired similarity maps (paper 000 figures 5 to 10; matplotlib object API, no pyplot).
 
-Overlays follow METHODS.md section 4 and the published code: the map is upsampled bicubically to the
+Overlays follow docs/methods.md, Paired image similarity and the published code: the map is upsampled bicubically to the
 image size, min-max normalised, coloured with jet, added to the image and the sum rescaled to its max.
 """
 

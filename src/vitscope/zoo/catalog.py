@@ -92,7 +92,7 @@ _DINO = {"jitter": (0.4, 0.4, 0.0, 0.0), "grayscale": 0.0, "solarize": 0.0, "bac
 # MAE's loss on every pixel pays the encoder to memorise each scene's background (k-NN of the background
 # type 0.60, of the class 0.25); weighting each masked patch by its object pixels moves the features to the
 # objects: k-NN of the CLS token 0.25 -> 0.45 (docs/zoo-findings.md), 0.49 with 4800 steps of 64 images
-# instead of 1200 of 256 (the same images seen), 0.52 with explicit float32 attention. CLS as METHODS.md's k-NN
+# instead of 1200 of 256 (the same images seen), 0.52 with explicit float32 attention. CLS as docs/methods.md's k-NN
 # protocol.
 _MAE = {"foreground_loss": True}
 

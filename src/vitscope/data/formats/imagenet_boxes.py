@@ -8,7 +8,7 @@ Layout::
 
 VOC XML (``annotation/filename``, ``size/width,height,depth``, ``object/name`` = wnid,
 ``object/bndbox/xmin,ymin,xmax,ymax``) stores boxes **1-based, inclusive**. vitscope boxes are 0-based with
-x2/y2 exclusive (METHODS.md section 0), so the writer stores ``xmin = x1 + 1, ymin = y1 + 1, xmax = x2,
+x2/y2 exclusive (docs/methods.md, Shared rules), so the writer stores ``xmin = x1 + 1, ymin = y1 + 1, xmax = x2,
 ymax = y2`` and the reader converts back ``x1 = xmin - 1, y1 = ymin - 1, x2 = xmax, y2 = ymax``: a box
 covering pixel columns 0..9 is ``xmin=1, xmax=10`` in VOC and ``[0, 10)`` here.
 

@@ -192,7 +192,7 @@ class RevisitOPDataset(LazyDataset):
         self.database = _ImageList(self, imlist, "database")
 
     def protocol(self, level: str) -> list[dict[str, np.ndarray]]:
-        """Positives and junk of every query under the revisited protocol (METHODS.md section 3).
+        """Positives and junk of every query under the revisited protocol (docs/methods.md, Probes per block).
 
         Easy: ok = easy, junk = junk + hard. Medium: ok = easy + hard, junk = junk.
         Hard: ok = hard, junk = junk + easy.
