@@ -3,21 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
+from helpers.cli import ENV, cli, vitscope
 from vitscope.data.synthetic.write import synthesize
 
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
 ANALYSES = "attention_distance,cka,knn_probe"
-
-
-def vitscope(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vitscope.cli", *args], capture_output=True, text=True,
-                          env=env or ENV, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +22,7 @@ def test_interrupted_run_resumes_to_the_same_numbers(coco, tmp_path):
     cfg.write_text(f"model: tiny-vit-sup\ndata: '{coco}::coco'\nanalyses: {ANALYSES}\nbatch_size: 4\n"
                    "limit: 100\ndevice: cpu\n")
     full, resumed = tmp_path / "full", tmp_path / "resumed"
-    proc = vitscope("analyze", "--config", str(cfg), "--out", str(full))
+    proc = cli("analyze", "--config", str(cfg), "--out", str(full))
     assert proc.returncode == 0, proc.stderr
 
     stop = {**ENV, "VITSCOPE_STOP_AFTER_BATCHES": "2"}
@@ -38,7 +30,7 @@ def test_interrupted_run_resumes_to_the_same_numbers(coco, tmp_path):
     assert proc.returncode == 130 and "state saved" in proc.stderr, proc.stderr
     assert (resumed / ".vitscope-state" / "tiny-vit-sup.pt").exists() and not (resumed / "results.json").exists()
 
-    proc = vitscope("analyze", "--config", str(cfg), "--out", str(resumed))
+    proc = cli("analyze", "--config", str(cfg), "--out", str(resumed))  # the interrupted one ran as a user runs it
     assert proc.returncode == 0, proc.stderr
     assert "resuming from saved state: 8 images already done" in proc.stderr
     a, b = (json.loads((d / "results.json").read_text()) for d in (full, resumed))
@@ -57,9 +49,9 @@ def test_interrupted_run_resumes_to_the_same_numbers(coco, tmp_path):
 def test_state_from_other_settings_is_not_merged(coco, tmp_path):
     out = tmp_path / "o"
     base = ["analyze", "-m", "tiny-vit", "-d", f"{coco}::coco", "-a", "attention_distance", "-o", str(out), "-b", "4"]
-    proc = vitscope(*base, env={**ENV, "VITSCOPE_STOP_AFTER_BATCHES": "1"})
+    proc = cli(*base, env={"VITSCOPE_STOP_AFTER_BATCHES": "1"})
     assert proc.returncode == 130, proc.stderr
-    proc = vitscope(*base[:-2], "-b", "5", "--limit", "10")  # another batch size: the saved state does not apply
+    proc = cli(*base[:-2], "-b", "5", "--limit", "10")  # another batch size: the saved state does not apply
     assert proc.returncode == 0, proc.stderr
     assert "ignoring saved state" in proc.stderr and "batch_size" in proc.stderr
     assert json.loads((out / "results.json").read_text())["run"]["resumed_images"] == 0
@@ -75,7 +67,7 @@ def test_config_and_compare_errors_are_one_line(coco, tmp_path):
         (["compare", "--models", "tiny-vit", "-d", f"{coco}::coco", "-o", str(tmp_path)], 1, "at least two models"),
     ]
     for args, status, needle in cases:
-        proc = vitscope(*args)
+        proc = cli(*args)
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert proc.returncode == status and len(lines) == 1 and lines[0].startswith("error: "), (args, proc.stderr)
         assert needle in lines[0], lines[0]

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from helpers.cli import vitscope
+from helpers.cli import cli
 from vitscope.data.synthetic.write import synthesize
 
 SUITE = {"cls_attention_maps", "spatial_average_maps", "aligned_attention", "attention_distance", "saliency_iou",
@@ -21,7 +21,7 @@ def coco(tmp_path_factory):
 
 def test_analyze_attention_group_runs_the_whole_suite_in_one_pass(coco, tmp_path):
     out = tmp_path / "out"
-    proc = vitscope("analyze", "--model", "tiny-vit", "--data", f"{coco}::coco", "--out", str(out),
+    proc = cli("analyze", "--model", "tiny-vit", "--data", f"{coco}::coco", "--out", str(out),
                     "--analyses", "attention", "--batch-size", "4")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((out / "results.json").read_text())
@@ -56,7 +56,7 @@ def test_attention_errors_are_one_line(coco, tmp_path):
         (["--model", "tiny-vit", "--data", str(photos), "-a", "saliency_iou"], "masks"),
     ]
     for args, needle in cases:
-        proc = vitscope("analyze", *args, "--out", str(tmp_path / "o"))
+        proc = cli("analyze", *args, "--out", str(tmp_path / "o"))
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: "), (args, proc.stderr)
         assert needle in lines[0], lines[0]

@@ -1,4 +1,5 @@
-"""End-to-end: the vitscope command as a user runs it (a subprocess, exit codes, files written)."""
+"""End-to-end: the vitscope command as a user runs it (a real process: exit codes, files written) and its
+one-line errors (in this process)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from helpers.cli import vitscope
+from helpers.cli import cli, vitscope
 
 
 def test_analyze_writes_results_tables_and_figures(tmp_path):
@@ -36,7 +37,7 @@ def test_analyze_writes_results_tables_and_figures(tmp_path):
 
 
 def test_models_lists_registry_as_json():
-    proc = vitscope("models", "--json")
+    proc = cli("models", "--json")
     assert proc.returncode == 0
     names = {r["name"] for r in json.loads(proc.stdout)}
     assert {"tiny-vit", "tiny-resnet", "dino-vitb16", "mae-vitb16"} <= names
@@ -51,7 +52,7 @@ def test_errors_are_one_line_with_status_1(tmp_path):
         ["analyze", "--model", "tiny-vit", "--data", "skimage", "--out", str(tmp_path), "-a", "atention_stats"],
     ]
     for args in cases:
-        proc = vitscope(*args)
+        proc = cli(*args)
         assert proc.returncode == 1, (args, proc.stderr)
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1 and lines[0].startswith("error: "), (args, proc.stderr)

@@ -13,7 +13,7 @@ pytest.importorskip("cv2")
 
 from typer.testing import CliRunner
 
-from helpers.cli import vitscope
+from helpers.cli import cli
 from vitscope.cli.main import app
 from vitscope.data.synthetic.write import synthesize
 
@@ -40,7 +40,7 @@ def test_robustness_vit_beside_cnn(tmp_path):
     coco = synthesize(tmp_path / "coco", "coco", n=3, size=64, seed=5)
     cnn = "tiny-resnet-sup"  # the zoo's CNN classifier; the numbers are checked in tests/validation
     out = tmp_path / "rob"
-    proc = vitscope("experiment", "robustness", "--models", f"tiny-vit-sup,{cnn}", "--data", f"{coco}::coco",
+    proc = cli("experiment", "robustness", "--models", f"tiny-vit-sup,{cnn}", "--data", f"{coco}::coco",
                     "--out", str(out), "--device", "cpu")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((out / "results.json").read_text())

@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from helpers.cli import vitscope
+from helpers.cli import cli
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def pair_files(tmp_path_factory):
 def test_explain_pair_writes_maps_overlays_and_the_score(tmp_path, pair_files):
     a, b = pair_files
     out = tmp_path / "out"
-    proc = vitscope("explain-pair", "--model", "tiny-vit-metric", str(a), str(b), "--out", str(out), "--transpose")
+    proc = cli("explain-pair", "--model", "tiny-vit-metric", str(a), str(b), "--out", str(out), "--transpose")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((out / "results.json").read_text())
     entry = doc["analyses"]["paired_similarity"]
@@ -72,7 +72,7 @@ def test_explain_pair_on_a_cnn_writes_csv(tmp_path, pair_files):
 
 def test_explain_pair_failures_are_one_line(tmp_path, pair_files):
     a, _ = pair_files
-    proc = vitscope("explain-pair", "--model", "tiny-vit-metric", str(a), str(tmp_path / "nope.png"),
+    proc = cli("explain-pair", "--model", "tiny-vit-metric", str(a), str(tmp_path / "nope.png"),
                     "--out", str(tmp_path / "o"))
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == f"error: image {tmp_path / 'nope.png'} not found", proc.stderr

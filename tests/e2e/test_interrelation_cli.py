@@ -11,7 +11,7 @@ pytest.importorskip("cv2")
 
 from typer.testing import CliRunner
 
-from helpers.cli import vitscope
+from helpers.cli import cli
 from vitscope.cli.main import app
 from vitscope.data.synthetic.write import synthesize
 
@@ -23,7 +23,7 @@ def coco(tmp_path_factory):
 
 def test_interrelation_and_masking_in_one_pass(coco, tmp_path):
     out = tmp_path / "out"
-    proc = vitscope("analyze", "--model", "tiny-vit-sup", "--data", f"{coco}::coco", "--out", str(out),
+    proc = cli("analyze", "--model", "tiny-vit-sup", "--data", f"{coco}::coco", "--out", str(out),
                     "--analyses", "attention_focus,interrelation,masking", "--batch-size", "3", "--device", "cpu")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((out / "results.json").read_text())

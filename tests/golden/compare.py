@@ -52,6 +52,12 @@ def _close(a: float, b: float, rtol: float, atol: float) -> bool:
     return abs(a - b) <= atol + rtol * max(abs(a), abs(b))
 
 
+def _short(value: Any, width: int = 160) -> str:
+    """``repr`` cut to ``width`` characters (a moved array must not flood the report)."""
+    text = repr(value)
+    return text if len(text) <= width else f"{text[:width]}... ({len(text)} characters)"
+
+
 def differences(expected: Any, actual: Any, rtol: float = 1e-6, atol: float = 1e-6, allow_extra: bool = False,
                 limit: int = 40) -> list[str]:
     """Every place where ``actual`` differs from ``expected`` (at most ``limit``), as ``path: what`` lines.
@@ -66,7 +72,7 @@ def differences(expected: Any, actual: Any, rtol: float = 1e-6, atol: float = 1e
         number = (int, float)
         if isinstance(e, bool) or isinstance(a, bool):
             if e is not a:
-                found.append(f"{where}: expected {e!r}, got {a!r}")
+                found.append(f"{where}: expected {_short(e)}, got {_short(a)}")
         elif isinstance(e, number) and isinstance(a, number):
             if not _close(float(e), float(a), rtol, atol):
                 found.append(f"{where}: expected {e!r}, got {a!r} (difference {float(a) - float(e):.3g})")
@@ -86,7 +92,7 @@ def differences(expected: Any, actual: Any, rtol: float = 1e-6, atol: float = 1e
             for i, (x, y) in enumerate(zip(e, a)):
                 visit(x, y, f"{where}[{i}]")
         elif e != a or type(e) is not type(a):
-            found.append(f"{where}: expected {e!r}, got {a!r}")
+            found.append(f"{where}: expected {_short(e)}, got {_short(a)}")
 
     visit(expected, actual, "$")
     return found

@@ -1,15 +1,36 @@
-"""Run the ``vitscope`` command line as a user does: a fresh process, offline, one intra-op thread."""
+"""Run the ``vitscope`` command line: in this process (fast: most CLI tests) or as a user does (a real process).
+
+A fresh process costs ~5 s here (``import torch`` alone 2-2.5 s), so only a few end-to-end tests pay it:
+the ones about exit codes of the real entry point, killing and resuming, and ``--help`` without torch.
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from unittest import mock
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
 
-def vitscope(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``python -m vitscope.cli ARGS`` with captured text output."""
-    return subprocess.run([sys.executable, "-m", "vitscope.cli", *args], capture_output=True, text=True, env=ENV,
-                          timeout=timeout)
+def vitscope(*args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``python -m vitscope.cli ARGS`` in a fresh process, with captured text output."""
+    return subprocess.run([sys.executable, "-m", "vitscope.cli", *args], capture_output=True, text=True,
+                          env=env or ENV, timeout=timeout)
+
+
+def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The same command in this process (typer's runner), answered in the shape of :func:`vitscope`.
+
+    ``env`` adds variables for the duration of the call (offline is always on).
+    """
+    from typer.testing import CliRunner
+
+    from vitscope.cli.main import app
+
+    with mock.patch.dict(os.environ, {"HF_HUB_OFFLINE": "1", **(env or {})}):
+        result = CliRunner().invoke(app, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception  # a traceback the real command would print: show it whole
+    return subprocess.CompletedProcess(["vitscope", *args], result.exit_code, result.stdout, result.stderr)

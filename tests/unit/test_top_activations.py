@@ -75,6 +75,24 @@ def test_channel_mapping_and_errors() -> None:
     assert get_analysis("top_activations", k=2)._cfg_k == 2
 
 
+def test_maps_kept_for_the_first_channels_only_and_merge_stays_exact() -> None:
+    batches = _batches(19, 4, seed=3)
+    everything = _run(TopActivations(hooks=[HOOK], k=4, maps_for=None), batches).compute()
+    few = _run(TopActivations(hooks=[HOOK], k=4, maps_for=2), batches).compute()
+    assert everything[f"{HOOK}.maps"].shape == (6, 4, 2, 3) and few[f"{HOOK}.maps"].shape == (2, 4, 2, 3)
+    assert torch.equal(few[f"{HOOK}.maps"], everything[f"{HOOK}.maps"][:2])  # same images, same order
+    assert torch.equal(few[f"{HOOK}.indices"], everything[f"{HOOK}.indices"])  # every channel keeps its top-k
+    assert few.meta["mapped"] == {HOOK: [0, 1]} and few.meta["channels"] == {HOOK: list(range(6))}
+    a = _run(TopActivations(hooks=[HOOK], k=4, maps_for=2), batches[:2])
+    b = _run(TopActivations(hooks=[HOOK], k=4, maps_for=2), batches[2:])
+    merged = a.merge(b).compute()
+    assert all(torch.equal(merged[key], few[key]) for key in few.tensors)
+    listed = _run(TopActivations(hooks=[HOOK], k=4, channels=[1, 3, 5], maps_for=1), batches).compute()
+    assert listed[f"{HOOK}.maps"].shape[0] == 3  # listed channels always keep their maps
+    with pytest.raises(ValueError, match="maps_for"):
+        TopActivations(maps_for=-1)
+
+
 def test_engine_pass_agrees_with_the_featviz_objective(tmp_path) -> None:
     from vitscope.data.synthetic.write import synthesize
 

@@ -6,7 +6,7 @@ paper figure it reproduces. :mod:`vitscope.outputs` writes them; the report rend
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,15 @@ def png_path(stem: Path) -> Path:
     """``<stem>.png`` (appended, not substituted: stems may hold dots, e.g. ``keypoints_PCK_at_0.1``)."""
     return stem.parent / f"{stem.name}.png"
 
+
+def stored_arrays(arrays: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+    """The numpy arrays written to ``.npz``: float64 stored as float32, everything else as is.
+
+    States accumulate in float64 so long sums stay exact; a stored array is read, plotted or compared, where
+    float32 (7 digits) is plenty and halves the largest files. results.json and the tables keep float64.
+    """
+    return {k: (t.detach().cpu().float() if t.dtype == torch.float64 else t.detach().cpu()).numpy()
+            for k, t in arrays.items()}
 
 @dataclass
 class Figure:
@@ -146,7 +155,7 @@ class Result:
         arrays = self.arrays()
         if arrays:
             path = out / f"{self.name}.npz"
-            np.savez(path, **{k: t.detach().cpu().numpy() for k, t in arrays.items()})
+            np.savez(path, **stored_arrays(arrays))
             paths.append(path)
         return paths
 

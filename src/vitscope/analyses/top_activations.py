@@ -54,8 +54,10 @@ class TopActivationsResult(Result):
     """Top-k scores, dataset indices and patch maps of every unit.
 
     Tensors per hook: ``{hook}.scores`` ``[C, k]`` float64 (descending), ``{hook}.indices`` ``[C, k]``
-    int64, ``{hook}.maps`` ``[C, k, h, w]`` float32. Meta: ``paths`` (dataset index -> path of every kept
-    image, keys as strings), ``k``, ``hooks``, ``channels`` (hook -> kept channel ids), ``num_images``.
+    int64, ``{hook}.maps`` ``[M, k, h, w]`` float32 for the first M of the C channels (their rows of scores
+    and indices). Meta: ``paths`` (dataset index -> path of every kept image, keys as strings), ``k``,
+    ``hooks``, ``channels`` (hook -> the C kept channel ids), ``mapped`` (hook -> the M channel ids with
+    maps), ``num_images``.
     The long table holds scores and indices; the maps go to ``<name>.npz``.
     """
 
@@ -71,7 +73,7 @@ class TopActivationsResult(Result):
                 from vitscope.viz.featviz_figures import top_maps_figure
 
                 maps, scores = self.tensors[f"{hook}.maps"], self.tensors[f"{hook}.scores"]
-                channels = self.meta["channels"][hook][: min(6, maps.shape[0])]
+                channels = self.meta["mapped"][hook][: min(6, maps.shape[0])]
                 return [top_maps_figure(maps[: len(channels)], scores[: len(channels)],
                                         [f"{hook}:{c}" for c in channels], png_path(path))]
 
@@ -88,8 +90,11 @@ class TopActivations(Analysis):
         hooks: sites or patterns (default ``blocks.*.mlp.post``; CNNs ``stages.*``).
         k: images kept per unit.
         channels: keep only these channel ids of every site, or a mapping ``site or pattern -> ids``
-            (sites it does not name keep every channel). Default: all channels. The state holds
-            ``channels x k x h x w`` float32 maps per site, so restrict channels on wide models.
+            (sites it does not name keep every channel). Default: all channels.
+        maps_for: patch maps are kept for the first ``maps_for`` channels of a site whose channels were not
+            listed (None: all). Maps cost ``k x h x w`` floats per channel (a ViT-S/14 at 518 px: 6 MB per
+            block for 384 channels at k=5), while scores and indices of every channel are small; listed
+            channels always keep their maps.
     """
 
     description = ("The dataset images that activate each unit most (a top-k kept in one streaming pass), with the "
@@ -97,18 +102,24 @@ class TopActivations(Analysis):
 
 
     def __init__(self, hooks: Sequence[str] | str | None = None, k: int = 5,
-                 channels: Sequence[int] | Mapping[str, Sequence[int]] | None = None) -> None:
+                 channels: Sequence[int] | Mapping[str, Sequence[int]] | None = None,
+                 maps_for: int | None = 16) -> None:
         super().__init__()
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
+        if maps_for is not None and maps_for < 0:
+            raise ValueError(f"maps_for must be >= 0 or None, got {maps_for}")
+        self._cfg_maps_for = None if maps_for is None else int(maps_for)
         self._cfg_hooks = (hooks,) if isinstance(hooks, str) else (tuple(hooks) if hooks is not None else None)
         self._cfg_k = int(k)
         if isinstance(channels, Mapping):
             self._cfg_channels = tuple((str(k), tuple(int(c) for c in v)) for k, v in channels.items())
         else:
             self._cfg_channels = None if channels is None else tuple(int(c) for c in channels)
-        # per hook: {"scores" [C, k] float64, "indices" [C, k] int64, "maps" [C, k, h, w] float32}, best first
+        # per hook, best first: {"scores" [C, k] float64, "indices" [C, k] int64} of every kept channel, and
+        # the same heap with "maps" [M, k, h, w] float32 for the first M channels (same order: same scores, tie)
         self.add_state("top", {}, reduce="topk", key="scores", tie="indices", k=self._cfg_k, dim=1)
+        self.add_state("mapped", {}, reduce="topk", key="scores", tie="indices", k=self._cfg_k, dim=1)
         self.add_state("channels", {}, reduce="same")  # hook -> kept channel ids
         self.add_state("paths", {}, reduce=first_seen)  # dataset index -> path, for the kept images
         self.add_state("num_images", 0, reduce="sum")
@@ -148,8 +159,10 @@ class TopActivations(Analysis):
                                      f"({units.shape[-1]} channels)")
                 units = units[..., list(wanted)]
             channels = list(wanted) if wanted is not None else list(range(units.shape[-1]))
+            m = len(channels) if wanted is not None or self._cfg_maps_for is None else min(self._cfg_maps_for,
+                                                                                              len(channels))
             scores = units.double().mean(dim=1).T.cpu()  # [C, B]
-            maps = units.float().permute(2, 0, 1).reshape(len(channels), -1, h, w).cpu()  # [C, B, h, w]
+            maps = units[..., :m].float().permute(2, 0, 1).reshape(m, -1, h, w).cpu()  # [M, B, h, w]
             self._fold(key, channels, scores, idx.expand(len(channels), -1), maps)
         self.paths.update({int(i): str(p) for i, p in zip(batch.indices, batch.paths)})
         self.num_images += batch.size
@@ -157,16 +170,20 @@ class TopActivations(Analysis):
 
     def _fold(self, key: str, channels: list[int], scores: torch.Tensor, indices: torch.Tensor,
               maps: torch.Tensor) -> None:
-        """Merge candidates ``scores [C, n]``, ``indices [C, n]``, ``maps [C, n, h, w]`` into the heap of ``key``."""
-        fields = {"scores": scores, "indices": indices, "maps": maps}
+        """Merge candidates ``scores [C, n]``, ``indices [C, n]`` and ``maps [M, n, h, w]`` into the heaps of ``key``."""
+        m = maps.shape[0]
+        top = {"scores": scores, "indices": indices}
+        mapped = {"scores": scores[:m], "indices": indices[:m], "maps": maps}
         if key in self.top:
-            held = self.top[key]
+            held = self.mapped[key]
             if held["maps"].shape[2:] != maps.shape[2:] or self.channels[key] != channels:
                 raise ValueError(f"top_activations: '{key}' changed grid or channels between batches; "
                                  "use one input size per run")
-            fields = {name: torch.cat([held[name], value], dim=1) for name, value in fields.items()}
+            top = {name: torch.cat([self.top[key][name], value], dim=1) for name, value in top.items()}
+            mapped = {name: torch.cat([held[name], value], dim=1) for name, value in mapped.items()}
         # total order: score descending, then dataset index ascending
-        self.top[key] = merge_topk(fields, self._cfg_k, key="scores", tie="indices", dim=1)
+        self.top[key] = merge_topk(top, self._cfg_k, key="scores", tie="indices", dim=1)
+        self.mapped[key] = merge_topk(mapped, self._cfg_k, key="scores", tie="indices", dim=1)
         self.channels[key] = list(channels)
 
     def _kept_indices(self) -> set[int]:
@@ -181,9 +198,11 @@ class TopActivations(Analysis):
         keys = sorted(self.top, key=natural_key)
         tensors: dict[str, torch.Tensor] = {}
         for key in keys:
-            for field in ("scores", "indices", "maps"):
+            for field in ("scores", "indices"):
                 tensors[f"{key}.{field}"] = self.top[key][field].clone()
+            tensors[f"{key}.maps"] = self.mapped[key]["maps"].clone()
         meta = {"num_images": self.num_images, "k": self._cfg_k, "hooks": keys,
                 "channels": {k: list(self.channels[k]) for k in keys},
+                "mapped": {k: list(self.channels[k][: self.mapped[k]["maps"].shape[0]]) for k in keys},
                 "paths": {str(i): self.paths[i] for i in sorted(self._kept_indices() & set(self.paths))}}
         return TopActivationsResult(name=self.name, tensors=tensors, meta=meta)

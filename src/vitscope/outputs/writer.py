@@ -4,7 +4,7 @@ Layout of an output folder::
 
     results.json          summaries a person reads (small tensors as lists, large ones as shape and mean)
     tables/*.csv          tables (per block, per head...) and tables/<name>.json (each result's summary)
-    arrays/<name>.npz     large arrays (per-token means, patch maps), written once
+    arrays/<name>.npz     large arrays (per-token means, patch maps), written once, float64 as float32
     figures/*.png|svg     figures, with captions in the report
     report.html           one self-contained page
     .vitscope-manifest.json   what this run wrote (the next run into the folder replaces exactly these)
@@ -57,8 +57,10 @@ class _Writer:
             return []
         import numpy as np
 
+        from vitscope.analyses.result import stored_arrays
+
         rel = f"arrays/{name}.npz"
-        np.savez(self.staging.path(rel), **{k: t.detach().cpu().numpy() for k, t in arrays.items()})
+        np.savez(self.staging.path(rel), **stored_arrays(arrays))
         self.advance()
         return [rel]
 
