@@ -170,7 +170,7 @@ class TopActivations(Analysis):
 
     def _fold(self, key: str, channels: list[int], scores: torch.Tensor, indices: torch.Tensor,
               maps: torch.Tensor) -> None:
-        """Merge candidates ``scores [C, n]``, ``indices [C, n]`` and ``maps [M, n, h, w]`` into the heaps of ``key``."""
+        """Merge candidates ``scores [C, n]``, ``indices [C, n]``, ``maps [M, n, h, w]`` into the heaps of ``key``."""
         m = maps.shape[0]
         top = {"scores": scores, "indices": indices}
         mapped = {"scores": scores[:m], "indices": indices[:m], "maps": maps}
