@@ -39,9 +39,10 @@ def test_analyze_attention_group_runs_the_whole_suite_in_one_pass(coco, tmp_path
         assert entry["files"]["tables"] and entry["files"]["figures"], name
         for rel in entry["files"]["tables"] + entry["files"]["figures"]:
             assert (out / rel).stat().st_size > 0, rel
-    for stem in ("cls_attention_maps_mean", "aligned_attention", "attention_distance", "saliency_iou",
-                 "attention_rollout"):
+    for stem in ("cls_attention_maps_mean", "aligned_attention", "attention_distance", "saliency_iou"):
         assert (out / "figures" / f"{stem}.png").exists() and (out / "figures" / f"{stem}.svg").exists()
+    assert (out / "figures" / "attention_rollout.png").exists()  # over photographs: no SVG
+    assert not (out / "figures" / "attention_rollout.svg").exists()
     assert (out / "tables" / "aligned_attention_offset_heads.csv").exists()
 
 

@@ -1,7 +1,8 @@
 """Check every golden run, the slow ones too: ``python -m golden.check [NAME ...]`` from ``tests/``.
 
 ``make golden`` runs it (the full demo takes about two minutes on two cores); ``make test`` checks the quick
-runs only. Exits 1 and lists what moved when a number differs from its fixture by more than 1e-6.
+runs only. Exits 1 and lists what moved when a number differs from its fixture by more than 1e-5
+(``compare.TOLERANCE``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The golden runs give the numbers committed before the engine-v2 redesign (1e-6, number by number)."""
+"""The golden runs give the numbers committed before the engine-v2 redesign (1e-5, number by number)."""
 
 from __future__ import annotations
 

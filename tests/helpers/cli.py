@@ -23,14 +23,22 @@ def vitscope(*args: str, timeout: float = 300, env: dict | None = None) -> subpr
 def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """The same command in this process (typer's runner), answered in the shape of :func:`vitscope`.
 
-    ``env`` adds variables for the duration of the call (offline is always on).
+    ``env`` adds variables for the duration of the call (offline is always on). Torch runs on one thread, as
+    :func:`vitscope` does (``OMP_NUM_THREADS=1``): reductions then round alike, so a run split between a real
+    process and this one (kill, then resume) gives the same bits as either alone.
     """
+    import torch
     from typer.testing import CliRunner
 
     from vitscope.cli.main import app
 
-    with mock.patch.dict(os.environ, {"HF_HUB_OFFLINE": "1", **(env or {})}):
-        result = CliRunner().invoke(app, list(args))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with mock.patch.dict(os.environ, {"HF_HUB_OFFLINE": "1", **(env or {})}):
+            result = CliRunner().invoke(app, list(args))
+    finally:
+        torch.set_num_threads(threads)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception  # a traceback the real command would print: show it whole
     return subprocess.CompletedProcess(["vitscope", *args], result.exit_code, result.stdout, result.stderr)

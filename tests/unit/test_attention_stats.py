@@ -145,6 +145,19 @@ def test_mean_activation_per_token_shapes_and_pattern_matching() -> None:
     assert result["blocks.0.resid_post.token_norm"].shape == (4,)
 
 
+@pytest.mark.parametrize(("save", "written"), [("norm", set()), ("mean", {"mean"}), ("all", {"mean", "var"})])
+def test_mean_activation_save_chooses_what_the_folder_keeps(save: str, written: set[str]) -> None:
+    from vitscope.analyses.result import SMALL
+
+    acc = MeanActivation(save=save)
+    acc.update({"blocks.0.resid_post": torch.randn(2, SMALL // 8 + 1, 8)}, _batch(2))  # [N, D] over SMALL
+    result = acc.compute()
+    assert {"blocks.0.resid_post.mean", "blocks.0.resid_post.var"} <= set(result.tensors)  # all in memory
+    assert {k.rsplit(".", 1)[-1] for k in result.arrays()} == written
+    with pytest.raises(ValueError, match="save must be one of"):
+        MeanActivation(save="everything")
+
+
 def test_mean_activation_cnn_maps_are_tokens() -> None:
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(3, 5, 2, 3, generator=gen)  # [B, C, h, w]

@@ -9,18 +9,20 @@ import torch
 
 from vitscope.functional import attention_stats
 from vitscope.functional.attention import (
-    HEAD_TYPES,
-    aligned_attention,
-    aligned_offset,
-    attention_distance,
     attention_entropy,
     cls_attention_map,
     focus_index,
-    local_head_type,
     mass_mask,
     random_attention,
     spatial_attention,
     spatial_average_map,
+)
+from vitscope.functional.attention_geometry import (
+    HEAD_TYPES,
+    aligned_attention,
+    aligned_offset,
+    attention_distance,
+    local_head_type,
 )
 from vitscope.functional.rollout import discard_smallest, fuse_heads, rollout
 

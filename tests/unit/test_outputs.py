@@ -38,7 +38,7 @@ class _Small(Result):
 
 def _run(name: str = "thing", big: int = SMALL + 1) -> RunResult:
     tensors = {"curve": torch.arange(4.0), "maps": torch.ones(big), "ids": torch.arange(big),
-               "fine": torch.full((big,), 1 / 3, dtype=torch.float64)}
+               "fine": torch.full((big,), 1 / 3, dtype=torch.float64), "images": torch.zeros(big, dtype=torch.uint8)}
     result = _Small(name, tensors, {"model": "m"}, intro="intro")
     return RunResult("analyze", config={"model": "m"}, results={name: result}, models=[{"id": "m"}],
                      data={"name": "d"}, num_images=3)
@@ -58,6 +58,7 @@ def test_layout_summaries_tables_arrays_figures_and_report(tmp_path) -> None:
         assert arrays["maps"].shape == (SMALL + 1,)
         assert arrays["fine"].dtype == np.float32 and arrays["ids"].dtype == np.int64  # float64 stored as float32
         assert arrays["fine"][0] == np.float32(1 / 3)
+        assert "images" not in arrays  # the pictures a result draws on: its figures show them
     table = (out / "tables/thing.csv").read_text()
     assert "curve" in table and "maps" not in table  # tables hold what a person reads
     html = (out / "report.html").read_text()

@@ -45,6 +45,22 @@ def test_report_is_self_contained(tmp_path):
     assert base64.b64decode(uris[0]) == fig.read_bytes()
 
 
+def test_heavy_figures_are_embedded_as_jpeg_light_ones_as_they_are(tmp_path):
+    import io
+
+    from vitscope.report.render import EMBED_BYTES, data_uri
+
+    noisy = tmp_path / "noisy.png"  # a photo-like figure: PNG compresses it badly
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (400, 400, 3), dtype=np.uint8)).save(noisy)
+    assert noisy.stat().st_size > EMBED_BYTES
+    uri = data_uri(noisy)
+    assert uri.startswith("data:image/jpeg;base64,")
+    embedded = base64.b64decode(uri.split(",", 1)[1])
+    assert len(embedded) < noisy.stat().st_size and Image.open(io.BytesIO(embedded)).size == (400, 400)
+    light = _png(tmp_path / "light.png")
+    assert base64.b64decode(data_uri(light).split(",", 1)[1]) == light.read_bytes()
+
+
 def test_explorer_cells_are_one_png_per_block_and_head():
     maps = torch.zeros(3, 2, 4, 5)
     maps[1, 1, 2, 3] = 1.0

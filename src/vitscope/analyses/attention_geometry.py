@@ -10,8 +10,8 @@ import torch
 from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry
 from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
-from vitscope.functional.attention import HEAD_TYPES, aligned_offset, local_head_type
 from vitscope.functional.attention_blocks import BlockStats, grid_tables
+from vitscope.functional.attention_geometry import HEAD_TYPES, aligned_offset, local_head_type
 
 __all__ = ["AlignedAttention", "AlignedAttentionResult", "AttentionDistance", "AttentionDistanceResult"]
 

@@ -24,6 +24,10 @@ def png_path(stem: Path) -> Path:
     return stem.parent / f"{stem.name}.png"
 
 
+#: tensors a result holds only to draw on (uint8 input pictures), never written to arrays/
+DRAWING_ONLY = frozenset({"images"})
+
+
 def stored_arrays(arrays: Mapping[str, torch.Tensor]) -> dict[str, Any]:
     """The numpy arrays written to ``.npz``: float64 stored as float32, everything else as is.
 
@@ -119,8 +123,9 @@ class Result:
         return {self.name: self.to_frame()}
 
     def arrays(self) -> dict[str, torch.Tensor]:
-        """The tensors too large for results.json and CSV (written once, to ``<name>.npz``)."""
-        return {k: t for k, t in self.tensors.items() if t.numel() > SMALL}
+        """The tensors too large for results.json and CSV (written once, to ``<name>.npz``), less the
+        ``images`` a result keeps to draw its figures on (the input pictures: the figures show them)."""
+        return {k: t for k, t in self.tensors.items() if t.numel() > SMALL and k not in DRAWING_ONLY}
 
     # ------------------------------------------------------------ figures
 

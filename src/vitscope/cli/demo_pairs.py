@@ -36,7 +36,7 @@ def choose_pairs(labels: Sequence[int], num_same: int = 3, num_different: int = 
 def _figure(images_a, images_b, maps_a, maps_b, titles: list[str], stem: Path) -> list[Path]:
     from matplotlib.figure import Figure
 
-    from vitscope.viz.representation_figures import save_figure
+    from vitscope.viz.save import save_figure
 
     fig = Figure(figsize=(5.2, 2.6 * len(titles)))
     axes = fig.subplots(len(titles), 2, squeeze=False)
@@ -51,13 +51,13 @@ def _figure(images_a, images_b, maps_a, maps_b, titles: list[str], stem: Path) -
                       interpolation="bicubic", extent=(0, w, h, 0))
             ax.set_axis_off()
         axes[row][0].set_title(title, fontsize=8, loc="left")
-    return save_figure(fig, stem)
+    return save_figure(fig, stem, svg=False)  # photographs: PNG only
 
 
 def paired_similarity_section(dataset: Any, model: str = "tiny-vit-metric",
                               num_pairs: int = 4) -> tuple[Section, dict[str, Any]]:
     """Explain ``num_pairs`` pairs of ``dataset`` with ``model``; return the report section (its figure, drawn by
-    the writer to ``figures/paired_similarity.png|svg``) and a JSON-able summary for results.json.
+    the writer to ``figures/paired_similarity.png``) and a JSON-able summary for results.json.
 
     Args:
         dataset: an engine dataset with labels in its targets (e.g. ``open_dataset("root::coco")``).
@@ -102,5 +102,5 @@ def paired_similarity_section(dataset: Any, model: str = "tiny-vit-metric",
                       [figure], [table])
     summary = {"model": model, "pairs": [{"a": a, "b": b, "label_a": labels[a], "label_b": labels[b], "score": s}
                                          for (a, b), s in zip(pairs, scores)],
-               "files": ["figures/paired_similarity.png", "figures/paired_similarity.svg"]}
+               "files": ["figures/paired_similarity.png"]}
     return section, summary

@@ -1,18 +1,20 @@
 """Pure functions on tensors: no I/O, no plotting, no global state (docs/architecture.md idea 4)."""
 
 from vitscope.functional.attention import (
-    HEAD_TYPES,
-    aligned_attention,
-    aligned_offset,
-    attention_distance,
     attention_entropy,
     cls_attention_map,
     focus_index,
-    local_head_type,
     mass_mask,
     random_attention,
     spatial_attention,
     spatial_average_map,
+)
+from vitscope.functional.attention_geometry import (
+    HEAD_TYPES,
+    aligned_attention,
+    aligned_offset,
+    attention_distance,
+    local_head_type,
 )
 from vitscope.functional.attention_stats import max_attention
 from vitscope.functional.cka import features_for_cka, hsic, linear_cka, minibatch_cka, minibatch_hsic_terms

@@ -1,8 +1,9 @@
 """Render a :class:`~vitscope.report.model.Report` to one self-contained HTML file.
 
 Jinja2 with autoescaping on for every value (model ids, paths and config values come from the user);
-images become ``data:`` URIs, and a Content-Security-Policy forbids the page from fetching anything, so the
-file opens from ``file://`` without a server and makes no request.
+images become ``data:`` URIs (a figure file over :data:`EMBED_BYTES` is embedded as a JPEG: the page
+stays light, the full PNG stays in ``figures/``), and a Content-Security-Policy forbids the page from
+fetching anything, so the file opens from ``file://`` without a server and makes no request.
 """
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ from typing import Any
 
 from vitscope.report.model import Report
 
-__all__ = ["data_uri", "render_html", "write_report"]
+__all__ = ["EMBED_BYTES", "data_uri", "render_html", "write_report"]
+
+#: PNG files larger than this are embedded re-encoded as JPEG (quality 85): dense attention-map grids and
+#: photo panels shrink 3-5x, line plots are small and stay PNG
+EMBED_BYTES = 200_000
 
 _MIME = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif", ".webp": "image/webp"}
 
@@ -31,7 +36,25 @@ def data_uri(source: bytes | str | os.PathLike) -> str:
         if mime is None:
             raise ValueError(f"cannot embed {path.name}: only {', '.join(_MIME)} images are embedded")
         raw = path.read_bytes()
+        if mime == "image/png" and len(raw) > EMBED_BYTES:
+            raw, mime = _as_jpeg(raw)
     return f"data:{mime};base64,{base64.b64encode(raw).decode('ascii')}"
+
+
+def _as_jpeg(png: bytes) -> tuple[bytes, str]:
+    """``(bytes, mime)``: the picture of ``png`` as JPEG (transparency over white), or ``png`` itself when the
+    JPEG is not smaller."""
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as image:
+        rgba = image.convert("RGBA")
+    flat = Image.new("RGB", rgba.size, "white")
+    flat.paste(rgba, mask=rgba.getchannel("A"))
+    out = io.BytesIO()
+    flat.save(out, format="JPEG", quality=85, optimize=True)
+    return (out.getvalue(), "image/jpeg") if out.tell() < len(png) else (png, "image/png")
 
 
 @cache

@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
+from vitscope.viz.save import save_figure
+
 __all__ = [
     "aligned_maps_figure",
     "block_head_maps",
@@ -30,18 +32,6 @@ _TYPE_SHORT = {"strict_local": "str", "offset_local": "off", "soft_local": "soft
 
 def _np(x: torch.Tensor | np.ndarray) -> np.ndarray:
     return x.detach().cpu().double().numpy() if isinstance(x, torch.Tensor) else np.asarray(x, dtype=np.float64)
-
-
-def _save(fig: Figure, stem: str | Path) -> list[Path]:
-    stem = Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = [stem.parent / f"{stem.name}.png", stem.parent / f"{stem.name}.svg"]
-    try:
-        fig.savefig(paths[0], dpi=150)
-        fig.savefig(paths[1])
-    finally:
-        fig.clear()
-    return paths
 
 
 def _labels(count: int, labels: Sequence | None) -> list[str]:
@@ -122,7 +112,7 @@ def block_head_maps(
     _mosaic_axes(ax, arr, labels, cmap)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    return _save(fig, stem)
+    return save_figure(fig, stem)
 
 
 def aligned_maps_figure(
@@ -156,7 +146,7 @@ def aligned_maps_figure(
                         color="white", fontsize=size, va="top", ha="left")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    return _save(fig, stem)
+    return save_figure(fig, stem)
 
 
 def distance_figure(
@@ -193,7 +183,7 @@ def distance_figure(
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return _save(fig, stem)
+    return save_figure(fig, stem)
 
 
 def saliency_figure(
@@ -233,7 +223,7 @@ def saliency_figure(
         ax.set_title(names.get(source, source), fontsize=10)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    return _save(fig, stem)
+    return save_figure(fig, stem)
 
 
 def block_lines_figure(
@@ -259,7 +249,7 @@ def block_lines_figure(
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return _save(fig, stem)
+    return save_figure(fig, stem)
 
 
 def _upsample(m: np.ndarray, size: tuple[int, int]) -> np.ndarray:
@@ -298,4 +288,4 @@ def rollout_figure(
         ax.set_axis_off()
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    return _save(fig, stem)
+    return save_figure(fig, stem)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from vitscope.viz.representation_figures import save_figure
+from vitscope.viz.save import save_figure
 
 __all__ = ["model_curves"]
 

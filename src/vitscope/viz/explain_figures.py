@@ -15,6 +15,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from vitscope.functional.similarity import display_map
+from vitscope.viz.save import save_figure
 
 __all__ = ["class_maps_figure", "faithfulness_figure", "models_figure", "overlay", "pair_figure",
            "pose_similarity_figure", "retrieval_figure", "to_rgb"]
@@ -37,16 +38,6 @@ def overlay(image: torch.Tensor | np.ndarray, grid_map: torch.Tensor) -> np.ndar
     heat = colormaps["jet"](shown)[..., :3].astype(np.float32)
     blend = heat + rgb
     return np.uint8(255 * blend / blend.max())
-
-
-def _save(fig: Figure, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fig.savefig(path, dpi=120)
-    finally:
-        fig.clear()
-    return path
 
 
 def _show(ax, img: np.ndarray, title: str = "", border: tuple[float, float, float] | None = None) -> None:
@@ -77,7 +68,7 @@ def pair_figure(image_a, image_b, map_a: torch.Tensor, map_b: torch.Tensor, scor
     fig.suptitle(f"cosine similarity {score:.3f}", fontsize=9)
     for i, (img, title) in enumerate(panels):
         _show(fig.add_subplot(1, len(panels), i + 1), img, title)
-    return _save(fig, path)
+    return save_figure(fig, path, dpi=120, svg=False)[0]
 
 
 def retrieval_figure(images: torch.Tensor, results: Mapping[str, object], path: str | Path,
@@ -105,7 +96,7 @@ def retrieval_figure(images: torch.Tensor, results: Mapping[str, object], path: 
                 _show(fig.add_subplot(rows, k + 1, row * (k + 1) + j + 2), overlay(images[g], res.gallery_maps[qi, j]),
                       f"{float(res.scores[qi, j]):.2f}", _GREEN if bool(res.correct[qi, j]) else _RED)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path, dpi=120, svg=False)[0]
 
 
 def class_maps_figure(images: torch.Tensor, queries: Sequence[int], maps: torch.Tensor, path: str | Path) -> Path:
@@ -115,7 +106,7 @@ def class_maps_figure(images: torch.Tensor, queries: Sequence[int], maps: torch.
     for i, q in enumerate(queries):
         _show(fig.add_subplot(2, n, i + 1), to_rgb(images[int(q)]), f"image {int(q)}")
         _show(fig.add_subplot(2, n, n + i + 1), overlay(images[int(q)], maps[i]), "class map")
-    return _save(fig, path)
+    return save_figure(fig, path, dpi=120, svg=False)[0]
 
 
 def models_figure(image_a: torch.Tensor, images_b: Sequence[torch.Tensor], maps: Mapping[str, torch.Tensor],
@@ -137,7 +128,7 @@ def models_figure(image_a: torch.Tensor, images_b: Sequence[torch.Tensor], maps:
             title = f"{scores[name][j]:.2f}" if scores else ""
             _show(fig.add_subplot(len(maps), n + 1, r * (n + 1) + j + 2), overlay(imgs[j], m[j]), title)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path, dpi=120, svg=False)[0]
 
 
 def faithfulness_figure(fractions: torch.Tensor, curves: Mapping[str, Mapping[str, torch.Tensor]],
@@ -157,7 +148,7 @@ def faithfulness_figure(fractions: torch.Tensor, curves: Mapping[str, Mapping[st
         ax.set_title(mode, fontsize=9)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path, dpi=120, svg=False)[0]
 
 
 def pose_similarity_figure(per_model: Mapping[str, Sequence[float]], path: str | Path) -> Path:
@@ -170,4 +161,4 @@ def pose_similarity_figure(per_model: Mapping[str, Sequence[float]], path: str |
     ax.set_ylabel("pose similarity to the query")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path, dpi=120, svg=False)[0]

@@ -12,6 +12,8 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
+from vitscope.viz.save import save_figure
+
 __all__ = ["panel_figure", "spatial_information_figure", "token_accuracy_figure", "top_maps_figure",
            "unit_grid_figure", "isolate_cls_figure"]
 
@@ -25,13 +27,6 @@ def _rgb(image: torch.Tensor | np.ndarray) -> np.ndarray:
     if arr.max() > 1.0 + 1e-6:
         arr = arr / 255.0
     return np.clip(arr, 0.0, 1.0)
-
-
-def _save(fig: Figure, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    return path
 
 
 def _off(ax) -> None:
@@ -63,7 +58,7 @@ def unit_grid_figure(images: torch.Tensor, labels: Sequence[str], path: str | Pa
             ax.axis("off")
     if title:
         fig.suptitle(title, fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path, dpi=110, svg=False, tight=True)[0]
 
 
 def panel_figure(optimised: torch.Tensor, top_images: Sequence[torch.Tensor | np.ndarray], maps: torch.Tensor,
@@ -98,7 +93,7 @@ def panel_figure(optimised: torch.Tensor, top_images: Sequence[torch.Tensor | np
                   extent=(0, img.shape[1], img.shape[0], 0), interpolation="nearest")
         ax.set_title(f"map {j + 1}", fontsize=7)
         _off(ax)
-    return _save(fig, path)
+    return save_figure(fig, path, dpi=110, svg=False, tight=True)[0]
 
 
 def top_maps_figure(maps: torch.Tensor, scores: torch.Tensor, labels: Sequence[str], path: str | Path) -> Path:
@@ -113,7 +108,7 @@ def top_maps_figure(maps: torch.Tensor, scores: torch.Tensor, labels: Sequence[s
             ax.set_title(f"{float(scores[i, j]):.2f}", fontsize=6)
             if j == 0:
                 ax.set_ylabel(labels[i], fontsize=6)
-    return _save(fig, path)
+    return save_figure(fig, path, dpi=110, svg=False, tight=True)[0]
 
 
 def token_accuracy_figure(grid_accuracy: torch.Tensor, cls_accuracy: float, path: str | Path,
@@ -126,7 +121,7 @@ def token_accuracy_figure(grid_accuracy: torch.Tensor, cls_accuracy: float, path
     ax.set_title(f"{title}\n(CLS token: {cls_accuracy:.3f})", fontsize=8)
     ax.set_xlabel("column")
     ax.set_ylabel("row")
-    return _save(fig, path)
+    return save_figure(fig, path, dpi=110, svg=False, tight=True)[0]
 
 
 def isolate_cls_figure(accuracy: torch.Tensor, path: str | Path, chance: float | None = None) -> Path:
@@ -142,7 +137,7 @@ def isolate_cls_figure(accuracy: torch.Tensor, path: str | Path, chance: float |
     ax.set_ylabel("accuracy")
     ax.set_ylim(0, 1)
     ax.set_title("isolating CLS until block L", fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path, dpi=110, svg=False, tight=True)[0]
 
 
 def spatial_information_figure(fractions: torch.Tensor, count_ratio: torch.Tensor, sum_ratio: torch.Tensor,
@@ -162,4 +157,4 @@ def spatial_information_figure(fractions: torch.Tensor, count_ratio: torch.Tenso
         ax.set_xlabel("fraction of active patches removed")
         ax.set_ylabel(f"active patches ({what}) / initial")
         ax.legend(fontsize=6)
-    return _save(fig, path)
+    return save_figure(fig, path, dpi=110, svg=False, tight=True)[0]

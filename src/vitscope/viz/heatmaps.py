@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
+from vitscope.viz.save import save_figure
+
 __all__ = ["block_head_heatmap"]
 
 _MAX_TICKS = 24
@@ -55,7 +57,7 @@ def block_head_heatmap(
         x_label, y_label: axis titles (other matrices than blocks x heads reuse this figure).
 
     Returns:
-        ``[<stem>.png, <stem>.svg]``.
+        ``[<stem>.png, <stem>.svg]`` (the SVG only for up to :data:`~vitscope.viz.save.RASTER_PIXELS` cells).
     """
     arr = _as_matrix(matrix)
     num_blocks, num_heads = arr.shape
@@ -63,25 +65,16 @@ def block_head_heatmap(
     if len(labels) != num_blocks:
         raise ValueError(f"block_labels has {len(labels)} entries for {num_blocks} blocks")
 
-    stem = Path(out_path_stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
     width = min(14.0, max(5.0, 2.6 + 0.45 * num_heads))
     height = min(14.0, max(3.2, 1.6 + 0.35 * num_blocks))
     fig = Figure(figsize=(width, height))
-    try:
-        ax = fig.add_subplot()
-        image = ax.imshow(arr, aspect="auto", origin="upper", cmap=cmap, interpolation="nearest")
-        xt, yt = _ticks(num_heads), _ticks(num_blocks)
-        ax.set_xticks(xt, [str(i) for i in xt])
-        ax.set_yticks(yt, [str(labels[i]) for i in yt])
-        ax.set_xlabel(x_label)
-        ax.set_ylabel(y_label)
-        ax.set_title(textwrap.fill(title, width=int(width * 8)), fontsize=10)
-        fig.colorbar(image, ax=ax, label=colorbar_label)
-        fig.tight_layout()
-        paths = [stem.parent / f"{stem.name}.png", stem.parent / f"{stem.name}.svg"]
-        fig.savefig(paths[0], dpi=150)
-        fig.savefig(paths[1])
-    finally:
-        fig.clear()
-    return paths
+    ax = fig.add_subplot()
+    image = ax.imshow(arr, aspect="auto", origin="upper", cmap=cmap, interpolation="nearest")
+    xt, yt = _ticks(num_heads), _ticks(num_blocks)
+    ax.set_xticks(xt, [str(i) for i in xt])
+    ax.set_yticks(yt, [str(labels[i]) for i in yt])
+    ax.set_xlabel(x_label)
+    ax.set_ylabel(y_label)
+    ax.set_title(textwrap.fill(title, width=int(width * 8)), fontsize=10)
+    fig.colorbar(image, ax=ax, label=colorbar_label)
+    return save_figure(fig, out_path_stem, layout=True)

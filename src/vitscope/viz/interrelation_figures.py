@@ -13,7 +13,8 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from vitscope.viz.attention_figures import _labels, _np, _save
+from vitscope.viz.attention_figures import _labels, _np
+from vitscope.viz.save import save_figure
 
 __all__ = ["STAGE_COLOURS", "focus_figure", "keypoint_grid_figure", "kk_nk_figure", "stages_figure"]
 
@@ -54,7 +55,7 @@ def keypoint_grid_figure(images: torch.Tensor, counts: torch.Tensor, stem: str |
     for ax in axes[n:]:
         ax.set_axis_off()
     fig.suptitle("SIFT keypoints and the patch grid (shaded: keypoint patches)", fontsize=9)
-    return _save(fig, stem)
+    return save_figure(fig, stem)
 
 
 def kk_nk_figure(tensors: Mapping[str, torch.Tensor], stem: str | Path, block_labels: Sequence | None = None,
@@ -76,7 +77,7 @@ def kk_nk_figure(tensors: Mapping[str, torch.Tensor], stem: str | Path, block_la
     rule = f" (lam={meta.get('lam')}, rule={meta.get('rule')}, {meta.get('num_images')} images)" if meta else ""
     ax.set_title("Interrelation from keypoint (KK) and non-keypoint (NK) patches" + rule, fontsize=8)
     ax.legend(fontsize=8)
-    return _save(fig, stem)
+    return save_figure(fig, stem)
 
 
 def focus_figure(focus: torch.Tensor, stem: str | Path, block_labels: Sequence | None = None) -> list[Path]:
@@ -94,7 +95,7 @@ def focus_figure(focus: torch.Tensor, stem: str | Path, block_labels: Sequence |
     ax.set_ylabel("focus index (nats)")
     ax.set_title("Attention focus index per head (lower = more focused)", fontsize=9)
     ax.legend(fontsize=8)
-    return _save(fig, stem)
+    return save_figure(fig, stem)
 
 
 def stages_figure(tensors: Mapping[str, torch.Tensor], stages: Mapping[str, Sequence[int]], stem: str | Path,
@@ -126,4 +127,4 @@ def stages_figure(tensors: Mapping[str, torch.Tensor], stages: Mapping[str, Sequ
     lines = ax.get_legend_handles_labels()
     more = twin.get_legend_handles_labels()
     ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="lower right")
-    return _save(fig, stem)
+    return save_figure(fig, stem)

@@ -13,7 +13,8 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from vitscope.viz.attention_figures import _np, _save
+from vitscope.viz.attention_figures import _np
+from vitscope.viz.save import save_figure
 
 __all__ = ["foreground_bars_figure", "frequency_figure", "guided_mae_figure", "ratio_curves_figure"]
 
@@ -50,7 +51,7 @@ def ratio_curves_figure(curves: Mapping[str, Mapping[str, torch.Tensor]], ratios
     ax.set_ylim(0, 1.02)
     ax.set_title(title, fontsize=8)
     ax.legend(fontsize=7)
-    return _save(fig, stem)
+    return save_figure(fig, stem)
 
 
 def foreground_bars_figure(normalised: Mapping[str, torch.Tensor], topk: Sequence[int],
@@ -76,7 +77,7 @@ def foreground_bars_figure(normalised: Mapping[str, torch.Tensor], topk: Sequenc
     ax.set_ylabel("accuracy / full-image accuracy")
     ax.set_title("Foreground and background reliance (normalised by full-image accuracy)", fontsize=8)
     ax.legend(fontsize=7)
-    return _save(fig, stem)
+    return save_figure(fig, stem)
 
 
 def frequency_figure(accuracy: Mapping[str, torch.Tensor], fractions: Sequence[float], full: Mapping[str, float],
@@ -103,7 +104,7 @@ def frequency_figure(accuracy: Mapping[str, torch.Tensor], fractions: Sequence[f
     ax.set_ylim(0, 1.02)
     ax.set_title("Fourier filtering: low-pass keeps frequencies within the radius, high-pass beyond it", fontsize=8)
     ax.legend(fontsize=7)
-    return _save(fig, stem)
+    return save_figure(fig, stem)
 
 
 def guided_mae_figure(epochs: Sequence[float], curves: Mapping[str, Sequence[float]], ylabel: str,
@@ -129,4 +130,4 @@ def guided_mae_figure(epochs: Sequence[float], curves: Mapping[str, Sequence[flo
         twin.set_ylabel("rho")
         twin.set_ylim(-0.05, 1.05)
     ax.legend(fontsize=7, loc="lower right")
-    return _save(fig, stem)
+    return save_figure(fig, stem)

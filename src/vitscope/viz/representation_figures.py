@@ -13,7 +13,9 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-__all__ = ["cka_heatmap", "curves_figure", "residual_figure", "save_figure"]
+from vitscope.viz.save import save_figure
+
+__all__ = ["cka_heatmap", "curves_figure", "residual_figure"]
 
 _MAX_TICKS = 24
 
@@ -22,20 +24,6 @@ def _array(x: torch.Tensor | np.ndarray | Sequence[float]) -> np.ndarray:
     if isinstance(x, torch.Tensor):
         return x.detach().cpu().double().numpy()
     return np.asarray(x, dtype=np.float64)
-
-
-def save_figure(fig: Figure, out_path_stem: str | Path) -> list[Path]:
-    """Write ``<stem>.png`` (150 dpi) and ``<stem>.svg``; returns both paths and releases the figure."""
-    stem = Path(out_path_stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = [stem.parent / f"{stem.name}.png", stem.parent / f"{stem.name}.svg"]
-    try:
-        fig.tight_layout()
-        fig.savefig(paths[0], dpi=150)
-        fig.savefig(paths[1])
-    finally:
-        fig.clear()
-    return paths
 
 
 def _ticks(labels: Sequence[str]) -> np.ndarray:
@@ -93,7 +81,7 @@ def cka_heatmap(
                     ax.text(c, r, f"{arr[r, c]:.2f}", ha="center", va="center", fontsize=7,
                             color="black" if arr[r, c] > 0.6 else "white")
     fig.colorbar(image, ax=ax, label="CKA")
-    return save_figure(fig, out_path_stem)
+    return save_figure(fig, out_path_stem, layout=True)
 
 
 def curves_figure(
@@ -136,7 +124,7 @@ def curves_figure(
     ax.grid(alpha=0.3)
     if curves or baselines:
         ax.legend(fontsize=8)
-    return save_figure(fig, out_path_stem)
+    return save_figure(fig, out_path_stem, layout=True)
 
 
 def residual_figure(
@@ -173,4 +161,4 @@ def residual_figure(
     if np.isfinite(ratios).any() and (ratios[np.isfinite(ratios)] > 0).all():  # log axis only for positive ratios
         right.set_yscale("log")
     fig.suptitle(textwrap.fill(title, width=110), fontsize=10)
-    return save_figure(fig, out_path_stem)
+    return save_figure(fig, out_path_stem, layout=True)

@@ -1,0 +1,58 @@
+"""Writing a matplotlib figure: one function for every figure module.
+
+A figure is written as ``<stem>.png`` and, when it is drawn with lines and small heatmaps, also as
+``<stem>.svg`` for papers. Figures of photographs (attention maps over images, keypoints, panels) get no SVG:
+an SVG of a raster only wraps the same pixels in a bigger file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from matplotlib.figure import Figure
+from matplotlib.image import AxesImage
+
+__all__ = ["RASTER_PIXELS", "is_vector", "save_figure"]
+
+#: image pixels (summed over every ``imshow`` of the figure) above which a figure is a raster figure
+RASTER_PIXELS = 128 * 128
+
+
+def is_vector(fig: Figure) -> bool:
+    """True when the figure's images hold at most :data:`RASTER_PIXELS` pixels in all (heatmaps, curves)."""
+    pixels = 0
+    for ax in fig.axes:
+        for image in ax.get_images():
+            if isinstance(image, AxesImage):
+                shape = image.get_array().shape
+                pixels += int(shape[0]) * int(shape[1])
+    return pixels <= RASTER_PIXELS
+
+
+def save_figure(fig: Figure, stem: str | Path, dpi: int = 150, svg: bool | None = None,
+                tight: bool = False, layout: bool = False) -> list[Path]:
+    """Write ``<stem>.png`` and, for vector figures, ``<stem>.svg``; returns the paths and releases the figure.
+
+    Args:
+        fig: the figure (matplotlib's object API; it is cleared afterwards).
+        stem: path without suffix (a given ``.png`` suffix is dropped); the folder is created.
+        dpi: resolution of the PNG.
+        svg: write the SVG (None: when :func:`is_vector`).
+        tight: crop the figure to its contents (``bbox_inches="tight"``).
+        layout: run ``fig.tight_layout()`` first.
+    """
+    stem = Path(stem)
+    stem = stem.with_suffix("") if stem.suffix == ".png" else stem
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    extra = {"bbox_inches": "tight"} if tight else {}
+    try:
+        if layout:
+            fig.tight_layout()
+        paths = [stem.parent / f"{stem.name}.png"]
+        fig.savefig(paths[0], dpi=dpi, **extra)
+        if is_vector(fig) if svg is None else svg:
+            paths.append(stem.parent / f"{stem.name}.svg")
+            fig.savefig(paths[1], **extra)
+    finally:
+        fig.clear()
+    return paths
