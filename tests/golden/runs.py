@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from golden.compare import normalise
+from golden.compare import CNN_TOLERANCE, TOLERANCE, normalise
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -38,12 +38,14 @@ class GoldenRun:
         data: keys of :data:`DATA` the command reads.
         args: builds the command line from the data roots and the output folder.
         quick: part of ``make test`` (the others run with ``python -m golden.check``).
+        tolerance: relative and absolute tolerance of every number (see :mod:`golden.compare`).
     """
 
     name: str
     data: tuple[str, ...]
     args: Callable[[dict[str, Path], Path], list[str]]
     quick: bool = True
+    tolerance: float = TOLERANCE
     tags: dict[str, Any] = field(default_factory=dict)
 
 
@@ -79,7 +81,8 @@ RUNS: tuple[GoldenRun, ...] = (
     GoldenRun("analyze_groups", ("coco",),
               _analyze("tiny-vit-sup", "coco", "coco", "attention,representation,probes,interrelation,masking")),
     GoldenRun("analyze_default_registers", ("folder",), _analyze("tiny-vit-reg", "folder", "imagefolder", None)),
-    GoldenRun("analyze_default_cnn", ("folder",), _analyze("tiny-resnet-sup", "folder", "imagefolder", None)),
+    GoldenRun("analyze_default_cnn", ("folder",), _analyze("tiny-resnet-sup", "folder", "imagefolder", None),
+              tolerance=CNN_TOLERANCE),
     GoldenRun("compare", ("coco",), _compare("tiny-vit-sup,tiny-vit-metric-p16,tiny-resnet-sup", "coco", "coco")),
     GoldenRun("probe_labelled", ("labelled",), _probe("tiny-vit-metric", "labelled", "imagefolder")),
     GoldenRun("probe_retrieval", ("revisitop",), _probe("tiny-vit-metric", "revisitop", "revisitop")),
