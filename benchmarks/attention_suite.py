@@ -50,8 +50,8 @@ from recording_overhead import MODELS, OtherLoad, build_model, sync
 import vitscope
 import vitscope.functional as F
 from vitscope.analyses import attention_suite
+from vitscope.analyses.attention.saliency import mask_to_grid
 from vitscope.analyses.base import Batch
-from vitscope.analyses.saliency import mask_to_grid
 from vitscope.engine.memory import limit_fragmentation
 
 GOAL = 1.5

@@ -39,9 +39,10 @@ import numpy as np
 import torch
 from _datasets import RESULTS_DIR, synthetic_image
 
-from vitscope.analyses.representation import BlockCKA, cross_model_cka
+from vitscope.analyses.representation.cka import BlockCKA, cross_model_cka
 from vitscope.data.source import Source
-from vitscope.features import FeatureCache, FeatureRequest, extract_features
+from vitscope.engine.extract import extract_features
+from vitscope.features import FeatureCache, FeatureRequest
 from vitscope.features.fingerprint import digest
 from vitscope.models.wrap import build_tiny_vit
 

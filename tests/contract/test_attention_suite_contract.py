@@ -14,7 +14,7 @@ import vitscope.functional as F
 from helpers.hf_factories import CNN_KINDS, TRANSFORMER_KINDS, make
 from vitscope import wrap
 from vitscope.analyses import AlignedAttention, attention_suite, default_analyses
-from vitscope.analyses.attention_suite import NoAttentionError
+from vitscope.analyses.attention.suite import NoAttentionError
 from vitscope.data.source import Source
 from vitscope.data.synthetic import SyntheticWorld
 from vitscope.models.registry import registry

@@ -10,19 +10,20 @@ import torch
 import torch.nn.functional as F
 
 import vitscope
-from vitscope.analyses.clustering import Clustering, clustering_probe
-from vitscope.analyses.probe_davis import davis_probe
-from vitscope.analyses.probe_keypoints import keypoint_probe
-from vitscope.analyses.probe_knn import KnnProbe
-from vitscope.analyses.probe_result import best_block_table
-from vitscope.analyses.probe_retrieval import retrieval_probe
-from vitscope.analyses.probes import probe_sweep
-from vitscope.analyses.representation import BlockCKA
-from vitscope.analyses.representation_residual import ResidualCKA
+from vitscope.analyses.probes.clustering import Clustering, clustering_probe
+from vitscope.analyses.probes.knn import KnnProbe
+from vitscope.analyses.probes.result import best_block_table
+from vitscope.analyses.representation.cka import BlockCKA
+from vitscope.analyses.representation.residual import ResidualCKA
 from vitscope.data import load_dataset
 from vitscope.data.annotated_source import AnnotatedSource
 from vitscope.data.synthetic.write import synthesize
-from vitscope.features import FeatureCache, FeatureRequest, LongSideView, extract_features
+from vitscope.downstream.davis import davis_probe
+from vitscope.downstream.keypoints import keypoint_probe
+from vitscope.downstream.retrieval import retrieval_probe
+from vitscope.downstream.sweep import probe_sweep
+from vitscope.engine.extract import extract_features
+from vitscope.features import FeatureCache, FeatureRequest, LongSideView
 from vitscope.functional import knn_classify, revisited_map
 from vitscope.viz.probe_figures import compare_models
 

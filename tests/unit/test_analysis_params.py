@@ -95,7 +95,7 @@ def test_yaml_params_merge_with_the_command_line(tmp_path) -> None:
 
 
 def test_registration_refuses_a_taken_name_and_bad_names() -> None:
-    from vitscope.analyses.activation import MeanActivation
+    from vitscope.analyses.activations.mean import MeanActivation
 
     with pytest.raises(ValueError, match="already registered"):
         register_analysis("cka")(type("OtherCKA", (MeanActivation,), {}))

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from vitscope.analyses import SaliencyIoU, attention_suite
-from vitscope.analyses.attention_suite import NoAttentionError
+from vitscope.analyses.attention.saliency import mask_to_grid
+from vitscope.analyses.attention.suite import NoAttentionError
 from vitscope.analyses.batch import union_plan
-from vitscope.analyses.saliency import mask_to_grid
 from vitscope.cli.analyze import parse_analyses
 from vitscope.models.spec import ModelSpec
 

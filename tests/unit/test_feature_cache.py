@@ -15,13 +15,13 @@ from vitscope.data import load_dataset
 from vitscope.data.annotated_source import AnnotatedSource as DatasetSource
 from vitscope.data.files import ImageFiles as PathSource
 from vitscope.data.synthetic.write import synthesize
+from vitscope.engine.extract import extract_features
 from vitscope.features import (
     FeatureCache,
     FeatureRequest,
     LongSideView,
     RowStore,
     StandardView,
-    extract_features,
 )
 
 # ------------------------------------------------------------------------------------------ RowStore
@@ -207,8 +207,8 @@ def test_mask_pooling_rows_follow_the_regions(tmp_path: Path) -> None:
 
 
 def test_analyses_ride_on_the_extraction_pass(folder: Path, tmp_path: Path) -> None:
-    from vitscope.analyses.probe_knn import KnnProbe
-    from vitscope.analyses.representation import BlockCKA
+    from vitscope.analyses.probes.knn import KnnProbe
+    from vitscope.analyses.representation.cka import BlockCKA
     from vitscope.data.annotated_source import AnnotatedSource
     from vitscope.features import TiledView
 

@@ -8,9 +8,9 @@ import torch
 
 pytest.importorskip("cv2")
 
-from vitscope.analyses.attention_focus import AttentionFocus
+from vitscope.analyses.attention.focus import AttentionFocus
+from vitscope.analyses.attention.interrelation import Interrelation
 from vitscope.analyses.base import Batch
-from vitscope.analyses.interrelation import Interrelation
 from vitscope.data.synthetic.world import SyntheticWorld
 from vitscope.functional import interrelation, interrelation_stages, sift_keypoint_counts
 from vitscope.models.preprocess import resize_crop, to_pil

@@ -10,10 +10,10 @@ import torch
 
 from vitscope.analyses.base import Batch
 from vitscope.analyses.batch import ModelRunner
-from vitscope.analyses.masking_base import NoModelError
-from vitscope.analyses.masking_foreground import ForegroundMasking
-from vitscope.analyses.masking_frequency import FrequencyFiltering
-from vitscope.analyses.masking_interrelation import InterrelationMasking
+from vitscope.analyses.masking.base import NoModelError
+from vitscope.analyses.masking.foreground import ForegroundMasking
+from vitscope.analyses.masking.frequency import FrequencyFiltering
+from vitscope.analyses.masking.interrelation import InterrelationMasking
 from vitscope.analyses.registry import expand_group
 from vitscope.data.synthetic.world import SyntheticWorld
 from vitscope.masking import logits_of

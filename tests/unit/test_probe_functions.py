@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from vitscope.analyses.probe_base import holdout_mask
-from vitscope.analyses.probe_davis import evaluate_sequence, propagate_sequence
-from vitscope.analyses.probe_keypoints import sample_pairs
-from vitscope.analyses.probe_result import best_block_table, probe_result
-from vitscope.analyses.probe_retrieval import retrieval_scores
+from vitscope.analyses.probes.base import holdout_mask
+from vitscope.analyses.probes.result import best_block_table, probe_result
+from vitscope.downstream.davis import evaluate_sequence, propagate_sequence
+from vitscope.downstream.keypoints import sample_pairs
+from vitscope.downstream.retrieval import retrieval_scores
 from vitscope.features.cache import FeatureCache
 from vitscope.features.rowstore import RowStore
 from vitscope.functional.correspondence import letterbox_geometry, transfer_keypoints

@@ -89,7 +89,7 @@ def test_codec_round_trips_every_kind_of_state():
     store = RowStore(spill_bytes=64)  # tiny: forces rows to disk shards
     for i in range(3):
         store.append({"x": np.full((2, 3), i, dtype=np.float32), "index": np.array([2 * i, 2 * i + 1])})
-    from vitscope.analyses.attention_base import AttentionGeometry
+    from vitscope.analyses.attention.base import AttentionGeometry
 
     value = {"t": torch.arange(4.0), "a": np.arange(6, dtype=np.int16).reshape(2, 3), 3: {"s": {1, 2}},
              "geometry": AttentionGeometry((0, 1), 4, (8, 8), 1, True), "tuple": (1, "x", None),

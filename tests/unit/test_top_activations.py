@@ -7,8 +7,8 @@ import torch
 
 import vitscope
 from vitscope.analyses import get_analysis
+from vitscope.analyses.activations.top import TopActivations
 from vitscope.analyses.base import Batch
-from vitscope.analyses.top_activations import TopActivations
 from vitscope.featviz import FFNChannel, evaluate
 from vitscope.models.spec import ModelSpec
 

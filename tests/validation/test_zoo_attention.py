@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import vitscope
-from vitscope.analyses.saliency import SaliencyIoU
+from vitscope.analyses.attention.saliency import SaliencyIoU
 from vitscope.data import load_dataset
 from vitscope.data.annotated_source import AnnotatedSource
 from vitscope.data.synthetic.write import synthesize

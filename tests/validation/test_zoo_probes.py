@@ -4,7 +4,7 @@ Held-out data: the synthetic world at seed 4242 (the zoo trained on seed 0), 64 
 benchmark's format. Every probe runs the way users run it: k-NN, the linear probe and clustering as the
 registered accumulators through ``vitscope.run`` (the path of ``vitscope analyze --analyses ...``, labels
 from ``ROOT::imagefolder``); retrieval, DAVIS propagation and SPair keypoints through their probe functions
-(the path of :func:`vitscope.analyses.probes.probe_sweep`). The best block of each (model, task, metric)
+(the path of :func:`vitscope.downstream.sweep.probe_sweep`). The best block of each (model, task, metric)
 comes from :func:`best_block_table`, and its score must reach the random baseline the probe reports
 (docs/methods.md, Probes per block "Random chance") plus 0.15. For the classification probes the bar is taken from
 ``max(random, 1 / classes)``: their random baseline is one seeded draw on a small test split, which can
@@ -24,12 +24,12 @@ import pytest
 
 import vitscope
 from vitscope.analyses import Clustering, KnnProbe, LinearProbe, ProbeResult, best_block_table
-from vitscope.analyses.probe_davis import davis_probe, evaluate_sequence
-from vitscope.analyses.probe_keypoints import keypoint_probe
-from vitscope.analyses.probe_retrieval import retrieval_probe
 from vitscope.data import load_dataset
 from vitscope.data.annotated_source import AnnotatedSource
 from vitscope.data.synthetic.write import synthesize
+from vitscope.downstream.davis import davis_probe, evaluate_sequence
+from vitscope.downstream.keypoints import keypoint_probe
+from vitscope.downstream.retrieval import retrieval_probe
 from vitscope.features import FeatureCache
 
 MARGIN = 0.15

@@ -8,8 +8,8 @@ carries none (unless the world ties it to the class), and the coarse shape survi
 import pytest
 
 import vitscope
-from vitscope.analyses.masking_foreground import ForegroundMasking
-from vitscope.analyses.masking_frequency import FrequencyFiltering
+from vitscope.analyses.masking.foreground import ForegroundMasking
+from vitscope.analyses.masking.frequency import FrequencyFiltering
 from vitscope.data import load_dataset
 from vitscope.data.annotated_source import AnnotatedSource
 from vitscope.data.synthetic.write import synthesize

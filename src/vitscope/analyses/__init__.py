@@ -1,43 +1,41 @@
-"""Mergeable streaming analyses (docs/architecture.md idea 3), their registry, and the downstream probes.
+"""Mergeable streaming analyses (docs/architecture.md), their registry, parameters and result types.
 
 Every analysis registered in :data:`ANALYSES` (what ``vitscope analyze --analyses NAME`` runs) is importable
-from here by its class name, together with its Result class. The probes that need a whole benchmark at once
-(revisited retrieval, DAVIS propagation, SPair keypoints) and the cached-feature entry points (k-NN, linear
-probe, clustering, cross-model CKA) are functions; :func:`probe_sweep` runs every probe the data allows.
+from here by its class name, together with its Result class; they live in sub-packages by family
+(``attention``, ``representation``, ``activations``, ``probes``, ``masking``). The cached-feature entry points
+(k-NN, linear probe, clustering, cross-model CKA) are functions beside their analyses. The probes that need a
+whole benchmark at once (revisited retrieval, DAVIS propagation, SPair keypoints) extract features through the
+engine and live one floor up, in :mod:`vitscope.downstream`.
 """
 
 # Imported in registration order: the order of the defaults of ``vitscope analyze`` and of their results.
 # isort: off
-from vitscope.analyses.activation import MeanActivation
-from vitscope.analyses.attention_stats import AttentionStats, AttentionStatsResult
-from vitscope.analyses.attention_maps import AttentionMapsResult, CLSAttentionMaps, SpatialAverageMaps
-from vitscope.analyses.attention_geometry import (
+from vitscope.analyses.activations.mean import MeanActivation
+from vitscope.analyses.attention.stats import AttentionStats, AttentionStatsResult
+from vitscope.analyses.attention.maps import AttentionMapsResult, CLSAttentionMaps, SpatialAverageMaps
+from vitscope.analyses.attention.geometry import (
     AlignedAttention,
     AlignedAttentionResult,
     AttentionDistance,
     AttentionDistanceResult,
 )
-from vitscope.analyses.saliency import SaliencyIoU, SaliencyIoUResult
-from vitscope.analyses.attention_focus import AttentionFocus, AttentionFocusResult
-from vitscope.analyses.rollout_analysis import AttentionRollout, AttentionRolloutResult
-from vitscope.analyses.representation import BlockCKA, CKAResult, block_cka, cka_between, cross_model_cka
-from vitscope.analyses.representation_residual import ResidualCKA, ResidualResult
-from vitscope.analyses.clustering import Clustering, clustering_probe
-from vitscope.analyses.probe_knn import KnnProbe, knn_probe
-from vitscope.analyses.probe_linear import LinearProbe, linear_probe
-from vitscope.analyses.top_activations import TopActivations, TopActivationsResult
-from vitscope.analyses.interrelation import Interrelation, InterrelationResult
-from vitscope.analyses.masking_interrelation import InterrelationMasking, InterrelationMaskingResult
-from vitscope.analyses.masking_foreground import ForegroundMasking, ForegroundMaskingResult
-from vitscope.analyses.masking_frequency import FrequencyFiltering, FrequencyFilteringResult
+from vitscope.analyses.attention.saliency import SaliencyIoU, SaliencyIoUResult
+from vitscope.analyses.attention.focus import AttentionFocus, AttentionFocusResult
+from vitscope.analyses.attention.rollout import AttentionRollout, AttentionRolloutResult
+from vitscope.analyses.representation.cka import BlockCKA, CKAResult, block_cka, cka_between, cross_model_cka
+from vitscope.analyses.representation.residual import ResidualCKA, ResidualResult
+from vitscope.analyses.probes.clustering import Clustering, clustering_probe
+from vitscope.analyses.probes.knn import KnnProbe, knn_probe
+from vitscope.analyses.probes.linear import LinearProbe, linear_probe
+from vitscope.analyses.activations.top import TopActivations, TopActivationsResult
+from vitscope.analyses.attention.interrelation import Interrelation, InterrelationResult
+from vitscope.analyses.masking.interrelation import InterrelationMasking, InterrelationMaskingResult
+from vitscope.analyses.masking.foreground import ForegroundMasking, ForegroundMaskingResult
+from vitscope.analyses.masking.frequency import FrequencyFiltering, FrequencyFilteringResult
 # isort: on
-from vitscope.analyses.attention_suite import attention_suite
+from vitscope.analyses.attention.suite import attention_suite
 from vitscope.analyses.base import Accumulator, Analysis, Batch, Result
-from vitscope.analyses.probe_davis import davis_probe
-from vitscope.analyses.probe_keypoints import keypoint_probe
-from vitscope.analyses.probe_result import ProbeResult, best_block_table
-from vitscope.analyses.probe_retrieval import retrieval_probe
-from vitscope.analyses.probes import probe_sweep
+from vitscope.analyses.probes.result import ProbeResult, best_block_table
 from vitscope.analyses.registry import (
     ANALYSES,
     GROUPS,
@@ -94,14 +92,10 @@ __all__ = [
     "cka_between",
     "clustering_probe",
     "cross_model_cka",
-    "davis_probe",
     "default_analyses",
     "expand_group",
     "get_analysis",
-    "keypoint_probe",
     "knn_probe",
     "linear_probe",
-    "probe_sweep",
     "register_analysis",
-    "retrieval_probe",
 ]

@@ -4,7 +4,7 @@ The data format picks the probe: ``revisitop`` -> retrieval (revisited mAP), ``d
 (J, F, J&F), ``spair`` -> keypoint correspondence (PCK), ``coco`` / ``partimagenet`` -> region clustering,
 any labelled image set (``imagefolder``...) -> k-NN, linear probes and clustering (a second labelled set
 with ``--test-data``, else a seeded hold-out of ``--test-fraction``). Everything runs through
-:func:`vitscope.analyses.probes.probe_sweep`; this module only parses, writes and prints.
+:func:`vitscope.downstream.sweep.probe_sweep`; this module only parses, writes and prints.
 """
 
 from __future__ import annotations

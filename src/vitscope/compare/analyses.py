@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from vitscope.analyses.attention_base import has_cls_token
-from vitscope.analyses.attention_geometry import AttentionDistance
-from vitscope.analyses.attention_maps import CLSAttentionMaps, SpatialAverageMaps
+from vitscope.analyses.attention.base import has_cls_token
+from vitscope.analyses.attention.geometry import AttentionDistance
+from vitscope.analyses.attention.maps import CLSAttentionMaps, SpatialAverageMaps
+from vitscope.analyses.attention.saliency import SaliencyIoU
 from vitscope.analyses.base import Analysis
-from vitscope.analyses.saliency import SaliencyIoU
 from vitscope.compare.pooled import PooledFeatures
 from vitscope.models.spec import ModelSpec
 

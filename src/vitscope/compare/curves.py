@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from vitscope.analyses.clustering import clustering_scores
-from vitscope.analyses.probe_base import holdout_mask
-from vitscope.analyses.probe_knn import knn_scores
+from vitscope.analyses.probes.base import holdout_mask
+from vitscope.analyses.probes.clustering import clustering_scores
+from vitscope.analyses.probes.knn import knn_scores
 from vitscope.functional.cka import linear_cka
 
 __all__ = ["QUANTITIES", "Comparison", "Curve", "ModelRun", "compare_runs", "relative_depth"]

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vitscope.analyses.attention_base import has_cls_token
+from vitscope.analyses.attention.base import has_cls_token
 from vitscope.analyses.base import Analysis, Batch, Result
 from vitscope.features.rowstore import RowStore
 from vitscope.models.spec import ModelSpec

@@ -1,7 +1,7 @@
 """Foreground/background reliance and Fourier filtering of several classifiers side by side (ViT beside CNN).
 
-Paper 001 section 5 compares ViTs with CNNs; this runs :class:`~vitscope.analyses.masking_foreground.ForegroundMasking`
-and :class:`~vitscope.analyses.masking_frequency.FrequencyFiltering` on every model (one pass each) and
+Paper 001 section 5 compares ViTs with CNNs; this runs :class:`~vitscope.analyses.masking.foreground.ForegroundMasking`
+and :class:`~vitscope.analyses.masking.frequency.FrequencyFiltering` on every model (one pass each) and
 draws one figure per measurement with every model in it. Any classifier backbone works (a ViT or a CNN with
 a head); the data must give labels in the models' label space (and object masks for the foreground test).
 """
@@ -54,8 +54,8 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
     Returns:
         The ``results.json`` document.
     """
-    from vitscope.analyses.masking_foreground import ForegroundMasking
-    from vitscope.analyses.masking_frequency import FrequencyFiltering
+    from vitscope.analyses.masking.foreground import ForegroundMasking
+    from vitscope.analyses.masking.frequency import FrequencyFiltering
     from vitscope.data.open import as_source
     from vitscope.engine.provenance import model_identity
     from vitscope.engine.run import run

@@ -96,7 +96,7 @@ def _top_images(backbone, dataset, objectives: list[Objective], options: Featviz
                 result: FeatvizResult, log: Callable[[str], None]) -> tuple[dict[str, Any], Any]:
     """One streaming pass for the top-k images of every channel unit; a standard panel per unit (appended to
     ``figures``); returns the units' entries and the top-activations result."""
-    from vitscope.analyses.top_activations import TopActivations
+    from vitscope.analyses.activations.top import TopActivations
     from vitscope.engine.run import run
     from vitscope.viz.featviz_figures import panel_figure
 

@@ -67,7 +67,7 @@ def compare_models(results: Mapping[str, Mapping[str, object]], out_dir: str | P
     """Per-block curves of several models for every task and metric (figures 9, 10, 28 to 31).
 
     Args:
-        results: ``{model: {task: ProbeResult}}`` (e.g. one :func:`vitscope.analyses.probes.probe_sweep` per model).
+        results: ``{model: {task: ProbeResult}}`` (e.g. one :func:`vitscope.downstream.sweep.probe_sweep` per model).
         out_dir: folder for ``compare_<task>_<metric>.png|svg``.
 
     Returns:

@@ -39,7 +39,7 @@ def choose_analyses(selection: str | Sequence[str | Analysis] | None, spec: Any,
     if selection and any(not isinstance(a, str) for a in selection):
         raise TypeError("pass analysis names or Analysis instances, not a mixture")
     if selection and any(n.strip() == "attention" for n in selection) and not spec.is_transformer:
-        from vitscope.analyses.attention_suite import NoAttentionError
+        from vitscope.analyses.attention.suite import NoAttentionError
 
         raise NoAttentionError(f"the attention analyses need attention patterns, but {spec.name} is a CNN and has "
                                "no attention; use a transformer or other analyses")

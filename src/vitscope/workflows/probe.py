@@ -4,7 +4,7 @@ The data format picks the probe: ``revisitop`` -> retrieval (revisited mAP), ``d
 (J, F, J&F), ``spair`` -> keypoint correspondence (PCK), ``coco`` / ``partimagenet`` -> region clustering,
 any labelled image set (``imagefolder``...) -> k-NN, linear probes and clustering (a second labelled set
 with ``test_data``, else a seeded hold-out of ``test_fraction``). Everything runs through
-:func:`vitscope.analyses.probes.probe_sweep`.
+:func:`vitscope.downstream.sweep.probe_sweep`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _labelled_split(dataset, fmt: str, test_fraction: float, seed: int):
     """A labelled reader -> ``(train, test)`` image lists with labels, split by a seeded hash of the position."""
     import numpy as np
 
-    from vitscope.analyses.probe_base import holdout_mask
+    from vitscope.analyses.probes.base import holdout_mask
     from vitscope.data.annotated_source import AnnotatedSource
     from vitscope.data.files import ImageFiles
 
@@ -75,9 +75,9 @@ def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None)
     Returns:
         The path of results.json.
     """
-    from vitscope.analyses.probe_common import require_blocks
-    from vitscope.analyses.probe_result import best_block_table
-    from vitscope.analyses.probes import probe_sweep
+    from vitscope.analyses.probes.result import best_block_table
+    from vitscope.downstream.checks import require_blocks
+    from vitscope.downstream.sweep import probe_sweep
     from vitscope.engine.provenance import model_identity
     from vitscope.features.cache import FeatureCache
     from vitscope.models.load import load_model

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry, thumbnails
+from vitscope.analyses.attention.base import AttentionAccumulator, AttentionGeometry, thumbnails
 from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.batch import ATTENTION_BLOCKS, SIFT_KEYPOINTS
 from vitscope.analyses.registry import register_analysis

@@ -14,11 +14,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vitscope.analyses.probe_common import require_blocks
-from vitscope.analyses.probe_result import ProbeResult, probe_result
+from vitscope.analyses.probes.result import ProbeResult, probe_result
 from vitscope.data.annotated_source import AnnotatedSource
+from vitscope.downstream.checks import require_blocks
+from vitscope.engine.extract import extract_features
 from vitscope.features.cache import CacheEntry, FeatureCache
-from vitscope.features.extract import FeatureRequest, extract_features
+from vitscope.features.request import FeatureRequest
 from vitscope.features.views import LongSideView
 from vitscope.functional.pooling import random_features
 from vitscope.functional.retrieval import revisited_map

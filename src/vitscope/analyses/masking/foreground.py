@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from vitscope.analyses.base import Batch, Figure, Result
-from vitscope.analyses.masking_base import ModelAccumulator, topk_correct
+from vitscope.analyses.masking.base import ModelAccumulator, topk_correct
 from vitscope.analyses.registry import register_analysis
 from vitscope.functional.masking import FILLS
 from vitscope.masking.forward import masked_logits

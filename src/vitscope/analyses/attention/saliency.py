@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from vitscope.analyses.attention_base import AttentionAccumulator, AttentionGeometry
+from vitscope.analyses.attention.base import AttentionAccumulator, AttentionGeometry
 from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
 from vitscope.functional.attention import mass_mask

@@ -18,11 +18,12 @@ import numpy as np
 import torch
 from PIL import Image
 
-from vitscope.analyses.probe_common import require_blocks, tiling_scale
-from vitscope.analyses.probe_result import ProbeResult, probe_result
+from vitscope.analyses.probes.result import ProbeResult, probe_result
 from vitscope.data.files import ImageFiles
+from vitscope.downstream.checks import require_blocks, tiling_scale
+from vitscope.engine.extract import extract_features
 from vitscope.features.cache import FeatureCache
-from vitscope.features.extract import FeatureRequest, extract_features
+from vitscope.features.request import FeatureRequest
 from vitscope.features.views import LetterboxView, TiledView
 from vitscope.functional.correspondence import letterbox_geometry, transfer_keypoints
 from vitscope.functional.keypoints import pck

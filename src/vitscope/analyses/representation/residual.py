@@ -16,7 +16,7 @@ import torch
 
 from vitscope.analyses.base import Analysis, Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
-from vitscope.analyses.representation import (
+from vitscope.analyses.representation.cka import (
     check_cka_options,
     cka_features,
     hsic_state_cka,

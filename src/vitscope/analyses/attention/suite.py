@@ -9,7 +9,7 @@ the batch, so every block's pattern is reduced once per batch for all of them
 Example::
 
     import vitscope
-    from vitscope.analyses.attention_suite import attention_suite
+    from vitscope.analyses.attention.suite import attention_suite
     from vitscope.data.open import open_dataset
 
     backbone = vitscope.load_model("tiny-vit")
@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from vitscope.analyses.attention_base import AttentionAccumulator
-from vitscope.analyses.attention_focus import AttentionFocus
-from vitscope.analyses.attention_geometry import AlignedAttention, AttentionDistance
-from vitscope.analyses.attention_maps import CLSAttentionMaps, SpatialAverageMaps
+from vitscope.analyses.attention.base import AttentionAccumulator
+from vitscope.analyses.attention.focus import AttentionFocus
+from vitscope.analyses.attention.geometry import AlignedAttention, AttentionDistance
+from vitscope.analyses.attention.maps import CLSAttentionMaps, SpatialAverageMaps
+from vitscope.analyses.attention.rollout import AttentionRollout
+from vitscope.analyses.attention.saliency import SaliencyIoU
 from vitscope.analyses.base import Analysis
-from vitscope.analyses.rollout_analysis import AttentionRollout
-from vitscope.analyses.saliency import SaliencyIoU
 from vitscope.models.spec import ModelSpec
 
 __all__ = ["ATTENTION_GROUP", "ATTENTION_SUITE", "NoAttentionError", "attention_suite"]

@@ -22,11 +22,12 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from vitscope.analyses.probe_common import require_blocks, tiling_scale
-from vitscope.analyses.probe_result import ProbeResult, probe_result
+from vitscope.analyses.probes.result import ProbeResult, probe_result
 from vitscope.data.files import ImageFiles
+from vitscope.downstream.checks import require_blocks, tiling_scale
+from vitscope.engine.extract import extract_features
 from vitscope.features.cache import FeatureCache
-from vitscope.features.extract import FeatureRequest, extract_features
+from vitscope.features.request import FeatureRequest
 from vitscope.features.views import FrameView, TiledView
 from vitscope.functional.pooling import random_features
 from vitscope.functional.propagation import first_frame_labels, labels_to_mask, propagate_labels

@@ -6,7 +6,7 @@ same shapes (seeded, once per run).
 
 Two ways in: :func:`knn_probe` on cached features of a training set and a test set (the paper's protocol),
 and the streaming :class:`KnnProbe` accumulator, which holds out a deterministic fraction of one labelled
-stream as the test set (:func:`vitscope.analyses.probe_base.holdout_mask`).
+stream as the test set (:func:`vitscope.analyses.probes.base.holdout_mask`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vitscope.analyses.probe_base import LabelledFeatures, cached_labelled_pair, holdout_mask
-from vitscope.analyses.probe_result import ProbeResult, probe_result
+from vitscope.analyses.probes.base import LabelledFeatures, cached_labelled_pair, holdout_mask
+from vitscope.analyses.probes.result import ProbeResult, probe_result
 from vitscope.analyses.registry import register_analysis
 from vitscope.features.cache import CacheEntry
 from vitscope.functional.knn import knn_classify

@@ -18,17 +18,20 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from vitscope.data.open import as_source
+from vitscope.engine.feature_rows import FeatureRows
+from vitscope.engine.run import EmptyRunError, resolve_dtype, run
 from vitscope.features.cache import CacheEntry, FeatureCache
 from vitscope.features.fingerprint import CACHE_FORMAT, digest, model_fingerprint
-from vitscope.features.request import POOLINGS, FeatureRequest, pool_group
+from vitscope.features.request import FeatureRequest
 from vitscope.features.views import StandardView, TiledView, View
 from vitscope.models.backbone import Backbone
 
-if TYPE_CHECKING:  # vitscope.analyses imports this module (its probes extract features): no import cycle
+if TYPE_CHECKING:  # annotations only
     from vitscope.analyses.base import Analysis
     from vitscope.data.source import Source
 
-__all__ = ["POOLINGS", "FeatureRequest", "extract_features", "pool_group"]
+__all__ = ["extract_features"]
 
 def _key(model_fp: str, data_digest: str, view: View, request: FeatureRequest, backbone: Backbone,
          amp: torch.dtype | None) -> str:
@@ -74,10 +77,6 @@ def extract_features(
     Raises:
         ValueError: bad arguments, or no readable image.
     """
-    from vitscope.data.open import as_source
-    from vitscope.engine.run import EmptyRunError, resolve_dtype, run
-    from vitscope.features.rows import FeatureRows
-
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     source = as_source(source)

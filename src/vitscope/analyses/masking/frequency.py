@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from vitscope.analyses.base import Batch, Figure, Result
-from vitscope.analyses.masking_base import ModelAccumulator, topk_correct
+from vitscope.analyses.masking.base import ModelAccumulator, topk_correct
 from vitscope.analyses.registry import register_analysis
 from vitscope.functional.frequency import KINDS, frequency_filter
 

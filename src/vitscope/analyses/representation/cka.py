@@ -17,7 +17,7 @@ import torch
 
 from vitscope.analyses.base import Analysis, Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
-from vitscope.analyses.representation_core import GROUPINGS, FullHSIC, MinibatchHSIC, chunked_gram
+from vitscope.analyses.representation.hsic import GROUPINGS, FullHSIC, MinibatchHSIC, chunked_gram
 from vitscope.features.cache import CacheEntry
 from vitscope.functional.cka import features_for_cka
 from vitscope.functional.cka_grams import cka_from_hsic, hsic_matrix
@@ -113,7 +113,7 @@ class BlockCKA(Analysis):
         grouping: how the minibatch estimator cuts the stream: ``"batch"`` (default: consecutive minibatches
             of ``batch`` images within each engine batch, reduced at once) or ``"index"`` (image ``i`` in
             minibatch ``i // batch``, independent of the engine batch size, at the cost of keeping the features
-            of unfinished minibatches). See :mod:`vitscope.analyses.representation_core`.
+            of unfinished minibatches). See :mod:`vitscope.analyses.representation.hsic`.
         gram_minmax: min-max rescale every minibatch Gram, as the 002 code.
         workdir: folder for the full estimators' spilled features (default: a temporary folder).
 
@@ -239,7 +239,7 @@ def cka_between(a: CacheEntry, b: CacheEntry, blocks_a: Sequence[int] | None = N
     the same pooling for the comparison to mean what the paper means (e.g. ``"all"``, ``"cls"``).
 
     Args:
-        a: cache entry of model A (from :func:`vitscope.features.extract_features`); b: of model B.
+        a: cache entry of model A (from :func:`vitscope.engine.extract.extract_features`); b: of model B.
         blocks_a: blocks of A (default: every cached block); blocks_b likewise.
         estimator: ``"minibatch"``, ``"full"`` or ``"full_unbiased"``.
         batch: minibatch size; gram_minmax: the 002 code's Gram rescaling.

@@ -3,7 +3,7 @@
 ``probe_sweep`` extracts each dataset's features once (all blocks, every pooling the probes need, one
 forward pass per image, cached on disk; with ``tiling`` a second, tiled pass feeds the spatial-mean probes)
 and runs every probe the given data allows; ``best_block_table``
-(:mod:`vitscope.analyses.probe_result`) then gives the best block per model and task, and
+(:mod:`vitscope.analyses.probes.result`) then gives the best block per model and task, and
 ``vitscope.viz.probe_figures.compare_models`` draws the per-block curves of several models.
 """
 
@@ -11,18 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from vitscope.analyses.clustering import clustering_probe
-from vitscope.analyses.probe_common import require_blocks, tiling_scale
-from vitscope.analyses.probe_davis import davis_probe
-from vitscope.analyses.probe_keypoints import keypoint_probe
-from vitscope.analyses.probe_knn import knn_probe
-from vitscope.analyses.probe_linear import linear_probe
-from vitscope.analyses.probe_result import ProbeResult
-from vitscope.analyses.probe_retrieval import retrieval_probe
+from vitscope.analyses.probes.clustering import clustering_probe
+from vitscope.analyses.probes.knn import knn_probe
+from vitscope.analyses.probes.linear import linear_probe
+from vitscope.analyses.probes.result import ProbeResult
 from vitscope.data.annotated_source import AnnotatedSource
 from vitscope.data.open import as_source
+from vitscope.downstream.checks import require_blocks, tiling_scale
+from vitscope.downstream.davis import davis_probe
+from vitscope.downstream.keypoints import keypoint_probe
+from vitscope.downstream.retrieval import retrieval_probe
+from vitscope.engine.extract import extract_features
 from vitscope.features.cache import FeatureCache
-from vitscope.features.extract import FeatureRequest, extract_features
+from vitscope.features.request import FeatureRequest
 from vitscope.features.views import StandardView, TiledView, View
 from vitscope.models.backbone import Backbone
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import torch
 
+from vitscope.analyses.attention.interrelation import batch_keypoint_counts
 from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.batch import SIFT_KEYPOINTS
-from vitscope.analyses.interrelation import batch_keypoint_counts
-from vitscope.analyses.masking_base import ModelAccumulator, topk_correct
+from vitscope.analyses.masking.base import ModelAccumulator, topk_correct
 from vitscope.analyses.registry import register_analysis
 from vitscope.functional.interrelation import RULES, interrelation_patch_scores
 from vitscope.functional.masking import FILLS, pixel_to_patch_mask, random_patch_mask, score_patch_mask

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vitscope.analyses.probe_base import LabelledFeatures
-from vitscope.analyses.probe_result import ProbeResult, probe_result
+from vitscope.analyses.probes.base import LabelledFeatures
+from vitscope.analyses.probes.result import ProbeResult, probe_result
 from vitscope.analyses.registry import register_analysis
 from vitscope.features.cache import CacheEntry
 from vitscope.functional.cluster import cluster_scores, kmeans_labels
@@ -111,7 +111,7 @@ def clustering_probe(entry: CacheEntry, labels: np.ndarray | None = None, k: int
     """Clustering scores per block from cached features (image level, or region rows of a ``"mask"`` entry).
 
     Args:
-        entry: cache entry from :func:`vitscope.features.extract_features`.
+        entry: cache entry from :func:`vitscope.engine.extract.extract_features`.
         labels: ``[rows]`` labels aligned with the entry's rows; default: its ``label`` column (mask pooling).
         k, seed, random_kind: as :func:`clustering_scores`.
         blocks: blocks to score (default: every cached block).

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vitscope.analyses.probe_base import LabelledFeatures, cached_labelled_pair, holdout_mask
-from vitscope.analyses.probe_result import ProbeResult, probe_result
+from vitscope.analyses.probes.base import LabelledFeatures, cached_labelled_pair, holdout_mask
+from vitscope.analyses.probes.result import ProbeResult, probe_result
 from vitscope.analyses.registry import register_analysis
 from vitscope.features.cache import CacheEntry
 from vitscope.functional.linear_probe import linear_probe_accuracy

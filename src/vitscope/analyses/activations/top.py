@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from vitscope.analyses.activation import natural_key
+from vitscope.analyses.activations.mean import natural_key
 from vitscope.analyses.base import Analysis, Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
 from vitscope.analyses.result import SMALL, png_path
