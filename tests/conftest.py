@@ -10,6 +10,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import pytest
 
+pytest.register_assert_rewrite("helpers")  # asserts inside shared helpers report their values too
+
 
 @pytest.fixture
 def one_thread():

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from vitscope.cli.analyze import analyze
-from vitscope.cli.config import ANALYZE_OPTIONS, resolve_options
 from vitscope.data.synthetic.write import synthesize
+from vitscope.workflows.options import ANALYZE_OPTIONS, resolve_options
 
 CANDIDATES = ("/usr/lib/chromium/chromium-headless-shell", "/usr/bin/chromium-headless-shell",
               "/usr/lib/chromium/chromium", "/usr/bin/chromium")

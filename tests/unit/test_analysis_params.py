@@ -6,8 +6,8 @@ import pytest
 
 from vitscope.analyses import ANALYSES, GROUPS, register_analysis
 from vitscope.analyses.params import ParameterError, build_analyses, convert, parse_param_assignments
-from vitscope.cli.config import ANALYZE_OPTIONS, ConfigError, resolve_options
 from vitscope.models.spec import ModelSpec
+from vitscope.workflows.options import ANALYZE_OPTIONS, ConfigError, resolve_options
 
 VIT = ModelSpec(name="hand-vit", family="tiny-vit", kind="transformer", num_blocks=2, num_heads=2, embed_dim=8,
                 mlp_dim=16, patch_size=4, grid=(2, 2), num_prefix_tokens=1, prefix_kinds=("cls",), image_size=(8, 8),

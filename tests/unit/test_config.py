@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vitscope.cli.config import ANALYZE_OPTIONS, COMPARE_OPTIONS, ConfigError, load_config, resolve_options
+from vitscope.workflows.options import ANALYZE_OPTIONS, COMPARE_OPTIONS, ConfigError, load_config, resolve_options
 
 
 def _yaml(tmp_path: Path, text: str) -> Path:

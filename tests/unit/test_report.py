@@ -11,9 +11,9 @@ import torch
 from PIL import Image
 
 from vitscope.cli.analyze import analyze
-from vitscope.cli.config import ANALYZE_OPTIONS, resolve_options
 from vitscope.report import FigureItem, Report, Section, explorer_from_maps, render_html
 from vitscope.report.tables import summary_tables
+from vitscope.workflows.options import ANALYZE_OPTIONS, resolve_options
 
 EVIL = "<script>alert('x')</script>"
 

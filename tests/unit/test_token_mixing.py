@@ -6,8 +6,10 @@ import pytest
 import torch
 
 import vitscope
+from vitscope.analyses.batch import Batch, ModelRunner
+from vitscope.data.memory import InMemoryImages
 from vitscope.experiments.token_mixing import (
-    TokenMixingCounts,
+    TokenMixing,
     isolated_cls_logits,
     per_token_logits,
     token_mixing,
@@ -21,9 +23,26 @@ def tiny():
 
 
 @pytest.fixture(scope="module")
-def data(tiny):
-    d = synthetic_split(48, seed=5, size=64)
-    return normalise(d.images, tiny.spec.mean, tiny.spec.std), d.labels
+def world():
+    return synthetic_split(48, seed=5, size=64)
+
+
+@pytest.fixture(scope="module")
+def data(tiny, world):
+    return normalise(world.images, tiny.spec.mean, tiny.spec.std), world.labels
+
+
+@pytest.fixture(scope="module")
+def images(world):
+    """The same 8-bit images with their labels, as a source for vitscope.run."""
+    return InMemoryImages(list(world.images.permute(0, 2, 3, 1).numpy()), labels=world.labels.tolist())
+
+
+def _batch(backbone, pixels: torch.Tensor, labels: torch.Tensor) -> Batch:
+    """One batch as the engine hands it over (the model included)."""
+    spec = backbone.spec
+    return Batch(pixels, list(range(len(labels))), [""] * len(labels), spec, spec.grid_for(*pixels.shape[-2:]),
+                 targets={"label": labels.tolist()}, model=ModelRunner(backbone))
 
 
 @pytest.fixture(scope="module")
@@ -81,11 +100,13 @@ def test_isolating_cls(which, tiny, hf_vit, data) -> None:
 
 def test_counts_merge_exactly_and_accuracies_are_consistent(tiny, data) -> None:
     x, y = data
-    whole = token_mixing(tiny, [(x[:20], y[:20]), (x[20:], y[20:])])
-    a, b = TokenMixingCounts(insert_blocks=list(range(7))), TokenMixingCounts(insert_blocks=list(range(7)))
-    a.update(tiny, x[:30], y[:30])
-    b.update(tiny, x[30:], y[30:])
-    merged = a.merge(b).compute()
+    whole = TokenMixing()
+    for part in (slice(0, 20), slice(20, None)):
+        whole.update({}, _batch(tiny, x[part], y[part]))
+    a, b = TokenMixing(insert_blocks=list(range(7))), TokenMixing(insert_blocks=list(range(7)))
+    a.update({}, _batch(tiny, x[:30], y[:30]))
+    b.update({}, _batch(tiny, x[30:], y[30:]))
+    merged, whole = a.merge(b).compute(), whole.compute()
     for key in whole.tensors:
         assert torch.equal(merged[key], whole[key]), key
     assert merged.meta == whole.meta
@@ -102,8 +123,25 @@ def test_token_mixing_refuses_models_without_a_head() -> None:
         per_token_logits(vitscope.load_model("tiny-vit-mae"), torch.zeros(1, 3, 64, 64))
 
 
-def test_result_plots(tiny, data, tmp_path) -> None:
-    res = token_mixing(tiny, [(data[0][:8], data[1][:8])], insert_blocks=[0, 5])
+def test_one_pass_of_the_engine_gives_the_counts_of_its_batches(tiny, data, images) -> None:
+    res = token_mixing(tiny, images, insert_blocks=[0, 6], batch_size=16)
+    direct = TokenMixing(insert_blocks=[0, 6])
+    direct.update({}, _batch(tiny, *data))
+    want = direct.compute()
+    assert res.meta["num_images"] == 48 and res["isolate_cls_block"].tolist() == [0, 6]
+    for key in want.tensors:  # the engine preprocesses the same 8-bit images into the same pixels
+        assert torch.equal(res[key], want[key]), key
+    assert res.meta["cls_token_accuracy"] == res.meta["model_accuracy"] == res.meta["isolate_cls"]["0"]
+
+
+def test_unlabelled_data_and_headless_models_are_refused(tiny, images) -> None:
+    with pytest.raises(ValueError, match="class label"):
+        token_mixing(tiny, InMemoryImages(images.images[:4]), batch_size=4)
+    assert "classifier" in TokenMixing().why_unsupported(vitscope.load_model("tiny-vit-mae").spec)
+
+
+def test_result_plots(tiny, images, tmp_path) -> None:
+    res = token_mixing(tiny, images, insert_blocks=[0, 5], limit=8, batch_size=8)
     assert res["isolate_cls_accuracy"].shape == (2,)
     files = res.plot(tmp_path)
     assert len(files) == 2 and all(p.stat().st_size > 0 for p in files)

@@ -66,7 +66,7 @@ def _stderr(message: str) -> None:
 
 def _resolve(table, given: dict, config: Path | None) -> dict:
     """Merge --config and the command line; a bad or missing option is bad usage: one line, exit status 2."""
-    from vitscope.cli.config import ConfigError, resolve_options
+    from vitscope.workflows.options import ConfigError, resolve_options
 
     try:
         return resolve_options(table, given, config)
@@ -102,7 +102,7 @@ def analyze(
 ) -> None:
     """Run analyses over a dataset in one pass; write results.json, tables, figures and report.html."""
     from vitscope.cli.analyze import analyze as run_analyze
-    from vitscope.cli.config import ANALYZE_OPTIONS
+    from vitscope.workflows.options import ANALYZE_OPTIONS
 
     given = {"model": model, "data": data, "out": out, "analyses": analyses, "params": param or None, "limit": limit,
              "batch_size": batch_size, "device": device, "dtype": dtype, "strict": strict, "resume": resume,
@@ -135,7 +135,7 @@ def compare(
 ) -> None:
     """Compare models per block on shared axes (paper 002): one pass per model; figures, tables, report.html."""
     from vitscope.cli.compare import compare as run_compare_command
-    from vitscope.cli.config import COMPARE_OPTIONS
+    from vitscope.workflows.options import COMPARE_OPTIONS
 
     given = {"models": models, "data": data, "out": out, "limit": limit, "batch_size": batch_size, "device": device,
              "dtype": dtype, "strict": strict, "resume": resume, "checkpoint_seconds": checkpoint_seconds}
@@ -152,7 +152,7 @@ def demo(
     quick: bool = typer.Option(False, "--quick", help="Fewer images: under a minute on 2 CPU cores (for CI)."),
 ) -> None:
     """Generate the synthetic world, compare the tiny zoo on it, explain a few pairs; write report.html."""
-    from vitscope.cli.demo import demo as run_demo
+    from vitscope.workflows.demo import demo as run_demo
 
     path = run_demo(out, quick=quick, log=_stderr)
     typer.echo(f"demo report: {path}")

@@ -12,22 +12,25 @@ Two interventions on a classifier, through the backbone's staged execution:
   image-independent state); both are concatenated before block L and the rest of the model runs as
   usual. ``L = 0`` is the unmodified model; ``L = num_blocks`` means CLS never sees the image.
 
-Counts are sums, so two partial runs merge exactly (:meth:`TokenMixingCounts.merge`).
+Counts are sums declared as state (:class:`TokenMixing`), so two partial runs merge exactly; the pass is
+:func:`vitscope.run`'s, with the extra forwards through ``batch.model``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from vitscope.analyses.base import Figure, Result
+from vitscope.analyses.base import Batch, Figure, Result
+from vitscope.analyses.masking.base import ModelAccumulator
 from vitscope.analyses.result import png_path
 from vitscope.models.backbone import Backbone
+from vitscope.models.spec import ModelSpec
 
-__all__ = ["TokenMixingCounts", "TokenMixingResult", "isolated_cls_logits", "per_token_logits", "token_mixing"]
+__all__ = ["TokenMixing", "TokenMixingResult", "isolated_cls_logits", "per_token_logits", "token_mixing"]
 
 # blocks with a relative position bias sized for the full sequence cannot run on patches alone
 _UNSUPPORTED_ISOLATION = ("beit",)
@@ -98,66 +101,87 @@ def isolated_cls_logits(backbone: Backbone, pixels: torch.Tensor, insert_at: int
     return backbone.head(_last_tokens(backbone, tokens))
 
 
-@dataclass
-class TokenMixingCounts:
-    """Mergeable tallies: correct predictions per token position and per CLS insertion block.
+class TokenMixing(ModelAccumulator):
+    """Correct predictions of the head on every token and with CLS inserted at each block (mergeable counts).
 
-    Attributes:
-        correct_token: ``[N]`` correct predictions of the head on each token.
-        correct_model: correct predictions of the unmodified model.
-        correct_isolated: ``[L + 1]`` correct predictions with CLS inserted at block L.
-        total: images seen.
+    Runs in the engine's pass like the masking analyses: every batch's extra forwards go through
+    ``batch.model``; labels come from ``batch.targets["label"]`` (the head's class indices).
+
+    Args:
+        insert_blocks: CLS insertion blocks to evaluate (default: every ``0..num_blocks``).
+
+    State: ``num_images``; ``correct_token`` ``[N]`` (the head on each token), ``correct_model`` (the
+    unmodified model), ``correct_isolated`` ``[len(insert_blocks)]``, all sums; the token ``grid``, the number of
+    prefix tokens and the insertion blocks (the same in every batch).
     """
 
-    correct_token: torch.Tensor | None = None
-    correct_model: int = 0
-    correct_isolated: torch.Tensor | None = None
-    total: int = 0
-    grid: tuple[int, int] = (0, 0)
-    num_prefix: int = 1
-    insert_blocks: list[int] = field(default_factory=list)
+    name = "token_mixing"
+    description = "Accuracy of the classifier head on every output token, and with CLS isolated until block L."
 
-    def update(self, backbone: Backbone, pixels: torch.Tensor, labels: torch.Tensor) -> None:
-        labels = labels.to(pixels.device)
-        tok = (per_token_logits(backbone, pixels).argmax(-1) == labels[:, None]).sum(0).long().cpu()
-        model_logits = _model_logits(backbone, pixels)
-        iso = torch.tensor([int((isolated_cls_logits(backbone, pixels, L).argmax(-1) == labels).sum())
-                            for L in self.insert_blocks], dtype=torch.long)
-        self.merge(TokenMixingCounts(tok, int((model_logits.argmax(-1) == labels).sum()), iso, len(labels),
-                                     backbone.spec.grid_for(*pixels.shape[-2:]), backbone.spec.num_prefix_tokens,
-                                     list(self.insert_blocks)))
+    def __init__(self, insert_blocks: Sequence[int] | None = None) -> None:
+        super().__init__()
+        self.insert_blocks = None if insert_blocks is None else [int(b) for b in insert_blocks]
 
-    def merge(self, other: TokenMixingCounts) -> TokenMixingCounts:
-        """Add ``other``'s tallies into this one and return it."""
-        if other.correct_token is None:
-            return self
-        if self.correct_token is None:
-            self.correct_token, self.correct_isolated = other.correct_token.clone(), other.correct_isolated.clone()
-            self.grid, self.num_prefix, self.insert_blocks = other.grid, other.num_prefix, list(other.insert_blocks)
-        else:
-            if self.correct_token.shape != other.correct_token.shape or self.insert_blocks != other.insert_blocks:
-                raise ValueError("cannot merge token-mixing counts of different token counts or insertion blocks")
-            self.correct_token = self.correct_token + other.correct_token
-            self.correct_isolated = self.correct_isolated + other.correct_isolated
-        self.correct_model += other.correct_model
-        self.total += other.total
-        return self
+    def _declare_counts(self) -> None:
+        self.add_state("correct_token", None, reduce="sum")
+        self.add_state("correct_model", 0, reduce="sum")
+        self.add_state("correct_isolated", None, reduce="sum")
+        self.add_state("grid", None, reduce="same")
+        self.add_state("num_prefix", None, reduce="same")
+        self.add_state("blocks", None, reduce="same")
 
-    def compute(self, name: str = "token_mixing") -> TokenMixingResult:
-        if self.correct_token is None or self.total == 0:
-            return TokenMixingResult(name, {}, {"num_images": 0})
-        acc = self.correct_token.double() / self.total
+    def why_unsupported(self, spec: ModelSpec) -> str | None:
+        reason = super().why_unsupported(spec)
+        if reason is None and spec.num_prefix_tokens < 1:
+            reason = f"analysis '{self.name}' reads the CLS token, but {spec.name} has none"
+        return reason
+
+    def required_hooks(self, spec: ModelSpec) -> list[str]:
+        return []
+
+    @staticmethod
+    def _labels(batch: Batch) -> torch.Tensor:
+        labels = batch.targets.get("label")
+        if labels is None or any(v is None for v in labels):
+            raise ValueError("token mixing needs a class label per image (in the head's label space): give labelled "
+                             "data, e.g. ROOT::imagefolder")
+        return torch.as_tensor([int(v) for v in labels], dtype=torch.long)
+
+    def _update_counts(self, record: Mapping[str, torch.Tensor], batch: Batch, labels: torch.Tensor) -> None:
+        spec = batch.spec
+        blocks = self.insert_blocks if self.insert_blocks is not None else list(range(spec.num_blocks + 1))
+
+        def counts(backbone: Backbone) -> tuple[torch.Tensor, int, torch.Tensor]:
+            _check(backbone)
+            pixels, y = batch.pixels, labels.to(batch.pixels.device)
+            tok = (per_token_logits(backbone, pixels).argmax(-1) == y[:, None]).sum(0).long().cpu()
+            model = int((_model_logits(backbone, pixels).argmax(-1) == y).sum())
+            iso = torch.tensor([int((isolated_cls_logits(backbone, pixels, b).argmax(-1) == y).sum())
+                                for b in blocks], dtype=torch.long)
+            return tok, model, iso
+
+        tok, model, iso = self._run(counts, batch)
+        self.correct_token = tok if self.correct_token is None else self.correct_token + tok
+        self.correct_isolated = iso if self.correct_isolated is None else self.correct_isolated + iso
+        self.correct_model += model
+        self.grid, self.num_prefix, self.blocks = tuple(batch.grid), spec.num_prefix_tokens, blocks
+
+    def compute(self) -> TokenMixingResult:
+        if self.correct_token is None or self.num_images == 0:
+            return TokenMixingResult(self.name, {}, {"num_images": 0})
+        total = self.num_images
+        acc = self.correct_token.double() / total
         p, (h, w) = self.num_prefix, self.grid
         spatial = acc[p:]
         tensors = {"token_accuracy": acc, "token_accuracy_grid": spatial.reshape(h, w),
-                   "isolate_cls_accuracy": self.correct_isolated.double() / self.total,
-                   "isolate_cls_block": torch.tensor(self.insert_blocks, dtype=torch.long)}
-        meta = {"num_images": self.total, "model_accuracy": self.correct_model / self.total,
+                   "isolate_cls_accuracy": self.correct_isolated.double() / total,
+                   "isolate_cls_block": torch.tensor(self.blocks, dtype=torch.long)}
+        meta = {**self._meta(), "model_accuracy": self.correct_model / total,
                 "cls_token_accuracy": float(acc[0]), "patch_average": float(spatial.mean()),
                 "patch_maximum": float(spatial.max()), "patch_minimum": float(spatial.min()),
                 "best_patch": int(spatial.argmax()),
-                "isolate_cls": {str(L): float(a) for L, a in zip(self.insert_blocks, tensors["isolate_cls_accuracy"])}}
-        return TokenMixingResult(name, tensors, meta)
+                "isolate_cls": {str(b): float(a) for b, a in zip(self.blocks, tensors["isolate_cls_accuracy"])}}
+        return TokenMixingResult(self.name, tensors, meta)
 
 
 def _model_logits(backbone: Backbone, pixels: torch.Tensor) -> torch.Tensor:
@@ -193,29 +217,35 @@ class TokenMixingResult(Result):
 
 def token_mixing(
     backbone: Backbone,
-    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    data: Any,
     insert_blocks: Sequence[int] | None = None,
+    *,
+    batch_size: int = 32,
+    limit: int | None = None,
     device: str | torch.device | None = None,
+    progress: bool | None = False,
 ) -> TokenMixingResult:
-    """Run both token-mixing experiments over labelled batches.
+    """Run both token-mixing experiments in one pass of :func:`vitscope.run` over labelled images.
 
     Args:
         backbone: a transformer classifier (HF ``*ForImageClassification`` or the tiny supervised zoo model).
-        batches: ``(pixels [B, 3, H, W] preprocessed, labels [B])`` pairs; labels index the head's classes.
+        data: labelled images whose labels index the head's classes: any source :func:`vitscope.run` reads
+            (``"ROOT::imagefolder"``, a reader of :func:`vitscope.data.load_dataset`, ``InMemoryImages(images,
+            labels=...)``).
         insert_blocks: CLS insertion blocks to evaluate (default: every ``0..num_blocks``).
+        batch_size: images per batch.
+        limit: at most this many images.
         device: where to run (default: the backbone's device).
+        progress: show a progress bar.
 
     Returns:
         A :class:`TokenMixingResult`: ``token_accuracy [N]``, ``token_accuracy_grid [h, w]``,
         ``isolate_cls_accuracy [len(insert_blocks)]``; meta holds the model, CLS, patch-average and
         patch-maximum accuracies.
     """
+    from vitscope.engine.run import run
+
     _check(backbone)
-    blocks = list(range(backbone.spec.num_blocks + 1)) if insert_blocks is None else [int(b) for b in insert_blocks]
-    if device is not None:
-        backbone.to(device)
-    backbone.eval()
-    counts = TokenMixingCounts(insert_blocks=blocks)
-    for pixels, labels in batches:
-        counts.update(backbone, pixels.to(backbone.device), torch.as_tensor(labels))
-    return counts.compute()
+    analysis = TokenMixing(insert_blocks)
+    return run(backbone, data, [analysis], batch_size=batch_size, limit=limit, device=device,
+               progress=progress)[analysis.name]

@@ -18,12 +18,37 @@ from dataclasses import dataclass
 
 import torch
 
+from vitscope.analyses.base import Analysis, Batch
 from vitscope.featviz.objectives import ChannelObjective, spatial_channel
 from vitscope.featviz.render import StagedForward, frozen
 from vitscope.functional.faithfulness import patch_pixel_mask
 from vitscope.models.backbone import Backbone
 
-__all__ = ["SpatialCurve", "linearity", "spatial_information", "spatial_information_by_block", "unit_maps"]
+__all__ = ["PreprocessedImages", "SpatialCurve", "linearity", "spatial_information", "spatial_information_by_block",
+           "unit_maps"]
+
+
+class PreprocessedImages(Analysis):
+    """The model inputs of a pass, kept whole (the candidate images every unit's test re-runs).
+
+    State: ``pixels``, a list of ``[B, 3, H, W]`` CPU tensors in pass order (concatenated). ``compute`` gives
+    ``{"pixels": [N, 3, H, W]}``. Meant for a few hundred images: they all stay in memory.
+    """
+
+    name = "preprocessed_images"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("pixels", [], reduce="cat")
+
+    def required_hooks(self, spec) -> list[str]:
+        return []
+
+    def update(self, record, batch: Batch) -> None:
+        self.pixels.append(batch.pixels.detach().cpu())
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        return {"pixels": torch.cat(self.pixels) if self.pixels else torch.empty(0, 3, 0, 0)}
 
 
 @torch.no_grad()

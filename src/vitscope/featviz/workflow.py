@@ -134,32 +134,21 @@ def _top_images(backbone, dataset, objectives: list[Objective], options: Featviz
 
 
 def _token_mixing(backbone, dataset, options: FeatvizOptions) -> Any:
-    from vitscope.engine.batches import iter_batches
     from vitscope.experiments.token_mixing import token_mixing
 
-    def batches():
-        for _, loaded in iter_batches(dataset, options.batch_size, options.limit, preprocess=backbone.preprocess):
-            if loaded is None:
-                continue
-            labels = loaded.targets.get("label")
-            if labels is None:
-                raise ValueError("--token-mixing needs labelled data: give --data ROOT::imagefolder (or another "
-                                 "format with labels)")
-            yield loaded.pixels, torch.as_tensor([int(v) for v in labels])
-
-    return token_mixing(backbone, batches(), device=options.device)
+    return token_mixing(backbone, dataset, batch_size=options.batch_size, limit=options.limit, device=options.device)
 
 
 def _spatial_information(backbone, dataset, options: FeatvizOptions) -> Any:
     """Appendix F on ``options.spatial_information`` seeded random FFN channels of every block."""
-    from vitscope.engine.batches import iter_batches
-    from vitscope.featviz.spatial import spatial_information_by_block
+    from vitscope.engine.run import run
+    from vitscope.featviz.spatial import PreprocessedImages, spatial_information_by_block
     from vitscope.viz.featviz_figures import spatial_information_figure
 
     limit = options.limit or 300  # candidates for each unit's top images; every one is re-run per fraction
-    loaded = iter_batches(dataset, options.batch_size, limit, preprocess=backbone.preprocess)
-    pixels = [batch.pixels for _, batch in loaded if batch]
-    images = _unnormalise(backbone, torch.cat(pixels))
+    seen = run(backbone, dataset, [PreprocessedImages()], batch_size=options.batch_size, device=options.device,
+               limit=limit, progress=False)[PreprocessedImages.name]
+    images = _unnormalise(backbone, seen["pixels"])
     gen = torch.Generator().manual_seed(options.seed)
     channels = torch.randperm(_mlp_width(backbone), generator=gen)[: options.spatial_information].tolist()
     res = spatial_information_by_block(backbone, images, channels, k=options.top_k, seed=options.seed)

@@ -27,7 +27,7 @@ def compare_models(options: Mapping[str, Any], progress: bool | None = None,
     """Run each model once (resumably, state in ``options["out"]``) and compare them; returns what to write.
 
     Args:
-        options: resolved options (:data:`vitscope.cli.config.COMPARE_OPTIONS`).
+        options: resolved options (:data:`vitscope.workflows.options.COMPARE_OPTIONS`).
         progress: force the progress bars on/off.
         log: receives one-line messages.
 

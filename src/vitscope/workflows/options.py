@@ -1,4 +1,7 @@
-"""Options of ``analyze`` and ``compare`` from a YAML file (``--config``), overridden by the command line.
+"""The options ``analyze`` and ``compare`` accept, resolved from a YAML file, the command line and defaults.
+
+The workflows read resolved options; the CLI (``--config`` and its flags), the demo and library callers all
+resolve through here, so an option is declared once.
 
 Precedence: an option given on the command line > the same key in the YAML file > the default. Keys are the
 long option names with ``_`` or ``-`` (``batch_size`` or ``batch-size``); an unknown key is an error naming

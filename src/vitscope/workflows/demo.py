@@ -13,11 +13,11 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from vitscope.cli.config import COMPARE_OPTIONS, resolve_options
-from vitscope.cli.demo_pairs import paired_similarity_section
 from vitscope.data.open import open_dataset
 from vitscope.outputs import write_run
 from vitscope.workflows.compare import compare_models
+from vitscope.workflows.demo_pairs import paired_similarity_section
+from vitscope.workflows.options import COMPARE_OPTIONS, resolve_options
 from vitscope.workflows.state_files import clear_state
 
 __all__ = ["DEMO_SEED", "demo", "demo_models", "demo_settings"]
