@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import re
+from io import BytesIO
 
 import numpy as np
 import pytest
@@ -59,6 +60,12 @@ def test_heavy_figures_are_embedded_as_jpeg_light_ones_as_they_are(tmp_path):
     assert len(embedded) < noisy.stat().st_size and Image.open(io.BytesIO(embedded)).size == (400, 400)
     light = _png(tmp_path / "light.png")
     assert base64.b64decode(data_uri(light).split(",", 1)[1]) == light.read_bytes()
+    jpeg = io.BytesIO()
+    Image.open(noisy).save(jpeg, format="JPEG")
+    assert data_uri(jpeg.getvalue()).startswith("data:image/jpeg;base64,")  # bytes are sniffed, not assumed
+    # PNG bytes follow the same rule as files
+    assert data_uri(noisy.read_bytes()).startswith("data:image/jpeg;base64,")
+    assert base64.b64decode(data_uri(light.read_bytes()).split(",", 1)[1]) == light.read_bytes()
 
 
 def test_explorer_cells_are_one_png_per_block_and_head():
@@ -70,10 +77,24 @@ def test_explorer_cells_are_one_png_per_block_and_head():
     assert len(grid.cells) == 3 and all(len(row) == 2 for row in grid.cells)
     from io import BytesIO
 
-    cell = np.asarray(Image.open(BytesIO(grid.cells[1][1])))
+    png = Image.open(BytesIO(grid.cells[1][1]))
+    assert png.mode == "P"  # 8 bits a pixel: the colour map is the palette
+    cell = np.asarray(png.convert("RGB"))
     assert cell.shape == (4, 5, 3)
     bright = np.unravel_index(cell.sum(-1).argmax(), cell.shape[:2])
     assert tuple(int(v) for v in bright) == (2, 3) and grid.ranges[1][1] == (0.0, 1.0)
+
+
+def test_palette_cells_are_the_colour_map_exactly():
+    import matplotlib
+
+    from vitscope.report.explorer import _coloured
+
+    m = np.random.default_rng(0).random((9, 7))
+    png, (lo, hi) = _coloured(m, "inferno")
+    got = np.asarray(Image.open(BytesIO(png)).convert("RGB"))
+    want = matplotlib.colormaps["inferno"]((m - lo) / (hi - lo), bytes=True)[..., :3]
+    assert np.array_equal(got, want)
 
 
 def test_summary_tables_split_scalars_blocks_and_heads():

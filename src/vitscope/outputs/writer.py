@@ -55,12 +55,10 @@ class _Writer:
     def arrays(self, name: str, arrays: dict[str, Any]) -> list[str]:
         if not arrays:
             return []
-        import numpy as np
-
-        from vitscope.analyses.result import stored_arrays
+        from vitscope.analyses.result import save_arrays
 
         rel = f"arrays/{name}.npz"
-        np.savez(self.staging.path(rel), **stored_arrays(arrays))
+        save_arrays(self.staging.path(rel), arrays)
         self.advance()
         return [rel]
 

@@ -16,7 +16,7 @@ import torch
 
 from vitscope.report.model import Explorer, ExplorerGrid
 
-__all__ = ["explorer_from_maps", "png_bytes"]
+__all__ = ["explorer_from_maps", "jpeg_bytes", "png_bytes"]
 
 
 def png_bytes(rgb: np.ndarray) -> bytes:
@@ -28,13 +28,37 @@ def png_bytes(rgb: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
+def jpeg_bytes(rgb: np.ndarray, quality: int = 85) -> bytes:
+    """JPEG encoding of an ``[H, W, 3]`` uint8 photo (the picture under an explorer's maps)."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(rgb[..., :3])).save(buf, format="JPEG", quality=quality)
+    return buf.getvalue()
+
+
+def palette_png(levels: np.ndarray, palette: np.ndarray) -> bytes:
+    """PNG of ``[H, W]`` indices into ``palette`` ``[256, 3]`` uint8 (8 bits a pixel: a colour-mapped map is
+    stored exactly, in a third of the bytes of RGB)."""
+    from PIL import Image
+
+    image = Image.fromarray(np.ascontiguousarray(levels, dtype=np.uint8), mode="P")
+    image.putpalette(np.ascontiguousarray(palette, dtype=np.uint8).reshape(-1).tolist())
+    buf = io.BytesIO()
+    image.save(buf, format="PNG", optimize=True)
+    return buf.getvalue()
+
+
 def _coloured(m: np.ndarray, cmap: str) -> tuple[bytes, tuple[float, float]]:
     import matplotlib
 
     lo, hi = float(np.nanmin(m)), float(np.nanmax(m))
     scaled = (m - lo) / (hi - lo) if hi > lo else np.zeros_like(m)
-    rgba = matplotlib.colormaps[cmap](np.nan_to_num(scaled), bytes=True)
-    return png_bytes(rgba[..., :3]), (lo, hi)
+    colormap = matplotlib.colormaps[cmap].resampled(256)
+    # the colour map's own lookup: index = floor(value * 256), the top value in the last entry
+    levels = np.clip((np.nan_to_num(scaled) * 256).astype(np.int64), 0, 255)
+    palette = colormap(np.arange(256), bytes=True)[:, :3]
+    return palette_png(levels, palette), (lo, hi)
 
 
 def _grid(label: str, maps: np.ndarray, cmap: str, image: np.ndarray | None) -> ExplorerGrid:
@@ -43,7 +67,7 @@ def _grid(label: str, maps: np.ndarray, cmap: str, image: np.ndarray | None) -> 
         row = [_coloured(m, cmap) for m in block_maps]
         cells.append([c for c, _ in row])
         ranges.append([r for _, r in row])
-    return ExplorerGrid(label, cells, ranges, None if image is None else png_bytes(image))
+    return ExplorerGrid(label, cells, ranges, None if image is None else jpeg_bytes(image))
 
 
 def explorer_from_maps(

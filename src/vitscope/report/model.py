@@ -48,7 +48,7 @@ class ExplorerGrid:
         label: button text, e.g. ``"dataset mean"`` or ``"image 3"``.
         cells: ``cells[b][h]`` PNG bytes of the map of block ``b``, head ``h`` (small; the browser scales it).
         ranges: ``ranges[b][h]`` ``(min, max)`` of the map before it was scaled to the colour map.
-        image: PNG bytes of the image the maps are drawn over in the enlarged view, or None.
+        image: PNG or JPEG bytes of the image the maps are drawn over in the enlarged view, or None.
     """
 
     label: str

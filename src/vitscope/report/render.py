@@ -1,9 +1,10 @@
 """Render a :class:`~vitscope.report.model.Report` to one self-contained HTML file.
 
 Jinja2 with autoescaping on for every value (model ids, paths and config values come from the user);
-images become ``data:`` URIs (a figure file over :data:`EMBED_BYTES` is embedded as a JPEG: the page
-stays light, the full PNG stays in ``figures/``), and a Content-Security-Policy forbids the page from
-fetching anything, so the file opens from ``file://`` without a server and makes no request.
+images become ``data:`` URIs (a PNG over :data:`EMBED_BYTES`, a figure or a photo under an explorer, is
+embedded as a JPEG: the page stays light, the full PNG stays in ``figures/``), and a Content-Security-Policy
+forbids the page from fetching anything, so the file opens from ``file://`` without a server and makes no
+request.
 """
 
 from __future__ import annotations
@@ -27,17 +28,18 @@ _MIME = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif
 
 
 def data_uri(source: bytes | str | os.PathLike) -> str:
-    """``data:`` URI of PNG bytes or of an image file (PNG, JPEG, GIF, WebP)."""
+    """``data:`` URI of PNG or JPEG bytes or of an image file (PNG, JPEG, GIF, WebP)."""
     if isinstance(source, (bytes, bytearray)):
-        raw, mime = bytes(source), "image/png"
+        raw = bytes(source)
+        mime = "image/jpeg" if raw.startswith(b"\xff\xd8\xff") else "image/png"
     else:
         path = Path(source)
         mime = _MIME.get(path.suffix.lower())
         if mime is None:
             raise ValueError(f"cannot embed {path.name}: only {', '.join(_MIME)} images are embedded")
         raw = path.read_bytes()
-        if mime == "image/png" and len(raw) > EMBED_BYTES:
-            raw, mime = _as_jpeg(raw)
+    if mime == "image/png" and len(raw) > EMBED_BYTES:  # figure files and the explorer's photos alike
+        raw, mime = _as_jpeg(raw)
     return f"data:{mime};base64,{base64.b64encode(raw).decode('ascii')}"
 
 

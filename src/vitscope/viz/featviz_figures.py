@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 import torch
 from matplotlib.figure import Figure
@@ -97,17 +98,28 @@ def panel_figure(optimised: torch.Tensor, top_images: Sequence[torch.Tensor | np
 
 
 def top_maps_figure(maps: torch.Tensor, scores: torch.Tensor, labels: Sequence[str], path: str | Path) -> Path:
-    """Patch activation maps of the top images of several units: ``maps [U, k, h, w]``, ``scores [U, k]``."""
-    u, k = maps.shape[:2]
+    """Patch activation maps of the top images of several units: ``maps [U, k, h, w]``, ``scores [U, k]``.
+
+    One mosaic image (each map min-max scaled on its own), its score above it and the unit on the left: one
+    ``imshow`` instead of ``U * k`` axes keeps a figure of 6 x 5 maps under a quarter of a second.
+    """
+    from vitscope.viz.attention_figures import map_mosaic
+
+    u, k, h, w = maps.shape
+    gap = max(1, h // 4)
     fig = Figure(figsize=(1.4 * k, 1.5 * u + 0.3))
+    ax = fig.add_subplot()
+    colormap = matplotlib.colormaps["magma"].with_extremes(bad="white")
+    ax.imshow(map_mosaic(maps, gap=gap), cmap=colormap, interpolation="nearest", vmin=0.0, vmax=1.0)
     for i in range(u):
         for j in range(k):
-            ax = fig.add_subplot(u, k, i * k + j + 1)
-            ax.imshow(maps[i, j].detach().cpu().numpy(), cmap="magma", interpolation="nearest")
-            _off(ax)
-            ax.set_title(f"{float(scores[i, j]):.2f}", fontsize=6)
-            if j == 0:
-                ax.set_ylabel(labels[i], fontsize=6)
+            ax.text(j * (w + gap) + (w - 1) / 2, i * (h + gap) - 0.6, f"{float(scores[i, j]):.2f}", fontsize=6,
+                    ha="center", va="bottom")
+    ax.set_xticks([])
+    ax.set_yticks([i * (h + gap) + (h - 1) / 2 for i in range(u)], list(labels), fontsize=6)
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
     return save_figure(fig, path, dpi=110, svg=False, tight=True)[0]
 
 
