@@ -4,13 +4,14 @@ Layout of an output folder::
 
     results.json          summaries a person reads (small tensors as lists, large ones as shape and mean)
     tables/*.csv          tables (per block, per head...) and tables/<name>.json (each result's summary)
-    arrays/<name>.npz     large arrays (per-token means, patch maps), written once, float64 as float32
+    arrays/<name>.npz     large arrays (per-token means, patch maps), compressed, float64 as float32
     figures/*.png|svg     figures, with captions in the report
     report.html           one self-contained page
     .vitscope-manifest.json   what this run wrote (the next run into the folder replaces exactly these)
 
 Everything is written into a staging folder first and moved into place file by file (``os.replace``),
-results.json last; the progress bar shows the writing.
+results.json last; the progress bar shows the writing. Figures are drawn first, all together
+(:mod:`vitscope.outputs.drawing`: in forked workers when there are many).
 """
 
 from __future__ import annotations
@@ -62,15 +63,16 @@ class _Writer:
         self.advance()
         return [rel]
 
-    def section(self, section: Any, run_files: dict[str, list[str]]) -> Any:
-        """A run section with its figures resolved: Figure objects drawn, stems of result figures looked up."""
+    def section(self, section: Any) -> Any:
+        """A run section with its figures resolved: its own Figure objects (drawn already, in order) and the
+        stems of result figures looked up."""
         from vitscope.report.model import FigureItem
 
+        own = iter(self.drawn.get(f"section:{section.id}", []))
         items = []
         for fig in section.figures:
             if isinstance(fig, Figure):
-                run_files["figures"] += self.figure(f"section:{section.id}", fig)
-                drawn, path = self.drawn[f"section:{section.id}"][-1]
+                drawn, path = next(own)
                 items.append(FigureItem(path, drawn.title, drawn.caption, drawn.paper))
             elif isinstance(fig, str):
                 found = [(f, p) for key, pairs in self.drawn.items() for f, p in pairs if f.stem == fig]
@@ -79,13 +81,19 @@ class _Writer:
                 items.append(fig)
         return dataclasses.replace(section, figures=items)
 
-    def figure(self, key: str, fig: Any) -> list[str]:
-        paths = fig.draw(self.staging.path(f"figures/{fig.stem}"))
-        self.advance()
-        pngs = [p for p in paths if Path(p).suffix == ".png"]
-        if pngs:
-            self.drawn.setdefault(key, []).append((fig, Path(pngs[0])))
-        return [Path(p).relative_to(self.staging.root).as_posix() for p in paths]
+    def figures(self, jobs: list[tuple[str, Figure]]) -> list[list[str]]:
+        """Draw every ``(section key, figure)`` (in worker processes when there are many); returns each one's
+        files relative to the output folder, and remembers its PNG for the report."""
+        from vitscope.outputs.drawing import draw_figures
+
+        drawn = draw_figures([(fig, self.staging.path(f"figures/{fig.stem}")) for _, fig in jobs], self.advance)
+        files = []
+        for (key, fig), paths in zip(jobs, drawn):
+            pngs = [p for p in paths if p.suffix == ".png"]
+            if pngs:
+                self.drawn.setdefault(key, []).append((fig, pngs[0]))
+            files.append([p.relative_to(self.staging.root).as_posix() for p in paths])
+        return files
 
 
 def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
@@ -118,19 +126,22 @@ def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
         with progress_bar(progress) as bar:
             task = bar.add_task("writing outputs", total=max(total, 1))
             writer = _Writer(staging, lambda: bar.advance(task))
+            jobs = [(name, fig) for name in results for fig in figures[name]]
+            jobs += [(f"run:{section}", fig) for section, fig in run.figures]
+            jobs += [(f"section:{s.id}", fig) for s in run.sections for fig in s.figures if isinstance(fig, Figure)]
+            drawn = iter(writer.figures(jobs))
             entries = {}
             for name, result in results.items():
                 files = {"tables": [writer.table(stem, frame) for stem, frame in tables[name].items()],
-                         "figures": [], "arrays": writer.arrays(name, arrays[name])}
+                         "figures": [f for _ in figures[name] for f in next(drawn)],
+                         "arrays": writer.arrays(name, arrays[name])}
                 files["tables"].append(writer.json(f"tables/{name}.json", result.to_json()))
-                for fig in figures[name]:
-                    files["figures"] += writer.figure(name, fig)
                 entries[name] = {"summary": result.to_json(), "files": files}
             run_files: dict[str, list[str]] = {"tables": [writer.table(s, f) for s, f in run.tables.items()],
-                                               "figures": []}
-            for section, fig in run.figures:
-                run_files["figures"] += writer.figure(f"run:{section}", fig)
-            sections = [writer.section(s, run_files) for s in run.sections]
+                                               "figures": [f for _ in run.figures for f in next(drawn)]}
+            run_files["figures"] += [f for s in run.sections for fig in s.figures if isinstance(fig, Figure)
+                                     for f in next(drawn)]
+            sections = [writer.section(s) for s in run.sections]
         doc = {"vitscope_version": __version__, "command": run.command, "config": run.config, "models": run.models,
                "data": run.data}
         if run.num_images is not None:
