@@ -93,3 +93,16 @@ def test_quiet_when_not_a_terminal(tiny, capsys):
     vitscope.run(tiny, "skimage", [AttentionStats()], limit=2, batch_size=2)
     captured = capsys.readouterr()
     assert captured.out == "" and "vitscope" not in captured.err
+
+
+def test_shards_take_every_kth_batch_and_together_every_image_once() -> None:
+    import numpy as np
+
+    from vitscope.data.memory import InMemoryImages
+    from vitscope.engine.batches import iter_batches
+
+    source = InMemoryImages([np.zeros((8, 8, 3), dtype=np.uint8)] * 10)
+    ranks = [[b.indices for _, b in iter_batches(source, 3, shard=(r, 2))] for r in range(2)]
+    assert ranks == [[[0, 1, 2], [6, 7, 8]], [[3, 4, 5], [9]]]  # batch b -> rank b mod 2, uneven shards
+    resumed = [b.indices for _, b in iter_batches(source, 3, start=6, shard=(1, 2))]
+    assert resumed == [[9]]  # a resumed rank continues with its own batches

@@ -19,18 +19,28 @@ def parse_analyses(names: str | None, spec, targets: frozenset[str] | None = Non
 
 
 def analyze(options: Mapping[str, Any], progress: bool | None = None,
-            log: Callable[[str], None] | None = None) -> Path:
+            log: Callable[[str], None] | None = None) -> Path | None:
     """``vitscope analyze``: :func:`vitscope.workflows.analyze.analyze` with the resolved options.
 
     Returns:
-        The path of results.json.
+        The path of results.json (None on the ranks other than 0 of a ``torchrun`` launch: rank 0 writes).
     """
+    from vitscope.engine.distributed import in_torchrun, is_main_process, leave
     from vitscope.workflows.analyze import analyze as analyze_data
 
+    distributed = in_torchrun()  # started by torchrun: this process does its share, rank 0 writes and speaks
+    main = not distributed or is_main_process()
+    if not main:
+        log, progress = None, False
     out = Path(options["out"])
-    analyze_data(options["model"], options["data"], options.get("analyses"), out=out, params=options.get("params"),
-                 batch_size=options["batch_size"], device=options.get("device"), dtype=options.get("dtype"),
-                 limit=options.get("limit"), strict=bool(options.get("strict")), resume=options.get("resume", True),
-                 checkpoint_seconds=float(options.get("checkpoint_seconds", 60.0)), progress=progress, log=log,
-                 config=options)
-    return out / "results.json"
+    try:
+        analyze_data(options["model"], options["data"], options.get("analyses"), out=out,
+                     params=options.get("params"), batch_size=options["batch_size"], device=options.get("device"),
+                     dtype=options.get("dtype"), limit=options.get("limit"), strict=bool(options.get("strict")),
+                     resume=options.get("resume", True),
+                     checkpoint_seconds=float(options.get("checkpoint_seconds", 60.0)), progress=progress, log=log,
+                     config=options, distributed=distributed)
+    finally:
+        if distributed:
+            leave()
+    return out / "results.json" if main else None

@@ -109,6 +109,8 @@ def analyze(
              "checkpoint_seconds": checkpoint_seconds}
     options = _resolve(ANALYZE_OPTIONS, given, config)
     path = run_analyze(options, log=_stderr)
+    if path is None:  # a rank other than 0 of a torchrun launch: rank 0 writes and reports
+        return
     doc = json.loads(path.read_text())
     typer.echo(f"{doc['num_images']} images, {len(doc['analyses'])} analyses -> {path}")
     typer.echo(f"report: {path.parent / 'report.html'}")

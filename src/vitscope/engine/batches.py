@@ -82,7 +82,7 @@ def _load(source: Source, indices: range, strict: bool, log: SkipLog, regions: b
 
 def iter_batches(source: Source, batch_size: int, limit: int | None = None, start: int = 0, strict: bool = False,
                  log: SkipLog | None = None, regions: bool = False,
-                 preprocess: Callable[[list[Any]], torch.Tensor] | None = None
+                 preprocess: Callable[[list[Any]], torch.Tensor] | None = None, shard: tuple[int, int] = (0, 1)
                  ) -> Iterator[tuple[int, LoadedBatch | None]]:
     """Yield ``(end_position, batch)`` over positions ``start .. n``; decoding runs one batch ahead.
 
@@ -95,12 +95,15 @@ def iter_batches(source: Source, batch_size: int, limit: int | None = None, star
         log: where skipped images are noted (one warning each).
         regions: add ``targets["regions"]`` (the source's region masks and labels) to every image.
         preprocess: images -> pixels, run in the loading thread too (None: leave it to the caller).
+        shard: ``(rank, world)``: read only batches ``b`` (numbered from position 0) with ``b % world == rank``.
 
     A batch whose every image was unreadable is yielded as None so callers can still count progress.
     """
     log = log if log is not None else SkipLog()
     n = len(source) if limit is None else min(limit, len(source))
-    ranges = [range(s, min(s + batch_size, n)) for s in range(start, n, batch_size)]
+    rank, world = shard
+    ranges = [range(s, min(s + batch_size, n)) for s in range(start, n, batch_size)
+              if (s // batch_size) % world == rank]
     if not ranges:
         return
     with ThreadPoolExecutor(max_workers=1) as pool:

@@ -23,6 +23,7 @@ from vitscope.analyses.batch import ModelRunner, SharedQuantities, union_plan
 from vitscope.data.open import as_source
 from vitscope.data.source import Source
 from vitscope.engine.batches import LoadedBatch, SkipLog, iter_batches
+from vitscope.engine.distributed import gather_lists, shard_for, sum_over_ranks
 from vitscope.engine.memory import limit_fragmentation
 from vitscope.engine.settings import progress_bar, resolve_device, resolve_dtype
 from vitscope.engine.state import Checkpoint, interrupt_guard, run_checkpoint
@@ -182,6 +183,7 @@ def run(
     checkpoint: Checkpoint | None = None,
     resume: str | Path | None = None,
     view: Any = None,
+    distributed: bool = False,
 ) -> Results:
     """Make one pass over ``data`` and feed every batch to every analysis.
 
@@ -205,6 +207,11 @@ def run(
             arguments continues where an interrupted one stopped; anything else starts over.
         view: how images become model inputs (:mod:`vitscope.features.views`); None: the model's own
             preprocessing. Views group images by frame size, and tiled views stitch tiles into dense grids.
+        distributed: share the pass with the other processes of the ``torch.distributed`` group (joined from
+            ``torchrun``'s environment when not yet initialised): batch ``b`` goes to rank ``b mod K``, every
+            analysis's state is merged over the ranks at the end, and every rank returns the results of the
+            whole pass. Off by default, so one rank of your own DDP job can call ``run`` alone. The progress
+            bar shows on rank 0; a checkpoint is kept per rank (keyed by rank and process count).
 
     Returns:
         :class:`Results` mapping each analysis's ``name`` to its Result.
@@ -221,6 +228,11 @@ def run(
     source: Source = as_source(data, strict=bool(strict))
     strict = bool(strict) if strict is not None else bool(getattr(source, "strict", False))
     dev = resolve_device(device)
+    shard = shard_for(distributed, dev.type)
+    if shard.world > 1:
+        if dev.type == "cuda":
+            dev = torch.device("cuda", shard.local_rank)  # one GPU per process
+        progress = progress if shard.rank == 0 else False
     amp = resolve_dtype(dtype)
     backbone.to(dev).eval()
     hooks = required_hook_names(backbone, analyses)
@@ -229,6 +241,8 @@ def run(
     if checkpoint is None and resume is not None:
         checkpoint = run_checkpoint(resume, backbone, described["fingerprint"], analyses, batch_size=batch_size,
                                     limit=limit, strict=strict, device=dev.type, dtype=str(dtype or "fp32"))
+    if checkpoint is not None and shard.world > 1:
+        checkpoint.for_rank(shard.rank, shard.world)
     log = SkipLog()
     start, seen = _restore(checkpoint, analyses, log)
     limit_fragmentation()  # memory stays flat in the number of images (engine/memory.py)
@@ -241,7 +255,8 @@ def run(
         task = bar.add_task(f"{backbone.spec.name}", total=total, completed=start)
         current = _Pass(backbone, rec, dev, autocast, union_plan([a.shared_quantities(backbone.spec)
                                                                  for a in analyses]), workspace, view)
-        for end, loaded in iter_batches(source, batch_size, limit, start, strict, log, regions, preprocess):
+        for end, loaded in iter_batches(source, batch_size, limit, start, strict, log, regions, preprocess,
+                                        (shard.rank, shard.world)):
             bar.update(task, completed=end)
             if loaded is not None:
                 for record, batch in current.batches(loaded):
@@ -254,7 +269,13 @@ def run(
     if checkpoint is not None and start < total:
         checkpoint.save(analyses, total, seen, log.skipped)  # a finished pass is kept
     workspace.release()
+    resumed = checkpoint.resumed_images if checkpoint is not None else 0
+    skipped = list(log.skipped)
+    if shard.world > 1:  # every rank ends with the state of the whole pass
+        for a in analyses:
+            a.sync()
+        seen, resumed = sum_over_ranks(seen, shard), sum_over_ranks(resumed, shard)
+        skipped = sorted(gather_lists(skipped, shard), key=lambda s: s.path)
     if seen == 0:
-        raise EmptyRunError(f"no readable image among {total} files ({len(log.skipped)} skipped)")
-    return Results({a.name: _finish(a) for a in analyses}, seen, list(log.skipped), hooks, described,
-                   checkpoint.resumed_images if checkpoint is not None else 0)
+        raise EmptyRunError(f"no readable image among {total} files ({len(skipped)} skipped)")
+    return Results({a.name: _finish(a) for a in analyses}, seen, skipped, hooks, described, resumed)

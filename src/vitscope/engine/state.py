@@ -129,6 +129,21 @@ class Checkpoint:
         self.resumed_images = 0  # images the restored state already held
         self._last_save = time.monotonic()
 
+    def for_rank(self, rank: int, world: int) -> None:
+        """Keep this process's state in a file of its own, keyed by its rank and the number of processes.
+
+        A restart with the same number of processes continues rank by rank; with another number the saved
+        files do not apply (each rank read other batches), which rank 0 says before starting over.
+        """
+        stem, suffix = self.path.stem, self.path.suffix
+        others = sorted({p.name.rsplit("-of-", 1)[1].removesuffix(suffix)
+                         for p in self.path.parent.glob(f"{stem}.rank*-of-*{suffix}")} - {str(world)})
+        if others and rank == 0:
+            self.log(f"ignoring saved state of a run with {', '.join(others)} processes (this one has {world}); "
+                     "starting over")
+        self.path = self.path.with_name(f"{stem}.rank{rank}-of-{world}{suffix}")
+        self.key = {**self.key, "rank": rank, "processes": world}
+
     # ------------------------------------------------------------------ reading
 
     def restore(self, analyses: Sequence[Analysis]) -> ResumePoint | None:

@@ -11,6 +11,7 @@ from vitscope.analyses.base import Analysis
 from vitscope.analyses.params import build_analyses
 from vitscope.analyses.registry import default_analyses
 from vitscope.data.open import as_source
+from vitscope.engine.distributed import is_main_process
 from vitscope.engine.provenance import model_identity
 from vitscope.engine.run import Results, run
 from vitscope.engine.settings import resolve_device
@@ -64,7 +65,7 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
             batch_size: int = 16, device: str | None = None, dtype: str | None = None, limit: int | None = None,
             strict: bool = False, resume: bool = True, checkpoint_seconds: float = 60.0,
             progress: bool | None = None, log: Callable[[str], None] | None = None,
-            config: Mapping[str, Any] | None = None) -> Results:
+            config: Mapping[str, Any] | None = None, distributed: bool = False) -> Results:
     """Run analyses over a dataset in one pass; with ``out``, write results.json, tables, arrays, figures and
     report.html there (resumably: an interrupted call with the same arguments continues).
 
@@ -80,6 +81,8 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
         progress: progress bars on/off (default: when stderr is a terminal).
         log: receives one-line messages.
         config: the configuration recorded in results.json (default: these arguments).
+        distributed: share the pass with the other ``torch.distributed`` processes (:func:`vitscope.run`); rank 0
+            alone writes ``out``.
 
     Returns:
         The :class:`~vitscope.engine.run.Results` of the pass.
@@ -95,8 +98,8 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
                                     every_seconds=checkpoint_seconds, log=log, batch_size=batch_size, limit=limit,
                                     strict=strict, device=resolve_device(device).type, dtype=dtype or "fp32")
     results = run(backbone, source, chosen, batch_size=batch_size, device=device, dtype=dtype, limit=limit,
-                  strict=strict, progress=progress, checkpoint=checkpoint)
-    if out is not None:
+                  strict=strict, progress=progress, checkpoint=checkpoint, distributed=distributed)
+    if out is not None and (not distributed or is_main_process()):
         options = dict(config) if config is not None else {
             "model": model_id, "data": data if isinstance(data, (str, Path)) else source.name, "out": str(out),
             "batch_size": batch_size, "device": device, "dtype": dtype, "limit": limit, "strict": strict}

@@ -1,0 +1,103 @@
+"""One pass sharded over processes with ``torch.distributed`` (launched by ``torchrun``).
+
+Work is split by whole batches: batch ``b`` of the one-process order goes to rank ``b mod K``, so every batch
+(and every per-batch statistic, such as CKA's minibatches) is the batch one process would see, and every
+image is read exactly once. Each rank keeps its analyses local and merges their declared state at the end
+(:meth:`vitscope.Analysis.sync`). Gloo on CPU, NCCL on CUDA; each process pins the GPU ``LOCAL_RANK``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["Shard", "from_torchrun", "gather_lists", "in_torchrun", "is_main_process", "leave", "shard_for",
+           "sum_over_ranks"]
+
+
+@dataclass(frozen=True)
+class Shard:
+    """This process's share of a pass: batches ``b`` with ``b % world == rank``."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    def owns(self, batch_number: int) -> bool:
+        return batch_number % self.world == self.rank
+
+
+def in_torchrun() -> bool:
+    """True when this process was started by ``torchrun`` with more than one process."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ
+
+
+def is_main_process() -> bool:
+    """Rank 0 of an initialised process group, or a process on its own (it writes outputs and prints)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank() == 0
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def from_torchrun(device_type: str) -> Shard:
+    """Join the process group ``torchrun`` describes (gloo on CPU, NCCL on CUDA) unless already joined.
+
+    Raises:
+        RuntimeError: no process group and no ``torchrun`` environment to make one from.
+    """
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        raise RuntimeError("distributed=True needs torch.distributed, which this PyTorch build lacks")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if not dist.is_initialized():
+        if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
+            raise RuntimeError("distributed=True needs an initialised torch.distributed process group or the "
+                               "environment torchrun sets (start with: torchrun --nproc_per_node=K -m vitscope ...)")
+        backend = "nccl" if device_type == "cuda" else "gloo"
+        if device_type == "cuda":
+            torch.cuda.set_device(local_rank)
+        dist.init_process_group(backend=backend)
+    return Shard(dist.get_rank(), dist.get_world_size(), local_rank)
+
+
+def leave() -> None:
+    """Leave the process group, if this process joined one (before it exits)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def shard_for(distributed: bool, device_type: str) -> Shard:
+    """The shard of this process: the whole pass alone, or its share of the process group."""
+    return from_torchrun(device_type) if distributed else Shard()
+
+
+def sum_over_ranks(value: int, shard: Shard) -> int:
+    """``value`` summed over every rank (``value`` itself alone)."""
+    if shard.world == 1:
+        return value
+    import torch.distributed as dist
+
+    device = torch.device("cuda", shard.local_rank) if dist.get_backend() == "nccl" else torch.device("cpu")
+    total = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.all_reduce(total)
+    return int(total.item())
+
+
+def gather_lists(items: Sequence[Any], shard: Shard) -> list[Any]:
+    """Every rank's ``items`` (small, picklable) concatenated in rank order."""
+    if shard.world == 1:
+        return list(items)
+    import torch.distributed as dist
+
+    parts: list[Any] = [None] * shard.world
+    dist.all_gather_object(parts, list(items))
+    return [item for part in parts for item in part]

@@ -1,0 +1,85 @@
+"""A real ``torchrun`` of two gloo processes gives the numbers of one process, and one results.json.
+
+Batch ``b`` goes to rank ``b mod 2`` (20 images in batches of 4: ranks read 3 and 2 batches), each rank merges
+the declared state of every analysis at the end, and rank 0 alone writes. Every number of results.json must
+equal the one-process run within 1e-6 (the golden comparison), counts and indices exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from golden.compare import differences, normalise
+from helpers.cli import ENV, cli
+from vitscope.data.synthetic.write import synthesize
+
+ANALYSES = "attention,representation,probes,interrelation,masking"
+
+
+@pytest.fixture(scope="module")
+def coco(tmp_path_factory):
+    root = synthesize(tmp_path_factory.mktemp("coco"), "coco", n=20, size=64, seed=5)
+    broken = sorted((root / "val2017").iterdir())[6]  # batch 1: rank 1 meets it
+    broken.write_bytes(b"not an image")
+    return root, broken
+
+
+def _torchrun(*args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone",
+               "-m", "vitscope", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=300)
+
+
+def test_two_processes_give_the_numbers_of_one(coco, tmp_path) -> None:
+    root, broken = coco
+    common = ["analyze", "-m", "tiny-vit-sup", "-d", f"{root}::coco", "-a", ANALYSES, "-b", "4", "--device", "cpu"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    proc = cli(*common, "-o", str(one), "--no-resume")
+    assert proc.returncode == 0, proc.stderr
+    proc = _torchrun(*common, "-o", str(two), "--no-resume")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("report:") == 1  # rank 0 reports; rank 1 prints nothing
+    a, b = (json.loads((d / "results.json").read_text()) for d in (one, two))
+    assert a["num_images"] == b["num_images"] == 19
+    assert [s["path"] for s in b["skipped"]] == [str(broken)]  # reported once, by the rank that met it
+    found = differences(normalise(a, [(one, "<OUT>")]), normalise(b, [(two, "<OUT>")]))
+    assert not found, "\n".join(found)
+    assert not any(p.name.startswith(".") and p.name != ".vitscope-manifest.json" for p in two.iterdir())
+
+
+def test_the_library_refuses_distributed_without_a_process_group() -> None:
+    import vitscope
+
+    if "WORLD_SIZE" in os.environ:
+        pytest.skip("running under torchrun")
+    backbone = vitscope.load_model("tiny-vit")
+    with pytest.raises(RuntimeError, match="torchrun"):
+        vitscope.run(backbone, "skimage", [], distributed=True)
+
+
+def test_a_killed_two_process_run_resumes_rank_by_rank(coco, tmp_path) -> None:
+    root, _ = coco
+    common = ["analyze", "-m", "tiny-vit-sup", "-d", f"{root}::coco", "-a", "attention_distance,cka,knn_probe",
+              "-b", "4", "--device", "cpu"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert cli(*common, "-o", str(one), "--no-resume").returncode == 0
+    stop = {**ENV, "VITSCOPE_STOP_AFTER_BATCHES": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", "-m", "vitscope",
+               *common, "-o", str(two)]
+    killed = subprocess.run(command, capture_output=True, text=True, env=stop, timeout=300)
+    assert killed.returncode != 0 and "state saved" in killed.stderr, killed.stderr
+    state = sorted(p.name for p in (two / ".vitscope-state").iterdir())
+    assert state == ["tiny-vit-sup.rank0-of-2.pt", "tiny-vit-sup.rank1-of-2.pt"]
+    proc = _torchrun(*common, "-o", str(two))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stderr.count("resuming from saved state: 4 images already done") == 1  # rank 0 speaks
+    a, b = (json.loads((d / "results.json").read_text()) for d in (one, two))
+    assert b["run"]["resumed_images"] == 4 + 3  # a batch on each rank (rank 1's holds the unreadable file)
+    found = differences(normalise(a, [(one, "<OUT>")]), normalise(b, [(two, "<OUT>")]))
+    assert found == ["$.config.resume: expected False, got True"], "\n".join(found)
+    assert not (two / ".vitscope-state").exists()
