@@ -83,3 +83,16 @@ def test_a_killed_two_process_run_resumes_rank_by_rank(coco, tmp_path) -> None:
     found = differences(normalise(a, [(one, "<OUT>")]), normalise(b, [(two, "<OUT>")]))
     assert found == ["$.config.resume: expected False, got True"], "\n".join(found)
     assert not (two / ".vitscope-state").exists()
+
+
+def test_compare_over_two_processes_gives_the_numbers_of_one(coco, tmp_path) -> None:
+    root, _ = coco
+    common = ["compare", "--models", "tiny-vit-sup,tiny-resnet-sup", "-d", f"{root}::coco", "-b", "4", "--device",
+              "cpu", "--no-resume"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert cli(*common, "-o", str(one)).returncode == 0
+    proc = _torchrun(*common, "-o", str(two))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    a, b = (json.loads((d / "results.json").read_text()) for d in (one, two))
+    found = differences(normalise(a, [(one, "<OUT>")]), normalise(b, [(two, "<OUT>")]))
+    assert not found, "\n".join(found)

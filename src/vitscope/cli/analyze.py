@@ -25,22 +25,15 @@ def analyze(options: Mapping[str, Any], progress: bool | None = None,
     Returns:
         The path of results.json (None on the ranks other than 0 of a ``torchrun`` launch: rank 0 writes).
     """
-    from vitscope.engine.distributed import in_torchrun, is_main_process, leave
+    from vitscope.cli.launch import role
     from vitscope.workflows.analyze import analyze as analyze_data
 
-    distributed = in_torchrun()  # started by torchrun: this process does its share, rank 0 writes and speaks
-    main = not distributed or is_main_process()
-    if not main:
-        log, progress = None, False
     out = Path(options["out"])
-    try:
+    with role(log, progress) as me:  # under torchrun: this process's share; rank 0 writes and speaks
         analyze_data(options["model"], options["data"], options.get("analyses"), out=out,
                      params=options.get("params"), batch_size=options["batch_size"], device=options.get("device"),
                      dtype=options.get("dtype"), limit=options.get("limit"), strict=bool(options.get("strict")),
                      resume=options.get("resume", True),
-                     checkpoint_seconds=float(options.get("checkpoint_seconds", 60.0)), progress=progress, log=log,
-                     config=options, distributed=distributed)
-    finally:
-        if distributed:
-            leave()
-    return out / "results.json" if main else None
+                     checkpoint_seconds=float(options.get("checkpoint_seconds", 60.0)), progress=me.progress,
+                     log=me.log, config=options, distributed=me.distributed)
+    return out / "results.json" if me.main else None

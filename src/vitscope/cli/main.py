@@ -142,6 +142,8 @@ def compare(
     given = {"models": models, "data": data, "out": out, "limit": limit, "batch_size": batch_size, "device": device,
              "dtype": dtype, "strict": strict, "resume": resume, "checkpoint_seconds": checkpoint_seconds}
     path = run_compare_command(_resolve(COMPARE_OPTIONS, given, config), log=_stderr)
+    if path is None:  # a rank other than 0 of a torchrun launch
+        return
     doc = json.loads(path.read_text())
     typer.echo(f"{len(doc['models'])} models, {doc['num_images']} images -> {path}")
     typer.echo(f"report: {path.parent / 'report.html'}")

@@ -11,6 +11,7 @@ from vitscope.compare import ModelRun, compare_analyses, compare_runs
 from vitscope.compare.outputs import comparison_sections
 from vitscope.compare.result import ComparisonResult
 from vitscope.data.open import as_source
+from vitscope.engine.distributed import is_main_process
 from vitscope.engine.provenance import model_identity
 from vitscope.engine.run import run
 from vitscope.engine.settings import resolve_device
@@ -23,13 +24,14 @@ __all__ = ["compare", "compare_models"]
 
 
 def compare_models(options: Mapping[str, Any], progress: bool | None = None,
-                   log: Callable[[str], None] | None = None) -> RunResult:
+                   log: Callable[[str], None] | None = None, distributed: bool = False) -> RunResult:
     """Run each model once (resumably, state in ``options["out"]``) and compare them; returns what to write.
 
     Args:
         options: resolved options (:data:`vitscope.workflows.options.COMPARE_OPTIONS`).
         progress: force the progress bars on/off.
         log: receives one-line messages.
+        distributed: share each model's pass with the other ``torch.distributed`` processes.
 
     Raises:
         ValueError: fewer than two models, or a model listed twice.
@@ -54,7 +56,7 @@ def compare_models(options: Mapping[str, Any], progress: bool | None = None,
             device=resolve_device(options.get("device")).type, dtype=options.get("dtype") or "fp32")
         results = run(backbone, source, analyses, batch_size=options["batch_size"], device=options.get("device"),
                       dtype=options.get("dtype"), limit=options.get("limit"), strict=bool(options.get("strict")),
-                      progress=progress, checkpoint=checkpoint)
+                      progress=progress, checkpoint=checkpoint, distributed=distributed)
         runs.append(ModelRun(model_id, backbone.spec, dict(results.items())))
         identities.append(model_identity(model_id, backbone))
         counts[model_id] = results.num_images
@@ -71,9 +73,15 @@ def compare_models(options: Mapping[str, Any], progress: bool | None = None,
 
 
 def compare(options: Mapping[str, Any], progress: bool | None = None,
-            log: Callable[[str], None] | None = None) -> Path:
-    """:func:`compare_models`, written by :func:`vitscope.outputs.write_run`; returns results.json's path."""
-    result = compare_models(options, progress, log)
+            log: Callable[[str], None] | None = None, distributed: bool = False) -> Path:
+    """:func:`compare_models`, written by :func:`vitscope.outputs.write_run`; returns results.json's path.
+
+    With ``distributed``, every process shares the passes and rank 0 alone writes.
+    """
+    result = compare_models(options, progress, log, distributed)
+    path = Path(options["out"]) / "results.json"
+    if distributed and not is_main_process():
+        return path
     path = write_run(options["out"], result, progress=progress)
     clear_state(Path(options["out"]))
     return path
