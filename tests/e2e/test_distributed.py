@@ -1,6 +1,6 @@
 """A real ``torchrun`` of two gloo processes gives the numbers of one process, and one results.json.
 
-Batch ``b`` goes to rank ``b mod 2`` (20 images in batches of 4: ranks read 3 and 2 batches), each rank merges
+Batch ``b`` goes to rank ``b mod 2`` (12 images in batches of 4: ranks read 2 batches and 1), each rank merges
 the declared state of every analysis at the end, and rank 0 alone writes. Every number of results.json must
 equal the one-process run within 1e-6 (the golden comparison), counts and indices exactly.
 """
@@ -23,7 +23,7 @@ ANALYSES = "attention,representation,probes,interrelation,masking"
 
 @pytest.fixture(scope="module")
 def coco(tmp_path_factory):
-    root = synthesize(tmp_path_factory.mktemp("coco"), "coco", n=20, size=64, seed=5)
+    root = synthesize(tmp_path_factory.mktemp("coco"), "coco", n=12, size=64, seed=5)
     broken = sorted((root / "val2017").iterdir())[6]  # batch 1: rank 1 meets it
     broken.write_bytes(b"not an image")
     return root, broken
@@ -45,7 +45,7 @@ def test_two_processes_give_the_numbers_of_one(coco, tmp_path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("report:") == 1  # rank 0 reports; rank 1 prints nothing
     a, b = (json.loads((d / "results.json").read_text()) for d in (one, two))
-    assert a["num_images"] == b["num_images"] == 19
+    assert a["num_images"] == b["num_images"] == 11
     assert [s["path"] for s in b["skipped"]] == [str(broken)]  # reported once, by the rank that met it
     found = differences(normalise(a, [(one, "<OUT>")]), normalise(b, [(two, "<OUT>")]))
     assert not found, "\n".join(found)
@@ -96,3 +96,18 @@ def test_compare_over_two_processes_gives_the_numbers_of_one(coco, tmp_path) -> 
     a, b = (json.loads((d / "results.json").read_text()) for d in (one, two))
     found = differences(normalise(a, [(one, "<OUT>")]), normalise(b, [(two, "<OUT>")]))
     assert not found, "\n".join(found)
+
+
+def test_a_failing_process_stops_every_process_with_one_line_each(coco, tmp_path) -> None:
+    root, broken = coco
+    proc = _torchrun("analyze", "-m", "tiny-vit-sup", "-d", f"{root}::coco", "-a", "attention_distance", "-b", "4",
+                     "--device", "cpu", "--strict", "--no-resume", "-o", str(tmp_path / "o"))
+    assert proc.returncode != 0
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    cause = f"error: cannot read {broken}: cannot identify image file"
+    # rank 0 says why it stops too (in either order), unless torchrun ended it first; no traceback from either
+    others = [line for line in ours if line != cause]
+    assert cause in ours and len(ours) <= 2, proc.stderr
+    assert all("another process of this run stopped" in line for line in others), proc.stderr
+    agent = proc.stderr.find("torch/distributed/elastic")  # torchrun's own report of the failed process
+    assert "Traceback" not in proc.stderr[:agent], proc.stderr

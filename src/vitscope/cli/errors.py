@@ -12,12 +12,13 @@ import typer
 
 def _expected_errors() -> tuple[type[BaseException], ...]:
     from vitscope.data.images import EmptyDatasetError, ImageLoadError
+    from vitscope.engine.distributed import PeerFailedError
     from vitscope.engine.run import EmptyRunError
     from vitscope.hooks.names import UnknownHookError
     from vitscope.models.errors import ModelLoadError
 
-    return (ModelLoadError, EmptyDatasetError, ImageLoadError, EmptyRunError, UnknownHookError, ValueError,
-            TypeError, FileNotFoundError, PermissionError)
+    return (ModelLoadError, EmptyDatasetError, ImageLoadError, EmptyRunError, UnknownHookError, PeerFailedError,
+            ValueError, TypeError, FileNotFoundError, PermissionError)
 
 
 def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:

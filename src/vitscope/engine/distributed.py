@@ -9,14 +9,19 @@ image is read exactly once. Each rank keeps its analyses local and merges their 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-__all__ = ["Shard", "from_torchrun", "gather_lists", "in_torchrun", "is_main_process", "leave", "shard_for",
-           "sum_over_ranks"]
+__all__ = ["PeerFailedError", "Shard", "collectives", "from_torchrun", "gather_lists", "in_torchrun",
+           "is_main_process", "leave", "shard_for", "sum_over_ranks"]
+
+
+class PeerFailedError(RuntimeError):
+    """Another process of the run stopped (its own error is printed by that process)."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,19 @@ def from_torchrun(device_type: str) -> Shard:
             torch.cuda.set_device(local_rank)
         dist.init_process_group(backend=backend)
     return Shard(dist.get_rank(), dist.get_world_size(), local_rank)
+
+
+@contextmanager
+def collectives(shard: Shard) -> Iterator[None]:
+    """Run the end-of-pass collectives; a peer that crashed becomes one clear :class:`PeerFailedError`."""
+    try:
+        yield
+    except RuntimeError as err:  # gloo and NCCL report a dead peer as RuntimeError (DistBackendError)
+        if shard.world == 1 or isinstance(err, PeerFailedError):
+            raise
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise PeerFailedError(f"another process of this run stopped before the end of the pass (its error is "
+                              f"above); process {shard.rank} of {shard.world} stops too ({first[:160]})") from err
 
 
 def leave() -> None:

@@ -23,7 +23,7 @@ from vitscope.analyses.batch import ModelRunner, SharedQuantities, union_plan
 from vitscope.data.open import as_source
 from vitscope.data.source import Source
 from vitscope.engine.batches import LoadedBatch, SkipLog, iter_batches
-from vitscope.engine.distributed import gather_lists, shard_for, sum_over_ranks
+from vitscope.engine.distributed import collectives, gather_lists, shard_for, sum_over_ranks
 from vitscope.engine.memory import limit_fragmentation
 from vitscope.engine.settings import progress_bar, resolve_device, resolve_dtype
 from vitscope.engine.state import Checkpoint, interrupt_guard, run_checkpoint
@@ -272,10 +272,11 @@ def run(
     resumed = checkpoint.resumed_images if checkpoint is not None else 0
     skipped = list(log.skipped)
     if shard.world > 1:  # every rank ends with the state of the whole pass
-        for a in analyses:
-            a.sync()
-        seen, resumed = sum_over_ranks(seen, shard), sum_over_ranks(resumed, shard)
-        skipped = sorted(gather_lists(skipped, shard), key=lambda s: s.path)
+        with collectives(shard):
+            for a in analyses:
+                a.sync()
+            seen, resumed = sum_over_ranks(seen, shard), sum_over_ranks(resumed, shard)
+            skipped = sorted(gather_lists(skipped, shard), key=lambda s: s.path)
     if seen == 0:
         raise EmptyRunError(f"no readable image among {total} files ({len(skipped)} skipped)")
     return Results({a.name: _finish(a) for a in analyses}, seen, skipped, hooks, described, resumed)
