@@ -28,15 +28,14 @@ from _datasets import SyntheticImages, cpu_model
 ANALYSES = "attention,representation"
 
 
-def _pass(model_dir: str, images: int, out: str, batch_size: int) -> None:
+def _pass(model_dir: str, images: int, out: str, batch_size: int, device: str) -> None:
     """The measured work: one pass; rank 0 (or the lone process) writes the time and the summaries."""
     import torch.distributed as dist
+    import transformers
 
     import vitscope
     from vitscope.engine.distributed import in_torchrun, is_main_process, leave
     from vitscope.workflows.analyze import choose_analyses
-
-    import transformers
 
     transformers.logging.set_verbosity_error()  # random weights: the "newly initialised" notes are expected
     distributed = in_torchrun()
@@ -46,11 +45,15 @@ def _pass(model_dir: str, images: int, out: str, batch_size: int) -> None:
     if distributed:
         from vitscope.engine.distributed import from_torchrun
 
-        from_torchrun("cpu")
+        from_torchrun(device)
         dist.barrier()  # every rank has loaded the model: time the pass alone
     start = time.perf_counter()
-    results = vitscope.run(backbone, source, analyses, batch_size=batch_size, device="cpu", progress=False,
+    results = vitscope.run(backbone, source, analyses, batch_size=batch_size, device=device, progress=False,
                            distributed=distributed)
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     if is_main_process():
         summaries = {name: result.to_json() for name, result in results.items()}
@@ -60,10 +63,10 @@ def _pass(model_dir: str, images: int, out: str, batch_size: int) -> None:
         leave()
 
 
-def _launch(processes: int, model_dir: str, images: int, out: Path, batch_size: int) -> dict:
+def _launch(processes: int, model_dir: str, images: int, out: Path, batch_size: int, device: str) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     inner = [__file__, "--inner", model_dir, "--images", str(images), "--out", str(out), "--batch-size",
-             str(batch_size)]
+             str(batch_size), "--device", device]
     if processes == 1:
         command = [sys.executable, *inner]
     else:
@@ -87,11 +90,12 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=2, help="alternating 1- and 2-process runs of each")
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (both processes share the one GPU)")
     parser.add_argument("--inner", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner:
-        _pass(args.inner, args.images, args.out, args.batch_size)
+        _pass(args.inner, args.images, args.out, args.batch_size, args.device)
         return
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -103,13 +107,19 @@ def main() -> None:
         docs = {}
         for r in range(args.rounds):
             for processes in (1, 2):
-                doc = _launch(processes, model, args.images, Path(tmp) / f"{processes}-{r}.json", args.batch_size)
+                doc = _launch(processes, model, args.images, Path(tmp) / f"{processes}-{r}.json", args.batch_size,
+                              args.device)
                 times[processes].append(doc["seconds"])
                 docs[processes] = doc
                 print(f"round {r + 1}: {processes} process(es), pass {doc['seconds']:.1f} s", flush=True)
     moved = differences(docs[1]["summaries"], docs[2]["summaries"])
     ratios = sorted(a / b for a, b in zip(times[1], times[2]))
-    print(f"\n{cpu_model()}, {os.cpu_count()} CPUs; {args.images} images, batch {args.batch_size}, {ANALYSES}; "
+    where = f"{cpu_model()}, {os.cpu_count()} CPUs"
+    if args.device == "cuda":
+        import torch
+
+        where += f", {torch.cuda.get_device_name(0)}"
+    print(f"\n{where}; {args.images} images, batch {args.batch_size}, {ANALYSES}; device {args.device}; "
           "one intra-op thread per process")
     print(f"pass 1 process / 2 processes: {', '.join(f'{x:.2f}' for x in ratios)} "
           f"(min {ratios[0]:.2f}, max {ratios[-1]:.2f})")

@@ -3,7 +3,8 @@
 Work is split by whole batches: batch ``b`` of the one-process order goes to rank ``b mod K``, so every batch
 (and every per-batch statistic, such as CKA's minibatches) is the batch one process would see, and every
 image is read exactly once. Each rank keeps its analyses local and merges their declared state at the end
-(:meth:`vitscope.Analysis.sync`). Gloo on CPU, NCCL on CUDA; each process pins the GPU ``LOCAL_RANK``.
+(:meth:`vitscope.Analysis.sync`). Gloo on CPU, NCCL on CUDA; each process pins the GPU ``LOCAL_RANK`` (with more
+processes than GPUs they share them, over gloo).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Shard:
     rank: int = 0
     world: int = 1
     local_rank: int = 0
+    gpu: int = 0  # the CUDA device of this process (processes share GPUs when there are more processes)
 
     def owns(self, batch_number: int) -> bool:
         return batch_number % self.world == self.rank
@@ -61,15 +63,18 @@ def from_torchrun(device_type: str) -> Shard:
     if not dist.is_available():
         raise RuntimeError("distributed=True needs torch.distributed, which this PyTorch build lacks")
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    gpus = torch.cuda.device_count() if device_type == "cuda" else 0
+    gpu = local_rank % gpus if gpus else 0
     if not dist.is_initialized():
         if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
             raise RuntimeError("distributed=True needs an initialised torch.distributed process group or the "
                                "environment torchrun sets (start with: torchrun --nproc_per_node=K -m vitscope ...)")
-        backend = "nccl" if device_type == "cuda" else "gloo"
-        if device_type == "cuda":
-            torch.cuda.set_device(local_rank)
-        dist.init_process_group(backend=backend)
-    return Shard(dist.get_rank(), dist.get_world_size(), local_rank)
+        # NCCL needs a GPU of its own per process; more processes than GPUs share them over gloo
+        own_gpu = gpus > 0 and int(os.environ.get("LOCAL_WORLD_SIZE", "1")) <= gpus
+        if gpus:
+            torch.cuda.set_device(gpu)
+        dist.init_process_group(backend="nccl" if own_gpu else "gloo")
+    return Shard(dist.get_rank(), dist.get_world_size(), local_rank, gpu)
 
 
 @contextmanager
@@ -104,7 +109,7 @@ def sum_over_ranks(value: int, shard: Shard) -> int:
         return value
     import torch.distributed as dist
 
-    device = torch.device("cuda", shard.local_rank) if dist.get_backend() == "nccl" else torch.device("cpu")
+    device = torch.device("cuda", shard.gpu) if dist.get_backend() == "nccl" else torch.device("cpu")
     total = torch.tensor([value], dtype=torch.int64, device=device)
     dist.all_reduce(total)
     return int(total.item())

@@ -231,7 +231,7 @@ def run(
     shard = shard_for(distributed, dev.type)
     if shard.world > 1:
         if dev.type == "cuda":
-            dev = torch.device("cuda", shard.local_rank)  # one GPU per process
+            dev = torch.device("cuda", shard.gpu)  # one GPU per process (shared when there are fewer)
         progress = progress if shard.rank == 0 else False
     amp = resolve_dtype(dtype)
     backbone.to(dev).eval()
