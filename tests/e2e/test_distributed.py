@@ -111,3 +111,10 @@ def test_a_failing_process_stops_every_process_with_one_line_each(coco, tmp_path
     assert all("another process of this run stopped" in line for line in others), proc.stderr
     agent = proc.stderr.find("torch/distributed/elastic")  # torchrun's own report of the failed process
     assert "Traceback" not in proc.stderr[:agent], proc.stderr
+
+
+def test_commands_that_run_as_one_process_refuse_torchrun(tmp_path) -> None:
+    torchrun = {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"}
+    proc = cli("probe", "--model", "tiny-vit", "-d", "skimage", "-o", str(tmp_path / "p"), env=torchrun)
+    assert proc.returncode == 2 and "under torchrun only analyze and compare" in proc.stderr, proc.stderr
+    assert not (tmp_path / "p").exists()

@@ -31,10 +31,22 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+#: commands that share their work over the processes torchrun starts (the others run as one process)
+DISTRIBUTED_COMMANDS = frozenset({"analyze", "compare"})
+
+
 @app.callback()
-def main_options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+def main_options(ctx: typer.Context,
+                 version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                               help="Print the version and exit.")) -> None:
     """Put vision transformers under a microscope."""
+    from vitscope.engine.distributed import in_torchrun
+
+    if in_torchrun() and ctx.invoked_subcommand not in DISTRIBUTED_COMMANDS:
+        # several processes would each run the whole command and write the same files
+        _stderr(f"error: 'vitscope {ctx.invoked_subcommand}' runs as one process; under torchrun only "
+                f"{' and '.join(sorted(DISTRIBUTED_COMMANDS))} share their work (start it without torchrun)")
+        raise typer.Exit(2)
 
 
 @app.command()

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import torch
+# torch is imported where it is used: the command line asks in_torchrun() before any command imports it
 
 __all__ = ["PeerFailedError", "Shard", "collectives", "from_torchrun", "gather_lists", "in_torchrun",
            "is_main_process", "leave", "shard_for", "sum_over_ranks"]
@@ -58,6 +58,7 @@ def from_torchrun(device_type: str) -> Shard:
     Raises:
         RuntimeError: no process group and no ``torchrun`` environment to make one from.
     """
+    import torch
     import torch.distributed as dist
 
     if not dist.is_available():
@@ -107,6 +108,7 @@ def sum_over_ranks(value: int, shard: Shard) -> int:
     """``value`` summed over every rank (``value`` itself alone)."""
     if shard.world == 1:
         return value
+    import torch
     import torch.distributed as dist
 
     device = torch.device("cuda", shard.gpu) if dist.get_backend() == "nccl" else torch.device("cpu")
