@@ -1,8 +1,8 @@
 """A real ``torchrun`` of two gloo processes gives the numbers of one process, and one results.json.
 
-Batch ``b`` goes to rank ``b mod 2`` (12 images in batches of 4: ranks read 2 batches and 1), each rank merges
-the declared state of every analysis at the end, and rank 0 alone writes. Every number of results.json must
-equal the one-process run within 1e-6 (the golden comparison), counts and indices exactly.
+Batch ``b`` goes to rank ``b mod 2``, each rank merges the declared state of every analysis at the end, and
+rank 0 alone writes. Every number of results.json must equal the one-process run (or the committed golden
+fixture) within 1e-6, counts and indices exactly.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ import pytest
 from golden.compare import differences, normalise
 from helpers.cli import ENV, cli
 from vitscope.data.synthetic.write import synthesize
-
-ANALYSES = "attention,representation,probes,interrelation,masking"
 
 
 @pytest.fixture(scope="module")
@@ -35,21 +33,21 @@ def _torchrun(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=300)
 
 
-def test_two_processes_give_the_numbers_of_one(coco, tmp_path) -> None:
-    root, broken = coco
-    common = ["analyze", "-m", "tiny-vit-sup", "-d", f"{root}::coco", "-a", ANALYSES, "-b", "4", "--device", "cpu"]
-    one, two = tmp_path / "one", tmp_path / "two"
-    proc = cli(*common, "-o", str(one), "--no-resume")
-    assert proc.returncode == 0, proc.stderr
-    proc = _torchrun(*common, "-o", str(two), "--no-resume")
+def test_two_processes_give_the_committed_numbers(tmp_path_factory, tmp_path) -> None:
+    """The golden run with every analysis group, under torchrun, against its committed fixture."""
+    from golden.execute import write_data
+    from golden.runs import RUNS, fixture, normalised
+
+    run = next(r for r in RUNS if r.name == "analyze_groups")  # 12 images in batches of 4: ranks read 2 and 1
+    roots = write_data(tmp_path_factory.mktemp("golden"), set(run.data))
+    out = tmp_path / "two"
+    proc = _torchrun(*run.args(roots, out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("report:") == 1  # rank 0 reports; rank 1 prints nothing
-    a, b = (json.loads((d / "results.json").read_text()) for d in (one, two))
-    assert a["num_images"] == b["num_images"] == 11
-    assert [s["path"] for s in b["skipped"]] == [str(broken)]  # reported once, by the rank that met it
-    found = differences(normalise(a, [(one, "<OUT>")]), normalise(b, [(two, "<OUT>")]))
+    found = differences(fixture(run.name), normalised(out, roots), allow_extra=True, rtol=run.tolerance,
+                        atol=run.tolerance)
     assert not found, "\n".join(found)
-    assert not any(p.name.startswith(".") and p.name != ".vitscope-manifest.json" for p in two.iterdir())
+    assert not any(p.name.startswith(".") and p.name != ".vitscope-manifest.json" for p in out.iterdir())
 
 
 def test_the_library_refuses_distributed_without_a_process_group() -> None:
@@ -63,7 +61,7 @@ def test_the_library_refuses_distributed_without_a_process_group() -> None:
 
 
 def test_a_killed_two_process_run_resumes_rank_by_rank(coco, tmp_path) -> None:
-    root, _ = coco
+    root, broken = coco
     common = ["analyze", "-m", "tiny-vit-sup", "-d", f"{root}::coco", "-a", "attention_distance,cka,knn_probe",
               "-b", "4", "--device", "cpu"]
     one, two = tmp_path / "one", tmp_path / "two"
@@ -79,6 +77,7 @@ def test_a_killed_two_process_run_resumes_rank_by_rank(coco, tmp_path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stderr.count("resuming from saved state: 4 images already done") == 1  # rank 0 speaks
     a, b = (json.loads((d / "results.json").read_text()) for d in (one, two))
+    assert [s["path"] for s in b["skipped"]] == [str(broken)]  # reported once, by the rank that met it
     assert b["run"]["resumed_images"] == 4 + 3  # a batch on each rank (rank 1's holds the unreadable file)
     found = differences(normalise(a, [(one, "<OUT>")]), normalise(b, [(two, "<OUT>")]))
     assert found == ["$.config.resume: expected False, got True"], "\n".join(found)
