@@ -158,3 +158,23 @@ def test_suite_and_cli_rules():
     plan = union_plan([a.shared_quantities(vit) for a in suite])  # one reduction per block serves both
     assert plan == {"attention_blocks": frozenset({"fused_mean", "entropy", "focus"})}
     assert {a.name for a in parse_analyses(None, CNN)}.isdisjoint(plain)
+
+
+def test_the_loading_thread_makes_the_ground_truth_the_update_would_make() -> None:
+    from vitscope.analyses.attention.saliency import MASK_GRID
+
+    spec = spec_2x2()
+    analysis = SaliencyIoU()
+    (key, (given, fn)), = analysis.target_transforms(spec).items()
+    masks = [gt(0, 1), gt(3)]
+    assert key == MASK_GRID and given == "masks"
+    plain = batch_of(spec, masks)
+    ready = batch_of(spec, masks)
+    ready.targets[MASK_GRID] = [fn(m) for m in masks]
+    assert torch.equal(analysis._ground_truth(plain), analysis._ground_truth(ready))
+    # the prepared grids are used when present: made-up ones change the answer
+    ready.targets[MASK_GRID] = [((2, 2), np.ones((2, 2), dtype=bool))] * 2
+    assert bool(analysis._ground_truth(ready).all())
+    # a grid that is not the batch's (another input size) falls back to the masks
+    ready.targets[MASK_GRID] = [((3, 3), np.ones((3, 3), dtype=bool))] * 2
+    assert torch.equal(analysis._ground_truth(ready), analysis._ground_truth(plain))

@@ -106,3 +106,15 @@ def test_shards_take_every_kth_batch_and_together_every_image_once() -> None:
     assert ranks == [[[0, 1, 2], [6, 7, 8]], [[3, 4, 5], [9]]]  # batch b -> rank b mod 2, uneven shards
     resumed = [b.indices for _, b in iter_batches(source, 3, start=6, shard=(1, 2))]
     assert resumed == [[9]]  # a resumed rank continues with its own batches
+
+
+def test_target_transforms_run_in_the_loader_and_skip_missing_targets() -> None:
+    import numpy as np
+
+    from vitscope.data.memory import InMemoryImages
+    from vitscope.engine.batches import iter_batches
+
+    source = InMemoryImages([np.zeros((8, 8, 3), dtype=np.uint8)] * 3, labels=[1, 2, 3])
+    transforms = {"double": ("label", lambda v: 2 * v), "none": ("masks", lambda v: v)}
+    (_, batch), = list(iter_batches(source, 4, transforms=transforms))
+    assert batch.targets["double"] == [2, 4, 6] and batch.targets["none"] == [None, None, None]

@@ -208,6 +208,12 @@ class Analysis(ABC):
         (e.g. ``{"attention_blocks": {"cls"}}``); the engine computes each once per batch for all analyses."""
         return {}
 
+    def target_transforms(self, spec: ModelSpec) -> dict[str, tuple[str, Callable[[Any], Any]]]:
+        """Per-image work on the ground truth that the engine does in its loading thread, beside decoding:
+        ``{new target: (source target, function)}``; the batch then carries ``targets[new]`` (images whose
+        source target is missing get None). Applies to the model's own preprocessing (no view)."""
+        return {}
+
     def supports(self, spec: ModelSpec) -> bool:
         """Whether this analysis can run on ``spec``: no :meth:`why_unsupported` reason, and its hooks exist."""
         return self.why_unsupported(spec) is None and self.hooks_exist(spec)

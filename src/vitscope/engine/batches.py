@@ -13,7 +13,7 @@ import torch
 from vitscope.data.images import ImageLoadError, SkippedImage, SkippedImageWarning
 from vitscope.data.source import Source
 
-__all__ = ["LoadedBatch", "SkipLog", "iter_batches"]
+__all__ = ["LoadedBatch", "SkipLog", "TargetTransforms", "iter_batches"]
 
 
 @dataclass
@@ -49,8 +49,13 @@ class SkipLog:
             warnings.warn(f"skipping image: cannot read {path}: {reason}", SkippedImageWarning, stacklevel=2)
 
 
+#: ``{new target: (source target, function)}``: ground-truth work done in the loading thread
+TargetTransforms = dict[str, tuple[str, Callable[[Any], Any]]]
+
+
 def _load(source: Source, indices: range, strict: bool, log: SkipLog, regions: bool,
-          preprocess: Callable[[list[Any]], torch.Tensor] | None) -> LoadedBatch | None:
+          preprocess: Callable[[list[Any]], torch.Tensor] | None,
+          transforms: TargetTransforms | None = None) -> LoadedBatch | None:
     batch = LoadedBatch([], [], [])
     per_image: list[dict[str, Any]] = []
     for i in indices:
@@ -67,6 +72,8 @@ def _load(source: Source, indices: range, strict: bool, log: SkipLog, regions: b
                 targets["regions"] = source.regions(i)
             except ValueError:  # this image (or this source) has none: the analysis says so
                 targets["regions"] = None
+        for key, (given, fn) in (transforms or {}).items():
+            targets[key] = fn(targets[given]) if targets.get(given) is not None else None
         batch.images.append(image)
         batch.indices.append(i)
         batch.paths.append(source.path(i))
@@ -82,8 +89,8 @@ def _load(source: Source, indices: range, strict: bool, log: SkipLog, regions: b
 
 def iter_batches(source: Source, batch_size: int, limit: int | None = None, start: int = 0, strict: bool = False,
                  log: SkipLog | None = None, regions: bool = False,
-                 preprocess: Callable[[list[Any]], torch.Tensor] | None = None, shard: tuple[int, int] = (0, 1)
-                 ) -> Iterator[tuple[int, LoadedBatch | None]]:
+                 preprocess: Callable[[list[Any]], torch.Tensor] | None = None, shard: tuple[int, int] = (0, 1),
+                 transforms: TargetTransforms | None = None) -> Iterator[tuple[int, LoadedBatch | None]]:
     """Yield ``(end_position, batch)`` over positions ``start .. n``; decoding runs one batch ahead.
 
     Args:
@@ -96,6 +103,8 @@ def iter_batches(source: Source, batch_size: int, limit: int | None = None, star
         regions: add ``targets["regions"]`` (the source's region masks and labels) to every image.
         preprocess: images -> pixels, run in the loading thread too (None: leave it to the caller).
         shard: ``(rank, world)``: read only batches ``b`` (numbered from position 0) with ``b % world == rank``.
+        transforms: ground-truth work per image (:meth:`vitscope.Analysis.target_transforms`), in the loading
+            thread too.
 
     A batch whose every image was unreadable is yielded as None so callers can still count progress.
     """
@@ -107,9 +116,9 @@ def iter_batches(source: Source, batch_size: int, limit: int | None = None, star
     if not ranges:
         return
     with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = pool.submit(_load, source, ranges[0], strict, log, regions, preprocess)
+        pending = pool.submit(_load, source, ranges[0], strict, log, regions, preprocess, transforms)
         for k, r in enumerate(ranges):
             batch = pending.result()
             if k + 1 < len(ranges):
-                pending = pool.submit(_load, source, ranges[k + 1], strict, log, regions, preprocess)
+                pending = pool.submit(_load, source, ranges[k + 1], strict, log, regions, preprocess, transforms)
             yield r.stop, batch

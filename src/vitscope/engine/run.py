@@ -249,6 +249,8 @@ def run(
     autocast = torch.autocast(dev.type, dtype=amp) if amp is not None else contextlib.nullcontext()
     regions = any("regions" in getattr(a, "required_targets", ()) for a in analyses)
     preprocess = backbone.preprocess if view is None else None
+    transforms = {k: v for a in analyses for k, v in a.target_transforms(backbone.spec).items()} if view is None \
+        else None
     workspace = Workspace()  # work buffers of this run, freed with it
     with progress_bar(progress) as bar, torch.inference_mode(), backbone.record(hooks) as rec, \
             interrupt_guard(checkpoint is not None) as guard:
@@ -256,7 +258,7 @@ def run(
         current = _Pass(backbone, rec, dev, autocast, union_plan([a.shared_quantities(backbone.spec)
                                                                  for a in analyses]), workspace, view)
         for end, loaded in iter_batches(source, batch_size, limit, start, strict, log, regions, preprocess,
-                                        (shard.rank, shard.world)):
+                                        (shard.rank, shard.world), transforms):
             bar.update(task, completed=end)
             if loaded is not None:
                 for record, batch in current.batches(loaded):

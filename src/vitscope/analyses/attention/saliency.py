@@ -7,8 +7,10 @@ masks on the token grid (docs/methods.md, Attention, "Saliency IoU").
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -50,6 +52,14 @@ def mask_to_grid(masks: np.ndarray | Sequence[np.ndarray], spec: ModelSpec, grid
         img = resize_crop(img, spec).resize((w, h), Image.Resampling.BICUBIC)
         out |= np.asarray(img) > 0
     return out
+
+
+#: the target the loading thread fills with ``(grid, mask_to_grid(masks))`` per image
+MASK_GRID = "saliency_mask_grid"
+
+
+def _grid_of_masks(masks: Any, spec: ModelSpec, grid: tuple[int, int]) -> tuple[tuple[int, int], np.ndarray]:
+    return tuple(grid), mask_to_grid(masks, spec, grid)
 
 
 class SaliencyIoUResult(Result):
@@ -149,7 +159,16 @@ class SaliencyIoU(AttentionAccumulator):
         """``[..., K]`` maps -> ``[..., K]`` bool mass masks (:func:`~vitscope.functional.mass_mask`)."""
         return mass_mask(maps.reshape(*maps.shape[:-1], *grid), self._cfg_mass).reshape(maps.shape)
 
+    def target_transforms(self, spec: ModelSpec) -> dict[str, tuple[str, Any]]:
+        """The masks on the token grid, made in the engine's loading thread (PIL resizes, off the model's way)."""
+        grid = spec.grid_for(*spec.image_size)
+        return {MASK_GRID: ("masks", functools.partial(_grid_of_masks, spec=spec, grid=grid))}
+
     def _ground_truth(self, batch: Batch) -> torch.Tensor:
+        ready = batch.targets.get(MASK_GRID) if batch.targets else None
+        if ready is not None and len(ready) == batch.size and all(
+                r is not None and r[0] == tuple(batch.grid) for r in ready):
+            return torch.from_numpy(np.stack([r[1] for r in ready]).reshape(batch.size, -1))
         masks = batch.targets.get("masks") if batch.targets else None
         if masks is None:
             raise ValueError(
