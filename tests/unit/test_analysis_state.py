@@ -218,6 +218,42 @@ def test_add_state_refuses_bad_names_and_a_missing_super_init() -> None:
     assert Accumulator is Analysis  # the pre-v2 name keeps working
 
 
+class Moments(Analysis):
+    """States for every path of sync: all_reduce (sum, min, one side empty) and gathered (a mean, its counts)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("n", 0, reduce="sum")  # a mean's counts: merged with the mean, not all_reduced alone
+        self.add_state("mean", None, reduce="mean", count="n")
+        self.add_state("low", None, reduce="min")
+        self.add_state("hits", None, reduce="sum")
+
+    def required_hooks(self, spec):
+        return []
+
+    def update(self, record, batch):
+        x = record["x"].double()
+        self.mean = x.mean(0) if self.mean is None else (self.mean * self.n + x.sum(0)) / (self.n + len(x))
+        self.n += len(x)
+        self.low = x.amin(0) if self.low is None else torch.minimum(self.low, x.amin(0))
+        if batch:  # only some processes see hits: the others hold None
+            self.hits = torch.tensor(batch, dtype=torch.int64) if self.hits is None else self.hits + torch.tensor(batch)
+
+    def compute(self):
+        return {}
+
+
+MOMENT_DATA = [(torch.tensor([[1.0, 5.0], [3.0, -1.0]]), []), (torch.tensor([[2.0, 0.0], [8.0, 4.0], [5.0, 2.0]]),
+                                                                 [4, 7])]
+
+
+def _moments(rank: int) -> Moments:
+    m = Moments()
+    x, hits = MOMENT_DATA[rank]
+    m.update({"x": x}, hits)
+    return m
+
+
 def _sync_worker(rank: int, world: int, port: int, out: str) -> None:
     import torch.distributed as dist
 
@@ -226,7 +262,10 @@ def _sync_worker(rank: int, world: int, port: int, out: str) -> None:
         values = [[1.0, 4.0], [2.0, 9.0, -3.0]][rank]
         counter = _fed(values, [[0, 1], [2, 3, 4]][rank])
         counter.sync()
-        torch.save({"total": counter.total, "peak": counter.peak, "seen": counter.seen}, f"{out}/rank{rank}.pt")
+        moments = _moments(rank)
+        moments.sync()
+        torch.save({"total": counter.total, "peak": counter.peak, "seen": counter.seen,
+                    "moments": moments.state_dict()}, f"{out}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()
 
@@ -245,6 +284,11 @@ def test_sync_gives_every_process_the_state_of_the_whole_group(tmp_path) -> None
         got = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
         assert float(got["total"]) == float(whole.total) == 13.0 and float(got["peak"]) == 9.0
         assert sorted(got["seen"]) == [0, 1, 2, 3, 4]
+        want = _moments(0).merge(_moments(1)).state_dict()
+        assert got["moments"]["n"] == want["n"] == 5
+        for key in ("mean", "low", "hits"):
+            assert torch.equal(got["moments"][key], want[key]), key
+        assert got["moments"]["hits"].tolist() == [4, 7]  # rank 0 held None: the sum's identity stood in
     alone = _fed([1.0], [0])
     alone.sync()  # no process group: a no-op
     assert float(alone.total) == 1.0

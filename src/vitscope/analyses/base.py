@@ -160,24 +160,18 @@ class Analysis(ABC):
     def sync(self, group: Any = None) -> None:
         """Merge the states of every process of a ``torch.distributed`` group into each (a no-op alone).
 
-        Every process ends with the state of the whole group, merged in rank order.
+        Sums, maxima and minima of tensors are reduced with ``all_reduce``; every other state is gathered and
+        merged in rank order (:mod:`vitscope.analyses.sync`). Every process ends with the state of the whole
+        group.
         """
         import torch.distributed as dist
 
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
             return
-        states: list[Any] = [None] * dist.get_world_size(group)
-        dist.all_gather_object(states, self.state_dict(), group=group)
-        twins = []
-        for state in states:
-            twin = self.fresh()
-            twin.load_state_dict(state)
-            twins.append(twin)
-        merged = twins[0]
-        for twin in twins[1:]:
-            merged.merge(twin)
-        for name in self._states:
-            setattr(self, name, getattr(merged, name))
+        from vitscope.analyses.sync import sync_states
+
+        for name, value in sync_states(self._states, self.state_dict(), self.name, group).items():
+            setattr(self, name, value)
 
     def fresh(self) -> Analysis:
         """An empty copy with the same configuration."""
