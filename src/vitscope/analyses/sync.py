@@ -20,8 +20,8 @@ __all__ = ["sync_states"]
 _OPS = ("sum", "max", "min")
 
 
-def _signature(value: Any) -> tuple[tuple[int, ...], str] | None:
-    return (tuple(value.shape), str(value.dtype)) if isinstance(value, torch.Tensor) else None
+def _signature(value: Any) -> tuple[tuple[int, ...], torch.dtype] | None:
+    return (tuple(value.shape), value.dtype) if isinstance(value, torch.Tensor) else None
 
 
 def _identity(rule: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -61,9 +61,8 @@ def sync_states(specs: dict[str, StateSpec], values: dict[str, Any], owner: str,
         seen = {s[name] for s in signatures if s.get(name) is not None}
         if len(seen) != 1:  # nobody has one yet, or shapes differ: the general path says what is wrong
             continue
-        shape, dtype_name = next(iter(seen))
+        shape, dtype = next(iter(seen))
         mine = values[name]
-        dtype = getattr(torch, dtype_name.removeprefix("torch."))
         buffer = (mine.detach().clone() if mine is not None else _identity(specs[name].reduce, shape, dtype))
         home = buffer.device
         buffer = buffer.to(device)

@@ -34,9 +34,6 @@ class Shard:
     local_rank: int = 0
     gpu: int = 0  # the CUDA device of this process (processes share GPUs when there are more processes)
 
-    def owns(self, batch_number: int) -> bool:
-        return batch_number % self.world == self.rank
-
 
 def in_torchrun() -> bool:
     """True when this process was started by ``torchrun`` with more than one process."""

@@ -117,6 +117,8 @@ class TokenMixing(ModelAccumulator):
 
     name = "token_mixing"
     description = "Accuracy of the classifier head on every output token, and with CLS isolated until block L."
+    missing_labels = ("token mixing needs a class label per image (in the head's label space): give labelled data, "
+                      "e.g. ROOT::imagefolder")
 
     def __init__(self, insert_blocks: Sequence[int] | None = None) -> None:
         super().__init__()
@@ -138,14 +140,6 @@ class TokenMixing(ModelAccumulator):
 
     def required_hooks(self, spec: ModelSpec) -> list[str]:
         return []
-
-    @staticmethod
-    def _labels(batch: Batch) -> torch.Tensor:
-        labels = batch.targets.get("label")
-        if labels is None or any(v is None for v in labels):
-            raise ValueError("token mixing needs a class label per image (in the head's label space): give labelled "
-                             "data, e.g. ROOT::imagefolder")
-        return torch.as_tensor([int(v) for v in labels], dtype=torch.long)
 
     def _update_counts(self, record: Mapping[str, torch.Tensor], batch: Batch, labels: torch.Tensor) -> None:
         spec = batch.spec

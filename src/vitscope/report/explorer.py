@@ -16,16 +16,7 @@ import torch
 
 from vitscope.report.model import Explorer, ExplorerGrid
 
-__all__ = ["explorer_from_maps", "jpeg_bytes", "png_bytes"]
-
-
-def png_bytes(rgb: np.ndarray) -> bytes:
-    """PNG encoding of an ``[H, W, 3]`` or ``[H, W, 4]`` uint8 array."""
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(rgb)).save(buf, format="PNG", optimize=True)
-    return buf.getvalue()
+__all__ = ["explorer_from_maps", "jpeg_bytes", "palette_png"]
 
 
 def jpeg_bytes(rgb: np.ndarray, quality: int = 85) -> bytes:

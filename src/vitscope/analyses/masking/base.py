@@ -45,6 +45,9 @@ class ModelAccumulator(Analysis):
 
     required_targets: ClassVar[tuple[str, ...]] = ("label",)
     needs_head: ClassVar[bool] = True
+    #: the error when a batch lacks labels: what the analysis needs and where to find it
+    missing_labels: ClassVar[str] = ("the masking analyses need a class label per image (batch.targets['label']); use "
+                                     "a labelled dataset (e.g. ROOT::coco or ROOT::imagenet-boxes)")
 
     def __init__(self) -> None:
         super().__init__()
@@ -85,12 +88,10 @@ class ModelAccumulator(Analysis):
         """``fn(backbone)`` with nothing recorded meanwhile."""
         return self._runner(batch).run(fn)
 
-    @staticmethod
-    def _labels(batch: Batch) -> torch.Tensor:
+    def _labels(self, batch: Batch) -> torch.Tensor:
         labels = batch.targets.get("label")
         if labels is None or any(v is None for v in labels):
-            raise ValueError("the masking analyses need a class label per image (batch.targets['label']); use a "
-                             "labelled dataset (e.g. ROOT::coco or ROOT::imagenet-boxes)")
+            raise ValueError(self.missing_labels)
         return torch.as_tensor([int(v) for v in labels], dtype=torch.long)
 
     # ------------------------------------------------------------ accumulator protocol
