@@ -156,7 +156,7 @@ def test_suite_and_cli_rules():
     assert len(with_masks) == len(set(with_masks)) == len(plain) + 1
     suite = parse_analyses("attention_rollout,attention_focus", vit)
     plan = union_plan([a.shared_quantities(vit) for a in suite])  # one reduction per block serves both
-    assert plan == {"attention_blocks": frozenset({"fused_mean", "entropy", "focus"})}
+    assert plan == {"attention_blocks": frozenset({"entropy", "focus"})}  # rollout folds blocks in update_block
     assert {a.name for a in parse_analyses(None, CNN)}.isdisjoint(plain)
 
 

@@ -177,6 +177,7 @@ class Analysis(ABC):
         """An empty copy with the same configuration."""
         twin = object.__new__(type(self))  # not copy.copy: __getstate__ may leave out what pickles must not carry
         twin.__dict__.update(self.__dict__)  # configuration shared (never mutated); every state replaced below
+        twin.__dict__.pop(_PER_BATCH, None)
         twin.reset()
         return twin
 
@@ -196,6 +197,48 @@ class Analysis(ABC):
     def compute(self) -> Result | Mapping[str, Any]:
         """The result of everything added so far (an empty analysis gives a result without tensors)."""
         ...
+
+    def stream_hooks(self, spec: ModelSpec) -> list[str]:
+        """Hook names (patterns allowed) fed to :meth:`update_hook` the moment the model makes them (default
+        none). The engine frees each once every analysis that streams it has read it, unless another analysis
+        lists it in :meth:`record_reads`: one block's tensors are alive at a time instead of every block's."""
+        return []
+
+    def update_hook(self, name: str, tensor: torch.Tensor, batch: Batch) -> None:
+        """Read one streamed hook (:meth:`stream_hooks`) as the model makes it, before :meth:`update` of the
+        batch; blocks come in increasing order. Default: keep :meth:`reduce_hook`'s value for :meth:`reduced`."""
+        self.per_batch(batch)[name] = self.reduce_hook(name, tensor, batch)
+
+    def reduce_hook(self, name: str, tensor: torch.Tensor, batch: Batch) -> Any:
+        """What :meth:`update` needs of one streamed hook (for the default :meth:`update_hook`)."""
+        raise NotImplementedError(f"{type(self).__name__} streams hooks but defines neither update_hook nor "
+                                  "reduce_hook")
+
+    def reduced(self, name: str, record: Mapping[str, torch.Tensor], batch: Batch) -> Any:
+        """:meth:`reduce_hook` of ``name``: the value kept while streaming, or computed now from the record (when
+        :meth:`update` is called without the engine)."""
+        scratch = self.per_batch(batch)
+        return scratch.pop(name) if name in scratch else self.reduce_hook(name, record[name], batch)
+
+    def record_reads(self, spec: ModelSpec) -> list[str]:
+        """Hook names (patterns allowed) whose recorded values :meth:`update` reads: the required hooks that are
+        not streamed. Hooks left out reach :meth:`update` as tensors of the right shape on the ``meta`` device,
+        without values, when the engine frees them as they are made."""
+        streamed = set(self.stream_hooks(spec))
+        return [h for h in self.required_hooks(spec) if h not in streamed]
+
+    def per_batch(self, batch: Batch) -> dict[str, Any]:
+        """Scratch space for one batch (filled by :meth:`update_hook`, read by :meth:`update`): a fresh dict for
+        every new batch, never saved or merged; :meth:`end_batch` frees it."""
+        held = self.__dict__.get(_PER_BATCH)
+        if held is None or held[0] is not batch:
+            held = (batch, {})
+            self.__dict__[_PER_BATCH] = held
+        return held[1]
+
+    def end_batch(self) -> None:
+        """Free the :meth:`per_batch` scratch."""
+        self.__dict__.pop(_PER_BATCH, None)
 
     def shared_quantities(self, spec: ModelSpec) -> dict[str, frozenset[str]]:
         """Per-batch quantities this analysis reads through :meth:`Batch.quantity`, with their options
@@ -234,6 +277,8 @@ class Analysis(ABC):
             return False
         return True
 
+
+_PER_BATCH = "_per_batch_scratch"
 
 #: The name of the analysis base before engine v2 (kept for code written against it).
 Accumulator = Analysis

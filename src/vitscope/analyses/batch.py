@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # annotations only
     from vitscope.models.backbone import Backbone
 
 __all__ = ["ATTENTION_BLOCKS", "PROVIDERS", "SIFT_KEYPOINTS", "Batch", "ModelRunner", "SharedQuantities",
-           "thumbnails", "union_plan"]
+           "recorded_patterns", "thumbnails", "union_plan"]
 
 T = TypeVar("T")
 
@@ -96,6 +96,24 @@ SIFT_KEYPOINTS = "sift_keypoints"
 PATTERN_HOOKS = "blocks.*.attn.pattern"
 
 
+def recorded_patterns(record: Mapping[str, torch.Tensor]) -> list[tuple[int, str]]:
+    """``(block, hook name)`` of every attention pattern in the record, blocks in increasing order."""
+    found = []
+    for key in record:
+        where = split_block_name(key)
+        if where is not None and fnmatch.fnmatchcase(key, PATTERN_HOOKS):
+            found.append((where[0], key))
+    return sorted(found)
+
+
+def _values(pattern: torch.Tensor, key: str) -> torch.Tensor:
+    if pattern.is_meta:
+        raise RuntimeError(f"'{key}' was reduced as the model made it and its values are gone; an analysis that "
+                           "reads it in update() must list it in record_reads(), or ask for the quantity in "
+                           "shared_quantities() so the engine computes it in flight")
+    return pattern
+
+
 def _has_cls(batch: Batch) -> bool:
     spec = batch.spec
     return spec.num_prefix_tokens >= 1 and tuple(spec.prefix_kinds)[:1] == ("cls",)
@@ -114,7 +132,8 @@ def _attention_blocks(record: Mapping[str, torch.Tensor], batch: Batch, needs: f
         have = out[block].have() if block in out else frozenset()
         missing = needs - have
         if block not in out or missing:
-            stats = block_statistics(record[key], batch.grid, batch.spec.num_prefix_tokens, missing, workspace)
+            stats = block_statistics(_values(record[key], key), batch.grid, batch.spec.num_prefix_tokens, missing,
+                                     workspace)
             if block in out:
                 out[block].update_from(stats)
             else:
@@ -177,6 +196,16 @@ class SharedQuantities:
         self.workspace = workspace if workspace is not None else Workspace()
         self._values: dict[str, Any] = {}
         self._options: dict[str, frozenset[str]] = {}
+
+    def add_block(self, block: int, pattern: torch.Tensor, batch: Batch) -> None:
+        """Compute the planned per-block attention statistics of one block as the model makes its pattern."""
+        needs = self.plan.get(ATTENTION_BLOCKS)
+        if needs is None:
+            return
+        needs = needs if _has_cls(batch) else needs - {"cls"}
+        held = self._values.setdefault(ATTENTION_BLOCKS, {})
+        held[block] = block_statistics(pattern, batch.grid, batch.spec.num_prefix_tokens, needs, self.workspace)
+        self._options[ATTENTION_BLOCKS] = self.plan[ATTENTION_BLOCKS]
 
     def get(self, name: str, batch: Batch, needs: Collection[str] = ()) -> Any:
         """The quantity ``name`` of this batch with at least the options ``needs`` (shared: do not modify it)."""

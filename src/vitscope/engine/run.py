@@ -27,6 +27,7 @@ from vitscope.engine.distributed import collectives, gather_lists, shard_for, su
 from vitscope.engine.memory import limit_fragmentation
 from vitscope.engine.settings import progress_bar, resolve_device, resolve_dtype
 from vitscope.engine.state import Checkpoint, interrupt_guard, run_checkpoint
+from vitscope.engine.streaming import StreamPlan, in_block_order, stream_plan, warn_if_patterns_do_not_fit
 from vitscope.functional.attention_blocks import Workspace
 from vitscope.hooks.names import expand_names
 from vitscope.models.backbone import Backbone
@@ -125,16 +126,22 @@ class _Pass:
     plan: dict[str, frozenset[str]]
     workspace: Workspace
     view: Any
+    stream: StreamPlan  # what happens to each hook as the model makes it
 
     def batches(self, loaded: LoadedBatch) -> Iterator[tuple[Mapping[str, torch.Tensor], Batch]]:
         """``(record, batch)`` for every group of ``loaded`` that runs through the model together."""
         spec = self.backbone.spec
         if self.view is None:  # the model's own preprocessing: the whole batch at once
             pixels = loaded.pixels.to(self.device)
-            with self.autocast:
+            batch = self._batch(pixels, loaded, range(len(loaded.indices)), spec, spec.grid_for(*pixels.shape[-2:]),
+                                self.record)
+
+            def reduce(name: str, tensor: torch.Tensor) -> None:  # one hook, the moment the model makes it
+                self._feed(name, tensor, batch)
+
+            with self.record.reducing(self.stream.reduced, reduce, self.stream.kept), self.autocast:
                 self.backbone(pixels)
-            yield self.record, self._batch(pixels, loaded, range(len(loaded.indices)), spec,
-                                           spec.grid_for(*pixels.shape[-2:]), self.record)
+            yield self.record, batch
             return
 
         def forward(pixels: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -147,8 +154,17 @@ class _Pass:
             group_spec = spec if group.num_prefix == spec.num_prefix_tokens else dataclasses.replace(
                 spec, num_prefix_tokens=group.num_prefix, prefix_kinds=(), grid=tuple(group.grid))
             pixels = group.pixels.to(self.device) if group.pixels is not None else None
-            yield group.tokens, self._batch(pixels, loaded, group.positions, group_spec, tuple(group.grid),
-                                            group.tokens)
+            batch = self._batch(pixels, loaded, group.positions, group_spec, tuple(group.grid), group.tokens)
+            for name in in_block_order(group.tokens):  # recorded whole here: streamed after the forward
+                for a in self.stream.streams.get(name, ()):
+                    a.update_hook(name, group.tokens[name], batch)
+            yield group.tokens, batch
+
+    def _feed(self, name: str, tensor: torch.Tensor, batch: Batch) -> None:
+        if name in self.stream.patterns:
+            batch.shared.add_block(self.stream.patterns[name], tensor, batch)
+        for a in self.stream.streams.get(name, ()):
+            a.update_hook(name, tensor, batch)
 
     def _batch(self, pixels: torch.Tensor | None, loaded: LoadedBatch, positions: Sequence[int], spec: Any,
                grid: tuple[int, int], record: Mapping[str, torch.Tensor]) -> Batch:
@@ -252,11 +268,14 @@ def run(
     transforms = {k: v for a in analyses for k, v in a.target_transforms(backbone.spec).items()} if view is None \
         else None
     workspace = Workspace()  # work buffers of this run, freed with it
+    plan = stream_plan(backbone, analyses, hooks)
+    warn_if_patterns_do_not_fit(backbone, plan, batch_size, dev)
     with progress_bar(progress) as bar, torch.inference_mode(), backbone.record(hooks) as rec, \
             interrupt_guard(checkpoint is not None) as guard:
         task = bar.add_task(f"{backbone.spec.name}", total=total, completed=start)
         current = _Pass(backbone, rec, dev, autocast, union_plan([a.shared_quantities(backbone.spec)
-                                                                 for a in analyses]), workspace, view)
+                                                                 for a in analyses]), workspace, view,
+                        plan)
         for end, loaded in iter_batches(source, batch_size, limit, start, strict, log, regions, preprocess,
                                         (shard.rank, shard.world), transforms):
             bar.update(task, completed=end)
@@ -264,6 +283,7 @@ def run(
                 for record, batch in current.batches(loaded):
                     for a in analyses:
                         a.update(record, batch)
+                        a.end_batch()
                 seen += len(loaded.indices)
                 rec.clear()
             if checkpoint is not None:

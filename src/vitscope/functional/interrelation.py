@@ -26,6 +26,7 @@ from vitscope.functional.attention import spatial_attention
 __all__ = ["RULES", "interrelation", "interrelation_patch_scores", "interrelation_stages", "patch_interrelation"]
 
 RULES: tuple[str, ...] = ("max", "uniform")
+_CHUNK_BYTES = 192 << 20  # pattern bytes worked through at a time
 
 
 def _check(pattern: torch.Tensor, counts: torch.Tensor, grid: Sequence[int], num_prefix: int,
@@ -70,13 +71,21 @@ def patch_interrelation(
         ``[B, H, K]`` float64 in ``[0, 1]``; NaN where the query's attended set is empty.
     """
     _check(pattern, keypoint_counts, grid, num_prefix, lam, rule)
-    sets = attended_sets(spatial_attention(pattern, num_prefix), lam, rule).to(torch.float64)
     n = keypoint_counts.reshape(pattern.shape[0], -1).to(device=pattern.device, dtype=torch.float64)
     weight = torch.where(n > 0, n, torch.ones_like(n))  # a non-keypoint patch weighs 1 in the denominator
-    num = torch.einsum("bhqk,bk->bhq", sets, n)
-    den = torch.einsum("bhqk,bk->bhq", sets, weight)
-    return torch.where(den > 0, num / torch.where(den > 0, den, torch.ones_like(den)),
-                       torch.full_like(den, float("nan")))
+    # keypoint counts and set sizes are integers far below 2**24, so float32 sums of them are exact
+    n32, weight32 = n.float(), weight.float()
+    per_image = max(1, pattern[:1].numel() * 4)
+    step = max(1, _CHUNK_BYTES // per_image)  # images at a time: the attended sets of a batch would take GBs
+    num, den = [], []
+    for i in range(0, pattern.shape[0], step):
+        sets = attended_sets(spatial_attention(pattern[i:i + step], num_prefix), lam, rule).float()
+        num.append(torch.einsum("bhqk,bk->bhq", sets, n32[i:i + step]).double())
+        den.append(torch.einsum("bhqk,bk->bhq", sets, weight32[i:i + step]).double())
+    numerator, denominator = torch.cat(num), torch.cat(den)
+    return torch.where(denominator > 0, numerator / torch.where(denominator > 0, denominator,
+                                                                torch.ones_like(denominator)),
+                       torch.full_like(denominator, float("nan")))
 
 
 def _masked_nanmean(values: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:

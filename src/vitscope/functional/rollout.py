@@ -11,7 +11,7 @@ import torch
 
 from vitscope.functional.attention import spatial_attention
 
-__all__ = ["HEAD_FUSIONS", "discard_smallest", "fuse_heads", "rollout"]
+__all__ = ["HEAD_FUSIONS", "discard_smallest", "fuse_heads", "rollout", "rollout_step"]
 
 HEAD_FUSIONS: tuple[str, ...] = ("mean", "max", "min")
 
@@ -107,13 +107,32 @@ def rollout(
     dtype = torch.float64 if blocks[0].dtype == torch.float64 else torch.float32
     result: torch.Tensor | None = None
     for p in blocks:
-        a = fuse_heads(p.to(dtype), head_fusion)
-        if num_prefix is not None:
-            a = spatial_attention(a, num_prefix)
-        if discard_ratio > 0:
-            a = discard_smallest(a, discard_ratio)
-        a = a + torch.eye(a.shape[-1], dtype=dtype, device=a.device)
-        a = a / a.sum(dim=-1, keepdim=True)
-        result = a if result is None else a @ result
+        result = rollout_step(result, fuse_heads(p.to(dtype), head_fusion), discard_ratio, num_prefix)
     assert result is not None
     return result
+
+
+def rollout_step(result: torch.Tensor | None, fused: torch.Tensor, discard_ratio: float = 0.0,
+                 num_prefix: int | None = None) -> torch.Tensor:
+    """One block of :func:`rollout`: ``A_hat @ result`` (``A_hat`` alone for the first block).
+
+    Lets a caller fold blocks in as the model produces them, holding one ``[B, N, N]`` product instead of
+    every block's pattern.
+
+    Args:
+        result: the rollout of the blocks before (None before the first block).
+        fused: ``[B, N, N]`` this block's head-fused attention (:func:`fuse_heads`), float32 or float64.
+        discard_ratio: as :func:`rollout`.
+        num_prefix: as :func:`rollout`.
+
+    Returns:
+        ``[B, N, N]`` (``[B, K, K]`` with ``num_prefix``), the rollout up to this block.
+    """
+    a = fused
+    if num_prefix is not None:
+        a = spatial_attention(a, num_prefix)
+    if discard_ratio > 0:
+        a = discard_smallest(a, discard_ratio)
+    a = a + torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
+    a = a / a.sum(dim=-1, keepdim=True)
+    return a if result is None else a @ result

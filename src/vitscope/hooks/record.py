@@ -41,6 +41,9 @@ class Record(Mapping[str, torch.Tensor]):
         self.detach = detach
         self._data: dict[str, torch.Tensor] = {}
         self._paused = False
+        self._reducer: Callable[[str, torch.Tensor], None] | None = None
+        self._reduced: frozenset[str] = frozenset()
+        self._kept: frozenset[str] = frozenset()
 
     def wants(self, name: str) -> bool:
         return name in self._wanted and not self._paused
@@ -48,7 +51,29 @@ class Record(Mapping[str, torch.Tensor]):
     def put(self, name: str, tensor: torch.Tensor) -> None:
         """Store ``tensor`` under ``name`` if it was requested (adapters call this from hooks)."""
         if name in self._wanted and not self._paused:
-            self._data[name] = tensor.detach() if self.detach else tensor
+            tensor = tensor.detach() if self.detach else tensor
+            if name in self._reduced:
+                assert self._reducer is not None
+                self._reducer(name, tensor)
+                if name not in self._kept:  # only its shape stays: the memory goes back now
+                    tensor = torch.empty(tensor.shape, dtype=tensor.dtype, device="meta")
+            self._data[name] = tensor
+
+    @contextlib.contextmanager
+    def reducing(self, names: frozenset[str], reducer: Callable[[str, torch.Tensor], None],
+                 keep: frozenset[str] = frozenset()) -> Iterator[None]:
+        """Hand each of ``names`` to ``reducer(name, tensor)`` the moment it is recorded, and keep in the record
+        only a tensor of the same shape on the ``meta`` device (no storage), except for the names in ``keep``.
+
+        The engine uses it to reduce every block's attention pattern as the model produces it, so one block's
+        pattern is alive at a time instead of every block's.
+        """
+        before = (self._reducer, self._reduced, self._kept)
+        self._reducer, self._reduced, self._kept = reducer, frozenset(names), frozenset(keep)
+        try:
+            yield
+        finally:
+            self._reducer, self._reduced, self._kept = before
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:

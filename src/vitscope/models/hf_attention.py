@@ -29,6 +29,34 @@ IMPL_NAME = "vitscope_record"
 _ACTIVE: dict[int, tuple[Callable[..., None], bool, str]] = {}
 
 
+#: logits bytes above which the pattern is computed a few images at a time, so the logits of the whole batch
+#: (as large as the pattern: 720 MB per block for DINOv2-S at 518 px, batch 16) never exist next to it
+CHUNK_BYTES = 192 << 20
+
+
+def _softmax(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, scaling: float) -> torch.Tensor:
+    logits = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            logits = logits.masked_fill(~mask, float("-inf"))
+        else:
+            logits = logits + mask
+    return nn.functional.softmax(logits, dim=-1, dtype=torch.float32)
+
+
+def _pattern(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, scaling: float) -> torch.Tensor:
+    """``softmax(q k^T * scaling + mask)`` in float32, ``[B, H, N, N]``, in groups of images when it is large."""
+    b, heads, n = query.shape[0], query.shape[1], query.shape[2]
+    step = max(1, CHUNK_BYTES // max(1, heads * n * key.shape[2] * 4))
+    if b <= step:
+        return _softmax(query, key, mask, scaling)
+    pattern = torch.empty(b, heads, n, key.shape[2], dtype=torch.float32, device=query.device)
+    for i in range(0, b, step):
+        part = mask[i:i + step] if mask is not None and mask.dim() == 4 and mask.shape[0] == b else mask
+        pattern[i:i + step] = _softmax(query[i:i + step], key[i:i + step], part, scaling)
+    return pattern
+
+
 def _recording_attention(
     module: nn.Module,
     query: torch.Tensor,
@@ -48,13 +76,7 @@ def _recording_attention(
             return out, weights
     if scaling is None:
         scaling = query.size(-1) ** -0.5
-    logits = torch.matmul(query, key.transpose(2, 3)) * scaling
-    if attention_mask is not None:
-        if attention_mask.dtype == torch.bool:
-            logits = logits.masked_fill(~attention_mask, float("-inf"))
-        else:
-            logits = logits + attention_mask
-    pattern = nn.functional.softmax(logits, dim=-1, dtype=torch.float32)
+    pattern = _pattern(query, key, attention_mask, scaling)
     weights = pattern.to(query.dtype)
     weights = nn.functional.dropout(weights, p=dropout, training=module.training)
     out = torch.matmul(weights, value).transpose(1, 2).contiguous()

@@ -148,12 +148,22 @@ class MeanActivation(Analysis):
                 "record the names returned by required_hooks(spec)"
             )
         for key in keys:
-            x = _as_tokens(record[key], key)
-            if x.shape[0] == 0:
-                continue
-            mean_b = x.mean(dim=0)
-            m2_b = (x - mean_b).square().sum(dim=0)
-            self._fold(key, float(x.shape[0]), mean_b.cpu(), m2_b.cpu())
+            moments = self.reduced(key, record, batch)
+            if moments is not None:
+                self._fold(key, *moments)
+
+    def stream_hooks(self, spec: ModelSpec) -> list[str]:
+        return list(self.patterns(spec))
+
+    def reduce_hook(self, name: str, tensor: torch.Tensor, batch: Batch
+                    ) -> tuple[float, torch.Tensor, torch.Tensor] | None:
+        """``(n, mean [N, D], M2 [N, D])`` of one hook over the batch (None for an empty batch)."""
+        x = _as_tokens(tensor, name)
+        if x.shape[0] == 0:
+            return None
+        mean_b = x.mean(dim=0)
+        m2_b = (x - mean_b).square().sum(dim=0)
+        return float(x.shape[0]), mean_b.cpu(), m2_b.cpu()
 
     def _fold(self, key: str, n_b: float, mean_b: torch.Tensor, m2_b: torch.Tensor) -> None:
         """Chan's parallel merge of ``(n_b, mean_b [N, D], M2_b [N, D])`` into the state of ``key`` (the rule

@@ -150,23 +150,34 @@ class TopActivations(Analysis):
                              "the names returned by required_hooks(spec)")
         idx = torch.as_tensor(batch.indices, dtype=torch.int64)
         for key in keys:
-            units, (h, w) = spatial_units(record[key].detach(), batch.spec, batch.grid)  # [B, K, C]
-            wanted = self._channels_for(key)
-            if wanted is not None:
-                bad = [c for c in wanted if not 0 <= c < units.shape[-1]]
-                if bad:
-                    raise ValueError(f"top_activations: channels {bad} do not exist at '{key}' "
-                                     f"({units.shape[-1]} channels)")
-                units = units[..., list(wanted)]
-            channels = list(wanted) if wanted is not None else list(range(units.shape[-1]))
-            m = len(channels) if wanted is not None or self._cfg_maps_for is None else min(self._cfg_maps_for,
-                                                                                              len(channels))
-            scores = units.double().mean(dim=1).T.cpu()  # [C, B]
-            maps = units[..., :m].float().permute(2, 0, 1).reshape(m, -1, h, w).cpu()  # [M, B, h, w]
+            channels, scores, maps = self.reduced(key, record, batch)
             self._fold(key, channels, scores, idx.expand(len(channels), -1), maps)
         self.paths.update({int(i): str(p) for i, p in zip(batch.indices, batch.paths)})
         self.num_images += batch.size
         self._prune_paths()
+
+    def stream_hooks(self, spec: ModelSpec) -> list[str]:
+        return list(self.patterns(spec))
+
+    def reduce_hook(self, name: str, tensor: torch.Tensor, batch: Batch
+                    ) -> tuple[list[int], torch.Tensor, torch.Tensor]:
+        """``(channels, scores [C, B], maps [M, B, h, w])`` of one hook: every unit's mean over the spatial
+        positions of each image, and the maps of the units whose maps are kept."""
+        units, (h, w) = spatial_units(tensor.detach(), batch.spec, batch.grid)  # [B, K, C]
+        wanted = self._channels_for(name)
+        if wanted is not None:
+            bad = [c for c in wanted if not 0 <= c < units.shape[-1]]
+            if bad:
+                raise ValueError(f"top_activations: channels {bad} do not exist at '{name}' "
+                                 f"({units.shape[-1]} channels)")
+            units = units[..., list(wanted)]
+        channels = list(wanted) if wanted is not None else list(range(units.shape[-1]))
+        m = len(channels) if wanted is not None or self._cfg_maps_for is None else min(self._cfg_maps_for,
+                                                                                          len(channels))
+        scores = units.double().mean(dim=1).T.cpu()  # [C, B]
+        # a copy: a view would keep the whole [B, K, C] activation alive while later blocks run
+        maps = units[..., :m].float().permute(2, 0, 1).reshape(m, -1, h, w).cpu().clone()  # [M, B, h, w]
+        return channels, scores, maps
 
     def _fold(self, key: str, channels: list[int], scores: torch.Tensor, indices: torch.Tensor,
               maps: torch.Tensor) -> None:

@@ -86,6 +86,9 @@ class AttentionAccumulator(Analysis):
     def required_hooks(self, spec: ModelSpec) -> list[str]:
         return [PATTERN_HOOKS]
 
+    def record_reads(self, spec: ModelSpec) -> list[str]:
+        return []  # patterns are read through the shared block statistics (or update_block), only shapes here
+
     def why_unsupported(self, spec: ModelSpec) -> str | None:
         """One-line reason this analysis cannot run on ``spec`` (None when it can)."""
         if not spec.is_transformer:

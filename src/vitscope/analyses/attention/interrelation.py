@@ -13,9 +13,9 @@ from pathlib import Path
 
 import torch
 
-from vitscope.analyses.attention.base import AttentionAccumulator, AttentionGeometry, thumbnails
+from vitscope.analyses.attention.base import PATTERN_HOOKS, AttentionAccumulator, AttentionGeometry, thumbnails
 from vitscope.analyses.base import Batch, Figure, Result
-from vitscope.analyses.batch import ATTENTION_BLOCKS, SIFT_KEYPOINTS
+from vitscope.analyses.batch import ATTENTION_BLOCKS, SIFT_KEYPOINTS, recorded_patterns
 from vitscope.analyses.registry import register_analysis
 from vitscope.analyses.state import first_seen
 from vitscope.functional.attention_blocks import BlockStats
@@ -133,15 +133,12 @@ class Interrelation(AttentionAccumulator):
         blocks = batch.quantity(ATTENTION_BLOCKS, record, self.NEEDS)
         stats = [blocks[i] for i, _ in pairs]
         counts = batch_keypoint_counts(batch, record)
-        sums = {q: [] for q in ("KK", "NK")}
-        defined = {q: [] for q in ("KK", "NK")}
-        for _, pattern in pairs:
-            d = interrelation(pattern, counts.to(pattern.device), geometry.grid, geometry.num_prefix,
-                              self._cfg_lam, self._cfg_rule)
-            for q in ("KK", "NK"):
-                ok = ~d[q].isnan()
-                sums[q].append(torch.where(ok, d[q], torch.zeros_like(d[q])).sum(dim=0).cpu())
-                defined[q].append(ok.sum(dim=0).to(torch.float64).cpu())
+        scratch = self.per_batch(batch)
+        if "KK" not in scratch:  # not fed by the engine: read the record's patterns now
+            for _, key in recorded_patterns(record):
+                self.update_hook(key, record[key], batch)
+        sums = {q: [s for s, _ in scratch[q]] for q in ("KK", "NK")}
+        defined = {q: [c for _, c in scratch[q]] for q in ("KK", "NK")}
         for q in ("KK", "NK"):
             s, c = torch.stack(sums[q]), torch.stack(defined[q])
             self.sums[q] = s if q not in self.sums else self.sums[q] + s
@@ -153,6 +150,20 @@ class Interrelation(AttentionAccumulator):
         for j, idx in enumerate(batch.indices):
             if int(idx) in self._cfg_images and int(idx) not in self.chosen:
                 self.chosen[int(idx)] = (thumbnails(batch, [j])[0], counts[j].clone())
+
+    def stream_hooks(self, spec: ModelSpec) -> list[str]:
+        return [PATTERN_HOOKS]
+
+    def update_hook(self, name: str, pattern: torch.Tensor, batch: Batch) -> None:
+        """KK and NK of one block, summed over the batch's images (with the number of images where defined)."""
+        counts = batch_keypoint_counts(batch)
+        d = interrelation(pattern, counts.to(pattern.device), batch.grid, int(batch.spec.num_prefix_tokens),
+                          self._cfg_lam, self._cfg_rule)
+        scratch = self.per_batch(batch)
+        for q in ("KK", "NK"):
+            ok = ~d[q].isnan()
+            scratch.setdefault(q, []).append((torch.where(ok, d[q], torch.zeros_like(d[q])).sum(dim=0).cpu(),
+                                              ok.sum(dim=0).to(torch.float64).cpu()))
 
     def shared_quantities(self, spec: ModelSpec) -> dict[str, frozenset[str]]:
         return {**super().shared_quantities(spec), SIFT_KEYPOINTS: frozenset()}

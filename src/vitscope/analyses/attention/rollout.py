@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
 
-from vitscope.analyses.attention.base import AttentionAccumulator, AttentionGeometry, ChosenImages
+from vitscope.analyses.attention.base import PATTERN_HOOKS, AttentionAccumulator, AttentionGeometry, ChosenImages
 from vitscope.analyses.base import Batch, Figure, Result
+from vitscope.analyses.batch import recorded_patterns
 from vitscope.analyses.registry import register_analysis
-from vitscope.functional.attention_blocks import FUSIONS, BlockStats
-from vitscope.functional.rollout import rollout
+from vitscope.functional.attention_blocks import FUSIONS, BlockStats, random_patterns
+from vitscope.functional.rollout import fuse_heads, rollout_step
+from vitscope.models.spec import ModelSpec
 
 __all__ = ["AttentionRollout", "AttentionRolloutResult"]
 
@@ -82,7 +84,28 @@ class AttentionRollout(ChosenImages, AttentionAccumulator):
         super().__init__(seed=seed, random_samples=random_samples, random_kind=random_kind)
 
     def own_needs(self) -> frozenset[str]:
-        return frozenset({f"fused_{self._cfg_head_fusion}"})
+        return frozenset()  # the product is folded block by block in update_hook
+
+    def stream_hooks(self, spec: ModelSpec) -> list[str]:
+        return [PATTERN_HOOKS]
+
+    def update_hook(self, name: str, pattern: torch.Tensor, batch: Batch) -> None:
+        """Fold one block into the batch's rollout (one ``[B, N', N']`` product held, not every pattern)."""
+        dtype = torch.float64 if pattern.dtype == torch.float64 else torch.float32
+        fused = fuse_heads(pattern.detach().to(dtype), self._cfg_head_fusion)
+        scratch = self.per_batch(batch)
+        scratch["rollout"] = self._step(scratch.get("rollout"), fused, batch.spec.num_prefix_tokens)
+
+    def _step(self, result: torch.Tensor | None, fused: torch.Tensor, num_prefix: int) -> torch.Tensor:
+        """``result`` with one more block (``fused`` ``[B, N, N]``) folded in."""
+        prefix = int(num_prefix) if self._cfg_exclude_prefix else None
+        return rollout_step(result, fused, self._cfg_discard_ratio, prefix)
+
+    def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
+        if "rollout" not in self.per_batch(batch):  # not fed by the engine: read the record's patterns now
+            for _, key in recorded_patterns(record):
+                self.update_hook(key, record[key], batch)
+        super().update(record, batch)
 
     def _declare_sums(self) -> None:
         self.add_state("rollout_sum", None, reduce="sum")  # [N', N'] float64
@@ -92,11 +115,9 @@ class AttentionRollout(ChosenImages, AttentionAccumulator):
     def _uses_cls(self, geometry: AttentionGeometry) -> bool:
         return geometry.has_cls and not self._cfg_exclude_prefix
 
-    def _rollout(self, stats: Sequence[BlockStats], geometry: AttentionGeometry) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(R [B, N', N'], display maps [B, h, w])`` from the blocks' head-fused maps."""
-        fused = [s.fused[self._cfg_head_fusion].unsqueeze(1) for s in stats]  # [B, 1, N, N]: fusion already done
+    def _maps(self, r: torch.Tensor, geometry: AttentionGeometry) -> torch.Tensor:
+        """Display maps ``[B, h, w]`` of the rollouts ``r`` ``[B, N', N']``."""
         p = geometry.num_prefix
-        r = rollout(fused, "mean", self._cfg_discard_ratio, num_prefix=p if self._cfg_exclude_prefix else None)
         q0 = 0 if self._cfg_exclude_prefix else p  # first spatial token of R
         if self._uses_cls(geometry):
             maps = r[:, 0, q0:]
@@ -104,10 +125,11 @@ class AttentionRollout(ChosenImages, AttentionAccumulator):
             maps = r[:, q0:, q0:].sum(dim=1)
         s = maps.sum(dim=-1, keepdim=True)
         maps = maps / torch.where(s == 0, torch.ones_like(s), s)
-        return r, maps.reshape(-1, *geometry.grid)
+        return maps.reshape(-1, *geometry.grid)
 
     def _update_blocks(self, geometry: AttentionGeometry, stats: list[BlockStats], batch: Batch) -> None:
-        r, maps = self._rollout(stats, geometry)
+        r = self.per_batch(batch)["rollout"]
+        maps = self._maps(r, geometry)
         r_sum, m_sum = r.sum(dim=0).to(torch.float64).cpu(), maps.sum(dim=0).to(torch.float64).cpu()
         if self.rollout_sum is None:
             self.rollout_sum, self.map_sum = r_sum, m_sum
@@ -122,7 +144,11 @@ class AttentionRollout(ChosenImages, AttentionAccumulator):
         if self.num_images == 0:
             return AttentionRolloutResult(name=self.name, tensors={}, meta=meta)
         meta["map_source"] = "cls" if self._uses_cls(self.geometry) else "spatial_average"
-        _, random_maps = self._rollout(self._random(), self.geometry)
+        r, g = None, self.geometry
+        for pattern in random_patterns(self._cfg_seed, self._cfg_random_kind, self._cfg_random_samples,
+                                       len(g.blocks), g.num_heads, g.grid, g.num_prefix):
+            r = self._step(r, fuse_heads(pattern, self._cfg_head_fusion), g.num_prefix)
+        random_maps = self._maps(r, self.geometry)
         tensors = {"mean_rollout": self.rollout_sum / self.num_images, "mean_map": self.map_sum / self.num_images,
                    "random_map": random_maps.mean(dim=0).to(torch.float64)}
         tensors.update(self._chosen_tensors())

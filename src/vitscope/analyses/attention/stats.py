@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -10,14 +9,14 @@ from pathlib import Path
 import torch
 
 from vitscope.analyses.base import Analysis, Batch, Figure, Result
+from vitscope.analyses.batch import ATTENTION_BLOCKS, recorded_patterns
 from vitscope.analyses.registry import register_analysis
-from vitscope.functional.attention_stats import attention_entropy, max_attention
-from vitscope.hooks.names import split_block_name
 from vitscope.models.spec import ModelSpec
 
 __all__ = ["AttentionStats", "AttentionStatsResult"]
 
 PATTERN_HOOKS = "blocks.*.attn.pattern"
+_NEEDS = frozenset({"entropy", "peak"})  # the shared pass computes them with the functions named below
 
 
 class AttentionStatsResult(Result):
@@ -77,32 +76,35 @@ class AttentionStats(Analysis):
     def required_hooks(self, spec: ModelSpec) -> list[str]:
         return [PATTERN_HOOKS]
 
+    def record_reads(self, spec: ModelSpec) -> list[str]:
+        return []  # values come through the shared block statistics
+
+    def shared_quantities(self, spec: ModelSpec) -> dict[str, frozenset[str]]:
+        return {ATTENTION_BLOCKS: _NEEDS}
+
     def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
         """Add one batch: reads every ``blocks.{i}.attn.pattern`` ``[B, H, N, N]`` in the record."""
-        found = sorted(
-            (split_block_name(k)[0], k)
-            for k in record
-            if fnmatch.fnmatchcase(k, PATTERN_HOOKS) and split_block_name(k) is not None
-        )
+        found = recorded_patterns(record)
         if not found:
             raise ValueError(
                 "attention_stats: the record holds no 'blocks.{i}.attn.pattern'; record "
                 f"{PATTERN_HOOKS!r} (required_hooks) on a transformer"
             )
-        entropy, peak = [], []
         shape = None
         for _, key in found:
-            pattern = record[key].detach()
-            if pattern.dim() != 4 or (shape is not None and pattern.shape != shape):
+            pattern = record[key]
+            if pattern.dim() != 4 or pattern.shape[-1] != pattern.shape[-2] or (
+                    shape is not None and pattern.shape != shape):
                 raise ValueError(
                     f"attention_stats: '{key}' has shape {tuple(pattern.shape)}; expected [B, H, N, N] "
                     "with the same shape in every block"
                 )
             shape = pattern.shape
-            entropy.append(attention_entropy(pattern).double().sum(dim=0).cpu())
-            peak.append(max_attention(pattern).double().sum(dim=0).cpu())
         if shape[0] == 0:
             return
+        blocks = batch.quantity(ATTENTION_BLOCKS, record, _NEEDS)
+        entropy = [blocks[i].entropy.double().sum(dim=0).cpu() for i, _ in found]
+        peak = [blocks[i].peak.double().sum(dim=0).cpu() for i, _ in found]
         self._add([i for i, _ in found], int(shape[0]), int(shape[-1]), torch.stack(entropy), torch.stack(peak))
 
     def _add(self, blocks: list[int], n: int, num_tokens: int, s_ent: torch.Tensor, s_max: torch.Tensor) -> None:

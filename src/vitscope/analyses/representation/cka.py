@@ -11,6 +11,7 @@ import fnmatch
 import functools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,6 +46,12 @@ def cka_features(x: torch.Tensor, num_prefix: int, tokens: str) -> torch.Tensor:
     if x.dim() == 4:
         x, num_prefix = grid_to_tokens(x), 0
     return features_for_cka(x, num_prefix, tokens)  # type: ignore[arg-type]
+
+
+def prepared(state: MinibatchHSIC | FullHSIC, indices: Sequence[int], rep: torch.Tensor) -> Any:
+    """What ``state.add`` needs of one representation (:meth:`MinibatchHSIC.prepare`; the rows for the full
+    estimator)."""
+    return state.prepare(indices, rep) if isinstance(state, MinibatchHSIC) else rep
 
 
 def check_cka_options(tokens: str, estimator: str, batch: int, grouping: str = "batch") -> None:
@@ -169,8 +176,16 @@ class BlockCKA(Analysis):
         if batch.size == 0:
             return
         self.blocks, self.model = blocks, batch.spec.name
-        prefix = batch.spec.num_prefix_tokens
-        self.state.add(batch.indices, [cka_features(record[k], prefix, self._cfg_tokens) for _, k in found])
+        self.state.add(batch.indices, [self.reduced(k, record, batch) for _, k in found])
+
+    def stream_hooks(self, spec: ModelSpec) -> list[str]:
+        return self.required_hooks(spec)
+
+    def reduce_hook(self, name: str, tensor: torch.Tensor, batch: Batch) -> Any:
+        """The CKA features of one block (:func:`cka_features`), reduced to minibatch Grams when the estimator
+        allows (the features of every block would otherwise stay alive until :meth:`update`)."""
+        return prepared(self.state, batch.indices, cka_features(tensor, batch.spec.num_prefix_tokens,
+                                                                self._cfg_tokens))
 
     def compute(self) -> CKAResult:
         meta = {"model": self.model, "site": self._cfg_site, "tokens": self._cfg_tokens,

@@ -28,6 +28,7 @@ with itself), both exactly mergeable:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +38,7 @@ from vitscope.features.rowstore import RowStore
 from vitscope.functional.cka import _minmax_gram
 from vitscope.functional.cka_grams import cka_from_hsic, cross_gram, hsic_matrix
 
-__all__ = ["GROUPINGS", "FullHSIC", "MinibatchHSIC", "chunked_gram"]
+__all__ = ["GROUPINGS", "FullHSIC", "MinibatchHSIC", "PreparedRep", "chunked_gram"]
 
 _MIN_UNBIASED = 4
 GROUPINGS = ("batch", "index")
@@ -58,6 +59,14 @@ def chunked_gram(chunks: Sequence[np.ndarray | torch.Tensor]) -> torch.Tensor:
             k[starts[i] : starts[i + 1], starts[j] : starts[j + 1]] = block
             k[starts[j] : starts[j + 1], starts[i] : starts[i + 1]] = block.T
     return k
+
+
+@dataclass
+class PreparedRep:
+    """One representation of one batch, reduced for :meth:`MinibatchHSIC.add`: per minibatch of the batch (in
+    index order) its Gram ``[m, m]``, or its rows ``[m, F]`` when the minibatch is too small to stand alone."""
+
+    parts: list[torch.Tensor]
 
 
 class MinibatchHSIC:
@@ -136,8 +145,35 @@ class MinibatchHSIC:
             sel = minibatch == mb
             self._put(int(mb), index[sel], [f[sel] for f in feats])
 
-    def add(self, indices: Sequence[int], xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor] | None = None) -> None:
-        """Add a batch: ``xs`` (and ``ys`` unless symmetric) are lists of ``[b, F]`` representations."""
+    def _minibatches(self, index: np.ndarray) -> list[np.ndarray]:
+        """Positions of each minibatch of one added batch (``"batch"`` grouping), in index order."""
+        order = np.argsort(index, kind="stable")
+        return [order[start : start + self.batch] for start in range(0, order.size, self.batch)]
+
+    def prepare(self, indices: Sequence[int], rep: torch.Tensor) -> PreparedRep | torch.Tensor:
+        """What :meth:`add` needs of one representation ``[b, F]`` of a batch: with ``"batch"`` grouping its
+        minibatch Grams (``[m, m]`` each, small) instead of its features, so a caller can let the features go
+        as soon as they are made; with ``"index"`` grouping the features themselves."""
+        if self.grouping == "index":
+            return rep
+        index = np.asarray(list(indices), dtype=np.int64)
+        return PreparedRep([self._gram_or_rows(rep, pos) for pos in self._minibatches(index)])
+
+    @staticmethod
+    def _gram_or_rows(rep: torch.Tensor, pos: np.ndarray) -> torch.Tensor:
+        """The minibatch's Gram, or its rows when it is too small to be reduced on its own (pooled)."""
+        if pos.size < _MIN_UNBIASED:
+            return rep[torch.from_numpy(pos).to(rep.device)]
+        if pos[-1] - pos[0] == pos.size - 1:  # consecutive rows (batches arrive sorted): a view, no copy
+            picked = rep[int(pos[0]) : int(pos[-1]) + 1]
+        else:
+            picked = rep[torch.from_numpy(pos).to(rep.device)]
+        return cross_gram(picked.detach().float()).cpu()
+
+    def add(self, indices: Sequence[int], xs: Sequence[torch.Tensor | PreparedRep],
+            ys: Sequence[torch.Tensor | PreparedRep] | None = None) -> None:
+        """Add a batch: ``xs`` (and ``ys`` unless symmetric) are lists of ``[b, F]`` representations, or what
+        :meth:`prepare` made of them."""
         if (ys is None) != self.symmetric:
             raise ValueError("pass ys exactly when the HSIC state is not symmetric")
         index = np.asarray(list(indices), dtype=np.int64)
@@ -145,17 +181,13 @@ class MinibatchHSIC:
         if self.grouping == "index":
             self._pool(index, reps)
         else:
-            order = np.argsort(index, kind="stable")
-            for start in range(0, order.size, self.batch):
-                pos = order[start : start + self.batch]
+            prepared = [r if isinstance(r, PreparedRep) else self.prepare(indices, r) for r in reps]
+            for m, pos in enumerate(self._minibatches(index)):
+                parts = [p.parts[m] for p in prepared]
                 if pos.size < _MIN_UNBIASED:
-                    self._pool(index[pos], [r[torch.from_numpy(pos).to(r.device)] for r in reps])
-                    continue
-                if pos[-1] - pos[0] == pos.size - 1:  # consecutive rows (batches arrive sorted): a view, no copy
-                    picked = [r[int(pos[0]) : int(pos[-1]) + 1] for r in reps]
+                    self._pool(index[pos], parts)
                 else:
-                    picked = [r[torch.from_numpy(pos).to(r.device)] for r in reps]
-                self._fold([cross_gram(r.detach().float()).cpu() for r in picked], int(pos.size))
+                    self._fold(parts, int(pos.size))
         self.count += index.size
 
     def merge(self, other: MinibatchHSIC) -> MinibatchHSIC:

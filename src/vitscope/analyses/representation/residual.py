@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -22,6 +23,7 @@ from vitscope.analyses.representation.cka import (
     hsic_state_cka,
     merge_hsic,
     new_hsic_state,
+    prepared,
 )
 from vitscope.functional.cka_grams import row_norms
 from vitscope.hooks.names import split_block_name
@@ -109,6 +111,15 @@ class ResidualCKA(Analysis):
     def supports(self, spec: ModelSpec) -> bool:
         return spec.is_transformer and super().supports(spec)
 
+    def stream_hooks(self, spec: ModelSpec) -> list[str]:
+        return self.required_hooks(spec)
+
+    def reduce_hook(self, name: str, tensor: torch.Tensor, batch: Batch) -> tuple[Any, torch.Tensor]:
+        """One site of one block: what the HSIC state needs of its CKA features (:func:`prepared`) and the
+        features' row norms ``[B]``."""
+        x = cka_features(tensor, batch.spec.num_prefix_tokens, self._cfg_tokens)
+        return prepared(self.state, batch.indices, x), row_norms(x)
+
     def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
         """Add one batch: ``resid_pre``, ``attn_out``, ``resid_mid``, ``mlp_out`` of every block, ``[B, N, D]``."""
         blocks = sorted({split_block_name(k)[0] for k in record if split_block_name(k) and
@@ -121,14 +132,13 @@ class ResidualCKA(Analysis):
             raise ValueError(f"residual_cka: blocks {blocks} differ from the blocks seen before {self.blocks}")
         if batch.size == 0:
             return
-        p = batch.spec.num_prefix_tokens
+        def feats(site: str) -> list[tuple[Any, torch.Tensor]]:
+            return [self.reduced(f"blocks.{i}.{site}", record, batch) for i in blocks]
 
-        def feats(site: str) -> list[torch.Tensor]:
-            return [cka_features(record[f"blocks.{i}.{site}"], p, self._cfg_tokens) for i in blocks]
-
-        skips = feats("resid_pre") + feats("resid_mid")
-        branches = feats("attn_out") + feats("mlp_out")
-        ratios = torch.stack([row_norms(s) / row_norms(b) for s, b in zip(skips, branches)])
+        skip_parts = feats("resid_pre") + feats("resid_mid")
+        branch_parts = feats("attn_out") + feats("mlp_out")
+        skips, branches = [s for s, _ in skip_parts], [b for b, _ in branch_parts]
+        ratios = torch.stack([s / b for (_, s), (_, b) in zip(skip_parts, branch_parts)])
         ratio_sum = ratios.sum(dim=1).reshape(2, len(blocks)).cpu()
         self.ratio_sum = ratio_sum if self.ratio_sum is None else self.ratio_sum + ratio_sum
         self.blocks, self.model = blocks, batch.spec.name
