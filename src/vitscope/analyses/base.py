@@ -8,6 +8,7 @@ import functools
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -157,12 +158,13 @@ class Analysis(ABC):
         hook: the generic checks of :meth:`merge` name the state and its shapes)."""
         return None
 
-    def sync(self, group: Any = None) -> None:
+    def sync(self, group: Any = None, exchange: str | Path | None = None) -> None:
         """Merge the states of every process of a ``torch.distributed`` group into each (a no-op alone).
 
         Sums, maxima and minima of tensors are reduced with ``all_reduce``; every other state is gathered and
-        merged in rank order (:mod:`vitscope.analyses.sync`). Every process ends with the state of the whole
-        group.
+        merged in rank order; row stores travel as shard files through ``exchange``, a folder every process
+        sees (default: one made for this call; :mod:`vitscope.analyses.sync`). Every process ends with the
+        state of the whole group.
         """
         import torch.distributed as dist
 
@@ -170,7 +172,7 @@ class Analysis(ABC):
             return
         from vitscope.analyses.sync import sync_states
 
-        for name, value in sync_states(self._states, self.state_dict(), self.name, group).items():
+        for name, value in sync_states(self._states, self.state_dict(), self.name, group, exchange).items():
             setattr(self, name, value)
 
     def fresh(self) -> Analysis:

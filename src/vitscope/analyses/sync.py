@@ -2,20 +2,64 @@
 
 Tensor states whose rule is ``"sum"``, ``"max"`` or ``"min"`` and whose shape every process agrees on are
 reduced in place with ``all_reduce`` (a process that saw nothing contributes the rule's identity). Every
-other state (counts a mean depends on, dicts, top-k, row stores, custom rules) is gathered as objects and
-merged in rank order with the same rules as :meth:`vitscope.Analysis.merge`, so every process ends with the
-state of the whole group.
+other state (counts a mean depends on, dicts, top-k, custom rules) is gathered as objects and merged in rank
+order with the same rules as :meth:`vitscope.Analysis.merge`, so every process ends with the state of the
+whole group.
+
+State that grows with the number of images (a :class:`~vitscope.features.rowstore.RowStore`: probe rows,
+full-CKA features) never goes through the process group: each process writes its rows as one shard file in
+an *exchange folder* every process sees (:func:`exchange_folder`), and only the shard's path is gathered;
+each process then reads the others' shards from disk.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from vitscope.analyses.state import StateSpec, merge_states
+from vitscope.features.rowstore import exported_when_pickled
 
-__all__ = ["sync_states"]
+__all__ = ["EXCHANGE_ENV", "exchange_folder", "sync_states"]
+
+#: environment variable naming the folder where processes exchange row shards (default: a temporary folder
+#: made by rank 0, which only works when every process runs on one machine)
+EXCHANGE_ENV = "VITSCOPE_EXCHANGE_DIR"
+
+
+def exchange_folder(group: Any = None) -> Path:
+    """A folder every process of the group sees, for row shards: ``$VITSCOPE_EXCHANGE_DIR`` or a temporary
+    folder rank 0 makes (and removes when it exits).
+
+    Raises:
+        RuntimeError: a process cannot see the folder (processes on several machines need
+            ``VITSCOPE_EXCHANGE_DIR`` on a file system they share).
+    """
+    import torch.distributed as dist
+
+    proposal = [None]
+    if dist.get_rank(group) == 0:
+        base = os.environ.get(EXCHANGE_ENV)
+        if base:
+            Path(base).mkdir(parents=True, exist_ok=True)
+        made = tempfile.mkdtemp(prefix="vitscope-exchange-", dir=base or None)
+        atexit.register(shutil.rmtree, made, True)
+        proposal = [made]
+    dist.broadcast_object_list(proposal, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+    folder = Path(proposal[0])
+    seen = [None] * dist.get_world_size(group)
+    dist.all_gather_object(seen, folder.is_dir(), group=group)
+    if not all(seen):
+        blind = [r for r, ok in enumerate(seen) if not ok]
+        raise RuntimeError(f"processes {blind} cannot see {folder}, where processes exchange their rows; set "
+                           f"{EXCHANGE_ENV} to a folder on a file system every node shares")
+    return folder
 
 _OPS = ("sum", "max", "min")
 
@@ -36,8 +80,8 @@ def _companions(specs: dict[str, StateSpec]) -> set[str]:
     return {n for spec in specs.values() for n in (spec.count, spec.mean) if n}
 
 
-def sync_states(specs: dict[str, StateSpec], values: dict[str, Any], owner: str, group: Any = None
-                ) -> dict[str, Any]:
+def sync_states(specs: dict[str, StateSpec], values: dict[str, Any], owner: str, group: Any = None,
+                exchange: str | Path | None = None) -> dict[str, Any]:
     """The values of every state merged over the group (``values``: this process's; returned anew).
 
     Args:
@@ -45,6 +89,7 @@ def sync_states(specs: dict[str, StateSpec], values: dict[str, Any], owner: str,
         values: this process's current values.
         owner: the analysis name (for error messages).
         group: the process group (default: the whole world).
+        exchange: the folder for row shards (:func:`exchange_folder`; made when None).
     """
     import torch.distributed as dist
 
@@ -72,7 +117,9 @@ def sync_states(specs: dict[str, StateSpec], values: dict[str, Any], owner: str,
     rest = {n: spec for n, spec in specs.items() if n not in merged}
     if rest:
         parts: list[Any] = [None] * world
-        dist.all_gather_object(parts, {n: values[n] for n in rest}, group=group)
+        folder = exchange if exchange is not None else exchange_folder(group)
+        with exported_when_pickled(folder):  # row stores, wherever they sit, travel as shard files
+            dist.all_gather_object(parts, {n: values[n] for n in rest}, group=group)
         state = parts[0]
         for part in parts[1:]:
             state = merge_states(rest, state, part, owner)

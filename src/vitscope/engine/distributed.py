@@ -17,7 +17,7 @@ from typing import Any
 
 # torch is imported where it is used: the command line asks in_torchrun() before any command imports it
 
-__all__ = ["PeerFailedError", "Shard", "collectives", "from_torchrun", "gather_lists", "in_torchrun",
+__all__ = ["PeerFailedError", "Shard", "barrier", "collectives", "from_torchrun", "gather_lists", "in_torchrun",
            "is_main_process", "leave", "shard_for", "sum_over_ranks"]
 
 
@@ -86,6 +86,19 @@ def collectives(shard: Shard) -> Iterator[None]:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise PeerFailedError(f"another process of this run stopped before the end of the pass (its error is "
                               f"above); process {shard.rank} of {shard.world} stops too ({first[:160]})") from err
+
+
+def barrier() -> None:
+    """Wait until every process of the group gets here (alone: return at once)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        if dist.get_backend() == "nccl":
+            import torch
+
+            dist.barrier(device_ids=[torch.cuda.current_device()])
+        else:
+            dist.barrier()
 
 
 def leave() -> None:

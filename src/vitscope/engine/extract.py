@@ -4,23 +4,26 @@
 is there (no forward pass at all); the requests that miss share **one** pass of :func:`vitscope.run` (the only
 loop over images) with any analyses riding along: :class:`FeatureRows` records the hooks of all of them
 together and pools every block's tokens in every requested way. Rows are streamed into
-:class:`~vitscope.features.rowstore.RowStore` tables and committed to the cache sorted by image position, so
-memory stays bounded.
+:class:`~vitscope.features.rowstore.RowStore` tables in the pass's working folder (resumable: a killed pass
+continues) and committed to the cache sorted by image position, so memory stays bounded. Under
+``torch.distributed`` every process writes its own rows and rank 0 commits them as one entry.
 """
 
 from __future__ import annotations
 
 import shutil
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from vitscope.data.open import as_source
+from vitscope.engine.distributed import barrier, collectives, shard_for
 from vitscope.engine.feature_rows import FeatureRows
-from vitscope.engine.run import EmptyRunError, resolve_dtype, run
+from vitscope.engine.run import EmptyRunError, resolve_device, resolve_dtype, run
+from vitscope.engine.state import Checkpoint
 from vitscope.features.cache import CacheEntry, FeatureCache
 from vitscope.features.fingerprint import CACHE_FORMAT, digest, model_fingerprint
 from vitscope.features.request import FeatureRequest
@@ -51,6 +54,10 @@ def extract_features(
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
     analyses: Sequence[Analysis] = (),
+    distributed: bool = False,
+    progress: bool | None = False,
+    checkpoint_seconds: float = 60.0,
+    log: Callable[[str], None] | None = None,
 ) -> dict[FeatureRequest, CacheEntry]:
     """Cached per-block features of every image of ``source`` for each request.
 
@@ -67,6 +74,14 @@ def extract_features(
             final-block features); ``batch.targets`` holds the source's ground truth. With analyses the pass
             always runs (cached requests are still not recomputed). Not with :class:`TiledView`, whose stitched
             tokens are not the model's layout.
+        distributed: share the pass with the processes of the ``torch.distributed`` group
+            (:func:`vitscope.run`); each writes its rows, rank 0 commits the entries, and every process returns
+            them (the cache folder must be one they all see).
+        progress: show the pass's progress bar (rank 0 only).
+        checkpoint_seconds: least time between two saves of the pass's state. Without riding analyses a pass
+            is resumable: its rows go to disk shard by shard in ``<cache>/tmp/pass-<key>/`` and a killed
+            pass restarted with the same requests continues where it stopped.
+        log: receives one-line messages (resumed..., starting over...).
 
     Returns:
         ``{request: CacheEntry}``; each entry has ``index`` ``[rows]`` (image position), ``block{i}`` per
@@ -93,18 +108,35 @@ def extract_features(
         return found  # type: ignore[return-value]
     if analyses and isinstance(view, TiledView):
         raise ValueError("analyses cannot ride on a tiled view: stitched tokens are not the model's token layout")
-    workdir = cache.root / "tmp" / f"rows-{uuid.uuid4().hex}"
-    rows = FeatureRows(missing, view, workdir=workdir)
+    shard = shard_for(distributed, resolve_device(device).type)
+    # the pass's working folder, keyed by what it computes: a killed pass restarted with the same request finds
+    # its state there (rows are committed to disk shard by shard as it goes, the state file names them)
+    pass_key = digest({"entries": [keys[r] for r in missing], "batch_size": int(batch_size)})
+    work = cache.root / "tmp" / (f"pass-{pass_key}" if not analyses else f"pass-{uuid.uuid4().hex}")
+    rows = FeatureRows(missing, view, workdir=work / f"rows-rank{shard.rank}-of-{shard.world}")
+    # analyses riding along are not keyed here, so such a pass is not resumable
+    checkpoint = None if analyses else Checkpoint(work / "state.pt", {"pass": pass_key, "format": CACHE_FORMAT},
+                                                   every_seconds=checkpoint_seconds, log=log)
     try:
-        try:
-            run(backbone, source, [rows, *analyses], batch_size=batch_size, device=device, dtype=dtype,
-                progress=False, view=view)
-        except EmptyRunError:
-            raise ValueError(f"no readable image in {source.name} ({len(source)} files): nothing to extract") from None
-        meta_base = {"model": spec.name, "view": view.describe(spec), "data": source.name, **rows.layout}
+        run(backbone, source, [rows, *analyses], batch_size=batch_size, device=device, dtype=dtype,
+            progress=progress, view=view, checkpoint=checkpoint, distributed=distributed)
+    except EmptyRunError:
+        shutil.rmtree(work, ignore_errors=True)
+        raise ValueError(f"no readable image in {source.name} ({len(source)} files): nothing to extract") from None
+    meta_base = {"model": spec.name, "view": view.describe(spec), "data": source.name, **rows.layout}
+    if shard.rank == 0:  # one process publishes; every process then reads the same entries
         for k, r in enumerate(missing):
             meta = {**meta_base, "request": asdict(r), "blocks": r.block_list(spec.num_blocks)}
             found[r] = cache.commit(keys[r], rows.store(k), meta)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    if shard.world > 1:
+        with collectives(shard):
+            barrier()
+        found.update({r: cache.get(keys[r]) for r in missing})
+        if any(found[r] is None for r in missing):
+            raise RuntimeError(f"process {shard.rank} cannot see the feature cache rank 0 wrote at {cache.root}; "
+                               "processes on several machines need a cache folder on a file system they share")
+        with collectives(shard):
+            barrier()  # every process has its entries before the working folder goes
+    if shard.rank == 0:
+        shutil.rmtree(work, ignore_errors=True)
     return found  # type: ignore[return-value]

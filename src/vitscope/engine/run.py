@@ -20,10 +20,11 @@ import torch
 
 from vitscope.analyses.base import Analysis, Batch, Result
 from vitscope.analyses.batch import ModelRunner, SharedQuantities, union_plan
+from vitscope.analyses.sync import exchange_folder
 from vitscope.data.open import as_source
 from vitscope.data.source import Source
 from vitscope.engine.batches import LoadedBatch, SkipLog, iter_batches
-from vitscope.engine.distributed import collectives, gather_lists, shard_for, sum_over_ranks
+from vitscope.engine.distributed import barrier, collectives, gather_lists, shard_for, sum_over_ranks
 from vitscope.engine.memory import limit_fragmentation
 from vitscope.engine.settings import progress_bar, resolve_device, resolve_dtype
 from vitscope.engine.state import Checkpoint, interrupt_guard, run_checkpoint
@@ -295,10 +296,15 @@ def run(
     skipped = list(log.skipped)
     if shard.world > 1:  # every rank ends with the state of the whole pass
         with collectives(shard):
+            exchange = exchange_folder()  # row stores travel as shard files, never through the group
             for a in analyses:
-                a.sync()
+                a.sync(exchange=exchange)
             seen, resumed = sum_over_ranks(seen, shard), sum_over_ranks(resumed, shard)
             skipped = sorted(gather_lists(skipped, shard), key=lambda s: s.path)
     if seen == 0:
         raise EmptyRunError(f"no readable image among {total} files ({len(skipped)} skipped)")
-    return Results({a.name: _finish(a) for a in analyses}, seen, skipped, hooks, described, resumed)
+    results = {a.name: _finish(a) for a in analyses}
+    if shard.world > 1:
+        with collectives(shard):
+            barrier()  # every process has read the shared row shards before rank 0 may remove them at exit
+    return Results(results, seen, skipped, hooks, described, resumed)

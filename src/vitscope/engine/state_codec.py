@@ -7,8 +7,11 @@ keys, small dataclasses (``AttentionGeometry``), helper objects (``MinibatchHSIC
 weights-only unpickler accepts) and :func:`decode` rebuilds them. Objects are rebuilt only when their class
 lives in the ``vitscope`` package; anything else is refused when saving and when loading.
 
-A ``RowStore`` is saved by value (every row, in store order): its spilled shards live in a temporary
-folder that does not outlive the process, so a reference to them could not be resumed.
+A ``RowStore`` in a folder the caller chose (``persistent``: the feature cache's resumable passes) is saved by
+reference: its rows are flushed to sealed shard files, which are never written again, and the state file
+names them, so saving stays cheap however many rows there are; a state whose shards are gone cannot be
+restored (the run starts over). A store in a private temporary folder, which does not outlive the process,
+is saved by value (every row, in store order).
 """
 
 from __future__ import annotations
@@ -44,6 +47,11 @@ def _tree_to_array(tree: dict[str, Any]) -> np.ndarray:
 
 
 def _rowstore_to_tree(store: Any) -> dict[str, Any]:
+    schema = {k: [dtype, list(tail)] for k, (dtype, tail) in store.schema.items()}
+    if store.persistent:
+        store.flush()
+        return {_TAG: "rowstore_ref", "spill_bytes": int(store.spill_bytes), "workdir": str(store.workdir),
+                "schema": schema, "shards": [[folder, rows] for folder, rows in store.shards()]}
     columns = {name: _array_to_tree(store.column(name)) for name in store.schema}
     return {_TAG: "rowstore", "spill_bytes": int(store.spill_bytes), "columns": columns,
             "schema": {k: [dtype, list(tail)] for k, (dtype, tail) in store.schema.items()}}
@@ -137,6 +145,14 @@ def decode(tree: Any) -> Any:
         return dtype
     if kind == "rowstore":
         return _tree_to_rowstore(tree)
+    if kind == "rowstore_ref":
+        from vitscope.features.rowstore import RowStore
+
+        try:
+            return RowStore.of_shards(tree["workdir"], {k: (d, tuple(t)) for k, (d, t) in tree["schema"].items()},
+                                      [(str(f), int(r)) for f, r in tree["shards"]], int(tree["spill_bytes"]))
+        except FileNotFoundError as err:
+            raise StateCodecError(f"the saved rows are gone ({err})") from None
     if kind == "object":
         cls = _import_class(tree["class"])
         obj = cls.__new__(cls)

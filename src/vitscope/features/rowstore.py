@@ -18,6 +18,7 @@ column (the dataset index), which also makes ``merge(A(x1), A(x2))`` equal ``A(x
 from __future__ import annotations
 
 import atexit
+import contextlib
 import shutil
 import tempfile
 import uuid
@@ -28,9 +29,22 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["RowStore"]
+__all__ = ["RowStore", "exported_when_pickled"]
 
 _TEMP_DIRS: list[str] = []
+_EXPORT_TO: list[str] = []  # folders stores are exported to when pickled (innermost last)
+
+
+@contextlib.contextmanager
+def exported_when_pickled(folder: str | Path) -> Iterator[None]:
+    """Inside, a pickled :class:`RowStore` (wherever it sits in the pickled object) writes its rows to one shard
+    file under ``folder`` and pickles only that file's path: how processes hand each other rows through a
+    folder they share instead of through a process group."""
+    _EXPORT_TO.append(str(folder))
+    try:
+        yield
+    finally:
+        _EXPORT_TO.pop()
 
 
 def _cleanup_temp_dirs() -> None:
@@ -119,6 +133,41 @@ class RowStore:
         self._open[1] += sum(len(next(iter(c.values()))) for c in self._memory)
         self._memory, self._memory_bytes = [], 0
 
+    @property
+    def persistent(self) -> bool:
+        """Whether the shards live in a folder the caller chose (which outlives the process), not a private
+        temporary one."""
+        return self.workdir is not None and self.workdir not in _TEMP_DIRS
+
+    def flush(self) -> None:
+        """Move the rows held in memory to disk and seal the shard: afterwards the store is only its shards."""
+        self._spill()
+        self.seal()
+
+    def shards(self) -> list[tuple[str, int]]:
+        """``(folder, rows)`` of every shard on disk, in store order."""
+        return list(self._sealed) + ([(self._open[0], int(self._open[1]))] if self._open else [])
+
+    @classmethod
+    def of_shards(cls, workdir: str | Path, schema: Mapping[str, tuple[str, tuple[int, ...]]],
+                  shards: list[tuple[str, int]], spill_bytes: int = 64 << 20) -> RowStore:
+        """A store of existing sealed shards (what :meth:`flush` and :meth:`shards` left on disk).
+
+        Raises:
+            FileNotFoundError: a shard's column file is missing or shorter than its rows.
+        """
+        store = cls(workdir=workdir, spill_bytes=spill_bytes)
+        store.schema = {k: (dtype, tuple(tail)) for k, (dtype, tail) in schema.items()}
+        for folder, rows in shards:
+            for name, (dtype, tail) in store.schema.items():
+                path = Path(folder) / f"{name}.bin"
+                need = int(rows) * int(np.prod(tail, dtype=np.int64)) * np.dtype(dtype).itemsize
+                if not path.is_file() or path.stat().st_size < need:
+                    raise FileNotFoundError(f"{path} is missing or shorter than its {rows} rows")
+            store._sealed.append((str(folder), int(rows)))
+            store.rows += int(rows)
+        return store
+
     def seal(self) -> None:
         """Close the open shard for writing (it may then be shared); later spills open a new one."""
         if self._open is not None:
@@ -142,6 +191,31 @@ class RowStore:
         if self._memory_bytes > self.spill_bytes:
             self._spill()
 
+    def export(self, folder: str | Path, max_rows: int = 4096) -> RowStore:
+        """A copy of every row in one sealed shard under ``folder``, holding nothing in memory.
+
+        Pickling the copy carries only the shard's path, the row count and the columns, so it can be handed
+        to another process that sees ``folder`` (how ``torch.distributed`` ranks share their rows without
+        sending them through the process group). Rows are streamed ``max_rows`` at a time.
+        """
+        out = RowStore(workdir=folder, spill_bytes=self.spill_bytes)
+        out.schema = dict(self.schema)
+        if self.rows == 0:
+            return out
+        shard = Path(out._folder()) / f"shard-{uuid.uuid4().hex}"
+        shard.mkdir()
+        files = {name: open(shard / f"{name}.bin", "wb") for name in self.schema}  # noqa: SIM115
+        try:
+            for chunk in self.chunks(max_rows=max_rows):
+                for name, f in files.items():
+                    f.write(np.ascontiguousarray(chunk[name]).tobytes())
+        finally:
+            for f in files.values():
+                f.close()
+        out._sealed.append((str(shard), self.rows))
+        out.rows = self.rows
+        return out
+
     # -- reading -----------------------------------------------------------------------
     def __len__(self) -> int:
         return self.rows
@@ -159,8 +233,7 @@ class RowStore:
         unknown = [n for n in names if n not in self.schema]
         if unknown:
             raise KeyError(f"unknown columns {unknown}; the store has {sorted(self.schema)}")
-        shards = list(self._sealed) + ([(self._open[0], int(self._open[1]))] if self._open else [])
-        for folder, rows in shards:
+        for folder, rows in self.shards():
             if rows == 0:
                 continue
             maps = self._shard_chunk(folder, rows, names)
@@ -204,6 +277,8 @@ class RowStore:
 
     # -- pickling ----------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
+        if _EXPORT_TO:  # for another process: every row in one shard file, nothing in the pickle
+            return dict(self.export(Path(_EXPORT_TO[-1]) / f"rows-{uuid.uuid4().hex}").__dict__)
         self.seal()  # a pickled copy may be resumed elsewhere: the shard must not change under it
         return dict(self.__dict__)
 

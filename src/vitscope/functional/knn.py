@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from vitscope.functional.knn_search import knn_search
+
 __all__ = ["knn_classify"]
 
 
@@ -29,15 +31,17 @@ def knn_classify(
     temperature: float = 0.07,
     num_classes: int | None = None,
     chunk_size: int = 1024,
+    bank_tile: int = 32768,
 ) -> torch.Tensor:
     """Predict test labels by weighted votes of the k most similar training examples.
 
     As the DINO ``knn_classifier``: both feature sets are L2-normalised, similarity is the cosine, the
     k most similar training rows vote for their label with weight ``exp(sim / temperature)``, and the
     class with the largest summed vote wins. Votes are summed in float64; a tie between classes goes
-    to the lowest label index. The order among training rows of equal similarity at the k-th place is
-    the one ``torch.topk`` picks. Test rows are processed in chunks of ``chunk_size`` to bound memory
-    (``chunk_size x n_train`` similarities at a time).
+    to the lowest label index. Which of several training rows of equal similarity at the k-th place
+    votes is the one ``torch.topk`` picks within a tile, then the lowest position. The neighbours are
+    found by :func:`~vitscope.functional.knn_search.knn_search`: ``chunk_size x bank_tile`` similarities
+    at a time, so memory does not grow with the training set.
 
     Args:
         train_feats: ``[n_train, d]`` training features.
@@ -46,7 +50,8 @@ def knn_classify(
         k: number of neighbours; clamped to ``n_train`` when larger.
         temperature: vote temperature T (votes ``exp(sim / T)``), default 0.07.
         num_classes: number of classes; default ``max(train_labels) + 1``.
-        chunk_size: test rows per chunk.
+        chunk_size: test rows per tile.
+        bank_tile: training rows per tile.
 
     Returns:
         ``[n_test]`` int64 predicted labels (on the device of ``test_feats``).
@@ -84,14 +89,11 @@ def knn_classify(
     train = F.normalize(train.to(dtype), dim=1)
     test = F.normalize(test.to(dtype=dtype, device=train.device), dim=1)
 
-    predictions = []
-    for start in range(0, test.shape[0], int(chunk_size)):
-        sims = test[start : start + int(chunk_size)] @ train.T  # [c, n_train]
-        top_sim, top_idx = sims.topk(k, dim=1, largest=True, sorted=True)
-        weights = (top_sim.to(torch.float64) / temperature).exp()  # [c, k]
-        votes = torch.zeros(top_sim.shape[0], num_classes, dtype=torch.float64, device=train.device)
-        votes.scatter_add_(1, labels[top_idx], weights)
-        predictions.append(votes.argmax(dim=1))  # first maximum -> lowest label on ties
-    if not predictions:
+    if test.shape[0] == 0:
         return torch.zeros(0, dtype=torch.int64, device=test_feats.device)
-    return torch.cat(predictions).to(test_feats.device)
+    # blocked search: chunk_size x bank_tile similarities at a time, never chunk_size x n_train
+    top_sim, top_idx = knn_search(test, train, k, metric="ip", query_tile=int(chunk_size), bank_tile=bank_tile)
+    weights = (top_sim.to(torch.float64) / temperature).exp()  # [n_test, k]
+    votes = torch.zeros(top_sim.shape[0], num_classes, dtype=torch.float64, device=train.device)
+    votes.scatter_add_(1, labels[top_idx], weights)
+    return votes.argmax(dim=1).to(test_feats.device)  # first maximum -> lowest label on ties

@@ -17,6 +17,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from vitscope.functional.knn_search import knn_search
+
 __all__ = [
     "average_precision_revisited",
     "recall_at_k_map_at_r",
@@ -166,9 +168,9 @@ def recall_at_k_map_at_r(
     Every item queries all the others by cosine similarity; it never retrieves itself. Queries whose
     label has no other item are skipped for every metric. Recall@k of a query = 1 if any of its k
     nearest others shares its label (k is clamped to n - 1). With R = number of other items sharing the
-    query's label, ``mAP@R = mean over queries of (1/R) sum_{i<=R} P(i) rel(i)``. The order among
-    items of equal similarity is the one ``torch.topk`` picks. Queries are processed in chunks of
-    ``chunk_size`` (``chunk_size x n`` similarities at a time).
+    query's label, ``mAP@R = mean over queries of (1/R) sum_{i<=R} P(i) rel(i)``. Items of equal
+    similarity are ranked by position (:func:`~vitscope.functional.knn_search.knn_search`, which scores
+    ``chunk_size`` queries against a tile of the set at a time, so memory does not grow with n).
 
     Args:
         embeddings: ``[n, d]`` embeddings.
@@ -212,9 +214,8 @@ def recall_at_k_map_at_r(
         q = queries[start : start + int(chunk_size)]
         r = num_relevant[q]  # [c]
         depth = min(n - 1, max(max(ks), int(r.max())))
-        sims = emb[q] @ emb.T  # [c, n]
-        sims[torch.arange(q.numel(), device=emb.device), q] = -math.inf  # never retrieve itself
-        top_idx = sims.topk(depth, dim=1, largest=True, sorted=True).indices  # [c, depth]
+        # blocked: chunk_size x bank_tile similarities at a time; a query never retrieves itself
+        _, top_idx = knn_search(emb[q], emb, depth, exclude=q, query_tile=int(chunk_size))  # [c, depth]
         rel = (lab[top_idx] == lab[q].unsqueeze(1)).to(torch.float64)  # [c, depth]
         for i, k in enumerate(ks):
             hits[i] += (rel[:, : min(k, depth)].sum(dim=1) > 0).sum().item()
