@@ -97,6 +97,25 @@ def test_compare_over_two_processes_gives_the_numbers_of_one(coco, tmp_path) -> 
     assert not found, "\n".join(found)
 
 
+def test_probe_over_two_processes_gives_the_numbers_of_one(tmp_path) -> None:
+    """Each process extracts its batches into its own rows; rank 0 commits one cache entry; numbers as one."""
+    root = synthesize(tmp_path / "data", "imagefolder", n=12, size=48, seed=2)
+    common = ["probe", "--model", "tiny-vit", "-d", f"{root}::imagefolder", "-b", "4", "--device", "cpu",
+              "--blocks", "0,-1"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert cli(*common, "-o", str(one), "--cache", str(tmp_path / "cache1")).returncode == 0
+    proc = _torchrun(*common, "-o", str(two), "--cache", str(tmp_path / "cache2"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("report:") == 1
+    a, b = (json.loads((d / "results.json").read_text()) for d in (one, two))
+    a["config"].pop("cache"), b["config"].pop("cache")
+    found = differences(normalise(a, [(one, "<OUT>")]), normalise(b, [(two, "<OUT>")]))
+    assert not found, "\n".join(found)
+    assert sorted(p.name for p in (tmp_path / "cache2").iterdir() if p.name != "tmp") == sorted(
+        p.name for p in (tmp_path / "cache1").iterdir() if p.name != "tmp")  # the same entries, once
+    assert not list((tmp_path / "cache2" / "tmp").glob("pass-*"))  # working folders removed
+
+
 def test_a_failing_process_stops_every_process_with_one_line_each(coco, tmp_path) -> None:
     root, broken = coco
     proc = _torchrun("analyze", "-m", "tiny-vit-sup", "-d", f"{root}::coco", "-a", "attention_distance", "-b", "4",
@@ -114,6 +133,6 @@ def test_a_failing_process_stops_every_process_with_one_line_each(coco, tmp_path
 
 def test_commands_that_run_as_one_process_refuse_torchrun(tmp_path) -> None:
     torchrun = {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"}
-    proc = cli("probe", "--model", "tiny-vit", "-d", "skimage", "-o", str(tmp_path / "p"), env=torchrun)
-    assert proc.returncode == 2 and "under torchrun only analyze and compare" in proc.stderr, proc.stderr
+    proc = cli("featviz", "--model", "tiny-vit", "-o", str(tmp_path / "p"), env=torchrun)
+    assert proc.returncode == 2 and "under torchrun only analyze, compare, probe" in proc.stderr, proc.stderr
     assert not (tmp_path / "p").exists()

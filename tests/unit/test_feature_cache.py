@@ -225,3 +225,27 @@ def test_analyses_ride_on_the_extraction_pass(folder: Path, tmp_path: Path) -> N
     assert knn.compute().meta["num_rows"] == 10  # the source's labels reached the riding probe
     with pytest.raises(ValueError, match="tiled"):
         extract_features(backbone, source, [request], FeatureCache(tmp_path), view=TiledView(), analyses=[riding])
+
+
+def test_a_killed_extraction_continues_where_it_stopped(folder: Path, tmp_path: Path, monkeypatch) -> None:
+    backbone = vitscope.load_model("tiny-vit")
+    calls = _counting(backbone)
+    source = DatasetSource(load_dataset(folder))
+    request = FeatureRequest(pooling="cls")
+    cache, messages = FeatureCache(tmp_path / "cache"), []
+    monkeypatch.setenv("VITSCOPE_STOP_AFTER_BATCHES", "2")  # saves its state, then stops as Ctrl-C would
+    with pytest.raises(KeyboardInterrupt):
+        extract_features(backbone, source, [request], cache, batch_size=3, checkpoint_seconds=0)
+    monkeypatch.delenv("VITSCOPE_STOP_AFTER_BATCHES")
+    work = list((tmp_path / "cache" / "tmp").glob("pass-*"))
+    assert len(work) == 1 and list(work[0].glob("rows-rank0-of-1/shard-*/block5.bin"))  # rows are on disk
+    assert calls == [3, 3] and not list(cache.keys())  # nothing committed yet
+    entry = extract_features(backbone, source, [request], cache, batch_size=3, checkpoint_seconds=0,
+                             log=messages.append)[request]
+    assert calls == [3, 3, 3, 1]  # only the last two batches ran again
+    assert any("6 images already done" in m for m in messages)
+    fresh = extract_features(vitscope.load_model("tiny-vit"), source, [request], FeatureCache(tmp_path / "fresh"),
+                             batch_size=3)[request]
+    assert np.array_equal(entry.index, fresh.index)
+    np.testing.assert_array_equal(entry.block(5), fresh.block(5))
+    assert not list((tmp_path / "cache" / "tmp").glob("pass-*"))  # the working folder goes once committed

@@ -32,7 +32,7 @@ def _version(value: bool) -> None:
 
 
 #: commands that share their work over the processes torchrun starts (the others run as one process)
-DISTRIBUTED_COMMANDS = frozenset({"analyze", "compare"})
+DISTRIBUTED_COMMANDS = frozenset({"analyze", "compare", "probe"})
 
 
 @app.callback()
@@ -45,7 +45,7 @@ def main_options(ctx: typer.Context,
     if in_torchrun() and ctx.invoked_subcommand not in DISTRIBUTED_COMMANDS:
         # several processes would each run the whole command and write the same files
         _stderr(f"error: 'vitscope {ctx.invoked_subcommand}' runs as one process; under torchrun only "
-                f"{' and '.join(sorted(DISTRIBUTED_COMMANDS))} share their work (start it without torchrun)")
+                f"{', '.join(sorted(DISTRIBUTED_COMMANDS))} share their work (start it without torchrun)")
         raise typer.Exit(2)
 
 

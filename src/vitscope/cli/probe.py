@@ -66,9 +66,13 @@ def probe(
     options = {"model": model, "data": data, "out": out, "test_data": test_data, "test_fraction": test_fraction,
                "tiling": tiling, "blocks": lambda num_blocks: parse_blocks(blocks, num_blocks), "site": site,
                "batch_size": batch_size, "device": device, "dtype": dtype, "seed": seed, "cache": cache}
+    from vitscope.cli.launch import role
     from vitscope.workflows.probe import run_probe
 
-    path = run_probe(options, log=lambda m: typer.echo(m, err=True))
+    with role(lambda m: typer.echo(m, err=True)) as me:  # under torchrun: this process's share; rank 0 writes
+        path = run_probe(options, log=me.log, distributed=me.distributed)
+    if path is None:
+        return
     doc = json.loads(path.read_text())
     for row in doc["best_blocks"]["rows"]:
         head = f"{row['task']:<24} {row['metric']:<10}"

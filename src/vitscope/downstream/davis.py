@@ -114,7 +114,7 @@ def davis_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, 
                 blocks: Sequence[int] | None = None, short_side: int | None = None, tiling: bool | float = False,
                 num_context: int = 7, topk: int = 5, radius: int = 12, temperature: float = 0.1, seed: int = 0,
                 random_kind: str | None = "uniform", batch_size: int = 16, device: str | None = None,
-                dtype: str | None = None) -> ProbeResult:
+                dtype: str | None = None, distributed: bool = False) -> ProbeResult:
     """DAVIS J, F and J&F of label propagation at every block.
 
     Args:
@@ -129,6 +129,8 @@ def davis_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, 
         num_context, topk, radius, temperature: propagation settings.
         seed, random_kind: random-chance features (None: no baseline).
         batch_size, device, dtype: extraction settings.
+        distributed: share the extraction with the processes of the ``torch.distributed`` group (every process
+            returns the same result; the feature cache folder must be one they all see).
 
     Returns:
         ProbeResult with ``J&F``, ``J``, ``F`` per block and their ``random_*``.
@@ -144,7 +146,8 @@ def davis_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, 
     for s in range(len(dataset)):
         seq = dataset[s]
         source = ImageFiles(list(seq.frame_paths), name=f"davis:{seq.name}")
-        entry = extract_features(backbone, source, [request], cache, view, batch_size, device, dtype)[request]
+        entry = extract_features(backbone, source, [request], cache, view, batch_size, device, dtype,
+                                 distributed=distributed)[request]
         if len(entry) != len(seq.frame_paths):
             raise ValueError(f"sequence {seq.name}: {len(seq.frame_paths) - len(entry)} frames could not be read")
         grid = tuple(entry.meta["grid"])

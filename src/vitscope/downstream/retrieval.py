@@ -77,7 +77,7 @@ def retrieval_scores(entry: CacheEntry, num_queries: int, gnd: Sequence[object],
 def retrieval_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, pooling: str = "cls",
                     site: str = "resid_post", blocks: Sequence[int] | None = None, seed: int = 0,
                     random_kind: str | None = "uniform", batch_size: int = 32, device: str | None = None,
-                    dtype: str | None = None) -> ProbeResult:
+                    dtype: str | None = None, distributed: bool = False) -> ProbeResult:
     """Revisited Oxford / Paris retrieval mAP at every block (features extracted once, cached).
 
     Args:
@@ -88,6 +88,8 @@ def retrieval_probe(backbone: Backbone, dataset, cache: FeatureCache | None = No
         blocks: blocks to score (default all).
         seed, random_kind: random-chance features.
         batch_size, device, dtype: extraction settings.
+        distributed: share the extraction with the processes of the ``torch.distributed`` group (every process
+            returns the same result; the feature cache folder must be one they all see).
 
     Returns:
         ProbeResult with ``mAP_medium``, ``mAP_hard``, ``mAP_easy`` per block.
@@ -97,6 +99,6 @@ def retrieval_probe(backbone: Backbone, dataset, cache: FeatureCache | None = No
         raise ValueError("retrieval needs a revisited Oxford / Paris dataset (load_dataset(root, 'revisitop'))")
     request = FeatureRequest(site, pooling, None if blocks is None else tuple(blocks))
     entry = extract_features(backbone, AnnotatedSource(dataset), [request], cache, LongSideView(), batch_size,
-                             device, dtype)[request]
+                             device, dtype, distributed=distributed)[request]
     return retrieval_scores(entry, len(dataset.queries), dataset.gnd, seed=seed, random_kind=random_kind,
                             model=backbone.spec.name)

@@ -50,6 +50,7 @@ def probe_sweep(
     batch_size: int = 32,
     device: str | None = None,
     dtype: str | None = None,
+    distributed: bool = False,
 ) -> dict[str, ProbeResult]:
     """Every probe the given data allows, at every block, each with its random-chance score.
 
@@ -76,6 +77,8 @@ def probe_sweep(
         seed: seed of the probes and of the random baselines (SPair pair sampling keeps the code's 42).
         random_kind: ``"uniform"``, ``"gaussian"`` or None.
         batch_size, device, dtype: extraction settings.
+        distributed: share the extraction with the processes of the ``torch.distributed`` group (every process
+            returns the same result; the feature cache folder must be one they all see).
 
     Returns:
         ``{task name: ProbeResult}``.
@@ -90,7 +93,7 @@ def probe_sweep(
                          "have; run the retrieval probe without tiling")
     out: dict[str, ProbeResult] = {}
     name = backbone.spec.name
-    common = {"batch_size": batch_size, "device": device, "dtype": dtype}
+    common = {"batch_size": batch_size, "device": device, "dtype": dtype, "distributed": distributed}
     chosen = None if blocks is None else tuple(blocks)
     requests = [FeatureRequest(site, t, chosen) for t in tokens]
 

@@ -63,7 +63,8 @@ def _num_images(dataset, fmt: str) -> int:
     return len(dataset)
 
 
-def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None) -> Path:
+def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None, distributed: bool = False
+              ) -> Path | None:
     """Load the model and data, run the probes, write results.json, tables, figures and report.html.
 
     Args:
@@ -71,9 +72,11 @@ def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None)
             None for every block, or ``num_blocks -> tuple`` to check against the model),
             ``site``, ``batch_size``, ``device``, ``dtype``, ``seed``, ``cache`` (folder or None).
         log: receives one-line progress messages.
+        distributed: this process is one of several (``torchrun``): the feature extraction is shared, every
+            process computes the probes on the whole cache, and rank 0 alone writes.
 
     Returns:
-        The path of results.json.
+        The path of results.json (None on the other processes of a distributed run).
     """
     from vitscope.analyses.probes.result import best_block_table
     from vitscope.downstream.checks import require_blocks
@@ -104,7 +107,12 @@ def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None)
     cache = FeatureCache(options["cache"]) if options.get("cache") else None
     results = probe_sweep(backbone, cache, **data, tiling=options.get("tiling") or False, blocks=blocks,
                           site=options["site"], seed=options["seed"], batch_size=options["batch_size"],
-                          device=options.get("device"), dtype=options.get("dtype"))
+                          device=options.get("device"), dtype=options.get("dtype"), distributed=distributed)
+    if distributed:
+        from vitscope.engine.distributed import is_main_process
+
+        if not is_main_process():
+            return None
     table = best_block_table({backbone.spec.name: results})
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items() if not callable(v)}
     num_images = _num_images(dataset, fmt) + (_num_images(data["test"], fmt) if options.get("test_data") else 0)
