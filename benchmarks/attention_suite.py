@@ -53,7 +53,6 @@ from vitscope.analyses import attention_suite
 from vitscope.analyses.attention.saliency import mask_to_grid
 from vitscope.analyses.base import Batch
 from vitscope.analyses.batch import SharedQuantities, union_plan
-from vitscope.engine.memory import limit_fragmentation
 from vitscope.functional.attention_blocks import Workspace
 
 GOAL = 1.5
@@ -102,7 +101,6 @@ def bench(args: argparse.Namespace, device: torch.device) -> dict:
                   range(args.batch_size)], spec=spec, grid=spec.grid_for(*pixels.shape[-2:]),
                   targets={"masks": masks})
     gt = torch.from_numpy(np.stack([mask_to_grid(m, spec, batch.grid).reshape(-1) for m in masks]))
-    limit_fragmentation()  # as vitscope.run does: large blocks go back to the OS when freed
 
     def clock() -> float:
         sync(device)

@@ -117,8 +117,8 @@ def main() -> None:
                            "identical_sets": same_sets, "largest_float64_gap": gap})
             print(f"round {r + 1}: faiss {faiss_run['seconds']:.1f} s ({faiss_run['peak_mib']:.0f} MiB), vitscope "
                   f"{ours['seconds']:.1f} s ({ours['peak_mib']:.0f} MiB): x{ratio:.2f}; identical neighbours in "
-                  f"{same_rows}/{args.n} rows (same sets in {same_sets}; where they differ, the float64 scores of the two "
-                  f"lists differ by at most {gap:.2e} at any rank)", flush=True)
+                  f"{same_rows}/{args.n} rows (same sets in {same_sets}; where they differ, the float64 scores of "
+                  f"the two lists differ by at most {gap:.2e} at any rank)", flush=True)
     ratios = [r["ratio"] for r in rounds]
     peak = max(r["vitscope"]["peak_mib"] for r in rounds)
     print(f"median ratio x{statistics.median(ratios):.2f} (spread {min(ratios):.2f}-{max(ratios):.2f}; goal "

@@ -25,7 +25,6 @@ from vitscope.data.open import as_source
 from vitscope.data.source import Source
 from vitscope.engine.batches import LoadedBatch, SkipLog, iter_batches
 from vitscope.engine.distributed import barrier, collectives, gather_lists, shard_for, sum_over_ranks
-from vitscope.engine.memory import limit_fragmentation
 from vitscope.engine.settings import progress_bar, resolve_device, resolve_dtype
 from vitscope.engine.state import Checkpoint, interrupt_guard, run_checkpoint
 from vitscope.engine.streaming import StreamPlan, in_block_order, stream_plan, warn_if_patterns_do_not_fit
@@ -262,7 +261,6 @@ def run(
         checkpoint.for_rank(shard.rank, shard.world)
     log = SkipLog()
     start, seen = _restore(checkpoint, analyses, log)
-    limit_fragmentation()  # memory stays flat in the number of images (engine/memory.py)
     autocast = torch.autocast(dev.type, dtype=amp) if amp is not None else contextlib.nullcontext()
     regions = any("regions" in getattr(a, "required_targets", ()) for a in analyses)
     preprocess = backbone.preprocess if view is None else None

@@ -21,7 +21,7 @@ from vitscope.functional.cka import _minmax_gram
 
 __all__ = ["cka_from_hsic", "cross_gram", "grams", "hsic_matrix", "row_norms"]
 
-_BLOCK_BYTES = 512 << 10  # float64 working blocks stay under glibc's 1 MiB mmap threshold (engine/memory.py)
+_BLOCK_BYTES = 512 << 10  # small float64 working blocks: reused from the heap, not mapped anew each time
 
 
 def _column_chunk(rows: int, column_chunk: int | None) -> int:
@@ -55,7 +55,7 @@ def cross_gram(x: torch.Tensor | np.ndarray, y: torch.Tensor | np.ndarray | None
 
     Exact float64 products without a float64 copy of the whole features: for ``[64, 151296]`` float32
     features (ViT-B/16, every token) the float64 working set is under 1 MiB instead of 77 MiB, and it is
-    faster (small blocks are not page-faulted in anew each time under the engine's allocator setting).
+    faster (small blocks are reused from the heap instead of being page-faulted in anew each time).
 
     Args:
         x: ``[a, F]`` features (torch, on any device, or numpy, e.g. a memory map); trailing dims flattened.

@@ -126,7 +126,7 @@ class BlockCKA(Analysis):
 
     Memory (why these defaults): with ``grouping="batch"`` nothing outlives its batch, and Grams are built
     one representation at a time from float64 blocks of a few columns. Measured on ViT-B/16-shaped records
-    (12 blocks, 197 x 768 tokens, ``tokens="all"``, engine batch 16, the engine's allocator setting): 0 bytes
+    (12 blocks, 197 x 768 tokens, ``tokens="all"``, engine batch 16): 0 bytes
     kept between batches, peak resident memory 124 MiB above the baseline for 128 and for 512 images, of
     which 111 MiB is the recorded batch itself. The previous default (index grouping, every representation
     stacked in float64 at reduction) kept 332 MiB of features between batches and peaked 2.3 GB above the
