@@ -75,3 +75,15 @@ def test_help_and_version_do_not_import_torch() -> None:
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
     version = vitscope("--version")
     assert version.returncode == 0 and version.stdout.strip().startswith("vitscope ")
+
+
+def test_a_pass_does_not_import_what_only_some_probes_use() -> None:
+    """scikit-learn, SciPy and scikit-image cost over a second of start-up together; the engine and the default
+    analyses must not import them until a probe that uses them runs."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, vitscope.workflows.analyze, vitscope.models.load, vitscope.analyses; "
+             "print(sorted(m for m in ('sklearn', 'scipy', 'skimage') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from sklearn.cluster import KMeans
-from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
-from sklearn.metrics.cluster import contingency_matrix
+
+# scikit-learn is imported where it is used: importing it costs about a second at every start-up
 
 __all__ = ["cluster_scores", "kmeans_labels", "purity"]
 
@@ -55,6 +54,8 @@ def purity(labels_true: ArrayLike, labels_pred: ArrayLike) -> float:
         Purity in (0, 1].
     """
     t, p = _pair(labels_true, labels_pred)
+    from sklearn.metrics.cluster import contingency_matrix
+
     table = contingency_matrix(t, p)  # [n_labels, n_clusters]
     return float(table.max(axis=0).sum() / t.size)
 
@@ -69,6 +70,8 @@ def cluster_scores(labels_true: ArrayLike, labels_pred: ArrayLike) -> dict[str, 
     Returns:
         ``{"purity": ..., "nmi": ..., "ari": ...}`` as Python floats. A perfect clustering gives 1, 1, 1.
     """
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
     t, p = _pair(labels_true, labels_pred)
     return {
         "purity": purity(t, p),
@@ -99,5 +102,7 @@ def kmeans_labels(features: ArrayLike, k: int, seed: int = 0) -> np.ndarray:
         raise ValueError("features contain NaN or infinite values")
     if int(k) != k or not 1 <= k <= x.shape[0]:
         raise ValueError(f"k must be an integer in [1, n={x.shape[0]}], got {k!r}")
+    from sklearn.cluster import KMeans
+
     model = KMeans(n_clusters=int(k), n_init=10, random_state=seed)
     return model.fit_predict(x).astype(np.int64)

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from scipy import ndimage
-from skimage.morphology import disk
 
 __all__ = ["boundary_map", "davis_f", "davis_j"]
 
@@ -106,7 +104,11 @@ def davis_f(pred_mask: MaskLike, true_mask: MaskLike, bound_th: float = 0.008) -
         return 1.0
     if n_fg == 0 or n_gt == 0:
         return 0.0  # precision 1 / recall 0 or the reverse: F = 0
+    from scipy import ndimage  # imported here: scipy and scikit-image cost start-up time for every command
+    from skimage.morphology import disk
+
     footprint = disk(int(bound_pix)).astype(bool)
+
     fg_dil = ndimage.binary_dilation(fg_boundary, structure=footprint)
     gt_dil = ndimage.binary_dilation(gt_boundary, structure=footprint)
     precision = np.count_nonzero(fg_boundary & gt_dil) / n_fg
