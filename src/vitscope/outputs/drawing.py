@@ -60,17 +60,20 @@ def _draw(i: int) -> tuple[int, list[str]]:
 
 
 def draw_figures(jobs: Sequence[tuple[Figure, Path]], advance: Callable[[], None] = lambda: None,
-                 workers: int | None = None) -> list[list[Path]]:
+                 workers: int | None = None, meanwhile: Callable[[], None] | None = None) -> list[list[Path]]:
     """Draw every ``(figure, path without suffix)``; returns each figure's written files, in job order.
 
     Args:
         jobs: the figures and where to draw them.
         advance: called once per drawn figure (the progress bar).
         workers: processes (default :func:`figure_workers`).
+        meanwhile: other work for this process while the workers draw (run first when drawing here).
     """
     global _JOBS
     workers = figure_workers(len(jobs)) if workers is None else workers
     if workers <= 1:
+        if meanwhile is not None:
+            meanwhile()
         drawn = []
         for fig, stem in jobs:
             drawn.append([Path(p) for p in fig.draw(stem)])
@@ -80,7 +83,10 @@ def draw_figures(jobs: Sequence[tuple[Figure, Path]], advance: Callable[[], None
     _JOBS = jobs
     try:
         with multiprocessing.get_context("fork").Pool(workers, initializer=_quiet_worker) as pool:
-            for i, paths in pool.imap_unordered(_draw, range(len(jobs))):
+            pending = pool.imap_unordered(_draw, range(len(jobs)))
+            if meanwhile is not None:  # tables and arrays are written while the figures are drawn
+                meanwhile()
+            for i, paths in pending:
                 out[i] = [Path(p) for p in paths]
                 advance()
     finally:

@@ -81,12 +81,15 @@ class _Writer:
                 items.append(fig)
         return dataclasses.replace(section, figures=items)
 
-    def figures(self, jobs: list[tuple[str, Figure]]) -> list[list[str]]:
-        """Draw every ``(section key, figure)`` (in worker processes when there are many); returns each one's
-        files relative to the output folder, and remembers its PNG for the report."""
+    def figures(self, jobs: list[tuple[str, Figure]], meanwhile: Callable[[], None] | None = None
+                ) -> list[list[str]]:
+        """Draw every ``(section key, figure)`` (in worker processes when there are many, while this process
+        runs ``meanwhile``); returns each one's files relative to the output folder, and remembers its PNG for
+        the report."""
         from vitscope.outputs.drawing import draw_figures
 
-        drawn = draw_figures([(fig, self.staging.path(f"figures/{fig.stem}")) for _, fig in jobs], self.advance)
+        drawn = draw_figures([(fig, self.staging.path(f"figures/{fig.stem}")) for _, fig in jobs], self.advance,
+                             meanwhile=meanwhile)
         files = []
         for (key, fig), paths in zip(jobs, drawn):
             pngs = [p for p in paths if p.suffix == ".png"]
@@ -129,15 +132,23 @@ def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
             jobs = [(name, fig) for name in results for fig in figures[name]]
             jobs += [(f"run:{section}", fig) for section, fig in run.figures]
             jobs += [(f"section:{s.id}", fig) for s in run.sections for fig in s.figures if isinstance(fig, Figure)]
-            drawn = iter(writer.figures(jobs))
+            written: dict[str, dict[str, Any]] = {}
+
+            def tables_and_arrays() -> None:
+                for name, result in results.items():
+                    files = {"tables": [writer.table(stem, frame) for stem, frame in tables[name].items()],
+                             "arrays": writer.arrays(name, arrays[name])}
+                    files["tables"].append(writer.json(f"tables/{name}.json", result.to_json()))
+                    written[name] = files
+                written[""] = {"tables": [writer.table(s, f) for s, f in run.tables.items()]}
+
+            drawn = iter(writer.figures(jobs, meanwhile=tables_and_arrays))
             entries = {}
             for name, result in results.items():
-                files = {"tables": [writer.table(stem, frame) for stem, frame in tables[name].items()],
-                         "figures": [f for _ in figures[name] for f in next(drawn)],
-                         "arrays": writer.arrays(name, arrays[name])}
-                files["tables"].append(writer.json(f"tables/{name}.json", result.to_json()))
+                files = {"tables": written[name]["tables"], "figures": [f for _ in figures[name] for f in next(drawn)],
+                         "arrays": written[name]["arrays"]}
                 entries[name] = {"summary": result.to_json(), "files": files}
-            run_files: dict[str, list[str]] = {"tables": [writer.table(s, f) for s, f in run.tables.items()],
+            run_files: dict[str, list[str]] = {"tables": written[""]["tables"],
                                                "figures": [f for _ in run.figures for f in next(drawn)]}
             run_files["figures"] += [f for s in run.sections for fig in s.figures if isinstance(fig, Figure)
                                      for f in next(drawn)]
