@@ -117,3 +117,24 @@ def test_errors_are_one_line(data, tmp_path: Path) -> None:
     assert probe(data, tmp_path / "b", "revisitop", "--blocks", "6").exit_code == 2
     assert probe(data, tmp_path / "t", "revisitop", "--tiling", "0.5").exit_code == 2
     assert not (tmp_path / "cnn" / "results.json").exists()
+
+
+def test_a_killed_probe_continues_where_it_stopped(data: dict[str, Path], tmp_path: Path, monkeypatch) -> None:
+    """The extraction keeps its rows on disk as it goes: a probe stopped mid-pass resumes it, and the numbers are
+    those of a probe that never stopped."""
+    cache = tmp_path / "cache"
+    args = ["probe", "--model", "tiny-vit", "--data", f"{data['imagefolder']}::imagefolder", "-b", "4",
+            "--cache", str(cache), "--blocks", "-1"]
+    monkeypatch.setenv("VITSCOPE_STOP_AFTER_BATCHES", "2")
+    stopped = runner.invoke(app, [*args, "--out", str(tmp_path / "a")])
+    assert stopped.exit_code == 130 and "state saved" in stopped.output, stopped.output
+    monkeypatch.delenv("VITSCOPE_STOP_AFTER_BATCHES")
+    resumed = runner.invoke(app, [*args, "--out", str(tmp_path / "a")])
+    assert resumed.exit_code == 0 and "resuming from saved state: 8 images already done" in resumed.output, \
+        resumed.output
+    fresh = runner.invoke(app, [*args[:-4], "--cache", str(tmp_path / "fresh"), "--blocks", "-1", "--out",
+                                str(tmp_path / "b")])
+    assert fresh.exit_code == 0, fresh.output
+    a, b = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("a", "b"))
+    for task in ("knn_cls", "linear_cls"):
+        assert a["analyses"][task]["summary"] == b["analyses"][task]["summary"], task

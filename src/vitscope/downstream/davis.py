@@ -114,7 +114,8 @@ def davis_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, 
                 blocks: Sequence[int] | None = None, short_side: int | None = None, tiling: bool | float = False,
                 num_context: int = 7, topk: int = 5, radius: int = 12, temperature: float = 0.1, seed: int = 0,
                 random_kind: str | None = "uniform", batch_size: int = 16, device: str | None = None,
-                dtype: str | None = None, distributed: bool = False) -> ProbeResult:
+                dtype: str | None = None, distributed: bool = False,
+                log: Callable[[str], None] | None = None) -> ProbeResult:
     """DAVIS J, F and J&F of label propagation at every block.
 
     Args:
@@ -131,6 +132,7 @@ def davis_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, 
         batch_size, device, dtype: extraction settings.
         distributed: share the extraction with the processes of the ``torch.distributed`` group (every process
             returns the same result; the feature cache folder must be one they all see).
+        log: receives one-line messages (an extraction that resumes says so).
 
     Returns:
         ProbeResult with ``J&F``, ``J``, ``F`` per block and their ``random_*``.
@@ -147,7 +149,7 @@ def davis_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, 
         seq = dataset[s]
         source = ImageFiles(list(seq.frame_paths), name=f"davis:{seq.name}")
         entry = extract_features(backbone, source, [request], cache, view, batch_size, device, dtype,
-                                 distributed=distributed)[request]
+                                 distributed=distributed, log=log)[request]
         if len(entry) != len(seq.frame_paths):
             raise ValueError(f"sequence {seq.name}: {len(seq.frame_paths) - len(entry)} frames could not be read")
         grid = tuple(entry.meta["grid"])

@@ -83,7 +83,8 @@ def keypoint_probe(backbone: Backbone, dataset, cache: FeatureCache | None = Non
                    blocks: Sequence[int] | None = None, pairs_per_category: int | None = 20, seed: int = 42,
                    alphas: Sequence[float] = ALPHAS, normaliser: str = "bbox", tiling: bool | float = False,
                    random_kind: str | None = "uniform", batch_size: int = 32, device: str | None = None,
-                   dtype: str | None = None, distributed: bool = False) -> ProbeResult:
+                   dtype: str | None = None, distributed: bool = False,
+                log: Callable[[str], None] | None = None) -> ProbeResult:
     """SPair keypoint-transfer PCK at every block (every image's features extracted once, cached).
 
     Args:
@@ -101,6 +102,7 @@ def keypoint_probe(backbone: Backbone, dataset, cache: FeatureCache | None = Non
         batch_size, device, dtype: extraction settings.
         distributed: share the extraction with the processes of the ``torch.distributed`` group (every process
             returns the same result; the feature cache folder must be one they all see).
+        log: receives one-line messages (an extraction that resumes says so).
 
     Returns:
         ProbeResult with ``PCK@0.1``, ``PCK@0.05``, ``PCK@0.01`` per block and their ``random_*``.
@@ -131,7 +133,7 @@ def keypoint_probe(backbone: Backbone, dataset, cache: FeatureCache | None = Non
     view = TiledView(LetterboxView(), scale) if scale else LetterboxView()
     request = FeatureRequest(site, "spatial", None if blocks is None else tuple(blocks))
     entry = extract_features(backbone, ImageFiles(paths, name=getattr(dataset, "name", "spair")), [request], cache,
-                             view, batch_size, device, dtype, distributed=distributed)[request]
+                             view, batch_size, device, dtype, distributed=distributed, log=log)[request]
     if len(entry) != len(paths):
         raise ValueError(f"{len(paths) - len(entry)} SPair images could not be read")
     grid = tuple(entry.meta["grid"])

@@ -8,7 +8,7 @@ ranking by cosine similarity; mAP with the revisited protocol (Easy, Medium, Har
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -77,7 +77,8 @@ def retrieval_scores(entry: CacheEntry, num_queries: int, gnd: Sequence[object],
 def retrieval_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, pooling: str = "cls",
                     site: str = "resid_post", blocks: Sequence[int] | None = None, seed: int = 0,
                     random_kind: str | None = "uniform", batch_size: int = 32, device: str | None = None,
-                    dtype: str | None = None, distributed: bool = False) -> ProbeResult:
+                    dtype: str | None = None, distributed: bool = False,
+                log: Callable[[str], None] | None = None) -> ProbeResult:
     """Revisited Oxford / Paris retrieval mAP at every block (features extracted once, cached).
 
     Args:
@@ -90,6 +91,7 @@ def retrieval_probe(backbone: Backbone, dataset, cache: FeatureCache | None = No
         batch_size, device, dtype: extraction settings.
         distributed: share the extraction with the processes of the ``torch.distributed`` group (every process
             returns the same result; the feature cache folder must be one they all see).
+        log: receives one-line messages (an extraction that resumes says so).
 
     Returns:
         ProbeResult with ``mAP_medium``, ``mAP_hard``, ``mAP_easy`` per block.
@@ -99,6 +101,6 @@ def retrieval_probe(backbone: Backbone, dataset, cache: FeatureCache | None = No
         raise ValueError("retrieval needs a revisited Oxford / Paris dataset (load_dataset(root, 'revisitop'))")
     request = FeatureRequest(site, pooling, None if blocks is None else tuple(blocks))
     entry = extract_features(backbone, AnnotatedSource(dataset), [request], cache, LongSideView(), batch_size,
-                             device, dtype, distributed=distributed)[request]
+                             device, dtype, distributed=distributed, log=log)[request]
     return retrieval_scores(entry, len(dataset.queries), dataset.gnd, seed=seed, random_kind=random_kind,
                             model=backbone.spec.name)

@@ -9,7 +9,7 @@ and runs every probe the given data allows; ``best_block_table``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from vitscope.analyses.probes.clustering import clustering_probe
 from vitscope.analyses.probes.knn import knn_probe
@@ -51,6 +51,7 @@ def probe_sweep(
     device: str | None = None,
     dtype: str | None = None,
     distributed: bool = False,
+    log: Callable[[str], None] | None = None,
 ) -> dict[str, ProbeResult]:
     """Every probe the given data allows, at every block, each with its random-chance score.
 
@@ -79,6 +80,7 @@ def probe_sweep(
         batch_size, device, dtype: extraction settings.
         distributed: share the extraction with the processes of the ``torch.distributed`` group (every process
             returns the same result; the feature cache folder must be one they all see).
+        log: receives one-line messages (an extraction that resumes says so).
 
     Returns:
         ``{task name: ProbeResult}``.
@@ -93,7 +95,7 @@ def probe_sweep(
                          "have; run the retrieval probe without tiling")
     out: dict[str, ProbeResult] = {}
     name = backbone.spec.name
-    common = {"batch_size": batch_size, "device": device, "dtype": dtype, "distributed": distributed}
+    common = {"batch_size": batch_size, "device": device, "dtype": dtype, "distributed": distributed, "log": log}
     chosen = None if blocks is None else tuple(blocks)
     requests = [FeatureRequest(site, t, chosen) for t in tokens]
 

@@ -107,7 +107,7 @@ def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None,
     cache = FeatureCache(options["cache"]) if options.get("cache") else None
     results = probe_sweep(backbone, cache, **data, tiling=options.get("tiling") or False, blocks=blocks,
                           site=options["site"], seed=options["seed"], batch_size=options["batch_size"],
-                          device=options.get("device"), dtype=options.get("dtype"), distributed=distributed)
+                          device=options.get("device"), dtype=options.get("dtype"), distributed=distributed, log=log)
     if distributed:
         from vitscope.engine.distributed import is_main_process
 
