@@ -87,3 +87,17 @@ def test_a_pass_does_not_import_what_only_some_probes_use() -> None:
              "print(sorted(m for m in ('sklearn', 'scipy', 'skimage') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+def test_a_skipped_image_is_one_clean_warning_line(tmp_path):
+    """vitscope's warnings print as ``warning: <message>``, without Python's file, line and source echo."""
+    rng = np.random.default_rng(0)
+    for i in range(2):
+        Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(tmp_path / f"ok{i}.png")
+    (tmp_path / "broken.png").write_bytes(b"not an image")
+    proc = vitscope("analyze", "-m", "tiny-vit", "-d", str(tmp_path), "-a", "attention_stats", "-o",
+                    str(tmp_path / "out"), "--no-resume")
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if "broken.png" in line]
+    assert len(lines) == 1 and lines[0].startswith("warning: skipping image: cannot read "), proc.stderr
+    assert "Warning:" not in proc.stderr and "warnings.warn" not in proc.stderr, proc.stderr

@@ -37,3 +37,23 @@ def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(130) from None
 
     return wrapper
+
+
+def one_line_warnings() -> None:
+    """Print vitscope's own warnings (a skipped image, a batch too large for memory) as ``warning: <message>``
+    on stderr, without Python's source line; other libraries' warnings keep Python's format."""
+    import warnings
+
+    if getattr(warnings.showwarning, "_vitscope", False):
+        return
+    original = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+             line: str | None = None) -> None:
+        if category.__module__.split(".")[0] == "vitscope":
+            print(f"warning: {message}", file=file or sys.stderr)
+        else:
+            original(message, category, filename, lineno, file, line)
+
+    show._vitscope = True  # type: ignore[attr-defined]
+    warnings.showwarning = show

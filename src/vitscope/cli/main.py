@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from vitscope.cli.errors import one_line_errors
+from vitscope.cli.errors import one_line_errors, one_line_warnings
 from vitscope.cli.experiment import experiment_app
 from vitscope.cli.explain import explain_pair
 from vitscope.cli.featviz import featviz as featviz_command
@@ -42,6 +42,7 @@ def main_options(ctx: typer.Context,
     """Put vision transformers under a microscope."""
     from vitscope.engine.distributed import in_torchrun
 
+    one_line_warnings()
     if in_torchrun() and ctx.invoked_subcommand not in DISTRIBUTED_COMMANDS:
         # several processes would each run the whole command and write the same files
         _stderr(f"error: 'vitscope {ctx.invoked_subcommand}' runs as one process; under torchrun only "
