@@ -249,3 +249,21 @@ def test_a_killed_extraction_continues_where_it_stopped(folder: Path, tmp_path: 
     assert np.array_equal(entry.index, fresh.index)
     np.testing.assert_array_equal(entry.block(5), fresh.block(5))
     assert not list((tmp_path / "cache" / "tmp").glob("pass-*"))  # the working folder goes once committed
+
+
+def test_a_second_run_of_the_same_extraction_keeps_its_rows_apart(folder: Path, tmp_path: Path, monkeypatch) -> None:
+    import vitscope.engine.extract as extract
+
+    def held(fd, operation):  # another process holds the pass's lock
+        raise BlockingIOError("locked")
+
+    monkeypatch.setattr(extract.fcntl, "flock", held)
+    messages: list[str] = []
+    source = DatasetSource(load_dataset(folder))
+    request = FeatureRequest(pooling="cls")
+    entry = extract_features(vitscope.load_model("tiny-vit"), source, [request], FeatureCache(tmp_path), batch_size=4,
+                             checkpoint_seconds=0, log=messages.append)[request]
+    assert any("another run is extracting the same features" in m for m in messages)
+    assert len(entry) == 10
+    shared = [p for p in (tmp_path / "tmp").glob("pass-*") if p.is_dir()]
+    assert all(not list(p.glob("state*.pt")) and not list(p.glob("rows-*")) for p in shared)  # the other's, untouched

@@ -15,6 +15,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -30,6 +31,11 @@ from vitscope.features.request import FeatureRequest
 from vitscope.features.views import StandardView, TiledView, View
 from vitscope.models.backbone import Backbone
 
+try:
+    import fcntl
+except ImportError:  # no advisory file locks (Windows): passes stay resumable, unguarded
+    fcntl = None  # type: ignore[assignment]
+
 if TYPE_CHECKING:  # annotations only
     from vitscope.analyses.base import Analysis
     from vitscope.data.source import Source
@@ -42,6 +48,46 @@ def _key(model_fp: str, data_digest: str, view: View, request: FeatureRequest, b
         "format": CACHE_FORMAT, "model": model_fp, "view": view.describe(backbone.spec), "data": data_digest,
         "request": asdict(request), "blocks": request.block_list(backbone.spec.num_blocks), "autocast": str(amp),
     })
+
+
+def _working_folder(cache: FeatureCache, name: str | None, shard: Any, log: Callable[[str], None] | None
+                    ) -> tuple[Path, Any]:
+    """The pass's working folder and, for a resumable pass, the open lock that makes it this run's.
+
+    A resumable pass works in ``<cache>/tmp/<name>`` while it holds that folder's lock (rank 0 takes it for the
+    whole process group). When another run holds it (two jobs extracting the same features into one cache),
+    this one works in a folder of its own and is not resumable, rather than mixing its rows with the other's.
+    """
+    private = cache.root / "tmp" / f"pass-{uuid.uuid4().hex}"
+    chosen: list[Any] = [str(private), False]
+    lock = None
+    if name is not None and shard.rank == 0:
+        folder = cache.root / "tmp" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = open(folder / ".lock", "wb")  # noqa: SIM115 (held until the pass is committed)
+        try:
+            if fcntl is not None:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            chosen = [str(folder), True]
+        except OSError:
+            lock.close()
+            lock = None
+            if log:
+                log(f"another run is extracting the same features into {folder}; this one keeps its rows apart "
+                    "(it cannot be resumed)")
+    if shard.world > 1:
+        import torch.distributed as dist
+
+        dist.broadcast_object_list(chosen, src=0)
+    resumable = bool(chosen[1])
+    return Path(chosen[0]), ((lock or _Shared()) if resumable else None)
+
+
+class _Shared:
+    """Stands for the lock rank 0 holds, on the other ranks of the group."""
+
+    def close(self) -> None:
+        return None
 
 
 def extract_features(
@@ -112,31 +158,35 @@ def extract_features(
     # the pass's working folder, keyed by what it computes: a killed pass restarted with the same request finds
     # its state there (rows are committed to disk shard by shard as it goes, the state file names them)
     pass_key = digest({"entries": [keys[r] for r in missing], "batch_size": int(batch_size)})
-    work = cache.root / "tmp" / (f"pass-{pass_key}" if not analyses else f"pass-{uuid.uuid4().hex}")
-    rows = FeatureRows(missing, view, workdir=work / f"rows-rank{shard.rank}-of-{shard.world}")
     # analyses riding along are not keyed here, so such a pass is not resumable
-    checkpoint = None if analyses else Checkpoint(work / "state.pt", {"pass": pass_key, "format": CACHE_FORMAT},
-                                                   every_seconds=checkpoint_seconds, log=log)
-    try:
-        run(backbone, source, [rows, *analyses], batch_size=batch_size, device=device, dtype=dtype,
-            progress=progress, view=view, checkpoint=checkpoint, distributed=distributed)
-    except EmptyRunError:
-        shutil.rmtree(work, ignore_errors=True)
-        raise ValueError(f"no readable image in {source.name} ({len(source)} files): nothing to extract") from None
-    meta_base = {"model": spec.name, "view": view.describe(spec), "data": source.name, **rows.layout}
-    if shard.rank == 0:  # one process publishes; every process then reads the same entries
-        for k, r in enumerate(missing):
-            meta = {**meta_base, "request": asdict(r), "blocks": r.block_list(spec.num_blocks)}
-            found[r] = cache.commit(keys[r], rows.store(k), meta)
-    if shard.world > 1:
-        with collectives(shard):
-            barrier()
-        found.update({r: cache.get(keys[r]) for r in missing})
-        if any(found[r] is None for r in missing):
-            raise RuntimeError(f"process {shard.rank} cannot see the feature cache rank 0 wrote at {cache.root}; "
-                               "processes on several machines need a cache folder on a file system they share")
-        with collectives(shard):
-            barrier()  # every process has its entries before the working folder goes
-    if shard.rank == 0:
-        shutil.rmtree(work, ignore_errors=True)
+    work, lock = _working_folder(cache, None if analyses else f"pass-{pass_key}", shard, log)
+    try:  # the lock goes with the pass, also when it is interrupted (a re-run in this process then resumes)
+        rows = FeatureRows(missing, view, workdir=work / f"rows-rank{shard.rank}-of-{shard.world}")
+        checkpoint = None if lock is None else Checkpoint(work / "state.pt", {"pass": pass_key, "format": CACHE_FORMAT},
+                                                          every_seconds=checkpoint_seconds, log=log)
+        try:
+            run(backbone, source, [rows, *analyses], batch_size=batch_size, device=device, dtype=dtype,
+                progress=progress, view=view, checkpoint=checkpoint, distributed=distributed)
+        except EmptyRunError:
+            shutil.rmtree(work, ignore_errors=True)
+            raise ValueError(f"no readable image in {source.name} ({len(source)} files): nothing to extract") from None
+        meta_base = {"model": spec.name, "view": view.describe(spec), "data": source.name, **rows.layout}
+        if shard.rank == 0:  # one process publishes; every process then reads the same entries
+            for k, r in enumerate(missing):
+                meta = {**meta_base, "request": asdict(r), "blocks": r.block_list(spec.num_blocks)}
+                found[r] = cache.commit(keys[r], rows.store(k), meta)
+        if shard.world > 1:
+            with collectives(shard):
+                barrier()
+            found.update({r: cache.get(keys[r]) for r in missing})
+            if any(found[r] is None for r in missing):
+                raise RuntimeError(f"process {shard.rank} cannot see the feature cache rank 0 wrote at {cache.root}; "
+                                   "processes on several machines need a cache folder on a file system they share")
+            with collectives(shard):
+                barrier()  # every process has its entries before the working folder goes
+        if shard.rank == 0:
+            shutil.rmtree(work, ignore_errors=True)
+    finally:
+        if lock is not None:
+            lock.close()
     return found  # type: ignore[return-value]
