@@ -1,4 +1,4 @@
-"""Small image files and RGB checks shared by test_images.py and test_images_decoding.py."""
+"""Small image files and RGB checks shared by the tests."""
 
 from __future__ import annotations
 
@@ -22,3 +22,12 @@ def assert_rgb8(img: Image.Image, size: tuple[int, int] | None = None) -> np.nda
     if size is not None:
         assert img.size == size
     return arr
+
+
+def random_pngs(folder: Path, sizes: list[tuple[int, int]], seed: int = 0, prefix: str = "img") -> Path:
+    """``<prefix><i>.png`` of uniform random RGB noise, one per ``(height, width)`` in ``sizes``; returns ``folder``."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, size in enumerate(sizes):
+        Image.fromarray(rng.integers(0, 255, (*size, 3), dtype=np.uint8)).save(folder / f"{prefix}{i}.png")
+    return folder

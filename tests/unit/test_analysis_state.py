@@ -271,14 +271,9 @@ def _sync_worker(rank: int, world: int, port: int, out: str) -> None:
 
 
 def test_sync_gives_every_process_the_state_of_the_whole_group(tmp_path) -> None:
-    import socket
+    from helpers.processes import run_gloo
 
-    import torch.multiprocessing as mp
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.start_processes(_sync_worker, args=(2, port, str(tmp_path)), nprocs=2, start_method="fork")
+    run_gloo(_sync_worker, str(tmp_path))
     whole = _fed([1.0, 4.0, 2.0, 9.0, -3.0], [0, 1, 2, 3, 4])
     for rank in range(2):
         got = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)

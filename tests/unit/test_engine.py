@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 import vitscope
+from helpers.images import random_pngs
 from vitscope.analyses import AttentionStats, MeanActivation
 from vitscope.data.files import ImageFiles
 from vitscope.data.images import EmptyDatasetError, ImageLoadError
@@ -22,11 +22,7 @@ def tiny():
 
 @pytest.fixture
 def folder(tmp_path):
-    rng = np.random.default_rng(0)
-    for i in range(5):
-        size = (48 + 8 * i, 64)
-        Image.fromarray(rng.integers(0, 255, (*size, 3), dtype=np.uint8)).save(tmp_path / f"img{i}.png")
-    return tmp_path
+    return random_pngs(tmp_path, [(48 + 8 * i, 64) for i in range(5)])
 
 
 def test_results_by_name_and_equal_to_direct_computation(tiny, folder):
@@ -96,7 +92,6 @@ def test_quiet_when_not_a_terminal(tiny, capsys):
 
 
 def test_shards_take_every_kth_batch_and_together_every_image_once() -> None:
-    import numpy as np
 
     from vitscope.data.memory import InMemoryImages
     from vitscope.engine.batches import iter_batches
@@ -109,7 +104,6 @@ def test_shards_take_every_kth_batch_and_together_every_image_once() -> None:
 
 
 def test_target_transforms_run_in_the_loader_and_skip_missing_targets() -> None:
-    import numpy as np
 
     from vitscope.data.memory import InMemoryImages
     from vitscope.engine.batches import iter_batches

@@ -5,21 +5,19 @@ from __future__ import annotations
 
 import importlib
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 import vitscope
+from helpers.images import random_pngs
 from vitscope.analyses import AttentionStats
 from vitscope.analyses.base import Analysis
 from vitscope.analyses.batch import ATTENTION_BLOCKS, Batch, SharedQuantities
 from vitscope.analyses.registry import default_analyses
 from vitscope.engine.memory import pattern_fit
-from vitscope.functional import attention_blocks
+from vitscope.functional import image_groups
 from vitscope.functional.attention_blocks import QUANTITIES, Workspace, block_statistics
 from vitscope.hooks.record import Record
-from vitscope.models import hf_attention
 
 interrelation = importlib.import_module("vitscope.functional.interrelation")  # the package exports a function too
 
@@ -31,10 +29,7 @@ def tiny():
 
 @pytest.fixture
 def photos(tmp_path):
-    rng = np.random.default_rng(1)
-    for i in range(5):
-        Image.fromarray(rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)).save(tmp_path / f"p{i}.png")
-    return str(tmp_path)
+    return str(random_pngs(tmp_path, [(40, 48)] * 5, seed=1, prefix="p"))
 
 
 class Spy(Analysis):
@@ -124,7 +119,7 @@ def test_block_statistics_in_groups_of_images_equal_the_whole_batch(monkeypatch)
     pattern = _pattern(5, 2, 1 + 9)
     needs = QUANTITIES
     whole = block_statistics(pattern, (3, 3), 1, needs, Workspace())
-    monkeypatch.setattr(attention_blocks, "CHUNK_BYTES", pattern[:2].numel() * 4)  # two images at a time
+    monkeypatch.setattr(image_groups, "GROUP_BYTES", pattern[:2].numel() * 4)  # two images at a time
     grouped = block_statistics(pattern, (3, 3), 1, needs, Workspace())
     for name in ("cls", "colsum", "rowsum", "entropy", "focus", "peak"):
         torch.testing.assert_close(getattr(grouped, name), getattr(whole, name), rtol=0, atol=0)
@@ -139,7 +134,7 @@ def test_interrelation_in_groups_of_images_equals_the_whole_batch(monkeypatch):
     pattern = _pattern(5, 2, 1 + 16, seed=3)
     counts = torch.randint(0, 3, (5, 4, 4), generator=torch.Generator().manual_seed(0))
     whole = interrelation.patch_interrelation(pattern, counts, (4, 4), 1)
-    monkeypatch.setattr(interrelation, "_CHUNK_BYTES", pattern[:1].numel() * 4)  # one image at a time
+    monkeypatch.setattr(image_groups, "GROUP_BYTES", pattern[:1].numel() * 4)  # one image at a time
     grouped = interrelation.patch_interrelation(pattern, counts, (4, 4), 1)
     torch.testing.assert_close(grouped, whole, rtol=0, atol=0, equal_nan=True)
 
@@ -152,7 +147,7 @@ def test_recording_kernel_in_groups_of_images_gives_the_same_patterns(monkeypatc
     with torch.inference_mode(), backbone.record("blocks.*.attn.pattern") as rec:
         backbone(x)
         whole = {k: v.clone() for k, v in rec.items()}
-        monkeypatch.setattr(hf_attention, "CHUNK_BYTES", 1)  # one image at a time
+        monkeypatch.setattr(image_groups, "GROUP_BYTES", 1)  # one image at a time
         backbone(x)
         for k, v in rec.items():
             torch.testing.assert_close(v, whole[k], rtol=0, atol=0)

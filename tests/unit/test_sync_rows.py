@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import functools
 import pickle
-import socket
 
 import numpy as np
 import torch
 
+from helpers.processes import run_gloo
 from vitscope.analyses.base import Analysis
 from vitscope.features.rowstore import RowStore, exported_when_pickled
 
@@ -63,12 +63,7 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
 
 
 def test_rows_travel_as_files_and_every_process_ends_with_all_of_them(tmp_path) -> None:
-    import torch.multiprocessing as mp
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.start_processes(_worker, args=(2, port, str(tmp_path)), nprocs=2, start_method="fork")
+    run_gloo(_worker, str(tmp_path))
     row_bytes = 400 * WIDTH * 4  # rank 1's rows alone
     for rank in range(2):
         got = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)

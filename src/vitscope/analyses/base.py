@@ -213,8 +213,7 @@ class Analysis(ABC):
 
     def reduce_hook(self, name: str, tensor: torch.Tensor, batch: Batch) -> Any:
         """What :meth:`update` needs of one streamed hook (for the default :meth:`update_hook`)."""
-        raise NotImplementedError(f"{type(self).__name__} streams hooks but defines neither update_hook nor "
-                                  "reduce_hook")
+        raise TypeError(f"{type(self).__name__} streams hooks but defines neither update_hook nor reduce_hook")
 
     def reduced(self, name: str, record: Mapping[str, torch.Tensor], batch: Batch) -> Any:
         """:meth:`reduce_hook` of ``name``: the value kept while streaming, or computed now from the record (when

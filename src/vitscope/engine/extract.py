@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import torch
 
@@ -51,8 +51,8 @@ def _key(model_fp: str, data_digest: str, view: View, request: FeatureRequest, b
 
 
 def _working_folder(cache: FeatureCache, name: str | None, shard: Any, log: Callable[[str], None] | None
-                    ) -> tuple[Path, Any]:
-    """The pass's working folder and, for a resumable pass, the open lock that makes it this run's.
+                    ) -> tuple[Path, bool, IO[bytes] | None]:
+    """The pass's working folder, whether the pass is resumable there, and the lock rank 0 holds on it.
 
     A resumable pass works in ``<cache>/tmp/<name>`` while it holds that folder's lock (rank 0 takes it for the
     whole process group). When another run holds it (two jobs extracting the same features into one cache),
@@ -79,16 +79,7 @@ def _working_folder(cache: FeatureCache, name: str | None, shard: Any, log: Call
         import torch.distributed as dist
 
         dist.broadcast_object_list(chosen, src=0)
-    resumable = bool(chosen[1])
-    return Path(chosen[0]), ((lock or _Shared()) if resumable else None)
-
-
-class _Shared:
-    """Stands for the lock rank 0 holds, on the other ranks of the group."""
-
-    def close(self) -> None:
-        return None
-
+    return Path(chosen[0]), bool(chosen[1]), lock
 
 def extract_features(
     backbone: Backbone,
@@ -159,11 +150,12 @@ def extract_features(
     # its state there (rows are committed to disk shard by shard as it goes, the state file names them)
     pass_key = digest({"entries": [keys[r] for r in missing], "batch_size": int(batch_size)})
     # analyses riding along are not keyed here, so such a pass is not resumable
-    work, lock = _working_folder(cache, None if analyses else f"pass-{pass_key}", shard, log)
+    work, resumable, lock = _working_folder(cache, None if analyses else f"pass-{pass_key}", shard, log)
     try:  # the lock goes with the pass, also when it is interrupted (a re-run in this process then resumes)
         rows = FeatureRows(missing, view, workdir=work / f"rows-rank{shard.rank}-of-{shard.world}")
-        checkpoint = None if lock is None else Checkpoint(work / "state.pt", {"pass": pass_key, "format": CACHE_FORMAT},
-                                                          every_seconds=checkpoint_seconds, log=log)
+        key = {"pass": pass_key, "format": CACHE_FORMAT}
+        checkpoint = Checkpoint(work / "state.pt", key, every_seconds=checkpoint_seconds, log=log) if resumable \
+            else None
         try:
             run(backbone, source, [rows, *analyses], batch_size=batch_size, device=device, dtype=dtype,
                 progress=progress, view=view, checkpoint=checkpoint, distributed=distributed)

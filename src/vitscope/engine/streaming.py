@@ -76,7 +76,7 @@ def warn_if_patterns_do_not_fit(backbone: Backbone, plan: StreamPlan, batch_size
 
 def in_block_order(record: Mapping[str, torch.Tensor]) -> list[str]:
     """The record's hook names, block by block (the order the model makes them; others first)."""
-    def key(name: str) -> tuple[int, int]:
+    def block(name: str) -> int:
         where = split_block_name(name)
-        return (-1, 0) if where is None else (where[0], 0)
-    return sorted(record, key=key)
+        return -1 if where is None else where[0]
+    return sorted(record, key=block)  # stable: the model's order within a block

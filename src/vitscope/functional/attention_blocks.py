@@ -42,6 +42,7 @@ import torch
 
 from vitscope.functional.attention import random_attention
 from vitscope.functional.attention_kernels import mean_row_entropy, mean_spatial_focus
+from vitscope.functional.image_groups import images_per_group
 
 __all__ = [
     "FUSIONS",
@@ -144,11 +145,6 @@ def _scratch(workspace: Workspace | None, like: torch.Tensor, dtype: torch.dtype
 _ANY_LAYOUT = frozenset({"entropy", "peak"} | {f"fused_{m}" for m in FUSIONS})
 _FIELDS = ("cls", "colsum", "rowsum", "aligned", "entropy", "focus", "peak")
 
-#: pattern bytes above which :func:`block_statistics` works through the images in groups, so that its work
-#: buffers stay near this size instead of the size of the whole batch's pattern (518 px DINOv2-S, batch 16:
-#: 720 MB per block)
-CHUNK_BYTES = 192 << 20
-
 
 @dataclass
 class BlockStats:
@@ -211,7 +207,8 @@ def block_statistics(
 
     Float64 patterns are computed in float64, anything else in float32. The pattern must be
     non-negative (a softmax output, or the random baseline). With a workspace, a pattern larger than
-    :data:`CHUNK_BYTES` is worked through in groups of images, so the work buffers stay that small; the
+    :data:`~vitscope.functional.image_groups.GROUP_BYTES` is worked through in groups of images, so the work
+    buffers stay that small; the
     per-image quantities are the same, and ``aligned`` is summed over the groups in float64.
 
     Args:
@@ -226,8 +223,7 @@ def block_statistics(
     """
     needs = frozenset(needs)
     _check(pattern, grid, num_prefix, needs)
-    per_image = pattern[:1].numel() * 8 if pattern.dtype == torch.float64 else pattern[:1].numel() * 4
-    step = max(1, CHUNK_BYTES // max(per_image, 1))
+    step = images_per_group(pattern[:1].numel() * pattern.element_size())
     if workspace is None or pattern.shape[0] <= step:
         return _statistics(pattern, grid, num_prefix, needs, workspace)
     parts = [_statistics(pattern[i:i + step], grid, num_prefix, needs, workspace)

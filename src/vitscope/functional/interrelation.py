@@ -22,11 +22,11 @@ from collections.abc import Sequence
 import torch
 
 from vitscope.functional.attention import spatial_attention
+from vitscope.functional.image_groups import images_per_group
 
 __all__ = ["RULES", "interrelation", "interrelation_patch_scores", "interrelation_stages", "patch_interrelation"]
 
 RULES: tuple[str, ...] = ("max", "uniform")
-_CHUNK_BYTES = 192 << 20  # pattern bytes worked through at a time
 
 
 def _check(pattern: torch.Tensor, counts: torch.Tensor, grid: Sequence[int], num_prefix: int,
@@ -75,8 +75,7 @@ def patch_interrelation(
     weight = torch.where(n > 0, n, torch.ones_like(n))  # a non-keypoint patch weighs 1 in the denominator
     # keypoint counts and set sizes are integers far below 2**24, so float32 sums of them are exact
     n32, weight32 = n.float(), weight.float()
-    per_image = max(1, pattern[:1].numel() * 4)
-    step = max(1, _CHUNK_BYTES // per_image)  # images at a time: the attended sets of a batch would take GBs
+    step = images_per_group(pattern[:1].numel() * 4)  # the attended sets of a whole batch would take GBs
     num, den = [], []
     for i in range(0, pattern.shape[0], step):
         sets = attended_sets(spatial_attention(pattern[i:i + step], num_prefix), lam, rule).float()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from vitscope.functional.topk import topk_order
+
 __all__ = ["METRICS", "knn_search"]
 
 METRICS: tuple[str, ...] = ("ip", "cosine", "l2")
@@ -28,9 +30,7 @@ def _merge(best: tuple[torch.Tensor, torch.Tensor] | None, scores: torch.Tensor,
     """The k best of the running best and a tile's candidates: score descending, then index ascending."""
     if best is not None:
         scores, index = torch.cat([best[0], scores], dim=1), torch.cat([best[1], index], dim=1)
-    by_index = torch.argsort(index, dim=1, stable=True)
-    by_score = torch.argsort(-scores.gather(1, by_index), dim=1, stable=True)
-    order = by_index.gather(1, by_score)[:, :k]
+    order = topk_order(scores, index, k, dim=1)
     return scores.gather(1, order), index.gather(1, order)
 
 

@@ -21,17 +21,13 @@ from torch import nn
 from transformers import AttentionInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from vitscope.functional.image_groups import images_per_group
 from vitscope.hooks.record import CallbackRemovable, Record, Removable
 
 IMPL_NAME = "vitscope_record"
 
 # id(attention module) -> (callback(q, k, v, pattern or None), whether the pattern is wanted, original kernel)
 _ACTIVE: dict[int, tuple[Callable[..., None], bool, str]] = {}
-
-
-#: logits bytes above which the pattern is computed a few images at a time, so the logits of the whole batch
-#: (as large as the pattern: 720 MB per block for DINOv2-S at 518 px, batch 16) never exist next to it
-CHUNK_BYTES = 192 << 20
 
 
 def _softmax(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, scaling: float) -> torch.Tensor:
@@ -45,9 +41,10 @@ def _softmax(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, 
 
 
 def _pattern(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, scaling: float) -> torch.Tensor:
-    """``softmax(q k^T * scaling + mask)`` in float32, ``[B, H, N, N]``, in groups of images when it is large."""
+    """``softmax(q k^T * scaling + mask)`` in float32, ``[B, H, N, N]``, in groups of images when it is large, so
+    the logits of the whole batch (as large as the pattern) never exist next to it."""
     b, heads, n = query.shape[0], query.shape[1], query.shape[2]
-    step = max(1, CHUNK_BYTES // max(1, heads * n * key.shape[2] * 4))
+    step = images_per_group(heads * n * key.shape[2] * 4)
     if b <= step:
         return _softmax(query, key, mask, scaling)
     pattern = torch.empty(b, heads, n, key.shape[2], dtype=torch.float32, device=query.device)
