@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo install bench zoo clean chromium golden
+.PHONY: test demo install bench zoo clean chromium golden vendor-echarts
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -56,3 +56,14 @@ zoo: $(STAMP)
 
 clean:
 	rm -rf $(VENV) demo_out .pytest_cache
+
+# The report's chart library, vendored (the page loads nothing). Fetches the pinned version from npm; the
+# version and SHA-256 pinned in src/vitscope/report/assets.py must match what lands.
+ECHARTS_VERSION := 6.1.0
+vendor-echarts:
+	@tmp=$$(mktemp -d) && cd $$tmp && npm pack -q echarts@$(ECHARTS_VERSION) >/dev/null && \
+	  tar xzf echarts-$(ECHARTS_VERSION).tgz package/dist/echarts.min.js package/LICENSE package/NOTICE && \
+	  cp package/dist/echarts.min.js $(CURDIR)/src/vitscope/report/vendor/echarts.min.js && \
+	  cp package/LICENSE $(CURDIR)/src/vitscope/report/vendor/echarts-LICENSE.txt && \
+	  cp package/NOTICE $(CURDIR)/src/vitscope/report/vendor/echarts-NOTICE.txt && rm -rf $$tmp && \
+	  sha256sum $(CURDIR)/src/vitscope/report/vendor/echarts.min.js

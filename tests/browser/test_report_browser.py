@@ -89,3 +89,37 @@ def test_report_loads_every_figure_and_the_explorer_responds(browser, report):
     assert not errors, errors
     assert not requests, f"the report fetched {requests}"
     page.close()
+
+
+def test_charts_draw_from_their_numbers_hover_hide_and_switch_scale(browser, report):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+    page.goto(report.as_uri(), wait_until="load")
+
+    figure = page.locator('figure[data-stem="attention_distance"]')
+    assert figure.count() == 1
+    chart = figure.locator(".vs-chart").first
+    chart.scroll_into_view_if_needed()
+    assert chart.locator("canvas").count() >= 1
+    box = chart.bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.4)
+    tooltip = chart.locator("div", has_text="random attention (baseline)")
+    tooltip.first.wait_for(state="visible", timeout=3000)
+    text = tooltip.first.inner_text()
+    assert text.startswith("block ") and any(ch.isdigit() for ch in text.split(":")[-1]), text
+
+    state = ("(d) => { const o = echarts.getInstanceByDom(d).getOption(); "
+             "return [o.legend[0].selected, o.yAxis[0].type]; }")
+    selected, axis = chart.evaluate(state)
+    assert axis == "value" and all(v is not False for v in selected.values())
+    legend_y = box["y"] + box["height"] - 10  # the legend sits under the plot; its first entry is the model
+    page.mouse.click(box["x"] + box["width"] * 0.5 - 60, legend_y)
+    selected, _ = chart.evaluate(state)
+    assert list(selected.values()).count(False) == 1, selected
+
+    figure.locator("button", has_text="log scale").first.click()
+    assert chart.evaluate(state)[1] == "log"
+    assert not errors, errors
+    page.close()

@@ -22,7 +22,7 @@ def coco(tmp_path_factory):
 def test_analyze_attention_group_runs_the_whole_suite_in_one_pass(coco, tmp_path):
     out = tmp_path / "out"
     proc = cli("analyze", "--model", "tiny-vit", "--data", f"{coco}::coco", "--out", str(out),
-                    "--analyses", "attention", "--batch-size", "4")
+                    "--analyses", "attention", "--batch-size", "4", "--figure-files")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((out / "results.json").read_text())
     assert set(doc["analyses"]) == SUITE and doc["num_images"] == 6
@@ -39,10 +39,11 @@ def test_analyze_attention_group_runs_the_whole_suite_in_one_pass(coco, tmp_path
         assert entry["files"]["tables"] and entry["files"]["figures"], name
         for rel in entry["files"]["tables"] + entry["files"]["figures"]:
             assert (out / rel).stat().st_size > 0, rel
-    for stem in ("cls_attention_maps_mean", "aligned_attention", "attention_distance", "saliency_iou"):
+    for stem in ("attention_distance", "saliency_iou", "attention_focus_entropy"):  # charts, drawn as asked
+        assert (out / "charts" / f"{stem}.json").exists()
         assert (out / "figures" / f"{stem}.png").exists() and (out / "figures" / f"{stem}.svg").exists()
-    assert (out / "figures" / "attention_rollout.png").exists()  # over photographs: no SVG
-    assert not (out / "figures" / "attention_rollout.svg").exists()
+    for stem in ("cls_attention_maps_mean", "aligned_attention", "attention_rollout"):  # pictures: PNG only
+        assert (out / "figures" / f"{stem}.png").exists() and not (out / "figures" / f"{stem}.svg").exists()
     assert (out / "tables" / "aligned_attention_offset_heads.csv").exists()
 
 

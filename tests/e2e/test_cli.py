@@ -33,7 +33,9 @@ def test_analyze_writes_results_tables_and_figures(tmp_path):
     for files in doc["analyses"].values():
         for rel in files["files"]["tables"] + files["files"]["figures"]:
             assert (out / rel).stat().st_size > 0
-    assert (out / "figures" / "attention_stats_entropy.png").exists()
+    assert (out / "charts" / "attention_stats_entropy.json").exists()  # drawn by the report's browser
+    assert not (out / "figures" / "attention_stats_entropy.png").exists()  # files only with --figure-files
+    assert (out / "figures" / "aligned_attention.png").exists()  # a picture of maps: always a file
 
 
 def test_models_lists_registry_as_json():

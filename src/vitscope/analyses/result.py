@@ -9,9 +9,12 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from vitscope.viz.charts import Chart
 
 __all__ = ["SMALL", "Figure", "Result", "SummaryResult", "png_path"]
 
@@ -57,6 +60,9 @@ class Figure:
         title: short title.
         caption: what the figure shows and how to read it (required: the report shows it).
         paper: the paper figure it reproduces (e.g. ``"paper 002, fig. 4"``), or "".
+        chart: the figure's numbers for the browser (:class:`vitscope.viz.charts.Chart`), or None. A figure
+            with a chart is shown interactively in the report and written as ``charts/<stem>.json``; ``draw``
+            then runs only when files are asked for (``--figure-files``).
     """
 
     stem: str
@@ -64,6 +70,7 @@ class Figure:
     title: str
     caption: str
     paper: str = ""
+    chart: Chart | None = None
 
     def __post_init__(self) -> None:
         if not self.stem or any(c in self.stem for c in "/\\"):
@@ -144,11 +151,27 @@ class Result:
         return []
 
     def figure(self, suffix: str, draw: Callable[[Path], list[Path]], caption: str, paper: str = "",
-               title: str | None = None) -> Figure:
+               title: str | None = None, chart: Chart | None = None) -> Figure:
         """A :class:`Figure` of this result with stem ``<name><suffix>``."""
         stem = f"{self.name}{suffix}"
         return Figure(stem, draw, title or stem.replace("_", " ").replace("@", " @").strip().capitalize(), caption,
-                      paper)
+                      paper, chart)
+
+    def heatmap_figure(self, suffix: str, matrix: torch.Tensor, title: str, unit: str, caption: str,
+                       paper: str = "", block_labels: list | None = None, x_label: str = "head",
+                       y_label: str = "block") -> Figure:
+        """A rows x columns heat map of ``matrix`` ``[L, H]`` (blocks x heads by default): a chart in the report,
+        :func:`~vitscope.viz.heatmaps.block_head_heatmap` for files."""
+        from vitscope.viz.charts import block_head_chart
+
+        def draw(path: Path) -> list[Path]:
+            from vitscope.viz.heatmaps import block_head_heatmap
+
+            return block_head_heatmap(matrix, title, unit, path, block_labels=block_labels, x_label=x_label,
+                                      y_label=y_label)
+
+        chart = block_head_chart(matrix, unit, block_labels, title, x_label=x_label, y_label=y_label)
+        return self.figure(suffix, draw, caption, paper, chart=chart)
 
     # ------------------------------------------------------------ files (one result alone)
 

@@ -35,5 +35,6 @@ def analyze(options: Mapping[str, Any], progress: bool | None = None,
                      dtype=options.get("dtype"), limit=options.get("limit"), strict=bool(options.get("strict")),
                      resume=options.get("resume", True),
                      checkpoint_seconds=float(options.get("checkpoint_seconds", 60.0)), progress=me.progress,
-                     log=me.log, config=options, distributed=me.distributed)
+                     log=me.log, config=options, distributed=me.distributed,
+                     figure_files=bool(options.get("figure_files")))
     return out / "results.json" if me.main else None

@@ -90,6 +90,9 @@ def _resolve(table, given: dict, config: Path | None) -> dict:
 
 _CONFIG_HELP = "YAML file of options (keys as the long options); command-line options override it."
 _RESUME_HELP = "Continue from the state saved by an interrupted run of the same command (default: on)."
+_FIGURE_FILES_HELP = ("Also write curves and heat maps as PNG and SVG in figures/ (the report draws them in the "
+                      "browser, with PNG and SVG downloads; default: off, as drawing each takes a few tenths of a "
+                      "second).")
 
 
 @app.command()
@@ -111,6 +114,7 @@ def analyze(
     resume: bool | None = typer.Option(None, "--resume/--no-resume", help=_RESUME_HELP),
     checkpoint_seconds: float | None = typer.Option(None, "--checkpoint-seconds", min=0,
                                                     help="Least seconds between state saves [60]."),
+    figure_files: bool | None = typer.Option(None, "--figure-files/--no-figure-files", help=_FIGURE_FILES_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
 ) -> None:
     """Run analyses over a dataset in one pass; write results.json, tables, figures and report.html."""
@@ -119,7 +123,7 @@ def analyze(
 
     given = {"model": model, "data": data, "out": out, "analyses": analyses, "params": param or None, "limit": limit,
              "batch_size": batch_size, "device": device, "dtype": dtype, "strict": strict, "resume": resume,
-             "checkpoint_seconds": checkpoint_seconds}
+             "checkpoint_seconds": checkpoint_seconds, "figure_files": figure_files}
     options = _resolve(ANALYZE_OPTIONS, given, config)
     path = run_analyze(options, log=_stderr)
     if path is None:  # a rank other than 0 of a torchrun launch: rank 0 writes and reports
@@ -146,6 +150,7 @@ def compare(
     resume: bool | None = typer.Option(None, "--resume/--no-resume", help=_RESUME_HELP),
     checkpoint_seconds: float | None = typer.Option(None, "--checkpoint-seconds", min=0,
                                                     help="Least seconds between state saves [60]."),
+    figure_files: bool | None = typer.Option(None, "--figure-files/--no-figure-files", help=_FIGURE_FILES_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
 ) -> None:
     """Compare models per block on shared axes (paper 002): one pass per model; figures, tables, report.html."""
@@ -153,7 +158,8 @@ def compare(
     from vitscope.workflows.options import COMPARE_OPTIONS
 
     given = {"models": models, "data": data, "out": out, "limit": limit, "batch_size": batch_size, "device": device,
-             "dtype": dtype, "strict": strict, "resume": resume, "checkpoint_seconds": checkpoint_seconds}
+             "dtype": dtype, "strict": strict, "resume": resume, "checkpoint_seconds": checkpoint_seconds,
+             "figure_files": figure_files}
     path = run_compare_command(_resolve(COMPARE_OPTIONS, given, config), log=_stderr)
     if path is None:  # a rank other than 0 of a torchrun launch
         return

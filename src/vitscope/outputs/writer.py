@@ -5,7 +5,8 @@ Layout of an output folder::
     results.json          summaries a person reads (small tensors as lists, large ones as shape and mean)
     tables/*.csv          tables (per block, per head...) and tables/<name>.json (each result's summary)
     arrays/<name>.npz     large arrays (per-token means, patch maps), compressed, float64 as float32
-    figures/*.png|svg     figures, with captions in the report
+    figures/*.png|svg     figures (pictures always; curves and heat maps with --figure-files)
+    charts/*.json         the numbers of every curve and heat-map figure, drawn by the browser in the report
     report.html           one self-contained page
     .vitscope-manifest.json   what this run wrote (the next run into the folder replaces exactly these)
 
@@ -41,7 +42,7 @@ def environment() -> dict[str, str]:
 class _Writer:
     def __init__(self, staging: Staging, advance: Callable[[], None]) -> None:
         self.staging, self.advance = staging, advance
-        self.drawn: dict[str, list[Any]] = {}  # section key -> [(Figure, png path in staging)]
+        self.drawn: dict[str, list[Any]] = {}  # section key -> [(Figure, png path in staging or None)]
 
     def table(self, stem: str, frame: Any) -> str:
         rel = f"tables/{stem}.csv"
@@ -66,41 +67,49 @@ class _Writer:
     def section(self, section: Any) -> Any:
         """A run section with its figures resolved: its own Figure objects (drawn already, in order) and the
         stems of result figures looked up."""
-        from vitscope.report.model import FigureItem
+        from vitscope.report.model import figure_item
 
         own = iter(self.drawn.get(f"section:{section.id}", []))
         items = []
         for fig in section.figures:
             if isinstance(fig, Figure):
-                drawn, path = next(own)
-                items.append(FigureItem(path, drawn.title, drawn.caption, drawn.paper))
+                items.append(figure_item(*next(own)))
             elif isinstance(fig, str):
                 found = [(f, p) for key, pairs in self.drawn.items() for f, p in pairs if f.stem == fig]
-                items += [FigureItem(p, f.title, f.caption, f.paper) for f, p in found[:1]]
+                items += [figure_item(f, p) for f, p in found[:1]]
             else:
                 items.append(fig)
         return dataclasses.replace(section, figures=items)
 
-    def figures(self, jobs: list[tuple[str, Figure]], meanwhile: Callable[[], None] | None = None
-                ) -> list[list[str]]:
-        """Draw every ``(section key, figure)`` (in worker processes when there are many, while this process
-        runs ``meanwhile``); returns each one's files relative to the output folder, and remembers its PNG for
-        the report."""
+    def figures(self, jobs: list[tuple[str, Figure]], meanwhile: Callable[[], None] | None = None,
+                figure_files: bool = False) -> list[list[str]]:
+        """Write every ``(section key, figure)``: a figure with a chart as ``charts/<stem>.json`` (and drawn too
+        when ``figure_files``), any other drawn (in worker processes when there are many, while this process runs
+        ``meanwhile``). Returns each one's files relative to the output folder and remembers, for the report,
+        each figure with its PNG (None for a chart not drawn)."""
         from vitscope.outputs.drawing import draw_figures
 
-        drawn = draw_figures([(fig, self.staging.path(f"figures/{fig.stem}")) for _, fig in jobs], self.advance,
-                             meanwhile=meanwhile)
+        to_draw = [i for i, (_, fig) in enumerate(jobs) if fig.chart is None or figure_files]
+        drawn = draw_figures([(jobs[i][1], self.staging.path(f"figures/{jobs[i][1].stem}")) for i in to_draw],
+                             self.advance, meanwhile=meanwhile)
+        paths: dict[int, list[Path]] = dict(zip(to_draw, drawn))
         files = []
-        for (key, fig), paths in zip(jobs, drawn):
-            pngs = [p for p in paths if p.suffix == ".png"]
-            if pngs:
-                self.drawn.setdefault(key, []).append((fig, pngs[0]))
-            files.append([p.relative_to(self.staging.root).as_posix() for p in paths])
+        for i, (key, fig) in enumerate(jobs):
+            written = list(paths.get(i, []))
+            if fig.chart is not None:
+                written.append(self.staging.path(f"charts/{fig.stem}.json"))
+                written[-1].write_text(json.dumps(fig.chart.to_json()))
+                if i not in paths:
+                    self.advance()
+            pngs = [p for p in written if p.suffix == ".png"]
+            if pngs or fig.chart is not None:
+                self.drawn.setdefault(key, []).append((fig, pngs[0] if pngs else None))
+            files.append([p.relative_to(self.staging.root).as_posix() for p in written])
         return files
 
 
 def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
-              log: Callable[[str], None] | None = None) -> Path:
+              log: Callable[[str], None] | None = None, figure_files: bool = False) -> Path:
     """Write every output of ``run`` into ``out`` (see the module docstring); returns results.json's path.
 
     Args:
@@ -108,6 +117,8 @@ def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
         run: what the command produced.
         progress: show a progress bar while writing (default: when stderr is a terminal).
         log: receives one-line messages.
+        figure_files: also draw the PNG and SVG files of figures the report shows as charts (matplotlib; a few
+            tenths of a second each).
 
     Raises:
         OutputError: ``out`` cannot be used.
@@ -142,7 +153,7 @@ def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
                     written[name] = files
                 written[""] = {"tables": [writer.table(s, f) for s, f in run.tables.items()]}
 
-            drawn = iter(writer.figures(jobs, meanwhile=tables_and_arrays))
+            drawn = iter(writer.figures(jobs, meanwhile=tables_and_arrays, figure_files=figure_files))
             entries = {}
             for name, result in results.items():
                 files = {"tables": written[name]["tables"], "figures": [f for _ in figures[name] for f in next(drawn)],

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from vitscope.report.model import FigureItem, Report, Section
+from vitscope.report.model import FigureItem, Report, Section, figure_item
 from vitscope.report.sections import explorer_of, slug, summary_rows
 from vitscope.report.tables import summary_tables
 
@@ -23,8 +23,8 @@ def _title(name: str) -> str:
     return f"{text} ({tag})" if tag else text
 
 
-def _items(drawn: list[tuple[Any, Path]]) -> list[FigureItem]:
-    return [FigureItem(path, fig.title, fig.caption, fig.paper) for fig, path in drawn]
+def _items(drawn: list[tuple[Any, Path | None]]) -> list[FigureItem]:
+    return [figure_item(fig, path) for fig, path in drawn]
 
 
 def build_report(run: Any, doc: Mapping[str, Any], drawn: Mapping[str, list[tuple[Any, Path]]],
@@ -60,5 +60,6 @@ def build_report(run: Any, doc: Mapping[str, Any], drawn: Mapping[str, list[tupl
     models = ", ".join(str(m.get("id", m.get("name"))) for m in doc.get("models", []))
     title = run.title or f"vitscope {run.command}" + (f": {models}" if models else "")
     subtitle = run.subtitle or (f"data: {doc.get('data', {}).get('name', '')}" if doc.get("data") else "")
+    colour_keys = [str(m.get("name") or m.get("id")) for m in doc.get("models", [])]
     return Report(title=title, subtitle=subtitle, summary=summary_rows(doc), config=dict(doc.get("config", {})),
-                  sections=sections, notes=notes)
+                  sections=sections, notes=notes, colour_keys=colour_keys)

@@ -11,23 +11,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ExplorerGrid", "Explorer", "FigureItem", "Report", "Section", "Table"]
+__all__ = ["ExplorerGrid", "Explorer", "FigureItem", "Report", "Section", "Table", "figure_item"]
 
 
 @dataclass
 class FigureItem:
-    """A PNG figure embedded in the report.
+    """A figure of the report: a chart the browser draws, or a PNG embedded as it is.
 
     Attributes:
-        path: the PNG file (read and embedded as a data URI when rendering).
+        path: the PNG file (read and embedded as a data URI when rendering), or None for a chart alone.
         title: short title; caption: what the figure shows and how to read it.
         paper: the paper figure it corresponds to (e.g. ``"paper 002, fig. 4"``), or "".
+        chart: the chart's JSON (:meth:`vitscope.viz.charts.Chart.to_json`); shown instead of the PNG.
+        stem: file stem, the name of the PNG and SVG a reader downloads from the chart.
     """
 
-    path: Path
+    path: Path | None
     title: str
     caption: str = ""
     paper: str = ""
+    chart: dict[str, Any] | None = None
+    stem: str = ""
+
+
+def figure_item(figure: Any, png: Path | None) -> FigureItem:
+    """The report item of a result's :class:`~vitscope.analyses.result.Figure` written as ``png`` (None: a chart
+    that was not drawn)."""
+    chart = figure.chart.to_json() if getattr(figure, "chart", None) is not None else None
+    return FigureItem(png, figure.title, figure.caption, figure.paper, chart, figure.stem)
 
 
 @dataclass
@@ -95,6 +106,7 @@ class Report:
         config: the resolved configuration, shown as a table.
         sections: analysis sections in order.
         notes: warnings worth showing (skipped files...).
+        colour_keys: the models (colour keys) in the order that gives each its colour in every chart.
     """
 
     title: str
@@ -103,3 +115,4 @@ class Report:
     config: dict[str, Any] = field(default_factory=dict)
     sections: list[Section] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    colour_keys: list[str] = field(default_factory=list)

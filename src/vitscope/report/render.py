@@ -16,6 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from vitscope.report.assets import chart_script, echarts_script
 from vitscope.report.model import Report
 
 __all__ = ["EMBED_BYTES", "data_uri", "render_html", "write_report"]
@@ -80,8 +81,11 @@ def render_html(report: Report) -> str:
     from vitscope._version import __version__
 
     rows = [(str(k), _config_value(v)) for k, v in report.config.items()]
-    return _environment().get_template("report.html.j2").render(report=report, config_rows=rows,
-                                                                version=__version__)
+    has_charts = any(f.chart for s in report.sections for f in s.figures)
+    scripts = {"echarts_script": echarts_script(), "chart_script": chart_script()} if has_charts else \
+        {"echarts_script": "", "chart_script": ""}
+    return _environment().get_template("report.html.j2").render(report=report, config_rows=rows, version=__version__,
+                                                                has_charts=has_charts, **scripts)
 
 
 def write_report(report: Report, path: str | os.PathLike) -> Path:

@@ -103,7 +103,7 @@ def top_maps_figure(maps: torch.Tensor, scores: torch.Tensor, labels: Sequence[s
     One mosaic image (each map min-max scaled on its own), its score above it and the unit on the left: one
     ``imshow`` instead of ``U * k`` axes keeps a figure of 6 x 5 maps under a quarter of a second.
     """
-    from vitscope.viz.attention_figures import map_mosaic
+    from vitscope.viz.attention_maps import map_mosaic
 
     u, k, h, w = maps.shape
     gap = max(1, h // 4)

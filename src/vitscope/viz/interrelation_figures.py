@@ -13,7 +13,8 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from vitscope.viz.attention_figures import _labels, _np
+from vitscope.viz.attention_maps import as_numpy as _np
+from vitscope.viz.attention_maps import tick_labels as _labels
 from vitscope.viz.save import save_figure
 
 __all__ = ["STAGE_COLOURS", "focus_figure", "keypoint_grid_figure", "kk_nk_figure", "stages_figure"]

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from vitscope.viz.attention_figures import _np
+from vitscope.viz.attention_maps import as_numpy as _np
 from vitscope.viz.save import save_figure
 
 __all__ = ["foreground_bars_figure", "frequency_figure", "guided_mae_figure", "ratio_curves_figure"]

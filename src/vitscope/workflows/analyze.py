@@ -65,7 +65,7 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
             batch_size: int = 16, device: str | None = None, dtype: str | None = None, limit: int | None = None,
             strict: bool = False, resume: bool = True, checkpoint_seconds: float = 60.0,
             progress: bool | None = None, log: Callable[[str], None] | None = None,
-            config: Mapping[str, Any] | None = None, distributed: bool = False) -> Results:
+            config: Mapping[str, Any] | None = None, distributed: bool = False, figure_files: bool = False) -> Results:
     """Run analyses over a dataset in one pass; with ``out``, write results.json, tables, arrays, figures and
     report.html there (resumably: an interrupted call with the same arguments continues).
 
@@ -81,6 +81,7 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
         progress: progress bars on/off (default: when stderr is a terminal).
         log: receives one-line messages.
         config: the configuration recorded in results.json (default: these arguments).
+        figure_files: also draw PNG and SVG files of the figures the report shows as charts.
         distributed: share the pass with the other ``torch.distributed`` processes (:func:`vitscope.run`); rank 0
             alone writes ``out``.
 
@@ -107,6 +108,6 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
             "analyze", config=config_record(options, analyses=[a.name for a in chosen]), results=dict(results),
             models=[model_identity(model_id, backbone)], data=results.data, num_images=results.num_images,
             skipped=results.skipped, extra={"hooks": results.hooks}, resumed_images=results.resumed_images),
-            progress=progress, log=log)
+            progress=progress, log=log, figure_files=figure_files)
         clear_state(out)
     return results

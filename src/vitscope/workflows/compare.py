@@ -82,6 +82,6 @@ def compare(options: Mapping[str, Any], progress: bool | None = None,
     path = Path(options["out"]) / "results.json"
     if distributed and not is_main_process():
         return path
-    path = write_run(options["out"], result, progress=progress)
+    path = write_run(options["out"], result, progress=progress, figure_files=bool(options.get("figure_files")))
     clear_state(Path(options["out"]))
     return path

@@ -54,6 +54,7 @@ _COMMON = (
     Option("strict", "bool", False),
     Option("resume", "bool", True),
     Option("checkpoint_seconds", "float", 60.0, minimum=0),
+    Option("figure_files", "bool", False),
 )
 
 #: Options of ``vitscope analyze`` (names as in the YAML file and as keyword arguments).

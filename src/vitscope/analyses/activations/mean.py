@@ -5,7 +5,6 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import torch
 
@@ -62,18 +61,13 @@ class MeanActivationResult(Result):
             groups.setdefault(self.tensors[f"{h}.token_norm"].numel(), []).append(h)
         figures = []
         for sites in groups.values():
-            def draw(path: Path, sites: list[str] = sites) -> list[Path]:
-                from vitscope.viz.heatmaps import block_head_heatmap
-
-                rows = torch.stack([self.tensors[f"{h}.token_norm"] for h in sites])
-                return block_head_heatmap(rows, f"Norm of the mean token, {self.meta.get('num_images', 0)} images",
-                                          "L2 norm", path, block_labels=sites, x_label="token position", y_label="site")
-
+            rows = torch.stack([self.tensors[f"{h}.token_norm"] for h in sites])
             suffix = "_token_norm" if len(groups) == 1 else f"_token_norm_{sites[0].replace('.', '_')}"
-            figures.append(self.figure(suffix, draw, "Norm of the dataset-mean vector of every token position "
-                                       "(prefix tokens first, then the spatial tokens row by row), one row per "
-                                       "recorded site; bright columns are tokens with large, image-independent "
-                                       "activations."))
+            figures.append(self.heatmap_figure(
+                suffix, rows, f"Norm of the mean token, {self.meta.get('num_images', 0)} images", "L2 norm",
+                "Norm of the dataset-mean vector of every token position (prefix tokens first, then the spatial "
+                "tokens row by row), one row per recorded site; bright columns are tokens with large, "
+                "image-independent activations.", block_labels=sites, x_label="token position", y_label="site"))
         return figures
 
 

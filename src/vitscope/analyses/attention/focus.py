@@ -11,6 +11,7 @@ from vitscope.analyses.attention.base import AttentionAccumulator, AttentionGeom
 from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
 from vitscope.functional.attention_blocks import BlockStats
+from vitscope.viz.charts import block_lines_chart, curve
 
 __all__ = ["AttentionFocus", "AttentionFocusResult"]
 
@@ -22,33 +23,32 @@ class AttentionFocusResult(Result):
         """``<name>_entropy``, ``<name>_focus`` (blocks x heads) and ``<name>_blocks`` (means vs random)."""
         if "entropy" not in self.tensors:
             return []
-        n, labels = self.meta.get("num_images", 0), self.meta.get("blocks")
-
-        def heatmap(key: str, title: str, unit: str):
-            def draw(path: Path) -> list[Path]:
-                from vitscope.viz.heatmaps import block_head_heatmap
-
-                return block_head_heatmap(self.tensors[key], title, unit, path, block_labels=labels)
-            return draw
+        n, labels, t = self.meta.get("num_images", 0), self.meta.get("blocks"), self.tensors
 
         def lines(path: Path) -> list[Path]:
             from vitscope.viz.attention_figures import block_lines_figure
 
-            t = self.tensors
             series = {"entropy / log N": (t["entropy_normalised"].mean(-1), t["random_entropy_normalised"].mean(-1)),
                       "focus / log K": (t["focus_normalised"].mean(-1), t["random_focus_normalised"].mean(-1))}
             return block_lines_figure(series, "Mean over heads (dashed: random attention)", "normalised value", path,
                                       block_labels=labels)
 
+        curves = []
+        for name, key in (("entropy / log N", "entropy_normalised"), ("focus / log K", "focus_normalised")):
+            curves += [curve(name, t[key].mean(-1), name), curve(name, t[f"random_{key}"].mean(-1), name, "dashed")]
+        chart = block_lines_chart(curves, "normalised value", t["entropy"].shape[0], labels,
+                                  "Mean over heads (dashed: random attention)")
         paper = "paper 003, focus index (eq. 5)"
         return [
-            self.figure("_entropy", heatmap("entropy", f"Attention entropy per head ({n} images)", "entropy (nats)"),
-                        "Attention entropy per block and head (nats); lower is more focused.", paper),
-            self.figure("_focus", heatmap("focus", f"Attention focus index per head ({n} images; lower = more "
-                                          "focused)", "focus index (nats)"),
-                        "Attention focus index per block and head; lower is more focused.", paper),
+            self.heatmap_figure("_entropy", t["entropy"], f"Attention entropy per head ({n} images)", "entropy (nats)",
+                                "Attention entropy per block and head (nats); lower is more focused.", paper,
+                                block_labels=labels),
+            self.heatmap_figure("_focus", t["focus"], f"Attention focus index per head ({n} images; lower = more "
+                                "focused)", "focus index (nats)",
+                                "Attention focus index per block and head; lower is more focused.", paper,
+                                block_labels=labels),
             self.figure("_blocks", lines, "Entropy and focus index per block, normalised and averaged over heads, "
-                        "with random attention dashed.", paper),
+                        "with random attention dashed.", paper, chart=chart),
         ]
 
 

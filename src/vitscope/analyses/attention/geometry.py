@@ -12,6 +12,7 @@ from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
 from vitscope.functional.attention_blocks import BlockStats, grid_tables
 from vitscope.functional.attention_geometry import HEAD_TYPES, aligned_offset, local_head_type
+from vitscope.viz.charts import block_lines_chart, curve
 
 __all__ = ["AlignedAttention", "AlignedAttentionResult", "AttentionDistance", "AttentionDistanceResult"]
 
@@ -50,7 +51,7 @@ class AlignedAttentionResult(Result):
         n = self.meta.get("num_images", 0)
 
         def draw(path: Path) -> list[Path]:
-            from vitscope.viz.attention_figures import aligned_maps_figure
+            from vitscope.viz.attention_maps import aligned_maps_figure
 
             return aligned_maps_figure(self.tensors["aaam"], self.meta["head_types"],
                                        f"Aligned aggregated attention maps, mean over {n} images", path,
@@ -146,8 +147,14 @@ class AttentionDistanceResult(Result):
             return distance_figure({model: self.tensors["distance"]}, path, random=self.tensors["random_distance"],
                                    block_labels=self.meta.get("blocks"))
 
+        t = self.tensors
+        chart = block_lines_chart([curve(model, t["distance"].mean(-1), model),
+                                   curve(model, t["distance"], model, "dots"),
+                                   curve("random attention", t["random_distance"].mean(-1), "", "dashed")],
+                                  "attention distance (image widths)", t["distance"].shape[0],
+                                  self.meta.get("blocks"), "Average attention distance")
         return [self.figure("", draw, "Average attention distance of every head per block (dots), the per-block "
-                            "mean (line) and random attention (dashed).", "paper 002, fig. 4 and 15")]
+                            "mean (line) and random attention (dashed).", "paper 002, fig. 4 and 15", chart=chart)]
 
 
 @register_analysis("attention_distance", groups=("attention",))

@@ -37,7 +37,7 @@ class AttentionMapsResult(Result):
 
         def grid(maps: torch.Tensor, title: str, image: torch.Tensor | None = None):
             def draw(path: Path) -> list[Path]:
-                from vitscope.viz.attention_figures import block_head_maps
+                from vitscope.viz.attention_maps import block_head_maps
 
                 return block_head_maps(maps, title, path, block_labels=labels, image=image)
             return draw

@@ -27,7 +27,7 @@ class AttentionRolloutResult(Result):
             return []
 
         def draw(path: Path) -> list[Path]:
-            from vitscope.viz.attention_figures import rollout_figure
+            from vitscope.viz.attention_maps import rollout_figure
 
             return rollout_figure(self.tensors.get("images"), self.tensors.get("image_maps"),
                                   self.meta.get("image_indices", []), self.tensors["mean_map"],

@@ -23,6 +23,7 @@ from vitscope.functional.attention import mass_mask
 from vitscope.functional.attention_blocks import BlockStats
 from vitscope.models.preprocess import resize_crop
 from vitscope.models.spec import ModelSpec
+from vitscope.viz.charts import Chart, block_lines_chart, curve
 
 __all__ = ["SaliencyIoU", "SaliencyIoUResult", "mask_to_grid"]
 
@@ -79,19 +80,22 @@ class SaliencyIoUResult(Result):
                                    {s: self.tensors[f"random_{s}_best_iou"] for s in sources}, path,
                                    block_labels=labels, rule=self.meta.get("best_head", "image"))
 
-        def heads(source: str):
-            def draw(path: Path) -> list[Path]:
-                from vitscope.viz.heatmaps import block_head_heatmap
-
-                return block_head_heatmap(self.tensors[f"{source}_iou"], f"Saliency IoU of the {source} map per head "
-                                          f"({self.meta.get('num_images', 0)} images)", "mean IoU", path,
-                                          block_labels=labels)
-            return draw
-
+        rule = "mean of per-image max" if self.meta.get("best_head", "image") == "image" else "best dataset head"
+        names = {"cls": "CLS attention", "spatial": "spatial-average attention"}
+        panels = []
+        for s in sources:
+            best = self.tensors[f"{s}_best_iou"]
+            panels += block_lines_chart([curve(model, best, model),
+                                         curve("random attention", self.tensors[f"random_{s}_best_iou"], "", "dashed")],
+                                        f"best-head IoU ({rule})", best.shape[0], labels, names.get(s, s),
+                                        y_range=(0.0, 1.0)).panels
+        n = self.meta.get("num_images", 0)
         return [self.figure("", curves, "Best-head saliency IoU per block against the object masks, with random "
-                            "attention.", "paper 002, fig. 5 and 16")] + [
-            self.figure(f"_{s}_heads", heads(s), f"Saliency IoU of every head per block ({s} map).",
-                        "paper 002, fig. 16") for s in sources]
+                            "attention.", "paper 002, fig. 5 and 16", title="Saliency IoU per block",
+                            chart=Chart(panels))] + [
+            self.heatmap_figure(f"_{s}_heads", self.tensors[f"{s}_iou"], f"Saliency IoU of the {s} map per head "
+                                f"({n} images)", "mean IoU", f"Saliency IoU of every head per block ({s} map).",
+                                "paper 002, fig. 16", block_labels=labels) for s in sources]
 
 
 @register_analysis("saliency_iou", groups=("attention",))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from pathlib import Path
 
 import torch
 
@@ -26,23 +25,14 @@ class AttentionStatsResult(Result):
         """``<name>_entropy`` and ``<name>_max_attention``: blocks x heads heatmaps."""
         if "entropy" not in self.tensors:
             return []
-        labels, n = self.meta.get("blocks"), self.meta.get("num_images", 0)
-
-        def heatmap(key: str, title: str, unit: str):
-            def draw(path: Path) -> list[Path]:
-                from vitscope.viz.heatmaps import block_head_heatmap
-
-                return block_head_heatmap(self.tensors[key], title, unit, path, block_labels=labels)
-            return draw
-
+        labels, n, t = self.meta.get("blocks"), self.meta.get("num_images", 0), self.tensors
         return [
-            self.figure("_entropy", heatmap("entropy", f"Attention entropy per head (mean over {n} images)",
-                                            "entropy (nats)"),
-                        "Attention entropy per block and head (nats, mean over images); low entropy marks focused "
-                        "heads."),
-            self.figure("_max_attention", heatmap("max_attention", f"Mean max attention per head ({n} images)",
-                                                  "mean over queries of the row maximum"),
-                        "The largest attention weight of every row, averaged over queries and images."),
+            self.heatmap_figure("_entropy", t["entropy"], f"Attention entropy per head (mean over {n} images)",
+                                "entropy (nats)", "Attention entropy per block and head (nats, mean over images); "
+                                "low entropy marks focused heads.", block_labels=labels),
+            self.heatmap_figure("_max_attention", t["max_attention"], f"Mean max attention per head ({n} images)",
+                                "mean over queries of the row maximum", "The largest attention weight of every "
+                                "row, averaged over queries and images.", block_labels=labels),
         ]
 
 

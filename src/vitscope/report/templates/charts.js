@@ -1,0 +1,178 @@
+// Draws every chart of a vitscope report from the JSON embedded beside it (vitscope.viz.charts.Chart).
+// Curves: hover shows the values at a block, a legend click hides a model (its baseline with it), a button
+// switches log/linear where every value is positive. Heat maps: hover shows the cell. Each panel can be
+// downloaded as PNG or SVG. One colour per colour key (a model) on the whole page.
+(function () {
+  "use strict";
+  if (typeof echarts === "undefined") { return; }
+  var PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                 "#bcbd22", "#17becf"];  // matplotlib's tab10, as the PNG files
+  var NEUTRAL = "#8c8c8c";
+  var HEAT = {
+    viridis: ["#440154", "#482878", "#3e4989", "#31688e", "#26828e", "#1f9e89", "#35b779", "#6ece58", "#b5de2b",
+              "#fde725"],
+    inferno: ["#000004", "#1b0c41", "#4a0c6b", "#781c6d", "#a52c60", "#cf4446", "#ed6925", "#fb9b06", "#f7d13d",
+              "#fcffa4"],
+    diverging: ["#053061", "#2166ac", "#4393c3", "#92c5de", "#d1e5f0", "#f7f7f7", "#fddbc7", "#f4a582", "#d6604d",
+                "#b2182b", "#67001f"]
+  };
+  var keysNode = document.getElementById("vs-colour-keys");
+  var keys = keysNode ? JSON.parse(keysNode.textContent) : [];
+
+  function colourOf(key) {
+    if (!key) { return NEUTRAL; }
+    var i = keys.indexOf(key);
+    if (i < 0) { keys.push(key); i = keys.length - 1; }
+    return PALETTE[i % PALETTE.length];
+  }
+
+  function fmt(v) {
+    if (v === null || v === undefined || isNaN(v)) { return "none"; }
+    var a = Math.abs(v);
+    return (a !== 0 && (a < 1e-3 || a >= 1e5)) ? v.toExponential(3) : String(+v.toPrecision(4));
+  }
+
+  function lineOption(p) {
+    var series = [];
+    var legend = [];
+    p.curves.forEach(function (c) {
+      var colour = colourOf(c.colour);
+      if (legend.indexOf(c.name) < 0) { legend.push(c.name); }
+      if (c.style === "dots") {
+        var pts = [];
+        c.values.forEach(function (row, x) {
+          (Array.isArray(row) ? row : [row]).forEach(function (v) { if (v !== null) { pts.push([x, v]); } });
+        });
+        series.push({type: "scatter", name: c.name, data: pts, symbolSize: 5, itemStyle: {color: colour, opacity: 0.45},
+                     tooltip: {show: false}, z: 1});
+      } else {
+        series.push({type: "line", name: c.name, data: c.values, connectNulls: false, z: 2,
+                     symbol: c.style === "dashed" ? "none" : "circle", symbolSize: 6,
+                     itemStyle: {color: colour},
+                     lineStyle: {color: colour, width: 2, type: c.style === "dashed" ? "dashed" : "solid"}});
+      }
+    });
+    return {
+      animation: false,
+      title: p.title ? {text: p.title, left: "center", textStyle: {fontSize: 13, fontWeight: "normal"}} : undefined,
+      legend: {type: "scroll", bottom: 0, data: legend},
+      grid: {left: 64, right: 20, top: p.title ? 36 : 16, bottom: 72, containLabel: false},
+      tooltip: {trigger: "axis", confine: true, formatter: function (items) {
+        var out = [];
+        items.forEach(function (it) {
+          if (it.seriesType !== "line") { return; }
+          var dashed = it.seriesIndex < series.length && series[it.seriesIndex].lineStyle.type === "dashed";
+          out.push(it.marker + it.seriesName + (dashed ? " (baseline)" : "") + ": " + fmt(it.value));
+        });
+        return (p.x_label + " " + items[0].axisValue) + "<br>" + out.join("<br>");
+      }},
+      xAxis: {type: "category", data: p.x_ticks, name: p.x_label, nameLocation: "middle", nameGap: 26,
+              boundaryGap: true},
+      yAxis: {type: "value", name: p.y_label, nameLocation: "middle", nameGap: 48, scale: true,
+              min: p.y_range[0] === null ? undefined : p.y_range[0],
+              max: p.y_range[1] === null ? undefined : p.y_range[1]},
+      series: series
+    };
+  }
+
+  function heatOption(p) {
+    var data = [];
+    var lo = Infinity, hi = -Infinity;
+    p.values.forEach(function (row, r) {
+      row.forEach(function (v, c) {
+        data.push([c, r, v === null ? "-" : v]);
+        if (v !== null) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+      });
+    });
+    if (!isFinite(lo)) { lo = 0; hi = 1; }
+    if (p.colours === "diverging") { var m = Math.max(Math.abs(lo), Math.abs(hi)); lo = -m; hi = m; }
+    if (lo === hi) { hi = lo + 1; }
+    var cells = p.rows.length * p.columns.length;
+    return {
+      animation: false,
+      title: p.title ? {text: p.title, left: "center", textStyle: {fontSize: 13, fontWeight: "normal"}} : undefined,
+      grid: {left: 64, right: 90, top: p.title ? 36 : 16, bottom: 48},
+      tooltip: {trigger: "item", confine: true, formatter: function (it) {
+        return p.y_label + " " + p.rows[it.value[1]] + ", " + p.x_label + " " + p.columns[it.value[0]] + "<br>" +
+          p.value_label + ": " + fmt(it.value[2] === "-" ? null : it.value[2]);
+      }},
+      xAxis: {type: "category", data: p.columns, name: p.x_label, nameLocation: "middle", nameGap: 26,
+              splitArea: {show: false}},
+      yAxis: {type: "category", data: p.rows, name: p.y_label, nameLocation: "middle", nameGap: 48, inverse: true},
+      visualMap: {min: lo, max: hi, calculable: true, orient: "vertical", right: 4, top: "middle",
+                  itemHeight: 140, text: [fmt(hi), fmt(lo)], inRange: {color: HEAT[p.colours] || HEAT.viridis},
+                  formatter: fmt},
+      series: [{type: "heatmap", name: p.value_label, data: data, progressive: 0,
+                label: {show: cells <= 64, fontSize: 10, formatter: function (it) { return fmt(it.value[2]); }},
+                emphasis: {itemStyle: {borderColor: "#000", borderWidth: 1}}}]
+    };
+  }
+
+  function download(name, url) {
+    var a = document.createElement("a");
+    a.href = url;
+    a.download = name;
+    document.body.appendChild(a);
+    a.click();
+    a.remove();
+  }
+
+  function button(text, title, onClick) {
+    var b = document.createElement("button");
+    b.type = "button";
+    b.className = "vs-chart-button";
+    b.textContent = text;
+    b.title = title;
+    b.addEventListener("click", onClick);
+    return b;
+  }
+
+  var charts = [];
+  document.querySelectorAll("figure[data-chart]").forEach(function (fig) {
+    var spec = JSON.parse(fig.querySelector("script.vs-chart-data").textContent);
+    var stem = fig.getAttribute("data-stem") || "figure";
+    var holder = fig.querySelector(".vs-chart-panels");
+    spec.panels.forEach(function (p, i) {
+      var box = document.createElement("div");
+      box.className = "vs-chart-panel";
+      var div = document.createElement("div");
+      div.className = "vs-chart";
+      div.style.height = (p.kind === "heatmap" ? Math.max(260, Math.min(640, 24 * p.rows.length + 90)) : 330) + "px";
+      box.appendChild(div);
+      holder.appendChild(box);
+      var option = p.kind === "heatmap" ? heatOption(p) : lineOption(p);
+      var chart = echarts.init(div, null, {renderer: "canvas"});
+      chart.setOption(option);
+      charts.push(chart);
+      var name = spec.panels.length > 1 ? stem + "_" + (i + 1) : stem;
+      var tools = document.createElement("div");
+      tools.className = "vs-chart-tools";
+      if (p.log_toggle) {
+        var log = button("log scale", "Switch the value axis between linear and logarithmic", function () {
+          var isLog = log.getAttribute("aria-pressed") === "true";
+          chart.setOption({yAxis: {type: isLog ? "value" : "log"}});
+          log.setAttribute("aria-pressed", isLog ? "false" : "true");
+        });
+        log.setAttribute("aria-pressed", "false");
+        tools.appendChild(log);
+      }
+      tools.appendChild(button("PNG", "Download this chart as PNG", function () {
+        download(name + ".png", chart.getDataURL({type: "png", pixelRatio: 2, backgroundColor: "#fff"}));
+      }));
+      tools.appendChild(button("SVG", "Download this chart as SVG", function () {
+        var off = document.createElement("div");
+        off.style.cssText = "position:absolute;left:-10000px;top:0;width:" + div.clientWidth + "px;height:" +
+          div.clientHeight + "px";
+        document.body.appendChild(off);
+        var vector = echarts.init(off, null, {renderer: "svg"});
+        vector.setOption(chart.getOption());
+        var svg = vector.renderToSVGString();
+        vector.dispose();
+        off.remove();
+        download(name + ".svg", "data:image/svg+xml;charset=utf-8," + encodeURIComponent(svg));
+      }));
+      box.appendChild(tools);
+    });
+  });
+  window.addEventListener("resize", function () { charts.forEach(function (c) { c.resize(); }); });
+})();

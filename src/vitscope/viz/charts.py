@@ -1,0 +1,153 @@
+"""Charts as data: what a curve or heat-map figure shows, drawn by the browser in the report.
+
+A :class:`Chart` holds the numbers of a figure and how to read them (axes, units, which curve is a baseline
+of which model), nothing about pixels. The report renders it interactively (hover shows values, a legend
+click hides a model, log/linear where it helps, PNG and SVG downloads); the output folder keeps it as
+``charts/<stem>.json``; ``--figure-files`` draws the figure's matplotlib files as well. Writing a chart costs
+microseconds, where drawing it with matplotlib cost 0.2-0.5 s.
+
+Colours are not chosen here: every curve names its ``model`` and the report gives each model one colour
+on the whole page.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+__all__ = ["Chart", "Curve", "HeatPanel", "LinePanel", "block_head_chart", "block_lines_chart", "curve"]
+
+#: colour maps a heat map may use (the report knows their colours)
+HEAT_COLOURS = ("viridis", "inferno", "diverging")
+
+
+def _values(x: torch.Tensor | np.ndarray | Sequence[float]) -> list[float | None]:
+    """Plain floats for JSON (NaN and infinities become None: a gap in a curve, a blank cell)."""
+    arr = x.detach().cpu().double().reshape(-1).tolist() if isinstance(x, torch.Tensor) else \
+        np.asarray(x, dtype=np.float64).reshape(-1).tolist()
+    return [v if math.isfinite(v) else None for v in arr]
+
+
+@dataclass
+class Curve:
+    """One series of a line panel.
+
+    Attributes:
+        name: legend entry. Curves with the same name share one legend entry (a model and its own baseline).
+        values: one value per x tick (None: no value).
+        colour: colour key: curves with the same key share one colour on the whole page (usually a model's
+            name, so a model keeps its colour in every figure); "" is a neutral grey (a shared baseline).
+        style: ``"line"`` (with markers), ``"dashed"`` (a baseline) or ``"dots"`` (points without a line;
+            ``values`` may then hold several values per tick, e.g. one per head).
+    """
+
+    name: str
+    values: list[float | None] | list[list[float | None]]
+    colour: str = ""
+    style: Literal["line", "dashed", "dots"] = "line"
+
+
+@dataclass
+class LinePanel:
+    """Curves over one categorical axis (usually blocks)."""
+
+    x_label: str
+    y_label: str
+    x_ticks: list[str]
+    curves: list[Curve]
+    title: str = ""
+    y_range: tuple[float | None, float | None] = (None, None)
+    log_toggle: bool = False
+    kind: str = field(default="lines", init=False)
+
+
+@dataclass
+class HeatPanel:
+    """A matrix of values (rows x columns), e.g. blocks x heads, with a colour scale.
+
+    ``colours``: one of :data:`HEAT_COLOURS` (``"diverging"`` centres the scale on 0).
+    """
+
+    x_label: str
+    y_label: str
+    value_label: str
+    rows: list[str]
+    columns: list[str]
+    values: list[list[float | None]]
+    title: str = ""
+    colours: str = "viridis"
+    kind: str = field(default="heatmap", init=False)
+
+    def __post_init__(self) -> None:
+        if self.colours not in HEAT_COLOURS:
+            raise ValueError(f"heat map colours {self.colours!r}: use one of {', '.join(HEAT_COLOURS)}")
+        if len(self.values) != len(self.rows) or any(len(r) != len(self.columns) for r in self.values):
+            raise ValueError(f"heat map of {len(self.rows)} x {len(self.columns)} labels got values of another shape")
+
+
+@dataclass
+class Chart:
+    """A figure for the browser: one or more panels side by side."""
+
+    panels: list[LinePanel | HeatPanel]
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON (the report embeds it; ``charts/<stem>.json`` holds it)."""
+        return {"panels": [asdict(p) for p in self.panels]}
+
+    def colour_keys(self) -> list[str]:
+        """Colour keys of the curves, in order of first appearance."""
+        seen: dict[str, None] = {}
+        for p in self.panels:
+            for c in getattr(p, "curves", []):
+                if c.colour:
+                    seen.setdefault(c.colour, None)
+        return list(seen)
+
+
+def _ticks(count: int, labels: Sequence | None) -> list[str]:
+    labels = list(labels) if labels is not None else list(range(count))
+    if len(labels) != count:
+        raise ValueError(f"{len(labels)} labels for {count} rows")
+    return [str(v) for v in labels]
+
+
+def block_head_chart(matrix: torch.Tensor | np.ndarray, value_label: str, block_labels: Sequence | None = None,
+                     title: str = "", colours: str = "viridis", x_label: str = "head", y_label: str = "block",
+                     column_labels: Sequence | None = None) -> Chart:
+    """A blocks x heads heat map of ``matrix`` ``[L, H]`` (the browser twin of
+    :func:`vitscope.viz.heatmaps.block_head_heatmap`)."""
+    arr = matrix.detach().cpu().double().numpy() if isinstance(matrix, torch.Tensor) else np.asarray(matrix, float)
+    if arr.ndim != 2:
+        raise ValueError(f"expected a [L, H] matrix, got shape {tuple(arr.shape)}")
+    rows = _ticks(arr.shape[0], block_labels)
+    columns = _ticks(arr.shape[1], column_labels)
+    values = [_values(r) for r in arr]
+    return Chart([HeatPanel(x_label, y_label, value_label, rows, columns, values, title, colours)])
+
+
+def block_lines_chart(curves: Sequence[Curve], y_label: str, length: int, block_labels: Sequence | None = None,
+                      title: str = "", y_range: tuple[float | None, float | None] = (None, None)) -> Chart:
+    """Curves over ``length`` blocks in one panel; a log/linear toggle when every value is positive."""
+    positive = all(v is None or v > 0 for c in curves for v in _flat(c.values))
+    return Chart([LinePanel("block", y_label, _ticks(length, block_labels), list(curves), title, y_range,
+                            log_toggle=positive)])
+
+
+def _flat(values: list) -> list:
+    return [v for item in values for v in (item if isinstance(item, list) else [item])]
+
+
+def curve(name: str, values: torch.Tensor | np.ndarray | Sequence[float], colour: str = "",
+          style: Literal["line", "dashed", "dots"] = "line") -> Curve:
+    """A :class:`Curve` from a tensor or array; ``dots`` with a 2-D ``[x, k]`` input keeps k values per tick."""
+    if style == "dots":
+        arr = values.detach().cpu().double().numpy() if isinstance(values, torch.Tensor) else np.asarray(values, float)
+        if arr.ndim == 2:
+            return Curve(name, [_values(row) for row in arr], colour, style)
+    return Curve(name, _values(values), colour, style)

@@ -1,0 +1,124 @@
+"""Raster figures drawn with numpy and Pillow: grids of attention maps and overlays on photographs.
+
+A blocks x heads grid of maps is pixels with a few labels; matplotlib spent 0.3-0.9 s on each (layout, a
+dense ``imshow``, text), which made drawing most of the writing time of a run. Here a grid is a colour-map
+lookup, an integer upscale and a paste, with labels set in Pillow's bundled font: tens of milliseconds.
+Colour maps are matplotlib's (only :mod:`matplotlib.colors` is used, never a figure).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+__all__ = ["Canvas", "colorize", "tile_scale", "upscale"]
+
+#: side in pixels a map tile is scaled up to, at least (integer factors: every token stays a square)
+TILE_PIXELS = 48
+_WHITE = (255, 255, 255)
+_INK = (29, 35, 48)
+_MUTED = (91, 100, 117)
+
+
+@cache
+def _lut(cmap: str) -> np.ndarray:
+    """``[256, 3]`` uint8 colours of a matplotlib colour map."""
+    import matplotlib
+
+    return (matplotlib.colormaps[cmap](np.linspace(0.0, 1.0, 256))[:, :3] * 255 + 0.5).astype(np.uint8)
+
+
+@cache
+def font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
+    """Pillow's bundled sans-serif at ``size`` pixels."""
+    return ImageFont.load_default(size=size)
+
+
+def colorize(values: np.ndarray, cmap: str, vmin: float = 0.0, vmax: float = 1.0,
+             bad: tuple[int, int, int] = _WHITE) -> np.ndarray:
+    """``[..., 3]`` uint8 colours of ``values`` (any shape) on ``cmap`` between ``vmin`` and ``vmax``;
+    NaN is ``bad``."""
+    arr = np.asarray(values, dtype=np.float64)
+    span = vmax - vmin if vmax > vmin else 1.0
+    finite = np.isfinite(arr)
+    index = np.clip(np.where(finite, (arr - vmin) / span, 0.0) * 255 + 0.5, 0, 255).astype(np.uint8)
+    out = _lut(cmap)[index]
+    out[~finite] = bad
+    return out
+
+
+def tile_scale(a: int, b: int, target: int = TILE_PIXELS) -> int:
+    """Integer upscale factor that brings an ``a x b`` map to about ``target`` pixels on its longer side."""
+    return max(1, round(target / max(a, b, 1)))
+
+
+def upscale(rgb: np.ndarray, factor: int) -> np.ndarray:
+    """Nearest-neighbour upscale of ``[h, w, C]`` by an integer factor."""
+    return rgb if factor == 1 else np.repeat(np.repeat(rgb, factor, axis=0), factor, axis=1)
+
+
+def fit_nearest(m: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Nearest-neighbour resize of a ``[h, w]`` map to ``size = (rows, cols)`` (token maps over photographs)."""
+    rows = (np.arange(size[0]) * m.shape[0] // size[0]).clip(0, m.shape[0] - 1)
+    cols = (np.arange(size[1]) * m.shape[1] // size[1]).clip(0, m.shape[1] - 1)
+    return m[rows][:, cols]
+
+
+class Canvas:
+    """A white picture that grows as parts are placed, then written as PNG.
+
+    Parts are placed at absolute pixel positions; :meth:`save` crops to what was placed plus a margin.
+    """
+
+    def __init__(self, width: int, height: int, margin: int = 10) -> None:
+        self.image = Image.new("RGB", (max(1, width), max(1, height)), _WHITE)
+        self.draw = ImageDraw.Draw(self.image)
+        self.margin = margin
+        self._right, self._bottom = 0, 0
+
+    def _extend(self, right: int, bottom: int) -> None:
+        self._right, self._bottom = max(self._right, right), max(self._bottom, bottom)
+
+    def paste(self, rgb: np.ndarray, x: int, y: int) -> None:
+        """Place ``[h, w, 3]`` uint8 pixels with their top-left corner at ``(x, y)``."""
+        self.image.paste(Image.fromarray(np.ascontiguousarray(rgb)), (x, y))
+        self._extend(x + rgb.shape[1], y + rgb.shape[0])
+
+    def text(self, x: float, y: float, text: str, size: int = 13, anchor: str = "la", fill=_INK) -> None:
+        """Write ``text`` at ``(x, y)``; ``anchor`` is Pillow's (``"la"`` left-top, ``"mm"`` centre...)."""
+        box = self.draw.textbbox((x, y), text, font=font(size), anchor=anchor)
+        self.draw.text((x, y), text, font=font(size), anchor=anchor, fill=fill)
+        self._extend(int(box[2]) + 1, int(box[3]) + 1)
+
+    def text_width(self, text: str, size: int = 13) -> int:
+        box = self.draw.textbbox((0, 0), text, font=font(size))
+        return int(box[2] - box[0])
+
+    def colour_bar(self, x: int, y: int, width: int, cmap: str, low: str, high: str, label: str) -> int:
+        """A horizontal colour bar with its end labels and a label; returns the y below it."""
+        bar = colorize(np.tile(np.linspace(0.0, 1.0, width), (10, 1)), cmap)
+        self.paste(bar, x, y)
+        self.text(x, y + 13, low, size=11, fill=_MUTED)
+        self.text(x + width, y + 13, high, size=11, anchor="ra", fill=_MUTED)
+        self.text(x + width // 2, y + 27, label, size=11, anchor="ma", fill=_MUTED)
+        return y + 44
+
+    def save(self, stem: str | Path) -> list[Path]:
+        """Crop to the placed parts plus the margin and write ``<stem>.png``; returns ``[path]``."""
+        stem = Path(stem)
+        stem = stem.with_suffix("") if stem.suffix == ".png" else stem
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        right = min(self.image.width, self._right + self.margin)
+        bottom = min(self.image.height, self._bottom + self.margin)
+        path = stem.parent / f"{stem.name}.png"
+        self.image.crop((0, 0, right, bottom)).save(path, optimize=False, compress_level=6)
+        return [path]
+
+
+def tick_positions(count: int, most: int = 24) -> Sequence[int]:
+    """Every index up to ``most`` labels, then every k-th."""
+    return range(0, count, max(1, int(np.ceil(count / most))))

@@ -1,0 +1,119 @@
+"""Charts as data (vitscope.viz.charts), the report's pinned chart library, and how the writer uses both."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vitscope.analyses.result import Figure, SummaryResult
+from vitscope.outputs import RunResult, write_run
+from vitscope.report.assets import ECHARTS_SHA256, ECHARTS_VERSION, chart_script, echarts_script
+from vitscope.viz.charts import Chart, Curve, HeatPanel, block_head_chart, block_lines_chart, curve
+
+
+def test_heat_map_keeps_every_value_in_place_and_blanks_non_finite_cells() -> None:
+    m = torch.tensor([[0.5, float("nan")], [2.0, float("inf")], [-1.0, 3.25]], dtype=torch.float64)
+    panel = block_head_chart(m, "nats", block_labels=[3, 7, 9], title="t").panels[0]
+    assert panel.rows == ["3", "7", "9"] and panel.columns == ["0", "1"]
+    assert panel.values == [[0.5, None], [2.0, None], [-1.0, 3.25]]
+    assert (panel.x_label, panel.y_label, panel.value_label) == ("head", "block", "nats")
+
+
+def test_heat_map_refuses_wrong_shapes_and_unknown_colours() -> None:
+    with pytest.raises(ValueError, match=r"\[L, H\]"):
+        block_head_chart(torch.zeros(2, 3, 4), "v")
+    with pytest.raises(ValueError, match="labels for 2 rows"):
+        block_head_chart(torch.zeros(2, 3), "v", block_labels=[0])
+    with pytest.raises(ValueError, match="another shape"):
+        HeatPanel("x", "y", "v", ["0", "1"], ["0"], [[1.0]])
+    with pytest.raises(ValueError, match="colours 'jet'"):
+        HeatPanel("x", "y", "v", ["0"], ["0"], [[1.0]], colours="jet")
+
+
+def test_log_toggle_only_when_every_value_is_positive() -> None:
+    positive = block_lines_chart([curve("a", [1.0, 2.0], "a"), curve("b", [[0.5, 0.1], [0.2, 0.3]], "a", "dots")],
+                                 "v", 2)
+    assert positive.panels[0].log_toggle
+    with_zero = block_lines_chart([curve("a", [1.0, 0.0], "a")], "v", 2)
+    assert not with_zero.panels[0].log_toggle
+
+
+def test_dots_keep_several_values_per_tick_and_json_is_plain() -> None:
+    per_head = np.array([[0.1, 0.2, 0.3], [0.4, float("nan"), 0.6]])
+    chart = Chart(block_lines_chart([curve("m", per_head, "m", "dots"), curve("random", [0.2, 0.5], "", "dashed")],
+                                    "distance", 2, block_labels=["b0", "b1"]).panels)
+    doc = json.loads(json.dumps(chart.to_json(), allow_nan=False))  # no NaN may reach the page
+    dots, dashed = doc["panels"][0]["curves"]
+    assert dots["values"] == [[0.1, 0.2, 0.3], [0.4, None, 0.6]]
+    assert dashed == {"name": "random", "values": [0.2, 0.5], "colour": "", "style": "dashed"}
+    assert doc["panels"][0]["x_ticks"] == ["b0", "b1"] and doc["panels"][0]["kind"] == "lines"
+
+
+def test_colour_keys_in_order_of_first_appearance_without_the_neutral_one() -> None:
+    panels = block_lines_chart([Curve("b", [1.0], "b"), Curve("r", [1.0], ""), Curve("a", [1.0], "a"),
+                                Curve("b again", [2.0], "b")], "v", 1).panels
+    assert Chart(panels).colour_keys() == ["b", "a"]
+
+
+def test_the_vendored_chart_library_is_the_pinned_release() -> None:
+    raw = resources.files("vitscope.report").joinpath("vendor/echarts.min.js").read_bytes()
+    assert hashlib.sha256(raw).hexdigest() == ECHARTS_SHA256
+    assert f'"{ECHARTS_VERSION}"' in echarts_script()
+    licence = resources.files("vitscope.report").joinpath("vendor/echarts-LICENSE.txt").read_text()
+    assert "Apache License" in licence
+    assert "echarts.init" in chart_script()
+
+
+def _chart_figure(stem: str, drawn: list[str]) -> Figure:
+    def draw(path: Path) -> list[Path]:
+        drawn.append(stem)
+        png = path.with_suffix(".png")
+        png.parent.mkdir(parents=True, exist_ok=True)
+        from PIL import Image
+
+        Image.new("RGB", (4, 4), "white").save(png)
+        return [png]
+
+    chart = block_lines_chart([curve("m", [0.25, 0.5], "m")], "value", 2)
+    return Figure(stem, draw, "A chart", "caption", chart=chart)
+
+
+def _run(drawn: list[str]) -> RunResult:
+    result = SummaryResult("thing", {"x": 1}, figures=[_chart_figure("thing_curve", drawn)])
+    return RunResult("analyze", config={}, results={"thing": result}, models=[{"id": "m", "name": "m"}],
+                     data={"name": "d"}, num_images=2)
+
+
+def test_a_chart_is_written_as_json_and_drawn_by_the_browser_not_matplotlib(tmp_path) -> None:
+    drawn: list[str] = []
+    doc = json.loads(write_run(tmp_path / "out", _run(drawn), progress=False).read_text())
+    assert drawn == []
+    files = doc["analyses"]["thing"]["files"]["figures"]
+    assert files == ["charts/thing_curve.json"]
+    spec = json.loads((tmp_path / "out" / files[0]).read_text())
+    assert spec["panels"][0]["curves"][0]["values"] == [0.25, 0.5]
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert 'data-chart data-stem="thing_curve"' in html and "echarts.init" in html
+    assert html.count("vs-chart-data") == 2  # the figure's JSON and the script that reads it
+    assert not (tmp_path / "out" / "figures").exists()
+
+
+def test_figure_files_draws_the_chart_figures_too(tmp_path) -> None:
+    drawn: list[str] = []
+    doc = json.loads(write_run(tmp_path / "out", _run(drawn), progress=False, figure_files=True).read_text())
+    assert drawn == ["thing_curve"]
+    assert doc["analyses"]["thing"]["files"]["figures"] == ["figures/thing_curve.png", "charts/thing_curve.json"]
+    assert "data-chart" in (tmp_path / "out" / "report.html").read_text()  # the report still shows the chart
+
+
+def test_a_report_without_charts_carries_no_chart_library(tmp_path) -> None:
+    result = SummaryResult("plain", {"x": 1})
+    write_run(tmp_path / "out", RunResult("analyze", results={"plain": result}), progress=False)
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "echarts" not in html and len(html) < 200_000
