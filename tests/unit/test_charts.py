@@ -51,7 +51,7 @@ def test_dots_keep_several_values_per_tick_and_json_is_plain() -> None:
     doc = json.loads(json.dumps(chart.to_json(), allow_nan=False))  # no NaN may reach the page
     dots, dashed = doc["panels"][0]["curves"]
     assert dots["values"] == [[0.1, 0.2, 0.3], [0.4, None, 0.6]]
-    assert dashed == {"name": "random", "values": [0.2, 0.5], "colour": "", "style": "dashed"}
+    assert dashed == {"name": "random", "values": [0.2, 0.5], "colour": "", "style": "dashed", "x": None}
     assert doc["panels"][0]["x_ticks"] == ["b0", "b1"] and doc["panels"][0]["kind"] == "lines"
 
 

@@ -60,7 +60,8 @@ class Comparison:
 
     Attributes:
         curves: ``{quantity: {model: Curve}}`` (a model without a quantity is absent from it).
-        random: ``{quantity: random-chance value}`` where one exists.
+        random: ``{quantity: {model: random-baseline value}}`` where one exists. Each model has its own: random
+            attention depends on the token grid (a p16 and a p8 model have different random distances and IoUs).
         cka_models: model order of ``cka_matrix``; cka_matrix: ``[M, M]`` CKA of the final blocks.
         reference: the model the ``cka_to_reference`` curves compare with.
         best_blocks: rows of the best-block table.
@@ -68,7 +69,7 @@ class Comparison:
     """
 
     curves: dict[str, dict[str, Curve]] = field(default_factory=dict)
-    random: dict[str, float] = field(default_factory=dict)
+    random: dict[str, dict[str, float]] = field(default_factory=dict)
     cka_models: list[str] = field(default_factory=list)
     cka_matrix: torch.Tensor | None = None
     reference: str = ""
@@ -95,14 +96,14 @@ def _attention_curves(run: ModelRun, comp: Comparison) -> None:
     if dist is not None and "block_mean" in dist.tensors:
         blocks = dist.meta.get("blocks") or list(range(len(dist.tensors["block_mean"])))
         comp.curves.setdefault("attention_distance", {})[run.model_id] = _curve(blocks, dist.tensors["block_mean"])
-        comp.random.setdefault("attention_distance", _mean(dist.tensors["random_block_mean"]))
+        comp.random.setdefault("attention_distance", {})[run.model_id] = _mean(dist.tensors["random_block_mean"])
     sal = run.results.get("saliency_iou")
     if sal is not None:
         source = "cls" if "cls_best_iou" in sal.tensors else "spatial"
         if f"{source}_best_iou" in sal.tensors:
             blocks = sal.meta.get("blocks") or list(range(len(sal.tensors[f"{source}_best_iou"])))
             comp.curves.setdefault("saliency_iou", {})[run.model_id] = _curve(blocks, sal.tensors[f"{source}_best_iou"])
-            comp.random.setdefault("saliency_iou", _mean(sal.tensors[f"random_{source}_best_iou"]))
+            comp.random.setdefault("saliency_iou", {})[run.model_id] = _mean(sal.tensors[f"random_{source}_best_iou"])
 
 
 def _features(run: ModelRun, kind: str) -> tuple[list[int], dict[int, np.ndarray], np.ndarray, np.ndarray] | None:
@@ -129,14 +130,14 @@ def _probe_curves(run: ModelRun, comp: Comparison, seed: int, test_fraction: flo
     y = labels[keep]
     clus = clustering_scores(blocks, lambda b: feats[b][keep], y, seed=seed)
     comp.curves.setdefault("clustering_purity", {})[run.model_id] = _curve(blocks, clus.tensors["purity"])
-    comp.random.setdefault("clustering_purity", float(clus.tensors["random_purity"]))
+    comp.random.setdefault("clustering_purity", {})[run.model_id] = float(clus.tensors["random_purity"])
     test = holdout_mask(index[keep], test_fraction, seed)
     if test.all() or not test.any():
         comp.notes.append(f"k-NN of {run.model_id}: too few images to hold out a test set")
         return
     knn = knn_scores(blocks, lambda b: (feats[b][keep][~test], feats[b][keep][test]), y[~test], y[test], seed=seed)
     comp.curves.setdefault("knn_accuracy", {})[run.model_id] = _curve(blocks, knn.tensors["accuracy"])
-    comp.random.setdefault("knn_accuracy", float(knn.tensors["random_accuracy"]))
+    comp.random.setdefault("knn_accuracy", {})[run.model_id] = float(knn.tensors["random_accuracy"])
 
 
 def _aligned(a: tuple, b: tuple) -> tuple[np.ndarray, np.ndarray]:
@@ -184,7 +185,8 @@ def _best_blocks(comp: Comparison) -> list[dict[str, Any]]:
             pos = int(np.nanargmax(values))
             rows.append({"model": model, "quantity": quantity, "best_block": curve.blocks[pos],
                          "relative_depth": round(curve.x[pos], 3), "best": float(values[pos]),
-                         "last_block": float(values[-1]), "random": comp.random.get(quantity, math.nan)})
+                         "last_block": float(values[-1]),
+                         "random": comp.random.get(quantity, {}).get(model, math.nan)})
     return rows
 
 

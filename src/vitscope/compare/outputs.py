@@ -29,10 +29,13 @@ _INTRO = {
 def _values_table(quantity: str, comp: Comparison) -> Table:
     per_model = comp.curves[quantity]
     depth = max(len(c.values) for c in per_model.values())
-    rows = [[m, *(format_cell(v) for v in c.values), *([""] * (depth - len(c.values)))] for m, c in per_model.items()]
-    random = comp.random.get(quantity)
-    note = f"Random baseline: {format_cell(random)}." if random is not None and not math.isnan(random) else ""
-    return Table(f"{QUANTITIES[quantity][0]} per block", ["model", *(f"block {b}" for b in range(depth))], rows, note)
+    random = comp.random.get(quantity, {})
+    rows = [[m, *(format_cell(v) for v in c.values), *([""] * (depth - len(c.values))),
+             format_cell(random.get(m, math.nan))] for m, c in per_model.items()]
+    note = "The last column is each model's own random baseline (it depends on the model's token grid)." \
+        if random else ""
+    return Table(f"{QUANTITIES[quantity][0]} per block", ["model", *(f"block {b}" for b in range(depth)), "random"],
+                 rows, note)
 
 
 def comparison_sections(comp: Comparison, runs: Sequence[ModelRun]) -> list[Section]:

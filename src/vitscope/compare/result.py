@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,10 @@ __all__ = ["CAPTIONS", "ComparisonResult", "figure_stem"]
 #: quantity -> (caption, paper figure) of its curves; ``cka_matrix``: the model x model matrix
 CAPTIONS: dict[str, tuple[str, str]] = {
     "attention_distance": ("Mean attention distance per block for every model (relative depth on the x axis so "
-                           "models of different depth share it).", "paper 002, fig. 4"),
-    "saliency_iou": ("Best-head saliency IoU per block for every model.", "paper 002, fig. 5"),
+                           "models of different depth share it), each with its own random-attention baseline "
+                           "(dashed, in the model's colour: it depends on the token grid).", "paper 002, fig. 4"),
+    "saliency_iou": ("Best-head saliency IoU per block for every model, each with its own random-attention baseline "
+                     "(dashed, in the model's colour: it depends on the token grid).", "paper 002, fig. 5"),
     "clustering_purity": ("Clustering purity of image features per block for every model.", "paper 002, fig. 7"),
     "knn_accuracy": ("k-NN accuracy per block for every model.", "paper 002, fig. 9 (left)"),
     "cka_to_reference": ("CKA of every model's blocks with the first model's block at the same relative depth.",
@@ -67,20 +70,30 @@ class ComparisonResult(Result):
         return {}
 
     def figures(self) -> list[Figure]:
+        """One figure per quantity (every model's curve over relative depth, each model's own random baseline
+        dashed in its colour) and the CKA matrix of the final blocks."""
+        from vitscope.viz.charts import Curve, block_head_chart, depth_lines_chart
+
         comp, out = self.comparison, []
         for quantity, per_model in comp.curves.items():
             label = QUANTITIES[quantity][0].replace("the reference model", comp.reference or "the reference model")
             curves = {m: (c.x, c.values) for m, c in per_model.items()}
+            baselines = {m: v for m, v in comp.random.get(quantity, {}).items() if m in per_model}
+            kind = "random attention" if quantity in ("attention_distance", "saliency_iou") else "random chance"
 
-            def draw(path: Path, curves=curves, label=label, quantity=quantity) -> list[Path]:
+            def draw(path: Path, curves=curves, label=label, baselines=baselines, kind=kind) -> list[Path]:
                 from vitscope.viz.compare_figures import model_curves
 
-                return model_curves(curves, f"{label} per block", label, path, comp.random.get(quantity),
-                                    "random attention" if quantity in ("attention_distance", "saliency_iou")
-                                    else "random chance")
+                return model_curves(curves, f"{label} per block", label, path, baselines, kind)
 
-            stem = figure_stem(quantity)
-            out.append(Figure(stem, draw, f"{label.capitalize()} per block", *CAPTIONS[quantity]))
+            lines = []
+            for m, c in per_model.items():
+                lines.append(Curve(m, [_finite(v) for v in c.values], m, "line", list(c.x)))
+                if m in baselines and _finite(baselines[m]) is not None:
+                    lines.append(Curve(m, [baselines[m]] * 2, m, "dashed", [0.0, 1.0]))
+            chart = depth_lines_chart(lines, label, f"{label} per block (dashed: each model's {kind})")
+            out.append(Figure(figure_stem(quantity), draw, f"{label.capitalize()} per block", *CAPTIONS[quantity],
+                              chart=chart))
         if comp.cka_matrix is not None:
             def matrix(path: Path) -> list[Path]:
                 from vitscope.viz.representation_figures import cka_heatmap
@@ -88,5 +101,12 @@ class ComparisonResult(Result):
                 return cka_heatmap(comp.cka_matrix, "CKA between the final blocks of the models", path,
                                    comp.cka_models, comp.cka_models, row_title="model", col_title="model")
 
-            out.append(Figure("compare_cka_matrix", matrix, "CKA between final blocks", *CAPTIONS["cka_matrix"]))
+            chart = block_head_chart(comp.cka_matrix, "linear CKA", comp.cka_models, "CKA between the final blocks",
+                                     x_label="model", y_label="model", column_labels=comp.cka_models)
+            out.append(Figure("compare_cka_matrix", matrix, "CKA between final blocks", *CAPTIONS["cka_matrix"],
+                              chart=chart))
         return out
+
+
+def _finite(v: float) -> float | None:
+    return float(v) if v is not None and math.isfinite(v) else None

@@ -48,11 +48,13 @@ def load_auto(source: str, config: Any, **hub: Any) -> nn.Module:
     """The checkpoint's own classifier class when its architectures name one, else ``AutoModel``."""
     import transformers as tf
 
+    from vitscope.models.hf_pretrained import from_pretrained
+
     archs = config.architectures or []
     if any(a.endswith("ForImageClassification") or a.endswith("WithTeacher") for a in archs):
         cls = getattr(tf, archs[0], None) or tf.AutoModelForImageClassification
-        return cls.from_pretrained(source, **hub)
-    return tf.AutoModel.from_pretrained(source, **hub)
+        return from_pretrained(cls, source, **hub)
+    return from_pretrained(tf.AutoModel, source, **hub)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
+from functools import cache
 
 import numpy as np
 import torch
@@ -40,16 +41,20 @@ def palette_png(levels: np.ndarray, palette: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def _coloured(m: np.ndarray, cmap: str) -> tuple[bytes, tuple[float, float]]:
+@cache
+def _palette(cmap: str) -> np.ndarray:
+    """``[256, 3]`` uint8 colours of a matplotlib colour map, resampled to 256 entries."""
     import matplotlib
 
+    return matplotlib.colormaps[cmap].resampled(256)(np.arange(256), bytes=True)[:, :3]
+
+
+def _coloured(m: np.ndarray, cmap: str) -> tuple[bytes, tuple[float, float]]:
     lo, hi = float(np.nanmin(m)), float(np.nanmax(m))
     scaled = (m - lo) / (hi - lo) if hi > lo else np.zeros_like(m)
-    colormap = matplotlib.colormaps[cmap].resampled(256)
     # the colour map's own lookup: index = floor(value * 256), the top value in the last entry
     levels = np.clip((np.nan_to_num(scaled) * 256).astype(np.int64), 0, 255)
-    palette = colormap(np.arange(256), bytes=True)[:, :3]
-    return palette_png(levels, palette), (lo, hi)
+    return palette_png(levels, _palette(cmap)), (lo, hi)
 
 
 def _grid(label: str, maps: np.ndarray, cmap: str, image: np.ndarray | None) -> ExplorerGrid:

@@ -20,7 +20,8 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-__all__ = ["Chart", "Curve", "HeatPanel", "LinePanel", "block_head_chart", "block_lines_chart", "curve"]
+__all__ = ["Chart", "Curve", "HeatPanel", "LinePanel", "block_head_chart", "block_lines_chart", "curve",
+           "depth_lines_chart"]
 
 #: colour maps a heat map may use (the report knows their colours)
 HEAT_COLOURS = ("viridis", "inferno", "diverging")
@@ -44,17 +45,20 @@ class Curve:
             name, so a model keeps its colour in every figure); "" is a neutral grey (a shared baseline).
         style: ``"line"`` (with markers), ``"dashed"`` (a baseline) or ``"dots"`` (points without a line;
             ``values`` may then hold several values per tick, e.g. one per head).
+        x: the x of every value on a numeric axis (``LinePanel.x_kind == "value"``); None on a category axis.
     """
 
     name: str
     values: list[float | None] | list[list[float | None]]
     colour: str = ""
     style: Literal["line", "dashed", "dots"] = "line"
+    x: list[float] | None = None
 
 
 @dataclass
 class LinePanel:
-    """Curves over one categorical axis (usually blocks)."""
+    """Curves over one axis: categories (``x_ticks``, usually blocks) or numbers (``x_kind="value"``: every
+    curve gives its ``x``, e.g. relative depth)."""
 
     x_label: str
     y_label: str
@@ -63,7 +67,13 @@ class LinePanel:
     title: str = ""
     y_range: tuple[float | None, float | None] = (None, None)
     log_toggle: bool = False
+    x_kind: Literal["category", "value"] = "category"
+    x_range: tuple[float | None, float | None] = (None, None)
     kind: str = field(default="lines", init=False)
+
+    def __post_init__(self) -> None:
+        if self.x_kind == "value" and any(c.x is None or len(c.x) != len(c.values) for c in self.curves):
+            raise ValueError("on a numeric x axis every curve needs one x per value")
 
 
 @dataclass
@@ -137,6 +147,13 @@ def block_lines_chart(curves: Sequence[Curve], y_label: str, length: int, block_
     positive = all(v is None or v > 0 for c in curves for v in _flat(c.values))
     return Chart([LinePanel("block", y_label, _ticks(length, block_labels), list(curves), title, y_range,
                             log_toggle=positive)])
+
+
+def depth_lines_chart(curves: Sequence[Curve], y_label: str, title: str = "") -> Chart:
+    """Curves over relative depth ``b / (L - 1)`` (models of different depth on one axis); every curve has ``x``."""
+    positive = all(v is None or v > 0 for c in curves for v in _flat(c.values))
+    return Chart([LinePanel("relative depth (block / (blocks - 1))", y_label, [], list(curves), title,
+                            log_toggle=positive, x_kind="value", x_range=(0.0, 1.0))])
 
 
 def _flat(values: list) -> list:

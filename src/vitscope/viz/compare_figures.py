@@ -19,15 +19,17 @@ def model_curves(
     title: str,
     ylabel: str,
     out_path_stem: str | Path,
-    baseline: float | None = None,
+    baselines: Mapping[str, float] | None = None,
     baseline_label: str = "random",
 ) -> list[Path]:
-    """One line per model over relative depth (0 = first block, 1 = last), an optional dashed baseline.
+    """One line per model over relative depth (0 = first block, 1 = last), each model's baseline dashed.
 
     Args:
         curves: ``{model: (relative depths, values)}``.
         title, ylabel: figure title and y label; out_path_stem: output path without extension.
-        baseline: a horizontal dashed line (e.g. random chance), if finite.
+        baselines: ``{model: value}``: a horizontal dashed line in the model's colour (e.g. its random
+            attention, which depends on its token grid), where finite.
+        baseline_label: what the dashed lines are (in the legend).
 
     Returns:
         ``[<stem>.png, <stem>.svg]``.
@@ -36,10 +38,12 @@ def model_curves(
     ax = fig.add_subplot()
     markers = "osD^v<>ph*"
     for k, (label, (x, y)) in enumerate(curves.items()):
-        ax.plot(np.asarray(x, dtype=float), np.asarray(y, dtype=float), marker=markers[k % len(markers)],
-                markersize=4, label=label)
-    if baseline is not None and np.isfinite(baseline):
-        ax.axhline(float(baseline), linestyle="--", linewidth=1, color="grey", label=baseline_label)
+        line = ax.plot(np.asarray(x, dtype=float), np.asarray(y, dtype=float), marker=markers[k % len(markers)],
+                       markersize=4, label=label)[0]
+        base = (baselines or {}).get(label)
+        if base is not None and np.isfinite(base):
+            ax.axhline(float(base), linestyle="--", linewidth=1, color=line.get_color(),
+                       label=f"{label}: {baseline_label}")
     ax.set_xlabel("relative depth (block / (blocks - 1))")
     ax.set_ylabel(ylabel)
     ax.set_xlim(-0.03, 1.03)

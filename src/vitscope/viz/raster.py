@@ -115,7 +115,7 @@ class Canvas:
         right = min(self.image.width, self._right + self.margin)
         bottom = min(self.image.height, self._bottom + self.margin)
         path = stem.parent / f"{stem.name}.png"
-        self.image.crop((0, 0, right, bottom)).save(path, optimize=False, compress_level=6)
+        self.image.crop((0, 0, right, bottom)).save(path, compress_level=3)  # 2x faster than 6, 5-10 % larger
         return [path]
 
 

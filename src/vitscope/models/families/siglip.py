@@ -9,6 +9,7 @@ import torch
 from vitscope.models.entry import ModelEntry
 from vitscope.models.families._common import INCEPTION
 from vitscope.models.family import HFFamily, load_auto, register_family
+from vitscope.models.hf_pretrained import from_pretrained
 
 
 def _load(source: str, config: Any, **hub: Any):
@@ -16,7 +17,7 @@ def _load(source: str, config: Any, **hub: Any):
     import transformers as tf
 
     if config.model_type == "siglip":
-        return tf.SiglipVisionModel.from_pretrained(source, **hub)
+        return from_pretrained(tf.SiglipVisionModel, source, **hub)
     return load_auto(source, config, **hub)
 
 

@@ -10,13 +10,14 @@ import torch
 from vitscope.models.entry import ModelEntry
 from vitscope.models.families._common import DINO
 from vitscope.models.family import HFFamily, register_family
+from vitscope.models.hf_pretrained import from_pretrained
 
 
 def _load(source: str, config: Any, **hub: Any):
     import transformers as tf
 
     config.mask_ratio = 0.0  # deterministic: nothing masked (the forward also fixes the patch order)
-    return tf.ViTMAEModel.from_pretrained(source, config=config, **hub)
+    return from_pretrained(tf.ViTMAEModel, source, config=config, **hub)
 
 
 def _forward_kwargs(backbone: Any, fn: Any, pixels: torch.Tensor) -> dict[str, Any]:

@@ -46,7 +46,8 @@
         series.push({type: "scatter", name: c.name, data: pts, symbolSize: 5, itemStyle: {color: colour, opacity: 0.45},
                      tooltip: {show: false}, z: 1});
       } else {
-        series.push({type: "line", name: c.name, data: c.values, connectNulls: false, z: 2,
+        var data = p.x_kind === "value" ? c.values.map(function (v, i) { return [c.x[i], v]; }) : c.values;
+        series.push({type: "line", name: c.name, data: data, connectNulls: false, z: 2,
                      symbol: c.style === "dashed" ? "none" : "circle", symbolSize: 6,
                      itemStyle: {color: colour},
                      lineStyle: {color: colour, width: 2, type: c.style === "dashed" ? "dashed" : "solid"}});
@@ -62,12 +63,16 @@
         items.forEach(function (it) {
           if (it.seriesType !== "line") { return; }
           var dashed = it.seriesIndex < series.length && series[it.seriesIndex].lineStyle.type === "dashed";
-          out.push(it.marker + it.seriesName + (dashed ? " (baseline)" : "") + ": " + fmt(it.value));
+          var v = Array.isArray(it.value) ? it.value[1] : it.value;
+          out.push(it.marker + it.seriesName + (dashed ? " (baseline)" : "") + ": " + fmt(v));
         });
-        return (p.x_label + " " + items[0].axisValue) + "<br>" + out.join("<br>");
+        var at = items[0].axisValue;
+        return p.x_label + " " + (typeof at === "number" ? fmt(at) : at) + "<br>" + out.join("<br>");
       }},
-      xAxis: {type: "category", data: p.x_ticks, name: p.x_label, nameLocation: "middle", nameGap: 26,
-              boundaryGap: true},
+      xAxis: p.x_kind === "value" ?
+        {type: "value", name: p.x_label, nameLocation: "middle", nameGap: 26,
+         min: p.x_range[0] === null ? undefined : p.x_range[0], max: p.x_range[1] === null ? undefined : p.x_range[1]} :
+        {type: "category", data: p.x_ticks, name: p.x_label, nameLocation: "middle", nameGap: 26, boundaryGap: true},
       yAxis: {type: "value", name: p.y_label, nameLocation: "middle", nameGap: 48, scale: true,
               min: p.y_range[0] === null ? undefined : p.y_range[0],
               max: p.y_range[1] === null ? undefined : p.y_range[1]},

@@ -1,0 +1,54 @@
+"""compare gives every model its own random baseline: random attention depends on the token grid."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from vitscope.compare.result import ComparisonResult
+from vitscope.data.synthetic.write import synthesize
+from vitscope.workflows.analyze import analyze
+from vitscope.workflows.compare import compare_models
+from vitscope.workflows.options import COMPARE_OPTIONS, resolve_options
+
+MODELS = ("tiny-vit-sup", "tiny-vit-metric-p16")  # 8 x 8 and 4 x 4 token grids at 64 px
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    base = tmp_path_factory.mktemp("baselines")
+    coco = synthesize(base / "coco", "coco", n=6, size=64, seed=3)
+    options = resolve_options(COMPARE_OPTIONS, {"models": ",".join(MODELS), "data": f"{coco}::coco",
+                                                "out": str(base / "out"), "device": "cpu", "batch_size": 3})
+    run = compare_models(options, progress=False)
+    return coco, run.results["compare"]
+
+
+def test_each_model_has_the_random_baseline_of_its_own_grid(compared) -> None:
+    coco, result = compared
+    random = result.comparison.random
+    for quantity, analysis, key in (("attention_distance", "attention_distance", "random_block_mean"),
+                                    ("saliency_iou", "saliency_iou", "random_cls_best_iou")):
+        assert set(random[quantity]) == set(MODELS), quantity
+        for model in MODELS:  # the same value a model's own analyze gives
+            alone = analyze(model, f"{coco}::coco", [analysis], batch_size=3, device="cpu", progress=False)
+            assert math.isclose(random[quantity][model], float(alone[analysis].tensors[key].mean()), rel_tol=1e-9)
+        first, second = (random[quantity][m] for m in MODELS)
+        assert abs(first - second) > 0.01, quantity  # different grids, different chance levels
+
+
+def test_best_block_table_and_figures_use_each_models_baseline(compared) -> None:
+    _, result = compared
+    comp = result.comparison
+    for row in comp.best_blocks:
+        assert row["random"] == comp.random[row["quantity"]][row["model"]]
+    figure = next(f for f in result.figures() if f.stem == "compare_attention_distance")
+    curves = figure.chart.panels[0].curves
+    dashed = {c.name: c for c in curves if c.style == "dashed"}
+    assert set(dashed) == set(MODELS)
+    for model in MODELS:  # dashed in the model's colour, at its own level
+        assert dashed[model].colour == model
+        assert dashed[model].values == [comp.random["attention_distance"][model]] * 2
+    summary = ComparisonResult(comp).to_json()
+    assert summary["random"]["attention_distance"] == comp.random["attention_distance"]
