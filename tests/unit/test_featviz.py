@@ -212,3 +212,16 @@ def test_channel_objective_on_any_site_reads_the_record(tiny) -> None:
         tiny(x)
         want = rec["blocks.2.resid_post"][:, 1:, 4].mean(1).double()
     torch.testing.assert_close(evaluate(tiny, obj, images), want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_unit_below_its_best_dataset_image_is_a_warning_and_a_note() -> None:
+    from vitscope.featviz.workflow import WeakFeatureVisualisationWarning, _weak_units
+
+    units = {"blocks.4.mlp.post:7": {"activation": -0.036, "best_dataset_score": 0.489, "below_dataset_best": True},
+             "blocks.2.mlp.post:3": {"activation": 1.4, "best_dataset_score": 0.54, "below_dataset_best": False},
+             "blocks.1.mlp.post:0": {"activation": 0.3}}  # no --data: nothing to compare with
+    with pytest.warns(WeakFeatureVisualisationWarning) as caught:
+        notes = _weak_units(units)
+    assert len(caught) == 1 and len(notes) == 1
+    assert notes[0].startswith("blocks.4.mlp.post:7: the optimised image reaches -0.036, below the best dataset "
+                               "image (0.489)")

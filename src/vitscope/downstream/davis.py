@@ -7,7 +7,10 @@ previous frames; top-5 context tokens within a window of Chebyshev radius 12 tok
 per-channel min-max, argmax, nearest resize to the frame size. Evaluation as the official DAVIS 2017 code:
 objects ``1 .. max`` of the first annotation; the first and the last frame dropped; J (region IoU) and F
 (boundary F-measure) per object averaged over frames, then over every object of every sequence;
-J&F = (J + F) / 2. Void pixels (255) are ignored in both masks.
+J&F = (J + F) / 2. Void pixels (255) count as background, as in the official semi-supervised evaluation
+(``davis2017-evaluation`` passes no void mask): a predicted object pixel on void is a false positive and the
+boundaries come from the unmasked masks. ``void="ignore"`` masks void out of both masks instead (the
+convention of some papers' own evaluation code; it scores higher).
 
 Features: the spatial tokens of every frame at every block, extracted once per sequence and cached
 (:class:`FrameView`: short side to the model input unless ``short_side`` is given, as DINO's 480 for
@@ -70,16 +73,24 @@ def propagate_sequence(feats: np.ndarray | torch.Tensor, first_mask: np.ndarray,
     return preds
 
 
-def evaluate_sequence(preds: Sequence[np.ndarray], truth: np.ndarray) -> tuple[list[float], list[float]]:
+VOID_RULES = ("background", "ignore")
+
+
+def evaluate_sequence(preds: Sequence[np.ndarray], truth: np.ndarray, void: str = "background"
+                      ) -> tuple[list[float], list[float]]:
     """Per-object mean J and F over frames 1 .. T-2, as the official DAVIS 2017 semi-supervised evaluation.
 
     Args:
         preds: T predicted ``[H, W]`` object-index masks.
         truth: ``[T, H, W]`` annotated object indices (255 = void).
+        void: ``"background"`` (official: void is background, predictions on it count) or ``"ignore"`` (void
+            pixels are removed from both masks).
 
     Returns:
         ``(J per object, F per object)`` for objects ``1 .. max(truth[0])`` (void excluded).
     """
+    if void not in VOID_RULES:
+        raise ValueError(f"void must be one of {', '.join(VOID_RULES)}, got {void!r}")
     truth = np.asarray(truth)
     num_objects = int(np.where(truth[0] == VOID, 0, truth[0]).max())
     frames = range(1, truth.shape[0] - 1)
@@ -87,8 +98,10 @@ def evaluate_sequence(preds: Sequence[np.ndarray], truth: np.ndarray) -> tuple[l
     for obj in range(1, num_objects + 1):
         js, fs = [], []
         for t in frames:
-            void = truth[t] == VOID
-            gt, pr = (truth[t] == obj) & ~void, (np.asarray(preds[t]) == obj) & ~void
+            gt, pr = truth[t] == obj, np.asarray(preds[t]) == obj
+            if void == "ignore":
+                keep = truth[t] != VOID
+                gt, pr = gt & keep, pr & keep
             js.append(davis_j(pr, gt))
             fs.append(davis_f(pr, gt))
         if js:
@@ -97,12 +110,12 @@ def evaluate_sequence(preds: Sequence[np.ndarray], truth: np.ndarray) -> tuple[l
     return j_scores, f_scores
 
 
-def _scores(sequences: list[tuple[np.ndarray, dict]], features: Callable[[int], np.ndarray], options: dict
-            ) -> dict[str, float]:
+def _scores(sequences: list[tuple[np.ndarray, dict]], features: Callable[[int], np.ndarray], options: dict,
+            void: str = "background") -> dict[str, float]:
     j_all, f_all = [], []
     for s, (truth, layout) in enumerate(sequences):
         preds = propagate_sequence(features(s), truth[0], layout["grid"], layout["patch"], truth.shape[1:], **options)
-        j, f = evaluate_sequence(preds, truth)
+        j, f = evaluate_sequence(preds, truth, void)
         j_all += j
         f_all += f
     j_mean = float(np.mean(j_all)) if j_all else float("nan")
@@ -115,7 +128,7 @@ def davis_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, 
                 num_context: int = 7, topk: int = 5, radius: int = 12, temperature: float = 0.1, seed: int = 0,
                 random_kind: str | None = "uniform", batch_size: int = 16, device: str | None = None,
                 dtype: str | None = None, distributed: bool = False,
-                log: Callable[[str], None] | None = None) -> ProbeResult:
+                log: Callable[[str], None] | None = None, void: str = "background") -> ProbeResult:
     """DAVIS J, F and J&F of label propagation at every block.
 
     Args:
@@ -133,10 +146,13 @@ def davis_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, 
         distributed: share the extraction with the processes of the ``torch.distributed`` group (every process
             returns the same result; the feature cache folder must be one they all see).
         log: receives one-line messages (an extraction that resumes says so).
+        void: ``"background"`` (the official evaluation) or ``"ignore"`` (void masked out of both masks).
 
     Returns:
         ProbeResult with ``J&F``, ``J``, ``F`` per block and their ``random_*``.
     """
+    if void not in VOID_RULES:
+        raise ValueError(f"void must be one of {', '.join(VOID_RULES)}, got {void!r}")
     if len(dataset) == 0 or not hasattr(dataset[0], "frame_paths"):
         raise ValueError("davis_probe needs a DAVIS-format dataset of sequences (load_dataset(root, 'davis'))")
     require_blocks(backbone, "DAVIS")
@@ -160,13 +176,13 @@ def davis_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, 
     block_list = request.block_list(spec.num_blocks)
     scores: dict[str, list[float]] = {"J&F": [], "J": [], "F": []}
     for b in block_list:
-        for k, v in _scores(sequences, lambda s, b=b: np.asarray(entries[s].block(b)), options).items():
+        for k, v in _scores(sequences, lambda s, b=b: np.asarray(entries[s].block(b)), options, void).items():
             scores[k].append(v)
     random = None
     if random_kind is not None:
         gen = torch.Generator().manual_seed(seed)
         noise = [random_features(entries[s].block(block_list[0]).shape, gen, random_kind).numpy()
                  for s in range(len(entries))]
-        random = _scores(sequences, noise.__getitem__, options)
+        random = _scores(sequences, noise.__getitem__, options, void)
     return probe_result("davis", "davis", block_list, scores, random, model=spec.name, view=view.describe(spec),
-                        num_sequences=len(entries), random_kind=random_kind, **options)
+                        num_sequences=len(entries), random_kind=random_kind, void=void, **options)

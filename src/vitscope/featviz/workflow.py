@@ -238,6 +238,7 @@ def run_featviz(options: FeatvizOptions, log: Callable[[str], None] = lambda s: 
         top, top_result = _top_images(backbone, dataset, objectives, options, figures, result, log)
         for name, entry in top.items():
             units[name].update(entry)
+            units[name]["below_dataset_best"] = units[name]["activation"] < entry["best_dataset_score"]
         if top_result is not None:
             results["top_activations"] = top_result
         if options.token_mixing:
@@ -246,6 +247,7 @@ def run_featviz(options: FeatvizOptions, log: Callable[[str], None] = lambda s: 
             results["spatial_information"] = _spatial_information(backbone, dataset, options)
     elif options.token_mixing or options.spatial_information:
         raise ValueError("--token-mixing and --spatial-information need --data (e.g. --data ROOT::imagefolder)")
+    notes = _weak_units(units)
     featviz = SummaryResult("featviz", {"units": units, "grid_figure": "figures/featviz_grid.png"},
                             tables={"history": _history(result)}, figures=figures)
     results = {"featviz": featviz, **results}
@@ -253,8 +255,27 @@ def run_featviz(options: FeatvizOptions, log: Callable[[str], None] = lambda s: 
               "device": str(device), **_jsonable(cfg.to_dict()), "top_k": options.top_k, "limit": options.limit}
     run = RunResult("featviz", title=f"vitscope featviz: {options.model}", subtitle="feature visualisation (paper 001)",
                     config=config, results=results, models=[model_identity(options.model, backbone)], data=data_doc,
-                    sections=featviz_sections(results), own_sections={"featviz", "token_mixing", "spatial_information"})
+                    sections=featviz_sections(results), own_sections={"featviz", "token_mixing", "spatial_information"},
+                    notes=notes)
     return write_run(out, run)
+
+
+class WeakFeatureVisualisationWarning(UserWarning):
+    """An optimised image activates its unit less than the best dataset image does: the optimisation failed."""
+
+
+def _weak_units(units: dict[str, dict[str, Any]]) -> list[str]:
+    """One warning (and report note) per unit whose optimised image ends below its best dataset image."""
+    import warnings
+
+    notes = []
+    for name, unit in units.items():
+        if unit.get("below_dataset_best"):
+            notes.append(f"{name}: the optimised image reaches {unit['activation']:.3g}, below the best dataset "
+                         f"image ({unit['best_dataset_score']:.3g}); the visualisation did not find what the unit "
+                         "responds to (try more --steps, a smaller --lambda-tv or --color-shift none)")
+            warnings.warn(WeakFeatureVisualisationWarning(notes[-1]), stacklevel=3)
+    return notes
 
 
 def _jsonable(d: dict) -> dict:
