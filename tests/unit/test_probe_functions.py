@@ -89,9 +89,13 @@ def test_evaluate_sequence_drops_first_and_last_frames_and_void() -> None:
     preds = [np.zeros((4, 4), np.uint8) for _ in range(4)]
     preds[1][:2, :2] = 1  # frame 1: perfect
     preds[2][:2, :1] = 1  # frame 2: half the object
-    preds[2][3, 3] = 1  # predicted on a void pixel: ignored
+    preds[2][3, 3] = 1  # predicted on a void pixel: a false positive (official), ignored with void="ignore"
     preds[3][:] = 0  # the last frame is not evaluated
     j, f = evaluate_sequence(preds, truth)
+    assert j == [pytest.approx((1.0 + 2 / 5) / 2)]  # frame 2: 2 of 4 object pixels, plus the void one
+    want_f = (davis_f(preds[1], truth[1] == 1) + davis_f(preds[2] == 1, truth[2] == 1)) / 2
+    assert f == [pytest.approx(want_f)]
+    j, f = evaluate_sequence(preds, truth, void="ignore")
     assert j == [pytest.approx((1.0 + 0.5) / 2)]
     valid = truth[2] != 255
     want_f = (davis_f(preds[1], truth[1] == 1) + davis_f((preds[2] == 1) & valid, (truth[2] == 1) & valid)) / 2
