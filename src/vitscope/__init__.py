@@ -14,6 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from vitscope._version import __version__
+from vitscope.errors import VitscopeError
 
 #: public name -> (module, attribute), imported on first use
 _LAZY: dict[str, tuple[str, str]] = {
@@ -29,8 +30,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "wrap": ("vitscope.models.wrap", "wrap"),
 }
 
-__all__ = ["Analysis", "Backbone", "ModelSpec", "Result", "__version__", "analyze", "load_model", "register_analysis",
-           "run", "tokens_to_grid", "wrap"]
+__all__ = ["Analysis", "Backbone", "ModelSpec", "Result", "VitscopeError", "__version__", "analyze", "load_model",
+           "register_analysis", "run", "tokens_to_grid", "wrap"]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from vitscope.analyses.base import Analysis, Result

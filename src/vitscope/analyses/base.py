@@ -16,6 +16,7 @@ import torch
 from vitscope.analyses.batch import Batch, thumbnails
 from vitscope.analyses.result import Figure, Result
 from vitscope.analyses.state import StateSpec, merge_states
+from vitscope.errors import VitscopeKeyError, VitscopeRuntimeError, VitscopeTypeError, VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
 __all__ = ["Accumulator", "Analysis", "Batch", "Figure", "Result", "thumbnails"]
@@ -89,10 +90,10 @@ class Analysis(ABC):
             ValueError: an unknown rule, missing options, or a name already taken.
         """
         if "_states" not in self.__dict__:
-            raise RuntimeError(f"{type(self).__name__}: call super().__init__() before add_state()")
+            raise VitscopeRuntimeError(f"{type(self).__name__}: call super().__init__() before add_state()")
         if not name.isidentifier() or name.startswith("_") or name in self._states or hasattr(type(self), name):
-            raise ValueError(f"{type(self).__name__}: cannot declare state {name!r} (not an identifier, private, "
-                             "declared twice or the name of a method)")
+            raise VitscopeValueError(f"{type(self).__name__}: cannot declare state {name!r} (not an identifier, "
+                                     "private, declared twice or the name of a method)")
         spec = StateSpec(name, default, reduce, **options)
         self._states[name] = spec
         setattr(self, name, spec.fresh())
@@ -130,7 +131,7 @@ class Analysis(ABC):
         if missing or extra:
             problems = ([f"lacks {', '.join(missing)}"] if missing else []) + (
                 [f"has undeclared {', '.join(extra)}"] if extra else [])
-            raise KeyError(f"{self.name}: the saved state {'; '.join(problems)}")
+            raise VitscopeKeyError(f"{self.name}: the saved state {'; '.join(problems)}")
         for name in self._states:
             setattr(self, name, _copy_value(state[name]))
 
@@ -142,10 +143,10 @@ class Analysis(ABC):
             ValueError: it was configured differently, or saw another model geometry.
         """
         if type(other) is not type(self):
-            raise TypeError(f"cannot merge {type(other).__name__} into {type(self).__name__}")
+            raise VitscopeTypeError(f"cannot merge {type(other).__name__} into {type(self).__name__}")
         if other.keyed_params() != self.keyed_params():
-            raise ValueError(f"cannot merge {self.name} configured with {other.keyed_params()} into one configured "
-                             f"with {self.keyed_params()}")
+            raise VitscopeValueError(f"cannot merge {self.name} configured with {other.keyed_params()} into one "
+                                     f"configured with {self.keyed_params()}")
         self.check_mergeable(other)
         mine = {name: getattr(self, name) for name in self._states}
         theirs = {name: getattr(other, name) for name in self._states}
@@ -213,7 +214,7 @@ class Analysis(ABC):
 
     def reduce_hook(self, name: str, tensor: torch.Tensor, batch: Batch) -> Any:
         """What :meth:`update` needs of one streamed hook (for the default :meth:`update_hook`)."""
-        raise TypeError(f"{type(self).__name__} streams hooks but defines neither update_hook nor reduce_hook")
+        raise VitscopeTypeError(f"{type(self).__name__} streams hooks but defines neither update_hook nor reduce_hook")
 
     def reduced(self, name: str, record: Mapping[str, torch.Tensor], batch: Batch) -> Any:
         """:meth:`reduce_hook` of ``name``: the value kept while streaming, or computed now from the record (when

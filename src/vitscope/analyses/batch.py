@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
+from vitscope.errors import VitscopeRuntimeError, VitscopeValueError
 from vitscope.functional.attention_blocks import QUANTITIES, BlockStats, Workspace, block_statistics
 from vitscope.functional.sift import sift_keypoint_counts
 from vitscope.hooks.names import split_block_name
@@ -108,9 +109,9 @@ def recorded_patterns(record: Mapping[str, torch.Tensor]) -> list[tuple[int, str
 
 def _values(pattern: torch.Tensor, key: str) -> torch.Tensor:
     if pattern.is_meta:
-        raise RuntimeError(f"'{key}' was reduced as the model made it and its values are gone; an analysis that "
-                           "reads it in update() must list it in record_reads(), or ask for the quantity in "
-                           "shared_quantities() so the engine computes it in flight")
+        raise VitscopeRuntimeError(f"'{key}' was reduced as the model made it and its values are gone; an analysis "
+                                   "that reads it in update() must list it in record_reads(), or ask for the quantity "
+                                   "in shared_quantities() so the engine computes it in flight")
     return pattern
 
 
@@ -172,11 +173,11 @@ def union_plan(needs: Collection[Mapping[str, Collection[str]]]) -> dict[str, fr
 
 def _check(name: str, options: Collection[str]) -> None:
     if name not in PROVIDERS:
-        raise ValueError(f"unknown shared quantity {name!r}; known: {', '.join(sorted(PROVIDERS))}")
+        raise VitscopeValueError(f"unknown shared quantity {name!r}; known: {', '.join(sorted(PROVIDERS))}")
     allowed = OPTIONS[name] or frozenset()
     unknown = sorted(set(options) - allowed)
     if unknown:
-        raise ValueError(f"shared quantity {name!r} has no option {unknown[0]!r}; known: {sorted(allowed)}")
+        raise VitscopeValueError(f"shared quantity {name!r} has no option {unknown[0]!r}; known: {sorted(allowed)}")
 
 
 class SharedQuantities:

@@ -23,6 +23,7 @@ from typing import Any
 
 from vitscope.analyses.base import Analysis
 from vitscope.analyses.registry import ANALYSES, GROUPS, unknown_analysis, why_cannot_run
+from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
 __all__ = ["ParameterError", "build_analyses", "parameters_of", "parse_param_assignments"]
@@ -31,7 +32,7 @@ __all__ = ["ParameterError", "build_analyses", "parameters_of", "parse_param_ass
 HIDDEN = ("workdir",)
 
 
-class ParameterError(ValueError):
+class ParameterError(VitscopeValueError):
     """A parameter that does not exist, cannot be converted, or that the analysis refuses (one line)."""
 
 
@@ -92,21 +93,21 @@ def _as(kind: Any, value: Any, text: str | None) -> Any:
     if kind is bool:
         if isinstance(value, bool):
             return value
-        raise TypeError("true or false")
+        raise VitscopeTypeError("true or false")
     if kind is int:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
-            raise TypeError("an integer")
+            raise VitscopeTypeError("an integer")
         return int(value)
     if kind is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError("a number")
+            raise VitscopeTypeError("a number")
         return float(value)
     if kind is str:
         if isinstance(value, str):
             return value
         if text is not None:  # "--param cka.tokens=1" means the string "1"
             return text
-        raise TypeError("a string")
+        raise VitscopeTypeError("a string")
     return value
 
 
@@ -234,11 +235,12 @@ def build_analyses(selection: Sequence[str], spec: ModelSpec, targets: Collectio
             chosen.append(analysis)
         if base in GROUPS and not any(a.name.partition("@")[0] in members for a in chosen):
             first = ANALYSES[members[0]]()
-            raise ValueError(f"no analysis of the '{base}' group can run: {why_cannot_run(first, spec, targets)}")
+            raise VitscopeValueError(f"no analysis of the '{base}' group can run: "
+                                     f"{why_cannot_run(first, spec, targets)}")
     for a in chosen:
         reason = why_cannot_run(a, spec, targets)
         if reason:
-            raise ValueError(reason)
+            raise VitscopeValueError(reason)
     _check_group_params(params, used)
     return chosen
 

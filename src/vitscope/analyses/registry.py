@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from vitscope.analyses.base import Analysis
+from vitscope.errors import VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
 __all__ = ["ANALYSES", "GROUPS", "default_analyses", "expand_group", "get_analysis", "register_analysis",
@@ -48,26 +49,29 @@ def register_analysis(name: str, *, groups: Collection[str] = (), default: bool 
         ValueError: a bad name, a class that is not an Analysis, or a name another class already holds.
     """
     if not _NAME.match(name):
-        raise ValueError(f"analysis name {name!r} must be lower case letters, digits and '_', starting with a letter")
+        raise VitscopeValueError(f"analysis name {name!r} must be lower case letters, digits and '_', starting with a "
+                                 "letter")
     bad = [g for g in groups if not _NAME.match(g)]
     if bad:
-        raise ValueError(f"group names {bad} must be lower case letters, digits and '_'")
+        raise VitscopeValueError(f"group names {bad} must be lower case letters, digits and '_'")
 
     def decorate(cls: A) -> A:
         if not (isinstance(cls, type) and issubclass(cls, Analysis)):
-            raise ValueError(f"@register_analysis({name!r}) decorates vitscope.Analysis subclasses, got {cls!r}")
+            raise VitscopeValueError(f"@register_analysis({name!r}) decorates vitscope.Analysis subclasses, got "
+                                     f"{cls!r}")
         held = _ANALYSES.get(name)
         if held is not None and (held.__module__, held.__qualname__) != (cls.__module__, cls.__qualname__):
-            raise ValueError(f"analysis name {name!r} is already registered by {held.__module__}.{held.__qualname__}")
+            raise VitscopeValueError(f"analysis name {name!r} is already registered by "
+                                     f"{held.__module__}.{held.__qualname__}")
         if name in _GROUPS:
-            raise ValueError(f"analysis name {name!r} is already the name of a group")
+            raise VitscopeValueError(f"analysis name {name!r} is already the name of a group")
         cls.name = name
         cls.groups = tuple(groups)
         cls.default = bool(default)
         _ANALYSES[name] = cls
         for group in groups:
             if group in _ANALYSES:
-                raise ValueError(f"group name {group!r} is already the name of an analysis")
+                raise VitscopeValueError(f"group name {group!r} is already the name of an analysis")
             members = _GROUPS.get(group, ())
             _GROUPS[group] = members if name in members else (*members, name)
         return cls
@@ -83,7 +87,7 @@ def unknown_analysis(name: str, known: Collection[str] | None = None, groups: Co
     close = difflib.get_close_matches(str(name), names + group_names, n=1, cutoff=0.4)
     hint = f" Did you mean '{close[0]}'?" if close else ""
     listed = f" Groups: {', '.join(group_names)}." if group_names else ""
-    return ValueError(f"unknown analysis '{name}'.{hint} Known analyses: {', '.join(names)}.{listed}")
+    return VitscopeValueError(f"unknown analysis '{name}'.{hint} Known analyses: {', '.join(names)}.{listed}")
 
 
 def get_analysis(name: str, **kwargs: Any) -> Analysis:
@@ -128,7 +132,8 @@ def expand_group(group: str, spec: ModelSpec, targets: Collection[str] | None = 
     members = [(make or get_analysis)(name) for name in _GROUPS[group]]
     chosen = [a for a in members if why_cannot_run(a, spec, targets) is None]
     if not chosen:
-        raise ValueError(f"no analysis of the '{group}' group can run: {why_cannot_run(members[0], spec, targets)}")
+        raise VitscopeValueError(f"no analysis of the '{group}' group can run: "
+                                 f"{why_cannot_run(members[0], spec, targets)}")
     return chosen
 
 

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from vitscope.errors import VitscopeValueError
+
 if TYPE_CHECKING:
     from vitscope.viz.charts import Chart
 
@@ -74,7 +76,7 @@ class Figure:
 
     def __post_init__(self) -> None:
         if not self.stem or any(c in self.stem for c in "/\\"):
-            raise ValueError(f"figure stem {self.stem!r} must be a non-empty file name without '/' or '\\'")
+            raise VitscopeValueError(f"figure stem {self.stem!r} must be a non-empty file name without '/' or '\\'")
 
 
 def _long_table(tensors: dict[str, torch.Tensor]):

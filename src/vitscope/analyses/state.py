@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from vitscope.errors import VitscopeValueError
 from vitscope.functional.moments import merge_mean, merge_moments
 from vitscope.functional.topk import merge_topk
 
@@ -41,7 +42,7 @@ __all__ = ["REDUCTIONS", "StateMergeError", "StateSpec", "first_seen", "is_empty
 REDUCTIONS: tuple[str, ...] = ("sum", "max", "min", "cat", "mean", "variance", "topk", "same")
 
 
-class StateMergeError(ValueError):
+class StateMergeError(VitscopeValueError):
     """Two states cannot be merged (different geometry, blocks or configuration)."""
 
 
@@ -70,14 +71,15 @@ class StateSpec:
 
     def __post_init__(self) -> None:
         if not callable(self.reduce) and self.reduce not in REDUCTIONS:
-            raise ValueError(f"state '{self.name}': reduce must be one of {REDUCTIONS} or a callable, got "
-                             f"{self.reduce!r}")
+            raise VitscopeValueError(f"state '{self.name}': reduce must be one of {REDUCTIONS} or a callable, got "
+                                     f"{self.reduce!r}")
         if self.reduce in ("mean", "variance") and not self.count:
-            raise ValueError(f"state '{self.name}': reduce={self.reduce!r} needs count= (the state of the counts)")
+            raise VitscopeValueError(f"state '{self.name}': reduce={self.reduce!r} needs count= (the state of the "
+                                     "counts)")
         if self.reduce == "variance" and not self.mean:
-            raise ValueError(f"state '{self.name}': reduce='variance' needs mean= (the state of the means)")
+            raise VitscopeValueError(f"state '{self.name}': reduce='variance' needs mean= (the state of the means)")
         if self.reduce == "topk" and (not self.key or not self.k or self.k < 1):
-            raise ValueError(f"state '{self.name}': reduce='topk' needs key= (the score field) and k >= 1")
+            raise VitscopeValueError(f"state '{self.name}': reduce='topk' needs key= (the score field) and k >= 1")
 
     def fresh(self) -> Any:
         """A new empty value."""

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from vitscope.analyses.state import StateSpec, merge_states
+from vitscope.errors import VitscopeRuntimeError
 from vitscope.features.rowstore import exported_when_pickled
 
 __all__ = ["EXCHANGE_ENV", "exchange_folder", "sync_states"]
@@ -57,8 +58,8 @@ def exchange_folder(group: Any = None) -> Path:
     dist.all_gather_object(seen, folder.is_dir(), group=group)
     if not all(seen):
         blind = [r for r, ok in enumerate(seen) if not ok]
-        raise RuntimeError(f"processes {blind} cannot see {folder}, where processes exchange their rows; set "
-                           f"{EXCHANGE_ENV} to a folder on a file system every node shares")
+        raise VitscopeRuntimeError(f"processes {blind} cannot see {folder}, where processes exchange their rows; set "
+                                   f"{EXCHANGE_ENV} to a folder on a file system every node shares")
     return folder
 
 _OPS = ("sum", "max", "min")

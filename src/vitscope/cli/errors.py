@@ -1,40 +1,73 @@
-"""Turn expected failures into one line on stderr and exit status 1 (bad usage is typer's 2)."""
+"""How a command ends when something goes wrong.
+
+* An error vitscope raises on purpose (:class:`vitscope.VitscopeError`: bad input, a missing model...) is one
+  ``error: <message>`` line on stderr and exit status 1.
+* The machine saying no (``OSError``: a full disk, a folder it may not write, a file that vanished) is one line
+  too, naming the path; so is running out of memory on a batch, with the ``-b`` to try.
+* Ctrl-C is ``interrupted`` and exit status 130 (finished work and the saved state stay on disk).
+* Anything else is a bug in vitscope: Python's traceback, then a line asking to report it, exit status 1.
+
+Bad usage (an unknown option, a wrong type on the command line) is typer's, with exit status 2.
+"""
 
 from __future__ import annotations
 
 import functools
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any
 
 import typer
 
+from vitscope.errors import VitscopeError
 
-def _expected_errors() -> tuple[type[BaseException], ...]:
-    from vitscope.data.images import EmptyDatasetError, ImageLoadError
-    from vitscope.engine.distributed import PeerFailedError
-    from vitscope.engine.run import EmptyRunError
-    from vitscope.hooks.names import UnknownHookError
-    from vitscope.models.errors import ModelLoadError
+__all__ = ["one_line_errors", "one_line_warnings"]
 
-    return (ModelLoadError, EmptyDatasetError, ImageLoadError, EmptyRunError, UnknownHookError, PeerFailedError,
-            ValueError, TypeError, FileNotFoundError, PermissionError)
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def _out_of_memory(err: BaseException) -> bool:
+    import torch
+
+    return isinstance(err, torch.OutOfMemoryError) or (isinstance(err, RuntimeError) and
+                                                        "out of memory" in str(err).lower())
 
 
 def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorator for CLI commands: expected errors print ``error: <message>`` and exit 1."""
+    """Decorator for CLI commands: the module docstring's rules."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except _expected_errors() as err:
-            message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            print(f"error: {message}", file=sys.stderr)
+        except SystemExit:
+            raise
+        except VitscopeError as err:
+            print(f"error: {_first_line(err)}", file=sys.stderr)
+            raise typer.Exit(1) from None
+        except OSError as err:
+            print(f"error: {_first_line(err)}", file=sys.stderr)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             raise typer.Exit(130) from None
+        except Exception as err:
+            if type(err).__module__.split(".")[0] in ("typer", "click"):
+                raise  # typer's own: exits, aborts and usage errors (status 2)
+            if "torch" in sys.modules and _out_of_memory(err):
+                print("error: out of memory on a batch; run again with a smaller --batch-size (-b), e.g. half of "
+                      "it (finished work and the saved state stay on disk)", file=sys.stderr)
+                raise typer.Exit(1) from None
+            from vitscope._version import __version__
+
+            traceback.print_exc()
+            print(f"error: this is a bug in vitscope {__version__} ({type(err).__name__}), not in your input; "
+                  f"please report it with the command and the traceback above", file=sys.stderr)
+            raise typer.Exit(1) from None
 
     return wrapper
 

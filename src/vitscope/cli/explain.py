@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from vitscope.cli.errors import one_line_errors
+from vitscope.errors import VitscopeFileNotFoundError
 
 __all__ = ["explain_pair"]
 
@@ -28,7 +29,7 @@ def explain_pair(
 
     for p in (image_a, image_b):
         if not p.is_file():
-            raise FileNotFoundError(f"image {p} not found")
+            raise VitscopeFileNotFoundError(f"image {p} not found")
     doc = write_pair_report(model, image_a, image_b, out, projection, pooling, rollout, transpose, fmt)
     s = doc["analyses"]["paired_similarity"]["summary"]
     typer.echo(f"similarity {s['score']:.4f} ({doc['config']['pooling']} pooling, projection "

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from vitscope.cli.errors import one_line_errors
+from vitscope.errors import VitscopeValueError
 
 zoo_app = typer.Typer(add_completion=False, no_args_is_help=True, help="The tiny model zoo (trained offline).")
 
@@ -79,7 +80,7 @@ def build(
     try:
         names = [get_entry(name).name] if name else [e.name for e in ZOO if not (core and e.extra)]
     except KeyError as err:
-        raise ValueError(err.args[0]) from None
+        raise VitscopeValueError(err.args[0]) from None
     for rec in build_many(names, directory, jobs=jobs, steps=steps):
         n = rec["entry"]["name"]
         verdict = "meets" if meets_bar(rec) else "misses"

@@ -20,6 +20,7 @@ import torch
 
 from vitscope.analyses.attention.base import has_cls_token
 from vitscope.analyses.base import Analysis, Batch, Result
+from vitscope.errors import VitscopeValueError
 from vitscope.features.rowstore import RowStore
 from vitscope.models.spec import ModelSpec
 
@@ -75,7 +76,7 @@ class PooledFeatures(Analysis):
         pattern = self.required_hooks(spec)[0]
         keys = sorted((k for k in record if fnmatch.fnmatchcase(k, pattern)), key=_block_number)
         if not keys:
-            raise ValueError(f"{self.name}: the record holds no '{pattern}'; record required_hooks(spec)")
+            raise VitscopeValueError(f"{self.name}: the record holds no '{pattern}'; record required_hooks(spec)")
         self.blocks, self.model = [_block_number(k) for k in keys], spec.name
         self.has_cls = spec.is_transformer and has_cls_token(spec)
         p = spec.num_prefix_tokens

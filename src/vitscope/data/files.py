@@ -19,6 +19,7 @@ from vitscope.data.images import (
     one_line,
 )
 from vitscope.data.source import Source
+from vitscope.errors import VitscopeValueError
 
 __all__ = ["ImageFiles"]
 
@@ -77,7 +78,7 @@ class ImageFiles(Source):
         if not self.paths:
             raise EmptyDatasetError(one_line(f"no images found in {where}"))
         if labels is not None and len(labels) != len(self.paths):
-            raise ValueError(f"{len(labels)} labels for {len(self.paths)} paths")
+            raise VitscopeValueError(f"{len(labels)} labels for {len(self.paths)} paths")
         self._labels = None if labels is None else np.asarray(labels, dtype=np.int64)
         self.name = name or self.name
 

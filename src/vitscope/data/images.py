@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
+from vitscope.errors import VitscopeError, VitscopeValueError
+
 PathLike = str | os.PathLike
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff")
@@ -38,7 +40,7 @@ class SkippedImage:
     reason: str
 
 
-class ImageLoadError(Exception):
+class ImageLoadError(VitscopeError):
     """A file could not be read as an image; the message is one line naming the file."""
 
     def __init__(self, path: str, reason: str) -> None:
@@ -50,7 +52,7 @@ class ImageLoadError(Exception):
         return (type(self), (self.path, self.reason))
 
 
-class EmptyDatasetError(ValueError):
+class EmptyDatasetError(VitscopeValueError):
     """No candidate image files were found; the message says where and which extensions count."""
 
 

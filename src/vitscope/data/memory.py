@@ -9,6 +9,7 @@ import numpy as np
 from PIL import Image
 
 from vitscope.data.source import Source
+from vitscope.errors import VitscopeTypeError, VitscopeValueError
 
 __all__ = ["InMemoryImages"]
 
@@ -28,11 +29,11 @@ class InMemoryImages(Source):
         super().__init__()
         self.images = [_as_rgb(im, i) for i, im in enumerate(images)]
         if not self.images:
-            raise ValueError("no images given")
+            raise VitscopeValueError("no images given")
         if labels is not None and len(labels) != len(self.images):
-            raise ValueError(f"{len(labels)} labels for {len(self.images)} images")
+            raise VitscopeValueError(f"{len(labels)} labels for {len(self.images)} images")
         if names is not None and len(names) != len(self.images):
-            raise ValueError(f"{len(names)} names for {len(self.images)} images")
+            raise VitscopeValueError(f"{len(names)} names for {len(self.images)} images")
         self._labels = None if labels is None else [int(v) for v in labels]
         self.paths = list(names) if names is not None else [f"image:{i}" for i in range(len(self.images))]
         self.name = name
@@ -52,6 +53,6 @@ def _as_rgb(image: Any, i: int) -> Image.Image:
         return image if image.mode == "RGB" else image.convert("RGB")
     arr = np.asarray(image)
     if arr.dtype != np.uint8 or arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[-1] not in (1, 3, 4)):
-        raise TypeError(f"image {i}: expected a PIL image or an H x W x 3 uint8 array, got "
-                        f"{type(image).__name__} {getattr(arr, 'dtype', '')} {getattr(arr, 'shape', '')}")
+        raise VitscopeTypeError(f"image {i}: expected a PIL image or an H x W x 3 uint8 array, got "
+                                f"{type(image).__name__} {getattr(arr, 'dtype', '')} {getattr(arr, 'shape', '')}")
     return Image.fromarray(arr.squeeze(-1) if arr.ndim == 3 and arr.shape[-1] == 1 else arr).convert("RGB")

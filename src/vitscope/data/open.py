@@ -10,6 +10,7 @@ from typing import Any
 from PIL import Image
 
 from vitscope.data.source import Source
+from vitscope.errors import VitscopeTypeError
 
 __all__ = ["as_source", "open_dataset"]
 
@@ -57,8 +58,8 @@ def as_source(data: Any, strict: bool = False) -> Source:
         from vitscope.data.annotated_source import AnnotatedSource
 
         return AnnotatedSource(data, strict=strict)
-    raise TypeError(f"cannot read images from a {type(data).__name__}; pass a folder, ROOT::FORMAT, a list of paths "
-                    "or of images, a dataset from vitscope.data.load_dataset, or a vitscope.data.Source")
+    raise VitscopeTypeError(f"cannot read images from a {type(data).__name__}; pass a folder, ROOT::FORMAT, a list of "
+                            "paths or of images, a dataset from vitscope.data.load_dataset, or a vitscope.data.Source")
 
 
 def open_dataset(source: Any, strict: bool = False) -> Source:

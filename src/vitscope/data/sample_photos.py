@@ -17,6 +17,7 @@ from PIL import Image
 
 from vitscope.data.images import ImageLoadError
 from vitscope.data.source import Source
+from vitscope.errors import VitscopeValueError
 
 SOURCE_PREFIX = "skimage"
 
@@ -57,7 +58,7 @@ def _array_to_rgb(arr: np.ndarray) -> Image.Image:
     if arr.ndim == 3 and arr.shape[-1] == 4:
         arr = arr[..., :3]
     if arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[-1] != 3):
-        raise ValueError(f"unexpected array shape {arr.shape}")
+        raise VitscopeValueError(f"unexpected array shape {arr.shape}")
     return Image.fromarray(np.ascontiguousarray(arr)).convert("RGB")
 
 
@@ -88,15 +89,15 @@ class SamplePhotos(Source):
         chosen = list(SAMPLE_PHOTO_NAMES if names is None else names)
         unknown = [n for n in chosen if n not in SAMPLE_PHOTO_NAMES]
         if unknown:
-            raise ValueError(
+            raise VitscopeValueError(
                 f"unknown sample photo(s) {', '.join(unknown)}; choose from {', '.join(SAMPLE_PHOTO_NAMES)}"
             )
         if limit is not None:
             if limit < 0:
-                raise ValueError(f"limit must be >= 0, got {limit}")
+                raise VitscopeValueError(f"limit must be >= 0, got {limit}")
             chosen = chosen[:limit]
         if not chosen:
-            raise ValueError("no sample photos selected")
+            raise VitscopeValueError("no sample photos selected")
         self.names = chosen
         self.name = SOURCE_PREFIX
         self.paths = [f"{SOURCE_PREFIX}:{n}" for n in chosen]

@@ -22,6 +22,7 @@ import numpy as np
 from PIL import Image
 
 from vitscope.data.images import ImageItem, ImageLoadError, SkippedImage, SkippedImageWarning
+from vitscope.errors import VitscopeValueError
 
 __all__ = ["Source"]
 
@@ -87,8 +88,8 @@ class Source(ABC):
             if label is not None:
                 out[i] = int(label)
         if not len(out) or (out < 0).all():
-            raise ValueError(f"{self.name}: this data has no image labels; open a labelled dataset "
-                             "(--data ROOT::imagefolder, ::coco, ::partimagenet...)")
+            raise VitscopeValueError(f"{self.name}: this data has no image labels; open a labelled dataset "
+                                     "(--data ROOT::imagefolder, ::coco, ::partimagenet...)")
         return out
 
     def regions(self, i: int) -> tuple[np.ndarray, np.ndarray]:
@@ -97,8 +98,8 @@ class Source(ABC):
         Raises:
             ValueError: the source has no region masks.
         """
-        raise ValueError(f"{self.name}: this data has no region masks; object- and part-level features need a "
-                         "dataset with instance masks (--data ROOT::coco or ::partimagenet)")
+        raise VitscopeValueError(f"{self.name}: this data has no region masks; object- and part-level features need a "
+                                 "dataset with instance masks (--data ROOT::coco or ::partimagenet)")
 
     def fingerprint_files(self) -> tuple[Sequence[str], Path] | None:
         """``(files, root)`` whose stat signatures fingerprint this source, or None to hash its content."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from vitscope.errors import VitscopeValueError
 from vitscope.models.backbone import Backbone
 
 __all__ = ["require_blocks", "tiling_scale"]
@@ -15,8 +16,9 @@ def require_blocks(backbone: Backbone, task: str) -> None:
     """
     spec = backbone.spec
     if not spec.is_transformer:
-        raise ValueError(f"{task} probes read transformer blocks; {spec.name} is a CNN (stages.{{i}} maps), which "
-                         "the per-block probes do not support: use vitscope analyze (cka, mean_activation) instead")
+        raise VitscopeValueError(f"{task} probes read transformer blocks; {spec.name} is a CNN (stages.{{i}} maps), "
+                                 "which the per-block probes do not support: use vitscope analyze (cka, "
+                                 "mean_activation) instead")
 
 
 def tiling_scale(tiling: bool | float | None) -> float | None:
@@ -30,5 +32,6 @@ def tiling_scale(tiling: bool | float | None) -> float | None:
     if tiling is True:
         return 2.0
     if not float(tiling) >= 1:
-        raise ValueError(f"tiling must be a scale >= 1 (frame side / model input side; the paper: 2), got {tiling!r}")
+        raise VitscopeValueError("tiling must be a scale >= 1 (frame side / model input side; the paper: 2), got "
+                                 f"{tiling!r}")
     return float(tiling)

@@ -29,6 +29,7 @@ from vitscope.analyses.probes.result import ProbeResult, probe_result
 from vitscope.data.files import ImageFiles
 from vitscope.downstream.checks import require_blocks, tiling_scale
 from vitscope.engine.extract import extract_features
+from vitscope.errors import VitscopeValueError
 from vitscope.features.cache import FeatureCache
 from vitscope.features.request import FeatureRequest
 from vitscope.features.views import FrameView, TiledView
@@ -90,7 +91,7 @@ def evaluate_sequence(preds: Sequence[np.ndarray], truth: np.ndarray, void: str 
         ``(J per object, F per object)`` for objects ``1 .. max(truth[0])`` (void excluded).
     """
     if void not in VOID_RULES:
-        raise ValueError(f"void must be one of {', '.join(VOID_RULES)}, got {void!r}")
+        raise VitscopeValueError(f"void must be one of {', '.join(VOID_RULES)}, got {void!r}")
     truth = np.asarray(truth)
     num_objects = int(np.where(truth[0] == VOID, 0, truth[0]).max())
     frames = range(1, truth.shape[0] - 1)
@@ -152,9 +153,9 @@ def davis_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, 
         ProbeResult with ``J&F``, ``J``, ``F`` per block and their ``random_*``.
     """
     if void not in VOID_RULES:
-        raise ValueError(f"void must be one of {', '.join(VOID_RULES)}, got {void!r}")
+        raise VitscopeValueError(f"void must be one of {', '.join(VOID_RULES)}, got {void!r}")
     if len(dataset) == 0 or not hasattr(dataset[0], "frame_paths"):
-        raise ValueError("davis_probe needs a DAVIS-format dataset of sequences (load_dataset(root, 'davis'))")
+        raise VitscopeValueError("davis_probe needs a DAVIS-format dataset of sequences (load_dataset(root, 'davis'))")
     require_blocks(backbone, "DAVIS")
     spec = backbone.spec
     scale = tiling_scale(tiling)
@@ -167,7 +168,8 @@ def davis_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, 
         entry = extract_features(backbone, source, [request], cache, view, batch_size, device, dtype,
                                  distributed=distributed, log=log)[request]
         if len(entry) != len(seq.frame_paths):
-            raise ValueError(f"sequence {seq.name}: {len(seq.frame_paths) - len(entry)} frames could not be read")
+            raise VitscopeValueError(f"sequence {seq.name}: {len(seq.frame_paths) - len(entry)} frames could not be "
+                                     "read")
         grid = tuple(entry.meta["grid"])
         patch = entry.meta["frame_hw"][0] // grid[0]
         entries.append(entry)

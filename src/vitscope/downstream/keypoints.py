@@ -22,6 +22,7 @@ from vitscope.analyses.probes.result import ProbeResult, probe_result
 from vitscope.data.files import ImageFiles
 from vitscope.downstream.checks import require_blocks, tiling_scale
 from vitscope.engine.extract import extract_features
+from vitscope.errors import VitscopeValueError
 from vitscope.features.cache import FeatureCache
 from vitscope.features.request import FeatureRequest
 from vitscope.features.views import LetterboxView, TiledView
@@ -108,9 +109,9 @@ def keypoint_probe(backbone: Backbone, dataset, cache: FeatureCache | None = Non
         ProbeResult with ``PCK@0.1``, ``PCK@0.05``, ``PCK@0.01`` per block and their ``random_*``.
     """
     if normaliser not in ("bbox", "image"):
-        raise ValueError(f"normaliser must be 'bbox' or 'image', got {normaliser!r}")
+        raise VitscopeValueError(f"normaliser must be 'bbox' or 'image', got {normaliser!r}")
     if len(dataset) == 0 or not hasattr(dataset[0], "src_kps"):
-        raise ValueError("keypoint_probe needs an SPair-format dataset of pairs (load_dataset(root, 'spair'))")
+        raise VitscopeValueError("keypoint_probe needs an SPair-format dataset of pairs (load_dataset(root, 'spair'))")
     require_blocks(backbone, "keypoint")
     scale = tiling_scale(tiling)
     spec = backbone.spec
@@ -135,7 +136,7 @@ def keypoint_probe(backbone: Backbone, dataset, cache: FeatureCache | None = Non
     entry = extract_features(backbone, ImageFiles(paths, name=getattr(dataset, "name", "spair")), [request], cache,
                              view, batch_size, device, dtype, distributed=distributed, log=log)[request]
     if len(entry) != len(paths):
-        raise ValueError(f"{len(paths) - len(entry)} SPair images could not be read")
+        raise VitscopeValueError(f"{len(paths) - len(entry)} SPair images could not be read")
     grid = tuple(entry.meta["grid"])
     row = {p: i for i, p in enumerate(paths)}
 

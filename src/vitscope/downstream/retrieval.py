@@ -18,6 +18,7 @@ from vitscope.analyses.probes.result import ProbeResult, probe_result
 from vitscope.data.annotated_source import AnnotatedSource
 from vitscope.downstream.checks import require_blocks
 from vitscope.engine.extract import extract_features
+from vitscope.errors import VitscopeValueError
 from vitscope.features.cache import CacheEntry, FeatureCache
 from vitscope.features.request import FeatureRequest
 from vitscope.features.views import LongSideView
@@ -55,8 +56,8 @@ def retrieval_scores(entry: CacheEntry, num_queries: int, gnd: Sequence[object],
     """
     index = entry.index
     if index.size <= num_queries or not np.array_equal(index, np.arange(index.size)):
-        raise ValueError(f"retrieval needs the features of every query and database image; the cache entry holds "
-                         f"{index.size} rows with gaps or no database (unreadable images?)")
+        raise VitscopeValueError("retrieval needs the features of every query and database image; the cache entry "
+                                 f"holds {index.size} rows with gaps or no database (unreadable images?)")
     blocks = list(blocks) if blocks is not None else entry.blocks
     scores: dict[str, list[float]] = {f"mAP_{p}": [] for p in PROTOCOLS}
     width = 0
@@ -98,7 +99,7 @@ def retrieval_probe(backbone: Backbone, dataset, cache: FeatureCache | None = No
     """
     require_blocks(backbone, "retrieval")
     if not hasattr(dataset, "gnd") or not hasattr(dataset, "queries"):
-        raise ValueError("retrieval needs a revisited Oxford / Paris dataset (load_dataset(root, 'revisitop'))")
+        raise VitscopeValueError("retrieval needs a revisited Oxford / Paris dataset (load_dataset(root, 'revisitop'))")
     request = FeatureRequest(site, pooling, None if blocks is None else tuple(blocks))
     entry = extract_features(backbone, AnnotatedSource(dataset), [request], cache, LongSideView(), batch_size,
                              device, dtype, distributed=distributed, log=log)[request]

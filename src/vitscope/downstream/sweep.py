@@ -22,6 +22,7 @@ from vitscope.downstream.davis import davis_probe
 from vitscope.downstream.keypoints import keypoint_probe
 from vitscope.downstream.retrieval import retrieval_probe
 from vitscope.engine.extract import extract_features
+from vitscope.errors import VitscopeValueError
 from vitscope.features.cache import FeatureCache
 from vitscope.features.request import FeatureRequest
 from vitscope.features.views import StandardView, TiledView, View
@@ -91,8 +92,8 @@ def probe_sweep(
     require_blocks(backbone, "per-block")
     scale = tiling_scale(tiling)
     if retrieval is not None and scale:
-        raise ValueError("retrieval ranks CLS features (docs/methods.md, Probes per block), which tiles do not "
-                         "have; run the retrieval probe without tiling")
+        raise VitscopeValueError("retrieval ranks CLS features (docs/methods.md, Probes per block), which tiles do not "
+                                 "have; run the retrieval probe without tiling")
     out: dict[str, ProbeResult] = {}
     name = backbone.spec.name
     common = {"batch_size": batch_size, "device": device, "dtype": dtype, "distributed": distributed, "log": log}
@@ -115,7 +116,7 @@ def probe_sweep(
         return result
 
     if (train is None) != (test is None):
-        raise ValueError("k-NN and linear probes need both a train and a test set")
+        raise VitscopeValueError("k-NN and linear probes need both a train and a test set")
     if train is not None:
         (src_tr, e_tr), (src_te, e_te) = entries(train), entries(test)
         y_tr, y_te = src_tr.labels(), src_te.labels()

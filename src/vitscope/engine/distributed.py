@@ -15,13 +15,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from vitscope.errors import VitscopeRuntimeError
+
 # torch is imported where it is used: the command line asks in_torchrun() before any command imports it
 
 __all__ = ["PeerFailedError", "Shard", "barrier", "collectives", "from_torchrun", "gather_lists", "in_torchrun",
            "is_main_process", "leave", "shard_for", "sum_over_ranks"]
 
 
-class PeerFailedError(RuntimeError):
+class PeerFailedError(VitscopeRuntimeError):
     """Another process of the run stopped (its own error is printed by that process)."""
 
 
@@ -59,14 +61,15 @@ def from_torchrun(device_type: str) -> Shard:
     import torch.distributed as dist
 
     if not dist.is_available():
-        raise RuntimeError("distributed=True needs torch.distributed, which this PyTorch build lacks")
+        raise VitscopeRuntimeError("distributed=True needs torch.distributed, which this PyTorch build lacks")
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     gpus = torch.cuda.device_count() if device_type == "cuda" else 0
     gpu = local_rank % gpus if gpus else 0
     if not dist.is_initialized():
         if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
-            raise RuntimeError("distributed=True needs an initialised torch.distributed process group or the "
-                               "environment torchrun sets (start with: torchrun --nproc_per_node=K -m vitscope ...)")
+            raise VitscopeRuntimeError("distributed=True needs an initialised torch.distributed process group or the "
+                                       "environment torchrun sets (start with: torchrun --nproc_per_node=K -m vitscope "
+                                       "...)")
         # NCCL needs a GPU of its own per process; more processes than GPUs share them over gloo
         own_gpu = gpus > 0 and int(os.environ.get("LOCAL_WORLD_SIZE", "1")) <= gpus
         if gpus:

@@ -25,6 +25,7 @@ from vitscope.engine.distributed import barrier, collectives, shard_for
 from vitscope.engine.feature_rows import FeatureRows
 from vitscope.engine.run import EmptyRunError, resolve_device, resolve_dtype, run
 from vitscope.engine.state import Checkpoint
+from vitscope.errors import VitscopeRuntimeError, VitscopeValueError
 from vitscope.features.cache import CacheEntry, FeatureCache
 from vitscope.features.fingerprint import CACHE_FORMAT, digest, model_fingerprint
 from vitscope.features.request import FeatureRequest
@@ -130,7 +131,7 @@ def extract_features(
         ValueError: bad arguments, or no readable image.
     """
     if batch_size < 1:
-        raise ValueError("batch_size must be at least 1")
+        raise VitscopeValueError("batch_size must be at least 1")
     source = as_source(source)
     cache = cache if cache is not None else FeatureCache()
     view = view if view is not None else StandardView()
@@ -144,7 +145,8 @@ def extract_features(
     if not missing and not analyses:
         return found  # type: ignore[return-value]
     if analyses and isinstance(view, TiledView):
-        raise ValueError("analyses cannot ride on a tiled view: stitched tokens are not the model's token layout")
+        raise VitscopeValueError("analyses cannot ride on a tiled view: stitched tokens are not the model's token "
+                                 "layout")
     shard = shard_for(distributed, resolve_device(device).type)
     # the pass's working folder, keyed by what it computes: a killed pass restarted with the same request finds
     # its state there (rows are committed to disk shard by shard as it goes, the state file names them)
@@ -161,7 +163,8 @@ def extract_features(
                 progress=progress, view=view, checkpoint=checkpoint, distributed=distributed)
         except EmptyRunError:
             shutil.rmtree(work, ignore_errors=True)
-            raise ValueError(f"no readable image in {source.name} ({len(source)} files): nothing to extract") from None
+            raise VitscopeValueError(f"no readable image in {source.name} ({len(source)} files): nothing to "
+                                     "extract") from None
         meta_base = {"model": spec.name, "view": view.describe(spec), "data": source.name, **rows.layout}
         if shard.rank == 0:  # one process publishes; every process then reads the same entries
             for k, r in enumerate(missing):
@@ -172,8 +175,9 @@ def extract_features(
                 barrier()
             found.update({r: cache.get(keys[r]) for r in missing})
             if any(found[r] is None for r in missing):
-                raise RuntimeError(f"process {shard.rank} cannot see the feature cache rank 0 wrote at {cache.root}; "
-                                   "processes on several machines need a cache folder on a file system they share")
+                raise VitscopeRuntimeError(f"process {shard.rank} cannot see the feature cache rank 0 wrote at "
+                                           f"{cache.root}; processes on several machines need a cache folder on a file "
+                                           "system they share")
             with collectives(shard):
                 barrier()  # every process has its entries before the working folder goes
         if shard.rank == 0:

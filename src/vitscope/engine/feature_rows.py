@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from vitscope.analyses.base import Analysis, Batch
+from vitscope.errors import VitscopeValueError
 from vitscope.features.request import FeatureRequest, pool_group
 from vitscope.features.rowstore import RowStore
 from vitscope.features.views import TokenGroup, View
@@ -84,8 +85,8 @@ class FeatureRows(Analysis):
         weights, labels, region = [], [], []
         for regions in batch.targets.get("regions", [None] * batch.size):
             if regions is None:
-                raise ValueError("mask pooling: this data has no region masks; use a dataset with instance masks "
-                                 "(--data ROOT::coco or ::partimagenet)")
+                raise VitscopeValueError("mask pooling: this data has no region masks; use a dataset with instance "
+                                         "masks (--data ROOT::coco or ::partimagenet)")
             masks, mask_labels = regions
             w = mask_weights(self._cfg_view.mask_frame(masks, batch.spec), grid)
             keep = w.sum(dim=1) > 0  # a region cropped away covers no token: no row

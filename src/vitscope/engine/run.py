@@ -28,6 +28,7 @@ from vitscope.engine.distributed import barrier, collectives, gather_lists, shar
 from vitscope.engine.settings import progress_bar, resolve_device, resolve_dtype
 from vitscope.engine.state import Checkpoint, interrupt_guard, run_checkpoint
 from vitscope.engine.streaming import StreamPlan, in_block_order, stream_plan, warn_if_patterns_do_not_fit
+from vitscope.errors import VitscopeRuntimeError, VitscopeTypeError, VitscopeValueError
 from vitscope.functional.attention_blocks import Workspace
 from vitscope.hooks.names import expand_names
 from vitscope.models.backbone import Backbone
@@ -35,7 +36,7 @@ from vitscope.models.backbone import Backbone
 __all__ = ["EmptyRunError", "Results", "as_result", "required_hook_names", "resolve_device", "resolve_dtype", "run"]
 
 
-class EmptyRunError(RuntimeError):
+class EmptyRunError(VitscopeRuntimeError):
     """No image of the dataset could be read."""
 
 
@@ -75,8 +76,8 @@ def as_result(name: str, computed: Result | Mapping[str, Any]) -> Result:
     if isinstance(computed, Result):
         return computed
     if not isinstance(computed, Mapping):
-        raise TypeError(f"analysis '{name}': compute() returned a {type(computed).__name__}; return a Result or a "
-                        "dict of tensors and metadata")
+        raise VitscopeTypeError(f"analysis '{name}': compute() returned a {type(computed).__name__}; return a Result "
+                                "or a dict of tensors and metadata")
     tensors: dict[str, torch.Tensor] = {}
     meta: dict[str, Any] = {}
     for key, value in computed.items():
@@ -104,11 +105,11 @@ def required_hook_names(backbone: Backbone, analyses: Sequence[Analysis]) -> lis
     for a in analyses:
         reason = a.why_unsupported(spec)
         if reason:
-            raise ValueError(reason)
+            raise VitscopeValueError(reason)
         if not a.hooks_exist(spec):
             kind = "a CNN and has no attention" if a.needs_attention and not spec.is_transformer else \
                 "missing hooks it needs"
-            raise ValueError(f"analysis '{a.name}' cannot run on {spec.name}: the model is {kind}")
+            raise VitscopeValueError(f"analysis '{a.name}' cannot run on {spec.name}: the model is {kind}")
         for n in expand_names(a.required_hooks(spec), backbone.hook_names(), spec.name):
             if n not in names:
                 names.append(n)
@@ -237,10 +238,10 @@ def run(
         EmptyRunError: no readable image.
     """
     if batch_size < 1:
-        raise ValueError("batch_size must be at least 1")
+        raise VitscopeValueError("batch_size must be at least 1")
     names = [a.name for a in analyses]
     if len(set(names)) != len(names):
-        raise ValueError(f"two analyses share a name ({', '.join(names)}); give each a distinct name")
+        raise VitscopeValueError(f"two analyses share a name ({', '.join(names)}); give each a distinct name")
     source: Source = as_source(data, strict=bool(strict))
     strict = bool(strict) if strict is not None else bool(getattr(source, "strict", False))
     dev = resolve_device(device)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from vitscope.errors import VitscopeValueError
+
 __all__ = ["progress_bar", "resolve_device", "resolve_dtype"]
 
 
@@ -15,7 +17,7 @@ def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype not in table:
-        raise ValueError(f"unknown dtype '{dtype}'; use fp32, bf16 or fp16")
+        raise VitscopeValueError(f"unknown dtype '{dtype}'; use fp32, bf16 or fp16")
     return table[dtype]
 
 
@@ -29,9 +31,9 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
         return torch.device("cpu")
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' requested but no CUDA GPU is available; use --device cpu")
+        raise VitscopeValueError("device 'cuda' requested but no CUDA GPU is available; use --device cpu")
     if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise ValueError("device 'mps' requested but MPS is not available; use --device cpu")
+        raise VitscopeValueError("device 'mps' requested but MPS is not available; use --device cpu")
     return dev
 
 

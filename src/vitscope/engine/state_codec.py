@@ -22,13 +22,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from vitscope.errors import VitscopeTypeError
+
 __all__ = ["StateCodecError", "decode", "encode"]
 
 _TAG = "__vs__"
 _PACKAGE = "vitscope."
 
 
-class StateCodecError(TypeError):
+class StateCodecError(VitscopeTypeError):
     """A value cannot be saved in (or was not written as) a resumable state file."""
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from vitscope.errors import VitscopeValueError
 from vitscope.train import evaluate as ev
 from vitscope.train.data import synthetic_split
 from vitscope.train.guided_masking import DEFAULT_LEVELS, GuidedMAERecipe
@@ -64,9 +65,10 @@ class GuidedMAEConfig:
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.eval_points < 1 or self.batch_size < 1:
-            raise ValueError("steps, eval_points and batch_size must be at least 1")
+            raise VitscopeValueError("steps, eval_points and batch_size must be at least 1")
         if self.train_images < self.batch_size:
-            raise ValueError(f"train_images ({self.train_images}) must hold at least one batch ({self.batch_size})")
+            raise VitscopeValueError(f"train_images ({self.train_images}) must hold at least one batch "
+                                     f"({self.batch_size})")
 
     @property
     def steps_per_epoch(self) -> int:

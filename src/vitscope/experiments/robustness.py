@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vitscope.analyses.result import Figure, Result
+from vitscope.errors import VitscopeValueError
 
 __all__ = ["run_robustness"]
 
@@ -63,7 +64,7 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
     from vitscope.outputs import RunResult, prepare_output, write_run
 
     if not models:
-        raise ValueError("give at least one model (e.g. --models tiny-vit-sup,MY_CNN)")
+        raise VitscopeValueError("give at least one model (e.g. --models tiny-vit-sup,MY_CNN)")
     out = prepare_output(out)
     source = as_source(data)
     with_masks = "masks" in source.target_keys()

@@ -27,6 +27,7 @@ import torch
 from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.masking.base import ModelAccumulator
 from vitscope.analyses.result import png_path
+from vitscope.errors import VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.models.spec import ModelSpec
 
@@ -39,10 +40,10 @@ _UNSUPPORTED_ISOLATION = ("beit",)
 def _check(backbone: Backbone) -> None:
     spec = backbone.spec
     if not spec.is_transformer or not spec.has_head:
-        raise ValueError(f"{spec.name}: token mixing needs a transformer classifier (a model with a head); "
-                         "load a *ForImageClassification model or the tiny supervised zoo model")
+        raise VitscopeValueError(f"{spec.name}: token mixing needs a transformer classifier (a model with a head); "
+                                 "load a *ForImageClassification model or the tiny supervised zoo model")
     if spec.num_prefix_tokens < 1:
-        raise ValueError(f"{spec.name} has no CLS token")
+        raise VitscopeValueError(f"{spec.name} has no CLS token")
 
 
 def _last_tokens(backbone: Backbone, tokens: torch.Tensor) -> torch.Tensor:
@@ -86,10 +87,10 @@ def isolated_cls_logits(backbone: Backbone, pixels: torch.Tensor, insert_at: int
     _check(backbone)
     spec = backbone.spec
     if not 0 <= insert_at <= spec.num_blocks:
-        raise ValueError(f"insert_at must be in 0..{spec.num_blocks}, got {insert_at}")
+        raise VitscopeValueError(f"insert_at must be in 0..{spec.num_blocks}, got {insert_at}")
     if insert_at > 0 and spec.family in _UNSUPPORTED_ISOLATION:
-        raise ValueError(f"{spec.name}: {spec.family} blocks add a position bias sized for the full sequence, "
-                         "so patches cannot run without CLS")
+        raise VitscopeValueError(f"{spec.name}: {spec.family} blocks add a position bias sized for the full sequence, "
+                                 "so patches cannot run without CLS")
     tokens = backbone.embed(pixels)
     p = spec.num_prefix_tokens
     if insert_at > 0:

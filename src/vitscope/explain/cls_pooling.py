@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from vitscope.errors import VitscopeValueError
 from vitscope.functional.similarity import project_tokens
 from vitscope.models.backbone import Backbone
 
@@ -55,12 +56,12 @@ def _last_block_pieces(backbone: Backbone) -> tuple[nn.Linear, Any, nn.LayerNorm
     blocks = getattr(backbone, "blocks", None)
     norm = getattr(backbone, "_final_norm", None) or getattr(backbone.model, "norm", None)
     if not blocks or not isinstance(norm, nn.LayerNorm):
-        raise ValueError(f"pooling='cls' needs a timm-layout or Hugging Face ViT backbone with a final LayerNorm; "
-                         f"{backbone.spec.name} is not supported (use pooling='mean')")
+        raise VitscopeValueError("pooling='cls' needs a timm-layout or Hugging Face ViT backbone with a final "
+                                 f"LayerNorm; {backbone.spec.name} is not supported (use pooling='mean')")
     last = blocks[-1]
     proj = next((m for m in (_get(last.layer, p) for p in _OUT_PROJ_PATHS) if isinstance(m, nn.Linear)), None)
     if proj is None:
-        raise ValueError(f"cannot find the attention output projection of {backbone.spec.name}'s last block")
+        raise VitscopeValueError(f"cannot find the attention output projection of {backbone.spec.name}'s last block")
     attn_module = _get(last.layer, "attn") or _get(last.layer, "attention") or _get(last.layer, "self_attn")
     scale_module = last.attn_end if last.attn_end is not attn_module else None  # LayerScale modules (linear)
 
@@ -86,7 +87,7 @@ def cls_parts(backbone: Backbone, pixels: torch.Tensor, projection: Any = None) 
     """
     spec = backbone.spec
     if not spec.prefix_kinds or spec.prefix_kinds[0] != "cls":
-        raise ValueError(f"{spec.name} has no CLS token at position 0; use pooling='mean'")
+        raise VitscopeValueError(f"{spec.name} has no CLS token at position 0; use pooling='mean'")
     proj, scale, norm = _last_block_pieces(backbone)
     last, p = spec.num_blocks - 1, spec.num_prefix_tokens
     names = [f"blocks.{i}.attn.pattern" for i in range(spec.num_blocks)] + [f"blocks.{last}.attn.v"]

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from vitscope.errors import VitscopeValueError
 from vitscope.explain.paired import PairedSimilarity
 from vitscope.functional.faithfulness import (
     MODES,
@@ -70,9 +71,9 @@ def faithfulness_curves(
     """
     xa, xb = explainer.pixels(images_a), explainer.pixels(images_b)
     if len(xa) != len(xb):
-        raise ValueError(f"need as many first as second images, got {len(xa)} and {len(xb)}")
+        raise VitscopeValueError(f"need as many first as second images, got {len(xa)} and {len(xb)}")
     if not maps:
-        raise ValueError("give at least one map to order the patches by")
+        raise VitscopeValueError("give at least one map to order the patches by")
     grid = tuple(next(iter(maps.values())).shape[-2:])
     k = grid[0] * grid[1]
     steps = k if steps is None else steps

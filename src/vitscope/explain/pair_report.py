@@ -18,6 +18,7 @@ import torch
 from PIL import Image
 
 from vitscope.analyses.result import Figure, SummaryResult, png_path
+from vitscope.errors import VitscopeValueError
 
 __all__ = ["default_pooling", "default_projection", "write_pair_report"]
 
@@ -57,9 +58,9 @@ def write_pair_report(model: str, path_a: str | os.PathLike, path_b: str | os.Pa
     from vitscope.viz.explain_figures import overlay, pair_figure
 
     if fmt not in ("npy", "csv"):
-        raise ValueError(f"--format must be npy or csv, got '{fmt}'")
+        raise VitscopeValueError(f"--format must be npy or csv, got '{fmt}'")
     if projection not in ("auto", "head", "none"):
-        raise ValueError(f"--projection must be auto, head or none, got '{projection}'")
+        raise VitscopeValueError(f"--projection must be auto, head or none, got '{projection}'")
     out = prepare_output(out)
     backbone = load_model(model)
     proj = default_projection(model, backbone) if projection == "auto" else (None if projection == "none" else "head")

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from vitscope.errors import VitscopeValueError
 from vitscope.explain.cls_pooling import cls_parts
 from vitscope.functional.rollout import rollout as attention_rollout
 from vitscope.functional.similarity import decomposed_similarity, project_tokens, redistribute
@@ -140,13 +141,14 @@ class PairedSimilarity:
         self.backbone = backbone
         self.is_cnn = not backbone.spec.is_transformer
         if pooling not in ("mean", "cls"):
-            raise ValueError(f"pooling must be 'mean' or 'cls', got '{pooling}'")
+            raise VitscopeValueError(f"pooling must be 'mean' or 'cls', got '{pooling}'")
         if pooling == "cls" and (self.is_cnn or "cls" not in backbone.spec.prefix_kinds):
-            raise ValueError(f"{backbone.spec.name} has no CLS token; use pooling='mean'")
+            raise VitscopeValueError(f"{backbone.spec.name} has no CLS token; use pooling='mean'")
         self.pooling = pooling
         if isinstance(projection, str):
             if projection != "head":
-                raise ValueError(f"projection must be None, a tensor, an nn.Linear or 'head', got '{projection}'")
+                raise VitscopeValueError("projection must be None, a tensor, an nn.Linear or 'head', got "
+                                         f"'{projection}'")
             projection = _head_linear(backbone)
         self.projection = projection
         self.use_rollout = rollout and not self.is_cnn
@@ -217,7 +219,7 @@ class PairedSimilarity:
     def explain_encoded(self, a: Encoded, b: Encoded) -> PairExplanation:
         """Maps for the pairs ``(a[i], b[i])`` of two equally long encoded sets; no forward pass."""
         if len(a) != len(b):
-            raise ValueError(f"need as many first as second images, got {len(a)} and {len(b)}")
+            raise VitscopeValueError(f"need as many first as second images, got {len(a)} and {len(b)}")
         ga, gb, score, res_a, res_b = decomposed_similarity(a.parts, b.parts, a.rest, b.rest)
         ma, mb = self._to_map(ga, res_a, a), self._to_map(gb, res_b, b)
         ra = rb = None
@@ -255,5 +257,5 @@ def _head_linear(backbone: Backbone) -> nn.Linear:
     model = backbone.model
     head = getattr(model, "head", None) or getattr(model, "fc", None)
     if not isinstance(head, nn.Linear):
-        raise ValueError(f"{backbone.spec.name} has no linear head to use as the projection")
+        raise VitscopeValueError(f"{backbone.spec.name} has no linear head to use as the projection")
     return head

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from vitscope.errors import VitscopeValueError
 from vitscope.explain.paired import Encoded, PairedSimilarity
 from vitscope.functional.similarity import cosine_topk, retrieval_metrics
 from vitscope.models.spec import ModelSpec
@@ -67,7 +68,7 @@ def explain_retrieval(
     """
     labels = torch.as_tensor(labels).long().cpu()
     if len(labels) != len(gallery):
-        raise ValueError(f"{len(gallery)} gallery images but {len(labels)} labels")
+        raise VitscopeValueError(f"{len(gallery)} gallery images but {len(labels)} labels")
     q = torch.arange(len(gallery)) if queries is None else torch.as_tensor(queries, dtype=torch.long)
     emb = gallery.embeddings
     scores, indices = cosine_topk(emb[q], emb, k, exclude=q)
@@ -99,7 +100,7 @@ def sop_tensors(root: str | os.PathLike, spec: ModelSpec, split: str = "test",
     ds = SOPDataset(root, split)
     n = len(ds) if limit is None else min(limit, len(ds))
     if n == 0:
-        raise ValueError(f"{ds!r} has no images")
+        raise VitscopeValueError(f"{ds!r} has no images")
     items = [ds[i] for i in range(n)]
     arrays = [np.asarray(resize_crop(load_rgb(it.image_path), spec), dtype=np.uint8) for it in items]
     images = torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2).contiguous()

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from vitscope.data.synthetic.scene import Scene
+from vitscope.errors import VitscopeValueError
 from vitscope.functional.semantic import class_histograms, pose_similarity
 
 __all__ = ["pose_similarity_at_k", "scene_segmentations"]
@@ -54,7 +55,7 @@ def pose_similarity_at_k(
     used = torch.unique(torch.cat([queries.flatten(), indices.flatten()]))
     if callable(segmentation):
         if images is None:
-            raise ValueError("a segmentation callable needs the gallery images")
+            raise VitscopeValueError("a segmentation callable needs the gallery images")
         seg = torch.as_tensor(segmentation(images[used]))
     else:
         seg = torch.as_tensor(segmentation)[used]

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from vitscope.errors import VitscopeKeyError, VitscopeValueError
 from vitscope.features.rowstore import RowStore
 
 __all__ = ["CacheEntry", "FeatureCache", "default_cache_root"]
@@ -61,7 +62,7 @@ class CacheEntry:
     def array(self, name: str) -> np.ndarray:
         """Column ``name`` as a read-only memory map ``[rows, *tail]``."""
         if name not in self.meta["columns"]:
-            raise KeyError(f"cache entry {self.key[:12]} has no column '{name}'; it has {self.columns}")
+            raise VitscopeKeyError(f"cache entry {self.key[:12]} has no column '{name}'; it has {self.columns}")
         return np.load(self.path / f"{name}.npy", mmap_mode="r")
 
     def block(self, i: int) -> np.ndarray:
@@ -98,7 +99,7 @@ class FeatureCache:
 
     def _path(self, key: str) -> Path:
         if len(key) < 8 or not all(c in "0123456789abcdef" for c in key):
-            raise ValueError(f"cache keys are hex digests, got {key!r}")
+            raise VitscopeValueError(f"cache keys are hex digests, got {key!r}")
         return self.root / key[:2] / key
 
     def get(self, key: str) -> CacheEntry | None:
@@ -128,7 +129,8 @@ class FeatureCache:
         if (final / "meta.json").is_file():
             return CacheEntry(final)
         if store.rows and sort_by not in store.schema:
-            raise ValueError(f"cannot commit a store without a '{sort_by}' column (it has {sorted(store.schema)})")
+            raise VitscopeValueError(f"cannot commit a store without a '{sort_by}' column (it has "
+                                     f"{sorted(store.schema)})")
         tmp = self.root / "tmp" / f"{key}.{uuid.uuid4().hex}"
         tmp.mkdir(parents=True)
         try:

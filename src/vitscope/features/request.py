@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from vitscope.errors import VitscopeValueError
 from vitscope.features.views import TokenGroup
 from vitscope.functional.pooling import mask_pool
 
@@ -33,7 +34,7 @@ class FeatureRequest:
 
     def __post_init__(self) -> None:
         if self.pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
+            raise VitscopeValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
         if self.blocks is not None:
             object.__setattr__(self, "blocks", tuple(int(b) for b in self.blocks))
 
@@ -43,7 +44,7 @@ class FeatureRequest:
             return list(range(num_blocks))
         out = sorted({b % num_blocks for b in self.blocks if -num_blocks <= b < num_blocks})
         if len(out) != len(set(self.blocks)):
-            raise ValueError(f"blocks {self.blocks} outside 0..{num_blocks - 1}")
+            raise VitscopeValueError(f"blocks {self.blocks} outside 0..{num_blocks - 1}")
         return out
 
     def hooks(self, num_blocks: int) -> list[str]:
@@ -63,7 +64,7 @@ def pool_group(group: TokenGroup, hook: str, pooling: str, weights: list[torch.T
     p = group.num_prefix
     if pooling == "cls":
         if p < 1:
-            raise ValueError("pooling 'cls' needs a CLS token; tiled features have none (use 'spatial_mean')")
+            raise VitscopeValueError("pooling 'cls' needs a CLS token; tiled features have none (use 'spatial_mean')")
         return x[:, 0]
     if pooling == "spatial_mean":
         return x[:, p:].mean(dim=1)
@@ -72,6 +73,6 @@ def pool_group(group: TokenGroup, hook: str, pooling: str, weights: list[torch.T
     if pooling == "all":
         return x.reshape(x.shape[0], -1)
     if weights is None:
-        raise ValueError("pooling 'mask' needs region weights")
+        raise VitscopeValueError("pooling 'mask' needs region weights")
     rows = [mask_pool(x[j, p:].double(), w.to(x.device)) for j, w in enumerate(weights)]
     return torch.cat(rows) if rows else x.new_zeros((0, x.shape[-1]))

@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from vitscope.errors import VitscopeFileNotFoundError, VitscopeKeyError, VitscopeValueError
+
 __all__ = ["RowStore", "exported_when_pickled"]
 
 _TEMP_DIRS: list[str] = []
@@ -87,15 +89,16 @@ class RowStore:
             return
         sizes = {a.shape[0] if a.ndim else -1 for a in arrays.values()}
         if len(sizes) != 1 or -1 in sizes:
-            raise ValueError(f"every column needs the same number of rows, got {[a.shape for a in arrays.values()]}")
+            raise VitscopeValueError("every column needs the same number of rows, got "
+                                     f"{[a.shape for a in arrays.values()]}")
         if not self.schema:
             self.schema = {k: (a.dtype.str, tuple(a.shape[1:])) for k, a in arrays.items()}
         elif set(arrays) != set(self.schema):
-            raise ValueError(f"columns {sorted(arrays)} differ from the store's {sorted(self.schema)}")
+            raise VitscopeValueError(f"columns {sorted(arrays)} differ from the store's {sorted(self.schema)}")
         for k, a in arrays.items():
             dtype, tail = self.schema[k]
             if tuple(a.shape[1:]) != tail:
-                raise ValueError(
+                raise VitscopeValueError(
                     f"column '{k}' has rows of shape {tuple(a.shape[1:])} here but {tail} before (rows of one "
                     "column must match: use one input size, or one token selection, for the whole run)"
                 )
@@ -163,7 +166,7 @@ class RowStore:
                 path = Path(folder) / f"{name}.bin"
                 need = int(rows) * int(np.prod(tail, dtype=np.int64)) * np.dtype(dtype).itemsize
                 if not path.is_file() or path.stat().st_size < need:
-                    raise FileNotFoundError(f"{path} is missing or shorter than its {rows} rows")
+                    raise VitscopeFileNotFoundError(f"{path} is missing or shorter than its {rows} rows")
             store._sealed.append((str(folder), int(rows)))
             store.rows += int(rows)
         return store
@@ -177,11 +180,11 @@ class RowStore:
     def extend(self, other: RowStore) -> None:
         """Add every row of ``other`` (its shards are sealed and referenced, its memory rows copied)."""
         if other is self:
-            raise ValueError("cannot extend a RowStore with itself")
+            raise VitscopeValueError("cannot extend a RowStore with itself")
         if other.rows == 0:
             return
         if self.schema and other.schema != self.schema:
-            raise ValueError(f"cannot merge stores with different columns: {other.schema} vs {self.schema}")
+            raise VitscopeValueError(f"cannot merge stores with different columns: {other.schema} vs {self.schema}")
         other.seal()
         self.schema = dict(other.schema)
         self._sealed.extend(other._sealed)
@@ -232,7 +235,7 @@ class RowStore:
         names = list(self.schema) if names is None else list(names)
         unknown = [n for n in names if n not in self.schema]
         if unknown:
-            raise KeyError(f"unknown columns {unknown}; the store has {sorted(self.schema)}")
+            raise VitscopeKeyError(f"unknown columns {unknown}; the store has {sorted(self.schema)}")
         for folder, rows in self.shards():
             if rows == 0:
                 continue

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from vitscope.errors import VitscopeValueError
+
 __all__ = ["AugmentConfig", "augment", "max_shift"]
 
 
@@ -38,12 +40,12 @@ class AugmentConfig:
 
     def __post_init__(self) -> None:
         if self.copies < 1:
-            raise ValueError(f"copies must be >= 1, got {self.copies}")
+            raise VitscopeValueError(f"copies must be >= 1, got {self.copies}")
         for field, value, allowed in (("jitter_mode", self.jitter_mode, ("shared", "per_copy")),
                                       ("color_shift", self.color_shift, ("code", "paper", "none")),
                                       ("noise", self.noise, ("channel", "pixel", "none"))):
             if value not in allowed:
-                raise ValueError(f"{field} must be one of {', '.join(allowed)}; got {value!r}")
+                raise VitscopeValueError(f"{field} must be one of {', '.join(allowed)}; got {value!r}")
 
 
 def max_shift(jitter: float, size: tuple[int, int]) -> tuple[int, int]:

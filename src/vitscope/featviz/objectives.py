@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 import torch
 
+from vitscope.errors import VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
 __all__ = [
@@ -90,7 +91,7 @@ class Combination(Objective):
 
     def __init__(self, terms: tuple[tuple[float, Objective], ...]) -> None:
         if not terms:
-            raise ValueError("a combination needs at least one term")
+            raise VitscopeValueError("a combination needs at least one term")
         self.terms = tuple((float(w), o) for w, o in terms)
         parts = []
         for i, (w, o) in enumerate(self.terms):
@@ -116,10 +117,10 @@ def _token_index(token: Token, grid: tuple[int, int]) -> int:
     if isinstance(token, tuple):
         r, c = token
         if not (0 <= r < h and 0 <= c < w):
-            raise ValueError(f"token {token} is outside the {h}x{w} grid")
+            raise VitscopeValueError(f"token {token} is outside the {h}x{w} grid")
         return r * w + c
     if not 0 <= int(token) < h * w:
-        raise ValueError(f"token {token} is outside the {h * w} spatial tokens of the {h}x{w} grid")
+        raise VitscopeValueError(f"token {token} is outside the {h * w} spatial tokens of the {h}x{w} grid")
     return int(token)
 
 
@@ -140,12 +141,13 @@ def spatial_channel(x: torch.Tensor, channel: int, spec: ModelSpec, name: str) -
     if x.dim() == 4:
         _check_channel(channel, x.shape[1], name)
         return x[:, channel].flatten(1)
-    raise ValueError(f"{name}: cannot take a channel of a tensor of shape {tuple(x.shape)}")
+    raise VitscopeValueError(f"{name}: cannot take a channel of a tensor of shape {tuple(x.shape)}")
 
 
 def _check_channel(channel: int, width: int, name: str) -> None:
     if not 0 <= channel < width:
-        raise ValueError(f"{name}: channel {channel} is out of range; this site has {width} channels (0..{width - 1})")
+        raise VitscopeValueError(f"{name}: channel {channel} is out of range; this site has {width} channels "
+                                 f"(0..{width - 1})")
 
 
 def _site_grid(x: torch.Tensor, spec: ModelSpec, grid: tuple[int, int]) -> tuple[int, int]:
@@ -237,7 +239,8 @@ class ClassLogit(Objective):
     def __call__(self, acts: Mapping[str, torch.Tensor], spec: ModelSpec, grid: tuple[int, int]) -> torch.Tensor:
         logits = acts["logits"]
         if not 0 <= self.index < logits.shape[-1]:
-            raise ValueError(f"{self.name}: the head has {logits.shape[-1]} classes (0..{logits.shape[-1] - 1})")
+            raise VitscopeValueError(f"{self.name}: the head has {logits.shape[-1]} classes "
+                                     f"(0..{logits.shape[-1] - 1})")
         return logits[:, self.index]
 
 
@@ -254,7 +257,7 @@ class Direction(Objective):
     def __init__(self, site: str, vector: torch.Tensor, token: Token = None, label: str = "dir") -> None:
         v = torch.as_tensor(vector, dtype=torch.float32).detach().flatten().cpu()
         if v.norm() == 0:
-            raise ValueError("a direction needs a non-zero vector")
+            raise VitscopeValueError("a direction needs a non-zero vector")
         self.site = str(site)
         self.vector = v / v.norm()
         self.token = tuple(token) if isinstance(token, (tuple, list)) else token
@@ -271,9 +274,11 @@ class Direction(Objective):
         elif x.dim() == 3:
             x = x[:, spec.num_prefix_tokens:]
         else:
-            raise ValueError(f"{self.name}: expected tokens [B, N, D] or a map [B, C, h, w], got {tuple(x.shape)}")
+            raise VitscopeValueError(f"{self.name}: expected tokens [B, N, D] or a map [B, C, h, w], got "
+                                     f"{tuple(x.shape)}")
         if x.shape[-1] != self.vector.numel():
-            raise ValueError(f"{self.name}: the direction has {self.vector.numel()} entries, the site {x.shape[-1]}")
+            raise VitscopeValueError(f"{self.name}: the direction has {self.vector.numel()} entries, the site "
+                                     f"{x.shape[-1]}")
         proj = x @ self.vector.to(device=x.device, dtype=x.dtype)  # [B, K]
         return proj.mean(dim=1) if self.token is None else proj[:, _token_index(self.token, grid)]
 
@@ -295,8 +300,8 @@ def parse_objective(text: str) -> Objective:
         return ClassLogit(int(s[6:]))
     m = _UNIT.match(s)
     if m is None or m["site"] == "logit":
-        raise ValueError(f"cannot read unit {text!r}; write SITE:CHANNEL[@TOKEN] (e.g. blocks.5.mlp.post:31, "
-                         "blocks.5.mlp.post:31@2,3, stages.2:7) or logit:CLASS")
+        raise VitscopeValueError(f"cannot read unit {text!r}; write SITE:CHANNEL[@TOKEN] (e.g. blocks.5.mlp.post:31, "
+                                 "blocks.5.mlp.post:31@2,3, stages.2:7) or logit:CLASS")
     token: Token = None
     if m["token"]:
         parts = [int(p) for p in m["token"].split(",")]

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.featviz.augment import AugmentConfig, augment
 from vitscope.featviz.objectives import Objective
 from vitscope.functional.total_variation import total_variation
@@ -49,9 +50,9 @@ class FeatvizConfig:
 
     def __post_init__(self) -> None:
         if self.steps < 1:
-            raise ValueError(f"steps must be >= 1, got {self.steps}")
+            raise VitscopeValueError(f"steps must be >= 1, got {self.steps}")
         if self.schedule not in ("cosine", "constant"):
-            raise ValueError(f"schedule must be 'cosine' or 'constant', got {self.schedule!r}")
+            raise VitscopeValueError(f"schedule must be 'cosine' or 'constant', got {self.schedule!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -139,7 +140,7 @@ class StagedForward:
         self.hooks = list(dict.fromkeys(h for o in objectives for h in o.hooks()))
         self.needs_logits = any(o.needs_logits for o in objectives)
         if self.needs_logits and not backbone.spec.has_head:
-            raise ValueError(f"{backbone.spec.name} has no classifier head; a class-logit objective needs one")
+            raise VitscopeValueError(f"{backbone.spec.name} has no classifier head; a class-logit objective needs one")
         self.stop, self.need_norm = _stop_block(self.hooks, self.needs_logits, backbone.spec.num_blocks)
         spec = backbone.spec
         self.mean = torch.tensor(spec.mean).view(1, 3, 1, 1)
@@ -189,7 +190,7 @@ def render(
     cfg = config or FeatvizConfig()
     objs = [objectives] if isinstance(objectives, Objective) else list(objectives)
     if not objs or not all(isinstance(o, Objective) for o in objs):
-        raise TypeError("render needs one Objective or a non-empty list of Objectives")
+        raise VitscopeTypeError("render needs one Objective or a non-empty list of Objectives")
     dev = torch.device(device) if device is not None else backbone.device
     size = tuple(image_size or backbone.spec.image_size)
     grid = _grid(backbone, size)

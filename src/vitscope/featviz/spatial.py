@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from vitscope.analyses.base import Analysis, Batch
+from vitscope.errors import VitscopeValueError
 from vitscope.featviz.objectives import ChannelObjective, spatial_channel
 from vitscope.featviz.render import StagedForward, frozen
 from vitscope.functional.faithfulness import patch_pixel_mask
@@ -128,7 +129,7 @@ def spatial_information(
         A :class:`SpatialCurve`.
     """
     if not backbone.spec.is_transformer:
-        raise ValueError("the spatial-information test needs a transformer (one token per patch)")
+        raise VitscopeValueError("the spatial-information test needs a transformer (one token per patch)")
     x = images01.float() / 255.0 if images01.dtype == torch.uint8 else images01.float()
     size = tuple(x.shape[-2:])
     grid = backbone.spec.grid_for(*size)

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from vitscope.analyses.result import Figure, SummaryResult, png_path
+from vitscope.errors import VitscopeValueError
 from vitscope.featviz.augment import AugmentConfig
 from vitscope.featviz.objectives import ChannelObjective, Objective, parse_objective
 from vitscope.featviz.render import FeatvizConfig, FeatvizResult, StepInfo, evaluate, render
@@ -193,7 +194,7 @@ def run_featviz(options: FeatvizOptions, log: Callable[[str], None] = lambda s: 
 
     out = prepare_output(options.out)
     if not options.units and options.grid <= 0:
-        raise ValueError("give at least one --unit (e.g. blocks.5.mlp.post:31) or --grid N")
+        raise VitscopeValueError("give at least one --unit (e.g. blocks.5.mlp.post:31) or --grid N")
     objectives = [parse_objective(u) for u in options.units]
     backbone = load_model(options.model)
     device = resolve_device(options.device)
@@ -246,7 +247,7 @@ def run_featviz(options: FeatvizOptions, log: Callable[[str], None] = lambda s: 
         if options.spatial_information:
             results["spatial_information"] = _spatial_information(backbone, dataset, options)
     elif options.token_mixing or options.spatial_information:
-        raise ValueError("--token-mixing and --spatial-information need --data (e.g. --data ROOT::imagefolder)")
+        raise VitscopeValueError("--token-mixing and --spatial-information need --data (e.g. --data ROOT::imagefolder)")
     notes = _weak_units(units)
     featviz = SummaryResult("featviz", {"units": units, "grid_figure": "figures/featviz_grid.png"},
                             tables={"history": _history(result)}, figures=figures)

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import torch
 
+from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.functional.attention_kernels import mean_spatial_focus
 from vitscope.functional.attention_patterns import as_float, check_grid, check_pattern
 from vitscope.functional.attention_patterns import renormalise as renormalised
@@ -68,7 +69,8 @@ def cls_attention_map(
         ``[B, H, h, w]``.
     """
     if int(num_prefix) < 1:
-        raise ValueError("cls_attention_map needs a CLS token (num_prefix >= 1); this model has no prefix tokens")
+        raise VitscopeValueError("cls_attention_map needs a CLS token (num_prefix >= 1); this model has no prefix "
+                                 "tokens")
     check_pattern(pattern, num_prefix, grid)
     h, w = check_grid(grid)
     m = as_float(pattern)[..., 0, int(num_prefix) :]
@@ -114,9 +116,9 @@ def mass_mask(attention_map: torch.Tensor, mass: float = 0.6) -> torch.Tensor:
         ``[..., h, w]`` bool mask.
     """
     if not isinstance(attention_map, torch.Tensor) or attention_map.dim() < 2:
-        raise ValueError("attention_map must be a tensor [..., h, w]")
+        raise VitscopeValueError("attention_map must be a tensor [..., h, w]")
     if not 0.0 < float(mass) <= 1.0:
-        raise ValueError(f"mass must be in (0, 1], got {mass}")
+        raise VitscopeValueError(f"mass must be in (0, 1], got {mass}")
     shape = attention_map.shape
     flat = attention_map.to(torch.float64).reshape(*shape[:-2], -1)
     flat = renormalised(flat)
@@ -180,15 +182,15 @@ def random_attention(
     """
     shape = tuple(int(v) for v in shape)
     if len(shape) < 2 or shape[-1] != shape[-2]:
-        raise ValueError(f"shape must be [B, H, N, N], got {shape}")
+        raise VitscopeValueError(f"shape must be [B, H, N, N], got {shape}")
     if not isinstance(generator, torch.Generator):
-        raise TypeError("generator must be a torch.Generator (seeded with generator.manual_seed(seed))")
+        raise VitscopeTypeError("generator must be a torch.Generator (seeded with generator.manual_seed(seed))")
     if dtype not in (torch.float32, torch.float64):
-        raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+        raise VitscopeValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
     if kind == "uniform":
         r = torch.rand(shape, generator=generator, dtype=dtype, device=generator.device)
     elif kind == "gaussian":
         r = torch.randn(shape, generator=generator, dtype=dtype, device=generator.device).abs()
     else:
-        raise ValueError(f"kind must be 'uniform' or 'gaussian', got {kind!r}")
+        raise VitscopeValueError(f"kind must be 'uniform' or 'gaussian', got {kind!r}")
     return r / r.mean(dim=-2, keepdim=True)

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from vitscope.errors import VitscopeValueError
 from vitscope.functional.attention import random_attention
 from vitscope.functional.attention_kernels import mean_row_entropy, mean_spatial_focus
 from vitscope.functional.image_groups import images_per_group
@@ -181,21 +182,22 @@ class BlockStats:
 
 def _check(pattern: torch.Tensor, grid: Sequence[int], num_prefix: int, needs: Iterable[str]) -> tuple[int, int, int]:
     if not isinstance(pattern, torch.Tensor) or pattern.dim() != 4 or pattern.shape[-1] != pattern.shape[-2]:
-        raise ValueError(f"expected an attention pattern [B, H, N, N], got {tuple(getattr(pattern, 'shape', ()))}")
+        raise VitscopeValueError("expected an attention pattern [B, H, N, N], got "
+                                 f"{tuple(getattr(pattern, 'shape', ()))}")
     h, w = (int(v) for v in grid)
     n, p = pattern.shape[-1], int(num_prefix)
     if needs and set(needs) <= _ANY_LAYOUT:  # nothing that reads the token grid
         return h, w, p
     if p < 0 or h < 1 or w < 1 or p + h * w != n:
-        raise ValueError(
+        raise VitscopeValueError(
             f"the pattern has N = {n} tokens but grid {h}x{w} plus {p} prefix tokens makes {p + h * w}; "
             "pass the batch's grid and the model's number of prefix tokens"
         )
     unknown = set(needs) - QUANTITIES
     if unknown:
-        raise ValueError(f"unknown attention quantities {sorted(unknown)}; known: {sorted(QUANTITIES)}")
+        raise VitscopeValueError(f"unknown attention quantities {sorted(unknown)}; known: {sorted(QUANTITIES)}")
     if "cls" in needs and p < 1:
-        raise ValueError("the CLS map needs a CLS token, but this model has no prefix tokens")
+        raise VitscopeValueError("the CLS map needs a CLS token, but this model has no prefix tokens")
     return h, w, p
 
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
+from vitscope.errors import VitscopeValueError
 from vitscope.functional.attention import spatial_attention
 from vitscope.functional.attention_patterns import as_float, check_grid, check_pattern, renormalise
 
@@ -38,10 +39,10 @@ def _canvas_index(h: int, w: int, device: torch.device) -> torch.Tensor:
 
 def _odd_canvas(aaam: torch.Tensor) -> tuple[int, int]:
     if not isinstance(aaam, torch.Tensor) or aaam.dim() < 2:
-        raise ValueError("aaam must be a tensor [..., 2h-1, 2w-1]")
+        raise VitscopeValueError("aaam must be a tensor [..., 2h-1, 2w-1]")
     sh, sw = aaam.shape[-2], aaam.shape[-1]
     if sh % 2 == 0 or sw % 2 == 0:
-        raise ValueError(f"an aligned map is (2h-1) x (2w-1), so both sides are odd; got {sh}x{sw}")
+        raise VitscopeValueError(f"an aligned map is (2h-1) x (2w-1), so both sides are odd; got {sh}x{sw}")
     return sh, sw
 
 

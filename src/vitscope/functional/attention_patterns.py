@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 import torch
 
+from vitscope.errors import VitscopeTypeError, VitscopeValueError
+
 __all__ = ["as_float", "check_grid", "check_pattern", "renormalise"]
 
 
@@ -26,28 +28,28 @@ def check_grid(grid: Sequence[int]) -> tuple[int, int]:
     try:
         h, w = (int(v) for v in grid)
     except (TypeError, ValueError):
-        raise ValueError(f"grid must be a pair (h, w) of positive ints, got {grid!r}") from None
+        raise VitscopeValueError(f"grid must be a pair (h, w) of positive ints, got {grid!r}") from None
     if h < 1 or w < 1:
-        raise ValueError(f"grid must be a pair (h, w) of positive ints, got {grid!r}")
+        raise VitscopeValueError(f"grid must be a pair (h, w) of positive ints, got {grid!r}")
     return h, w
 
 
 def check_pattern(pattern: torch.Tensor, num_prefix: int, grid: Sequence[int] | None = None) -> int:
     """Validate ``[..., N, N]`` and the prefix/grid split; return K = N - num_prefix."""
     if not isinstance(pattern, torch.Tensor):
-        raise TypeError(f"pattern must be a torch.Tensor, got {type(pattern).__name__}")
+        raise VitscopeTypeError(f"pattern must be a torch.Tensor, got {type(pattern).__name__}")
     if pattern.dim() < 2 or pattern.shape[-1] != pattern.shape[-2]:
-        raise ValueError(
+        raise VitscopeValueError(
             f"pattern must be an attention pattern [B, H, N, N] (queries x keys), got shape {tuple(pattern.shape)}"
         )
     n = pattern.shape[-1]
     if not 0 <= int(num_prefix) < n:
-        raise ValueError(f"num_prefix must be in [0, N) with N = {n} tokens, got {num_prefix}")
+        raise VitscopeValueError(f"num_prefix must be in [0, N) with N = {n} tokens, got {num_prefix}")
     k = n - int(num_prefix)
     if grid is not None:
         h, w = check_grid(grid)
         if h * w != k:
-            raise ValueError(
+            raise VitscopeValueError(
                 f"grid {h}x{w} has {h * w} spatial tokens but the pattern has N - num_prefix = {n} - {num_prefix}"
                 f" = {k}; pass the model's grid and its number of prefix tokens (CLS, distillation, registers)"
             )

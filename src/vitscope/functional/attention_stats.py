@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.functional.attention_kernels import mean_row_entropy
 
 __all__ = ["attention_entropy", "max_attention"]
@@ -17,16 +18,16 @@ def _compute_dtype(pattern: torch.Tensor, dtype: torch.dtype | None) -> torch.dt
     """float64 stays float64, anything else is computed in float32 unless ``dtype`` says otherwise."""
     if dtype is not None:
         if dtype not in (torch.float32, torch.float64):
-            raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+            raise VitscopeValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         return dtype
     return torch.float64 if pattern.dtype == torch.float64 else torch.float32
 
 
 def _check_pattern(pattern: torch.Tensor) -> None:
     if not isinstance(pattern, torch.Tensor):
-        raise TypeError(f"pattern must be a torch.Tensor, got {type(pattern).__name__}")
+        raise VitscopeTypeError(f"pattern must be a torch.Tensor, got {type(pattern).__name__}")
     if pattern.dim() < 2:
-        raise ValueError(
+        raise VitscopeValueError(
             f"pattern must be an attention pattern [B, H, N, N] (queries x keys), got shape {tuple(pattern.shape)}"
         )
 

@@ -21,6 +21,8 @@ from typing import Literal
 
 import torch
 
+from vitscope.errors import VitscopeTypeError, VitscopeValueError
+
 __all__ = [
     "features_for_cka",
     "gram_linear",
@@ -38,15 +40,15 @@ _MIN_UNBIASED = 4  # the unbiased estimator divides by n (n - 3) and (n - 2)
 def _as_examples(x: torch.Tensor, name: str) -> torch.Tensor:
     """``[n, ...]`` tensor -> ``[n, F]`` float64 (trailing dims flattened)."""
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor [n, d], got {type(x).__name__}")
+        raise VitscopeTypeError(f"{name} must be a torch.Tensor [n, d], got {type(x).__name__}")
     if x.dim() < 2:
-        raise ValueError(f"{name} must be [n, d] (one row per example), got shape {tuple(x.shape)}")
+        raise VitscopeValueError(f"{name} must be [n, d] (one row per example), got shape {tuple(x.shape)}")
     return x.detach().reshape(x.shape[0], -1).to(torch.float64)
 
 
 def _check_pair(x: torch.Tensor, y: torch.Tensor) -> None:
     if x.shape[0] != y.shape[0]:
-        raise ValueError(f"x and y must hold the same examples: got {x.shape[0]} and {y.shape[0]} rows")
+        raise VitscopeValueError(f"x and y must hold the same examples: got {x.shape[0]} and {y.shape[0]} rows")
 
 
 def gram_linear(x: torch.Tensor) -> torch.Tensor:
@@ -64,9 +66,9 @@ def gram_linear(x: torch.Tensor) -> torch.Tensor:
 
 def _check_gram(k: torch.Tensor, name: str) -> torch.Tensor:
     if not isinstance(k, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor Gram matrix [n, n], got {type(k).__name__}")
+        raise VitscopeTypeError(f"{name} must be a torch.Tensor Gram matrix [n, n], got {type(k).__name__}")
     if k.dim() != 2 or k.shape[0] != k.shape[1]:
-        raise ValueError(f"{name} must be a square Gram matrix [n, n], got shape {tuple(k.shape)}")
+        raise VitscopeValueError(f"{name} must be a square Gram matrix [n, n], got shape {tuple(k.shape)}")
     return k.detach().to(torch.float64)
 
 
@@ -92,11 +94,11 @@ def hsic(k: torch.Tensor, l: torch.Tensor, unbiased: bool = False) -> float:  # 
     k = _check_gram(k, "k")
     l = _check_gram(l, "l")  # noqa: E741
     if k.shape != l.shape:
-        raise ValueError(f"k and l must have the same shape, got {tuple(k.shape)} and {tuple(l.shape)}")
+        raise VitscopeValueError(f"k and l must have the same shape, got {tuple(k.shape)} and {tuple(l.shape)}")
     n = k.shape[0]
     if unbiased:
         if n < _MIN_UNBIASED:
-            raise ValueError(f"unbiased HSIC needs at least {_MIN_UNBIASED} examples, got n={n}")
+            raise VitscopeValueError(f"unbiased HSIC needs at least {_MIN_UNBIASED} examples, got n={n}")
         k = k.clone()
         l = l.clone()  # noqa: E741
         k.fill_diagonal_(0.0)
@@ -107,7 +109,7 @@ def hsic(k: torch.Tensor, l: torch.Tensor, unbiased: bool = False) -> float:  # 
         value = (trace_kl + sum_k * sum_l / ((n - 1) * (n - 2)) - 2.0 / (n - 2) * k_l_ones) / (n * (n - 3))
         return float(value)
     if n < 2:
-        raise ValueError(f"biased HSIC needs at least 2 examples, got n={n}")
+        raise VitscopeValueError(f"biased HSIC needs at least 2 examples, got n={n}")
     # H K H: double centring; tr((HKH) L) = sum((HKH) * L^T).
     kc = k - k.mean(dim=0, keepdim=True) - k.mean(dim=1, keepdim=True) + k.mean()
     return float((kc * l.T).sum() / (n - 1) ** 2)
@@ -186,7 +188,7 @@ def minibatch_cka(x: torch.Tensor, y: torch.Tensor, batch: int = 64, gram_minmax
         is not positive.
     """
     if int(batch) != batch or batch < _MIN_UNBIASED:
-        raise ValueError(f"batch must be an integer >= {_MIN_UNBIASED}, got {batch!r}")
+        raise VitscopeValueError(f"batch must be an integer >= {_MIN_UNBIASED}, got {batch!r}")
     batch = int(batch)
     xk, yk = _as_examples(x, "x"), _as_examples(y, "y")
     _check_pair(xk, yk)
@@ -221,22 +223,22 @@ def features_for_cka(x: torch.Tensor, num_prefix: int, tokens: TokenSelection = 
     """
     if not isinstance(x, torch.Tensor) or x.dim() != 3:
         shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"x must be a token tensor [B, N, D], got {shape}")
+        raise VitscopeValueError(f"x must be a token tensor [B, N, D], got {shape}")
     if tokens not in _TOKEN_MODES:
-        raise ValueError(f"tokens must be one of {_TOKEN_MODES}, got {tokens!r}")
+        raise VitscopeValueError(f"tokens must be one of {_TOKEN_MODES}, got {tokens!r}")
     n = x.shape[1]
     if int(num_prefix) != num_prefix or not 0 <= num_prefix <= n:
-        raise ValueError(f"num_prefix must be an integer in [0, {n}], got {num_prefix!r}")
+        raise VitscopeValueError(f"num_prefix must be an integer in [0, {n}], got {num_prefix!r}")
     num_prefix = int(num_prefix)
     if tokens == "all":
         return x.reshape(x.shape[0], -1)
     if tokens == "cls":
         if num_prefix < 1:
-            raise ValueError("tokens='cls' needs a CLS token (num_prefix >= 1); use 'spatial_mean' instead")
+            raise VitscopeValueError("tokens='cls' needs a CLS token (num_prefix >= 1); use 'spatial_mean' instead")
         return x[:, 0]
     spatial = x[:, num_prefix:]
     if spatial.shape[1] == 0:
-        raise ValueError(f"no spatial tokens: N={n} tokens, all of them prefix (num_prefix={num_prefix})")
+        raise VitscopeValueError(f"no spatial tokens: N={n} tokens, all of them prefix (num_prefix={num_prefix})")
     if tokens == "spatial":
         return spatial.reshape(x.shape[0], -1)
     return spatial.mean(dim=1)

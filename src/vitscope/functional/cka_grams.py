@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from vitscope.errors import VitscopeValueError
 from vitscope.functional.cka import _minmax_gram
 
 __all__ = ["cka_from_hsic", "cross_gram", "grams", "hsic_matrix", "row_norms"]
@@ -41,7 +42,7 @@ def grams(features: torch.Tensor, gram_minmax: bool = False) -> torch.Tensor:
         ``[A, n, n]`` float64.
     """
     if features.dim() != 3:
-        raise ValueError(f"features must be [A, n, F], got shape {tuple(features.shape)}")
+        raise VitscopeValueError(f"features must be [A, n, F], got shape {tuple(features.shape)}")
     x = features.detach().to(torch.float64)
     k = x @ x.transpose(1, 2)
     if gram_minmax:
@@ -71,7 +72,8 @@ def cross_gram(x: torch.Tensor | np.ndarray, y: torch.Tensor | np.ndarray | None
     xs = rows(x)
     ys = xs if y is None else rows(y)
     if xs.shape[1] != ys.shape[1]:
-        raise ValueError(f"x and y must have the same feature width, got {tuple(xs.shape)} and {tuple(ys.shape)}")
+        raise VitscopeValueError(f"x and y must have the same feature width, got {tuple(xs.shape)} and "
+                                 f"{tuple(ys.shape)}")
 
     def part(v: torch.Tensor | np.ndarray, start: int) -> torch.Tensor:
         block = v[:, start : start + column_chunk]
@@ -101,7 +103,7 @@ def row_norms(x: torch.Tensor, column_chunk: int | None = None) -> torch.Tensor:
 
 def _check(k: torch.Tensor, name: str) -> torch.Tensor:
     if k.dim() != 3 or k.shape[-1] != k.shape[-2]:
-        raise ValueError(f"{name} must be a stack of square Grams [A, n, n], got shape {tuple(k.shape)}")
+        raise VitscopeValueError(f"{name} must be a stack of square Grams [A, n, n], got shape {tuple(k.shape)}")
     return k.detach().to(torch.float64)
 
 
@@ -120,11 +122,12 @@ def hsic_matrix(k: torch.Tensor, l: torch.Tensor | None = None, unbiased: bool =
     k = _check(k, "k")
     l = k if l is None else _check(l, "l")  # noqa: E741
     if k.shape[1:] != l.shape[1:]:
-        raise ValueError(f"k and l must hold Grams of the same n examples, got {tuple(k.shape)} and {tuple(l.shape)}")
+        raise VitscopeValueError(f"k and l must hold Grams of the same n examples, got {tuple(k.shape)} and "
+                                 f"{tuple(l.shape)}")
     n = k.shape[-1]
     if not unbiased:
         if n < 2:
-            raise ValueError(f"biased HSIC needs at least 2 examples, got n={n}")
+            raise VitscopeValueError(f"biased HSIC needs at least 2 examples, got n={n}")
 
         def centre(g: torch.Tensor) -> torch.Tensor:
             return g - g.mean(dim=1, keepdim=True) - g.mean(dim=2, keepdim=True) + g.mean(dim=(1, 2), keepdim=True)
@@ -133,7 +136,7 @@ def hsic_matrix(k: torch.Tensor, l: torch.Tensor | None = None, unbiased: bool =
         lc = kc if l is k else centre(l).reshape(l.shape[0], -1)
         return kc @ lc.T / (n - 1) ** 2
     if n < _MIN_UNBIASED:
-        raise ValueError(f"unbiased HSIC needs at least {_MIN_UNBIASED} examples, got n={n}")
+        raise VitscopeValueError(f"unbiased HSIC needs at least {_MIN_UNBIASED} examples, got n={n}")
     eye = torch.eye(n, dtype=torch.bool, device=k.device)
     kz = k.masked_fill(eye, 0.0)
     lz = kz if l is k else l.masked_fill(eye, 0.0)

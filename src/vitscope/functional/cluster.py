@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from vitscope.errors import VitscopeValueError
+
 # scikit-learn is imported where it is used: importing it costs about a second at every start-up
 
 __all__ = ["cluster_scores", "kmeans_labels", "purity"]
@@ -22,22 +24,22 @@ def _labels(values: ArrayLike, name: str) -> np.ndarray:
         values = values.detach().cpu().numpy()
     arr = np.asarray(values)
     if arr.ndim != 1:
-        raise ValueError(f"{name} must be a 1-D array of integer labels [n], got shape {arr.shape}")
+        raise VitscopeValueError(f"{name} must be a 1-D array of integer labels [n], got shape {arr.shape}")
     if arr.dtype == bool:
         return arr.astype(np.int64)
     if not np.issubdtype(arr.dtype, np.integer):
         if np.issubdtype(arr.dtype, np.floating) and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
             return arr.astype(np.int64)
-        raise ValueError(f"{name} must hold integer labels, got dtype {arr.dtype}")
+        raise VitscopeValueError(f"{name} must hold integer labels, got dtype {arr.dtype}")
     return arr.astype(np.int64, copy=False)
 
 
 def _pair(labels_true: ArrayLike, labels_pred: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     t, p = _labels(labels_true, "labels_true"), _labels(labels_pred, "labels_pred")
     if t.shape != p.shape:
-        raise ValueError(f"labels_true and labels_pred must have the same length, got {t.size} and {p.size}")
+        raise VitscopeValueError(f"labels_true and labels_pred must have the same length, got {t.size} and {p.size}")
     if t.size == 0:
-        raise ValueError("cannot score an empty clustering (0 labels)")
+        raise VitscopeValueError("cannot score an empty clustering (0 labels)")
     return t, p
 
 
@@ -95,13 +97,13 @@ def kmeans_labels(features: ArrayLike, k: int, seed: int = 0) -> np.ndarray:
         features = features.detach().cpu().numpy()
     x = np.asarray(features)
     if x.ndim != 2:
-        raise ValueError(f"features must be [n, d], got shape {x.shape}")
+        raise VitscopeValueError(f"features must be [n, d], got shape {x.shape}")
     if x.dtype != np.float32:
         x = x.astype(np.float64)
     if not np.all(np.isfinite(x)):
-        raise ValueError("features contain NaN or infinite values")
+        raise VitscopeValueError("features contain NaN or infinite values")
     if int(k) != k or not 1 <= k <= x.shape[0]:
-        raise ValueError(f"k must be an integer in [1, n={x.shape[0]}], got {k!r}")
+        raise VitscopeValueError(f"k must be an integer in [1, n={x.shape[0]}], got {k!r}")
     from sklearn.cluster import KMeans
 
     model = KMeans(n_clusters=int(k), n_init=10, random_state=seed)

@@ -19,6 +19,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from vitscope.errors import VitscopeValueError
+
 __all__ = ["Letterbox", "letterbox_geometry", "transfer_keypoints"]
 
 
@@ -53,7 +55,7 @@ def letterbox_geometry(image_hw: tuple[int, int], canvas_hw: tuple[int, int]) ->
     h, w = (int(v) for v in image_hw)
     ch, cw = (int(v) for v in canvas_hw)
     if min(h, w, ch, cw) < 1:
-        raise ValueError(f"sizes must be positive, got image {image_hw} and canvas {canvas_hw}")
+        raise VitscopeValueError(f"sizes must be positive, got image {image_hw} and canvas {canvas_hw}")
     if ch / h <= cw / w:  # the height fills the canvas
         scale = ch / h
         new_h, new_w = ch, int(np.around(w * scale))
@@ -78,8 +80,8 @@ def transfer_keypoints(
         ``[n, 2]`` float64 predicted (x, y) target pixels.
     """
     if src_tokens.dim() != 3 or src_tokens.shape != trg_tokens.shape:
-        raise ValueError(f"src_tokens and trg_tokens must both be [D, h, w], got {tuple(src_tokens.shape)} and "
-                         f"{tuple(trg_tokens.shape)}")
+        raise VitscopeValueError(f"src_tokens and trg_tokens must both be [D, h, w], got {tuple(src_tokens.shape)} and "
+                                 f"{tuple(trg_tokens.shape)}")
     big_h, big_w = (int(v) for v in out_hw)
     pts = torch.as_tensor(np.asarray(src_xy, dtype=np.float64)).reshape(-1, 2)
     if pts.shape[0] == 0:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from vitscope.errors import VitscopeValueError
+
 __all__ = ["curve_area", "patch_order", "patch_pixel_mask", "perturbation_schedule", "random_order"]
 
 MODES = ("deletion", "insertion")
@@ -22,7 +24,7 @@ def patch_order(maps: torch.Tensor) -> torch.Tensor:
     """
     flat = maps.flatten(1) if maps.dim() == 3 else maps
     if flat.dim() != 2:
-        raise ValueError(f"maps must be [B, h, w] or [B, K], got {tuple(maps.shape)}")
+        raise VitscopeValueError(f"maps must be [B, h, w] or [B, K], got {tuple(maps.shape)}")
     return torch.sort(flat, dim=-1, descending=True, stable=True).indices
 
 
@@ -47,10 +49,10 @@ def perturbation_schedule(order: torch.Tensor, steps: int, mode: str = "deletion
         ``[B, steps + 1, K]`` bool, True where the patch shows the image.
     """
     if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        raise VitscopeValueError(f"mode must be one of {MODES}, got {mode!r}")
     b, k = order.shape
     if not 1 <= steps <= k:
-        raise ValueError(f"steps must be in [1, {k}] for {k} patches, got {steps}")
+        raise VitscopeValueError(f"steps must be in [1, {k}] for {k} patches, got {steps}")
     counts = torch.round(torch.arange(steps + 1, dtype=torch.float64) * k / steps).long()  # [S+1]
     rank = torch.empty_like(order)
     rank.scatter_(1, order, torch.arange(k, device=order.device).expand(b, k))  # rank of every patch
@@ -62,7 +64,7 @@ def patch_pixel_mask(keep: torch.Tensor, grid: tuple[int, int], size: tuple[int,
     """Patch masks to pixel masks: ``[N, h*w]`` bool -> ``[N, 1, H, W]`` float (nearest, patch blocks)."""
     h, w = grid
     if keep.dim() != 2 or keep.shape[1] != h * w:
-        raise ValueError(f"keep must be [N, {h * w}] for grid {grid}, got {tuple(keep.shape)}")
+        raise VitscopeValueError(f"keep must be [N, {h * w}] for grid {grid}, got {tuple(keep.shape)}")
     m = keep.float().view(-1, 1, h, w)
     return torch.nn.functional.interpolate(m, size=tuple(size), mode="nearest")
 
@@ -73,6 +75,6 @@ def curve_area(curve: torch.Tensor) -> torch.Tensor:
     The area lies between the curve's minimum and maximum.
     """
     if curve.dim() != 2 or curve.shape[1] < 2:
-        raise ValueError(f"curve must be [B, S+1] with S >= 1, got {tuple(curve.shape)}")
+        raise VitscopeValueError(f"curve must be [B, S+1] with S >= 1, got {tuple(curve.shape)}")
     c = curve.double()
     return ((c[:, 1:] + c[:, :-1]) / 2).mean(1)

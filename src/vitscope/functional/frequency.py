@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from vitscope.errors import VitscopeValueError
+
 __all__ = ["KINDS", "frequency_filter", "frequency_radius_map"]
 
 KINDS: tuple[str, ...] = ("low", "high")
@@ -36,11 +38,11 @@ def frequency_filter(images: torch.Tensor, radius: float, kind: str = "low") -> 
         ``[B, C, H, W]`` filtered images, in the input's dtype.
     """
     if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        raise VitscopeValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if radius < 0:
-        raise ValueError(f"radius must be non-negative, got {radius}")
+        raise VitscopeValueError(f"radius must be non-negative, got {radius}")
     if images.dim() != 4:
-        raise ValueError(f"images must be [B, C, H, W], got {tuple(images.shape)}")
+        raise VitscopeValueError(f"images must be [B, C, H, W], got {tuple(images.shape)}")
     h, w = images.shape[-2:]
     spectrum = torch.fft.fftshift(torch.fft.fft2(images.to(torch.float64)), dim=(-2, -1))
     inside = frequency_radius_map(h, w, images.device) <= radius

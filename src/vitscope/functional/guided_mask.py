@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import torch
 
+from vitscope.errors import VitscopeValueError
+
 __all__ = ["curriculum_rho", "guided_mask", "guided_mask_counts", "guided_visible_ids"]
 
 
@@ -25,9 +27,9 @@ def guided_mask_counts(num_keypoint: int, num_other: int, num_masked: int, rho: 
     ``m_k = floor(rho * M + 0.5)``, then spill-over when a group has too few patches.
     """
     if not 0.0 <= rho <= 1.0:
-        raise ValueError(f"rho must be in [0, 1], got {rho}")
+        raise VitscopeValueError(f"rho must be in [0, 1], got {rho}")
     if not 0 <= num_masked <= num_keypoint + num_other:
-        raise ValueError(f"cannot mask {num_masked} of {num_keypoint + num_other} patches")
+        raise VitscopeValueError(f"cannot mask {num_masked} of {num_keypoint + num_other} patches")
     m_k = min(_round_half_up(rho * num_masked), num_keypoint)
     m_n = num_masked - m_k
     if m_n > num_other:
@@ -60,9 +62,9 @@ def guided_mask(keypoint_counts: torch.Tensor, mask_ratio: float, rho: float,
         ``[h, w]`` bool, True = masked; exactly ``floor(mask_ratio * K + 0.5)`` entries are True.
     """
     if keypoint_counts.dim() != 2:
-        raise ValueError(f"keypoint_counts must be [h, w], got {tuple(keypoint_counts.shape)}")
+        raise VitscopeValueError(f"keypoint_counts must be [h, w], got {tuple(keypoint_counts.shape)}")
     if not 0.0 <= mask_ratio <= 1.0:
-        raise ValueError(f"mask_ratio must be in [0, 1], got {mask_ratio}")
+        raise VitscopeValueError(f"mask_ratio must be in [0, 1], got {mask_ratio}")
     k = keypoint_counts.numel()
     chosen = _pick(keypoint_counts.reshape(-1), _round_half_up(mask_ratio * k), rho, generator)
     mask = torch.zeros(k, dtype=torch.bool)
@@ -86,7 +88,7 @@ def guided_visible_ids(keypoint_counts: torch.Tensor, keep: int, rho: float,
     flat = keypoint_counts.reshape(keypoint_counts.shape[0], -1)
     k = flat.shape[1]
     if not 0 <= keep <= k:
-        raise ValueError(f"keep must be in [0, {k}], got {keep}")
+        raise VitscopeValueError(f"keep must be in [0, {k}], got {keep}")
     out = []
     for counts in flat:
         masked = torch.zeros(k, dtype=torch.bool)
@@ -104,7 +106,7 @@ def curriculum_rho(epoch: int, every: int, levels: Sequence[float] = (0.0, 0.25,
         levels: increasing ``rho`` values from 0 to 1; the last one holds once reached.
     """
     if every < 1:
-        raise ValueError(f"every must be at least 1 epoch, got {every}")
+        raise VitscopeValueError(f"every must be at least 1 epoch, got {every}")
     if not levels:
-        raise ValueError("levels must not be empty")
+        raise VitscopeValueError("levels must not be empty")
     return float(levels[min(max(epoch, 0) // every, len(levels) - 1)])

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import torch
 
+from vitscope.errors import VitscopeValueError
 from vitscope.functional.attention import spatial_attention
 from vitscope.functional.image_groups import images_per_group
 
@@ -32,17 +33,18 @@ RULES: tuple[str, ...] = ("max", "uniform")
 def _check(pattern: torch.Tensor, counts: torch.Tensor, grid: Sequence[int], num_prefix: int,
            lam: float, rule: str) -> tuple[int, int]:
     if rule not in RULES:
-        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+        raise VitscopeValueError(f"rule must be one of {RULES}, got {rule!r}")
     if not lam >= 0:
-        raise ValueError(f"lam must be a non-negative number, got {lam}")
+        raise VitscopeValueError(f"lam must be a non-negative number, got {lam}")
     if not isinstance(pattern, torch.Tensor) or pattern.dim() != 4 or pattern.shape[-1] != pattern.shape[-2]:
-        raise ValueError(f"pattern must be [B, H, N, N], got {tuple(getattr(pattern, 'shape', ()))}")
+        raise VitscopeValueError(f"pattern must be [B, H, N, N], got {tuple(getattr(pattern, 'shape', ()))}")
     h, w = (int(v) for v in grid)
     if int(num_prefix) + h * w != pattern.shape[-1]:
-        raise ValueError(f"the pattern has N = {pattern.shape[-1]} tokens but grid {h}x{w} plus {num_prefix} prefix "
-                         f"tokens makes {int(num_prefix) + h * w}")
+        raise VitscopeValueError(f"the pattern has N = {pattern.shape[-1]} tokens but grid {h}x{w} plus {num_prefix} "
+                                 f"prefix tokens makes {int(num_prefix) + h * w}")
     if tuple(counts.shape) != (pattern.shape[0], h, w):
-        raise ValueError(f"keypoint_counts must be [B, h, w] = {[pattern.shape[0], h, w]}, got {list(counts.shape)}")
+        raise VitscopeValueError(f"keypoint_counts must be [B, h, w] = {[pattern.shape[0], h, w]}, got "
+                                 f"{list(counts.shape)}")
     return h, w
 
 
@@ -151,9 +153,9 @@ def interrelation_stages(kk: torch.Tensor, rise: float = 0.5) -> dict[str, list[
         ``{"retrieval": [...], "capture": [...], "coach": [...]}`` block positions (0-based, into ``kk``).
     """
     if kk.dim() != 1 or kk.numel() == 0:
-        raise ValueError(f"kk must be a non-empty [L] curve, got {tuple(kk.shape)}")
+        raise VitscopeValueError(f"kk must be a non-empty [L] curve, got {tuple(kk.shape)}")
     if not 0 <= rise <= 1:
-        raise ValueError(f"rise must be in [0, 1], got {rise}")
+        raise VitscopeValueError(f"rise must be in [0, 1], got {rise}")
     x = kk.to(torch.float64)
     x = torch.where(x.isnan(), torch.full_like(x, float("-inf")), x)
     if bool(torch.isinf(x).all()):

@@ -10,6 +10,8 @@ import math
 import numpy as np
 import torch
 
+from vitscope.errors import VitscopeValueError
+
 __all__ = ["pck"]
 
 
@@ -42,13 +44,14 @@ def pck(
     """
     pred, true = _float64(pred_xy), _float64(true_xy)
     if pred.dim() != 2 or pred.shape[-1] != 2 or pred.shape != true.shape:
-        raise ValueError(f"pred_xy and true_xy must both be [n, 2], got {tuple(pred.shape)} and {tuple(true.shape)}")
+        raise VitscopeValueError(f"pred_xy and true_xy must both be [n, 2], got {tuple(pred.shape)} and "
+                                 f"{tuple(true.shape)}")
     size = _float64(bbox_size)
     n = pred.shape[0]
     if size.dim() > 1 or (size.dim() == 1 and size.numel() != n):
-        raise ValueError(f"bbox_size must be a scalar or [n={n}], got shape {tuple(size.shape)}")
+        raise VitscopeValueError(f"bbox_size must be a scalar or [n={n}], got shape {tuple(size.shape)}")
     if not alpha > 0:
-        raise ValueError(f"alpha must be > 0, got {alpha!r}")
+        raise VitscopeValueError(f"alpha must be > 0, got {alpha!r}")
     if n == 0:
         return math.nan
     dist = torch.linalg.vector_norm(pred - true, dim=1)

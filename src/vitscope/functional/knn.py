@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.functional.knn_search import knn_search
 
 __all__ = ["knn_classify"]
@@ -15,9 +16,9 @@ __all__ = ["knn_classify"]
 
 def _features(x: torch.Tensor, name: str) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor [n, d], got {type(x).__name__}")
+        raise VitscopeTypeError(f"{name} must be a torch.Tensor [n, d], got {type(x).__name__}")
     if x.dim() != 2:
-        raise ValueError(f"{name} must be [n, d], got shape {tuple(x.shape)}")
+        raise VitscopeValueError(f"{name} must be [n, d], got shape {tuple(x.shape)}")
     x = x.detach()
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     return x.to(dtype)
@@ -62,27 +63,27 @@ def knn_classify(
         train_labels = torch.as_tensor(train_labels)
     labels = train_labels.detach().reshape(-1)
     if labels.dtype.is_floating_point or labels.dtype == torch.bool or labels.is_complex():
-        raise ValueError(f"train_labels must be integer labels, got dtype {labels.dtype}")
+        raise VitscopeValueError(f"train_labels must be integer labels, got dtype {labels.dtype}")
     labels = labels.to(device=train.device, dtype=torch.int64)
     n_train = train.shape[0]
     if labels.numel() != n_train:
-        raise ValueError(f"train_labels has {labels.numel()} entries for {n_train} training rows")
+        raise VitscopeValueError(f"train_labels has {labels.numel()} entries for {n_train} training rows")
     if n_train == 0:
-        raise ValueError("k-NN needs at least one training example")
+        raise VitscopeValueError("k-NN needs at least one training example")
     if train.shape[1] != test.shape[1]:
-        raise ValueError(f"feature sizes differ: train d={train.shape[1]}, test d={test.shape[1]}")
+        raise VitscopeValueError(f"feature sizes differ: train d={train.shape[1]}, test d={test.shape[1]}")
     if int(k) != k or k < 1:
-        raise ValueError(f"k must be a positive integer, got {k!r}")
+        raise VitscopeValueError(f"k must be a positive integer, got {k!r}")
     if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature!r}")
+        raise VitscopeValueError(f"temperature must be > 0, got {temperature!r}")
     if int(chunk_size) != chunk_size or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+        raise VitscopeValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     if int(labels.min()) < 0:
-        raise ValueError("train_labels must be >= 0")
+        raise VitscopeValueError("train_labels must be >= 0")
     if num_classes is None:
         num_classes = int(labels.max()) + 1
     elif int(labels.max()) >= num_classes:
-        raise ValueError(f"train_labels go up to {int(labels.max())}, beyond num_classes={num_classes}")
+        raise VitscopeValueError(f"train_labels go up to {int(labels.max())}, beyond num_classes={num_classes}")
 
     k = min(int(k), n_train)
     dtype = torch.promote_types(train.dtype, test.dtype)

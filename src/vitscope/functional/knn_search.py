@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.functional.topk import topk_order
 
 __all__ = ["METRICS", "knn_search"]
@@ -19,9 +20,9 @@ METRICS: tuple[str, ...] = ("ip", "cosine", "l2")
 
 def _as_matrix(x: torch.Tensor, name: str) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor [n, d], got {type(x).__name__}")
+        raise VitscopeTypeError(f"{name} must be a torch.Tensor [n, d], got {type(x).__name__}")
     if x.dim() != 2:
-        raise ValueError(f"{name} must be [n, d], got shape {tuple(x.shape)}")
+        raise VitscopeValueError(f"{name} must be [n, d], got shape {tuple(x.shape)}")
     return x.detach()
 
 
@@ -71,24 +72,25 @@ def knn_search(
     """
     q, b = _as_matrix(queries, "queries"), _as_matrix(bank, "bank")
     if metric not in METRICS:
-        raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
+        raise VitscopeValueError(f"metric must be one of {METRICS}, got {metric!r}")
     if q.shape[1] != b.shape[1]:
-        raise ValueError(f"feature sizes differ: queries d={q.shape[1]}, bank d={b.shape[1]}")
+        raise VitscopeValueError(f"feature sizes differ: queries d={q.shape[1]}, bank d={b.shape[1]}")
     if exclude_self and q.shape[0] != b.shape[0]:
-        raise ValueError(f"exclude_self needs the queries to be the bank ({q.shape[0]} queries, {b.shape[0]} rows)")
+        raise VitscopeValueError(f"exclude_self needs the queries to be the bank ({q.shape[0]} queries, {b.shape[0]} "
+                                 "rows)")
     dev = torch.device(device) if device is not None else q.device
     if exclude_self:
         exclude = torch.arange(q.shape[0])
     if exclude is not None:
         exclude = torch.as_tensor(exclude, dtype=torch.int64).reshape(-1).to(dev)
         if exclude.numel() != q.shape[0]:
-            raise ValueError(f"exclude has {exclude.numel()} entries for {q.shape[0]} queries")
+            raise VitscopeValueError(f"exclude has {exclude.numel()} entries for {q.shape[0]} queries")
     available = b.shape[0] - int(exclude is not None)
     if int(k) != k or k < 1 or k > available:
-        raise ValueError(f"k must be an integer in [1, {available}] for a bank of {b.shape[0]} rows, got {k!r}")
+        raise VitscopeValueError(f"k must be an integer in [1, {available}] for a bank of {b.shape[0]} rows, got {k!r}")
     for name, value in (("query_tile", query_tile), ("bank_tile", bank_tile)):
         if int(value) != value or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            raise VitscopeValueError(f"{name} must be a positive integer, got {value!r}")
     dtype = torch.float64 if q.dtype == b.dtype == torch.float64 else torch.float32
     k = int(k)
     out_scores, out_index = [], []

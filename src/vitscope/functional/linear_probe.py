@@ -17,17 +17,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vitscope.errors import VitscopeValueError
+
 __all__ = ["linear_probe_accuracy", "train_linear_probe"]
 
 
 def _xy(x: torch.Tensor, y: torch.Tensor, name: str) -> tuple[torch.Tensor, torch.Tensor]:
     if not isinstance(x, torch.Tensor) or x.dim() != 2:
-        raise ValueError(f"{name} features must be a torch.Tensor [n, d], got {getattr(x, 'shape', type(x))}")
+        raise VitscopeValueError(f"{name} features must be a torch.Tensor [n, d], got {getattr(x, 'shape', type(x))}")
     y = torch.as_tensor(y).reshape(-1)
     if y.dtype.is_floating_point or y.dtype == torch.bool:
-        raise ValueError(f"{name} labels must be integers, got dtype {y.dtype}")
+        raise VitscopeValueError(f"{name} labels must be integers, got dtype {y.dtype}")
     if y.numel() != x.shape[0]:
-        raise ValueError(f"{name}: {y.numel()} labels for {x.shape[0]} feature rows")
+        raise VitscopeValueError(f"{name}: {y.numel()} labels for {x.shape[0]} feature rows")
     x = x.detach().float().cpu()
     return (x.clone() if x.is_inference() else x), y.long().cpu()  # inference tensors cannot enter autograd
 
@@ -80,14 +82,14 @@ def train_linear_probe(
     """
     x, y = _xy(x, y, "training")
     if x.shape[0] == 0:
-        raise ValueError("a linear probe needs at least one training example")
+        raise VitscopeValueError("a linear probe needs at least one training example")
     if int(y.min()) < 0:
-        raise ValueError("labels must be >= 0")
+        raise VitscopeValueError("labels must be >= 0")
     num_classes = int(y.max()) + 1 if num_classes is None else int(num_classes)
     if int(y.max()) >= num_classes:
-        raise ValueError(f"labels go up to {int(y.max())}, beyond num_classes={num_classes}")
+        raise VitscopeValueError(f"labels go up to {int(y.max())}, beyond num_classes={num_classes}")
     if epochs < 1 or batch_size < 1:
-        raise ValueError(f"epochs and batch_size must be >= 1, got {epochs} and {batch_size}")
+        raise VitscopeValueError(f"epochs and batch_size must be >= 1, got {epochs} and {batch_size}")
     gen = torch.Generator().manual_seed(int(seed))
     linear = nn.Linear(x.shape[1], num_classes)
     with torch.no_grad():  # seeded init (nn.Linear's own init draws from the global generator)

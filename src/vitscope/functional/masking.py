@@ -15,6 +15,8 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from vitscope.errors import VitscopeValueError
+
 __all__ = [
     "FILLS",
     "boxes_pixel_mask",
@@ -33,7 +35,7 @@ ORDERS: tuple[str, ...] = ("top", "bottom")
 
 def _count(ratio: float, k: int) -> int:
     if not 0.0 <= ratio <= 1.0:
-        raise ValueError(f"mask ratio must be in [0, 1], got {ratio}")
+        raise VitscopeValueError(f"mask ratio must be in [0, 1], got {ratio}")
     return int(ratio * k + 0.5)  # floor(ratio * K + 0.5), as docs/methods.md, SIFT patch interrelation
 
 
@@ -51,9 +53,9 @@ def score_patch_mask(scores: torch.Tensor, ratio: float, order: str = "top") -> 
         ``[B, h, w]`` bool, True = masked.
     """
     if order not in ORDERS:
-        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+        raise VitscopeValueError(f"order must be one of {ORDERS}, got {order!r}")
     if scores.dim() != 3:
-        raise ValueError(f"scores must be [B, h, w], got {tuple(scores.shape)}")
+        raise VitscopeValueError(f"scores must be [B, h, w], got {tuple(scores.shape)}")
     b, h, w = scores.shape
     m = _count(ratio, h * w)
     ranked = torch.sort(scores.reshape(b, -1), dim=-1, descending=order == "top", stable=True).indices
@@ -75,7 +77,7 @@ def random_patch_mask(batch: int, grid: Sequence[int], ratio: float, generator: 
 def patch_to_pixel_mask(mask: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
     """Patch mask ``[B, h, w]`` -> pixel mask ``[B, H, W]`` (each patch covers its block of pixels, nearest)."""
     if mask.dim() != 3:
-        raise ValueError(f"mask must be [B, h, w], got {tuple(mask.shape)}")
+        raise VitscopeValueError(f"mask must be [B, h, w], got {tuple(mask.shape)}")
     out = F.interpolate(mask[:, None].float(), size=tuple(int(s) for s in size), mode="nearest")
     return out[:, 0] > 0.5
 
@@ -85,7 +87,8 @@ def pixel_to_patch_mask(mask: torch.Tensor, grid: Sequence[int], threshold: floa
     its pixels are (patches are the ``H/h x W/w`` blocks; H and W must be multiples of h and w)."""
     h, w = (int(v) for v in grid)
     if mask.dim() != 3 or mask.shape[1] % h or mask.shape[2] % w:
-        raise ValueError(f"mask must be [B, H, W] with H, W multiples of the grid {h}x{w}, got {tuple(mask.shape)}")
+        raise VitscopeValueError(f"mask must be [B, H, W] with H, W multiples of the grid {h}x{w}, got "
+                                 f"{tuple(mask.shape)}")
     frac = F.adaptive_avg_pool2d(mask[:, None].float(), (h, w))[:, 0]
     return frac >= threshold - 1e-9
 
@@ -146,9 +149,10 @@ def fill_pixels(
         A new ``[B, 3, H, W]`` tensor; with an all-False mask it equals ``pixels`` exactly.
     """
     if fill not in FILLS:
-        raise ValueError(f"fill must be one of {FILLS}, got {fill!r}")
+        raise VitscopeValueError(f"fill must be one of {FILLS}, got {fill!r}")
     if mask.shape != (pixels.shape[0], *pixels.shape[-2:]):
-        raise ValueError(f"mask must be [B, H, W] = {[pixels.shape[0], *pixels.shape[-2:]]}, got {list(mask.shape)}")
+        raise VitscopeValueError(f"mask must be [B, H, W] = {[pixels.shape[0], *pixels.shape[-2:]]}, got "
+                                 f"{list(mask.shape)}")
     if fill == "zero":
         m = torch.tensor(mean, dtype=pixels.dtype, device=pixels.device).view(1, -1, 1, 1)
         s = torch.tensor(std, dtype=pixels.dtype, device=pixels.device).view(1, -1, 1, 1)

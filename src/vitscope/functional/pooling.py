@@ -9,6 +9,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from vitscope.errors import VitscopeTypeError, VitscopeValueError
+
 __all__ = ["mask_pool", "mask_weights", "random_features"]
 
 
@@ -28,7 +30,7 @@ def mask_weights(masks: torch.Tensor | np.ndarray, grid: tuple[int, int]) -> tor
     """
     m = torch.as_tensor(np.asarray(masks)) if not isinstance(masks, torch.Tensor) else masks.detach().cpu()
     if m.dim() != 3:
-        raise ValueError(f"masks must be [M, H, W], got shape {tuple(m.shape)}")
+        raise VitscopeValueError(f"masks must be [M, H, W], got shape {tuple(m.shape)}")
     h, w = (int(v) for v in grid)
     if m.shape[0] == 0:
         return torch.zeros((0, h * w), dtype=torch.float64)
@@ -48,7 +50,7 @@ def mask_pool(tokens: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         ``[M, D]`` (or ``[B, M, D]``) region features in float64.
     """
     if tokens.dim() not in (2, 3) or weights.dim() != tokens.dim() or weights.shape[-1] != tokens.shape[-2]:
-        raise ValueError(
+        raise VitscopeValueError(
             f"tokens [K, D] need weights [M, K] (or batched [B, K, D] / [B, M, K]); got {tuple(tokens.shape)} "
             f"and {tuple(weights.shape)}"
         )
@@ -69,10 +71,10 @@ def random_features(
         float32 tensor of ``shape`` on the generator's device.
     """
     if not isinstance(generator, torch.Generator):
-        raise TypeError("generator must be a torch.Generator (seeded with generator.manual_seed(seed))")
+        raise VitscopeTypeError("generator must be a torch.Generator (seeded with generator.manual_seed(seed))")
     shape = tuple(int(s) for s in shape)
     if kind == "uniform":
         return torch.rand(shape, generator=generator, device=generator.device)
     if kind == "gaussian":
         return torch.randn(shape, generator=generator, device=generator.device)
-    raise ValueError(f"kind must be 'uniform' or 'gaussian', got {kind!r}")
+    raise VitscopeValueError(f"kind must be 'uniform' or 'gaussian', got {kind!r}")

@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from vitscope.errors import VitscopeValueError
+
 __all__ = ["first_frame_labels", "labels_to_mask", "neighborhood_mask", "propagate_labels"]
 
 
@@ -59,13 +61,13 @@ def propagate_labels(
         ``[M, K]`` soft labels of the target tokens (float32).
     """
     if target.dim() != 2 or context.dim() != 3 or context.shape[1:] != target.shape:
-        raise ValueError(f"target [K, D] and context [C, K, D] must match, got {tuple(target.shape)} and "
-                         f"{tuple(context.shape)}")
+        raise VitscopeValueError(f"target [K, D] and context [C, K, D] must match, got {tuple(target.shape)} and "
+                                 f"{tuple(context.shape)}")
     c, k, _ = context.shape
     if context_labels.dim() != 3 or context_labels.shape[0] != c or context_labels.shape[2] != k:
-        raise ValueError(f"context_labels must be [C={c}, M, K={k}], got {tuple(context_labels.shape)}")
+        raise VitscopeValueError(f"context_labels must be [C={c}, M, K={k}], got {tuple(context_labels.shape)}")
     if grid[0] * grid[1] != k:
-        raise ValueError(f"grid {grid} does not hold {k} tokens")
+        raise VitscopeValueError(f"grid {grid} does not hold {k} tokens")
     tgt = F.normalize(target.float(), dim=1)
     src = F.normalize(context.float(), dim=2).reshape(c * k, -1)  # [C*K, D], context frame-major
     labels = context_labels.float().permute(1, 0, 2).reshape(context_labels.shape[1], c * k)  # [M, C*K]
@@ -97,7 +99,7 @@ def first_frame_labels(mask: np.ndarray, grid: tuple[int, int]) -> torch.Tensor:
     """
     arr = np.asarray(mask)
     if arr.ndim != 2:
-        raise ValueError(f"mask must be [H, W], got shape {arr.shape}")
+        raise VitscopeValueError(f"mask must be [H, W], got shape {arr.shape}")
     small = np.asarray(Image.fromarray(arr.astype(np.uint8)).resize((grid[1], grid[0]), Image.Resampling.NEAREST))
     num = int(arr.max()) + 1
     return F.one_hot(torch.from_numpy(small.astype(np.int64)), num).permute(2, 0, 1).float()

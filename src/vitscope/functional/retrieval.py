@@ -17,6 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from vitscope.errors import VitscopeValueError
 from vitscope.functional.knn_search import knn_search
 
 __all__ = [
@@ -52,9 +53,9 @@ def average_precision_revisited(
         else ranks_of_positives
     ).reshape(-1)
     if num_positives < 1:
-        raise ValueError(f"num_positives must be >= 1, got {num_positives}")
+        raise VitscopeValueError(f"num_positives must be >= 1, got {num_positives}")
     if ranks.size > num_positives:
-        raise ValueError(f"{ranks.size} positive ranks given for num_positives={num_positives}")
+        raise VitscopeValueError(f"{ranks.size} positive ranks given for num_positives={num_positives}")
     recall_step = 1.0 / num_positives
     ap = 0.0
     for j, rank in enumerate(ranks.tolist()):
@@ -84,7 +85,8 @@ def _protocol_sets(entry: object, protocol: str | None) -> tuple[np.ndarray, np.
     """(positives, junk) of one query under the revisited protocol."""
     if protocol is None:
         if not _has(entry, "ok"):
-            raise ValueError("protocol=None needs ground truth already resolved as {'ok': [...], 'junk': [...]}")
+            raise VitscopeValueError("protocol=None needs ground truth already resolved as "
+                                     "{'ok': [...], 'junk': [...]}")
         return _field(entry, "ok"), _field(entry, "junk")
     easy, hard, junk = _field(entry, "easy"), _field(entry, "hard"), _field(entry, "junk")
     if protocol == "easy":
@@ -117,13 +119,13 @@ def revisited_aps(
     if protocol is not None:
         protocol = protocol.lower()
         if protocol not in PROTOCOLS:
-            raise ValueError(f"protocol must be one of {PROTOCOLS} or None, got {protocol!r}")
+            raise VitscopeValueError(f"protocol must be one of {PROTOCOLS} or None, got {protocol!r}")
     sim = similarity.detach().cpu() if isinstance(similarity, torch.Tensor) else torch.as_tensor(np.asarray(similarity))
     if sim.dim() != 2:
-        raise ValueError(f"similarity must be [Q, D], got shape {tuple(sim.shape)}")
+        raise VitscopeValueError(f"similarity must be [Q, D], got shape {tuple(sim.shape)}")
     num_q, num_db = sim.shape
     if len(gnd) != num_q:
-        raise ValueError(f"gnd has {len(gnd)} entries for {num_q} queries (rows of similarity)")
+        raise VitscopeValueError(f"gnd has {len(gnd)} entries for {num_q} queries (rows of similarity)")
     order = torch.argsort(-sim.to(torch.float64), dim=1, stable=True).numpy()  # [Q, D] database ids by rank
     aps = np.full(num_q, np.nan)
     for q in range(num_q):
@@ -131,7 +133,7 @@ def revisited_aps(
         if positives.size == 0:
             continue
         if positives.min() < 0 or positives.max() >= num_db:
-            raise ValueError(f"query {q}: positive indices outside the database [0, {num_db})")
+            raise VitscopeValueError(f"query {q}: positive indices outside the database [0, {num_db})")
         pos_ranks = np.flatnonzero(np.isin(order[q], positives))
         junk_ranks = np.flatnonzero(np.isin(order[q], junk))
         pos_ranks = pos_ranks - np.searchsorted(junk_ranks, pos_ranks, side="left")
@@ -184,19 +186,19 @@ def recall_at_k_map_at_r(
     """
     if not isinstance(embeddings, torch.Tensor) or embeddings.dim() != 2:
         shape = tuple(embeddings.shape) if isinstance(embeddings, torch.Tensor) else type(embeddings).__name__
-        raise ValueError(f"embeddings must be a torch.Tensor [n, d], got {shape}")
+        raise VitscopeValueError(f"embeddings must be a torch.Tensor [n, d], got {shape}")
     lab = labels.detach().cpu() if isinstance(labels, torch.Tensor) else torch.as_tensor(np.asarray(labels))
     lab = lab.reshape(-1)
     if lab.dtype.is_floating_point or lab.dtype == torch.bool or lab.is_complex():
-        raise ValueError(f"labels must be integers, got dtype {lab.dtype}")
+        raise VitscopeValueError(f"labels must be integers, got dtype {lab.dtype}")
     n = embeddings.shape[0]
     if lab.numel() != n:
-        raise ValueError(f"labels has {lab.numel()} entries for {n} embeddings")
+        raise VitscopeValueError(f"labels has {lab.numel()} entries for {n} embeddings")
     ks = [int(k) for k in ks]
     if any(k < 1 for k in ks):
-        raise ValueError(f"every k must be >= 1, got {ks}")
+        raise VitscopeValueError(f"every k must be >= 1, got {ks}")
     if int(chunk_size) != chunk_size or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+        raise VitscopeValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
 
     names = [f"R@{k}" for k in ks] + ["mAP@R"]
     emb = embeddings.detach()

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import torch
 
+from vitscope.errors import VitscopeValueError
 from vitscope.functional.attention import spatial_attention
 
 __all__ = ["HEAD_FUSIONS", "discard_smallest", "fuse_heads", "rollout", "rollout_step"]
@@ -32,7 +33,7 @@ def fuse_heads(pattern: torch.Tensor, head_fusion: str = "mean") -> torch.Tensor
         return pattern.amax(dim=1)
     if head_fusion == "min":
         return pattern.amin(dim=1)
-    raise ValueError(f"head_fusion must be one of {HEAD_FUSIONS}, got {head_fusion!r}")
+    raise VitscopeValueError(f"head_fusion must be one of {HEAD_FUSIONS}, got {head_fusion!r}")
 
 
 def discard_smallest(fused: torch.Tensor, discard_ratio: float) -> torch.Tensor:
@@ -50,7 +51,7 @@ def discard_smallest(fused: torch.Tensor, discard_ratio: float) -> torch.Tensor:
         ``[B, N, N]`` copy with the discarded entries set to 0.
     """
     if not 0.0 <= float(discard_ratio) < 1.0:
-        raise ValueError(f"discard_ratio must be in [0, 1), got {discard_ratio}")
+        raise VitscopeValueError(f"discard_ratio must be in [0, 1), got {discard_ratio}")
     b, n, _ = fused.shape
     count = min(int(float(discard_ratio) * n * n), n * n - n)
     if count == 0:
@@ -93,17 +94,18 @@ def rollout(
     """
     blocks = list(patterns.unbind(0)) if isinstance(patterns, torch.Tensor) else list(patterns)
     if not blocks:
-        raise ValueError("rollout needs at least one block's attention pattern")
+        raise VitscopeValueError("rollout needs at least one block's attention pattern")
     shape = blocks[0].shape
     for i, p in enumerate(blocks):
         if not isinstance(p, torch.Tensor) or p.dim() != 4 or p.shape[-1] != p.shape[-2]:
-            raise ValueError(f"block {i}: expected an attention pattern [B, H, N, N], got {getattr(p, 'shape', p)}")
+            raise VitscopeValueError(f"block {i}: expected an attention pattern [B, H, N, N], got "
+                                     f"{getattr(p, 'shape', p)}")
         if p.shape != shape:
-            raise ValueError(f"block {i} has shape {tuple(p.shape)} but block 0 has {tuple(shape)}")
+            raise VitscopeValueError(f"block {i} has shape {tuple(p.shape)} but block 0 has {tuple(shape)}")
     if head_fusion not in HEAD_FUSIONS:
-        raise ValueError(f"head_fusion must be one of {HEAD_FUSIONS}, got {head_fusion!r}")
+        raise VitscopeValueError(f"head_fusion must be one of {HEAD_FUSIONS}, got {head_fusion!r}")
     if not 0.0 <= float(discard_ratio) < 1.0:
-        raise ValueError(f"discard_ratio must be in [0, 1), got {discard_ratio}")
+        raise VitscopeValueError(f"discard_ratio must be in [0, 1), got {discard_ratio}")
     dtype = torch.float64 if blocks[0].dtype == torch.float64 else torch.float32
     result: torch.Tensor | None = None
     for p in blocks:

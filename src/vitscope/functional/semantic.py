@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from vitscope.errors import VitscopeValueError
+
 __all__ = ["class_histograms", "pose_similarity"]
 
 
@@ -27,9 +29,9 @@ def class_histograms(segmentations: torch.Tensor, num_classes: int, normalize: s
         ``[B, C]`` float32; an image without counted pixels gives zeros.
     """
     if normalize not in ("l1", "l2"):
-        raise ValueError(f"normalize must be 'l1' or 'l2', got {normalize!r}")
+        raise VitscopeValueError(f"normalize must be 'l1' or 'l2', got {normalize!r}")
     if segmentations.dim() != 3:
-        raise ValueError(f"segmentations must be [B, H, W], got {tuple(segmentations.shape)}")
+        raise VitscopeValueError(f"segmentations must be [B, H, W], got {tuple(segmentations.shape)}")
     seg = segmentations.long().flatten(1)
     valid = (seg >= 0) & (seg < num_classes)
     hist = torch.zeros(seg.shape[0], num_classes, dtype=torch.float64, device=seg.device)
@@ -50,6 +52,6 @@ def pose_similarity(query: torch.Tensor, retrieved: torch.Tensor) -> torch.Tenso
     """
     if query.dim() != 2 or retrieved.dim() != 3 or retrieved.shape[0] != query.shape[0] \
             or retrieved.shape[2] != query.shape[1]:
-        raise ValueError(f"expected query [Q, C] and retrieved [Q, k, C], got {tuple(query.shape)} and "
-                         f"{tuple(retrieved.shape)}")
+        raise VitscopeValueError(f"expected query [Q, C] and retrieved [Q, k, C], got {tuple(query.shape)} and "
+                                 f"{tuple(retrieved.shape)}")
     return (retrieved * query.unsqueeze(1)).sum(-1)

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from vitscope.errors import VitscopeValueError
+
 __all__ = ["sift_keypoint_counts", "sift_keypoints"]
 
 
@@ -25,7 +27,7 @@ def _cv2():
 def _check_image(image: np.ndarray) -> np.ndarray:
     arr = np.asarray(image)
     if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[2] != 3:
-        raise ValueError(f"image must be an RGB uint8 array [H, W, 3], got {arr.dtype} {arr.shape}")
+        raise VitscopeValueError(f"image must be an RGB uint8 array [H, W, 3], got {arr.dtype} {arr.shape}")
     return np.ascontiguousarray(arr)
 
 
@@ -59,7 +61,7 @@ def sift_keypoint_counts(image: np.ndarray, grid: Sequence[int]) -> torch.Tensor
     """
     h, w = (int(v) for v in grid)
     if h < 1 or w < 1:
-        raise ValueError(f"grid must be two positive sizes, got {tuple(grid)}")
+        raise VitscopeValueError(f"grid must be two positive sizes, got {tuple(grid)}")
     arr = _check_image(image)
     height, width = arr.shape[:2]
     pts = sift_keypoints(arr)

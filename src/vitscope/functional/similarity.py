@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.functional.retrieval import recall_at_k_map_at_r
 
 __all__ = ["cosine_topk", "decomposed_similarity", "display_map", "paired_similarity", "project_tokens",
@@ -33,9 +34,10 @@ def project_tokens(tokens: torch.Tensor, projection: torch.Tensor | nn.Linear | 
                                     else projection.bias.to(tokens))
     if isinstance(projection, torch.Tensor):
         if projection.dim() != 2 or projection.shape[1] != tokens.shape[-1]:
-            raise ValueError(f"projection must be [E, {tokens.shape[-1]}], got {tuple(projection.shape)}")
+            raise VitscopeValueError(f"projection must be [E, {tokens.shape[-1]}], got {tuple(projection.shape)}")
         return tokens @ projection.to(tokens).T
-    raise TypeError(f"projection must be None, a [E, D] tensor or an nn.Linear, got {type(projection).__name__}")
+    raise VitscopeTypeError("projection must be None, a [E, D] tensor or an nn.Linear, got "
+                            f"{type(projection).__name__}")
 
 
 def paired_similarity(
@@ -57,9 +59,10 @@ def paired_similarity(
     """
     for name, t in (("tokens_a", tokens_a), ("tokens_b", tokens_b)):
         if not isinstance(t, torch.Tensor) or t.dim() != 3:
-            raise ValueError(f"{name} must be a [B, K, D] tensor, got {getattr(t, 'shape', type(t).__name__)}")
+            raise VitscopeValueError(f"{name} must be a [B, K, D] tensor, got {getattr(t, 'shape', type(t).__name__)}")
     if tokens_a.shape[0] != tokens_b.shape[0] or tokens_a.shape[2] != tokens_b.shape[2]:
-        raise ValueError(f"tokens_a {tuple(tokens_a.shape)} and tokens_b {tuple(tokens_b.shape)} must share B and D")
+        raise VitscopeValueError(f"tokens_a {tuple(tokens_a.shape)} and tokens_b {tuple(tokens_b.shape)} must share B "
+                                 "and D")
     dtype = torch.float64 if tokens_a.dtype == torch.float64 else torch.float32
     alpha_a = project_tokens(tokens_a.to(dtype), projection)
     alpha_b = project_tokens(tokens_b.to(dtype), projection)
@@ -93,8 +96,8 @@ def decomposed_similarity(
     """
     if parts_a.dim() != 3 or parts_b.dim() != 3 or parts_a.shape[0] != parts_b.shape[0] \
             or parts_a.shape[2] != parts_b.shape[2]:
-        raise ValueError(f"parts must be [B, K, E] with equal B and E, got {tuple(parts_a.shape)} and "
-                         f"{tuple(parts_b.shape)}")
+        raise VitscopeValueError(f"parts must be [B, K, E] with equal B and E, got {tuple(parts_a.shape)} and "
+                                 f"{tuple(parts_b.shape)}")
     dtype = torch.float64 if parts_a.dtype == torch.float64 else torch.float32
     pa, pb = parts_a.to(dtype), parts_b.to(dtype)
     ra = torch.zeros_like(pa[:, 0]) if rest_a is None else rest_a.to(dtype)
@@ -122,7 +125,8 @@ def redistribute(gamma: torch.Tensor, rollout: torch.Tensor, transpose: bool = F
         ``[B, K]``.
     """
     if rollout.dim() != 3 or rollout.shape[0] != gamma.shape[0] or rollout.shape[1:] != (gamma.shape[1],) * 2:
-        raise ValueError(f"rollout must be [B, K, K] for gamma {tuple(gamma.shape)}, got {tuple(rollout.shape)}")
+        raise VitscopeValueError(f"rollout must be [B, K, K] for gamma {tuple(gamma.shape)}, got "
+                                 f"{tuple(rollout.shape)}")
     r = rollout.to(gamma.dtype)
     r = r.transpose(1, 2) if transpose else r
     return (r @ gamma.unsqueeze(-1)).squeeze(-1)
@@ -145,7 +149,7 @@ def cosine_topk(
     """
     limit = gallery.shape[0] - (0 if exclude is None else 1)
     if not 1 <= k <= limit:
-        raise ValueError(f"k must be in [1, {limit}] for a gallery of {gallery.shape[0]}, got {k}")
+        raise VitscopeValueError(f"k must be in [1, {limit}] for a gallery of {gallery.shape[0]}, got {k}")
     sims = torch.nn.functional.normalize(queries.double(), dim=-1) @ \
         torch.nn.functional.normalize(gallery.double(), dim=-1).T  # [Q, G]
     if exclude is not None:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from vitscope.errors import VitscopeValueError
+
 __all__ = ["TilingPlan", "frame_plan", "stitch_tiles", "tiling_plan"]
 
 
@@ -59,11 +61,11 @@ def frame_plan(frame_hw: tuple[int, int], input_hw: tuple[int, int], patch_size:
     th, tw = (int(v) for v in input_hw)
     p = int(patch_size)
     if p < 1 or th % p or tw % p:
-        raise ValueError(f"the model input {input_hw} must be a multiple of the patch size {patch_size}")
+        raise VitscopeValueError(f"the model input {input_hw} must be a multiple of the patch size {patch_size}")
     if h % p or w % p:
-        raise ValueError(f"the frame {h}x{w} must be a multiple of the patch size {p} on both sides")
+        raise VitscopeValueError(f"the frame {h}x{w} must be a multiple of the patch size {p} on both sides")
     if h < th or w < tw:
-        raise ValueError(f"the frame {h}x{w} is smaller than one tile {th}x{tw}; raise scale")
+        raise VitscopeValueError(f"the frame {h}x{w} is smaller than one tile {th}x{tw}; raise scale")
     origins = tuple((top, left) for top in _starts(h, th) for left in _starts(w, tw))
     return TilingPlan(resized=(h, w), tile=(th, tw), patch=p, grid=(h // p, w // p), origins=origins)
 
@@ -86,11 +88,11 @@ def tiling_plan(
     th, tw = (int(v) for v in input_hw)
     p = int(patch_size)
     if h < 1 or w < 1:
-        raise ValueError(f"image size must be positive, got {image_hw}")
+        raise VitscopeValueError(f"image size must be positive, got {image_hw}")
     if p < 1 or th % p or tw % p:
-        raise ValueError(f"the model input {input_hw} must be a multiple of the patch size {patch_size}")
+        raise VitscopeValueError(f"the model input {input_hw} must be a multiple of the patch size {patch_size}")
     if not scale >= 1:
-        raise ValueError(f"scale must be >= 1 so that every tile fits, got {scale!r}")
+        raise VitscopeValueError(f"scale must be >= 1 so that every tile fits, got {scale!r}")
     short = int(scale * min(th, tw)) // p * p
     if h <= w:
         new_h, new_w = short, math.floor(w * short / h / p) * p
@@ -116,9 +118,9 @@ def stitch_tiles(tiles: torch.Tensor, plan: TilingPlan, stride: int | None = Non
     th, tw = plan.tile[0] // s, plan.tile[1] // s
     if (s < 1 or plan.tile[0] % s or plan.tile[1] % s
             or any(top % s or left % s for top, left in plan.origins)):
-        raise ValueError(f"stride {stride} does not divide the tile {plan.tile} and every tile origin")
+        raise VitscopeValueError(f"stride {stride} does not divide the tile {plan.tile} and every tile origin")
     if tiles.dim() not in (4, 5) or tiles.shape[-4] != len(plan.origins) or tuple(tiles.shape[-2:]) != (th, tw):
-        raise ValueError(
+        raise VitscopeValueError(
             f"tiles must be [{len(plan.origins)}, D, {th}, {tw}] (or with a leading batch axis) for this plan, "
             f"got {tuple(tiles.shape)}"
         )

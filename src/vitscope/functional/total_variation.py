@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from vitscope.errors import VitscopeValueError
+
 __all__ = ["total_variation"]
 
 
@@ -22,9 +24,9 @@ def total_variation(images: torch.Tensor, reduction: str = "mean") -> torch.Tens
         A 0-d tensor or ``[B]`` (differentiable).
     """
     if images.dim() != 4 or images.shape[-1] < 2 or images.shape[-2] < 2:
-        raise ValueError(f"total_variation expects [B, C, H, W] with H, W >= 2, got {tuple(images.shape)}")
+        raise VitscopeValueError(f"total_variation expects [B, C, H, W] with H, W >= 2, got {tuple(images.shape)}")
     if reduction not in ("mean", "none"):
-        raise ValueError(f"reduction must be 'mean' or 'none', got {reduction!r}")
+        raise VitscopeValueError(f"reduction must be 'mean' or 'none', got {reduction!r}")
     x = images
     diffs = (
         x[..., :, 1:] - x[..., :, :-1],  # horizontal

@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from vitscope.errors import VitscopeValueError
+
 __all__ = ["boundary_map", "davis_f", "davis_j"]
 
 MaskLike = np.ndarray | torch.Tensor
@@ -22,14 +24,14 @@ def _mask(mask: MaskLike, name: str) -> np.ndarray:
         mask = mask.detach().cpu().numpy()
     arr = np.asarray(mask)
     if arr.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D mask [H, W], got shape {arr.shape}")
+        raise VitscopeValueError(f"{name} must be a 2-D mask [H, W], got shape {arr.shape}")
     return arr != 0
 
 
 def _pair(pred: MaskLike, true: MaskLike) -> tuple[np.ndarray, np.ndarray]:
     p, t = _mask(pred, "pred_mask"), _mask(true, "true_mask")
     if p.shape != t.shape:
-        raise ValueError(f"pred_mask {p.shape} and true_mask {t.shape} must have the same shape")
+        raise VitscopeValueError(f"pred_mask {p.shape} and true_mask {t.shape} must have the same shape")
     return p, t
 
 
@@ -96,7 +98,7 @@ def davis_f(pred_mask: MaskLike, true_mask: MaskLike, bound_th: float = 0.008) -
     """
     p, t = _pair(pred_mask, true_mask)
     if not bound_th > 0:
-        raise ValueError(f"bound_th must be > 0, got {bound_th!r}")
+        raise VitscopeValueError(f"bound_th must be > 0, got {bound_th!r}")
     bound_pix = bound_th if bound_th >= 1 else np.ceil(bound_th * np.linalg.norm(p.shape))
     fg_boundary, gt_boundary = boundary_map(p), boundary_map(t)
     n_fg, n_gt = np.count_nonzero(fg_boundary), np.count_nonzero(gt_boundary)

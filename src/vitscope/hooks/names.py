@@ -27,6 +27,8 @@ from __future__ import annotations
 import difflib
 import fnmatch
 
+from vitscope.errors import VitscopeKeyError
+
 BLOCK_SITES: tuple[str, ...] = (
     "resid_pre",
     "norm1",
@@ -44,7 +46,7 @@ BLOCK_SITES: tuple[str, ...] = (
 ATTENTION_SITES: frozenset[str] = frozenset({"attn.q", "attn.k", "attn.v", "attn.pattern"})
 
 
-class UnknownHookError(KeyError):
+class UnknownHookError(VitscopeKeyError):
     """A requested hook name matches nothing the backbone offers."""
 
     def __str__(self) -> str:  # KeyError quotes its message; show it plainly

@@ -8,6 +8,7 @@ from typing import Protocol
 
 import torch
 
+from vitscope.errors import VitscopeKeyError
 from vitscope.hooks.names import UnknownHookError
 
 
@@ -88,7 +89,7 @@ class Record(Mapping[str, torch.Tensor]):
         if name not in self._wanted:
             raise UnknownHookError(f"'{name}' was not requested in this recording; requested: {', '.join(self.names)}")
         if name not in self._data:
-            raise KeyError(f"'{name}' has not been recorded yet: run a forward pass inside the context")
+            raise VitscopeKeyError(f"'{name}' has not been recorded yet: run a forward pass inside the context")
         return self._data[name]
 
     def __iter__(self) -> Iterator[str]:

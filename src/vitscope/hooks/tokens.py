@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from vitscope.errors import VitscopeValueError
+
 
 def tokens_to_grid(tokens: torch.Tensor, grid: tuple[int, int], num_prefix: int) -> torch.Tensor:
     """Reshape the spatial tokens of a sequence into a feature map.
@@ -19,7 +21,7 @@ def tokens_to_grid(tokens: torch.Tensor, grid: tuple[int, int], num_prefix: int)
     h, w = grid
     b, n, d = tokens.shape
     if n - num_prefix != h * w:
-        raise ValueError(f"{n} tokens minus {num_prefix} prefix tokens do not fill a {h}x{w} grid")
+        raise VitscopeValueError(f"{n} tokens minus {num_prefix} prefix tokens do not fill a {h}x{w} grid")
     return tokens[:, num_prefix:].reshape(b, h, w, d).permute(0, 3, 1, 2)
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.functional.masking import fill_pixels, patch_to_pixel_mask
 from vitscope.models.backbone import Backbone
 
@@ -21,7 +22,7 @@ def logits_of(output: Any) -> torch.Tensor:
     logits = getattr(output, "logits", None)
     if isinstance(logits, torch.Tensor):
         return logits
-    raise TypeError(f"cannot find logits in a model output of type {type(output).__name__}")
+    raise VitscopeTypeError(f"cannot find logits in a model output of type {type(output).__name__}")
 
 
 def _head(backbone: Backbone, tokens: torch.Tensor) -> torch.Tensor:
@@ -44,12 +45,13 @@ def drop_tokens_logits(backbone: Backbone, pixels: torch.Tensor, patch_mask: tor
     """
     spec = backbone.spec
     if not spec.is_transformer:
-        raise ValueError(f"token dropping needs a transformer, but {spec.name} is a CNN; use mode='pixel'")
+        raise VitscopeValueError(f"token dropping needs a transformer, but {spec.name} is a CNN; use mode='pixel'")
     tokens = backbone.embed(pixels)
     p = spec.num_prefix_tokens
     keep = ~patch_mask.reshape(len(pixels), -1).to(tokens.device)
     if keep.shape[1] != tokens.shape[1] - p:
-        raise ValueError(f"the mask has {keep.shape[1]} patches but the model sees {tokens.shape[1] - p} tokens")
+        raise VitscopeValueError(f"the mask has {keep.shape[1]} patches but the model sees {tokens.shape[1] - p} "
+                                 "tokens")
     out: torch.Tensor | None = None
     sizes = keep.sum(dim=1)
     for size in sizes.unique().tolist():
@@ -83,12 +85,12 @@ def masked_logits(
         ``[B, classes]`` logits; an all-False mask gives exactly the unmasked logits.
     """
     if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        raise VitscopeValueError(f"mode must be one of {MODES}, got {mode!r}")
     if (patch_mask is None) == (pixel_mask is None):
-        raise ValueError("pass exactly one of patch_mask and pixel_mask")
+        raise VitscopeValueError("pass exactly one of patch_mask and pixel_mask")
     if mode == "drop":
         if patch_mask is None:
-            raise ValueError("token dropping needs a patch mask on the token grid, not a pixel mask")
+            raise VitscopeValueError("token dropping needs a patch mask on the token grid, not a pixel mask")
         return drop_tokens_logits(backbone, pixels, patch_mask)
     if pixel_mask is None:
         pixel_mask = patch_to_pixel_mask(patch_mask.to(pixels.device), pixels.shape[-2:])

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from vitscope.errors import VitscopeValueError
 from vitscope.functional.masking import boxes_pixel_mask, masks_bounding_boxes
 from vitscope.models.preprocess import resize_crop
 from vitscope.models.spec import ModelSpec
@@ -42,7 +43,7 @@ def foreground_pixel_mask(masks: np.ndarray | Sequence[np.ndarray], spec: ModelS
             ``"mask"`` (union of the segmentation masks).
     """
     if region not in REGIONS:
-        raise ValueError(f"region must be one of {REGIONS}, got {region!r}")
+        raise VitscopeValueError(f"region must be one of {REGIONS}, got {region!r}")
     model_masks = instance_masks_to_model(masks, spec)
     if region == "mask":
         return model_masks.any(dim=0) if len(model_masks) else torch.zeros(spec.image_size, dtype=torch.bool)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from safetensors.torch import load_file, save_file
 
+from vitscope.errors import VitscopeTypeError
 from vitscope.models.backbone import Backbone
 
 FORMAT_VERSION = 1
@@ -18,7 +19,7 @@ def save_checkpoint(backbone: Backbone, directory: str | Path, **metadata: objec
 
     model = backbone.model
     if not isinstance(model, (TinyViT, TinyResNet)):
-        raise TypeError("vitscope checkpoints hold built-in tiny models; save HF models with save_pretrained")
+        raise VitscopeTypeError("vitscope checkpoints hold built-in tiny models; save HF models with save_pretrained")
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     arch = "tiny-vit" if isinstance(model, TinyViT) else "tiny-resnet"

@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from vitscope.errors import VitscopeValueError
+
 if TYPE_CHECKING:  # annotations only
     import torch
     from torch import nn
@@ -93,7 +95,7 @@ _FAMILIES: dict[str, HFFamily] = {}
 def register_family(family: HFFamily) -> HFFamily:
     """Make ``family`` known to the Hugging Face adapters (called by its file in ``models/families``)."""
     if family.kind not in ("transformer", "cnn"):
-        raise ValueError(f"family {family.name!r}: kind must be 'transformer' or 'cnn', got {family.kind!r}")
+        raise VitscopeValueError(f"family {family.name!r}: kind must be 'transformer' or 'cnn', got {family.kind!r}")
     _FAMILIES[family.name] = family
     return family
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from vitscope.errors import VitscopeTypeError
 from vitscope.models.block_hooks import BlockModules
 
 _NORM1 = ("layernorm_before", "norm1", "layer_norm1")
@@ -22,8 +23,8 @@ def _pick(module: nn.Module, names: tuple[str, ...], what: str) -> nn.Module:
         sub = getattr(module, n, None)
         if isinstance(sub, nn.Module):
             return sub
-    raise TypeError(f"{type(module).__name__} has no {what} (looked for {', '.join(names)}); "
-                    "this layout is not supported, use vitscope.wrap(module, layout=...)")
+    raise VitscopeTypeError(f"{type(module).__name__} has no {what} (looked for {', '.join(names)}); "
+                            "this layout is not supported, use vitscope.wrap(module, layout=...)")
 
 
 def find_base(model: nn.Module) -> nn.Module:
@@ -33,7 +34,7 @@ def find_base(model: nn.Module) -> nn.Module:
     for child in model.children():
         if hasattr(child, "embeddings"):
             return child
-    raise TypeError(f"{type(model).__name__} has no 'embeddings' module: not a Hugging Face ViT-style model")
+    raise VitscopeTypeError(f"{type(model).__name__} has no 'embeddings' module: not a Hugging Face ViT-style model")
 
 
 def find_layers(base: nn.Module) -> nn.ModuleList:
@@ -44,7 +45,7 @@ def find_layers(base: nn.Module) -> nn.ModuleList:
             obj = getattr(obj, part, None)
         if isinstance(obj, nn.ModuleList):
             return obj
-    raise TypeError(f"cannot find the transformer blocks of {type(base).__name__}")
+    raise VitscopeTypeError(f"cannot find the transformer blocks of {type(base).__name__}")
 
 
 def block_modules(layer: nn.Module) -> BlockModules:

@@ -8,6 +8,7 @@ from typing import Any
 
 from torch import nn
 
+from vitscope.errors import VitscopeTypeError
 from vitscope.models.backbone import Backbone
 from vitscope.models.cnn import CNNBackbone, cnn_spec, hf_cnn_layout
 from vitscope.models.errors import ModelLoadError
@@ -70,7 +71,7 @@ def wrap_hf(model: nn.Module, name: str, preprocessor: dict[str, Any] | None = N
     """Adapt an instantiated transformers model (vision transformer or ResNet/BiT/ConvNeXt)."""
     config = getattr(model, "config", None)
     if config is None:
-        raise TypeError(f"{type(model).__name__} has no transformers config")
+        raise VitscopeTypeError(f"{type(model).__name__} has no transformers config")
     vision = getattr(config, "vision_config", config)
     family = family_of(vision)
     model.eval()

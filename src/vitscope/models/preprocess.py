@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
 _RESAMPLE = {
@@ -24,7 +25,7 @@ def resample_filter(name: str) -> Image.Resampling:
     try:
         return _RESAMPLE[name]
     except KeyError:
-        raise ValueError(f"unknown interpolation '{name}'; use one of {', '.join(_RESAMPLE)}") from None
+        raise VitscopeValueError(f"unknown interpolation '{name}'; use one of {', '.join(_RESAMPLE)}") from None
 
 
 def resize_crop_geometry(image_hw: tuple[int, int], spec: ModelSpec) -> tuple[tuple[int, int], int, int]:
@@ -57,7 +58,7 @@ def to_pil(image: Any) -> Image.Image:
         return image if image.mode == "RGB" else image.convert("RGB")
     arr = np.asarray(image)
     if arr.dtype != np.uint8:
-        raise TypeError(f"arrays must be uint8 HxWx3, got {arr.dtype} {arr.shape}")
+        raise VitscopeTypeError(f"arrays must be uint8 HxWx3, got {arr.dtype} {arr.shape}")
     return Image.fromarray(arr).convert("RGB")
 
 
@@ -66,7 +67,7 @@ def preprocess_images(images: Sequence[Any], spec: ModelSpec) -> torch.Tensor:
     if isinstance(images, (Image.Image, np.ndarray)):
         images = [images]
     if len(images) == 0:
-        raise ValueError("preprocess got no images")
+        raise VitscopeValueError("preprocess got no images")
     arrays = [np.asarray(resize_crop(to_pil(im), spec), dtype=np.float32) / 255.0 for im in images]
     x = torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2).contiguous()
     mean = torch.tensor(spec.mean, dtype=torch.float32).view(1, 3, 1, 1)

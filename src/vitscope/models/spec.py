@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vitscope.errors import VitscopeValueError
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -50,7 +52,7 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         if len(self.prefix_kinds) != self.num_prefix_tokens:
-            raise ValueError("prefix_kinds must have one entry per prefix token")
+            raise VitscopeValueError("prefix_kinds must have one entry per prefix token")
 
     @property
     def is_transformer(self) -> bool:

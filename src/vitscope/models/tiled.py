@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from vitscope.errors import VitscopeValueError
 from vitscope.functional.tiling import TilingPlan, frame_plan, stitch_tiles
 from vitscope.hooks.names import ATTENTION_SITES, expand_names, split_block_name
 from vitscope.hooks.record import CallbackRemovable, Record, Removable
@@ -46,7 +47,7 @@ from vitscope.models.spec import ModelSpec
 __all__ = ["TiledBackbone", "TilingError", "check_tiling", "tiled_spec", "wrap_tiled"]
 
 
-class TilingError(ValueError):
+class TilingError(VitscopeValueError):
     """A tiled backbone was asked for something tiles cannot give (attention, CLS, staged execution)."""
 
 
@@ -108,7 +109,7 @@ class TiledBackbone(Backbone):
             are rows ``b*T .. b*T + T-1``, in the plan's row-major order).
         """
         if pixels.dim() != 4:
-            raise ValueError(f"pixels must be [B, 3, H, W], got {tuple(pixels.shape)}")
+            raise VitscopeValueError(f"pixels must be [B, 3, H, W], got {tuple(pixels.shape)}")
         b = pixels.shape[0]
         plan = frame_plan(tuple(pixels.shape[-2:]), self.inner.spec.image_size, self.spec.patch_size)
         th, tw = plan.tile

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from vitscope.errors import VitscopeTypeError
 from vitscope.hooks.record import Record, Removable
 from vitscope.models.backbone import Backbone
 from vitscope.models.block_hooks import BlockModules, install_block_hooks
@@ -38,8 +39,8 @@ def check_timm_layout(model: nn.Module) -> None:
     if not missing:
         missing = [f"blocks[0].{p}" for p in BLOCK_REQUIRED if _get(model.blocks[0], p) is None]
     if missing:
-        raise TypeError(f"{type(model).__name__} is not laid out like timm's VisionTransformer: "
-                        f"missing {', '.join(missing)}")
+        raise VitscopeTypeError(f"{type(model).__name__} is not laid out like timm's VisionTransformer: "
+                                f"missing {', '.join(missing)}")
 
 
 def _pair(x: Any) -> tuple[int, int]:

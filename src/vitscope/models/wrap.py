@@ -6,6 +6,7 @@ from typing import Any
 
 from torch import nn
 
+from vitscope.errors import VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.models.cnn import CNNBackbone, CNNLayout, cnn_spec, tiny_resnet_layout
 from vitscope.models.timm_layout import TimmLayoutBackbone, check_timm_layout, timm_spec
@@ -49,7 +50,7 @@ def wrap(
         spec = cnn_spec(name, "tiny-resnet", lay.call, lay, size, lay.classifier is not None,
                         **{**_TINY_PREPROCESS, "resize_size": size[0], **spec_overrides})
         return CNNBackbone(module, spec, lay)
-    raise ValueError(f"unknown layout '{layout}'; use 'auto', 'hf', 'timm', 'tiny-resnet' or a CNNLayout")
+    raise VitscopeValueError(f"unknown layout '{layout}'; use 'auto', 'hf', 'timm', 'tiny-resnet' or a CNNLayout")
 
 
 def _detect(module: nn.Module) -> str:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from vitscope.analyses.result import Figure
+from vitscope.errors import VitscopeValueError
 
 __all__ = ["MIN_FIGURES_PER_WORKER", "draw_figures", "figure_workers"]
 
@@ -36,9 +37,9 @@ def figure_workers(count: int, cpus: int | None = None) -> int:
         try:
             wanted = int(setting)
         except ValueError:
-            raise ValueError(f"VITSCOPE_FIGURE_WORKERS must be a whole number, got {setting!r}") from None
+            raise VitscopeValueError(f"VITSCOPE_FIGURE_WORKERS must be a whole number, got {setting!r}") from None
         if wanted < 1:
-            raise ValueError(f"VITSCOPE_FIGURE_WORKERS must be at least 1, got {wanted}")
+            raise VitscopeValueError(f"VITSCOPE_FIGURE_WORKERS must be at least 1, got {wanted}")
     else:
         wanted = _MAX_WORKERS
     if not sys.platform.startswith("linux"):

@@ -16,12 +16,14 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
+from vitscope.errors import VitscopeValueError
+
 __all__ = ["MANIFEST", "OutputError", "Staging", "prepare_output"]
 
 MANIFEST = ".vitscope-manifest.json"
 
 
-class OutputError(ValueError):
+class OutputError(VitscopeValueError):
     """The output folder cannot be used (it is a file, or cannot be created or written)."""
 
 

@@ -11,6 +11,8 @@ import hashlib
 from functools import cache
 from importlib import resources
 
+from vitscope.errors import VitscopeRuntimeError
+
 __all__ = ["ECHARTS_SHA256", "ECHARTS_VERSION", "chart_script", "echarts_script"]
 
 ECHARTS_VERSION = "6.1.0"
@@ -23,12 +25,12 @@ def echarts_script() -> str:
     raw = resources.files("vitscope.report").joinpath("vendor/echarts.min.js").read_bytes()
     digest = hashlib.sha256(raw).hexdigest()
     if digest != ECHARTS_SHA256:
-        raise RuntimeError(f"vitscope/report/vendor/echarts.min.js is not ECharts {ECHARTS_VERSION} as pinned "
-                           f"(sha256 {digest[:12]}..., expected {ECHARTS_SHA256[:12]}...): reinstall vitscope or "
-                           "run 'make vendor-echarts'")
+        raise VitscopeRuntimeError(f"vitscope/report/vendor/echarts.min.js is not ECharts {ECHARTS_VERSION} as pinned "
+                                   f"(sha256 {digest[:12]}..., expected {ECHARTS_SHA256[:12]}...): reinstall vitscope "
+                                   "or run 'make vendor-echarts'")
     text = raw.decode("utf-8")
     if "</script" in text.lower():  # would end the inline script early
-        raise RuntimeError("echarts.min.js contains '</script' and cannot be inlined")
+        raise VitscopeRuntimeError("echarts.min.js contains '</script' and cannot be inlined")
     return text
 
 

@@ -15,6 +15,7 @@ from functools import cache
 import numpy as np
 import torch
 
+from vitscope.errors import VitscopeValueError
 from vitscope.report.model import Explorer, ExplorerGrid
 
 __all__ = ["explorer_from_maps", "jpeg_bytes", "palette_png"]
@@ -92,7 +93,7 @@ def explorer_from_maps(
     """
     mean = np.asarray(torch.as_tensor(mean_map).double().cpu().numpy())
     if mean.ndim != 4:
-        raise ValueError(f"mean_map must be [L, H, h, w], got shape {tuple(mean.shape)}")
+        raise VitscopeValueError(f"mean_map must be [L, H, h, w], got shape {tuple(mean.shape)}")
     grids = [_grid("dataset mean", mean, cmap, None)]
     if image_maps is not None:
         per_image = np.asarray(torch.as_tensor(image_maps).double().cpu().numpy())

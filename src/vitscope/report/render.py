@@ -16,6 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from vitscope.errors import VitscopeValueError
 from vitscope.report.assets import chart_script, echarts_script
 from vitscope.report.model import Report
 
@@ -37,7 +38,7 @@ def data_uri(source: bytes | str | os.PathLike) -> str:
         path = Path(source)
         mime = _MIME.get(path.suffix.lower())
         if mime is None:
-            raise ValueError(f"cannot embed {path.name}: only {', '.join(_MIME)} images are embedded")
+            raise VitscopeValueError(f"cannot embed {path.name}: only {', '.join(_MIME)} images are embedded")
         raw = path.read_bytes()
     if mime == "image/png" and len(raw) > EMBED_BYTES:  # figure files and the explorer's photos alike
         raw, mime = _as_jpeg(raw)

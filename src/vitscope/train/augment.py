@@ -12,6 +12,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from vitscope.errors import VitscopeValueError
+
 __all__ = ["color_jitter", "foreground_points", "gaussian_blur", "grayscale", "random_erasing", "random_resized_crop",
            "rotate_hue", "solarize", "swap_background"]
 
@@ -197,7 +199,7 @@ def foreground_points(foreground: torch.Tensor, gen: torch.Generator) -> torch.T
         :func:`random_resized_crop` then places at random.
     """
     if foreground.dim() != 3:
-        raise ValueError(f"foreground must be [B, H, W], got {tuple(foreground.shape)}")
+        raise VitscopeValueError(f"foreground must be [B, H, W], got {tuple(foreground.shape)}")
     b, h, w = foreground.shape
     weights = foreground.reshape(b, h * w).float().cpu()
     empty = weights.sum(1) == 0
@@ -227,7 +229,7 @@ def swap_background(x: torch.Tensor, foreground: torch.Tensor, gen: torch.Genera
     """
     b = x.shape[0]
     if foreground.shape != (b, *x.shape[2:]):
-        raise ValueError(f"foreground must be [B, H, W] = {(b, *x.shape[2:])}, got {tuple(foreground.shape)}")
+        raise VitscopeValueError(f"foreground must be [B, H, W] = {(b, *x.shape[2:])}, got {tuple(foreground.shape)}")
     if b < 2:
         return x
     shift = int(torch.randint(1, b, (1,), generator=gen))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from vitscope.errors import VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
 __all__ = ["TensorImages", "image_folder_tensors", "normalise", "synthetic_split"]
@@ -39,12 +40,13 @@ class TensorImages:
 
     def __post_init__(self) -> None:
         if self.images.dtype != torch.uint8 or self.images.dim() != 4 or self.images.shape[1] != 3:
-            raise ValueError(f"images must be uint8 [N, 3, H, W], got {self.images.dtype} {tuple(self.images.shape)}")
+            raise VitscopeValueError(f"images must be uint8 [N, 3, H, W], got {self.images.dtype} "
+                                     f"{tuple(self.images.shape)}")
         if len(self.labels) != len(self.images):
-            raise ValueError(f"{len(self.images)} images but {len(self.labels)} labels")
+            raise VitscopeValueError(f"{len(self.images)} images but {len(self.labels)} labels")
         if self.foreground is not None and self.foreground.shape != (len(self.images), *self.images.shape[2:]):
-            raise ValueError(f"foreground must be [N, H, W] = {(len(self.images), *self.images.shape[2:])}, "
-                             f"got {tuple(self.foreground.shape)}")
+            raise VitscopeValueError(f"foreground must be [N, H, W] = {(len(self.images), *self.images.shape[2:])}, "
+                                     f"got {tuple(self.foreground.shape)}")
 
     def __len__(self) -> int:
         return len(self.images)
@@ -62,7 +64,7 @@ class TensorImages:
     def relabel_by_instance(self) -> TensorImages:
         """Labels become the instance ids, renumbered ``0..K-1`` in increasing order (metric learning)."""
         if self.instances is None:
-            raise ValueError("this set has no instance labels")
+            raise VitscopeValueError("this set has no instance labels")
         _, labels = torch.unique(self.instances, return_inverse=True)
         return TensorImages(self.images, labels, self.instances, (), self.foreground)
 
@@ -123,7 +125,7 @@ def image_folder_tensors(root: str | os.PathLike, spec: ModelSpec) -> TensorImag
     if skipped:
         warnings.warn(f"skipped {len(skipped)} unreadable image(s), first: {skipped[0]}", stacklevel=2)
     if not images:
-        raise ValueError(f"no readable images in {root}")
+        raise VitscopeValueError(f"no readable images in {root}")
     x = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).contiguous()
     return TensorImages(x, torch.tensor(labels, dtype=torch.int64), None, tuple(ds.classes))
 

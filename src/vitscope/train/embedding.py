@@ -13,6 +13,7 @@ import os
 import torch
 from torch import nn
 
+from vitscope.errors import VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.train.data import TensorImages, image_folder_tensors
 from vitscope.train.loop import LoopConfig, fit
@@ -36,10 +37,10 @@ class EmbeddingNet(nn.Module):
                  freeze_backbone: bool = True, seed: int = 0) -> None:
         super().__init__()
         if pooling not in ("mean", "cls"):
-            raise ValueError(f"pooling must be 'mean' or 'cls', got '{pooling}'")
+            raise VitscopeValueError(f"pooling must be 'mean' or 'cls', got '{pooling}'")
         spec = backbone.spec
         if pooling == "cls" and "cls" not in spec.prefix_kinds:
-            raise ValueError(f"{spec.name} has no CLS token; use pooling='mean'")
+            raise VitscopeValueError(f"{spec.name} has no CLS token; use pooling='mean'")
         self.backbone_model = backbone.model  # registered, so fine-tuning and state_dict see it
         self._backbone = backbone
         self.pooling, self.freeze = pooling, freeze_backbone

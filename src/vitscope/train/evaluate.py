@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from vitscope.errors import VitscopeValueError
 from vitscope.functional import knn_classify, recall_at_k_map_at_r
 from vitscope.models.backbone import Backbone
 from vitscope.train.data import normalise
@@ -25,7 +26,7 @@ def extract(backbone: Backbone, images: torch.Tensor, features: str = "cls", bat
         batch_size: images per forward pass.
     """
     if features not in FEATURES:
-        raise ValueError(f"unknown features '{features}'; choose one of {', '.join(FEATURES)}")
+        raise VitscopeValueError(f"unknown features '{features}'; choose one of {', '.join(FEATURES)}")
     spec = backbone.spec
     backbone.model.eval()
     out = []

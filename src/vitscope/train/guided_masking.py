@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from vitscope.errors import VitscopeRuntimeError, VitscopeValueError
 from vitscope.functional.guided_mask import curriculum_rho, guided_visible_ids
 from vitscope.functional.sift import sift_keypoint_counts
 from vitscope.models.backbone import Backbone
@@ -50,7 +51,8 @@ class GuidedMaskFn:
     def __call__(self, batch: int, num_patches: int, keep: int, gen: torch.Generator) -> torch.Tensor:
         """``ids_keep [batch, keep]`` (the MaskFn contract of :mod:`vitscope.train.mae`)."""
         if self.counts is None or self.counts.shape[0] != batch or self.counts[0].numel() != num_patches:
-            raise RuntimeError("GuidedMaskFn needs the keypoint counts of the batch first (GuidedMAERecipe sets them)")
+            raise VitscopeRuntimeError("GuidedMaskFn needs the keypoint counts of the batch first (GuidedMAERecipe "
+                                       "sets them)")
         return guided_visible_ids(self.counts, keep, self.rho, gen)
 
 
@@ -70,7 +72,7 @@ class GuidedMAERecipe(MAERecipe):
     def __init__(self, backbone: Backbone, config: MAEConfig = MAEConfig(), steps_per_epoch: int = 1,
                  every_epochs: int = 1, levels: Sequence[float] = DEFAULT_LEVELS) -> None:
         if steps_per_epoch < 1:
-            raise ValueError(f"steps_per_epoch must be at least 1, got {steps_per_epoch}")
+            raise VitscopeValueError(f"steps_per_epoch must be at least 1, got {steps_per_epoch}")
         self.guide = GuidedMaskFn()
         super().__init__(backbone, config, mask_fn=self.guide)
         self.steps_per_epoch, self.every_epochs, self.levels = int(steps_per_epoch), int(every_epochs), tuple(levels)

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from vitscope.errors import VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.train.data import TensorImages
 
@@ -66,9 +67,9 @@ class LoopConfig:
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1:
-            raise ValueError(f"steps and batch_size must be >= 1, got {self.steps} and {self.batch_size}")
+            raise VitscopeValueError(f"steps and batch_size must be >= 1, got {self.steps} and {self.batch_size}")
         if self.autocast not in (None, "bf16"):
-            raise ValueError(f"autocast must be None or 'bf16', got {self.autocast!r}")
+            raise VitscopeValueError(f"autocast must be None or 'bf16', got {self.autocast!r}")
 
 
 @dataclass
@@ -126,7 +127,7 @@ class Recipe(ABC):
     def require_foreground(self, foreground: torch.Tensor | None) -> torch.Tensor:
         """The batch's masks, or a ValueError when this configuration needs them and got none."""
         if foreground is None:
-            raise ValueError(f"{self.name}: this configuration needs the batch's foreground masks")
+            raise VitscopeValueError(f"{self.name}: this configuration needs the batch's foreground masks")
         return foreground
 
     def snapshot_module(self) -> nn.Module:
@@ -151,7 +152,7 @@ def _batches(n: int, batch_size: int, seed: int, start_step: int):
     """Yield ``(step, indices)`` from per-epoch permutations, starting at ``start_step`` (drop last)."""
     per_epoch = n // batch_size
     if per_epoch == 0:
-        raise ValueError(f"the training set ({n} images) is smaller than one batch ({batch_size})")
+        raise VitscopeValueError(f"the training set ({n} images) is smaller than one batch ({batch_size})")
     step = start_step
     while True:
         epoch, pos = divmod(step, per_epoch)
@@ -206,8 +207,8 @@ def fit(recipe: Recipe, data: TensorImages, config: LoopConfig) -> TrainResult:
         ValueError: the recipe needs foreground masks and ``data`` has none.
     """
     if recipe.needs_foreground and data.foreground is None:
-        raise ValueError(f"{recipe.name}: this configuration needs foreground masks (TensorImages.foreground); "
-                         "synthetic_split provides them, image folders do not")
+        raise VitscopeValueError(f"{recipe.name}: this configuration needs foreground masks (TensorImages.foreground); "
+                                 "synthetic_split provides them, image folders do not")
     recipe.total_steps = config.steps
     modules = recipe.modules()
     optimizer = recipe.optimizer()
@@ -220,8 +221,8 @@ def fit(recipe: Recipe, data: TensorImages, config: LoopConfig) -> TrainResult:
     if ckpt is not None and ckpt.exists():
         state = torch.load(ckpt, weights_only=True)
         if state["recipe"] != recipe.name or state["total_steps"] != config.steps:
-            raise ValueError(f"{ckpt} belongs to another run ({state['recipe']}, {state['total_steps']} steps); "
-                             "remove it or choose another checkpoint directory")
+            raise VitscopeValueError(f"{ckpt} belongs to another run ({state['recipe']}, {state['total_steps']} "
+                                     "steps); remove it or choose another checkpoint directory")
         for key, module in modules.items():
             module.load_state_dict(state["modules"][key])
         optimizer.load_state_dict(state["optimizer"])

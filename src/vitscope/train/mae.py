@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vitscope.errors import VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.models.tiny import Block
 from vitscope.train.augment import random_resized_crop, swap_background
@@ -78,9 +79,9 @@ class MAEConfig:
 
     def __post_init__(self) -> None:
         if self.decoder_input not in ("tokens", "cls"):
-            raise ValueError(f"decoder_input must be 'tokens' or 'cls', got '{self.decoder_input}'")
+            raise VitscopeValueError(f"decoder_input must be 'tokens' or 'cls', got '{self.decoder_input}'")
         if self.target_pool < 1:
-            raise ValueError(f"target_pool must be at least 1, got {self.target_pool}")
+            raise VitscopeValueError(f"target_pool must be at least 1, got {self.target_pool}")
 
 
 def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
@@ -92,7 +93,7 @@ def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
 
 def _check_pool(patch: int, pool: int, name: str) -> None:
     if pool < 1 or patch % pool:
-        raise ValueError(f"{name} {pool} does not divide the patch size {patch}")
+        raise VitscopeValueError(f"{name} {pool} does not divide the patch size {patch}")
 
 
 def pooled_patches(images: torch.Tensor, patch: int, pool: int) -> torch.Tensor:
@@ -187,7 +188,7 @@ class MAERecipe(Recipe):
         spec = backbone.spec
         self.patch = spec.patch_size
         if config.decoder_input == "cls" and spec.prefix_kinds[:1] != ("cls",):  # timm layout: CLS first
-            raise ValueError("decoder_input='cls' needs a model with a CLS token")
+            raise VitscopeValueError("decoder_input='cls' needs a model with a CLS token")
         _check_pool(self.patch, config.target_pool, "target_pool")  # at construction, not at the first step
         self.decoder = MAEDecoder(spec.embed_dim, spec.grid, self.patch, config.decoder_dim, config.decoder_depth,
                                   config.decoder_heads, config.seed, out_patch=self.patch // config.target_pool)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from vitscope.errors import VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.train.augment import color_jitter, random_resized_crop
 from vitscope.train.data import normalise
@@ -56,7 +57,7 @@ def make_metric_loss(name: str, num_classes: int, embedding_size: int) -> nn.Mod
         return losses.ProxyAnchorLoss(num_classes=num_classes, embedding_size=embedding_size, margin=0.1, alpha=32)
     if name == "arcface":
         return losses.ArcFaceLoss(num_classes=num_classes, embedding_size=embedding_size, margin=28.6, scale=64)
-    raise ValueError(f"unknown metric loss '{name}'; choose one of {', '.join(METRIC_LOSSES)}")
+    raise VitscopeValueError(f"unknown metric loss '{name}'; choose one of {', '.join(METRIC_LOSSES)}")
 
 
 class MetricRecipe(Recipe):

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vitscope.errors import VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.train.augment import (
     color_jitter,
@@ -100,7 +101,8 @@ class SelfDistillConfig:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.global_size_until <= 1.0:
-            raise ValueError(f"global_size_until is a fraction of the steps (0 to 1), got {self.global_size_until}")
+            raise VitscopeValueError("global_size_until is a fraction of the steps (0 to 1), got "
+                                     f"{self.global_size_until}")
 
 
 def koleo_loss(features: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -117,7 +119,7 @@ def koleo_loss(features: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
         ValueError: fewer than two rows (no neighbour to measure).
     """
     if len(features) < 2:
-        raise ValueError(f"koleo_loss needs at least 2 features, got {len(features)}")
+        raise VitscopeValueError(f"koleo_loss needs at least 2 features, got {len(features)}")
     with torch.autocast(features.device.type, enabled=False):  # bf16 cosines would pick wrong neighbours
         x = F.normalize(features.float(), dim=-1)
         sims = x @ x.T

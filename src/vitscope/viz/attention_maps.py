@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from vitscope.errors import VitscopeValueError
 from vitscope.viz.raster import Canvas, colorize, fit_nearest, tick_positions, tile_scale, upscale
 
 __all__ = ["aligned_maps_figure", "as_numpy", "block_head_maps", "map_mosaic", "rollout_figure", "tick_labels"]
@@ -29,7 +30,7 @@ def tick_labels(count: int, labels: Sequence | None) -> list[str]:
     """``count`` axis labels as text (default ``0..count-1``); a wrong number of labels is an error."""
     labels = list(labels) if labels is not None else list(range(count))
     if len(labels) != count:
-        raise ValueError(f"{len(labels)} block labels for {count} blocks")
+        raise VitscopeValueError(f"{len(labels)} block labels for {count} blocks")
     return [str(v) for v in labels]
 
 
@@ -40,7 +41,7 @@ def map_mosaic(maps: torch.Tensor | np.ndarray, gap: int = 1) -> np.ndarray:
     """
     arr = as_numpy(maps)
     if arr.ndim != 4:
-        raise ValueError(f"expected maps [L, H, a, b], got shape {arr.shape}")
+        raise VitscopeValueError(f"expected maps [L, H, a, b], got shape {arr.shape}")
     rows, cols, a, b = arr.shape
     lo = arr.min(axis=(-2, -1), keepdims=True)
     span = arr.max(axis=(-2, -1), keepdims=True) - lo
@@ -128,7 +129,7 @@ def block_head_maps(
     """
     arr = as_numpy(maps)
     if arr.ndim != 4:
-        raise ValueError(f"expected maps [L, H, a, b], got shape {arr.shape}")
+        raise VitscopeValueError(f"expected maps [L, H, a, b], got shape {arr.shape}")
     labels = tick_labels(arr.shape[0], block_labels)
     pixels = None if image is None else np.asarray(image.cpu() if isinstance(image, torch.Tensor) else image)
     return _grid_figure(arr, title, stem, labels, cmap, image=pixels)
@@ -150,7 +151,7 @@ def aligned_maps_figure(
     """
     arr = as_numpy(aaam)
     if arr.ndim != 4:
-        raise ValueError(f"expected maps [L, H, a, b], got shape {arr.shape}")
+        raise VitscopeValueError(f"expected maps [L, H, a, b], got shape {arr.shape}")
     labels = tick_labels(arr.shape[0], block_labels)
     corner = None if head_types is None else [[_TYPE_SHORT.get(t, t) for t in row] for row in head_types]
     return _grid_figure(arr, title, stem, labels, cmap, corner=corner, centre_mark=True)

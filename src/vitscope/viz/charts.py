@@ -20,6 +20,8 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from vitscope.errors import VitscopeValueError
+
 __all__ = ["Chart", "Curve", "HeatPanel", "LinePanel", "block_head_chart", "block_lines_chart", "curve",
            "depth_lines_chart"]
 
@@ -73,7 +75,7 @@ class LinePanel:
 
     def __post_init__(self) -> None:
         if self.x_kind == "value" and any(c.x is None or len(c.x) != len(c.values) for c in self.curves):
-            raise ValueError("on a numeric x axis every curve needs one x per value")
+            raise VitscopeValueError("on a numeric x axis every curve needs one x per value")
 
 
 @dataclass
@@ -95,9 +97,10 @@ class HeatPanel:
 
     def __post_init__(self) -> None:
         if self.colours not in HEAT_COLOURS:
-            raise ValueError(f"heat map colours {self.colours!r}: use one of {', '.join(HEAT_COLOURS)}")
+            raise VitscopeValueError(f"heat map colours {self.colours!r}: use one of {', '.join(HEAT_COLOURS)}")
         if len(self.values) != len(self.rows) or any(len(r) != len(self.columns) for r in self.values):
-            raise ValueError(f"heat map of {len(self.rows)} x {len(self.columns)} labels got values of another shape")
+            raise VitscopeValueError(f"heat map of {len(self.rows)} x {len(self.columns)} labels got values of "
+                                     "another shape")
 
 
 @dataclass
@@ -123,7 +126,7 @@ class Chart:
 def _ticks(count: int, labels: Sequence | None) -> list[str]:
     labels = list(labels) if labels is not None else list(range(count))
     if len(labels) != count:
-        raise ValueError(f"{len(labels)} labels for {count} rows")
+        raise VitscopeValueError(f"{len(labels)} labels for {count} rows")
     return [str(v) for v in labels]
 
 
@@ -134,7 +137,7 @@ def block_head_chart(matrix: torch.Tensor | np.ndarray, value_label: str, block_
     :func:`vitscope.viz.heatmaps.block_head_heatmap`)."""
     arr = matrix.detach().cpu().double().numpy() if isinstance(matrix, torch.Tensor) else np.asarray(matrix, float)
     if arr.ndim != 2:
-        raise ValueError(f"expected a [L, H] matrix, got shape {tuple(arr.shape)}")
+        raise VitscopeValueError(f"expected a [L, H] matrix, got shape {tuple(arr.shape)}")
     rows = _ticks(arr.shape[0], block_labels)
     columns = _ticks(arr.shape[1], column_labels)
     values = [_values(r) for r in arr]

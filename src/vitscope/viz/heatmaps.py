@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
+from vitscope.errors import VitscopeValueError
 from vitscope.viz.save import save_figure
 
 __all__ = ["block_head_heatmap"]
@@ -24,7 +25,7 @@ _MAX_TICKS = 24
 def _as_matrix(matrix: torch.Tensor | np.ndarray) -> np.ndarray:
     arr = matrix.detach().cpu().double().numpy() if isinstance(matrix, torch.Tensor) else np.asarray(matrix)
     if arr.ndim != 2:
-        raise ValueError(f"block_head_heatmap expects a [L, H] matrix, got shape {tuple(arr.shape)}")
+        raise VitscopeValueError(f"block_head_heatmap expects a [L, H] matrix, got shape {tuple(arr.shape)}")
     return arr.astype(np.float64)
 
 
@@ -63,7 +64,7 @@ def block_head_heatmap(
     num_blocks, num_heads = arr.shape
     labels = list(block_labels) if block_labels is not None else list(range(num_blocks))
     if len(labels) != num_blocks:
-        raise ValueError(f"block_labels has {len(labels)} entries for {num_blocks} blocks")
+        raise VitscopeValueError(f"block_labels has {len(labels)} entries for {num_blocks} blocks")
 
     width = min(14.0, max(5.0, 2.6 + 0.45 * num_heads))
     height = min(14.0, max(3.2, 1.6 + 0.35 * num_blocks))

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
+from vitscope.errors import VitscopeValueError
 from vitscope.viz.save import save_figure
 
 __all__ = ["cka_heatmap", "curves_figure", "residual_figure"]
@@ -58,11 +59,11 @@ def cka_heatmap(
     """
     arr = _array(matrix)
     if arr.ndim != 2:
-        raise ValueError(f"cka_heatmap expects an [R, C] matrix, got shape {arr.shape}")
+        raise VitscopeValueError(f"cka_heatmap expects an [R, C] matrix, got shape {arr.shape}")
     rows = [str(v) for v in (row_labels if row_labels is not None else range(arr.shape[0]))]
     cols = [str(v) for v in (col_labels if col_labels is not None else range(arr.shape[1]))]
     if len(rows) != arr.shape[0] or len(cols) != arr.shape[1]:
-        raise ValueError(f"labels ({len(rows)}, {len(cols)}) do not match the matrix shape {arr.shape}")
+        raise VitscopeValueError(f"labels ({len(rows)}, {len(cols)}) do not match the matrix shape {arr.shape}")
     size = min(12.0, max(4.5, 2.0 + 0.38 * max(arr.shape)))
     fig = Figure(figsize=(size + 1.2, size))
     ax = fig.add_subplot()

@@ -15,6 +15,7 @@ from vitscope.engine.distributed import is_main_process
 from vitscope.engine.provenance import model_identity
 from vitscope.engine.run import Results, run
 from vitscope.engine.settings import resolve_device
+from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.models.load import load_model
 from vitscope.outputs import RunResult, prepare_output, write_run
@@ -38,7 +39,7 @@ def choose_analyses(selection: str | Sequence[str | Analysis] | None, spec: Any,
     if selection and all(isinstance(a, Analysis) for a in selection):
         return list(selection)  # type: ignore[arg-type]
     if selection and any(not isinstance(a, str) for a in selection):
-        raise TypeError("pass analysis names or Analysis instances, not a mixture")
+        raise VitscopeTypeError("pass analysis names or Analysis instances, not a mixture")
     if selection and any(n.strip() == "attention" for n in selection) and not spec.is_transformer:
         from vitscope.analyses.attention.suite import NoAttentionError
 
@@ -47,7 +48,7 @@ def choose_analyses(selection: str | Sequence[str | Analysis] | None, spec: Any,
     names = list(selection) if selection else [a.name for a in default_analyses(spec, targets)]
     chosen = build_analyses(names, spec, targets, params)
     if not chosen:
-        raise ValueError(f"no analysis supports {spec.name} with this data")
+        raise VitscopeValueError(f"no analysis supports {spec.name} with this data")
     return chosen
 
 

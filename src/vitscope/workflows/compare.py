@@ -15,6 +15,7 @@ from vitscope.engine.distributed import is_main_process
 from vitscope.engine.provenance import model_identity
 from vitscope.engine.run import run
 from vitscope.engine.settings import resolve_device
+from vitscope.errors import VitscopeValueError
 from vitscope.models.load import load_model
 from vitscope.outputs import RunResult, prepare_output, write_run
 from vitscope.workflows.analyze import config_record
@@ -38,10 +39,10 @@ def compare_models(options: Mapping[str, Any], progress: bool | None = None,
     """
     models = list(options["models"])
     if len(models) < 2:
-        raise ValueError("compare needs at least two models, e.g. --models tiny-vit-sup,tiny-vit-mae")
+        raise VitscopeValueError("compare needs at least two models, e.g. --models tiny-vit-sup,tiny-vit-mae")
     dupes = sorted({m for m in models if models.count(m) > 1})
     if dupes:
-        raise ValueError(f"model {dupes[0]!r} is listed twice in --models; list each model once")
+        raise VitscopeValueError(f"model {dupes[0]!r} is listed twice in --models; list each model once")
     out = prepare_output(options["out"])
     source = as_source(options["data"], strict=bool(options.get("strict")))
     targets, fingerprint = source.target_keys(), source.fingerprint()

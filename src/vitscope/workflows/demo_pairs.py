@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from vitscope.analyses.result import Figure
+from vitscope.errors import VitscopeValueError
 from vitscope.report.model import Section, Table
 from vitscope.report.tables import format_cell
 
@@ -70,7 +71,7 @@ def paired_similarity_section(dataset: Any, model: str = "tiny-vit-metric",
     labels = [dataset.targets(i).get("label", -1) for i in range(n)]
     pairs = choose_pairs(labels, num_same=max(1, num_pairs - 1), num_different=1)[:num_pairs]
     if not pairs:
-        raise ValueError("the paired-similarity section needs labelled images (at least two of one class)")
+        raise VitscopeValueError("the paired-similarity section needs labelled images (at least two of one class)")
     backbone = load_model(model)
     items_a = [dataset.get(a) for a, _ in pairs]
     items_b = [dataset.get(b) for _, b in pairs]

@@ -25,10 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vitscope.errors import VitscopeValueError
+
 __all__ = ["ANALYZE_OPTIONS", "COMPARE_OPTIONS", "ConfigError", "Option", "load_config", "resolve_options"]
 
 
-class ConfigError(ValueError):
+class ConfigError(VitscopeValueError):
     """The configuration file or the merged options are invalid (one line, says what to change)."""
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from vitscope.errors import VitscopeValueError
 from vitscope.outputs import RunResult, prepare_output, write_run
 
 __all__ = ["PROBE_OF_FORMAT", "run_probe"]
@@ -44,13 +45,13 @@ def _labelled_split(dataset, fmt: str, test_fraction: float, seed: int):
     try:
         labels = source.labels()
     except ValueError:
-        raise ValueError(f"{fmt} data has no image labels; vitscope probe takes revisitop, davis, spair, coco, "
-                         "partimagenet or labelled images (imagefolder)") from None
+        raise VitscopeValueError(f"{fmt} data has no image labels; vitscope probe takes revisitop, davis, spair, coco, "
+                                 "partimagenet or labelled images (imagefolder)") from None
     _require_classes(labels, dataset, fmt)
     test = holdout_mask(np.arange(len(source)), test_fraction, seed)
     if test.all() or not test.any():
-        raise ValueError(f"{len(source)} images cannot be split into train and test at --test-fraction "
-                         f"{test_fraction}; add images or pass --test-data")
+        raise VitscopeValueError(f"{len(source)} images cannot be split into train and test at --test-fraction "
+                                 f"{test_fraction}; add images or pass --test-data")
     paths = np.asarray(source.paths, dtype=object)
     return (ImageFiles(list(paths[~test]), labels=labels[~test], name=f"{source.name}:train"),
             ImageFiles(list(paths[test]), labels=labels[test], name=f"{source.name}:test"))
@@ -79,12 +80,12 @@ def _require_classes(labels, dataset, fmt: str) -> None:
     names = list(getattr(dataset, "classes", []) or [])
     shown = ", ".join(repr(names[c]) if c < len(names) else str(c) for c in classes[:3])
     if classes.size < 2:
-        raise ValueError(f"{fmt} data with {classes.size} class{'' if classes.size == 1 else 'es'}"
-                         f"{f' ({shown})' if shown else ''}: k-NN, linear probes and clustering need at least two "
-                         f"classes{_layout_hint(dataset, fmt)}")
+        raise VitscopeValueError(f"{fmt} data with {classes.size} "
+                                 f"class{'' if classes.size == 1 else 'es'}{f' ({shown})' if shown else ''}: k-NN, "
+                                 f"linear probes and clustering need at least two classes{_layout_hint(dataset, fmt)}")
     if counts.max() < 2:
-        raise ValueError(f"{fmt} data with {classes.size} classes of one image each: k-NN and linear probes need "
-                         f"several images per class{_layout_hint(dataset, fmt)}")
+        raise VitscopeValueError(f"{fmt} data with {classes.size} classes of one image each: k-NN and linear probes "
+                                 f"need several images per class{_layout_hint(dataset, fmt)}")
 
 
 def _num_images(dataset, fmt: str) -> int:
@@ -133,7 +134,7 @@ def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None,
             train, test = _labelled_split(dataset, fmt, options["test_fraction"], options["seed"])
             data = {"train": train, "test": test}
     elif options.get("test_data"):
-        raise ValueError(f"--test-data is for labelled image sets; {fmt} data is probed on its own")
+        raise VitscopeValueError(f"--test-data is for labelled image sets; {fmt} data is probed on its own")
     if log:
         log(f"probing {backbone.spec.name} on {fmt} ({task}) ...")
     cache = FeatureCache(options["cache"]) if options.get("cache") else None

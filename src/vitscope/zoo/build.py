@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from vitscope.errors import VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.train.data import TensorImages, synthetic_split
 from vitscope.train.loop import LoopConfig, Recipe, fit
@@ -72,7 +73,7 @@ def make_recipe(entry: ZooEntry, backbone: Backbone, num_classes: int) -> Recipe
         from vitscope.train.metric import MetricConfig, MetricRecipe
 
         return MetricRecipe(backbone, num_classes, MetricConfig(**cfg))
-    raise ValueError(f"unknown recipe '{entry.recipe}'")
+    raise VitscopeValueError(f"unknown recipe '{entry.recipe}'")
 
 
 BUILD_THREADS = 1

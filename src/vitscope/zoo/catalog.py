@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from vitscope.errors import VitscopeKeyError
+
 __all__ = ["ZOO", "ZooEntry", "get_entry"]
 
 
@@ -140,4 +142,4 @@ def get_entry(name: str) -> ZooEntry:
     for entry in ZOO:
         if entry.name == name:
             return entry
-    raise KeyError(f"'{name}' is not a zoo model; zoo models: {', '.join(e.name for e in ZOO)}")
+    raise VitscopeKeyError(f"'{name}' is not a zoo model; zoo models: {', '.join(e.name for e in ZOO)}")

@@ -17,6 +17,7 @@ from functools import lru_cache
 
 import torch
 
+from vitscope.errors import VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.train import evaluate as ev
 from vitscope.train.data import TensorImages, synthetic_split
@@ -74,7 +75,7 @@ def score(entry: ZooEntry, backbone: Backbone, sets: HeldOut) -> float:
     if entry.score == "recall@1":
         unseen = sets.unseen_identities
         return ev.recall_at_1(ev.extract(backbone, unseen.images, "output"), unseen.instances)
-    raise ValueError(f"unknown score kind '{entry.score}'")
+    raise VitscopeValueError(f"unknown score kind '{entry.score}'")
 
 
 def pixel_score(entry: ZooEntry, backbone: Backbone, sets: HeldOut) -> float:

@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from vitscope.errors import VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.models.errors import ModelLoadError
 from vitscope.zoo.catalog import ZooEntry, get_entry
@@ -80,7 +81,7 @@ def build_model(entry: ZooEntry) -> nn.Module:
         if "widths" in cfg:
             cfg["widths"] = tuple(cfg["widths"])
         return TinyResNet(TinyResNetConfig(**cfg))
-    raise ValueError(f"unknown zoo architecture '{entry.arch}'")
+    raise VitscopeValueError(f"unknown zoo architecture '{entry.arch}'")
 
 
 def wrap_zoo_model(model: nn.Module, name: str) -> Backbone:

@@ -10,6 +10,7 @@ import torch
 
 from vitscope.analyses.base import Analysis, Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
+from vitscope.errors import VitscopeValueError
 from vitscope.functional.moments import merge_moments
 from vitscope.hooks.names import UnknownHookError, cnn_hook_names, expand_names, transformer_hook_names
 from vitscope.hooks.tokens import grid_to_tokens
@@ -35,7 +36,7 @@ def _as_tokens(x: torch.Tensor, key: str) -> torch.Tensor:
     if x.dim() == 4:
         x = grid_to_tokens(x)
     elif x.dim() != 3:
-        raise ValueError(
+        raise VitscopeValueError(
             f"mean_activation: '{key}' has shape {tuple(x.shape)}; expected tokens [B, N, D] or a map [B, C, h, w]"
         )
     return x.to(torch.float64)
@@ -102,9 +103,9 @@ class MeanActivation(Analysis):
         if isinstance(hooks, str):
             hooks = (hooks,)
         if ddof < 0:
-            raise ValueError(f"ddof must be >= 0, got {ddof}")
+            raise VitscopeValueError(f"ddof must be >= 0, got {ddof}")
         if save not in SAVED:
-            raise ValueError(f"save must be one of {sorted(SAVED)}, got {save!r}")
+            raise VitscopeValueError(f"save must be one of {sorted(SAVED)}, got {save!r}")
         super().__init__()
         self._cfg_hooks: tuple[str, ...] | None = tuple(hooks) if hooks is not None else None
         self._cfg_ddof = int(ddof)
@@ -137,7 +138,7 @@ class MeanActivation(Analysis):
         patterns = self.patterns(batch.spec)
         keys = [k for k in record if any(fnmatch.fnmatchcase(k, p) for p in patterns)]
         if not keys:
-            raise ValueError(
+            raise VitscopeValueError(
                 f"mean_activation: the record holds none of {list(patterns)} (it has {sorted(record)[:8]}); "
                 "record the names returned by required_hooks(spec)"
             )
@@ -176,7 +177,7 @@ class MeanActivation(Analysis):
         if key in self.mean and shape != self.mean[key].shape:
             (n_old, d_old), (n_new, d_new) = self.mean[key].shape, shape
             what = "tokens" if n_old != n_new else "channels"
-            raise ValueError(
+            raise VitscopeValueError(
                 f"mean_activation: '{key}' has {n_new} tokens of width {d_new} here but {n_old} tokens of "
                 f"width {d_old} before (mismatched {what}); per-token statistics need every image at the "
                 "same input size, so resize the images to one size or use separate runs"

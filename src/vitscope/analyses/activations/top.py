@@ -19,6 +19,7 @@ from vitscope.analyses.base import Analysis, Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
 from vitscope.analyses.result import SMALL, png_path
 from vitscope.analyses.state import first_seen
+from vitscope.errors import VitscopeValueError
 from vitscope.functional.topk import merge_topk
 from vitscope.models.spec import ModelSpec
 
@@ -47,7 +48,7 @@ def spatial_units(x: torch.Tensor, spec: ModelSpec, grid: tuple[int, int]) -> tu
         return x[:, :, spec.num_prefix_tokens:].permute(0, 2, 1, 3).reshape(b, -1, heads * dh), grid
     if x.dim() == 4:
         return x.flatten(2).transpose(1, 2), (int(x.shape[2]), int(x.shape[3]))
-    raise ValueError(f"top_activations: cannot read units from a tensor of shape {tuple(x.shape)}")
+    raise VitscopeValueError(f"top_activations: cannot read units from a tensor of shape {tuple(x.shape)}")
 
 
 class TopActivationsResult(Result):
@@ -106,9 +107,9 @@ class TopActivations(Analysis):
                  maps_for: int | None = 16) -> None:
         super().__init__()
         if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
+            raise VitscopeValueError(f"k must be >= 1, got {k}")
         if maps_for is not None and maps_for < 0:
-            raise ValueError(f"maps_for must be >= 0 or None, got {maps_for}")
+            raise VitscopeValueError(f"maps_for must be >= 0 or None, got {maps_for}")
         self._cfg_maps_for = None if maps_for is None else int(maps_for)
         self._cfg_hooks = (hooks,) if isinstance(hooks, str) else (tuple(hooks) if hooks is not None else None)
         self._cfg_k = int(k)
@@ -146,8 +147,8 @@ class TopActivations(Analysis):
         patterns = self.patterns(batch.spec)
         keys = [k for k in record if any(fnmatch.fnmatchcase(k, p) for p in patterns)]
         if not keys:
-            raise ValueError(f"top_activations: the record holds none of {list(patterns)}; record "
-                             "the names returned by required_hooks(spec)")
+            raise VitscopeValueError(f"top_activations: the record holds none of {list(patterns)}; record "
+                                     "the names returned by required_hooks(spec)")
         idx = torch.as_tensor(batch.indices, dtype=torch.int64)
         for key in keys:
             channels, scores, maps = self.reduced(key, record, batch)
@@ -168,8 +169,8 @@ class TopActivations(Analysis):
         if wanted is not None:
             bad = [c for c in wanted if not 0 <= c < units.shape[-1]]
             if bad:
-                raise ValueError(f"top_activations: channels {bad} do not exist at '{name}' "
-                                 f"({units.shape[-1]} channels)")
+                raise VitscopeValueError(f"top_activations: channels {bad} do not exist at '{name}' "
+                                         f"({units.shape[-1]} channels)")
             units = units[..., list(wanted)]
         channels = list(wanted) if wanted is not None else list(range(units.shape[-1]))
         m = len(channels) if wanted is not None or self._cfg_maps_for is None else min(self._cfg_maps_for,
@@ -188,8 +189,8 @@ class TopActivations(Analysis):
         if key in self.top:
             held = self.mapped[key]
             if held["maps"].shape[2:] != maps.shape[2:] or self.channels[key] != channels:
-                raise ValueError(f"top_activations: '{key}' changed grid or channels between batches; "
-                                 "use one input size per run")
+                raise VitscopeValueError(f"top_activations: '{key}' changed grid or channels between batches; "
+                                         "use one input size per run")
             top = {name: torch.cat([self.top[key][name], value], dim=1) for name, value in top.items()}
             mapped = {name: torch.cat([held[name], value], dim=1) for name, value in mapped.items()}
         # total order: score descending, then dataset index ascending

@@ -13,6 +13,7 @@ import torch
 from vitscope.analyses.base import Analysis, Batch, thumbnails
 from vitscope.analyses.batch import ATTENTION_BLOCKS
 from vitscope.analyses.state import first_seen
+from vitscope.errors import VitscopeValueError
 from vitscope.functional.attention_blocks import BlockStats, random_block_statistics
 from vitscope.hooks.names import split_block_name
 from vitscope.models.spec import ModelSpec
@@ -70,9 +71,9 @@ class AttentionAccumulator(Analysis):
     def __init__(self, seed: int = 0, random_samples: int = 4, random_kind: str = "uniform") -> None:
         super().__init__()
         if random_kind not in RANDOM_KINDS:
-            raise ValueError(f"random_kind must be one of {RANDOM_KINDS}, got {random_kind!r}")
+            raise VitscopeValueError(f"random_kind must be one of {RANDOM_KINDS}, got {random_kind!r}")
         if int(random_samples) < 1:
-            raise ValueError(f"random_samples must be at least 1, got {random_samples}")
+            raise VitscopeValueError(f"random_samples must be at least 1, got {random_samples}")
         self._cfg_seed = int(seed)
         self._cfg_random_samples = int(random_samples)
         self._cfg_random_kind = random_kind
@@ -111,7 +112,7 @@ class AttentionAccumulator(Analysis):
             self.geometry = geometry
             return True
         if geometry != self.geometry:
-            raise ValueError(
+            raise VitscopeValueError(
                 f"{self.name}: this batch has blocks {list(geometry.blocks)}, {geometry.num_heads} heads, grid "
                 f"{geometry.grid} and {geometry.num_prefix} prefix tokens, but earlier ones had blocks "
                 f"{list(self.geometry.blocks)}, {self.geometry.num_heads} heads, grid {self.geometry.grid} and "
@@ -138,7 +139,7 @@ class AttentionAccumulator(Analysis):
             if fnmatch.fnmatchcase(k, PATTERN_HOOKS) and split_block_name(k) is not None
         )
         if not found:
-            raise ValueError(
+            raise VitscopeValueError(
                 f"{self.name}: the record holds no 'blocks.{{i}}.attn.pattern'; record {PATTERN_HOOKS!r} "
                 "(required_hooks) on a transformer"
             )
@@ -150,14 +151,14 @@ class AttentionAccumulator(Analysis):
         for i, key in found:
             pattern = record[key]
             if pattern.dim() != 4 or (shape is not None and pattern.shape != shape):
-                raise ValueError(
+                raise VitscopeValueError(
                     f"{self.name}: '{key}' has shape {tuple(pattern.shape)}; expected [B, H, N, N] with the same "
                     "shape in every block"
                 )
             shape = pattern.shape
             pairs.append((i, pattern))
         if shape[-1] != p + grid[0] * grid[1]:
-            raise ValueError(
+            raise VitscopeValueError(
                 f"{self.name}: the patterns have N = {shape[-1]} tokens, but grid {grid[0]}x{grid[1]} plus "
                 f"{p} prefix tokens of {spec.name} makes {p + grid[0] * grid[1]}"
             )

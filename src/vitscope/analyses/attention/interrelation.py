@@ -18,6 +18,7 @@ from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.batch import ATTENTION_BLOCKS, SIFT_KEYPOINTS, recorded_patterns
 from vitscope.analyses.registry import register_analysis
 from vitscope.analyses.state import first_seen
+from vitscope.errors import VitscopeValueError
 from vitscope.functional.attention_blocks import BlockStats
 from vitscope.functional.interrelation import RULES, interrelation, interrelation_stages
 from vitscope.models.spec import ModelSpec
@@ -107,9 +108,9 @@ class Interrelation(AttentionAccumulator):
     def __init__(self, lam: float = 0.5, rule: str = "max", rise: float = 0.5, images: tuple[int, ...] = (0, 1, 2, 3),
                  seed: int = 0, random_samples: int = 4, random_kind: str = "uniform") -> None:
         if rule not in RULES:
-            raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+            raise VitscopeValueError(f"rule must be one of {RULES}, got {rule!r}")
         if not lam >= 0:
-            raise ValueError(f"lam must be non-negative, got {lam}")
+            raise VitscopeValueError(f"lam must be non-negative, got {lam}")
         self._cfg_lam, self._cfg_rule, self._cfg_rise = float(lam), rule, float(rise)
         self._cfg_images = frozenset(int(i) for i in images)
         super().__init__(seed=seed, random_samples=random_samples, random_kind=random_kind)

@@ -11,6 +11,7 @@ from vitscope.analyses.attention.base import PATTERN_HOOKS, AttentionAccumulator
 from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.batch import recorded_patterns
 from vitscope.analyses.registry import register_analysis
+from vitscope.errors import VitscopeValueError
 from vitscope.functional.attention_blocks import FUSIONS, BlockStats, random_patterns
 from vitscope.functional.rollout import fuse_heads, rollout_step
 from vitscope.models.spec import ModelSpec
@@ -72,9 +73,9 @@ class AttentionRollout(ChosenImages, AttentionAccumulator):
                  images: Sequence[int] = (0, 1, 2, 3), seed: int = 0, random_samples: int = 4,
                  random_kind: str = "uniform") -> None:
         if head_fusion not in FUSIONS:
-            raise ValueError(f"head_fusion must be one of {FUSIONS}, got {head_fusion!r}")
+            raise VitscopeValueError(f"head_fusion must be one of {FUSIONS}, got {head_fusion!r}")
         if not 0.0 <= float(discard_ratio) < 1.0:
-            raise ValueError(f"discard_ratio must be in [0, 1), got {discard_ratio}")
+            raise VitscopeValueError(f"discard_ratio must be in [0, 1), got {discard_ratio}")
         if isinstance(images, int):
             images = (images,)
         self._cfg_head_fusion = head_fusion

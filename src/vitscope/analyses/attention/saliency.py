@@ -19,6 +19,7 @@ from PIL import Image
 from vitscope.analyses.attention.base import AttentionAccumulator, AttentionGeometry
 from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
+from vitscope.errors import VitscopeValueError
 from vitscope.functional.attention import mass_mask
 from vitscope.functional.attention_blocks import BlockStats
 from vitscope.models.preprocess import resize_crop
@@ -140,9 +141,9 @@ class SaliencyIoU(AttentionAccumulator):
     def __init__(self, mass: float = 0.6, best_head: str = "image", seed: int = 0, random_samples: int = 4,
                  random_kind: str = "uniform") -> None:
         if not 0.0 < float(mass) <= 1.0:
-            raise ValueError(f"mass must be in (0, 1], got {mass}")
+            raise VitscopeValueError(f"mass must be in (0, 1], got {mass}")
         if best_head not in BEST_HEAD_RULES:
-            raise ValueError(f"best_head must be one of {BEST_HEAD_RULES}, got {best_head!r}")
+            raise VitscopeValueError(f"best_head must be one of {BEST_HEAD_RULES}, got {best_head!r}")
         self._cfg_mass = float(mass)
         self._cfg_best_head = best_head
         super().__init__(seed=seed, random_samples=random_samples, random_kind=random_kind)
@@ -175,13 +176,14 @@ class SaliencyIoU(AttentionAccumulator):
             return torch.from_numpy(np.stack([r[1] for r in ready]).reshape(batch.size, -1))
         masks = batch.targets.get("masks") if batch.targets else None
         if masks is None:
-            raise ValueError(
+            raise VitscopeValueError(
                 f"{self.name} needs ground-truth instance masks, but this batch has none (targets: "
                 f"{sorted(batch.targets or {}) or 'none'}); use a dataset with masks, e.g. --data ROOT::coco, or "
                 "leave saliency_iou out"
             )
         if len(masks) != batch.size:
-            raise ValueError(f"{self.name}: {len(masks)} mask sets for {batch.size} images; every image needs one")
+            raise VitscopeValueError(f"{self.name}: {len(masks)} mask sets for {batch.size} images; every image needs "
+                                     "one")
         gt = np.stack([mask_to_grid(m, batch.spec, batch.grid) for m in masks])
         return torch.from_numpy(gt.reshape(batch.size, -1))
 

@@ -10,6 +10,7 @@ import torch
 from vitscope.analyses.base import Analysis, Batch, Figure, Result
 from vitscope.analyses.batch import ATTENTION_BLOCKS, recorded_patterns
 from vitscope.analyses.registry import register_analysis
+from vitscope.errors import VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
 __all__ = ["AttentionStats", "AttentionStatsResult"]
@@ -76,7 +77,7 @@ class AttentionStats(Analysis):
         """Add one batch: reads every ``blocks.{i}.attn.pattern`` ``[B, H, N, N]`` in the record."""
         found = recorded_patterns(record)
         if not found:
-            raise ValueError(
+            raise VitscopeValueError(
                 "attention_stats: the record holds no 'blocks.{i}.attn.pattern'; record "
                 f"{PATTERN_HOOKS!r} (required_hooks) on a transformer"
             )
@@ -85,7 +86,7 @@ class AttentionStats(Analysis):
             pattern = record[key]
             if pattern.dim() != 4 or pattern.shape[-1] != pattern.shape[-2] or (
                     shape is not None and pattern.shape != shape):
-                raise ValueError(
+                raise VitscopeValueError(
                     f"attention_stats: '{key}' has shape {tuple(pattern.shape)}; expected [B, H, N, N] "
                     "with the same shape in every block"
                 )
@@ -107,12 +108,12 @@ class AttentionStats(Analysis):
             self.num_images = n
             return
         if list(blocks) != self.blocks or s_ent.shape != self.sum_entropy.shape:
-            raise ValueError(
+            raise VitscopeValueError(
                 f"attention_stats: blocks {list(blocks)} x {s_ent.shape[-1]} heads do not match the "
                 f"accumulated blocks {self.blocks} x {self.sum_entropy.shape[-1]} heads"
             )
         if num_tokens != self.num_tokens:
-            raise ValueError(
+            raise VitscopeValueError(
                 f"attention_stats: attention over {num_tokens} tokens here but {self.num_tokens} before; "
                 "entropy is compared across images of one input size, so resize the images to one size"
             )

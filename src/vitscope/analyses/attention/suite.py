@@ -29,6 +29,7 @@ from vitscope.analyses.attention.maps import CLSAttentionMaps, SpatialAverageMap
 from vitscope.analyses.attention.rollout import AttentionRollout
 from vitscope.analyses.attention.saliency import SaliencyIoU
 from vitscope.analyses.base import Analysis
+from vitscope.errors import VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
 __all__ = ["ATTENTION_GROUP", "ATTENTION_SUITE", "NoAttentionError", "attention_suite"]
@@ -40,7 +41,7 @@ ATTENTION_SUITE: tuple[type[AttentionAccumulator], ...] = (
 )
 
 
-class NoAttentionError(ValueError):
+class NoAttentionError(VitscopeValueError):
     """The model has no attention (a CNN), so no attention analysis can run on it."""
 
 

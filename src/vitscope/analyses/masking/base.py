@@ -18,6 +18,7 @@ import torch
 
 from vitscope.analyses.base import Analysis, Batch, Result
 from vitscope.analyses.batch import ModelRunner
+from vitscope.errors import VitscopeRuntimeError, VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.models.spec import ModelSpec
 
@@ -26,7 +27,7 @@ __all__ = ["ModelAccumulator", "NoModelError", "topk_correct"]
 T = TypeVar("T")
 
 
-class NoModelError(RuntimeError):
+class NoModelError(VitscopeRuntimeError):
     """A masking analysis was fed a batch without the model to classify the masked images."""
 
 
@@ -91,7 +92,7 @@ class ModelAccumulator(Analysis):
     def _labels(self, batch: Batch) -> torch.Tensor:
         labels = batch.targets.get("label")
         if labels is None or any(v is None for v in labels):
-            raise ValueError(self.missing_labels)
+            raise VitscopeValueError(self.missing_labels)
         return torch.as_tensor([int(v) for v in labels], dtype=torch.long)
 
     # ------------------------------------------------------------ accumulator protocol

@@ -17,6 +17,7 @@ import torch
 from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.masking.base import ModelAccumulator, topk_correct
 from vitscope.analyses.registry import register_analysis
+from vitscope.errors import VitscopeValueError
 from vitscope.functional.masking import FILLS
 from vitscope.masking.forward import masked_logits
 from vitscope.masking.regions import REGIONS, foreground_pixel_mask
@@ -68,9 +69,9 @@ class ForegroundMasking(ModelAccumulator):
     def __init__(self, region: str = "box", fill: str = "zero", blur_sigma: float = 4.0,
                  topk: Sequence[int] = (1, 5)) -> None:
         if region not in REGIONS or fill not in FILLS:
-            raise ValueError(f"region must be one of {REGIONS} and fill one of {FILLS}")
+            raise VitscopeValueError(f"region must be one of {REGIONS} and fill one of {FILLS}")
         if not topk or any(int(k) < 1 for k in topk):
-            raise ValueError(f"topk must be positive integers, got {list(topk)}")
+            raise VitscopeValueError(f"topk must be positive integers, got {list(topk)}")
         self._cfg_region, self._cfg_fill, self._cfg_blur = region, fill, float(blur_sigma)
         self._cfg_topk = tuple(int(k) for k in topk)
         super().__init__()
@@ -86,7 +87,7 @@ class ForegroundMasking(ModelAccumulator):
     def _update_counts(self, record: Mapping[str, torch.Tensor], batch: Batch, labels: torch.Tensor) -> None:
         masks = batch.targets.get("masks")
         if masks is None:
-            raise ValueError(f"analysis '{self.name}' needs object masks or boxes (batch.targets['masks'])")
+            raise VitscopeValueError(f"analysis '{self.name}' needs object masks or boxes (batch.targets['masks'])")
         fg = torch.stack([foreground_pixel_mask(m, batch.spec, self._cfg_region) for m in masks])
         keep = fg.flatten(1).any(dim=1)
         if not keep.any():

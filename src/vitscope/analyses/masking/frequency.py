@@ -15,6 +15,7 @@ import torch
 from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.masking.base import ModelAccumulator, topk_correct
 from vitscope.analyses.registry import register_analysis
+from vitscope.errors import VitscopeValueError
 from vitscope.functional.frequency import KINDS, frequency_filter
 
 __all__ = ["DEFAULT_FRACTIONS", "FrequencyFiltering", "FrequencyFilteringResult"]
@@ -58,7 +59,7 @@ class FrequencyFiltering(ModelAccumulator):
 
     def __init__(self, fractions: Sequence[float] = DEFAULT_FRACTIONS, clamp: bool = False) -> None:
         if not fractions or any(f < 0 for f in fractions):
-            raise ValueError(f"fractions must be non-negative, got {list(fractions)}")
+            raise VitscopeValueError(f"fractions must be non-negative, got {list(fractions)}")
         self._cfg_fractions = tuple(float(f) for f in fractions)
         self._cfg_clamp = bool(clamp)
         super().__init__()

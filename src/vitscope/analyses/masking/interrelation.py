@@ -19,6 +19,7 @@ from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.batch import SIFT_KEYPOINTS
 from vitscope.analyses.masking.base import ModelAccumulator, topk_correct
 from vitscope.analyses.registry import register_analysis
+from vitscope.errors import VitscopeValueError
 from vitscope.functional.interrelation import RULES, interrelation_patch_scores
 from vitscope.functional.masking import FILLS, pixel_to_patch_mask, random_patch_mask, score_patch_mask
 from vitscope.masking.forward import MODES, masked_logits
@@ -83,9 +84,9 @@ class InterrelationMasking(ModelAccumulator):
                  rule: str = "max", mode: str = "pixel", fill: str = "mean", blur_sigma: float = 4.0,
                  seed: int = 0) -> None:
         if rule not in RULES or mode not in MODES or fill not in FILLS:
-            raise ValueError(f"rule must be one of {RULES}, mode one of {MODES}, fill one of {FILLS}")
+            raise VitscopeValueError(f"rule must be one of {RULES}, mode one of {MODES}, fill one of {FILLS}")
         if not ratios or any(not 0 <= r <= 1 for r in ratios):
-            raise ValueError(f"ratios must be fractions in [0, 1], got {list(ratios)}")
+            raise VitscopeValueError(f"ratios must be fractions in [0, 1], got {list(ratios)}")
         self._cfg_ratios = tuple(float(r) for r in ratios)
         self._cfg_block, self._cfg_lam, self._cfg_rule = int(block), float(lam), rule
         self._cfg_mode, self._cfg_fill, self._cfg_blur = mode, fill, float(blur_sigma)
@@ -100,7 +101,8 @@ class InterrelationMasking(ModelAccumulator):
 
     def _block(self, spec: ModelSpec) -> int:
         if not -spec.num_blocks <= self._cfg_block < spec.num_blocks:
-            raise ValueError(f"block {self._cfg_block} does not exist; {spec.name} has {spec.num_blocks} blocks")
+            raise VitscopeValueError(f"block {self._cfg_block} does not exist; {spec.name} has {spec.num_blocks} "
+                                     "blocks")
         return self._cfg_block % spec.num_blocks
 
     def required_hooks(self, spec: ModelSpec) -> list[str]:

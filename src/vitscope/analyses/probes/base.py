@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from vitscope.analyses.base import Analysis, Batch
+from vitscope.errors import VitscopeValueError
 from vitscope.features.rowstore import RowStore
 from vitscope.features.views import StandardView
 from vitscope.functional.pooling import mask_pool, mask_weights
@@ -68,9 +69,9 @@ class LabelledFeatures(Analysis):
                  workdir: str | Path | None = None) -> None:
         super().__init__()
         if tokens not in ("cls", "spatial_mean"):
-            raise ValueError(f"tokens must be 'cls' or 'spatial_mean', got {tokens!r}")
+            raise VitscopeValueError(f"tokens must be 'cls' or 'spatial_mean', got {tokens!r}")
         if level not in LEVELS:
-            raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+            raise VitscopeValueError(f"level must be one of {LEVELS}, got {level!r}")
         self._cfg_site, self._cfg_tokens, self._cfg_level, self._cfg_workdir = site, tokens, level, workdir
         self.add_state("store", functools.partial(RowStore, workdir=workdir), reduce="cat")  # rows, on disk
         self.add_state("blocks", [], reduce="same")
@@ -101,10 +102,11 @@ class LabelledFeatures(Analysis):
         found = sorted((split_block_name(k)[0], k) for k in record
                        if fnmatch.fnmatchcase(k, f"blocks.*.{self._cfg_site}") and split_block_name(k))
         if not found:
-            raise ValueError(
+            raise VitscopeValueError(
                 f"{self.name}: the record holds no 'blocks.*.{self._cfg_site}'; record required_hooks(spec)")
         if self.blocks and [i for i, _ in found] != self.blocks:
-            raise ValueError(f"{self.name}: blocks {[i for i, _ in found]} differ from those seen before {self.blocks}")
+            raise VitscopeValueError(f"{self.name}: blocks {[i for i, _ in found]} differ from those seen before "
+                                     f"{self.blocks}")
         rows = self._rows(record, batch, found)
         if rows is None:
             if self.unlabelled == 0:
@@ -122,7 +124,7 @@ class LabelledFeatures(Analysis):
                 return None
             cls = self._cfg_tokens == "cls"
             if cls and p < 1:  # token 0 would be a spatial token: refuse rather than score the wrong feature
-                raise ValueError(self.why_unsupported(batch.spec))
+                raise VitscopeValueError(self.why_unsupported(batch.spec))
             rows = {f"block{i}": (record[k][:, 0] if cls else record[k][:, p:].mean(dim=1)).float() for i, k in found}
             return {**rows, "index": np.asarray(batch.indices, dtype=np.int64),
                     "label": np.asarray(labels, dtype=np.int64), "region": np.zeros(batch.size, dtype=np.int64)}

@@ -21,6 +21,7 @@ import torch
 from vitscope.analyses.probes.base import LabelledFeatures
 from vitscope.analyses.probes.result import ProbeResult, probe_result
 from vitscope.analyses.registry import register_analysis
+from vitscope.errors import VitscopeValueError
 from vitscope.features.cache import CacheEntry
 from vitscope.functional.cluster import cluster_scores, kmeans_labels
 from vitscope.functional.pooling import random_features
@@ -91,7 +92,7 @@ class Clustering(LabelledFeatures):
                  seed: int = 0, random_kind: str | None = "uniform", workdir: str | Path | None = None) -> None:
         super().__init__(site, tokens, level, workdir)
         if k is not None and (int(k) != k or k < 1):
-            raise ValueError(f"k must be a positive integer, got {k!r}")
+            raise VitscopeValueError(f"k must be a positive integer, got {k!r}")
         self._cfg_k, self._cfg_seed, self._cfg_random = k, int(seed), random_kind
 
     def compute(self) -> ProbeResult:
@@ -122,11 +123,11 @@ def clustering_probe(entry: CacheEntry, labels: np.ndarray | None = None, k: int
     """
     if labels is None:
         if "label" not in entry.columns:
-            raise ValueError("this cache entry has no label column; pass labels (one per row, in index order)")
+            raise VitscopeValueError("this cache entry has no label column; pass labels (one per row, in index order)")
         labels = np.asarray(entry.array("label"))
     labels = np.asarray(labels)
     if labels.shape != (len(entry),):
-        raise ValueError(f"{labels.shape[0] if labels.ndim else 0} labels for {len(entry)} cached rows")
+        raise VitscopeValueError(f"{labels.shape[0] if labels.ndim else 0} labels for {len(entry)} cached rows")
     keep = labels >= 0  # -1 marks an unlabelled image
     blocks = list(blocks) if blocks is not None else entry.blocks
     pooling = entry.meta.get("request", {}).get("pooling", "")

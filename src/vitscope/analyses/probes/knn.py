@@ -21,6 +21,7 @@ import torch
 from vitscope.analyses.probes.base import LabelledFeatures, cached_labelled_pair, holdout_mask
 from vitscope.analyses.probes.result import ProbeResult, probe_result
 from vitscope.analyses.registry import register_analysis
+from vitscope.errors import VitscopeValueError
 from vitscope.features.cache import CacheEntry
 from vitscope.functional.knn import knn_classify
 from vitscope.functional.pooling import random_features
@@ -94,11 +95,11 @@ class KnnProbe(LabelledFeatures):
                  workdir: str | Path | None = None) -> None:
         super().__init__(site, tokens, "image", workdir)
         if isinstance(k, bool) or int(k) != k or k < 1:
-            raise ValueError(f"k must be a positive integer (neighbours voting), got {k!r}")
+            raise VitscopeValueError(f"k must be a positive integer (neighbours voting), got {k!r}")
         if not temperature > 0:
-            raise ValueError(f"temperature must be positive, got {temperature!r}")
+            raise VitscopeValueError(f"temperature must be positive, got {temperature!r}")
         if not 0 < test_fraction < 1:
-            raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+            raise VitscopeValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
         self._cfg_k, self._cfg_t, self._cfg_fraction = int(k), float(temperature), float(test_fraction)
         self._cfg_seed, self._cfg_random = int(seed), random_kind
 

@@ -17,6 +17,7 @@ import torch
 from vitscope.analyses.probes.base import LabelledFeatures, cached_labelled_pair, holdout_mask
 from vitscope.analyses.probes.result import ProbeResult, probe_result
 from vitscope.analyses.registry import register_analysis
+from vitscope.errors import VitscopeValueError
 from vitscope.features.cache import CacheEntry
 from vitscope.functional.linear_probe import linear_probe_accuracy
 from vitscope.functional.pooling import random_features
@@ -87,7 +88,7 @@ class LinearProbe(LabelledFeatures):
                  random_kind: str | None = "uniform", workdir: str | Path | None = None) -> None:
         super().__init__(site, tokens, "image", workdir)
         if not 0 < test_fraction < 1:
-            raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+            raise VitscopeValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
         self._cfg_opts = {"batch_norm": bool(batch_norm), "epochs": int(epochs), "lr": float(lr),
                           "batch_size": int(batch_size), "seed": int(seed)}
         self._cfg_fraction, self._cfg_random = float(test_fraction), random_kind

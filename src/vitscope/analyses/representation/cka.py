@@ -19,6 +19,7 @@ import torch
 from vitscope.analyses.base import Analysis, Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
 from vitscope.analyses.representation.hsic import GROUPINGS, FullHSIC, MinibatchHSIC, chunked_gram
+from vitscope.errors import VitscopeValueError
 from vitscope.features.cache import CacheEntry
 from vitscope.functional.cka import features_for_cka
 from vitscope.functional.cka_grams import cka_from_hsic, hsic_matrix
@@ -57,13 +58,13 @@ def prepared(state: MinibatchHSIC | FullHSIC, indices: Sequence[int], rep: torch
 def check_cka_options(tokens: str, estimator: str, batch: int, grouping: str = "batch") -> None:
     """Raise ValueError on an unknown token selection, estimator or grouping, or a minibatch size below 4."""
     if grouping not in GROUPINGS:
-        raise ValueError(f"grouping must be one of {GROUPINGS}, got {grouping!r}")
+        raise VitscopeValueError(f"grouping must be one of {GROUPINGS}, got {grouping!r}")
     if tokens not in TOKENS:
-        raise ValueError(f"tokens must be one of {TOKENS}, got {tokens!r}")
+        raise VitscopeValueError(f"tokens must be one of {TOKENS}, got {tokens!r}")
     if estimator not in ESTIMATORS:
-        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+        raise VitscopeValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
     if int(batch) != batch or batch < 4:
-        raise ValueError(f"batch must be an integer >= 4, got {batch!r}")
+        raise VitscopeValueError(f"batch must be an integer >= 4, got {batch!r}")
 
 
 def new_hsic_state(estimator: str, batch: int, gram_minmax: bool, symmetric: bool,
@@ -164,7 +165,7 @@ class BlockCKA(Analysis):
         found = sorted((int(k.split(".")[1]) if split_block_name(k) is None else split_block_name(k)[0], k)
                        for k in record if fnmatch.fnmatchcase(k, pattern))
         if not found:
-            raise ValueError(f"cka: the record holds no '{pattern}'; record required_hooks(spec)")
+            raise VitscopeValueError(f"cka: the record holds no '{pattern}'; record required_hooks(spec)")
         return found
 
     def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
@@ -172,7 +173,7 @@ class BlockCKA(Analysis):
         found = self._keys(record, batch.spec)
         blocks = [i for i, _ in found]
         if self.blocks and blocks != self.blocks:
-            raise ValueError(f"cka: blocks {blocks} differ from the blocks seen before {self.blocks}")
+            raise VitscopeValueError(f"cka: blocks {blocks} differ from the blocks seen before {self.blocks}")
         if batch.size == 0:
             return
         self.blocks, self.model = blocks, batch.spec.name
@@ -209,7 +210,7 @@ def _common_rows(entries: Sequence[CacheEntry]) -> list[np.ndarray]:
     for ix in indices[1:]:
         common = np.intersect1d(common, ix)
     if common.size == 0:
-        raise ValueError("the cached features share no image: were they extracted from the same data?")
+        raise VitscopeValueError("the cached features share no image: were they extracted from the same data?")
     return [np.searchsorted(ix, common) for ix in indices]
 
 
@@ -241,7 +242,7 @@ def _cka_of_reps(reps: list[tuple[CacheEntry, int, np.ndarray]], split: int | No
         out = cka_from_hsic(hxx if ky is None else hsic_matrix(kx, ky, unbiased=unbiased), hxx.diagonal(),
                             hyy.diagonal())
     if out is None:
-        raise ValueError(f"too few common images ({index.size}) for the {estimator} CKA estimator")
+        raise VitscopeValueError(f"too few common images ({index.size}) for the {estimator} CKA estimator")
     return out
 
 

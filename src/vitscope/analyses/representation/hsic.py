@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from vitscope.errors import VitscopeValueError
 from vitscope.features.rowstore import RowStore
 from vitscope.functional.cka import _minmax_gram
 from vitscope.functional.cka_grams import cka_from_hsic, cross_gram, hsic_matrix
@@ -83,9 +84,9 @@ class MinibatchHSIC:
     def __init__(self, batch: int = 64, gram_minmax: bool = False, symmetric: bool = True,
                  grouping: str = "batch") -> None:
         if int(batch) != batch or batch < _MIN_UNBIASED:
-            raise ValueError(f"batch must be an integer >= {_MIN_UNBIASED}, got {batch!r}")
+            raise VitscopeValueError(f"batch must be an integer >= {_MIN_UNBIASED}, got {batch!r}")
         if grouping not in GROUPINGS:
-            raise ValueError(f"grouping must be one of {GROUPINGS}, got {grouping!r}")
+            raise VitscopeValueError(f"grouping must be one of {GROUPINGS}, got {grouping!r}")
         self.batch, self.gram_minmax, self.symmetric = int(batch), bool(gram_minmax), bool(symmetric)
         self.grouping = grouping
         self.sums: list[torch.Tensor] | None = None  # [xy [A, B], xx [A], yy [B]], weighted by minibatch size
@@ -130,8 +131,8 @@ class MinibatchHSIC:
         chunks = self.open.setdefault(mb, [])
         seen = np.concatenate([c[0] for c in chunks] + [index])
         if mb in self.done or np.unique(seen).size != seen.size:
-            raise ValueError(f"an image of minibatch {mb} (indices {index.tolist()[:4]}...) was added twice; "
-                             "every image needs a distinct dataset index")
+            raise VitscopeValueError(f"an image of minibatch {mb} (indices {index.tolist()[:4]}...) was added twice; "
+                                     "every image needs a distinct dataset index")
         chunks.append((index, feats))
         if seen.size == self.batch:
             self._reduce(self.open.pop(mb))
@@ -175,7 +176,7 @@ class MinibatchHSIC:
         """Add a batch: ``xs`` (and ``ys`` unless symmetric) are lists of ``[b, F]`` representations, or what
         :meth:`prepare` made of them."""
         if (ys is None) != self.symmetric:
-            raise ValueError("pass ys exactly when the HSIC state is not symmetric")
+            raise VitscopeValueError("pass ys exactly when the HSIC state is not symmetric")
         index = np.asarray(list(indices), dtype=np.int64)
         reps = list(xs) + list(ys or [])
         if self.grouping == "index":
@@ -194,9 +195,9 @@ class MinibatchHSIC:
         """Fold ``other`` in (``other`` is unchanged); returns ``self``."""
         mine = (self.batch, self.gram_minmax, self.symmetric, self.grouping)
         if (other.batch, other.gram_minmax, other.symmetric, other.grouping) != mine:
-            raise ValueError("cannot merge minibatch HSIC states with different batch / gram_minmax / grouping")
+            raise VitscopeValueError("cannot merge minibatch HSIC states with different batch / gram_minmax / grouping")
         if self.done & other.done:
-            raise ValueError("both HSIC states hold the same minibatch: the same images were added twice")
+            raise VitscopeValueError("both HSIC states hold the same minibatch: the same images were added twice")
         self.done |= other.done
         if other.sums is not None:
             self.sums = [s.clone() for s in other.sums] if self.sums is None else [
@@ -241,7 +242,7 @@ class FullHSIC:
 
     def add(self, indices: Sequence[int], xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor] | None = None) -> None:
         if (ys is None) != self.symmetric:
-            raise ValueError("pass ys exactly when the HSIC state is not symmetric")
+            raise VitscopeValueError("pass ys exactly when the HSIC state is not symmetric")
         self.num_x = len(xs)
         cols = {f"x{a}": x.detach().float() for a, x in enumerate(xs)}
         cols.update({f"y{b}": y.detach().float() for b, y in enumerate(ys or [])})
@@ -252,7 +253,7 @@ class FullHSIC:
     def merge(self, other: FullHSIC) -> FullHSIC:
         """Fold ``other`` in (its rows are shared read-only or copied); returns ``self``."""
         if other.symmetric != self.symmetric:
-            raise ValueError("cannot merge symmetric and non-symmetric HSIC states")
+            raise VitscopeValueError("cannot merge symmetric and non-symmetric HSIC states")
         self.store.extend(other.store)
         self.num_x = self.num_x or other.num_x
         self.count += other.count

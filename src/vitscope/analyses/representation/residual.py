@@ -25,6 +25,7 @@ from vitscope.analyses.representation.cka import (
     new_hsic_state,
     prepared,
 )
+from vitscope.errors import VitscopeValueError
 from vitscope.functional.cka_grams import row_norms
 from vitscope.hooks.names import split_block_name
 from vitscope.models.spec import ModelSpec
@@ -126,10 +127,10 @@ class ResidualCKA(Analysis):
                          split_block_name(k)[1] in _SITES})
         missing = [f"blocks.{i}.{s}" for i in blocks for s in _SITES if f"blocks.{i}.{s}" not in record]
         if not blocks or missing:
-            raise ValueError(f"residual_cka: the record lacks {missing[:4] or list(_SITES)}; record "
-                             "required_hooks(spec) on a transformer")
+            raise VitscopeValueError(f"residual_cka: the record lacks {missing[:4] or list(_SITES)}; record "
+                                     "required_hooks(spec) on a transformer")
         if self.blocks and blocks != self.blocks:
-            raise ValueError(f"residual_cka: blocks {blocks} differ from the blocks seen before {self.blocks}")
+            raise VitscopeValueError(f"residual_cka: blocks {blocks} differ from the blocks seen before {self.blocks}")
         if batch.size == 0:
             return
         def feats(site: str) -> list[tuple[Any, torch.Tensor]]:

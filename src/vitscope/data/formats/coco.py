@@ -44,6 +44,7 @@ from vitscope.data.formats.common import (
 )
 from vitscope.data.items import AnnotatedImage
 from vitscope.data.synthetic.scene import Scene
+from vitscope.errors import VitscopeValueError
 
 
 def mask_to_polygons(mask: np.ndarray) -> list[list[float]]:
@@ -152,7 +153,7 @@ def write_coco(
         for i, c in enumerate(categories)
     ]
     if len({c["id"] for c in cats}) != len(cats):
-        raise ValueError("category ids must be distinct")
+        raise VitscopeValueError("category ids must be distinct")
     suffix = image_suffix(image_format)
     root = Path(root)
 

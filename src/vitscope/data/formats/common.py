@@ -23,6 +23,7 @@ from PIL import Image
 from vitscope.data.formats.errors import DatasetFormatError
 from vitscope.data.formats.errors import safe_join as _safe_join
 from vitscope.data.items import AnnotatedImage
+from vitscope.errors import VitscopeTypeError, VitscopeValueError
 
 __all__ = [
     "DatasetFileNotFoundError",
@@ -110,7 +111,7 @@ def mask_to_box(mask: np.ndarray) -> np.ndarray:
     """
     mask = np.asarray(mask).astype(bool)
     if mask.ndim != 2:
-        raise ValueError(f"mask_to_box expects an [H, W] mask, got shape {mask.shape}")
+        raise VitscopeValueError(f"mask_to_box expects an [H, W] mask, got shape {mask.shape}")
     rows = np.flatnonzero(mask.any(axis=1))
     if rows.size == 0:
         return np.zeros(4, dtype=np.float32)
@@ -121,11 +122,11 @@ def mask_to_box(mask: np.ndarray) -> np.ndarray:
 def _as_uint8_image(array: np.ndarray) -> Image.Image:
     array = np.asarray(array)
     if array.dtype != np.uint8:
-        raise ValueError(f"images are written from uint8 arrays, got dtype {array.dtype}")
+        raise VitscopeValueError(f"images are written from uint8 arrays, got dtype {array.dtype}")
     if array.ndim == 3 and array.shape[2] == 1:
         array = array[:, :, 0]
     if not (array.ndim == 2 or (array.ndim == 3 and array.shape[2] in (3, 4))):
-        raise ValueError(f"images are [H, W], [H, W, 3] or [H, W, 4] arrays, got shape {array.shape}")
+        raise VitscopeValueError(f"images are [H, W], [H, W, 3] or [H, W, 4] arrays, got shape {array.shape}")
     return Image.fromarray(array)
 
 
@@ -155,14 +156,14 @@ def save_image(array: np.ndarray, path: PathLike) -> Path:
         return save_png(array, path)
     if suffix in (".jpg", ".jpeg"):
         return save_jpeg(array, path)
-    raise ValueError(f"cannot choose an encoder for {path}: use .png, .jpg or .jpeg")
+    raise VitscopeValueError(f"cannot choose an encoder for {path}: use .png, .jpg or .jpeg")
 
 
 def image_suffix(image_format: str) -> str:
     """Map ``"png"`` / ``"jpg"`` / ``"jpeg"`` (any case) to a file suffix, rejecting anything else."""
     fmt = image_format.lower().lstrip(".")
     if fmt not in ("png", "jpg", "jpeg"):
-        raise ValueError(f"image_format must be 'png' or 'jpg', got {image_format!r}")
+        raise VitscopeValueError(f"image_format must be 'png' or 'jpg', got {image_format!r}")
     return "." + fmt
 
 
@@ -199,7 +200,8 @@ class LazyDataset(Sequence, ABC):
         try:
             i = operator.index(index)
         except TypeError:
-            raise TypeError(f"{self.name}: indices must be integers or slices, not {type(index).__name__}") from None
+            raise VitscopeTypeError(f"{self.name}: indices must be integers or slices, not "
+                                    f"{type(index).__name__}") from None
         n = len(self)
         if i < 0:
             i += n

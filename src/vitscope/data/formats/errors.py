@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
+from vitscope.errors import VitscopeValueError
 
-class DatasetFormatError(ValueError):
+
+class DatasetFormatError(VitscopeValueError):
     """A dataset on disk (or a writer's input) does not follow its format; the message is one line."""
 
     def __init__(self, message: str) -> None:

@@ -26,6 +26,7 @@ from vitscope.data.formats.common import (
 from vitscope.data.images import IMAGE_EXTENSIONS
 from vitscope.data.items import AnnotatedImage
 from vitscope.data.synthetic.scene import Scene
+from vitscope.errors import VitscopeValueError
 
 
 def write_imagefolder(
@@ -49,16 +50,17 @@ def write_imagefolder(
     names = list(class_names)
     for name in names:
         if not name or name in (".", "..") or "/" in name or "\\" in name:
-            raise ValueError(f"class name {name!r} cannot be a folder name")
+            raise VitscopeValueError(f"class name {name!r} cannot be a folder name")
     if len(set(names)) != len(names):
-        raise ValueError("class names must be distinct")
+        raise VitscopeValueError("class names must be distinct")
     root = Path(root)
     for name in names:
         (root / name).mkdir(parents=True, exist_ok=True)
     paths = []
     for scene in scenes:
         if not 0 <= scene.label < len(names):
-            raise ValueError(f"scene {scene.index} has label {scene.label}, outside the {len(names)} class names")
+            raise VitscopeValueError(f"scene {scene.index} has label {scene.label}, outside the {len(names)} class "
+                                     "names")
         path = root / names[scene.label] / f"{scene.index:06d}{suffix}"
         paths.append(save_image(scene.image, path))
     return paths

@@ -36,6 +36,7 @@ from vitscope.data.formats.common import (
 from vitscope.data.images import IMAGE_EXTENSIONS
 from vitscope.data.items import AnnotatedImage
 from vitscope.data.synthetic.scene import Scene
+from vitscope.errors import VitscopeValueError
 
 SYNSET_MAPPING = "LOC_synset_mapping.txt"
 
@@ -88,10 +89,10 @@ def write_imagenet_boxes(
     suffix = ".JPEG" if image_suffix(image_format) in (".jpg", ".jpeg") else ".png"
     wnids = list(wnids) if wnids is not None else [default_wnid(i) for i in range(len(class_names))]
     if len(wnids) != len(class_names) or len(set(wnids)) != len(wnids):
-        raise ValueError("wnids must be distinct, one per class name")
+        raise VitscopeValueError("wnids must be distinct, one per class name")
     for name in class_names:
         if "\n" in name:
-            raise ValueError(f"class name {name!r} must fit on one line")
+            raise VitscopeValueError(f"class name {name!r} must fit on one line")
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     (root / SYNSET_MAPPING).write_text("".join(f"{w} {n}\n" for w, n in zip(wnids, class_names)), encoding="utf-8")

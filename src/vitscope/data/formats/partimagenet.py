@@ -25,6 +25,7 @@ from vitscope.data.formats.coco import CocoDataset, write_coco_files
 from vitscope.data.formats.common import DatasetFormatError, PathLike, image_suffix
 from vitscope.data.items import AnnotatedImage
 from vitscope.data.synthetic.scene import ClassSpec, Scene
+from vitscope.errors import VitscopeValueError
 
 
 def part_categories(classes: Sequence[ClassSpec]) -> list[dict]:
@@ -32,7 +33,8 @@ def part_categories(classes: Sequence[ClassSpec]) -> list[dict]:
     cats = []
     for spec in classes:
         if not spec.part_names:
-            raise ValueError(f"class {spec.name!r} has no parts; PartImageNet needs at least one part per class")
+            raise VitscopeValueError(f"class {spec.name!r} has no parts; PartImageNet needs at least one part per "
+                                     "class")
         for part in spec.part_names:
             cats.append({"id": len(cats), "name": f"{spec.name} {part}", "supercategory": spec.name})
     return cats
@@ -69,7 +71,7 @@ def write_partimagenet(
         for obj in scene.objects:
             n_parts = len(classes[obj.class_id].part_names)
             if len(obj.part_masks) != n_parts:
-                raise ValueError(
+                raise VitscopeValueError(
                     f"scene {scene.index}: object of class {obj.class_id} has {len(obj.part_masks)} part masks, "
                     f"its class has {n_parts} parts"
                 )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from vitscope.data.synthetic.shapes import ClassGeometry, KeypointDef, PartShape
+from vitscope.errors import VitscopeValueError
 
 # (name, kind, cx, cy, a, b, angle in degrees); kinds: E ellipse, R rect, T triangle (tip along +u).
 _Part = tuple[str, str, float, float, float, float, float]
@@ -180,7 +181,7 @@ def _variant(parts: list[_Part], class_id: int, attempt: int) -> list[_Part]:
 def make_classes(num_classes: int) -> list[ClassGeometry]:
     """The first ``num_classes`` class geometries (a pure function of ``num_classes``)."""
     if num_classes < 1:
-        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        raise VitscopeValueError(f"num_classes must be >= 1, got {num_classes}")
     out = []
     for c in range(num_classes):
         base, parts, keypoints = TEMPLATES[c % len(TEMPLATES)]

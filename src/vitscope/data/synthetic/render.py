@@ -18,6 +18,7 @@ import numpy as np
 from vitscope.data.synthetic.scene import Scene, SceneObject
 from vitscope.data.synthetic.shapes import ClassGeometry, Raster, object_keypoints, rasterize
 from vitscope.data.synthetic.textures import Appearance, paint
+from vitscope.errors import VitscopeValueError
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class Layout:
 def layout(specs: Sequence[ObjectSpec], geometries: Sequence[ClassGeometry], size: int) -> Layout:
     """Rasterise ``specs`` in drawing order and resolve occlusion."""
     if len(specs) > 127:
-        raise ValueError(f"at most 127 objects per scene, got {len(specs)}")
+        raise VitscopeValueError(f"at most 127 objects per scene, got {len(specs)}")
     owner = np.full((size, size), -1, dtype=np.int8)
     part = np.full((size, size), -1, dtype=np.int8)
     rasters: list[Raster | None] = []

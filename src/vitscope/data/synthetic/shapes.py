@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vitscope.data.synthetic.scene import ClassSpec
+from vitscope.errors import VitscopeValueError
 
 SHAPE_KINDS = ("ellipse", "rect", "triangle")
 
@@ -78,7 +79,7 @@ class PartShape:
             return (np.abs(pu) <= a) & (np.abs(pv) <= b)
         if self.kind == "triangle":
             return (pu >= -a) & (np.abs(pv) * (2.0 * a) <= b * (a - pu))
-        raise ValueError(f"unknown part kind {self.kind!r}; expected one of {SHAPE_KINDS}")
+        raise VitscopeValueError(f"unknown part kind {self.kind!r}; expected one of {SHAPE_KINDS}")
 
     def scaled(self, factor: float) -> PartShape:
         """The same part with every length multiplied by ``factor``."""

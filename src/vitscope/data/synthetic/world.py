@@ -28,6 +28,7 @@ from vitscope.data.synthetic.render import Layout, ObjectSpec, build_scene, layo
 from vitscope.data.synthetic.scene import ClassSpec, Scene
 from vitscope.data.synthetic.shapes import ClassGeometry, object_keypoints
 from vitscope.data.synthetic.textures import BACKGROUND_NAMES, Appearance, background_image, instance_appearance
+from vitscope.errors import VitscopeValueError
 
 _SALT_SCENE, _SALT_PAIR, _SALT_VIDEO, _SALT_RENDER = 11, 22, 33, 44
 
@@ -74,17 +75,17 @@ class SyntheticWorld:
         num_instances_per_class: int = 20,
     ) -> None:
         if size < 16:
-            raise ValueError(f"size must be >= 16 pixels, got {size}")
+            raise VitscopeValueError(f"size must be >= 16 pixels, got {size}")
         if seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {seed}")
+            raise VitscopeValueError(f"seed must be a non-negative integer, got {seed}")
         if spurious is not None and not 0.0 <= spurious <= 1.0:
-            raise ValueError(f"spurious must be None or a probability in [0, 1], got {spurious}")
+            raise VitscopeValueError(f"spurious must be None or a probability in [0, 1], got {spurious}")
         if not 1 <= num_backgrounds <= len(BACKGROUND_NAMES):
-            raise ValueError(f"num_backgrounds must be in [1, {len(BACKGROUND_NAMES)}], got {num_backgrounds}")
+            raise VitscopeValueError(f"num_backgrounds must be in [1, {len(BACKGROUND_NAMES)}], got {num_backgrounds}")
         if max_objects < 1 or max_objects > 127:
-            raise ValueError(f"max_objects must be in [1, 127], got {max_objects}")
+            raise VitscopeValueError(f"max_objects must be in [1, 127], got {max_objects}")
         if num_instances_per_class < 1:
-            raise ValueError(f"num_instances_per_class must be >= 1, got {num_instances_per_class}")
+            raise VitscopeValueError(f"num_instances_per_class must be >= 1, got {num_instances_per_class}")
         self.num_classes = num_classes
         self.size = size
         self.seed = int(seed)
@@ -109,7 +110,7 @@ class SyntheticWorld:
     # ----------------------------------------------------------------------------------------- helpers
     def _rng(self, index: int, salt: int) -> np.random.Generator:
         if index < 0:
-            raise ValueError(f"index must be non-negative, got {index}")
+            raise VitscopeValueError(f"index must be non-negative, got {index}")
         return np.random.default_rng([self.seed, int(index), salt])
 
     def instance_id(self, class_id: int, k: int) -> int:
@@ -203,7 +204,7 @@ class SyntheticWorld:
         image with ``pair(i, True)``.
         """
         if not same_instance and self.num_instances_per_class < 2:
-            raise ValueError("pairs of different instances need num_instances_per_class >= 2")
+            raise VitscopeValueError("pairs of different instances need num_instances_per_class >= 2")
         rng = self._rng(index, _SALT_PAIR)
         class_id = int(rng.integers(self.num_classes))
         k1 = int(rng.integers(self.num_instances_per_class))
@@ -232,7 +233,7 @@ class SyntheticWorld:
         steps. Every frame has ``index == index``.
         """
         if num_frames < 1:
-            raise ValueError(f"num_frames must be >= 1, got {num_frames}")
+            raise VitscopeValueError(f"num_frames must be >= 1, got {num_frames}")
         rng = self._rng(index, _SALT_VIDEO)
         n = int(rng.integers(1, min(3, self.max_objects) + 1))
         t = np.linspace(0.0, 1.0, num_frames) if num_frames > 1 else np.zeros(1)
@@ -281,14 +282,14 @@ class SyntheticWorld:
         given; ``index`` seeds the background texture's random parameters.
         """
         if not objects:
-            raise ValueError("render needs at least one ObjectSpec")
+            raise VitscopeValueError("render needs at least one ObjectSpec")
         if not 0 <= background < self.num_backgrounds:
-            raise ValueError(f"background must be in [0, {self.num_backgrounds}), got {background}")
+            raise VitscopeValueError(f"background must be in [0, {self.num_backgrounds}), got {background}")
         for spec in objects:
             if not 0 <= spec.class_id < self.num_classes:
-                raise ValueError(f"class_id {spec.class_id} out of range [0, {self.num_classes})")
+                raise VitscopeValueError(f"class_id {spec.class_id} out of range [0, {self.num_classes})")
             if spec.instance_id // self.num_instances_per_class != spec.class_id:
-                raise ValueError(f"instance_id {spec.instance_id} does not belong to class {spec.class_id}")
+                raise VitscopeValueError(f"instance_id {spec.instance_id} does not belong to class {spec.class_id}")
         return self._finish(self._rng(index, _SALT_RENDER), list(objects), index, background)
 
 

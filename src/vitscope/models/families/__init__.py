@@ -3,6 +3,7 @@ package registers them all, and it is where the adapters look a family up."""
 
 from __future__ import annotations
 
+from vitscope.errors import VitscopeKeyError
 from vitscope.models.families import (  # noqa: F401  (each file registers its family)
     beit,
     bit,
@@ -34,5 +35,5 @@ def get_family(name: str) -> HFFamily:
     """
     families = registered_families()
     if name not in families:
-        raise KeyError(f"model type '{name}' is not supported; supported: {', '.join(sorted(families))}")
+        raise VitscopeKeyError(f"model type '{name}' is not supported; supported: {', '.join(sorted(families))}")
     return families[name]

@@ -1,0 +1,38 @@
+"""The one error hierarchy: every error vitscope raises on purpose derives from :class:`VitscopeError`.
+
+Each keeps the built-in base a caller may already catch (``except ValueError`` still works). The command line
+turns these, and only these, into one ``error: <message>`` line; anything else escaping a command is a bug in
+vitscope and is shown with its traceback and a request to report it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["VitscopeError", "VitscopeFileNotFoundError", "VitscopeKeyError", "VitscopeRuntimeError",
+           "VitscopeTypeError", "VitscopeValueError"]
+
+
+class VitscopeError(Exception):
+    """Base of every error vitscope raises on purpose (bad input, a missing file, an impossible request)."""
+
+
+class VitscopeValueError(VitscopeError, ValueError):
+    """A value given to vitscope is wrong: an option, a parameter, a tensor's shape, a data file's content."""
+
+
+class VitscopeTypeError(VitscopeError, TypeError):
+    """An argument of the wrong kind (a model that is not a Backbone, a state that cannot be saved...)."""
+
+
+class VitscopeKeyError(VitscopeError, KeyError):
+    """A name vitscope does not know (a hook, a zoo model, a cache column); its message prints unquoted."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class VitscopeFileNotFoundError(VitscopeError, FileNotFoundError):
+    """A file or folder vitscope was pointed at does not exist."""
+
+
+class VitscopeRuntimeError(VitscopeError, RuntimeError):
+    """A request that cannot be carried out here (no CUDA, a peer process failed, an empty run...)."""

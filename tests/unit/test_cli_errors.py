@@ -1,0 +1,72 @@
+"""How a command ends: vitscope's own errors and the machine's are one line; anything else is a reported bug."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+import torch
+import typer
+from typer.testing import CliRunner
+
+from vitscope import VitscopeError
+from vitscope.cli.errors import one_line_errors
+from vitscope.errors import VitscopeFileNotFoundError, VitscopeTypeError, VitscopeValueError
+
+
+def _run(exc: BaseException):
+    app = typer.Typer()
+
+    @app.command()
+    @one_line_errors
+    def go() -> None:
+        raise exc
+
+    @app.command()
+    def other() -> None:  # a second command, so typer keeps the command name
+        pass
+
+    return CliRunner().invoke(app, ["go"])
+
+
+@pytest.mark.parametrize("exc", [VitscopeValueError("bad --param k=x: k is a whole number\nmore detail"),
+                                 VitscopeTypeError("not a model"), VitscopeFileNotFoundError("no such folder: x"),
+                                 VitscopeError("plain")])
+def test_vitscope_errors_are_one_line_and_status_1(exc) -> None:
+    result = _run(exc)
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [f"error: {str(exc).splitlines()[0]}"]
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("exc", [OSError(errno.ENOSPC, "No space left on device", "/out/results.json"),
+                                 PermissionError(errno.EACCES, "Permission denied", "/out")])
+def test_the_machine_saying_no_is_one_line_naming_the_path(exc) -> None:
+    result = _run(exc)
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
+    assert result.output.startswith("error: [Errno") and "/out" in result.output
+
+
+def test_out_of_memory_is_one_line_with_the_batch_size_to_try() -> None:
+    result = _run(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert result.exit_code == 1 and "smaller --batch-size (-b)" in result.output and "Traceback" not in result.output
+
+
+def test_ctrl_c_is_status_130() -> None:
+    result = _run(KeyboardInterrupt())
+    assert result.exit_code == 130 and result.output.strip() == "interrupted"
+
+
+@pytest.mark.parametrize("exc", [KeyError("blocks.3"), ValueError("a plain ValueError from a library"),
+                                 TypeError("unsupported operand"), AttributeError("no attribute x")])
+def test_anything_else_is_a_bug_with_its_traceback(exc) -> None:
+    result = _run(exc)
+    assert result.exit_code == 1
+    assert "Traceback (most recent call last)" in result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("error: this is a bug in vitscope") and type(exc).__name__ in last
+
+
+def test_typer_usage_errors_keep_status_2() -> None:
+    result = _run(typer.BadParameter("not a number"))
+    assert result.exit_code == 2
