@@ -123,3 +123,52 @@ def test_charts_draw_from_their_numbers_hover_hide_and_switch_scale(browser, rep
     assert chart.evaluate(state)[1] == "log"
     assert not errors, errors
     page.close()
+
+
+PAYLOADS = ('<img src=x onerror="window.__xss=1">', '"><svg onload="window.__xss=2">')
+
+
+@pytest.fixture(scope="module")
+def hostile_report(tmp_path_factory) -> Path:
+    """A report whose model directory, data folder and file names are HTML payloads."""
+    import numpy as np
+    import torch
+    import transformers as tf
+    from PIL import Image
+
+    base = tmp_path_factory.mktemp("xss")
+    model = base / PAYLOADS[0]
+    torch.manual_seed(0)
+    tf.ViTModel(tf.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                             image_size=32, patch_size=8), add_pooling_layer=False).save_pretrained(model)
+    photos = base / PAYLOADS[1]
+    photos.mkdir()
+    rng = np.random.default_rng(0)
+    for i, name in enumerate(PAYLOADS * 2):
+        Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(photos / f"{name}{i}.png")
+    (photos / f"{PAYLOADS[0]}broken.png").write_bytes(b"not a png")  # listed as skipped
+    opts = resolve_options(ANALYZE_OPTIONS, {"model": f"hf:{model}", "data": str(photos), "out": str(base / "out"),
+                                             "analyses": "attention_distance,cls_attention_maps", "device": "cpu",
+                                             "batch_size": 2})
+    analyze(opts, progress=False)
+    return base / "out" / "report.html"
+
+
+def test_user_strings_that_are_html_stay_text_in_the_browser(browser, hostile_report):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+    page.goto(hostile_report.as_uri(), wait_until="load")
+    chart = page.locator('figure[data-stem="attention_distance"] .vs-chart').first
+    chart.scroll_into_view_if_needed()
+    box = chart.bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.4)  # the tooltip names the model
+    page.wait_for_timeout(300)
+    assert page.evaluate("window.__xss") is None  # no payload ran
+    assert page.locator('img[src="x"]').count() == 0 and page.locator("svg[onload]").count() == 0
+    text = page.locator("body").inner_text()
+    assert PAYLOADS[0] in text  # shown as text (the model and its path)
+    tooltip = chart.locator("div", has_text="onerror").first
+    assert tooltip.count() == 1 and "window.__xss=1" in tooltip.inner_text()  # the tooltip shows the name as text
+    assert not errors, errors
+    page.close()

@@ -26,6 +26,8 @@
     return PALETTE[i % PALETTE.length];
   }
 
+  var esc = echarts.format.encodeHTML;  // tooltips are HTML: names and labels come from the user (paths, ids)
+
   function fmt(v) {
     if (v === null || v === undefined || isNaN(v)) { return "none"; }
     var a = Math.abs(v);
@@ -64,10 +66,10 @@
           if (it.seriesType !== "line") { return; }
           var dashed = it.seriesIndex < series.length && series[it.seriesIndex].lineStyle.type === "dashed";
           var v = Array.isArray(it.value) ? it.value[1] : it.value;
-          out.push(it.marker + it.seriesName + (dashed ? " (baseline)" : "") + ": " + fmt(v));
+          out.push(it.marker + esc(it.seriesName) + (dashed ? " (baseline)" : "") + ": " + fmt(v));
         });
         var at = items[0].axisValue;
-        return p.x_label + " " + (typeof at === "number" ? fmt(at) : at) + "<br>" + out.join("<br>");
+        return esc(p.x_label + " " + (typeof at === "number" ? fmt(at) : at)) + "<br>" + out.join("<br>");
       }},
       xAxis: p.x_kind === "value" ?
         {type: "value", name: p.x_label, nameLocation: "middle", nameGap: 26,
@@ -98,8 +100,8 @@
       title: p.title ? {text: p.title, left: "center", textStyle: {fontSize: 13, fontWeight: "normal"}} : undefined,
       grid: {left: 64, right: 90, top: p.title ? 36 : 16, bottom: 48},
       tooltip: {trigger: "item", confine: true, formatter: function (it) {
-        return p.y_label + " " + p.rows[it.value[1]] + ", " + p.x_label + " " + p.columns[it.value[0]] + "<br>" +
-          p.value_label + ": " + fmt(it.value[2] === "-" ? null : it.value[2]);
+        return esc(p.y_label + " " + p.rows[it.value[1]] + ", " + p.x_label + " " + p.columns[it.value[0]]) + "<br>" +
+          esc(p.value_label) + ": " + fmt(it.value[2] === "-" ? null : it.value[2]);
       }},
       xAxis: {type: "category", data: p.columns, name: p.x_label, nameLocation: "middle", nameGap: 26,
               splitArea: {show: false}},
