@@ -82,6 +82,10 @@
     };
   }
 
+  function longLabels(p) {  // names, not numbers: tilted under the map, which needs room
+    return p.columns.some(function (c) { return String(c).length > 6; });
+  }
+
   function heatOption(p) {
     var data = [];
     var lo = Infinity, hi = -Infinity;
@@ -95,17 +99,20 @@
     if (p.colours === "diverging") { var m = Math.max(Math.abs(lo), Math.abs(hi)); lo = -m; hi = m; }
     if (lo === hi) { hi = lo + 1; }
     var cells = p.rows.length * p.columns.length;
+    var long = longLabels(p);
     return {
       animation: false,
       title: p.title ? {text: p.title, left: "center", textStyle: {fontSize: 13, fontWeight: "normal"}} : undefined,
-      grid: {left: 64, right: 90, top: p.title ? 36 : 16, bottom: 48},
+      grid: {left: 12, right: 90, top: p.title ? 48 : 28, bottom: 30, containLabel: true},
       tooltip: {trigger: "item", confine: true, formatter: function (it) {
         return esc(p.y_label + " " + p.rows[it.value[1]] + ", " + p.x_label + " " + p.columns[it.value[0]]) + "<br>" +
           esc(p.value_label) + ": " + fmt(it.value[2] === "-" ? null : it.value[2]);
       }},
-      xAxis: {type: "category", data: p.columns, name: p.x_label, nameLocation: "middle", nameGap: 26,
-              splitArea: {show: false}},
-      yAxis: {type: "category", data: p.rows, name: p.y_label, nameLocation: "middle", nameGap: 48, inverse: true},
+      xAxis: {type: "category", data: p.columns, name: p.x_label, nameLocation: "middle", nameGap: long ? 70 : 26,
+              splitArea: {show: false},
+              axisLabel: {interval: p.columns.length <= 40 ? 0 : "auto", rotate: long ? 35 : 0}},
+      yAxis: {type: "category", data: p.rows, name: p.y_label, nameLocation: "start", inverse: true,
+              axisLabel: {interval: p.rows.length <= 40 ? 0 : "auto"}},
       visualMap: {min: lo, max: hi, calculable: true, orient: "vertical", right: 4, top: "middle",
                   itemHeight: 140, text: [fmt(hi), fmt(lo)], inRange: {color: HEAT[p.colours] || HEAT.viridis},
                   formatter: fmt},
@@ -144,7 +151,8 @@
       box.className = "vs-chart-panel";
       var div = document.createElement("div");
       div.className = "vs-chart";
-      div.style.height = (p.kind === "heatmap" ? Math.max(260, Math.min(640, 24 * p.rows.length + 90)) : 330) + "px";
+      div.style.height = (p.kind === "heatmap" ?
+        Math.max(260, Math.min(640, 24 * p.rows.length + 100)) + (longLabels(p) ? 90 : 0) : 330) + "px";
       box.appendChild(div);
       holder.appendChild(box);
       var option = p.kind === "heatmap" ? heatOption(p) : lineOption(p);
