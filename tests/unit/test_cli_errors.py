@@ -47,9 +47,13 @@ def test_the_machine_saying_no_is_one_line_naming_the_path(exc) -> None:
     assert result.output.startswith("error: [Errno") and "/out" in result.output
 
 
-def test_out_of_memory_is_one_line_with_the_batch_size_to_try() -> None:
-    result = _run(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
-    assert result.exit_code == 1 and "smaller --batch-size (-b)" in result.output and "Traceback" not in result.output
+@pytest.mark.parametrize("exc", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+                                 RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate "
+                                              "memory: you tried to allocate 9663676416 bytes")])
+def test_out_of_memory_is_one_line_with_the_batch_size_to_try(exc) -> None:
+    result = _run(exc)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.startswith("error: out of memory; run again with a smaller batch (--batch-size / -b")
 
 
 def test_ctrl_c_is_status_130() -> None:

@@ -7,7 +7,8 @@ import pytest
 from PIL import Image
 
 from vitscope.data.synthetic.write import synthesize
-from vitscope.workflows.probe import _require_classes, run_probe
+from vitscope.downstream.checks import require_classes
+from vitscope.workflows.probe import run_probe
 
 
 def _options(data: str, out) -> dict:
@@ -38,6 +39,13 @@ def test_one_image_per_class_is_refused(tmp_path) -> None:
 
 
 def test_two_classes_with_a_repeated_one_pass_the_check() -> None:
-    _require_classes(np.array([0, 0, 1, -1]), None, "imagefolder")  # -1: unlabelled, not a class
+    require_classes(np.array([0, 0, 1, -1]), None, "imagefolder")  # -1: unlabelled, not a class
     with pytest.raises(ValueError, match=r"with 1 class \(0\): "):
-        _require_classes(np.array([0, 0, -1]), None, "imagefolder")
+        require_classes(np.array([0, 0, -1]), None, "imagefolder")
+
+
+def test_a_one_class_training_set_is_refused_with_test_data_too(tmp_path) -> None:
+    coco = synthesize(tmp_path / "coco", "coco", n=4, size=32, seed=0)
+    options = _options(f"{coco}::imagefolder", tmp_path / "out") | {"test_data": f"{coco}::imagefolder"}
+    with pytest.raises(ValueError, match="need at least two classes"):
+        run_probe(options)

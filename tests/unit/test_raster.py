@@ -61,3 +61,19 @@ def test_grid_and_rollout_figures_write_one_png_each(tmp_path) -> None:
             assert im.width > 100 and im.height > 60 and im.mode == "RGB"
     with pytest.raises(ValueError, match=r"\[L, H, a, b\]"):
         block_head_maps(maps[0], "bad", tmp_path / "bad")
+
+
+def test_a_grid_wider_than_the_first_guess_is_drawn_whole(tmp_path) -> None:
+    rng = np.random.default_rng(1)
+    maps = rng.random((24, 16, 14, 14))
+    maps[:, -1] = 0.0
+    maps[:, -1, 0, 0] = 1.0  # the last head's tiles: one bright token at their top-left corner
+    photo = rng.integers(0, 255, (224, 896, 3), dtype=np.uint8)  # a wide input beside the grid
+    (path,) = block_head_maps(maps, "wide", tmp_path / "wide", block_labels=[f"block-{i}" for i in range(24)],
+                              image=photo)
+    with Image.open(path) as im:
+        pixels = np.asarray(im.convert("RGB"))
+    top = colorize(np.array([1.0]), "inferno")[0]
+    found = np.argwhere((pixels == top).all(-1))
+    assert found.size and found[:, 1].max() > pixels.shape[1] - 60  # the last head reaches the right edge
+    assert pixels.shape[1] > 16 * (14 * 3 + 2) + 320  # grid plus photo: nothing was cut

@@ -33,8 +33,9 @@ def _first_line(err: BaseException) -> str:
 def _out_of_memory(err: BaseException) -> bool:
     import torch
 
-    return isinstance(err, torch.OutOfMemoryError) or (isinstance(err, RuntimeError) and
-                                                        "out of memory" in str(err).lower())
+    text = str(err).lower()
+    return isinstance(err, torch.OutOfMemoryError) or (isinstance(err, RuntimeError) and (
+        "out of memory" in text or "can't allocate memory" in text or "defaultcpuallocator" in text))
 
 
 def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -59,8 +60,9 @@ def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             if type(err).__module__.split(".")[0] in ("typer", "click"):
                 raise  # typer's own: exits, aborts and usage errors (status 2)
             if "torch" in sys.modules and _out_of_memory(err):
-                print("error: out of memory on a batch; run again with a smaller --batch-size (-b), e.g. half of "
-                      "it (finished work and the saved state stay on disk)", file=sys.stderr)
+                print("error: out of memory; run again with a smaller batch (--batch-size / -b where the command "
+                      "has it, e.g. half) or fewer images at once (finished work and the saved state stay on disk)",
+                      file=sys.stderr)
                 raise typer.Exit(1) from None
             from vitscope._version import __version__
 

@@ -28,7 +28,7 @@ __all__ = ["QUANTITIES", "Comparison", "Curve", "ModelRun", "compare_runs", "rel
 
 #: quantity -> (axis label, higher is better: part of the best-block table)
 QUANTITIES: dict[str, tuple[str, bool]] = {
-    "attention_distance": ("mean attention distance (image widths)", False),
+    "attention_distance": ("mean attention distance (unit square)", False),
     "saliency_iou": ("best-head saliency IoU", True),
     "clustering_purity": ("clustering purity", True),
     "knn_accuracy": ("k-NN accuracy", True),

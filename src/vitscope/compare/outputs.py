@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from vitscope.compare.curves import QUANTITIES, Comparison, ModelRun
@@ -30,12 +29,14 @@ def _values_table(quantity: str, comp: Comparison) -> Table:
     per_model = comp.curves[quantity]
     depth = max(len(c.values) for c in per_model.values())
     random = comp.random.get(quantity, {})
-    rows = [[m, *(format_cell(v) for v in c.values), *([""] * (depth - len(c.values))),
-             format_cell(random.get(m, math.nan))] for m, c in per_model.items()]
-    note = "The last column is each model's own random baseline (it depends on the model's token grid)." \
-        if random else ""
-    return Table(f"{QUANTITIES[quantity][0]} per block", ["model", *(f"block {b}" for b in range(depth)), "random"],
-                 rows, note)
+    rows = [[m, *(format_cell(v) for v in c.values), *([""] * (depth - len(c.values)))] for m, c in per_model.items()]
+    columns = ["model", *(f"block {b}" for b in range(depth))]
+    note = ""
+    if random:  # each model's own baseline (it depends on the token grid); "" where a model has none
+        columns.append("random")
+        rows = [row + [format_cell(random[m]) if m in random else ""] for row, m in zip(rows, per_model)]
+        note = "The last column is each model's own random baseline (it depends on the model's token grid)."
+    return Table(f"{QUANTITIES[quantity][0]} per block", columns, rows, note)
 
 
 def comparison_sections(comp: Comparison, runs: Sequence[ModelRun]) -> list[Section]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from vitscope.errors import VitscopeValueError
 from vitscope.models.backbone import Backbone
 
-__all__ = ["require_blocks", "tiling_scale"]
+__all__ = ["layout_hint", "require_blocks", "require_classes", "tiling_scale"]
 
 
 def require_blocks(backbone: Backbone, task: str) -> None:
@@ -35,3 +37,44 @@ def tiling_scale(tiling: bool | float | None) -> float | None:
         raise VitscopeValueError("tiling must be a scale >= 1 (frame side / model input side; the paper: 2), got "
                                  f"{tiling!r}")
     return float(tiling)
+
+
+def layout_hint(dataset: Any, fmt: str) -> str:
+    """`` (the folder looks like FORMAT: pass --data ROOT::FORMAT)`` when the layout says another format."""
+    from vitscope.data.load import detect_format
+
+    root = getattr(dataset, "root", None)
+    if root is None:
+        return ""
+    try:
+        found = detect_format(root)
+    except ValueError:
+        return ""
+    return f"; the folder looks like {found} data: pass --data {root}::{found}" if found != fmt else ""
+
+
+def require_classes(labels: Any, dataset: Any, fmt: str) -> None:
+    """k-NN, linear probes and clustering score classes: at least two, with more than one image in some.
+
+    Args:
+        labels: ``[N]`` integer labels (-1: unlabelled).
+        dataset: the reader (its ``classes`` name the labels, its ``root`` is checked for another layout).
+        fmt: the format the data was read as.
+
+    Raises:
+        VitscopeValueError: one line naming the classes found and, where the folder looks like another format,
+            the ``--data ROOT::FORMAT`` to use.
+    """
+    import numpy as np
+
+    kept = labels[labels >= 0]
+    classes, counts = np.unique(kept, return_counts=True)
+    names = list(getattr(dataset, "classes", []) or [])
+    shown = ", ".join(repr(names[c]) if c < len(names) else str(c) for c in classes[:3])
+    if classes.size < 2:
+        raise VitscopeValueError(f"{fmt} data with {classes.size} "
+                                 f"class{'' if classes.size == 1 else 'es'}{f' ({shown})' if shown else ''}: k-NN, "
+                                 f"linear probes and clustering need at least two classes{layout_hint(dataset, fmt)}")
+    if counts.max() < 2:
+        raise VitscopeValueError(f"{fmt} data with {classes.size} classes of one image each: k-NN and linear probes "
+                                 f"need several images per class{layout_hint(dataset, fmt)}")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from safetensors.torch import load_file, save_file
 
-from vitscope.errors import VitscopeTypeError
+from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.models.backbone import Backbone
 
 FORMAT_VERSION = 1
@@ -36,9 +36,13 @@ def load_checkpoint(directory: str | Path) -> Backbone:
     from vitscope.models.wrap import wrap, wrap_tiny_vit
 
     d = Path(directory)
-    meta = json.loads((d / "vitscope.json").read_text())
-    cfg = meta["config"]
-    if meta["architecture"] == "tiny-vit":
+    try:
+        meta = json.loads((d / "vitscope.json").read_text())
+        cfg, arch = meta["config"], meta["architecture"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
+        raise VitscopeValueError(f"{d / 'vitscope.json'} is not a vitscope checkpoint description ({err!r}); "
+                                 "write checkpoints with vitscope.models.checkpoint.save_checkpoint") from None
+    if arch == "tiny-vit":
         model = TinyViT(TinyViTConfig(**cfg))
     else:
         model = TinyResNet(TinyResNetConfig(**{**cfg, "widths": tuple(cfg["widths"])}))

@@ -8,6 +8,7 @@ from typing import Any
 
 from torch import nn
 
+from vitscope.errors import VitscopeValueError
 from vitscope.models.families import get_family
 from vitscope.models.family import family_of
 from vitscope.models.spec import ModelSpec
@@ -57,7 +58,10 @@ def load_preprocessor_json(source: str, **hub_kwargs: Any) -> dict[str, Any] | N
     """``preprocessor_config.json`` of a local directory or a hub id (cache first), or None."""
     local = Path(source) / "preprocessor_config.json"
     if local.is_file():
-        return json.loads(local.read_text())
+        try:
+            return json.loads(local.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise VitscopeValueError(f"{local} is not valid JSON ({err}); fix or remove it") from None
     if Path(source).is_dir():
         return None
     from transformers.utils import cached_file

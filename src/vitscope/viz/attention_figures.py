@@ -51,7 +51,7 @@ def distance_figure(
     length = max(_np(v).shape[0] for v in models.values())
     ax.set_xticks(np.arange(length), _labels(length, block_labels))
     ax.set_xlabel("block")
-    ax.set_ylabel("attention distance (image widths)")
+    ax.set_ylabel("attention distance (unit square)")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -177,11 +177,10 @@ def rollout_figure(
     canvas = Canvas(max(20 + (side + 16) * (len(imgs) + len(extra)), 12 * len(title)), side + 130)
     canvas.text(10, 10, title, size=15)
     x, y = 10, 56
-    lut = colorize(np.linspace(0.0, 1.0, 256), cmap)
     for img, m, idx in zip(imgs, maps, indices):
         photo = Image.fromarray(np.ascontiguousarray(img)).convert("RGB").resize((side, side), Image.BILINEAR)
-        scaled = m / m.max() if m.max() > 0 else m
-        heat = lut[np.clip(fit_nearest(scaled, (side, side)) * 255 + 0.5, 0, 255).astype(np.uint8)]
+        top = np.nanmax(m) if np.isfinite(m).any() else 0.0
+        heat = colorize(fit_nearest(m / top if top > 0 else m, (side, side)), cmap)  # NaN: blank
         blend = (0.5 * np.asarray(photo, dtype=np.float32) + 0.5 * heat).round().astype(np.uint8)
         canvas.text(x + side / 2, y - 18, f"image {idx}", size=12, anchor="ma")
         canvas.paste(blend, x, y)

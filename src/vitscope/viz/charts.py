@@ -133,8 +133,16 @@ def _ticks(count: int, labels: Sequence | None) -> list[str]:
 def block_head_chart(matrix: torch.Tensor | np.ndarray, value_label: str, block_labels: Sequence | None = None,
                      title: str = "", colours: str = "viridis", x_label: str = "head", y_label: str = "block",
                      column_labels: Sequence | None = None) -> Chart:
-    """A blocks x heads heat map of ``matrix`` ``[L, H]`` (the browser twin of
-    :func:`vitscope.viz.heatmaps.block_head_heatmap`)."""
+    """A blocks x heads heat map (the browser twin of :func:`vitscope.viz.heatmaps.block_head_heatmap`).
+
+    Args:
+        matrix: ``[L, H]`` values (NaN and infinities become blank cells).
+        value_label: what a cell holds, with its unit (shown on hover).
+        block_labels, column_labels: row and column names (default ``0..L-1`` and ``0..H-1``).
+        title: panel title.
+        colours: one of :data:`HEAT_COLOURS`.
+        x_label, y_label: axis names.
+    """
     arr = matrix.detach().cpu().double().numpy() if isinstance(matrix, torch.Tensor) else np.asarray(matrix, float)
     if arr.ndim != 2:
         raise VitscopeValueError(f"expected a [L, H] matrix, got shape {tuple(arr.shape)}")
@@ -146,14 +154,29 @@ def block_head_chart(matrix: torch.Tensor | np.ndarray, value_label: str, block_
 
 def block_lines_chart(curves: Sequence[Curve], y_label: str, length: int, block_labels: Sequence | None = None,
                       title: str = "", y_range: tuple[float | None, float | None] = (None, None)) -> Chart:
-    """Curves over ``length`` blocks in one panel; a log/linear toggle when every value is positive."""
+    """Curves over ``length`` blocks in one panel; a log/linear toggle when every value is positive.
+
+    Args:
+        curves: the series (a model's curve and its dashed baseline share a name and a colour key).
+        y_label: the value axis name, with its unit.
+        length: number of blocks (x ticks).
+        block_labels: tick labels (default ``0..length-1``).
+        title: panel title.
+        y_range: fixed ``(min, max)`` of the value axis (None: automatic).
+    """
     positive = all(v is None or v > 0 for c in curves for v in _flat(c.values))
     return Chart([LinePanel("block", y_label, _ticks(length, block_labels), list(curves), title, y_range,
                             log_toggle=positive)])
 
 
 def depth_lines_chart(curves: Sequence[Curve], y_label: str, title: str = "") -> Chart:
-    """Curves over relative depth ``b / (L - 1)`` (models of different depth on one axis); every curve has ``x``."""
+    """Curves over relative depth ``b / (L - 1)`` (models of different depth on one axis).
+
+    Args:
+        curves: the series; every one gives ``x`` (its blocks' relative depths).
+        y_label: the value axis name, with its unit.
+        title: panel title.
+    """
     positive = all(v is None or v > 0 for c in curves for v in _flat(c.values))
     return Chart([LinePanel("relative depth (block / (blocks - 1))", y_label, [], list(curves), title,
                             log_toggle=positive, x_kind="value", x_range=(0.0, 1.0))])
@@ -165,7 +188,14 @@ def _flat(values: list) -> list:
 
 def curve(name: str, values: torch.Tensor | np.ndarray | Sequence[float], colour: str = "",
           style: Literal["line", "dashed", "dots"] = "line") -> Curve:
-    """A :class:`Curve` from a tensor or array; ``dots`` with a 2-D ``[x, k]`` input keeps k values per tick."""
+    """A :class:`Curve` from a tensor or array.
+
+    Args:
+        name: legend entry.
+        values: ``[X]`` values, or ``[X, k]`` with ``style="dots"`` (k values per tick, e.g. one per head).
+        colour: colour key (usually the model's name; "" for neutral grey).
+        style: ``"line"``, ``"dashed"`` or ``"dots"``.
+    """
     if style == "dots":
         arr = values.detach().cpu().double().numpy() if isinstance(values, torch.Tensor) else np.asarray(values, float)
         if arr.ndim == 2:

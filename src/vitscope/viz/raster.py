@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-__all__ = ["Canvas", "colorize", "tile_scale", "upscale"]
+__all__ = ["Canvas", "colorize", "fit_nearest", "font", "tick_positions", "tile_scale", "upscale"]
 
 #: side in pixels a map tile is scaled up to, at least (integer factors: every token stays a square)
 TILE_PIXELS = 48
@@ -71,7 +71,9 @@ def fit_nearest(m: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 class Canvas:
     """A white picture that grows as parts are placed, then written as PNG.
 
-    Parts are placed at absolute pixel positions; :meth:`save` crops to what was placed plus a margin.
+    Parts are placed at absolute pixel positions (right and down of the origin); the picture is enlarged
+    whenever a part reaches past its edge, so the first size is only a guess, and :meth:`save` crops to what
+    was placed plus a margin.
     """
 
     def __init__(self, width: int, height: int, margin: int = 10) -> None:
@@ -81,20 +83,28 @@ class Canvas:
         self._right, self._bottom = 0, 0
 
     def _extend(self, right: int, bottom: int) -> None:
+        """Note the placed extent, enlarging the picture (with room to spare) when it reaches past an edge."""
         self._right, self._bottom = max(self._right, right), max(self._bottom, bottom)
+        need_w, need_h = self._right + self.margin, self._bottom + self.margin
+        if need_w > self.image.width or need_h > self.image.height:
+            bigger = Image.new("RGB", (max(self.image.width, need_w + need_w // 4),
+                                       max(self.image.height, need_h + need_h // 4)), _WHITE)
+            bigger.paste(self.image, (0, 0))
+            self.image, self.draw = bigger, ImageDraw.Draw(bigger)
 
     def paste(self, rgb: np.ndarray, x: int, y: int) -> None:
         """Place ``[h, w, 3]`` uint8 pixels with their top-left corner at ``(x, y)``."""
-        self.image.paste(Image.fromarray(np.ascontiguousarray(rgb)), (x, y))
         self._extend(x + rgb.shape[1], y + rgb.shape[0])
+        self.image.paste(Image.fromarray(np.ascontiguousarray(rgb)), (x, y))
 
     def text(self, x: float, y: float, text: str, size: int = 13, anchor: str = "la", fill=_INK) -> None:
         """Write ``text`` at ``(x, y)``; ``anchor`` is Pillow's (``"la"`` left-top, ``"mm"`` centre...)."""
         box = self.draw.textbbox((x, y), text, font=font(size), anchor=anchor)
-        self.draw.text((x, y), text, font=font(size), anchor=anchor, fill=fill)
         self._extend(int(box[2]) + 1, int(box[3]) + 1)
+        self.draw.text((x, y), text, font=font(size), anchor=anchor, fill=fill)
 
     def text_width(self, text: str, size: int = 13) -> int:
+        """Width in pixels of ``text`` set at ``size``."""
         box = self.draw.textbbox((0, 0), text, font=font(size))
         return int(box[2] - box[0])
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from vitscope.downstream.checks import require_classes
 from vitscope.errors import VitscopeValueError
 from vitscope.outputs import RunResult, prepare_output, write_run
 
@@ -47,7 +48,7 @@ def _labelled_split(dataset, fmt: str, test_fraction: float, seed: int):
     except ValueError:
         raise VitscopeValueError(f"{fmt} data has no image labels; vitscope probe takes revisitop, davis, spair, coco, "
                                  "partimagenet or labelled images (imagefolder)") from None
-    _require_classes(labels, dataset, fmt)
+    require_classes(labels, dataset, fmt)
     test = holdout_mask(np.arange(len(source)), test_fraction, seed)
     if test.all() or not test.any():
         raise VitscopeValueError(f"{len(source)} images cannot be split into train and test at --test-fraction "
@@ -55,37 +56,6 @@ def _labelled_split(dataset, fmt: str, test_fraction: float, seed: int):
     paths = np.asarray(source.paths, dtype=object)
     return (ImageFiles(list(paths[~test]), labels=labels[~test], name=f"{source.name}:train"),
             ImageFiles(list(paths[test]), labels=labels[test], name=f"{source.name}:test"))
-
-
-def _layout_hint(dataset, fmt: str) -> str:
-    """`` (the folder looks like FORMAT: pass --data ROOT::FORMAT)`` when the layout says another format."""
-    from vitscope.data.load import detect_format
-
-    root = getattr(dataset, "root", None)
-    if root is None:
-        return ""
-    try:
-        found = detect_format(root)
-    except ValueError:
-        return ""
-    return f"; the folder looks like {found} data: pass --data {root}::{found}" if found != fmt else ""
-
-
-def _require_classes(labels, dataset, fmt: str) -> None:
-    """k-NN, linear probes and clustering score classes: at least two, with more than one image in some."""
-    import numpy as np
-
-    kept = labels[labels >= 0]
-    classes, counts = np.unique(kept, return_counts=True)
-    names = list(getattr(dataset, "classes", []) or [])
-    shown = ", ".join(repr(names[c]) if c < len(names) else str(c) for c in classes[:3])
-    if classes.size < 2:
-        raise VitscopeValueError(f"{fmt} data with {classes.size} "
-                                 f"class{'' if classes.size == 1 else 'es'}{f' ({shown})' if shown else ''}: k-NN, "
-                                 f"linear probes and clustering need at least two classes{_layout_hint(dataset, fmt)}")
-    if counts.max() < 2:
-        raise VitscopeValueError(f"{fmt} data with {classes.size} classes of one image each: k-NN and linear probes "
-                                 f"need several images per class{_layout_hint(dataset, fmt)}")
 
 
 def _num_images(dataset, fmt: str) -> int:
@@ -128,7 +98,10 @@ def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None,
     data: dict[str, Any] = {task: dataset}
     if task == "labelled":
         if options.get("test_data"):
+            from vitscope.data.annotated_source import AnnotatedSource
+
             test, _ = _open(options["test_data"])
+            require_classes(AnnotatedSource(dataset).labels(), dataset, fmt)
             data = {"train": dataset, "test": test}
         else:
             train, test = _labelled_split(dataset, fmt, options["test_fraction"], options["seed"])

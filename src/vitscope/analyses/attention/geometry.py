@@ -151,7 +151,7 @@ class AttentionDistanceResult(Result):
         chart = block_lines_chart([curve(model, t["distance"].mean(-1), model),
                                    curve(model, t["distance"], model, "dots"),
                                    curve("random attention", t["random_distance"].mean(-1), "", "dashed")],
-                                  "attention distance (image widths)", t["distance"].shape[0],
+                                  "attention distance (unit square)", t["distance"].shape[0],
                                   self.meta.get("blocks"), "Average attention distance")
         return [self.figure("", draw, "Average attention distance of every head per block (dots), the per-block "
                             "mean (line) and random attention (dashed).", "paper 002, fig. 4 and 15", chart=chart)]
@@ -172,8 +172,9 @@ class AttentionDistance(AttentionAccumulator):
     ``random_block_mean`` ``[L]``. meta: the geometry, ``num_images``, ``random``.
     """
 
-    description = ("Average attention distance: how far (in image-width units) each head looks from its query. Local "
-                   "processing has small distances, global processing large ones.")
+    description = ("Average attention distance: how far each head looks from its query (token centres on the unit "
+                   "square: the grid spans 1 on each axis). Local processing has small distances, global processing "
+                   "large ones.")
 
     NEEDS = frozenset({"aligned"})
 

@@ -155,9 +155,14 @@
         Math.max(260, Math.min(640, 24 * p.rows.length + 100)) + (longLabels(p) ? 90 : 0) : 330) + "px";
       box.appendChild(div);
       holder.appendChild(box);
-      var option = p.kind === "heatmap" ? heatOption(p) : lineOption(p);
       var chart = echarts.init(div, null, {renderer: "canvas"});
-      chart.setOption(option);
+      try {
+        chart.setOption(p.kind === "heatmap" ? heatOption(p) : lineOption(p));
+      } catch (err) {  // one chart that cannot be drawn leaves the others drawn, and says so
+        div.textContent = "This chart could not be drawn (" + err + "); its numbers are in charts/" + stem + ".json.";
+        div.style.height = "auto";
+        return;
+      }
       charts.push(chart);
       var name = spec.panels.length > 1 ? stem + "_" + (i + 1) : stem;
       var tools = document.createElement("div");
