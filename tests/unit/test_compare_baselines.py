@@ -52,3 +52,17 @@ def test_best_block_table_and_figures_use_each_models_baseline(compared) -> None
         assert dashed[model].values == [comp.random["attention_distance"][model]] * 2
     summary = ComparisonResult(comp).to_json()
     assert summary["random"]["attention_distance"] == comp.random["attention_distance"]
+
+
+def test_a_quantity_without_baselines_has_no_random_column() -> None:
+    from vitscope.compare.curves import Comparison, Curve
+    from vitscope.compare.outputs import _values_table
+
+    comp = Comparison(curves={"cka_to_reference": {"a": Curve([0, 1], [0.0, 1.0], [0.5, 0.6])},
+                              "attention_distance": {"a": Curve([0, 1], [0.0, 1.0], [0.4, 0.5]),
+                                                     "b": Curve([0, 1], [0.0, 1.0], [0.3, 0.2])}},
+                      random={"attention_distance": {"a": 0.59}})
+    cka = _values_table("cka_to_reference", comp)
+    assert cka.columns == ["model", "block 0", "block 1"] and cka.rows == [["a", "0.5", "0.6"]]
+    dist = _values_table("attention_distance", comp)
+    assert dist.columns[-1] == "random" and [r[-1] for r in dist.rows] == ["0.59", ""]

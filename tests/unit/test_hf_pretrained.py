@@ -58,3 +58,11 @@ def test_other_missing_weights_are_one_warning_naming_them(no_pooler) -> None:
     save_file(weights, no_pooler / "model.safetensors", metadata={"format": "pt"})
     with pytest.warns(RandomWeightsWarning, match=r"1 weight\(s\) of ViTModel are not in the checkpoint .*bias"):
         load_model(f"hf:{no_pooler}")
+
+
+def test_a_broken_preprocessor_config_is_one_line_not_a_bug(no_pooler) -> None:
+    from vitscope.errors import VitscopeValueError
+
+    (no_pooler / "preprocessor_config.json").write_text("{not json")
+    with pytest.raises(VitscopeValueError, match="preprocessor_config.json is not valid JSON"):
+        load_model(f"hf:{no_pooler}")
