@@ -60,3 +60,22 @@ def test_pixel_tolerances_use_the_official_disk_and_anchor(tolerance: float) -> 
     recall = (bt & _official_dilation(bp, kernel)).sum() / bt.sum()
     expected = 2 * precision * recall / (precision + recall)
     assert davis_f(pred, true, bound_th=tolerance) == pytest.approx(expected)
+
+
+def test_probe_takes_the_void_rule_from_the_command_line(tmp_path) -> None:
+    import json
+
+    from tests.helpers.cli import cli
+
+    from vitscope.data.synthetic.write import synthesize
+
+    davis = synthesize(tmp_path / "davis", "davis", n=1, size=64, seed=0)
+    out = tmp_path / "out"
+    proc = cli("probe", "-m", "tiny-vit-metric", "-d", f"{davis}::davis", "-o", str(out), "--davis-void", "ignore",
+               "-b", "8", "--blocks", "-1", "--cache", str(tmp_path / "cache"))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["analyses"]["davis"]["summary"]["void"] == "ignore"
+    bad = cli("probe", "-m", "tiny-vit-metric", "-d", f"{davis}::davis", "-o", str(tmp_path / "bad"),
+              "--davis-void", "mask", "--cache", str(tmp_path / "cache"))
+    assert bad.returncode == 1 and bad.stderr.strip() == "error: --davis-void must be one of background, ignore, got 'mask'"

@@ -57,6 +57,9 @@ def probe(
     seed: int = typer.Option(0, "--seed", help="Seed of the split, the probes and the random baselines."),
     cache: Path | None = typer.Option(None, "--cache", help="Feature-cache folder [$VITSCOPE_CACHE/features or "
                                       "~/.cache/vitscope/features]."),
+    davis_void: str = typer.Option("background", "--davis-void", help="DAVIS void pixels (255): background (the "
+                                   "official evaluation: predictions on them count) or ignore (masked out of both "
+                                   "masks)."),
 ) -> None:
     """Per-block probes (retrieval, DAVIS, SPair keypoints, k-NN / linear, clustering) with random chance."""
     import json
@@ -65,7 +68,8 @@ def probe(
         raise typer.BadParameter(f"--tiling must be 0 (off) or a scale >= 1, got {tiling:g}")
     options = {"model": model, "data": data, "out": out, "test_data": test_data, "test_fraction": test_fraction,
                "tiling": tiling, "blocks": lambda num_blocks: parse_blocks(blocks, num_blocks), "site": site,
-               "batch_size": batch_size, "device": device, "dtype": dtype, "seed": seed, "cache": cache}
+               "batch_size": batch_size, "device": device, "dtype": dtype, "seed": seed, "cache": cache,
+               "davis_void": davis_void}
     from vitscope.cli.launch import role
     from vitscope.workflows.probe import run_probe
 

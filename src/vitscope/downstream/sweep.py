@@ -53,6 +53,7 @@ def probe_sweep(
     dtype: str | None = None,
     distributed: bool = False,
     log: Callable[[str], None] | None = None,
+    davis_void: str = "background",
 ) -> dict[str, ProbeResult]:
     """Every probe the given data allows, at every block, each with its random-chance score.
 
@@ -82,6 +83,7 @@ def probe_sweep(
         distributed: share the extraction with the processes of the ``torch.distributed`` group (every process
             returns the same result; the feature cache folder must be one they all see).
         log: receives one-line messages (an extraction that resumes says so).
+        davis_void: DAVIS void pixels: ``"background"`` (official) or ``"ignore"`` (:func:`davis_probe`).
 
     Returns:
         ``{task name: ProbeResult}``.
@@ -144,7 +146,7 @@ def probe_sweep(
                                            random_kind=random_kind, **common)
     if davis is not None:
         out["davis"] = davis_probe(backbone, davis, cache, site=site, blocks=chosen, tiling=scale or False,
-                                   seed=seed, random_kind=random_kind, **common)
+                                   seed=seed, random_kind=random_kind, void=davis_void, **common)
     if spair is not None:
         out["keypoints"] = keypoint_probe(backbone, spair, cache, site=site, blocks=chosen, tiling=scale or False,
                                           random_kind=random_kind, **common)

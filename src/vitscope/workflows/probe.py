@@ -83,11 +83,15 @@ def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None,
     """
     from vitscope.analyses.probes.result import best_block_table
     from vitscope.downstream.checks import require_blocks
+    from vitscope.downstream.davis import VOID_RULES
     from vitscope.downstream.sweep import probe_sweep
     from vitscope.engine.provenance import model_identity
     from vitscope.features.cache import FeatureCache
     from vitscope.models.load import load_model
 
+    void = options.get("davis_void") or "background"
+    if void not in VOID_RULES:  # before any model or data is loaded
+        raise VitscopeValueError(f"--davis-void must be one of {', '.join(VOID_RULES)}, got {void!r}")
     out = prepare_output(options["out"])
     backbone = load_model(options["model"])
     require_blocks(backbone, "per-block")  # before any data is read: a CNN fails at once
@@ -113,7 +117,8 @@ def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None,
     cache = FeatureCache(options["cache"]) if options.get("cache") else None
     results = probe_sweep(backbone, cache, **data, tiling=options.get("tiling") or False, blocks=blocks,
                           site=options["site"], seed=options["seed"], batch_size=options["batch_size"],
-                          device=options.get("device"), dtype=options.get("dtype"), distributed=distributed, log=log)
+                          device=options.get("device"), dtype=options.get("dtype"), distributed=distributed, log=log,
+                          davis_void=void)
     if distributed:
         from vitscope.engine.distributed import is_main_process
 
