@@ -10,6 +10,7 @@ import transformers as tf
 from safetensors.torch import load_file, save_file
 
 from vitscope.engine.provenance import model_identity
+from vitscope.models.errors import ModelLoadError
 from vitscope.models.hf_pretrained import RandomWeightsWarning
 from vitscope.models.load import load_model
 
@@ -66,3 +67,33 @@ def test_a_broken_preprocessor_config_is_one_line_not_a_bug(no_pooler) -> None:
     (no_pooler / "preprocessor_config.json").write_text("{not json")
     with pytest.raises(VitscopeValueError, match="preprocessor_config.json is not valid JSON"):
         load_model(f"hf:{no_pooler}")
+
+
+def test_pickle_weights_are_refused_unless_trusted(tmp_path, monkeypatch) -> None:
+    torch.manual_seed(0)
+    folder = tmp_path / "vit-pickle"
+    saved = tf.ViTModel(tf.ViTConfig(**CONFIG), add_pooling_layer=False)
+    saved.save_pretrained(folder)
+    weights = load_file(folder / "model.safetensors")
+    (folder / "model.safetensors").unlink()
+    torch.save(weights, folder / "pytorch_model.bin")  # what older checkpoints ship
+    monkeypatch.delenv("VITSCOPE_TRUST_PICKLE", raising=False)
+    with pytest.raises(ModelLoadError, match=r"pickle \(pytorch_model.bin\).*pass --trust-pickle"):
+        load_model(f"hf:{folder}")
+    monkeypatch.setenv("VITSCOPE_TRUST_PICKLE", "1")  # what `vitscope --trust-pickle ...` sets
+    loaded = load_model(f"hf:{folder}")
+    assert torch.equal(loaded.model.embeddings.patch_embeddings.projection.weight,
+                       saved.embeddings.patch_embeddings.projection.weight)
+
+
+def test_the_trust_flag_is_a_root_option_of_the_command_line(monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from vitscope.cli.main import app
+
+    monkeypatch.delenv("VITSCOPE_TRUST_PICKLE", raising=False)
+    result = CliRunner().invoke(app, ["--trust-pickle", "models", "--json"])
+    assert result.exit_code == 0
+    import os
+
+    assert os.environ.get("VITSCOPE_TRUST_PICKLE") == "1"

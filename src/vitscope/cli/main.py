@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import typer
@@ -13,6 +14,7 @@ from vitscope.cli.explain import explain_pair
 from vitscope.cli.featviz import featviz as featviz_command
 from vitscope.cli.probe import probe as probe_command
 from vitscope.cli.zoo import zoo_app
+from vitscope.models.errors import TRUST_PICKLE_ENV
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Put vision transformers under a microscope.")
@@ -38,11 +40,16 @@ DISTRIBUTED_COMMANDS = frozenset({"analyze", "compare", "probe"})
 @app.callback()
 def main_options(ctx: typer.Context,
                  version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                              help="Print the version and exit.")) -> None:
+                                              help="Print the version and exit."),
+                 trust_pickle: bool = typer.Option(False, "--trust-pickle", help="Load model weights stored as "
+                                                   "pickle (pytorch_model.bin, .pt) when a directory has no "
+                                                   "safetensors: only for files from a source you trust.")) -> None:
     """Put vision transformers under a microscope."""
     from vitscope.engine.distributed import in_torchrun
 
     one_line_warnings()
+    if trust_pickle:
+        os.environ[TRUST_PICKLE_ENV] = "1"  # read by the loader, in this process only
     if in_torchrun() and ctx.invoked_subcommand not in DISTRIBUTED_COMMANDS:
         # several processes would each run the whole command and write the same files
         _stderr(f"error: 'vitscope {ctx.invoked_subcommand}' runs as one process; under torchrun only "

@@ -11,7 +11,7 @@ from torch import nn
 from vitscope.errors import VitscopeTypeError
 from vitscope.models.backbone import Backbone
 from vitscope.models.cnn import CNNBackbone, cnn_spec, hf_cnn_layout
-from vitscope.models.errors import ModelLoadError
+from vitscope.models.errors import TRUST_PICKLE_ENV, ModelLoadError
 from vitscope.models.families import get_family
 from vitscope.models.family import family_of
 from vitscope.models.hf import HFViTBackbone
@@ -92,6 +92,26 @@ def wrap_hf(model: nn.Module, name: str, preprocessor: dict[str, Any] | None = N
     return HFViTBackbone(model, transformer_spec(name, model, vision, prep))
 
 
+#: weights files that are pickles (they can run code when unpickled)
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+
+def refuse_pickle_weights(directory: Path) -> None:
+    """Raise unless ``directory`` holds safetensors weights, or pickled weights and the user trusts them.
+
+    Raises:
+        ModelLoadError: only pickle weights and no ``--trust-pickle`` / ``VITSCOPE_TRUST_PICKLE=1``.
+    """
+    files = [p for p in directory.iterdir() if p.is_file()]
+    if any(p.suffix == ".safetensors" for p in files):
+        return
+    pickles = sorted(p.name for p in files if p.suffix in PICKLE_SUFFIXES)
+    if pickles and os.environ.get(TRUST_PICKLE_ENV, "") not in ("1", "true", "yes"):
+        raise ModelLoadError(f"'{directory}' holds its weights as pickle ({', '.join(pickles[:3])}), which can run "
+                             "code when loaded, and no .safetensors; convert them to safetensors, or, if you trust "
+                             "their source, pass --trust-pickle (library: VITSCOPE_TRUST_PICKLE=1)")
+
+
 def load_hf(source: str, name: str | None = None, overrides: dict[str, Any] | None = None) -> Backbone:
     """Load ``source`` (hub id or local directory) and wrap it.
 
@@ -104,6 +124,8 @@ def load_hf(source: str, name: str | None = None, overrides: dict[str, Any] | No
             raise ModelLoadError(_offline_message(source))
         hub["local_files_only"] = True  # cached: load it without minutes of network retries
     config = _load_config(source, **hub)
+    if Path(source).is_dir():
+        refuse_pickle_weights(Path(source))
     try:
         model = _instantiate(source, config, **hub)
     except OSError as err:
