@@ -117,3 +117,17 @@ def test_a_report_without_charts_carries_no_chart_library(tmp_path) -> None:
     write_run(tmp_path / "out", RunResult("analyze", results={"plain": result}), progress=False)
     html = (tmp_path / "out" / "report.html").read_text()
     assert "echarts" not in html and len(html) < 200_000
+
+
+def test_a_damaged_chart_library_fails_before_the_pass(tmp_path, monkeypatch) -> None:
+    from vitscope.errors import VitscopeRuntimeError
+    from vitscope.outputs import prepare_output
+    from vitscope.report import assets
+
+    monkeypatch.setattr(assets, "ECHARTS_SHA256", "0" * 64)
+    assets.echarts_script.cache_clear()
+    try:
+        with pytest.raises(VitscopeRuntimeError, match="is not ECharts 6.1.0 as pinned"):
+            prepare_output(tmp_path / "out")
+    finally:
+        assets.echarts_script.cache_clear()

@@ -32,6 +32,7 @@ def prepare_output(out: str | os.PathLike) -> Path:
 
     Raises:
         OutputError: ``out`` is a file, or cannot be created or written (one line).
+        VitscopeRuntimeError: the report's vendored chart library is not the pinned file.
     """
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -42,6 +43,9 @@ def prepare_output(out: str | os.PathLike) -> Path:
         raise OutputError(f"cannot create the output folder {out}: {err.strerror or err}") from None
     if not os.access(out, os.W_OK):
         raise OutputError(f"cannot write into the output folder {out}")
+    from vitscope.report.assets import echarts_script
+
+    echarts_script()  # a damaged install fails now, not after the pass when the report is rendered
     return out
 
 
