@@ -2,8 +2,10 @@
 
 One formulation each, so :func:`~vitscope.functional.attention_entropy`, :func:`~vitscope.functional.focus_index`
 and :func:`~vitscope.functional.attention_blocks.block_statistics` cannot drift apart. Both are written for
-speed on large patterns: ``log`` then multiply then ``nansum`` (``0 * log 0 = nan`` counts as 0) instead of
-``xlogy``, which is a scalar loop three times slower here; both can write into caller-owned work buffers.
+speed on large patterns: clamp to the smallest normal number, ``log``, multiply, ``sum`` (so ``0 log 0`` is 0
+and a NaN in the pattern stays NaN) instead of ``xlogy``, which is a scalar loop three times slower here (an
+earlier ``nansum`` form was 15 % faster but turned NaN inputs into finite numbers); both can write into
+caller-owned work buffers.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ FLAT = 1e-12  # a spatial row whose renormalised max - min is below this is unif
 def mean_row_entropy(a: torch.Tensor, work: torch.Tensor | None = None) -> torch.Tensor:
     """Shannon entropy in nats of every row ``a[..., q, :]`` (used as given, ``0 log 0 = 0``), mean over rows.
 
-    Negative entries (numerical noise) count as 0: their log is NaN, which ``nansum`` skips.
+    Negative entries (numerical noise) count as about 0 (their log is taken at the smallest normal number);
+    NaN or infinite entries give NaN, never a finite number.
 
     Args:
         a: ``[..., Nq, Nk]`` non-negative rows.
@@ -29,9 +32,10 @@ def mean_row_entropy(a: torch.Tensor, work: torch.Tensor | None = None) -> torch
     Returns:
         ``[...]`` in ``a``'s dtype.
     """
-    buf = torch.log(a) if work is None else torch.log(a, out=work)
-    buf.mul_(a)
-    return -buf.nansum(dim=-1).mean(dim=-1)
+    tiny = torch.finfo(a.dtype).tiny  # 0 log 0 = 0 through a finite log; a NaN input stays NaN (nansum hid it)
+    buf = torch.clamp_min(a, tiny) if work is None else torch.clamp_min(a, tiny, out=work)
+    buf.log_().mul_(a)
+    return -buf.sum(dim=-1).mean(dim=-1)
 
 
 def mean_spatial_focus(sp: torch.Tensor, rowsum: torch.Tensor, work: torch.Tensor | None = None,
@@ -56,8 +60,9 @@ def mean_spatial_focus(sp: torch.Tensor, rowsum: torch.Tensor, work: torch.Tenso
     span = sp.amax(dim=-1) - lo
     d = torch.sub(sp, lo.unsqueeze(-1)) if work is None else torch.sub(sp, lo.unsqueeze(-1), out=work)
     total = d.sum(dim=-1)
-    dlogd = torch.log(d) if work2 is None else torch.log(d, out=work2)
-    x = dlogd.mul_(d).nansum(dim=-1)
+    tiny = torch.finfo(d.dtype).tiny  # as in mean_row_entropy: d = 0 gives 0, a NaN input stays NaN
+    dlogd = torch.clamp_min(d, tiny) if work2 is None else torch.clamp_min(d, tiny, out=work2)
+    x = dlogd.log_().mul_(d).sum(dim=-1)
     flat = (span < FLAT * rowsum) | (rowsum == 0)
     safe = torch.where(flat, torch.ones_like(total), total)
     entropy = torch.where(flat, torch.full_like(total, math.log(k)), safe.log() - x / safe)
