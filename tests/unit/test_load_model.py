@@ -112,6 +112,30 @@ def test_vitscope_checkpoint_roundtrip(tmp_path):
     assert again.spec.prefix_kinds == ("cls", "reg", "reg")
 
 
+def test_a_checkpoint_save_that_fails_midway_leaves_the_previous_one_whole(tmp_path, monkeypatch):
+    import errno
+
+    import vitscope.models.checkpoint as ckpt
+
+    first = vitscope.load_model("tiny-vit-reg")
+    save_checkpoint(first, tmp_path / "ckpt")
+    real = ckpt.save_file
+
+    def disk_full(tensors, filename, metadata=None):
+        real(dict(list(tensors.items())[:2]), filename)  # a partial file lands under the temporary name
+        raise OSError(errno.ENOSPC, "No space left on device", filename)
+
+    monkeypatch.setattr(ckpt, "save_file", disk_full)
+    second = vitscope.load_model("tiny-vit-sup")
+    with pytest.raises(OSError, match="No space left"):
+        save_checkpoint(second, tmp_path / "ckpt")
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["model.safetensors", "vitscope.json"]
+    again = vitscope.load_model(str(tmp_path / "ckpt"))
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(again(x), first(x))
+
+
 def test_import_does_not_pull_torchvision():
     import subprocess
     import sys

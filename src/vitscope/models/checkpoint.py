@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from safetensors.torch import load_file, save_file
 
+from vitscope.atomic import write_json_atomic
 from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.models.backbone import Backbone
 
@@ -25,8 +27,14 @@ def save_checkpoint(backbone: Backbone, directory: str | Path, **metadata: objec
     arch = "tiny-vit" if isinstance(model, TinyViT) else "tiny-resnet"
     meta = {"format": FORMAT_VERSION, "architecture": arch, "name": backbone.spec.name,
             "config": model.config.to_dict(), "metadata": metadata}
-    (out / "vitscope.json").write_text(json.dumps(meta, indent=1))
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out / "model.safetensors"))
+    # weights first, each file through a temporary name: a folder with vitscope.json always has whole weights
+    tmp = out / f".model.safetensors.{os.getpid()}.tmp"
+    try:
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp))
+        os.replace(tmp, out / "model.safetensors")
+    finally:
+        tmp.unlink(missing_ok=True)
+    write_json_atomic(out / "vitscope.json", meta)
     return out
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from vitscope.atomic import write_text_atomic
+
 __all__ = ["MARGIN_OVER_PIXELS", "MARGIN_OVER_RANDOM", "card_text", "meets_bar", "write_card"]
 
 MARGIN_OVER_RANDOM = 0.20  # a trained model must beat its untrained twin by this much (absolute)
@@ -97,7 +99,4 @@ def _spurious_text(record: dict[str, Any]) -> str:
 
 def write_card(directory: Path, record: dict[str, Any]) -> Path:
     """Write ``<directory>/cards/<name>.md``."""
-    path = directory / "cards" / f"{record['entry']['name']}.md"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(card_text(record))
-    return path
+    return write_text_atomic(directory / "cards" / f"{record['entry']['name']}.md", card_text(record))
