@@ -103,3 +103,18 @@ def test_a_failing_figure_leaves_the_previous_outputs_whole(tmp_path) -> None:
         write_run(out, bad, progress=False)
     assert (out / "results.json").read_text() == before
     assert not any(p.name.startswith(".staging") for p in out.iterdir())
+
+
+def test_atomic_path_replaces_only_when_the_block_succeeds(tmp_path) -> None:
+    from vitscope.atomic import atomic_path
+
+    target = tmp_path / "sub" / "image.png"
+    with atomic_path(target) as tmp:
+        assert tmp.suffix == ".png" and tmp.parent == target.parent  # writers that read the suffix still work
+        tmp.write_bytes(b"first")
+    assert target.read_bytes() == b"first"
+    with pytest.raises(OSError, match="disk full"):
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(b"half")
+            raise OSError("disk full")
+    assert target.read_bytes() == b"first" and sorted(p.name for p in target.parent.iterdir()) == ["image.png"]

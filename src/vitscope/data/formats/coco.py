@@ -31,6 +31,7 @@ from pycocotools import mask as mask_utils
 from pycocotools.coco import COCO
 from skimage.measure import approximate_polygon, find_contours
 
+from vitscope.atomic import write_text_atomic
 from vitscope.data.formats.common import (
     DatasetFormatError,
     LazyDataset,
@@ -120,7 +121,7 @@ def write_coco_files(
                 annotations.append(ann)
     ann_path.parent.mkdir(parents=True, exist_ok=True)
     data = {"images": images, "annotations": annotations, "categories": categories}
-    ann_path.write_text(json.dumps(data), encoding="utf-8")
+    write_text_atomic(ann_path, json.dumps(data))
     return ann_path
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from vitscope.atomic import atomic_path
 from vitscope.data.formats.errors import DatasetFormatError
 from vitscope.data.formats.errors import safe_join as _safe_join
 from vitscope.data.items import AnnotatedImage
@@ -133,8 +134,8 @@ def _as_uint8_image(array: np.ndarray) -> Image.Image:
 def save_png(array: np.ndarray, path: PathLike) -> Path:
     """Write a uint8 ``[H, W]``, ``[H, W, 3]`` or ``[H, W, 4]`` array as a (lossless) PNG; creates folders."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _as_uint8_image(array).save(path, format="PNG")
+    with atomic_path(path) as tmp:
+        _as_uint8_image(array).save(tmp, format="PNG")
     return path
 
 
@@ -145,7 +146,8 @@ def save_jpeg(array: np.ndarray, path: PathLike, quality: int = 95) -> Path:
     img = _as_uint8_image(array)
     if img.mode == "RGBA":
         img = img.convert("RGB")
-    img.save(path, format="JPEG", quality=quality)
+    with atomic_path(path) as tmp:
+        img.save(tmp, format="JPEG", quality=quality)
     return path
 
 

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from vitscope.data.formats.common import LazyDataset
+from vitscope.atomic import atomic_path, write_text_atomic
+from vitscope.data.formats.common import LazyDataset, save_jpeg
 from vitscope.data.formats.errors import DatasetFormatError, safe_join
 from vitscope.data.items import VideoSequence
 from vitscope.data.synthetic.scene import Scene
@@ -138,13 +139,14 @@ def write_davis(
         order: dict[int, int] = {}
         for t, scene in enumerate(frames):
             index = _index_map(scene, order, f"sequence {name!r} frame {t}")
-            Image.fromarray(np.asarray(scene.image, dtype=np.uint8)).save(img_dir / f"{t:05d}.jpg", quality=95)
+            save_jpeg(np.asarray(scene.image, dtype=np.uint8), img_dir / f"{t:05d}.jpg")
             png = Image.frombytes("P", (index.shape[1], index.shape[0]), index.tobytes())
             png.putpalette(palette)
-            png.save(ann_dir / f"{t:05d}.png")
+            with atomic_path(ann_dir / f"{t:05d}.png") as tmp:
+                png.save(tmp)
     sets = root / "ImageSets" / "2017"
     sets.mkdir(parents=True, exist_ok=True)
-    (sets / f"{split}.txt").write_text("".join(f"{n}\n" for n in names))
+    write_text_atomic(sets / f"{split}.txt", "".join(f"{n}\n" for n in names))
     return root
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vitscope.atomic import write_text_atomic
 from vitscope.data.formats.common import (
     DatasetFileNotFoundError,
     DatasetFormatError,
@@ -95,7 +96,7 @@ def write_imagenet_boxes(
             raise VitscopeValueError(f"class name {name!r} must fit on one line")
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    (root / SYNSET_MAPPING).write_text("".join(f"{w} {n}\n" for w, n in zip(wnids, class_names)), encoding="utf-8")
+    write_text_atomic(root / SYNSET_MAPPING, "".join(f"{w} {n}\n" for w, n in zip(wnids, class_names)))
     paths = []
     for scene in scenes:
         wnid = wnids[scene.label]

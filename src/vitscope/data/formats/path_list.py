@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
-from vitscope.data.formats.common import DatasetFileNotFoundError, LazyDataset
+from vitscope.atomic import write_text_atomic
+from vitscope.data.formats.common import DatasetFileNotFoundError, LazyDataset, save_jpeg
 from vitscope.data.formats.errors import DatasetFormatError, safe_join
 from vitscope.data.items import AnnotatedImage
 from vitscope.data.synthetic.scene import Scene
@@ -60,10 +60,10 @@ def write_path_list(
             value = str(label_names[value])
             if not value or len(value.split()) != 1:
                 raise DatasetFormatError(f"label name {value!r} of scene {k} must be one word")
-        Image.fromarray(np.asarray(scene.image, dtype=np.uint8)).save(folder / f"{k:06d}.jpg", quality=95)
+        save_jpeg(np.asarray(scene.image, dtype=np.uint8), folder / f"{k:06d}.jpg")
         lines.append(f"{image_dir}/{k:06d}.jpg {value}")
     list_file = safe_join(root, list_name, "list_name")
-    list_file.write_text("\n".join(lines) + "\n")
+    write_text_atomic(list_file, "\n".join(lines) + "\n")
     return list_file
 
 

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import IO
 
 import numpy as np
-from PIL import Image
 
-from vitscope.data.formats.common import DatasetFileNotFoundError, LazyDataset
+from vitscope.atomic import atomic_path
+from vitscope.data.formats.common import DatasetFileNotFoundError, LazyDataset, save_jpeg
 from vitscope.data.formats.errors import DatasetFormatError, safe_join
 from vitscope.data.items import AnnotatedImage, RetrievalGroundTruth
 from vitscope.data.synthetic.scene import Scene
@@ -253,7 +253,7 @@ def write_revisitop(
     imlist = [f"db_{i:05d}" for i in range(len(database))]
     for names, scenes in ((qimlist, queries), (imlist, database)):
         for n, s in zip(names, scenes):
-            Image.fromarray(np.asarray(s.image, dtype=np.uint8)).save(root / "jpg" / f"{n}.jpg", quality=95)
+            save_jpeg(np.asarray(s.image, dtype=np.uint8), root / "jpg" / f"{n}.jpg")
     gnd = []
     for q, scene in enumerate(queries):
         areas = [np.count_nonzero(o.mask) for o in scene.objects]
@@ -272,6 +272,6 @@ def write_revisitop(
                 rel["junk"].append(j)
         gnd.append({"bbx": [float(v) for v in np.asarray(main.box, dtype=np.float32)], **rel})
     path = safe_join(root, f"gnd_{name}.pkl", "dataset name")
-    with open(path, "wb") as f:
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
         pickle.dump({"gnd": gnd, "imlist": imlist, "qimlist": qimlist}, f, protocol=2)
     return path

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
-from vitscope.data.formats.common import DatasetFileNotFoundError, LazyDataset
+from vitscope.atomic import write_text_atomic
+from vitscope.data.formats.common import DatasetFileNotFoundError, LazyDataset, save_jpeg
 from vitscope.data.formats.errors import DatasetFormatError, safe_join
 from vitscope.data.items import AnnotatedImage
 from vitscope.data.synthetic.scene import ClassSpec, Scene, SceneObject
@@ -76,12 +76,12 @@ def write_sop(
         rel = f"{sup_name}_final/{obj.instance_id}_{k}.JPG"
         path = safe_join(root, rel, f"scene {scene.index}")
         path.parent.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(np.asarray(scene.image, dtype=np.uint8)).save(path, format="JPEG", quality=95)
+        save_jpeg(np.asarray(scene.image, dtype=np.uint8), path)
         split = "train" if obj.instance_id in train_classes else "test"
         rows[split].append(f"{obj.instance_id + 1} {obj.class_id + 1} {rel}")
     for split, lines in rows.items():
         body = "".join(f"{i} {line}\n" for i, line in enumerate(lines, start=1))
-        (root / f"Ebay_{split}.txt").write_text(" ".join(SOP_HEADER) + "\n" + body)
+        write_text_atomic(root / f"Ebay_{split}.txt", " ".join(SOP_HEADER) + "\n" + body)
     return root
 
 

@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
-from vitscope.data.formats.common import DatasetFileNotFoundError, LazyDataset
+from vitscope.atomic import write_text_atomic
+from vitscope.data.formats.common import DatasetFileNotFoundError, LazyDataset, save_jpeg
 from vitscope.data.formats.errors import DatasetFormatError, safe_join
 from vitscope.data.items import ImagePair
 from vitscope.data.synthetic.scene import ClassSpec, Scene
@@ -67,7 +67,7 @@ def _write_image(scene: Scene, root: Path, category: str, names: dict[int, str])
     h, w = scene.image.shape[:2]
     (root / "JPEGImages" / category).mkdir(parents=True, exist_ok=True)
     (root / "ImageAnnotation" / category).mkdir(parents=True, exist_ok=True)
-    Image.fromarray(np.asarray(scene.image, dtype=np.uint8)).save(root / "JPEGImages" / category / imname, quality=95)
+    save_jpeg(np.asarray(scene.image, dtype=np.uint8), root / "JPEGImages" / category / imname)
     kps = np.asarray(obj.keypoints, dtype=np.float32).reshape(-1, 3)
     ann = {
         "filename": imname,
@@ -85,7 +85,7 @@ def _write_image(scene: Scene, root: Path, category: str, names: dict[int, str])
         "kps": {str(j): ([_num(x), _num(y)] if vis > 0 else None) for j, (x, y, vis) in enumerate(kps)},
         "azimuth_id": 0,
     }
-    (root / "ImageAnnotation" / category / f"{stem}.json").write_text(json.dumps(ann))
+    write_text_atomic(root / "ImageAnnotation" / category / f"{stem}.json", json.dumps(ann))
     return imname
 
 
@@ -152,10 +152,10 @@ def write_spair(
             "occlusion": 0,
             "mirror": 0,
         }
-        (pair_dir / f"{stem}.json").write_text(json.dumps(ann))
+        write_text_atomic(pair_dir / f"{stem}.json", json.dumps(ann))
         stems.append(stem)
     (root / "Layout" / "large").mkdir(parents=True, exist_ok=True)
-    (root / "Layout" / "large" / f"{split}.txt").write_text("".join(f"{s}\n" for s in stems))
+    write_text_atomic(root / "Layout" / "large" / f"{split}.txt", "".join(f"{s}\n" for s in stems))
     return root
 
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from vitscope.atomic import write_text_atomic
 from vitscope.data.synthetic.world import SyntheticWorld
 from vitscope.errors import VitscopeValueError
 
@@ -77,5 +78,5 @@ def synthesize(out: str | Path, format: str, n: int = 100, size: int = 224, seed
     settings = {"format": format, "n": n, "size": size, "seed": seed, "spurious": spurious,
                 "num_classes": num_classes, "max_objects": max_objects, "classes": names,
                 "backgrounds": list(world.background_names)}
-    (root / "synth.json").write_text(json.dumps(settings, indent=1))
+    write_text_atomic(root / "synth.json", json.dumps(settings, indent=1))
     return root
