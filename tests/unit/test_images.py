@@ -48,7 +48,7 @@ def test_folder_recursion_mixed_case_sorted_and_non_images_ignored(tmp_path: Pat
     ]
     (tmp_path / "notes.txt").write_text("not an image")
     (tmp_path / "sub" / "table.csv").write_text("a,b\n1,2\n")
-    Image.new("RGB", (4, 4)).save(tmp_path / "sub" / "anim.gif")
+    (tmp_path / "sub" / "drawing.svg").write_text("<svg/>")  # vector images are not read
     (tmp_path / "folder.jpg").mkdir()  # a directory with an image-like name is not a file
 
     ds = ImageFiles(tmp_path)
@@ -65,7 +65,7 @@ def test_folder_recursion_mixed_case_sorted_and_non_images_ignored(tmp_path: Pat
 
 
 def test_extensions_constant_and_custom_extensions(tmp_path: Path) -> None:
-    assert IMAGE_EXTENSIONS == (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff")
+    assert IMAGE_EXTENSIONS == (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", ".gif")
     save_rgb(tmp_path / "a.png")
     save_rgb(tmp_path / "b.jpg")
     ds = ImageFiles(tmp_path, extensions=("PNG",))

@@ -107,7 +107,7 @@ _FIGURE_FILES_HELP = ("Also write curves and heat maps as PNG and SVG in figures
 def analyze(
     model: str | None = typer.Option(None, "--model", "-m", help="Registered name, hf:<id or dir>, or a directory."),
     data: str | None = typer.Option(None, "--data", "-d", help="Image folder, file list (.txt), image, 'skimage', "
-                                    "or ROOT::FORMAT."),
+                                    "or ROOT::FORMAT[:SPLIT]."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Output directory."),
     analyses: str | None = typer.Option(None, "--analyses", "-a", help="Comma-separated analysis or group names "
                                         "(NAME@TAG: a labelled second configuration)."),

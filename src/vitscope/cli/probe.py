@@ -39,8 +39,8 @@ def parse_blocks(text: str | None, num_blocks: int) -> tuple[int, ...] | None:
 @one_line_errors
 def probe(
     model: str = typer.Option(..., "--model", "-m", help="Registered name, hf:<id or dir>, or a directory."),
-    data: str = typer.Option(..., "--data", "-d", help="ROOT::FORMAT (revisitop, davis, spair, coco, partimagenet, "
-                             "imagefolder...) or ROOT (format detected)."),
+    data: str = typer.Option(..., "--data", "-d", help="ROOT::FORMAT[:SPLIT] (revisitop, davis, spair, coco, "
+                             "partimagenet, imagefolder...; e.g. davis::davis:test-dev) or ROOT (format detected)."),
     out: Path = typer.Option(..., "--out", "-o", help="Output directory."),
     test_data: str | None = typer.Option(None, "--test-data", help="Labelled test set for k-NN and linear probes "
                                          "(default: hold out --test-fraction of --data)."),
@@ -78,7 +78,9 @@ def probe(
     if path is None:
         return
     doc = json.loads(path.read_text())
-    for row in doc["best_blocks"]["rows"]:
+    if "davis" in doc and not doc["davis"]["scored"]:
+        typer.echo(f"davis: {doc['davis']['frames']} propagated masks -> {path.parent / 'predictions'}")
+    for row in doc.get("best_blocks", {}).get("rows", []):
         head = f"{row['task']:<24} {row['metric']:<10}"
         if row["best_block"] < 0:  # e.g. hard mAP when no query has a hard positive
             typer.echo(f"{head} no score (nothing to evaluate at any block)")

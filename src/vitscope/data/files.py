@@ -25,8 +25,21 @@ __all__ = ["ImageFiles"]
 
 
 def _scan_folder(root: Path, extensions: tuple[str, ...]) -> list[str]:
-    """Recursively list files under ``root`` whose suffix matches, sorted by relative path."""
-    found = [p for p in root.rglob("*") if p.suffix.lower() in extensions and p.is_file()]
+    """Recursively list files under ``root`` whose suffix matches, sorted by relative path.
+
+    Linked folders are followed (datasets are often assembled from links), each real folder once, so a link
+    loop ends; a broken link with an image suffix is listed, so that it is reported as skipped, not lost.
+    """
+    found: list[Path] = []
+    seen: set[tuple[int, int]] = set()
+    for folder, subfolders, files in os.walk(root, followlinks=True):
+        info = os.stat(folder)
+        if (info.st_dev, info.st_ino) in seen:
+            subfolders[:] = []
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        subfolders.sort()
+        found.extend(Path(folder) / f for f in files if os.path.splitext(f)[1].lower() in extensions)
     found.sort(key=lambda p: p.relative_to(root).as_posix())
     return [str(p) for p in found]
 

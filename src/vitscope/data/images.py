@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from vitscope.errors import VitscopeError, VitscopeValueError
 
 PathLike = str | os.PathLike
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff")
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", ".gif")  # GIF/TIFF: first frame
 
 _ALPHA_MODES = frozenset({"RGBA", "RGBa", "LA", "La", "PA"})
 _MAX_REASON_CHARS = 160
@@ -64,6 +65,11 @@ class SkippedImageWarning(UserWarning):
     """Warned once per unreadable file that a non-strict dataset skips."""
 
 
+class LargeImageWarning(UserWarning):
+    """An image above Pillow's decompression-bomb warning size (``Image.MAX_IMAGE_PIXELS``): it is decoded whole,
+    at a memory cost, before it is resized; above twice that size it is refused as a bomb."""
+
+
 def one_line(text: str) -> str:
     """Collapse ``text`` to a single line."""
     return " ".join(str(text).split())
@@ -106,6 +112,8 @@ def _check_file(path: str) -> None:
         info = os.stat(path)
     except OSError as err:
         reason = "file not found" if isinstance(err, FileNotFoundError) else _short_reason(err)
+        if isinstance(err, FileNotFoundError) and os.path.islink(path):
+            reason = f"broken symbolic link to {os.readlink(path)}"
         raise ImageLoadError(path, reason) from None
     if stat.S_ISDIR(info.st_mode):
         raise ImageLoadError(path, "is a directory")
@@ -163,6 +171,14 @@ def _to_rgb8(img: Image.Image) -> Image.Image:
     return img.convert("RGB")  # L, 1, CMYK, YCbCr, ...; unsupported modes raise ValueError
 
 
+def _warn_if_large(path: str, img: Image.Image) -> None:
+    pixels = img.width * img.height
+    if Image.MAX_IMAGE_PIXELS and pixels > Image.MAX_IMAGE_PIXELS:
+        warnings.warn(LargeImageWarning(
+            f"large image {path}: {img.width}x{img.height} ({pixels / 1e6:.0f} megapixels) is decoded whole before "
+            f"resizing, about {3 * pixels / 2**20:.0f} MB"), stacklevel=3)
+
+
 def load_rgb(path: PathLike) -> Image.Image:
     """Open, fully decode, EXIF-orient and convert an image file to 8-bit RGB.
 
@@ -181,6 +197,7 @@ def load_rgb(path: PathLike) -> Image.Image:
     try:
         with _reject_truncated_images(), Image.open(path_str) as img:
             fmt = img.format or fmt
+            _warn_if_large(path_str, img)
             img.load()
             out = _to_rgb8(_apply_exif_orientation(img))
             return out.copy() if out is img else out

@@ -56,7 +56,55 @@ def detect_format(root: str | Path) -> str:
     for name, check in checks:
         if check():
             return name
-    raise DatasetFormatError(f"cannot tell the format of '{root}'; pass format= one of {', '.join(FORMATS)}")
+    raise DatasetFormatError(f"cannot tell the format of '{root}'; name it: --data {root}::FORMAT (library: "
+                             f"format=), FORMAT one of {', '.join(FORMATS)}")
+
+
+#: formats whose releases ship several splits: the reader argument that names one
+SPLIT_ARGUMENT = {"coco": "split", "partimagenet": "split", "davis": "split", "spair": "split", "sop": "split",
+                  "imagenet-boxes": "split", "revisitop": "name"}
+
+#: the splits a root holds, for formats whose default split a download may lack (DAVIS test-dev comes alone,
+#: COCO may be 2014 or train only)
+_SPLITS_PRESENT: dict[str, Callable[[Path], list[str]]] = {
+    "davis": lambda r: [p.stem for p in (r / "ImageSets" / "2017").glob("*.txt")],
+    "coco": lambda r: [p.stem[len("instances_"):] for p in (r / "annotations").glob("instances_*.json")],
+    "partimagenet": lambda r: [p.stem for p in (r / "annotations").glob("*.json")],
+}
+
+
+def parse_data(spec: str) -> tuple[str, str | None, dict[str, Any]]:
+    """``ROOT::FORMAT:SPLIT`` (``:SPLIT`` and ``FORMAT`` optional) -> ``(root, format or None, reader options)``.
+
+    Raises:
+        DatasetFormatError: a split for a format that has none.
+    """
+    root, _, rest = spec.rpartition("::")
+    fmt, _, split = rest.partition(":")
+    if not split:
+        return root, fmt or None, {}
+    if fmt not in SPLIT_ARGUMENT:
+        raise DatasetFormatError(f"--data {spec}: the {fmt or 'detected'} format takes no split; splits are for "
+                                 f"{', '.join(SPLIT_ARGUMENT)}")
+    return root, fmt, {SPLIT_ARGUMENT[fmt]: split}
+
+
+def _default_split(fmt: str, root: Path, reader: Callable[..., Any]) -> dict[str, Any]:
+    """The split to read when none was asked for: the reader's default where the root has it, else the one
+    split there is, else a ``val`` split; several others are an error naming them."""
+    import inspect
+
+    present = sorted(_SPLITS_PRESENT[fmt](root))
+    default = inspect.signature(reader).parameters["split"].default
+    if not present or default in present:
+        return {}
+    if len(present) == 1:
+        return {"split": present[0]}
+    validation = [s for s in present if s.startswith("val")]
+    if validation:
+        return {"split": validation[-1]}
+    raise DatasetFormatError(f"{root} holds the {fmt} splits {', '.join(present)} and not {default}; choose one "
+                             f"with --data {root}::{fmt}:SPLIT")
 
 
 def load_dataset(root: str | Path, format: str | None = None, **kwargs: Any) -> Any:
@@ -65,7 +113,9 @@ def load_dataset(root: str | Path, format: str | None = None, **kwargs: Any) -> 
     Args:
         root: dataset root (a list file for ``format="list"``).
         format: one of :data:`FORMATS`; None detects it from the layout.
-        **kwargs: reader options (``split``, ``category``, ``name``...).
+        **kwargs: reader options (``split``, ``category``, ``name``...). Without a ``split``, a DAVIS, COCO or
+            PartImageNet root that lacks the reader's default split is read at the one split it holds (DAVIS
+            test-dev, COCO 2014), or at its validation split.
 
     Returns:
         A lazy indexable dataset (``len``, ``ds[i]``) of AnnotatedImage / ImagePair / VideoSequence items.
@@ -81,4 +131,6 @@ def load_dataset(root: str | Path, format: str | None = None, **kwargs: Any) -> 
         close = difflib.get_close_matches(fmt, FORMATS, n=1)
         hint = f" Did you mean {close[0]}?" if close else ""
         raise DatasetFormatError(f"unknown dataset format '{fmt}'.{hint} Known: {', '.join(FORMATS)}")
+    if fmt in _SPLITS_PRESENT and "split" not in kwargs:
+        kwargs = {**kwargs, **_default_split(fmt, Path(root), readers[fmt])}
     return readers[fmt](root, **kwargs)

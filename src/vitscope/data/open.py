@@ -30,12 +30,12 @@ def as_source(data: Any, strict: bool = False) -> Source:
     """
     if isinstance(data, Source):
         return data
-    if isinstance(data, str) and "::" in data:  # "<root>::<format>", e.g. "data/coco::coco"
+    if isinstance(data, str) and "::" in data:  # "<root>::<format>[:<split>]", e.g. "coco::coco:val2014"
         from vitscope.data.annotated_source import AnnotatedSource
-        from vitscope.data.load import load_dataset
+        from vitscope.data.load import load_dataset, parse_data
 
-        root, _, fmt = data.rpartition("::")
-        return AnnotatedSource(load_dataset(root, fmt or None), strict=strict)
+        root, fmt, options = parse_data(data)
+        return AnnotatedSource(load_dataset(root, fmt, **options), strict=strict)
     if isinstance(data, str) and (data == "skimage" or data.startswith("skimage:")):
         from vitscope.data.sample_photos import SamplePhotos
 

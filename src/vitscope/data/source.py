@@ -27,6 +27,18 @@ from vitscope.errors import VitscopeValueError
 __all__ = ["Source"]
 
 
+def _check_mask_size(targets: dict[str, Any], image: Image.Image, path: str) -> None:
+    """Ground-truth masks must cover the image pixel for pixel (an annotation file naming another size, or a
+    mask of another file, would otherwise be stretched onto the image silently)."""
+    masks = targets.get("masks")
+    if masks is None or np.ndim(masks) != 3:
+        return
+    mask_hw, image_hw = tuple(np.shape(masks)[1:]), (image.height, image.width)
+    if mask_hw != image_hw:
+        raise ImageLoadError(path, f"its annotation masks are {mask_hw[1]}x{mask_hw[0]} but the image is "
+                                   f"{image_hw[1]}x{image_hw[0]} (width x height)")
+
+
 class Source(ABC):
     """A dataset the engine can read: images by position, their ground truth, their fingerprint.
 
@@ -146,13 +158,24 @@ class Source(ABC):
             raise IndexError(f"image index {i} out of range for {n} images")
         i %= n
         try:
-            image = self.load(i)
+            image, targets = self.load_checked(i)
         except ImageLoadError as err:
             if self.strict:
                 raise
             self._note_skip(self.path(i), err)
             return None
-        return ImageItem(image=image, path=self.path(i), index=i, targets=self.targets(i))
+        return ImageItem(image=image, path=self.path(i), index=i, targets=targets)
+
+    def load_checked(self, i: int) -> tuple[Image.Image, dict[str, Any]]:
+        """Image ``i`` (``0 <= i < len``) and its ground truth, whose masks must cover the image pixel for pixel.
+
+        Raises:
+            ImageLoadError: the file is unreadable, or its masks have another size than the image.
+        """
+        image = self.load(i)
+        targets = dict(self.targets(i))
+        _check_mask_size(targets, image, self.path(i))
+        return image, targets
 
     def _note_skip(self, path: str, err: ImageLoadError) -> None:
         if path in self._skipped_paths:

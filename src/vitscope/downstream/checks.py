@@ -7,7 +7,7 @@ from typing import Any
 from vitscope.errors import VitscopeValueError
 from vitscope.models.backbone import Backbone
 
-__all__ = ["layout_hint", "require_blocks", "require_classes", "tiling_scale"]
+__all__ = ["layout_hint", "require_blocks", "require_classes", "require_regions", "tiling_scale"]
 
 
 def require_blocks(backbone: Backbone, task: str) -> None:
@@ -78,3 +78,20 @@ def require_classes(labels: Any, dataset: Any, fmt: str) -> None:
     if counts.max() < 2:
         raise VitscopeValueError(f"{fmt} data with {classes.size} classes of one image each: k-NN and linear probes "
                                  f"need several images per class{layout_hint(dataset, fmt)}")
+
+
+def require_regions(dataset: Any, fmt: str) -> None:
+    """Region clustering groups object (or part) masks by class: it needs non-crowd masks of two classes.
+
+    Raises:
+        VitscopeValueError: one line saying how many annotated regions and classes the file holds.
+    """
+    coco = getattr(dataset, "coco", None)
+    if coco is None:
+        return
+    classes = {a["category_id"] for a in coco.anns.values() if not a.get("iscrowd", 0)}
+    if len(classes) < 2:
+        regions = sum(1 for a in coco.anns.values() if not a.get("iscrowd", 0))
+        raise VitscopeValueError(f"{fmt} data with {regions} annotated region(s) of {len(classes)} class(es) in "
+                                 f"{getattr(dataset, 'ann_file', 'its annotation file')}: region clustering needs "
+                                 "object masks of at least two classes")

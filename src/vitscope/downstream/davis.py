@@ -21,6 +21,7 @@ propagation with U(0, 1) features.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,7 +39,7 @@ from vitscope.functional.propagation import first_frame_labels, labels_to_mask, 
 from vitscope.functional.video import davis_f, davis_j
 from vitscope.models.backbone import Backbone
 
-__all__ = ["davis_probe", "evaluate_sequence", "propagate_sequence"]
+__all__ = ["davis_predictions", "davis_probe", "evaluate_sequence", "propagate_sequence"]
 
 VOID = 255
 
@@ -124,6 +125,79 @@ def _scores(sequences: list[tuple[np.ndarray, dict]], features: Callable[[int], 
     return {"J&F": (j_mean + f_mean) / 2, "J": j_mean, "F": f_mean}
 
 
+def _require_sequences(dataset: Any) -> None:
+    if len(dataset) == 0 or not hasattr(dataset[0], "frame_paths"):
+        raise VitscopeValueError("davis_probe needs a DAVIS-format dataset of sequences (load_dataset(root, 'davis'))")
+
+
+def _view(short_side: int | None, tiling: bool | float) -> FrameView | TiledView:
+    scale = tiling_scale(tiling)
+    return TiledView(FrameView(short_side), scale) if scale else FrameView(short_side)
+
+
+def _sequence_features(backbone: Backbone, dataset: Any, request: FeatureRequest, cache: FeatureCache | None,
+                       view: Any, batch_size: int, device: str | None, dtype: str | None, distributed: bool,
+                       log: Callable[[str], None] | None) -> tuple[list[Any], list[tuple[np.ndarray, dict]]]:
+    """Every sequence's cached features and ``(annotations [T or 1, H, W], {"grid", "patch"})``."""
+    require_blocks(backbone, "DAVIS")
+    entries, sequences = [], []
+    for s in range(len(dataset)):
+        seq = dataset[s]
+        source = ImageFiles(list(seq.frame_paths), name=f"davis:{seq.name}")
+        entry = extract_features(backbone, source, [request], cache, view, batch_size, device, dtype,
+                                 distributed=distributed, log=log)[request]
+        if len(entry) != len(seq.frame_paths):
+            raise VitscopeValueError(f"sequence {seq.name}: {len(seq.frame_paths) - len(entry)} frames could not be "
+                                     "read")
+        grid = tuple(entry.meta["grid"])
+        patch = entry.meta["frame_hw"][0] // grid[0]
+        entries.append(entry)
+        sequences.append((seq.masks(), {"grid": grid, "patch": patch}))
+    return entries, sequences
+
+
+def davis_predictions(backbone: Backbone, dataset: Any, block: int, cache: FeatureCache | None = None,
+                      site: str = "resid_post", short_side: int | None = None, tiling: bool | float = False,
+                      num_context: int = 7, topk: int = 5, radius: int = 12, temperature: float = 0.1,
+                      batch_size: int = 16, device: str | None = None, dtype: str | None = None,
+                      distributed: bool = False, log: Callable[[str], None] | None = None) -> dict[str, bytes]:
+    """The masks propagated from each sequence's first annotation at one block, as DAVIS palette PNGs.
+
+    For splits that annotate only the first frame (test-dev, test-challenge): the official protocol scores
+    the other frames on its server, so the masks are written in its format, one folder per sequence and one
+    PNG per frame named as the frame (``<sequence>/00000.png``; frame 0 is the given annotation).
+
+    Args:
+        backbone: the model; block: the block whose features propagate the labels.
+        dataset: a DAVIS reader (any split; fully annotated splits use only their first annotation).
+        cache, site, short_side, tiling, num_context, topk, radius, temperature, batch_size, device, dtype,
+            distributed, log: as :func:`davis_probe`.
+
+    Returns:
+        ``{"<sequence>/<frame>.png": PNG bytes}`` in sequence and frame order.
+    """
+    import io
+    from pathlib import Path
+
+    from vitscope.data.formats.davis import palette_png
+
+    _require_sequences(dataset)
+    request = FeatureRequest(site, "spatial", (int(block),))
+    entries, sequences = _sequence_features(backbone, dataset, request, cache, _view(short_side, tiling),
+                                            batch_size, device, dtype, distributed, log)
+    options = {"num_context": num_context, "topk": topk, "radius": radius, "temperature": temperature}
+    files: dict[str, bytes] = {}
+    for s, (entry, (truth, layout)) in enumerate(zip(entries, sequences)):
+        seq = dataset[s]
+        preds = propagate_sequence(np.asarray(entry.block(int(block))), truth[0], layout["grid"], layout["patch"],
+                                   truth.shape[1:], **options)
+        for frame, pred in zip(seq.frame_paths, preds):
+            buffer = io.BytesIO()
+            palette_png(pred, buffer)
+            files[f"{seq.name}/{Path(frame).stem}.png"] = buffer.getvalue()
+    return files
+
+
 def davis_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, site: str = "resid_post",
                 blocks: Sequence[int] | None = None, short_side: int | None = None, tiling: bool | float = False,
                 num_context: int = 7, topk: int = 5, radius: int = 12, temperature: float = 0.1, seed: int = 0,
@@ -154,26 +228,16 @@ def davis_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, 
     """
     if void not in VOID_RULES:
         raise VitscopeValueError(f"void must be one of {', '.join(VOID_RULES)}, got {void!r}")
-    if len(dataset) == 0 or not hasattr(dataset[0], "frame_paths"):
-        raise VitscopeValueError("davis_probe needs a DAVIS-format dataset of sequences (load_dataset(root, 'davis'))")
-    require_blocks(backbone, "DAVIS")
+    _require_sequences(dataset)
+    if getattr(dataset, "first_frame_only", False):
+        raise VitscopeValueError(f"{getattr(dataset, 'name', 'this DAVIS split')} annotates only the first frame of "
+                                 "each sequence: J and F cannot be computed; use davis_predictions to write the "
+                                 "propagated masks for the official evaluation")
     spec = backbone.spec
-    scale = tiling_scale(tiling)
-    view = TiledView(FrameView(short_side), scale) if scale else FrameView(short_side)
+    view = _view(short_side, tiling)
     request = FeatureRequest(site, "spatial", None if blocks is None else tuple(blocks))
-    entries, sequences = [], []
-    for s in range(len(dataset)):
-        seq = dataset[s]
-        source = ImageFiles(list(seq.frame_paths), name=f"davis:{seq.name}")
-        entry = extract_features(backbone, source, [request], cache, view, batch_size, device, dtype,
-                                 distributed=distributed, log=log)[request]
-        if len(entry) != len(seq.frame_paths):
-            raise VitscopeValueError(f"sequence {seq.name}: {len(seq.frame_paths) - len(entry)} frames could not be "
-                                     "read")
-        grid = tuple(entry.meta["grid"])
-        patch = entry.meta["frame_hw"][0] // grid[0]
-        entries.append(entry)
-        sequences.append((seq.masks(), {"grid": grid, "patch": patch}))
+    entries, sequences = _sequence_features(backbone, dataset, request, cache, view, batch_size, device, dtype,
+                                            distributed, log)
     options = {"num_context": num_context, "topk": topk, "radius": radius, "temperature": temperature}
     block_list = request.block_list(spec.num_blocks)
     scores: dict[str, list[float]] = {"J&F": [], "J": [], "F": []}

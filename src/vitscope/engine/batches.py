@@ -60,13 +60,12 @@ def _load(source: Source, indices: range, strict: bool, log: SkipLog, regions: b
     per_image: list[dict[str, Any]] = []
     for i in indices:
         try:
-            image = source.load(i)
+            image, targets = source.load_checked(i)
         except ImageLoadError as err:
             if strict:
                 raise
             log.add(source.path(i), err.reason)
             continue
-        targets = dict(source.targets(i))
         if regions:
             try:
                 targets["regions"] = source.regions(i)

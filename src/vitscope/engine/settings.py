@@ -29,7 +29,10 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
         if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise VitscopeValueError(f"unknown device '{device}'; use cpu, cuda, cuda:N or mps") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise VitscopeValueError("device 'cuda' requested but no CUDA GPU is available; use --device cpu")
     if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):

@@ -6,11 +6,13 @@ import json
 import os
 from pathlib import Path
 
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from vitscope.atomic import write_json_atomic
 from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.models.backbone import Backbone
+from vitscope.models.errors import ModelLoadError
 
 FORMAT_VERSION = 1
 
@@ -50,10 +52,22 @@ def load_checkpoint(directory: str | Path) -> Backbone:
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
         raise VitscopeValueError(f"{d / 'vitscope.json'} is not a vitscope checkpoint description ({err!r}); "
                                  "write checkpoints with vitscope.models.checkpoint.save_checkpoint") from None
-    if arch == "tiny-vit":
-        model = TinyViT(TinyViTConfig(**cfg))
-    else:
-        model = TinyResNet(TinyResNetConfig(**{**cfg, "widths": tuple(cfg["widths"])}))
-    model.load_state_dict(load_file(str(d / "model.safetensors")))
+    try:
+        if arch == "tiny-vit":
+            model = TinyViT(TinyViTConfig(**cfg))
+        else:
+            model = TinyResNet(TinyResNetConfig(**{**cfg, "widths": tuple(cfg["widths"])}))
+    except (TypeError, KeyError, ValueError) as err:
+        raise ModelLoadError(f"{d / 'vitscope.json'}: its config does not describe a {arch} ({err})") from None
+    weights = d / "model.safetensors"
+    try:
+        state = load_file(str(weights))
+    except SafetensorError as err:
+        raise ModelLoadError(f"{weights} is damaged ({str(err).splitlines()[0]}); save the checkpoint again") from None
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:  # missing, unexpected or mis-shaped tensors
+        detail = " ".join(str(err).split())
+        raise ModelLoadError(f"{weights} does not fit the architecture in vitscope.json: {detail[:300]}") from None
     name = meta.get("name") or d.name
     return wrap_tiny_vit(model, name) if meta["architecture"] == "tiny-vit" else wrap(model, "tiny-resnet", name=name)

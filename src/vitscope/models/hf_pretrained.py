@@ -17,6 +17,8 @@ from typing import Any
 
 from torch import nn
 
+from vitscope.models.errors import ModelLoadError
+
 __all__ = ["RandomWeightsWarning", "from_pretrained", "quiet_transformers"]
 
 
@@ -51,11 +53,33 @@ def _unfilled_pooler(model: nn.Module, missing: list[str]) -> list[str]:
     return found if names and len(found) == len(names) else []
 
 
+def _mismatched_shapes(cls: Any, source: str, kwargs: dict[str, Any]) -> str:
+    """Which tensors have other shapes than the model (a second, tolerant load that lists them)."""
+    with quiet_transformers(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, info = cls.from_pretrained(source, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
+    found = list(info.get("mismatched_keys", []) or [])
+    shown = "; ".join(f"{key} is {list(saved)} in the file, the model expects {list(wanted)}"
+                      for key, saved, wanted in found[:2])
+    return (shown + (f" and {len(found) - 2} more" if len(found) > 2 else "")) or "tensor shapes differ"
+
+
 def from_pretrained(cls: Any, source: str, **kwargs: Any) -> nn.Module:
     """``cls.from_pretrained(source, **kwargs)`` without transformers' output; a pooler the checkpoint does not
     fill is removed (``model.pooler = None``); other missing weights raise a :class:`RandomWeightsWarning`."""
-    with quiet_transformers():
-        model, info = cls.from_pretrained(source, output_loading_info=True, **kwargs)
+    from safetensors import SafetensorError
+
+    try:
+        with quiet_transformers():
+            model, info = cls.from_pretrained(source, output_loading_info=True, **kwargs)
+    except SafetensorError as err:
+        raise ModelLoadError(f"the weights of '{source}' are damaged ({str(err).splitlines()[0]}); download or "
+                             "save them again") from None
+    except RuntimeError as err:
+        if "mismatched" not in str(err):
+            raise
+        raise ModelLoadError(f"the weights of '{source}' do not fit the architecture its config.json describes: "
+                             f"{_mismatched_shapes(cls, source, kwargs)}") from None
     missing = list(info.get("missing_keys", []) or [])
     pooler = _unfilled_pooler(model, missing)
     if pooler:

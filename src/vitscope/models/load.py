@@ -53,6 +53,11 @@ def _load(name: str) -> Backbone:
         from vitscope.models.hf_load import load_hf
 
         return load_hf(str(path), name=name)
+    if path.is_dir():
+        raise ModelLoadError(f"'{name}' is a folder but not a model: it has no config.json (a save_pretrained "
+                             "directory) and no vitscope.json (a vitscope checkpoint)")
+    if path.is_file():
+        raise ModelLoadError(f"'{name}' is a file; give the model's folder (the one holding config.json)")
     close = difflib.get_close_matches(name, list(reg), n=3, cutoff=0.4)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
     raise UnknownModelError(f"unknown model '{name}'.{hint} See `vitscope models`, or use hf:<hub id or directory>.")

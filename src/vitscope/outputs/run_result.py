@@ -33,6 +33,7 @@ class RunResult:
         own_sections: results whose default report section is left out (``sections`` present them instead).
         notes: warnings worth showing in the report.
         resumed_images: images a restored state already held (results.json ``run``).
+        files: other files, relative path -> contents (e.g. DAVIS palette PNGs under ``predictions/``).
     """
 
     command: str
@@ -51,6 +52,7 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
     resumed_images: int = 0
     own_sections: set[str] = field(default_factory=set)
+    files: dict[str, bytes] = field(default_factory=dict)
 
     def skipped_records(self) -> list[dict[str, str]]:
         """The skipped files as ``{"path", "reason"}`` dicts."""

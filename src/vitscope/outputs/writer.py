@@ -7,6 +7,7 @@ Layout of an output folder::
     arrays/<name>.npz     large arrays (per-token means, patch maps), compressed, float64 as float32
     figures/*.png|svg     figures (pictures always; curves and heat maps with --figure-files)
     charts/*.json         the numbers of every curve and heat-map figure, drawn by the browser in the report
+    (other files)         a command's own files, e.g. predictions/<sequence>/<frame>.png of DAVIS test-dev
     report.html           one self-contained page
     .vitscope-manifest.json   what this run wrote (the next run into the folder replaces exactly these)
 
@@ -164,6 +165,8 @@ def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
             run_files["figures"] += [f for s in run.sections for fig in s.figures if isinstance(fig, Figure)
                                      for f in next(drawn)]
             sections = [writer.section(s) for s in run.sections]
+            for rel, content in run.files.items():
+                staging.path(rel).write_bytes(content)
         doc = {"vitscope_version": __version__, "command": run.command, "config": run.config, "models": run.models,
                "data": run.data}
         if run.num_images is not None:
@@ -171,7 +174,9 @@ def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
         doc["skipped"] = run.skipped_records()
         doc["analyses"] = entries
         doc.update(run.extra)
-        if run_files["tables"] or run_files["figures"]:
+        if run.files:
+            run_files["other"] = list(run.files)
+        if run_files["tables"] or run_files["figures"] or run.files:
             doc["files"] = run_files
         doc["environment"] = environment()
         doc["run"] = {"resumed_images": run.resumed_images}

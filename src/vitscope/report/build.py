@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from vitscope.report.model import FigureItem, Report, Section, figure_item
+from vitscope.report.model import FigureItem, Report, Section, Table, figure_item
 from vitscope.report.sections import explorer_of, slug, summary_rows
 from vitscope.report.tables import summary_tables
 
@@ -25,6 +25,19 @@ def _title(name: str) -> str:
 
 def _items(drawn: list[tuple[Any, Path | None]]) -> list[FigureItem]:
     return [figure_item(fig, path) for fig, path in drawn]
+
+
+#: skipped files listed in the page (results.json lists every one)
+SKIPPED_SHOWN = 100
+
+
+def _skipped_section(skipped: list[Mapping[str, Any]]) -> Section:
+    rows = [[str(s.get("path", "")), str(s.get("reason", ""))] for s in skipped[:SKIPPED_SHOWN]]
+    more = len(skipped) - len(rows)
+    note = f"{more} more in results.json" if more > 0 else ""
+    return Section("skipped-files", "Skipped files", "Files that could not be read as images; the run went on "
+                   "without them (--strict stops at the first one instead).",
+                   tables=[Table(f"{len(skipped)} skipped file(s)", ["file", "reason"], rows, note)])
 
 
 def build_report(run: Any, doc: Mapping[str, Any], drawn: Mapping[str, list[tuple[Any, Path]]],
@@ -56,7 +69,8 @@ def build_report(run: Any, doc: Mapping[str, Any], drawn: Mapping[str, list[tupl
     sections += list(run.sections if extra is None else extra)
     notes = list(run.notes)
     if doc.get("skipped"):
-        notes.append(f"{len(doc['skipped'])} unreadable file(s) were skipped; results.json lists them.")
+        notes.append(f"{len(doc['skipped'])} unreadable file(s) were skipped: see the section Skipped files.")
+        sections.append(_skipped_section(doc["skipped"]))
     models = ", ".join(str(m.get("id", m.get("name"))) for m in doc.get("models", []))
     title = run.title or f"vitscope {run.command}" + (f": {models}" if models else "")
     subtitle = run.subtitle or (f"data: {doc.get('data', {}).get('name', '')}" if doc.get("data") else "")

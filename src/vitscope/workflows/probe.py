@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vitscope.downstream.checks import require_classes
+from vitscope.downstream.checks import require_classes, require_regions
 from vitscope.errors import VitscopeValueError
 from vitscope.outputs import RunResult, prepare_output, write_run
 
@@ -25,13 +25,12 @@ PROBE_OF_FORMAT = {"revisitop": "retrieval", "davis": "davis", "spair": "spair",
 
 
 def _open(data: str):
-    """``ROOT::FORMAT`` (or ``ROOT``, format detected) -> ``(reader, format)``."""
-    from vitscope.data.load import detect_format, load_dataset
+    """``ROOT::FORMAT[:SPLIT]`` (or ``ROOT``, format detected) -> ``(reader, format)``."""
+    from vitscope.data.load import detect_format, load_dataset, parse_data
 
-    root, sep, fmt = data.rpartition("::")
-    root, fmt = (root, fmt) if sep else (data, "")
+    root, fmt, options = parse_data(data) if "::" in data else (data, None, {})
     fmt = fmt or detect_format(root)
-    return load_dataset(root, fmt), fmt
+    return load_dataset(root, fmt, **options), fmt
 
 
 def _labelled_split(dataset, fmt: str, test_fraction: float, seed: int):
@@ -112,9 +111,13 @@ def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None,
             data = {"train": train, "test": test}
     elif options.get("test_data"):
         raise VitscopeValueError(f"--test-data is for labelled image sets; {fmt} data is probed on its own")
+    if task == "regions":
+        require_regions(dataset, fmt)
+    cache = FeatureCache(options["cache"]) if options.get("cache") else None
+    if task == "davis" and getattr(dataset, "first_frame_only", False):
+        return _davis_first_frames(options, backbone, dataset, blocks, cache, out, log, distributed)
     if log:
         log(f"probing {backbone.spec.name} on {fmt} ({task}) ...")
-    cache = FeatureCache(options["cache"]) if options.get("cache") else None
     results = probe_sweep(backbone, cache, **data, tiling=options.get("tiling") or False, blocks=blocks,
                           site=options["site"], seed=options["seed"], batch_size=options["batch_size"],
                           device=options.get("device"), dtype=options.get("dtype"), distributed=distributed, log=log,
@@ -135,3 +138,44 @@ def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None,
         data={"name": getattr(dataset, "name", fmt), "source": options["data"], "format": fmt, "items": len(dataset)},
         num_images=num_images, tables={"best_blocks": table},
         extra={"best_blocks": {"file": "tables/best_blocks.csv", "rows": table.to_dict(orient="records")}}))
+
+
+def _davis_first_frames(options: dict[str, Any], backbone: Any, dataset: Any, blocks: Any, cache: Any, out: Path,
+                        log: Callable[[str], None] | None, distributed: bool) -> Path | None:
+    """DAVIS test-dev / test-challenge: propagate each first annotation at one block and write the masks as the
+    official evaluation takes them (``predictions/<sequence>/<frame>.png``); no J or F can be computed here."""
+    from vitscope.downstream.davis import davis_predictions
+    from vitscope.engine.provenance import model_identity
+
+    blocks = [backbone.spec.num_blocks - 1] if blocks is None else list(blocks)
+    if len(blocks) != 1:
+        raise VitscopeValueError(f"{dataset.name} annotates only first frames: its masks are written for one block; "
+                                 f"pass --blocks with one block (got {len(blocks)}; default: the last)")
+    block = blocks[0]
+    if log:
+        log(f"propagating {backbone.spec.name} block {block} on {dataset.name} (first frames annotated only) ...")
+    files = davis_predictions(backbone, dataset, block, cache, site=options["site"],
+                              tiling=options.get("tiling") or False, batch_size=options["batch_size"],
+                              device=options.get("device"), dtype=options.get("dtype"), distributed=distributed,
+                              log=log)
+    if distributed:
+        from vitscope.engine.distributed import is_main_process
+
+        if not is_main_process():
+            return None
+    reason = (f"{dataset.name} annotates only the first frame of each sequence, so no J or F was computed; the "
+              f"masks propagated at block {block} are in predictions/, one folder per sequence, as the official "
+              "DAVIS evaluation takes them")
+    if log:
+        log(f"no J&F: {reason}")
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items() if not callable(v)}
+    return write_run(out, RunResult(
+        "probe", title=f"vitscope probe: {options['model']} on davis (propagation only)",
+        config={**config, "format": "davis", "task": "davis-predictions", "blocks": [block],
+                "device": options.get("device") or "auto", "dtype": options.get("dtype") or "fp32"},
+        models=[model_identity(options["model"], backbone)],
+        data={"name": dataset.name, "source": options["data"], "format": "davis", "items": len(dataset)},
+        num_images=_num_images(dataset, "davis"), notes=[reason],
+        extra={"davis": {"scored": False, "reason": reason, "block": block, "predictions": "predictions/",
+                         "sequences": len(dataset), "frames": len(files)}},
+        files={f"predictions/{rel}": content for rel, content in files.items()}))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -205,6 +206,30 @@ def _rle_string_total(counts: str, where: str) -> int:
     return sum(runs)
 
 
+def _refuse_duplicates(ids: list[Any], what: str) -> None:
+    seen: set[Any] = set()
+    repeated = sorted({str(i) for i in ids if i in seen or seen.add(i)})  # type: ignore[func-returns-value]
+    if repeated:
+        raise DatasetFormatError(f"{what}s must be distinct; repeated: {', '.join(repeated[:5])}"
+                                 f"{f' and {len(repeated) - 5} more' if len(repeated) > 5 else ''}")
+
+
+def _checked_box(bbox: Any, size: tuple[int, int], where: str) -> list[float]:
+    """A COCO ``[x, y, width, height]`` box clipped to its image (boxes a pixel or two over the border are
+    common in real annotations); a malformed box or one wholly outside the image is refused."""
+    if (not isinstance(bbox, (list, tuple)) or len(bbox) != 4
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in bbox)):
+        raise DatasetFormatError(f"{where}: bbox must be four finite numbers [x, y, width, height], got {bbox!r}")
+    x, y, bw, bh = (float(v) for v in bbox)
+    if bw < 0 or bh < 0:
+        raise DatasetFormatError(f"{where}: bbox {bbox!r} has a negative width or height")
+    width, height = size
+    x1, y1, x2, y2 = max(x, 0.0), max(y, 0.0), min(x + bw, float(width)), min(y + bh, float(height))
+    if x2 < x1 or y2 < y1:
+        raise DatasetFormatError(f"{where}: bbox {bbox!r} lies outside its {width}x{height} image")
+    return [x1, y1, x2 - x1, y2 - y1]
+
+
 def check_segmentation(seg: Any, height: int, width: int, where: str) -> None:
     """Validate a COCO segmentation before pycocotools decodes it (its C decoder does not bounds-check)."""
     if isinstance(seg, list):
@@ -291,17 +316,19 @@ class CocoDataset(LazyDataset):
             _check_int(img.get("width"), f"{where}: width", positive=True)
             self._paths.append(safe_join(self.image_dir, img.get("file_name"), where))
         self._image_ids = [img["id"] for img in data["images"]]
-        if len(set(self._image_ids)) != len(self._image_ids):
-            raise DatasetFormatError(f"{self.ann_file}: duplicate image ids")
-        known = set(self._image_ids)
+        _refuse_duplicates(self._image_ids, f"{self.ann_file}: image id")
+        _refuse_duplicates([a.get("id") for a in data["annotations"] if "id" in a], f"{self.ann_file}: annotation id")
+        sizes = {img["id"]: (img["width"], img["height"]) for img in data["images"]}
         for k, ann in enumerate(data["annotations"]):
             where = f"annotation entry {k} (id {ann.get('id')}) of {src}"
-            if ann.get("image_id") not in known:
+            if ann.get("image_id") not in sizes:
                 raise DatasetFormatError(f"{where}: unknown image_id {ann.get('image_id')!r}")
             if ann.get("category_id") not in self._cat_index:
                 raise DatasetFormatError(f"{where}: unknown category_id {ann.get('category_id')!r}")
             if "segmentation" not in ann:
                 raise DatasetFormatError(f"{where}: no segmentation")
+            if ann.get("bbox") is not None:
+                ann["bbox"] = _checked_box(ann["bbox"], sizes[ann["image_id"]], where)
         self.coco = COCO()
         self.coco.dataset = data
         with contextlib.redirect_stdout(io.StringIO()):

@@ -14,6 +14,7 @@ even though the folder is called ``480p`` (the folder name is part of the layout
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,7 +28,7 @@ from vitscope.data.formats.errors import DatasetFormatError, safe_join
 from vitscope.data.items import VideoSequence
 from vitscope.data.synthetic.scene import Scene
 
-__all__ = ["DavisDataset", "DavisSequence", "davis_palette", "read_davis_mask", "write_davis"]
+__all__ = ["DavisDataset", "DavisSequence", "davis_palette", "palette_png", "read_davis_mask", "write_davis"]
 
 _RESOLUTIONS = ("480p", "Full-Resolution")
 
@@ -49,6 +50,15 @@ def davis_palette(n: int = 256) -> np.ndarray:
             c >>= 3
         cmap[i] = (r, g, b)
     return cmap
+
+
+def palette_png(index: np.ndarray, path: str | os.PathLike | io.BytesIO) -> None:
+    """Save ``[H, W]`` uint8 object indices as an indexed PNG with the DAVIS palette (the official format of
+    annotations and of results submitted to the evaluation)."""
+    index = np.ascontiguousarray(index, dtype=np.uint8)
+    png = Image.frombytes("P", (index.shape[1], index.shape[0]), index.tobytes())
+    png.putpalette(davis_palette().reshape(-1).tolist())
+    png.save(path, format="PNG")
 
 
 def read_davis_mask(path: str | os.PathLike) -> np.ndarray:
@@ -130,7 +140,6 @@ def write_davis(
     names = list(names) if names is not None else [f"synth-{split}-{i:03d}" for i in range(len(videos))]
     if len(names) != len(videos) or len(set(names)) != len(names):
         raise DatasetFormatError(f"need {len(videos)} distinct sequence names, got {names!r}")
-    palette = davis_palette().reshape(-1).tolist()
     for name, frames in zip(names, videos):
         img_dir = safe_join(root / "JPEGImages" / "480p", name, "sequence names")
         ann_dir = safe_join(root / "Annotations" / "480p", name, "sequence names")
@@ -140,10 +149,8 @@ def write_davis(
         for t, scene in enumerate(frames):
             index = _index_map(scene, order, f"sequence {name!r} frame {t}")
             save_jpeg(np.asarray(scene.image, dtype=np.uint8), img_dir / f"{t:05d}.jpg")
-            png = Image.frombytes("P", (index.shape[1], index.shape[0]), index.tobytes())
-            png.putpalette(palette)
             with atomic_path(ann_dir / f"{t:05d}.png") as tmp:
-                png.save(tmp)
+                palette_png(index, tmp)
     sets = root / "ImageSets" / "2017"
     sets.mkdir(parents=True, exist_ok=True)
     write_text_atomic(sets / f"{split}.txt", "".join(f"{n}\n" for n in names))
@@ -154,7 +161,9 @@ class DavisDataset(LazyDataset):
     """Lazy reader of a DAVIS 2017 split: a sequence of ``VideoSequence`` items (``DavisSequence``).
 
     Construction lists folders only (no image or mask is decoded) and checks that every sequence of
-    the split has its frame and annotation folders with matching frame names.
+    the split has its frame and annotation folders with matching frame names. In test-dev and test-challenge
+    only the first frame of a sequence is annotated: such a split loads with ``first_frame_only`` set and
+    each sequence's ``mask_paths`` holding that one annotation.
 
     Args:
         root: dataset root.
@@ -162,8 +171,8 @@ class DavisDataset(LazyDataset):
         resolution: ``"480p"`` or ``"Full-Resolution"``.
 
     Raises:
-        DatasetFormatError: missing image-set file or folder, or frame/mask counts that differ
-            (the message names the sequence).
+        DatasetFormatError: missing image-set file or folder, frame/mask counts that differ (other than one
+            annotation of the first frame), or a split that mixes both kinds (the message names the sequence).
     """
 
     def __init__(self, root: str | os.PathLike, split: str = "val", resolution: str = "480p") -> None:
@@ -179,6 +188,15 @@ class DavisDataset(LazyDataset):
         seqs = [line.strip() for line in set_file.read_text().splitlines()]
         self.sequence_names = [s for s in seqs if s]
         self._items = [self._scan(s) for s in self.sequence_names]
+        first_only = [s for s, (frames, masks) in zip(self.sequence_names, self._items) if len(masks) < len(frames)]
+        if first_only and len(first_only) < len(self._items):
+            full = next(s for s in self.sequence_names if s not in first_only)
+            raise DatasetFormatError(f"split {split!r} mixes sequences annotated only on their first frame "
+                                     f"({first_only[0]!r}) with fully annotated ones ({full!r}); give them as two "
+                                     "splits")
+        #: only the first frame of each sequence is annotated (DAVIS test-dev / test-challenge): masks can be
+        #: propagated and written for the official evaluation, but not scored here
+        self.first_frame_only = bool(first_only)
 
     def _scan(self, seq: str) -> tuple[list[str], list[str]]:
         where = f"{self.root / 'ImageSets' / '2017' / (self.split + '.txt')}"
@@ -191,9 +209,11 @@ class DavisDataset(LazyDataset):
         masks = sorted(p.name for p in ann_dir.iterdir() if p.suffix.lower() == ".png")
         if not frames:
             raise DatasetFormatError(f"sequence {seq!r}: no .jpg frames in {img_dir}")
-        if len(frames) != len(masks):
+        first_only = len(masks) == 1 and len(frames) > 1 and Path(masks[0]).stem == Path(frames[0]).stem
+        if len(frames) != len(masks) and not first_only:
             raise DatasetFormatError(
-                f"sequence {seq!r}: {len(frames)} frames in {img_dir} but {len(masks)} annotations in {ann_dir}"
+                f"sequence {seq!r}: {len(frames)} frames in {img_dir} but {len(masks)} annotations in {ann_dir} "
+                "(DAVIS annotates every frame, or only the first in test-dev and test-challenge)"
             )
         for f, m in zip(frames, masks):
             if Path(f).stem != Path(m).stem:

@@ -1,0 +1,70 @@
+"""docs/errors.md, configs and options: config files, ``--param`` and option values a user gets wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers.bad_input import analyze, folder_with_one_good_image, one_error
+
+
+@pytest.fixture
+def photos(tmp_path):
+    return folder_with_one_good_image(tmp_path)
+
+
+def _with_config(photos, tmp_path, text):
+    config = tmp_path / "run.yaml"
+    config.write_text(text)
+    return analyze(photos, tmp_path / "out", "-c", str(config))
+
+
+def test_config_unknown_key(photos, tmp_path):
+    one_error(_with_config(photos, tmp_path, "batchsize: 4\n"), "unknown key 'batchsize' in config file", status=2)
+    assert "did you mean 'batch_size'?" in _with_config(photos, tmp_path, "batchsize: 4\n").stderr
+
+
+def test_config_wrong_type(photos, tmp_path):
+    one_error(_with_config(photos, tmp_path, "batch_size: many\n"), "'batch_size' in", status=2)
+
+
+def test_config_not_yaml(photos, tmp_path):
+    one_error(_with_config(photos, tmp_path, "batch_size: [4\n"), "is not valid YAML (line 2)", status=2)
+    one_error(_with_config(photos, tmp_path, "- a\n- b\n"), "must be a mapping of option: value", status=2)
+
+
+def test_config_file_missing(photos, tmp_path):
+    result = analyze(photos, tmp_path / "out", "-c", str(tmp_path / "absent.yaml"))
+    one_error(result, "absent.yaml", status=2)
+
+
+def test_param_unknown(photos, tmp_path):
+    one_error(analyze(photos, tmp_path / "out", "-p", "attention_distance.sample=3", analyses="attention_distance"),
+              "attention_distance has no parameter 'sample'; its parameters: seed, random_samples")
+
+
+def test_param_wrong_type(photos, tmp_path):
+    one_error(analyze(photos, tmp_path / "out", "-p", "attention_distance.random_samples=many",
+                      analyses="attention_distance"), "random_samples")
+
+
+def test_param_for_an_analysis_not_run(photos, tmp_path):
+    one_error(analyze(photos, tmp_path / "out", "-p", "knn_probe.k=5"), "knn_probe is not among the analyses run")
+
+
+def test_param_without_analysis_name(photos, tmp_path):
+    one_error(analyze(photos, tmp_path / "out", "-p", "k=5"), "write ANALYSIS.PARAMETER=VALUE", status=2)
+
+
+def test_analysis_unknown(photos, tmp_path):
+    one_error(analyze(photos, tmp_path / "out", analyses="atention_stats"),
+              "unknown analysis 'atention_stats'. Did you mean 'attention_stats'?")
+
+
+def test_option_out_of_range(photos, tmp_path):
+    result = analyze(photos, tmp_path / "out", "-b", "0")
+    assert result.returncode == 2 and "Invalid value for '--batch-size'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_dtype_unknown(photos, tmp_path):
+    one_error(analyze(photos, tmp_path / "out", "--dtype", "fp8"), "unknown dtype 'fp8'; use fp32, bf16 or fp16")

@@ -1,0 +1,66 @@
+"""docs/errors.md, outputs: where the results cannot go. A full disk and a folder that may not be written are
+injected (tests run as root here): the write raises the real ``OSError`` the system would."""
+
+from __future__ import annotations
+
+import errno
+import json
+import pathlib
+
+import pytest
+
+from helpers.bad_input import analyze, finished, folder_with_one_good_image, one_error
+
+
+@pytest.fixture
+def photos(tmp_path):
+    return folder_with_one_good_image(tmp_path)
+
+
+def test_output_path_is_a_file(photos, tmp_path):
+    (tmp_path / "out").write_text("my notes")
+    one_error(analyze(photos, tmp_path / "out"), "--out")
+    assert (tmp_path / "out").read_text() == "my notes"
+
+
+def test_output_folder_not_writable(photos, tmp_path, monkeypatch):
+    make_folder = pathlib.Path.mkdir
+
+    def refuse(self, *args, **kwargs):
+        if self.name == "out":
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return make_folder(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "mkdir", refuse)
+    one_error(analyze(photos, tmp_path / "out"), "cannot create the output folder")
+
+
+def test_output_disk_full(photos, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    first = finished(analyze(photos, out), out)
+    write_text = pathlib.Path.write_text
+
+    def full(self, *args, **kwargs):
+        if self.name == "results.json":
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        return write_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "write_text", full)
+    one_error(analyze(photos, out, analyses="attention_stats,attention_distance"),
+              "[Errno 28] No space left on device")
+    monkeypatch.undo()
+    assert json.loads((out / "results.json").read_text()) == first  # the last finished run stays whole
+    assert not [p for p in out.rglob("*") if ".staging" in str(p) or ".tmp" in p.name]
+
+
+def test_output_from_a_run_with_other_settings(photos, tmp_path):
+    out = tmp_path / "out"
+    finished(analyze(photos, out, analyses="attention_stats,attention_distance"), out)
+    (out / "my_notes.txt").write_text("kept")
+    stopped = analyze(photos, out, "-b", "1", env={"VITSCOPE_STOP_AFTER_BATCHES": "1"})  # leaves a saved state
+    assert stopped.returncode == 130
+    other = analyze(photos, out, "-b", "1", analyses="attention_distance")
+    doc = finished(other, out)
+    assert "ignoring saved state" in other.stderr and "starting over" in other.stderr
+    assert list(doc["analyses"]) == ["attention_distance"] and (out / "my_notes.txt").read_text() == "kept"
+    assert not (out / "tables" / "attention_stats.csv").exists()  # the old run's own files are replaced

@@ -1,0 +1,92 @@
+"""docs/errors.md, runtime: devices, memory and interruptions. Out of memory and a second Ctrl-C during the
+state save are injected (the forward raises ``torch.OutOfMemoryError``; ``torch.save`` raises
+``KeyboardInterrupt``); the Ctrl-C handler itself gets real signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+import torch
+
+from helpers.bad_input import analyze, finished, one_error, picture
+
+
+@pytest.fixture
+def photos(tmp_path):
+    for k in range(3):
+        picture(tmp_path / "photos" / f"p{k}.png", seed=k)
+    return tmp_path / "photos"
+
+
+def test_device_cuda_without_cuda(photos, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    one_error(analyze(photos, tmp_path / "out", "--device", "cuda"), "no CUDA GPU is available; use --device cpu")
+
+
+def test_device_unknown(photos, tmp_path):
+    one_error(analyze(photos, tmp_path / "out", "--device", "tpu"), "unknown device 'tpu'; use cpu, cuda")
+
+
+def test_out_of_memory_on_a_batch(photos, tmp_path, monkeypatch):
+    from vitscope.models.tiny import TinyViT
+
+    def exhausted(self, *args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(TinyViT, "forward", exhausted)
+    line = one_error(analyze(photos, tmp_path / "out"), "out of memory; run again with a smaller batch")
+    assert "--batch-size / -b" in line
+
+
+def test_ctrl_c_once(photos, tmp_path):
+    out = tmp_path / "out"
+    stopped = analyze(photos, out, "-b", "1", env={"VITSCOPE_STOP_AFTER_BATCHES": "1"})  # Ctrl-C after batch 1
+    assert stopped.returncode == 130 and stopped.stderr.strip().endswith("interrupted")
+    assert "state saved" in stopped.stderr and "Traceback" not in stopped.stderr
+    resumed = analyze(photos, out, "-b", "1")
+    assert "resuming from saved state: 1 images already done" in resumed.stderr
+    whole = finished(analyze(photos, tmp_path / "whole", "-b", "1"), tmp_path / "whole")
+    assert finished(resumed, out)["analyses"] == whole["analyses"]
+
+
+def test_ctrl_c_twice(photos, tmp_path, monkeypatch):
+    import vitscope.engine.state as state
+
+    out = tmp_path / "out"
+    save = torch.save
+    calls = []
+
+    def second_ctrl_c_while_saving(obj, f, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # the first save (after batch 1) went through; Ctrl-C again during the next one
+            f.write(b"half a state file")
+            raise KeyboardInterrupt
+        return save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(state.torch, "save", second_ctrl_c_while_saving)
+    result = analyze(photos, out, "-b", "1", "--checkpoint-seconds", "0", env={"VITSCOPE_STOP_AFTER_BATCHES": "2"})
+    monkeypatch.undo()
+    assert result.returncode == 130 and result.stderr.strip().endswith("interrupted")
+    assert "Traceback" not in result.stderr
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert [p.name for p in files] == ["tiny-vit.pt"]  # the state of batch 1, no temporary file
+    assert torch.load(files[0], weights_only=True)["seen"] == 1
+    resumed = analyze(photos, out, "-b", "1")
+    assert "1 images already done" in resumed.stderr
+    whole = finished(analyze(photos, tmp_path / "whole", "-b", "1"), tmp_path / "whole")
+    assert json.loads((out / "results.json").read_text())["analyses"] == whole["analyses"]
+
+
+def test_ctrl_c_twice_with_real_signals():
+    from vitscope.engine.state import interrupt_guard
+
+    with interrupt_guard() as guard:
+        os.kill(os.getpid(), signal.SIGINT)  # the first: finish the batch, save, stop
+        assert guard.requested
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)  # the second: stop now
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
