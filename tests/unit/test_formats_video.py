@@ -89,7 +89,7 @@ def test_davis_bad_inputs(tmp_path):
     _davis_fixture(tmp_path)
     with pytest.raises(DatasetFormatError, match="resolution"):
         DavisDataset(tmp_path, resolution="1080p")
-    (tmp_path / "Annotations/480p/bear/00001.png").unlink()
+    (tmp_path / "Annotations/480p/bear/00000.png").unlink()  # one annotation, but not of the first frame
     with pytest.raises(DatasetFormatError, match="sequence 'bear'.*2 frames.*1 annotations"):
         DavisDataset(tmp_path)
     (tmp_path / "ImageSets/2017/val.txt").write_text("ghost\n")
