@@ -5,11 +5,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_path", "write_json_atomic", "write_text_atomic"]
+__all__ = ["atomic_path", "remove_leftovers", "write_json_atomic", "write_text_atomic"]
 
 
 @contextlib.contextmanager
@@ -42,3 +44,36 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 def write_json_atomic(path: str | os.PathLike, doc: Any) -> Path:
     """``doc`` as indented JSON, atomically."""
     return write_text_atomic(path, json.dumps(doc, indent=1, default=str))
+
+
+#: temporary names of this module (``.name.<pid>.tmp[.suffix]``) and of staging folders (``.staging-<pid>-<hex>``)
+_LEFTOVER = re.compile(r"^\.(?:.+\.(?P<pid>\d+)\.tmp(?:\.[^.]+)?|staging-(?P<owner>\d+)-[0-9a-f]+)$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def remove_leftovers(folder: str | os.PathLike) -> list[str]:
+    """Remove the temporary files and staging folders that a killed process (``kill -9``, power loss) left in
+    ``folder``; those of a process still running are kept. Returns the names removed."""
+    folder = Path(folder)
+    removed = []
+    if not folder.is_dir():
+        return removed
+    for entry in folder.iterdir():
+        match = _LEFTOVER.match(entry.name)
+        if match is None or _alive(int(match.group("pid") or match.group("owner"))):
+            continue
+        if entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        removed.append(entry.name)
+    return removed

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vitscope.analyses import ANALYSES, GROUPS, Accumulator, Result, get_analysis
 from vitscope.analyses.registry import default_analyses
@@ -180,3 +182,15 @@ def test_default_analyses_leave_out_what_the_data_cannot_feed() -> None:
     needy = {n for n, cls in ANALYSES.items() if getattr(cls, "required_targets", ())}
     assert "saliency_iou" in needy
     assert plain == {n for n, cls in ANALYSES.items() if cls.default} - needy
+
+
+@pytest.mark.parametrize(("name", "kind"), CASES)
+@settings(max_examples=3, deadline=None)
+@given(sizes=st.lists(st.integers(1, 4), min_size=2, max_size=4), cut=st.integers(1, 3), seed=st.integers(0, 10_000))
+def test_merge_of_a_random_split_equals_the_whole(name: str, kind: str, sizes: list[int], cut: int, seed: int) -> None:
+    """Batches of random sizes split at a random batch boundary (how ranks and resumed runs divide the work)."""
+    cut = min(cut, len(sizes) - 1)
+    batches = make_batches(ANALYSES[name](), kind, sizes, seed)
+    whole = run(ANALYSES[name](), batches).compute()
+    merged = run(ANALYSES[name](), batches[:cut]).merge(run(ANALYSES[name](), batches[cut:]))
+    assert_results_equal(merged.compute(), whole)

@@ -92,3 +92,34 @@ def test_non_finite_patterns_give_a_clear_error_or_a_nan_never_a_plain_number(ba
     except ValueError:
         return  # refused: fine
     assert not torch.isfinite(ent).all()  # or the NaN shows: a silent finite number would be wrong
+
+
+HALF = st.sampled_from([torch.float16, torch.bfloat16])
+
+
+@FAST
+@given(seed=st.integers(0, 10_000), grid=GRID, p=PREFIX, dtype=HALF)
+def test_half_precision_patterns_are_computed_in_float32(seed: int, grid: tuple[int, int], p: int,
+                                                         dtype: torch.dtype) -> None:
+    """fp16/bf16 inputs (autocast runs) give the float32 result of the same values, never a half-precision sum."""
+    n = p + grid[0] * grid[1]
+    a = _softmax_pattern(seed, 2, 2, n, dtype)
+    same_values = a.float()
+    for fn in (attention_entropy, max_attention):
+        got = fn(a)
+        assert got.dtype == torch.float32 and torch.isfinite(got).all()
+        assert torch.equal(got, fn(same_values))
+    sam = spatial_average_map(a, grid, p)
+    assert sam.dtype == torch.float32 and torch.equal(sam, spatial_average_map(same_values, grid, p))
+    x = torch.randn(6, 4, generator=torch.Generator().manual_seed(seed)).to(dtype)
+    assert linear_cka(x, x * 2) == pytest.approx(1.0, rel=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_empty_batches_give_empty_results_and_cka_refuses_them(dtype: torch.dtype) -> None:
+    empty = torch.zeros(0, 3, 10, 10, dtype=dtype)
+    assert attention_entropy(empty).shape == max_attention(empty).shape == (0, 3)
+    assert spatial_average_map(empty, (3, 3), 1).shape == (0, 3, 3, 3)
+    assert rollout([empty, empty]).shape == (0, 10, 10)
+    with pytest.raises(VitscopeValueError, match="no examples"):
+        linear_cka(torch.zeros(0, 4), torch.zeros(0, 3))

@@ -118,3 +118,25 @@ def test_atomic_path_replaces_only_when_the_block_succeeds(tmp_path) -> None:
             tmp.write_bytes(b"half")
             raise OSError("disk full")
     assert target.read_bytes() == b"first" and sorted(p.name for p in target.parent.iterdir()) == ["image.png"]
+
+
+def test_leftovers_of_a_killed_writer_are_removed_and_a_live_ones_kept(tmp_path) -> None:
+    import os
+    import subprocess
+
+    from vitscope.atomic import remove_leftovers
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    for name in (f".results.json.{dead.pid}.tmp", f".figure.{dead.pid}.tmp.png", f".results.json.{os.getpid()}.tmp",
+                 "results.json", ".vitscope-manifest.json"):
+        (tmp_path / name).write_text("x")
+    (tmp_path / f".staging-{dead.pid}-0a1b").mkdir()
+    (tmp_path / f".staging-{dead.pid}-0a1b" / "report.html").write_text("half")
+    (tmp_path / f".staging-{os.getpid()}-0a1b").mkdir()
+    removed = remove_leftovers(tmp_path)
+    assert sorted(removed) == sorted([f".results.json.{dead.pid}.tmp", f".figure.{dead.pid}.tmp.png",
+                                      f".staging-{dead.pid}-0a1b"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f".results.json.{os.getpid()}.tmp", "results.json",
+                                                                 ".vitscope-manifest.json",
+                                                                 f".staging-{os.getpid()}-0a1b"])

@@ -43,6 +43,8 @@ def _as_examples(x: torch.Tensor, name: str) -> torch.Tensor:
         raise VitscopeTypeError(f"{name} must be a torch.Tensor [n, d], got {type(x).__name__}")
     if x.dim() < 2:
         raise VitscopeValueError(f"{name} must be [n, d] (one row per example), got shape {tuple(x.shape)}")
+    if x.shape[0] == 0:
+        raise VitscopeValueError(f"{name} has no examples (shape {tuple(x.shape)}); CKA needs at least 2")
     return x.detach().reshape(x.shape[0], -1).to(torch.float64)
 
 

@@ -16,11 +16,13 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
+from vitscope.atomic import remove_leftovers
 from vitscope.errors import VitscopeValueError
 
 __all__ = ["MANIFEST", "OutputError", "Staging", "prepare_output"]
 
 MANIFEST = ".vitscope-manifest.json"
+STATE_FOLDER = ".vitscope-state"  # resumable state of an interrupted pass (vitscope.engine.state)
 
 
 class OutputError(VitscopeValueError):
@@ -43,6 +45,8 @@ def prepare_output(out: str | os.PathLike) -> Path:
         raise OutputError(f"cannot create the output folder {out}: {err.strerror or err}") from None
     if not os.access(out, os.W_OK):
         raise OutputError(f"cannot write into the output folder {out}")
+    for folder in (out, out / STATE_FOLDER):
+        remove_leftovers(folder)  # a run killed while writing left these; its finished files are whole
     from vitscope.report.assets import echarts_script
 
     echarts_script()  # a damaged install fails now, not after the pass when the report is rendered
@@ -63,7 +67,7 @@ class Staging:
 
     def __init__(self, out: Path) -> None:
         self.out = out
-        self.root = out / f".staging-{uuid.uuid4().hex}"
+        self.root = out / f".staging-{os.getpid()}-{uuid.uuid4().hex}"  # the pid: leftovers of a killed run
         self.root.mkdir(parents=True)
 
     def path(self, rel: str) -> Path:

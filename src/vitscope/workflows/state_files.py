@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from vitscope.engine.state import Checkpoint, run_checkpoint
+from vitscope.outputs.folder import STATE_FOLDER as STATE_DIR
 
 __all__ = ["STATE_DIR", "checkpoint_for", "clear_state", "state_path"]
-
-STATE_DIR = ".vitscope-state"
 
 
 def state_path(out: Path, model_id: str) -> Path:

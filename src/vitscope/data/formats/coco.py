@@ -317,10 +317,11 @@ class CocoDataset(LazyDataset):
             self._paths.append(safe_join(self.image_dir, img.get("file_name"), where))
         self._image_ids = [img["id"] for img in data["images"]]
         _refuse_duplicates(self._image_ids, f"{self.ann_file}: image id")
-        _refuse_duplicates([a.get("id") for a in data["annotations"] if "id" in a], f"{self.ann_file}: annotation id")
         sizes = {img["id"]: (img["width"], img["height"]) for img in data["images"]}
         for k, ann in enumerate(data["annotations"]):
             where = f"annotation entry {k} (id {ann.get('id')}) of {src}"
+            for key in ("id", "image_id", "category_id"):
+                _check_int(ann.get(key), f"{where}: {key}")
             if ann.get("image_id") not in sizes:
                 raise DatasetFormatError(f"{where}: unknown image_id {ann.get('image_id')!r}")
             if ann.get("category_id") not in self._cat_index:
@@ -329,6 +330,7 @@ class CocoDataset(LazyDataset):
                 raise DatasetFormatError(f"{where}: no segmentation")
             if ann.get("bbox") is not None:
                 ann["bbox"] = _checked_box(ann["bbox"], sizes[ann["image_id"]], where)
+        _refuse_duplicates([a["id"] for a in data["annotations"]], f"{self.ann_file}: annotation id")
         self.coco = COCO()
         self.coco.dataset = data
         with contextlib.redirect_stdout(io.StringIO()):
