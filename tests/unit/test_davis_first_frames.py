@@ -78,7 +78,10 @@ def test_probe_writes_palette_pngs_of_the_last_block_and_no_scores(davis_val, tm
             if t == 0:
                 assert np.array_equal(mask, seq.masks()[0])  # the given annotation
     assert doc["davis"]["frames"] == sum(len(dataset[s].frame_paths) for s in range(len(dataset)))
-    assert "no J or F was computed" in (out / "report.html").read_text()
+    html = (out / "report.html").read_text()
+    assert "no J or F was computed" in html and "vitscope probe" in html
+    digest = doc["data"]["fingerprint"]["digest"]
+    assert len(digest) == 16 and digest in html  # the report shows what data it measured
 
 
 def test_probe_on_first_frames_takes_one_block(davis_val, tmp_path):

@@ -123,3 +123,33 @@ def test_empty_batches_give_empty_results_and_cka_refuses_them(dtype: torch.dtyp
     assert rollout([empty, empty]).shape == (0, 10, 10)
     with pytest.raises(VitscopeValueError, match="no examples"):
         linear_cka(torch.zeros(0, 4), torch.zeros(0, 3))
+
+
+@FAST
+@given(seed=st.integers(0, 10_000), grid=GRID, p=PREFIX, dtype=FLOATS)
+def test_spatial_rows_sum_to_one_after_renormalising_and_distances_stay_in_the_unit_square(
+        seed: int, grid: tuple[int, int], p: int, dtype: torch.dtype) -> None:
+    from vitscope.functional.attention import spatial_attention
+    from vitscope.functional.attention_geometry import attention_distance
+
+    n = p + grid[0] * grid[1]
+    a = _softmax_pattern(seed, 2, 2, n, dtype)
+    rows = spatial_attention(a, p).sum(-1).double()
+    assert torch.allclose(rows, torch.ones_like(rows), atol=1e-5)
+    d = attention_distance(a, grid, p)
+    assert d.shape == (2, 2) and (d >= 0).all() and (d <= math.sqrt(2) + 1e-6).all()
+
+
+@FAST
+@given(seed=st.integers(0, 10_000), grid=GRID, mass=st.floats(0.05, 1.0))
+def test_mass_mask_keeps_the_fewest_top_tokens_holding_the_mass(seed: int, grid: tuple[int, int], mass: float) -> None:
+    from vitscope.functional.attention import mass_mask
+
+    m = torch.rand(*grid, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) + 1e-3
+    keep = mass_mask(m, mass)
+    share = m / m.sum()
+    assert share[keep].sum() >= mass - 1e-9  # holds the mass
+    if keep.sum() > 1:  # and dropping its smallest kept token would not
+        assert share[keep].sum() - share[keep].min() < mass + 1e-9
+    if (~keep).any():
+        assert share[keep].min() >= share[~keep].max()  # and they are the top tokens

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from vitscope.atomic import atomic_path, write_text_atomic
 from vitscope.errors import VitscopeValueError
 
 if TYPE_CHECKING:
@@ -178,24 +179,22 @@ class Result:
     # ------------------------------------------------------------ files (one result alone)
 
     def save(self, out_dir: str | Path) -> list[Path]:
-        """Write this result's tables (``.csv``), summary (``.json``) and large arrays (``.npz``) into ``out_dir``
-        (``vitscope.outputs.write_run`` writes every result of a run this way)."""
+        """Write this result's tables (``.csv``), summary (``.json``) and large arrays (``.npz``) into ``out_dir``,
+        each atomically (``vitscope.outputs.write_run`` writes every result of a run this way)."""
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         paths = []
         for stem, frame in self.tables().items():
-            path = out / f"{stem}.csv"
-            frame.to_csv(path, index=False)
-            paths.append(path)
-        json_path = out / f"{self.name}.json"
-        json_path.write_text(json.dumps(self.to_json(), indent=1, default=str))
-        paths.append(json_path)
+            with atomic_path(out / f"{stem}.csv") as tmp:
+                frame.to_csv(tmp, index=False)
+            paths.append(out / f"{stem}.csv")
+        paths.append(write_text_atomic(out / f"{self.name}.json", json.dumps(self.to_json(), indent=1, default=str)))
         arrays = self.arrays()
         if arrays:
-            path = out / f"{self.name}.npz"
-            save_arrays(path, arrays)
-            paths.append(path)
+            with atomic_path(out / f"{self.name}.npz") as tmp:
+                save_arrays(tmp, arrays)
+            paths.append(out / f"{self.name}.npz")
         return paths
 
     def plot(self, out_dir: str | Path) -> list[Path]:

@@ -8,7 +8,7 @@ import typer
 
 from vitscope.cli.errors import one_line_errors
 
-experiment_app = typer.Typer(add_completion=False, no_args_is_help=True,
+experiment_app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                              help="Experiments: guided MAE pretraining, robustness of several classifiers.")
 
 

@@ -12,12 +12,13 @@ from vitscope.cli.errors import one_line_errors, one_line_warnings
 from vitscope.cli.experiment import experiment_app
 from vitscope.cli.explain import explain_pair
 from vitscope.cli.featviz import featviz as featviz_command
+from vitscope.cli.help_text import analyses_epilog
 from vitscope.cli.probe import probe as probe_command
 from vitscope.cli.zoo import zoo_app
 from vitscope.models.errors import TRUST_PICKLE_ENV
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Put vision transformers under a microscope.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+                  context_settings={"max_content_width": 120}, help="Put vision transformers under a microscope.")
 app.add_typer(zoo_app, name="zoo")
 app.add_typer(experiment_app, name="experiment")
 app.command("explain-pair")(explain_pair)
@@ -102,13 +103,14 @@ _FIGURE_FILES_HELP = ("Also write curves and heat maps as PNG and SVG in figures
                       "second).")
 
 
-@app.command()
+@app.command(epilog=analyses_epilog())
 @one_line_errors
 def analyze(
-    model: str | None = typer.Option(None, "--model", "-m", help="Registered name, hf:<id or dir>, or a directory."),
+    model: str | None = typer.Option(None, "--model", "-m", help="Registered name (vitscope models), hf:<id or dir>, "
+                                     "or a directory. Required (here or in --config)."),
     data: str | None = typer.Option(None, "--data", "-d", help="Image folder, file list (.txt), image, 'skimage', "
-                                    "or ROOT::FORMAT[:SPLIT]."),
-    out: Path | None = typer.Option(None, "--out", "-o", help="Output directory."),
+                                    "or ROOT::FORMAT[:SPLIT]. Required (here or in --config)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Output directory. Required (here or in --config)."),
     analyses: str | None = typer.Option(None, "--analyses", "-a", help="Comma-separated analysis or group names "
                                         "(NAME@TAG: a labelled second configuration)."),
     param: list[str] | None = typer.Option(None, "--param", "-p", help="Analysis parameter NAME.KEY=VALUE "
@@ -145,10 +147,11 @@ def analyze(
 @app.command()
 @one_line_errors
 def compare(
-    models: str | None = typer.Option(None, "--models", "-M", help="Comma-separated model names (two or more)."),
+    models: str | None = typer.Option(None, "--models", "-M", help="Comma-separated model names (two or more). "
+                                      "Required (here or in --config)."),
     data: str | None = typer.Option(None, "--data", "-d", help="Dataset, as for analyze (ROOT::coco gives masks "
-                                    "and labels)."),
-    out: Path | None = typer.Option(None, "--out", "-o", help="Output directory."),
+                                    "and labels). Required (here or in --config)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Output directory. Required (here or in --config)."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Use only the first N images."),
     batch_size: int | None = typer.Option(None, "--batch-size", "-b", min=1, help="Images per batch [16]."),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),

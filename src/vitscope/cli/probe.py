@@ -61,7 +61,17 @@ def probe(
                                    "official evaluation: predictions on them count) or ignore (masked out of both "
                                    "masks)."),
 ) -> None:
-    """Per-block probes (retrieval, DAVIS, SPair keypoints, k-NN / linear, clustering) with random chance."""
+    """Per-block probes (retrieval, DAVIS, SPair keypoints, k-NN / linear, clustering) with random chance.
+
+    \b
+    The format of --data picks the probes:
+      revisitop               retrieval: revisited Oxford/Paris mAP (easy, medium, hard)
+      davis                   video label propagation: J, F, J&F (test-dev: masks written, no score)
+      spair                   keypoint correspondence: PCK
+      coco, partimagenet      region clustering of object / part masks (purity, NMI, ARI)
+      imagefolder and other   k-NN and linear probes, image clustering (held-out part,
+      labelled image sets     or --test-data)
+    """
     import json
 
     if tiling != 0 and not tiling >= 1:

@@ -10,7 +10,8 @@ import typer
 from vitscope.cli.errors import one_line_errors
 from vitscope.errors import VitscopeValueError
 
-zoo_app = typer.Typer(add_completion=False, no_args_is_help=True, help="The tiny model zoo (trained offline).")
+zoo_app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                      help="The tiny model zoo (trained offline).")
 
 
 def zoo_rows(directory: Path | None = None) -> list[dict]:

@@ -57,6 +57,15 @@ def _labelled_split(dataset, fmt: str, test_fraction: float, seed: int):
             ImageFiles(list(paths[test]), labels=labels[test], name=f"{source.name}:test"))
 
 
+def _describe(dataset: Any, fmt: str, given: str) -> dict[str, Any]:
+    """results.json ``data``: name, what the user passed, format, items and the fingerprint of the files."""
+    from vitscope.data.annotated_source import AnnotatedSource
+    from vitscope.data.fingerprint import data_fingerprint
+
+    return {"name": getattr(dataset, "name", fmt), "source": given, "format": fmt, "items": len(dataset),
+            "fingerprint": data_fingerprint(AnnotatedSource(dataset))}
+
+
 def _num_images(dataset, fmt: str) -> int:
     if fmt == "davis":
         return sum(len(dataset[s].frame_paths) for s in range(len(dataset)))
@@ -135,8 +144,7 @@ def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None,
         config={**config, "format": fmt, "task": task, "blocks": None if blocks is None else list(blocks),
                 "device": options.get("device") or "auto", "dtype": options.get("dtype") or "fp32"},
         results=dict(results), models=[model_identity(options["model"], backbone)],
-        data={"name": getattr(dataset, "name", fmt), "source": options["data"], "format": fmt, "items": len(dataset)},
-        num_images=num_images, tables={"best_blocks": table},
+        data=_describe(dataset, fmt, options["data"]), num_images=num_images, tables={"best_blocks": table},
         extra={"best_blocks": {"file": "tables/best_blocks.csv", "rows": table.to_dict(orient="records")}}))
 
 
@@ -174,7 +182,7 @@ def _davis_first_frames(options: dict[str, Any], backbone: Any, dataset: Any, bl
         config={**config, "format": "davis", "task": "davis-predictions", "blocks": [block],
                 "device": options.get("device") or "auto", "dtype": options.get("dtype") or "fp32"},
         models=[model_identity(options["model"], backbone)],
-        data={"name": dataset.name, "source": options["data"], "format": "davis", "items": len(dataset)},
+        data=_describe(dataset, "davis", options["data"]),
         num_images=_num_images(dataset, "davis"), notes=[reason],
         extra={"davis": {"scored": False, "reason": reason, "block": block, "predictions": "predictions/",
                          "sequences": len(dataset), "frames": len(files)}},
