@@ -50,7 +50,7 @@ def test_demo_quick_writes_the_comparison_and_a_self_contained_report(tmp_path):
         assert (out / rel).stat().st_size > 0, rel
     html = (out / "report.html").read_text()
     assert not re.search(r"""(src|href)=["']?(https?:|//)""", html)  # nothing fetched from anywhere
-    for part in ("Best block per model", "Mean attention distance", "Clustering purity", "K-nn accuracy",
+    for part in ("Best block per model", "Mean attention distance", "Clustering purity", "k-NN accuracy",
                  "Paired similarity", "Attention maps per model", "paper 000, fig. 4", "paper 002, fig. 6"):
         assert part in html, part
     assert html.count('class="explorer" data-explorer') == len(set(zoo) - cnns)  # one explorer per transformer

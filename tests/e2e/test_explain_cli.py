@@ -40,7 +40,7 @@ def test_explain_pair_writes_maps_overlays_and_the_score(tmp_path, pair_files):
     assert maps["map_a"].sum() == pytest.approx(s["score"], abs=1e-5)  # R^T keeps the sum
     for name in ("a_given_b", "b_given_a", "pair"):
         assert Image.open(out / "figures" / f"{name}.png").size[0] >= 64
-    assert "Image a given b" in (out / "report.html").read_text()
+    assert "a.png given b.png" in (out / "report.html").read_text()  # images named by file
     # the same numbers as the Python API on the same files
     from vitscope import load_model
     from vitscope.explain import PairedSimilarity

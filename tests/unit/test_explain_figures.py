@@ -44,3 +44,19 @@ def test_figures_are_written(tmp_path):
 @pytest.mark.parametrize("shape", [(3, 8, 8), (8, 8, 3)])
 def test_to_rgb_accepts_both_layouts(shape):
     assert ef.to_rgb(np.zeros(shape, dtype=np.uint8)).shape == (8, 8, 3)
+
+
+def test_signed_overlay_is_red_where_a_patch_adds_blue_where_it_takes_and_grey_at_zero():
+    import numpy as np
+
+    from vitscope.viz.explain_figures import signed_overlay
+
+    image = np.full((40, 40, 3), 128, dtype=np.uint8)
+    grid = np.zeros((4, 4), dtype=np.float32)
+    grid[0, 0], grid[3, 3] = 1.0, -1.0
+    out = signed_overlay(image, grid, limit=1.0).astype(int)
+    top_left, bottom_right, middle = out[2, 2], out[37, 37], out[20, 20]
+    assert top_left[0] > top_left[2] + 40  # red
+    assert bottom_right[2] > bottom_right[0] + 40  # blue
+    assert abs(middle[0] - middle[2]) <= 6 and abs(middle[0] - 128) <= 12  # about the grey image
+    assert np.array_equal(signed_overlay(image, grid * 2, limit=2.0), signed_overlay(image, grid, limit=1.0))

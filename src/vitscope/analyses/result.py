@@ -15,6 +15,7 @@ import torch
 
 from vitscope.atomic import atomic_path, write_text_atomic
 from vitscope.errors import VitscopeValueError
+from vitscope.viz.labels import sentence_case
 
 if TYPE_CHECKING:
     from vitscope.viz.charts import Chart
@@ -157,7 +158,7 @@ class Result:
                title: str | None = None, chart: Chart | None = None) -> Figure:
         """A :class:`Figure` of this result with stem ``<name><suffix>``."""
         stem = f"{self.name}{suffix}"
-        return Figure(stem, draw, title or stem.replace("_", " ").replace("@", " @").strip().capitalize(), caption,
+        return Figure(stem, draw, title or sentence_case(stem.replace("_", " ").replace("@", " @")), caption,
                       paper, chart)
 
     def heatmap_figure(self, suffix: str, matrix: torch.Tensor, title: str, unit: str, caption: str,

@@ -9,6 +9,7 @@ from vitscope.compare.result import figure_stem
 from vitscope.report.model import Section, Table
 from vitscope.report.sections import explorer_of
 from vitscope.report.tables import format_cell, rows_table
+from vitscope.viz.labels import sentence_case
 
 __all__ = ["comparison_sections"]
 
@@ -60,7 +61,7 @@ def comparison_sections(comp: Comparison, runs: Sequence[ModelRun]) -> list[Sect
                                 [[m, *(format_cell(v) for v in row)] for m, row in
                                  zip(comp.cka_models, comp.cka_matrix.tolist())]))
         title = QUANTITIES[quantity][0].replace("the reference model", comp.reference or "the reference model")
-        sections.append(Section(f"compare-{quantity}", title.capitalize(), _INTRO[quantity], figures, tables))
+        sections.append(Section(f"compare-{quantity}", sentence_case(title), _INTRO[quantity], figures, tables))
     explorers = []
     for run in runs:
         for name in ("cls_attention_maps", "spatial_average_maps"):

@@ -10,6 +10,7 @@ import pandas as pd
 
 from vitscope.analyses.result import Figure, Result
 from vitscope.compare.curves import QUANTITIES, Comparison
+from vitscope.viz.labels import sentence_case
 
 __all__ = ["CAPTIONS", "ComparisonResult", "figure_stem"]
 
@@ -92,7 +93,7 @@ class ComparisonResult(Result):
                 if m in baselines and _finite(baselines[m]) is not None:
                     lines.append(Curve(m, [baselines[m]] * 2, m, "dashed", [0.0, 1.0]))
             chart = depth_lines_chart(lines, label, f"{label} per block (dashed: each model's {kind})")
-            out.append(Figure(figure_stem(quantity), draw, f"{label.capitalize()} per block", *CAPTIONS[quantity],
+            out.append(Figure(figure_stem(quantity), draw, sentence_case(f"{label} per block"), *CAPTIONS[quantity],
                               chart=chart))
         if comp.cka_matrix is not None:
             def matrix(path: Path) -> list[Path]:

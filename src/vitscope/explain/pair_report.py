@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image
 
 from vitscope.analyses.result import Figure, SummaryResult, png_path
 from vitscope.errors import VitscopeValueError
@@ -55,7 +54,7 @@ def write_pair_report(model: str, path_a: str | os.PathLike, path_b: str | os.Pa
     from vitscope.models.load import load_model
     from vitscope.models.preprocess import resize_crop
     from vitscope.outputs import RunResult, prepare_output, write_run
-    from vitscope.viz.explain_figures import overlay, pair_figure
+    from vitscope.viz.explain_figures import even_share_scale, pair_figure, signed_map_picture
 
     if fmt not in ("npy", "csv"):
         raise VitscopeValueError(f"--format must be npy or csv, got '{fmt}'")
@@ -73,24 +72,27 @@ def write_pair_report(model: str, path_a: str | os.PathLike, path_b: str | os.Pa
             ("map_a", "map_b", "raw_a", "raw_b", "rollout_a", "rollout_b") if getattr(res, name) is not None}
     rollouts = [None if r is None else r[0] for r in (res.rollout_a, res.rollout_b)]
 
-    def overlay_figure(img: np.ndarray, m: torch.Tensor):
-        def draw(path: Path) -> list[Path]:
-            Image.fromarray(overlay(img, m)).save(png_path(path))
-            return [png_path(path)]
+    names = (Path(path_a).name, Path(path_b).name)
+
+    def overlay_figure(img: np.ndarray, m: torch.Tensor, title: str):
+        def draw(path: Path) -> list[Path]:  # one image and its map around its even share
+            return signed_map_picture(img, m, even_share_scale(m), title, path)
         return draw
 
     def pair(path: Path) -> list[Path]:
         pair_figure(shown[0], shown[1], res.map_a[0], res.map_b[0], float(res.score[0]), png_path(path),
-                    *rollouts)
+                    *rollouts, names=names)
         return [png_path(path)]
 
     paper = "paper 000, fig. 4 and 8"
     figures = [Figure("pair", pair, "The pair and its maps", "Both images, their similarity maps and, for "
                       "transformers, the output-agnostic rollout maps beside them.", paper),
-               Figure("a_given_b", overlay_figure(shown[0], res.map_a[0]), "Image a given b",
-                      "Which patches of image a make it similar to image b.", paper),
-               Figure("b_given_a", overlay_figure(shown[1], res.map_b[0]), "Image b given a",
-                      "Which patches of image b make it similar to image a.", paper)]
+               Figure("a_given_b", overlay_figure(shown[0], res.map_a[0], f"{names[0]} given {names[1]}"),
+                      f"{names[0]} given {names[1]}", f"Which patches of {names[0]} make it similar to {names[1]} "
+                      "(red: more than an even share of the cosine; blue: less).", paper),
+               Figure("b_given_a", overlay_figure(shown[1], res.map_b[0], f"{names[1]} given {names[0]}"),
+                      f"{names[1]} given {names[0]}", f"Which patches of {names[1]} make it similar to {names[0]} "
+                      "(red: more than an even share of the cosine; blue: less).", paper)]
     summary = {
         "score": float(res.score[0]), "grid": list(res.map_a.shape[-2:]),
         "raw_sum_a": float(res.raw_a[0].sum()), "raw_sum_b": float(res.raw_b[0].sum()),

@@ -159,6 +159,12 @@ def cosine_topk(
     return sims.gather(1, order).float(), order
 
 
+def upsample_maps(maps: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """``[B, h, w]`` token maps -> ``[B, H, W]`` float32, bicubic (values keep their sign and scale)."""
+    return torch.nn.functional.interpolate(maps.float().unsqueeze(1), size=tuple(size), mode="bicubic",
+                                           align_corners=False).squeeze(1)
+
+
 def display_map(maps: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     """Maps as displayed (docs/methods.md, Paired image similarity): bicubic upsampling to ``size``, then min-max
     per map.
@@ -170,8 +176,7 @@ def display_map(maps: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     Returns:
         ``[B, H, W]`` float32 in [0, 1] (a constant map becomes all zeros).
     """
-    up = torch.nn.functional.interpolate(maps.float().unsqueeze(1), size=tuple(size), mode="bicubic",
-                                         align_corners=False).squeeze(1)
+    up = upsample_maps(maps, size)
     lo = up.flatten(1).min(1).values[:, None, None]
     span = up.flatten(1).max(1).values[:, None, None] - lo
     return torch.where(span > 0, (up - lo) / span.clamp_min(1e-12), torch.zeros_like(up))

@@ -11,6 +11,7 @@ from typing import Any
 from vitscope.report.model import FigureItem, Report, Section, Table, figure_item
 from vitscope.report.sections import explorer_of, slug, summary_rows
 from vitscope.report.tables import summary_tables
+from vitscope.viz.labels import display_name
 
 __all__ = ["build_report"]
 
@@ -18,9 +19,7 @@ _EXPLORER_SOURCES = ("cls_attention_maps", "spatial_average_maps")
 
 
 def _title(name: str) -> str:
-    base, _, tag = name.partition("@")
-    text = base.replace("_", " ").capitalize()
-    return f"{text} ({tag})" if tag else text
+    return display_name(name)
 
 
 def _items(drawn: list[tuple[Any, Path | None]]) -> list[FigureItem]:

@@ -9,6 +9,7 @@ from typing import Any
 from vitscope.report.explorer import explorer_from_maps
 from vitscope.report.model import Explorer
 from vitscope.report.tables import format_cell
+from vitscope.viz.labels import display_name
 
 __all__ = ["explorer_of", "slug", "summary_rows"]
 
@@ -21,7 +22,7 @@ def slug(text: str) -> str:
 
 
 def _title(name: str) -> str:
-    return name.replace("_", " ").capitalize()
+    return display_name(name)
 
 
 def explorer_of(result: Any, title: str | None = None, max_images: int = 4) -> Explorer | None:

@@ -1,7 +1,10 @@
 """Figures of paired similarity maps (paper 000 figures 5 to 10; matplotlib object API, no pyplot).
 
-Overlays follow docs/methods.md, Paired image similarity and the published code: the map is upsampled bicubically to the
-image size, min-max normalised, coloured with jet, added to the image and the sum rescaled to its max.
+Paired similarity maps decompose the cosine similarity over the patches: :func:`signed_overlay` upsamples a map
+bicubically and colours it on a diverging map around a pair's even share (``cosine / tokens``: red, a patch adds
+more than that; blue, less, or takes away), over a grey copy of the image, with the scale on a colour bar.
+:func:`overlay` is the published code's blend (min-max normalised, jet, added to the image), kept for the
+output-agnostic rollout maps, which are not signed.
 """
 
 from __future__ import annotations
@@ -14,11 +17,15 @@ import torch
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from vitscope.functional.similarity import display_map
+from vitscope.functional.similarity import display_map, upsample_maps
 from vitscope.viz.save import save_figure
 
-__all__ = ["class_maps_figure", "faithfulness_figure", "models_figure", "overlay", "pair_figure",
-           "pose_similarity_figure", "retrieval_figure", "to_rgb"]
+__all__ = ["SIGNED_CMAP", "class_maps_figure", "even_share_scale", "faithfulness_figure",
+           "models_figure", "overlay", "pair_figure", "pose_similarity_figure", "retrieval_figure",
+           "signed_map_picture", "signed_overlay", "signed_pair_picture", "to_rgb"]
+
+#: diverging colour map of signed similarity maps (blue: negative, white: zero, red: positive)
+SIGNED_CMAP = "RdBu_r"
 
 _GREEN, _RED = (0.1, 0.75, 0.2), (0.85, 0.15, 0.1)
 
@@ -40,6 +47,94 @@ def overlay(image: torch.Tensor | np.ndarray, grid_map: torch.Tensor) -> np.ndar
     return np.uint8(255 * blend / blend.max())
 
 
+def signed_overlay(image: torch.Tensor | np.ndarray, grid_map: torch.Tensor | np.ndarray,
+                   limit: float | None = None, centre: float = 0.0) -> np.ndarray:
+    """A signed ``[h, w]`` map over an image: ``[H, W, 3]`` uint8 on :data:`SIGNED_CMAP`, white at ``centre``.
+
+    Args:
+        image: ``[3, H, W]`` or ``[H, W, 3]`` uint8.
+        grid_map: the token map (any sign).
+        limit: the distance from ``centre`` shown at full colour (default: the largest of this map); give one
+            limit to the maps that should be compared (both images of a pair).
+        centre: the value shown white (0: sign; a pair's even share ``score / tokens``: above or below it).
+
+    Returns:
+        The image in grey, each pixel blended towards the map's colour by ``|value - centre| / limit``.
+    """
+    rgb = to_rgb(image).astype(np.float32) / 255.0
+    grid = torch.as_tensor(np.asarray(grid_map, dtype=np.float32))
+    up = upsample_maps(grid.reshape(1, *grid.shape[-2:]), rgb.shape[:2])[0].numpy() - float(centre)
+    lim = float(limit) if limit is not None else float(np.abs(up).max())
+    lim = lim if lim > 0 else 1.0
+    colour = colormaps[SIGNED_CMAP](np.clip(0.5 + 0.5 * up / lim, 0.0, 1.0))[..., :3].astype(np.float32)
+    grey = rgb.mean(axis=-1, keepdims=True).repeat(3, axis=-1)
+    alpha = np.clip(np.abs(up) / lim, 0.0, 1.0)[..., None] * 0.8
+    return np.uint8(np.round(255 * ((1 - alpha) * grey + alpha * colour)))
+
+
+def even_share_scale(grid_map: torch.Tensor | np.ndarray) -> tuple[float, float]:
+    """``(centre, limit)`` of one paired map: its even share ``sum / tokens`` (the contribution of every patch if
+    all contributed alike) and the largest distance of a token from it."""
+    a = np.asarray(grid_map, dtype=np.float64)
+    centre = float(a.sum() / a.size)
+    limit = float(np.abs(a - centre).max())
+    return centre, limit if limit > 0 else max(abs(centre), 1e-12)
+
+
+def signed_pair_picture(rows: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]],
+                        stem: str | Path, side: int = 224) -> list[Path]:
+    """Pairs over each other, each image with its map and colour bar (Pillow, no matplotlib).
+
+    Args:
+        rows: per pair ``(image a [H, W, 3], image b, map a [h, w], map b, title)``; each map is shown around its
+            even share (:func:`even_share_scale`): red, a patch contributes more; blue, less.
+        stem: output path without suffix (``<stem>.png`` is written).
+        side: pixels of each image's longer side.
+    """
+    from PIL import Image
+
+    from vitscope.viz.raster import Canvas
+
+    canvas = Canvas(2 * side + 40, len(rows) * (side + 110))
+    y = 10
+    for image_a, image_b, map_a, map_b, title in rows:
+        canvas.text(10, y, title, size=13)
+        y += 22
+        below = y
+        for k, (img, m) in enumerate(((image_a, map_a), (image_b, map_b))):
+            centre, limit = even_share_scale(m)
+            pic = Image.fromarray(signed_overlay(img, m, limit, centre))
+            scale = side / max(pic.size)
+            pic = pic.resize((max(1, round(pic.width * scale)), max(1, round(pic.height * scale))), Image.BICUBIC)
+            x = 10 + k * (side + 20)
+            canvas.paste(np.asarray(pic), x, y)
+            below = max(below, canvas.colour_bar(x, y + pic.height + 8, pic.width, SIGNED_CMAP,
+                                                 f"{centre - limit:.3g}", f"{centre + limit:.3g}",
+                                                 f"white: an even share, {centre:.3g}"))
+        y = below + 6
+    return canvas.save(stem)
+
+
+def signed_map_picture(image: np.ndarray, grid_map: torch.Tensor | np.ndarray, scale: tuple[float, float],
+                       title: str, stem: str | Path, side: int = 320) -> list[Path]:
+    """One image with its map and a colour bar (Pillow): :func:`signed_overlay` at ``scale = (centre, limit)``
+    (:func:`even_share_scale` of the pair)."""
+    centre, limit = scale
+    from PIL import Image
+
+    from vitscope.viz.raster import Canvas
+
+    canvas = Canvas(side + 20, side + 90)
+    canvas.text(10, 10, title, size=13)
+    pic = Image.fromarray(signed_overlay(image, grid_map, limit, centre))
+    factor = side / max(pic.size)
+    pic = pic.resize((max(1, round(pic.width * factor)), max(1, round(pic.height * factor))), Image.BICUBIC)
+    canvas.paste(np.asarray(pic), 10, 32)
+    canvas.colour_bar(10, 40 + pic.height, pic.width, SIGNED_CMAP, f"{centre - limit:.3g}", f"{centre + limit:.3g}",
+                      f"patch contribution (white: an even share, {centre:.3g})")
+    return canvas.save(stem)
+
+
 def _show(ax, img: np.ndarray, title: str = "", border: tuple[float, float, float] | None = None) -> None:
     ax.imshow(img, interpolation="nearest")
     ax.set_xticks([])
@@ -58,14 +153,15 @@ def pair_figure(image_a, image_b, map_a: torch.Tensor, map_b: torch.Tensor, scor
                 names: tuple[str, str] = ("A", "B")) -> Path:
     """Figures 1 and 8: both images, their paired maps and (if given) their output-agnostic rollout maps."""
     a, b = names
-    panels = [(to_rgb(image_a), a), (overlay(image_a, map_a), f"{a}|{b}")]
+    panels = [(to_rgb(image_a), a), (signed_overlay(image_a, map_a, *even_share_scale(map_a)[::-1]), f"{a}|{b}")]
     if rollout_a is not None:
         panels.append((overlay(image_a, rollout_a), f"rollout {a}"))
-    panels += [(to_rgb(image_b), b), (overlay(image_b, map_b), f"{b}|{a}")]
+    panels += [(to_rgb(image_b), b), (signed_overlay(image_b, map_b, *even_share_scale(map_b)[::-1]), f"{b}|{a}")]
     if rollout_b is not None:
         panels.append((overlay(image_b, rollout_b), f"rollout {b}"))
-    fig = Figure(figsize=(1.7 * len(panels), 2.1))
-    fig.suptitle(f"cosine similarity {score:.3f}", fontsize=9)
+    fig = Figure(figsize=(1.8 * len(panels), 2.2))
+    fig.suptitle(f"cosine similarity {score:.3f}; paired maps: red, a patch adds more than an even share of it; "
+                 "blue, less", fontsize=8)
     for i, (img, title) in enumerate(panels):
         _show(fig.add_subplot(1, len(panels), i + 1), img, title)
     return save_figure(fig, path, dpi=120, svg=False)[0]

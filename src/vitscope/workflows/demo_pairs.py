@@ -2,7 +2,7 @@
 
 Kept on its own so it can follow the explain package as it grows: it only calls
 ``vitscope.explain.PairedSimilarity(backbone, projection="head").explain(images_a, images_b)``.
-Display as docs/methods.md, Paired image similarity: bicubic upsampling, min-max normalisation, jet overlay.
+Maps are signed: bicubic upsampling, a diverging colour map centred on zero and one colour bar per pair.
 """
 
 from __future__ import annotations
@@ -34,27 +34,6 @@ def choose_pairs(labels: Sequence[int], num_same: int = 3, num_different: int = 
     return same + different
 
 
-def _figure(images_a, images_b, maps_a, maps_b, titles: list[str], stem: Path) -> list[Path]:
-    from matplotlib.figure import Figure
-
-    from vitscope.viz.save import save_figure
-
-    fig = Figure(figsize=(5.2, 2.6 * len(titles)))
-    axes = fig.subplots(len(titles), 2, squeeze=False)
-    for row, title in enumerate(titles):
-        for col, (img, m) in enumerate(((images_a[row], maps_a[row]), (images_b[row], maps_b[row]))):
-            ax = axes[row][col]
-            h, w = img.shape[:2]
-            m = np.asarray(m, dtype=np.float64)
-            span = m.max() - m.min()
-            ax.imshow(img)
-            ax.imshow((m - m.min()) / span if span > 0 else np.zeros_like(m), cmap="jet", alpha=0.5,
-                      interpolation="bicubic", extent=(0, w, h, 0))
-            ax.set_axis_off()
-        axes[row][0].set_title(title, fontsize=8, loc="left")
-    return save_figure(fig, stem, svg=False)  # photographs: PNG only
-
-
 def paired_similarity_section(dataset: Any, model: str = "tiny-vit-metric",
                               num_pairs: int = 4) -> tuple[Section, dict[str, Any]]:
     """Explain ``num_pairs`` pairs of ``dataset`` with ``model``; return the report section (its figure, drawn by
@@ -81,27 +60,38 @@ def paired_similarity_section(dataset: Any, model: str = "tiny-vit-metric",
     pictures_a = [np.asarray(it.image.convert("RGB").resize(size[::-1])) for it in items_a]
     pictures_b = [np.asarray(it.image.convert("RGB").resize(size[::-1])) for it in items_b]
     scores = exp.score.tolist()
-    titles = [f"images {a} and {b}: {'same class' if labels[a] == labels[b] else 'different classes'}, "
-              f"cosine {s:.3f}" for (a, b), s in zip(pairs, scores)]
+    names = [Path(dataset.path(i)).name for i in range(n)]
+    classes = list(getattr(getattr(dataset, "dataset", None), "classes", []) or [])
+
+    def class_name(i: int) -> str:
+        return str(classes[labels[i]]) if 0 <= labels[i] < len(classes) else str(labels[i])
+
+    titles = [f"{names[a]} and {names[b]}: {'both ' + class_name(a) if labels[a] == labels[b] else 'different classes'}"
+              f", cosine {s:.3f}" for (a, b), s in zip(pairs, scores)]
     map_a, map_b = exp.map_a.numpy(), exp.map_b.numpy()
 
     def draw(path: Path) -> list[Path]:
-        return _figure(pictures_a, pictures_b, map_a, map_b, titles, path)
+        from vitscope.viz.explain_figures import signed_pair_picture
 
-    rows = [[k, a, b, labels[a], labels[b], format_cell(s), format_cell(float(ra.sum())), format_cell(float(rb.sum()))]
+        return signed_pair_picture(list(zip(pictures_a, pictures_b, map_a, map_b, titles)), path)
+
+    rows = [[k, names[a], names[b], class_name(a), class_name(b), format_cell(s), format_cell(float(ra.sum())),
+             format_cell(float(rb.sum()))]
             for k, ((a, b), s, ra, rb) in enumerate(zip(pairs, scores, exp.raw_a, exp.raw_b))]
-    table = Table("Explained pairs", ["pair", "image a", "image b", "label a", "label b", "cosine similarity",
+    table = Table("Explained pairs", ["pair", "image a", "image b", "class a", "class b", "cosine similarity",
                                       "sum of map a", "sum of map b"], rows,
                   "Each image's token contributions sum exactly to the pair's cosine similarity (before rollout).")
     figure = Figure("paired_similarity", draw, "Paired similarity", "Paired similarity maps: which patches of each "
-                    "image make the pair similar, for the metric-learning model (the contributions of each image sum "
-                    "to the cosine similarity).", "paper 000, fig. 4")
+                    "image make the pair similar, for the metric-learning model. The contributions of each image sum "
+                    "to the cosine similarity; red patches contribute more than an even share of it, blue ones less "
+                    "(each map on its own scale, shown below it).", "paper 000, fig. 4")
     section = Section("paired-similarity", f"Paired similarity ({model})",
                       "Why two images are similar to an embedding network: the cosine similarity of the two "
                       "mean-pooled, projected embeddings decomposed over the tokens of each image and redistributed "
                       "over the input patches with the attention rollout (docs/methods.md, Paired image similarity).",
                       [figure], [table])
-    summary = {"model": model, "pairs": [{"a": a, "b": b, "label_a": labels[a], "label_b": labels[b], "score": s}
+    summary = {"model": model, "pairs": [{"a": a, "b": b, "file_a": names[a], "file_b": names[b],
+                                          "label_a": labels[a], "label_b": labels[b], "score": s}
                                          for (a, b), s in zip(pairs, scores)],
                "files": ["figures/paired_similarity.png"]}
     return section, summary

@@ -16,6 +16,7 @@ from vitscope.analyses.attention.base import AttentionAccumulator, AttentionGeom
 from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
 from vitscope.functional.attention_blocks import BlockStats
+from vitscope.viz.labels import sentence_case
 
 __all__ = ["AttentionMapsResult", "CLSAttentionMaps", "SpatialAverageMaps"]
 
@@ -55,7 +56,7 @@ class AttentionMapsResult(Result):
             image = self.tensors["images"][j] if "images" in self.tensors else None
             figures.append(self.figure(f"_image{idx}", grid(self.tensors["image_maps"][j], f"{what}, image {idx}",
                                                             image),
-                                       f"{what.capitalize()} maps of image {idx}, every block and head.",
+                                       f"{sentence_case(what)} maps of image {idx}, every block and head.",
                                        "paper 002, fig. 11 to 13"))
         return figures
 

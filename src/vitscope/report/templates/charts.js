@@ -34,7 +34,20 @@
     return (a !== 0 && (a < 1e-3 || a >= 1e5)) ? v.toExponential(3) : String(+v.toPrecision(4));
   }
 
-  function lineOption(p) {
+  // legend rows a plain (wrapping) legend takes at this width: every model stays visible, below the plot
+  function legendRows(p, width) {
+    var names = [];
+    p.curves.forEach(function (c) { if (names.indexOf(c.name) < 0) { names.push(c.name); } });
+    var rows = 1, used = 0;
+    names.forEach(function (n) {
+      var w = 45 + 7 * String(n).length;
+      if (used > 0 && used + w > width - 30) { rows += 1; used = 0; }
+      used += w;
+    });
+    return rows;
+  }
+
+  function lineOption(p, rows) {
     var series = [];
     var legend = [];
     p.curves.forEach(function (c) {
@@ -58,8 +71,8 @@
     return {
       animation: false,
       title: p.title ? {text: p.title, left: "center", textStyle: {fontSize: 13, fontWeight: "normal"}} : undefined,
-      legend: {type: "scroll", bottom: 0, data: legend},
-      grid: {left: 64, right: 20, top: p.title ? 36 : 16, bottom: 72, containLabel: false},
+      legend: {type: "plain", bottom: 0, left: "center", data: legend},
+      grid: {left: 64, right: 20, top: p.title ? 36 : 16, bottom: 50 + 22 * rows, containLabel: false},
       tooltip: {trigger: "axis", confine: true, formatter: function (items) {
         var out = [];
         items.forEach(function (it) {
@@ -151,13 +164,14 @@
       box.className = "vs-chart-panel";
       var div = document.createElement("div");
       div.className = "vs-chart";
-      div.style.height = (p.kind === "heatmap" ?
-        Math.max(260, Math.min(640, 24 * p.rows.length + 100)) + (longLabels(p) ? 90 : 0) : 330) + "px";
       box.appendChild(div);
       holder.appendChild(box);
+      var rows = p.kind === "heatmap" ? 0 : legendRows(p, div.clientWidth || 520);
+      div.style.height = (p.kind === "heatmap" ?
+        Math.max(260, Math.min(640, 24 * p.rows.length + 100)) + (longLabels(p) ? 90 : 0) : 308 + 22 * rows) + "px";
       var chart = echarts.init(div, null, {renderer: "canvas"});
       try {
-        chart.setOption(p.kind === "heatmap" ? heatOption(p) : lineOption(p));
+        chart.setOption(p.kind === "heatmap" ? heatOption(p) : lineOption(p, rows));
       } catch (err) {  // one chart that cannot be drawn leaves the others drawn, and says so
         div.textContent = "This chart could not be drawn (" + err + "); its numbers are in charts/" + stem + ".json.";
         div.style.height = "auto";
