@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo install bench zoo clean chromium golden vendor-echarts
+.PHONY: test demo install bench zoo clean chromium golden vendor-echarts kill-matrix
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,9 @@ golden: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/recording_overhead.py
 	$(PY) benchmarks/streaming_memory.py
+
+kill-matrix: $(STAMP)  # kill -9 analyze, compare and probe at random points; reruns must equal (a few minutes)
+	$(PY) benchmarks/kill_matrix.py
 
 # Retrain the whole tiny zoo from its recipes. All eight models took 46 min on an idle 2-core machine (the six
 # core models an estimated 40 min of that, the two issue-10 extras the rest) and reproduced every shipped weight
