@@ -149,3 +149,29 @@ def test_analyze_report_escapes_the_data_name_and_has_every_part(evil_run):
     # one explorer cell per block and head (tiny-vit: 6 x 4) for the mean and for each kept image (4 here)
     assert html.count('class="vs-cell"') == 6 * 4 * 5
     assert not (evil_run / ".vitscope-state").exists()  # state removed once the outputs are written
+
+
+def test_results_show_as_cards_in_jupyter_with_user_text_escaped() -> None:
+    import torch
+
+    from vitscope.analyses.result import Figure, Result
+    from vitscope.engine.run import Results
+
+    def draw(path):
+        from vitscope.viz.raster import Canvas
+
+        canvas = Canvas(20, 20)
+        canvas.text(2, 2, "x")
+        return canvas.save(path)
+
+    class Shown(Result):
+        def figures(self):
+            return [Figure("shown_fig", draw, "A <b>figure</b>", "caption <script>", "paper 002, fig. 4")]
+
+    result = Shown(name="knn_probe", tensors={"accuracy": torch.tensor([0.5, 0.75])}, meta={},
+                   intro="<img src=x onerror=alert(1)>")
+    card = result._repr_html_()
+    assert "<h3" in card and "k-NN probe" in card and "data:image/png;base64," in card
+    assert "<img src=x" not in card and "&lt;img src=x onerror=alert(1)&gt;" in card and "<script>" not in card
+    run = Results({"knn_probe": result}, num_images=3, data={"name": "<photos>"})._repr_html_()
+    assert "3 images" in run and "&lt;photos&gt;" in run and run.count("vitscope-card") == 1

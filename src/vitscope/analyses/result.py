@@ -15,7 +15,7 @@ import torch
 
 from vitscope.atomic import atomic_path, write_text_atomic
 from vitscope.errors import VitscopeValueError
-from vitscope.viz.labels import sentence_case
+from vitscope.viz.labels import display_name, sentence_case
 
 if TYPE_CHECKING:
     from vitscope.viz.charts import Chart
@@ -149,6 +149,12 @@ class Result:
         return {k: t for k, t in self.tensors.items() if t.numel() > SMALL and k not in DRAWING_ONLY}
 
     # ------------------------------------------------------------ figures
+
+    def _repr_html_(self) -> str:
+        """The result as a card in Jupyter: its title, paragraph, figures and tables, as the report shows them."""
+        from vitscope.viz.notebook import card_html
+
+        return card_html(display_name(self.name), self.intro, self.tables(), self.figures())
 
     def figures(self) -> list[Figure]:
         """The figures of this result (none for the base class)."""

@@ -15,7 +15,7 @@ from vitscope.models.spec import ModelSpec
 __all__ = ["compare_analyses"]
 
 
-def compare_analyses(spec: ModelSpec, targets: Collection[str], images: Sequence[int] = (0,),
+def compare_analyses(spec: ModelSpec, targets: Collection[str], images: Sequence[int] = (0, 1, 2, 3),
                      seed: int = 0) -> list[Analysis]:
     """Analysiss for one model's single pass of ``vitscope compare``.
 

@@ -20,6 +20,7 @@ import torch
 
 from vitscope.analyses.base import Analysis, Batch, Result
 from vitscope.analyses.batch import ModelRunner, SharedQuantities, union_plan
+from vitscope.analyses.registry import get_analysis
 from vitscope.analyses.sync import exchange_folder
 from vitscope.data.open import as_source
 from vitscope.data.source import Source
@@ -68,6 +69,15 @@ class Results(Mapping[str, Result]):
 
     def __len__(self) -> int:
         return len(self.results)
+
+    def _repr_html_(self) -> str:
+        """The run in Jupyter: what it saw, then one card per result (as the report's sections)."""
+        from vitscope.viz.notebook import cards_html
+
+        lines = [f"{self.num_images} images" + (f", {len(self.skipped)} skipped" if self.skipped else ""),
+                 f"data: {self.data.get('name', '')}" if self.data else ""]
+        return cards_html("vitscope results", [line for line in lines if line],
+                          [r._repr_html_() for r in self.results.values()])
 
 
 def as_result(name: str, computed: Result | Mapping[str, Any]) -> Result:
@@ -190,7 +200,7 @@ def _restore(checkpoint: Checkpoint | None, analyses: Sequence[Analysis], log: S
 def run(
     backbone: Backbone,
     data: Any,
-    analyses: Sequence[Analysis],
+    analyses: Sequence[Analysis | str],
     batch_size: int = 16,
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
@@ -208,7 +218,8 @@ def run(
         backbone: the model (moved to ``device``).
         data: a :class:`~vitscope.data.source.Source`, or anything :func:`vitscope.data.as_source` opens: a
             folder, ``ROOT::FORMAT``, a list of paths or of PIL images, a reader of ``load_dataset``.
-        analyses: analysis instances; each sees every batch once.
+        analyses: analysis instances, or registered names (``"attention_distance"``: its default
+            configuration); each sees every batch once.
         batch_size: images per forward pass.
         device: ``"cpu"``, ``"cuda"``, ``"mps"`` or None for the best available.
         dtype: None/``"fp32"`` or ``"bf16"``/``"fp16"`` autocast (recorded patterns stay float32).
@@ -239,6 +250,7 @@ def run(
     """
     if batch_size < 1:
         raise VitscopeValueError("batch_size must be at least 1")
+    analyses = [get_analysis(a) if isinstance(a, str) else a for a in analyses]
     names = [a.name for a in analyses]
     if len(set(names)) != len(names):
         raise VitscopeValueError(f"two analyses share a name ({', '.join(names)}); give each a distinct name")

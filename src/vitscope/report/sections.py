@@ -37,7 +37,8 @@ def explorer_of(result: Any, title: str | None = None, max_images: int = 4) -> E
     caption, paper = (mean.caption, mean.paper) if mean is not None else ("", "")
     return explorer_from_maps(
         title or f"Block x head explorer: {what}", tensors["mean_map"], meta.get("blocks"),
-        tensors.get("image_maps"), tensors.get("images"), [f"image {i}" for i in indices], max_images,
+        tensors.get("image_maps"), tensors.get("images"),
+        list(meta.get("image_names") or [f"image {i}" for i in indices]), max_images,
         caption="Point at (or tab to) a cell to enlarge that head's map; the buttons switch between the dataset "
                 "mean and single images (drawn over the image). Each map is scaled to its own range. " + caption,
         paper=paper)

@@ -157,17 +157,23 @@ def aligned_maps_figure(
     return _grid_figure(arr, title, stem, labels, cmap, corner=corner, centre_mark=True)
 
 
+def _short(text: str, limit: int) -> str:
+    """``text`` cut in the middle to ``limit`` characters (long file names under a thumbnail)."""
+    return text if len(text) <= limit else text[: limit // 2 - 1] + "..." + text[-(limit - limit // 2 - 2):]
+
+
 def rollout_figure(
     images: torch.Tensor | np.ndarray | None,
     image_maps: torch.Tensor | np.ndarray | None,
-    indices: Sequence[int],
+    names: Sequence[int | str],
     mean_map: torch.Tensor | np.ndarray,
     random_map: torch.Tensor | np.ndarray | None,
     title: str,
     stem: str | Path,
     cmap: str = "inferno",
 ) -> list[Path]:
-    """Rollout maps overlaid on the chosen images, then the dataset-mean map and the random baseline."""
+    """Rollout maps overlaid on the chosen images (``names``: file names, or dataset indices), then the
+    dataset-mean map and the random baseline."""
     imgs = [] if images is None else [np.asarray(im.cpu() if isinstance(im, torch.Tensor) else im) for im in images]
     maps = [] if image_maps is None else [as_numpy(m) for m in image_maps]
     side = 180
@@ -177,12 +183,13 @@ def rollout_figure(
     canvas = Canvas(max(20 + (side + 16) * (len(imgs) + len(extra)), 12 * len(title)), side + 130)
     canvas.text(10, 10, title, size=15)
     x, y = 10, 56
-    for img, m, idx in zip(imgs, maps, indices):
+    for img, m, name in zip(imgs, maps, names):
         photo = Image.fromarray(np.ascontiguousarray(img)).convert("RGB").resize((side, side), Image.BILINEAR)
         top = np.nanmax(m) if np.isfinite(m).any() else 0.0
         heat = colorize(fit_nearest(m / top if top > 0 else m, (side, side)), cmap)  # NaN: blank
         blend = (0.5 * np.asarray(photo, dtype=np.float32) + 0.5 * heat).round().astype(np.uint8)
-        canvas.text(x + side / 2, y - 18, f"image {idx}", size=12, anchor="ma")
+        label = f"image {name}" if isinstance(name, int) else _short(str(name), 26)
+        canvas.text(x + side / 2, y - 18, label, size=12, anchor="ma")
         canvas.paste(blend, x, y)
         x += side + 16
     for name, m in extra:

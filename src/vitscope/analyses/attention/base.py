@@ -200,6 +200,12 @@ class AttentionAccumulator(Analysis):
         return meta
 
 
+def image_name(path: str) -> str:
+    """How an image is named in titles: its file name (``skimage:astronaut`` stays as it is)."""
+    text = str(path)
+    return text.rsplit("/", 1)[-1] if "/" in text else text
+
+
 class ChosenImages:
     """Mixin keeping the maps and thumbnails of the images chosen by dataset index (``_cfg_images``).
 
@@ -212,6 +218,7 @@ class ChosenImages:
     def _declare_chosen(self) -> None:
         self.add_state("image_maps", {}, reduce=first_seen)
         self.add_state("image_pixels", {}, reduce=first_seen)
+        self.add_state("image_names", {}, reduce=first_seen)  # file names, for titles and the explorer
 
     def _keep_chosen(self, batch: Batch, maps: torch.Tensor) -> None:
         """Store ``maps[j]`` (float64, CPU) and the thumbnail of every chosen image of the batch."""
@@ -220,6 +227,11 @@ class ChosenImages:
             idx = int(batch.indices[j])
             self.image_maps.setdefault(idx, maps[j].to(torch.float64).cpu())
             self.image_pixels.setdefault(idx, pixels)
+            self.image_names.setdefault(idx, image_name(batch.paths[j]) if j < len(batch.paths) else f"image {idx}")
+
+    def _chosen_names(self) -> list[str]:
+        """The chosen images' names (file names), in increasing index order."""
+        return [self.image_names.get(i, f"image {i}") for i in sorted(self.image_maps)]
 
     def _chosen_tensors(self) -> dict[str, torch.Tensor]:
         """``image_maps`` ``[I, ...]`` and ``images`` ``[I, H, W, 3]`` in increasing index order (empty if none)."""

@@ -52,12 +52,13 @@ class AttentionMapsResult(Result):
                         "The same maps for random attention (the baseline every map is compared with).",
                         "paper 002, fig. 17 (baseline)"),
         ]
-        for j, idx in enumerate(self.meta.get("image_indices", [])):
+        indices = self.meta.get("image_indices", [])
+        names = self.meta.get("image_names") or [f"image {i}" for i in indices]
+        for j, (idx, name) in enumerate(zip(indices, names)):
             image = self.tensors["images"][j] if "images" in self.tensors else None
-            figures.append(self.figure(f"_image{idx}", grid(self.tensors["image_maps"][j], f"{what}, image {idx}",
-                                                            image),
-                                       f"{sentence_case(what)} maps of image {idx}, every block and head.",
-                                       "paper 002, fig. 11 to 13"))
+            figures.append(self.figure(f"_image{idx}", grid(self.tensors["image_maps"][j], f"{what}, {name}", image),
+                                       f"{sentence_case(what)} maps of {name} (image {idx}), every block and head.",
+                                       "paper 002, fig. 11 to 13", title=f"{sentence_case(what)} maps: {name}"))
         return figures
 
 
@@ -104,7 +105,8 @@ class _MapAccumulator(ChosenImages, AttentionAccumulator):
         self._keep_chosen(batch, maps)
 
     def compute(self) -> AttentionMapsResult:
-        meta = {"what": self.what, **self._base_meta(), "image_indices": sorted(self.image_maps)}
+        meta = {"what": self.what, **self._base_meta(), "image_indices": sorted(self.image_maps),
+                "image_names": self._chosen_names()}
         if self.num_images == 0:
             return AttentionMapsResult(name=self.name, tensors={}, meta=meta)
         h, w = self.geometry.grid

@@ -31,7 +31,8 @@ class AttentionRolloutResult(Result):
             from vitscope.viz.attention_maps import rollout_figure
 
             return rollout_figure(self.tensors.get("images"), self.tensors.get("image_maps"),
-                                  self.meta.get("image_indices", []), self.tensors["mean_map"],
+                                  self.meta.get("image_names") or self.meta.get("image_indices", []),
+                                  self.tensors["mean_map"],
                                   self.tensors["random_map"], f"Attention rollout ({self.meta.get('head_fusion')} "
                                   f"over heads), {self.meta.get('num_images', 0)} images", path)
 
@@ -141,7 +142,8 @@ class AttentionRollout(ChosenImages, AttentionAccumulator):
 
     def compute(self) -> AttentionRolloutResult:
         meta = {**self._base_meta(), "head_fusion": self._cfg_head_fusion, "discard_ratio": self._cfg_discard_ratio,
-                "exclude_prefix": self._cfg_exclude_prefix, "image_indices": sorted(self.image_maps)}
+                "exclude_prefix": self._cfg_exclude_prefix, "image_indices": sorted(self.image_maps),
+                "image_names": self._chosen_names()}
         if self.num_images == 0:
             return AttentionRolloutResult(name=self.name, tensors={}, meta=meta)
         meta["map_source"] = "cls" if self._uses_cls(self.geometry) else "spatial_average"
