@@ -79,10 +79,11 @@ def test_report_loads_every_figure_and_the_explorer_responds(browser, report):
     cells.nth(22).focus()  # keyboard users get the same view
     assert "block 5, head 2" in caption.inner_text()
 
-    page.locator(".vs-source", has_text="image 0").first.click()  # a single image: map drawn over it
+    page.locator(".vs-source").nth(1).click()  # a single image (named by its file): map drawn over it
     cells = page.locator("table.vs-grid:not([hidden]) .vs-cell")
     cells.nth(3).hover()
-    assert caption.inner_text().startswith("image 0: block 0, head 3")
+    label, _, rest = caption.inner_text().partition(": ")
+    assert label.endswith(".jpg") and rest.startswith("block 0, head 3")  # the image by its file name
     assert page.locator(".vs-zoom-base").first.is_visible()
     assert page.evaluate("document.querySelector('.vs-zoom-base').naturalWidth") > 0
 
@@ -170,5 +171,62 @@ def test_user_strings_that_are_html_stay_text_in_the_browser(browser, hostile_re
     assert PAYLOADS[0] in text  # shown as text (the model and its path)
     tooltip = chart.locator("div", has_text="onerror").first
     assert tooltip.count() == 1 and "window.__xss=1" in tooltip.inner_text()  # the tooltip shows the name as text
+    assert not errors, errors
+    page.close()
+
+
+#: screenshots kept as test artefacts (look at them): build/screenshots, or $VITSCOPE_SCREENSHOTS
+SCREENSHOTS = Path(os.environ.get("VITSCOPE_SCREENSHOTS",
+                                  Path(__file__).resolve().parents[2] / "build" / "screenshots"))
+
+
+@pytest.fixture(scope="module")
+def pairs_report(tmp_path_factory) -> Path:
+    """A page with the retrieval explorer of two embedding models (a ViT and a CNN) on a small world."""
+    from vitscope.data.open import as_source
+    from vitscope.report.model import Report, Section
+    from vitscope.report.render import render_html
+    from vitscope.workflows.demo_pairs import retrieval_explorer
+
+    base = tmp_path_factory.mktemp("pairs")
+    data = as_source(f"{synthesize(base / 'coco', 'coco', n=16, size=64, seed=7)}::coco")
+    labels = [data.targets(i).get("label", -1) for i in range(len(data))]
+    names = [Path(data.path(i)).name for i in range(len(data))]
+    explorer = retrieval_explorer(data, names, labels, lambda i: f"class {labels[i]}",
+                                  models=("tiny-vit-metric", "tiny-resnet-metric"), num_queries=4, k=3)
+    page = base / "report.html"
+    page.write_text(render_html(Report("Paired similarity", sections=[
+        Section("pairs", "Paired similarity", "", pair_explorers=[explorer])])), encoding="utf-8")
+    return page
+
+
+@pytest.mark.parametrize("viewport", [(1280, 800), (800, 1000)], ids=["1280x800", "800x1000"])
+def test_the_retrieval_explorer_changes_maps_with_the_query_and_the_model(browser, pairs_report, viewport):
+    page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+    page.goto(pairs_report.as_uri(), wait_until="load")
+    maps = page.locator(".vs-pairs-hits img.map")
+
+    def shown():
+        return [maps.nth(i).get_attribute("src") for i in range(maps.count())]
+
+    assert maps.count() == 3 * 2  # three hits, a map over the query and one over the hit
+    first = shown()
+    page.locator(".vs-pairs-queries button").nth(1).click()
+    assert shown() != first and page.locator(".vs-pairs-queries button").nth(1).get_attribute("aria-pressed") == "true"
+    kinds = page.locator(".vs-pairs-kinds button")
+    kinds.nth(1).click()  # R^T gamma: other maps for the same hits
+    transposed = shown()
+    assert transposed != first
+    page.locator(".vs-pairs-models button", has_text="tiny-resnet-metric").click()
+    assert kinds.nth(0).is_disabled() and kinds.nth(2).get_attribute("aria-pressed") == "true"  # a CNN: raw maps
+    assert shown() != transposed
+    assert "cosine" in page.locator(".vs-pair figcaption").first.inner_text()
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"the page scrolls sideways by {overflow} px"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"retrieval_explorer_{viewport[0]}x{viewport[1]}.png"), full_page=True)
     assert not errors, errors
     page.close()

@@ -140,3 +140,47 @@ def test_leftovers_of_a_killed_writer_are_removed_and_a_live_ones_kept(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f".results.json.{os.getpid()}.tmp", "results.json",
                                                                  ".vitscope-manifest.json",
                                                                  f".staging-{os.getpid()}-0a1b"])
+
+
+@pytest.mark.parametrize("moves_before_the_kill", [0, 1, 2, 3])
+def test_a_kill_while_publishing_leaves_only_whole_files(tmp_path, monkeypatch, moves_before_the_kill) -> None:
+    """The process dies after k files were moved into place: every file with a final name is either the old
+    run's or the new run's, whole; the next run removes the killed run's staging folder."""
+    import os
+    import subprocess
+
+    from vitscope.outputs.folder import Staging
+
+    out = prepare_output(tmp_path / "out")
+    old = Staging(out)
+    for rel, text in (("results.json", '{"run": "old"}'), ("tables/a.csv", "x\n1\n"),
+                      ("report.html", "<html>old</html>")):
+        old.path(rel).write_text(text)
+    old.publish(last=["report.html", "results.json"])
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    monkeypatch.setattr(os, "getpid", lambda: dead.pid)  # the killed process's staging folder carries its pid
+    new = Staging(out)
+    monkeypatch.undo()
+    for rel, text in (("results.json", '{"run": "new"}'), ("tables/a.csv", "x\n2\n"), ("tables/b.csv", "y\n3\n"),
+                      ("report.html", "<html>new</html>")):
+        new.path(rel).write_text(text)
+    real_replace, moved = os.replace, []
+
+    def replace_then_die(src, dst):
+        if len(moved) == moves_before_the_kill:
+            raise KeyboardInterrupt  # stands for SIGKILL: nothing after this point runs
+        real_replace(src, dst)
+        moved.append(dst)
+
+    monkeypatch.setattr(os, "replace", replace_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        new.publish(last=["report.html", "results.json"])
+    monkeypatch.undo()
+    assert json.loads((out / "results.json").read_text()) == {"run": "old"}  # results.json moves last
+    assert (out / "report.html").read_text() in ("<html>old</html>", "<html>new</html>")
+    assert (out / "tables" / "a.csv").read_text() in ("x\n1\n", "x\n2\n")
+    assert new.root.exists()  # what the killed run left
+    prepare_output(out)  # the next run into the folder
+    assert not new.root.exists() and not [p for p in out.rglob("*") if ".tmp" in p.name]

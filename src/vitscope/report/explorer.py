@@ -18,7 +18,7 @@ import torch
 from vitscope.errors import VitscopeValueError
 from vitscope.report.model import Explorer, ExplorerGrid
 
-__all__ = ["explorer_from_maps", "jpeg_bytes", "palette_png"]
+__all__ = ["colour_palette", "explorer_from_maps", "jpeg_bytes", "palette_png"]
 
 
 def jpeg_bytes(rgb: np.ndarray, quality: int = 85) -> bytes:
@@ -43,7 +43,7 @@ def palette_png(levels: np.ndarray, palette: np.ndarray) -> bytes:
 
 
 @cache
-def _palette(cmap: str) -> np.ndarray:
+def colour_palette(cmap: str) -> np.ndarray:
     """``[256, 3]`` uint8 colours of a matplotlib colour map, resampled to 256 entries."""
     import matplotlib
 
@@ -55,7 +55,7 @@ def _coloured(m: np.ndarray, cmap: str) -> tuple[bytes, tuple[float, float]]:
     scaled = (m - lo) / (hi - lo) if hi > lo else np.zeros_like(m)
     # the colour map's own lookup: index = floor(value * 256), the top value in the last entry
     levels = np.clip((np.nan_to_num(scaled) * 256).astype(np.int64), 0, 255)
-    return palette_png(levels, _palette(cmap)), (lo, hi)
+    return palette_png(levels, colour_palette(cmap)), (lo, hi)
 
 
 def _grid(label: str, maps: np.ndarray, cmap: str, image: np.ndarray | None) -> ExplorerGrid:

@@ -85,6 +85,18 @@ class Explorer:
 
 
 @dataclass
+class PairExplorer:
+    """Retrieval with paired similarity maps: pick a query, see its top hits with both maps; toggle models and
+    map kinds. ``data`` is the JSON the page's script reads (:func:`vitscope.report.pair_explorer.pair_explorer`
+    builds it: thumbnails and maps as data URLs, names, classes, hits with scores)."""
+
+    title: str
+    data: dict[str, Any]
+    caption: str = ""
+    paper: str = ""
+
+
+@dataclass
 class Section:
     """One analysis (or one comparison quantity): text, figures, tables and explorers."""
 
@@ -94,6 +106,7 @@ class Section:
     figures: list[FigureItem] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     explorers: list[Explorer] = field(default_factory=list)
+    pair_explorers: list[PairExplorer] = field(default_factory=list)
 
 
 @dataclass

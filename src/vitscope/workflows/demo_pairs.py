@@ -18,7 +18,10 @@ from vitscope.errors import VitscopeValueError
 from vitscope.report.model import Section, Table
 from vitscope.report.tables import format_cell
 
-__all__ = ["choose_pairs", "paired_similarity_section"]
+__all__ = ["EXPLORER_MODELS", "choose_pairs", "paired_similarity_section", "retrieval_explorer"]
+
+#: the embedding models the demo's retrieval explorer toggles between (paper 000's three networks)
+EXPLORER_MODELS = ("tiny-vit-metric", "tiny-vit-metric-p16", "tiny-resnet-metric")
 
 
 def choose_pairs(labels: Sequence[int], num_same: int = 3, num_different: int = 1) -> list[tuple[int, int]]:
@@ -89,9 +92,65 @@ def paired_similarity_section(dataset: Any, model: str = "tiny-vit-metric",
                       "Why two images are similar to an embedding network: the cosine similarity of the two "
                       "mean-pooled, projected embeddings decomposed over the tokens of each image and redistributed "
                       "over the input patches with the attention rollout (docs/methods.md, Paired image similarity).",
-                      [figure], [table])
+                      [figure], [table], pair_explorers=[retrieval_explorer(dataset, names[:n], labels, class_name)])
     summary = {"model": model, "pairs": [{"a": a, "b": b, "file_a": names[a], "file_b": names[b],
                                           "label_a": labels[a], "label_b": labels[b], "score": s}
                                          for (a, b), s in zip(pairs, scores)],
                "files": ["figures/paired_similarity.png"]}
     return section, summary
+
+
+def retrieval_explorer(dataset: Any, names: Sequence[str], labels: Sequence[int], class_name: Any,
+                       models: Sequence[str] = EXPLORER_MODELS, num_queries: int = 8, k: int = 4,
+                       gallery: int = 64):
+    """Each query's top-``k`` hits in a gallery with both paired maps, per embedding model and, for
+    transformers, per redistribution (the published ``R gamma`` and the sum-preserving ``R^T gamma``).
+
+    Args:
+        dataset: the engine dataset (images by position); names, labels: per position; class_name(i): the
+            class of position ``i`` as text.
+        models: metric-learning models whose head is the embedding projection.
+        num_queries: the first positions whose class has another image in the gallery are the queries.
+    """
+    import torch
+
+    from vitscope.explain import PairedSimilarity
+    from vitscope.models.load import load_model
+    from vitscope.report.pair_explorer import pair_explorer
+
+    n = min(len(dataset), gallery, len(labels))
+    items = [dataset.get(i) for i in range(n)]
+    queries = [i for i in range(n) if sum(labels[j] == labels[i] for j in range(n)) > 1][:num_queries]
+    hits: dict[str, dict[str, list]] = {}
+    thumbnails = None
+    for model in models:
+        backbone = load_model(model)
+        explainer = PairedSimilarity(backbone, projection="head")
+        encoded = explainer.encode([it.image for it in items])
+        if thumbnails is None:
+            size = tuple(backbone.spec.image_size)
+            thumbnails = [np.asarray(it.image.convert("RGB").resize(size[::-1])) for it in items]
+        emb = torch.nn.functional.normalize(encoded.embeddings, dim=-1)
+        sims = emb[queries] @ emb.T
+        sims[torch.arange(len(queries)), torch.as_tensor(queries)] = -float("inf")  # not the query itself
+        top = sims.topk(k, dim=-1)
+        pairs_q = [q for q in queries for _ in range(k)]
+        pairs_j = top.indices.reshape(-1).tolist()
+        kinds = {"published (R gamma)": False, "sum-preserving (R^T gamma)": True} if explainer.use_rollout \
+            else {"raw (no rollout)": False}
+        hits[model] = {}
+        for kind, transpose in kinds.items():
+            explainer.transpose = transpose
+            exp = explainer.explain_indices(encoded, pairs_q, encoded, pairs_j)
+            per_query = []
+            for r in range(len(queries)):
+                rows = range(r * k, (r + 1) * k)
+                per_query.append([(pairs_j[i], float(exp.score[i]), exp.map_a[i].numpy(), exp.map_b[i].numpy())
+                                  for i in rows])
+            hits[model][kind] = per_query
+    return pair_explorer("Retrieval explorer: pick a query", thumbnails or [], names[:n],
+                         [class_name(i) for i in range(n)], hits, queries,
+                         caption=f"Each query's {k} most similar gallery images for the chosen model, with both "
+                                 "paired maps over the images (red: a patch adds more than an even share of the "
+                                 "cosine, blue: less). The transformers' maps can be redistributed as the published "
+                                 "code does (R gamma) or so that they keep the sum (R^T gamma).")

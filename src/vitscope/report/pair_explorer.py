@@ -1,0 +1,63 @@
+"""The data of a paired-similarity explorer: a small gallery, each query's top hits per model and map kind,
+and both maps of every (query, hit) pair as tiny PNGs the browser enlarges over the thumbnails.
+
+Maps are coloured on the diverging map of :mod:`vitscope.viz.explain_figures` around their even share of the
+cosine (red: a patch adds more than an even share, blue: less), each on its own scale, at the token-grid
+resolution (a few hundred bytes each).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from vitscope.report.explorer import colour_palette, jpeg_bytes, palette_png
+from vitscope.report.model import PairExplorer
+
+__all__ = ["PairHits", "pair_explorer"]
+
+#: (hit index into the gallery, cosine, map over the query [h, w], map over the hit [h, w]) per hit of a query
+PairHits = list[tuple[int, float, np.ndarray, np.ndarray]]
+
+
+def _data_url(kind: str, data: bytes) -> str:
+    return f"data:image/{kind};base64," + base64.b64encode(data).decode("ascii")
+
+
+def _signed_png(m: np.ndarray) -> str:
+    from vitscope.viz.explain_figures import SIGNED_CMAP  # matplotlib only when a page has such an explorer
+
+    m = np.asarray(m, dtype=np.float64)
+    centre = m.sum() / m.size
+    limit = float(np.abs(m - centre).max()) or 1.0
+    levels = np.clip(((m - centre) / limit * 0.5 + 0.5) * 255.999, 0, 255).astype(np.uint8)
+    return _data_url("png", palette_png(levels, colour_palette(SIGNED_CMAP)))
+
+
+def pair_explorer(title: str, images: Sequence[np.ndarray], names: Sequence[str], classes: Sequence[str],
+                  hits: Mapping[str, Mapping[str, Sequence[PairHits]]], queries: Sequence[int], caption: str = "",
+                  paper: str = "paper 000, fig. 9") -> PairExplorer:
+    """A :class:`~vitscope.report.model.PairExplorer`.
+
+    Args:
+        title: the heading above it.
+        images: ``[H, W, 3]`` uint8 gallery thumbnails (as the models saw them).
+        names, classes: file name and class name of every gallery image.
+        hits: ``{model: {map kind: [per query: its hits]}}`` (kinds e.g. ``"R gamma (published)"``,
+            ``"R^T gamma"``; a CNN has one); ``queries[i]`` is the gallery index of query ``i``.
+        caption, paper: text under it.
+    """
+    results: dict[str, dict[str, list[list[dict[str, Any]]]]] = {}
+    for model, kinds in hits.items():
+        results[model] = {}
+        for kind, per_query in kinds.items():
+            results[model][kind] = [[{"j": int(j), "score": round(float(s), 4), "map_q": _signed_png(mq),
+                                      "map_j": _signed_png(mj)} for j, s, mq, mj in q_hits] for q_hits in per_query]
+    data = {"images": [_data_url("jpeg", jpeg_bytes(np.asarray(im))) for im in images],
+            "names": [str(n) for n in names], "classes": [str(c) for c in classes],
+            "queries": [int(q) for q in queries], "models": list(results),
+            "kinds": list(dict.fromkeys(k for kinds in results.values() for k in kinds)), "results": results}
+    return PairExplorer(title, data, caption, paper)
