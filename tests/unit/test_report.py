@@ -175,3 +175,78 @@ def test_results_show_as_cards_in_jupyter_with_user_text_escaped() -> None:
     assert "<img src=x" not in card and "&lt;img src=x onerror=alert(1)&gt;" in card and "<script>" not in card
     run = Results({"knn_probe": result}, num_images=3, data={"name": "<photos>"})._repr_html_()
     assert "3 images" in run and "&lt;photos&gt;" in run and run.count("vitscope-card") == 1
+
+
+def test_block_by_block_matrices_are_labelled_as_blocks_even_with_as_many_heads_as_blocks() -> None:
+    from vitscope.report.tables import summary_tables
+
+    square = [[1.0, 0.5], [0.5, 1.0]]
+    tables = {t.title: t for t in summary_tables("cka", {"blocks": [0, 1], "cka": square})}
+    assert list(tables) == ["cka: cka (block x block)"] and tables["cka: cka (block x block)"].columns == [
+        "block", "block 0", "block 1"]
+    heads = {t.title: t for t in summary_tables("attention_stats", {"blocks": [0, 1], "entropy": square})}
+    assert heads["attention_stats: entropy (block x head)"].columns == ["block", "head 0", "head 1"]
+
+
+def test_a_table_another_section_shows_is_left_out_and_a_settings_only_section_is_folded() -> None:
+    from vitscope.report.build import _drop_repeated_tables
+    from vitscope.report.model import Section, Table
+
+    entropy = [[0, "4.1"], [1, "4.0"]]
+    first = Section("a", "Attention stats", tables=[Table("attention_stats: entropy", ["block", "head 0"], entropy)])
+    second = Section("b", "Attention focus", tables=[Table("attention_focus: entropy", ["block", "head 0"], entropy),
+                                                     Table("attention_focus: focus", ["block", "head 0"],
+                                                           [[0, "0.3"], [1, "0.2"]])])
+    third = Section("c", "Mean activation", tables=[Table("mean_activation: settings and scores", ["key", "value"],
+                                                          [["ddof", "1"]])])
+    _drop_repeated_tables([first, second, third])
+    assert [t.title for t in second.tables] == ["attention_focus: focus", "The same numbers in another section"]
+    assert second.tables[-1].rows == [["entropy", "Attention stats"]]
+    assert not first.folded and not second.folded and third.folded
+
+
+def test_wide_figures_are_embedded_as_thumbnails_linked_to_the_full_file(tmp_path) -> None:
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from vitscope.report.render import THUMBNAIL_WIDTH, data_uri, thumbnail_uri
+
+    wide = tmp_path / "wide.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (300, 2400, 3), dtype=np.uint8)).save(wide)
+    uri = thumbnail_uri(wide)
+    with Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1]))) as shown:
+        assert shown.size == (THUMBNAIL_WIDTH, 138)
+    small = tmp_path / "small.png"
+    Image.new("RGB", (400, 200), "white").save(small)
+    assert thumbnail_uri(small) == data_uri(small)
+
+
+def test_top_activation_figures_draw_each_map_over_its_image(tmp_path) -> None:
+    import numpy as np
+    from PIL import Image
+
+    import vitscope
+    from vitscope.data.memory import InMemoryImages
+    from vitscope.viz.featviz_figures import top_activation_grid
+
+    rng = np.random.default_rng(0)
+    pictures = [np.zeros((64, 64, 3), dtype=np.uint8) for _ in range(6)]
+    for k, image in enumerate(pictures):
+        image[..., 1] = 255  # pure green pictures: magma has no green-dominant colour, so green shows them
+        image[rng.integers(0, 64, 50), rng.integers(0, 64, 50)] = k * 40
+    result = vitscope.run(vitscope.load_model("tiny-vit"), InMemoryImages(pictures), ["top_activations"],
+                          batch_size=3)["top_activations"]
+    assert result.tensors["pictures"].shape[1:] == (64, 64, 3)
+    assert set(result.meta["picture_indices"]) <= set(range(6)) and result.meta["picture_indices"]
+    figure = result.figures()[0]
+    assert figure.title.startswith("Top activations: blocks.") and "over its patches" in figure.caption
+    drawn = np.asarray(Image.open(figure.draw(tmp_path / "top")[0]).convert("RGB"), dtype=np.float32)
+    hook = result.meta["hooks"][0]
+    maps, scores = result.tensors[f"{hook}.maps"][:1], result.tensors[f"{hook}.scores"][:1]
+    alone = top_activation_grid(maps, scores, ["unit 0"], [[None] * maps.shape[1]], hook, tmp_path / "alone")[0]
+    alone = np.asarray(Image.open(alone).convert("RGB"), dtype=np.float32)
+    green_over = lambda a: (a[..., 1] - np.maximum(a[..., 0], a[..., 2])).max()
+    assert green_over(drawn) > 60 and green_over(alone) < 10  # the pictures show through the maps

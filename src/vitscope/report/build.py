@@ -4,6 +4,7 @@ maps), the run's own figures and sections, and the summary of what was run."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from vitscope.viz.labels import display_name
 __all__ = ["build_report"]
 
 _EXPLORER_SOURCES = ("cls_attention_maps", "spatial_average_maps")
+#: figures of an explorer's result whose maps the explorer itself shows (the dataset mean, single images)
+_SHOWN_BY_EXPLORER = re.compile(r"_(mean|image\d+)$")
 
 
 def _title(name: str) -> str:
@@ -39,6 +42,28 @@ def _skipped_section(skipped: list[Mapping[str, Any]]) -> Section:
                    tables=[Table(f"{len(skipped)} skipped file(s)", ["file", "reason"], rows, note)])
 
 
+def _drop_repeated_tables(sections: list[Section]) -> None:
+    """A table whose columns and rows another section already shows (two analyses reporting the same mean
+    entropy) is left out, with a line saying where it is; a section left with no figure, explorer or table of
+    numbers beyond its settings is folded (its title says so)."""
+    seen: dict[tuple, str] = {}
+    for section in sections:
+        kept, repeated = [], []
+        for table in section.tables:
+            key = (tuple(table.columns), tuple(tuple(map(str, row)) for row in table.rows))
+            if len(table.rows) > 1 and key in seen:
+                repeated.append([table.title.split(": ", 1)[-1], seen[key]])
+                continue
+            seen.setdefault(key, section.title)
+            kept.append(table)
+        if repeated:
+            kept.append(Table("The same numbers in another section", ["table", "shown in"], repeated))
+        section.tables = kept
+        only_settings = all(t.title.endswith("settings and scores") for t in section.tables)
+        if not section.figures and not section.explorers and not section.pair_explorers and only_settings:
+            section.folded = True
+
+
 def build_report(run: Any, doc: Mapping[str, Any], drawn: Mapping[str, list[tuple[Any, Path]]],
                  extra: list[Section] | None = None) -> Report:
     """The report of one run.
@@ -59,8 +84,14 @@ def build_report(run: Any, doc: Mapping[str, Any], drawn: Mapping[str, list[tupl
             if explorer is not None:
                 explorers.append(explorer)
         summary = doc.get("analyses", {}).get(name, {}).get("summary", {})
-        sections.append(Section(slug(name), _title(name), result.intro, _items(drawn.get(name, [])),
-                                summary_tables(name, summary), explorers))
+        items, links = _items(drawn.get(name, [])), []
+        if explorers:  # the explorer shows the dataset and single-image grids: their files are a link away
+            links = [(i.title, f"figures/{i.path.name}") for i in items
+                     if i.path is not None and _SHOWN_BY_EXPLORER.search(i.stem)]
+            items = [i for i in items if i.path is None or not _SHOWN_BY_EXPLORER.search(i.stem)]
+        sections.append(Section(slug(name), _title(name), result.intro, items, summary_tables(name, summary),
+                                explorers, figure_links=links))
+    _drop_repeated_tables(sections)
     for key, items in drawn.items():
         if key.startswith("run:"):
             title = key[4:]

@@ -107,6 +107,8 @@ class Section:
     tables: list[Table] = field(default_factory=list)
     explorers: list[Explorer] = field(default_factory=list)
     pair_explorers: list[PairExplorer] = field(default_factory=list)
+    folded: bool = False  # nothing to look at beyond a few settings: shown closed
+    figure_links: list[tuple[str, str]] = field(default_factory=list)  # (title, relative path) not embedded
 
 
 @dataclass

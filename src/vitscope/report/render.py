@@ -20,7 +20,11 @@ from vitscope.errors import VitscopeValueError
 from vitscope.report.assets import chart_script, echarts_script
 from vitscope.report.model import Report
 
-__all__ = ["EMBED_BYTES", "data_uri", "render_html", "write_report"]
+__all__ = ["EMBED_BYTES", "THUMBNAIL_WIDTH", "data_uri", "render_html", "thumbnail_uri", "write_report"]
+
+#: figure pictures wider than this are shown in the page downscaled to it (the full-size file stays in
+#: figures/, one click away): a report of a few dozen big figures stays a few megabytes
+THUMBNAIL_WIDTH = 1100
 
 #: PNG files larger than this are embedded re-encoded as JPEG (quality 85): dense attention-map grids and
 #: photo panels shrink 3-5x, line plots are small and stay PNG
@@ -43,6 +47,25 @@ def data_uri(source: bytes | str | os.PathLike) -> str:
     if mime == "image/png" and len(raw) > EMBED_BYTES:  # figure files and the explorer's photos alike
         raw, mime = _as_jpeg(raw)
     return f"data:{mime};base64,{base64.b64encode(raw).decode('ascii')}"
+
+
+def thumbnail_uri(path: str | os.PathLike) -> str:
+    """``data:`` URI of a figure file for the page: at most :data:`THUMBNAIL_WIDTH` pixels wide (Lanczos), then
+    as :func:`data_uri` (a large result re-encoded as JPEG)."""
+    import io
+
+    from PIL import Image
+
+    path = Path(path)
+    with Image.open(path) as image:
+        if image.width <= THUMBNAIL_WIDTH:
+            return data_uri(path)
+        small = image.convert("RGBA" if "A" in image.getbands() else "RGB")
+        small = small.resize((THUMBNAIL_WIDTH, max(1, round(image.height * THUMBNAIL_WIDTH / image.width))),
+                             Image.LANCZOS)
+    buf = io.BytesIO()
+    small.save(buf, format="PNG", optimize=True)
+    return data_uri(buf.getvalue())
 
 
 def _as_jpeg(png: bytes) -> tuple[bytes, str]:
@@ -68,6 +91,7 @@ def _environment():
     env = jinja2.Environment(loader=jinja2.PackageLoader("vitscope.report", "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["data_uri"] = data_uri
+    env.filters["thumbnail_uri"] = thumbnail_uri
     return env
 
 

@@ -36,6 +36,12 @@ def _is_numbers(x: Any) -> bool:
     return isinstance(x, list) and bool(x) and all(isinstance(v, numbers.Real) for v in x)
 
 
+def _block_by_block(key: str, name: str, columns: int, n_blocks: int) -> bool:
+    """Whether a square per-block matrix compares blocks with blocks (CKA) rather than blocks with heads: the
+    shape alone cannot tell when a model has as many heads as blocks (ViT-B: 12 and 12)."""
+    return columns == n_blocks and ("cka" in key.lower() or "cka" in name.lower())
+
+
 def summary_tables(name: str, summary: Mapping[str, Any]) -> list[Table]:
     """Tables of one analysis's summary (see the module docstring)."""
     blocks = summary.get("blocks")
@@ -66,9 +72,13 @@ def summary_tables(name: str, summary: Mapping[str, Any]) -> list[Table]:
         rows = [[blocks[i], *(format_cell(per_block[c][i]) for c in cols)] for i in range(n_blocks)]
         tables.append(Table(f"{name}: per block", ["block", *cols], rows))
     for key, matrix in per_head.items():
-        heads = len(matrix[0])
+        columns = len(matrix[0])
         rows = [[blocks[i], *(format_cell(v) for v in matrix[i])] for i in range(n_blocks)]
-        tables.append(Table(f"{name}: {key} (block x head)", ["block", *(f"head {h}" for h in range(heads))], rows))
+        if _block_by_block(key, name, columns, n_blocks):
+            tables.append(Table(f"{name}: {key} (block x block)", ["block", *(f"block {b}" for b in blocks)], rows))
+        else:
+            tables.append(Table(f"{name}: {key} (block x head)", ["block", *(f"head {h}" for h in range(columns))],
+                                rows))
     if scalars:
         tables.append(Table(f"{name}: settings and scores", ["key", "value"], scalars))
     return tables

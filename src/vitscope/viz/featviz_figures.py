@@ -15,8 +15,8 @@ from matplotlib.figure import Figure
 
 from vitscope.viz.save import save_figure
 
-__all__ = ["panel_figure", "spatial_information_figure", "token_accuracy_figure", "top_maps_figure",
-           "unit_grid_figure", "isolate_cls_figure"]
+__all__ = ["isolate_cls_figure", "panel_figure", "spatial_information_figure", "token_accuracy_figure",
+           "top_activation_grid", "top_maps_figure", "unit_grid_figure"]
 
 
 def _rgb(image: torch.Tensor | np.ndarray) -> np.ndarray:
@@ -121,6 +121,50 @@ def top_maps_figure(maps: torch.Tensor, scores: torch.Tensor, labels: Sequence[s
     for side in ax.spines.values():
         side.set_visible(False)
     return save_figure(fig, path, dpi=110, svg=False, tight=True)[0]
+
+
+def top_activation_grid(maps: torch.Tensor, scores: torch.Tensor, units: Sequence[str],
+                        pictures: Sequence[Sequence[torch.Tensor | None]], site: str, stem: str | Path,
+                        side: int = 96) -> list[Path]:
+    """The top images of several units, each with the unit's patch map drawn over it (Pillow, no matplotlib).
+
+    Args:
+        maps: ``[U, k, h, w]`` patch activation maps (each min-max scaled on its own, magma).
+        scores: ``[U, k]`` the units' scores on those images (shown above them).
+        units: a label per unit (row).
+        pictures: ``pictures[u][j]`` the ``[S, S, 3]`` uint8 image under map ``(u, j)``, or None (map alone).
+        site: the hook name, in the title.
+        stem: output path without suffix.
+        side: pixels of each cell.
+    """
+    from PIL import Image
+
+    from vitscope.viz.raster import Canvas, colorize
+
+    u, k, h, w = maps.shape
+    label_w = 70
+    canvas = Canvas(label_w + k * (side + 8) + 20, 40 + u * (side + 24) + 50)
+    canvas.text(10, 8, f"Top activations: {site}", size=14)
+    for r in range(u):
+        y = 34 + r * (side + 24)
+        canvas.text(10, y + 14 + side // 2, str(units[r]), size=11)
+        for j in range(k):
+            x = label_w + j * (side + 8)
+            m = maps[r, j].detach().float().numpy()
+            lo, hi = float(np.nanmin(m)), float(np.nanmax(m))
+            scaled = (m - lo) / (hi - lo) if hi > lo else np.zeros_like(m)
+            heat = np.asarray(Image.fromarray(colorize(scaled, "magma")).resize((side, side), Image.BICUBIC),
+                              dtype=np.float32)
+            picture = pictures[r][j] if r < len(pictures) and j < len(pictures[r]) else None
+            if picture is not None:
+                photo = Image.fromarray(np.asarray(picture, dtype=np.uint8)).resize((side, side), Image.BILINEAR)
+                heat = 0.45 * np.asarray(photo, dtype=np.float32) + 0.55 * heat
+            canvas.text(x + side // 2, y, f"{float(scores[r, j]):.2f}", size=10, anchor="ma")
+            canvas.paste(np.clip(heat, 0, 255).round().astype(np.uint8), x, y + 14)
+    bottom = 34 + u * (side + 24) + 4
+    canvas.colour_bar(label_w, bottom, min(k * (side + 8) - 8, 300), "magma", "low", "high",
+                      "unit activation over the image's patches (each map on its own scale)")
+    return canvas.save(stem)
 
 
 def token_accuracy_figure(grid_accuracy: torch.Tensor, cls_accuracy: float, path: str | Path,

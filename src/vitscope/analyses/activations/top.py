@@ -16,12 +16,17 @@ import torch
 
 from vitscope.analyses.activations.mean import natural_key
 from vitscope.analyses.base import Analysis, Batch, Figure, Result
+from vitscope.analyses.batch import thumbnails
 from vitscope.analyses.registry import register_analysis
-from vitscope.analyses.result import SMALL, png_path
+from vitscope.analyses.result import SMALL
 from vitscope.analyses.state import first_seen
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.topk import merge_topk
 from vitscope.models.spec import ModelSpec
+
+#: units per site that the figures show, and the side in pixels of the pictures kept for them
+SHOWN_UNITS = 6
+PICTURE_SIDE = 64
 
 __all__ = ["TopActivations", "TopActivationsResult", "spatial_units"]
 
@@ -71,15 +76,21 @@ class TopActivationsResult(Result):
         figures = []
         for hook in self.meta.get("hooks", []):
             def draw(path: Path, hook: str = hook) -> list[Path]:
-                from vitscope.viz.featviz_figures import top_maps_figure
+                from vitscope.viz.featviz_figures import top_activation_grid
 
                 maps, scores = self.tensors[f"{hook}.maps"], self.tensors[f"{hook}.scores"]
-                channels = self.meta["mapped"][hook][: min(6, maps.shape[0])]
-                return [top_maps_figure(maps[: len(channels)], scores[: len(channels)],
-                                        [f"{hook}:{c}" for c in channels], png_path(path))]
+                channels = self.meta["mapped"][hook][: min(SHOWN_UNITS, maps.shape[0])]
+                index = {i: n for n, i in enumerate(self.meta.get("picture_indices", []))}
+                pictures = self.tensors.get("pictures")
+                under = [[None if pictures is None or int(i) not in index else pictures[index[int(i)]]
+                          for i in row] for row in self.tensors[f"{hook}.indices"][: len(channels)].tolist()]
+                return top_activation_grid(maps[: len(channels)], scores[: len(channels)],
+                                           [f"unit {c}" for c in channels], under, hook, path)
 
-            figures.append(self.figure(f"_{hook.replace('.', '_')}", draw, "Top-k most activating images of each "
-                                       "unit with their patch activation maps.", "paper 001, fig. 2 and 5"))
+            figures.append(self.figure(f"_{hook.replace('.', '_')}", draw, "The images that activate each unit "
+                                       "most (left: most), each with the unit's activation over its patches drawn "
+                                       "on it; the score above is the unit's mean activation over the image.",
+                                       "paper 001, fig. 2 and 5", title=f"Top activations: {hook}"))
         return figures
 
 
@@ -123,6 +134,9 @@ class TopActivations(Analysis):
         self.add_state("mapped", {}, reduce="topk", key="scores", tie="indices", k=self._cfg_k, dim=1)
         self.add_state("channels", {}, reduce="same")  # hook -> kept channel ids
         self.add_state("paths", {}, reduce=first_seen)  # dataset index -> path, for the kept images
+        # dataset index -> [S, S, 3] uint8 picture of the images the figures show (the top images of the first
+        # SHOWN_UNITS units with maps of every site): the figures draw each map over its image
+        self.add_state("pictures", {}, reduce=first_seen)
         self.add_state("num_images", 0, reduce="sum")
 
     def _channels_for(self, key: str) -> tuple[int, ...] | None:
@@ -156,6 +170,7 @@ class TopActivations(Analysis):
         self.paths.update({int(i): str(p) for i, p in zip(batch.indices, batch.paths)})
         self.num_images += batch.size
         self._prune_paths()
+        self._keep_pictures(batch)
 
     def stream_hooks(self, spec: ModelSpec) -> list[str]:
         return list(self.patterns(spec))
@@ -201,6 +216,22 @@ class TopActivations(Analysis):
     def _kept_indices(self) -> set[int]:
         return {int(i) for t in self.top.values() for i in t["indices"].flatten().tolist()}
 
+    def _shown_indices(self) -> set[int]:
+        """The images the figures show: the top-k of the first :data:`SHOWN_UNITS` mapped units of each site."""
+        return {int(i) for held in self.mapped.values() for i in held["indices"][:SHOWN_UNITS].flatten().tolist()}
+
+    def _keep_pictures(self, batch: Batch) -> None:
+        """Store a small picture of every image of the batch that a figure now shows; forget the others (an
+        image out of a local top-k cannot be in the merged one)."""
+        shown = self._shown_indices()
+        wanted = [j for j, i in enumerate(batch.indices) if int(i) in shown and int(i) not in self.pictures]
+        if wanted and batch.pixels is not None:
+            for j, picture in zip(wanted, thumbnails(batch, wanted)):
+                small = torch.nn.functional.interpolate(picture.permute(2, 0, 1)[None].float(),
+                                                        size=(PICTURE_SIDE, PICTURE_SIDE), mode="area")
+                self.pictures[int(batch.indices[j])] = small[0].round().to(torch.uint8).permute(1, 2, 0).contiguous()
+        self.pictures = {i: p for i, p in self.pictures.items() if i in shown}
+
     def _prune_paths(self) -> None:
         """Forget the paths of images no longer kept (a merge may bring some: compute filters them too)."""
         kept = self._kept_indices()
@@ -213,7 +244,10 @@ class TopActivations(Analysis):
             for field in ("scores", "indices"):
                 tensors[f"{key}.{field}"] = self.top[key][field].clone()
             tensors[f"{key}.maps"] = self.mapped[key]["maps"].clone()
-        meta = {"num_images": self.num_images, "k": self._cfg_k, "hooks": keys,
+        shown = sorted(self._shown_indices() & set(self.pictures))
+        if shown:
+            tensors["pictures"] = torch.stack([self.pictures[i] for i in shown])
+        meta = {"num_images": self.num_images, "k": self._cfg_k, "hooks": keys, "picture_indices": shown,
                 "channels": {k: list(self.channels[k]) for k in keys},
                 "mapped": {k: list(self.channels[k][: self.mapped[k]["maps"].shape[0]]) for k in keys},
                 "paths": {str(i): self.paths[i] for i in sorted(self._kept_indices() & set(self.paths))}}
