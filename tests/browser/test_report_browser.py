@@ -230,3 +230,30 @@ def test_the_retrieval_explorer_changes_maps_with_the_query_and_the_model(browse
     page.screenshot(path=str(SCREENSHOTS / f"retrieval_explorer_{viewport[0]}x{viewport[1]}.png"), full_page=True)
     assert not errors, errors
     page.close()
+
+
+@pytest.mark.parametrize("viewport", [(1280, 800), (800, 1000)], ids=["1280x800", "800x1000"])
+def test_every_figure_has_a_caption_and_its_paper_and_nothing_overflows(browser, report, viewport):
+    page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+    page.goto(report.as_uri(), wait_until="load")
+    page.wait_for_timeout(300)  # charts draw after load
+    figures = page.locator("main figure.fig")
+    assert figures.count() >= 2
+    for i in range(figures.count()):
+        caption = figures.nth(i).locator("figcaption").first
+        assert len(caption.inner_text().strip()) > 20, f"figure {i} has no caption"
+        assert caption.locator(".paper").count() == 1, f"figure {i} names no paper figure"
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"the page scrolls sideways by {overflow} px"
+    nav = page.locator("nav").bounding_box()
+    assert nav["width"] <= viewport[0]  # the navigation wraps instead of running off-screen
+    page.locator("nav a").last.click()
+    target = page.evaluate("document.getElementById(location.hash.slice(1)).getBoundingClientRect().top")
+    assert target >= nav["height"] - 1, "the section opened under the sticky navigation"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"analyze_report_{viewport[0]}x{viewport[1]}.png"), full_page=True)
+    assert not errors, errors
+    page.close()

@@ -20,7 +20,8 @@ from vitscope.errors import VitscopeValueError
 from vitscope.report.assets import chart_script, echarts_script
 from vitscope.report.model import Report
 
-__all__ = ["EMBED_BYTES", "THUMBNAIL_WIDTH", "data_uri", "render_html", "thumbnail_uri", "write_report"]
+__all__ = ["EMBED_BYTES", "THUMBNAIL_WIDTH", "data_uri", "pixel_width", "render_html", "thumbnail_uri",
+           "write_report"]
 
 #: figure pictures wider than this are shown in the page downscaled to it (the full-size file stays in
 #: figures/, one click away): a report of a few dozen big figures stays a few megabytes
@@ -47,6 +48,14 @@ def data_uri(source: bytes | str | os.PathLike) -> str:
     if mime == "image/png" and len(raw) > EMBED_BYTES:  # figure files and the explorer's photos alike
         raw, mime = _as_jpeg(raw)
     return f"data:{mime};base64,{base64.b64encode(raw).decode('ascii')}"
+
+
+def pixel_width(path: str | os.PathLike) -> int:
+    """Width in pixels of an image file (multi-panel figures wider than a column get the full width)."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return int(image.width)
 
 
 def thumbnail_uri(path: str | os.PathLike) -> str:
@@ -92,6 +101,7 @@ def _environment():
                              autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["data_uri"] = data_uri
     env.filters["thumbnail_uri"] = thumbnail_uri
+    env.filters["pixel_width"] = pixel_width
     return env
 
 
