@@ -60,16 +60,32 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def remove_leftovers(folder: str | os.PathLike) -> list[str]:
+def remove_leftovers(folder: str | os.PathLike, stale_pids: frozenset[int] = frozenset()) -> list[str]:
     """Remove the temporary files and staging folders that a killed process (``kill -9``, power loss) left in
-    ``folder``; those of a process still running are kept. Returns the names removed."""
+    ``folder``; those of a process still running on this machine are kept. Returns the names removed.
+
+    Args:
+        folder: where to look (not recursively).
+        stale_pids: process ids whose leftovers go even though such a process runs: the caller's own id before
+            it writes anything (a container restarts its command with the same id every time).
+
+    Processes are told apart by their id on this machine: two machines writing into one shared folder at the
+    same time are not supported (nor is that safe for the outputs themselves).
+    """
     folder = Path(folder)
     removed = []
     if not folder.is_dir():
         return removed
     for entry in folder.iterdir():
         match = _LEFTOVER.match(entry.name)
-        if match is None or _alive(int(match.group("pid") or match.group("owner"))):
+        if match is None:
+            continue
+        try:
+            pid = int(match.group("pid") or match.group("owner"))
+            live = pid not in stale_pids and _alive(pid)
+        except (OverflowError, ValueError):  # not an id this machine could have given
+            live = False
+        if live:
             continue
         if entry.is_dir():
             shutil.rmtree(entry, ignore_errors=True)

@@ -86,5 +86,8 @@ def test_probe_writes_palette_pngs_of_the_last_block_and_no_scores(davis_val, tm
 
 def test_probe_on_first_frames_takes_one_block(davis_val, tmp_path):
     dev = _first_frames_only(davis_val, tmp_path / "dev")
+    last = cli("probe", "-m", "tiny-vit", "-d", f"{dev}::davis", "-o", str(tmp_path / "last"), "--blocks", "-1")
+    assert last.returncode == 0, last.stderr
+    assert json.loads((tmp_path / "last" / "results.json").read_text())["davis"]["block"] == 5
     one_error(cli("probe", "-m", "tiny-vit", "-d", f"{dev}::davis", "-o", str(tmp_path / "out"), "--blocks", "2,3"),
               "pass --blocks with one block (got 2")

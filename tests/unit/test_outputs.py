@@ -134,12 +134,18 @@ def test_leftovers_of_a_killed_writer_are_removed_and_a_live_ones_kept(tmp_path)
     (tmp_path / f".staging-{dead.pid}-0a1b").mkdir()
     (tmp_path / f".staging-{dead.pid}-0a1b" / "report.html").write_text("half")
     (tmp_path / f".staging-{os.getpid()}-0a1b").mkdir()
+    (tmp_path / f".huge.{'9' * 40}.tmp").write_text("x")  # no process has such an id
     removed = remove_leftovers(tmp_path)
+    assert f".huge.{'9' * 40}.tmp" in removed
+    removed.remove(f".huge.{'9' * 40}.tmp")
     assert sorted(removed) == sorted([f".results.json.{dead.pid}.tmp", f".figure.{dead.pid}.tmp.png",
                                       f".staging-{dead.pid}-0a1b"])
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f".results.json.{os.getpid()}.tmp", "results.json",
                                                                  ".vitscope-manifest.json",
                                                                  f".staging-{os.getpid()}-0a1b"])
+    # a container restarts its command with the same process id: before writing, a run clears its own id's
+    assert sorted(remove_leftovers(tmp_path, stale_pids=frozenset({os.getpid()}))) == sorted(
+        [f".results.json.{os.getpid()}.tmp", f".staging-{os.getpid()}-0a1b"])
 
 
 @pytest.mark.parametrize("moves_before_the_kill", [0, 1, 2, 3])

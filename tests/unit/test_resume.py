@@ -115,3 +115,21 @@ def _save(tree):
     torch.save(tree, buf)
     buf.seek(0)
     return buf
+
+
+def test_a_state_saved_before_an_analysis_kept_more_is_ignored_not_a_crash(tmp_path, monkeypatch):
+    """A state file from a vitscope whose analysis declared fewer states (no image_names yet) starts over."""
+    from vitscope.analyses.attention.maps import CLSAttentionMaps
+    from vitscope.engine.state import Checkpoint
+
+    old = CLSAttentionMaps()
+    full = old.state_dict()
+    monkeypatch.setattr(CLSAttentionMaps, "state_dict",
+                        lambda self: {k: v for k, v in full.items() if k != "image_names"})
+    Checkpoint(tmp_path / "state.pt", key={"run": 1}).save([old], position=4, seen=4, skipped=[])
+    monkeypatch.undo()
+    said: list[str] = []
+    fresh = CLSAttentionMaps()
+    assert Checkpoint(tmp_path / "state.pt", key={"run": 1}, log=said.append).restore([fresh]) is None
+    assert "does not fit these analyses" in said[-1] and "starting over" in said[-1]
+    assert fresh.num_images == 0 and fresh.image_names == {}

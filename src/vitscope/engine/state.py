@@ -174,9 +174,15 @@ class Checkpoint:
         except StateCodecError as err:
             self.log(f"ignoring saved state {self.path}: {err}; starting over")
             return None
-        for a in analyses:
-            a.reset()
-            a.load_state_dict(states[a.name])
+        try:
+            for a in analyses:
+                a.reset()
+                a.load_state_dict(states[a.name])
+        except (KeyError, ValueError, TypeError) as err:  # saved by a vitscope whose analyses kept other state
+            for a in analyses:
+                a.reset()
+            self.log(f"ignoring saved state {self.path}: it does not fit these analyses ({err}); starting over")
+            return None
         point = ResumePoint(int(saved["position"]), int(saved["seen"]), [tuple(s) for s in saved["skipped"]])
         self.resumed_images = point.seen
         self.log(f"resuming from saved state: {point.seen} images already done ({self.path})")

@@ -45,8 +45,8 @@ def prepare_output(out: str | os.PathLike) -> Path:
         raise OutputError(f"cannot create the output folder {out}: {err.strerror or err}") from None
     if not os.access(out, os.W_OK):
         raise OutputError(f"cannot write into the output folder {out}")
-    for folder in (out, out / STATE_FOLDER):
-        remove_leftovers(folder)  # a run killed while writing left these; its finished files are whole
+    for folder in (out, out / STATE_FOLDER):  # a run killed while writing left these; its finished files are whole
+        remove_leftovers(folder, stale_pids=frozenset({os.getpid()}))  # this process has written nothing yet
     from vitscope.report.assets import echarts_script
 
     echarts_script()  # a damaged install fails now, not after the pass when the report is rendered
@@ -93,7 +93,7 @@ class Staging:
             stale = self.out / rel
             if stale.is_file() and self.out.resolve() in stale.resolve().parents:
                 stale.unlink()
-        manifest = self.out / f".{MANIFEST}.tmp"
+        manifest = self.out / f".{MANIFEST}.{os.getpid()}.tmp"
         manifest.write_text(json.dumps({"files": written}, indent=1))
         os.replace(manifest, self.out / MANIFEST)
         self.discard()

@@ -17,6 +17,8 @@ from vitscope.viz.labels import display_name
 __all__ = ["build_report"]
 
 _EXPLORER_SOURCES = ("cls_attention_maps", "spatial_average_maps")
+#: single images an analysis report's explorer offers (the chosen images beyond them stay figures)
+EXPLORER_IMAGES = 4
 #: figures of an explorer's result whose maps the explorer itself shows (the dataset mean, single images)
 _SHOWN_BY_EXPLORER = re.compile(r"_(mean|image\d+)$")
 
@@ -42,6 +44,12 @@ def _skipped_section(skipped: list[Mapping[str, Any]]) -> Section:
                    tables=[Table(f"{len(skipped)} skipped file(s)", ["file", "reason"], rows, note)])
 
 
+def _in_explorer(item: FigureItem, shown: set[str]) -> bool:
+    """Whether a figure is one of the grids its section's explorer shows (``shown``: ``mean``, ``image3``...)."""
+    match = _SHOWN_BY_EXPLORER.search(item.stem)
+    return item.path is not None and match is not None and match.group(1) in shown
+
+
 def _drop_repeated_tables(sections: list[Section]) -> None:
     """A table whose columns and rows another section already shows (two analyses reporting the same mean
     entropy) is left out, with a line saying where it is; a section left with no figure, explorer or table of
@@ -50,7 +58,8 @@ def _drop_repeated_tables(sections: list[Section]) -> None:
     for section in sections:
         kept, repeated = [], []
         for table in section.tables:
-            key = (tuple(table.columns), tuple(tuple(map(str, row)) for row in table.rows))
+            quantity = table.title.split(": ", 1)[-1]  # only the same quantity with the same numbers
+            key = (quantity, tuple(table.columns), tuple(tuple(map(str, row)) for row in table.rows))
             if len(table.rows) > 1 and key in seen:
                 repeated.append([table.title.split(": ", 1)[-1], seen[key]])
                 continue
@@ -80,15 +89,15 @@ def build_report(run: Any, doc: Mapping[str, Any], drawn: Mapping[str, list[tupl
             continue
         explorers = []
         if result.base_name in _EXPLORER_SOURCES:
-            explorer = explorer_of(result)
+            explorer = explorer_of(result, max_images=EXPLORER_IMAGES)
             if explorer is not None:
                 explorers.append(explorer)
         summary = doc.get("analyses", {}).get(name, {}).get("summary", {})
         items, links = _items(drawn.get(name, [])), []
-        if explorers:  # the explorer shows the dataset and single-image grids: their files are a link away
-            links = [(i.title, f"figures/{i.path.name}") for i in items
-                     if i.path is not None and _SHOWN_BY_EXPLORER.search(i.stem)]
-            items = [i for i in items if i.path is None or not _SHOWN_BY_EXPLORER.search(i.stem)]
+        if explorers:  # the explorer shows the dataset grid and its images' grids: their files are a link away
+            shown = {"mean", *(f"image{i}" for i in list(result.meta.get("image_indices", []))[:EXPLORER_IMAGES])}
+            links = [(i.title, f"figures/{i.path.name}") for i in items if _in_explorer(i, shown)]
+            items = [i for i in items if not _in_explorer(i, shown)]
         sections.append(Section(slug(name), _title(name), result.intro, items, summary_tables(name, summary),
                                 explorers, figure_links=links))
     _drop_repeated_tables(sections)

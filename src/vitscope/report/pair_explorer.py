@@ -30,7 +30,9 @@ def _data_url(kind: str, data: bytes) -> str:
 def _signed_png(m: np.ndarray) -> str:
     from vitscope.viz.explain_figures import SIGNED_CMAP  # matplotlib only when a page has such an explorer
 
-    m = np.asarray(m, dtype=np.float64)
+    m = np.nan_to_num(np.asarray(m, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+    if m.size == 0:
+        m = np.zeros((1, 1))
     centre = m.sum() / m.size
     limit = float(np.abs(m - centre).max()) or 1.0
     levels = np.clip(((m - centre) / limit * 0.5 + 0.5) * 255.999, 0, 255).astype(np.uint8)
@@ -54,7 +56,8 @@ def pair_explorer(title: str, images: Sequence[np.ndarray], names: Sequence[str]
     for model, kinds in hits.items():
         results[model] = {}
         for kind, per_query in kinds.items():
-            results[model][kind] = [[{"j": int(j), "score": round(float(s), 4), "map_q": _signed_png(mq),
+            results[model][kind] = [[{"j": int(j), "score": round(float(s), 4) if np.isfinite(s) else None,
+                                      "map_q": _signed_png(mq),
                                       "map_j": _signed_png(mj)} for j, s, mq, mj in q_hits] for q_hits in per_query]
     data = {"images": [_data_url("jpeg", jpeg_bytes(np.asarray(im))) for im in images],
             "names": [str(n) for n in names], "classes": [str(c) for c in classes],

@@ -127,7 +127,7 @@ def write_report(report: Report, path: str | os.PathLike) -> Path:
     """Render ``report`` and write it atomically to ``path`` (usually ``<out>/report.html``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(render_html(report), encoding="utf-8")
     os.replace(tmp, path)
     return path

@@ -2,7 +2,8 @@
 
 Kept on its own so it can follow the explain package as it grows: it only calls
 ``vitscope.explain.PairedSimilarity(backbone, projection="head").explain(images_a, images_b)``.
-Maps are signed: bicubic upsampling, a diverging colour map centred on zero and one colour bar per pair.
+Maps: bicubic upsampling, a diverging colour map around each map's even share of the cosine, one colour bar
+per image; a retrieval explorer toggles models and redistributions.
 """
 
 from __future__ import annotations
@@ -92,7 +93,8 @@ def paired_similarity_section(dataset: Any, model: str = "tiny-vit-metric",
                       "Why two images are similar to an embedding network: the cosine similarity of the two "
                       "mean-pooled, projected embeddings decomposed over the tokens of each image and redistributed "
                       "over the input patches with the attention rollout (docs/methods.md, Paired image similarity).",
-                      [figure], [table], pair_explorers=[retrieval_explorer(dataset, names[:n], labels, class_name)])
+                      [figure], [table], pair_explorers=[e for e in [retrieval_explorer(dataset, names[:n], labels,
+                                                                                         class_name)] if e is not None])
     summary = {"model": model, "pairs": [{"a": a, "b": b, "file_a": names[a], "file_b": names[b],
                                           "label_a": labels[a], "label_b": labels[b], "score": s}
                                          for (a, b), s in zip(pairs, scores)],
@@ -111,6 +113,9 @@ def retrieval_explorer(dataset: Any, names: Sequence[str], labels: Sequence[int]
             class of position ``i`` as text.
         models: metric-learning models whose head is the embedding projection.
         num_queries: the first positions whose class has another image in the gallery are the queries.
+
+    Returns:
+        The explorer, or None when the gallery has no two images of one class or an unreadable image.
     """
     import torch
 
@@ -120,7 +125,12 @@ def retrieval_explorer(dataset: Any, names: Sequence[str], labels: Sequence[int]
 
     n = min(len(dataset), gallery, len(labels))
     items = [dataset.get(i) for i in range(n)]
+    if n < 2 or any(item is None for item in items):  # unreadable images: the section keeps its other parts
+        return None
+    k = min(k, n - 1)
     queries = [i for i in range(n) if sum(labels[j] == labels[i] for j in range(n)) > 1][:num_queries]
+    if not queries:
+        return None
     hits: dict[str, dict[str, list]] = {}
     thumbnails = None
     for model in models:

@@ -159,7 +159,7 @@ def _davis_first_frames(options: dict[str, Any], backbone: Any, dataset: Any, bl
     if len(blocks) != 1:
         raise VitscopeValueError(f"{dataset.name} annotates only first frames: its masks are written for one block; "
                                  f"pass --blocks with one block (got {len(blocks)}; default: the last)")
-    block = blocks[0]
+    block = blocks[0] % backbone.spec.num_blocks  # --blocks -1: the last
     if log:
         log(f"propagating {backbone.spec.name} block {block} on {dataset.name} (first frames annotated only) ...")
     files = davis_predictions(backbone, dataset, block, cache, site=options["site"],
