@@ -185,7 +185,7 @@ def test_default_analyses_leave_out_what_the_data_cannot_feed() -> None:
 
 
 @pytest.mark.parametrize(("name", "kind"), CASES)
-@settings(max_examples=3, deadline=None)
+@settings(max_examples=2, deadline=None)
 @given(sizes=st.lists(st.integers(1, 4), min_size=2, max_size=4), cut=st.integers(1, 3), seed=st.integers(0, 10_000))
 def test_merge_of_a_random_split_equals_the_whole(name: str, kind: str, sizes: list[int], cut: int, seed: int) -> None:
     """Batches of random sizes split at a random batch boundary (how ranks and resumed runs divide the work)."""

@@ -64,3 +64,20 @@ def test_a_failing_figure_fails_the_writing(tmp_path) -> None:
     jobs = [(f, tmp_path / f.stem) for f in _figures(4)] + [(Figure("bad", broken, "bad", "c"), tmp_path / "bad")]
     with pytest.raises(RuntimeError, match="cannot draw this one"):
         draw_figures(jobs, workers=2)
+
+
+def test_legends_sit_outside_the_plotting_area_and_stay_in_the_file(tmp_path) -> None:
+    from matplotlib.figure import Figure
+    from PIL import Image
+
+    from vitscope.viz.save import outside_legend, save_figure
+
+    fig = Figure(figsize=(3, 2))
+    ax = fig.add_subplot()
+    ax.plot([0, 1], [0, 1], label="a model with a long name")
+    legend = outside_legend(ax, fontsize=8, loc="best")
+    fig.canvas.draw()
+    box, axes = legend.get_window_extent(), ax.get_window_extent()
+    assert box.x0 >= axes.x1  # beside the axes, not over the curves
+    path = save_figure(fig, tmp_path / "curve", dpi=100, svg=False)[0]
+    assert Image.open(path).size[0] > 300  # cropped around the legend, not cut at the figure's 3 inches

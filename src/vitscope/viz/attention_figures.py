@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from vitscope.viz.attention_maps import as_numpy as _np
 from vitscope.viz.attention_maps import tick_labels as _labels
-from vitscope.viz.save import save_figure
+from vitscope.viz.save import outside_legend, save_figure
 
 __all__ = ["block_lines_figure", "distance_figure", "saliency_figure"]
 
@@ -53,7 +53,7 @@ def distance_figure(
     ax.set_xlabel("block")
     ax.set_ylabel("attention distance (unit square)")
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
+    outside_legend(ax, fontsize=8)
     fig.tight_layout()
     return save_figure(fig, stem)
 
@@ -93,7 +93,7 @@ def saliency_figure(
         ax.set_xlabel("block")
         ax.set_ylabel(f"best-head IoU ({'mean of per-image max' if rule == 'image' else 'best dataset head'})")
         ax.set_title(names.get(source, source), fontsize=10)
-        ax.legend(fontsize=8)
+        outside_legend(ax, fontsize=8)
     fig.tight_layout()
     return save_figure(fig, stem)
 
@@ -119,6 +119,6 @@ def block_lines_figure(
     ax.set_xlabel("block")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
+    outside_legend(ax, fontsize=8)
     fig.tight_layout()
     return save_figure(fig, stem)

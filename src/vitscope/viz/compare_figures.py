@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from vitscope.viz.save import save_figure
+from vitscope.viz.save import outside_legend, save_figure
 
 __all__ = ["model_curves"]
 
@@ -50,5 +50,5 @@ def model_curves(
     ax.set_title(textwrap.fill(title, width=70), fontsize=10)
     ax.grid(alpha=0.3)
     if curves:
-        ax.legend(fontsize=8, loc="best")
+        outside_legend(ax, fontsize=8)
     return save_figure(fig, out_path_stem)

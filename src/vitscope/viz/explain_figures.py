@@ -18,7 +18,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from vitscope.functional.similarity import display_map, upsample_maps
-from vitscope.viz.save import save_figure
+from vitscope.viz.save import outside_legend, save_figure
 
 __all__ = ["SIGNED_CMAP", "class_maps_figure", "even_share_scale", "faithfulness_figure",
            "models_figure", "overlay", "pair_figure", "pose_similarity_figure", "retrieval_figure",
@@ -242,7 +242,7 @@ def faithfulness_figure(fractions: torch.Tensor, curves: Mapping[str, Mapping[st
         ax.set_xlabel("fraction of patches " + ("removed" if mode == "deletion" else "revealed"))
         ax.set_ylabel("cosine similarity")
         ax.set_title(mode, fontsize=9)
-        ax.legend(fontsize=7)
+        outside_legend(ax, fontsize=7)
     fig.tight_layout()
     return save_figure(fig, path, dpi=120, svg=False)[0]
 
@@ -255,6 +255,6 @@ def pose_similarity_figure(per_model: Mapping[str, Sequence[float]], path: str |
         ax.plot(np.arange(1, len(values) + 1), values, marker="o", label=name)
     ax.set_xlabel("rank of the retrieved image")
     ax.set_ylabel("pose similarity to the query")
-    ax.legend(fontsize=7)
+    outside_legend(ax, fontsize=7)
     fig.tight_layout()
     return save_figure(fig, path, dpi=120, svg=False)[0]

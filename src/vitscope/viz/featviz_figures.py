@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from vitscope.viz.save import save_figure
+from vitscope.viz.save import outside_legend, save_figure
 
 __all__ = ["isolate_cls_figure", "panel_figure", "spatial_information_figure", "token_accuracy_figure",
            "top_activation_grid", "top_maps_figure", "unit_grid_figure"]
@@ -188,7 +188,7 @@ def isolate_cls_figure(accuracy: torch.Tensor, path: str | Path, chance: float |
     ax.plot(xs, accuracy.detach().cpu().numpy(), marker="o")
     if chance is not None:
         ax.axhline(chance, color="grey", ls="--", lw=0.8, label="chance")
-        ax.legend(fontsize=7)
+        outside_legend(ax, fontsize=7)
     ax.set_xlabel("block where CLS is inserted (0 = unmodified model)")
     ax.set_ylabel("accuracy")
     ax.set_ylim(0, 1)
@@ -212,5 +212,5 @@ def spatial_information_figure(fractions: torch.Tensor, count_ratio: torch.Tenso
         ax.plot(x, 1 - x, color="grey", ls="--", lw=0.8, label="linear (1 - x)")
         ax.set_xlabel("fraction of active patches removed")
         ax.set_ylabel(f"active patches ({what}) / initial")
-        ax.legend(fontsize=6)
+        outside_legend(ax, fontsize=6)
     return save_figure(fig, path, dpi=110, svg=False, tight=True)[0]

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 
 from vitscope.viz.attention_maps import as_numpy as _np
 from vitscope.viz.attention_maps import tick_labels as _labels
-from vitscope.viz.save import save_figure
+from vitscope.viz.save import outside_legend, save_figure
 
 __all__ = ["STAGE_COLOURS", "focus_figure", "keypoint_grid_figure", "kk_nk_figure", "stages_figure"]
 
@@ -77,7 +77,7 @@ def kk_nk_figure(tensors: Mapping[str, torch.Tensor], stem: str | Path, block_la
     ax.set_ylim(0, 1)
     rule = f" (lam={meta.get('lam')}, rule={meta.get('rule')}, {meta.get('num_images')} images)" if meta else ""
     ax.set_title("Interrelation from keypoint (KK) and non-keypoint (NK) patches" + rule, fontsize=8)
-    ax.legend(fontsize=8)
+    outside_legend(ax, fontsize=8)
     return save_figure(fig, stem)
 
 
@@ -95,7 +95,7 @@ def focus_figure(focus: torch.Tensor, stem: str | Path, block_labels: Sequence |
     ax.set_xlabel("block")
     ax.set_ylabel("focus index (nats)")
     ax.set_title("Attention focus index per head (lower = more focused)", fontsize=9)
-    ax.legend(fontsize=8)
+    outside_legend(ax, fontsize=8)
     return save_figure(fig, stem)
 
 
@@ -127,5 +127,5 @@ def stages_figure(tensors: Mapping[str, torch.Tensor], stages: Mapping[str, Sequ
     twin.set_ylabel("focus index / log K")
     lines = ax.get_legend_handles_labels()
     more = twin.get_legend_handles_labels()
-    ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="lower right")
+    outside_legend(ax, lines[0] + more[0], lines[1] + more[1], fontsize=7)
     return save_figure(fig, stem)

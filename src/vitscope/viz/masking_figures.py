@@ -14,7 +14,7 @@ import torch
 from matplotlib.figure import Figure
 
 from vitscope.viz.attention_maps import as_numpy as _np
-from vitscope.viz.save import save_figure
+from vitscope.viz.save import outside_legend, save_figure
 
 __all__ = ["foreground_bars_figure", "frequency_figure", "guided_mae_figure", "ratio_curves_figure"]
 
@@ -50,7 +50,7 @@ def ratio_curves_figure(curves: Mapping[str, Mapping[str, torch.Tensor]], ratios
     ax.set_ylabel("top-1 accuracy")
     ax.set_ylim(0, 1.02)
     ax.set_title(title, fontsize=8)
-    ax.legend(fontsize=7)
+    outside_legend(ax, fontsize=7)
     return save_figure(fig, stem)
 
 
@@ -76,7 +76,7 @@ def foreground_bars_figure(normalised: Mapping[str, torch.Tensor], topk: Sequenc
     ax.set_xticks(x, [f"{m}\ntop-{topk[j]}" for m, j in groups], fontsize=7)
     ax.set_ylabel("accuracy / full-image accuracy")
     ax.set_title("Foreground and background reliance (normalised by full-image accuracy)", fontsize=8)
-    ax.legend(fontsize=7)
+    outside_legend(ax, fontsize=7)
     return save_figure(fig, stem)
 
 
@@ -103,7 +103,7 @@ def frequency_figure(accuracy: Mapping[str, torch.Tensor], fractions: Sequence[f
     ax.set_ylabel("top-1 accuracy")
     ax.set_ylim(0, 1.02)
     ax.set_title("Fourier filtering: low-pass keeps frequencies within the radius, high-pass beyond it", fontsize=8)
-    ax.legend(fontsize=7)
+    outside_legend(ax, fontsize=7)
     return save_figure(fig, stem)
 
 
@@ -129,5 +129,5 @@ def guided_mae_figure(epochs: Sequence[float], curves: Mapping[str, Sequence[flo
         twin.step(epochs, rho, where="post", color="gray", ls=":", label="rho (guided)")
         twin.set_ylabel("rho")
         twin.set_ylim(-0.05, 1.05)
-    ax.legend(fontsize=7, loc="lower right")
+    outside_legend(ax, fontsize=7)
     return save_figure(fig, stem)

@@ -14,7 +14,7 @@ import torch
 from matplotlib.figure import Figure
 
 from vitscope.errors import VitscopeValueError
-from vitscope.viz.save import save_figure
+from vitscope.viz.save import outside_legend, save_figure
 
 __all__ = ["cka_heatmap", "curves_figure", "residual_figure"]
 
@@ -124,7 +124,7 @@ def curves_figure(
     ax.set_title(textwrap.fill(title, width=70), fontsize=10)
     ax.grid(alpha=0.3)
     if curves or baselines:
-        ax.legend(fontsize=8)
+        outside_legend(ax, fontsize=8)
     return save_figure(fig, out_path_stem, layout=True)
 
 
@@ -156,7 +156,7 @@ def residual_figure(
         ax.set_xlabel("block")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        outside_legend(ax, fontsize=8)
     left.set_ylim(0.0, 1.05)
     ratios = np.concatenate([_array(attn_ratio), _array(mlp_ratio)])
     if np.isfinite(ratios).any() and (ratios[np.isfinite(ratios)] > 0).all():  # log axis only for positive ratios

@@ -12,7 +12,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 
-__all__ = ["RASTER_PIXELS", "is_vector", "save_figure"]
+__all__ = ["RASTER_PIXELS", "is_vector", "outside_legend", "save_figure"]
 
 #: image pixels (summed over every ``imshow`` of the figure) above which a figure is a raster figure
 RASTER_PIXELS = 128 * 128
@@ -27,6 +27,14 @@ def is_vector(fig: Figure) -> bool:
                 shape = image.get_array().shape
                 pixels += int(shape[0]) * int(shape[1])
     return pixels <= RASTER_PIXELS
+
+
+def outside_legend(ax, *args, **kwargs):
+    """A legend beside the axes, outside the plotting area, so it never hides a curve or a reference line
+    (:func:`save_figure` then crops the figure around it)."""
+    kwargs.pop("loc", None)
+    return ax.legend(*args, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False,
+                     **kwargs)
 
 
 def save_figure(fig: Figure, stem: str | Path, dpi: int = 150, svg: bool | None = None,
@@ -44,7 +52,8 @@ def save_figure(fig: Figure, stem: str | Path, dpi: int = 150, svg: bool | None 
     stem = Path(stem)
     stem = stem.with_suffix("") if stem.suffix == ".png" else stem
     stem.parent.mkdir(parents=True, exist_ok=True)
-    extra = {"bbox_inches": "tight"} if tight else {}
+    legends = any(ax.get_legend() is not None for ax in fig.axes)  # legends outside the axes: keep them in
+    extra = {"bbox_inches": "tight"} if tight or legends else {}
     try:
         if layout:
             fig.tight_layout()
