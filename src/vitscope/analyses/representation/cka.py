@@ -101,8 +101,14 @@ class CKAResult(Result):
 
             return cka_heatmap(self.tensors["cka"], title, path, m.get("blocks"), m.get("blocks"))
 
+        from vitscope.viz.charts import block_head_chart
+
+        blocks = m.get("blocks")
+        chart = block_head_chart(self.tensors["cka"], "CKA", blocks, title, x_label="block", y_label="block",
+                                 column_labels=blocks)
         return [self.figure("", draw, "Block-by-block linear CKA of this model: bright cells are blocks that "
-                            "compute similar representations.", "paper 002, fig. 20 to 22")]
+                            "compute similar representations (point at a cell for its value).",
+                            "paper 002, fig. 20 to 22", chart=chart)]
 
 
 @register_analysis("cka", groups=("representation",))

@@ -60,11 +60,18 @@ class ResidualResult(Result):
                                    col_title="branch output of block")
             return draw
 
-        paper = "paper 002, fig. 23"
+        from vitscope.viz.charts import block_head_chart
+
+        paper, blocks = "paper 002, fig. 23", m.get("blocks")
+        charts = {part: block_head_chart(t[f"{part}_cka_matrix"], "CKA", blocks, f"CKA between {part} skip inputs and "
+                                         "branch outputs", x_label="branch output of block",
+                                         y_label="skip input of block", column_labels=blocks)
+                  for part in ("attn", "mlp")}
         return [self.figure("", curves, "CKA between the skip path and the attention / MLP branches per block, and "
                             "their norm ratio.", paper)] + [
             self.figure(f"_{part}_matrix", matrix(part), f"CKA between every {part} skip input (rows) and every "
-                        f"{part} branch output (columns).", paper) for part in ("attn", "mlp")]
+                        f"{part} branch output (columns); point at a cell for its value.", paper,
+                        chart=charts[part]) for part in ("attn", "mlp")]
 
 
 @register_analysis("residual_cka", groups=("representation",))
