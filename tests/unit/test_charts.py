@@ -131,3 +131,21 @@ def test_a_damaged_chart_library_fails_before_the_pass(tmp_path, monkeypatch) ->
             prepare_output(tmp_path / "out")
     finally:
         assets.echarts_script.cache_clear()
+
+
+def test_residual_paths_are_a_two_panel_chart_with_the_numbers_of_the_result() -> None:
+    import torch
+
+    from vitscope.analyses.representation.residual import ResidualResult
+
+    t = {"attn_cka": torch.tensor([0.9, 0.5, 0.2]), "mlp_cka": torch.tensor([0.8, 0.6, 0.4]),
+         "attn_norm_ratio": torch.tensor([0.1, 0.3, 1.2]), "mlp_norm_ratio": torch.tensor([0.2, 0.4, 2.0]),
+         "attn_cka_matrix": torch.eye(3), "mlp_cka_matrix": torch.eye(3)}
+    result = ResidualResult(name="residual_cka", tensors=t, meta={"blocks": [0, 1, 2], "model": "m"})
+    curves, attn, mlp = result.figures()
+    panels = curves.chart.to_json()["panels"]
+    assert [p["kind"] for p in panels] == ["lines", "lines"] and panels[0]["x_ticks"] == ["0", "1", "2"]
+    assert panels[0]["curves"][0]["values"] == pytest.approx([0.9, 0.5, 0.2])
+    assert panels[1]["log_toggle"] is True and panels[1]["curves"][1]["values"] == pytest.approx([0.2, 0.4, 2.0])
+    heat = attn.chart.to_json()["panels"][0]
+    assert heat["kind"] == "heatmap" and heat["x_label"] == "branch output of block"

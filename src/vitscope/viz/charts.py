@@ -23,7 +23,7 @@ import torch
 from vitscope.errors import VitscopeValueError
 
 __all__ = ["Chart", "Curve", "HeatPanel", "LinePanel", "block_head_chart", "block_lines_chart", "curve",
-           "depth_lines_chart"]
+           "depth_lines_chart", "tick_names"]
 
 #: colour maps a heat map may use (the report knows their colours)
 HEAT_COLOURS = ("viridis", "inferno", "diverging")
@@ -123,7 +123,8 @@ class Chart:
         return list(seen)
 
 
-def _ticks(count: int, labels: Sequence | None) -> list[str]:
+def tick_names(count: int, labels: Sequence | None) -> list[str]:
+    """``count`` axis tick names: ``labels`` as text (one each), or ``0 .. count-1``."""
     labels = list(labels) if labels is not None else list(range(count))
     if len(labels) != count:
         raise VitscopeValueError(f"{len(labels)} labels for {count} rows")
@@ -146,8 +147,8 @@ def block_head_chart(matrix: torch.Tensor | np.ndarray, value_label: str, block_
     arr = matrix.detach().cpu().double().numpy() if isinstance(matrix, torch.Tensor) else np.asarray(matrix, float)
     if arr.ndim != 2:
         raise VitscopeValueError(f"expected a [L, H] matrix, got shape {tuple(arr.shape)}")
-    rows = _ticks(arr.shape[0], block_labels)
-    columns = _ticks(arr.shape[1], column_labels)
+    rows = tick_names(arr.shape[0], block_labels)
+    columns = tick_names(arr.shape[1], column_labels)
     values = [_values(r) for r in arr]
     return Chart([HeatPanel(x_label, y_label, value_label, rows, columns, values, title, colours)])
 
@@ -165,7 +166,7 @@ def block_lines_chart(curves: Sequence[Curve], y_label: str, length: int, block_
         y_range: fixed ``(min, max)`` of the value axis (None: automatic).
     """
     positive = all(v is None or v > 0 for c in curves for v in _flat(c.values))
-    return Chart([LinePanel("block", y_label, _ticks(length, block_labels), list(curves), title, y_range,
+    return Chart([LinePanel("block", y_label, tick_names(length, block_labels), list(curves), title, y_range,
                             log_toggle=positive)])
 
 

@@ -67,8 +67,18 @@ class ResidualResult(Result):
                                          "branch outputs", x_label="branch output of block",
                                          y_label="skip input of block", column_labels=blocks)
                   for part in ("attn", "mlp")}
+        from vitscope.viz.charts import Chart, LinePanel, curve, tick_names
+
+        ticks = tick_names(len(t["attn_cka"]), blocks)
+        lines = Chart([
+            LinePanel("block", "CKA (skip, branch)", ticks, [curve("attention", t["attn_cka"], "attention"),
+                                                             curve("MLP", t["mlp_cka"], "MLP")],
+                      "CKA between the skip path and the branch", (0.0, 1.0)),
+            LinePanel("block", "norm ratio (branch / skip)", ticks,
+                      [curve("attention", t["attn_norm_ratio"], "attention"), curve("MLP", t["mlp_norm_ratio"], "MLP")],
+                      "Norm of the branch over the norm of the skip", log_toggle=True)])
         return [self.figure("", curves, "CKA between the skip path and the attention / MLP branches per block, and "
-                            "their norm ratio.", paper)] + [
+                            "their norm ratio.", paper, title=f"Residual paths of {what}", chart=lines)] + [
             self.figure(f"_{part}_matrix", matrix(part), f"CKA between every {part} skip input (rows) and every "
                         f"{part} branch output (columns); point at a cell for its value.", paper,
                         chart=charts[part]) for part in ("attn", "mlp")]
