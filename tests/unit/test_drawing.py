@@ -81,3 +81,17 @@ def test_legends_sit_outside_the_plotting_area_and_stay_in_the_file(tmp_path) ->
     assert box.x0 >= axes.x1  # beside the axes, not over the curves
     path = save_figure(fig, tmp_path / "curve", dpi=100, svg=False)[0]
     assert Image.open(path).size[0] > 300  # cropped around the legend, not cut at the figure's 3 inches
+
+
+def test_a_legend_goes_under_the_axes_when_a_twin_axis_holds_the_right_side() -> None:
+    from matplotlib.figure import Figure
+
+    from vitscope.viz.save import outside_legend
+
+    fig = Figure(figsize=(4, 3))
+    ax = fig.add_subplot()
+    ax.plot([0, 1], [0, 1], label="KK")
+    ax.twinx().plot([0, 1], [1, 0], "--")
+    legend = outside_legend(ax, fontsize=8)
+    fig.canvas.draw()
+    assert legend.get_window_extent().y1 <= ax.get_window_extent().y0  # below the plotting area

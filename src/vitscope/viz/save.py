@@ -30,9 +30,13 @@ def is_vector(fig: Figure) -> bool:
 
 
 def outside_legend(ax, *args, **kwargs):
-    """A legend beside the axes, outside the plotting area, so it never hides a curve or a reference line
-    (:func:`save_figure` then crops the figure around it)."""
+    """A legend outside the plotting area, so it never hides a curve or a reference line (:func:`save_figure`
+    then crops the figure around it): beside the axes, or under them when a twin axis holds the right side."""
     kwargs.pop("loc", None)
+    twin = any(other is not ax and other.bbox.bounds == ax.bbox.bounds for other in ax.figure.axes)
+    if twin:
+        return ax.legend(*args, loc="upper center", bbox_to_anchor=(0.5, -0.18), borderaxespad=0.0,
+                         frameon=False, ncols=4, **kwargs)
     return ax.legend(*args, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False,
                      **kwargs)
 

@@ -68,10 +68,23 @@ class InterrelationResult(Result):
 
         figures = [self.figure("_keypoints", keypoints, "SIFT keypoints on sample images with the patch grid; "
                                "keypoint patches marked.", "paper 003, fig. 3")] if "images" in self.tensors else []
+        from vitscope.viz.charts import block_lines_chart, curve
+
+        kk, nk, fo = (self.tensors[k].double() for k in ("KK", "NK", "focus"))
+        n = kk.shape[0]
+        interrelation = block_lines_chart(
+            [curve("KK", kk.nanmean(dim=1), "KK"), curve("KK", kk, "KK", "dots"),
+             curve("NK", nk.nanmean(dim=1), "NK"), curve("NK", nk, "NK", "dots")],
+            "weighted interrelation", n, labels, "Interrelation from keypoint (KK) and non-keypoint (NK) patches "
+            "(dots: heads)", (0.0, 1.0))
+        focus_chart = block_lines_chart([curve("mean over heads", fo.mean(dim=1), "mean over heads"),
+                                         curve("heads", fo, "", "dots")], "focus index (nats)", n, labels,
+                                        "Attention focus index per head (lower = more focused)")
         return figures + [
-            self.figure("_kk_nk", kk_nk, "Weighted interrelation KK and NK per block (mean over heads and images).",
-                        "paper 003, fig. 5 and 6"),
-            self.figure("_focus", focus, "Attention focus index per block and head.", "paper 003, fig. 7a"),
+            self.figure("_kk_nk", kk_nk, "Weighted interrelation KK and NK per block (mean over heads and images; "
+                        "dots: single heads).", "paper 003, fig. 5 and 6", chart=interrelation),
+            self.figure("_focus", focus, "Attention focus index per block and head.", "paper 003, fig. 7a",
+                        chart=focus_chart),
             self.figure("_stages", stages, "Retrieval, capture and coach stages found from the interrelation "
                         "curves.", "paper 003, fig. 7a"),
         ]
