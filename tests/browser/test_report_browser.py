@@ -27,6 +27,17 @@ def chromium_binary() -> str | None:
     return next((p for p in found if p and os.access(p, os.X_OK)), None)
 
 
+def open_page(browser, report: Path, viewport: tuple[int, int] = (1280, 900)):
+    """``(page, errors)``: ``report`` loaded in a new page of ``viewport``; ``errors`` collects console errors and
+    uncaught exceptions from then on."""
+    page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+    page.goto(report.as_uri(), wait_until="load")
+    return page, errors
+
+
 @pytest.fixture(scope="module")
 def browser():
     sync_api = pytest.importorskip("playwright.sync_api",
@@ -93,11 +104,7 @@ def test_report_loads_every_figure_and_the_explorer_responds(browser, report):
 
 
 def test_charts_draw_from_their_numbers_hover_hide_and_switch_scale(browser, report):
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    errors: list[str] = []
-    page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
-    page.goto(report.as_uri(), wait_until="load")
+    page, errors = open_page(browser, report)
 
     figure = page.locator('figure[data-stem="attention_distance"]')
     assert figure.count() == 1
@@ -202,11 +209,7 @@ def pairs_report(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("viewport", [(1280, 800), (800, 1000)], ids=["1280x800", "800x1000"])
 def test_the_retrieval_explorer_changes_maps_with_the_query_and_the_model(browser, pairs_report, viewport):
-    page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
-    errors: list[str] = []
-    page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
-    page.goto(pairs_report.as_uri(), wait_until="load")
+    page, errors = open_page(browser, pairs_report, viewport)
     maps = page.locator(".vs-pairs-hits img.map")
 
     def shown():
@@ -234,11 +237,7 @@ def test_the_retrieval_explorer_changes_maps_with_the_query_and_the_model(browse
 
 @pytest.mark.parametrize("viewport", [(1280, 800), (800, 1000)], ids=["1280x800", "800x1000"])
 def test_every_figure_has_a_caption_and_its_paper_and_nothing_overflows(browser, report, viewport):
-    page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
-    errors: list[str] = []
-    page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
-    page.goto(report.as_uri(), wait_until="load")
+    page, errors = open_page(browser, report, viewport)
     page.wait_for_timeout(300)  # charts draw after load
     figures = page.locator("main figure.fig")
     assert figures.count() >= 2

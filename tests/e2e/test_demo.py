@@ -64,7 +64,7 @@ def _look_at_the_demo_report(report) -> None:
     import pytest
 
     sync_api = pytest.importorskip("playwright.sync_api")
-    from browser.test_report_browser import SCREENSHOTS, chromium_binary
+    from browser.test_report_browser import SCREENSHOTS, chromium_binary, open_page
 
     binary = chromium_binary()
     if binary is None:
@@ -73,11 +73,7 @@ def _look_at_the_demo_report(report) -> None:
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=binary, args=["--no-sandbox"])
         for width, height in ((1280, 800), (800, 1000)):
-            page = browser.new_page(viewport={"width": width, "height": height})
-            errors: list[str] = []
-            page.on("console", lambda m, errors=errors: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
-            page.goto(report.as_uri(), wait_until="load")
+            page, errors = open_page(browser, report, (width, height))
             page.wait_for_timeout(300)
             assert not errors, errors
             assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0

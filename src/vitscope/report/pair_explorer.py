@@ -28,13 +28,13 @@ def _data_url(kind: str, data: bytes) -> str:
 
 
 def _signed_png(m: np.ndarray) -> str:
-    from vitscope.viz.explain_figures import SIGNED_CMAP  # matplotlib only when a page has such an explorer
+    # matplotlib only when a page has such an explorer
+    from vitscope.viz.explain_figures import SIGNED_CMAP, even_share_scale
 
     m = np.nan_to_num(np.asarray(m, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0)
     if m.size == 0:
         m = np.zeros((1, 1))
-    centre = m.sum() / m.size
-    limit = float(np.abs(m - centre).max()) or 1.0
+    centre, limit = even_share_scale(m)
     levels = np.clip(((m - centre) / limit * 0.5 + 0.5) * 255.999, 0, 255).astype(np.uint8)
     return _data_url("png", palette_png(levels, colour_palette(SIGNED_CMAP)))
 

@@ -81,6 +81,21 @@ def even_share_scale(grid_map: torch.Tensor | np.ndarray) -> tuple[float, float]
     return centre, limit if limit > 0 else max(abs(centre), 1e-12)
 
 
+def _paste_signed(canvas, image: np.ndarray, grid_map: torch.Tensor | np.ndarray, scale: tuple[float, float],
+                  x: int, y: int, side: int, label: str) -> int:
+    """Place one :func:`signed_overlay` (longer side ``side``) at ``(x, y)`` with its colour bar under it;
+    ``label`` may name ``{centre}``. Returns the y below the bar."""
+    from PIL import Image
+
+    centre, limit = scale
+    pic = Image.fromarray(signed_overlay(image, grid_map, limit, centre))
+    factor = side / max(pic.size)
+    pic = pic.resize((max(1, round(pic.width * factor)), max(1, round(pic.height * factor))), Image.BICUBIC)
+    canvas.paste(np.asarray(pic), x, y)
+    return canvas.colour_bar(x, y + pic.height + 8, pic.width, SIGNED_CMAP, f"{centre - limit:.3g}",
+                             f"{centre + limit:.3g}", label.format(centre=centre))
+
+
 def signed_pair_picture(rows: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]],
                         stem: str | Path, side: int = 224) -> list[Path]:
     """Pairs over each other, each image with its map and colour bar (Pillow, no matplotlib).
@@ -91,8 +106,6 @@ def signed_pair_picture(rows: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray,
         stem: output path without suffix (``<stem>.png`` is written).
         side: pixels of each image's longer side.
     """
-    from PIL import Image
-
     from vitscope.viz.raster import Canvas
 
     canvas = Canvas(2 * side + 40, len(rows) * (side + 110))
@@ -102,15 +115,8 @@ def signed_pair_picture(rows: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray,
         y += 22
         below = y
         for k, (img, m) in enumerate(((image_a, map_a), (image_b, map_b))):
-            centre, limit = even_share_scale(m)
-            pic = Image.fromarray(signed_overlay(img, m, limit, centre))
-            scale = side / max(pic.size)
-            pic = pic.resize((max(1, round(pic.width * scale)), max(1, round(pic.height * scale))), Image.BICUBIC)
-            x = 10 + k * (side + 20)
-            canvas.paste(np.asarray(pic), x, y)
-            below = max(below, canvas.colour_bar(x, y + pic.height + 8, pic.width, SIGNED_CMAP,
-                                                 f"{centre - limit:.3g}", f"{centre + limit:.3g}",
-                                                 f"white: an even share, {centre:.3g}"))
+            below = max(below, _paste_signed(canvas, img, m, even_share_scale(m), 10 + k * (side + 20), y, side,
+                                             "white: an even share, {centre:.3g}"))
         y = below + 6
     return canvas.save(stem)
 
@@ -119,19 +125,12 @@ def signed_map_picture(image: np.ndarray, grid_map: torch.Tensor | np.ndarray, s
                        title: str, stem: str | Path, side: int = 320) -> list[Path]:
     """One image with its map and a colour bar (Pillow): :func:`signed_overlay` at ``scale = (centre, limit)``
     (:func:`even_share_scale` of the pair)."""
-    centre, limit = scale
-    from PIL import Image
-
     from vitscope.viz.raster import Canvas
 
     canvas = Canvas(side + 20, side + 90)
     canvas.text(10, 10, title, size=13)
-    pic = Image.fromarray(signed_overlay(image, grid_map, limit, centre))
-    factor = side / max(pic.size)
-    pic = pic.resize((max(1, round(pic.width * factor)), max(1, round(pic.height * factor))), Image.BICUBIC)
-    canvas.paste(np.asarray(pic), 10, 32)
-    canvas.colour_bar(10, 40 + pic.height, pic.width, SIGNED_CMAP, f"{centre - limit:.3g}", f"{centre + limit:.3g}",
-                      f"patch contribution (white: an even share, {centre:.3g})")
+    _paste_signed(canvas, image, grid_map, scale, 10, 32, side, "patch contribution (white: an even share, "
+                  "{centre:.3g})")
     return canvas.save(stem)
 
 

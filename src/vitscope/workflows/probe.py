@@ -57,6 +57,11 @@ def _labelled_split(dataset, fmt: str, test_fraction: float, seed: int):
             ImageFiles(list(paths[test]), labels=labels[test], name=f"{source.name}:test"))
 
 
+def _plain_config(options: dict[str, Any]) -> dict[str, Any]:
+    """The options as results.json keeps them: paths as text, callables (resolved later) left out."""
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items() if not callable(v)}
+
+
 def _describe(dataset: Any, fmt: str, given: str) -> dict[str, Any]:
     """results.json ``data``: name, what the user passed, format, items and the fingerprint of the files."""
     from vitscope.data.annotated_source import AnnotatedSource
@@ -137,7 +142,7 @@ def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None,
         if not is_main_process():
             return None
     table = best_block_table({backbone.spec.name: results})
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items() if not callable(v)}
+    config = _plain_config(options)
     num_images = _num_images(dataset, fmt) + (_num_images(data["test"], fmt) if options.get("test_data") else 0)
     return write_run(out, RunResult(
         "probe", title=f"vitscope probe: {options['model']} on {fmt} ({task})",
@@ -176,7 +181,7 @@ def _davis_first_frames(options: dict[str, Any], backbone: Any, dataset: Any, bl
               "DAVIS evaluation takes them")
     if log:
         log(f"no J&F: {reason}")
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items() if not callable(v)}
+    config = _plain_config(options)
     return write_run(out, RunResult(
         "probe", title=f"vitscope probe: {options['model']} on davis (propagation only)",
         config={**config, "format": "davis", "task": "davis-predictions", "blocks": [block],
