@@ -256,3 +256,76 @@ def test_every_figure_has_a_caption_and_its_paper_and_nothing_overflows(browser,
     page.screenshot(path=str(SCREENSHOTS / f"analyze_report_{viewport[0]}x{viewport[1]}.png"), full_page=True)
     assert not errors, errors
     page.close()
+
+
+@pytest.fixture(scope="module")
+def masking_report(tmp_path_factory) -> Path:
+    """Bars, a numeric x axis and shaded stages: the charts of the masking analyses and paper 003's stages,
+    from their results (no model needed to draw them)."""
+    import torch
+
+    from vitscope.analyses.attention.interrelation import InterrelationResult
+    from vitscope.analyses.masking.foreground import ForegroundMaskingResult
+    from vitscope.analyses.masking.interrelation import InterrelationMaskingResult
+    from vitscope.outputs import RunResult, write_run
+
+    kk = torch.tensor([[0.8, 0.6], [0.5, 0.4], [0.2, 0.3], [0.1, 0.2]])
+    inter = InterrelationResult("interrelation", {k: kk for k in ("KK", "KN", "NK", "NN", "focus")} |
+                                {"focus_normalised": kk / 2},
+                                {"stages": {"retrieval": [0, 1], "capture": [2], "coach": [3]}})
+    fg = ForegroundMaskingResult("foreground_masking", {"normalised_accuracy": torch.tensor(
+        [[1.0, 1.0], [0.82, 0.9], [0.31, 0.55]])}, {"topk": [1, 5], "model": "tiny-vit-sup"})
+    ratios = [0.1, 0.3, 0.5]
+    masking = InterrelationMaskingResult("interrelation_masking", {
+        "accuracy": torch.tensor([[0.7, 0.5, 0.2], [0.9, 0.85, 0.8], [0.8, 0.7, 0.5]]),
+        "full_accuracy": torch.tensor(0.95)}, {"model": "tiny-vit-sup", "block": -1, "mode": "drop", "fill": "",
+                                               "num_images": 4, "orders": ["top", "bottom", "random"],
+                                               "ratios": ratios})
+    out = tmp_path_factory.mktemp("masking") / "out"
+    write_run(out, RunResult("analyze", results={"interrelation": inter, "foreground_masking": fg,
+                                                 "interrelation_masking": masking},
+                             models=[{"id": "tiny-vit-sup", "name": "tiny-vit-sup"}]), progress=False)
+    return out / "report.html"
+
+
+def test_bars_numeric_axes_and_stages_draw_with_values_on_hover(browser, masking_report):
+    page, errors = open_page(browser, masking_report)
+    option = "(d) => echarts.getInstanceByDom(d).getOption()"
+
+    bars = page.locator('figure[data-stem="foreground_masking"] .vs-chart').first
+    bars.scroll_into_view_if_needed()
+    series = bars.evaluate(option)["series"]
+    assert [s["type"] for s in series] == ["bar", "bar", "line"] and series[1]["itemStyle"]["decal"]
+    box = bars.bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.3, box["y"] + box["height"] * 0.5)  # over the top-1 bars
+    tip = bars.locator("div", has_text="background only")
+    tip.first.wait_for(state="visible", timeout=3000)
+    text = tip.first.inner_text()
+    assert text.startswith("top-k accuracy top-1") and "0.82" in text and "0.31" in text and "(baseline)" in text, text
+
+    ratio = page.locator('figure[data-stem="interrelation_masking"] .vs-chart').first
+    ratio.scroll_into_view_if_needed()
+    got = ratio.evaluate(option)
+    assert got["xAxis"][0]["type"] == "value"
+    assert [s["lineStyle"]["type"] for s in got["series"]] == ["solid", "dashed", "dotted", "solid"]
+    box = ratio.bounding_box()
+    page.mouse.move(box["x"] + 64 + (box["width"] - 84) * 0.6, box["y"] + box["height"] * 0.4)  # x = 30 %
+    tip = ratio.locator("div", has_text="top first")
+    tip.first.wait_for(state="visible", timeout=3000)
+    assert "masked patches (%) 30" in tip.first.inner_text() and "0.5" in tip.first.inner_text()
+
+    stages = page.locator('figure[data-stem="interrelation_stages"] .vs-chart').first
+    stages.scroll_into_view_if_needed()
+    bands = [s for s in stages.evaluate(option)["series"] if s["type"] == "bar"]  # whole block slots, behind
+    assert [b["name"] for b in bands] == ["retrieval", "capture", "coach"]
+    assert [[v != "-" for v in b["data"]] for b in bands] == [[True, True, False, False], [False, False, True, False],
+                                                              [False, False, False, True]]
+    box = stages.bounding_box()
+    page.mouse.move(box["x"] + 64 + (box["width"] - 84) * 0.6, box["y"] + box["height"] * 0.4)  # block 2
+    tip = stages.locator("div", has_text="focus / log K")
+    tip.first.wait_for(state="visible", timeout=3000)
+    assert "capture" not in tip.first.inner_text() and tip.first.inner_text().startswith("block 2")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "masking_charts_1280x900.png"), full_page=True)
+    assert not errors, errors
+    page.close()

@@ -31,7 +31,10 @@ def test_guided_mae_few_steps(tmp_path):
     assert entry["accuracy"]["random"][0] == entry["accuracy"]["guided"][0]  # the twins start identical
     assert all(0 <= a <= 1 for curve in entry["accuracy"].values() for a in curve)
     assert entry["convergence"]["faster"] in {"random", "guided", "tie", "neither"}
-    assert (out / "figures" / "guided_mae.png").stat().st_size > 0
+    chart = json.loads((out / "charts" / "guided_mae.json").read_text())
+    assert chart["panels"][0]["curves"][1]["values"] == pytest.approx(entry["accuracy"]["guided"])
+    assert chart["panels"][1]["curves"][0]["values"] == pytest.approx(entry["rho"])
+    assert not (out / "figures" / "guided_mae.png").exists()  # drawn only with --figure-files
     assert (out / "tables" / "guided_mae.csv").read_text().startswith("step,epoch,rho,random,guided")
     assert 'id="guided-mae"' in (out / "report.html").read_text()
 
@@ -41,7 +44,7 @@ def test_robustness_vit_beside_cnn(tmp_path):
     cnn = "tiny-resnet-sup"  # the zoo's CNN classifier; the numbers are checked in tests/validation
     out = tmp_path / "rob"
     proc = cli("experiment", "robustness", "--models", f"tiny-vit-sup,{cnn}", "--data", f"{coco}::coco",
-                    "--out", str(out), "--device", "cpu")
+                    "--out", str(out), "--device", "cpu", "--figure-files")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((out / "results.json").read_text())
     fg, freq = doc["analyses"]["foreground_masking"], doc["analyses"]["frequency_filtering"]
@@ -51,6 +54,8 @@ def test_robustness_vit_beside_cnn(tmp_path):
         assert len(freq["summary"][model]["accuracy"]) == 2
     assert "figures/foreground_masking.png" in fg["files"]["figures"]
     assert "figures/frequency_filtering.png" in freq["files"]["figures"]
+    bars = json.loads((out / "charts" / "foreground_masking.json").read_text())["panels"][0]["curves"]
+    assert [b["colour"] for b in bars] == ["tiny-vit-sup", "tiny-vit-sup", cnn, cnn, ""]  # a colour per model
     assert 'id="frequency-filtering"' in (out / "report.html").read_text()
     bad = CliRunner().invoke(app, ["experiment", "robustness", "--models", "tiny-vit-mae", "--data", f"{coco}::coco",
                                    "--out", str(tmp_path / "bad")])

@@ -40,7 +40,13 @@ def test_featviz_writes_images_panels_token_mixing_and_report(tmp_path, data) ->
     tm = doc["analyses"]["token_mixing"]["summary"]
     assert tm["num_images"] == 10 and 0 <= tm["patch_average"] <= tm["patch_maximum"] <= 1
     spatial = doc["analyses"]["spatial_information"]["summary"]
-    assert len(spatial["channels"]) == 2 and spatial["images"] == 10 and (out / spatial["figure"]).is_file()
+    assert len(spatial["channels"]) == 2 and spatial["images"] == 10 and "figure" not in spatial
+    chart = json.loads((out / "charts" / "spatial_information.json").read_text())
+    assert doc["analyses"]["spatial_information"]["files"]["figures"] == ["charts/spatial_information.json"]
+    finite = [[v if v == v else None for v in row] for row in spatial["sum_ratio"]]  # NaN: a gap in the line
+    assert [c["values"] for c in chart["panels"][1]["curves"][:-1]] == finite  # one line per block
+    token_charts = doc["analyses"]["token_mixing"]["files"]["figures"]
+    assert token_charts == ["charts/token_mixing_token_accuracy.json", "charts/token_mixing_isolate_cls.json"]
     assert len(spatial["count_ratio"]) == 6 and all(row[0] == 1.0 for row in spatial["count_ratio"]
                                                     if row[0] == row[0])  # NaN rows: no active patch
     assert len((out / "tables" / "history.csv").read_text().splitlines()) == 1 + 3 * 3

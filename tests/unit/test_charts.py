@@ -51,7 +51,9 @@ def test_dots_keep_several_values_per_tick_and_json_is_plain() -> None:
     doc = json.loads(json.dumps(chart.to_json(), allow_nan=False))  # no NaN may reach the page
     dots, dashed = doc["panels"][0]["curves"]
     assert dots["values"] == [[0.1, 0.2, 0.3], [0.4, None, 0.6]]
-    assert dashed == {"name": "random", "values": [0.2, 0.5], "colour": "", "style": "dashed", "x": None}
+    assert dashed == {"name": "random", "values": [0.2, 0.5], "colour": "", "style": "dashed", "x": None,
+                      "baseline": True}
+    assert dots["baseline"] is False
     assert doc["panels"][0]["x_ticks"] == ["b0", "b1"] and doc["panels"][0]["kind"] == "lines"
 
 
@@ -149,3 +151,66 @@ def test_residual_paths_are_a_two_panel_chart_with_the_numbers_of_the_result() -
     assert panels[1]["log_toggle"] is True and panels[1]["curves"][1]["values"] == pytest.approx([0.2, 0.4, 2.0])
     heat = attn.chart.to_json()["panels"][0]
     assert heat["kind"] == "heatmap" and heat["x_label"] == "branch output of block"
+
+
+def test_curve_styles_baselines_bars_and_bands_are_checked() -> None:
+    from vitscope.errors import VitscopeValueError
+    from vitscope.viz.charts import Band, LinePanel
+
+    assert curve("r", [1.0], style="dashed").baseline is True and curve("m", [1.0]).baseline is False
+    assert curve("bottom", [1.0], style="dashed", baseline=False).baseline is False
+    with pytest.raises(VitscopeValueError, match="curve style 'zigzag'"):
+        Curve("m", [1.0], style="zigzag")
+    with pytest.raises(VitscopeValueError, match="bars need a category x axis"):
+        LinePanel("x", "y", [], [Curve("m", [1.0], style="bars", x=[0.5])], x_kind="value")
+    with pytest.raises(VitscopeValueError, match=r"bands over ticks \['9'\]"):
+        block_lines_chart([curve("m", [1.0, 2.0])], "y", 2, bands=[Band("capture", "1", "9")])
+    chart = block_lines_chart([curve("m", [1.0, 2.0])], "y", 2, bands=[Band("capture", "0", "1")])
+    assert chart.to_json()["panels"][0]["bands"] == [{"name": "capture", "first": "0", "last": "1"}]
+
+
+def test_probe_curves_chart_every_metric_with_random_chance_over_the_blocks() -> None:
+    from vitscope.analyses.probes.result import probe_result
+
+    res = probe_result("knn_probe", "knn", [2, 4, 6], {"accuracy": [0.2, 0.5, float("nan")], "top5": [0.6, 0.8, 0.9]},
+                       {"accuracy": 0.1}, model="tiny")
+    acc, top5 = res.figures()
+    panel = acc.chart.to_json()["panels"][0]
+    assert panel["x_ticks"] == ["2", "4", "6"] and panel["y_label"] == "accuracy"
+    assert [c["values"] for c in panel["curves"]] == [[0.2, 0.5, None], [0.1, 0.1, 0.1]]
+    assert [c["colour"] for c in panel["curves"]] == ["tiny", ""] and panel["curves"][1]["baseline"] is True
+    assert len(top5.chart.to_json()["panels"][0]["curves"]) == 1  # no random score for it: no dashed line
+
+
+def test_masking_charts_keep_one_colour_per_model_and_the_orders_apart() -> None:
+    from vitscope.viz.masking_charts import foreground_chart, frequency_chart, ratio_chart
+
+    acc = {o: torch.tensor([0.9, 0.5]) for o in ("top", "bottom", "random")}
+    panel = ratio_chart({"vit": acc, "cnn": acc}, [0.1, 0.5], {"vit": 0.95}, "t").to_json()["panels"][0]
+    styles = [(c["name"], c["style"], c["colour"], c["baseline"]) for c in panel["curves"]]
+    assert styles[:4] == [("vit: top first", "line", "vit", False), ("vit: bottom first", "dashed", "vit", False),
+                          ("vit: random first", "dotted", "vit", False), ("vit: unmasked", "line", "vit", True)]
+    assert len(styles) == 7 and panel["curves"][0]["x"] == [10.0, 50.0] and panel["x_kind"] == "value"
+    freq = frequency_chart({"m": torch.tensor([[0.1, 0.2], [0.3, 0.4]])}, [0.25, 1.0], {"m": 0.5})
+    low, high, full = freq.to_json()["panels"][0]["curves"]
+    assert (low["values"], high["values"], full["values"], full["x"]) == (
+        pytest.approx([0.1, 0.2]), pytest.approx([0.3, 0.4]), [0.5, 0.5], [0.25, 1.0])
+    bars = foreground_chart({"m": torch.tensor([[1.0, 1.0], [0.8, 0.9], [0.3, 0.6]])}, [1, 5]).to_json()["panels"][0]
+    assert bars["x_ticks"] == ["top-1", "top-5"] and bars["log_toggle"] is False
+    assert [(c["name"], c["values"]) for c in bars["curves"]] == [
+        ("foreground only", pytest.approx([0.8, 0.9])), ("background only", pytest.approx([0.3, 0.6])),
+        ("full image", [1.0, 1.0])]
+
+
+def test_stages_chart_shades_each_stage_over_its_blocks() -> None:
+    from vitscope.analyses.attention.interrelation import InterrelationResult
+
+    kk = torch.tensor([[0.8, 0.6], [0.4, 0.2], [0.1, 0.3]])
+    t = {k: kk for k in ("KK", "KN", "NK", "NN", "focus")} | {"focus_normalised": kk / 2}
+    result = InterrelationResult("interrelation", t, {"blocks": [3, 4, 5],
+                                                      "stages": {"retrieval": [3], "capture": [4, 5], "coach": []}})
+    stages = next(f for f in result.figures() if f.stem == "interrelation_stages").chart.to_json()["panels"][0]
+    assert stages["bands"] == [{"name": "retrieval", "first": "3", "last": "3"},
+                               {"name": "capture", "first": "4", "last": "5"}]
+    assert stages["curves"][0]["values"] == pytest.approx([0.7, 0.3, 0.2])
+    assert stages["curves"][-1]["values"] == pytest.approx([0.35, 0.15, 0.1]) and list(stages["y_range"]) == [0.0, 1.0]

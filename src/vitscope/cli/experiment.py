@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from vitscope.cli.errors import one_line_errors
+from vitscope.cli.help_text import FIGURE_FILES_HELP
 
 experiment_app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                              help="Experiments: guided MAE pretraining, robustness of several classifiers.")
@@ -27,6 +28,7 @@ def guided_mae(
     depth: int = typer.Option(6, "--depth", min=1, help="Blocks of the tiny ViT."),
     embed_dim: int = typer.Option(128, "--embed-dim", min=8, help="Width of the tiny ViT."),
     seed: int = typer.Option(0, "--seed"),
+    figure_files: bool = typer.Option(False, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
 ) -> None:
     """Pretrain random-mask and guided-mask MAE twins; plot k-NN probe accuracy against epochs (paper 003 fig. 9)."""
     from vitscope.experiments.guided_mae import GuidedMAEConfig, run_guided_mae
@@ -34,7 +36,7 @@ def guided_mae(
     cfg = GuidedMAEConfig(steps=steps, batch_size=batch_size, train_images=train_images, eval_points=eval_points,
                           bank_images=bank_images, test_images=test_images, every_epochs=every_epochs,
                           mask_ratio=mask_ratio, depth=depth, embed_dim=embed_dim, seed=seed)
-    doc = run_guided_mae(cfg, out)
+    doc = run_guided_mae(cfg, out, figure_files=figure_files)
     entry = doc["analyses"]["guided_mae"]["summary"]
     for twin, acc in entry["accuracy"].items():
         typer.echo(f"{twin:>7}: " + " ".join(f"{a:.3f}" for a in acc))
@@ -52,12 +54,14 @@ def robustness(
     limit: int | None = typer.Option(None, "--limit", min=1, help="Use only the first N images."),
     batch_size: int = typer.Option(32, "--batch-size", "-b", min=1),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),
+    figure_files: bool = typer.Option(False, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
 ) -> None:
     """Foreground/background-only accuracy and Fourier filtering sweeps, every model in one figure (paper 001 s. 5)."""
     from vitscope.experiments.robustness import run_robustness
 
     names = [m.strip() for m in models.split(",") if m.strip()]
-    doc = run_robustness(names, data, out, batch_size=batch_size, device=device, limit=limit, region=region)
+    doc = run_robustness(names, data, out, batch_size=batch_size, device=device, limit=limit, region=region,
+                         figure_files=figure_files)
     analyses = doc["analyses"]
     for model, freq in analyses["frequency_filtering"]["summary"].items():
         line = f"{model}: full {freq['full_accuracy']:.3f}"

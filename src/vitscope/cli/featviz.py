@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from vitscope.cli.errors import one_line_errors
+from vitscope.cli.help_text import FIGURE_FILES_HELP
 
 __all__ = ["featviz"]
 
@@ -34,6 +35,7 @@ def featviz(
                                             "spatial-information test on N random FFN channels per block (needs "
                                             "--data)."),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),
+    figure_files: bool = typer.Option(False, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
 ) -> None:
     """Optimise images that maximise units; with --data, their top images and activation maps."""
     from vitscope.featviz.workflow import FeatvizOptions, run_featviz
@@ -44,7 +46,7 @@ def featviz(
     options = FeatvizOptions(model=model, out=out, units=list(unit), grid=grid, steps=steps, seed=seed,
                              lambda_tv=lambda_tv, noise=noise, color_shift=color_shift, data=data, top_k=top_k,
                              limit=limit, token_mixing=token_mixing,
-                             spatial_information=spatial_information, device=device)
+                             spatial_information=spatial_information, device=device, figure_files=figure_files)
     path = run_featviz(options, log=lambda s: typer.echo(s, err=True))
     doc = json.loads(path.read_text())
     units = doc["analyses"]["featviz"]["summary"]["units"]

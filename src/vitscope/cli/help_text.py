@@ -1,7 +1,12 @@
 """Help text of ``vitscope analyze`` that lists the analyses (static, so ``--help`` does not import torch;
-``tests/unit/test_cli_help.py`` keeps it in step with the registry)."""
+``tests/unit/test_cli_help.py`` keeps it in step with the registry), and help shared by several commands."""
 
 from __future__ import annotations
+
+#: ``--figure-files`` of every command whose report draws charts
+FIGURE_FILES_HELP = ("Also write curves and heat maps as PNG and SVG in figures/ (the report draws them in the "
+                     "browser, with PNG and SVG downloads; default: off, as drawing each takes a few tenths of a "
+                     "second).")
 
 #: group -> (member, what it measures, needs), in the order ``--help`` shows them; members of several groups
 #: appear under their first

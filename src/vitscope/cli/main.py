@@ -12,7 +12,7 @@ from vitscope.cli.errors import one_line_errors, one_line_warnings
 from vitscope.cli.experiment import experiment_app
 from vitscope.cli.explain import explain_pair
 from vitscope.cli.featviz import featviz as featviz_command
-from vitscope.cli.help_text import analyses_epilog
+from vitscope.cli.help_text import FIGURE_FILES_HELP, analyses_epilog
 from vitscope.cli.probe import probe as probe_command
 from vitscope.cli.zoo import zoo_app
 from vitscope.models.errors import TRUST_PICKLE_ENV
@@ -98,9 +98,6 @@ def _resolve(table, given: dict, config: Path | None) -> dict:
 
 _CONFIG_HELP = "YAML file of options (keys as the long options); command-line options override it."
 _RESUME_HELP = "Continue from the state saved by an interrupted run of the same command (default: on)."
-_FIGURE_FILES_HELP = ("Also write curves and heat maps as PNG and SVG in figures/ (the report draws them in the "
-                      "browser, with PNG and SVG downloads; default: off, as drawing each takes a few tenths of a "
-                      "second).")
 
 
 @app.command(epilog=analyses_epilog())
@@ -123,7 +120,7 @@ def analyze(
     resume: bool | None = typer.Option(None, "--resume/--no-resume", help=_RESUME_HELP),
     checkpoint_seconds: float | None = typer.Option(None, "--checkpoint-seconds", min=0,
                                                     help="Least seconds between state saves [60]."),
-    figure_files: bool | None = typer.Option(None, "--figure-files/--no-figure-files", help=_FIGURE_FILES_HELP),
+    figure_files: bool | None = typer.Option(None, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
 ) -> None:
     """Run analyses over a dataset in one pass; write results.json, tables, figures and report.html."""
@@ -160,7 +157,7 @@ def compare(
     resume: bool | None = typer.Option(None, "--resume/--no-resume", help=_RESUME_HELP),
     checkpoint_seconds: float | None = typer.Option(None, "--checkpoint-seconds", min=0,
                                                     help="Least seconds between state saves [60]."),
-    figure_files: bool | None = typer.Option(None, "--figure-files/--no-figure-files", help=_FIGURE_FILES_HELP),
+    figure_files: bool | None = typer.Option(None, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
 ) -> None:
     """Compare models per block on shared axes (paper 002): one pass per model; figures, tables, report.html."""

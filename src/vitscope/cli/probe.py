@@ -14,6 +14,7 @@ from pathlib import Path
 import typer
 
 from vitscope.cli.errors import one_line_errors
+from vitscope.cli.help_text import FIGURE_FILES_HELP
 
 __all__ = ["parse_blocks", "probe"]
 
@@ -60,6 +61,7 @@ def probe(
     davis_void: str = typer.Option("background", "--davis-void", help="DAVIS void pixels (255): background (the "
                                    "official evaluation: predictions on them count) or ignore (masked out of both "
                                    "masks)."),
+    figure_files: bool = typer.Option(False, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
 ) -> None:
     """Per-block probes (retrieval, DAVIS, SPair keypoints, k-NN / linear, clustering) with random chance.
 
@@ -79,7 +81,7 @@ def probe(
     options = {"model": model, "data": data, "out": out, "test_data": test_data, "test_fraction": test_fraction,
                "tiling": tiling, "blocks": lambda num_blocks: parse_blocks(blocks, num_blocks), "site": site,
                "batch_size": batch_size, "device": device, "dtype": dtype, "seed": seed, "cache": cache,
-               "davis_void": davis_void}
+               "davis_void": davis_void, "figure_files": figure_files}
     from vitscope.cli.launch import role
     from vitscope.workflows.probe import run_probe
 

@@ -119,7 +119,8 @@ def convergence_summary(steps: list[int], curves: dict[str, list[float]], fracti
             "mean_accuracy": {n: sum(c) / len(c) for n, c in curves.items()}}
 
 
-def run_guided_mae(cfg: GuidedMAEConfig, out: str | Path, progress: bool | None = None) -> dict[str, Any]:
+def run_guided_mae(cfg: GuidedMAEConfig, out: str | Path, progress: bool | None = None,
+                   figure_files: bool = False) -> dict[str, Any]:
     """Train both twins, score their snapshots; write ``results.json``, ``tables/guided_mae.csv``, figure 9 and
     ``report.html``.
 
@@ -127,6 +128,7 @@ def run_guided_mae(cfg: GuidedMAEConfig, out: str | Path, progress: bool | None 
         cfg: the experiment's settings.
         out: output folder.
         progress: training progress bars (default: when stderr is a terminal).
+        figure_files: also write the curves as PNG and SVG (the report draws them in the browser).
 
     Returns:
         The ``results.json`` document.
@@ -135,6 +137,7 @@ def run_guided_mae(cfg: GuidedMAEConfig, out: str | Path, progress: bool | None 
 
     from vitscope.analyses.result import Figure, SummaryResult
     from vitscope.outputs import RunResult, prepare_output, write_run
+    from vitscope.viz import charts
 
     out = prepare_output(out)
     data = synthetic_split(cfg.train_images, cfg.seed, size=cfg.image_size)
@@ -173,7 +176,11 @@ def run_guided_mae(cfg: GuidedMAEConfig, out: str | Path, progress: bool | None 
                "convergence": convergence_summary(steps, curves)}
     result = SummaryResult("guided_mae", summary, tables={"guided_mae": table}, figures=[Figure(
         "guided_mae", draw, "Guided MAE", "k-NN accuracy of the mean token during pretraining, SIFT-guided masks "
-        "against random masks (rho: the share of guided masks).", "paper 003, fig. 9")],
+        "against random masks (rho: the share of guided masks).", "paper 003, fig. 9", chart=charts.Chart(
+            charts.value_lines_chart([charts.curve(f"{t} masks", curves[t], t, x=epochs) for t in TWINS], "epoch",
+                                     "k-NN accuracy (mean token)", "Random against guided (SIFT keypoint) masks").panels
+            + charts.value_lines_chart([charts.curve("rho (guided)", rho, "", "dotted", epochs)], "epoch", "rho",
+                                       "Share of guided masks", y_range=(0.0, 1.0)).panels))],
         intro="MAE pretraining with masks guided by the SIFT interrelation score against random masks.")
     path = write_run(out, RunResult(
         "experiment guided-mae", title="vitscope experiment guided-mae", config=asdict(cfg),
@@ -182,6 +189,6 @@ def run_guided_mae(cfg: GuidedMAEConfig, out: str | Path, progress: bool | None 
                  "num_heads": cfg.num_heads} for t in TWINS],
         data={"name": "synthetic world", "source": f"seed {cfg.seed}, {cfg.train_images} training scenes, "
               f"k-NN bank {len(bank)}, held-out test {len(test)}"}, extra={"experiment": "guided-mae"}),
-        progress=progress)
+        progress=progress, figure_files=figure_files)
     doc = json.loads(path.read_text())
     return doc

@@ -41,7 +41,7 @@ class ModelsResult(Result):
 
 def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size: int = 32,
                    device: str | None = None, limit: int | None = None, region: str = "box",
-                   progress: bool | None = None) -> dict[str, Any]:
+                   progress: bool | None = None, figure_files: bool = False) -> dict[str, Any]:
     """Run the robustness analyses on every model; write ``results.json``, tables, combined figures, report.html.
 
     Args:
@@ -51,6 +51,7 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
         batch_size, device, limit: as ``vitscope analyze``.
         region: foreground region, ``"box"`` or ``"mask"``.
         progress: progress bars.
+        figure_files: also write the figures as PNG and SVG (the report draws them in the browser).
 
     Returns:
         The ``results.json`` document.
@@ -62,6 +63,7 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
     from vitscope.engine.run import run
     from vitscope.models.load import load_model
     from vitscope.outputs import RunResult, prepare_output, write_run
+    from vitscope.viz.masking_charts import foreground_chart, frequency_chart
 
     if not models:
         raise VitscopeValueError("give at least one model (e.g. --models tiny-vit-sup,MY_CNN)")
@@ -91,22 +93,27 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
 
         results["foreground_masking"] = ModelsResult(
             "foreground_masking", {m: r["foreground_masking"] for m, r in per_model.items()},
-            Figure("foreground_masking", bars, "Foreground masking", "Full, foreground-only and background-only "
-                   "accuracy of every model, normalised by its full-image accuracy.", "paper 001, tables 2 and 3"))
+            Figure("foreground_masking", bars, "Foreground masking", "Foreground-only (filled) and background-only "
+                   "(hatched) accuracy of every model, normalised by its full-image accuracy (dashed at 1).",
+                   "paper 001, tables 2 and 3", chart=foreground_chart(fg, [1, 5])))
     freq = {m: r["frequency_filtering"] for m, r in per_model.items()}
     first = next(iter(freq.values()))
+
+    accuracy = {m: r["accuracy"] for m, r in freq.items()}
+    full = {m: float(r["full_accuracy"]) for m, r in freq.items()}
 
     def curves(path: Path) -> list[Path]:
         from vitscope.viz.masking_figures import frequency_figure
 
-        return frequency_figure({m: r["accuracy"] for m, r in freq.items()}, first.meta["fractions"],
-                                {m: float(r["full_accuracy"]) for m, r in freq.items()}, path)
+        return frequency_figure(accuracy, first.meta["fractions"], full, path)
 
     results["frequency_filtering"] = ModelsResult("frequency_filtering", freq, Figure(
         "frequency_filtering", curves, "Frequency filtering", "Accuracy of every model against the cut-off radius "
-        "of low-pass and high-pass filters.", "paper 001, section 5"))
+        "of low-pass (solid) and high-pass (dashed) filters; thin lines: unfiltered accuracy.", "paper 001, section 5",
+        chart=frequency_chart(accuracy, first.meta["fractions"], full)))
     config = {"models": list(models), "data": data, "region": region, "limit": limit}
     path = write_run(out, RunResult("experiment robustness", title=f"vitscope experiment robustness: "
                                     f"{', '.join(models)}", config=config, results=results, models=identities,
-                                    data=described, extra={"experiment": "robustness"}), progress=progress)
+                                    data=described, extra={"experiment": "robustness"}), progress=progress,
+                     figure_files=figure_files)
     return json.loads(path.read_text())

@@ -204,10 +204,22 @@ class TokenMixingResult(Result):
 
             return [isolate_cls_figure(self.tensors["isolate_cls_accuracy"], png_path(path))]
 
+        from vitscope.viz.charts import block_head_chart, block_lines_chart, curve
+
+        grid, cls = self.tensors["token_accuracy_grid"], float(self.meta["cls_token_accuracy"])
+        grid_chart = block_head_chart(grid, "accuracy", title=f"Head applied to each patch token (CLS token: "
+                                      f"{cls:.3f})", x_label="column", y_label="row", value_range=(0.0, 1.0))
+        isolated = self.tensors["isolate_cls_accuracy"]
+        isolate_chart = block_lines_chart([curve(self.meta.get("model") or "model", isolated,
+                                                 self.meta.get("model") or "model")], "accuracy", isolated.numel(),
+                                          title="Isolating CLS until block L (0 = unmodified model)",
+                                          y_range=(0.0, 1.0))
+        isolate_chart.panels[0].x_label = "block where CLS is inserted"
         return [self.figure("_token_accuracy", tokens, "Accuracy of the classifier applied to every output token, "
-                            "on the token grid (the CLS token's accuracy in the title).", "paper 001, fig. 6"),
+                            "on the token grid (the CLS token's accuracy in the title).", "paper 001, fig. 6",
+                            chart=grid_chart),
                 self.figure("_isolate_cls", isolate, "Accuracy when the CLS token is inserted at a later block and "
-                            "attends only to itself before it.", "paper 001, table 1")]
+                            "attends only to itself before it.", "paper 001, table 1", chart=isolate_chart)]
 
 
 def token_mixing(

@@ -47,6 +47,7 @@ class FeatvizOptions:
     spatial_information: int = 0
     device: str | None = None
     chunk: int = 16
+    figure_files: bool = False
 
 
 def grid_units(spec, per_block: int, seed: int = 0) -> list[Objective]:
@@ -144,6 +145,7 @@ def _spatial_information(backbone, dataset, options: FeatvizOptions) -> Any:
     """Appendix F on ``options.spatial_information`` seeded random FFN channels of every block."""
     from vitscope.engine.run import run
     from vitscope.featviz.spatial import PreprocessedImages, spatial_information_by_block
+    from vitscope.viz.featviz_charts import spatial_information_chart
     from vitscope.viz.featviz_figures import spatial_information_figure
 
     limit = options.limit or 300  # candidates for each unit's top images; every one is re-run per fraction
@@ -161,11 +163,11 @@ def _spatial_information(backbone, dataset, options: FeatvizOptions) -> Any:
 
     summary = {"channels": channels, "images": len(images), "fractions": res["fractions"].tolist(),
                "count_ratio": res["count_ratio"].tolist(), "sum_ratio": res["sum_ratio"].tolist(),
-               "units_used": res["units_used"].tolist(), "linearity": res["linearity"],
-               "figure": "figures/spatial_information.png"}
+               "units_used": res["units_used"].tolist(), "linearity": res["linearity"]}
     return SummaryResult("spatial_information", summary, figures=[Figure(
         "spatial_information", draw, "Ratio of active patches per block", "A line near 1 - x means the channel "
-        "keeps spatial information; a flat line means it mixes tokens.", "paper 001, appendix F")])
+        "keeps spatial information; a flat line means it mixes tokens.", "paper 001, appendix F",
+        chart=spatial_information_chart(res["fractions"], res["count_ratio"], res["sum_ratio"], labels))])
 
 
 def _unnormalise(backbone, pixels: torch.Tensor) -> torch.Tensor:
@@ -258,7 +260,7 @@ def run_featviz(options: FeatvizOptions, log: Callable[[str], None] = lambda s: 
                     config=config, results=results, models=[model_identity(options.model, backbone)], data=data_doc,
                     sections=featviz_sections(results), own_sections={"featviz", "token_mixing", "spatial_information"},
                     notes=notes)
-    return write_run(out, run)
+    return write_run(out, run, figure_files=options.figure_files)
 
 
 class WeakFeatureVisualisationWarning(UserWarning):

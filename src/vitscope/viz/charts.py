@@ -22,11 +22,13 @@ import torch
 
 from vitscope.errors import VitscopeValueError
 
-__all__ = ["Chart", "Curve", "HeatPanel", "LinePanel", "block_head_chart", "block_lines_chart", "curve",
-           "depth_lines_chart", "tick_names"]
+__all__ = ["Band", "Chart", "Curve", "HeatPanel", "LinePanel", "block_head_chart", "block_lines_chart", "curve",
+           "depth_lines_chart", "tick_names", "value_lines_chart"]
 
 #: colour maps a heat map may use (the report knows their colours)
 HEAT_COLOURS = ("viridis", "inferno", "diverging")
+#: how a curve is drawn: lines (solid with markers, dashed, dotted), points, or bars (filled, hatched)
+STYLES = ("line", "dashed", "dotted", "dots", "bars", "hatched_bars")
 
 
 def _values(x: torch.Tensor | np.ndarray | Sequence[float]) -> list[float | None]:
@@ -45,16 +47,35 @@ class Curve:
         values: one value per x tick (None: no value).
         colour: colour key: curves with the same key share one colour on the whole page (usually a model's
             name, so a model keeps its colour in every figure); "" is a neutral grey (a shared baseline).
-        style: ``"line"`` (with markers), ``"dashed"`` (a baseline) or ``"dots"`` (points without a line;
-            ``values`` may then hold several values per tick, e.g. one per head).
+        style: one of :data:`STYLES`: ``"line"`` (solid, with markers), ``"dashed"``, ``"dotted"``, ``"dots"``
+            (points without a line; ``values`` may then hold several values per tick, e.g. one per head),
+            ``"bars"`` or ``"hatched_bars"`` (one bar per tick, side by side with the panel's other bars).
         x: the x of every value on a numeric axis (``LinePanel.x_kind == "value"``); None on a category axis.
+        baseline: a reference to read the other curves against (random chance, the unmasked accuracy): drawn
+            thin without markers, and its hover value says "(baseline)". None: a dashed curve is a baseline.
     """
 
     name: str
     values: list[float | None] | list[list[float | None]]
     colour: str = ""
-    style: Literal["line", "dashed", "dots"] = "line"
+    style: Literal["line", "dashed", "dotted", "dots", "bars", "hatched_bars"] = "line"
     x: list[float] | None = None
+    baseline: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.style not in STYLES:
+            raise VitscopeValueError(f"curve style {self.style!r}: use one of {', '.join(STYLES)}")
+        if self.baseline is None:
+            self.baseline = self.style == "dashed"
+
+
+@dataclass
+class Band:
+    """A shaded stretch of a category axis with its name above it (e.g. a stage over blocks ``first..last``)."""
+
+    name: str
+    first: str
+    last: str
 
 
 @dataclass
@@ -71,18 +92,25 @@ class LinePanel:
     log_toggle: bool = False
     x_kind: Literal["category", "value"] = "category"
     x_range: tuple[float | None, float | None] = (None, None)
+    bands: list[Band] = field(default_factory=list)
     kind: str = field(default="lines", init=False)
 
     def __post_init__(self) -> None:
         if self.x_kind == "value" and any(c.x is None or len(c.x) != len(c.values) for c in self.curves):
             raise VitscopeValueError("on a numeric x axis every curve needs one x per value")
+        if self.x_kind == "value" and any(c.style in ("bars", "hatched_bars") for c in self.curves):
+            raise VitscopeValueError("bars need a category x axis")
+        unknown = {t for b in self.bands for t in (b.first, b.last)} - set(self.x_ticks)
+        if unknown:
+            raise VitscopeValueError(f"bands over ticks {sorted(unknown)} that the axis does not have")
 
 
 @dataclass
 class HeatPanel:
     """A matrix of values (rows x columns), e.g. blocks x heads, with a colour scale.
 
-    ``colours``: one of :data:`HEAT_COLOURS` (``"diverging"`` centres the scale on 0).
+    ``colours``: one of :data:`HEAT_COLOURS` (``"diverging"`` centres the scale on 0). ``value_range``: a fixed
+    ``(min, max)`` of the colour scale (e.g. ``(0, 1)`` for accuracies); None: the values' own range.
     """
 
     x_label: str
@@ -93,6 +121,7 @@ class HeatPanel:
     values: list[list[float | None]]
     title: str = ""
     colours: str = "viridis"
+    value_range: tuple[float, float] | None = None
     kind: str = field(default="heatmap", init=False)
 
     def __post_init__(self) -> None:
@@ -133,7 +162,7 @@ def tick_names(count: int, labels: Sequence | None) -> list[str]:
 
 def block_head_chart(matrix: torch.Tensor | np.ndarray, value_label: str, block_labels: Sequence | None = None,
                      title: str = "", colours: str = "viridis", x_label: str = "head", y_label: str = "block",
-                     column_labels: Sequence | None = None) -> Chart:
+                     column_labels: Sequence | None = None, value_range: tuple[float, float] | None = None) -> Chart:
     """A blocks x heads heat map (the browser twin of :func:`vitscope.viz.heatmaps.block_head_heatmap`).
 
     Args:
@@ -143,6 +172,7 @@ def block_head_chart(matrix: torch.Tensor | np.ndarray, value_label: str, block_
         title: panel title.
         colours: one of :data:`HEAT_COLOURS`.
         x_label, y_label: axis names.
+        value_range: fixed ``(min, max)`` of the colour scale (None: the values' range).
     """
     arr = matrix.detach().cpu().double().numpy() if isinstance(matrix, torch.Tensor) else np.asarray(matrix, float)
     if arr.ndim != 2:
@@ -150,11 +180,12 @@ def block_head_chart(matrix: torch.Tensor | np.ndarray, value_label: str, block_
     rows = tick_names(arr.shape[0], block_labels)
     columns = tick_names(arr.shape[1], column_labels)
     values = [_values(r) for r in arr]
-    return Chart([HeatPanel(x_label, y_label, value_label, rows, columns, values, title, colours)])
+    return Chart([HeatPanel(x_label, y_label, value_label, rows, columns, values, title, colours, value_range)])
 
 
 def block_lines_chart(curves: Sequence[Curve], y_label: str, length: int, block_labels: Sequence | None = None,
-                      title: str = "", y_range: tuple[float | None, float | None] = (None, None)) -> Chart:
+                      title: str = "", y_range: tuple[float | None, float | None] = (None, None),
+                      bands: Sequence[Band] = ()) -> Chart:
     """Curves over ``length`` blocks in one panel; a log/linear toggle when every value is positive.
 
     Args:
@@ -164,10 +195,11 @@ def block_lines_chart(curves: Sequence[Curve], y_label: str, length: int, block_
         block_labels: tick labels (default ``0..length-1``).
         title: panel title.
         y_range: fixed ``(min, max)`` of the value axis (None: automatic).
+        bands: shaded stretches of blocks (e.g. stages), by tick name.
     """
     positive = all(v is None or v > 0 for c in curves for v in _flat(c.values))
     return Chart([LinePanel("block", y_label, tick_names(length, block_labels), list(curves), title, y_range,
-                            log_toggle=positive)])
+                            log_toggle=positive, bands=list(bands))])
 
 
 def depth_lines_chart(curves: Sequence[Curve], y_label: str, title: str = "") -> Chart:
@@ -183,22 +215,42 @@ def depth_lines_chart(curves: Sequence[Curve], y_label: str, title: str = "") ->
                             log_toggle=positive, x_kind="value", x_range=(0.0, 1.0))])
 
 
+def value_lines_chart(curves: Sequence[Curve], x_label: str, y_label: str, title: str = "",
+                      x_range: tuple[float | None, float | None] = (None, None),
+                      y_range: tuple[float | None, float | None] = (None, None)) -> Chart:
+    """Curves over a numeric axis in one panel (a mask ratio, a cut-off radius, epochs); every curve gives ``x``.
+
+    Args:
+        curves: the series, each with ``x``.
+        x_label, y_label: axis names, with units.
+        title: panel title.
+        x_range, y_range: fixed ``(min, max)`` of each axis (None: automatic).
+    """
+    positive = all(v is None or v > 0 for c in curves for v in _flat(c.values))
+    return Chart([LinePanel(x_label, y_label, [], list(curves), title, y_range, log_toggle=positive,
+                            x_kind="value", x_range=x_range)])
+
+
 def _flat(values: list) -> list:
     return [v for item in values for v in (item if isinstance(item, list) else [item])]
 
 
 def curve(name: str, values: torch.Tensor | np.ndarray | Sequence[float], colour: str = "",
-          style: Literal["line", "dashed", "dots"] = "line") -> Curve:
+          style: Literal["line", "dashed", "dotted", "dots", "bars", "hatched_bars"] = "line",
+          x: torch.Tensor | np.ndarray | Sequence[float] | None = None, baseline: bool | None = None) -> Curve:
     """A :class:`Curve` from a tensor or array.
 
     Args:
         name: legend entry.
         values: ``[X]`` values, or ``[X, k]`` with ``style="dots"`` (k values per tick, e.g. one per head).
         colour: colour key (usually the model's name; "" for neutral grey).
-        style: ``"line"``, ``"dashed"`` or ``"dots"``.
+        style: one of :data:`STYLES`.
+        x: ``[X]`` positions on a numeric axis (None on a category axis).
+        baseline: whether the curve is a reference line (None: when dashed).
     """
+    xs = None if x is None else [float(v) for v in _values(x)]
     if style == "dots":
         arr = values.detach().cpu().double().numpy() if isinstance(values, torch.Tensor) else np.asarray(values, float)
         if arr.ndim == 2:
-            return Curve(name, [_values(row) for row in arr], colour, style)
-    return Curve(name, _values(values), colour, style)
+            return Curve(name, [_values(row) for row in arr], colour, style, xs, baseline)
+    return Curve(name, _values(values), colour, style, xs, baseline)

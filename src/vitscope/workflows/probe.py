@@ -150,7 +150,8 @@ def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None,
                 "device": options.get("device") or "auto", "dtype": options.get("dtype") or "fp32"},
         results=dict(results), models=[model_identity(options["model"], backbone)],
         data=_describe(dataset, fmt, options["data"]), num_images=num_images, tables={"best_blocks": table},
-        extra={"best_blocks": {"file": "tables/best_blocks.csv", "rows": table.to_dict(orient="records")}}))
+        extra={"best_blocks": {"file": "tables/best_blocks.csv", "rows": table.to_dict(orient="records")}}),
+        figure_files=bool(options.get("figure_files")))
 
 
 def _davis_first_frames(options: dict[str, Any], backbone: Any, dataset: Any, blocks: Any, cache: Any, out: Path,

@@ -86,8 +86,27 @@ class InterrelationResult(Result):
             self.figure("_focus", focus, "Attention focus index per block and head.", "paper 003, fig. 7a",
                         chart=focus_chart),
             self.figure("_stages", stages, "Retrieval, capture and coach stages found from the interrelation "
-                        "curves.", "paper 003, fig. 7a"),
+                        "curves (shaded): KK, KN, NK and NN per block (mean over heads) with the focus index over its "
+                        "maximum log K (dashed).", "paper 003, fig. 7a", chart=self._stages_chart(labels)),
         ]
+
+    def _stages_chart(self, labels: list | None):
+        """KK, KN, NK, NN and focus / log K per block on one axis (all in [0, 1]), the stages as bands."""
+        from vitscope.viz.charts import Band, block_lines_chart, curve, tick_names
+
+        n = self.tensors["KK"].shape[0]
+        ticks = tick_names(n, labels)
+        position = {t: i for i, t in enumerate(ticks)}
+        bands = []
+        for stage, blocks in self.meta.get("stages", {}).items():
+            idx = sorted(position[str(b)] for b in blocks if str(b) in position)
+            if idx:
+                bands.append(Band(stage, ticks[idx[0]], ticks[idx[-1]]))
+        lines = [curve(k, self.tensors[k].double().nanmean(dim=1), k) for k in ("KK", "KN", "NK", "NN")]
+        lines.append(curve("focus / log K", self.tensors["focus_normalised"].double().mean(dim=1), "", "dashed",
+                           baseline=False))
+        return block_lines_chart(lines, "weighted interrelation; focus / log K", n, labels,
+                                 "Stages of attention (paper 003)", (0.0, 1.0), bands)
 
 
 @register_analysis("interrelation")

@@ -35,14 +35,18 @@ class ForegroundMaskingResult(Result):
         if "normalised_accuracy" not in self.tensors:
             return []
 
+        from vitscope.viz.masking_charts import foreground_chart
+
+        normalised = {self.meta.get("model") or "model": self.tensors["normalised_accuracy"]}
+
         def draw(path: Path) -> list[Path]:
             from vitscope.viz.masking_figures import foreground_bars_figure
 
-            return foreground_bars_figure({self.meta.get("model") or "model": self.tensors["normalised_accuracy"]},
-                                          self.meta["topk"], path)
+            return foreground_bars_figure(normalised, self.meta["topk"], path)
 
-        return [self.figure("", draw, "Full, foreground-only and background-only accuracy, normalised by full-image "
-                            "accuracy.", "paper 001, tables 2 and 3")]
+        return [self.figure("", draw, "Foreground-only (filled) and background-only (hatched) accuracy, normalised "
+                            "by the full-image accuracy (dashed at 1).", "paper 001, tables 2 and 3",
+                            chart=foreground_chart(normalised, self.meta["topk"]))]
 
 
 @register_analysis("foreground_masking", groups=("masking",), default=False)

@@ -32,14 +32,18 @@ class FrequencyFilteringResult(Result):
             return []
         model = self.meta.get("model") or "model"
 
+        from vitscope.viz.masking_charts import frequency_chart
+
+        accuracy, full = {model: self.tensors["accuracy"]}, {model: float(self.tensors["full_accuracy"])}
+
         def draw(path: Path) -> list[Path]:
             from vitscope.viz.masking_figures import frequency_figure
 
-            return frequency_figure({model: self.tensors["accuracy"]}, self.meta["fractions"],
-                                    {model: float(self.tensors["full_accuracy"])}, path)
+            return frequency_figure(accuracy, self.meta["fractions"], full, path)
 
-        return [self.figure("", draw, "Accuracy against the cut-off radius of low-pass and high-pass filters.",
-                            "paper 001, section 5")]
+        return [self.figure("", draw, "Accuracy against the cut-off radius of low-pass and high-pass filters; the "
+                            "thin line is the unfiltered accuracy.", "paper 001, section 5",
+                            chart=frequency_chart(accuracy, self.meta["fractions"], full))]
 
 
 @register_analysis("frequency_filtering", groups=("masking",), default=False)

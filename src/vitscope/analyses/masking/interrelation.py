@@ -43,15 +43,20 @@ class InterrelationMaskingResult(Result):
         title = (f"Masking by interrelation score (block {m['block']}, {m['mode']} "
                  f"{m['fill'] if m['mode'] == 'pixel' else ''}, {m['num_images']} images)")
 
+        from vitscope.viz.masking_charts import ratio_chart
+
+        curves = {model: {o: self.tensors["accuracy"][i] for i, o in enumerate(m["orders"])}}
+        full = {model: float(self.tensors["full_accuracy"])}
+
         def draw(path: Path) -> list[Path]:
             from vitscope.viz.masking_figures import ratio_curves_figure
 
-            curves = {o: self.tensors["accuracy"][i] for i, o in enumerate(m["orders"])}
-            return ratio_curves_figure({model: curves}, m["ratios"], {model: float(self.tensors["full_accuracy"])},
-                                       title, path)
+            return ratio_curves_figure(curves, m["ratios"], full, title, path)
 
-        return [self.figure("", draw, "Accuracy against the ratio of masked patches: Top, Bottom and random order.",
-                            "paper 003, fig. 8")]
+        return [self.figure("", draw, "Accuracy against the share of masked patches, masking the highest "
+                            "interrelation scores first (top), the lowest first (bottom) or at random; the thin line "
+                            "is the unmasked accuracy.", "paper 003, fig. 8",
+                            chart=ratio_chart(curves, m["ratios"], full, title))]
 
 
 @register_analysis("interrelation_masking", groups=("masking",), default=False)

@@ -69,7 +69,19 @@ class ProbeResult(Result):
             return draw
 
         return [self.figure(f"_{metric.replace('@', '_at_').replace('&', 'and')}", curve(metric),
-                            caption.format(metric=metric), paper) for metric in self.metrics]
+                            caption.format(metric=metric), paper, chart=self._chart(task, metric))
+                for metric in self.metrics if metric in self.tensors]
+
+    def _chart(self, task: str, metric: str):
+        """The metric per block with the random-chance score as a dashed line."""
+        from vitscope.viz.charts import block_lines_chart, curve
+
+        model, values = self.meta.get("model") or "model", self.tensors[metric]
+        lines = [curve(model, values, model)]
+        random = self.tensors.get(f"random_{metric}")
+        if random is not None:
+            lines.append(curve("random chance", [float(random)] * values.shape[0], "", "dashed"))
+        return block_lines_chart(lines, metric, values.shape[0], self.meta.get("blocks"), f"{task}: {metric} per block")
 
 
 def probe_result(name: str, task: str, blocks: list[int], scores: Mapping[str, list[float]],

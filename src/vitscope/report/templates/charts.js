@@ -1,5 +1,5 @@
 // Draws every chart of a vitscope report from the JSON embedded beside it (vitscope.viz.charts.Chart).
-// Curves: hover shows the values at a block, a legend click hides a model (its baseline with it), a button
+// Curves and bars: hover shows the values at a tick, a legend click hides a model (its baseline with it), a button
 // switches log/linear where every value is positive. Heat maps: hover shows the cell. Each panel can be
 // downloaded as PNG or SVG. One colour per colour key (a model) on the whole page.
 (function () {
@@ -47,9 +47,42 @@
     return rows;
   }
 
+  var BAND_COLOURS = ["rgba(31,119,180,0.10)", "rgba(255,127,14,0.12)", "rgba(44,160,44,0.12)",
+                      "rgba(148,103,189,0.12)"];
+  var HATCH = {symbol: "rect", dashArrayX: [1, 0], dashArrayY: [3, 4], rotation: -Math.PI / 4,
+               color: "rgba(255,255,255,0.75)"};
+
+  function isBars(c) { return c.style === "bars" || c.style === "hatched_bars"; }
+
+  // a band fills whole category slots (first to last tick, edges included): bars as tall as the value axis,
+  // behind the curves, named once at their middle tick
+  function bandSeries(p) {
+    if (!(p.bands || []).length || p.x_kind === "value") { return []; }
+    var top = p.y_range[1];
+    if (top === null) {
+      top = -Infinity;
+      p.curves.forEach(function (c) {
+        c.values.forEach(function (v) {
+          (Array.isArray(v) ? v : [v]).forEach(function (w) { if (w !== null) { top = Math.max(top, w); } });
+        });
+      });
+    }
+    return p.bands.map(function (b, i) {
+      var first = p.x_ticks.indexOf(b.first), last = p.x_ticks.indexOf(b.last), mid = Math.floor((first + last) / 2);
+      var data = p.x_ticks.map(function (t, x) {
+        if (x < first || x > last) { return "-"; }
+        return x === mid ? {value: top, label: {show: true, position: "insideTop", formatter: b.name, color: "#333",
+                                                fontSize: 11}} : top;
+      });
+      return {type: "bar", name: b.name, data: data, barWidth: "100%", barGap: "-100%", silent: true, z: 0,
+              tooltip: {show: false}, itemStyle: {color: BAND_COLOURS[i % BAND_COLOURS.length]}};
+    });
+  }
+
   function lineOption(p, rows) {
     var series = [];
     var legend = [];
+    var baselines = [];  // series index -> whether it is a reference line (its hover value says so)
     p.curves.forEach(function (c) {
       var colour = colourOf(c.colour);
       if (legend.indexOf(c.name) < 0) { legend.push(c.name); }
@@ -60,26 +93,35 @@
         });
         series.push({type: "scatter", name: c.name, data: pts, symbolSize: 5, itemStyle: {color: colour, opacity: 0.45},
                      tooltip: {show: false}, z: 1});
+      } else if (isBars(c)) {
+        series.push({type: "bar", name: c.name, data: c.values, z: 2, barMaxWidth: 48,
+                     itemStyle: {color: colour, decal: c.style === "hatched_bars" ? HATCH : undefined}});
       } else {
         var data = p.x_kind === "value" ? c.values.map(function (v, i) { return [c.x[i], v]; }) : c.values;
+        var dash = c.style === "dashed" ? "dashed" : (c.style === "dotted" ? "dotted" : "solid");
         series.push({type: "line", name: c.name, data: data, connectNulls: false, z: 2,
-                     symbol: c.style === "dashed" ? "none" : "circle", symbolSize: 6,
+                     symbol: c.baseline ? "none" : "circle", symbolSize: 6,
                      itemStyle: {color: colour},
-                     lineStyle: {color: colour, width: 2, type: c.style === "dashed" ? "dashed" : "solid"}});
+                     lineStyle: {color: colour, width: c.baseline ? 1.5 : 2, type: dash}});
       }
+      baselines.push(!!c.baseline);
     });
+    var bands = bandSeries(p);  // shaded stretches (stages) behind the curves, with their names at the top
+    bands.forEach(function (b) { series.push(b); baselines.push(false); });
+    var hasBars = p.curves.some(isBars);
     return {
       animation: false,
       title: p.title ? {text: p.title, left: "center", textStyle: {fontSize: 13, fontWeight: "normal"}} : undefined,
       legend: {type: "plain", bottom: 0, left: "center", data: legend},
-      grid: {left: 64, right: 20, top: p.title ? 36 : 16, bottom: 50 + 22 * rows, containLabel: false},
-      tooltip: {trigger: "axis", confine: true, formatter: function (items) {
+      grid: {left: 64, right: 20, top: p.title ? 36 : 16,
+             bottom: 50 + 22 * rows, containLabel: false},
+      tooltip: {trigger: "axis", confine: true, axisPointer: {type: hasBars ? "shadow" : "line"},
+                formatter: function (items) {
         var out = [];
         items.forEach(function (it) {
-          if (it.seriesType !== "line") { return; }
-          var dashed = it.seriesIndex < series.length && series[it.seriesIndex].lineStyle.type === "dashed";
+          if ((it.seriesType !== "line" && it.seriesType !== "bar") || it.seriesIndex >= p.curves.length) { return; }
           var v = Array.isArray(it.value) ? it.value[1] : it.value;
-          out.push(it.marker + esc(it.seriesName) + (dashed ? " (baseline)" : "") + ": " + fmt(v));
+          out.push(it.marker + esc(it.seriesName) + (baselines[it.seriesIndex] ? " (baseline)" : "") + ": " + fmt(v));
         });
         var at = items[0].axisValue;
         return esc(p.x_label + " " + (typeof at === "number" ? fmt(at) : at)) + "<br>" + out.join("<br>");
@@ -88,7 +130,7 @@
         {type: "value", name: p.x_label, nameLocation: "middle", nameGap: 26,
          min: p.x_range[0] === null ? undefined : p.x_range[0], max: p.x_range[1] === null ? undefined : p.x_range[1]} :
         {type: "category", data: p.x_ticks, name: p.x_label, nameLocation: "middle", nameGap: 26, boundaryGap: true},
-      yAxis: {type: "value", name: p.y_label, nameLocation: "middle", nameGap: 48, scale: true,
+      yAxis: {type: "value", name: p.y_label, nameLocation: "middle", nameGap: 48, scale: !hasBars,
               min: p.y_range[0] === null ? undefined : p.y_range[0],
               max: p.y_range[1] === null ? undefined : p.y_range[1]},
       series: series
@@ -109,6 +151,7 @@
       });
     });
     if (!isFinite(lo)) { lo = 0; hi = 1; }
+    if (p.value_range) { lo = p.value_range[0]; hi = p.value_range[1]; }
     if (p.colours === "diverging") { var m = Math.max(Math.abs(lo), Math.abs(hi)); lo = -m; hi = m; }
     if (lo === hi) { hi = lo + 1; }
     var cells = p.rows.length * p.columns.length;
