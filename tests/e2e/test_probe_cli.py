@@ -38,7 +38,7 @@ def _scores(doc: dict, task: str, metric: str) -> list[float]:
     return doc["analyses"][task]["summary"][metric]
 
 
-def _check_outputs(out: Path, doc: dict, tasks: set[str], blocks: list[int]) -> None:
+def _check_outputs(out: Path, doc: dict, tasks: set[str], blocks: list[int], pngs: bool = False) -> None:
     assert set(doc["analyses"]) == tasks and doc["models"][0]["name"] == "tiny-vit-metric"
     assert doc["vitscope_version"] and doc["config"]["task"] and doc["data"]["format"]
     with (out / "tables" / "best_blocks.csv").open() as f:
@@ -52,16 +52,24 @@ def _check_outputs(out: Path, doc: dict, tasks: set[str], blocks: list[int]) -> 
             assert len(summary[metric]) == len(blocks)
             assert all(-1 <= v <= 1 for v in values), (task, metric, values)  # ARI may be negative
             assert f"random_{metric}" in summary
-        pngs = [p for p in entry["files"]["figures"] if p.endswith(".png")]
-        assert len(pngs) == len(summary["metrics"]) and all((out / p).stat().st_size > 0 for p in pngs)
+        charts = [json.loads((out / p).read_text())["panels"][0] for p in entry["files"]["figures"]
+                  if p.endswith(".json")]  # one chart per metric: its curve, then random chance
+        assert [c["y_label"] for c in charts] == summary["metrics"]
+        for chart, metric in zip(charts, summary["metrics"]):
+            random = summary[f"random_{metric}"]
+            assert chart["curves"][0]["values"] == [None if math.isnan(v) else v for v in summary[metric]]
+            assert chart["curves"][1]["values"] == [None if math.isnan(random) else random] * len(blocks)
+        files = [p for p in entry["files"]["figures"] if p.endswith(".png")]  # only with --figure-files
+        assert len(files) == (len(summary["metrics"]) if pngs else 0)
+        assert all((out / p).stat().st_size > 0 for p in files)
     assert (out / "report.html").stat().st_size > 0
 
 
 def test_retrieval(data, tmp_path: Path) -> None:
-    res = probe(data, tmp_path, "revisitop")
+    res = probe(data, tmp_path, "revisitop", "--figure-files")
     assert res.exit_code == 0, res.output
     doc = json.loads((tmp_path / "results.json").read_text())
-    _check_outputs(tmp_path, doc, {"retrieval"}, list(range(6)))
+    _check_outputs(tmp_path, doc, {"retrieval"}, list(range(6)), pngs=True)
     medium = _scores(doc, "retrieval", "mAP_medium")
     assert all(0 <= v <= 1 for v in medium)
     assert max(medium) > doc["analyses"]["retrieval"]["summary"]["random_mAP_medium"]

@@ -1,4 +1,4 @@
-"""Explanation figures: overlays follow the published blend, every figure writes a PNG."""
+"""Explanation figures: how maps are drawn over images, every figure writes a PNG."""
 
 import numpy as np
 import pytest
@@ -8,15 +8,15 @@ from PIL import Image
 from vitscope.viz import explain_figures as ef
 
 
-def test_overlay_is_jet_over_the_image_rescaled_to_its_max():
+def test_heat_overlay_colours_the_high_corner_and_leaves_the_low_one_grey():
     img = np.zeros((16, 16, 3), dtype=np.uint8)
+    img[..., 0] = 120  # a red photo: shown in grey under the map
     m = torch.zeros(4, 4)
     m[0, 0] = 1.0
-    out = ef.overlay(img, m)
-    assert out.shape == (16, 16, 3) and out.dtype == np.uint8
-    assert out[0, 0, 0] > out[0, 0, 2]  # hot corner: red in jet
-    assert out[15, 15, 2] > out[15, 15, 0]  # cold corner: blue
-    assert out.max() == 255
+    out = ef.heat_overlay(img, m).astype(int)
+    assert out.shape == (16, 16, 3)
+    assert out[0, 0, 0] > out[0, 0, 2] + 60 and out[0, 0, 1] > 100  # hot corner: inferno's yellow
+    assert np.abs(out[15, 15] - 40).max() <= 3  # cold corner: the photo's grey (120 / 3), hardly tinted
 
 
 def test_figures_are_written(tmp_path):

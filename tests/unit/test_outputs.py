@@ -190,3 +190,17 @@ def test_a_kill_while_publishing_leaves_only_whole_files(tmp_path, monkeypatch, 
     assert new.root.exists()  # what the killed run left
     prepare_output(out)  # the next run into the folder
     assert not new.root.exists() and not [p for p in out.rglob("*") if ".tmp" in p.name]
+
+
+def test_two_results_that_would_write_one_file_are_refused_before_anything_is_written(tmp_path) -> None:
+    import pandas as pd
+
+    from vitscope.errors import VitscopeRuntimeError
+
+    # the probe sweep once named knn_cls and knn_spatial_mean alike: one table silently replaced the other
+    run = RunResult("probe", results={key: SummaryResult("knn_probe", {"accuracy": 0.5}, tables={
+        "knn_probe": pd.DataFrame({"accuracy": [0.5]})}) for key in ("knn_cls", "knn_spatial_mean")})
+    with pytest.raises(VitscopeRuntimeError, match="'knn_cls' and 'knn_spatial_mean' would both write "
+                                                   "tables/knn_probe"):
+        write_run(tmp_path / "out", run, progress=False)
+    assert not (tmp_path / "out" / "results.json").exists() and not (tmp_path / "out" / "tables").exists()

@@ -86,7 +86,7 @@ def probe_sweep(
         davis_void: DAVIS void pixels: ``"background"`` (official) or ``"ignore"`` (:func:`davis_probe`).
 
     Returns:
-        ``{task name: ProbeResult}``.
+        ``{task name: ProbeResult}``, each result named by its task name.
 
     Raises:
         ValueError: a CNN backbone, only one of train / test, retrieval with tiling, a bad tiling scale.
@@ -150,4 +150,6 @@ def probe_sweep(
     if spair is not None:
         out["keypoints"] = keypoint_probe(backbone, spair, cache, site=site, blocks=chosen, tiling=scale or False,
                                           random_kind=random_kind, **common)
+    for task, result in out.items():  # each result writes files named by it: knn_cls and knn_spatial_mean
+        result.name = task            # must not both write knn_probe_accuracy.json
     return out

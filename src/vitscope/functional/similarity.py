@@ -179,7 +179,11 @@ def display_map(maps: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     up = upsample_maps(maps, size)
     lo = up.flatten(1).min(1).values[:, None, None]
     span = up.flatten(1).max(1).values[:, None, None] - lo
-    return torch.where(span > 0, (up - lo) / span.clamp_min(1e-12), torch.zeros_like(up))
+    # bicubic weights leave a constant map uneven by float32 rounding (1e-7 of its value): min-max would blow
+    # that up to the full colour range, so a map flat to float precision counts as constant
+    scale = up.flatten(1).abs().max(1).values[:, None, None]
+    flat = span <= 1e-5 * scale.clamp_min(1e-30)
+    return torch.where(flat, torch.zeros_like(up), (up - lo) / span.clamp_min(1e-12))
 
 
 def retrieval_metrics(

@@ -27,6 +27,7 @@ from typing import Any
 
 from vitscope._version import __version__
 from vitscope.analyses.result import Figure
+from vitscope.errors import VitscopeRuntimeError
 from vitscope.outputs.folder import Staging, prepare_output
 from vitscope.outputs.run_result import RunResult
 
@@ -109,6 +110,17 @@ class _Writer:
         return files
 
 
+def _refuse_shared_files(owners: list[tuple[str, str]]) -> None:
+    """Two results that would write the same file (the second silently replacing the first) are a bug of the
+    command that built them: say which, before anything is written."""
+    seen: dict[str, str] = {}
+    for owner, rel in owners:
+        if rel in seen:
+            raise VitscopeRuntimeError(f"{seen[rel]!r} and {owner!r} would both write {rel} (the second replacing "
+                                       "the first); give each result and figure its own name")
+        seen[rel] = owner
+
+
 def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
               log: Callable[[str], None] | None = None, figure_files: bool = False) -> Path:
     """Write every output of ``run`` into ``out`` (see the module docstring); returns results.json's path.
@@ -144,6 +156,9 @@ def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
             jobs = [(name, fig) for name in results for fig in figures[name]]
             jobs += [(f"run:{section}", fig) for section, fig in run.figures]
             jobs += [(f"section:{s.id}", fig) for s in run.sections for fig in s.figures if isinstance(fig, Figure)]
+            _refuse_shared_files([(key, f"figures/{fig.stem}") for key, fig in jobs] +
+                                 [(name, f"tables/{stem}") for name in results for stem in tables[name]] +
+                                 [("run", f"tables/{stem}") for stem in run.tables])
             written: dict[str, dict[str, Any]] = {}
 
             def tables_and_arrays() -> None:

@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 from vitscope.errors import VitscopeValueError
-from vitscope.viz.raster import Canvas, colorize, fit_nearest, tick_positions, tile_scale, upscale
+from vitscope.viz.raster import Canvas, colorize, fit_nearest, tick_positions, tile_scale, upscale, value_overlay
 
 __all__ = ["aligned_maps_figure", "as_numpy", "block_head_maps", "map_mosaic", "rollout_figure", "tick_labels"]
 
@@ -186,8 +186,7 @@ def rollout_figure(
     for img, m, name in zip(imgs, maps, names):
         photo = Image.fromarray(np.ascontiguousarray(img)).convert("RGB").resize((side, side), Image.BILINEAR)
         top = np.nanmax(m) if np.isfinite(m).any() else 0.0
-        heat = colorize(fit_nearest(m / top if top > 0 else m, (side, side)), cmap)  # NaN: blank
-        blend = (0.5 * np.asarray(photo, dtype=np.float32) + 0.5 * heat).round().astype(np.uint8)
+        blend = value_overlay(np.asarray(photo), fit_nearest(m / top if top > 0 else m, (side, side)), cmap)
         label = f"image {name}" if isinstance(name, int) else _short(str(name), 26)
         canvas.text(x + side / 2, y - 18, label, size=12, anchor="ma")
         canvas.paste(blend, x, y)

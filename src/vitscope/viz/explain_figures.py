@@ -3,8 +3,9 @@
 Paired similarity maps decompose the cosine similarity over the patches: :func:`signed_overlay` upsamples a map
 bicubically and colours it on a diverging map around a pair's even share (``cosine / tokens``: red, a patch adds
 more than that; blue, less, or takes away), over a grey copy of the image, with the scale on a colour bar.
-:func:`overlay` is the published code's blend (min-max normalised, jet, added to the image), kept for the
-output-agnostic rollout maps, which are not signed.
+:func:`heat_overlay` shows the output-agnostic rollout maps, which are not signed: min-max normalised as the
+published code does, then coloured only where they are high (not the published jet blend, which tinted the
+whole image and drew blue strips along edges where a map was low).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from vitscope.functional.similarity import display_map, upsample_maps
 from vitscope.viz.save import outside_legend, save_figure
 
 __all__ = ["SIGNED_CMAP", "class_maps_figure", "even_share_scale", "faithfulness_figure",
-           "models_figure", "overlay", "pair_figure", "pose_similarity_figure", "retrieval_figure",
+           "heat_overlay", "models_figure", "pair_figure", "pose_similarity_figure", "retrieval_figure",
            "signed_map_picture", "signed_overlay", "signed_pair_picture", "to_rgb"]
 
 #: diverging colour map of signed similarity maps (blue: negative, white: zero, red: positive)
@@ -38,13 +39,23 @@ def to_rgb(image: torch.Tensor | np.ndarray) -> np.ndarray:
     return arr.astype(np.uint8)
 
 
-def overlay(image: torch.Tensor | np.ndarray, grid_map: torch.Tensor) -> np.ndarray:
-    """Jet overlay of a ``[h, w]`` map on an image: ``[H, W, 3]`` uint8 (the published code's blend)."""
-    rgb = to_rgb(image).astype(np.float32) / 255.0
-    shown = display_map(grid_map.reshape(1, *grid_map.shape[-2:]), rgb.shape[:2])[0].numpy()
-    heat = colormaps["jet"](shown)[..., :3].astype(np.float32)
-    blend = heat + rgb
-    return np.uint8(255 * blend / blend.max())
+def heat_overlay(image: torch.Tensor | np.ndarray, grid_map: torch.Tensor) -> np.ndarray:
+    """An unsigned ``[h, w]`` map (e.g. rollout) over an image: ``[H, W, 3]`` uint8.
+
+    The map is upsampled and min-max normalised as displayed (:func:`~vitscope.functional.display_map`), then
+    drawn with :func:`~vitscope.viz.raster.value_overlay` (inferno over the grey image, colour only where high).
+    """
+    from vitscope.viz.raster import value_overlay
+
+    rgb = to_rgb(image)
+    shown = display_map(torch.as_tensor(grid_map).reshape(1, *grid_map.shape[-2:]), rgb.shape[:2])[0].numpy()
+    return value_overlay(rgb, shown, "inferno")
+
+
+def _signed(image: torch.Tensor | np.ndarray, grid_map: torch.Tensor | np.ndarray) -> np.ndarray:
+    """A paired map over its image, around its own even share."""
+    centre, limit = even_share_scale(grid_map)
+    return signed_overlay(image, grid_map, limit, centre)
 
 
 def signed_overlay(image: torch.Tensor | np.ndarray, grid_map: torch.Tensor | np.ndarray,
@@ -152,12 +163,12 @@ def pair_figure(image_a, image_b, map_a: torch.Tensor, map_b: torch.Tensor, scor
                 names: tuple[str, str] = ("A", "B")) -> Path:
     """Figures 1 and 8: both images, their paired maps and (if given) their output-agnostic rollout maps."""
     a, b = names
-    panels = [(to_rgb(image_a), a), (signed_overlay(image_a, map_a, *even_share_scale(map_a)[::-1]), f"{a}|{b}")]
+    panels = [(to_rgb(image_a), a), (_signed(image_a, map_a), f"{a}|{b}")]
     if rollout_a is not None:
-        panels.append((overlay(image_a, rollout_a), f"rollout {a}"))
-    panels += [(to_rgb(image_b), b), (signed_overlay(image_b, map_b, *even_share_scale(map_b)[::-1]), f"{b}|{a}")]
+        panels.append((heat_overlay(image_a, rollout_a), f"rollout {a}"))
+    panels += [(to_rgb(image_b), b), (_signed(image_b, map_b), f"{b}|{a}")]
     if rollout_b is not None:
-        panels.append((overlay(image_b, rollout_b), f"rollout {b}"))
+        panels.append((heat_overlay(image_b, rollout_b), f"rollout {b}"))
     fig = Figure(figsize=(1.8 * len(panels), 2.2))
     fig.suptitle(f"cosine similarity {score:.3f}; paired maps: red, a patch adds more than an even share of it; "
                  "blue, less", fontsize=8)
@@ -188,7 +199,7 @@ def retrieval_figure(images: torch.Tensor, results: Mapping[str, object], path: 
                   f"query {q}\n{name}" if mi == 0 else name)
             for j in range(k):
                 g = int(res.indices[qi, j])
-                _show(fig.add_subplot(rows, k + 1, row * (k + 1) + j + 2), overlay(images[g], res.gallery_maps[qi, j]),
+                _show(fig.add_subplot(rows, k + 1, row * (k + 1) + j + 2), _signed(images[g], res.gallery_maps[qi, j]),
                       f"{float(res.scores[qi, j]):.2f}", _GREEN if bool(res.correct[qi, j]) else _RED)
     fig.tight_layout()
     return save_figure(fig, path, dpi=120, svg=False)[0]
@@ -200,7 +211,7 @@ def class_maps_figure(images: torch.Tensor, queries: Sequence[int], maps: torch.
     fig = Figure(figsize=(1.5 * n, 3.2))
     for i, q in enumerate(queries):
         _show(fig.add_subplot(2, n, i + 1), to_rgb(images[int(q)]), f"image {int(q)}")
-        _show(fig.add_subplot(2, n, n + i + 1), overlay(images[int(q)], maps[i]), "class map")
+        _show(fig.add_subplot(2, n, n + i + 1), _signed(images[int(q)], maps[i]), "class map")
     return save_figure(fig, path, dpi=120, svg=False)[0]
 
 
@@ -221,7 +232,7 @@ def models_figure(image_a: torch.Tensor, images_b: Sequence[torch.Tensor], maps:
         _show(fig.add_subplot(len(maps), n + 1, r * (n + 1) + 1), to_rgb(image_a), name)
         for j in range(n):
             title = f"{scores[name][j]:.2f}" if scores else ""
-            _show(fig.add_subplot(len(maps), n + 1, r * (n + 1) + j + 2), overlay(imgs[j], m[j]), title)
+            _show(fig.add_subplot(len(maps), n + 1, r * (n + 1) + j + 2), _signed(imgs[j], m[j]), title)
     fig.tight_layout()
     return save_figure(fig, path, dpi=120, svg=False)[0]
 

@@ -139,7 +139,7 @@ def top_activation_grid(maps: torch.Tensor, scores: torch.Tensor, units: Sequenc
     """
     from PIL import Image
 
-    from vitscope.viz.raster import Canvas, colorize
+    from vitscope.viz.raster import Canvas, colorize, value_overlay
 
     u, k, h, w = maps.shape
     label_w = 70
@@ -153,14 +153,15 @@ def top_activation_grid(maps: torch.Tensor, scores: torch.Tensor, units: Sequenc
             m = maps[r, j].detach().float().numpy()
             lo, hi = float(np.nanmin(m)), float(np.nanmax(m))
             scaled = (m - lo) / (hi - lo) if hi > lo else np.zeros_like(m)
-            heat = np.asarray(Image.fromarray(colorize(scaled, "magma")).resize((side, side), Image.BICUBIC),
-                              dtype=np.float32)
+            up = np.asarray(Image.fromarray(scaled.astype(np.float32), mode="F").resize((side, side), Image.BICUBIC))
             picture = pictures[r][j] if r < len(pictures) and j < len(pictures[r]) else None
-            if picture is not None:
+            if picture is not None:  # the photo in grey, coloured where the unit fires
                 photo = Image.fromarray(np.asarray(picture, dtype=np.uint8)).resize((side, side), Image.BILINEAR)
-                heat = 0.45 * np.asarray(photo, dtype=np.float32) + 0.55 * heat
+                cell = value_overlay(np.asarray(photo), up, "magma")
+            else:
+                cell = colorize(np.clip(up, 0.0, 1.0), "magma")
             canvas.text(x + side // 2, y, f"{float(scores[r, j]):.2f}", size=10, anchor="ma")
-            canvas.paste(np.clip(heat, 0, 255).round().astype(np.uint8), x, y + 14)
+            canvas.paste(cell, x, y + 14)
     bottom = 34 + u * (side + 24) + 4
     canvas.colour_bar(label_w, bottom, min(k * (side + 8) - 8, 300), "magma", "low", "high",
                       "unit activation over the image's patches (each map on its own scale)")

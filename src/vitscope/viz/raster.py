@@ -15,7 +15,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-__all__ = ["Canvas", "colorize", "fit_nearest", "font", "tick_positions", "tile_scale", "upscale"]
+from vitscope.errors import VitscopeValueError
+
+__all__ = ["Canvas", "colorize", "fit_nearest", "font", "tick_positions", "tile_scale", "upscale", "value_overlay"]
 
 #: side in pixels a map tile is scaled up to, at least (integer factors: every token stays a square)
 TILE_PIXELS = 48
@@ -49,6 +51,31 @@ def colorize(values: np.ndarray, cmap: str, vmin: float = 0.0, vmax: float = 1.0
     out = _lut(cmap)[index]
     out[~finite] = bad
     return out
+
+
+def value_overlay(photo: np.ndarray, values: np.ndarray, cmap: str, strength: float = 0.8) -> np.ndarray:
+    """A map over a photograph: the photo in grey, each pixel blended towards the map's colour by its value.
+
+    A value of 0 leaves the grey photo as it is, so only what the map marks is coloured: no tint over the whole
+    image and no coloured strips along its edges where a map is low (the published jet blend coloured
+    everything, blue where the map was low).
+
+    Args:
+        photo: ``[H, W, 3]`` uint8.
+        values: ``[H, W]`` in [0, 1] (already at the photo's size; NaN: no value, left grey).
+        cmap: a matplotlib colour map (sequential: its top colour marks the highest values).
+        strength: the blend at value 1.
+
+    Returns:
+        ``[H, W, 3]`` uint8.
+    """
+    v = np.clip(np.nan_to_num(np.asarray(values, dtype=np.float32), nan=0.0), 0.0, 1.0)
+    if v.shape != photo.shape[:2]:
+        raise VitscopeValueError(f"values of shape {v.shape} over a photo of {photo.shape[:2]}")
+    grey = np.asarray(photo, dtype=np.float32).mean(axis=-1, keepdims=True)
+    alpha = strength * v[..., None]
+    colour = colorize(v, cmap).astype(np.float32)
+    return np.round((1 - alpha) * grey + alpha * colour).astype(np.uint8)
 
 
 def tile_scale(a: int, b: int, target: int = TILE_PIXELS) -> int:
