@@ -252,6 +252,8 @@ def test_every_figure_has_a_caption_and_its_paper_and_nothing_overflows(browser,
     page.locator("nav a").last.click()
     target = page.evaluate("document.getElementById(location.hash.slice(1)).getBoundingClientRect().top")
     assert target >= nav["height"] - 1, "the section opened under the sticky navigation"
+    sizes = shown_text_sizes(page)
+    assert sizes and all(px >= SMALLEST_TEXT[viewport] for _, px in sizes), sizes
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"analyze_report_{viewport[0]}x{viewport[1]}.png"), full_page=True)
     assert not errors, errors
@@ -327,5 +329,81 @@ def test_bars_numeric_axes_and_stages_draw_with_values_on_hover(browser, masking
     assert "capture" not in tip.first.inner_text() and tip.first.inner_text().startswith("block 2")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "masking_charts_1280x900.png"), full_page=True)
+    assert not errors, errors
+    page.close()
+
+
+#: the smallest text a picture may show, in CSS pixels, at each test size (charts are drawn by the browser)
+SMALLEST_TEXT = {(1280, 800): 9.0, (800, 1000): 8.0}
+
+
+def shown_text_sizes(page) -> list[tuple[str, float]]:
+    """``(figure file, px)``: how large the smallest text of every picture appears on the page (the font size
+    the file records, scaled as the page shows the picture)."""
+    return page.evaluate("""() => Array.from(document.querySelectorAll('img[data-text-px]')).map(i =>
+        [i.closest('a').getAttribute('href'), +i.dataset.textPx * i.clientWidth / +i.dataset.fileWidth])""")
+
+
+@pytest.fixture(scope="module")
+def pictures_report(tmp_path_factory) -> Path:
+    """Every kind of picture the commands draw, at the size a DINOv2-S-like model (12 blocks, 6 heads, a 16 x 16
+    grid) and default settings give it, with long file names."""
+    import numpy as np
+    import torch
+
+    from vitscope.analyses.result import Figure, SummaryResult
+    from vitscope.outputs import RunResult, write_run
+    from vitscope.viz import attention_maps as am
+    from vitscope.viz import explain_figures as ef
+    from vitscope.viz import featviz_figures as ff
+    from vitscope.viz.interrelation_figures import keypoint_grid_figure
+
+    rng = np.random.default_rng(0)
+    photos = rng.integers(0, 256, (5, 224, 224, 3), dtype=np.uint8)
+    maps = rng.random((12, 6, 16, 16)).astype(np.float32)
+    names = [f"n01440764_{i:05d}_a_long_file_name.JPEG" for i in range(5)]
+    chw = torch.from_numpy(photos).permute(0, 3, 1, 2)
+    draw = {
+        "rollout": lambda p: am.rollout_figure(photos[:4], maps[0, :4], names[:4], maps[0, 0], maps[0, 1],
+                                               "Attention rollout (13 images)", p),
+        "block_head_maps": lambda p: am.block_head_maps(maps, f"CLS attention, {names[0]}", p, image=photos[0]),
+        "aligned": lambda p: am.aligned_maps_figure(rng.random((12, 6, 31, 31)), [["glo"] * 6] * 12,
+                                                    "Aligned aggregated attention maps", p),
+        "keypoints": lambda p: keypoint_grid_figure(torch.from_numpy(photos[:4]),
+                                                    torch.from_numpy(rng.integers(0, 3, (4, 16, 16))), p),
+        "pair": lambda p: [ef.pair_figure(photos[0], photos[1], torch.from_numpy(maps[0, 0]),
+                                          torch.from_numpy(maps[0, 1]), 0.42, p.with_suffix(".png"),
+                                          torch.from_numpy(maps[1, 0]), torch.from_numpy(maps[1, 1]),
+                                          names=(names[0], names[1]))],
+        "given": lambda p: ef.signed_map_picture(photos[0], maps[0, 0], ef.even_share_scale(maps[0, 0]),
+                                                 f"{names[0]} given {names[1]}", p),
+        "panel": lambda p: [ff.panel_figure(chw[0].float() / 255, list(photos), torch.from_numpy(maps[0, :5]),
+                                            "blocks.11.mlp.post:1234", p.with_suffix(".png"), [3.2] * 5)],
+        "grid": lambda p: [ff.unit_grid_figure(chw.repeat(5, 1, 1, 1)[:24].float() / 255,
+                                               [f"blocks.{b}.mlp.post:{c}" for b in range(12) for c in (17, 1234)],
+                                               p.with_suffix(".png"), columns=2, title="Optimised images")],
+        "top": lambda p: ff.top_activation_grid(torch.from_numpy(maps[:6, :5]), torch.ones(6, 5),
+                                                [f"unit {u}" for u in range(6)],
+                                                [[torch.from_numpy(photos[j]) for j in range(5)]] * 6,
+                                                "blocks.11.mlp.post", p),
+    }
+    figures = [Figure(stem, fn, stem, f"The {stem} picture at a real model's size.", "paper 002, fig. 2")
+               for stem, fn in draw.items()]
+    out = tmp_path_factory.mktemp("pictures") / "out"
+    write_run(out, RunResult("analyze", results={"pictures": SummaryResult("pictures", {"n": 1}, figures=figures)}),
+              progress=False)
+    return out / "report.html"
+
+
+@pytest.mark.parametrize("viewport", list(SMALLEST_TEXT), ids=["1280x800", "800x1000"])
+def test_the_text_of_every_picture_stays_readable_as_the_page_shows_it(browser, pictures_report, viewport):
+    page, errors = open_page(browser, pictures_report, viewport)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"pictures_{viewport[0]}x{viewport[1]}.png"), full_page=True)
+    sizes = shown_text_sizes(page)
+    assert len(sizes) == 9, sizes  # every picture records its smallest text
+    small = [(name, round(px, 1)) for name, px in sizes if px < SMALLEST_TEXT[viewport]]
+    assert not small, f"text under {SMALLEST_TEXT[viewport]} px at {viewport}: {small}"
+    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
     assert not errors, errors
     page.close()

@@ -64,7 +64,7 @@ def _look_at_the_demo_report(report) -> None:
     import pytest
 
     sync_api = pytest.importorskip("playwright.sync_api")
-    from browser.test_report_browser import SCREENSHOTS, chromium_binary, open_page
+    from browser.test_report_browser import SCREENSHOTS, SMALLEST_TEXT, chromium_binary, open_page, shown_text_sizes
 
     binary = chromium_binary()
     if binary is None:
@@ -78,6 +78,8 @@ def _look_at_the_demo_report(report) -> None:
             assert not errors, errors
             assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
             assert page.locator("[data-pairs] .vs-pair").count() >= 1
+            sizes = shown_text_sizes(page)
+            assert sizes and all(px >= SMALLEST_TEXT[(width, height)] for _, px in sizes), sizes
             page.screenshot(path=str(SCREENSHOTS / f"demo_report_{width}x{height}.png"), full_page=True)
             page.close()
         browser.close()

@@ -77,6 +77,15 @@ def thumbnail_uri(path: str | os.PathLike) -> str:
     return data_uri(buf.getvalue())
 
 
+def _text_px(path: str | os.PathLike) -> str:
+    """The smallest font size of a figure file in pixels ("" when unknown): the page keeps it beside the
+    picture so anyone (and the browser tests) can see how small its text appears once the picture is scaled."""
+    from vitscope.viz.raster import smallest_text_px
+
+    value = smallest_text_px(path)
+    return "" if value is None else f"{value:g}"
+
+
 def _as_jpeg(png: bytes) -> tuple[bytes, str]:
     """``(bytes, mime)``: the picture of ``png`` as JPEG (transparency over white), or ``png`` itself when the
     JPEG is not smaller."""
@@ -102,6 +111,7 @@ def _environment():
     env.filters["data_uri"] = data_uri
     env.filters["thumbnail_uri"] = thumbnail_uri
     env.filters["pixel_width"] = pixel_width
+    env.filters["text_px"] = _text_px
     return env
 
 

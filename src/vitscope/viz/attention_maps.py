@@ -177,27 +177,28 @@ def rollout_figure(
     imgs = [] if images is None else [np.asarray(im.cpu() if isinstance(im, torch.Tensor) else im) for im in images]
     maps = [] if image_maps is None else [as_numpy(m) for m in image_maps]
     side = 180
-    extra = [("dataset mean", as_numpy(mean_map))]
-    if random_map is not None:
-        extra.append(("random attention", as_numpy(random_map)))
-    canvas = Canvas(max(20 + (side + 16) * (len(imgs) + len(extra)), 12 * len(title)), side + 130)
-    canvas.text(10, 10, title, size=15)
-    x, y = 10, 56
+    panels = []  # (label, pixels) of each map, over its image where there is one
     for img, m, name in zip(imgs, maps, names):
         photo = Image.fromarray(np.ascontiguousarray(img)).convert("RGB").resize((side, side), Image.BILINEAR)
         top = np.nanmax(m) if np.isfinite(m).any() else 0.0
-        blend = value_overlay(np.asarray(photo), fit_nearest(m / top if top > 0 else m, (side, side)), cmap)
         label = f"image {name}" if isinstance(name, int) else _short(str(name), 26)
-        canvas.text(x + side / 2, y - 18, label, size=12, anchor="ma")
-        canvas.paste(blend, x, y)
-        x += side + 16
+        panels.append((label, value_overlay(np.asarray(photo), fit_nearest(m / top if top > 0 else m,
+                                                                           (side, side)), cmap)))
+    extra = [("dataset mean", as_numpy(mean_map))]
+    if random_map is not None:
+        extra.append(("random attention", as_numpy(random_map)))
     for name, m in extra:
         finite = m[np.isfinite(m)]
         lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-        scale = max(1, side // max(m.shape))
-        canvas.text(x + m.shape[1] * scale / 2, y - 18, name, size=12, anchor="ma")
-        canvas.paste(upscale(colorize(m, cmap, lo, hi), scale), x, y)
-        x += m.shape[1] * scale + 16
-    canvas.colour_bar(10, y + side + 12, max(120, min(240, x - 26)), cmap, "low", "high",
-                      "each map on its own scale")
+        panels.append((name, upscale(colorize(m, cmap, lo, hi), max(1, side // max(m.shape)))))
+    rows = -(-len(panels) // 3)  # at most three panels a row, rows balanced: labels readable on a narrow page
+    cols = -(-len(panels) // rows)
+    canvas = Canvas(max(20 + (side + 16) * cols, 12 * len(title)), 56 + rows * (side + 30) + 60)
+    canvas.text(10, 10, title, size=15)
+    for i, (label, pixels) in enumerate(panels):
+        x, y = 10 + (i % cols) * (side + 16), 56 + (i // cols) * (side + 30)
+        canvas.text(x + pixels.shape[1] / 2, y - 18, label, size=12, anchor="ma")
+        canvas.paste(pixels, x, y)
+    canvas.colour_bar(10, 56 + rows * (side + 30) - 18, max(120, min(240, cols * (side + 16) - 16)), cmap, "low",
+                      "high", "each map on its own scale")
     return canvas.save(stem)

@@ -161,19 +161,20 @@ def _show(ax, img: np.ndarray, title: str = "", border: tuple[float, float, floa
 def pair_figure(image_a, image_b, map_a: torch.Tensor, map_b: torch.Tensor, score: float, path: str | Path,
                 rollout_a: torch.Tensor | None = None, rollout_b: torch.Tensor | None = None,
                 names: tuple[str, str] = ("A", "B")) -> Path:
-    """Figures 1 and 8: both images, their paired maps and (if given) their output-agnostic rollout maps."""
-    a, b = names
-    panels = [(to_rgb(image_a), a), (_signed(image_a, map_a), f"{a}|{b}")]
-    if rollout_a is not None:
-        panels.append((heat_overlay(image_a, rollout_a), f"rollout {a}"))
-    panels += [(to_rgb(image_b), b), (_signed(image_b, map_b), f"{b}|{a}")]
-    if rollout_b is not None:
-        panels.append((heat_overlay(image_b, rollout_b), f"rollout {b}"))
-    fig = Figure(figsize=(1.8 * len(panels), 2.2))
-    fig.suptitle(f"cosine similarity {score:.3f}; paired maps: red, a patch adds more than an even share of it; "
+    """Figures 1 and 8: each image in a row with its paired map and (if given) its output-agnostic rollout map."""
+    a, b = (n if len(n) <= 34 else f"{n[:16]}...{n[-15:]}" for n in names)  # titles fit their panel
+    rows = [[(to_rgb(image_a), a), (_signed(image_a, map_a), "paired map (given the other)")],
+            [(to_rgb(image_b), b), (_signed(image_b, map_b), "paired map (given the other)")]]
+    for row, image, rollout in ((rows[0], image_a, rollout_a), (rows[1], image_b, rollout_b)):
+        if rollout is not None:
+            row.append((heat_overlay(image, rollout), "rollout"))
+    cols = max(len(r) for r in rows)
+    fig = Figure(figsize=(1.9 * cols, 4.4), layout="constrained")
+    fig.suptitle(f"cosine similarity {score:.3f}\npaired maps: red, a patch adds more than an even share of it; "
                  "blue, less", fontsize=8)
-    for i, (img, title) in enumerate(panels):
-        _show(fig.add_subplot(1, len(panels), i + 1), img, title)
+    for r, row in enumerate(rows):
+        for c, (img, title) in enumerate(row):
+            _show(fig.add_subplot(2, cols, r * cols + c + 1), img, title)
     return save_figure(fig, path, dpi=120, svg=False)[0]
 
 

@@ -30,6 +30,10 @@ def _rgb(image: torch.Tensor | np.ndarray) -> np.ndarray:
     return np.clip(arr, 0.0, 1.0)
 
 
+#: images a row of a unit grid holds at most
+MAX_COLUMNS = 4
+
+
 def _off(ax) -> None:
     ax.set_xticks([])
     ax.set_yticks([])
@@ -43,12 +47,13 @@ def unit_grid_figure(images: torch.Tensor, labels: Sequence[str], path: str | Pa
         images: ``[U, 3, H, W]`` in [0, 1].
         labels: one label per image.
         path: PNG to write.
-        columns: images per row (default: all in one row up to 8).
+        columns: images per row (default: all in one row), at most :data:`MAX_COLUMNS` (more wrap: the labels
+            stay readable when the picture is scaled to a page).
     """
     u = images.shape[0]
-    cols = columns or min(u, 8)
+    cols = min(columns or u, MAX_COLUMNS)
     rows = int(np.ceil(u / cols))
-    fig = Figure(figsize=(1.8 * cols, 1.9 * rows))
+    fig = Figure(figsize=(1.8 * cols, 1.9 * rows), layout="constrained")  # the title just above the first row
     for i in range(rows * cols):
         ax = fig.add_subplot(rows, cols, i + 1)
         _off(ax)
@@ -64,7 +69,8 @@ def unit_grid_figure(images: torch.Tensor, labels: Sequence[str], path: str | Pa
 
 def panel_figure(optimised: torch.Tensor, top_images: Sequence[torch.Tensor | np.ndarray], maps: torch.Tensor,
                  label: str, path: str | Path, scores: Sequence[float] | None = None) -> Path:
-    """The standard panel: optimised image | top dataset images | their patch activation maps (fig. 2).
+    """The standard panel (fig. 2): the optimised image and the top dataset images in one row, each image's
+    patch activation map under it.
 
     Args:
         optimised: ``[3, H, W]`` in [0, 1].
@@ -75,24 +81,25 @@ def panel_figure(optimised: torch.Tensor, top_images: Sequence[torch.Tensor | np
         scores: the unit's score (mean activation) on each top image.
     """
     k = len(top_images)
-    fig = Figure(figsize=(1.9 * (1 + 2 * k), 2.3))
-    ax = fig.add_subplot(1, 1 + 2 * k, 1)
+    fig = Figure(figsize=(1.6 * (1 + k), 3.7))
+    ax = fig.add_subplot(2, 1 + k, 1)
     ax.imshow(_rgb(optimised))
-    ax.set_title(f"{label}\noptimised", fontsize=7)
+    ax.set_title(f"{label}\noptimised", fontsize=9)
     _off(ax)
+    fig.add_subplot(2, 1 + k, 2 + k).axis("off")
     vmax = float(maps.max()) if maps.numel() else 1.0
     vmin = float(maps.min()) if maps.numel() else 0.0
     for j in range(k):
         img = _rgb(top_images[j])
-        ax = fig.add_subplot(1, 1 + 2 * k, 2 + j)
+        ax = fig.add_subplot(2, 1 + k, 2 + j)
         ax.imshow(img)
-        ax.set_title(f"top {j + 1}" + (f" ({scores[j]:.2f})" if scores is not None else ""), fontsize=7)
+        ax.set_title(f"top {j + 1}" + (f" ({scores[j]:.2f})" if scores is not None else ""), fontsize=9)
         _off(ax)
-        ax = fig.add_subplot(1, 1 + 2 * k, 2 + k + j)
+        ax = fig.add_subplot(2, 1 + k, 3 + k + j)
         ax.imshow(img, alpha=0.35)
         ax.imshow(maps[j].detach().cpu().numpy(), cmap="magma", alpha=0.75, vmin=vmin, vmax=vmax,
                   extent=(0, img.shape[1], img.shape[0], 0), interpolation="nearest")
-        ax.set_title(f"map {j + 1}", fontsize=7)
+        ax.set_title(f"map {j + 1}", fontsize=9)
         _off(ax)
     return save_figure(fig, path, dpi=110, svg=False, tight=True)[0]
 

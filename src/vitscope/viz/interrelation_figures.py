@@ -33,9 +33,11 @@ def keypoint_grid_figure(images: torch.Tensor, counts: torch.Tensor, stem: str |
     """
     from vitscope.functional.sift import sift_keypoints
 
-    n = len(images)
-    fig = Figure(figsize=(2.6 * max(n, 1), 2.9), layout="constrained")
-    axes = fig.subplots(1, max(n, 1), squeeze=False)[0]
+    n = max(len(images), 1)
+    rows = -(-n // 3)  # at most three images a row, rows balanced: the title stays readable on a narrow page
+    cols = -(-n // rows)
+    fig = Figure(figsize=(2.6 * cols, 2.9 * rows), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False).reshape(-1)
     for ax, img, cnt in zip(axes, images, counts):
         arr = img.cpu().numpy()
         height, width = arr.shape[:2]

@@ -13,11 +13,16 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageDraw, ImageFont, PngImagePlugin
 
 from vitscope.errors import VitscopeValueError
 
-__all__ = ["Canvas", "colorize", "fit_nearest", "font", "tick_positions", "tile_scale", "upscale", "value_overlay"]
+__all__ = ["TEXT_PX_KEY", "Canvas", "colorize", "fit_nearest", "font", "smallest_text_px", "tick_positions",
+           "tile_scale", "upscale", "value_overlay"]
+
+#: PNG text chunk holding the smallest font size (pixels per em) a figure file uses: the report shows how
+#: large that text appears on the page, and the browser tests hold it to a readable size
+TEXT_PX_KEY = "vitscope:smallest-text-px"
 
 #: side in pixels a map tile is scaled up to, at least (integer factors: every token stays a square)
 TILE_PIXELS = 48
@@ -108,6 +113,7 @@ class Canvas:
         self.draw = ImageDraw.Draw(self.image)
         self.margin = margin
         self._right, self._bottom = 0, 0
+        self.smallest_text: int | None = None  # font size in pixels of the smallest text placed
 
     def _extend(self, right: int, bottom: int) -> None:
         """Note the placed extent, enlarging the picture (with room to spare) when it reaches past an edge."""
@@ -128,6 +134,8 @@ class Canvas:
         """Write ``text`` at ``(x, y)``; ``anchor`` is Pillow's (``"la"`` left-top, ``"mm"`` centre...)."""
         box = self.draw.textbbox((x, y), text, font=font(size), anchor=anchor)
         self._extend(int(box[2]) + 1, int(box[3]) + 1)
+        if text.strip():
+            self.smallest_text = size if self.smallest_text is None else min(self.smallest_text, size)
         self.draw.text((x, y), text, font=font(size), anchor=anchor, fill=fill)
 
     def text_width(self, text: str, size: int = 13) -> int:
@@ -152,8 +160,19 @@ class Canvas:
         right = min(self.image.width, self._right + self.margin)
         bottom = min(self.image.height, self._bottom + self.margin)
         path = stem.parent / f"{stem.name}.png"
-        self.image.crop((0, 0, right, bottom)).save(path, compress_level=3)  # 2x faster than 6, 5-10 % larger
+        info = PngImagePlugin.PngInfo()
+        if self.smallest_text is not None:
+            info.add_text(TEXT_PX_KEY, str(self.smallest_text))
+        self.image.crop((0, 0, right, bottom)).save(path, compress_level=3, pnginfo=info)  # level 3: 2x faster
         return [path]
+
+
+def smallest_text_px(path: str | Path) -> float | None:
+    """The smallest font size (pixels per em) a figure file written by vitscope uses, or None when it has no
+    text or was not written by vitscope."""
+    with Image.open(path) as image:
+        value = getattr(image, "text", {}).get(TEXT_PX_KEY)
+    return float(value) if value else None
 
 
 def tick_positions(count: int, most: int = 24) -> Sequence[int]:

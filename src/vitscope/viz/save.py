@@ -11,6 +11,9 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
+from matplotlib.text import Text
+
+from vitscope.viz.raster import TEXT_PX_KEY
 
 __all__ = ["RASTER_PIXELS", "is_vector", "outside_legend", "save_figure"]
 
@@ -62,7 +65,9 @@ def save_figure(fig: Figure, stem: str | Path, dpi: int = 150, svg: bool | None 
         if layout:
             fig.tight_layout()
         paths = [stem.parent / f"{stem.name}.png"]
-        fig.savefig(paths[0], dpi=dpi, **extra)
+        sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+        metadata = {TEXT_PX_KEY: f"{min(sizes) * dpi / 72:.1f}"} if sizes else {}
+        fig.savefig(paths[0], dpi=dpi, metadata=metadata, **extra)
         if is_vector(fig) if svg is None else svg:
             paths.append(stem.parent / f"{stem.name}.svg")
             fig.savefig(paths[1], **extra)
