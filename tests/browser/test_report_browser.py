@@ -127,8 +127,10 @@ def test_charts_draw_from_their_numbers_hover_hide_and_switch_scale(browser, rep
     selected, _ = chart.evaluate(state)
     assert list(selected.values()).count(False) == 1, selected
 
+    name = "(d) => echarts.getInstanceByDom(d).getOption().yAxis[0].name"
+    before = chart.evaluate(name)
     figure.locator("button", has_text="log scale").first.click()
-    assert chart.evaluate(state)[1] == "log"
+    assert chart.evaluate(state)[1] == "log" and chart.evaluate(name) == before != ""  # the axis keeps its name
     assert not errors, errors
     page.close()
 

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from vitscope.cli.main import app
+from vitscope.viz.labels import label
 
 runner = CliRunner()
 
@@ -54,7 +55,7 @@ def _check_outputs(out: Path, doc: dict, tasks: set[str], blocks: list[int], png
             assert f"random_{metric}" in summary
         charts = [json.loads((out / p).read_text())["panels"][0] for p in entry["files"]["figures"]
                   if p.endswith(".json")]  # one chart per metric: its curve, then random chance
-        assert [c["y_label"] for c in charts] == summary["metrics"]
+        assert [c["y_label"] for c in charts] == [label(m) for m in summary["metrics"]]  # NMI, mAP medium
         for chart, metric in zip(charts, summary["metrics"]):
             random = summary[f"random_{metric}"]
             assert chart["curves"][0]["values"] == [None if math.isnan(v) else v for v in summary[metric]]

@@ -100,8 +100,9 @@ def test_palette_cells_are_the_colour_map_exactly():
 def test_summary_tables_split_scalars_blocks_and_heads():
     summary = {"blocks": [0, 1], "num_images": 5, "distance": [[0.1, 0.2], [0.3, 0.4]], "block_mean": [0.15, 0.35],
                "big": {"shape": [9, 9], "mean": 0.5}}
-    titles = [t.title for t in summary_tables("d", summary)]
-    assert titles == ["d: per block", "d: distance (block x head)", "d: settings and scores"]
+    titles = [t.title for t in summary_tables("attention_distance", summary)]
+    assert titles == ["Attention distance: per block", "Attention distance: distance (block x head)",
+                      "Attention distance: settings and scores"]
     per_block = summary_tables("d", summary)[0]
     assert per_block.rows == [[0, "0.15"], [1, "0.35"]]
 
@@ -144,7 +145,7 @@ def test_analyze_report_escapes_the_data_name_and_has_every_part(evil_run):
     html = (evil_run / "report.html").read_text()
     assert "<script>alert" not in html and "&lt;script&gt;alert(" in html
     for part in ("Summary", "Data fingerprint", "Resolved configuration", "vitscope version", "Block x head explorer",
-                 "paper 002, fig. 4 and 15", "attention_distance: per block"):
+                 "paper 002, fig. 4 and 15", "Attention distance: per block"):
         assert part in html, part
     # one explorer cell per block and head (tiny-vit: 6 x 4) for the mean and for each kept image (4 here)
     assert html.count('class="vs-cell"') == 6 * 4 * 5
@@ -182,10 +183,10 @@ def test_block_by_block_matrices_are_labelled_as_blocks_even_with_as_many_heads_
 
     square = [[1.0, 0.5], [0.5, 1.0]]
     tables = {t.title: t for t in summary_tables("cka", {"blocks": [0, 1], "cka": square})}
-    assert list(tables) == ["cka: cka (block x block)"] and tables["cka: cka (block x block)"].columns == [
+    assert list(tables) == ["CKA: CKA (block x block)"] and tables["CKA: CKA (block x block)"].columns == [
         "block", "block 0", "block 1"]
     heads = {t.title: t for t in summary_tables("attention_stats", {"blocks": [0, 1], "entropy": square})}
-    assert heads["attention_stats: entropy (block x head)"].columns == ["block", "head 0", "head 1"]
+    assert heads["Attention stats: entropy (block x head)"].columns == ["block", "head 0", "head 1"]
 
 
 def test_a_table_another_section_shows_is_left_out_and_a_settings_only_section_is_folded() -> None:

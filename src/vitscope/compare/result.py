@@ -92,7 +92,9 @@ class ComparisonResult(Result):
                 lines.append(Curve(m, [_finite(v) for v in c.values], m, "line", list(c.x)))
                 if m in baselines and _finite(baselines[m]) is not None:
                     lines.append(Curve(m, [baselines[m]] * 2, m, "dashed", [0.0, 1.0]))
-            chart = depth_lines_chart(lines, label, f"{label} per block (dashed: each model's {kind})")
+            dashed = any(c.style == "dashed" for c in lines)  # say so only where a baseline is drawn
+            chart = depth_lines_chart(lines, label, f"{label} per block" + (f" (dashed: each model's {kind})"
+                                                                            if dashed else ""))
             out.append(Figure(figure_stem(quantity), draw, sentence_case(f"{label} per block"), *CAPTIONS[quantity],
                               chart=chart))
         if comp.cka_matrix is not None:

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vitscope.report.model import Table
+from vitscope.viz.labels import display_name, label
 
 __all__ = ["format_cell", "rows_table", "summary_tables"]
 
@@ -70,21 +71,22 @@ def summary_tables(name: str, summary: Mapping[str, Any]) -> list[Table]:
     if per_block:
         cols = list(per_block)
         rows = [[blocks[i], *(format_cell(per_block[c][i]) for c in cols)] for i in range(n_blocks)]
-        tables.append(Table(f"{name}: per block", ["block", *cols], rows))
+        tables.append(Table(f"{display_name(name)}: per block", ["block", *(label(c) for c in cols)], rows))
     for key, matrix in per_head.items():
         columns = len(matrix[0])
         rows = [[blocks[i], *(format_cell(v) for v in matrix[i])] for i in range(n_blocks)]
+        title = f"{display_name(name)}: {label(key)}"
         if _block_by_block(key, name, columns, n_blocks):
-            tables.append(Table(f"{name}: {key} (block x block)", ["block", *(f"block {b}" for b in blocks)], rows))
+            tables.append(Table(f"{title} (block x block)", ["block", *(f"block {b}" for b in blocks)], rows))
         else:
-            tables.append(Table(f"{name}: {key} (block x head)", ["block", *(f"head {h}" for h in range(columns))],
-                                rows))
-    if scalars:
-        tables.append(Table(f"{name}: settings and scores", ["key", "value"], scalars))
+            tables.append(Table(f"{title} (block x head)", ["block", *(f"head {h}" for h in range(columns))], rows))
+    if scalars:  # keys as results.json spells them: a reader finds them there
+        tables.append(Table(f"{display_name(name)}: settings and scores", ["key", "value"], scalars))
     return tables
 
 
 def rows_table(title: str, records: Sequence[Mapping[str, Any]], note: str = "") -> Table:
     """A table from a list of dicts with the same keys (e.g. a best-block table)."""
     columns = list(records[0]) if records else []
-    return Table(title, columns, [[format_cell(r.get(c)) for c in columns] for r in records], note)
+    return Table(title, [label(c) for c in columns], [[format_cell(r.get(c)) for c in columns] for r in records],
+                 note)

@@ -4,13 +4,32 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["display_name", "sentence_case"]
+__all__ = ["display_name", "label", "sentence_case"]
 
 #: lower-case word -> how it is written
 PROPER = {"iou": "IoU", "knn": "k-NN", "k-nn": "k-NN", "cka": "CKA", "cls": "CLS", "nmi": "NMI", "ari": "ARI",
           "pck": "PCK", "mae": "MAE", "sift": "SIFT", "aaam": "AAAM", "davis": "DAVIS", "spair": "SPair",
           "coco": "COCO", "vit": "ViT", "cnn": "CNN", "cnns": "CNNs", "rgb": "RGB", "kk": "KK", "kn": "KN",
-          "nk": "NK", "nn": "NN", "j&f": "J&F"}
+          "nk": "NK", "nn": "NN", "j&f": "J&F", "bn": "BN", "attn": "attention", "mlp": "MLP"}
+
+
+def _proper(text: str) -> str:
+    """Every whitespace-separated word that is a proper name (:data:`PROPER`) written as such."""
+    out = []
+    for word in re.split(r"(\s+)", text.strip()):
+        core = word.lower().strip("(),:;")
+        if core in PROPER:
+            word = word.lower().replace(core, PROPER[core])
+        out.append(word)
+    return "".join(out)
+
+
+def label(text: str) -> str:
+    """An identifier or phrase as a label, in its own case: underscores as spaces, proper names as written.
+
+    ``"random_cls_iou"`` -> ``"random CLS IoU"``; ``"mAP_medium"`` -> ``"mAP medium"``.
+    """
+    return _proper(text.replace("_", " "))
 
 
 def sentence_case(text: str) -> str:
@@ -19,14 +38,7 @@ def sentence_case(text: str) -> str:
     ``"best-head saliency iou per block"`` -> ``"Best-head saliency IoU per block"``;
     ``"knn accuracy"`` -> ``"k-NN accuracy"`` (k-NN keeps its lower-case k).
     """
-    words = re.split(r"(\s+)", text.strip())
-    out = []
-    for word in words:
-        core = word.lower().strip("(),:;")
-        if core in PROPER:
-            word = word.lower().replace(core, PROPER[core])
-        out.append(word)
-    joined = "".join(out)
+    joined = _proper(text)
     if joined and joined[0].islower() and not joined.startswith("k-NN"):
         joined = joined[0].upper() + joined[1:]
     return joined

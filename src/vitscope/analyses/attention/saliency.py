@@ -94,8 +94,9 @@ class SaliencyIoUResult(Result):
         return [self.figure("", curves, "Best-head saliency IoU per block against the object masks, with random "
                             "attention.", "paper 002, fig. 5 and 16", title="Saliency IoU per block",
                             chart=Chart(panels))] + [
-            self.heatmap_figure(f"_{s}_heads", self.tensors[f"{s}_iou"], f"Saliency IoU of the {s} map per head "
-                                f"({n} images)", "mean IoU", f"Saliency IoU of every head per block ({s} map).",
+            self.heatmap_figure(f"_{s}_heads", self.tensors[f"{s}_iou"], f"Saliency IoU of the {names.get(s, s)} "
+                                f"map per head ({n} images)", "mean IoU", f"Saliency IoU of every head per block "
+                                f"({names.get(s, s)} map).",
                                 "paper 002, fig. 16", block_labels=labels) for s in sources]
 
 

@@ -75,13 +75,15 @@ class ProbeResult(Result):
     def _chart(self, task: str, metric: str):
         """The metric per block with the random-chance score as a dashed line."""
         from vitscope.viz.charts import block_lines_chart, curve
+        from vitscope.viz.labels import label, sentence_case
 
         model, values = self.meta.get("model") or "model", self.tensors[metric]
         lines = [curve(model, values, model)]
         random = self.tensors.get(f"random_{metric}")
         if random is not None:
             lines.append(curve("random chance", [float(random)] * values.shape[0], "", "dashed"))
-        return block_lines_chart(lines, metric, values.shape[0], self.meta.get("blocks"), f"{task}: {metric} per block")
+        return block_lines_chart(lines, label(metric), values.shape[0], self.meta.get("blocks"),
+                                 sentence_case(f"{label(task)}: {label(metric)} per block"))
 
 
 def probe_result(name: str, task: str, blocks: list[int], scores: Mapping[str, list[float]],

@@ -42,6 +42,8 @@ class ResidualResult(Result):
         """``<name>`` (CKA and norm ratio per block) and ``<name>_attn_matrix`` / ``<name>_mlp_matrix``."""
         if "attn_cka" not in self.tensors:
             return []
+        from vitscope.viz.labels import label
+
         t, m = self.tensors, self.meta
         what = f"{m.get('model', '')} ({m.get('tokens')} tokens, {m.get('estimator')}, {m.get('num_images')} images)"
 
@@ -55,16 +57,16 @@ class ResidualResult(Result):
             def draw(path: Path) -> list[Path]:
                 from vitscope.viz.representation_figures import cka_heatmap
 
-                return cka_heatmap(t[f"{part}_cka_matrix"], f"CKA between {part} skip inputs and branch outputs, "
-                                   f"{what}", path, m.get("blocks"), m.get("blocks"), row_title="skip input of block",
-                                   col_title="branch output of block")
+                return cka_heatmap(t[f"{part}_cka_matrix"], f"CKA between {label(part)} skip inputs and branch "
+                                   f"outputs, {what}", path, m.get("blocks"), m.get("blocks"),
+                                   row_title="skip input of block", col_title="branch output of block")
             return draw
 
         from vitscope.viz.charts import block_head_chart
 
         paper, blocks = "paper 002, fig. 23", m.get("blocks")
-        charts = {part: block_head_chart(t[f"{part}_cka_matrix"], "CKA", blocks, f"CKA between {part} skip inputs and "
-                                         "branch outputs", x_label="branch output of block",
+        charts = {part: block_head_chart(t[f"{part}_cka_matrix"], "CKA", blocks, f"CKA between {label(part)} skip "
+                                         "inputs and branch outputs", x_label="branch output of block",
                                          y_label="skip input of block", column_labels=blocks)
                   for part in ("attn", "mlp")}
         from vitscope.viz.charts import Chart, LinePanel, curve, tick_names
@@ -79,8 +81,8 @@ class ResidualResult(Result):
                       "Norm of the branch over the norm of the skip", log_toggle=True)])
         return [self.figure("", curves, "CKA between the skip path and the attention / MLP branches per block, and "
                             "their norm ratio.", paper, title=f"Residual paths of {what}", chart=lines)] + [
-            self.figure(f"_{part}_matrix", matrix(part), f"CKA between every {part} skip input (rows) and every "
-                        f"{part} branch output (columns); point at a cell for its value.", paper,
+            self.figure(f"_{part}_matrix", matrix(part), f"CKA between every {label(part)} skip input (rows) and "
+                        f"every {label(part)} branch output (columns); point at a cell for its value.", paper,
                         chart=charts[part]) for part in ("attn", "mlp")]
 
 

@@ -159,7 +159,7 @@
     return {
       animation: false,
       title: p.title ? {text: p.title, left: "center", textStyle: {fontSize: 13, fontWeight: "normal"}} : undefined,
-      grid: {left: 12, right: 90, top: p.title ? 48 : 28, bottom: 30, containLabel: true},
+      grid: {left: 12, right: 100, top: p.title ? 48 : 28, bottom: 30, containLabel: true},
       tooltip: {trigger: "item", confine: true, formatter: function (it) {
         return esc(p.y_label + " " + p.rows[it.value[1]] + ", " + p.x_label + " " + p.columns[it.value[0]]) + "<br>" +
           esc(p.value_label) + ": " + fmt(it.value[2] === "-" ? null : it.value[2]);
@@ -169,9 +169,9 @@
               axisLabel: {interval: p.columns.length <= 40 ? 0 : "auto", rotate: long ? 35 : 0}},
       yAxis: {type: "category", data: p.rows, name: p.y_label, nameLocation: "start", inverse: true,
               axisLabel: {interval: p.rows.length <= 40 ? 0 : "auto"}},
-      visualMap: {min: lo, max: hi, calculable: true, orient: "vertical", right: 4, top: "middle",
-                  itemHeight: 140, text: [fmt(hi), fmt(lo)], inRange: {color: HEAT[p.colours] || HEAT.viridis},
-                  formatter: fmt},
+      // the scale's ends once, beside the bar (draggable handles printed them a second time over the cells)
+      visualMap: {min: lo, max: hi, calculable: false, orient: "vertical", right: 8, top: "middle",
+                  itemHeight: 140, text: [fmt(hi), fmt(lo)], inRange: {color: HEAT[p.colours] || HEAT.viridis}},
       series: [{type: "heatmap", name: p.value_label, data: data, progressive: 0,
                 label: {show: cells <= 64, fontSize: 10, formatter: function (it) { return fmt(it.value[2]); }},
                 emphasis: {itemStyle: {borderColor: "#000", borderWidth: 1}}}]
@@ -227,7 +227,9 @@
       if (p.log_toggle) {
         var log = button("log scale", "Switch the value axis between linear and logarithmic", function () {
           var isLog = log.getAttribute("aria-pressed") === "true";
-          chart.setOption({yAxis: {type: isLog ? "value" : "log"}});
+          var axis = chart.getOption().yAxis[0];  // keep its name: a saved PNG or SVG still says what it shows
+          chart.setOption({yAxis: {type: isLog ? "value" : "log", name: axis.name, nameLocation: axis.nameLocation,
+                                   nameGap: axis.nameGap}});
           log.setAttribute("aria-pressed", isLog ? "false" : "true");
         });
         log.setAttribute("aria-pressed", "false");
