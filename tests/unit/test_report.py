@@ -251,3 +251,22 @@ def test_top_activation_figures_draw_each_map_over_its_image(tmp_path) -> None:
     alone = np.asarray(Image.open(alone).convert("RGB"), dtype=np.float32)
     picture_grey = lambda a: int((np.abs(a - 85).max(-1) < 4).sum())  # green (0, 255, 0) in grey: 85
     assert picture_grey(drawn) > 500 and picture_grey(alone) < 50  # the pictures show, in grey, under the maps
+
+
+def test_paper_badges_link_to_the_references_the_page_cites_and_the_readme_lists_them_all() -> None:
+    from pathlib import Path
+
+    from vitscope.report.model import FigureItem, Report, Section
+    from vitscope.report.references import PAPERS
+    from vitscope.report.render import render_html
+
+    chart = {"panels": []}
+    html = render_html(Report("t", sections=[Section("s", "S", "As paper 003 section 5.", figures=[
+        FigureItem(None, "F", "A caption.", "paper 002, fig. 4", chart, "f")])]))
+    assert '<a class="paper" href="#paper-002">paper 002, fig. 4</a>' in html
+    refs = re.search(r'<section id="references">(.*?)</section>', html, re.S).group(1)
+    assert re.findall(r'id="paper-(\d{3})"', refs) == ["002", "003"]  # cited ones only, in order
+    assert "Teaching Matters" in refs and "Visualizing Paired" not in refs and 'href="#references"' in html
+    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    for number, citation in PAPERS.items():  # the same citation, word for word
+        assert f"paper {number}: {citation}" in readme, number

@@ -77,6 +77,14 @@ def thumbnail_uri(path: str | os.PathLike) -> str:
     return data_uri(buf.getvalue())
 
 
+def _paper_id(text: str) -> str:
+    """``"002"`` of ``"paper 002, fig. 4"`` ("" when the text cites no paper number): a badge's link target."""
+    import re
+
+    found = re.search(r"\bpapers? (\d{3})", text or "")
+    return found.group(1) if found else ""
+
+
 def _text_px(path: str | os.PathLike) -> str:
     """The smallest font size of a figure file in pixels ("" when unknown): the page keeps it beside the
     picture so anyone (and the browser tests) can see how small its text appears once the picture is scaled."""
@@ -112,6 +120,7 @@ def _environment():
     env.filters["thumbnail_uri"] = thumbnail_uri
     env.filters["pixel_width"] = pixel_width
     env.filters["text_px"] = _text_px
+    env.filters["paper_id"] = _paper_id
     return env
 
 
@@ -124,13 +133,21 @@ def _config_value(value: Any) -> str:
 def render_html(report: Report) -> str:
     """The report as an HTML string (every text value escaped)."""
     from vitscope._version import __version__
+    from vitscope.report.references import cited
 
     rows = [(str(k), _config_value(v)) for k, v in report.config.items()]
     has_charts = any(f.chart for s in report.sections for f in s.figures)
+    texts = [report.subtitle, *report.notes]
+    for s in report.sections:
+        texts += [s.intro, *(f.caption for f in s.figures), *(f.paper for f in s.figures),
+                  *(e.caption for e in s.explorers), *(e.paper for e in s.explorers),
+                  *(p.caption for p in s.pair_explorers), *(p.paper for p in s.pair_explorers),
+                  *(t.note for t in s.tables)]
     scripts = {"echarts_script": echarts_script(), "chart_script": chart_script()} if has_charts else \
         {"echarts_script": "", "chart_script": ""}
     return _environment().get_template("report.html.j2").render(report=report, config_rows=rows, version=__version__,
-                                                                has_charts=has_charts, **scripts)
+                                                                has_charts=has_charts, references=cited(texts),
+                                                                **scripts)
 
 
 def write_report(report: Report, path: str | os.PathLike) -> Path:
