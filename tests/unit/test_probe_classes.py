@@ -49,3 +49,21 @@ def test_a_one_class_training_set_is_refused_with_test_data_too(tmp_path) -> Non
     options = _options(f"{coco}::imagefolder", tmp_path / "out") | {"test_data": f"{coco}::imagefolder"}
     with pytest.raises(ValueError, match="need at least two classes"):
         run_probe(options)
+
+
+def test_clustering_warns_when_every_row_gets_a_cluster_of_its_own() -> None:
+    import warnings
+
+    import numpy as np
+    import pytest
+
+    from vitscope.analyses.probes.clustering import clustering_scores
+
+    labels = np.array([0, 1, 2, 3])
+    feats = np.random.default_rng(0).normal(size=(4, 8)).astype(np.float32)
+    with pytest.warns(UserWarning, match="4 rows in 4 clusters give every row a cluster of its own"):
+        res = clustering_scores([0], lambda b: feats, labels)
+    assert res.tensors["purity"].tolist() == [1.0] and float(res.tensors["random_purity"]) == 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clustering_scores([0], lambda b: np.repeat(feats, 2, axis=0), np.repeat(labels, 2))  # 8 rows: no warning

@@ -200,10 +200,14 @@ def test_a_table_another_section_shows_is_left_out_and_a_settings_only_section_i
                                                            [[0, "0.3"], [1, "0.2"]])])
     third = Section("c", "Mean activation", tables=[Table("mean_activation: settings and scores", ["key", "value"],
                                                           [["ddof", "1"]])])
-    _drop_repeated_tables([first, second, third])
+    ones = [[5, "1", "1"], [6, "1", "1"]]  # two probes scoring 1 everywhere: equal by chance, each its own
+    cls, mean = (Section(k, k, tables=[Table(f"{k}: per block", ["block", "purity", "NMI"], ones)])
+                 for k in ("clustering_cls", "clustering_spatial_mean"))
+    _drop_repeated_tables([first, second, third, cls, mean])
     assert [t.title for t in second.tables] == ["attention_focus: focus", "The same numbers in another section"]
     assert second.tables[-1].rows == [["entropy", "Attention stats"]]
     assert not first.folded and not second.folded and third.folded
+    assert [t.title for t in mean.tables] == ["clustering_spatial_mean: per block"]
 
 
 def test_wide_figures_are_embedded_as_thumbnails_linked_to_the_full_file(tmp_path) -> None:

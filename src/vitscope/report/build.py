@@ -58,9 +58,10 @@ def _drop_repeated_tables(sections: list[Section]) -> None:
     for section in sections:
         kept, repeated = [], []
         for table in section.tables:
-            quantity = table.title.split(": ", 1)[-1]  # only the same quantity with the same numbers
+            quantity = table.title.split(": ", 1)[-1]  # only the same named quantity with the same numbers:
             key = (quantity, tuple(table.columns), tuple(tuple(map(str, row)) for row in table.rows))
-            if len(table.rows) > 1 and key in seen:
+            own = quantity in ("per block", "settings and scores")  # each analysis's own, equal by chance
+            if len(table.rows) > 1 and not own and key in seen:
                 repeated.append([table.title.split(": ", 1)[-1], seen[key]])
                 continue
             seen.setdefault(key, section.title)

@@ -48,6 +48,12 @@ def clustering_scores(blocks: Sequence[int], features: Callable[[int], np.ndarra
     """
     labels = np.asarray(labels, dtype=np.int64)
     k = int(k) if k is not None else int(np.unique(labels).size)
+    if labels.size and k >= labels.size:
+        import warnings
+
+        warnings.warn(f"{name}: {labels.size} rows in {k} clusters give every row a cluster of its own, so purity, "
+                      "NMI and ARI say nothing about the features (random chance scores the same); use more "
+                      "images than classes", stacklevel=2)
     k = min(k, labels.size)
     scores: dict[str, list[float]] = {m: [] for m in METRICS}
     width = 0

@@ -82,8 +82,9 @@ class ProbeResult(Result):
         random = self.tensors.get(f"random_{metric}")
         if random is not None:
             lines.append(curve("random chance", [float(random)] * values.shape[0], "", "dashed"))
+        bounds = (None, 1.0) if metric == "ari" else (0.0, 1.0)  # every probe score is at most 1; ARI may be < 0
         return block_lines_chart(lines, label(metric), values.shape[0], self.meta.get("blocks"),
-                                 sentence_case(f"{label(task)}: {label(metric)} per block"))
+                                 sentence_case(f"{label(task)}: {label(metric)} per block"), bounds)
 
 
 def probe_result(name: str, task: str, blocks: list[int], scores: Mapping[str, list[float]],
