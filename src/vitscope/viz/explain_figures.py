@@ -95,7 +95,9 @@ def even_share_scale(grid_map: torch.Tensor | np.ndarray) -> tuple[float, float]
 def _paste_signed(canvas, image: np.ndarray, grid_map: torch.Tensor | np.ndarray, scale: tuple[float, float],
                   x: int, y: int, side: int, label: str) -> int:
     """Place one :func:`signed_overlay` (longer side ``side``) at ``(x, y)`` with its colour bar under it;
-    ``label`` may name ``{centre}``. Returns the y below the bar."""
+    ``label`` may name ``{centre}`` and ``{spread}`` (how far the bar's ends are from the centre, in percent of
+    it: a map within 1 % of an even share is drawn as saturated as one within 100 %). Returns the y below the
+    bar."""
     from PIL import Image
 
     centre, limit = scale
@@ -103,8 +105,9 @@ def _paste_signed(canvas, image: np.ndarray, grid_map: torch.Tensor | np.ndarray
     factor = side / max(pic.size)
     pic = pic.resize((max(1, round(pic.width * factor)), max(1, round(pic.height * factor))), Image.BICUBIC)
     canvas.paste(np.asarray(pic), x, y)
+    spread = f"ends \u00b1{100 * limit / abs(centre):.2g} % of it" if centre else "centre 0"
     return canvas.colour_bar(x, y + pic.height + 8, pic.width, SIGNED_CMAP, f"{centre - limit:.3g}",
-                             f"{centre + limit:.3g}", label.format(centre=centre))
+                             f"{centre + limit:.3g}", label.format(centre=centre, spread=spread))
 
 
 def signed_pair_picture(rows: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]],
@@ -127,7 +130,7 @@ def signed_pair_picture(rows: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray,
         below = y
         for k, (img, m) in enumerate(((image_a, map_a), (image_b, map_b))):
             below = max(below, _paste_signed(canvas, img, m, even_share_scale(m), 10 + k * (side + 20), y, side,
-                                             "white: an even share, {centre:.3g}"))
+                                             "white: an even share, {centre:.3g}; {spread}"))
         y = below + 6
     return canvas.save(stem)
 
@@ -141,7 +144,7 @@ def signed_map_picture(image: np.ndarray, grid_map: torch.Tensor | np.ndarray, s
     canvas = Canvas(side + 20, side + 90)
     canvas.text(10, 10, title, size=13)
     _paste_signed(canvas, image, grid_map, scale, 10, 32, side, "patch contribution (white: an even share, "
-                  "{centre:.3g})")
+                  "{centre:.3g}; {spread})")
     return canvas.save(stem)
 
 

@@ -86,10 +86,10 @@ def paired_similarity_section(dataset: Any, model: str = "tiny-vit-metric",
                                       "sum of map a", "sum of map b"], rows,
                   "Each image's token contributions sum exactly to the pair's cosine similarity (before rollout).")
     figure = Figure("paired_similarity", draw, "Paired similarity", "Paired similarity maps: which patches of each "
-                    "image make the pair similar, for the metric-learning model. The contributions of each image sum "
-                    "to the cosine similarity; red patches contribute more than an even share of it, blue ones less "
-                    "(each map on its own scale, shown below it).", "paper 000, fig. 4")
-    section = Section("paired-similarity", f"Paired similarity ({model})",
+                    f"image make the pair similar, for the metric-learning model {model}. The contributions of each "
+                    "image sum to the cosine similarity; red patches contribute more than an even share of it, blue "
+                    "ones less (each map on its own scale, shown below it).", "paper 000, fig. 4")
+    section = Section("paired-similarity", "Paired similarity",
                       "Why two images are similar to an embedding network: the cosine similarity of the two "
                       "mean-pooled, projected embeddings decomposed over the tokens of each image and redistributed "
                       "over the input patches with the attention rollout (docs/methods.md, Paired image similarity).",

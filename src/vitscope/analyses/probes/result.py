@@ -32,6 +32,9 @@ CAPTIONS: dict[str, tuple[str, str]] = {
                   "paper 002, fig. 10"),
 }
 CAPTIONS["knn"], CAPTIONS["linear"] = CAPTIONS["knn_probe"], CAPTIONS["linear_probe"]  # the probe sweep's tasks
+CAPTIONS["clustering_regions"] = ("Clustering score ({metric}) per block, k-means on region features (each object "
+                                  "or part mask pooled over its patches); random chance dashed.",
+                                  "paper 002, fig. 7 and 24, 25")
 
 
 class ProbeResult(Result):
