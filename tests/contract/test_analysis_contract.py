@@ -194,3 +194,20 @@ def test_merge_of_a_random_split_equals_the_whole(name: str, kind: str, sizes: l
     whole = run(ANALYSES[name](), batches).compute()
     merged = run(ANALYSES[name](), batches[:cut]).merge(run(ANALYSES[name](), batches[cut:]))
     assert_results_equal(merged.compute(), whole)
+
+
+@pytest.mark.parametrize("name", sorted(ANALYSES))
+def test_every_parameter_is_documented_for_analyze_params_of(name: str) -> None:
+    """``vitscope analyze --params-of NAME`` prints each parameter with its default and what it means."""
+    from typer.testing import CliRunner
+
+    from vitscope.analyses.params import parameters_of
+    from vitscope.cli.main import app
+
+    out = CliRunner().invoke(app, ["analyze", "--params-of", name])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    for key in parameters_of(ANALYSES[name]):
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"  {key}"))
+        assert at + 1 < len(lines) and lines[at + 1].startswith("      ") and len(lines[at + 1].strip()) > 5, \
+            f"{name}.{key} has no description: document it in the class's Args section"

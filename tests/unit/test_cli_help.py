@@ -44,3 +44,12 @@ def test_flags_read_as_flags_and_required_options_say_so():
         assert "--strict / --no-strict" in text or command == "probe"
         assert "Required" in text or "[required]" in text, command
     assert "--version" in _help()
+
+
+def test_params_of_names_an_unknown_analysis_in_one_line() -> None:
+    from typer.testing import CliRunner
+
+    from vitscope.cli.main import app
+
+    out = CliRunner().invoke(app, ["analyze", "--params-of", "knn_prob"])
+    assert out.exit_code == 2 and "Did you mean 'knn_probe'" in out.output and "Traceback" not in out.output

@@ -26,7 +26,7 @@ from vitscope.analyses.registry import ANALYSES, GROUPS, unknown_analysis, why_c
 from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["ParameterError", "build_analyses", "parameters_of", "parse_param_assignments"]
+__all__ = ["ParameterError", "build_analyses", "describe_parameters", "parameters_of", "parse_param_assignments"]
 
 #: constructor arguments that are not analysis parameters (they say where work files go)
 HIDDEN = ("workdir",)
@@ -57,6 +57,62 @@ def parameters_of(cls: type[Analysis]) -> dict[str, inspect.Parameter]:
     signature = inspect.signature(cls.__init__)
     return {name: p for name, p in list(signature.parameters.items())[1:]
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name not in HIDDEN}
+
+
+def _documented(cls: type[Analysis]) -> dict[str, str]:
+    """``{parameter: text}`` from the ``Args:`` sections of the class's docstring and its bases' (a subclass
+    documents what it changes)."""
+    out: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if "__doc__" in vars(klass) and klass.__doc__:
+            out.update(_args_section(klass.__doc__))
+    return out
+
+
+def _args_section(docstring: str) -> dict[str, str]:
+    """``{parameter: text}`` of one Google-style ``Args:`` section (``a, b: text`` documents both;
+    ``a: text; b: text`` on one line documents each)."""
+    import re
+
+    doc, out, current = inspect.cleandoc(docstring).replace("``", ""), {}, []
+    lines = doc.split("Args:", 1)[1].splitlines()[1:] if "Args:" in doc else []
+    for line in lines:
+        if line and not line.startswith(" "):  # the section ended
+            break
+        text = line.strip()
+        if not (line.startswith("    ") and not line.startswith("     ")):  # a continuation line
+            if current and text:
+                for n in current:
+                    out[n] += " " + text
+            continue
+        for part in re.split(r";\s+(?=[a-z_]\w*(?:, [a-z_]\w*)*: )", text):
+            head, colon, rest = part.partition(": ")
+            names = [n.strip() for n in head.split(",")]
+            if colon and all(n.isidentifier() for n in names):
+                current = names
+                for n in names:
+                    out[n] = rest
+            elif current:
+                for n in current:
+                    out[n] += " " + part
+    return out
+
+
+def describe_parameters(name: str) -> str:
+    """The parameters of a registered analysis: name, default and meaning, one per line (``analyze --params-of``).
+
+    Raises:
+        VitscopeValueError: an unknown analysis name (with the names it may have meant).
+    """
+    if name not in ANALYSES:
+        raise unknown_analysis(name)
+    cls = ANALYSES[name]
+    docs = _documented(cls)
+    lines = [f"{name} parameters (-p {name}.KEY=VALUE):"]
+    for key, p in parameters_of(cls).items():
+        default = "" if p.default is inspect.Parameter.empty else f" = {p.default!r}"
+        lines.append(f"  {key}{default}" + (f"\n      {docs[key]}" if key in docs else ""))
+    return "\n".join(lines) if len(lines) > 1 else f"{name} takes no parameters"
 
 
 def _hints(cls: type[Analysis]) -> dict[str, Any]:

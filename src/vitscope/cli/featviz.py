@@ -21,7 +21,8 @@ def featviz(
                                    "blocks.2.attn.k:5, stages.2:7) or logit:CLASS; repeatable."),
     grid: int = typer.Option(0, "--grid", min=0, help="Also visualise N random FFN channels of every block."),
     steps: int = typer.Option(400, "--steps", min=1, help="Optimisation steps [400]."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="Seed of the optimisation (start, noise, shifts) and of --grid's "
+                             "channels."),
     lambda_tv: float = typer.Option(4e-4, "--lambda-tv", min=0.0, help="Total-variation weight [4e-4]."),
     noise: str = typer.Option("channel", "--noise", help="channel (the published code) | pixel (paper text) | none."),
     color_shift: str = typer.Option("code", "--color-shift", help="code: (x-mu)/sigma | paper: sigma*x+mu | none."),
@@ -37,7 +38,11 @@ def featviz(
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),
     figure_files: bool = typer.Option(False, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
 ) -> None:
-    """Optimise images that maximise units; with --data, their top images and activation maps."""
+    """Optimise images that maximise units; with --data, their top images and activation maps.
+
+    Name the units with --unit (repeatable) or --grid N (N random FFN channels of every block); one of the two
+    is required.
+    """
     from vitscope.featviz.workflow import FeatvizOptions, run_featviz
 
     if noise not in ("channel", "pixel", "none") or color_shift not in ("code", "paper", "none"):

@@ -47,7 +47,8 @@ def analyses_epilog() -> str:
     """The list of analyses and groups for ``analyze --help`` (each paragraph starts with click's \\b, which
     keeps its lines as written)."""
     paragraphs = ["\b\nAnalyses (--analyses NAME,GROUP,...). Without --analyses, every analysis runs that the\n"
-                  "model and the data support; the masking ones are opt-in: they run only when named."]
+                  "model and the data support; the masking ones are opt-in: they run only when named.\n"
+                  "Their parameters (-p NAME.KEY=VALUE), with defaults and meaning: --params-of NAME."]
     for group, members in ANALYSES_BY_GROUP.items():
         lines = ["\b", f"{group} group:" if group else "not in a group:"]
         lines += [f"  {name:<22} {what}" + (f" [needs {needs}]" if needs else "") for name, what, needs in members]

@@ -96,6 +96,20 @@ def _resolve(table, given: dict, config: Path | None) -> dict:
         raise typer.Exit(2) from None
 
 
+def _params_of(name: str | None) -> None:
+    """``analyze --params-of NAME``: the analysis's parameters with their defaults and meaning, then exit."""
+    if name:
+        from vitscope.analyses.params import describe_parameters
+        from vitscope.errors import VitscopeError
+
+        try:
+            typer.echo(describe_parameters(name))
+        except VitscopeError as err:
+            _stderr(f"error: {err}")
+            raise typer.Exit(2) from None
+        raise typer.Exit(0)
+
+
 _CONFIG_HELP = "YAML file of options (keys as the long options); command-line options override it."
 _RESUME_HELP = "Continue from the state saved by an interrupted run of the same command (default: on)."
 
@@ -111,7 +125,8 @@ def analyze(
     analyses: str | None = typer.Option(None, "--analyses", "-a", help="Comma-separated analysis or group names "
                                         "(NAME@TAG: a labelled second configuration)."),
     param: list[str] | None = typer.Option(None, "--param", "-p", help="Analysis parameter NAME.KEY=VALUE "
-                                           "(repeatable), e.g. knn_probe.k=20 or representation.tokens=cls."),
+                                           "(repeatable), e.g. knn_probe.k=20 or representation.tokens=cls; "
+                                           "--params-of NAME lists them."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Use only the first N images."),
     batch_size: int | None = typer.Option(None, "--batch-size", "-b", min=1, help="Images per batch [16]."),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),
@@ -122,6 +137,9 @@ def analyze(
                                                     help="Least seconds between state saves [60]."),
     figure_files: bool | None = typer.Option(None, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
+    params_of: str | None = typer.Option(None, "--params-of", metavar="NAME", is_eager=True, callback=_params_of,
+                                         help="Print the parameters of analysis NAME (defaults and meaning) and "
+                                              "exit."),
 ) -> None:
     """Run analyses over a dataset in one pass; write results.json, tables, figures and report.html."""
     from vitscope.cli.analyze import analyze as run_analyze

@@ -56,11 +56,15 @@ class AttentionAccumulator(Analysis):
     """Base of the attention suite: reads every ``blocks.{i}.attn.pattern`` through the shared pass.
 
     Subclasses set ``NEEDS`` (per-block quantities of :mod:`~vitscope.functional.attention_blocks`), declare
-    their sums in ``_declare_sums`` and implement ``_update_blocks`` and ``compute``. Configuration:
-    ``seed``, ``random_samples`` (random patterns per block for the baseline) and ``random_kind``
-    (``"uniform"``, the 002 code, or ``"gaussian"``). The block statistics are a shared quantity of the
-    batch (``"attention_blocks"``): the engine computes them once per batch and block with the union of what
-    the run's analyses need.
+    their sums in ``_declare_sums`` and implement ``_update_blocks`` and ``compute``. The block statistics are
+    a shared quantity of the batch (``"attention_blocks"``): the engine computes them once per batch and block
+    with the union of what the run's analyses need.
+
+    Args:
+        seed: seed of the random-attention baseline.
+        random_samples: random attention patterns drawn per block for the baseline (their mean is reported).
+        random_kind: ``"uniform"`` (uniform values divided by their mean over queries, the 002 code) or
+            ``"gaussian"`` (the same with half-normal values).
     """
 
     needs_attention = True
