@@ -89,6 +89,8 @@ def test_report_loads_every_figure_and_the_explorer_responds(browser, report):
 
     cells.nth(22).focus()  # keyboard users get the same view
     assert "block 5, head 2" in caption.inner_text()
+    ends = [page.locator(f".vs-bar-{e}").first.inner_text() for e in ("lo", "hi")]  # the colour bar follows
+    assert f"(map from {ends[0]} to {ends[1]})" in caption.inner_text()
 
     page.locator(".vs-source").nth(1).click()  # a single image (named by its file): map drawn over it
     cells = page.locator("table.vs-grid:not([hidden]) .vs-cell")
@@ -229,6 +231,7 @@ def test_the_retrieval_explorer_changes_maps_with_the_query_and_the_model(browse
     assert kinds.nth(0).is_disabled() and kinds.nth(2).get_attribute("aria-pressed") == "true"  # a CNN: raw maps
     assert shown() != transposed
     assert "cosine" in page.locator(".vs-pair figcaption").first.inner_text()
+    assert page.locator(".vs-pairs-scale .vs-bar").first.is_visible()  # the maps' colour bar
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     assert overflow <= 0, f"the page scrolls sideways by {overflow} px"
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)

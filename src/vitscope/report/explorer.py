@@ -50,6 +50,13 @@ def colour_palette(cmap: str) -> np.ndarray:
     return matplotlib.colormaps[cmap].resampled(256)(np.arange(256), bytes=True)[:, :3]
 
 
+def css_gradient(cmap: str, stops: int = 11) -> str:
+    """A CSS ``linear-gradient`` left to right through a colour map (a colour bar drawn by the page)."""
+    palette = colour_palette(cmap)
+    colours = [palette[round(i * 255 / (stops - 1))] for i in range(stops)]
+    return "linear-gradient(to right, " + ", ".join(f"#{r:02x}{g:02x}{b:02x}" for r, g, b in colours) + ")"
+
+
 def _coloured(m: np.ndarray, cmap: str) -> tuple[bytes, tuple[float, float]]:
     lo, hi = float(np.nanmin(m)), float(np.nanmax(m))
     scaled = (m - lo) / (hi - lo) if hi > lo else np.zeros_like(m)
@@ -103,4 +110,4 @@ def explorer_from_maps(
             grids.append(_grid(label, per_image[i], cmap, None if pictures is None else pictures[i]))
     labels = list(blocks) if blocks is not None else list(range(mean.shape[0]))
     return Explorer(title, [int(b) for b in labels], int(mean.shape[1]), grids, caption, paper,
-                    (int(mean.shape[2]), int(mean.shape[3])))
+                    (int(mean.shape[2]), int(mean.shape[3])), css_gradient(cmap))

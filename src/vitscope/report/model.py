@@ -72,7 +72,8 @@ class ExplorerGrid:
 class Explorer:
     """A block x head grid of attention maps; pointing at a cell shows that head's map enlarged.
 
-    ``grid_shape`` is the ``(h, w)`` token grid of the maps (sets the enlarged view's aspect ratio).
+    ``grid_shape`` is the ``(h, w)`` token grid of the maps (sets the enlarged view's aspect ratio); ``bar`` the
+    CSS gradient of the colour map, drawn as the enlarged map's colour bar.
     """
 
     title: str
@@ -82,6 +83,7 @@ class Explorer:
     caption: str = ""
     paper: str = ""
     grid_shape: tuple[int, int] = (1, 1)
+    bar: str = ""
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from vitscope.report.explorer import colour_palette, jpeg_bytes, palette_png
+from vitscope.report.explorer import colour_palette, css_gradient, jpeg_bytes, palette_png
 from vitscope.report.model import PairExplorer
 
 __all__ = ["PairHits", "pair_explorer"]
@@ -52,6 +52,8 @@ def pair_explorer(title: str, images: Sequence[np.ndarray], names: Sequence[str]
             ``"R^T gamma"``; a CNN has one); ``queries[i]`` is the gallery index of query ``i``.
         caption, paper: text under it.
     """
+    from vitscope.viz.explain_figures import SIGNED_CMAP
+
     results: dict[str, dict[str, list[list[dict[str, Any]]]]] = {}
     for model, kinds in hits.items():
         results[model] = {}
@@ -62,5 +64,6 @@ def pair_explorer(title: str, images: Sequence[np.ndarray], names: Sequence[str]
     data = {"images": [_data_url("jpeg", jpeg_bytes(np.asarray(im))) for im in images],
             "names": [str(n) for n in names], "classes": [str(c) for c in classes],
             "queries": [int(q) for q in queries], "models": list(results),
-            "kinds": list(dict.fromkeys(k for kinds in results.values() for k in kinds)), "results": results}
+            "kinds": list(dict.fromkeys(k for kinds in results.values() for k in kinds)), "results": results,
+            "bar": css_gradient(SIGNED_CMAP)}
     return PairExplorer(title, data, caption, paper)

@@ -175,10 +175,26 @@ def pair_figure(image_a, image_b, map_a: torch.Tensor, map_b: torch.Tensor, scor
     fig = Figure(figsize=(1.9 * cols, 4.4), layout="constrained")
     fig.suptitle(f"cosine similarity {score:.3f}\npaired maps: red, a patch adds more than an even share of it; "
                  "blue, less", fontsize=8)
+    axes = []
     for r, row in enumerate(rows):
         for c, (img, title) in enumerate(row):
-            _show(fig.add_subplot(2, cols, r * cols + c + 1), img, title)
-    return save_figure(fig, path, dpi=120, svg=False)[0]
+            axes.append(fig.add_subplot(2, cols, r * cols + c + 1))
+            _show(axes[-1], img, title)
+    _scale_bar(fig, axes, SIGNED_CMAP, ["below an even share", "an even share", "above"])
+    if rollout_a is not None or rollout_b is not None:
+        _scale_bar(fig, axes, "inferno", ["rollout: low", "", "high"])
+    return save_figure(fig, path, dpi=120, svg=False, tight=True)[0]
+
+
+def _scale_bar(fig, axes, cmap: str, labels: Sequence[str]) -> None:
+    """A horizontal colour bar under ``axes``: three labels at its ends and middle (each map on its own scale,
+    so no numbers)."""
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
+    bar = fig.colorbar(ScalarMappable(Normalize(0, 1), cmap), ax=axes, location="bottom", shrink=0.5, aspect=40,
+                       pad=0.02)
+    bar.set_ticks([0.0, 0.5, 1.0], labels=list(labels), fontsize=7)
 
 
 def retrieval_figure(images: torch.Tensor, results: Mapping[str, object], path: str | Path,

@@ -89,6 +89,7 @@ def panel_figure(optimised: torch.Tensor, top_images: Sequence[torch.Tensor | np
     fig.add_subplot(2, 1 + k, 2 + k).axis("off")
     vmax = float(maps.max()) if maps.numel() else 1.0
     vmin = float(maps.min()) if maps.numel() else 0.0
+    shown = None
     for j in range(k):
         img = _rgb(top_images[j])
         ax = fig.add_subplot(2, 1 + k, 2 + j)
@@ -97,10 +98,15 @@ def panel_figure(optimised: torch.Tensor, top_images: Sequence[torch.Tensor | np
         _off(ax)
         ax = fig.add_subplot(2, 1 + k, 3 + k + j)
         ax.imshow(img, alpha=0.35)
-        ax.imshow(maps[j].detach().cpu().numpy(), cmap="magma", alpha=0.75, vmin=vmin, vmax=vmax,
-                  extent=(0, img.shape[1], img.shape[0], 0), interpolation="nearest")
+        shown = ax.imshow(maps[j].detach().cpu().numpy(), cmap="magma", alpha=0.75, vmin=vmin, vmax=vmax,
+                          extent=(0, img.shape[1], img.shape[0], 0), interpolation="nearest")
         ax.set_title(f"map {j + 1}", fontsize=9)
         _off(ax)
+    if shown is not None:  # one scale for the k maps: the unit's activation on a patch, beside the last map
+        pos = fig.axes[-1].get_position()
+        bar = fig.colorbar(shown, cax=fig.add_axes((pos.x1 + 0.01, pos.y0, 0.012, pos.height)))
+        bar.set_label("activation", fontsize=9)
+        bar.ax.tick_params(labelsize=8)
     return save_figure(fig, path, dpi=110, svg=False, tight=True)[0]
 
 
