@@ -232,6 +232,8 @@ def test_the_retrieval_explorer_changes_maps_with_the_query_and_the_model(browse
     assert shown() != transposed
     assert "cosine" in page.locator(".vs-pair figcaption").first.inner_text()
     assert page.locator(".vs-pairs-scale .vs-bar").first.is_visible()  # the maps' colour bar
+    query = page.locator(".vs-pairs-query").first.inner_text()  # the query named by file and class
+    assert query.startswith("Query: ") and ".jpg (class " in query and "tiny-resnet-metric" in query, query
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     assert overflow <= 0, f"the page scrolls sideways by {overflow} px"
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -383,14 +385,14 @@ def pictures_report(tmp_path_factory) -> Path:
         "given": lambda p: ef.signed_map_picture(photos[0], maps[0, 0], ef.even_share_scale(maps[0, 0]),
                                                  f"{names[0]} given {names[1]}", p),
         "panel": lambda p: [ff.panel_figure(chw[0].float() / 255, list(photos), torch.from_numpy(maps[0, :5]),
-                                            "blocks.11.mlp.post:1234", p.with_suffix(".png"), [3.2] * 5)],
+                                            "blocks.11.mlp.post:1234", p.with_suffix(".png"), [3.2] * 5, names)],
         "grid": lambda p: [ff.unit_grid_figure(chw.repeat(5, 1, 1, 1)[:24].float() / 255,
                                                [f"blocks.{b}.mlp.post:{c}" for b in range(12) for c in (17, 1234)],
                                                p.with_suffix(".png"), columns=2, title="Optimised images")],
         "top": lambda p: ff.top_activation_grid(torch.from_numpy(maps[:6, :5]), torch.ones(6, 5),
                                                 [f"unit {u}" for u in range(6)],
                                                 [[torch.from_numpy(photos[j]) for j in range(5)]] * 6,
-                                                "blocks.11.mlp.post", p),
+                                                "blocks.11.mlp.post", p, names=[names] * 6),
     }
     figures = [Figure(stem, fn, stem, f"The {stem} picture at a real model's size.", "paper 002, fig. 2")
                for stem, fn in draw.items()]

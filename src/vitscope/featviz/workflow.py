@@ -121,13 +121,16 @@ def _top_images(backbone, dataset, objectives: list[Objective], options: Featviz
         indices = res[f"{obj.site}.indices"][j].tolist()
         images = [_seen_image(backbone, dataset.get(int(idx)).image) for idx in indices]
 
+        files = [Path(res.meta["paths"][str(int(idx))]).name for idx in indices]
+
         def draw(path: Path, i: int = i, images: list = images, maps=res[f"{obj.site}.maps"][j], name=obj.name,
-                 scores=scores.tolist()) -> list[Path]:
-            return [panel_figure(result.images[i], images, maps, name, png_path(path), scores)]
+                 scores=scores.tolist(), files=files) -> list[Path]:
+            return [panel_figure(result.images[i], images, maps, name, png_path(path), scores, files)]
 
         stem = f"panel_{_safe(obj.name).replace('.', '_')}"
-        figures.append(Figure(stem, draw, obj.name, "Optimised image | most-activating dataset images | the unit's "
-                              "activation on their patches.", "paper 001, figs. 2 and 5"))
+        figures.append(Figure(stem, draw, obj.name, "The optimised image and the most-activating dataset images "
+                              "(with the unit's mean activation), each image's patch activations under it, named by "
+                              "its file.", "paper 001, figs. 2 and 5"))
         entries[obj.name] = {"panel": f"figures/{stem}.png", "best_dataset_score": float(scores[0]),
                              "top": [{"index": int(idx), "path": res.meta["paths"][str(int(idx))], "score": float(s)}
                                      for idx, s in zip(indices, scores.tolist())]}

@@ -14,6 +14,7 @@ import torch
 from PIL import Image
 
 from vitscope.errors import VitscopeValueError
+from vitscope.viz.labels import short_name
 from vitscope.viz.raster import Canvas, colorize, fit_nearest, tick_positions, tile_scale, upscale, value_overlay
 
 __all__ = ["aligned_maps_figure", "as_numpy", "block_head_maps", "map_mosaic", "rollout_figure", "tick_labels"]
@@ -157,11 +158,6 @@ def aligned_maps_figure(
     return _grid_figure(arr, title, stem, labels, cmap, corner=corner, centre_mark=True)
 
 
-def _short(text: str, limit: int) -> str:
-    """``text`` cut in the middle to ``limit`` characters (long file names under a thumbnail)."""
-    return text if len(text) <= limit else text[: limit // 2 - 1] + "..." + text[-(limit - limit // 2 - 2):]
-
-
 def rollout_figure(
     images: torch.Tensor | np.ndarray | None,
     image_maps: torch.Tensor | np.ndarray | None,
@@ -181,7 +177,7 @@ def rollout_figure(
     for img, m, name in zip(imgs, maps, names):
         photo = Image.fromarray(np.ascontiguousarray(img)).convert("RGB").resize((side, side), Image.BILINEAR)
         top = np.nanmax(m) if np.isfinite(m).any() else 0.0
-        label = f"image {name}" if isinstance(name, int) else _short(str(name), 26)
+        label = f"image {name}" if isinstance(name, int) else short_name(str(name), 26)
         panels.append((label, value_overlay(np.asarray(photo), fit_nearest(m / top if top > 0 else m,
                                                                            (side, side)), cmap)))
     extra = [("dataset mean", as_numpy(mean_map))]

@@ -165,7 +165,9 @@ def pair_figure(image_a, image_b, map_a: torch.Tensor, map_b: torch.Tensor, scor
                 rollout_a: torch.Tensor | None = None, rollout_b: torch.Tensor | None = None,
                 names: tuple[str, str] = ("A", "B")) -> Path:
     """Figures 1 and 8: each image in a row with its paired map and (if given) its output-agnostic rollout map."""
-    a, b = (n if len(n) <= 34 else f"{n[:16]}...{n[-15:]}" for n in names)  # titles fit their panel
+    from vitscope.viz.labels import short_name
+
+    a, b = (short_name(n, 34) for n in names)  # titles fit their panel
     rows = [[(to_rgb(image_a), a), (_signed(image_a, map_a), "paired map (given the other)")],
             [(to_rgb(image_b), b), (_signed(image_b, map_b), "paired map (given the other)")]]
     for row, image, rollout in ((rows[0], image_a, rollout_a), (rows[1], image_b, rollout_b)):

@@ -68,7 +68,8 @@ def unit_grid_figure(images: torch.Tensor, labels: Sequence[str], path: str | Pa
 
 
 def panel_figure(optimised: torch.Tensor, top_images: Sequence[torch.Tensor | np.ndarray], maps: torch.Tensor,
-                 label: str, path: str | Path, scores: Sequence[float] | None = None) -> Path:
+                 label: str, path: str | Path, scores: Sequence[float] | None = None,
+                 names: Sequence[str] | None = None) -> Path:
     """The standard panel (fig. 2): the optimised image and the top dataset images in one row, each image's
     patch activation map under it.
 
@@ -79,7 +80,10 @@ def panel_figure(optimised: torch.Tensor, top_images: Sequence[torch.Tensor | np
         label: the unit's name.
         path: PNG to write.
         scores: the unit's score (mean activation) on each top image.
+        names: the file name of each top image (under its map).
     """
+    from vitscope.viz.labels import short_name
+
     k = len(top_images)
     fig = Figure(figsize=(1.6 * (1 + k), 3.7))
     ax = fig.add_subplot(2, 1 + k, 1)
@@ -100,7 +104,7 @@ def panel_figure(optimised: torch.Tensor, top_images: Sequence[torch.Tensor | np
         ax.imshow(img, alpha=0.35)
         shown = ax.imshow(maps[j].detach().cpu().numpy(), cmap="magma", alpha=0.75, vmin=vmin, vmax=vmax,
                           extent=(0, img.shape[1], img.shape[0], 0), interpolation="nearest")
-        ax.set_title(f"map {j + 1}", fontsize=9)
+        ax.set_title(short_name(names[j], 22) if names and j < len(names) else f"map {j + 1}", fontsize=9)
         _off(ax)
     if shown is not None:  # one scale for the k maps: the unit's activation on a patch, beside the last map
         pos = fig.axes[-1].get_position()
@@ -138,7 +142,7 @@ def top_maps_figure(maps: torch.Tensor, scores: torch.Tensor, labels: Sequence[s
 
 def top_activation_grid(maps: torch.Tensor, scores: torch.Tensor, units: Sequence[str],
                         pictures: Sequence[Sequence[torch.Tensor | None]], site: str, stem: str | Path,
-                        side: int = 96) -> list[Path]:
+                        side: int = 96, names: Sequence[Sequence[str | None]] | None = None) -> list[Path]:
     """The top images of several units, each with the unit's patch map drawn over it (Pillow, no matplotlib).
 
     Args:
@@ -149,17 +153,20 @@ def top_activation_grid(maps: torch.Tensor, scores: torch.Tensor, units: Sequenc
         site: the hook name, in the title.
         stem: output path without suffix.
         side: pixels of each cell.
+        names: ``names[u][j]`` the file name of image ``(u, j)`` (written under it, cut in the middle), or None.
     """
     from PIL import Image
 
+    from vitscope.viz.labels import short_name
     from vitscope.viz.raster import Canvas, colorize, value_overlay
 
     u, k, h, w = maps.shape
     label_w = 70
-    canvas = Canvas(label_w + k * (side + 8) + 20, 40 + u * (side + 24) + 50)
+    row = side + (38 if names else 24)
+    canvas = Canvas(label_w + k * (side + 8) + 20, 40 + u * row + 50)
     canvas.text(10, 8, f"Top activations: {site}", size=14)
     for r in range(u):
-        y = 34 + r * (side + 24)
+        y = 34 + r * row
         canvas.text(10, y + 14 + side // 2, str(units[r]), size=11)
         for j in range(k):
             x = label_w + j * (side + 8)
@@ -175,7 +182,11 @@ def top_activation_grid(maps: torch.Tensor, scores: torch.Tensor, units: Sequenc
                 cell = colorize(np.clip(up, 0.0, 1.0), "magma")
             canvas.text(x + side // 2, y, f"{float(scores[r, j]):.2f}", size=10, anchor="ma")
             canvas.paste(cell, x, y + 14)
-    bottom = 34 + u * (side + 24) + 4
+            name = names[r][j] if names and r < len(names) and j < len(names[r]) else None
+            if name:
+                canvas.text(x + side // 2, y + 16 + side, short_name(name, 16), size=10, anchor="ma",
+                            fill=(91, 100, 117))
+    bottom = 34 + u * row + 4
     canvas.colour_bar(label_w, bottom, min(k * (side + 8) - 8, 300), "magma", "low", "high",
                       "unit activation over the image's patches (each map on its own scale)")
     return canvas.save(stem)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["display_name", "label", "sentence_case"]
+__all__ = ["display_name", "label", "sentence_case", "short_name"]
 
 #: lower-case word -> how it is written
 PROPER = {"iou": "IoU", "knn": "k-NN", "k-nn": "k-NN", "cka": "CKA", "cls": "CLS", "nmi": "NMI", "ari": "ARI",
@@ -49,3 +49,8 @@ def display_name(name: str) -> str:
     base, _, tag = name.partition("@")
     text = sentence_case(base.replace("_", " "))
     return f"{text} ({tag})" if tag else text
+
+
+def short_name(text: str, limit: int) -> str:
+    """``text`` cut in the middle to ``limit`` characters (long file names under a thumbnail)."""
+    return text if len(text) <= limit else text[: limit // 2 - 1] + "..." + text[-(limit - limit // 2 - 2):]

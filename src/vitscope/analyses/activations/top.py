@@ -82,14 +82,19 @@ class TopActivationsResult(Result):
                 channels = self.meta["mapped"][hook][: min(SHOWN_UNITS, maps.shape[0])]
                 index = {i: n for n, i in enumerate(self.meta.get("picture_indices", []))}
                 pictures = self.tensors.get("pictures")
+                rows = self.tensors[f"{hook}.indices"][: len(channels)].tolist()
                 under = [[None if pictures is None or int(i) not in index else pictures[index[int(i)]]
-                          for i in row] for row in self.tensors[f"{hook}.indices"][: len(channels)].tolist()]
+                          for i in row] for row in rows]
+                paths = self.meta.get("paths", {})
+                names = [[Path(paths[str(int(i))]).name if str(int(i)) in paths else None for i in row]
+                         for row in rows]
                 return top_activation_grid(maps[: len(channels)], scores[: len(channels)],
-                                           [f"unit {c}" for c in channels], under, hook, path)
+                                           [f"unit {c}" for c in channels], under, hook, path, names=names)
 
             figures.append(self.figure(f"_{hook.replace('.', '_')}", draw, "The images that activate each unit "
                                        "most (left: most), each with the unit's activation over its patches drawn "
-                                       "on it; the score above is the unit's mean activation over the image.",
+                                       "on it; the score above is the unit's mean activation over the image, its "
+                                       "file name below.",
                                        "paper 001, fig. 2 and 5", title=f"Top activations: {hook}"))
         return figures
 
