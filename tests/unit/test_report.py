@@ -274,3 +274,34 @@ def test_paper_badges_link_to_the_references_the_page_cites_and_the_readme_lists
     readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
     for number, citation in PAPERS.items():  # the same citation, word for word
         assert f"paper {number}: {citation}" in readme, number
+
+
+def test_a_heat_map_another_section_shows_is_left_out_but_equal_curves_stay() -> None:
+    from vitscope.report.build import _drop_repeated_tables
+    from vitscope.report.model import FigureItem, Section
+    from vitscope.viz.charts import block_head_chart, block_lines_chart, curve
+
+    entropy = [[4.1, 4.0], [3.9, 3.5]]
+    heat = lambda title, e=0.0: block_head_chart([[v + e for v in r] for r in entropy], "entropy (nats)",
+                                                 title=title).to_json()
+    ones = block_lines_chart([curve("m", [1.0, 1.0], "m")], "purity", 2).to_json()
+    stats = Section("stats", "Attention stats", figures=[FigureItem(None, "Entropy", "c", "", heat("a"), "s")])
+    focus = Section("focus", "Attention focus", figures=[FigureItem(None, "Entropy", "c", "", heat("b", 3e-7), "f"),
+                                                         FigureItem(None, "Purity", "c", "", ones, "p1")])
+    other = Section("cls", "Clustering", figures=[FigureItem(None, "Purity", "c", "", ones, "p2")])
+    _drop_repeated_tables([stats, focus, other])
+    assert [f.stem for f in focus.figures] == ["p1"] and [f.stem for f in other.figures] == ["p2"]
+    assert focus.tables[-1].rows == [["Entropy (chart)", "Attention stats"]]
+
+
+def test_matrices_fold_under_their_title_and_per_block_tables_stay_open() -> None:
+    from vitscope.report.model import Report, Section
+    from vitscope.report.render import render_html
+    from vitscope.report.tables import summary_tables
+
+    tables = summary_tables("attention_stats", {"blocks": [0, 1], "entropy": [[1.0, 2.0], [3.0, 4.0]],
+                                                "block_mean": [1.5, 3.5]})
+    assert [t.folded for t in tables] == [False, True]
+    html = render_html(Report("t", sections=[Section("s", "S", tables=tables)]))
+    assert '<details class="vs-table"><summary>Attention stats: entropy (block x head) (the numbers)</summary>' in html
+    assert "<h3>Attention stats: per block</h3>" in html

@@ -50,13 +50,43 @@ def _in_explorer(item: FigureItem, shown: set[str]) -> bool:
     return item.path is not None and match is not None and match.group(1) in shown
 
 
+def _chart_numbers(chart: Mapping[str, Any]) -> str | None:
+    """What a heat-map chart shows, without its titles, to the 5 digits a reader sees (one analysis sums in
+    float32, another in float64): two with the same matrices on the same axes are one. None for curves (a few
+    per-block scores may be equal by chance, e.g. two probes at 1 everywhere)."""
+    import json
+
+    def shown(value: Any) -> Any:
+        if isinstance(value, float):
+            return float(f"{value:.5g}")
+        return [shown(v) for v in value] if isinstance(value, list) else value
+
+    panels = chart.get("panels", [])
+    if not panels or any(p.get("kind") != "heatmap" or len(p.get("rows", [])) * len(p.get("columns", [])) < 4
+                         for p in panels):
+        return None
+    return json.dumps([{k: shown(v) for k, v in p.items() if k != "title"} for p in panels], sort_keys=True,
+                      default=str)
+
+
 def _drop_repeated_tables(sections: list[Section]) -> None:
-    """A table whose columns and rows another section already shows (two analyses reporting the same mean
+    """A table or chart whose numbers another section already shows (two analyses reporting the same mean
     entropy) is left out, with a line saying where it is; a section left with no figure, explorer or table of
     numbers beyond its settings is folded (its title says so)."""
     seen: dict[tuple, str] = {}
+    charts: dict[str, str] = {}
     for section in sections:
         kept, repeated = [], []
+        figures = []
+        for item in section.figures:
+            key = _chart_numbers(item.chart) if item.chart else None
+            if key is not None and key in charts:
+                repeated.append([f"{item.title} (chart)", charts[key]])
+                continue
+            if key is not None:
+                charts.setdefault(key, section.title)
+            figures.append(item)
+        section.figures = figures
         for table in section.tables:
             quantity = table.title.split(": ", 1)[-1]  # only the same named quantity with the same numbers:
             key = (quantity, tuple(table.columns), tuple(tuple(map(str, row)) for row in table.rows))
@@ -67,7 +97,7 @@ def _drop_repeated_tables(sections: list[Section]) -> None:
             seen.setdefault(key, section.title)
             kept.append(table)
         if repeated:
-            kept.append(Table("The same numbers in another section", ["table", "shown in"], repeated))
+            kept.append(Table("The same numbers in another section", ["numbers", "shown in"], repeated))
         section.tables = kept
         only_settings = all(t.title.endswith("settings and scores") for t in section.tables)
         if not section.figures and not section.explorers and not section.pair_explorers and only_settings:

@@ -43,12 +43,14 @@ def figure_item(figure: Any, png: Path | None) -> FigureItem:
 
 @dataclass
 class Table:
-    """A table of numbers: ``columns`` names and ``rows`` of cells (numbers are formatted when rendering)."""
+    """A table of numbers: ``columns`` names and ``rows`` of cells (numbers are formatted when rendering);
+    ``folded``: shown closed under its title (a matrix a heat map of the section already shows)."""
 
     title: str
     columns: list[str]
     rows: list[list[Any]]
     note: str = ""
+    folded: bool = False
 
 
 @dataclass

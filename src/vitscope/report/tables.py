@@ -75,11 +75,13 @@ def summary_tables(name: str, summary: Mapping[str, Any]) -> list[Table]:
     for key, matrix in per_head.items():
         columns = len(matrix[0])
         rows = [[blocks[i], *(format_cell(v) for v in matrix[i])] for i in range(n_blocks)]
-        title = f"{display_name(name)}: {label(key)}"
+        title = f"{display_name(name)}: {label(key)}"  # matrices fold: their heat maps show them
         if _block_by_block(key, name, columns, n_blocks):
-            tables.append(Table(f"{title} (block x block)", ["block", *(f"block {b}" for b in blocks)], rows))
+            tables.append(Table(f"{title} (block x block)", ["block", *(f"block {b}" for b in blocks)], rows,
+                                folded=True))
         else:
-            tables.append(Table(f"{title} (block x head)", ["block", *(f"head {h}" for h in range(columns))], rows))
+            tables.append(Table(f"{title} (block x head)", ["block", *(f"head {h}" for h in range(columns))], rows,
+                                folded=True))
     if scalars:  # keys as results.json spells them: a reader finds them there
         tables.append(Table(f"{display_name(name)}: settings and scores", ["key", "value"], scalars))
     return tables
