@@ -22,6 +22,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "Backbone": ("vitscope.models.backbone", "Backbone"),
     "ModelSpec": ("vitscope.models.spec", "ModelSpec"),
     "analyze": ("vitscope.workflows.analyze", "analyze"),
+    "compare_models": ("vitscope.workflows.compare", "run_comparison"),  # vitscope.compare is the package
     "Result": ("vitscope.analyses.base", "Result"),
     "load_model": ("vitscope.models.load", "load_model"),
     "register_analysis": ("vitscope.analyses.registry", "register_analysis"),
@@ -30,8 +31,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "wrap": ("vitscope.models.wrap", "wrap"),
 }
 
-__all__ = ["Analysis", "Backbone", "ModelSpec", "Result", "VitscopeError", "__version__", "analyze", "load_model",
-           "register_analysis", "run", "tokens_to_grid", "wrap"]
+__all__ = ["Analysis", "Backbone", "ModelSpec", "Result", "VitscopeError", "__version__", "analyze",
+           "compare_models", "load_model", "register_analysis", "run", "tokens_to_grid", "wrap"]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from vitscope.analyses.base import Analysis, Result
@@ -43,6 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from vitscope.models.spec import ModelSpec
     from vitscope.models.wrap import wrap
     from vitscope.workflows.analyze import analyze
+    from vitscope.workflows.compare import run_comparison as compare_models
 
 
 _SUBPACKAGES = ("analyses", "data", "engine", "functional", "hooks", "models")

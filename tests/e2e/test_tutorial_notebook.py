@@ -19,4 +19,5 @@ def test_the_tutorial_notebook_runs_and_shows_result_cards(tmp_path):
     assert not [o for o in outputs if o.output_type == "error"]
     cards = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
     assert any("vitscope-card" in html and "Attention distance" in html and "<img" in html for html in cards)
+    assert any("vitscope-card" in html and "CKA between final blocks" in html for html in cards)  # the comparison
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the paired map

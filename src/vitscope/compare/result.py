@@ -38,7 +38,9 @@ class ComparisonResult(Result):
     """A :class:`~vitscope.compare.curves.Comparison` as a result named ``compare``."""
 
     def __init__(self, comparison: Comparison) -> None:
-        super().__init__("compare", {}, {})
+        models = list(dict.fromkeys(m for per_model in comparison.curves.values() for m in per_model))
+        super().__init__("compare", {}, {}, intro=f"{', '.join(models)} over the same images, block by block "
+                         "(relative depth on the x axis, so models of different depth share it).")
         self.comparison = comparison
 
     def to_json(self) -> dict[str, Any]:

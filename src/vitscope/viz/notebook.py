@@ -35,7 +35,7 @@ def _table_html(title: str, frame: Any, max_rows: int) -> str:
     return f"<details><summary>{html.escape(title)}</summary>{body}{more}</details>"
 
 
-def card_html(title: str, intro: str, tables: Mapping[str, Any], figures: Iterable[Any], max_figures: int = 4,
+def card_html(title: str, intro: str, tables: Mapping[str, Any], figures: Iterable[Any], max_figures: int = 6,
               max_rows: int = 20) -> str:
     """One result as a card.
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from vitscope.outputs import RunResult, prepare_output, write_run
 from vitscope.workflows.analyze import config_record
 from vitscope.workflows.state_files import checkpoint_for, clear_state
 
-__all__ = ["compare", "compare_models"]
+__all__ = ["compare", "compare_models", "run_comparison"]
 
 
 def compare_models(options: Mapping[str, Any], progress: bool | None = None,
@@ -86,3 +86,31 @@ def compare(options: Mapping[str, Any], progress: bool | None = None,
     path = write_run(options["out"], result, progress=progress, figure_files=bool(options.get("figure_files")))
     clear_state(Path(options["out"]))
     return path
+
+
+def run_comparison(models: Sequence[str], data: Any, out: str | Path, batch_size: int = 16, device: str | None = None,
+                   dtype: str | None = None, limit: int | None = None, strict: bool = False, resume: bool = True,
+                   progress: bool | None = None, figure_files: bool = False) -> ComparisonResult:
+    """``vitscope compare`` from Python (``vitscope.compare_models``): every model once over ``data``, the per-block
+    curves on shared axes written to ``out`` (results.json, tables, report.html) and returned.
+
+    Args:
+        models: two or more model names (as :func:`vitscope.load_model` takes them).
+        data: a dataset as :func:`vitscope.data.as_source` opens it (``ROOT::coco`` gives masks).
+        out: output folder (it also keeps the resumable state while the models run).
+        batch_size, device, dtype, limit, strict, resume, progress, figure_files: as ``vitscope compare``.
+
+    Returns:
+        The comparison: curves, best blocks and the model x model CKA; in a notebook it shows as the report's
+        card.
+    """
+    from vitscope.workflows.options import COMPARE_OPTIONS, resolve_options
+
+    options = resolve_options(COMPARE_OPTIONS, {
+        "models": list(models), "data": str(data) if isinstance(data, Path) else data, "out": str(out),
+        "batch_size": batch_size, "device": device, "dtype": dtype, "limit": limit, "strict": strict,
+        "resume": resume, "figure_files": figure_files}, None)
+    result = compare_models(options, progress)
+    write_run(options["out"], result, progress=progress, figure_files=figure_files)
+    clear_state(Path(options["out"]))
+    return result.results["compare"]
