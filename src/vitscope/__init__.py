@@ -22,7 +22,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "Backbone": ("vitscope.models.backbone", "Backbone"),
     "ModelSpec": ("vitscope.models.spec", "ModelSpec"),
     "analyze": ("vitscope.workflows.analyze", "analyze"),
-    "compare_models": ("vitscope.workflows.compare", "run_comparison"),  # vitscope.compare is the package
+    "compare_models": ("vitscope.workflows.compare", "compare_models"),  # vitscope.compare is the package
     "Result": ("vitscope.analyses.base", "Result"),
     "load_model": ("vitscope.models.load", "load_model"),
     "register_analysis": ("vitscope.analyses.registry", "register_analysis"),
@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from vitscope.models.spec import ModelSpec
     from vitscope.models.wrap import wrap
     from vitscope.workflows.analyze import analyze
-    from vitscope.workflows.compare import run_comparison as compare_models
+    from vitscope.workflows.compare import compare_models
 
 
 _SUBPACKAGES = ("analyses", "data", "engine", "functional", "hooks", "models")

@@ -208,6 +208,6 @@ def test_every_parameter_is_documented_for_analyze_params_of(name: str) -> None:
     assert out.exit_code == 0, out.output
     lines = out.output.splitlines()
     for key in parameters_of(ANALYSES[name]):
-        at = next(i for i, line in enumerate(lines) if line.startswith(f"  {key}"))
+        at = next(i for i, line in enumerate(lines) if line == f"  {key}" or line.startswith(f"  {key} = "))
         assert at + 1 < len(lines) and lines[at + 1].startswith("      ") and len(lines[at + 1].strip()) > 5, \
             f"{name}.{key} has no description: document it in the class's Args section"

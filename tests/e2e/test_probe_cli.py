@@ -111,6 +111,10 @@ def test_labelled_images_give_knn_linear_and_clustering(data, tmp_path: Path) ->
     tasks = {f"{kind}_{t}" for kind in ("knn", "linear", "clustering") for t in ("cls", "spatial_mean")}
     tasks |= {"linear_cls_bn", "linear_spatial_mean_bn"}
     _check_outputs(tmp_path, doc, tasks, [5])
+    charts = [json.loads((tmp_path / p).read_text())["panels"][0]
+              for p in doc["analyses"]["clustering_cls"]["files"]["figures"]]
+    assert [c["y_label"] for c in charts] == ["purity", "NMI", "ARI"]  # as people write them
+    assert charts[1]["title"] == "Clustering: NMI per block"
     knn = doc["analyses"]["knn_cls"]["summary"]
     assert knn["num_train"] + knn["num_test"] == 30 and knn["num_test"] > 0
     assert all(0 <= v <= 1 for v in knn["accuracy"])

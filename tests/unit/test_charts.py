@@ -214,3 +214,28 @@ def test_stages_chart_shades_each_stage_over_its_blocks() -> None:
                                {"name": "capture", "first": "4", "last": "5"}]
     assert stages["curves"][0]["values"] == pytest.approx([0.7, 0.3, 0.2])
     assert stages["curves"][-1]["values"] == pytest.approx([0.35, 0.15, 0.1]) and list(stages["y_range"]) == [0.0, 1.0]
+
+
+def test_bands_take_the_log_toggle_away_and_refuse_bars() -> None:
+    from vitscope.errors import VitscopeValueError
+    from vitscope.viz.charts import Band, LinePanel
+
+    chart = block_lines_chart([curve("m", [0.5, 0.7])], "y", 2, bands=[Band("capture", "0", "1")])
+    assert chart.panels[0].log_toggle is False  # bands are bars from the axis foot, which a log axis lacks
+    with pytest.raises(VitscopeValueError, match="cannot also have bars"):
+        LinePanel("block", "y", ["0"], [Curve("m", [1.0], style="bars")], bands=[Band("b", "0", "0")])
+
+
+def test_a_figure_file_records_its_smallest_drawn_text_tick_labels_included(tmp_path) -> None:
+    from matplotlib.figure import Figure
+
+    from vitscope.viz.raster import smallest_text_px
+    from vitscope.viz.save import save_figure
+
+    fig = Figure()
+    ax = fig.subplots()
+    ax.plot([0, 1], [0, 1])
+    ax.set_title("big", fontsize=20)
+    ax.tick_params(labelsize=6)  # tick labels have their text only once drawn
+    png = save_figure(fig, tmp_path / "f", dpi=72)[0]
+    assert smallest_text_px(png) == pytest.approx(6.0)

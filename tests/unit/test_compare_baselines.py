@@ -9,7 +9,7 @@ import pytest
 from vitscope.compare.result import ComparisonResult
 from vitscope.data.synthetic.write import synthesize
 from vitscope.workflows.analyze import analyze
-from vitscope.workflows.compare import compare_models
+from vitscope.workflows.compare import comparison_run
 from vitscope.workflows.options import COMPARE_OPTIONS, resolve_options
 
 MODELS = ("tiny-vit-sup", "tiny-vit-metric-p16")  # 8 x 8 and 4 x 4 token grids at 64 px
@@ -21,7 +21,7 @@ def compared(tmp_path_factory):
     coco = synthesize(base / "coco", "coco", n=6, size=64, seed=3)
     options = resolve_options(COMPARE_OPTIONS, {"models": ",".join(MODELS), "data": f"{coco}::coco",
                                                 "out": str(base / "out"), "device": "cpu", "batch_size": 3})
-    run = compare_models(options, progress=False)
+    run = comparison_run(options, progress=False)
     return coco, run.results["compare"]
 
 

@@ -60,3 +60,9 @@ def test_signed_overlay_is_red_where_a_patch_adds_blue_where_it_takes_and_grey_a
     assert bottom_right[2] > bottom_right[0] + 40  # blue
     assert abs(middle[0] - middle[2]) <= 6 and abs(middle[0] - 128) <= 12  # about the grey image
     assert np.array_equal(signed_overlay(image, grid * 2, limit=2.0), signed_overlay(image, grid, limit=1.0))
+
+
+def test_the_colour_bar_says_how_far_its_ends_are_from_the_even_share():
+    assert ef.spread_text(0.01, 0.0001) == "ends \u00b11 % of it"
+    assert ef.spread_text(-0.01, 0.062) == "ends \u00b1620 % of it"  # never 6.2e+02
+    assert ef.spread_text(0.0, 1.0) == "centre 0"

@@ -128,3 +128,15 @@ def test_display_map_is_bicubic_then_min_max():
     ref = torch.nn.functional.interpolate(m[:1, None], size=(8, 8), mode="bicubic", align_corners=False)[0, 0]
     assert torch.allclose(out[0], (ref - ref.min()) / (ref.max() - ref.min()))
     assert out[0, -1, -1] > out[0, 0, 0]  # the orientation survives
+
+
+def test_display_map_shows_a_map_flat_to_float_rounding_and_one_with_nan_as_flat():
+    from vitscope.functional.similarity import display_map, upsample_maps
+
+    flat = torch.full((1, 5, 7), 0.3)
+    up = upsample_maps(flat, (33, 47))
+    assert up.max() > up.min()  # bicubic weights leave it uneven by rounding: min-max would blow that up
+    assert torch.equal(display_map(flat, (33, 47)), torch.zeros(1, 33, 47))
+    holed = torch.rand(1, 4, 4)
+    holed[0, 1, 1] = float("nan")
+    assert torch.equal(display_map(holed, (8, 8)), torch.zeros(1, 8, 8))

@@ -305,3 +305,10 @@ def test_matrices_fold_under_their_title_and_per_block_tables_stay_open() -> Non
     html = render_html(Report("t", sections=[Section("s", "S", tables=tables)]))
     assert '<details class="vs-table"><summary>Attention stats: entropy (block x head) (the numbers)</summary>' in html
     assert "<h3>Attention stats: per block</h3>" in html
+
+
+def test_a_badge_of_a_paper_the_list_does_not_know_links_nowhere() -> None:
+    from vitscope.report.references import paper_number
+
+    assert paper_number("paper 002, fig. 4") == "002" and paper_number("papers 003 and 001") == "003"
+    assert paper_number("paper 004, fig. 1") == "" and paper_number("") == ""

@@ -85,17 +85,18 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
     results: dict[str, Result] = {}
     if with_masks:
         fg = {m: r["foreground_masking"]["normalised_accuracy"] for m, r in per_model.items()}
+        topk = next(iter(per_model.values()))["foreground_masking"].meta["topk"]  # the same k for every model
 
         def bars(path: Path) -> list[Path]:
             from vitscope.viz.masking_figures import foreground_bars_figure
 
-            return foreground_bars_figure(fg, [1, 5], path)
+            return foreground_bars_figure(fg, topk, path)
 
         results["foreground_masking"] = ModelsResult(
             "foreground_masking", {m: r["foreground_masking"] for m, r in per_model.items()},
             Figure("foreground_masking", bars, "Foreground masking", "Foreground-only (filled) and background-only "
                    "(hatched) accuracy of every model, normalised by its full-image accuracy (dashed at 1).",
-                   "paper 001, tables 2 and 3", chart=foreground_chart(fg, [1, 5])))
+                   "paper 001, tables 2 and 3", chart=foreground_chart(fg, topk)))
     freq = {m: r["frequency_filtering"] for m, r in per_model.items()}
     first = next(iter(freq.values()))
 

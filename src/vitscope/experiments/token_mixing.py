@@ -209,12 +209,10 @@ class TokenMixingResult(Result):
         grid, cls = self.tensors["token_accuracy_grid"], float(self.meta["cls_token_accuracy"])
         grid_chart = block_head_chart(grid, "accuracy", title=f"Head applied to each patch token (CLS token: "
                                       f"{cls:.3f})", x_label="column", y_label="row", value_range=(0.0, 1.0))
-        isolated = self.tensors["isolate_cls_accuracy"]
-        isolate_chart = block_lines_chart([curve(self.meta.get("model") or "model", isolated,
-                                                 self.meta.get("model") or "model")], "accuracy", isolated.numel(),
+        isolated, model = self.tensors["isolate_cls_accuracy"], self.meta.get("model") or "model"
+        isolate_chart = block_lines_chart([curve(model, isolated, model)], "accuracy", isolated.numel(),
                                           title="Isolating CLS until block L (0 = unmodified model)",
-                                          y_range=(0.0, 1.0))
-        isolate_chart.panels[0].x_label = "block where CLS is inserted"
+                                          y_range=(0.0, 1.0), x_label="block where CLS is inserted")
         return [self.figure("_token_accuracy", tokens, "Accuracy of the classifier applied to every output token, "
                             "on the token grid (the CLS token's accuracy in the title).", "paper 001, fig. 6",
                             chart=grid_chart),

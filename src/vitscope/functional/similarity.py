@@ -174,7 +174,7 @@ def display_map(maps: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
         size: ``(H, W)`` image size.
 
     Returns:
-        ``[B, H, W]`` float32 in [0, 1] (a constant map becomes all zeros).
+        ``[B, H, W]`` float32 in [0, 1] (a constant map, or one holding NaN, becomes all zeros).
     """
     up = upsample_maps(maps, size)
     lo = up.flatten(1).min(1).values[:, None, None]
@@ -182,7 +182,7 @@ def display_map(maps: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     # bicubic weights leave a constant map uneven by float32 rounding (1e-7 of its value): min-max would blow
     # that up to the full colour range, so a map flat to float precision counts as constant
     scale = up.flatten(1).abs().max(1).values[:, None, None]
-    flat = span <= 1e-5 * scale.clamp_min(1e-30)
+    flat = (span <= 1e-5 * scale.clamp_min(1e-30)) | span.isnan()  # NaN anywhere: no scale to show
     return torch.where(flat, torch.zeros_like(up), (up - lo) / span.clamp_min(1e-12))
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-__all__ = ["PAPERS", "cited"]
+__all__ = ["PAPERS", "cited", "paper_number"]
 
 #: paper number -> citation
 PAPERS: dict[str, str] = {
@@ -24,6 +24,13 @@ PAPERS: dict[str, str] = {
 }
 
 _CITE = re.compile(r"\bpapers? (\d{3})")
+
+
+def paper_number(text: str) -> str:
+    """``"002"`` of ``"paper 002, fig. 4"``; "" when the text cites no paper this list knows (a badge then
+    links nowhere)."""
+    found = _CITE.search(text or "")
+    return found.group(1) if found and found.group(1) in PAPERS else ""
 
 
 def cited(texts: Iterable[str]) -> list[tuple[str, str]]:

@@ -19,6 +19,7 @@ from typing import Any
 from vitscope.errors import VitscopeValueError
 from vitscope.report.assets import chart_script, echarts_script
 from vitscope.report.model import Report
+from vitscope.report.references import cited, paper_number
 
 __all__ = ["EMBED_BYTES", "THUMBNAIL_WIDTH", "data_uri", "pixel_width", "render_html", "thumbnail_uri",
            "write_report"]
@@ -77,14 +78,6 @@ def thumbnail_uri(path: str | os.PathLike) -> str:
     return data_uri(buf.getvalue())
 
 
-def _paper_id(text: str) -> str:
-    """``"002"`` of ``"paper 002, fig. 4"`` ("" when the text cites no paper number): a badge's link target."""
-    import re
-
-    found = re.search(r"\bpapers? (\d{3})", text or "")
-    return found.group(1) if found else ""
-
-
 def _text_px(path: str | os.PathLike) -> str:
     """The smallest font size of a figure file in pixels ("" when unknown): the page keeps it beside the
     picture so anyone (and the browser tests) can see how small its text appears once the picture is scaled."""
@@ -120,7 +113,7 @@ def _environment():
     env.filters["thumbnail_uri"] = thumbnail_uri
     env.filters["pixel_width"] = pixel_width
     env.filters["text_px"] = _text_px
-    env.filters["paper_id"] = _paper_id
+    env.filters["paper_id"] = paper_number
     return env
 
 
@@ -133,7 +126,6 @@ def _config_value(value: Any) -> str:
 def render_html(report: Report) -> str:
     """The report as an HTML string (every text value escaped)."""
     from vitscope._version import __version__
-    from vitscope.report.references import cited
 
     rows = [(str(k), _config_value(v)) for k, v in report.config.items()]
     has_charts = any(f.chart for s in report.sections for f in s.figures)

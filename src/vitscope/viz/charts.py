@@ -103,6 +103,10 @@ class LinePanel:
         unknown = {t for b in self.bands for t in (b.first, b.last)} - set(self.x_ticks)
         if unknown:
             raise VitscopeValueError(f"bands over ticks {sorted(unknown)} that the axis does not have")
+        if self.bands and any(c.style in ("bars", "hatched_bars") for c in self.curves):
+            raise VitscopeValueError("a panel with bands cannot also have bars (the bands are drawn as bars)")
+        if self.bands:  # bands are bars from the axis' foot: a log axis has none
+            self.log_toggle = False
 
 
 @dataclass
@@ -185,7 +189,7 @@ def block_head_chart(matrix: torch.Tensor | np.ndarray, value_label: str, block_
 
 def block_lines_chart(curves: Sequence[Curve], y_label: str, length: int, block_labels: Sequence | None = None,
                       title: str = "", y_range: tuple[float | None, float | None] = (None, None),
-                      bands: Sequence[Band] = ()) -> Chart:
+                      bands: Sequence[Band] = (), x_label: str = "block") -> Chart:
     """Curves over ``length`` blocks in one panel; a log/linear toggle when every value is positive.
 
     Args:
@@ -196,9 +200,10 @@ def block_lines_chart(curves: Sequence[Curve], y_label: str, length: int, block_
         title: panel title.
         y_range: fixed ``(min, max)`` of the value axis (None: automatic).
         bands: shaded stretches of blocks (e.g. stages), by tick name.
+        x_label: the block axis name.
     """
     positive = all(v is None or v > 0 for c in curves for v in _flat(c.values))
-    return Chart([LinePanel("block", y_label, tick_names(length, block_labels), list(curves), title, y_range,
+    return Chart([LinePanel(x_label, y_label, tick_names(length, block_labels), list(curves), title, y_range,
                             log_toggle=positive, bands=list(bands))])
 
 

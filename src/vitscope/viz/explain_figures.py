@@ -105,9 +105,17 @@ def _paste_signed(canvas, image: np.ndarray, grid_map: torch.Tensor | np.ndarray
     factor = side / max(pic.size)
     pic = pic.resize((max(1, round(pic.width * factor)), max(1, round(pic.height * factor))), Image.BICUBIC)
     canvas.paste(np.asarray(pic), x, y)
-    spread = f"ends \u00b1{100 * limit / abs(centre):.2g} % of it" if centre else "centre 0"
     return canvas.colour_bar(x, y + pic.height + 8, pic.width, SIGNED_CMAP, f"{centre - limit:.3g}",
-                             f"{centre + limit:.3g}", label.format(centre=centre, spread=spread))
+                             f"{centre + limit:.3g}", label.format(centre=centre, spread=spread_text(centre, limit)))
+
+
+def spread_text(centre: float, limit: float) -> str:
+    """How far a signed map's colour-bar ends lie from its centre, in percent of the centre (``"ends ±620 % of
+    it"``): a map within 1 % of an even share is drawn as saturated as one within 600 %."""
+    if not centre:
+        return "centre 0"
+    percent = 100 * limit / abs(centre)
+    return f"ends \u00b1{percent:.0f} % of it" if percent >= 10 else f"ends \u00b1{percent:.2g} % of it"
 
 
 def signed_pair_picture(rows: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]],

@@ -65,6 +65,7 @@ def save_figure(fig: Figure, stem: str | Path, dpi: int = 150, svg: bool | None 
         if layout:
             fig.tight_layout()
         paths = [stem.parent / f"{stem.name}.png"]
+        fig.draw_without_rendering()  # tick labels get their text when drawn: measure what is drawn
         sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
         metadata = {TEXT_PX_KEY: f"{min(sizes) * dpi / 72:.1f}"} if sizes else {}
         fig.savefig(paths[0], dpi=dpi, metadata=metadata, **extra)

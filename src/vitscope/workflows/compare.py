@@ -21,10 +21,10 @@ from vitscope.outputs import RunResult, prepare_output, write_run
 from vitscope.workflows.analyze import config_record
 from vitscope.workflows.state_files import checkpoint_for, clear_state
 
-__all__ = ["compare", "compare_models", "run_comparison"]
+__all__ = ["compare", "compare_models", "comparison_run"]
 
 
-def compare_models(options: Mapping[str, Any], progress: bool | None = None,
+def comparison_run(options: Mapping[str, Any], progress: bool | None = None,
                    log: Callable[[str], None] | None = None, distributed: bool = False) -> RunResult:
     """Run each model once (resumably, state in ``options["out"]``) and compare them; returns what to write.
 
@@ -75,11 +75,11 @@ def compare_models(options: Mapping[str, Any], progress: bool | None = None,
 
 def compare(options: Mapping[str, Any], progress: bool | None = None,
             log: Callable[[str], None] | None = None, distributed: bool = False) -> Path:
-    """:func:`compare_models`, written by :func:`vitscope.outputs.write_run`; returns results.json's path.
+    """:func:`comparison_run`, written by :func:`vitscope.outputs.write_run`; returns results.json's path.
 
     With ``distributed``, every process shares the passes and rank 0 alone writes.
     """
-    result = compare_models(options, progress, log, distributed)
+    result = comparison_run(options, progress, log, distributed)
     path = Path(options["out"]) / "results.json"
     if distributed and not is_main_process():
         return path
@@ -88,15 +88,16 @@ def compare(options: Mapping[str, Any], progress: bool | None = None,
     return path
 
 
-def run_comparison(models: Sequence[str], data: Any, out: str | Path, batch_size: int = 16, device: str | None = None,
-                   dtype: str | None = None, limit: int | None = None, strict: bool = False, resume: bool = True,
-                   progress: bool | None = None, figure_files: bool = False) -> ComparisonResult:
+def compare_models(models: Sequence[str], data: str | Path, out: str | Path, batch_size: int = 16,
+                   device: str | None = None, dtype: str | None = None, limit: int | None = None, strict: bool = False,
+                   resume: bool = True, progress: bool | None = None, figure_files: bool = False) -> ComparisonResult:
     """``vitscope compare`` from Python (``vitscope.compare_models``): every model once over ``data``, the per-block
     curves on shared axes written to ``out`` (results.json, tables, report.html) and returned.
 
     Args:
         models: two or more model names (as :func:`vitscope.load_model` takes them).
-        data: a dataset as :func:`vitscope.data.as_source` opens it (``ROOT::coco`` gives masks).
+        data: a dataset path as ``vitscope compare --data`` takes it: a folder, a file list or
+            ``ROOT::FORMAT[:SPLIT]`` (``ROOT::coco`` gives masks).
         out: output folder (it also keeps the resumable state while the models run).
         batch_size, device, dtype, limit, strict, resume, progress, figure_files: as ``vitscope compare``.
 
@@ -107,10 +108,10 @@ def run_comparison(models: Sequence[str], data: Any, out: str | Path, batch_size
     from vitscope.workflows.options import COMPARE_OPTIONS, resolve_options
 
     options = resolve_options(COMPARE_OPTIONS, {
-        "models": list(models), "data": str(data) if isinstance(data, Path) else data, "out": str(out),
+        "models": list(models), "data": str(data), "out": str(out),
         "batch_size": batch_size, "device": device, "dtype": dtype, "limit": limit, "strict": strict,
         "resume": resume, "figure_files": figure_files}, None)
-    result = compare_models(options, progress)
+    result = comparison_run(options, progress)
     write_run(options["out"], result, progress=progress, figure_files=figure_files)
     clear_state(Path(options["out"]))
     return result.results["compare"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from vitscope.data.open import open_dataset
 from vitscope.outputs import write_run
-from vitscope.workflows.compare import compare_models
+from vitscope.workflows.compare import comparison_run
 from vitscope.workflows.demo_pairs import paired_similarity_section
 from vitscope.workflows.options import COMPARE_OPTIONS, resolve_options
 from vitscope.workflows.state_files import clear_state
@@ -72,7 +72,7 @@ def demo(out: str | Path = "demo_out", quick: bool = False, progress: bool | Non
     data = f"{root}::coco"
     options = resolve_options(COMPARE_OPTIONS, {"models": demo_models(), "data": data, "out": out,
                                                 "batch_size": settings["batch_size"]})
-    result = compare_models(options, progress=progress, log=log)
+    result = comparison_run(options, progress=progress, log=log)
     log(f"explaining image pairs with {PAIR_MODEL}")
     section, pairs = paired_similarity_section(open_dataset(data), PAIR_MODEL)
     result.sections.insert(1 if result.sections else 0, section)

@@ -103,7 +103,7 @@ class InterrelationResult(Result):
             if idx:
                 bands.append(Band(stage, ticks[idx[0]], ticks[idx[-1]]))
         lines = [curve(k, self.tensors[k].double().nanmean(dim=1), k) for k in ("KK", "KN", "NK", "NN")]
-        lines.append(curve("focus / log K", self.tensors["focus_normalised"].double().mean(dim=1), "", "dashed",
+        lines.append(curve("focus / log K", self.tensors["focus_normalised"].double().nanmean(dim=1), "", "dashed",
                            baseline=False))
         return block_lines_chart(lines, "weighted interrelation; focus / log K", n, labels,
                                  "Stages of attention (paper 003)", (0.0, 1.0), bands)

@@ -67,6 +67,7 @@
         });
       });
     }
+    if (!isFinite(top)) { return []; }
     return p.bands.map(function (b, i) {
       var first = p.x_ticks.indexOf(b.first), last = p.x_ticks.indexOf(b.last), mid = Math.floor((first + last) / 2);
       var data = p.x_ticks.map(function (t, x) {
