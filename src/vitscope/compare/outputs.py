@@ -49,7 +49,9 @@ def comparison_sections(comp: Comparison, runs: Sequence[ModelRun]) -> list[Sect
     if comp.best_blocks:
         sections.append(Section("best-blocks", "Best block per model", "For each model and quantity, the block "
                                 "with the highest score, its value, the last block's value and random chance "
-                                "(paper 002, table 1).", tables=[rows_table("Best blocks", comp.best_blocks)]))
+                                "(paper 002, table 1).", tables=[rows_table("Best blocks", [
+                                    {**row, "quantity": QUANTITIES[row["quantity"]][0]} if row.get("quantity") in
+                                    QUANTITIES else row for row in comp.best_blocks])]))  # named as the charts are
     for quantity in QUANTITIES:
         if quantity not in comp.curves:
             continue
