@@ -312,3 +312,19 @@ def test_a_badge_of_a_paper_the_list_does_not_know_links_nowhere() -> None:
 
     assert paper_number("paper 002, fig. 4") == "002" and paper_number("papers 003 and 001") == "003"
     assert paper_number("paper 004, fig. 1") == "" and paper_number("") == ""
+
+
+def test_retrieval_explorer_maps_are_clear_at_the_even_share_and_coloured_at_the_ends() -> None:
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from vitscope.report.pair_explorer import _signed_png
+
+    m = np.array([[1.0, 2.0, 3.0]])  # even share 2: the middle patch adds exactly its share
+    url = _signed_png(m)
+    rgba = np.asarray(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGBA"), dtype=int)
+    assert rgba[0, 1, 3] <= 2 and rgba[0, 0, 3] >= 200 and rgba[0, 2, 3] >= 200  # alpha: clear, then 80 %
+    assert rgba[0, 0, 2] > rgba[0, 0, 0] and rgba[0, 2, 0] > rgba[0, 2, 2]  # blue below, red above

@@ -30,15 +30,17 @@ def jpeg_bytes(rgb: np.ndarray, quality: int = 85) -> bytes:
     return buf.getvalue()
 
 
-def palette_png(levels: np.ndarray, palette: np.ndarray) -> bytes:
+def palette_png(levels: np.ndarray, palette: np.ndarray, alpha: np.ndarray | None = None) -> bytes:
     """PNG of ``[H, W]`` indices into ``palette`` ``[256, 3]`` uint8 (8 bits a pixel: a colour-mapped map is
-    stored exactly, in a third of the bytes of RGB)."""
+    stored exactly, in a third of the bytes of RGB); ``alpha``: ``[256]`` uint8 opacity of each entry (a map
+    drawn over a photo lets it show where the map says little)."""
     from PIL import Image
 
     image = Image.fromarray(np.ascontiguousarray(levels, dtype=np.uint8), mode="P")
     image.putpalette(np.ascontiguousarray(palette, dtype=np.uint8).reshape(-1).tolist())
     buf = io.BytesIO()
-    image.save(buf, format="PNG", optimize=True)
+    extra = {} if alpha is None else {"transparency": bytes(np.asarray(alpha, dtype=np.uint8).tolist())}
+    image.save(buf, format="PNG", optimize=True, **extra)
     return buf.getvalue()
 
 

@@ -27,6 +27,11 @@ def _data_url(kind: str, data: bytes) -> str:
     return f"data:image/{kind};base64," + base64.b64encode(data).decode("ascii")
 
 
+#: opacity of each level of a signed map over its photo: clear at the even share (level 127.5), 80 % at the
+#: ends, as :func:`vitscope.viz.explain_figures.signed_overlay` blends the figure files
+SIGNED_ALPHA = np.round(np.abs(np.arange(256) - 127.5) / 127.5 * 0.8 * 255).astype(np.uint8)
+
+
 def _signed_png(m: np.ndarray) -> str:
     # matplotlib only when a page has such an explorer
     from vitscope.viz.explain_figures import SIGNED_CMAP, even_share_scale
@@ -36,7 +41,7 @@ def _signed_png(m: np.ndarray) -> str:
         m = np.zeros((1, 1))
     centre, limit = even_share_scale(m)
     levels = np.clip(((m - centre) / limit * 0.5 + 0.5) * 255.999, 0, 255).astype(np.uint8)
-    return _data_url("png", palette_png(levels, colour_palette(SIGNED_CMAP)))
+    return _data_url("png", palette_png(levels, colour_palette(SIGNED_CMAP), SIGNED_ALPHA))
 
 
 def pair_explorer(title: str, images: Sequence[np.ndarray], names: Sequence[str], classes: Sequence[str],
