@@ -11,6 +11,7 @@ import signal
 import pytest
 import torch
 
+from golden.compare import differences
 from helpers.bad_input import analyze, finished, one_error, picture
 
 
@@ -32,14 +33,27 @@ def test_device_unknown(photos, tmp_path):
 
 
 def test_out_of_memory_on_a_batch(photos, tmp_path, monkeypatch):
+    """The advice works: the batch size it names fits, and the numbers are those of a run that never ran out."""
     from vitscope.models.tiny import TinyViT
 
-    def exhausted(self, *args, **kwargs):
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    forward = TinyViT.forward
 
-    monkeypatch.setattr(TinyViT, "forward", exhausted)
-    line = one_error(analyze(photos, tmp_path / "out"), "out of memory; run again with a smaller batch")
-    assert "--batch-size / -b" in line
+    def exhausted_above_one(self, pixels, *args, **kwargs):
+        if pixels.shape[0] > 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return forward(self, pixels, *args, **kwargs)
+
+    whole = finished(analyze(photos, tmp_path / "whole", "-b", "3"), tmp_path / "whole")
+    monkeypatch.setattr(TinyViT, "forward", exhausted_above_one)
+    line = one_error(analyze(photos, tmp_path / "out", "-b", "2"), "out of memory at a batch of 2; run again with "
+                     "a smaller batch (--batch-size / -b 1)")
+    assert "no number depends on the batch size" in line
+    again = finished(analyze(photos, tmp_path / "out", "-b", "1"), tmp_path / "out")
+    assert again["analyses"].keys() == whole["analyses"].keys()
+    for name in whole["analyses"]:
+        found = differences(whole["analyses"][name]["summary"], again["analyses"][name]["summary"], rtol=1e-5,
+                            atol=1e-7)
+        assert not found, (name, found[:3])
 
 
 def test_ctrl_c_once(photos, tmp_path):

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from golden.compare import differences
 from helpers.cli import ENV, cli, vitscope
 from vitscope.data.synthetic.write import synthesize
 
@@ -46,15 +47,30 @@ def test_interrupted_run_resumes_to_the_same_numbers(coco, tmp_path):
     assert (resumed / "report.html").stat().st_size > 0
 
 
-def test_state_from_other_settings_is_not_merged(coco, tmp_path):
+def test_state_from_other_settings_is_not_merged_but_another_batch_size_resumes(coco, tmp_path):
     out = tmp_path / "o"
-    base = ["analyze", "-m", "tiny-vit", "-d", f"{coco}::coco", "-a", "attention_distance", "-o", str(out), "-b", "4"]
+    base = ["analyze", "-m", "tiny-vit", "-d", f"{coco}::coco", "-a", "attention_distance,cka", "-o", str(out),
+            "--param", "cka.batch=4", "-b", "4"]
     proc = cli(*base, env={"VITSCOPE_STOP_AFTER_BATCHES": "1"})
     assert proc.returncode == 130, proc.stderr
-    proc = cli(*base[:-2], "-b", "5", "--limit", "10")  # another batch size: the saved state does not apply
+    proc = cli(*base[:-2], "-b", "4", "--limit", "10")  # another limit: the saved state does not apply
     assert proc.returncode == 0, proc.stderr
-    assert "ignoring saved state" in proc.stderr and "batch_size" in proc.stderr
+    assert "ignoring saved state" in proc.stderr and "limit" in proc.stderr
     assert json.loads((out / "results.json").read_text())["run"]["resumed_images"] == 0
+    proc = cli(*base[:-2], "-b", "3", "--limit", "10", env={"VITSCOPE_STOP_AFTER_BATCHES": "1"})
+    assert proc.returncode == 130, proc.stderr
+    proc = cli(*base[:-2], "-b", "2", "--limit", "10")  # another batch size: no number depends on it
+    assert proc.returncode == 0 and "resuming from saved state" in proc.stderr, proc.stderr
+    resumed = json.loads((out / "results.json").read_text())
+    assert resumed["run"]["resumed_images"] == 3
+    fresh = tmp_path / "fresh"
+    fresh_args = [str(fresh) if a == str(out) else a for a in base[:-2]]
+    assert cli(*fresh_args, "-b", "10", "--limit", "10").returncode == 0
+    want = json.loads((fresh / "results.json").read_text())
+    for name in ("attention_distance", "cka"):  # the forward's float32 rounding differs between batch sizes
+        found = differences(want["analyses"][name]["summary"], resumed["analyses"][name]["summary"], rtol=1e-6,
+                            atol=1e-9)
+        assert not found, (name, found)
 
 
 def test_config_and_compare_errors_are_one_line(coco, tmp_path):

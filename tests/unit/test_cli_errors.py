@@ -50,10 +50,26 @@ def test_the_machine_saying_no_is_one_line_naming_the_path(exc) -> None:
 @pytest.mark.parametrize("exc", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
                                  RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate "
                                               "memory: you tried to allocate 9663676416 bytes")])
-def test_out_of_memory_is_one_line_with_the_batch_size_to_try(exc) -> None:
-    result = _run(exc)
+def test_out_of_memory_is_one_line_with_advice_that_works(exc) -> None:
+    app = typer.Typer()
+
+    @app.command()
+    @one_line_errors
+    def go(batch_size: int = typer.Option(16, "--batch-size", "-b")) -> None:
+        raise exc
+
+    @app.command()
+    def other() -> None:
+        pass
+
+    result = CliRunner().invoke(app, ["go", "-b", "16"])
     assert result.exit_code == 1 and "Traceback" not in result.output
-    assert result.output.startswith("error: out of memory; run again with a smaller batch (--batch-size / -b")
+    assert result.output.strip().splitlines() == [
+        "error: out of memory at a batch of 16; run again with a smaller batch (--batch-size / -b 8): no number "
+        "depends on the batch size, and the saved state resumes at any size"]
+    single = CliRunner().invoke(app, ["go", "-b", "1"]).output
+    assert single.startswith("error: out of memory at one image a batch; run again with fewer analyses")
+    assert _run(exc).output.startswith("error: out of memory at one image a batch")  # a command without -b
 
 
 def test_ctrl_c_is_status_130() -> None:

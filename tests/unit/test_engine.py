@@ -91,16 +91,21 @@ def test_quiet_when_not_a_terminal(tiny, capsys):
     assert captured.out == "" and "vitscope" not in captured.err
 
 
-def test_shards_take_every_kth_batch_and_together_every_image_once() -> None:
+def test_shards_take_contiguous_parts_and_together_every_image_once() -> None:
 
     from vitscope.data.memory import InMemoryImages
-    from vitscope.engine.batches import iter_batches
+    from vitscope.engine.batches import iter_batches, shard_range
 
     source = InMemoryImages([np.zeros((8, 8, 3), dtype=np.uint8)] * 10)
     ranks = [[b.indices for _, b in iter_batches(source, 3, shard=(r, 2))] for r in range(2)]
-    assert ranks == [[[0, 1, 2], [6, 7, 8]], [[3, 4, 5], [9]]]  # batch b -> rank b mod 2, uneven shards
-    resumed = [b.indices for _, b in iter_batches(source, 3, start=6, shard=(1, 2))]
-    assert resumed == [[9]]  # a resumed rank continues with its own batches
+    assert ranks == [[[0, 1, 2], [3, 4]], [[5, 6, 7], [8, 9]]]  # rank r: the r-th half, in batches of its own
+    resumed = [b.indices for _, b in iter_batches(source, 2, start=7, shard=(1, 2))]
+    assert resumed == [[7, 8], [9]]  # a resumed rank continues its own part, at any batch size
+    for n in range(12):
+        for world in (1, 2, 3, 5):
+            parts = [shard_range(n, r, world) for r in range(world)]
+            assert [i for p in parts for i in p] == list(range(n))
+            assert max(map(len, parts)) - min(map(len, parts)) <= 1
 
 
 def test_target_transforms_run_in_the_loader_and_skip_missing_targets() -> None:

@@ -77,11 +77,11 @@ def test_grams_minmax_matches_functional_terms() -> None:
 
 
 def _block_cka(reps: list[torch.Tensor], estimator: str, batch: int = 8,
-               split: list[int] | None = None, grouping: str = "batch") -> torch.Tensor:
+               split: list[int] | None = None) -> torch.Tensor:
     """Run BlockCKA on fake records whose three blocks hold ``reps`` as flattened 'all' tokens."""
     spec = fake_spec()
     n = reps[0].shape[0]
-    acc = BlockCKA(estimator=estimator, batch=batch, grouping=grouping)
+    acc = BlockCKA(estimator=estimator, batch=batch)
     start = 0
     for size in split or [n]:
         record, batch_obj = fake_record(spec, acc.required_hooks(spec), size, _gen(start), start_index=start)
@@ -108,7 +108,7 @@ def test_block_cka_properties(estimator: str) -> None:
 @pytest.mark.parametrize("estimator", ["minibatch", "full", "full_unbiased"])
 def test_block_cka_matches_functional(estimator: str) -> None:
     reps = _reps(30, seed=2)
-    got = _block_cka(reps, estimator, batch=8, split=[7, 11, 12], grouping="index")
+    got = _block_cka(reps, estimator, batch=8, split=[7, 11, 12])
     for i in range(3):
         for j in range(3):
             if estimator == "minibatch":
@@ -133,9 +133,9 @@ def test_minibatch_close_to_full_batch() -> None:
 def test_minibatches_follow_dataset_index_not_arrival() -> None:
     """Minibatch of an image = index // batch: any split or order of the stream gives the same estimate."""
     x, y, _ = _reps(21, seed=6)
-    whole = MinibatchHSIC(batch=8, symmetric=False, grouping="index")
+    whole = MinibatchHSIC(batch=8, symmetric=False)
     whole.add(range(21), [x], [y])
-    parts = [MinibatchHSIC(batch=8, symmetric=False, grouping="index") for _ in range(3)]
+    parts = [MinibatchHSIC(batch=8, symmetric=False) for _ in range(3)]
     order = torch.randperm(21, generator=_gen(1)).tolist()
     for k, part in enumerate(parts):
         ids = order[k * 7 : (k + 1) * 7]
@@ -149,46 +149,57 @@ def test_minibatches_follow_dataset_index_not_arrival() -> None:
         whole.add([3], [x[:1]], [y[:1]])
 
 
-def _hsic_sums(x: torch.Tensor, y: torch.Tensor, pieces: list[list[int]]) -> torch.Tensor:
-    """CKA from the minibatch HSIC terms of the given pieces (positions), weighted by piece size."""
-    from vitscope.functional import minibatch_hsic_terms
-
-    sums = torch.zeros(3, dtype=torch.float64)
-    for p in pieces:
-        sums += len(p) * torch.tensor(minibatch_hsic_terms(x[p], y[p]), dtype=torch.float64)
-    return sums[0] / (sums[1] * sums[2]).sqrt()
-
-
-def test_batch_grouping_cuts_each_batch_and_pools_small_tails() -> None:
-    """grouping="batch": minibatches of ``batch`` within each added batch; pieces under 4 images pooled by index."""
+@pytest.mark.parametrize("sizes", [[1] * 40, [3] * 13 + [1], [16, 16, 8], [40], [5, 2, 11, 1, 21]])
+def test_minibatch_cka_does_not_depend_on_the_engine_batches(sizes: list[int]) -> None:
+    """Batches of any size (1, 3, 16, all at once, uneven) give one estimate: minibatches by dataset index."""
     x, y, _ = _reps(40, seed=8)
-    state = MinibatchHSIC(batch=8, symmetric=False)  # the default grouping
-    for ids in ([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10], list(range(11, 17)), [17, 18], list(range(19, 40))):
+    state, start = MinibatchHSIC(batch=8, symmetric=False), 0
+    for size in sizes:
+        ids = list(range(start, start + size))
         state.add(ids, [x[ids]], [y[ids]])
-        assert all(i < 24 for i in np.concatenate([c[0] for chunks in state.open.values() for c in chunks] or [[]]))
-    # batch 1 -> 0..7 and the tail 8..10 (pooled, minibatch 1); batch 2 -> 11..16; batch 3 -> 17, 18 (pooled:
-    # minibatch 2); batch 4 -> 19..26, 27..34, 35..39. Pooled minibatches 1 and 2 hold 3 and 2 images: dropped.
-    pieces = [list(range(0, 8)), list(range(11, 17)), list(range(19, 27)), list(range(27, 35)), list(range(35, 40))]
-    assert state.cka()[0, 0].item() == pytest.approx(_hsic_sums(x.float(), y.float(), pieces).item(), abs=1e-9)
-    assert state.held_bytes() == (3 + 2) * (x.shape[1] + y.shape[1]) * 4  # only the pooled tails, float32
+        start += size
+        assert state.waiting_images() == start % 8  # only the minibatch still being filled waits
+    assert state.cka()[0, 0].item() == pytest.approx(minibatch_cka(x.float(), y.float(), batch=8), abs=1e-9)
 
 
-def test_batch_grouping_equals_index_grouping_on_aligned_batches_and_keeps_nothing() -> None:
-    x, y, _ = _reps(48, seed=9)
-    by_batch, by_index = MinibatchHSIC(8, symmetric=False), MinibatchHSIC(8, symmetric=False, grouping="index")
-    for start in range(0, 48, 16):
-        ids = list(range(start, start + 16))
-        by_batch.add(ids, [x[ids]], [y[ids]])
-        by_index.add(ids[:4], [x[ids[:4]]], [y[ids[:4]]])  # index grouping keeps these until their minibatch is full
-        assert by_index.held_bytes() > 0
-        by_index.add(ids[4:], [x[ids[4:]]], [y[ids[4:]]])
-        assert by_batch.held_bytes() == 0
-    torch.testing.assert_close(by_batch.cka(), by_index.cka(), rtol=1e-12, atol=1e-14)
-    assert by_batch.cka()[0, 0].item() == pytest.approx(minibatch_cka(x.float(), y.float(), batch=8), abs=1e-6)
-    with pytest.raises(ValueError, match="grouping"):
-        by_batch.merge(by_index)
-    with pytest.raises(ValueError, match="grouping"):
-        BlockCKA(grouping="images")
+def test_waiting_rows_go_to_disk_and_are_deleted_when_their_minibatch_completes() -> None:
+    """Large pieces wait on disk (not in memory) and their files go once the minibatch is reduced."""
+    g = _gen(11)
+    x = torch.randn(12, 300_000, generator=g)  # 1.2 MB an image: every piece over the 1 MiB kept in memory
+    whole = MinibatchHSIC(batch=8)
+    whole.add(range(8), [x[:8]])
+    state = MinibatchHSIC(batch=8)
+    for i in range(0, 6, 2):
+        state.add([i, i + 1], [x[i : i + 2]])
+    pieces = [piece for rows in state.open[0].rows for piece in rows]
+    folders = [Path(f) for piece in pieces for f, _ in piece.shards()]
+    assert state.waiting_images() == 6 and state.held_bytes() == 0 and folders
+    assert all(f.is_dir() for f in folders)
+    state.add([6, 7], [x[6:8]])
+    assert not state.open and not any(f.exists() for f in folders)
+    torch.testing.assert_close(state.cka(), whole.cka(), rtol=1e-12, atol=1e-14)
+
+
+def test_waiting_rows_survive_a_state_file_and_a_merge(tmp_path: Path) -> None:
+    """A state saved with rows on disk resumes exactly (rows linked beside the state file), and merging copies."""
+    from vitscope.engine.state_codec import decode, encode
+
+    x = torch.randn(16, 300_000, generator=_gen(12))
+    state = MinibatchHSIC(batch=8)
+    state.add([0, 1, 2], [x[:3]])
+    state.add([9, 10], [x[9:11]])
+    tree = encode(state, rows_folder=tmp_path / "rows")
+    assert (tmp_path / "rows").is_dir()
+    state.add(list(range(3, 8)), [x[3:8]])  # completes minibatch 0: its files go, the saved links stay
+    restored = decode(tree)
+    restored.add(list(range(3, 8)), [x[3:8]])
+    other = MinibatchHSIC(batch=8)
+    other.add([8, 11, 12, 13, 14, 15], [x[[8, 11, 12, 13, 14, 15]]])
+    merged = restored.merge(other)
+    whole = MinibatchHSIC(batch=8)
+    whole.add(range(16), [x])
+    torch.testing.assert_close(merged.cka(), whole.cka(), rtol=1e-12, atol=1e-14)
+    assert other.waiting_images() == 6  # merge left it as it was
 
 
 def test_block_cka_gram_minmax_reproduces_functional() -> None:

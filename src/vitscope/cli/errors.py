@@ -38,6 +38,16 @@ def _out_of_memory(err: BaseException) -> bool:
         "out of memory" in text or "can't allocate memory" in text or "defaultcpuallocator" in text))
 
 
+def out_of_memory_advice(batch_size: int | None) -> str:
+    """What to do after running out of memory: a smaller batch works, since no number depends on the batch size
+    (the saved state resumes at any size) and memory falls with it; at one image a batch, fewer analyses."""
+    if isinstance(batch_size, int) and batch_size > 1:
+        return (f"out of memory at a batch of {batch_size}; run again with a smaller batch (--batch-size / -b "
+                f"{batch_size // 2}): no number depends on the batch size, and the saved state resumes at any size")
+    return ("out of memory at one image a batch; run again with fewer analyses (--analyses), or on a machine with "
+            "more memory (finished work and the saved state stay on disk)")
+
+
 def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Decorator for CLI commands: the module docstring's rules."""
 
@@ -60,9 +70,7 @@ def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             if type(err).__module__.split(".")[0] in ("typer", "click"):
                 raise  # typer's own: exits, aborts and usage errors (status 2)
             if "torch" in sys.modules and _out_of_memory(err):
-                print("error: out of memory; run again with a smaller batch (--batch-size / -b where the command "
-                      "has it, e.g. half) or fewer images at once (finished work and the saved state stay on disk)",
-                      file=sys.stderr)
+                print(f"error: {out_of_memory_advice(kwargs.get('batch_size'))}", file=sys.stderr)
                 raise typer.Exit(1) from None
             from vitscope._version import __version__
 

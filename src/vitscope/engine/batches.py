@@ -13,7 +13,7 @@ import torch
 from vitscope.data.images import ImageLoadError, SkippedImage, SkippedImageWarning
 from vitscope.data.source import Source
 
-__all__ = ["LoadedBatch", "SkipLog", "TargetTransforms", "iter_batches"]
+__all__ = ["LoadedBatch", "SkipLog", "TargetTransforms", "iter_batches", "shard_range"]
 
 
 @dataclass
@@ -86,6 +86,14 @@ def _load(source: Source, indices: range, strict: bool, log: SkipLog, regions: b
     return batch
 
 
+def shard_range(n: int, rank: int, world: int) -> range:
+    """The positions rank ``rank`` of ``world`` processes reads: the ``rank``-th of ``world`` contiguous parts of
+    ``0 .. n`` (sizes differ by at most one). Contiguous parts keep images of neighbouring indices in one
+    process, so a statistic over index minibatches (minibatch CKA) has open minibatches only at the edges of
+    each part, whatever the batch size."""
+    return range(rank * n // world, (rank + 1) * n // world)
+
+
 def iter_batches(source: Source, batch_size: int, limit: int | None = None, start: int = 0, strict: bool = False,
                  log: SkipLog | None = None, regions: bool = False,
                  preprocess: Callable[[list[Any]], torch.Tensor] | None = None, shard: tuple[int, int] = (0, 1),
@@ -101,7 +109,7 @@ def iter_batches(source: Source, batch_size: int, limit: int | None = None, star
         log: where skipped images are noted (one warning each).
         regions: add ``targets["regions"]`` (the source's region masks and labels) to every image.
         preprocess: images -> pixels, run in the loading thread too (None: leave it to the caller).
-        shard: ``(rank, world)``: read only batches ``b`` (numbered from position 0) with ``b % world == rank``.
+        shard: ``(rank, world)``: read only this rank's part of the positions (:func:`shard_range`).
         transforms: ground-truth work per image (:meth:`vitscope.Analysis.target_transforms`), in the loading
             thread too.
 
@@ -109,9 +117,8 @@ def iter_batches(source: Source, batch_size: int, limit: int | None = None, star
     """
     log = log if log is not None else SkipLog()
     n = len(source) if limit is None else min(limit, len(source))
-    rank, world = shard
-    ranges = [range(s, min(s + batch_size, n)) for s in range(start, n, batch_size)
-              if (s // batch_size) % world == rank]
+    part = shard_range(n, *shard)
+    ranges = [range(s, min(s + batch_size, part.stop)) for s in range(max(start, part.start), part.stop, batch_size)]
     if not ranges:
         return
     with ThreadPoolExecutor(max_workers=1) as pool:

@@ -1,10 +1,11 @@
 """One pass sharded over processes with ``torch.distributed`` (launched by ``torchrun``).
 
-Work is split by whole batches: batch ``b`` of the one-process order goes to rank ``b mod K``, so every batch
-(and every per-batch statistic, such as CKA's minibatches) is the batch one process would see, and every
-image is read exactly once. Each rank keeps its analyses local and merges their declared state at the end
-(:meth:`vitscope.Analysis.sync`). Gloo on CPU, NCCL on CUDA; each process pins the GPU ``LOCAL_RANK`` (with more
-processes than GPUs they share them, over gloo).
+Work is split by positions: rank ``r`` of ``K`` reads the ``r``-th of ``K`` contiguous parts of the dataset
+(:func:`vitscope.engine.batches.shard_range`) in batches of its own, and every image is read exactly once. No
+number depends on how images are batched, so the results equal one process's; contiguous parts keep the
+images of one index minibatch (CKA) in one process except at the parts' edges. Each rank keeps its analyses
+local and merges their declared state at the end (:meth:`vitscope.Analysis.sync`). Gloo on CPU, NCCL on CUDA;
+each process pins the GPU ``LOCAL_RANK`` (with more processes than GPUs they share them, over gloo).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class PeerFailedError(VitscopeRuntimeError):
 
 @dataclass(frozen=True)
 class Shard:
-    """This process's share of a pass: batches ``b`` with ``b % world == rank``."""
+    """This process's place in a pass: its rank among ``world`` processes and its device."""
 
     rank: int = 0
     world: int = 1

@@ -150,7 +150,7 @@ def extract_features(
     shard = shard_for(distributed, resolve_device(device).type)
     # the pass's working folder, keyed by what it computes: a killed pass restarted with the same request finds
     # its state there (rows are committed to disk shard by shard as it goes, the state file names them)
-    pass_key = digest({"entries": [keys[r] for r in missing], "batch_size": int(batch_size)})
+    pass_key = digest({"entries": [keys[r] for r in missing]})  # rows do not depend on the batch size
     # analyses riding along are not keyed here, so such a pass is not resumable
     work, resumable, lock = _working_folder(cache, None if analyses else f"pass-{pass_key}", shard, log)
     try:  # the lock goes with the pass, also when it is interrupted (a re-run in this process then resumes)

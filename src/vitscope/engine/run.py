@@ -24,7 +24,7 @@ from vitscope.analyses.registry import get_analysis
 from vitscope.analyses.sync import exchange_folder
 from vitscope.data.open import as_source
 from vitscope.data.source import Source
-from vitscope.engine.batches import LoadedBatch, SkipLog, iter_batches
+from vitscope.engine.batches import LoadedBatch, SkipLog, iter_batches, shard_range
 from vitscope.engine.distributed import barrier, collectives, gather_lists, shard_for, sum_over_ranks
 from vitscope.engine.settings import progress_bar, resolve_device, resolve_dtype
 from vitscope.engine.state import Checkpoint, interrupt_guard, run_checkpoint
@@ -231,15 +231,17 @@ def run(
             it matches this run, saved while running and once at the end; Ctrl-C then stops after the batch in
             flight with the state saved.
         resume: a state file: the same as a checkpoint keyed by everything that decides the numbers (model
-            weights, data fingerprint, analyses and their parameters, batch size...): a re-run with the same
-            arguments continues where an interrupted one stopped; anything else starts over.
+            weights, data fingerprint, analyses and their parameters, limit, device, dtype): a re-run with the
+            same arguments continues where an interrupted one stopped, whatever its batch size (no number
+            depends on it); anything else starts over.
         view: how images become model inputs (:mod:`vitscope.features.views`); None: the model's own
             preprocessing. Views group images by frame size, and tiled views stitch tiles into dense grids.
         distributed: share the pass with the other processes of the ``torch.distributed`` group (joined from
-            ``torchrun``'s environment when not yet initialised): batch ``b`` goes to rank ``b mod K``, every
-            analysis's state is merged over the ranks at the end, and every rank returns the results of the
-            whole pass. Off by default, so one rank of your own DDP job can call ``run`` alone. The progress
-            bar shows on rank 0; a checkpoint is kept per rank (keyed by rank and process count).
+            ``torchrun``'s environment when not yet initialised): rank ``r`` of ``K`` reads the ``r``-th of ``K``
+            contiguous parts of the positions, every analysis's state is merged over the ranks at the end, and
+            every rank returns the results of the whole pass. Off by default, so one rank of your own DDP job
+            can call ``run`` alone. The progress bar shows on rank 0; a checkpoint is kept per rank (keyed by
+            rank and process count).
 
     Returns:
         :class:`Results` mapping each analysis's ``name`` to its Result.
@@ -268,8 +270,8 @@ def run(
     total = len(source) if limit is None else min(limit, len(source))
     described = {**source.describe(), "fingerprint": source.fingerprint()}
     if checkpoint is None and resume is not None:
-        checkpoint = run_checkpoint(resume, backbone, described["fingerprint"], analyses, batch_size=batch_size,
-                                    limit=limit, strict=strict, device=dev.type, dtype=str(dtype or "fp32"))
+        checkpoint = run_checkpoint(resume, backbone, described["fingerprint"], analyses, limit=limit,
+                                    strict=strict, device=dev.type, dtype=str(dtype or "fp32"))
     if checkpoint is not None and shard.world > 1:
         checkpoint.for_rank(shard.rank, shard.world)
     log = SkipLog()
@@ -284,13 +286,14 @@ def run(
     warn_if_patterns_do_not_fit(backbone, plan, batch_size, dev)
     with progress_bar(progress) as bar, torch.inference_mode(), backbone.record(hooks) as rec, \
             interrupt_guard(checkpoint is not None) as guard:
-        task = bar.add_task(f"{backbone.spec.name}", total=total, completed=start)
+        part = shard_range(total, shard.rank, shard.world)  # what this process reads
+        task = bar.add_task(f"{backbone.spec.name}", total=len(part), completed=max(start - part.start, 0))
         current = _Pass(backbone, rec, dev, autocast, union_plan([a.shared_quantities(backbone.spec)
                                                                  for a in analyses]), workspace, view,
                         plan)
         for end, loaded in iter_batches(source, batch_size, limit, start, strict, log, regions, preprocess,
                                         (shard.rank, shard.world), transforms):
-            bar.update(task, completed=end)
+            bar.update(task, completed=end - part.start)
             if loaded is not None:
                 for record, batch in current.batches(loaded):
                     for a in analyses:

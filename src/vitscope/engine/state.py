@@ -5,8 +5,8 @@ flight), the state of every analysis plus the dataset position reached. Re-runni
 it and continues from that position; because batches are the same ranges of the dataset in the same order
 and the state is restored exactly (float64 sums bit for bit), the results equal those of an uninterrupted
 run. A state file is keyed by a digest of everything that decides the numbers (model weights and spec,
-data fingerprint, analyses and their configuration, batch size, limit, device, dtype, vitscope version):
-a file written under another key is ignored with a message, never merged.
+data fingerprint, analyses and their configuration, limit, device, dtype, vitscope version; not the batch
+size, on which no number depends): a file written under another key is ignored with a message, never merged.
 
 Files are written atomically (temporary file + ``os.replace``) with ``torch.save`` of a tree of tensors,
 numbers and strings (:mod:`~vitscope.engine.state_codec`), and read with ``torch.load(weights_only=True)``,
@@ -18,9 +18,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,17 +192,27 @@ class Checkpoint:
 
     # ------------------------------------------------------------------ writing
 
+    def _rows_folders(self) -> list[Path]:
+        """The folders of rows that saved states name (one per save; the current file names the newest)."""
+        return sorted(self.path.parent.glob(f"{self.path.name}.rows-*"))
+
     def save(self, analyses: Sequence[Analysis], position: int, seen: int, skipped: Sequence[Any]) -> None:
-        """Write the state atomically (temporary file in the same folder, then ``os.replace``)."""
+        """Write the state atomically (temporary file in the same folder, then ``os.replace``).
+
+        Row stores with rows on disk are linked into a folder beside the file (``<file>.rows-<id>``), which
+        the file names; the folder of the previous save goes once the new file is in place, so the file on
+        disk always names a complete folder.
+        """
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        rows = self.path.with_name(f"{self.path.name}.rows-{uuid.uuid4().hex[:12]}")
         payload = {
             "format": FORMAT,
             "key": _key_text(self.key),
             "position": int(position),
             "seen": int(seen),
             "skipped": [[str(s.path), str(s.reason)] for s in skipped],
-            "analyses": {a.name: encode(a.state_dict()) for a in analyses},
+            "analyses": {a.name: encode(a.state_dict(), rows_folder=rows) for a in analyses},
         }
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
             with open(tmp, "wb") as f:
@@ -208,8 +220,14 @@ class Checkpoint:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self.path)
+        except BaseException:
+            shutil.rmtree(rows, ignore_errors=True)
+            raise
         finally:
             tmp.unlink(missing_ok=True)
+        for old in self._rows_folders():
+            if old != rows:
+                shutil.rmtree(old, ignore_errors=True)
         self.saves += 1
         self._last_save = time.monotonic()
 
@@ -225,8 +243,10 @@ class Checkpoint:
             raise KeyboardInterrupt
 
     def clear(self) -> None:
-        """Delete the state file (after the run's outputs are written)."""
+        """Delete the state file and its rows (after the run's outputs are written)."""
         self.path.unlink(missing_ok=True)
+        for rows in self._rows_folders():
+            shutil.rmtree(rows, ignore_errors=True)
 
 
 class _Guard:

@@ -11,12 +11,17 @@ A ``RowStore`` in a folder the caller chose (``persistent``: the feature cache's
 reference: its rows are flushed to sealed shard files, which are never written again, and the state file
 names them, so saving stays cheap however many rows there are; a state whose shards are gone cannot be
 restored (the run starts over). A store in a private temporary folder, which does not outlive the process,
-is saved by value (every row, in store order).
+is saved by value (every row, in store order) while its rows are all in memory; once it has rows on disk,
+and the caller gives a ``rows_folder`` beside the state file, its shards are hard-linked there (copied where
+links are impossible) and the state file names them: saving costs neither memory nor a copy of the rows,
+and loading links them back into a private folder of the restored store.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -48,12 +53,16 @@ def _tree_to_array(tree: dict[str, Any]) -> np.ndarray:
     return np.frombuffer(buf, dtype=np.dtype(tree["dtype"])).reshape(tree["shape"]).copy()
 
 
-def _rowstore_to_tree(store: Any) -> dict[str, Any]:
+def _rowstore_to_tree(store: Any, rows_folder: str | None) -> dict[str, Any]:
     schema = {k: [dtype, list(tail)] for k, (dtype, tail) in store.schema.items()}
     if store.persistent:
         store.flush()
         return {_TAG: "rowstore_ref", "spill_bytes": int(store.spill_bytes), "workdir": str(store.workdir),
                 "schema": schema, "shards": [[folder, rows] for folder, rows in store.shards()]}
+    if rows_folder is not None and store.shards():
+        saved = store.linked_copy(rows_folder)
+        return {_TAG: "rowstore_saved", "spill_bytes": int(store.spill_bytes), "schema": schema,
+                "shards": [[folder, rows] for folder, rows in saved.shards()]}
     columns = {name: _array_to_tree(store.column(name)) for name in store.schema}
     return {_TAG: "rowstore", "spill_bytes": int(store.spill_bytes), "columns": columns,
             "schema": {k: [dtype, list(tail)] for k, (dtype, tail) in store.schema.items()}}
@@ -69,6 +78,21 @@ def _tree_to_rowstore(tree: dict[str, Any]) -> Any:
     else:  # an empty store still remembers its columns
         store.schema = {k: (dtype, tuple(tail)) for k, (dtype, tail) in tree["schema"].items()}
     return store
+
+
+def _saved_rowstore(tree: dict[str, Any]) -> Any:
+    """The rows a state file's folder holds, linked into a private folder of a new store (the folder is replaced
+    at the next save, and the restored store may release its rows)."""
+    from vitscope.features.rowstore import RowStore
+
+    shards = [(str(f), int(r)) for f, r in tree["shards"]]
+    schema = {k: (d, tuple(t)) for k, (d, t) in tree["schema"].items()}
+    try:
+        saved = RowStore.of_shards(str(Path(shards[0][0]).parent), schema, shards,
+                                   int(tree["spill_bytes"]))
+    except FileNotFoundError as err:
+        raise StateCodecError(f"the saved rows are gone ({err})") from None
+    return saved.linked_copy()
 
 
 def _class_path(obj: Any) -> str:
@@ -88,8 +112,12 @@ def _import_class(path: str) -> type:
     return target
 
 
-def encode(value: Any) -> Any:
+def encode(value: Any, rows_folder: str | os.PathLike | None = None) -> Any:
     """Rewrite ``value`` as nested dicts/lists of tensors, str, int, float, bool and None.
+
+    Args:
+        value: the state to encode.
+        rows_folder: where row stores with rows on disk are linked (see the module docstring); None: by value.
 
     Raises:
         StateCodecError: a value of a type that cannot be saved (e.g. a lambda or an object from another
@@ -110,15 +138,15 @@ def encode(value: Any) -> Any:
     if isinstance(value, (list, tuple, set, frozenset)):
         kind = type(value).__name__ if type(value) in (list, tuple, set, frozenset) else "list"
         items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
-        return {_TAG: kind, "items": [encode(v) for v in items]}
+        return {_TAG: kind, "items": [encode(v, rows_folder) for v in items]}
     if isinstance(value, dict):
-        return {_TAG: "dict", "items": [[encode(k), encode(v)] for k, v in value.items()]}
+        return {_TAG: "dict", "items": [[encode(k, rows_folder), encode(v, rows_folder)] for k, v in value.items()]}
     if isinstance(value, torch.dtype):
         return {_TAG: "dtype", "name": str(value).removeprefix("torch.")}
     if isinstance(value, RowStore):
-        return _rowstore_to_tree(value)
+        return _rowstore_to_tree(value, None if rows_folder is None else str(rows_folder))
     if type(value).__module__.startswith(_PACKAGE) and hasattr(value, "__dict__"):
-        return {_TAG: "object", "class": _class_path(value), "state": encode(dict(vars(value)))}
+        return {_TAG: "object", "class": _class_path(value), "state": encode(dict(vars(value)), rows_folder)}
     raise StateCodecError(f"cannot save a {type(value).__module__}.{type(value).__qualname__} in a state file")
 
 
@@ -155,6 +183,8 @@ def decode(tree: Any) -> Any:
                                       [(str(f), int(r)) for f, r in tree["shards"]], int(tree["spill_bytes"]))
         except FileNotFoundError as err:
             raise StateCodecError(f"the saved rows are gone ({err})") from None
+    if kind == "rowstore_saved":
+        return _saved_rowstore(tree)
     if kind == "object":
         cls = _import_class(tree["class"])
         obj = cls.__new__(cls)

@@ -7,9 +7,11 @@ appended to raw files of an open *shard* on disk and read back as memory maps. M
 
 Sharing rule (what makes ``merge``, pickling and ``state_dict`` safe): a shard is *sealed* before any
 other object may reference it (:meth:`seal` runs on pickling and on :meth:`extend`), and sealed shards are
-never written again; later spills open a new shard. Shard files are never deleted by a store: they live
-in ``workdir`` (default: a private temporary folder removed when the process exits; pass a persistent
-folder to resume a run in another process).
+never written again; later spills open a new shard. Shards live in ``workdir`` (default: a private
+temporary folder removed when the process exits; pass a persistent folder to resume a run in another
+process). A store deletes files only when asked (:meth:`release`), and then only the shards it wrote itself
+in a private folder: a copy (pickled, deep-copied, extended into another store) never deletes anything, and
+:meth:`linked_copy` gives a store its own hard links to another's rows, so that either may then release.
 
 Row order is append order within one store but unspecified after :meth:`extend`: consumers sort by a key
 column (the dataset index), which also makes ``merge(A(x1), A(x2))`` equal ``A(x1 + x2)``.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import os
 import shutil
 import tempfile
 import uuid
@@ -80,6 +83,7 @@ class RowStore:
         self._memory_bytes = 0
         self._sealed: list[tuple[str, int]] = []  # (shard folder, rows), immutable
         self._open: list[Any] | None = None  # [shard folder, rows] being appended to
+        self._own: set[str] = set()  # shard folders this store wrote itself (only these may be released)
 
     # -- writing -----------------------------------------------------------------------
     def append(self, columns: Mapping[str, Any]) -> None:
@@ -115,8 +119,7 @@ class RowStore:
 
     def _folder(self) -> Path:
         if self.workdir is None:
-            self.workdir = tempfile.mkdtemp(prefix="vitscope-rows-")
-            _TEMP_DIRS.append(self.workdir)
+            self.workdir = _private_folder()
         root = Path(self.workdir)
         root.mkdir(parents=True, exist_ok=True)
         return root
@@ -129,12 +132,18 @@ class RowStore:
             folder = self._folder() / f"shard-{uuid.uuid4().hex}"
             folder.mkdir()
             self._open = [str(folder), 0]
+            self._own.add(str(folder))
         for name in self.schema:
             with open(Path(self._open[0]) / f"{name}.bin", "ab") as f:
                 for chunk in self._memory:
                     f.write(chunk[name].tobytes())
         self._open[1] += sum(len(next(iter(c.values()))) for c in self._memory)
         self._memory, self._memory_bytes = [], 0
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes of rows held in memory (not yet on disk)."""
+        return self._memory_bytes
 
     @property
     def persistent(self) -> bool:
@@ -219,6 +228,39 @@ class RowStore:
         out.rows = self.rows
         return out
 
+    def linked_copy(self, folder: str | Path | None = None) -> RowStore:
+        """A store of the same rows whose shards are new folders under ``folder`` (None: a private temporary
+        folder), holding hard links to this store's files (copies where the file system cannot link); rows held
+        in memory are written out first.
+
+        The copy owns its links: releasing either store leaves the other's rows intact, and linking costs no
+        disk space or time whatever the rows' size.
+        """
+        self.flush()
+        out = RowStore(workdir=_private_folder() if folder is None else folder, spill_bytes=self.spill_bytes)
+        out.schema = dict(self.schema)
+        root = out._folder()
+        for shard, rows in self.shards():
+            target = root / f"shard-{uuid.uuid4().hex}"
+            target.mkdir()
+            for name in self.schema:
+                _link_or_copy(Path(shard) / f"{name}.bin", target / f"{name}.bin")
+            out._sealed.append((str(target), int(rows)))
+            out._own.add(str(target))
+            out.rows += int(rows)
+        return out
+
+    def release(self) -> None:
+        """Forget every row and delete the shard files this store wrote itself in a private temporary folder
+        (rows another store shares are left on disk; call when no copy of this store will read them again)."""
+        if not self.persistent:
+            for folder in self._own:
+                shutil.rmtree(folder, ignore_errors=True)
+        self._own.clear()
+        self._sealed, self._open = [], None
+        self._memory, self._memory_bytes = [], 0
+        self.rows = 0
+
     # -- reading -----------------------------------------------------------------------
     def __len__(self) -> int:
         return self.rows
@@ -281,9 +323,24 @@ class RowStore:
     # -- pickling ----------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         if _EXPORT_TO:  # for another process: every row in one shard file, nothing in the pickle
-            return dict(self.export(Path(_EXPORT_TO[-1]) / f"rows-{uuid.uuid4().hex}").__dict__)
+            return dict(self.export(Path(_EXPORT_TO[-1]) / f"rows-{uuid.uuid4().hex}").__dict__, _own=set())
         self.seal()  # a pickled copy may be resumed elsewhere: the shard must not change under it
-        return dict(self.__dict__)
+        return dict(self.__dict__, _own=set())  # a copy shares the files and never deletes them
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update({"_own": set(), **state})  # stores pickled before ownership existed own nothing
+
+
+def _private_folder() -> str:
+    """A new temporary folder for spilled rows, removed when the process exits."""
+    folder = tempfile.mkdtemp(prefix="vitscope-rows-")
+    _TEMP_DIRS.append(folder)
+    return folder
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """Hard-link ``source`` to ``target``, or copy it when the file system cannot link (another device...)."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)

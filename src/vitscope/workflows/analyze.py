@@ -97,7 +97,7 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
     checkpoint = None
     if out is not None:
         checkpoint = checkpoint_for(out, model_id, backbone, source.fingerprint(), chosen, resume=resume,
-                                    every_seconds=checkpoint_seconds, log=log, batch_size=batch_size, limit=limit,
+                                    every_seconds=checkpoint_seconds, log=log, limit=limit,
                                     strict=strict, device=resolve_device(device).type, dtype=dtype or "fp32")
     results = run(backbone, source, chosen, batch_size=batch_size, device=device, dtype=dtype, limit=limit,
                   strict=strict, progress=progress, checkpoint=checkpoint, distributed=distributed)

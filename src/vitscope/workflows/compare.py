@@ -52,7 +52,7 @@ def comparison_run(options: Mapping[str, Any], progress: bool | None = None,
         analyses = compare_analyses(backbone.spec, targets)
         checkpoint = checkpoint_for(
             out, model_id, backbone, fingerprint, analyses, resume=options.get("resume", True),
-            every_seconds=float(options.get("checkpoint_seconds", 60.0)), log=log, batch_size=options["batch_size"],
+            every_seconds=float(options.get("checkpoint_seconds", 60.0)), log=log,
             limit=options.get("limit"), strict=bool(options.get("strict")),
             device=resolve_device(options.get("device")).type, dtype=options.get("dtype") or "fp32")
         results = run(backbone, source, analyses, batch_size=options["batch_size"], device=options.get("device"),

@@ -18,7 +18,7 @@ import torch
 
 from vitscope.analyses.base import Analysis, Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
-from vitscope.analyses.representation.hsic import GROUPINGS, FullHSIC, MinibatchHSIC, chunked_gram
+from vitscope.analyses.representation.hsic import FullHSIC, MinibatchHSIC, chunked_gram
 from vitscope.errors import VitscopeValueError
 from vitscope.features.cache import CacheEntry
 from vitscope.functional.cka import features_for_cka
@@ -55,10 +55,8 @@ def prepared(state: MinibatchHSIC | FullHSIC, indices: Sequence[int], rep: torch
     return state.prepare(indices, rep) if isinstance(state, MinibatchHSIC) else rep
 
 
-def check_cka_options(tokens: str, estimator: str, batch: int, grouping: str = "batch") -> None:
-    """Raise ValueError on an unknown token selection, estimator or grouping, or a minibatch size below 4."""
-    if grouping not in GROUPINGS:
-        raise VitscopeValueError(f"grouping must be one of {GROUPINGS}, got {grouping!r}")
+def check_cka_options(tokens: str, estimator: str, batch: int) -> None:
+    """Raise ValueError on an unknown token selection or estimator, or a minibatch size below 4."""
     if tokens not in TOKENS:
         raise VitscopeValueError(f"tokens must be one of {TOKENS}, got {tokens!r}")
     if estimator not in ESTIMATORS:
@@ -68,10 +66,10 @@ def check_cka_options(tokens: str, estimator: str, batch: int, grouping: str = "
 
 
 def new_hsic_state(estimator: str, batch: int, gram_minmax: bool, symmetric: bool,
-                   workdir: str | Path | None, grouping: str = "batch") -> MinibatchHSIC | FullHSIC:
+                   workdir: str | Path | None) -> MinibatchHSIC | FullHSIC:
     """The HSIC state of an estimator: streaming minibatch sums, or every image's features on disk."""
     if estimator == "minibatch":
-        return MinibatchHSIC(batch, gram_minmax, symmetric, grouping)
+        return MinibatchHSIC(batch, gram_minmax, symmetric)
     return FullHSIC(symmetric, workdir)
 
 
@@ -123,26 +121,20 @@ class BlockCKA(Analysis):
             default here), ``"cls"``, ``"spatial"``, ``"spatial_mean"``.
         estimator: ``"minibatch"`` (unbiased minibatch CKA, streaming, default), ``"full"`` (biased
             full-batch linear CKA) or ``"full_unbiased"``; the full estimators keep features on disk.
-        batch: minibatch size of the minibatch estimator (default 64).
-        grouping: how the minibatch estimator cuts the stream: ``"batch"`` (default: consecutive minibatches
-            of ``batch`` images within each engine batch, reduced at once) or ``"index"`` (image ``i`` in
-            minibatch ``i // batch``, independent of the engine batch size, at the cost of keeping the features
-            of unfinished minibatches). See :mod:`vitscope.analyses.representation.hsic`.
+        batch: minibatch size of the minibatch estimator (default 64): image ``i`` of the dataset is in
+            minibatch ``i // batch`` whatever the engine's batch size, number of processes or resume point.
         gram_minmax: min-max rescale every minibatch Gram, as the 002 code.
         workdir: folder for the full estimators' spilled features (default: a temporary folder).
 
-    Memory (why these defaults): with ``grouping="batch"`` nothing outlives its batch, and Grams are built
-    one representation at a time from float64 blocks of a few columns. Measured on ViT-B/16-shaped records
-    (12 blocks, 197 x 768 tokens, ``tokens="all"``, engine batch 16): 0 bytes
-    kept between batches, peak resident memory 124 MiB above the baseline for 128 and for 512 images, of
-    which 111 MiB is the recorded batch itself. The previous default (index grouping, every representation
-    stacked in float64 at reduction) kept 332 MiB of features between batches and peaked 2.3 GB above the
-    baseline. ``grouping="index"`` keeps up to ``batch - 1`` images of features (``L x F`` float32 each,
-    7.3 MB per image here: 332 MiB at engine batch 16). Use an engine batch size that is a multiple of
-    ``batch`` (``--batch-size 64``) to get minibatches of exactly ``batch`` images (docs/methods.md) with nothing
-    kept. ``tokens="all"`` stays the default because the paper's CKA figures used it (the 002 code's
-    ``mode="all"``); ``"cls"`` / ``"spatial_mean"`` make every cost 197x smaller. The full estimators keep
-    every image's features on disk and need ``L`` float64 ``n x n`` Grams at the end.
+    Memory (why these defaults): a minibatch that an engine batch holds whole is reduced to its Grams at once
+    (``--batch-size 64`` or a multiple keeps nothing between batches); the rows of a minibatch that arrives in
+    pieces wait on disk until it is complete (:mod:`vitscope.analyses.representation.hsic`), so a smaller
+    engine batch never costs more memory. Grams are built one representation at a time from float64 blocks
+    of a few columns. The disk holds at most ``batch - 1`` images of ``L x F`` float32 features (``F`` =
+    tokens x width with ``tokens="all"``: 7.3 MB an image for a ViT-B/16 at 224 px). ``tokens="all"`` stays
+    the default because the paper's CKA figures used it (the 002 code's ``mode="all"``); ``"cls"`` /
+    ``"spatial_mean"`` make every cost 197x smaller. The full estimators keep every image's features on disk
+    and need ``L`` float64 ``n x n`` Grams at the end.
 
     Result tensors: ``cka`` ``[L, L]`` (rows and columns follow ``meta["blocks"]``).
     """
@@ -152,14 +144,13 @@ class BlockCKA(Analysis):
 
 
     def __init__(self, site: str = "resid_post", tokens: str = "all", estimator: str = "minibatch", batch: int = 64,
-                 gram_minmax: bool = False, workdir: str | Path | None = None, grouping: str = "batch") -> None:
+                 gram_minmax: bool = False, workdir: str | Path | None = None) -> None:
         super().__init__()
-        check_cka_options(tokens, estimator, batch, grouping)
+        check_cka_options(tokens, estimator, batch)
         self._cfg_site, self._cfg_tokens, self._cfg_estimator = site, tokens, estimator
         self._cfg_batch, self._cfg_minmax, self._cfg_workdir = int(batch), bool(gram_minmax), workdir
-        self._cfg_grouping = grouping
         self.add_state("state", functools.partial(new_hsic_state, estimator, int(batch), bool(gram_minmax), True,
-                                                  workdir, grouping), reduce=merge_hsic)
+                                                  workdir), reduce=merge_hsic)
         self.add_state("blocks", [], reduce="same")
         self.add_state("model", "", reduce="same")
 
@@ -197,7 +188,7 @@ class BlockCKA(Analysis):
     def compute(self) -> CKAResult:
         meta = {"model": self.model, "site": self._cfg_site, "tokens": self._cfg_tokens,
                 "estimator": self._cfg_estimator, "batch": self._cfg_batch, "gram_minmax": self._cfg_minmax,
-                "grouping": self._cfg_grouping, "num_images": self.state.count, "blocks": list(self.blocks)}
+                "num_images": self.state.count, "blocks": list(self.blocks)}
         cka = hsic_state_cka(self.state, self._cfg_estimator) if self.state.count else None
         if cka is None:
             if self.state.count:
@@ -228,7 +219,7 @@ def _cka_of_reps(reps: list[tuple[CacheEntry, int, np.ndarray]], split: int | No
     symmetric = split is None
     index = reps[0][0].index[reps[0][2]]
     if estimator == "minibatch":
-        state = MinibatchHSIC(batch, gram_minmax, symmetric, grouping="index")
+        state = MinibatchHSIC(batch, gram_minmax, symmetric)
         for start in range(0, index.size, chunk):
             feats = [torch.from_numpy(np.asarray(e.block(b)[rows[start : start + chunk]], dtype=np.float32)
                                       .reshape(len(rows[start : start + chunk]), -1)) for e, b, rows in reps]

@@ -1,34 +1,30 @@
 """Mergeable HSIC state behind the CKA analyses (docs/methods.md, Representations).
 
 Two estimators of the CKA between every representation of a group X and every one of a group Y (or of X
-with itself), both exactly mergeable:
+with itself), both exactly mergeable and independent of how the images were batched:
 
 - :class:`MinibatchHSIC` (Nguyen et al. 2021): per minibatch, the three unbiased HSICs of every pair, summed
-  weighted by minibatch size. How the stream is cut into minibatches (``grouping``):
-
-  * ``"batch"`` (default): the images of each ``add`` call (one engine batch), sorted by dataset index, are
-    cut into consecutive minibatches of ``batch`` images and reduced at once, so no feature outlives its
-    batch (as the 002 code, whose minibatch was its loader batch). Memory is flat and small in every case;
-    the partition depends on the engine batch size (a batch of 16 gives minibatches of 16) but not on how
-    the batches are later merged. With an engine batch size that is a multiple of ``batch`` it is exactly
-    the ``"index"`` partition.
-  * ``"index"``: image ``i`` belongs to minibatch ``i // batch`` whatever the batch it arrives in, so the
-    estimate does not depend on the engine batch size, worker split or resume. The features of a
-    minibatch that is not complete yet are kept until it is (up to ``batch - 1`` images when batches
-    arrive in order; a minibatch missing an unreadable image is only reduced by ``cka()``).
-
-  Pieces of fewer than 4 images (an engine batch smaller than 4, or its tail) cannot give an unbiased
-  HSIC alone: they are pooled by index as ``"index"`` does, so a stream of tiny batches still counts; a
-  final pooled minibatch of fewer than 4 images is dropped. Grams are built one representation at a time
-  in float64 (two chunks converted at a time), never for every representation at once.
+  weighted by minibatch size. Image ``i`` belongs to minibatch ``i // batch`` (its dataset index), whatever
+  engine batch, process or resumed run it arrives in, so the estimate depends on the minibatch size only.
+  A batch that holds a whole minibatch reduces it at once to its Grams (``[m, m]``, float64). The rows of
+  a minibatch that arrives in pieces wait in small disk-backed row stores (in memory up to 1 MiB a piece,
+  then on disk), one per piece and representation, until the minibatch is complete; then its Grams are
+  built from them and the files deleted. So what waits is on disk, not in memory, and a smaller engine batch
+  costs no more memory than a larger one; the disk holds at most the rows of the minibatches still open
+  (up to ``batch - 1`` images of every representation in one process, plus the two minibatches a process's
+  share of the data may start and end inside). Minibatches still open at the end (the last, smaller one) are
+  reduced by :meth:`MinibatchHSIC.cka` when they hold at least 4 images, dropped otherwise.
 - :class:`FullHSIC`: every image's features go to a disk-backed :class:`RowStore`; ``compute`` builds the
   full Grams chunk by chunk and applies the biased (default) or unbiased estimator.
+
+Grams are built one representation at a time in float64 (two chunks converted at a time), never for every
+representation at once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -39,10 +35,11 @@ from vitscope.features.rowstore import RowStore
 from vitscope.functional.cka import _minmax_gram
 from vitscope.functional.cka_grams import cka_from_hsic, cross_gram, hsic_matrix
 
-__all__ = ["GROUPINGS", "FullHSIC", "MinibatchHSIC", "PreparedRep", "chunked_gram"]
+__all__ = ["FullHSIC", "MinibatchHSIC", "PreparedRep", "chunked_gram"]
 
 _MIN_UNBIASED = 4
-GROUPINGS = ("batch", "index")
+#: bytes of one waiting piece kept in memory; larger pieces go to disk at once
+_PIECE_IN_MEMORY = 1 << 20
 
 
 def chunked_gram(chunks: Sequence[np.ndarray | torch.Tensor]) -> torch.Tensor:
@@ -64,37 +61,60 @@ def chunked_gram(chunks: Sequence[np.ndarray | torch.Tensor]) -> torch.Tensor:
 
 @dataclass
 class PreparedRep:
-    """One representation of one batch, reduced for :meth:`MinibatchHSIC.add`: per minibatch of the batch (in
-    index order) its Gram ``[m, m]``, or its rows ``[m, F]`` when the minibatch is too small to stand alone."""
+    """One representation of one batch, reduced for :meth:`MinibatchHSIC.add`: for each minibatch the batch
+    touches (in minibatch order), its Gram ``[m, m]`` when the batch holds the whole minibatch, else its rows
+    ``[m, F]`` in a row store (on disk when large) to wait for the rest."""
 
-    parts: list[torch.Tensor]
+    parts: list[torch.Tensor | RowStore]
+
+
+@dataclass
+class OpenMinibatch:
+    """The pieces of one minibatch received so far: their image indices and, per representation, their rows."""
+
+    index: list[np.ndarray] = field(default_factory=list)
+    rows: list[list[RowStore]] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return int(sum(i.size for i in self.index))
+
+
+def _rows_store(rows: torch.Tensor | np.ndarray) -> RowStore:
+    """A private row store holding ``rows`` ``[m, F]`` as float32 (written to disk when over 1 MiB)."""
+    store = RowStore(spill_bytes=_PIECE_IN_MEMORY)
+    if isinstance(rows, torch.Tensor):
+        rows = rows.detach().float().cpu().numpy()
+    store.append({"x": np.asarray(rows, dtype=np.float32)})
+    return store
+
+
+def _copied(store: RowStore) -> RowStore:
+    """A private copy of a waiting piece (its own files, which it may delete)."""
+    out = RowStore(spill_bytes=_PIECE_IN_MEMORY)
+    for chunk in store.chunks(["x"]):
+        out.append({"x": np.array(chunk["x"])})
+    return out
 
 
 class MinibatchHSIC:
     """Streaming unbiased minibatch HSIC sums for CKA matrices (merge-exact; see the module docstring).
 
     Args:
-        batch: minibatch size (>= 4).
+        batch: minibatch size (>= 4): image ``i`` is in minibatch ``i // batch``.
         gram_minmax: min-max rescale every minibatch Gram as the 002 code.
         symmetric: X is compared with itself (``add`` gets no ``ys``).
-        grouping: ``"batch"`` (minibatches within each added batch, nothing kept) or ``"index"`` (minibatch
-            ``index // batch``, independent of the batch sizes).
     """
 
-    def __init__(self, batch: int = 64, gram_minmax: bool = False, symmetric: bool = True,
-                 grouping: str = "batch") -> None:
+    def __init__(self, batch: int = 64, gram_minmax: bool = False, symmetric: bool = True) -> None:
         if int(batch) != batch or batch < _MIN_UNBIASED:
             raise VitscopeValueError(f"batch must be an integer >= {_MIN_UNBIASED}, got {batch!r}")
-        if grouping not in GROUPINGS:
-            raise VitscopeValueError(f"grouping must be one of {GROUPINGS}, got {grouping!r}")
         self.batch, self.gram_minmax, self.symmetric = int(batch), bool(gram_minmax), bool(symmetric)
-        self.grouping = grouping
         self.sums: list[torch.Tensor] | None = None  # [xy [A, B], xx [A], yy [B]], weighted by minibatch size
         self.weight = 0  # images in reduced minibatches
         self.count = 0  # images seen
-        # minibatch -> chunks (image indices [c], features [c, F] of each rep) not yet reduced
-        self.open: dict[int, list[tuple[np.ndarray, list[np.ndarray]]]] = {}
-        self.done: set[int] = set()  # index minibatches already reduced
+        self.open: dict[int, OpenMinibatch] = {}  # minibatches not complete yet
+        self.done: set[int] = set()  # minibatches already reduced
 
     def _fold(self, grams: list[torch.Tensor], b: int) -> None:
         """Add the weighted HSIC terms of one minibatch of ``b`` images given every representation's Gram."""
@@ -113,63 +133,53 @@ class MinibatchHSIC:
         self.sums = weighted if self.sums is None else [s + t for s, t in zip(self.sums, weighted)]
         self.weight += b
 
-    def _reduce(self, chunks: list[tuple[np.ndarray, list[np.ndarray]]]) -> None:
-        """Fold one index minibatch (its chunks) into the sums, rows sorted by image index."""
-        index = np.concatenate([c[0] for c in chunks])
-        b = index.size
-        if b < _MIN_UNBIASED:
+    def _reduce(self, waiting: OpenMinibatch) -> None:
+        """Fold one minibatch from its waiting pieces (rows sorted by image index); fewer than 4 images: nothing."""
+        index = np.concatenate(waiting.index)
+        if index.size < _MIN_UNBIASED:
             return
         order = torch.from_numpy(np.argsort(index, kind="stable"))
         grams = []
-        for a in range(len(chunks[0][1])):
-            k = chunked_gram([c[1][a] for c in chunks])
+        for pieces in waiting.rows:
+            k = chunked_gram([c["x"] for piece in pieces for c in piece.chunks(["x"])])
             grams.append(k[order][:, order])
-        self._fold(grams, b)
+        self._fold(grams, int(index.size))
 
-    def _put(self, mb: int, index: np.ndarray, feats: list[np.ndarray]) -> None:
-        """Add the rows of one index minibatch; reduce it once it holds ``batch`` images."""
-        chunks = self.open.setdefault(mb, [])
-        seen = np.concatenate([c[0] for c in chunks] + [index])
+    def _put(self, mb: int, index: np.ndarray, pieces: list[RowStore]) -> None:
+        """Add one piece of minibatch ``mb``; reduce the minibatch (and delete its rows) once it is complete."""
+        waiting = self.open.setdefault(mb, OpenMinibatch(rows=[[] for _ in pieces]))
+        seen = np.concatenate([*waiting.index, index])
         if mb in self.done or np.unique(seen).size != seen.size:
             raise VitscopeValueError(f"an image of minibatch {mb} (indices {index.tolist()[:4]}...) was added twice; "
                                      "every image needs a distinct dataset index")
-        chunks.append((index, feats))
+        waiting.index.append(index)
+        for rows, piece in zip(waiting.rows, pieces):
+            rows.append(piece)
         if seen.size == self.batch:
             self._reduce(self.open.pop(mb))
             self.done.add(mb)
+            for piece in (p for rows in waiting.rows for p in rows):
+                piece.release()
 
-    def _pool(self, index: np.ndarray, reps: Sequence[torch.Tensor]) -> None:
-        """Keep rows (copied to the CPU) in their index minibatches until those are complete."""
-        feats = [r.detach().float().cpu().reshape(len(index), -1).numpy().copy() for r in reps]
-        minibatch = index // self.batch
-        for mb in np.unique(minibatch):
-            sel = minibatch == mb
-            self._put(int(mb), index[sel], [f[sel] for f in feats])
-
-    def _minibatches(self, index: np.ndarray) -> list[np.ndarray]:
-        """Positions of each minibatch of one added batch (``"batch"`` grouping), in index order."""
+    def _minibatches(self, index: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """``(minibatch, positions in index order)`` of every minibatch a batch touches, in minibatch order."""
         order = np.argsort(index, kind="stable")
-        return [order[start : start + self.batch] for start in range(0, order.size, self.batch)]
+        minibatch = index[order] // self.batch
+        cuts = np.flatnonzero(np.diff(minibatch)) + 1
+        return [(int(minibatch[part[0]]), order[part]) for part in np.split(np.arange(order.size), cuts)
+                if part.size]
 
-    def prepare(self, indices: Sequence[int], rep: torch.Tensor) -> PreparedRep | torch.Tensor:
-        """What :meth:`add` needs of one representation ``[b, F]`` of a batch: with ``"batch"`` grouping its
-        minibatch Grams (``[m, m]`` each, small) instead of its features, so a caller can let the features go
-        as soon as they are made; with ``"index"`` grouping the features themselves."""
-        if self.grouping == "index":
-            return rep
+    def prepare(self, indices: Sequence[int], rep: torch.Tensor) -> PreparedRep:
+        """What :meth:`add` needs of one representation ``[b, F]`` of a batch, so a caller can let the features
+        go as soon as they are made: the Gram of every minibatch the batch holds whole, the rows of the others
+        (in a row store, on disk when large)."""
         index = np.asarray(list(indices), dtype=np.int64)
-        return PreparedRep([self._gram_or_rows(rep, pos) for pos in self._minibatches(index)])
-
-    @staticmethod
-    def _gram_or_rows(rep: torch.Tensor, pos: np.ndarray) -> torch.Tensor:
-        """The minibatch's Gram, or its rows when it is too small to be reduced on its own (pooled)."""
-        if pos.size < _MIN_UNBIASED:
-            return rep[torch.from_numpy(pos).to(rep.device)]
-        if pos[-1] - pos[0] == pos.size - 1:  # consecutive rows (batches arrive sorted): a view, no copy
-            picked = rep[int(pos[0]) : int(pos[-1]) + 1]
-        else:
-            picked = rep[torch.from_numpy(pos).to(rep.device)]
-        return cross_gram(picked.detach().float()).cpu()
+        rep = rep.detach().reshape(len(index), -1)
+        parts: list[torch.Tensor | RowStore] = []
+        for _, pos in self._minibatches(index):
+            picked = _picked(rep, pos)
+            parts.append(cross_gram(picked.float()).cpu() if pos.size == self.batch else _rows_store(picked))
+        return PreparedRep(parts)
 
     def add(self, indices: Sequence[int], xs: Sequence[torch.Tensor | PreparedRep],
             ys: Sequence[torch.Tensor | PreparedRep] | None = None) -> None:
@@ -178,25 +188,24 @@ class MinibatchHSIC:
         if (ys is None) != self.symmetric:
             raise VitscopeValueError("pass ys exactly when the HSIC state is not symmetric")
         index = np.asarray(list(indices), dtype=np.int64)
-        reps = list(xs) + list(ys or [])
-        if self.grouping == "index":
-            self._pool(index, reps)
-        else:
-            prepared = [r if isinstance(r, PreparedRep) else self.prepare(indices, r) for r in reps]
-            for m, pos in enumerate(self._minibatches(index)):
-                parts = [p.parts[m] for p in prepared]
-                if pos.size < _MIN_UNBIASED:
-                    self._pool(index[pos], parts)
-                else:
-                    self._fold(parts, int(pos.size))
+        reps = [r if isinstance(r, PreparedRep) else self.prepare(index, r) for r in [*xs, *(ys or [])]]
+        for k, (mb, pos) in enumerate(self._minibatches(index)):
+            parts = [r.parts[k] for r in reps]
+            if isinstance(parts[0], torch.Tensor):  # the whole minibatch is in this batch
+                if mb in self.done or mb in self.open:
+                    raise VitscopeValueError(f"minibatch {mb} was added twice; every image needs a distinct "
+                                             "dataset index")
+                self._fold(parts, int(pos.size))
+                self.done.add(mb)
+            else:
+                self._put(mb, index[pos], parts)
         self.count += index.size
 
     def merge(self, other: MinibatchHSIC) -> MinibatchHSIC:
-        """Fold ``other`` in (``other`` is unchanged); returns ``self``."""
-        mine = (self.batch, self.gram_minmax, self.symmetric, self.grouping)
-        if (other.batch, other.gram_minmax, other.symmetric, other.grouping) != mine:
-            raise VitscopeValueError("cannot merge minibatch HSIC states with different batch / gram_minmax / grouping")
-        if self.done & other.done:
+        """Fold ``other`` in (``other`` is unchanged: its waiting rows are copied); returns ``self``."""
+        if (other.batch, other.gram_minmax, other.symmetric) != (self.batch, self.gram_minmax, self.symmetric):
+            raise VitscopeValueError("cannot merge minibatch HSIC states with different batch / gram_minmax")
+        if self.done & (other.done | set(other.open)) or set(self.open) & other.done:
             raise VitscopeValueError("both HSIC states hold the same minibatch: the same images were added twice")
         self.done |= other.done
         if other.sums is not None:
@@ -204,18 +213,22 @@ class MinibatchHSIC:
                 s + t for s, t in zip(self.sums, other.sums)]
         self.weight += other.weight
         self.count += other.count
-        for mb, chunks in other.open.items():
-            for index, feats in chunks:
-                self._put(mb, index.copy(), [f.copy() for f in feats])
+        for mb, waiting in other.open.items():
+            for k, index in enumerate(waiting.index):
+                self._put(mb, index.copy(), [_copied(rows[k]) for rows in waiting.rows])
         return self
 
+    def waiting_images(self) -> int:
+        """Images of minibatches that are not complete yet (their rows wait in row stores)."""
+        return sum(w.size for w in self.open.values())
+
     def held_bytes(self) -> int:
-        """Bytes of features kept for minibatches that are not complete yet."""
-        return sum(f.nbytes for chunks in self.open.values() for _, feats in chunks for f in feats)
+        """Bytes of waiting rows held in memory (the rest of them is on disk)."""
+        return sum(piece.memory_bytes for w in self.open.values() for rows in w.rows for piece in rows)
 
     def cka(self) -> torch.Tensor | None:
         """``[A, B]`` CKA from every reduced minibatch and the open ones with >= 4 images (None if none)."""
-        twin = MinibatchHSIC(self.batch, self.gram_minmax, self.symmetric, self.grouping)
+        twin = MinibatchHSIC(self.batch, self.gram_minmax, self.symmetric)
         twin.sums = None if self.sums is None else [s.clone() for s in self.sums]
         twin.weight = self.weight
         for mb in sorted(self.open):
@@ -224,6 +237,13 @@ class MinibatchHSIC:
             return None
         xy, xx, yy = (s / twin.weight for s in twin.sums)
         return cka_from_hsic(xy, xx, yy)
+
+
+def _picked(rep: torch.Tensor, pos: np.ndarray) -> torch.Tensor:
+    """Rows ``pos`` of ``rep``: a view when they are consecutive (batches arrive sorted), else a copy."""
+    if bool((np.diff(pos) == 1).all()):
+        return rep[int(pos[0]) : int(pos[-1]) + 1]
+    return rep[torch.from_numpy(pos).to(rep.device)]
 
 
 class FullHSIC:

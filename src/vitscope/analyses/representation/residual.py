@@ -96,13 +96,9 @@ class ResidualCKA(Analysis):
         estimator: ``"minibatch"`` (default), ``"full"`` or ``"full_unbiased"`` (see :class:`BlockCKA`).
         batch: minibatch size; gram_minmax: the 002 code's Gram rescaling.
         workdir: folder for the full estimators' features.
-        grouping: ``"batch"`` (default) or ``"index"`` minibatches, as :class:`BlockCKA`.
 
-    Memory: as :class:`BlockCKA`, with ``4 L`` representations (skips and branches) instead of ``L``. On
-    ViT-B/16-shaped records (``tokens="all"``, engine batch 16) the default keeps nothing between batches;
-    peak resident memory is 467-489 MiB above the baseline for 64 and for 192 images, of which 443 MiB is
-    the recorded batch (48 tensors). The previous default (index grouping, every representation stacked in
-    float64 at reduction) kept 1.3 GB of features between batches and peaked 6.7 GB above the baseline.
+    Memory: as :class:`BlockCKA` (minibatches by dataset index, waiting rows on disk), with ``4 L``
+    representations (skips and branches) instead of ``L``.
 
     Result tensors: ``attn_cka``, ``mlp_cka`` ``[L]`` (skip vs branch of the same sublayer),
     ``attn_cka_matrix``, ``mlp_cka_matrix`` ``[L, L]`` (row = skip input of block i, column = branch output of
@@ -114,13 +110,13 @@ class ResidualCKA(Analysis):
 
 
     def __init__(self, tokens: str = "all", estimator: str = "minibatch", batch: int = 64, gram_minmax: bool = False,
-                 workdir: str | Path | None = None, grouping: str = "batch") -> None:
+                 workdir: str | Path | None = None) -> None:
         super().__init__()
-        check_cka_options(tokens, estimator, batch, grouping)
+        check_cka_options(tokens, estimator, batch)
         self._cfg_tokens, self._cfg_estimator, self._cfg_batch = tokens, estimator, int(batch)
-        self._cfg_minmax, self._cfg_workdir, self._cfg_grouping = bool(gram_minmax), workdir, grouping
+        self._cfg_minmax, self._cfg_workdir = bool(gram_minmax), workdir
         self.add_state("state", functools.partial(new_hsic_state, estimator, int(batch), bool(gram_minmax), False,
-                                                  workdir, grouping), reduce=merge_hsic)
+                                                  workdir), reduce=merge_hsic)
         self.add_state("ratio_sum", None, reduce="sum")  # [2, L] sums over images of ||skip|| / ||branch||
         self.add_state("blocks", [], reduce="same")
         self.add_state("model", "", reduce="same")
@@ -167,7 +163,7 @@ class ResidualCKA(Analysis):
     def compute(self) -> ResidualResult:
         n = self.state.count
         meta = {"model": self.model, "tokens": self._cfg_tokens, "estimator": self._cfg_estimator,
-                "batch": self._cfg_batch, "gram_minmax": self._cfg_minmax, "grouping": self._cfg_grouping,
+                "batch": self._cfg_batch, "gram_minmax": self._cfg_minmax,
                 "num_images": n, "blocks": list(self.blocks)}
         cka = hsic_state_cka(self.state, self._cfg_estimator) if n else None
         if cka is None:

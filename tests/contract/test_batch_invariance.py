@@ -1,0 +1,134 @@
+"""Every registered analysis gives the same numbers whatever the batch size, process split and resume point.
+
+A real pass (the engine, the tiny zoo's classifiers, a synthetic COCO world with labels and masks) of every
+analysis at ``-b`` 16, 7, 3 and 1, and a run stopped after two batches and resumed with another batch size, must
+agree to 1e-5 of each quantity's scale: only the forward pass's own float32 rounding, which differs between
+batch sizes, may move a number. Minibatch statistics (CKA, residual CKA) get minibatches of 4 images here so
+that minibatches both complete inside a batch and straddle batches. Process splits are the random-split merge
+property of tests/contract/test_analysis_contract.py and the two-process runs of tests/e2e/test_distributed.py.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import vitscope
+from vitscope.analyses import ANALYSES
+from vitscope.data.synthetic.write import synthesize
+from vitscope.engine.state import STOP_AFTER_ENV
+
+#: parameters that keep the slow analyses quick; batching is what is tested, not these choices
+LIGHT: dict[str, dict[str, Any]] = {
+    "cka": {"batch": 4},
+    "residual_cka": {"batch": 4},
+    "interrelation_masking": {"ratios": (0.1, 0.5)},
+    "frequency_filtering": {"fractions": (0.1, 0.5)},
+    "linear_probe": {"epochs": 5},
+}
+MODELS = {"vit": "tiny-vit-sup", "cnn": "tiny-resnet-sup"}
+BATCH_SIZES = (16, 7, 3, 1)  # 7: batches of 4 images or more that cut minibatches
+RTOL = 1e-5
+
+
+def analyses_for(backbone) -> list:
+    made = [ANALYSES[name](**LIGHT.get(name, {})) for name in sorted(ANALYSES)]
+    return [a for a in made if a.supports(backbone.spec)]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> str:
+    root = synthesize(tmp_path_factory.mktemp("batching") / "world", "coco", n=12, size=64, seed=3)
+    return f"{root}::coco"
+
+
+@pytest.fixture(scope="module")
+def runs(world: str) -> dict[str, dict[int, Any]]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread: the same reduction order in every run
+    try:
+        out = {}
+        for kind, model in MODELS.items():
+            backbone = vitscope.load_model(model)
+            out[kind] = {b: vitscope.run(backbone, world, analyses_for(backbone), batch_size=b, progress=False)
+                         for b in BATCH_SIZES}
+        return out
+    finally:
+        torch.set_num_threads(threads)
+
+
+def differences(got: Any, want: Any, path: str) -> list[str]:
+    """Where two result trees differ beyond RTOL of each quantity's scale (NaN equals NaN)."""
+    if isinstance(want, torch.Tensor):
+        if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+            return [f"{path}: {getattr(got, 'shape', got)} vs {tuple(want.shape)}"]
+        if not want.is_floating_point():
+            return [] if torch.equal(got, want) else [f"{path}: {int((got != want).sum())} entries differ"]
+        a, b = got.double(), want.double()
+        both_nan = torch.isnan(a) & torch.isnan(b)
+        finite = torch.isfinite(b)
+        scale = b[finite].abs().max().item() if finite.any() else 0.0
+        off = ((a - b).abs() > RTOL * scale + 1e-9) & ~both_nan & finite
+        same_inf = (a[~finite & ~both_nan] == b[~finite & ~both_nan]).all()
+        if off.any() or not same_inf:
+            worst = (a - b)[off].abs().max().item() if off.any() else "inf"
+            return [f"{path}: off by up to {worst} (scale {scale:.3g})"]
+        return []
+    if isinstance(want, dict):
+        if not isinstance(got, dict) or set(got) != set(want):
+            return [f"{path}: keys {sorted(map(str, got))} vs {sorted(map(str, want))}"]
+        return [d for k in want for d in differences(got[k], want[k], f"{path}.{k}")]
+    if isinstance(want, (list, tuple)):
+        if not isinstance(got, (list, tuple)) or len(got) != len(want):
+            return [f"{path}: length {len(got)} vs {len(want)}"]
+        return [d for i, (x, y) in enumerate(zip(got, want)) for d in differences(x, y, f"{path}[{i}]")]
+    if isinstance(want, float) and isinstance(got, (int, float)):
+        if math.isnan(want) and math.isnan(got):
+            return []
+        return [] if math.isclose(got, want, rel_tol=RTOL, abs_tol=1e-9) else [f"{path}: {got!r} vs {want!r}"]
+    return [] if got == want else [f"{path}: {got!r} vs {want!r}"]
+
+
+def result_differences(got, want) -> list[str]:
+    found = [f"analyses {sorted(got)} vs {sorted(want)}"] if sorted(got) != sorted(want) else []
+    for name in want:
+        found += differences(got[name].tensors, want[name].tensors, f"{name}.tensors")
+        found += differences(got[name].meta, want[name].meta, f"{name}.meta")
+    return found
+
+
+@pytest.mark.parametrize("kind", sorted(MODELS))
+@pytest.mark.parametrize("batch_size", [7, 3, 1])
+def test_every_analysis_gives_the_numbers_of_batch_16(runs, kind: str, batch_size: int) -> None:
+    found = result_differences(runs[kind][batch_size], runs[kind][16])
+    assert not found, f"-b {batch_size} moved:\n" + "\n".join(found)
+
+
+def test_every_registered_analysis_ran(runs) -> None:
+    ran = {name for by_size in runs.values() for name in by_size[16]}
+    assert ran == set(ANALYSES)
+    cka = runs["vit"][16]["cka"]
+    assert cka.meta["batch"] == 4 and cka.meta["num_images"] == 12 and "cka" in cka.tensors
+
+
+def test_a_run_resumed_with_another_batch_size_gives_the_same_numbers(runs, world: str, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    backbone = vitscope.load_model(MODELS["vit"])
+    state = tmp_path / "state.pt"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        monkeypatch.setenv(STOP_AFTER_ENV, "2")
+        with pytest.raises(KeyboardInterrupt):
+            vitscope.run(backbone, world, analyses_for(backbone), batch_size=3, progress=False, resume=state)
+        monkeypatch.delenv(STOP_AFTER_ENV)
+        resumed = vitscope.run(backbone, world, analyses_for(backbone), batch_size=5, progress=False, resume=state)
+    finally:
+        torch.set_num_threads(threads)
+    assert resumed.resumed_images == 6  # two batches of 3 came from the state file
+    found = result_differences(resumed, runs["vit"][16])
+    assert not found, "resumed at -b 5 after 6 images at -b 3 moved:\n" + "\n".join(found)
