@@ -19,15 +19,19 @@ from vitscope.cli.resolve import resolve_or_exit
 
 __all__ = ["check_blocks", "probe"]
 
-def check_blocks(blocks: tuple[int, ...] | None, num_blocks: int) -> tuple[int, ...] | None:
-    """Blocks (already parsed by the options) checked against the model's ``num_blocks``.
+
+def check_blocks(blocks: tuple[int, ...] | str | None, num_blocks: int) -> tuple[int, ...] | None:
+    """Blocks (already parsed by the options; ``"all"`` or None: every block) checked against the model's
+    ``num_blocks``.
 
     Raises:
         typer.BadParameter: a block outside ``-num_blocks .. num_blocks-1`` (bad usage, exit 2).
     """
-    bad = [b for b in blocks or () if not -num_blocks <= b < num_blocks]
+    if blocks is None or blocks == "all":
+        return None
+    bad = [b for b in blocks if not -num_blocks <= b < num_blocks]
     if bad:
-        shown = ",".join(str(b) for b in blocks or ())
+        shown = ",".join(str(b) for b in blocks)
         raise typer.BadParameter(f"--blocks {shown!r}: the model has blocks 0..{num_blocks - 1} (negative counts "
                                  "from the end)")
     return blocks

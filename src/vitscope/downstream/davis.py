@@ -135,6 +135,11 @@ def _view(short_side: int | None, tiling: bool | float) -> FrameView | TiledView
     return TiledView(FrameView(short_side), scale) if scale else FrameView(short_side)
 
 
+def _extraction(strict: bool, resume: bool, checkpoint_seconds: float) -> dict[str, Any]:
+    """How each sequence's feature pass runs (:func:`~vitscope.engine.extract.extract_features`)."""
+    return {"strict": strict, "resume": resume, "checkpoint_seconds": checkpoint_seconds}
+
+
 def _sequence_features(backbone: Backbone, dataset: Any, request: FeatureRequest, cache: FeatureCache | None,
                        view: Any, batch_size: int, device: str | None, dtype: str | None, distributed: bool,
                        log: Callable[[str], None] | None, extraction: dict[str, Any]
@@ -188,7 +193,7 @@ def davis_predictions(backbone: Backbone, dataset: Any, block: int, cache: Featu
     request = FeatureRequest(site, "spatial", (int(block),))
     entries, sequences = _sequence_features(backbone, dataset, request, cache, _view(short_side, tiling),
                                             batch_size, device, dtype, distributed, log,
-                                            dict(strict=strict, resume=resume, checkpoint_seconds=checkpoint_seconds))
+                                            _extraction(strict, resume, checkpoint_seconds))
     options = {"num_context": num_context, "topk": topk, "radius": radius, "temperature": temperature}
     files: dict[str, bytes] = {}
     for s, (entry, (truth, layout)) in enumerate(zip(entries, sequences)):
@@ -207,8 +212,8 @@ def davis_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, 
                 num_context: int = 7, topk: int = 5, radius: int = 12, temperature: float = 0.1, seed: int = 0,
                 random_kind: str | None = "uniform", batch_size: int = 16, device: str | None = None,
                 dtype: str | None = None, distributed: bool = False,
-                log: Callable[[str], None] | None = None, void: str = "background", strict: bool = False, resume: bool = True, checkpoint_seconds: float = 60.0
-                ) -> ProbeResult:
+                log: Callable[[str], None] | None = None, void: str = "background", strict: bool = False,
+                resume: bool = True, checkpoint_seconds: float = 60.0) -> ProbeResult:
     """DAVIS J, F and J&F of label propagation at every block.
 
     Args:
@@ -244,7 +249,7 @@ def davis_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, 
     view = _view(short_side, tiling)
     request = FeatureRequest(site, "spatial", None if blocks is None else tuple(blocks))
     entries, sequences = _sequence_features(backbone, dataset, request, cache, view, batch_size, device, dtype,
-                                            distributed, log, dict(strict=strict, resume=resume, checkpoint_seconds=checkpoint_seconds))
+                                            distributed, log, _extraction(strict, resume, checkpoint_seconds))
     options = {"num_context": num_context, "topk": topk, "radius": radius, "temperature": temperature}
     block_list = request.block_list(spec.num_blocks)
     scores: dict[str, list[float]] = {"J&F": [], "J": [], "F": []}

@@ -85,7 +85,8 @@ def keypoint_probe(backbone: Backbone, dataset, cache: FeatureCache | None = Non
                    alphas: Sequence[float] = ALPHAS, normaliser: str = "bbox", tiling: bool | float = False,
                    random_kind: str | None = "uniform", batch_size: int = 32, device: str | None = None,
                    dtype: str | None = None, distributed: bool = False,
-                   log: Callable[[str], None] | None = None, strict: bool = False, resume: bool = True, checkpoint_seconds: float = 60.0) -> ProbeResult:
+                   log: Callable[[str], None] | None = None, strict: bool = False, resume: bool = True,
+                   checkpoint_seconds: float = 60.0) -> ProbeResult:
     """SPair keypoint-transfer PCK at every block (every image's features extracted once, cached).
 
     Args:

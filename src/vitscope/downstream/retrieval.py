@@ -79,7 +79,8 @@ def retrieval_probe(backbone: Backbone, dataset, cache: FeatureCache | None = No
                     site: str = "resid_post", blocks: Sequence[int] | None = None, seed: int = 0,
                     random_kind: str | None = "uniform", batch_size: int = 32, device: str | None = None,
                     dtype: str | None = None, distributed: bool = False,
-                    log: Callable[[str], None] | None = None, strict: bool = False, resume: bool = True, checkpoint_seconds: float = 60.0) -> ProbeResult:
+                    log: Callable[[str], None] | None = None, strict: bool = False, resume: bool = True,
+                    checkpoint_seconds: float = 60.0) -> ProbeResult:
     """Revisited Oxford / Paris retrieval mAP at every block (features extracted once, cached).
 
     Args:
@@ -104,6 +105,7 @@ def retrieval_probe(backbone: Backbone, dataset, cache: FeatureCache | None = No
         raise VitscopeValueError("retrieval needs a revisited Oxford / Paris dataset (load_dataset(root, 'revisitop'))")
     request = FeatureRequest(site, pooling, None if blocks is None else tuple(blocks))
     entry = extract_features(backbone, AnnotatedSource(dataset), [request], cache, LongSideView(), batch_size,
-                             device, dtype, distributed=distributed, log=log, strict=strict, resume=resume, checkpoint_seconds=checkpoint_seconds)[request]
+                             device, dtype, distributed=distributed, log=log, strict=strict, resume=resume,
+                             checkpoint_seconds=checkpoint_seconds)[request]
     return retrieval_scores(entry, len(dataset.queries), dataset.gnd, seed=seed, random_kind=random_kind,
                             model=backbone.spec.name)

@@ -17,7 +17,6 @@ from vitscope.engine.distributed import is_main_process
 from vitscope.engine.provenance import model_identity
 from vitscope.engine.run import run
 from vitscope.engine.settings import resolve_device
-from vitscope.errors import VitscopeValueError
 from vitscope.models.load import load_model
 from vitscope.outputs import RunResult, prepare_output, write_run
 from vitscope.workflows.analyze import config_record

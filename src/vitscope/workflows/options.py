@@ -19,7 +19,7 @@ the closest known key. Example ``analyze.yaml``::
 
 ``compare`` takes ``models`` as a list (``[tiny-vit-sup, dino=hf:facebook/dinov2-small]``) or a mapping of
 display names to models (``{sup: tiny-vit-sup, dino: hf:facebook/dinov2-small}``); ``probe`` takes ``blocks``
-as a list of integers or ``"0,3,-1"``.
+as a list of integers, ``"0,3,-1"`` or ``all``.
 """
 
 from __future__ import annotations
@@ -154,11 +154,11 @@ def _models(option: Option, value: Any, where: str) -> list[str] | dict[str, str
     return _names(option, value, where)
 
 
-def _blocks(option: Option, value: Any, where: str) -> tuple[int, ...] | None:
-    """Blocks as ``"0,3,-1"``, one integer or a list of integers (negative counts from the end); ``all`` -> None
-    (every block). The model checks the range."""
+def _blocks(option: Option, value: Any, where: str) -> tuple[int, ...] | str:
+    """Blocks as ``"0,3,-1"``, one integer or a list of integers (negative counts from the end), or ``"all"``
+    (every block; a value, so that it overrides a file's list). The model checks the range."""
     if isinstance(value, str) and value.strip().lower() in ("", "all"):
-        return None
+        return "all"
     items = [b for b in value.split(",") if b.strip()] if isinstance(value, str) else \
         [value] if isinstance(value, int) else value
     try:

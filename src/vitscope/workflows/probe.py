@@ -99,8 +99,8 @@ def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None,
 
     Args:
         options: resolved :data:`~vitscope.workflows.options.PROBE_OPTIONS`: ``model``, ``data``, ``out``,
-            ``test_data``, ``test_fraction``, ``tiling``, ``blocks`` (a tuple, None for every block, or
-            ``num_blocks -> tuple`` to check against the model), ``site``, ``batch_size``, ``device``, ``dtype``,
+            ``test_data``, ``test_fraction``, ``tiling``, ``blocks`` (a tuple, None or ``"all"`` for every block,
+            or ``num_blocks -> tuple`` to check against the model), ``site``, ``batch_size``, ``device``, ``dtype``,
             ``seed``, ``cache`` (folder or None), ``davis_void``, ``figure_files``; ``limit`` (the first items of
             ``data`` and ``test_data``), ``strict``, ``resume`` and ``checkpoint_seconds`` (the extraction passes).
         log: receives one-line progress messages.
@@ -125,7 +125,7 @@ def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None,
     backbone = load_model(options["model"])
     require_blocks(backbone, "per-block")  # before any data is read: a CNN fails at once
     blocks = options.get("blocks")
-    blocks = blocks(backbone.spec.num_blocks) if callable(blocks) else blocks
+    blocks = blocks(backbone.spec.num_blocks) if callable(blocks) else None if blocks == "all" else blocks
     dataset, fmt = _open(options["data"], options.get("limit"))
     task = PROBE_OF_FORMAT.get(fmt, "labelled")
     data: dict[str, Any] = {task: dataset}
