@@ -9,8 +9,8 @@ import math
 from pathlib import Path
 
 import pytest
-from helpers.cli import cli
 
+from helpers.cli import cli
 from vitscope.data.synthetic.write import synthesize
 
 pytestmark = pytest.mark.usefixtures("one_thread")

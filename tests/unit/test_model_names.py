@@ -29,6 +29,7 @@ def test_a_mapping_names_its_models_as_they_are() -> None:
     (["a=x", "x", "a"], "two models are named 'a'"),
     (["x"], "at least two models"),
     (["a=", "b=y"], "names no model"),
+    ({"a/b": "x", "a_b": "y"}, "would share file names"),
 ])
 def test_names_are_unique_and_name_something(models, needle) -> None:
     with pytest.raises(ValueError, match=needle):

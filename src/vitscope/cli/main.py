@@ -150,16 +150,16 @@ def analyze(
 @one_line_errors
 def compare(
     models: str | None = typer.Option(None, "--models", "-M", help="Comma-separated models (two or more), each MODEL "
-                                      "or NAME=MODEL (NAME: a letter or _ then letters, digits, _ - .; shown in "
-                                      "legends, tables and the report; default: the model as written). Required "
-                                      "(here or in --config)."),
+                                      "or NAME=MODEL, NAME shown in legends, tables and the report (unique; a "
+                                      "letter or _, then letters, digits, _ - .; split at the first '=' only after "
+                                      "such a name, so hf:org/m=v2 stays whole). Required (here or in --config)."),
     data: str | None = typer.Option(None, "--data", "-d", help="Dataset, as for analyze (ROOT::coco gives masks "
                                     "and labels). Required (here or in --config)."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Output directory. Required (here or in --config)."),
     analyses: str | None = typer.Option(None, "--analyses", "-a", help="What each model runs besides the pooled "
                                         "features behind clustering, k-NN and CKA between models: analysis or group "
                                         "names as for analyze (default: attention_distance, the attention maps and, "
-                                        "with masks, saliency_iou); others are reported per model as NAME@MODEL."),
+                                        "with masks, saliency_iou); others are reported per model as ANALYSIS@NAME."),
     param: list[str] | None = typer.Option(None, "--param", "-p", help="Analysis parameter NAME.KEY=VALUE "
                                            "(repeatable), e.g. saliency_iou.mass=0.5; analyze --params-of NAME "
                                            "lists them."),

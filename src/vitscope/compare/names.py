@@ -56,6 +56,11 @@ def named_models(models: Sequence[str] | Mapping[str, str]) -> list[tuple[str, s
             raise VitscopeValueError(f"model {name!r} is listed twice in --models; list each model once, or give "
                                      f"each its own name (a={name},b={name})")
         raise VitscopeValueError(f"two models are named {name!r} in --models; give each its own name (NAME=MODEL)")
+    files = [file_safe(name) for name in names]  # the names of a model's files and state
+    for i, safe in enumerate(files):
+        if safe in files[:i]:
+            raise VitscopeValueError(f"models {names[files.index(safe)]!r} and {names[i]!r} would share file names "
+                                     f"({safe!r}); rename one")
     return pairs
 
 

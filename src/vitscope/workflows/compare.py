@@ -64,7 +64,7 @@ def comparison_run(options: Mapping[str, Any], progress: bool | None = None,
         counts[name] = results.num_images
         skipped.update((s.path, s) for s in results.skipped)
         data = results.data
-        extra.update(per_model_results(name, results))
+        extra.update(_per_model_results(name, results))
         if selection:  # the default set leaves attention out of a CNN without a word, as it always has
             not_run += [f"not run on {name}: {reason}" for reason in cannot.values()]
         del backbone
@@ -89,7 +89,7 @@ def _check_selection(selection: Sequence[str] | None) -> None:
             raise unknown_analysis(base)
 
 
-def per_model_results(name: str, results: Mapping[str, Any]) -> dict[str, Any]:
+def _per_model_results(name: str, results: Mapping[str, Any]) -> dict[str, Any]:
     """The results of one model that the comparison does not show itself, each named ``ANALYSIS@NAME`` (its
     files, section and results.json entry; ``cka@cls`` of ``dino`` is ``cka@cls@dino``)."""
     out = {}
@@ -116,11 +116,11 @@ def compare(options: Mapping[str, Any], progress: bool | None = None,
     return path
 
 
-def compare_models(models: Sequence[str] | Mapping[str, str], data: str | Path, out: str | Path,
-                   analyses: str | Sequence[str] | None = None, params: Mapping[str, Mapping[str, Any]] | None = None,
-                   batch_size: int = 16, device: str | None = None, dtype: str | None = None, limit: int | None = None,
-                   strict: bool = False, resume: bool = True, progress: bool | None = None,
-                   figure_files: bool = False) -> ComparisonResult:
+def compare_models(models: Sequence[str] | Mapping[str, str], data: str | Path, out: str | Path, batch_size: int = 16,
+                   device: str | None = None, dtype: str | None = None, limit: int | None = None, strict: bool = False,
+                   resume: bool = True, progress: bool | None = None, figure_files: bool = False,
+                   analyses: str | Sequence[str] | None = None,
+                   params: Mapping[str, Mapping[str, Any]] | None = None) -> ComparisonResult:
     """``vitscope compare`` from Python (``vitscope.compare_models``): every model once over ``data``, the per-block
     curves on shared axes written to ``out`` (results.json, tables, report.html) and returned.
 
@@ -131,10 +131,10 @@ def compare_models(models: Sequence[str] | Mapping[str, str], data: str | Path, 
         data: a dataset path as ``vitscope compare --data`` takes it: a folder, a file list or
             ``ROOT::FORMAT[:SPLIT]`` (``ROOT::coco`` gives masks).
         out: output folder (it also keeps the resumable state while the models run).
+        batch_size, device, dtype, limit, strict, resume, progress, figure_files: as ``vitscope compare``.
         analyses: what each model runs besides the pooled features (names or groups, as ``vitscope analyze``;
             default: attention distance, maps and, with masks, saliency IoU).
         params: ``{analysis: {parameter: value}}`` for them.
-        batch_size, device, dtype, limit, strict, resume, progress, figure_files: as ``vitscope compare``.
 
     Returns:
         The comparison: curves, best blocks and the model x model CKA; in a notebook it shows as the report's
