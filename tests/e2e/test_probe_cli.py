@@ -158,8 +158,8 @@ def _doc(out: Path) -> dict:
 
 
 def test_probe_reads_a_config_file_and_limit_keeps_the_first_items(data: dict[str, Path], tmp_path: Path) -> None:
-    """probe takes its options from --config as analyze does (the command line wins), --limit keeps the first images
-    (a limited set is its own feature-cache entry), and -b defaults to 16 as on the other commands."""
+    """probe takes its options from --config as analyze does (the command line wins), and --limit keeps the first
+    images (a limited set is its own feature-cache entry)."""
     config = tmp_path / "probe.yaml"
     config.write_text(f"model: tiny-vit\ndata: {data['imagefolder']}::imagefolder\nout: {tmp_path / 'limited'}\n"
                       f"cache: {tmp_path / 'cache'}\nblocks: [-1]\nlimit: 25\nbatch_size: 4\nseed: 3\n")
@@ -175,9 +175,6 @@ def test_probe_reads_a_config_file_and_limit_keeps_the_first_items(data: dict[st
     doc = _doc(tmp_path / "whole")  # the same cache: the 25 images' entry is not taken for the 30
     knn = doc["analyses"]["knn_cls"]["summary"]
     assert doc["num_images"] == knn["num_train"] + knn["num_test"] == 30 and doc["config"]["batch_size"] == 4
-    default = runner.invoke(app, ["probe", "--model", "tiny-vit", "--data", f"{data['revisitop']}::revisitop",
-                                  "--out", str(tmp_path / "r"), "--cache", str(data["cache"]), "--blocks", "-1"])
-    assert default.exit_code == 0 and _doc(tmp_path / "r")["config"]["batch_size"] == 16, default.output
     refused = runner.invoke(app, ["probe", "--model", "tiny-vit", "--data", f"{data['revisitop']}::revisitop",
                                   "--out", str(tmp_path / "r2"), "--limit", "3"])
     assert refused.exit_code == 1 and "--limit does not apply to revisitop" in refused.output
@@ -197,8 +194,10 @@ def test_probe_strict_stops_at_an_unreadable_image(data: dict[str, Path], tmp_pa
     assert not (tmp_path / "strict" / "results.json").exists()
     lenient = runner.invoke(app, [*args, "--out", str(tmp_path / "lenient"), "--no-strict"])
     assert lenient.exit_code == 0 and broken.name in lenient.output, lenient.output  # a warning, and on it goes
-    knn = _doc(tmp_path / "lenient")["analyses"]["knn_cls"]["summary"]
+    doc = _doc(tmp_path / "lenient")
+    knn = doc["analyses"]["knn_cls"]["summary"]
     assert knn["num_train"] + knn["num_test"] == 29
+    assert doc["config"]["batch_size"] == 16  # -b defaults to 16, as on analyze and compare
 
 
 def test_no_resume_starts_an_interrupted_extraction_over(data: dict[str, Path], tmp_path: Path, monkeypatch) -> None:

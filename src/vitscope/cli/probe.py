@@ -51,8 +51,8 @@ def probe(
                                                help="Share of a labelled --data held out for testing [0.2]."),
     tiling: float | None = typer.Option(None, "--tiling", help="Dense features by tiling for spatial probes: frame "
                                         "side / model input (the paper: 2); 0 = off [0]."),
-    blocks: str | None = typer.Option(None, "--blocks", help="Comma-separated blocks, negative from the end "
-                                      "[all]."),
+    blocks: str | None = typer.Option(None, "--blocks", help="Comma-separated blocks, negative from the end, or "
+                                      "all [all]."),
     site: str | None = typer.Option(None, "--site", help="Block site: resid_post, norm1, norm2, ... [resid_post]."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Use only the first N items of --data and "
                                      "--test-data (images; DAVIS: sequences; SPair: pairs; not revisitop)."),
