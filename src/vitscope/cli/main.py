@@ -98,7 +98,7 @@ def _params_of(name: str | None) -> None:
         raise typer.Exit(0)
 
 
-_CONFIG_HELP, _RESUME_HELP = CONFIG_HELP, RESUME_HELP
+_CONFIG_HELP, _RESUME_HELP = CONFIG_HELP, RESUME_HELP  # shared with probe (cli/help_text.py)
 
 
 @app.command(epilog=analyses_epilog())
