@@ -45,6 +45,24 @@ def test_models_lists_registry_as_json():
     assert {"tiny-vit", "tiny-resnet", "dino-vitb16", "mae-vitb16"} <= names
 
 
+def test_models_prints_every_name_whole(monkeypatch):
+    """The table never cuts or wraps a name (a registered one, or an entry point's long one), nor a source."""
+    from vitscope.models import load
+
+    long = {"name": "my-lab-vit-large-patch14-reg4-distilled-from-giant-at-518px@checkpoint-step-0123456",
+            "family": "dinov2_with_registers", "blocks": 24, "heads": 16, "width": 1024, "patch": 14,
+            "prefix": "cls+reg+reg+reg+reg", "offline": False, "source": "my-lab/vit-large-patch14-reg4-518-distilled"}
+    rows = load.describe_models()
+    monkeypatch.setattr(load, "describe_models", lambda: [*rows, long])
+    proc = cli("models")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    for row in [*rows, long]:
+        line = next((line for line in lines if line.split()[:1] == [row["name"]]), None)
+        assert line is not None, row["name"]  # the name, whole, at the start of its own line
+        assert row["source"] in line.split(), row["source"]
+
+
 def test_errors_are_one_line_with_status_1(tmp_path):
     cases = [
         ["analyze", "--model", "tiny-vitt", "--data", "skimage", "--out", str(tmp_path)],

@@ -151,3 +151,63 @@ def test_a_killed_probe_continues_where_it_stopped(data: dict[str, Path], tmp_pa
     a, b = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("a", "b"))
     for task in ("knn_cls", "linear_cls"):
         assert a["analyses"][task]["summary"] == b["analyses"][task]["summary"], task
+
+
+def _doc(out: Path) -> dict:
+    return json.loads((out / "results.json").read_text())
+
+
+def test_probe_reads_a_config_file_and_limit_keeps_the_first_items(data: dict[str, Path], tmp_path: Path) -> None:
+    """probe takes its options from --config as analyze does (the command line wins), and --limit keeps the first
+    images (a limited set is its own feature-cache entry)."""
+    config = tmp_path / "probe.yaml"
+    config.write_text(f"model: tiny-vit\ndata: {data['imagefolder']}::imagefolder\nout: {tmp_path / 'limited'}\n"
+                      f"cache: {tmp_path / 'cache'}\nblocks: [-1]\nlimit: 25\nbatch_size: 4\nseed: 3\n")
+    limited = runner.invoke(app, ["probe", "--config", str(config), "-b", "5"])
+    assert limited.exit_code == 0, limited.output
+    doc = _doc(tmp_path / "limited")
+    assert doc["config"]["batch_size"] == 5 and doc["config"]["seed"] == 3 and doc["config"]["limit"] == 25
+    assert doc["config"]["blocks"] == [-1] and doc["config"]["config_file"] == str(config)
+    knn = doc["analyses"]["knn_cls"]["summary"]
+    assert doc["num_images"] == doc["data"]["items"] == knn["num_train"] + knn["num_test"] == 25
+    whole = runner.invoke(app, ["probe", "--config", str(config), "--out", str(tmp_path / "whole"), "--limit", "30"])
+    assert whole.exit_code == 0, whole.output
+    doc = _doc(tmp_path / "whole")  # the same cache: the 25 images' entry is not taken for the 30
+    knn = doc["analyses"]["knn_cls"]["summary"]
+    assert doc["num_images"] == knn["num_train"] + knn["num_test"] == 30 and doc["config"]["batch_size"] == 4
+    refused = runner.invoke(app, ["probe", "--model", "tiny-vit", "--data", f"{data['revisitop']}::revisitop",
+                                  "--out", str(tmp_path / "r2"), "--limit", "3"])
+    assert refused.exit_code == 1 and "--limit does not apply to revisitop" in refused.output
+
+
+def test_probe_strict_stops_at_an_unreadable_image(data: dict[str, Path], tmp_path: Path) -> None:
+    import shutil
+
+    root = tmp_path / "images"
+    shutil.copytree(data["imagefolder"], root)
+    broken = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix != ".json")[3]
+    broken.write_bytes(b"not an image")
+    args = ["probe", "--model", "tiny-vit", "--data", f"{root}::imagefolder", "--cache", str(tmp_path / "cache"),
+            "--blocks", "-1"]
+    strict = runner.invoke(app, [*args, "--out", str(tmp_path / "strict"), "--strict"])
+    assert strict.exit_code == 1 and broken.name in strict.output and "Traceback" not in strict.output, strict.output
+    assert not (tmp_path / "strict" / "results.json").exists()
+    lenient = runner.invoke(app, [*args, "--out", str(tmp_path / "lenient"), "--no-strict"])
+    assert lenient.exit_code == 0 and broken.name in lenient.output, lenient.output  # a warning, and on it goes
+    doc = _doc(tmp_path / "lenient")
+    knn = doc["analyses"]["knn_cls"]["summary"]
+    assert knn["num_train"] + knn["num_test"] == 29
+    assert doc["config"]["batch_size"] == 16  # -b defaults to 16, as on analyze and compare
+
+
+def test_no_resume_starts_an_interrupted_extraction_over(data: dict[str, Path], tmp_path: Path, monkeypatch) -> None:
+    args = ["probe", "--model", "tiny-vit", "--data", f"{data['imagefolder']}::imagefolder", "-b", "4",
+            "--cache", str(tmp_path / "cache"), "--blocks", "-1", "--out", str(tmp_path / "a")]
+    monkeypatch.setenv("VITSCOPE_STOP_AFTER_BATCHES", "2")
+    stopped = runner.invoke(app, [*args, "--resume"])
+    assert stopped.exit_code == 130 and "state saved" in stopped.output, stopped.output
+    monkeypatch.delenv("VITSCOPE_STOP_AFTER_BATCHES")
+    fresh = runner.invoke(app, [*args, "--no-resume"])
+    assert fresh.exit_code == 0 and "resuming" not in fresh.output, fresh.output
+    knn = _doc(tmp_path / "a")["analyses"]["knn_cls"]["summary"]
+    assert knn["num_train"] + knn["num_test"] == 30

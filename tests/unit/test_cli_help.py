@@ -41,7 +41,8 @@ def test_flags_read_as_flags_and_required_options_say_so():
     for command in ("analyze", "compare", "probe"):
         text = _help(command)
         assert "<bool>" not in text, command
-        assert "--strict / --no-strict" in text or command == "probe"
+        for flag in ("--strict / --no-strict", "--resume / --no-resume", "--config", "--limit"):  # every command
+            assert flag in text, (command, flag)
         assert "Required" in text or "[required]" in text, command
     assert "--version" in _help()
 

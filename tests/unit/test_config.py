@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from vitscope.workflows.options import ANALYZE_OPTIONS, COMPARE_OPTIONS, ConfigError, load_config, resolve_options
+from vitscope.workflows.options import (
+    ANALYZE_OPTIONS,
+    COMPARE_OPTIONS,
+    PROBE_OPTIONS,
+    ConfigError,
+    load_config,
+    resolve_options,
+)
 
 
 def _yaml(tmp_path: Path, text: str) -> Path:
@@ -68,3 +75,31 @@ def test_missing_config_file_is_one_line(tmp_path):
 def test_empty_file_gives_defaults(tmp_path):
     opts = resolve_options(ANALYZE_OPTIONS, {"model": "m", "data": "d", "out": "o"}, _yaml(tmp_path, ""))
     assert opts["batch_size"] == 16 and opts["analyses"] is None
+
+
+def test_compare_takes_named_models_analyses_and_parameters_from_a_file(tmp_path):
+    cfg = _yaml(tmp_path, "models: {sup: tiny-vit-sup, dino: 'hf:facebook/dinov2-small'}\ndata: d\nout: o\n"
+                          "analyses: [attention_distance, attention_stats]\n"
+                          "params: {attention_distance: {seed: 5}}\n")
+    opts = resolve_options(COMPARE_OPTIONS, {"params": ["attention_distance.random_samples=2"]}, cfg)
+    assert opts["models"] == {"sup": "tiny-vit-sup", "dino": "hf:facebook/dinov2-small"}
+    assert opts["analyses"] == ["attention_distance", "attention_stats"]
+    assert opts["params"] == {"attention_distance": {"seed": 5, "random_samples": "2"}}  # both sources, merged
+    assert resolve_options(COMPARE_OPTIONS, {"models": "a=x,b=y"}, cfg)["models"] == ["a=x", "b=y"]
+    with pytest.raises(ConfigError, match="must map display names to models"):
+        load_config(_yaml(tmp_path, "models: {a: [x]}\n"), COMPARE_OPTIONS)
+
+
+def test_probe_options_resolve_as_the_others_do(tmp_path):
+    cfg = _yaml(tmp_path, "model: tiny-vit\ndata: d::imagefolder\nout: o\nblocks: [0, -1]\nlimit: 10\n"
+                          "test-fraction: 0.3\nstrict: true\nresume: false\n")
+    opts = resolve_options(PROBE_OPTIONS, {"seed": 2}, cfg)
+    assert opts["blocks"] == (0, -1) and opts["limit"] == 10 and opts["test_fraction"] == 0.3
+    assert opts["strict"] is True and opts["resume"] is False and opts["seed"] == 2
+    assert opts["batch_size"] == 16 and opts["site"] == "resid_post" and opts["tiling"] == 0.0  # the defaults
+    for given, blocks in (("0,3,-1", (0, 3, -1)), ("all", "all"), (-1, (-1,))):  # "all" overrides the file
+        assert resolve_options(PROBE_OPTIONS, {"blocks": given}, cfg)["blocks"] == blocks
+    with pytest.raises(ConfigError, match="comma-separated integers"):
+        resolve_options(PROBE_OPTIONS, {"blocks": "0,x"}, cfg)
+    with pytest.raises(ConfigError, match="at most 0.99"):
+        load_config(_yaml(tmp_path, "test_fraction: 1.5\n"), PROBE_OPTIONS)

@@ -238,7 +238,8 @@ def _split_label(name: str) -> tuple[str, str | None]:
 
 
 def build_analyses(selection: Sequence[str], spec: ModelSpec, targets: Collection[str] = (),
-                   params: Mapping[str, Mapping[str, Any]] | None = None) -> list[Analysis]:
+                   params: Mapping[str, Mapping[str, Any]] | None = None,
+                   skipped: dict[str, str] | None = None) -> list[Analysis]:
     """The analyses named by ``selection`` for a model and data, configured by ``params``.
 
     Args:
@@ -247,6 +248,9 @@ def build_analyses(selection: Sequence[str], spec: ModelSpec, targets: Collectio
         spec: the model's ModelSpec.
         targets: ground-truth keys the data provides.
         params: ``{analysis, group or label: {parameter: value}}``; text values are converted.
+        skipped: when given (several models, one selection: ``compare``), what this model cannot run (a CNN has
+            no attention) is left out and its reason put here, by name, instead of raising; what the data lacks
+            still raises.
 
     Returns:
         One instance per analysis (duplicates dropped), in selection order.
@@ -291,14 +295,26 @@ def build_analyses(selection: Sequence[str], spec: ModelSpec, targets: Collectio
             chosen.append(analysis)
         if base in GROUPS and not any(a.name.partition("@")[0] in members for a in chosen):
             first = ANALYSES[members[0]]()
-            raise VitscopeValueError(f"no analysis of the '{base}' group can run: "
-                                     f"{why_cannot_run(first, spec, targets)}")
-    for a in chosen:
+            reason = why_cannot_run(first, spec, targets)
+            if skipped is not None and not _lacks_data(first, spec, targets):
+                skipped[raw] = reason or ""
+                continue
+            raise VitscopeValueError(f"no analysis of the '{base}' group can run: {reason}")
+    for a in list(chosen):
         reason = why_cannot_run(a, spec, targets)
-        if reason:
+        if reason and skipped is not None and not _lacks_data(a, spec, targets):
+            skipped[a.name] = reason
+            chosen.remove(a)
+        elif reason:
             raise VitscopeValueError(reason)
     _check_group_params(params, used)
     return chosen
+
+
+def _lacks_data(analysis: Analysis, spec: ModelSpec, targets: Collection[str]) -> bool:
+    """Whether ``analysis`` cannot run for want of ground truth the data does not give (not for the model)."""
+    return why_cannot_run(analysis, spec, set(targets) | set(analysis.required_targets)) is None and \
+        why_cannot_run(analysis, spec, targets) is not None
 
 
 def _check_group_params(params: Mapping[str, Mapping[str, Any]], used: set[str]) -> None:

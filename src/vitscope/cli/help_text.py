@@ -8,6 +8,12 @@ FIGURE_FILES_HELP = ("Also write curves and heat maps as PNG and SVG in figures/
                      "browser, with PNG and SVG downloads; default: off, as drawing each takes a few tenths of a "
                      "second).")
 
+#: ``--config`` of every command that reads its options from a YAML file
+CONFIG_HELP = "YAML file of options (keys as the long options); command-line options override it."
+
+#: ``--resume`` of every command whose pass keeps resumable state
+RESUME_HELP = "Continue from the state saved by an interrupted run of the same command (default: on)."
+
 #: group -> (member, what it measures, needs), in the order ``--help`` shows them; members of several groups
 #: appear under their first
 ANALYSES_BY_GROUP: dict[str, list[tuple[str, str, str]]] = {

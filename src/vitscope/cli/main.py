@@ -12,8 +12,9 @@ from vitscope.cli.errors import one_line_errors, one_line_warnings
 from vitscope.cli.experiment import experiment_app
 from vitscope.cli.explain import explain_pair
 from vitscope.cli.featviz import featviz as featviz_command
-from vitscope.cli.help_text import FIGURE_FILES_HELP, analyses_epilog
+from vitscope.cli.help_text import CONFIG_HELP, FIGURE_FILES_HELP, RESUME_HELP, analyses_epilog
 from vitscope.cli.probe import probe as probe_command
+from vitscope.cli.resolve import resolve_or_exit
 from vitscope.cli.zoo import zoo_app
 from vitscope.models.errors import TRUST_PICKLE_ENV
 
@@ -68,16 +69,11 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print JSON instea
     if as_json:
         typer.echo(json.dumps(rows, indent=1))
         return
-    from rich.console import Console
-    from rich.table import Table
+    from vitscope.cli.columns import plain_table
 
-    table = Table(title="vitscope models")
-    for col in ("name", "family", "blocks", "heads", "width", "patch", "prefix", "offline", "source"):
-        table.add_column(col, justify="right" if col in ("blocks", "heads", "width", "patch") else "left")
-    for r in rows:
-        table.add_row(*[("yes" if r[c] else "no") if c == "offline" else str(r[c]) for c in
-                        ("name", "family", "blocks", "heads", "width", "patch", "prefix", "offline", "source")])
-    Console(width=140).print(table)
+    columns = ("name", "family", "blocks", "heads", "width", "patch", "prefix", "offline", "source")
+    cells = [[("yes" if r[c] else "no") if c == "offline" else str(r[c]) for c in columns] for r in rows]
+    typer.echo(plain_table(columns, cells, right=("blocks", "heads", "width", "patch")))  # names never cut
     typer.echo("Also: hf:<hub id>, hf:<save_pretrained directory>, or a vitscope checkpoint directory.")
 
 
@@ -85,15 +81,7 @@ def _stderr(message: str) -> None:
     typer.echo(message, err=True)
 
 
-def _resolve(table, given: dict, config: Path | None) -> dict:
-    """Merge --config and the command line; a bad or missing option is bad usage: one line, exit status 2."""
-    from vitscope.workflows.options import ConfigError, resolve_options
-
-    try:
-        return resolve_options(table, given, config)
-    except ConfigError as err:
-        _stderr(f"error: {err}")
-        raise typer.Exit(2) from None
+_resolve = resolve_or_exit  # --config and the command line merged; bad usage exits with 2
 
 
 def _params_of(name: str | None) -> None:
@@ -110,8 +98,7 @@ def _params_of(name: str | None) -> None:
         raise typer.Exit(0)
 
 
-_CONFIG_HELP = "YAML file of options (keys as the long options); command-line options override it."
-_RESUME_HELP = "Continue from the state saved by an interrupted run of the same command (default: on)."
+_CONFIG_HELP, _RESUME_HELP = CONFIG_HELP, RESUME_HELP  # shared with probe (cli/help_text.py)
 
 
 @app.command(epilog=analyses_epilog())
@@ -162,11 +149,20 @@ def analyze(
 @app.command()
 @one_line_errors
 def compare(
-    models: str | None = typer.Option(None, "--models", "-M", help="Comma-separated model names (two or more). "
-                                      "Required (here or in --config)."),
+    models: str | None = typer.Option(None, "--models", "-M", help="Comma-separated models (two or more), each MODEL "
+                                      "or NAME=MODEL, NAME shown in legends, tables and the report (unique; a "
+                                      "letter or _, then letters, digits, _ - .; split at the first '=' only after "
+                                      "such a name, so hf:org/m=v2 stays whole). Required (here or in --config)."),
     data: str | None = typer.Option(None, "--data", "-d", help="Dataset, as for analyze (ROOT::coco gives masks "
                                     "and labels). Required (here or in --config)."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Output directory. Required (here or in --config)."),
+    analyses: str | None = typer.Option(None, "--analyses", "-a", help="What each model runs besides the pooled "
+                                        "features behind clustering, k-NN and CKA between models: analysis or group "
+                                        "names as for analyze (default: attention_distance, the attention maps and, "
+                                        "with masks, saliency_iou); others are reported per model as ANALYSIS@NAME."),
+    param: list[str] | None = typer.Option(None, "--param", "-p", help="Analysis parameter NAME.KEY=VALUE "
+                                           "(repeatable), e.g. saliency_iou.mass=0.5; analyze --params-of NAME "
+                                           "lists them."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Use only the first N images."),
     batch_size: int | None = typer.Option(None, "--batch-size", "-b", min=1, help="Images per batch [16]."),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),
@@ -182,9 +178,9 @@ def compare(
     from vitscope.cli.compare import compare as run_compare_command
     from vitscope.workflows.options import COMPARE_OPTIONS
 
-    given = {"models": models, "data": data, "out": out, "limit": limit, "batch_size": batch_size, "device": device,
-             "dtype": dtype, "strict": strict, "resume": resume, "checkpoint_seconds": checkpoint_seconds,
-             "figure_files": figure_files}
+    given = {"models": models, "data": data, "out": out, "analyses": analyses, "params": param or None,
+             "limit": limit, "batch_size": batch_size, "device": device, "dtype": dtype, "strict": strict,
+             "resume": resume, "checkpoint_seconds": checkpoint_seconds, "figure_files": figure_files}
     path = run_compare_command(_resolve(COMPARE_OPTIONS, given, config), log=_stderr)
     if path is None:  # a rank other than 0 of a torchrun launch
         return

@@ -14,54 +14,65 @@ from pathlib import Path
 import typer
 
 from vitscope.cli.errors import one_line_errors
-from vitscope.cli.help_text import FIGURE_FILES_HELP
+from vitscope.cli.help_text import CONFIG_HELP, FIGURE_FILES_HELP
+from vitscope.cli.resolve import resolve_or_exit
 
-__all__ = ["parse_blocks", "probe"]
+__all__ = ["check_blocks", "probe"]
 
-def parse_blocks(text: str | None, num_blocks: int) -> tuple[int, ...] | None:
-    """``"0,3,-1"`` -> ``(0, 3, -1)`` checked against ``num_blocks``; None / ``"all"`` -> None (every block).
+
+def check_blocks(blocks: tuple[int, ...] | str | None, num_blocks: int) -> tuple[int, ...] | None:
+    """Blocks (already parsed by the options; ``"all"`` or None: every block) checked against the model's
+    ``num_blocks``.
 
     Raises:
-        typer.BadParameter: not integers, or outside ``-num_blocks .. num_blocks-1`` (bad usage, exit 2).
+        typer.BadParameter: a block outside ``-num_blocks .. num_blocks-1`` (bad usage, exit 2).
     """
-    if text is None or text.strip().lower() in ("", "all"):
+    if blocks is None or blocks == "all":
         return None
-    try:
-        blocks = tuple(int(b) for b in text.split(",") if b.strip())
-    except ValueError:
-        raise typer.BadParameter(f"--blocks takes comma-separated integers, got {text!r}") from None
     bad = [b for b in blocks if not -num_blocks <= b < num_blocks]
-    if bad or not blocks:
-        raise typer.BadParameter(f"--blocks {text!r}: the model has blocks 0..{num_blocks - 1} (negative counts "
+    if bad:
+        shown = ",".join(str(b) for b in blocks)
+        raise typer.BadParameter(f"--blocks {shown!r}: the model has blocks 0..{num_blocks - 1} (negative counts "
                                  "from the end)")
     return blocks
 
 
 @one_line_errors
 def probe(
-    model: str = typer.Option(..., "--model", "-m", help="Registered name, hf:<id or dir>, or a directory."),
-    data: str = typer.Option(..., "--data", "-d", help="ROOT::FORMAT[:SPLIT] (revisitop, davis, spair, coco, "
-                             "partimagenet, imagefolder...; e.g. davis::davis:test-dev) or ROOT (format detected)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Output directory."),
+    model: str | None = typer.Option(None, "--model", "-m", help="Registered name, hf:<id or dir>, or a directory. "
+                                     "Required (here or in --config)."),
+    data: str | None = typer.Option(None, "--data", "-d", help="ROOT::FORMAT[:SPLIT] (revisitop, davis, spair, "
+                                    "coco, partimagenet, imagefolder...; e.g. davis::davis:test-dev) or ROOT (format "
+                                    "detected). Required (here or in --config)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Output directory. Required (here or in --config)."),
     test_data: str | None = typer.Option(None, "--test-data", help="Labelled test set for k-NN and linear probes "
                                          "(default: hold out --test-fraction of --data)."),
-    test_fraction: float = typer.Option(0.2, "--test-fraction", min=0.01, max=0.99,
-                                        help="Share of a labelled --data held out for testing."),
-    tiling: float = typer.Option(0.0, "--tiling", help="Dense features by tiling for spatial probes: frame side / "
-                                 "model input (the paper: 2); 0 = off."),
-    blocks: str | None = typer.Option(None, "--blocks", help="Comma-separated blocks, negative from the end "
-                                      "[all]."),
-    site: str = typer.Option("resid_post", "--site", help="Block site: resid_post, norm1, norm2, ..."),
-    batch_size: int = typer.Option(32, "--batch-size", "-b", min=1, help="Images per forward pass."),
+    test_fraction: float | None = typer.Option(None, "--test-fraction", min=0.01, max=0.99,
+                                               help="Share of a labelled --data held out for testing [0.2]."),
+    tiling: float | None = typer.Option(None, "--tiling", help="Dense features by tiling for spatial probes: frame "
+                                        "side / model input (the paper: 2); 0 = off [0]."),
+    blocks: str | None = typer.Option(None, "--blocks", help="Comma-separated blocks, negative from the end, or "
+                                      "all [all]."),
+    site: str | None = typer.Option(None, "--site", help="Block site: resid_post, norm1, norm2, ... [resid_post]."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Use only the first N items of --data and "
+                                     "--test-data (images; DAVIS: sequences; SPair: pairs; not revisitop)."),
+    batch_size: int | None = typer.Option(None, "--batch-size", "-b", min=1, help="Images per batch [16]."),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),
     dtype: str | None = typer.Option(None, "--dtype", help="fp32 (default), bf16 or fp16 autocast."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the split, the probes and the random baselines."),
+    strict: bool | None = typer.Option(None, "--strict/--no-strict", help="Stop at the first unreadable image."),
+    resume: bool | None = typer.Option(None, "--resume/--no-resume", help="Continue a feature extraction that an "
+                                       "interrupted run left in the cache (default: on); off: start it over."),
+    checkpoint_seconds: float | None = typer.Option(None, "--checkpoint-seconds", min=0,
+                                                    help="Least seconds between state saves [60]."),
+    seed: int | None = typer.Option(None, "--seed", help="Seed of the split, the probes and the random baselines "
+                                    "[0]."),
     cache: Path | None = typer.Option(None, "--cache", help="Feature-cache folder [$VITSCOPE_CACHE/features or "
                                       "~/.cache/vitscope/features]."),
-    davis_void: str = typer.Option("background", "--davis-void", help="DAVIS void pixels (255): background (the "
-                                   "official evaluation: predictions on them count) or ignore (masked out of both "
-                                   "masks)."),
-    figure_files: bool = typer.Option(False, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
+    davis_void: str | None = typer.Option(None, "--davis-void", help="DAVIS void pixels (255): background (the "
+                                          "official evaluation: predictions on them count) or ignore (masked out of "
+                                          "both masks) [background]."),
+    figure_files: bool | None = typer.Option(None, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
+    config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
 ) -> None:
     """Per-block probes (retrieval, DAVIS, SPair keypoints, k-NN / linear, clustering) with random chance.
 
@@ -76,12 +87,18 @@ def probe(
     """
     import json
 
-    if tiling != 0 and not tiling >= 1:
-        raise typer.BadParameter(f"--tiling must be 0 (off) or a scale >= 1, got {tiling:g}")
-    options = {"model": model, "data": data, "out": out, "test_data": test_data, "test_fraction": test_fraction,
-               "tiling": tiling, "blocks": lambda num_blocks: parse_blocks(blocks, num_blocks), "site": site,
-               "batch_size": batch_size, "device": device, "dtype": dtype, "seed": seed, "cache": cache,
-               "davis_void": davis_void, "figure_files": figure_files}
+    from vitscope.workflows.options import PROBE_OPTIONS
+
+    given = {"model": model, "data": data, "out": out, "test_data": test_data, "test_fraction": test_fraction,
+             "tiling": tiling, "blocks": blocks, "site": site, "limit": limit, "batch_size": batch_size,
+             "device": device, "dtype": dtype, "strict": strict, "resume": resume,
+             "checkpoint_seconds": checkpoint_seconds, "seed": seed, "cache": cache, "davis_void": davis_void,
+             "figure_files": figure_files}
+    options = resolve_or_exit(PROBE_OPTIONS, given, config)
+    if options["tiling"] != 0 and not options["tiling"] >= 1:
+        raise typer.BadParameter(f"--tiling must be 0 (off) or a scale >= 1, got {options['tiling']:g}")
+    chosen = options["blocks"]
+    options["blocks"] = lambda num_blocks: check_blocks(chosen, num_blocks)
     from vitscope.cli.launch import role
     from vitscope.workflows.probe import run_probe
 

@@ -1,33 +1,56 @@
-"""The analyses one comparison pass runs on a model: pooled features, plus attention where there is some."""
+"""The analyses one comparison pass runs on a model: pooled features, plus the chosen (default: attention) ones.
+
+Every model keeps :class:`PooledFeatures` (clustering purity, k-NN accuracy and CKA between models come from
+them). Without a selection a transformer also runs the attention distance, the CLS (or spatial-average) maps
+of the dataset and of a few images for the report's explorer, and the saliency IoU when the data has masks.
+A selection (``--analyses``, names and groups as ``vitscope analyze`` takes them, configured by ``--param``)
+replaces that default set: ``attention_distance`` and ``saliency_iou`` give curves, the maps give explorers,
+and every other analysis (or labelled instance, ``cka@cls``) is reported per model.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 from vitscope.analyses.attention.base import has_cls_token
-from vitscope.analyses.attention.geometry import AttentionDistance
-from vitscope.analyses.attention.maps import CLSAttentionMaps, SpatialAverageMaps
-from vitscope.analyses.attention.saliency import SaliencyIoU
 from vitscope.analyses.base import Analysis
+from vitscope.analyses.params import build_analyses
 from vitscope.compare.pooled import PooledFeatures
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["compare_analyses"]
+__all__ = ["COMPARED", "compare_analyses", "default_selection"]
+
+#: analyses whose results the comparison itself shows (curves, attention-map explorers)
+COMPARED = ("pooled_features", "attention_distance", "saliency_iou", "cls_attention_maps", "spatial_average_maps")
 
 
-def compare_analyses(spec: ModelSpec, targets: Collection[str], images: Sequence[int] = (0, 1, 2, 3),
-                     seed: int = 0) -> list[Analysis]:
-    """Analysiss for one model's single pass of ``vitscope compare``.
+def default_selection(spec: ModelSpec, targets: Collection[str]) -> list[str]:
+    """What runs without ``--analyses``: attention distance, maps, saliency IoU given masks (a CNN, which has
+    no attention, runs none of them)."""
+    names = ["attention_distance", "cls_attention_maps" if has_cls_token(spec) else "spatial_average_maps"]
+    return names + (["saliency_iou"] if "masks" in targets else [])
 
-    Every model: :class:`PooledFeatures` (clustering, k-NN, CKA between models). Transformers also get the
-    attention distance, saliency IoU (when the data has masks) and the CLS (or spatial-average) maps of the
-    dataset and of ``images`` for the report's explorer (they share one reduction per block and batch).
+
+def compare_analyses(spec: ModelSpec, targets: Collection[str], selection: Sequence[str] | None = None,
+                     params: Mapping[str, Mapping[str, Any]] | None = None
+                     ) -> tuple[list[Analysis], dict[str, str]]:
+    """The analyses of one model's single pass of ``vitscope compare``, and what it cannot run.
+
+    Args:
+        spec: the model's spec.
+        targets: ground-truth keys the data gives (``masks``, ``label``...).
+        selection: analysis and group names (``NAME@TAG`` labels a second configuration); None: the default set.
+        params: ``{analysis, group or label: {parameter: value}}`` (:func:`vitscope.analyses.params.build_analyses`).
+
+    Returns:
+        ``(analyses, skipped)``: :class:`PooledFeatures` first, then the chosen analyses this model can run;
+        ``skipped`` maps each named analysis the model cannot run (a CNN has no attention) to the reason.
+
+    Raises:
+        ValueError: an unknown name, a bad parameter, an analysis the data cannot feed (no masks...).
     """
-    chosen: list[Analysis] = [PooledFeatures()]
-    if spec.is_transformer:
-        maps = CLSAttentionMaps if has_cls_token(spec) else SpatialAverageMaps
-        chosen += [AttentionDistance(seed=seed), maps(images=images, seed=seed)]
-        if "masks" in targets:
-            chosen.append(SaliencyIoU(seed=seed))
-        chosen = [a for a in chosen if a.supports(spec)]
-    return chosen
+    names = list(selection) if selection else default_selection(spec, targets)
+    skipped: dict[str, str] = {}
+    chosen = build_analyses(names, spec, targets, params, skipped=skipped)
+    return [PooledFeatures(), *chosen], skipped

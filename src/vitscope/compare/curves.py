@@ -38,11 +38,17 @@ QUANTITIES: dict[str, tuple[str, bool]] = {
 
 @dataclass
 class ModelRun:
-    """One model's pass: its id, spec and Results (by analysis name)."""
+    """One model's pass: its id, spec, Results (by analysis name) and display name (default: the id)."""
 
     model_id: str
     spec: Any
     results: Mapping[str, Any]
+    name: str = ""
+
+    @property
+    def label(self) -> str:
+        """What the model is called in legends, tables and the report."""
+        return self.name or self.model_id
 
 
 @dataclass
@@ -95,15 +101,15 @@ def _attention_curves(run: ModelRun, comp: Comparison) -> None:
     dist = run.results.get("attention_distance")
     if dist is not None and "block_mean" in dist.tensors:
         blocks = dist.meta.get("blocks") or list(range(len(dist.tensors["block_mean"])))
-        comp.curves.setdefault("attention_distance", {})[run.model_id] = _curve(blocks, dist.tensors["block_mean"])
-        comp.random.setdefault("attention_distance", {})[run.model_id] = _mean(dist.tensors["random_block_mean"])
+        comp.curves.setdefault("attention_distance", {})[run.label] = _curve(blocks, dist.tensors["block_mean"])
+        comp.random.setdefault("attention_distance", {})[run.label] = _mean(dist.tensors["random_block_mean"])
     sal = run.results.get("saliency_iou")
     if sal is not None:
         source = "cls" if "cls_best_iou" in sal.tensors else "spatial"
         if f"{source}_best_iou" in sal.tensors:
             blocks = sal.meta.get("blocks") or list(range(len(sal.tensors[f"{source}_best_iou"])))
-            comp.curves.setdefault("saliency_iou", {})[run.model_id] = _curve(blocks, sal.tensors[f"{source}_best_iou"])
-            comp.random.setdefault("saliency_iou", {})[run.model_id] = _mean(sal.tensors[f"random_{source}_best_iou"])
+            comp.curves.setdefault("saliency_iou", {})[run.label] = _curve(blocks, sal.tensors[f"{source}_best_iou"])
+            comp.random.setdefault("saliency_iou", {})[run.label] = _mean(sal.tensors[f"random_{source}_best_iou"])
 
 
 def _features(run: ModelRun, kind: str) -> tuple[list[int], dict[int, np.ndarray], np.ndarray, np.ndarray] | None:
@@ -129,15 +135,15 @@ def _probe_curves(run: ModelRun, comp: Comparison, seed: int, test_fraction: flo
         return
     y = labels[keep]
     clus = clustering_scores(blocks, lambda b: feats[b][keep], y, seed=seed)
-    comp.curves.setdefault("clustering_purity", {})[run.model_id] = _curve(blocks, clus.tensors["purity"])
-    comp.random.setdefault("clustering_purity", {})[run.model_id] = float(clus.tensors["random_purity"])
+    comp.curves.setdefault("clustering_purity", {})[run.label] = _curve(blocks, clus.tensors["purity"])
+    comp.random.setdefault("clustering_purity", {})[run.label] = float(clus.tensors["random_purity"])
     test = holdout_mask(index[keep], test_fraction, seed)
     if test.all() or not test.any():
-        comp.notes.append(f"k-NN of {run.model_id}: too few images to hold out a test set")
+        comp.notes.append(f"k-NN of {run.label}: too few images to hold out a test set")
         return
     knn = knn_scores(blocks, lambda b: (feats[b][keep][~test], feats[b][keep][test]), y[~test], y[test], seed=seed)
-    comp.curves.setdefault("knn_accuracy", {})[run.model_id] = _curve(blocks, knn.tensors["accuracy"])
-    comp.random.setdefault("knn_accuracy", {})[run.model_id] = float(knn.tensors["random_accuracy"])
+    comp.curves.setdefault("knn_accuracy", {})[run.label] = _curve(blocks, knn.tensors["accuracy"])
+    comp.random.setdefault("knn_accuracy", {})[run.label] = float(knn.tensors["random_accuracy"])
 
 
 def _aligned(a: tuple, b: tuple) -> tuple[np.ndarray, np.ndarray]:
@@ -151,7 +157,7 @@ def _cka(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def _cka_between_models(runs: Sequence[ModelRun], comp: Comparison) -> None:
-    feats = {r.model_id: _features(r, "spatial") for r in runs}
+    feats = {r.label: _features(r, "spatial") for r in runs}
     feats = {k: v for k, v in feats.items() if v is not None}
     if len(feats) < 2:
         return

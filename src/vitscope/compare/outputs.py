@@ -68,7 +68,7 @@ def comparison_sections(comp: Comparison, runs: Sequence[ModelRun]) -> list[Sect
     for run in runs:
         for name in ("cls_attention_maps", "spatial_average_maps"):
             if name in run.results:
-                ex = explorer_of(run.results[name], f"{run.model_id}: {run.results[name].meta.get('what', name)}",
+                ex = explorer_of(run.results[name], f"{run.label}: {run.results[name].meta.get('what', name)}",
                                  max_images=len(run.results[name].meta.get("image_indices", [])))
                 if ex is not None:
                     explorers.append(ex)

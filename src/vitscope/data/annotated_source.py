@@ -111,6 +111,9 @@ class AnnotatedSource(Source):
         return super().regions(i) if found is None else found
 
     def fingerprint_files(self) -> tuple[Sequence[str], Path] | None:
+        own = getattr(self.dataset, "fingerprint_files", None)
+        if callable(own):  # a reader that keeps part of a dataset lists what it reads (FirstItems)
+            return own()
         root = getattr(self.dataset, "root", None)
         if root is not None and Path(root).is_dir():  # every file under the root, annotations included
             return [str(p) for p in Path(root).rglob("*") if p.is_file()], Path(root)

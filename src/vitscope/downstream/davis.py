@@ -135,17 +135,24 @@ def _view(short_side: int | None, tiling: bool | float) -> FrameView | TiledView
     return TiledView(FrameView(short_side), scale) if scale else FrameView(short_side)
 
 
+def _extraction(strict: bool, resume: bool, checkpoint_seconds: float) -> dict[str, Any]:
+    """How each sequence's feature pass runs (:func:`~vitscope.engine.extract.extract_features`)."""
+    return {"strict": strict, "resume": resume, "checkpoint_seconds": checkpoint_seconds}
+
+
 def _sequence_features(backbone: Backbone, dataset: Any, request: FeatureRequest, cache: FeatureCache | None,
                        view: Any, batch_size: int, device: str | None, dtype: str | None, distributed: bool,
-                       log: Callable[[str], None] | None) -> tuple[list[Any], list[tuple[np.ndarray, dict]]]:
-    """Every sequence's cached features and ``(annotations [T or 1, H, W], {"grid", "patch"})``."""
+                       log: Callable[[str], None] | None, extraction: dict[str, Any]
+                       ) -> tuple[list[Any], list[tuple[np.ndarray, dict]]]:
+    """Every sequence's cached features and ``(annotations [T or 1, H, W], {"grid", "patch"})``; ``extraction``:
+    strict, resume and checkpoint_seconds of each sequence's pass."""
     require_blocks(backbone, "DAVIS")
     entries, sequences = [], []
     for s in range(len(dataset)):
         seq = dataset[s]
         source = ImageFiles(list(seq.frame_paths), name=f"davis:{seq.name}")
         entry = extract_features(backbone, source, [request], cache, view, batch_size, device, dtype,
-                                 distributed=distributed, log=log)[request]
+                                 distributed=distributed, log=log, **extraction)[request]
         if len(entry) != len(seq.frame_paths):
             raise VitscopeValueError(f"sequence {seq.name}: {len(seq.frame_paths) - len(entry)} frames could not be "
                                      "read")
@@ -160,7 +167,8 @@ def davis_predictions(backbone: Backbone, dataset: Any, block: int, cache: Featu
                       site: str = "resid_post", short_side: int | None = None, tiling: bool | float = False,
                       num_context: int = 7, topk: int = 5, radius: int = 12, temperature: float = 0.1,
                       batch_size: int = 16, device: str | None = None, dtype: str | None = None,
-                      distributed: bool = False, log: Callable[[str], None] | None = None) -> dict[str, bytes]:
+                      distributed: bool = False, log: Callable[[str], None] | None = None,
+                      strict: bool = False, resume: bool = True, checkpoint_seconds: float = 60.0) -> dict[str, bytes]:
     """The masks propagated from each sequence's first annotation at one block, as DAVIS palette PNGs.
 
     For splits that annotate only the first frame (test-dev, test-challenge): the official protocol scores
@@ -171,7 +179,7 @@ def davis_predictions(backbone: Backbone, dataset: Any, block: int, cache: Featu
         backbone: the model; block: the block whose features propagate the labels.
         dataset: a DAVIS reader (any split; fully annotated splits use only their first annotation).
         cache, site, short_side, tiling, num_context, topk, radius, temperature, batch_size, device, dtype,
-            distributed, log: as :func:`davis_probe`.
+            distributed, log, strict, resume, checkpoint_seconds: as :func:`davis_probe`.
 
     Returns:
         ``{"<sequence>/<frame>.png": PNG bytes}`` in sequence and frame order.
@@ -184,7 +192,8 @@ def davis_predictions(backbone: Backbone, dataset: Any, block: int, cache: Featu
     _require_sequences(dataset)
     request = FeatureRequest(site, "spatial", (int(block),))
     entries, sequences = _sequence_features(backbone, dataset, request, cache, _view(short_side, tiling),
-                                            batch_size, device, dtype, distributed, log)
+                                            batch_size, device, dtype, distributed, log,
+                                            _extraction(strict, resume, checkpoint_seconds))
     options = {"num_context": num_context, "topk": topk, "radius": radius, "temperature": temperature}
     files: dict[str, bytes] = {}
     for s, (entry, (truth, layout)) in enumerate(zip(entries, sequences)):
@@ -203,7 +212,8 @@ def davis_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, 
                 num_context: int = 7, topk: int = 5, radius: int = 12, temperature: float = 0.1, seed: int = 0,
                 random_kind: str | None = "uniform", batch_size: int = 16, device: str | None = None,
                 dtype: str | None = None, distributed: bool = False,
-                log: Callable[[str], None] | None = None, void: str = "background") -> ProbeResult:
+                log: Callable[[str], None] | None = None, void: str = "background", strict: bool = False,
+                resume: bool = True, checkpoint_seconds: float = 60.0) -> ProbeResult:
     """DAVIS J, F and J&F of label propagation at every block.
 
     Args:
@@ -222,6 +232,8 @@ def davis_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, 
             returns the same result; the feature cache folder must be one they all see).
         log: receives one-line messages (an extraction that resumes says so).
         void: ``"background"`` (the official evaluation) or ``"ignore"`` (void masked out of both masks).
+        strict, resume, checkpoint_seconds: how the extraction pass treats unreadable images and saved state
+            (:func:`~vitscope.engine.extract.extract_features`).
 
     Returns:
         ProbeResult with ``J&F``, ``J``, ``F`` per block and their ``random_*``.
@@ -237,7 +249,7 @@ def davis_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, 
     view = _view(short_side, tiling)
     request = FeatureRequest(site, "spatial", None if blocks is None else tuple(blocks))
     entries, sequences = _sequence_features(backbone, dataset, request, cache, view, batch_size, device, dtype,
-                                            distributed, log)
+                                            distributed, log, _extraction(strict, resume, checkpoint_seconds))
     options = {"num_context": num_context, "topk": topk, "radius": radius, "temperature": temperature}
     block_list = request.block_list(spec.num_blocks)
     scores: dict[str, list[float]] = {"J&F": [], "J": [], "F": []}

@@ -85,7 +85,8 @@ def keypoint_probe(backbone: Backbone, dataset, cache: FeatureCache | None = Non
                    alphas: Sequence[float] = ALPHAS, normaliser: str = "bbox", tiling: bool | float = False,
                    random_kind: str | None = "uniform", batch_size: int = 32, device: str | None = None,
                    dtype: str | None = None, distributed: bool = False,
-                log: Callable[[str], None] | None = None) -> ProbeResult:
+                   log: Callable[[str], None] | None = None, strict: bool = False, resume: bool = True,
+                   checkpoint_seconds: float = 60.0) -> ProbeResult:
     """SPair keypoint-transfer PCK at every block (every image's features extracted once, cached).
 
     Args:
@@ -104,6 +105,8 @@ def keypoint_probe(backbone: Backbone, dataset, cache: FeatureCache | None = Non
         distributed: share the extraction with the processes of the ``torch.distributed`` group (every process
             returns the same result; the feature cache folder must be one they all see).
         log: receives one-line messages (an extraction that resumes says so).
+        strict, resume, checkpoint_seconds: how the extraction pass treats unreadable images and saved state
+            (:func:`~vitscope.engine.extract.extract_features`).
 
     Returns:
         ProbeResult with ``PCK@0.1``, ``PCK@0.05``, ``PCK@0.01`` per block and their ``random_*``.
@@ -134,7 +137,8 @@ def keypoint_probe(backbone: Backbone, dataset, cache: FeatureCache | None = Non
     view = TiledView(LetterboxView(), scale) if scale else LetterboxView()
     request = FeatureRequest(site, "spatial", None if blocks is None else tuple(blocks))
     entry = extract_features(backbone, ImageFiles(paths, name=getattr(dataset, "name", "spair")), [request], cache,
-                             view, batch_size, device, dtype, distributed=distributed, log=log)[request]
+                             view, batch_size, device, dtype, distributed=distributed, log=log,
+                             strict=strict, resume=resume, checkpoint_seconds=checkpoint_seconds)[request]
     if len(entry) != len(paths):
         raise VitscopeValueError(f"{len(paths) - len(entry)} SPair images could not be read")
     grid = tuple(entry.meta["grid"])

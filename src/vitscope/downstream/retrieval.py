@@ -79,7 +79,8 @@ def retrieval_probe(backbone: Backbone, dataset, cache: FeatureCache | None = No
                     site: str = "resid_post", blocks: Sequence[int] | None = None, seed: int = 0,
                     random_kind: str | None = "uniform", batch_size: int = 32, device: str | None = None,
                     dtype: str | None = None, distributed: bool = False,
-                log: Callable[[str], None] | None = None) -> ProbeResult:
+                    log: Callable[[str], None] | None = None, strict: bool = False, resume: bool = True,
+                    checkpoint_seconds: float = 60.0) -> ProbeResult:
     """Revisited Oxford / Paris retrieval mAP at every block (features extracted once, cached).
 
     Args:
@@ -93,6 +94,8 @@ def retrieval_probe(backbone: Backbone, dataset, cache: FeatureCache | None = No
         distributed: share the extraction with the processes of the ``torch.distributed`` group (every process
             returns the same result; the feature cache folder must be one they all see).
         log: receives one-line messages (an extraction that resumes says so).
+        strict, resume, checkpoint_seconds: how the extraction pass treats unreadable images and saved state
+            (:func:`~vitscope.engine.extract.extract_features`).
 
     Returns:
         ProbeResult with ``mAP_medium``, ``mAP_hard``, ``mAP_easy`` per block.
@@ -102,6 +105,7 @@ def retrieval_probe(backbone: Backbone, dataset, cache: FeatureCache | None = No
         raise VitscopeValueError("retrieval needs a revisited Oxford / Paris dataset (load_dataset(root, 'revisitop'))")
     request = FeatureRequest(site, pooling, None if blocks is None else tuple(blocks))
     entry = extract_features(backbone, AnnotatedSource(dataset), [request], cache, LongSideView(), batch_size,
-                             device, dtype, distributed=distributed, log=log)[request]
+                             device, dtype, distributed=distributed, log=log, strict=strict, resume=resume,
+                             checkpoint_seconds=checkpoint_seconds)[request]
     return retrieval_scores(entry, len(dataset.queries), dataset.gnd, seed=seed, random_kind=random_kind,
                             model=backbone.spec.name)

@@ -54,6 +54,9 @@ def probe_sweep(
     distributed: bool = False,
     log: Callable[[str], None] | None = None,
     davis_void: str = "background",
+    strict: bool = False,
+    resume: bool = True,
+    checkpoint_seconds: float = 60.0,
 ) -> dict[str, ProbeResult]:
     """Every probe the given data allows, at every block, each with its random-chance score.
 
@@ -84,6 +87,8 @@ def probe_sweep(
             returns the same result; the feature cache folder must be one they all see).
         log: receives one-line messages (an extraction that resumes says so).
         davis_void: DAVIS void pixels: ``"background"`` (official) or ``"ignore"`` (:func:`davis_probe`).
+        strict, resume, checkpoint_seconds: how the extraction pass treats unreadable images and saved state
+            (:func:`~vitscope.engine.extract.extract_features`).
 
     Returns:
         ``{task name: ProbeResult}``, each result named by its task name.
@@ -98,7 +103,8 @@ def probe_sweep(
                                  "have; run the retrieval probe without tiling")
     out: dict[str, ProbeResult] = {}
     name = backbone.spec.name
-    common = {"batch_size": batch_size, "device": device, "dtype": dtype, "distributed": distributed, "log": log}
+    common = {"batch_size": batch_size, "device": device, "dtype": dtype, "distributed": distributed, "log": log,
+              "strict": strict, "resume": resume, "checkpoint_seconds": checkpoint_seconds}
     chosen = None if blocks is None else tuple(blocks)
     requests = [FeatureRequest(site, t, chosen) for t in tokens]
 

@@ -96,6 +96,8 @@ def extract_features(
     progress: bool | None = False,
     checkpoint_seconds: float = 60.0,
     log: Callable[[str], None] | None = None,
+    strict: bool | None = None,
+    resume: bool = True,
 ) -> dict[FeatureRequest, CacheEntry]:
     """Cached per-block features of every image of ``source`` for each request.
 
@@ -120,6 +122,9 @@ def extract_features(
             is resumable: its rows go to disk shard by shard in ``<cache>/tmp/pass-<key>/`` and a killed
             pass restarted with the same requests continues where it stopped.
         log: receives one-line messages (resumed..., starting over...).
+        strict: stop at the first unreadable image (default: the source's own setting, else skip it).
+        resume: continue an interrupted pass from its saved state; False runs the pass afresh, saving none (a
+            saved state is left for the run that may own it).
 
     Returns:
         ``{request: CacheEntry}``; each entry has ``index`` ``[rows]`` (image position), ``block{i}`` per
@@ -152,7 +157,8 @@ def extract_features(
     # its state there (rows are committed to disk shard by shard as it goes, the state file names them)
     pass_key = digest({"entries": [keys[r] for r in missing]})  # rows do not depend on the batch size
     # analyses riding along are not keyed here, so such a pass is not resumable
-    work, resumable, lock = _working_folder(cache, None if analyses else f"pass-{pass_key}", shard, log)
+    work, resumable, lock = _working_folder(cache, f"pass-{pass_key}" if resume and not analyses else None, shard,
+                                            log)
     try:  # the lock goes with the pass, also when it is interrupted (a re-run in this process then resumes)
         rows = FeatureRows(missing, view, workdir=work / f"rows-rank{shard.rank}-of-{shard.world}")
         key = {"pass": pass_key, "format": CACHE_FORMAT}
@@ -160,7 +166,7 @@ def extract_features(
             else None
         try:
             run(backbone, source, [rows, *analyses], batch_size=batch_size, device=device, dtype=dtype,
-                progress=progress, view=view, checkpoint=checkpoint, distributed=distributed)
+                strict=strict, progress=progress, view=view, checkpoint=checkpoint, distributed=distributed)
         except EmptyRunError:
             shutil.rmtree(work, ignore_errors=True)
             raise VitscopeValueError(f"no readable image in {source.name} ({len(source)} files): nothing to "

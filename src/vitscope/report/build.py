@@ -144,6 +144,6 @@ def build_report(run: Any, doc: Mapping[str, Any], drawn: Mapping[str, list[tupl
     models = ", ".join(str(m.get("id", m.get("name"))) for m in doc.get("models", []))
     title = run.title or f"vitscope {run.command}" + (f": {models}" if models else "")
     subtitle = run.subtitle or (f"data: {doc.get('data', {}).get('name', '')}" if doc.get("data") else "")
-    colour_keys = [str(m.get("name") or m.get("id")) for m in doc.get("models", [])]
+    colour_keys = [str(m.get("display_name") or m.get("name") or m.get("id")) for m in doc.get("models", [])]
     return Report(title=title, subtitle=subtitle, summary=summary_rows(doc), config=dict(doc.get("config", {})),
                   sections=sections, notes=notes, colour_keys=colour_keys)

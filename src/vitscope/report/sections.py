@@ -48,7 +48,9 @@ def _model_line(m: Mapping[str, Any]) -> str:
     kind = f"{m.get('num_blocks')} blocks, {m.get('num_heads')} heads" if m.get("num_heads") else \
         f"{m.get('num_blocks')} stages (CNN)"
     weights = m.get("weights_sha256", "?")
-    return f"{m.get('id', m.get('name'))} ({m.get('family', '')}, {kind}, weights sha256 {weights})"
+    shown = m.get("display_name")
+    named = f"{shown}: " if shown and shown != m.get("id") else ""  # compare --models NAME=MODEL
+    return f"{named}{m.get('id', m.get('name'))} ({m.get('family', '')}, {kind}, weights sha256 {weights})"
 
 
 def summary_rows(doc: Mapping[str, Any]) -> list[tuple[str, str]]:

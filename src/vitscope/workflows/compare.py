@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from vitscope.compare import ModelRun, compare_analyses, compare_runs
+from vitscope.compare.analyses import COMPARED
+from vitscope.compare.names import file_safe, named_models
 from vitscope.compare.outputs import comparison_sections
 from vitscope.compare.result import ComparisonResult
 from vitscope.data.open import as_source
@@ -15,7 +17,6 @@ from vitscope.engine.distributed import is_main_process
 from vitscope.engine.provenance import model_identity
 from vitscope.engine.run import run
 from vitscope.engine.settings import resolve_device
-from vitscope.errors import VitscopeValueError
 from vitscope.models.load import load_model
 from vitscope.outputs import RunResult, prepare_output, write_run
 from vitscope.workflows.analyze import config_record
@@ -29,48 +30,75 @@ def comparison_run(options: Mapping[str, Any], progress: bool | None = None,
     """Run each model once (resumably, state in ``options["out"]``) and compare them; returns what to write.
 
     Args:
-        options: resolved options (:data:`vitscope.workflows.options.COMPARE_OPTIONS`).
+        options: resolved options (:data:`vitscope.workflows.options.COMPARE_OPTIONS`): ``models`` (entries
+            ``MODEL`` or ``NAME=MODEL``, or a mapping name -> model: :func:`vitscope.compare.names.named_models`),
+            ``analyses`` and ``params`` (:func:`vitscope.compare.compare_analyses`), data and pass settings.
         progress: force the progress bars on/off.
         log: receives one-line messages.
         distributed: share each model's pass with the other ``torch.distributed`` processes.
 
     Raises:
-        ValueError: fewer than two models, or a model listed twice.
+        ValueError: fewer than two models, a name given twice, an unknown analysis or a bad parameter.
     """
-    models = list(options["models"])
-    if len(models) < 2:
-        raise VitscopeValueError("compare needs at least two models, e.g. --models tiny-vit-sup,tiny-vit-mae")
-    dupes = sorted({m for m in models if models.count(m) > 1})
-    if dupes:
-        raise VitscopeValueError(f"model {dupes[0]!r} is listed twice in --models; list each model once")
+    models = named_models(options["models"])
+    selection, params = options.get("analyses"), options.get("params")
+    _check_selection(selection)
     out = prepare_output(options["out"])
     source = as_source(options["data"], strict=bool(options.get("strict")))
     targets, fingerprint = source.target_keys(), source.fingerprint()
-    runs, identities, counts, skipped, data = [], [], {}, {}, {}
-    for model_id in models:  # one at a time: only one model is in memory (a failed name resumes cheaply)
+    runs, identities, counts, skipped, data, extra, not_run = [], [], {}, {}, {}, {}, []
+    for name, model_id in models:  # one at a time: only one model is in memory (a failed name resumes cheaply)
         backbone = load_model(model_id)
-        analyses = compare_analyses(backbone.spec, targets)
+        analyses, cannot = compare_analyses(backbone.spec, targets, selection, params)
         checkpoint = checkpoint_for(
-            out, model_id, backbone, fingerprint, analyses, resume=options.get("resume", True),
+            out, name, backbone, fingerprint, analyses, resume=options.get("resume", True),
             every_seconds=float(options.get("checkpoint_seconds", 60.0)), log=log,
             limit=options.get("limit"), strict=bool(options.get("strict")),
             device=resolve_device(options.get("device")).type, dtype=options.get("dtype") or "fp32")
         results = run(backbone, source, analyses, batch_size=options["batch_size"], device=options.get("device"),
                       dtype=options.get("dtype"), limit=options.get("limit"), strict=bool(options.get("strict")),
                       progress=progress, checkpoint=checkpoint, distributed=distributed)
-        runs.append(ModelRun(model_id, backbone.spec, dict(results.items())))
-        identities.append(model_identity(model_id, backbone))
-        counts[model_id] = results.num_images
+        runs.append(ModelRun(model_id, backbone.spec, dict(results.items()), name))
+        identities.append({**model_identity(model_id, backbone), "display_name": name,
+                           "analyses": [a.name for a in analyses]})
+        counts[name] = results.num_images
         skipped.update((s.path, s) for s in results.skipped)
         data = results.data
+        extra.update(_per_model_results(name, results))
+        if selection:  # the default set leaves attention out of a CNN without a word, as it always has
+            not_run += [f"not run on {name}: {reason}" for reason in cannot.values()]
         del backbone
         gc.collect()
     comparison = compare_runs(runs)
-    return RunResult("compare", title=f"vitscope compare: {', '.join(models)}", config=config_record(options),
-                     results={"compare": ComparisonResult(comparison)}, models=identities, data=data,
+    comparison.notes += not_run
+    names = [name for name, _ in models]
+    return RunResult("compare", title=f"vitscope compare: {', '.join(names)}", config=config_record(options),
+                     results={"compare": ComparisonResult(comparison), **extra}, models=identities, data=data,
                      num_images=max(counts.values()), skipped=list(skipped.values()),
                      extra={"images_per_model": counts}, sections=comparison_sections(comparison, runs),
                      notes=list(comparison.notes), own_sections={"compare"})
+
+
+def _check_selection(selection: Sequence[str] | None) -> None:
+    """Unknown analysis names fail before any model is loaded."""
+    from vitscope.analyses.registry import ANALYSES, GROUPS, unknown_analysis
+
+    for entry in selection or ():
+        base = entry.strip().partition("@")[0]
+        if base not in ANALYSES and base not in GROUPS:
+            raise unknown_analysis(base)
+
+
+def _per_model_results(name: str, results: Mapping[str, Any]) -> dict[str, Any]:
+    """The results of one model that the comparison does not show itself, each named ``ANALYSIS@NAME`` (its
+    files, section and results.json entry; ``cka@cls`` of ``dino`` is ``cka@cls@dino``)."""
+    out = {}
+    for key, result in results.items():
+        if key in COMPARED:
+            continue
+        result.name = f"{key}@{file_safe(name)}"
+        out[result.name] = result
+    return out
 
 
 def compare(options: Mapping[str, Any], progress: bool | None = None,
@@ -88,18 +116,25 @@ def compare(options: Mapping[str, Any], progress: bool | None = None,
     return path
 
 
-def compare_models(models: Sequence[str], data: str | Path, out: str | Path, batch_size: int = 16,
+def compare_models(models: Sequence[str] | Mapping[str, str], data: str | Path, out: str | Path, batch_size: int = 16,
                    device: str | None = None, dtype: str | None = None, limit: int | None = None, strict: bool = False,
-                   resume: bool = True, progress: bool | None = None, figure_files: bool = False) -> ComparisonResult:
+                   resume: bool = True, progress: bool | None = None, figure_files: bool = False,
+                   analyses: str | Sequence[str] | None = None,
+                   params: Mapping[str, Mapping[str, Any]] | None = None) -> ComparisonResult:
     """``vitscope compare`` from Python (``vitscope.compare_models``): every model once over ``data``, the per-block
     curves on shared axes written to ``out`` (results.json, tables, report.html) and returned.
 
     Args:
-        models: two or more model names (as :func:`vitscope.load_model` takes them).
+        models: two or more models as :func:`vitscope.load_model` takes them, each optionally named
+            (``["dino=hf:facebook/dinov2-small", "tiny-vit"]``), or a mapping display name -> model
+            (``{"dino": "hf:facebook/dinov2-small", "vit": "tiny-vit"}``); names label the curves, tables and report.
         data: a dataset path as ``vitscope compare --data`` takes it: a folder, a file list or
             ``ROOT::FORMAT[:SPLIT]`` (``ROOT::coco`` gives masks).
         out: output folder (it also keeps the resumable state while the models run).
         batch_size, device, dtype, limit, strict, resume, progress, figure_files: as ``vitscope compare``.
+        analyses: what each model runs besides the pooled features (names or groups, as ``vitscope analyze``;
+            default: attention distance, maps and, with masks, saliency IoU).
+        params: ``{analysis: {parameter: value}}`` for them.
 
     Returns:
         The comparison: curves, best blocks and the model x model CKA; in a notebook it shows as the report's
@@ -108,7 +143,8 @@ def compare_models(models: Sequence[str], data: str | Path, out: str | Path, bat
     from vitscope.workflows.options import COMPARE_OPTIONS, resolve_options
 
     options = resolve_options(COMPARE_OPTIONS, {
-        "models": list(models), "data": str(data), "out": str(out),
+        "models": dict(models) if isinstance(models, Mapping) else list(models), "data": str(data), "out": str(out),
+        "analyses": analyses, "params": {k: dict(v) for k, v in params.items()} if params else None,
         "batch_size": batch_size, "device": device, "dtype": dtype, "limit": limit, "strict": strict,
         "resume": resume, "figure_files": figure_files}, None)
     result = comparison_run(options, progress)

@@ -1,4 +1,5 @@
-"""The options ``analyze`` and ``compare`` accept, resolved from a YAML file, the command line and defaults.
+"""The options ``analyze``, ``compare`` and ``probe`` accept, resolved from a YAML file, the command line and
+defaults.
 
 The workflows read resolved options; the CLI (``--config`` and its flags), the demo and library callers all
 resolve through here, so an option is declared once.
@@ -15,6 +16,10 @@ the closest known key. Example ``analyze.yaml``::
     limit: 500
     params:                             # analysis parameters (as --param clustering.k=10)
       clustering: {k: 10}
+
+``compare`` takes ``models`` as a list (``[tiny-vit-sup, dino=hf:facebook/dinov2-small]``) or a mapping of
+display names to models (``{sup: tiny-vit-sup, dino: hf:facebook/dinov2-small}``); ``probe`` takes ``blocks``
+as a list of integers, ``"0,3,-1"`` or ``all``.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from typing import Any
 
 from vitscope.errors import VitscopeValueError
 
-__all__ = ["ANALYZE_OPTIONS", "COMPARE_OPTIONS", "ConfigError", "Option", "load_config", "resolve_options"]
+__all__ = ["ANALYZE_OPTIONS", "COMPARE_OPTIONS", "PROBE_OPTIONS", "ConfigError", "Option", "load_config",
+           "resolve_options"]
 
 
 class ConfigError(VitscopeValueError):
@@ -36,14 +42,15 @@ class ConfigError(VitscopeValueError):
 
 @dataclass(frozen=True)
 class Option:
-    """One option: its name, type (``str``, ``int``, ``float``, ``bool``, ``list``, ``path``, ``params``), default,
-    whether it must be given, and a lower bound for numbers."""
+    """One option: its name, type (``str``, ``int``, ``float``, ``bool``, ``list``, ``path``, ``params``,
+    ``models``, ``blocks``), default, whether it must be given, and bounds for numbers."""
 
     name: str
     kind: str
     default: Any = None
     required: bool = False
     minimum: float | None = None
+    maximum: float | None = None
 
 
 _COMMON = (
@@ -64,7 +71,15 @@ ANALYZE_OPTIONS: tuple[Option, ...] = (Option("model", "str", required=True), Op
                                        Option("params", "params"), *_COMMON)
 
 #: Options of ``vitscope compare``.
-COMPARE_OPTIONS: tuple[Option, ...] = (Option("models", "list", required=True), *_COMMON)
+COMPARE_OPTIONS: tuple[Option, ...] = (Option("models", "models", required=True), Option("analyses", "list"),
+                                       Option("params", "params"), *_COMMON)
+
+#: Options of ``vitscope probe``.
+PROBE_OPTIONS: tuple[Option, ...] = (
+    Option("model", "str", required=True), Option("test_data", "str"),
+    Option("test_fraction", "float", 0.2, minimum=0.01, maximum=0.99), Option("tiling", "float", 0.0, minimum=0),
+    Option("blocks", "blocks"), Option("site", "str", "resid_post"), Option("seed", "int", 0), Option("cache", "path"),
+    Option("davis_void", "str", "background"), *_COMMON)
 
 
 def _where(source: str | None) -> str:
@@ -87,16 +102,17 @@ def _coerce(option: Option, value: Any, source: str | None) -> Any:
         value = int(value) if kind == "int" else float(value)
         if option.minimum is not None and value < option.minimum:
             raise ConfigError(f"'{option.name}'{where} must be at least {option.minimum:g}, got {value!r}")
+        if option.maximum is not None and value > option.maximum:
+            raise ConfigError(f"'{option.name}'{where} must be at most {option.maximum:g}, got {value!r}")
         return value
     if kind == "params":
         return _params(option, value, where)
+    if kind == "models":
+        return _models(option, value, where)
+    if kind == "blocks":
+        return _blocks(option, value, where)
     if kind == "list":
-        items = value.split(",") if isinstance(value, str) else value
-        if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) for v in items):
-            raise ConfigError(f"'{option.name}'{where} must be a list of names or a comma-separated string, "
-                              f"got {value!r}")
-        items = [v.strip() for v in items if v.strip()]
-        return items or None
+        return _names(option, value, where)
     if not isinstance(value, (str, Path)) or (isinstance(value, str) and not value.strip()):
         raise ConfigError(f"'{option.name}'{where} must be a non-empty string, got {value!r}")
     return Path(value) if kind == "path" else str(value)
@@ -116,6 +132,43 @@ def _params(option: Option, value: Any, where: str) -> dict[str, dict[str, Any]]
         raise ConfigError(f"'{option.name}'{where} must map analyses to their parameters, e.g. "
                           f"{{knn_probe: {{k: 20}}}}, got {value!r}")
     return {str(k): {str(p): v for p, v in v.items()} for k, v in value.items()} or None
+
+
+def _names(option: Option, value: Any, where: str) -> list[str] | None:
+    """A list of names, or one comma-separated string of them."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) for v in items):
+        raise ConfigError(f"'{option.name}'{where} must be a list of names or a comma-separated string, got {value!r}")
+    items = [v.strip() for v in items if v.strip()]
+    return items or None
+
+
+def _models(option: Option, value: Any, where: str) -> list[str] | dict[str, str] | None:
+    """Models as a list (``"a,b"`` or ``[a, b]``, each ``MODEL`` or ``NAME=MODEL``) or a mapping name -> model
+    (kept as given: :func:`vitscope.compare.names.named_models` reads the names)."""
+    if isinstance(value, Mapping):
+        if not all(isinstance(k, str) and k.strip() and isinstance(v, str) and v.strip() for k, v in value.items()):
+            raise ConfigError(f"'{option.name}'{where} must map display names to models, e.g. "
+                              f"{{dino: hf:facebook/dinov2-small}}, got {value!r}")
+        return {k.strip(): v.strip() for k, v in value.items()} or None
+    return _names(option, value, where)
+
+
+def _blocks(option: Option, value: Any, where: str) -> tuple[int, ...] | str:
+    """Blocks as ``"0,3,-1"``, one integer or a list of integers (negative counts from the end), or ``"all"``
+    (every block; a value, so that it overrides a file's list). The model checks the range."""
+    if isinstance(value, str) and value.strip().lower() in ("", "all"):
+        return "all"
+    items = [b for b in value.split(",") if b.strip()] if isinstance(value, str) else \
+        [value] if isinstance(value, int) else value
+    try:
+        if not isinstance(items, (list, tuple)) or not items or \
+                any(isinstance(b, bool) or not isinstance(b, (int, str)) for b in items):
+            raise ValueError
+        return tuple(int(b) for b in items)
+    except ValueError:
+        raise ConfigError(f"'{option.name}'{where} takes comma-separated integers (negative counts from the end) or "
+                          f"'all', got {value!r}") from None
 
 
 def load_config(path: str | Path, options: tuple[Option, ...]) -> dict[str, Any]:

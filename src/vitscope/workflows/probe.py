@@ -24,13 +24,21 @@ PROBE_OF_FORMAT = {"revisitop": "retrieval", "davis": "davis", "spair": "spair",
                    "partimagenet": "regions"}
 
 
-def _open(data: str):
-    """``ROOT::FORMAT[:SPLIT]`` (or ``ROOT``, format detected) -> ``(reader, format)``."""
+def _open(data: str, limit: int | None = None):
+    """``ROOT::FORMAT[:SPLIT]`` (or ``ROOT``, format detected) -> ``(reader, format)``, the reader cut to its first
+    ``limit`` items (images, DAVIS sequences, SPair pairs)."""
+    from vitscope.data.first_items import FirstItems
     from vitscope.data.load import detect_format, load_dataset, parse_data
 
     root, fmt, options = parse_data(data) if "::" in data else (data, None, {})
     fmt = fmt or detect_format(root)
-    return load_dataset(root, fmt, **options), fmt
+    dataset = load_dataset(root, fmt, **options)
+    if limit is None:
+        return dataset, fmt
+    if fmt == "revisitop":
+        raise VitscopeValueError("--limit does not apply to revisitop: every query is ranked against the whole "
+                                 "database, whose ground truth a cut would break; leave --limit out")
+    return FirstItems(dataset, limit), fmt
 
 
 def _labelled_split(dataset, fmt: str, test_fraction: float, seed: int):
@@ -55,6 +63,12 @@ def _labelled_split(dataset, fmt: str, test_fraction: float, seed: int):
     paths = np.asarray(source.paths, dtype=object)
     return (ImageFiles(list(paths[~test]), labels=labels[~test], name=f"{source.name}:train"),
             ImageFiles(list(paths[test]), labels=labels[test], name=f"{source.name}:test"))
+
+
+def _extraction(options: dict[str, Any]) -> dict[str, Any]:
+    """How the feature passes run: unreadable images (``strict``) and saved state (``resume``, how often)."""
+    return {"strict": bool(options.get("strict")), "resume": options.get("resume", True),
+            "checkpoint_seconds": float(options.get("checkpoint_seconds", 60.0))}
 
 
 def _plain_config(options: dict[str, Any]) -> dict[str, Any]:
@@ -84,9 +98,11 @@ def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None,
     """Load the model and data, run the probes, write results.json, tables, figures and report.html.
 
     Args:
-        options: ``model``, ``data``, ``out``, ``test_data``, ``test_fraction``, ``tiling``, ``blocks`` (a tuple,
-            None for every block, or ``num_blocks -> tuple`` to check against the model),
-            ``site``, ``batch_size``, ``device``, ``dtype``, ``seed``, ``cache`` (folder or None).
+        options: resolved :data:`~vitscope.workflows.options.PROBE_OPTIONS`: ``model``, ``data``, ``out``,
+            ``test_data``, ``test_fraction``, ``tiling``, ``blocks`` (a tuple, None or ``"all"`` for every block,
+            or ``num_blocks -> tuple`` to check against the model), ``site``, ``batch_size``, ``device``, ``dtype``,
+            ``seed``, ``cache`` (folder or None), ``davis_void``, ``figure_files``; ``limit`` (the first items of
+            ``data`` and ``test_data``), ``strict``, ``resume`` and ``checkpoint_seconds`` (the extraction passes).
         log: receives one-line progress messages.
         distributed: this process is one of several (``torchrun``): the feature extraction is shared, every
             process computes the probes on the whole cache, and rank 0 alone writes.
@@ -109,15 +125,15 @@ def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None,
     backbone = load_model(options["model"])
     require_blocks(backbone, "per-block")  # before any data is read: a CNN fails at once
     blocks = options.get("blocks")
-    blocks = blocks(backbone.spec.num_blocks) if callable(blocks) else blocks
-    dataset, fmt = _open(options["data"])
+    blocks = blocks(backbone.spec.num_blocks) if callable(blocks) else None if blocks == "all" else blocks
+    dataset, fmt = _open(options["data"], options.get("limit"))
     task = PROBE_OF_FORMAT.get(fmt, "labelled")
     data: dict[str, Any] = {task: dataset}
     if task == "labelled":
         if options.get("test_data"):
             from vitscope.data.annotated_source import AnnotatedSource
 
-            test, _ = _open(options["test_data"])
+            test, _ = _open(options["test_data"], options.get("limit"))
             require_classes(AnnotatedSource(dataset).labels(), dataset, fmt)
             data = {"train": dataset, "test": test}
         else:
@@ -135,7 +151,7 @@ def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None,
     results = probe_sweep(backbone, cache, **data, tiling=options.get("tiling") or False, blocks=blocks,
                           site=options["site"], seed=options["seed"], batch_size=options["batch_size"],
                           device=options.get("device"), dtype=options.get("dtype"), distributed=distributed, log=log,
-                          davis_void=void)
+                          davis_void=void, **_extraction(options))
     if distributed:
         from vitscope.engine.distributed import is_main_process
 
@@ -171,7 +187,7 @@ def _davis_first_frames(options: dict[str, Any], backbone: Any, dataset: Any, bl
     files = davis_predictions(backbone, dataset, block, cache, site=options["site"],
                               tiling=options.get("tiling") or False, batch_size=options["batch_size"],
                               device=options.get("device"), dtype=options.get("dtype"), distributed=distributed,
-                              log=log)
+                              log=log, **_extraction(options))
     if distributed:
         from vitscope.engine.distributed import is_main_process
 

@@ -1,0 +1,70 @@
+"""``FirstItems``: the first ``n`` items of a format reader (``vitscope probe --limit``).
+
+Items are what the reader counts: images, DAVIS sequences, SPair pairs. The files it lists are only those of
+the kept items plus the annotation files, so the data fingerprint (resume, the feature cache) tells a limited
+set from the whole one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from vitscope.errors import VitscopeValueError
+
+__all__ = ["FirstItems"]
+
+#: attributes a reader lists per item, sliced with the items (the ImageFolder and COCO readers)
+_PER_ITEM = ("samples", "_paths")
+
+
+class FirstItems:
+    """A reader's first ``n`` items; every other attribute is the reader's own.
+
+    Args:
+        dataset: a format reader (``len``, ``dataset[i]``; :func:`vitscope.data.load_dataset`).
+        n: how many items to keep (all of them when the reader has fewer).
+    """
+
+    def __init__(self, dataset: Any, n: int) -> None:
+        if n < 1:
+            raise VitscopeValueError(f"the limit must be at least 1, got {n}")
+        self.dataset = dataset
+        self.n = min(int(n), len(dataset))
+        for attr in _PER_ITEM:
+            listed = getattr(dataset, attr, None)
+            if isinstance(listed, list) and len(listed) == len(dataset):
+                setattr(self, attr, listed[: self.n])
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Any:
+        if not -self.n <= i < self.n:
+            raise IndexError(f"item {i} is beyond the first {self.n}")
+        return self.dataset[i % self.n]
+
+    def __getattr__(self, name: str) -> Any:  # name, root, first_frame_only... of the reader
+        if name == "dataset":  # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+    def fingerprint_files(self) -> tuple[Sequence[str], Path]:
+        """The files of the kept items (images, frames and their masks, pair images) and the reader's annotation
+        files, relative to its root."""
+        listed = [getattr(self, attr) for attr in _PER_ITEM if attr in vars(self)]
+        if listed:  # the reader lists them: no item is built (building a COCO item decodes its masks)
+            files = [str(p if isinstance(p, (str, Path)) else p[0]) for p in listed[0]]
+        else:
+            files = [str(f) for i in range(self.n) for f in _item_files(self.dataset[i])]
+        files += [str(f) for f in (getattr(self.dataset, a, None) for a in ("ann_file", "gnd_file")) if f is not None]
+        root = getattr(self.dataset, "root", None)
+        return files, Path(root) if root is not None else Path(".")
+
+
+def _item_files(item: Any) -> list[str]:
+    """The files one item reads: an image, a sequence's frames and masks, a pair's two images."""
+    files = [getattr(item, a, None) for a in ("image_path", "src_path", "trg_path")]
+    files += list(getattr(item, "frame_paths", None) or ()) + list(getattr(item, "mask_paths", None) or ())
+    return [str(f) for f in files if f is not None]
