@@ -169,8 +169,9 @@ class Interrelation(AttentionAccumulator):
         band: half-width, in standard deviations over images, of the random baseline's band: stages are read
             only when KK (mean over heads) leaves the band at some block, else "no stage structure".
         images: dataset indices whose image and keypoint counts are kept for figure 3.
-        seed, random_samples, random_kind: the random baseline: ``random_samples`` random heads drawn once
-            from ``seed`` (:func:`~vitscope.functional.random_interrelation`).
+        seed, random_samples, random_kind: the random baseline: ``random_samples`` random heads of
+            ``random_kind`` values (uniform or half-normal) drawn once from ``seed``
+            (:func:`~vitscope.functional.random_interrelation`).
 
     State: ``num_images``, ``geometry``; ``sums`` and ``counts``: quantity (``KK``, ``NK``) -> ``[L, H]``
     float64 sum over images where it is defined and number of such images; ``focus_sum`` ``[L, H]``;
@@ -315,7 +316,7 @@ class Interrelation(AttentionAccumulator):
             tensors[f"random_{q}_blocks_std"] = torch.full((len(g.blocks),), std, dtype=torch.float64)
         kk, base, spread = tensors["KK_blocks"], tensors["random_KK_blocks"], tensors["random_KK_blocks_std"]
         stages = interrelation_stages(kk, self._cfg_rise, base, spread, self._cfg_band)
-        outside = [g.blocks[i] for i in outside_baseline(kk, base, spread, self._cfg_band).nonzero().flatten()]
+        outside = [g.blocks[int(i)] for i in outside_baseline(kk, base, spread, self._cfg_band).nonzero().flatten()]
         meta["stages"] = {k: [g.blocks[i] for i in v] for k, v in stages.items()}
         meta["has_stages"] = bool(outside)
         meta["stage_structure"] = stage_verdict(kk, float(base[0]), float(spread[0]), counts["KK"], self._cfg_band,
