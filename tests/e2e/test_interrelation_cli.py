@@ -38,6 +38,9 @@ def test_interrelation_and_masking_in_one_pass(coco, tmp_path):
     np.testing.assert_allclose(inter["focus"], doc["analyses"]["attention_focus"]["summary"]["focus"])
     stages = inter["stages"]
     assert sorted(stages["retrieval"] + stages["capture"] + stages["coach"]) == list(range(6))
+    # this model's KK leaves the random baseline's band, so the stages stand, and the run says why
+    assert inter["has_stages"] is True and inter["stage_structure"].startswith("stages read from KK")
+    assert len(inter["random_KK_blocks"]) == 6 and len(set(inter["random_KK_blocks"])) == 1
     masking = doc["analyses"]["interrelation_masking"]["summary"]
     acc = np.array(masking["accuracy"])
     assert acc.shape == (3, 10) and masking["orders"] == ["top", "bottom", "random"]
@@ -52,6 +55,8 @@ def test_interrelation_and_masking_in_one_pass(coco, tmp_path):
               ("interrelation_kk_nk", "interrelation_focus", "interrelation_stages", "interrelation_masking",
                "foreground_masking", "frequency_filtering")}  # curves the browser draws from their numbers
     assert all(len(charts[s]["x_ticks"]) == 6 for s in ("interrelation_kk_nk", "interrelation_focus"))
+    baseline = next(c for c in charts["interrelation_kk_nk"]["curves"] if c["name"] == "random attention KK (baseline)")
+    assert baseline["baseline"] and baseline["values"] == pytest.approx(inter["random_KK_blocks"])
     stages = charts["interrelation_stages"]
     assert {b["name"] for b in stages["bands"]} <= {"retrieval", "capture", "coach"} and stages["bands"]
     assert stages["curves"][0]["values"] == pytest.approx(kk.mean(axis=1).tolist())

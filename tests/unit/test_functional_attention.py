@@ -211,19 +211,21 @@ def test_focus_index_near_uniform_and_empty_rows_count_as_uniform() -> None:
 # ---------------------------------------------------------------- random baseline
 
 
-def test_random_attention_seeded_and_normalised_over_queries() -> None:
+def test_random_attention_is_seeded_and_row_stochastic_like_a_softmax() -> None:
     a = random_attention((2, 3, 5, 5), torch.Generator().manual_seed(7))
     b = random_attention((2, 3, 5, 5), torch.Generator().manual_seed(7))
     c = random_attention((2, 3, 5, 5), torch.Generator().manual_seed(8))
     assert torch.equal(a, b) and not torch.equal(a, c)
     assert a.shape == (2, 3, 5, 5) and a.dtype == torch.float32 and (a >= 0).all()
-    torch.testing.assert_close(a.mean(dim=-2), torch.ones(2, 3, 5))  # mean over queries (dim -2) is 1
-    assert not torch.allclose(a.sum(dim=-1), torch.ones(2, 3, 5))  # rows do not sum to 1 (as the 002 code)
+    torch.testing.assert_close(a.sum(dim=-1), torch.ones(2, 3, 5))  # every row (query) sums to 1
     raw = torch.rand((2, 3, 5, 5), generator=torch.Generator().manual_seed(7))
-    torch.testing.assert_close(a, raw / raw.mean(dim=-2, keepdim=True))
+    torch.testing.assert_close(a, raw / raw.sum(dim=-1, keepdim=True))
+    # so its CLS map is a share of the row's mass, as a model's: about K / N, not about K (the 002 code's scale)
+    big = random_attention((1, 1, 50, 50), torch.Generator().manual_seed(0), dtype=F64)
+    assert 0.9 < float(cls_attention_map(big, (7, 7), 1).sum()) <= 1.0
     gauss = random_attention((1, 2, 4, 4), torch.Generator().manual_seed(0), kind="gaussian", dtype=F64)
     assert gauss.dtype == F64 and (gauss >= 0).all()
-    torch.testing.assert_close(gauss.mean(dim=-2), torch.ones(1, 2, 4, dtype=F64))
+    torch.testing.assert_close(gauss.sum(dim=-1), torch.ones(1, 2, 4, dtype=F64))
     with pytest.raises(ValueError, match="kind"):
         random_attention((1, 1, 2, 2), torch.Generator(), kind="laplace")
     with pytest.raises(TypeError, match="Generator"):

@@ -8,7 +8,15 @@ import math
 import pytest
 import torch
 
-from vitscope.functional import interrelation, interrelation_patch_scores, interrelation_stages, patch_interrelation
+from vitscope.functional import (
+    interrelation,
+    interrelation_patch_scores,
+    interrelation_stages,
+    outside_baseline,
+    patch_interrelation,
+    random_attention,
+    random_interrelation,
+)
 
 GRID = (2, 2)
 
@@ -125,3 +133,58 @@ def test_stage_rule() -> None:
     assert interrelation_stages(rising)["coach"] == [] and interrelation_stages(rising)["capture"] == [1, 2]
     with_nan = torch.tensor([math.nan, 0.1, 0.5, 0.2])
     assert interrelation_stages(with_nan) == {"retrieval": [0, 1], "capture": [2], "coach": [3]}
+
+
+# ---------------------------------------------------------------- stages only where the data support them
+
+#: the KK curve of a random-weight DINOv2-S-sized model on photos (issue 34): flat, 0.5307-0.5344
+FLAT = torch.tensor([0.5307, 0.5344, 0.5321, 0.5330, 0.5312, 0.5339, 0.5318, 0.5326, 0.5309, 0.5335, 0.5316, 0.5329])
+
+
+def test_a_flat_curve_within_the_random_baseline_has_no_stage_structure() -> None:
+    # random attention on the same photos: 0.532 +- 0.256 over images (numbers of that run)
+    assert not outside_baseline(FLAT, 0.5321, 0.2561).any()
+    assert interrelation_stages(FLAT, baseline=0.5321, spread=0.2561) == {"retrieval": [], "capture": [],
+                                                                          "coach": []}
+    # even a baseline spread a hundred times tighter holds this curve
+    assert interrelation_stages(FLAT, baseline=torch.full((12,), 0.5325), spread=torch.full((12,), 0.0025)) == {
+        "retrieval": [], "capture": [], "coach": []}
+    assert interrelation_stages(FLAT)["capture"]  # without a baseline the old rule finds stages in the noise
+
+
+def test_a_curve_with_clear_structure_still_gets_its_stages() -> None:
+    kk = torch.tensor([0.2, 0.21, 0.3, 0.6, 0.8, 0.7, 0.65])
+    # baseline 0.3 +- 0.1: blocks 3-6 lie outside the band
+    assert outside_baseline(kk, 0.3, 0.1).tolist() == [False, False, False, True, True, True, True]
+    assert interrelation_stages(kk, baseline=0.3, spread=0.1) == {"retrieval": [0, 1, 2], "capture": [3, 4],
+                                                                  "coach": [5, 6]}
+    # the band's width in standard deviations decides: at 6 std nothing is out (the peak's |0.8 - 0.3| < 0.6),
+    # at 4.5 std only the peak
+    assert not outside_baseline(kk, 0.3, 0.1, band=6.0).any()
+    assert outside_baseline(kk, 0.3, 0.1, band=4.5).tolist() == [False] * 4 + [True] + [False] * 2
+    assert interrelation_stages(kk, baseline=0.3, spread=0.1, band=6.0)["capture"] == []
+
+
+def test_outside_baseline_reads_nan_as_no_evidence() -> None:
+    kk = torch.tensor([0.9, math.nan, 0.1])
+    assert outside_baseline(kk, 0.5, 0.1).tolist() == [True, False, True]
+    assert not outside_baseline(kk, 0.5, math.nan).any()  # a baseline of one image has no spread
+    assert interrelation_stages(kk, baseline=0.5, spread=math.nan) == {"retrieval": [], "capture": [], "coach": []}
+    with pytest.raises(ValueError, match="spread"):
+        interrelation_stages(kk, baseline=0.5)
+    with pytest.raises(ValueError, match="band"):
+        outside_baseline(kk, 0.5, 0.1, band=-1.0)
+
+
+def test_random_interrelation_is_interrelation_of_the_seeded_random_heads() -> None:
+    counts = torch.tensor([[[3, 1], [0, 0]], [[0, 2], [2, 0]], [[1, 1], [1, 1]]])
+    got = random_interrelation(counts, GRID, 1, lam=0.5, rule="max", seed=3, samples=5)
+    heads = random_attention((1, 5, 5, 5), torch.Generator().manual_seed(3), dtype=torch.float64)
+    want = interrelation(heads.expand(3, -1, -1, -1), counts, GRID, 1, lam=0.5, rule="max")
+    for q in ("KK", "KN", "NK", "NN"):
+        torch.testing.assert_close(got[q], want[q], equal_nan=True)
+    assert got["NK"][2].isnan().all()  # an image with keypoints everywhere has no non-keypoint query
+    again = random_interrelation(counts, GRID, 1, lam=0.5, rule="max", seed=3, samples=5)
+    assert torch.equal(again["KK"], got["KK"])
+    other = random_interrelation(counts, GRID, 1, lam=0.5, rule="max", seed=4, samples=5)
+    assert not torch.equal(other["KK"], got["KK"])

@@ -33,9 +33,10 @@ from vitscope.functional.guided_mask import curriculum_rho, guided_mask, guided_
 from vitscope.functional.interrelation import (
     interrelation,
     interrelation_patch_scores,
-    interrelation_stages,
     patch_interrelation,
+    random_interrelation,
 )
+from vitscope.functional.interrelation_stages import interrelation_stages, outside_baseline
 from vitscope.functional.keypoints import pck
 from vitscope.functional.knn import knn_classify
 from vitscope.functional.linear_probe import linear_probe_accuracy, train_linear_probe
@@ -83,8 +84,8 @@ __all__ = [
     # SIFT interrelation and masking (issue 10)
     "boxes_pixel_mask", "curriculum_rho", "fill_pixels", "frequency_filter", "guided_mask", "guided_visible_ids",
     "interrelation", "interrelation_patch_scores", "interrelation_stages", "masks_bounding_boxes",
-    "patch_interrelation", "patch_to_pixel_mask", "pixel_to_patch_mask", "random_patch_mask", "score_patch_mask",
-    "sift_keypoint_counts",
+    "outside_baseline", "patch_interrelation", "patch_to_pixel_mask", "pixel_to_patch_mask", "random_interrelation",
+    "random_patch_mask", "score_patch_mask", "sift_keypoint_counts",
     # feature visualisation (issue 9)
     "total_variation",
 ]

@@ -163,13 +163,15 @@ def random_attention(
     kind: str = "uniform",
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """Random-baseline attention pattern, as the 002 code's random wrapper.
+    """Random-baseline attention pattern: random values with every row rescaled to sum 1.
 
-    ``kind="uniform"``: ``r ~ U(0, 1)`` of ``shape``, divided by its mean over queries, i.e.
-    ``r / r.mean(dim=-2, keepdim=True)`` (the code's ``torch.mean(r, dim=3)`` on ``[L, B, H, N, N]``), so
-    every key column has mean 1 over the queries; rows do NOT sum to 1 (the analyses renormalise
-    spatial rows). ``kind="gaussian"``: the same with ``|N(0, 1)|`` (half-normal) values, which keeps the
-    pattern non-negative. Draws on ``generator.device`` so the same seed gives the same numbers.
+    ``kind="uniform"``: ``r ~ U(0, 1)`` of ``shape``; ``kind="gaussian"``: ``|N(0, 1)|`` (half-normal) values.
+    Each row (query) is divided by its sum, ``r / r.sum(dim=-1, keepdim=True)``, so the pattern is
+    row-stochastic like a softmax output and every quantity derived from it (a CLS map, a rollout, an
+    entropy) is in the units of the same quantity of a model (docs/methods.md, Random baselines). The 002
+    code divides by the mean over queries instead (every key column has mean 1), which is not an attention
+    pattern: its CLS row sums to about the number of tokens. Draws on ``generator.device`` so the same seed
+    gives the same numbers.
 
     Args:
         shape: ``[B, H, N, N]`` (any ``[..., N, N]``).
@@ -178,7 +180,7 @@ def random_attention(
         dtype: ``torch.float32`` (default) or ``torch.float64``.
 
     Returns:
-        Tensor of ``shape`` on the generator's device.
+        Tensor of ``shape`` on the generator's device; every row sums to 1.
     """
     shape = tuple(int(v) for v in shape)
     if len(shape) < 2 or shape[-1] != shape[-2]:
@@ -193,4 +195,5 @@ def random_attention(
         r = torch.randn(shape, generator=generator, dtype=dtype, device=generator.device).abs()
     else:
         raise VitscopeValueError(f"kind must be 'uniform' or 'gaussian', got {kind!r}")
-    return r / r.mean(dim=-2, keepdim=True)
+    total = r.sum(dim=-1, keepdim=True)
+    return r.div_(torch.where(total == 0, torch.ones_like(total), total))  # in place: patterns can be large

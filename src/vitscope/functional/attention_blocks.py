@@ -293,8 +293,9 @@ def _aligned(sp: torch.Tensor, rowsum: torch.Tensor, tables: GridTables, dtype: 
 
 def random_patterns(seed: int, kind: str, samples: int, num_blocks: int, num_heads: int, grid: tuple[int, int],
                     num_prefix: int) -> Iterator[torch.Tensor]:
-    """The random baseline's patterns, block by block: ``random_attention([samples, H, N, N])`` (float64) drawn
-    in block order from one generator seeded with ``seed`` (docs/methods.md, Attention)."""
+    """The random baseline's patterns, block by block: ``random_attention([samples, H, N, N])`` (float64, rows
+    summing to 1) drawn in block order from one generator seeded with ``seed`` (docs/methods.md, Random
+    baselines)."""
     gen = torch.Generator().manual_seed(int(seed))
     h, w = grid
     n = num_prefix + h * w
@@ -308,19 +309,12 @@ def random_block_statistics(
 ) -> tuple[BlockStats, ...]:
     """Every quantity but the fused maps of the random baseline, per block; cached per configuration.
 
-    The patterns are :func:`random_patterns`. As in the 002 code the pattern's rows do not sum to 1: the CLS
-    row is used raw, spatial rows are renormalised where the definitions say so, and the focus index ignores
-    the scale. The plain entropy is the one exception: it is taken on the rows renormalised over all keys,
-    since the entropy of an unnormalised row is not an entropy. The fused maps (``[samples, N, N]`` per block
-    and fusion, gigabytes at high token counts) are left out: fold them from :func:`random_patterns` instead.
+    The patterns are :func:`random_patterns`: row-stochastic, like a model's, so every quantity is computed
+    exactly as for the model (docs/methods.md, Random baselines). The fused maps (``[samples, N, N]`` per
+    block and fusion, gigabytes at high token counts) are left out: fold them from :func:`random_patterns`
+    instead.
     """
-    needs = set(QUANTITIES) - {"entropy", "rowsum"} - {f"fused_{m}" for m in FUSIONS} - (
-        {"cls"} if num_prefix < 1 else set())
-    out = []
+    needs = set(QUANTITIES) - {"rowsum"} - {f"fused_{m}" for m in FUSIONS} - ({"cls"} if num_prefix < 1 else set())
     workspace = Workspace()  # bounded work buffers: at high token counts the samples are worked through in groups
-    for r in random_patterns(seed, kind, samples, num_blocks, num_heads, grid, num_prefix):
-        stats = block_statistics(r, grid, num_prefix, needs, workspace)
-        r /= r.sum(dim=-1, keepdim=True)  # in place: the renormalised copy would double the memory
-        stats.entropy = block_statistics(r, grid, num_prefix, {"entropy"}, workspace).entropy
-        out.append(stats)
-    return tuple(out)
+    return tuple(block_statistics(r, grid, num_prefix, needs, workspace)
+                 for r in random_patterns(seed, kind, samples, num_blocks, num_heads, grid, num_prefix))

@@ -12,20 +12,22 @@ docs/methods.md, SIFT patch interrelation:
   ``KN = 1 - KK``, ``NN = 1 - NK``.
 
 A query whose attended set is empty (a spatial row with no mass, or ``lam >= 1`` under ``"uniform"``) has
-``P_i = NaN`` and is left out of the means.
+``P_i = NaN`` and is left out of the means. :func:`random_interrelation` is the same on random attention (the
+baseline); the stages read from the KK curve are in :mod:`vitscope.functional.interrelation_stages`.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
 
 from vitscope.errors import VitscopeValueError
-from vitscope.functional.attention import spatial_attention
+from vitscope.functional.attention import random_attention, spatial_attention
 from vitscope.functional.image_groups import images_per_group
 
-__all__ = ["RULES", "interrelation", "interrelation_patch_scores", "interrelation_stages", "patch_interrelation"]
+__all__ = ["RULES", "interrelation", "interrelation_patch_scores", "patch_interrelation", "random_interrelation"]
 
 RULES: tuple[str, ...] = ("max", "uniform")
 
@@ -73,20 +75,30 @@ def patch_interrelation(
         ``[B, H, K]`` float64 in ``[0, 1]``; NaN where the query's attended set is empty.
     """
     _check(pattern, keypoint_counts, grid, num_prefix, lam, rule)
-    n = keypoint_counts.reshape(pattern.shape[0], -1).to(device=pattern.device, dtype=torch.float64)
-    weight = torch.where(n > 0, n, torch.ones_like(n))  # a non-keypoint patch weighs 1 in the denominator
-    # keypoint counts and set sizes are integers far below 2**24, so float32 sums of them are exact
-    n32, weight32 = n.float(), weight.float()
+    n32, weight32 = _weights(keypoint_counts.reshape(pattern.shape[0], -1).to(pattern.device))
     step = images_per_group(pattern[:1].numel() * 4)  # the attended sets of a whole batch would take GBs
     num, den = [], []
     for i in range(0, pattern.shape[0], step):
         sets = attended_sets(spatial_attention(pattern[i:i + step], num_prefix), lam, rule).float()
         num.append(torch.einsum("bhqk,bk->bhq", sets, n32[i:i + step]).double())
         den.append(torch.einsum("bhqk,bk->bhq", sets, weight32[i:i + step]).double())
-    numerator, denominator = torch.cat(num), torch.cat(den)
-    return torch.where(denominator > 0, numerator / torch.where(denominator > 0, denominator,
-                                                                torch.ones_like(denominator)),
+    return _ratio(torch.cat(num), torch.cat(den))
+
+
+def _ratio(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
+    """``numerator / denominator``, NaN where the denominator is 0 (an empty attended set)."""
+    ok = denominator > 0
+    return torch.where(ok, numerator / torch.where(ok, denominator, torch.ones_like(denominator)),
                        torch.full_like(denominator, float("nan")))
+
+
+def _weights(counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Numerator and denominator weights ``[B, K]`` float32 of the patches: ``n_j``, and ``n_j`` or 1.
+
+    Keypoint counts and set sizes are integers far below 2**24, so float32 sums of them are exact.
+    """
+    n = counts.to(torch.float32)
+    return n, torch.where(n > 0, n, torch.ones_like(n))  # a non-keypoint patch weighs 1 in the denominator
 
 
 def _masked_nanmean(values: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -115,7 +127,11 @@ def interrelation(
         ``{"KK", "KN", "NK", "NN"}``, each ``[B, H]`` float64; KK/KN are NaN for an image without keypoint
         patches, NK/NN for one without non-keypoint patches.
     """
-    p = patch_interrelation(pattern, keypoint_counts, grid, num_prefix, lam, rule)
+    return _quantities(patch_interrelation(pattern, keypoint_counts, grid, num_prefix, lam, rule), keypoint_counts)
+
+
+def _quantities(p: torch.Tensor, keypoint_counts: torch.Tensor) -> dict[str, torch.Tensor]:
+    """KK, KN, NK, NN ``[B, H]`` from the per-query interrelation ``p`` ``[B, H, K]``."""
     key = (keypoint_counts.reshape(p.shape[0], 1, -1) > 0).to(p.device)
     kk = _masked_nanmean(p, key)
     nk = _masked_nanmean(p, ~key)
@@ -137,33 +153,50 @@ def interrelation_patch_scores(
     return score.reshape(p.shape[0], h, w)
 
 
-def interrelation_stages(kk: torch.Tensor, rise: float = 0.5) -> dict[str, list[int]]:
-    """Split blocks into the retrieval, capture and coach stages of paper 003 section 4.3 from the KK curve.
+@functools.lru_cache(maxsize=2)
+def _random_sets(seed: int, kind: str, samples: int, h: int, w: int, num_prefix: int, lam: float,
+                 rule: str) -> torch.Tensor:
+    """Attended sets ``[samples, K, K]`` float32 (CPU) of ``samples`` random heads; a pure function, cached."""
+    n = num_prefix + h * w
+    pattern = random_attention((1, samples, n, n), torch.Generator().manual_seed(seed), kind, torch.float64)
+    return attended_sets(spatial_attention(pattern, num_prefix), lam, rule)[0].float()
 
-    vitscope's rule (the paper names the stages but gives no rule): let ``p`` be the block where ``KK``
-    (mean over heads) peaks and ``lo`` its minimum over blocks ``0..p``. Capture starts at the first block
-    ``s <= p`` whose ``KK - lo`` reaches ``rise`` of ``KK[p] - lo`` and ends at ``p``; retrieval is the blocks
-    before ``s``; coach the blocks after ``p`` (where KK falls back). Ties go to the first peak.
+
+def random_interrelation(
+    keypoint_counts: torch.Tensor, grid: Sequence[int], num_prefix: int, lam: float = 0.5, rule: str = "max",
+    seed: int = 0, samples: int = 4, kind: str = "uniform",
+) -> dict[str, torch.Tensor]:
+    """KK, KN, NK and NN of every image under random attention: the interrelation's random baseline.
+
+    ``samples`` random heads (:func:`~vitscope.functional.random_attention`, rows summing to 1) are drawn
+    once from ``seed`` for the token layout and shared by every image, since random attention depends on
+    neither the image nor the block; each image's keypoint counts then give its values exactly as
+    :func:`interrelation` gives a model's (docs/methods.md, Random baselines). Computed on the CPU.
 
     Args:
-        kk: ``[L]`` KK per block (NaN blocks are treated as the lowest value).
-        rise: fraction of the rise from the minimum to the peak that opens the capture stage.
+        keypoint_counts: ``[B, h, w]`` SIFT keypoints per patch.
+        grid: ``(h, w)``.
+        num_prefix: prefix tokens P.
+        lam, rule: the detection line, as for :func:`interrelation`.
+        seed: seed of the random heads.
+        samples: number of random heads.
+        kind: ``"uniform"`` or ``"gaussian"`` values (:func:`~vitscope.functional.random_attention`).
 
     Returns:
-        ``{"retrieval": [...], "capture": [...], "coach": [...]}`` block positions (0-based, into ``kk``).
+        ``{"KK", "KN", "NK", "NN"}``, each ``[B, samples]`` float64 (NaN as for :func:`interrelation`).
     """
-    if kk.dim() != 1 or kk.numel() == 0:
-        raise VitscopeValueError(f"kk must be a non-empty [L] curve, got {tuple(kk.shape)}")
-    if not 0 <= rise <= 1:
-        raise VitscopeValueError(f"rise must be in [0, 1], got {rise}")
-    x = kk.to(torch.float64)
-    x = torch.where(x.isnan(), torch.full_like(x, float("-inf")), x)
-    if bool(torch.isinf(x).all()):
-        return {"retrieval": [], "capture": list(range(len(x))), "coach": []}
-    peak = int(torch.argmax(x))
-    head = x[: peak + 1]
-    lo = float(head[torch.isfinite(head)].min())
-    level = lo + rise * (float(x[peak]) - lo)
-    start = next(i for i in range(peak + 1) if float(head[i]) >= level)
-    return {"retrieval": list(range(start)), "capture": list(range(start, peak + 1)),
-            "coach": list(range(peak + 1, len(x)))}
+    h, w = (int(v) for v in grid)
+    if rule not in RULES:
+        raise VitscopeValueError(f"rule must be one of {RULES}, got {rule!r}")
+    if not lam >= 0:
+        raise VitscopeValueError(f"lam must be a non-negative number, got {lam}")
+    if int(samples) < 1:
+        raise VitscopeValueError(f"samples must be at least 1, got {samples}")
+    counts = keypoint_counts.detach().cpu()
+    if tuple(counts.shape[1:]) != (h, w):
+        raise VitscopeValueError(f"keypoint_counts must be [B, h, w] with (h, w) = {(h, w)}, got {list(counts.shape)}")
+    sets = _random_sets(int(seed), kind, int(samples), h, w, int(num_prefix), float(lam), rule)
+    n32, weight32 = _weights(counts.reshape(counts.shape[0], -1))
+    numerator = torch.einsum("sqk,bk->bsq", sets, n32).double()
+    denominator = torch.einsum("sqk,bk->bsq", sets, weight32).double()
+    return _quantities(_ratio(numerator, denominator), counts)

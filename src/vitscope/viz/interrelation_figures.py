@@ -63,7 +63,8 @@ def keypoint_grid_figure(images: torch.Tensor, counts: torch.Tensor, stem: str |
 
 def kk_nk_figure(tensors: Mapping[str, torch.Tensor], stem: str | Path, block_labels: Sequence | None = None,
                  meta: Mapping | None = None) -> list[Path]:
-    """Figure 5: KK and NK per block (mean over heads, band: range over heads)."""
+    """Figure 5: KK and NK per block (mean over heads, band: range over heads), with the random baseline
+    (dashed) and the band of KK that the stage rule reads (hatched: mean +- ``meta["band"]`` std over images)."""
     kk, nk = _np(tensors["KK"]), _np(tensors["NK"])
     labels = _labels(kk.shape[0], block_labels)
     x = np.arange(kk.shape[0])
@@ -73,6 +74,14 @@ def kk_nk_figure(tensors: Mapping[str, torch.Tensor], stem: str | Path, block_la
         ax.plot(x, np.nanmean(arr, axis=1), marker="o", color=_LINE[name], label=name)
         if np.isfinite(arr).any():
             ax.fill_between(x, np.nanmin(arr, axis=1), np.nanmax(arr, axis=1), color=_LINE[name], alpha=0.15)
+    if "random_KK_blocks" in tensors:
+        band = float((meta or {}).get("band", 1.0))
+        base, spread = _np(tensors["random_KK_blocks"]), band * _np(tensors["random_KK_blocks_std"])
+        ax.plot(x, base, ls="--", color=_LINE["KK"], lw=1, label="random attention KK (baseline)")
+        ax.fill_between(x, base - spread, base + spread, facecolor="none", edgecolor=_LINE["KK"], hatch="///",
+                        lw=0, alpha=0.5, label=f"random KK ± {band:g} std")
+        ax.plot(x, _np(tensors["random_NK_blocks"]), ls="--", color=_LINE["NK"], lw=1,
+                label="random attention NK (baseline)")
     ax.set_xticks(x, labels)
     ax.set_xlabel("block")
     ax.set_ylabel("weighted interrelation")
@@ -102,9 +111,10 @@ def focus_figure(focus: torch.Tensor, stem: str | Path, block_labels: Sequence |
 
 
 def stages_figure(tensors: Mapping[str, torch.Tensor], stages: Mapping[str, Sequence[int]], stem: str | Path,
-                  block_labels: Sequence | None = None) -> list[Path]:
+                  block_labels: Sequence | None = None, verdict: str = "") -> list[Path]:
     """Figure 7a: KK, KN, NK, NN per block with the retrieval / capture / coach stages shaded, focus index on
-    a second axis."""
+    a second axis; ``verdict`` (the stage rule's sentence) is written under the title when there are no
+    stages."""
     kk = _np(tensors["KK"])
     labels = _labels(kk.shape[0], block_labels)
     x = np.arange(kk.shape[0])
@@ -124,6 +134,8 @@ def stages_figure(tensors: Mapping[str, torch.Tensor], stages: Mapping[str, Sequ
     ax.set_ylim(0, 1)
     ax.set_xlabel("block")
     ax.set_ylabel("weighted interrelation")
+    if verdict.startswith("no stage structure"):
+        ax.set_title("no stage structure (the caption says why)", fontsize=8)
     twin = ax.twinx()
     twin.plot(x, _np(tensors["focus_normalised"]).mean(axis=1), color="black", ls="--", label="focus / log K")
     twin.set_ylabel("focus index / log K")

@@ -63,8 +63,8 @@ class AttentionAccumulator(Analysis):
     Args:
         seed: seed of the random-attention baseline.
         random_samples: random attention patterns drawn per block for the baseline (their mean is reported).
-        random_kind: ``"uniform"`` (uniform values divided by their mean over queries, the 002 code) or
-            ``"gaussian"`` (the same with half-normal values).
+        random_kind: ``"uniform"`` (uniform values, every row rescaled to sum 1) or ``"gaussian"`` (the same
+            with half-normal values); docs/methods.md, Random baselines.
     """
 
     needs_attention = True

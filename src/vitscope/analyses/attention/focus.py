@@ -65,7 +65,7 @@ class AttentionFocus(AttentionAccumulator):
 
     Result tensors: ``entropy``, ``entropy_normalised`` (/ log N), ``focus``, ``focus_normalised``
     (/ log K; 0 when K = 1), each ``[L, H]``, and the same four with a ``random_`` prefix for the random
-    baseline (its entropy on rows renormalised over all keys). meta: the geometry, ``num_images``, ``random``.
+    baseline (row-stochastic random patterns, the same units). meta: the geometry, ``num_images``, ``random``.
     """
 
     description = ("Attention entropy and the focus index of paper 003 (entropy of min-max normalised spatial rows): "

@@ -8,6 +8,7 @@ comes from the shared per-block pass, so ``--analyses attention,interrelation`` 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -20,10 +21,11 @@ from vitscope.analyses.registry import register_analysis
 from vitscope.analyses.state import first_seen
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.attention_blocks import BlockStats
-from vitscope.functional.interrelation import RULES, interrelation, interrelation_stages
+from vitscope.functional.interrelation import RULES, interrelation, random_interrelation
+from vitscope.functional.interrelation_stages import interrelation_stages, outside_baseline
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["Interrelation", "InterrelationResult", "batch_keypoint_counts"]
+__all__ = ["Interrelation", "InterrelationResult", "batch_keypoint_counts", "stage_verdict"]
 
 QUANTITIES: tuple[str, ...] = ("KK", "KN", "NK", "NN")
 
@@ -34,6 +36,30 @@ def batch_keypoint_counts(batch: Batch, record: Mapping[str, torch.Tensor] | Non
     The batch's shared quantity ``"sift_keypoints"``: computed once per batch for every analysis that reads it.
     """
     return batch.quantity(SIFT_KEYPOINTS, record or {})
+
+
+def stage_verdict(kk: torch.Tensor, baseline: float, spread: float, images: int, band: float,
+                  outside: list[int]) -> str:
+    """The stage rule's verdict as one sentence with its numbers (results.json, the report).
+
+    Args:
+        kk: ``[L]`` KK per block (mean over heads).
+        baseline, spread: the random baseline's KK (mean over images) and its standard deviation over images.
+        images: images behind the baseline.
+        band: half-width of the band in standard deviations.
+        outside: block numbers whose KK lies outside the band.
+    """
+    finite = kk[~kk.isnan()]
+    runs = f"{float(finite.min()):.4f}-{float(finite.max()):.4f}" if finite.numel() else "undefined"
+    if images < 2:
+        return (f"no stage structure: the random baseline's spread needs at least 2 images with keypoint patches "
+                f"({images} here); KK (mean over heads) runs {runs} over blocks")
+    where = (f"the random baseline {baseline:.4f} ± {band * spread:.4f} ({band:g} std over {images} images, "
+             "random attention on the same keypoints)")
+    if not outside:
+        return f"no stage structure: KK (mean over heads) runs {runs} over blocks, within {where} at every block"
+    return (f"stages read from KK (mean over heads, {runs} over blocks): block(s) "
+            f"{', '.join(str(b) for b in outside)} lie outside {where}")
 
 
 class InterrelationResult(Result):
@@ -64,7 +90,8 @@ class InterrelationResult(Result):
         def stages(path: Path) -> list[Path]:
             from vitscope.viz.interrelation_figures import stages_figure
 
-            return stages_figure(self.tensors, self.meta.get("stages", {}), path, labels)
+            return stages_figure(self.tensors, self.meta.get("stages", {}), path, labels,
+                                 self.meta.get("stage_structure", ""))
 
         figures = [self.figure("_keypoints", keypoints, "SIFT keypoints on sample images with the patch grid; "
                                "keypoint patches marked.", "paper 003, fig. 3")] if "images" in self.tensors else []
@@ -74,21 +101,40 @@ class InterrelationResult(Result):
         n = kk.shape[0]
         interrelation = block_lines_chart(
             [curve("KK", kk.nanmean(dim=1), "KK"), curve("KK", kk, "KK", "dots"),
-             curve("NK", nk.nanmean(dim=1), "NK"), curve("NK", nk, "NK", "dots")],
+             curve("NK", nk.nanmean(dim=1), "NK"), curve("NK", nk, "NK", "dots"), *self._baseline_curves()],
             "weighted interrelation", n, labels, "Interrelation from keypoint (KK) and non-keypoint (NK) patches "
-            "(dots: heads)", (0.0, 1.0))
+            "(dots: heads; dashed: random attention)", (0.0, 1.0))
+        verdict = self.meta.get("stage_structure", "")
         focus_chart = block_lines_chart([curve("mean over heads", fo.mean(dim=1), "mean over heads"),
                                          curve("heads", fo, "", "dots")], "focus index (nats)", n, labels,
                                         "Attention focus index per head (lower = more focused)")
         return figures + [
             self.figure("_kk_nk", kk_nk, "Weighted interrelation KK and NK per block (mean over heads and images; "
-                        "dots: single heads).", "paper 003, fig. 5 and 6", chart=interrelation),
+                        "dots: single heads), with the random baseline (dashed: random attention on the same "
+                        "keypoints; dotted: its band, mean ± "
+                        f"{self.meta.get('band', 1.0):g} std over images).", "paper 003, fig. 5 and 6",
+                        chart=interrelation),
             self.figure("_focus", focus, "Attention focus index per block and head.", "paper 003, fig. 7a",
                         chart=focus_chart),
             self.figure("_stages", stages, "Retrieval, capture and coach stages found from the interrelation "
                         "curves (shaded): KK, KN, NK and NN per block (mean over heads) with the focus index over its "
-                        "maximum log K (dashed).", "paper 003, fig. 7a", chart=self._stages_chart(labels)),
+                        "maximum log K (dashed)." + (f" {verdict[:1].upper()}{verdict[1:]}." if verdict else ""),
+                        "paper 003, fig. 7a", chart=self._stages_chart(labels)),
         ]
+
+    def _baseline_curves(self) -> list:
+        """The random baseline of KK and NK (dashed) and the band of KK that the stage rule reads (dotted)."""
+        from vitscope.viz.charts import curve
+
+        if "random_KK_blocks" not in self.tensors:
+            return []
+        t, band = self.tensors, float(self.meta.get("band", 1.0))
+        base, spread = t["random_KK_blocks"].double(), band * t["random_KK_blocks_std"].double()
+        edge = f"random KK ± {band:g} std (baseline band)"
+        return [curve("random attention KK (baseline)", base, "KK", "dashed"),
+                curve(edge, base - spread, "KK", "dotted", baseline=True),
+                curve(edge, base + spread, "KK", "dotted", baseline=True),
+                curve("random attention NK (baseline)", t["random_NK_blocks"].double(), "NK", "dashed")]
 
     def _stages_chart(self, labels: list | None):
         """KK, KN, NK, NN and focus / log K per block on one axis (all in [0, 1]), the stages as bands."""
@@ -103,10 +149,13 @@ class InterrelationResult(Result):
             if idx:
                 bands.append(Band(stage, ticks[idx[0]], ticks[idx[-1]]))
         lines = [curve(k, self.tensors[k].double().nanmean(dim=1), k) for k in ("KK", "KN", "NK", "NN")]
+        lines += self._baseline_curves()[:1]  # the KK baseline the stages are read against
         lines.append(curve("focus / log K", self.tensors["focus_normalised"].double().nanmean(dim=1), "", "dashed",
                            baseline=False))
         return block_lines_chart(lines, "weighted interrelation; focus / log K", n, labels,
-                                 "Stages of attention (paper 003)", (0.0, 1.0), bands)
+                                 "Stages of attention (paper 003)" + (
+                                     ": no stage structure" if self.meta.get("has_stages") is False else ""),
+                                 (0.0, 1.0), bands)
 
 
 @register_analysis("interrelation")
@@ -117,18 +166,27 @@ class Interrelation(AttentionAccumulator):
         lam: detection-line height (docs/methods.md, SIFT patch interrelation).
         rule: ``"max"`` (``a > lam * max``, default) or ``"uniform"`` (``a > lam / K``).
         rise: stage rule parameter (:func:`~vitscope.functional.interrelation_stages`).
+        band: half-width, in standard deviations over images, of the random baseline's band: stages are read
+            only when KK (mean over heads) leaves the band at some block, else "no stage structure".
         images: dataset indices whose image and keypoint counts are kept for figure 3.
-        seed, random_samples, random_kind: the attention suite's shared options.
+        seed, random_samples, random_kind: the random baseline: ``random_samples`` random heads of
+            ``random_kind`` values (uniform or half-normal) drawn once from ``seed``
+            (:func:`~vitscope.functional.random_interrelation`).
 
     State: ``num_images``, ``geometry``; ``sums`` and ``counts``: quantity (``KK``, ``NK``) -> ``[L, H]``
     float64 sum over images where it is defined and number of such images; ``focus_sum`` ``[L, H]``;
-    ``keypoints`` (total keypoints), ``keypoint_patches`` (total keypoint patches); chosen images.
+    ``keypoints`` (total keypoints), ``keypoint_patches`` (total keypoint patches); ``random_sums``: quantity
+    -> ``[3]`` float64 (sum, sum of squares, number of images) of each image's KK / NK under random attention;
+    chosen images.
 
     Result tensors: ``KK``, ``KN``, ``NK``, ``NN``, ``focus``, ``focus_normalised`` ``[L, H]``; the means over
-    heads ``KK_blocks`` ... ``NN_blocks``, ``focus_blocks`` ``[L]``; ``images`` ``[I, H, W, 3]`` and
+    heads ``KK_blocks`` ... ``NN_blocks``, ``focus_blocks`` ``[L]``; the random baseline ``random_KK_blocks``
+    and ``random_NK_blocks`` ``[L]`` (mean over images; the same at every block) with ``random_KK_blocks_std``
+    and ``random_NK_blocks_std`` (standard deviation over images); ``images`` ``[I, H, W, 3]`` and
     ``keypoint_counts`` ``[I, h, w]`` of the chosen images. meta: geometry, ``stages`` (block numbers of
-    retrieval / capture / coach), ``lam``, ``rule``, ``mean_keypoints``, ``keypoint_patch_fraction``,
-    ``images_with_keypoints``.
+    retrieval / capture / coach, all empty without stage structure), ``has_stages``, ``stage_structure`` (the
+    rule's verdict with its numbers), ``baseline_images``, ``lam``, ``rule``, ``band``, ``mean_keypoints``,
+    ``keypoint_patch_fraction``, ``images_with_keypoints``.
     """
 
     description = ("SIFT patch interrelation: how much of each head's attention from keypoint (K) and non-keypoint "
@@ -137,13 +195,16 @@ class Interrelation(AttentionAccumulator):
 
     NEEDS = frozenset({"focus"})
 
-    def __init__(self, lam: float = 0.5, rule: str = "max", rise: float = 0.5, images: tuple[int, ...] = (0, 1, 2, 3),
-                 seed: int = 0, random_samples: int = 4, random_kind: str = "uniform") -> None:
+    def __init__(self, lam: float = 0.5, rule: str = "max", rise: float = 0.5, band: float = 1.0,
+                 images: tuple[int, ...] = (0, 1, 2, 3), seed: int = 0, random_samples: int = 4,
+                 random_kind: str = "uniform") -> None:
         if rule not in RULES:
             raise VitscopeValueError(f"rule must be one of {RULES}, got {rule!r}")
         if not lam >= 0:
             raise VitscopeValueError(f"lam must be non-negative, got {lam}")
-        self._cfg_lam, self._cfg_rule, self._cfg_rise = float(lam), rule, float(rise)
+        if not band >= 0:
+            raise VitscopeValueError(f"band must be a non-negative number of standard deviations, got {band}")
+        self._cfg_lam, self._cfg_rule, self._cfg_rise, self._cfg_band = float(lam), rule, float(rise), float(band)
         self._cfg_images = frozenset(int(i) for i in images)
         super().__init__(seed=seed, random_samples=random_samples, random_kind=random_kind)
 
@@ -154,6 +215,7 @@ class Interrelation(AttentionAccumulator):
         self.add_state("keypoints", 0, reduce="sum")
         self.add_state("keypoint_patches", 0, reduce="sum")
         self.add_state("images_with_keypoints", 0, reduce="sum")
+        self.add_state("random_sums", {}, reduce="sum")  # "KK" / "NK" -> [3]: sum, sum of squares, images
         self.add_state("chosen", {}, reduce=first_seen)  # index -> (thumbnail, keypoint counts)
 
     def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
@@ -177,12 +239,30 @@ class Interrelation(AttentionAccumulator):
             self.sums[q] = s if q not in self.sums else self.sums[q] + s
             self.counts[q] = c if q not in self.counts else self.counts[q] + c
         self._update_blocks(geometry, stats, batch)
+        self._update_baseline(counts, geometry)
         self.keypoints += int(counts.sum())
         self.keypoint_patches += int((counts > 0).sum())
         self.images_with_keypoints += int((counts.flatten(1) > 0).any(dim=1).sum())
         for j, idx in enumerate(batch.indices):
             if int(idx) in self._cfg_images and int(idx) not in self.chosen:
                 self.chosen[int(idx)] = (thumbnails(batch, [j])[0], counts[j].clone())
+
+    def _update_baseline(self, counts: torch.Tensor, geometry: AttentionGeometry) -> None:
+        """Add every image's KK and NK under random attention (mean over the random heads)."""
+        rand = random_interrelation(counts, geometry.grid, geometry.num_prefix, self._cfg_lam, self._cfg_rule,
+                                    self._cfg_seed, self._cfg_random_samples, self._cfg_random_kind)
+        for q in ("KK", "NK"):
+            v = rand[q].nanmean(dim=1)
+            v = v[~v.isnan()]
+            add = torch.stack([v.sum(), (v * v).sum(), torch.tensor(float(v.numel()), dtype=torch.float64)])
+            self.random_sums[q] = add if q not in self.random_sums else self.random_sums[q] + add
+
+    def _baseline(self, q: str) -> tuple[float, float, int]:
+        """Mean and standard deviation over images (NaN below two images) of ``q`` under random attention."""
+        total, squares, n = (float(v) for v in self.random_sums.get(q, torch.zeros(3, dtype=torch.float64)))
+        mean = total / n if n else float("nan")
+        std = math.sqrt(max(squares - total * mean, 0.0) / (n - 1)) if n > 1 else float("nan")
+        return mean, std, int(n)
 
     def stream_hooks(self, spec: ModelSpec) -> list[str]:
         return [PATTERN_HOOKS]
@@ -208,7 +288,7 @@ class Interrelation(AttentionAccumulator):
 
     def compute(self) -> InterrelationResult:
         meta = self._base_meta()
-        meta.update({"lam": self._cfg_lam, "rule": self._cfg_rule, "rise": self._cfg_rise})
+        meta.update({"lam": self._cfg_lam, "rule": self._cfg_rule, "rise": self._cfg_rise, "band": self._cfg_band})
         if self.num_images == 0:
             return InterrelationResult(name=self.name, tensors={}, meta=meta)
         g = self.geometry
@@ -229,8 +309,19 @@ class Interrelation(AttentionAccumulator):
             tensors["images"] = torch.stack([self.chosen[i][0] for i in order])
             tensors["keypoint_counts"] = torch.stack([self.chosen[i][1] for i in order])
             meta["image_indices"] = order
-        stages = interrelation_stages(tensors["KK_blocks"], self._cfg_rise)
+        counts = {}
+        for q in ("KK", "NK"):
+            mean, std, counts[q] = self._baseline(q)
+            tensors[f"random_{q}_blocks"] = torch.full((len(g.blocks),), mean, dtype=torch.float64)
+            tensors[f"random_{q}_blocks_std"] = torch.full((len(g.blocks),), std, dtype=torch.float64)
+        kk, base, spread = tensors["KK_blocks"], tensors["random_KK_blocks"], tensors["random_KK_blocks_std"]
+        stages = interrelation_stages(kk, self._cfg_rise, base, spread, self._cfg_band)
+        outside = [g.blocks[int(i)] for i in outside_baseline(kk, base, spread, self._cfg_band).nonzero().flatten()]
         meta["stages"] = {k: [g.blocks[i] for i in v] for k, v in stages.items()}
+        meta["has_stages"] = bool(outside)
+        meta["stage_structure"] = stage_verdict(kk, float(base[0]), float(spread[0]), counts["KK"], self._cfg_band,
+                                                outside)
+        meta["baseline_images"] = counts
         meta["stage_focus"] = {k: (float(tensors["focus_normalised"].mean(-1)[v].mean()) if v else nan)
                                for k, v in stages.items()}
         meta["mean_keypoints"] = self.keypoints / self.num_images
