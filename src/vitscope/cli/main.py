@@ -12,7 +12,7 @@ from vitscope.cli.errors import one_line_errors, one_line_warnings
 from vitscope.cli.experiment import experiment_app
 from vitscope.cli.explain import explain_pair
 from vitscope.cli.featviz import featviz as featviz_command
-from vitscope.cli.help_text import FIGURE_FILES_HELP, analyses_epilog
+from vitscope.cli.help_text import FIGURE_FILES_HELP, IMAGE_SIZE_HELP, analyses_epilog
 from vitscope.cli.probe import probe as probe_command
 from vitscope.cli.zoo import zoo_app
 from vitscope.models.errors import TRUST_PICKLE_ENV
@@ -136,6 +136,7 @@ def analyze(
     checkpoint_seconds: float | None = typer.Option(None, "--checkpoint-seconds", min=0,
                                                     help="Least seconds between state saves [60]."),
     figure_files: bool | None = typer.Option(None, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
+    image_size: int | None = typer.Option(None, "--image-size", min=1, help=IMAGE_SIZE_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
     params_of: str | None = typer.Option(None, "--params-of", metavar="NAME", is_eager=True, callback=_params_of,
                                          help="Print the parameters of analysis NAME (defaults and meaning) and "
@@ -147,16 +148,28 @@ def analyze(
 
     given = {"model": model, "data": data, "out": out, "analyses": analyses, "params": param or None, "limit": limit,
              "batch_size": batch_size, "device": device, "dtype": dtype, "strict": strict, "resume": resume,
-             "checkpoint_seconds": checkpoint_seconds, "figure_files": figure_files}
+             "checkpoint_seconds": checkpoint_seconds, "figure_files": figure_files, "image_size": image_size}
     options = _resolve(ANALYZE_OPTIONS, given, config)
     path = run_analyze(options, log=_stderr)
     if path is None:  # a rank other than 0 of a torchrun launch: rank 0 writes and reports
         return
     doc = json.loads(path.read_text())
+    _echo_choices(doc)
     typer.echo(f"{doc['num_images']} images, {len(doc['analyses'])} analyses -> {path}")
     typer.echo(f"report: {path.parent / 'report.html'}")
     if doc["skipped"]:
         typer.echo(f"skipped {len(doc['skipped'])} unreadable file(s); listed in results.json")
+
+
+def _echo_choices(doc: dict) -> None:
+    """What the run chose and left out: each model's input and preprocessing, the analyses not run and why."""
+    from vitscope.models.spec import input_text
+
+    for m in doc.get("models", []):
+        if m.get("image_size") and m.get("grid"):
+            typer.echo(f"{m.get('id')}: input {input_text(m)}")
+    for s in doc.get("skipped_analyses", []):
+        typer.echo(f"{s['analysis']} skipped: {s['reason']}")
 
 
 @app.command()
@@ -176,6 +189,7 @@ def compare(
     checkpoint_seconds: float | None = typer.Option(None, "--checkpoint-seconds", min=0,
                                                     help="Least seconds between state saves [60]."),
     figure_files: bool | None = typer.Option(None, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
+    image_size: int | None = typer.Option(None, "--image-size", min=1, help=IMAGE_SIZE_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
 ) -> None:
     """Compare models per block on shared axes (paper 002): one pass per model; figures, tables, report.html."""
@@ -184,11 +198,12 @@ def compare(
 
     given = {"models": models, "data": data, "out": out, "limit": limit, "batch_size": batch_size, "device": device,
              "dtype": dtype, "strict": strict, "resume": resume, "checkpoint_seconds": checkpoint_seconds,
-             "figure_files": figure_files}
+             "figure_files": figure_files, "image_size": image_size}
     path = run_compare_command(_resolve(COMPARE_OPTIONS, given, config), log=_stderr)
     if path is None:  # a rank other than 0 of a torchrun launch
         return
     doc = json.loads(path.read_text())
+    _echo_choices(doc)
     typer.echo(f"{len(doc['models'])} models, {doc['num_images']} images -> {path}")
     typer.echo(f"report: {path.parent / 'report.html'}")
 

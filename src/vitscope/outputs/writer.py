@@ -187,6 +187,7 @@ def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
         if run.num_images is not None:
             doc["num_images"] = run.num_images
         doc["skipped"] = run.skipped_records()
+        doc["skipped_analyses"] = [{"analysis": name, "reason": why} for name, why in run.skipped_analyses.items()]
         doc["analyses"] = entries
         doc.update(run.extra)
         if run.files:
