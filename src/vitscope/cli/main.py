@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors, one_line_warnings
 from vitscope.cli.experiment import experiment_app
 from vitscope.cli.explain import explain_pair
@@ -154,22 +155,11 @@ def analyze(
     if path is None:  # a rank other than 0 of a torchrun launch: rank 0 writes and reports
         return
     doc = json.loads(path.read_text())
-    _echo_choices(doc)
+    echo_choices(doc)
     typer.echo(f"{doc['num_images']} images, {len(doc['analyses'])} analyses -> {path}")
     typer.echo(f"report: {path.parent / 'report.html'}")
     if doc["skipped"]:
         typer.echo(f"skipped {len(doc['skipped'])} unreadable file(s); listed in results.json")
-
-
-def _echo_choices(doc: dict) -> None:
-    """What the run chose and left out: each model's input and preprocessing, the analyses not run and why."""
-    from vitscope.models.spec import input_text
-
-    for m in doc.get("models", []):
-        if m.get("image_size") and m.get("grid"):
-            typer.echo(f"{m.get('id')}: input {input_text(m)}")
-    for s in doc.get("skipped_analyses", []):
-        typer.echo(f"{s['analysis']} skipped: {s['reason']}")
 
 
 @app.command()
@@ -203,7 +193,7 @@ def compare(
     if path is None:  # a rank other than 0 of a torchrun launch
         return
     doc = json.loads(path.read_text())
-    _echo_choices(doc)
+    echo_choices(doc)
     typer.echo(f"{len(doc['models'])} models, {doc['num_images']} images -> {path}")
     typer.echo(f"report: {path.parent / 'report.html'}")
 

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import typer
 
+from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors
-from vitscope.cli.help_text import FIGURE_FILES_HELP
+from vitscope.cli.help_text import FIGURE_FILES_HELP, IMAGE_SIZE_HELP
 
 __all__ = ["parse_blocks", "probe"]
 
@@ -62,6 +63,7 @@ def probe(
                                    "official evaluation: predictions on them count) or ignore (masked out of both "
                                    "masks)."),
     figure_files: bool = typer.Option(False, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
+    image_size: int | None = typer.Option(None, "--image-size", min=1, help=IMAGE_SIZE_HELP),
 ) -> None:
     """Per-block probes (retrieval, DAVIS, SPair keypoints, k-NN / linear, clustering) with random chance.
 
@@ -81,7 +83,7 @@ def probe(
     options = {"model": model, "data": data, "out": out, "test_data": test_data, "test_fraction": test_fraction,
                "tiling": tiling, "blocks": lambda num_blocks: parse_blocks(blocks, num_blocks), "site": site,
                "batch_size": batch_size, "device": device, "dtype": dtype, "seed": seed, "cache": cache,
-               "davis_void": davis_void, "figure_files": figure_files}
+               "davis_void": davis_void, "figure_files": figure_files, "image_size": image_size}
     from vitscope.cli.launch import role
     from vitscope.workflows.probe import run_probe
 
@@ -90,6 +92,7 @@ def probe(
     if path is None:
         return
     doc = json.loads(path.read_text())
+    echo_choices(doc)
     if "davis" in doc and not doc["davis"]["scored"]:
         typer.echo(f"davis: {doc['davis']['frames']} propagated masks -> {path.parent / 'predictions'}")
     for row in doc.get("best_blocks", {}).get("rows", []):

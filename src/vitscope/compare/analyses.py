@@ -9,10 +9,11 @@ from vitscope.analyses.attention.geometry import AttentionDistance
 from vitscope.analyses.attention.maps import CLSAttentionMaps, SpatialAverageMaps
 from vitscope.analyses.attention.saliency import SaliencyIoU
 from vitscope.analyses.base import Analysis
+from vitscope.analyses.registry import why_skipped
 from vitscope.compare.pooled import PooledFeatures
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["compare_analyses"]
+__all__ = ["compare_analyses", "compare_not_run"]
 
 
 def compare_analyses(spec: ModelSpec, targets: Collection[str], images: Sequence[int] = (0, 1, 2, 3),
@@ -31,3 +32,12 @@ def compare_analyses(spec: ModelSpec, targets: Collection[str], images: Sequence
             chosen.append(SaliencyIoU(seed=seed))
         chosen = [a for a in chosen if a.supports(spec)]
     return chosen
+
+
+def compare_not_run(spec: ModelSpec, targets: Collection[str]) -> dict[str, str]:
+    """The attention measurements of a comparison that ``spec`` or the data cannot give: name -> reason (a CNN has
+    no attention; saliency IoU needs masks)."""
+    maps = CLSAttentionMaps if has_cls_token(spec) else SpatialAverageMaps
+    wanted = [AttentionDistance(), maps(), SaliencyIoU()]
+    reasons = {a.name: why_skipped(a, spec, frozenset(targets)) for a in wanted}
+    return {name: reason for name, reason in reasons.items() if reason is not None}

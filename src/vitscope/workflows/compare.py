@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from vitscope.compare import ModelRun, compare_analyses, compare_runs
+from vitscope.compare.analyses import compare_not_run
 from vitscope.compare.outputs import comparison_sections
 from vitscope.compare.result import ComparisonResult
 from vitscope.data.open import as_source
@@ -16,6 +17,7 @@ from vitscope.engine.provenance import model_identity
 from vitscope.engine.run import run
 from vitscope.engine.settings import resolve_device
 from vitscope.errors import VitscopeValueError
+from vitscope.models.input_size import describe_input
 from vitscope.models.load import load_model
 from vitscope.outputs import RunResult, prepare_output, write_run
 from vitscope.workflows.analyze import config_record
@@ -46,10 +48,14 @@ def comparison_run(options: Mapping[str, Any], progress: bool | None = None,
     out = prepare_output(options["out"])
     source = as_source(options["data"], strict=bool(options.get("strict")))
     targets, fingerprint = source.target_keys(), source.fingerprint()
-    runs, identities, counts, skipped, data = [], [], {}, {}, {}
+    runs, identities, counts, skipped, data, not_run = [], [], {}, {}, {}, {}
     for model_id in models:  # one at a time: only one model is in memory (a failed name resumes cheaply)
-        backbone = load_model(model_id)
+        backbone = load_model(model_id, image_size=options.get("image_size"))
         analyses = compare_analyses(backbone.spec, targets)
+        for name, reason in compare_not_run(backbone.spec, targets).items():
+            not_run.setdefault(name, reason)
+        if log:
+            log(describe_input(backbone.spec))
         checkpoint = checkpoint_for(
             out, model_id, backbone, fingerprint, analyses, resume=options.get("resume", True),
             every_seconds=float(options.get("checkpoint_seconds", 60.0)), log=log, batch_size=options["batch_size"],
@@ -68,7 +74,7 @@ def comparison_run(options: Mapping[str, Any], progress: bool | None = None,
     comparison = compare_runs(runs)
     return RunResult("compare", title=f"vitscope compare: {', '.join(models)}", config=config_record(options),
                      results={"compare": ComparisonResult(comparison)}, models=identities, data=data,
-                     num_images=max(counts.values()), skipped=list(skipped.values()),
+                     num_images=max(counts.values()), skipped=list(skipped.values()), skipped_analyses=not_run,
                      extra={"images_per_model": counts}, sections=comparison_sections(comparison, runs),
                      notes=list(comparison.notes), own_sections={"compare"})
 
@@ -90,7 +96,8 @@ def compare(options: Mapping[str, Any], progress: bool | None = None,
 
 def compare_models(models: Sequence[str], data: str | Path, out: str | Path, batch_size: int = 16,
                    device: str | None = None, dtype: str | None = None, limit: int | None = None, strict: bool = False,
-                   resume: bool = True, progress: bool | None = None, figure_files: bool = False) -> ComparisonResult:
+                   resume: bool = True, progress: bool | None = None, figure_files: bool = False,
+                   image_size: int | None = None) -> ComparisonResult:
     """``vitscope compare`` from Python (``vitscope.compare_models``): every model once over ``data``, the per-block
     curves on shared axes written to ``out`` (results.json, tables, report.html) and returned.
 
@@ -99,7 +106,8 @@ def compare_models(models: Sequence[str], data: str | Path, out: str | Path, bat
         data: a dataset path as ``vitscope compare --data`` takes it: a folder, a file list or
             ``ROOT::FORMAT[:SPLIT]`` (``ROOT::coco`` gives masks).
         out: output folder (it also keeps the resumable state while the models run).
-        batch_size, device, dtype, limit, strict, resume, progress, figure_files: as ``vitscope compare``.
+        batch_size, device, dtype, limit, strict, resume, progress, figure_files, image_size: as
+            ``vitscope compare``.
 
     Returns:
         The comparison: curves, best blocks and the model x model CKA; in a notebook it shows as the report's
@@ -110,7 +118,7 @@ def compare_models(models: Sequence[str], data: str | Path, out: str | Path, bat
     options = resolve_options(COMPARE_OPTIONS, {
         "models": list(models), "data": str(data), "out": str(out),
         "batch_size": batch_size, "device": device, "dtype": dtype, "limit": limit, "strict": strict,
-        "resume": resume, "figure_files": figure_files}, None)
+        "resume": resume, "figure_files": figure_files, "image_size": image_size}, None)
     result = comparison_run(options, progress)
     write_run(options["out"], result, progress=progress, figure_files=figure_files)
     clear_state(Path(options["out"]))
