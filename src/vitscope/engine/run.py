@@ -284,13 +284,12 @@ def run(
     warn_if_patterns_do_not_fit(backbone, plan, batch_size, dev)
     with progress_bar(progress) as bar, torch.inference_mode(), backbone.record(hooks) as rec, \
             interrupt_guard(checkpoint is not None) as guard:
-        task = bar.add_task(f"{backbone.spec.name}", total=total, completed=start)
+        task = bar.add_task(f"{backbone.spec.name}", total=total, completed=start, unit="images")
         current = _Pass(backbone, rec, dev, autocast, union_plan([a.shared_quantities(backbone.spec)
                                                                  for a in analyses]), workspace, view,
                         plan)
         for end, loaded in iter_batches(source, batch_size, limit, start, strict, log, regions, preprocess,
                                         (shard.rank, shard.world), transforms):
-            bar.update(task, completed=end)
             if loaded is not None:
                 for record, batch in current.batches(loaded):
                     for a in analyses:
@@ -300,6 +299,7 @@ def run(
                 rec.clear()
             if checkpoint is not None:
                 checkpoint.after_batch(analyses, end, seen, log.skipped, guard.requested)
+            bar.update(task, completed=end)  # once the batch is done: the rate and the time left count work done
     if checkpoint is not None and start < total:
         checkpoint.save(analyses, total, seen, log.skipped)  # a finished pass is kept
     workspace.release()
