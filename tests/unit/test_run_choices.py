@@ -83,3 +83,36 @@ def test_analyses_not_run_of_defaults_and_groups():
     cnn_not_run = analyses_not_run(None, cnn, frozenset({"label"}))
     assert cnn_not_run["attention_stats"] == "cannot run on tiny-resnet: the model is a CNN and has no attention"
     assert "saliency_iou" in cnn_not_run and "knn_probe" in cnn_not_run  # probes read transformer blocks
+
+
+def test_compare_takes_image_size_and_lists_what_each_model_cannot_give(saved, tmp_path):
+    _, photos = saved
+    proc = cli("compare", "--models", "tiny-vit,tiny-resnet", "-d", str(photos), "-o", str(tmp_path), "--image-size",
+               "32", "--limit", "2")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    assert "tiny-vit: input 32x32 px (short side resized to 32 px, centre crop), token grid 4x4 (17 tokens); " \
+           "preprocessing: built-in (vitscope's tiny models); input size 32 px set by the user" in out
+    assert "saliency_iou skipped: the data has no object masks" in out
+    assert "attention_distance skipped: needs attention patterns, but tiny-resnet is a CNN and has no attention" in out
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert [m["grid"] for m in doc["models"]] == [[4, 4], [2, 2]] and doc["config"]["image_size"] == 32
+    assert {s["analysis"] for s in doc["skipped_analyses"]} == {"saliency_iou", "attention_distance",
+                                                                "spatial_average_maps"}
+
+
+@pytest.mark.parametrize("command", ["explain-pair", "featviz"])
+def test_other_commands_take_image_size(saved, tmp_path, command):
+    _, photos = saved
+    args = [str(photos / "p0.png"), str(photos / "p1.png")] if command == "explain-pair" else \
+        ["--unit", "blocks.1.mlp.post:3", "--steps", "1"]
+    proc = cli(command, "--model", "tiny-vit", *args, "--out", str(tmp_path), "--image-size", "32")
+    assert proc.returncode == 0, proc.stderr
+    assert "tiny-vit: input 32x32 px (short side resized to 32 px, centre crop), token grid 4x4 (17 tokens)" \
+        in proc.stdout
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert doc["models"][0]["grid"] == [4, 4] and doc["config"]["image_size"] == 32
+    if command == "explain-pair":
+        assert doc["analyses"]["paired_similarity"]["summary"]["grid"] == [4, 4]
+    else:
+        assert Image.open(tmp_path / "figures" / "featviz_blocks_1_mlp_post_3.png").size == (32, 32)

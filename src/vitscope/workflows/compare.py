@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from vitscope.analyses.registry import not_run_text
 from vitscope.compare import ModelRun, compare_analyses, compare_runs
 from vitscope.compare.analyses import compare_not_run
 from vitscope.compare.outputs import comparison_sections
@@ -52,10 +53,11 @@ def comparison_run(options: Mapping[str, Any], progress: bool | None = None,
     for model_id in models:  # one at a time: only one model is in memory (a failed name resumes cheaply)
         backbone = load_model(model_id, image_size=options.get("image_size"))
         analyses = compare_analyses(backbone.spec, targets)
-        for name, reason in compare_not_run(backbone.spec, targets).items():
+        left_out = compare_not_run(backbone.spec, targets)
+        for name, reason in left_out.items():
             not_run.setdefault(name, reason)
         if log:
-            log(describe_input(backbone.spec))
+            log(describe_input(backbone.spec) + (f"; not run: {not_run_text(left_out)}" if left_out else ""))
         checkpoint = checkpoint_for(
             out, model_id, backbone, fingerprint, analyses, resume=options.get("resume", True),
             every_seconds=float(options.get("checkpoint_seconds", 60.0)), log=log, batch_size=options["batch_size"],
