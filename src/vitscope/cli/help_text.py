@@ -10,8 +10,8 @@ FIGURE_FILES_HELP = ("Also write curves and heat maps as PNG and SVG in figures/
 
 #: ``--image-size`` of every command that loads a model
 IMAGE_SIZE_HELP = ("Input side in pixels (a multiple of the patch size): the resize, centre crop and token grid "
-                   "follow, position embeddings are interpolated [the model's preprocessing: its "
-                   "preprocessor_config.json, else its family's defaults at config.json's size].")
+                   "follow, position embeddings are interpolated [the model's preprocessing: an alias's paper "
+                   "settings, else its preprocessor_config.json, else its family's defaults at config.json's size].")
 
 #: group -> (member, what it measures, needs), in the order ``--help`` shows them; members of several groups
 #: appear under their first

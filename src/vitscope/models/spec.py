@@ -53,7 +53,7 @@ class ModelSpec:
     has_head: bool = False
     resize_size: int | None = None
     interpolation: str = "bicubic"
-    preprocessing: str = "ModelSpec fields"
+    preprocessing: str = "ImageNet statistics (ModelSpec defaults)"
 
     def __post_init__(self) -> None:
         if len(self.prefix_kinds) != self.num_prefix_tokens:
