@@ -162,6 +162,33 @@ def test_residual_sites_add_up(kind):
     torch.testing.assert_close(r["resid_mid"] + r["mlp_out"], r["resid_post"], atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("kind", TRANSFORMER_KINDS + ["tiny-vit", "tiny-vit-reg"])  # the zoo: tiny ViTs too
+def test_transformer_at_another_input_size(kind, one_thread):
+    """``--image-size``: a ViT run at a size it was not built for interpolates its position embeddings; the grid
+    follows, staged execution still equals the forward and the recorded patterns equal eager attention."""
+    from vitscope.models.input_size import with_image_size
+
+    b = _backbone(kind)
+    p = b.spec.patch_size
+    side = b.spec.image_size[0] + 2 * p  # 32 -> 48 (6x6 tokens), the tiny ViT's 64 -> 80 (10x10)
+    r = with_image_size(b, side)
+    assert r.spec.image_size == (side, side) and r.spec.grid == (side // p, side // p)
+    assert b.spec.image_size == (side - 2 * p,) * 2, "the given backbone is unchanged"
+    x = _pixels(r)
+    with torch.no_grad(), r.record(["blocks.*.attn.pattern", "final_norm"]) as rec:
+        r(x)
+        staged = r.final_norm(r.run_blocks(r.embed(x)))
+    n = r.spec.num_tokens
+    assert tuple(rec["blocks.0.attn.pattern"].shape) == (2, r.spec.num_heads, n, n)
+    torch.testing.assert_close(staged, rec["final_norm"], atol=1e-5, rtol=0)
+    if kind in TRANSFORMER_KINDS:
+        eager = with_image_size(wrap(make(kind, attn_implementation="eager"), name=kind), side)
+        with torch.no_grad():
+            ref = eager(x, output_attentions=True).attentions
+        for i, a in enumerate(ref):
+            torch.testing.assert_close(rec[f"blocks.{i}.attn.pattern"], a.float(), atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("kind", CNN_KINDS + TINY_CNNS)
 def test_cnn_contract(kind):
     b = _backbone(kind)

@@ -9,6 +9,7 @@ import torch
 
 import vitscope
 from helpers.hf_factories import make
+from vitscope.errors import VitscopeValueError
 from vitscope.models.checkpoint import save_checkpoint
 from vitscope.models.errors import ModelLoadError
 from vitscope.models.load import UnknownModelError, describe_models
@@ -144,3 +145,62 @@ def test_import_does_not_pull_torchvision():
             "print('torchvision' in sys.modules, 'timm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False False"
+
+
+def test_spec_says_where_its_preprocessing_comes_from(tmp_path, monkeypatch):
+    """Checkpoint processor, family default, registered alias, built-in: ``spec.preprocessing`` names the source."""
+    from vitscope.models.entry import ModelEntry
+    from vitscope.models.families._common import DINO
+    from vitscope.models.registry import register
+
+    make("vit").save_pretrained(tmp_path)
+    bare = vitscope.load_model(str(tmp_path)).spec
+    assert bare.preprocessing.startswith("family default (no preprocessor_config.json")
+    assert bare.image_size == (32, 32)  # config.json's size
+    monkeypatch.setattr("vitscope.models.registry._REGISTRY", dict(registry()))  # the alias lives in this test only
+    register(ModelEntry("test-alias", "vit", 2, 2, 32, 8, ("cls",), str(tmp_path), {**DINO, "image_size": (48, 48),
+                                                                                      "resize_size": 56}))
+    alias = vitscope.load_model("test-alias").spec
+    assert alias.preprocessing.startswith("alias test-alias") and alias.image_size == (48, 48)
+    assert alias.grid == (6, 6) and alias.resize_size == 56
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps({"image_mean": [0.5] * 3, "image_std": [0.5] * 3}))
+    assert vitscope.load_model(str(tmp_path)).spec.preprocessing == "checkpoint processor (preprocessor_config.json)"
+    assert vitscope.load_model("tiny-vit").spec.preprocessing.startswith("built-in")
+
+
+def test_image_size_moves_crop_resize_and_grid_together(tmp_path, one_thread):
+    """``load_model(..., image_size=)``: the crop becomes that size, the resize keeps its ratio to the crop, the grid
+    follows (a CNN's measured), and a size the patches do not tile is refused in one line."""
+    from PIL import Image
+
+    from vitscope.models.input_size import with_image_size
+
+    make("vit").save_pretrained(tmp_path)
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps({
+        "size": {"shortest_edge": 40}, "crop_size": {"height": 32, "width": 32}, "do_center_crop": True}))
+    b = vitscope.load_model(str(tmp_path), image_size=64)
+    assert (b.spec.image_size, b.spec.resize_size, b.spec.grid) == ((64, 64), 80, (8, 8))  # 40/32 = 80/64
+    assert b.spec.preprocessing == "checkpoint processor (preprocessor_config.json); input size 64 px set by the user"
+    pixels = b.preprocess([Image.new("RGB", (90, 70))])
+    assert tuple(pixels.shape) == (1, 3, 64, 64)
+    with torch.no_grad(), b.record("blocks.0.attn.pattern") as rec:
+        b(pixels)
+    assert rec["blocks.0.attn.pattern"].shape[-1] == 65  # 8 x 8 patches and the CLS token
+    assert vitscope.load_model("tiny-resnet", image_size=32).spec.grid == (2, 2)  # 64 px -> 4x4 natively
+    tiny = vitscope.load_model("tiny-vit")
+    assert with_image_size(tiny, (32, 48)).spec.grid == (4, 6) and tiny.spec.grid == (8, 8)
+    with pytest.raises(VitscopeValueError, match=r"multiple of .* patch size 8 px; use 32 or 40$"):
+        vitscope.load_model("tiny-vit", image_size=36)
+
+
+def test_where_preprocessing_came_from_does_not_change_the_model_digest():
+    """The label is not a setting: the feature cache and resume keep their keys whatever it says."""
+    from dataclasses import replace
+
+    from vitscope.features.fingerprint import model_fingerprint
+
+    a, b = vitscope.load_model("tiny-vit"), vitscope.load_model("tiny-vit")
+    b.spec = replace(b.spec, preprocessing="given to vitscope.wrap")
+    assert model_fingerprint(a) == model_fingerprint(b)
+    b.spec = replace(b.spec, image_size=(32, 32), grid=(4, 4))
+    assert model_fingerprint(a) != model_fingerprint(b)

@@ -23,7 +23,7 @@ from vitscope.errors import VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
 __all__ = ["ANALYSES", "GROUPS", "default_analyses", "expand_group", "get_analysis", "register_analysis",
-           "unknown_analysis"]
+           "not_run_text", "skipped_defaults", "unknown_analysis", "why_skipped"]
 
 _ANALYSES: dict[str, type[Analysis]] = {}
 _GROUPS: dict[str, tuple[str, ...]] = {}
@@ -103,8 +103,8 @@ def get_analysis(name: str, **kwargs: Any) -> Analysis:
     return cls(**kwargs)
 
 
-def why_cannot_run(analysis: Analysis, spec: ModelSpec, targets: Collection[str]) -> str | None:
-    """One-line reason ``analysis`` cannot run on ``spec`` with data giving ``targets`` (None when it can)."""
+def _model_obstacle(analysis: Analysis, spec: ModelSpec) -> str | None:
+    """Why ``analysis`` cannot run on the model ``spec`` (None when it can)."""
     reason = analysis.why_unsupported(spec)
     if reason:
         return reason
@@ -112,6 +112,14 @@ def why_cannot_run(analysis: Analysis, spec: ModelSpec, targets: Collection[str]
         kind = "a CNN and has no attention" if analysis.needs_attention and not spec.is_transformer else \
             "missing hooks it needs"
         return f"analysis '{analysis.name}' cannot run on {spec.name}: the model is {kind}"
+    return None
+
+
+def why_cannot_run(analysis: Analysis, spec: ModelSpec, targets: Collection[str]) -> str | None:
+    """One-line reason ``analysis`` cannot run on ``spec`` with data giving ``targets`` (None when it can)."""
+    reason = _model_obstacle(analysis, spec)
+    if reason:
+        return reason
     missing = sorted(set(analysis.required_targets) - set(targets))
     if missing:
         return (f"analysis '{analysis.name}' needs ground truth {', '.join(missing)}, which this data does not "
@@ -135,6 +143,38 @@ def expand_group(group: str, spec: ModelSpec, targets: Collection[str] | None = 
         raise VitscopeValueError(f"no analysis of the '{group}' group can run: "
                                  f"{why_cannot_run(members[0], spec, targets)}")
     return chosen
+
+
+#: what each kind of ground truth is called in the list of analyses not run
+_TARGET_WORDS = {"label": "image labels", "masks": "object masks", "instance_labels": "labels of its masks"}
+
+
+def why_skipped(analysis: Analysis, spec: ModelSpec, targets: Collection[str]) -> str | None:
+    """The short reason a run lists ``analysis`` as not run (``"the data has no object masks"``), None when it can
+    run: :func:`why_cannot_run` without the analysis's name and the advice."""
+    reason = _model_obstacle(analysis, spec)
+    if reason:
+        return reason.removeprefix(f"analysis '{analysis.name}' ")
+    missing = sorted(set(analysis.required_targets) - set(targets))
+    if missing:
+        return "the data has no " + " and no ".join(_TARGET_WORDS.get(m, m) for m in missing)
+    return None
+
+
+def skipped_defaults(spec: ModelSpec, targets: Collection[str] | None = None) -> dict[str, str]:
+    """Default analyses that cannot run on ``spec`` and the data: name -> short reason (:func:`why_skipped`), in
+    registration order; :func:`default_analyses` runs the others."""
+    have = frozenset(targets or ())
+    reasons = {name: why_skipped(cls(), spec, have) for name, cls in _ANALYSES.items() if getattr(cls, "default", True)}
+    return {name: reason for name, reason in reasons.items() if reason is not None}
+
+
+def not_run_text(not_run: Mapping[str, str]) -> str:
+    """``{"clustering": why, "knn_probe": why}`` -> ``clustering, knn_probe (why)``: one line, grouped by reason."""
+    by_reason: dict[str, list[str]] = {}
+    for name, reason in not_run.items():
+        by_reason.setdefault(reason, []).append(name)
+    return "; ".join(f"{', '.join(names)} ({reason})" for reason, names in by_reason.items())
 
 
 def default_analyses(spec: ModelSpec, targets: Collection[str] | None = None) -> list[Analysis]:

@@ -36,5 +36,5 @@ def analyze(options: Mapping[str, Any], progress: bool | None = None,
                      resume=options.get("resume", True),
                      checkpoint_seconds=float(options.get("checkpoint_seconds", 60.0)), progress=me.progress,
                      log=me.log, config=options, distributed=me.distributed,
-                     figure_files=bool(options.get("figure_files")))
+                     figure_files=bool(options.get("figure_files")), image_size=options.get("image_size"))
     return out / "results.json" if me.main else None

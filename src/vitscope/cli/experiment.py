@@ -6,8 +6,9 @@ from pathlib import Path
 
 import typer
 
+from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors
-from vitscope.cli.help_text import FIGURE_FILES_HELP
+from vitscope.cli.help_text import FIGURE_FILES_HELP, IMAGE_SIZE_HELP
 
 experiment_app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                              help="Experiments: guided MAE pretraining, robustness of several classifiers.")
@@ -55,13 +56,15 @@ def robustness(
     batch_size: int = typer.Option(32, "--batch-size", "-b", min=1),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),
     figure_files: bool = typer.Option(False, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
+    image_size: int | None = typer.Option(None, "--image-size", min=1, help=IMAGE_SIZE_HELP),
 ) -> None:
     """Foreground/background-only accuracy and Fourier filtering sweeps, every model in one figure (paper 001 s. 5)."""
     from vitscope.experiments.robustness import run_robustness
 
     names = [m.strip() for m in models.split(",") if m.strip()]
     doc = run_robustness(names, data, out, batch_size=batch_size, device=device, limit=limit, region=region,
-                         figure_files=figure_files)
+                         figure_files=figure_files, image_size=image_size, log=lambda s: typer.echo(s, err=True))
+    echo_choices(doc)
     analyses = doc["analyses"]
     for model, freq in analyses["frequency_filtering"]["summary"].items():
         line = f"{model}: full {freq['full_accuracy']:.3f}"

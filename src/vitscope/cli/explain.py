@@ -6,7 +6,9 @@ from pathlib import Path
 
 import typer
 
+from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors
+from vitscope.cli.help_text import IMAGE_SIZE_HELP
 from vitscope.errors import VitscopeFileNotFoundError
 
 __all__ = ["explain_pair"]
@@ -23,6 +25,7 @@ def explain_pair(
     rollout: bool = typer.Option(True, "--rollout/--no-rollout", help="Redistribute with attention rollout."),
     transpose: bool = typer.Option(False, "--transpose", help="Use R^T (preserves the sum) instead of R."),
     fmt: str = typer.Option("npy", "--format", help="Raw maps as npy or csv."),
+    image_size: int | None = typer.Option(None, "--image-size", min=1, help=IMAGE_SIZE_HELP),
 ) -> None:
     """Paired similarity maps of two images: overlays, raw maps, score and results.json."""
     from vitscope.explain.pair_report import write_pair_report
@@ -30,7 +33,9 @@ def explain_pair(
     for p in (image_a, image_b):
         if not p.is_file():
             raise VitscopeFileNotFoundError(f"image {p} not found")
-    doc = write_pair_report(model, image_a, image_b, out, projection, pooling, rollout, transpose, fmt)
+    doc = write_pair_report(model, image_a, image_b, out, projection, pooling, rollout, transpose, fmt,
+                            image_size=image_size)
+    echo_choices(doc)
     s = doc["analyses"]["paired_similarity"]["summary"]
     typer.echo(f"similarity {s['score']:.4f} ({doc['config']['pooling']} pooling, projection "
                f"{doc['config']['projection']}, map grid {s['grid'][0]}x{s['grid'][1]}) -> {out / 'results.json'}")

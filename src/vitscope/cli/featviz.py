@@ -7,8 +7,9 @@ from pathlib import Path
 
 import typer
 
+from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors
-from vitscope.cli.help_text import FIGURE_FILES_HELP
+from vitscope.cli.help_text import FIGURE_FILES_HELP, IMAGE_SIZE_HELP
 
 __all__ = ["featviz"]
 
@@ -37,6 +38,7 @@ def featviz(
                                             "--data)."),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),
     figure_files: bool = typer.Option(False, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
+    image_size: int | None = typer.Option(None, "--image-size", min=1, help=IMAGE_SIZE_HELP),
 ) -> None:
     """Optimise images that maximise units; with --data, their top images and activation maps.
 
@@ -51,9 +53,11 @@ def featviz(
     options = FeatvizOptions(model=model, out=out, units=list(unit), grid=grid, steps=steps, seed=seed,
                              lambda_tv=lambda_tv, noise=noise, color_shift=color_shift, data=data, top_k=top_k,
                              limit=limit, token_mixing=token_mixing,
-                             spatial_information=spatial_information, device=device, figure_files=figure_files)
+                             spatial_information=spatial_information, device=device, figure_files=figure_files,
+                             image_size=image_size)
     path = run_featviz(options, log=lambda s: typer.echo(s, err=True))
     doc = json.loads(path.read_text())
+    echo_choices(doc)
     units = doc["analyses"]["featviz"]["summary"]["units"]
     for name, u in units.items():
         best = f", best dataset image {u['best_dataset_score']:.3f}" if "best_dataset_score" in u else ""

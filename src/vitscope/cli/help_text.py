@@ -14,6 +14,11 @@ CONFIG_HELP = "YAML file of options (keys as the long options); command-line opt
 #: ``--resume`` of every command whose pass keeps resumable state
 RESUME_HELP = "Continue from the state saved by an interrupted run of the same command (default: on)."
 
+#: ``--image-size`` of every command that loads a model
+IMAGE_SIZE_HELP = ("Input side in pixels (a multiple of the patch size): the resize, centre crop and token grid "
+                   "follow, position embeddings are interpolated [the model's preprocessing: an alias's paper "
+                   "settings, else its preprocessor_config.json, else its family's defaults at config.json's size].")
+
 #: group -> (member, what it measures, needs), in the order ``--help`` shows them; members of several groups
 #: appear under their first
 ANALYSES_BY_GROUP: dict[str, list[tuple[str, str, str]]] = {
@@ -53,7 +58,8 @@ def analyses_epilog() -> str:
     """The list of analyses and groups for ``analyze --help`` (each paragraph starts with click's \\b, which
     keeps its lines as written)."""
     paragraphs = ["\b\nAnalyses (--analyses NAME,GROUP,...). Without --analyses, every analysis runs that the\n"
-                  "model and the data support; the masking ones are opt-in: they run only when named.\n"
+                  "model and the data support (the others are listed with the reason); the masking ones are\n"
+                  "opt-in: they run only when named.\n"
                   "Their parameters (-p NAME.KEY=VALUE), with defaults and meaning: --params-of NAME."]
     for group, members in ANALYSES_BY_GROUP.items():
         lines = ["\b", f"{group} group:" if group else "not in a group:"]

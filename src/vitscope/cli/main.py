@@ -8,11 +8,12 @@ from pathlib import Path
 
 import typer
 
+from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors, one_line_warnings
 from vitscope.cli.experiment import experiment_app
 from vitscope.cli.explain import explain_pair
 from vitscope.cli.featviz import featviz as featviz_command
-from vitscope.cli.help_text import CONFIG_HELP, FIGURE_FILES_HELP, RESUME_HELP, analyses_epilog
+from vitscope.cli.help_text import CONFIG_HELP, FIGURE_FILES_HELP, IMAGE_SIZE_HELP, RESUME_HELP, analyses_epilog
 from vitscope.cli.probe import probe as probe_command
 from vitscope.cli.resolve import resolve_or_exit
 from vitscope.cli.zoo import zoo_app
@@ -123,6 +124,7 @@ def analyze(
     checkpoint_seconds: float | None = typer.Option(None, "--checkpoint-seconds", min=0,
                                                     help="Least seconds between state saves [60]."),
     figure_files: bool | None = typer.Option(None, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
+    image_size: int | None = typer.Option(None, "--image-size", min=1, help=IMAGE_SIZE_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
     params_of: str | None = typer.Option(None, "--params-of", metavar="NAME", is_eager=True, callback=_params_of,
                                          help="Print the parameters of analysis NAME (defaults and meaning) and "
@@ -134,12 +136,13 @@ def analyze(
 
     given = {"model": model, "data": data, "out": out, "analyses": analyses, "params": param or None, "limit": limit,
              "batch_size": batch_size, "device": device, "dtype": dtype, "strict": strict, "resume": resume,
-             "checkpoint_seconds": checkpoint_seconds, "figure_files": figure_files}
+             "checkpoint_seconds": checkpoint_seconds, "figure_files": figure_files, "image_size": image_size}
     options = _resolve(ANALYZE_OPTIONS, given, config)
     path = run_analyze(options, log=_stderr)
     if path is None:  # a rank other than 0 of a torchrun launch: rank 0 writes and reports
         return
     doc = json.loads(path.read_text())
+    echo_choices(doc)
     typer.echo(f"{doc['num_images']} images, {len(doc['analyses'])} analyses -> {path}")
     typer.echo(f"report: {path.parent / 'report.html'}")
     if doc["skipped"]:
@@ -172,6 +175,7 @@ def compare(
     checkpoint_seconds: float | None = typer.Option(None, "--checkpoint-seconds", min=0,
                                                     help="Least seconds between state saves [60]."),
     figure_files: bool | None = typer.Option(None, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
+    image_size: int | None = typer.Option(None, "--image-size", min=1, help=IMAGE_SIZE_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
 ) -> None:
     """Compare models per block on shared axes (paper 002): one pass per model; figures, tables, report.html."""
@@ -180,11 +184,13 @@ def compare(
 
     given = {"models": models, "data": data, "out": out, "analyses": analyses, "params": param or None,
              "limit": limit, "batch_size": batch_size, "device": device, "dtype": dtype, "strict": strict,
-             "resume": resume, "checkpoint_seconds": checkpoint_seconds, "figure_files": figure_files}
+             "resume": resume, "checkpoint_seconds": checkpoint_seconds, "figure_files": figure_files,
+             "image_size": image_size}
     path = run_compare_command(_resolve(COMPARE_OPTIONS, given, config), log=_stderr)
     if path is None:  # a rank other than 0 of a torchrun launch
         return
     doc = json.loads(path.read_text())
+    echo_choices(doc)
     typer.echo(f"{len(doc['models'])} models, {doc['num_images']} images -> {path}")
     typer.echo(f"report: {path.parent / 'report.html'}")
 

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import typer
 
+from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors
-from vitscope.cli.help_text import CONFIG_HELP, FIGURE_FILES_HELP
+from vitscope.cli.help_text import CONFIG_HELP, FIGURE_FILES_HELP, IMAGE_SIZE_HELP
 from vitscope.cli.resolve import resolve_or_exit
 
 __all__ = ["check_blocks", "probe"]
@@ -72,6 +73,7 @@ def probe(
                                           "official evaluation: predictions on them count) or ignore (masked out of "
                                           "both masks) [background]."),
     figure_files: bool | None = typer.Option(None, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
+    image_size: int | None = typer.Option(None, "--image-size", min=1, help=IMAGE_SIZE_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
 ) -> None:
     """Per-block probes (retrieval, DAVIS, SPair keypoints, k-NN / linear, clustering) with random chance.
@@ -93,7 +95,7 @@ def probe(
              "tiling": tiling, "blocks": blocks, "site": site, "limit": limit, "batch_size": batch_size,
              "device": device, "dtype": dtype, "strict": strict, "resume": resume,
              "checkpoint_seconds": checkpoint_seconds, "seed": seed, "cache": cache, "davis_void": davis_void,
-             "figure_files": figure_files}
+             "figure_files": figure_files, "image_size": image_size}
     options = resolve_or_exit(PROBE_OPTIONS, given, config)
     if options["tiling"] != 0 and not options["tiling"] >= 1:
         raise typer.BadParameter(f"--tiling must be 0 (off) or a scale >= 1, got {options['tiling']:g}")
@@ -107,6 +109,7 @@ def probe(
     if path is None:
         return
     doc = json.loads(path.read_text())
+    echo_choices(doc)
     if "davis" in doc and not doc["davis"]["scored"]:
         typer.echo(f"davis: {doc['davis']['frames']} propagated masks -> {path.parent / 'predictions'}")
     for row in doc.get("best_blocks", {}).get("rows", []):

@@ -16,10 +16,11 @@ from typing import Any
 from vitscope.analyses.attention.base import has_cls_token
 from vitscope.analyses.base import Analysis
 from vitscope.analyses.params import build_analyses
+from vitscope.analyses.registry import ANALYSES, why_skipped
 from vitscope.compare.pooled import PooledFeatures
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["COMPARED", "compare_analyses", "default_selection"]
+__all__ = ["COMPARED", "compare_analyses", "compare_not_run", "default_selection"]
 
 #: analyses whose results the comparison itself shows (curves, attention-map explorers)
 COMPARED = ("pooled_features", "attention_distance", "saliency_iou", "cls_attention_maps", "spatial_average_maps")
@@ -54,3 +55,12 @@ def compare_analyses(spec: ModelSpec, targets: Collection[str], selection: Seque
     skipped: dict[str, str] = {}
     chosen = build_analyses(names, spec, targets, params, skipped=skipped)
     return [PooledFeatures(), *chosen], skipped
+
+
+def compare_not_run(spec: ModelSpec, targets: Collection[str]) -> dict[str, str]:
+    """The attention measurements of a default comparison that ``spec`` or the data cannot give: name -> reason (a
+    CNN has no attention; saliency IoU needs masks)."""
+    wanted = ["attention_distance", "cls_attention_maps" if has_cls_token(spec) else "spatial_average_maps",
+              "saliency_iou"]
+    reasons = {name: why_skipped(ANALYSES[name](), spec, frozenset(targets)) for name in wanted}
+    return {name: reason for name, reason in reasons.items() if reason is not None}

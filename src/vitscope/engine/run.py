@@ -287,13 +287,13 @@ def run(
     with progress_bar(progress) as bar, torch.inference_mode(), backbone.record(hooks) as rec, \
             interrupt_guard(checkpoint is not None) as guard:
         part = shard_range(total, shard.rank, shard.world)  # what this process reads
-        task = bar.add_task(f"{backbone.spec.name}", total=len(part), completed=max(start - part.start, 0))
+        task = bar.add_task(f"{backbone.spec.name}", total=len(part), completed=max(start - part.start, 0),
+                            unit="images")
         current = _Pass(backbone, rec, dev, autocast, union_plan([a.shared_quantities(backbone.spec)
                                                                  for a in analyses]), workspace, view,
                         plan)
         for end, loaded in iter_batches(source, batch_size, limit, start, strict, log, regions, preprocess,
                                         (shard.rank, shard.world), transforms):
-            bar.update(task, completed=end - part.start)
             if loaded is not None:
                 for record, batch in current.batches(loaded):
                     for a in analyses:
@@ -303,6 +303,7 @@ def run(
                 rec.clear()
             if checkpoint is not None:
                 checkpoint.after_batch(analyses, end, seen, log.skipped, guard.requested)
+            bar.update(task, completed=end - part.start)  # after the batch: rate and time left count work done
     if checkpoint is not None and start < total:
         checkpoint.save(analyses, total, seen, log.skipped)  # a finished pass is kept
     workspace.release()

@@ -41,11 +41,17 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 
 
 def progress_bar(enabled: bool | None):
-    """A rich progress bar on stderr (shown when stderr is a terminal unless ``enabled`` says otherwise)."""
+    """A rich progress bar on stderr; by default (``enabled`` None) shown when stderr is a terminal, else plain
+    lines every ``VITSCOPE_PROGRESS_SECONDS`` seconds (:class:`~vitscope.engine.plain_progress.PlainProgress`);
+    ``enabled=False``: nothing."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     console = Console(stderr=True)
+    if enabled is None and not console.is_terminal:
+        from vitscope.engine.plain_progress import PlainProgress
+
+        return PlainProgress()
     show = console.is_terminal if enabled is None else enabled
     progress = Progress(TextColumn("[bold]vitscope[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeRemainingColumn(), console=console, disable=not show, transient=False)

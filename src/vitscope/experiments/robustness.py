@@ -9,7 +9,7 @@ a head); the data must give labels in the models' label space (and object masks 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,8 @@ class ModelsResult(Result):
 
 def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size: int = 32,
                    device: str | None = None, limit: int | None = None, region: str = "box",
-                   progress: bool | None = None, figure_files: bool = False) -> dict[str, Any]:
+                   progress: bool | None = None, figure_files: bool = False, image_size: int | None = None,
+                   log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run the robustness analyses on every model; write ``results.json``, tables, combined figures, report.html.
 
     Args:
@@ -52,15 +53,19 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
         region: foreground region, ``"box"`` or ``"mask"``.
         progress: progress bars.
         figure_files: also write the figures as PNG and SVG (the report draws them in the browser).
+        image_size: run every model at this input side (None: each model's own preprocessing).
+        log: receives one-line messages (each model's input, foreground masking left out without masks).
 
     Returns:
         The ``results.json`` document.
     """
     from vitscope.analyses.masking.foreground import ForegroundMasking
     from vitscope.analyses.masking.frequency import FrequencyFiltering
+    from vitscope.analyses.registry import not_run_text, why_skipped
     from vitscope.data.open import as_source
     from vitscope.engine.provenance import model_identity
     from vitscope.engine.run import run
+    from vitscope.models.input_size import describe_input
     from vitscope.models.load import load_model
     from vitscope.outputs import RunResult, prepare_output, write_run
     from vitscope.viz.masking_charts import foreground_chart, frequency_chart
@@ -71,10 +76,17 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
     source = as_source(data)
     with_masks = "masks" in source.target_keys()
     per_model: dict[str, dict[str, Result]] = {}
-    identities, described = [], {}
+    identities, described, not_run = [], {}, {}
     for name in models:
-        backbone = load_model(name)
+        backbone = load_model(name, image_size=image_size)
         identities.append(model_identity(name, backbone))
+        if log:
+            log(describe_input(backbone.spec))
+        if not with_masks and not not_run:
+            not_run["foreground_masking"] = why_skipped(ForegroundMasking(region=region), backbone.spec,
+                                                        source.target_keys()) or "the data has no object masks"
+            if log:
+                log(f"not run: {not_run_text(not_run)}")
         analyses = [FrequencyFiltering()]
         if with_masks:
             analyses.insert(0, ForegroundMasking(region=region))
@@ -112,9 +124,10 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
         "frequency_filtering", curves, "Frequency filtering", "Accuracy of every model against the cut-off radius "
         "of low-pass (solid) and high-pass (dashed) filters; thin lines: unfiltered accuracy.", "paper 001, section 5",
         chart=frequency_chart(accuracy, first.meta["fractions"], full)))
-    config = {"models": list(models), "data": data, "region": region, "limit": limit}
+    config = {"models": list(models), "data": data, "region": region, "limit": limit, "image_size": image_size}
     path = write_run(out, RunResult("experiment robustness", title=f"vitscope experiment robustness: "
                                     f"{', '.join(models)}", config=config, results=results, models=identities,
-                                    data=described, extra={"experiment": "robustness"}), progress=progress,
+                                    data=described, extra={"experiment": "robustness"},
+                                    skipped_analyses=not_run), progress=progress,
                      figure_files=figure_files)
     return json.loads(path.read_text())

@@ -40,8 +40,9 @@ def default_pooling(backbone: Any) -> str:
 
 def write_pair_report(model: str, path_a: str | os.PathLike, path_b: str | os.PathLike, out: str | os.PathLike,
                       projection: str = "auto", pooling: str = "auto", rollout: bool = True, transpose: bool = False,
-                      fmt: str = "npy") -> dict[str, Any]:
-    """Explain the similarity of two image files with ``model`` and write the report into ``out``.
+                      fmt: str = "npy", image_size: int | None = None) -> dict[str, Any]:
+    """Explain the similarity of two image files with ``model`` (at ``image_size`` when given, else its own
+    preprocessing's size) and write the report into ``out``.
 
     Returns:
         The ``results.json`` document.
@@ -61,7 +62,7 @@ def write_pair_report(model: str, path_a: str | os.PathLike, path_b: str | os.Pa
     if projection not in ("auto", "head", "none"):
         raise VitscopeValueError(f"--projection must be auto, head or none, got '{projection}'")
     out = prepare_output(out)
-    backbone = load_model(model)
+    backbone = load_model(model, image_size=image_size)
     proj = default_projection(model, backbone) if projection == "auto" else (None if projection == "none" else "head")
     pool = default_pooling(backbone) if pooling == "auto" else pooling
     ps = PairedSimilarity(backbone, pooling=pool, projection=proj, rollout=rollout, transpose=transpose)
@@ -106,7 +107,7 @@ def write_pair_report(model: str, path_a: str | os.PathLike, path_b: str | os.Pa
                         intro="Why the two images are similar to the model: the cosine similarity of their pooled "
                               "embeddings decomposed over each image's tokens and redistributed over its patches.")
     config = {"command": "explain-pair", "model": model, "projection": proj or "none", "pooling": pool,
-              "rollout": ps.use_rollout, "transpose": transpose, "format": fmt}
+              "rollout": ps.use_rollout, "transpose": transpose, "format": fmt, "image_size": image_size}
     path = write_run(out, RunResult(
         "explain-pair", title=f"vitscope explain-pair: {model}", config=config, results={"paired_similarity": result},
         models=[model_identity(model, backbone)],

@@ -41,8 +41,9 @@ def model_fingerprint(backbone: Backbone) -> str:
     """Digest of the wrapped model's class, its ModelSpec and every parameter and buffer (names and bytes).
 
     Hashing reads each tensor once (about 1 GB/s); two models with equal weights and spec share a digest
-    whatever their device. The digest is remembered per module until a tensor is replaced or modified in
-    place (torch's version counters), so repeated extractions (one per DAVIS sequence) hash once.
+    whatever their device and whatever ``spec.preprocessing`` says of where the settings came from. The digest
+    is remembered per module until a tensor is replaced or modified in place (torch's version counters), so
+    repeated extractions (one per DAVIS sequence) hash once.
     """
     versions = _versions(backbone)
     memo = _MEMO.get(backbone.model)
@@ -50,7 +51,8 @@ def model_fingerprint(backbone: Backbone) -> str:
         return memo[1]
     h = hashlib.sha256()
     h.update(type(backbone.model).__qualname__.encode())
-    h.update(json.dumps(backbone.spec.to_dict(), sort_keys=True, default=str).encode())
+    spec = {k: v for k, v in backbone.spec.to_dict().items() if k != "preprocessing"}  # a label, not a setting
+    h.update(json.dumps(spec, sort_keys=True, default=str).encode())
     for name, tensor in sorted(backbone.model.state_dict().items()):
         t = tensor.detach().cpu().contiguous().reshape(-1)
         h.update(f"{name}|{t.dtype}|{tuple(tensor.shape)}".encode())

@@ -48,6 +48,7 @@ class FeatvizOptions:
     device: str | None = None
     chunk: int = 16
     figure_files: bool = False
+    image_size: int | None = None  # None: the model's own preprocessing
 
 
 def grid_units(spec, per_block: int, seed: int = 0) -> list[Objective]:
@@ -193,6 +194,7 @@ def run_featviz(options: FeatvizOptions, log: Callable[[str], None] = lambda s: 
     from vitscope.engine.provenance import model_identity
     from vitscope.engine.run import resolve_device
     from vitscope.featviz.report_section import featviz_sections
+    from vitscope.models.input_size import describe_input
     from vitscope.models.load import load_model
     from vitscope.outputs import RunResult, prepare_output, write_run
     from vitscope.viz.featviz_figures import unit_grid_figure
@@ -201,7 +203,8 @@ def run_featviz(options: FeatvizOptions, log: Callable[[str], None] = lambda s: 
     if not options.units and options.grid <= 0:
         raise VitscopeValueError("give at least one --unit (e.g. blocks.5.mlp.post:31) or --grid N")
     objectives = [parse_objective(u) for u in options.units]
-    backbone = load_model(options.model)
+    backbone = load_model(options.model, image_size=options.image_size)
+    log(describe_input(backbone.spec))
     device = resolve_device(options.device)
     backbone.to(device).eval()
     if options.grid > 0:
@@ -258,7 +261,8 @@ def run_featviz(options: FeatvizOptions, log: Callable[[str], None] = lambda s: 
                             tables={"history": _history(result)}, figures=figures)
     results = {"featviz": featviz, **results}
     config = {"command": "featviz", "model": options.model, "units": [o.name for o in objectives],
-              "device": str(device), **_jsonable(cfg.to_dict()), "top_k": options.top_k, "limit": options.limit}
+              "device": str(device), **_jsonable(cfg.to_dict()), "top_k": options.top_k, "limit": options.limit,
+              "image_size": options.image_size}
     run = RunResult("featviz", title=f"vitscope featviz: {options.model}", subtitle="feature visualisation (paper 001)",
                     config=config, results=results, models=[model_identity(options.model, backbone)], data=data_doc,
                     sections=featviz_sections(results), own_sections={"featviz", "token_mixing", "spatial_information"},

@@ -42,6 +42,16 @@ class Backbone(ABC):
     @abstractmethod
     def forward(self, pixels: torch.Tensor, **kwargs: Any) -> Any: ...
 
+    @property
+    def resizable_input(self) -> bool:
+        """Whether the model runs at input sizes other than the one it was built for (position embeddings
+        interpolated; a CNN runs at any size)."""
+        return not self.spec.is_transformer
+
+    def grid_at(self, image_size: tuple[int, int]) -> tuple[int, int]:
+        """The token grid (CNN: final feature map) of an ``image_size`` input."""
+        return self.spec.grid_for(*image_size)
+
     def preprocess(self, images: Sequence[Any]) -> torch.Tensor:
         """PIL images (or HxWx3 uint8 arrays) -> ``[B, 3, H, W]`` float32 in the model's normalisation."""
         return preprocess_images(images, self.spec)

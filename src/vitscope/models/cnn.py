@@ -46,6 +46,9 @@ class CNNBackbone(Backbone):
         super().__init__(model, spec)
         self.layout = layout
 
+    def grid_at(self, image_size: tuple[int, int]) -> tuple[int, int]:
+        return final_map_shape(self.layout, image_size)[1:]
+
     def forward(self, pixels: torch.Tensor, **kwargs: Any) -> Any:
         return self.layout.call(pixels, **kwargs)
 
@@ -85,9 +88,8 @@ class CNNBackbone(Backbone):
         return handles
 
 
-def cnn_spec(name: str, family: str, model_call: Callable[[torch.Tensor], Any], layout: CNNLayout,
-             image_size: tuple[int, int], has_head: bool, **preprocess: Any) -> ModelSpec:
-    """Measure channels, grid and stride with one dummy forward of the stem and stages."""
+def final_map_shape(layout: CNNLayout, image_size: tuple[int, int]) -> tuple[int, int, int]:
+    """``(channels, h, w)`` of the last stage's map for an ``image_size`` input (one dummy forward)."""
     with torch.no_grad():
         param = next(iter(layout.stem.parameters()))
         x = torch.zeros(1, 3, *image_size, dtype=param.dtype, device=param.device)
@@ -96,6 +98,13 @@ def cnn_spec(name: str, family: str, model_call: Callable[[torch.Tensor], Any], 
             out = stage(x)
             x = out[0] if isinstance(out, tuple) else out
     c, h, w = x.shape[1:]
+    return int(c), int(h), int(w)
+
+
+def cnn_spec(name: str, family: str, model_call: Callable[[torch.Tensor], Any], layout: CNNLayout,
+             image_size: tuple[int, int], has_head: bool, **preprocess: Any) -> ModelSpec:
+    """Measure channels, grid and stride with one dummy forward of the stem and stages."""
+    c, h, w = final_map_shape(layout, image_size)
     return ModelSpec(name=name, family=family, kind="cnn", num_blocks=len(layout.stages), num_heads=0,
                      embed_dim=int(c), mlp_dim=0, patch_size=image_size[0] // h, grid=(int(h), int(w)),
                      num_prefix_tokens=0, prefix_kinds=(), image_size=image_size, has_head=has_head, **preprocess)

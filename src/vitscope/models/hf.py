@@ -28,6 +28,10 @@ def _accepts(fn: Any, arg: str) -> bool:
     return arg in inspect.signature(fn).parameters
 
 
+def _passes_kwargs(fn: Any) -> bool:
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
+
+
 class HFViTBackbone(Backbone):
     """Wraps a transformers ViT-family model without changing it.
 
@@ -47,16 +51,26 @@ class HFViTBackbone(Backbone):
         self.family = get_family(spec.family)
         self.head_after_final_norm = self.family.head_after_final_norm
         self.last_input_hw = spec.image_size  # of the last embed() (blocks of some families need it)
+        size = getattr(getattr(model.config, "vision_config", model.config), "image_size", None) or spec.image_size
+        #: the input size the position embeddings were made for (other sizes interpolate them)
+        self.native_image_size = (size, size) if isinstance(size, int) else tuple(size)
+
+    @property
+    def resizable_input(self) -> bool:
+        return True  # every supported family interpolates its position embeddings (tested per family)
 
     # -- running --------------------------------------------------------------------------
     def _size_kwargs(self, fn: Any, pixels: torch.Tensor) -> dict[str, Any]:
         kw: dict[str, Any] = {}
-        if tuple(pixels.shape[-2:]) != tuple(self.spec.image_size) and _accepts(fn, "interpolate_pos_encoding"):
+        if tuple(pixels.shape[-2:]) != self.native_image_size and _accepts(fn, "interpolate_pos_encoding"):
             kw["interpolate_pos_encoding"] = True
         return kw | self.family.forward_kwargs(self, fn, pixels)
 
     def forward(self, pixels: torch.Tensor, **kwargs: Any) -> Any:
-        call = {**self._size_kwargs(self.model.forward, pixels), **kwargs}
+        fn = self.model.forward
+        if self.base is not self.model and _passes_kwargs(fn):
+            fn = self.base.forward  # a classifier handing its keyword arguments to its vision model (CLIP)
+        call = {**self._size_kwargs(fn, pixels), **kwargs}
         return self.model(pixel_values=pixels, **call)
 
     # -- staged execution -------------------------------------------------------------------

@@ -13,6 +13,10 @@ from vitscope.models.families import get_family
 from vitscope.models.family import family_of
 from vitscope.models.spec import ModelSpec
 
+#: where a Hugging Face model's preprocessing came from (``ModelSpec.preprocessing``)
+CHECKPOINT_PROCESSOR = "checkpoint processor (preprocessor_config.json)"
+FAMILY_DEFAULT = "family default (no preprocessor_config.json; input size from config.json)"
+
 _PIL_RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 
 
@@ -28,12 +32,15 @@ def _pair(x: Any) -> tuple[int, int]:
 
 
 def read_preprocessing(preprocessor: dict[str, Any] | None, family: str, image_size: tuple[int, int]) -> dict[str, Any]:
-    """Mean, std, resize size, crop size and interpolation from a ``preprocessor_config.json`` dict."""
+    """Mean, std, resize size, crop size and interpolation from a ``preprocessor_config.json`` dict, and where
+    they come from (``preprocessing``: :data:`CHECKPOINT_PROCESSOR` or :data:`FAMILY_DEFAULT`)."""
     out = dict(get_family(family).preprocessing)  # the family's defaults, when the checkpoint says nothing
     out["image_size"] = image_size
     out["resize_size"] = max(image_size)
     if not preprocessor:
+        out["preprocessing"] = FAMILY_DEFAULT
         return out
+    out["preprocessing"] = CHECKPOINT_PROCESSOR
     if "image_mean" in preprocessor:
         out["mean"] = tuple(float(v) for v in preprocessor["image_mean"])
         out["std"] = tuple(float(v) for v in preprocessor["image_std"])
@@ -89,4 +96,5 @@ def transformer_spec(name: str, model: nn.Module, config: Any, preprocessing: di
         prefix_kinds=prefix, image_size=image_size, mean=preprocessing["mean"], std=preprocessing["std"],
         has_head=hasattr(model, "classifier") or hasattr(model, "cls_classifier"),
         resize_size=preprocessing["resize_size"], interpolation=preprocessing["interpolation"],
+        preprocessing=preprocessing.get("preprocessing", FAMILY_DEFAULT),
     )

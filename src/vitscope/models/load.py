@@ -14,19 +14,31 @@ class UnknownModelError(ModelLoadError):
     """A name that is not registered, not a hub id (``hf:...``) and not a directory."""
 
 
-def load_model(name: str, device: str | None = None) -> Backbone:
+def load_model(name: str, device: str | None = None, image_size: int | tuple[int, int] | None = None) -> Backbone:
     """Load a model by name and return its Backbone (in eval mode).
+
+    Its preprocessing comes from the checkpoint's ``preprocessor_config.json``, else the family's defaults at the
+    size in ``config.json``; a registered alias sets the paper's settings instead. ``backbone.spec.preprocessing``
+    says which.
 
     Args:
         name: a registered name (``vitscope models``), ``hf:<hub id or local dir>``, a local
             ``save_pretrained`` directory, or a vitscope checkpoint directory (``vitscope.json``).
         device: optional device to move the model to.
+        image_size: run the model on ``image_size x image_size`` (or ``(H, W)``) inputs instead: the resize, the
+            crop and the token grid follow, position embeddings are interpolated
+            (:func:`vitscope.models.input_size.with_image_size`).
 
     Raises:
         UnknownModelError: the name is unknown; the message suggests the closest names.
         ModelLoadError: the model exists but cannot be loaded (offline, broken directory...).
+        VitscopeValueError: ``image_size`` does not suit the model (not a multiple of its patch size...).
     """
     backbone = _load(name)
+    if image_size is not None:
+        from vitscope.models.input_size import with_image_size
+
+        backbone = with_image_size(backbone, image_size)
     backbone.eval()
     return backbone.to(device) if device else backbone
 
@@ -39,7 +51,9 @@ def _load(name: str) -> Backbone:
             return entry.builder()
         from vitscope.models.hf_load import load_hf
 
-        return load_hf(entry.hub_id, name=name, overrides=entry.preprocessing)
+        overrides = {**entry.preprocessing, "preprocessing": f"alias {name} (the settings of its paper)"} \
+            if entry.preprocessing else None
+        return load_hf(entry.hub_id, name=name, overrides=overrides)
     if name.startswith("hf:"):
         from vitscope.models.hf_load import load_hf
 

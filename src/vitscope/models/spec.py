@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from vitscope.errors import VitscopeValueError
 
@@ -30,6 +32,8 @@ class ModelSpec:
         has_head: whether ``Backbone.head`` exists (a classifier).
         resize_size: short side the image is resized to before the centre crop.
         interpolation: PIL resampling used for the resize (``"bicubic"``, ``"bilinear"``, ...).
+        preprocessing: where mean, std, resize and crop come from (the checkpoint's processor, the family's
+            defaults, a registered alias, the user's image size...), shown in a run's output and report.
     """
 
     name: str
@@ -49,6 +53,7 @@ class ModelSpec:
     has_head: bool = False
     resize_size: int | None = None
     interpolation: str = "bicubic"
+    preprocessing: str = "ImageNet statistics (ModelSpec defaults)"
 
     def __post_init__(self) -> None:
         if len(self.prefix_kinds) != self.num_prefix_tokens:
@@ -74,3 +79,18 @@ class ModelSpec:
         """JSON-friendly description (for results.json and ``vitscope models``)."""
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
         return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
+
+
+def input_text(spec: Mapping[str, Any]) -> str:
+    """The input size, resize, token grid (CNN: feature map) and where the preprocessing came from, in one line,
+    from :meth:`ModelSpec.to_dict` (or a model entry of results.json): ``518x518 px (short side resized to 518 px,
+    centre crop), token grid 37x37 (1,370 tokens); preprocessing: family default (...)``."""
+    (h, w), (gh, gw) = spec["image_size"], spec["grid"]
+    resize = f"short side resized to {spec['resize_size']} px, centre crop" if spec.get("resize_size") else \
+        "centre crop"
+    if spec.get("kind", "transformer") == "transformer":
+        tokens = gh * gw + int(spec.get("num_prefix_tokens") or 0)
+        grid = f"token grid {gh}x{gw} ({tokens:,} tokens)"
+    else:
+        grid = f"feature map {gh}x{gw}"
+    return f"{h}x{w} px ({resize}), {grid}; preprocessing: {spec.get('preprocessing', 'not recorded')}"

@@ -70,10 +70,14 @@ def timm_spec(model: nn.Module, name: str, family: str = "timm", **overrides: An
         grid=(image_size[0] // patch, image_size[1] // patch), num_prefix_tokens=len(prefix),
         prefix_kinds=prefix, image_size=image_size, has_head=isinstance(head, nn.Linear),
     )
+    kwargs["preprocessing"] = "ImageNet defaults (the module has no pretrained_cfg)"
     if "mean" in cfg:
         kwargs.update(mean=tuple(cfg["mean"]), std=tuple(cfg["std"]),
-                      interpolation=cfg.get("interpolation", "bicubic"))
+                      interpolation=cfg.get("interpolation", "bicubic"), preprocessing="timm pretrained_cfg")
     kwargs.update(overrides)
+    if "image_size" in overrides:  # the grid follows the input size
+        kwargs["image_size"] = _pair(kwargs["image_size"])
+        kwargs["grid"] = (kwargs["image_size"][0] // patch, kwargs["image_size"][1] // patch)
     return ModelSpec(**kwargs)
 
 
@@ -88,6 +92,10 @@ class TimmLayoutBackbone(Backbone):
                          mlp_end=getattr(b, "ls2", b.mlp), mlp_out_proj=b.mlp.fc2)
             for b in model.blocks
         ]
+
+    @property
+    def resizable_input(self) -> bool:
+        return bool(getattr(self.model, "dynamic_img_size", False))  # timm's flag for interpolated positions
 
     def forward(self, pixels: torch.Tensor, **kwargs: Any) -> Any:
         return self.model(pixels, **kwargs)

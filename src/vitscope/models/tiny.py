@@ -124,6 +124,8 @@ class Block(nn.Module):
 class TinyViT(nn.Module):
     """A small ViT in timm's layout; ``forward`` returns logits (or pooled features without a head)."""
 
+    dynamic_img_size = True  # timm's flag: other input sizes interpolate the position embeddings
+
     def __init__(self, config: TinyViTConfig = TinyViTConfig()) -> None:
         super().__init__()
         c = self.config = config

@@ -11,7 +11,16 @@ from vitscope.models.backbone import Backbone
 from vitscope.models.cnn import CNNBackbone, CNNLayout, cnn_spec, tiny_resnet_layout
 from vitscope.models.timm_layout import TimmLayoutBackbone, check_timm_layout, timm_spec
 
-_TINY_PREPROCESS = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "interpolation": "bicubic"}
+_TINY_PREPROCESS = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "interpolation": "bicubic",
+                    "preprocessing": "built-in (vitscope's tiny models)"}
+_PREPROCESSING_FIELDS = ("mean", "std", "image_size", "resize_size", "interpolation")
+
+
+def _with_origin(overrides: dict[str, Any]) -> dict[str, Any]:
+    """``overrides`` saying that preprocessing fields among them were given to :func:`wrap`."""
+    if "preprocessing" in overrides or not any(k in overrides for k in _PREPROCESSING_FIELDS):
+        return overrides
+    return {**overrides, "preprocessing": "given to vitscope.wrap"}
 
 
 def wrap(
@@ -31,6 +40,7 @@ def wrap(
     """
     name = name or type(module).__name__
     module.eval()
+    spec_overrides = _with_origin(spec_overrides)
     if isinstance(layout, CNNLayout):
         size = tuple(spec_overrides.pop("image_size", (224, 224)))
         spec = cnn_spec(name, spec_overrides.pop("family", "cnn"), layout.call, layout, size,

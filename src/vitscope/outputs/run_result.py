@@ -24,6 +24,8 @@ class RunResult:
         data: the data's description with its fingerprint.
         num_images: images analysed (None when it does not apply).
         skipped: unreadable files (``SkippedImage`` records or ``{"path", "reason"}`` dicts).
+        skipped_analyses: analyses of the chosen set (the defaults, a group) that could not run on the model
+            and data: name -> reason (results.json ``skipped_analyses``, the report's "Analyses not run").
         extra: further top-level results.json entries (JSON-able), e.g. ``hooks`` or ``best_blocks``.
         figures: figures that belong to the run rather than one result (drawn into ``figures/``), with the report
             section they go to (``(section title, Figure)``).
@@ -45,6 +47,7 @@ class RunResult:
     data: dict[str, Any] = field(default_factory=dict)
     num_images: int | None = None
     skipped: list[Any] = field(default_factory=list)
+    skipped_analyses: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     figures: list[tuple[str, Figure]] = field(default_factory=list)
     tables: dict[str, Any] = field(default_factory=dict)

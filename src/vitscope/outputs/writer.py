@@ -151,7 +151,7 @@ def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
             sum(bool(v) for v in arrays.values()) + len(run.figures) + len(run.tables) + \
             sum(isinstance(f, Figure) for s in run.sections for f in s.figures)
         with progress_bar(progress) as bar:
-            task = bar.add_task("writing outputs", total=max(total, 1))
+            task = bar.add_task("writing outputs", total=max(total, 1), unit="files")
             writer = _Writer(staging, lambda: bar.advance(task))
             jobs = [(name, fig) for name in results for fig in figures[name]]
             jobs += [(f"run:{section}", fig) for section, fig in run.figures]
@@ -187,6 +187,7 @@ def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
         if run.num_images is not None:
             doc["num_images"] = run.num_images
         doc["skipped"] = run.skipped_records()
+        doc["skipped_analyses"] = [{"analysis": name, "reason": why} for name, why in run.skipped_analyses.items()]
         doc["analyses"] = entries
         doc.update(run.extra)
         if run.files:

@@ -6,6 +6,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from vitscope.analyses.registry import not_run_text
+from vitscope.models.spec import input_text
 from vitscope.report.explorer import explorer_from_maps
 from vitscope.report.model import Explorer
 from vitscope.report.tables import format_cell
@@ -54,16 +56,24 @@ def _model_line(m: Mapping[str, Any]) -> str:
 
 
 def summary_rows(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """Summary table rows of a results.json document: models, data, fingerprint, images, versions."""
+    """Summary table rows of a results.json document: models, their input, data, fingerprint, images, analyses not
+    run, versions."""
     data = doc.get("data", {})
     fp = data.get("fingerprint")
     fp_text = f"{fp.get('digest')} ({fp.get('method')}, {fp.get('num_files')} files)" if isinstance(fp, dict) \
         else str(fp)
-    rows = [(f"Model {i + 1}" if len(doc.get("models", [])) > 1 else "Model", _model_line(m))
-            for i, m in enumerate(doc.get("models", []))]
+    models = doc.get("models", [])
+    rows = []
+    for i, m in enumerate(models):
+        number = f" {i + 1}" if len(models) > 1 else ""
+        rows.append((f"Model{number}", _model_line(m)))
+        if m.get("image_size") and m.get("grid"):
+            rows.append((f"Input{number}", input_text(m)))
+    not_run = doc.get("skipped_analyses") or []
     rows += [("Data", f"{data.get('name', '')}: {data.get('source', '')}"), ("Data fingerprint", fp_text),
              ("Images analysed", format_cell(doc.get("num_images"))),
              ("Skipped files", str(len(doc.get("skipped", [])))),
+             *([("Analyses not run", not_run_text({s["analysis"]: s["reason"] for s in not_run}))] if not_run else []),
              ("vitscope version", str(doc.get("vitscope_version"))),
              ("Environment", ", ".join(f"{k} {v}" for k, v in doc.get("environment", {}).items()))]
     return rows

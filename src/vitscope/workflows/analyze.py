@@ -9,7 +9,14 @@ from typing import Any
 
 from vitscope.analyses.base import Analysis
 from vitscope.analyses.params import build_analyses
-from vitscope.analyses.registry import default_analyses
+from vitscope.analyses.registry import (
+    GROUPS,
+    default_analyses,
+    get_analysis,
+    not_run_text,
+    skipped_defaults,
+    why_skipped,
+)
 from vitscope.data.open import as_source
 from vitscope.engine.distributed import is_main_process
 from vitscope.engine.provenance import model_identity
@@ -17,11 +24,12 @@ from vitscope.engine.run import Results, run
 from vitscope.engine.settings import resolve_device
 from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.models.backbone import Backbone
+from vitscope.models.input_size import describe_input, with_image_size
 from vitscope.models.load import load_model
 from vitscope.outputs import RunResult, prepare_output, write_run
 from vitscope.workflows.state_files import checkpoint_for, clear_state
 
-__all__ = ["analyze", "choose_analyses", "config_record"]
+__all__ = ["analyze", "analyses_not_run", "choose_analyses", "config_record"]
 
 
 def choose_analyses(selection: str | Sequence[str | Analysis] | None, spec: Any, targets: frozenset[str],
@@ -52,6 +60,23 @@ def choose_analyses(selection: str | Sequence[str | Analysis] | None, spec: Any,
     return chosen
 
 
+def analyses_not_run(selection: str | Sequence[str | Analysis] | None, spec: Any, targets: frozenset[str]
+                     ) -> dict[str, str]:
+    """What a default run (None) or a group in ``selection`` leaves out on this model and data: name -> reason
+    (``{"saliency_iou": "the data has no object masks"}``). Names asked for one by one are not listed: those
+    that cannot run are refused (:func:`choose_analyses`)."""
+    if selection is None or (not isinstance(selection, str) and not selection):
+        return skipped_defaults(spec, targets)
+    names = selection.split(",") if isinstance(selection, str) else [n for n in selection if isinstance(n, str)]
+    out: dict[str, str] = {}
+    for group in (n.strip() for n in names):
+        for name in GROUPS.get(group, ()):
+            reason = why_skipped(get_analysis(name), spec, targets)
+            if reason is not None:
+                out.setdefault(name, reason)
+    return out
+
+
 def config_record(options: Mapping[str, Any], **resolved: Any) -> dict[str, Any]:
     """The resolved configuration as stored in results.json (paths as strings, choices made explicit)."""
     record = {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items()}
@@ -66,7 +91,8 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
             batch_size: int = 16, device: str | None = None, dtype: str | None = None, limit: int | None = None,
             strict: bool = False, resume: bool = True, checkpoint_seconds: float = 60.0,
             progress: bool | None = None, log: Callable[[str], None] | None = None,
-            config: Mapping[str, Any] | None = None, distributed: bool = False, figure_files: bool = False) -> Results:
+            config: Mapping[str, Any] | None = None, distributed: bool = False, figure_files: bool = False,
+            image_size: int | tuple[int, int] | None = None) -> Results:
     """Run analyses over a dataset in one pass; with ``out``, write results.json, tables, arrays, figures and
     report.html there (resumably: an interrupted call with the same arguments continues).
 
@@ -83,6 +109,8 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
         log: receives one-line messages.
         config: the configuration recorded in results.json (default: these arguments).
         figure_files: also draw PNG and SVG files of the figures the report shows as charts.
+        image_size: run the model at this input size (side, or ``(H, W)``) instead of its preprocessing's
+            (:func:`vitscope.load_model`).
         distributed: share the pass with the other ``torch.distributed`` processes (:func:`vitscope.run`); rank 0
             alone writes ``out``.
 
@@ -91,9 +119,15 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
     """
     out = prepare_output(out) if out is not None else None
     model_id = model if isinstance(model, str) else model.spec.name
-    backbone = load_model(model) if isinstance(model, str) else model
+    backbone = load_model(model, image_size=image_size) if isinstance(model, str) else \
+        model if image_size is None else with_image_size(model, image_size)
     source = as_source(data, strict=strict)
     chosen = choose_analyses(analyses, backbone.spec, source.target_keys(), params)
+    not_run = analyses_not_run(analyses, backbone.spec, source.target_keys())
+    if log:
+        log(describe_input(backbone.spec))
+        if not_run:
+            log(f"not run: {not_run_text(not_run)}")
     checkpoint = None
     if out is not None:
         checkpoint = checkpoint_for(out, model_id, backbone, source.fingerprint(), chosen, resume=resume,
@@ -104,11 +138,13 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
     if out is not None and (not distributed or is_main_process()):
         options = dict(config) if config is not None else {
             "model": model_id, "data": data if isinstance(data, (str, Path)) else source.name, "out": str(out),
-            "batch_size": batch_size, "device": device, "dtype": dtype, "limit": limit, "strict": strict}
+            "batch_size": batch_size, "device": device, "dtype": dtype, "limit": limit, "strict": strict,
+            "image_size": image_size}
         write_run(out, RunResult(
             "analyze", config=config_record(options, analyses=[a.name for a in chosen]), results=dict(results),
             models=[model_identity(model_id, backbone)], data=results.data, num_images=results.num_images,
-            skipped=results.skipped, extra={"hooks": results.hooks}, resumed_images=results.resumed_images),
+            skipped=results.skipped, skipped_analyses=not_run, extra={"hooks": results.hooks},
+            resumed_images=results.resumed_images),
             progress=progress, log=log, figure_files=figure_files)
         clear_state(out)
     return results

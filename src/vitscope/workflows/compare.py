@@ -7,8 +7,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from vitscope.analyses.registry import not_run_text
 from vitscope.compare import ModelRun, compare_analyses, compare_runs
-from vitscope.compare.analyses import COMPARED
+from vitscope.compare.analyses import COMPARED, compare_not_run
 from vitscope.compare.names import file_safe, named_models
 from vitscope.compare.outputs import comparison_sections
 from vitscope.compare.result import ComparisonResult
@@ -17,6 +18,7 @@ from vitscope.engine.distributed import is_main_process
 from vitscope.engine.provenance import model_identity
 from vitscope.engine.run import run
 from vitscope.engine.settings import resolve_device
+from vitscope.models.input_size import describe_input
 from vitscope.models.load import load_model
 from vitscope.outputs import RunResult, prepare_output, write_run
 from vitscope.workflows.analyze import config_record
@@ -46,10 +48,15 @@ def comparison_run(options: Mapping[str, Any], progress: bool | None = None,
     out = prepare_output(options["out"])
     source = as_source(options["data"], strict=bool(options.get("strict")))
     targets, fingerprint = source.target_keys(), source.fingerprint()
-    runs, identities, counts, skipped, data, extra, not_run = [], [], {}, {}, {}, {}, []
+    runs, identities, counts, skipped, data, extra, not_run, notes = [], [], {}, {}, {}, {}, {}, []
     for name, model_id in models:  # one at a time: only one model is in memory (a failed name resumes cheaply)
-        backbone = load_model(model_id)
+        backbone = load_model(model_id, image_size=options.get("image_size"))
         analyses, cannot = compare_analyses(backbone.spec, targets, selection, params)
+        left_out = cannot if selection else compare_not_run(backbone.spec, targets)
+        for analysis, reason in left_out.items():
+            not_run.setdefault(analysis, reason)  # the first model's reason (the data's lack is everyone's)
+        if log:
+            log(describe_input(backbone.spec) + (f"; not run: {not_run_text(left_out)}" if left_out else ""))
         checkpoint = checkpoint_for(
             out, name, backbone, fingerprint, analyses, resume=options.get("resume", True),
             every_seconds=float(options.get("checkpoint_seconds", 60.0)), log=log,
@@ -65,16 +72,16 @@ def comparison_run(options: Mapping[str, Any], progress: bool | None = None,
         skipped.update((s.path, s) for s in results.skipped)
         data = results.data
         extra.update(_per_model_results(name, results))
-        if selection:  # the default set leaves attention out of a CNN without a word, as it always has
-            not_run += [f"not run on {name}: {reason}" for reason in cannot.values()]
+        if selection:  # what the user named and a model cannot run is also a note beside the curves
+            notes += [f"not run on {name}: {reason}" for reason in cannot.values()]
         del backbone
         gc.collect()
     comparison = compare_runs(runs)
-    comparison.notes += not_run
+    comparison.notes += notes
     names = [name for name, _ in models]
     return RunResult("compare", title=f"vitscope compare: {', '.join(names)}", config=config_record(options),
                      results={"compare": ComparisonResult(comparison), **extra}, models=identities, data=data,
-                     num_images=max(counts.values()), skipped=list(skipped.values()),
+                     num_images=max(counts.values()), skipped=list(skipped.values()), skipped_analyses=not_run,
                      extra={"images_per_model": counts}, sections=comparison_sections(comparison, runs),
                      notes=list(comparison.notes), own_sections={"compare"})
 
@@ -120,7 +127,8 @@ def compare_models(models: Sequence[str] | Mapping[str, str], data: str | Path, 
                    device: str | None = None, dtype: str | None = None, limit: int | None = None, strict: bool = False,
                    resume: bool = True, progress: bool | None = None, figure_files: bool = False,
                    analyses: str | Sequence[str] | None = None,
-                   params: Mapping[str, Mapping[str, Any]] | None = None) -> ComparisonResult:
+                   params: Mapping[str, Mapping[str, Any]] | None = None,
+                   image_size: int | None = None) -> ComparisonResult:
     """``vitscope compare`` from Python (``vitscope.compare_models``): every model once over ``data``, the per-block
     curves on shared axes written to ``out`` (results.json, tables, report.html) and returned.
 
@@ -131,7 +139,8 @@ def compare_models(models: Sequence[str] | Mapping[str, str], data: str | Path, 
         data: a dataset path as ``vitscope compare --data`` takes it: a folder, a file list or
             ``ROOT::FORMAT[:SPLIT]`` (``ROOT::coco`` gives masks).
         out: output folder (it also keeps the resumable state while the models run).
-        batch_size, device, dtype, limit, strict, resume, progress, figure_files: as ``vitscope compare``.
+        batch_size, device, dtype, limit, strict, resume, progress, figure_files, image_size: as
+            ``vitscope compare``.
         analyses: what each model runs besides the pooled features (names or groups, as ``vitscope analyze``;
             default: attention distance, maps and, with masks, saliency IoU).
         params: ``{analysis: {parameter: value}}`` for them.
@@ -146,7 +155,7 @@ def compare_models(models: Sequence[str] | Mapping[str, str], data: str | Path, 
         "models": dict(models) if isinstance(models, Mapping) else list(models), "data": str(data), "out": str(out),
         "analyses": analyses, "params": {k: dict(v) for k, v in params.items()} if params else None,
         "batch_size": batch_size, "device": device, "dtype": dtype, "limit": limit, "strict": strict,
-        "resume": resume, "figure_files": figure_files}, None)
+        "resume": resume, "figure_files": figure_files, "image_size": image_size}, None)
     result = comparison_run(options, progress)
     write_run(options["out"], result, progress=progress, figure_files=figure_files)
     clear_state(Path(options["out"]))

@@ -64,6 +64,7 @@ _COMMON = (
     Option("resume", "bool", True),
     Option("checkpoint_seconds", "float", 60.0, minimum=0),
     Option("figure_files", "bool", False),
+    Option("image_size", "int", minimum=1),  # None: the model's own preprocessing
 )
 
 #: Options of ``vitscope analyze`` (names as in the YAML file and as keyword arguments).

@@ -101,8 +101,9 @@ def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None,
         options: resolved :data:`~vitscope.workflows.options.PROBE_OPTIONS`: ``model``, ``data``, ``out``,
             ``test_data``, ``test_fraction``, ``tiling``, ``blocks`` (a tuple, None or ``"all"`` for every block,
             or ``num_blocks -> tuple`` to check against the model), ``site``, ``batch_size``, ``device``, ``dtype``,
-            ``seed``, ``cache`` (folder or None), ``davis_void``, ``figure_files``; ``limit`` (the first items of
-            ``data`` and ``test_data``), ``strict``, ``resume`` and ``checkpoint_seconds`` (the extraction passes).
+            ``seed``, ``cache`` (folder or None), ``davis_void``, ``figure_files``, ``image_size`` (None: the
+            model's own preprocessing); ``limit`` (the first items of ``data`` and ``test_data``), ``strict``,
+            ``resume`` and ``checkpoint_seconds`` (the extraction passes).
         log: receives one-line progress messages.
         distributed: this process is one of several (``torchrun``): the feature extraction is shared, every
             process computes the probes on the whole cache, and rank 0 alone writes.
@@ -116,14 +117,17 @@ def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None,
     from vitscope.downstream.sweep import probe_sweep
     from vitscope.engine.provenance import model_identity
     from vitscope.features.cache import FeatureCache
+    from vitscope.models.input_size import describe_input
     from vitscope.models.load import load_model
 
     void = options.get("davis_void") or "background"
     if void not in VOID_RULES:  # before any model or data is loaded
         raise VitscopeValueError(f"--davis-void must be one of {', '.join(VOID_RULES)}, got {void!r}")
     out = prepare_output(options["out"])
-    backbone = load_model(options["model"])
+    backbone = load_model(options["model"], image_size=options.get("image_size"))
     require_blocks(backbone, "per-block")  # before any data is read: a CNN fails at once
+    if log:
+        log(describe_input(backbone.spec))
     blocks = options.get("blocks")
     blocks = blocks(backbone.spec.num_blocks) if callable(blocks) else None if blocks == "all" else blocks
     dataset, fmt = _open(options["data"], options.get("limit"))

@@ -15,7 +15,7 @@ def _layer_kwargs(backbone: Any, tokens: torch.Tensor) -> dict[str, Any]:
     """What ``BeitModel.forward`` hands each layer: its resolution and the shared relative position bias."""
     spec = backbone.spec
     hw = tuple(spec.image_size) if tokens.shape[1] == spec.num_tokens else tuple(backbone.last_input_hw)
-    kw: dict[str, Any] = {"resolution": hw, "interpolate_pos_encoding": hw != tuple(spec.image_size)}
+    kw: dict[str, Any] = {"resolution": hw, "interpolate_pos_encoding": hw != backbone.native_image_size}
     shared = getattr(backbone.base, "shared_position_bias", None)
     kw["attention_mask"] = None
     if shared is not None:

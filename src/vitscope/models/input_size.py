@@ -1,0 +1,70 @@
+"""The input size a model runs at: set by the user (``--image-size``, ``load_model(..., image_size=)``) and said
+in one line (the run's output and the report's summary)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import replace
+
+from vitscope.errors import VitscopeValueError
+from vitscope.models.backbone import Backbone
+from vitscope.models.spec import ModelSpec, input_text
+
+__all__ = ["describe_input", "parse_image_size", "with_image_size"]
+
+
+def parse_image_size(image_size: int | Sequence[int]) -> tuple[int, int]:
+    """``32`` -> ``(32, 32)``; ``(32, 48)`` -> ``(32, 48)`` (height, width).
+
+    Raises:
+        VitscopeValueError: not one or two positive integers.
+    """
+    sides = [image_size] if isinstance(image_size, int) else list(image_size)
+    if len(sides) not in (1, 2) or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sides):
+        raise VitscopeValueError(f"image size must be a positive integer or (height, width), got {image_size!r}")
+    return (sides[0], sides[-1])
+
+
+def _size_text(size: Sequence[int]) -> str:
+    return f"{size[0]} px" if size[0] == size[1] else f"{size[0]}x{size[1]} px"
+
+
+def with_image_size(backbone: Backbone, image_size: int | Sequence[int]) -> Backbone:
+    """``backbone`` run at ``image_size``: the centre crop becomes that size, the resize keeps its ratio to the crop
+    (DINO's 256 -> 224 becomes 512 -> 448 at 448), the token grid follows and position embeddings are
+    interpolated by the model. The given backbone is unchanged; the returned one shares its weights.
+
+    Args:
+        backbone: a loaded model.
+        image_size: side in pixels, or ``(height, width)``.
+
+    Returns:
+        A Backbone whose spec has the new ``image_size``, ``grid`` and ``resize_size``, and whose
+        ``spec.preprocessing`` says the size was set by the user.
+
+    Raises:
+        VitscopeValueError: a transformer whose patch size does not divide the size, or a model that runs at
+            one size only.
+    """
+    size = parse_image_size(image_size)
+    spec = backbone.spec
+    if spec.is_transformer:
+        p = spec.patch_size
+        if size[0] % p or size[1] % p:
+            near = sorted({max(p, s // p * p) for s in size} | {-(-s // p) * p for s in size})
+            raise VitscopeValueError(f"image size {_size_text(size)} is not a multiple of {spec.name}'s patch size "
+                                     f"{p} px; use {' or '.join(map(str, near))}")
+        if not backbone.resizable_input:
+            raise VitscopeValueError(f"{spec.name} runs at {_size_text(spec.image_size)} only (its position "
+                                     "embeddings are not interpolated); leave out the image size")
+    resize = round(spec.resize_size * max(size) / max(spec.image_size)) if spec.resize_size else None
+    resized = copy.copy(backbone)
+    resized.spec = replace(spec, image_size=size, grid=tuple(backbone.grid_at(size)), resize_size=resize,
+                           preprocessing=f"{spec.preprocessing}; input size {_size_text(size)} set by the user")
+    return resized
+
+
+def describe_input(spec: ModelSpec) -> str:
+    """``NAME: input ...``: the size, token grid and origin of the preprocessing (:func:`input_text`)."""
+    return f"{spec.name}: input {input_text(spec.to_dict())}"
