@@ -9,13 +9,15 @@ Each measurement runs in a FRESH subprocess (this script re-invoked with ``--chi
 high-water mark; the child reports its peak resident set (``ru_maxrss``) in MiB:
 
 * ``bare``: decode the images, preprocess, ``model(pixels)`` with the model's own (sdpa) attention, nothing
-  recorded: the floor any tool pays;
-* ``analyze``: ``vitscope.analyze`` with the default analyses, nothing written (``out=None``).
+  recorded: the floor any tool pays (at the largest batch size);
+* ``analyze``: ``vitscope.analyze`` with the default analyses, nothing written (``out=None``), at each batch
+  size of ``--batches``.
 
-Goal (issue 24, item 5): ``analyze`` under 3 GB at the default batch (16). Printed: both peaks, their
-difference and ratio, per repeat; the median over repeats.
+Goals: ``analyze`` under 3 GB at the default batch (16) (issue 24, item 5), and no higher at a small batch
+than at 16 (issue 34: minibatch CKA used to keep the features of batches under 4 images in memory, 6.8 GB at
+``-b 2``): ``peak(-b 2) / peak(-b 16) <= 1``. Printed: every peak and those ratios, per repeat; the medians.
 
-Run: ``python benchmarks/pattern_memory.py [--images 16] [--batch 16] [--repeats 2]``.
+Run: ``python benchmarks/pattern_memory.py [--images 16] [--batches 16,2] [--repeats 2]``.
 Writes ``benchmarks/results/pattern_memory.json``.
 """
 
@@ -87,7 +89,8 @@ def _measure(kind: str, model: Path, images: int, batch: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=16)
-    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--batches", default="16,2", help="batch sizes, the first is the reference")
+    parser.add_argument("--batch", type=int, default=16, help="(child) batch size")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--child", choices=("bare", "analyze"))
     parser.add_argument("--model")
@@ -95,23 +98,28 @@ def main() -> None:
     if args.child:
         _child(args.child, args.model, args.images, args.batch)
         return
+    batches = [int(b) for b in args.batches.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         model = _model_dir(Path(tmp))
         rounds = []
         for r in range(args.repeats):
-            bare = _measure("bare", model, args.images, args.batch)
-            full = _measure("analyze", model, args.images, args.batch)
-            rounds.append({"bare_mib": bare, "analyze_mib": full, "ratio": full / bare})
-            print(f"round {r + 1}: bare forward {bare:.0f} MiB, default analyze {full:.0f} MiB "
-                  f"(+{full - bare:.0f} MiB, x{full / bare:.2f})", flush=True)
-    median = statistics.median(r["analyze_mib"] for r in rounds)
-    print(f"median default analyze peak {median:.0f} MiB; goal under {GOAL_MIB} MiB: "
-          f"{'met' if median < GOAL_MIB else 'NOT met'}")
+            bare = _measure("bare", model, args.images, max(batches))
+            peaks = {b: _measure("analyze", model, args.images, b) for b in batches}
+            ref = peaks[batches[0]]
+            rounds.append({"bare_mib": bare, "analyze_mib": {str(b): p for b, p in peaks.items()},
+                           "ratio_to_bare": ref / bare, "ratio_to_first_batch": {str(b): p / ref for b, p in
+                                                                                 peaks.items()}})
+            shown = ", ".join(f"-b {b}: {p:.0f} MiB (x{p / ref:.2f} of -b {batches[0]})" for b, p in peaks.items())
+            print(f"round {r + 1}: bare forward {bare:.0f} MiB; default analyze {shown}", flush=True)
+    medians = {b: statistics.median(r["analyze_mib"][str(b)] for r in rounds) for b in batches}
+    met = all(m < GOAL_MIB for m in medians.values()) and all(m <= medians[batches[0]] for m in medians.values())
+    print("median default analyze peaks: " + ", ".join(f"-b {b} {m:.0f} MiB" for b, m in medians.items())
+          + f"; goals (under {GOAL_MIB} MiB, no higher than -b {batches[0]}): {'met' if met else 'NOT met'}")
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "pattern_memory.json").write_text(json.dumps({
-        "images": args.images, "batch": args.batch, "rounds": rounds, "median_analyze_mib": median,
-        "goal_mib": GOAL_MIB, "cpu": cpu_model(), "python": platform.python_version(),
-        "date": time.strftime("%Y-%m-%d")}, indent=2))
+        "images": args.images, "batches": batches, "rounds": rounds,
+        "median_analyze_mib": {str(b): m for b, m in medians.items()}, "goal_mib": GOAL_MIB, "cpu": cpu_model(),
+        "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")}, indent=2))
 
 
 if __name__ == "__main__":

@@ -68,7 +68,8 @@ def test_out_of_memory_is_one_line_with_advice_that_works(exc) -> None:
         "error: out of memory at a batch of 16; run again with a smaller batch (--batch-size / -b 8): no number "
         "depends on the batch size, and the saved state resumes at any size"]
     single = CliRunner().invoke(app, ["go", "-b", "1"]).output
-    assert single.startswith("error: out of memory at one image a batch; run again with fewer analyses")
+    assert single.startswith("error: out of memory at one image a batch; run again with a smaller input "
+                             "(--image-size) or fewer analyses")
     assert _run(exc).output.startswith("error: out of memory at one image a batch")  # a command without -b
 
 

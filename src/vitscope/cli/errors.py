@@ -40,12 +40,13 @@ def _out_of_memory(err: BaseException) -> bool:
 
 def out_of_memory_advice(batch_size: int | None) -> str:
     """What to do after running out of memory: a smaller batch works, since no number depends on the batch size
-    (the saved state resumes at any size) and memory falls with it; at one image a batch, fewer analyses."""
+    (the saved state resumes at any size) and memory falls with it; at one image a batch, a smaller input or
+    fewer analyses."""
     if isinstance(batch_size, int) and batch_size > 1:
         return (f"out of memory at a batch of {batch_size}; run again with a smaller batch (--batch-size / -b "
                 f"{batch_size // 2}): no number depends on the batch size, and the saved state resumes at any size")
-    return ("out of memory at one image a batch; run again with fewer analyses (--analyses), or on a machine with "
-            "more memory (finished work and the saved state stay on disk)")
+    return ("out of memory at one image a batch; run again with a smaller input (--image-size) or fewer analyses "
+            "(--analyses) (finished work and the saved state stay on disk)")
 
 
 def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
