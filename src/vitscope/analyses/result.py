@@ -5,7 +5,6 @@ paper figure it reproduces. :mod:`vitscope.outputs` writes them; the report rend
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +14,7 @@ import torch
 
 from vitscope.atomic import atomic_path, write_text_atomic
 from vitscope.errors import VitscopeValueError
+from vitscope.strict_json import dumps
 from vitscope.viz.labels import display_name, sentence_case
 
 if TYPE_CHECKING:
@@ -196,7 +196,7 @@ class Result:
             with atomic_path(out / f"{stem}.csv") as tmp:
                 frame.to_csv(tmp, index=False)
             paths.append(out / f"{stem}.csv")
-        paths.append(write_text_atomic(out / f"{self.name}.json", json.dumps(self.to_json(), indent=1, default=str)))
+        paths.append(write_text_atomic(out / f"{self.name}.json", dumps(self.to_json(), indent=1)))
         arrays = self.arrays()
         if arrays:
             with atomic_path(out / f"{self.name}.npz") as tmp:

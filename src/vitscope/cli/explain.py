@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from vitscope.cli.errors import one_line_errors
+from vitscope.cli.numbers import shown
 from vitscope.errors import VitscopeFileNotFoundError
 
 __all__ = ["explain_pair"]
@@ -32,5 +33,5 @@ def explain_pair(
             raise VitscopeFileNotFoundError(f"image {p} not found")
     doc = write_pair_report(model, image_a, image_b, out, projection, pooling, rollout, transpose, fmt)
     s = doc["analyses"]["paired_similarity"]["summary"]
-    typer.echo(f"similarity {s['score']:.4f} ({doc['config']['pooling']} pooling, projection "
+    typer.echo(f"similarity {shown(s['score'])} ({doc['config']['pooling']} pooling, projection "
                f"{doc['config']['projection']}, map grid {s['grid'][0]}x{s['grid'][1]}) -> {out / 'results.json'}")

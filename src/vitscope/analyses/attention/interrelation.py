@@ -22,6 +22,7 @@ from vitscope.errors import VitscopeValueError
 from vitscope.functional.attention_blocks import BlockStats
 from vitscope.functional.interrelation import RULES, interrelation, interrelation_stages
 from vitscope.models.spec import ModelSpec
+from vitscope.strict_json import NULL_REASONS, note_null
 
 __all__ = ["Interrelation", "InterrelationResult", "batch_keypoint_counts"]
 
@@ -224,6 +225,11 @@ class Interrelation(AttentionAccumulator):
         tensors["focus_normalised"] = focus / log_k if g.num_spatial > 1 else torch.zeros_like(focus)
         for q in (*QUANTITIES, "focus"):
             tensors[f"{q}_blocks"] = tensors[q].nanmean(dim=-1)
+        for q in QUANTITIES:  # an image's KK (NK) is defined when it has a (non-)keypoint patch
+            if tensors[q].isnan().any():
+                note_null(meta, q, f"no image had a {'keypoint' if q in ('KK', 'KN') else 'non-keypoint'} patch")
+            if tensors[f"{q}_blocks"].isnan().any():
+                note_null(meta, f"{q}_blocks", meta[NULL_REASONS][q])
         if self.chosen:
             order = sorted(self.chosen)
             tensors["images"] = torch.stack([self.chosen[i][0] for i in order])
@@ -233,6 +239,9 @@ class Interrelation(AttentionAccumulator):
         meta["stages"] = {k: [g.blocks[i] for i in v] for k, v in stages.items()}
         meta["stage_focus"] = {k: (float(tensors["focus_normalised"].mean(-1)[v].mean()) if v else nan)
                                for k, v in stages.items()}
+        for k, v in stages.items():
+            if not v:
+                note_null(meta, f"stage_focus.{k}", "no block is in this stage")
         meta["mean_keypoints"] = self.keypoints / self.num_images
         meta["keypoint_patch_fraction"] = self.keypoint_patches / (self.num_images * g.num_spatial)
         meta["images_with_keypoints"] = self.images_with_keypoints
