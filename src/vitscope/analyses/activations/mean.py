@@ -49,6 +49,8 @@ class MeanActivationResult(Result):
     ``meta["saved"]`` names the quantities the output folder keeps (``save=`` of the analysis).
     """
 
+    DIMS = {"*.token_norm": ("token",), "*": ("token", "channel")}
+
     def arrays(self) -> dict[str, torch.Tensor]:
         """The large tensors of the quantities in ``meta["saved"]`` (all of them when it is absent)."""
         saved = tuple(self.meta.get("saved", SAVED["all"]))

@@ -19,6 +19,8 @@ __all__ = ["AttentionFocus", "AttentionFocusResult"]
 class AttentionFocusResult(Result):
     """Result of :class:`AttentionFocus`: heatmaps and the per-block means vs random."""
 
+    DIMS = {"*": ("block", "head")}
+
     def figures(self) -> list[Figure]:
         """``<name>_entropy``, ``<name>_focus`` (blocks x heads) and ``<name>_blocks`` (means vs random)."""
         if "entropy" not in self.tensors:

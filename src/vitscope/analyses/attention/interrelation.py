@@ -40,6 +40,9 @@ def batch_keypoint_counts(batch: Batch, record: Mapping[str, torch.Tensor] | Non
 class InterrelationResult(Result):
     """Result of :class:`Interrelation`: paper 003's figures 3, 5, 6 and 7a."""
 
+    DIMS = {"*_blocks": ("block",), "images": ("image", "y", "x", "channel"),
+            "keypoint_counts": ("image", "row", "column"), "*": ("block", "head")}
+
     def figures(self) -> list[Figure]:
         """``<name>_keypoints`` (fig. 3), ``<name>_kk_nk`` (fig. 5), ``<name>_focus`` (fig. 6) and
         ``<name>_stages`` (fig. 7a)."""

@@ -67,6 +67,9 @@ def _grid_of_masks(masks: Any, spec: ModelSpec, grid: tuple[int, int]) -> tuple[
 class SaliencyIoUResult(Result):
     """Result of :class:`SaliencyIoU`: figure 5 (best-head IoU per block vs random) and per-head heatmaps."""
 
+    DIMS = {"*_best_iou*": ("block",), "*_best_head_dataset": ("block",), "*_most_often_best": ("block",),
+            "*": ("block", "head")}
+
     def figures(self) -> list[Figure]:
         """``<name>``: best-head IoU per block per map (random dashed), and ``<name>_<source>_heads`` heatmaps."""
         sources = [s for s in self.meta.get("sources", []) if f"{s}_iou" in self.tensors]

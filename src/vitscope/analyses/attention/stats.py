@@ -22,6 +22,8 @@ _NEEDS = frozenset({"entropy", "peak"})  # the shared pass computes them with th
 class AttentionStatsResult(Result):
     """Result of :class:`AttentionStats`: blocks x heads heatmaps of entropy and maximum attention."""
 
+    DIMS = {"*": ("block", "head")}
+
     def figures(self) -> list[Figure]:
         """``<name>_entropy`` and ``<name>_max_attention``: blocks x heads heatmaps."""
         if "entropy" not in self.tensors:

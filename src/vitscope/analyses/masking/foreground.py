@@ -31,6 +31,8 @@ CONDITIONS: tuple[str, ...] = ("full", "foreground_only", "background_only")
 class ForegroundMaskingResult(Result):
     """Result of :class:`ForegroundMasking`: the normalised accuracies as bars."""
 
+    DIMS = {"*": ("condition", "top_k")}
+
     def figures(self) -> list[Figure]:
         """``<name>``: foreground-only and background-only accuracy / full accuracy, as bars."""
         if "normalised_accuracy" not in self.tensors:

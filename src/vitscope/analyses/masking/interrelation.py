@@ -36,6 +36,8 @@ ORDERS: tuple[str, ...] = ("top", "bottom", "random")
 class InterrelationMaskingResult(Result):
     """Result of :class:`InterrelationMasking`: figure 8 (accuracy against the mask ratio)."""
 
+    DIMS = {"*": ("order", "ratio")}
+
     def figures(self) -> list[Figure]:
         """``<name>``: accuracy of Top / Bottom / random masking against the mask ratio."""
         if "accuracy" not in self.tensors:

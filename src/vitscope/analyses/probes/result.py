@@ -40,6 +40,8 @@ CAPTIONS["clustering_regions"] = ("Clustering score ({metric}) per block, k-mean
 class ProbeResult(Result):
     """Per-block probe scores: one curve per metric with its random-chance line."""
 
+    DIMS = {"*": ("block",)}
+
     @property
     def metrics(self) -> list[str]:
         return list(self.meta.get("metrics", []))

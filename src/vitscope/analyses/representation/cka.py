@@ -88,6 +88,8 @@ def hsic_state_cka(state: MinibatchHSIC | FullHSIC, estimator: str) -> torch.Ten
 class CKAResult(Result):
     """Result of :class:`BlockCKA`: the block x block heatmap."""
 
+    DIMS = {"cka": ("block_i", "block_j")}
+
     def figures(self) -> list[Figure]:
         """``<name>``: the block x block CKA heatmap."""
         if "cka" not in self.tensors:

@@ -38,6 +38,8 @@ _SITES = ("resid_pre", "attn_out", "resid_mid", "mlp_out")
 class ResidualResult(Result):
     """Result of :class:`ResidualCKA`; ``plot`` draws the curves and the skip x branch heatmaps."""
 
+    DIMS = {"*_matrix": ("skip_block", "branch_block"), "*": ("block",)}
+
     def figures(self) -> list[Figure]:
         """``<name>`` (CKA and norm ratio per block) and ``<name>_attn_matrix`` / ``<name>_mlp_matrix``."""
         if "attn_cka" not in self.tensors:
