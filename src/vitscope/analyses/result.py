@@ -256,18 +256,23 @@ class Result:
 
     def heatmap_figure(self, suffix: str, matrix: torch.Tensor, title: str, unit: str, caption: str,
                        paper: str = "", block_labels: list | None = None, x_label: str = "head",
-                       y_label: str = "block") -> Figure:
+                       y_label: str = "block", quantity: str | None = None) -> Figure:
         """A rows x columns heat map of ``matrix`` ``[L, H]`` (blocks x heads by default): a chart in the report,
-        :func:`~vitscope.viz.heatmaps.block_head_heatmap` for files."""
+        :func:`~vitscope.viz.heatmaps.block_head_heatmap` for files. ``quantity`` (a key such as ``"cls_iou"``):
+        a bounded quantity is coloured on its documented range (:func:`vitscope.viz.ranges.quantity_range`)."""
         from vitscope.viz.charts import block_head_chart
+        from vitscope.viz.ranges import quantity_range
+
+        bounds = quantity_range(quantity) if quantity else None
 
         def draw(path: Path) -> list[Path]:
             from vitscope.viz.heatmaps import block_head_heatmap
 
             return block_head_heatmap(matrix, title, unit, path, block_labels=block_labels, x_label=x_label,
-                                      y_label=y_label)
+                                      y_label=y_label, value_range=bounds)
 
-        chart = block_head_chart(matrix, unit, block_labels, title, x_label=x_label, y_label=y_label)
+        chart = block_head_chart(matrix, unit, block_labels, title, x_label=x_label, y_label=y_label,
+                                 value_range=bounds)
         return self.figure(suffix, draw, caption, paper, chart=chart)
 
     # ------------------------------------------------------------ files (one result alone)

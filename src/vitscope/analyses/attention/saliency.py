@@ -25,6 +25,7 @@ from vitscope.functional.attention_blocks import BlockStats
 from vitscope.models.preprocess import resize_crop
 from vitscope.models.spec import ModelSpec
 from vitscope.viz.charts import Chart, block_lines_chart, curve
+from vitscope.viz.ranges import quantity_range
 
 __all__ = ["SaliencyIoU", "SaliencyIoUResult", "mask_to_grid"]
 
@@ -92,7 +93,7 @@ class SaliencyIoUResult(Result):
             panels += block_lines_chart([curve(model, best, model),
                                          curve("random attention", self.tensors[f"random_{s}_best_iou"], "", "dashed")],
                                         f"best-head IoU ({rule})", best.shape[0], labels, names.get(s, s),
-                                        y_range=(0.0, 1.0)).panels
+                                        y_range=quantity_range("iou")).panels
         n = self.meta.get("num_images", 0)
         return [self.figure("", curves, "Best-head saliency IoU per block against the object masks, with random "
                             "attention.", "paper 002, fig. 5 and 16", title="Saliency IoU per block",
@@ -100,7 +101,7 @@ class SaliencyIoUResult(Result):
             self.heatmap_figure(f"_{s}_heads", self.tensors[f"{s}_iou"], f"Saliency IoU of the {names.get(s, s)} "
                                 f"map per head ({n} images)", "mean IoU", f"Saliency IoU of every head per block "
                                 f"({names.get(s, s)} map).",
-                                "paper 002, fig. 16", block_labels=labels) for s in sources]
+                                "paper 002, fig. 16", block_labels=labels, quantity=f"{s}_iou") for s in sources]
 
 
 @register_analysis("saliency_iou", groups=("attention",))

@@ -35,7 +35,8 @@ class AttentionStatsResult(Result):
                                 "low entropy marks focused heads.", block_labels=labels),
             self.heatmap_figure("_max_attention", t["max_attention"], f"Mean max attention per head ({n} images)",
                                 "mean over queries of the row maximum", "The largest attention weight of every "
-                                "row, averaged over queries and images.", block_labels=labels),
+                                "row, averaged over queries and images.", block_labels=labels,
+                                quantity="max_attention"),
         ]
 
 

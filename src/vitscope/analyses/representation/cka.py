@@ -104,10 +104,11 @@ class CKAResult(Result):
             return cka_heatmap(self.tensors["cka"], title, path, m.get("blocks"), m.get("blocks"))
 
         from vitscope.viz.charts import block_head_chart
+        from vitscope.viz.ranges import quantity_range
 
         blocks = m.get("blocks")
         chart = block_head_chart(self.tensors["cka"], "CKA", blocks, title, x_label="block", y_label="block",
-                                 column_labels=blocks)
+                                 column_labels=blocks, value_range=quantity_range("cka"))
         return [self.figure("", draw, "Block-by-block linear CKA of this model: bright cells are blocks that "
                             "compute similar representations (point at a cell for its value).",
                             "paper 002, fig. 20 to 22", chart=chart)]
