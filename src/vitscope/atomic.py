@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-__all__ = ["atomic_path", "remove_leftovers", "write_json_atomic", "write_text_atomic"]
+__all__ = ["atomic_path", "remove_leftovers", "write_text_atomic"]
 
 
 @contextlib.contextmanager
@@ -33,11 +31,6 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return Path(path)
-
-
-def write_json_atomic(path: str | os.PathLike, doc: Any) -> Path:
-    """``doc`` as indented JSON, atomically."""
-    return write_text_atomic(path, json.dumps(doc, indent=1, default=str))
 
 
 #: temporary names of this module (``.name.<pid>.tmp[.suffix]``) and of staging folders (``.staging-<pid>-<hex>``)

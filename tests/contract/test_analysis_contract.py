@@ -144,6 +144,12 @@ class TestAccumulatorContract:
 
     def test_save_and_plot(self, name: str, kind: str, tmp_path: Path) -> None:
         result = run(ANALYSES[name](), self._data(name, kind)["all"]).compute()
+        # every tensor names its dimensions (result.to_frame, the CSV tables)
+        unnamed = {k: result.dims(k) for k in result.tensors if any(d.startswith("dim") for d in result.dims(k))}
+        assert not unnamed, f"declare the dimensions of {unnamed} in {type(result).__name__}.DIMS"
+        for key, t in result.tensors.items():  # and each is a frame of its elements
+            frame = result.to_frame(key)
+            assert frame.size == max(t.numel(), 1) or t.numel() == 0, key
         saved = result.save(tmp_path)
         assert {p.suffix for p in saved} >= {".csv", ".json"}
         figures = result.plot(tmp_path / "figures")

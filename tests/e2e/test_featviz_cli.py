@@ -43,12 +43,12 @@ def test_featviz_writes_images_panels_token_mixing_and_report(tmp_path, data) ->
     assert len(spatial["channels"]) == 2 and spatial["images"] == 10 and "figure" not in spatial
     chart = json.loads((out / "charts" / "spatial_information.json").read_text())
     assert doc["analyses"]["spatial_information"]["files"]["figures"] == ["charts/spatial_information.json"]
-    finite = [[v if v == v else None for v in row] for row in spatial["sum_ratio"]]  # NaN: a gap in the line
-    assert [c["values"] for c in chart["panels"][1]["curves"][:-1]] == finite  # one line per block
+    # results.json and the chart both write a NaN (no active patch) as null: a gap in the line
+    assert [c["values"] for c in chart["panels"][1]["curves"][:-1]] == spatial["sum_ratio"]  # one line per block
     token_charts = doc["analyses"]["token_mixing"]["files"]["figures"]
     assert token_charts == ["charts/token_mixing_token_accuracy.json", "charts/token_mixing_isolate_cls.json"]
     assert len(spatial["count_ratio"]) == 6 and all(row[0] == 1.0 for row in spatial["count_ratio"]
-                                                    if row[0] == row[0])  # NaN rows: no active patch
+                                                    if row[0] is not None)  # null rows: no active patch
     assert len((out / "tables" / "history.csv").read_text().splitlines()) == 1 + 3 * 3
     html = (out / "report.html").read_text()
     assert "Feature visualisation" in html and "Last-layer token mixing" in html

@@ -15,6 +15,7 @@ from pathlib import Path
 from golden.compare import differences
 from golden.execute import run_golden, write_data
 from golden.runs import RUNS, fixture
+from golden.strict import not_json
 
 
 def main(names: list[str]) -> int:
@@ -26,6 +27,7 @@ def main(names: list[str]) -> int:
             start = time.perf_counter()
             found = differences(fixture(run.name), run_golden(run, roots, Path(tmp) / run.name),
                                 allow_extra=True, rtol=run.tolerance, atol=run.tolerance)
+            found += [f"not JSON: {line}" for line in not_json(Path(tmp) / run.name)]
             took = time.perf_counter() - start
             print(f"{run.name}: {'same numbers' if not found else 'MOVED'} ({took:.1f} s)")
             for line in found:

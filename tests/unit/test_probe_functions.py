@@ -220,3 +220,15 @@ def test_retrieval_scores_with_oracle_features(tmp_path: Path) -> None:
     assert res["mAP_medium"][1].item() < 0.5  # swapped features rank the wrong instance first
     assert res["mAP_hard"][0].item() == pytest.approx(1.0)  # query 0 has no hard positive: skipped
     assert 0.0 <= res["random_mAP_medium"].item() <= 1.0
+
+
+def test_retrieval_says_why_a_protocol_has_no_score(tmp_path: Path) -> None:
+    feats = np.eye(2, dtype=np.float32)[[0, 1, 0, 1]] + 0.01
+    gnd = [{"easy": [], "hard": [0], "junk": []}, {"easy": [], "hard": [1], "junk": []}]  # no easy positive at all
+    store = RowStore()
+    store.append({"block0": feats, "index": np.arange(4)})
+    res = retrieval_scores(FeatureCache(tmp_path).commit("f" * 64, store, {"blocks": [0]}), 2, gnd)
+    assert math.isnan(res["mAP_easy"][0].item()) and res["mAP_hard"][0].item() == pytest.approx(1.0)
+    reasons = res.to_json()["null_reasons"]
+    assert reasons == {"mAP_easy": "no query has a positive under the easy protocol",
+                       "random_mAP_easy": "no query has a positive under the easy protocol"}

@@ -5,22 +5,23 @@ paper figure it reproduces. :mod:`vitscope.outputs` writes them; the report rend
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping
+import fnmatch
+from collections.abc import Callable, KeysView, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from vitscope.atomic import atomic_path, write_text_atomic
-from vitscope.errors import VitscopeValueError
+from vitscope.errors import VitscopeKeyError, VitscopeValueError
+from vitscope.strict_json import dumps
 from vitscope.viz.labels import display_name, sentence_case
 
 if TYPE_CHECKING:
     from vitscope.viz.charts import Chart
 
-__all__ = ["SMALL", "Figure", "Result", "SummaryResult", "png_path"]
+__all__ = ["DIMS_KEY", "LABELS", "SMALL", "Figure", "Result", "SummaryResult", "png_path"]
 
 #: tensors with at most this many elements go to results.json and the CSV tables; larger ones to ``.npz``
 SMALL = 4096
@@ -81,17 +82,36 @@ class Figure:
             raise VitscopeValueError(f"figure stem {self.stem!r} must be a non-empty file name without '/' or '\\'")
 
 
-def _long_table(tensors: dict[str, torch.Tensor]):
+#: metadata key of a result's own dimension names, ``{tensor key: [name, ...]}`` (before the class's ``DIMS``)
+DIMS_KEY = "dims"
+#: dimension name -> metadata list naming its positions, used when its length matches (block numbers when an
+#: analysis ran on some blocks, the dataset indices of chosen images, masking conditions...); else 0, 1, ...
+LABELS: dict[str, str] = {"block": "blocks", "skip_block": "blocks", "branch_block": "blocks", "block_i": "blocks",
+                          "block_j": "blocks", "image": "image_indices", "condition": "conditions", "top_k": "topk",
+                          "kind": "kinds", "fraction": "fractions", "order": "orders", "ratio": "ratios"}
+
+
+def _long_table(result: Result, keys: list[str]):
+    """One row per element of the tensors ``keys``: ``quantity``, a column per dimension name (integer labels,
+    empty where a quantity has no such dimension), ``value``."""
     import pandas as pd
 
     frames = []
-    for key, t in tensors.items():
-        arr = t.detach().cpu().double()
-        idx = torch.cartesian_prod(*[torch.arange(s) for s in arr.shape]) if arr.dim() > 1 else (
-            torch.arange(arr.numel()).unsqueeze(1) if arr.dim() == 1 else torch.zeros(1, 0, dtype=torch.long))
-        cols = {f"dim{d}": idx[:, d].numpy() for d in range(idx.shape[1])}
-        frames.append(pd.DataFrame({"quantity": key, **cols, "value": arr.reshape(-1).numpy()}))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    for key in keys:
+        arr = result.tensors[key].detach().cpu().double()
+        names, labels = result.dims(key), result.dim_labels(key)
+        grid = pd.MultiIndex.from_product(labels, names=names).to_frame(index=False) if names else \
+            pd.DataFrame(index=[0])
+        frames.append(pd.DataFrame({"quantity": key, **{n: grid[n].to_numpy() for n in names},
+                                    "value": arr.reshape(-1).numpy()}))
+    if not frames:
+        return pd.DataFrame()
+    table = pd.concat(frames, ignore_index=True)
+    dims = [c for c in table.columns if c not in ("quantity", "value")]
+    for c in dims:  # a quantity without the dimension leaves a gap: keep integer labels integers
+        if pd.api.types.is_float_dtype(table[c]) and table[c].dropna().mod(1).eq(0).all():
+            table[c] = table[c].astype("Int64")
+    return table[["quantity", *dims, "value"]]
 
 
 @dataclass
@@ -110,7 +130,52 @@ class Result:
     meta: dict[str, Any] = field(default_factory=dict)
     intro: str = ""
 
+    #: what each dimension of a tensor is, by key pattern (``fnmatch``, the first match wins), e.g.
+    #: ``{"*_iou": ("block", "head")}``; a key without a declaration has ``dim0, dim1, ...``
+    DIMS: ClassVar[dict[str, tuple[str, ...]]] = {}
+
     def __getitem__(self, key: str) -> torch.Tensor:
+        return self.tensors[key]
+
+    def __contains__(self, key: object) -> bool:
+        """Whether ``result[key]`` is a tensor of this result (``"block_mean" in result``)."""
+        return key in self.tensors
+
+    def keys(self) -> KeysView[str]:
+        """The names of the tensors (``result[name]``)."""
+        return self.tensors.keys()
+
+    def dims(self, key: str) -> tuple[str, ...]:
+        """The names of the dimensions of tensor ``key`` (``("block", "head")``): the result's own
+        ``meta["dims"]``, else the class's :attr:`DIMS`, else ``dim0, dim1, ...`` (also when a declaration does
+        not fit the tensor's number of dimensions or repeats a name)."""
+        ndim = self._tensor(key).dim()
+        own = self.meta.get(DIMS_KEY, {})
+        declared = own.get(key) if isinstance(own, Mapping) and key in own else next(
+            (names for pattern, names in self.DIMS.items() if fnmatch.fnmatchcase(key, pattern)), None)
+        if declared is not None and len(declared) == ndim and len(set(declared)) == ndim:
+            return tuple(str(n) for n in declared)
+        return tuple(f"dim{d}" for d in range(ndim))
+
+    def dim_labels(self, key: str) -> list[list[Any]]:
+        """The labels of every position of tensor ``key``, one list per dimension: the metadata list
+        :data:`LABELS` names for the dimension when its length fits (block numbers...), else ``0 .. n-1``."""
+        t = self._tensor(key)
+        out = []
+        for name, size in zip(self.dims(key), t.shape):
+            given = self.meta.get(LABELS.get(name, ""))
+            if isinstance(given, torch.Tensor):
+                given = given.tolist()
+            if isinstance(given, (list, tuple)) and len(given) == size and all(
+                    isinstance(v, (int, float, str)) for v in given):
+                out.append(list(given))
+            else:
+                out.append(list(range(size)))
+        return out
+
+    def _tensor(self, key: str) -> torch.Tensor:
+        if key not in self.tensors:
+            raise VitscopeKeyError(f"{self.name!r} has no tensor {key!r}; it has: {', '.join(self.tensors) or 'none'}")
         return self.tensors[key]
 
     @property
@@ -135,9 +200,31 @@ class Result:
         """:meth:`to_json` under its earlier name."""
         return self.to_json()
 
-    def to_frame(self):
-        """Long-format pandas table (one row per element) of the small tensors."""
-        return _long_table({k: t for k, t in self.tensors.items() if t.numel() <= SMALL})
+    def to_frame(self, key: str | None = None):
+        """A pandas frame whose axes say what each dimension is, labelled by integers (or by the labels the
+        metadata gives, see :meth:`dim_labels`).
+
+        Args:
+            key: one tensor: ``[L, H]`` gives index ``block``, columns ``head``; ``[L]`` one column ``key`` over the
+                index ``block``; more dimensions put all but the last in the index (a MultiIndex); a 0-dim tensor
+                is one row. None: every small tensor in one long table (one row per element: ``quantity``, one
+                column per dimension name, ``value``), as ``tables/<name>.csv`` is written.
+        """
+        if key is None:
+            return _long_table(self, [k for k, t in self.tensors.items() if t.numel() <= SMALL])
+        import pandas as pd
+
+        t = self._tensor(key).detach().cpu()
+        arr = (t.double() if t.is_floating_point() else t).numpy()
+        names, labels = self.dims(key), self.dim_labels(key)
+        if arr.ndim == 0:
+            return pd.DataFrame({key: [arr.item()]})
+        if arr.ndim == 1:
+            return pd.DataFrame({key: arr}, index=pd.Index(labels[0], name=names[0]))
+        index = pd.Index(labels[0], name=names[0]) if arr.ndim == 2 else \
+            pd.MultiIndex.from_product(labels[:-1], names=names[:-1])
+        return pd.DataFrame(arr.reshape(-1, arr.shape[-1]), index=index,
+                            columns=pd.Index(labels[-1], name=names[-1]))
 
     def tables(self) -> dict[str, Any]:
         """CSV tables a person reads: ``{file stem: pandas DataFrame}`` (the base: the long table)."""
@@ -169,18 +256,23 @@ class Result:
 
     def heatmap_figure(self, suffix: str, matrix: torch.Tensor, title: str, unit: str, caption: str,
                        paper: str = "", block_labels: list | None = None, x_label: str = "head",
-                       y_label: str = "block") -> Figure:
+                       y_label: str = "block", quantity: str | None = None) -> Figure:
         """A rows x columns heat map of ``matrix`` ``[L, H]`` (blocks x heads by default): a chart in the report,
-        :func:`~vitscope.viz.heatmaps.block_head_heatmap` for files."""
+        :func:`~vitscope.viz.heatmaps.block_head_heatmap` for files. ``quantity`` (a key such as ``"cls_iou"``):
+        a bounded quantity is coloured on its documented range (:func:`vitscope.viz.ranges.quantity_range`)."""
         from vitscope.viz.charts import block_head_chart
+        from vitscope.viz.ranges import quantity_range
+
+        bounds = quantity_range(quantity) if quantity else None
 
         def draw(path: Path) -> list[Path]:
             from vitscope.viz.heatmaps import block_head_heatmap
 
             return block_head_heatmap(matrix, title, unit, path, block_labels=block_labels, x_label=x_label,
-                                      y_label=y_label)
+                                      y_label=y_label, value_range=bounds)
 
-        chart = block_head_chart(matrix, unit, block_labels, title, x_label=x_label, y_label=y_label)
+        chart = block_head_chart(matrix, unit, block_labels, title, x_label=x_label, y_label=y_label,
+                                 value_range=bounds)
         return self.figure(suffix, draw, caption, paper, chart=chart)
 
     # ------------------------------------------------------------ files (one result alone)
@@ -196,7 +288,7 @@ class Result:
             with atomic_path(out / f"{stem}.csv") as tmp:
                 frame.to_csv(tmp, index=False)
             paths.append(out / f"{stem}.csv")
-        paths.append(write_text_atomic(out / f"{self.name}.json", json.dumps(self.to_json(), indent=1, default=str)))
+        paths.append(write_text_atomic(out / f"{self.name}.json", dumps(self.to_json(), indent=1)))
         arrays = self.arrays()
         if arrays:
             with atomic_path(out / f"{self.name}.npz") as tmp:

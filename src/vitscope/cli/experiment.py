@@ -9,6 +9,7 @@ import typer
 from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors
 from vitscope.cli.help_text import FIGURE_FILES_HELP, IMAGE_SIZE_HELP
+from vitscope.cli.numbers import shown
 
 experiment_app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                              help="Experiments: guided MAE pretraining, robustness of several classifiers.")
@@ -40,7 +41,7 @@ def guided_mae(
     doc = run_guided_mae(cfg, out, figure_files=figure_files)
     entry = doc["analyses"]["guided_mae"]["summary"]
     for twin, acc in entry["accuracy"].items():
-        typer.echo(f"{twin:>7}: " + " ".join(f"{a:.3f}" for a in acc))
+        typer.echo(f"{twin:>7}: " + " ".join(shown(a, ".3f") for a in acc))
     conv = entry["convergence"]
     typer.echo(f"first to {conv['target']:.3f} k-NN accuracy: {conv['faster']} -> {out / 'results.json'}")
 
@@ -67,9 +68,10 @@ def robustness(
     echo_choices(doc)
     analyses = doc["analyses"]
     for model, freq in analyses["frequency_filtering"]["summary"].items():
-        line = f"{model}: full {freq['full_accuracy']:.3f}"
+        line = f"{model}: full {shown(freq['full_accuracy'], '.3f')}"
         fg = analyses.get("foreground_masking", {}).get("summary", {}).get(model, {}).get("normalised_accuracy")
         if fg:
-            line += f", foreground-only {fg[1][0]:.3f}, background-only {fg[2][0]:.3f} (top-1, / full)"
+            line += (f", foreground-only {shown(fg[1][0], '.3f')}, background-only {shown(fg[2][0], '.3f')} "
+                     "(top-1, / full)")
         typer.echo(line)
     typer.echo(f"-> {out / 'results.json'}")

@@ -9,6 +9,7 @@ import typer
 from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors
 from vitscope.cli.help_text import IMAGE_SIZE_HELP
+from vitscope.cli.numbers import shown
 from vitscope.errors import VitscopeFileNotFoundError
 
 __all__ = ["explain_pair"]
@@ -37,5 +38,5 @@ def explain_pair(
                             image_size=image_size)
     echo_choices(doc)
     s = doc["analyses"]["paired_similarity"]["summary"]
-    typer.echo(f"similarity {s['score']:.4f} ({doc['config']['pooling']} pooling, projection "
+    typer.echo(f"similarity {shown(s['score'])} ({doc['config']['pooling']} pooling, projection "
                f"{doc['config']['projection']}, map grid {s['grid'][0]}x{s['grid'][1]}) -> {out / 'results.json'}")

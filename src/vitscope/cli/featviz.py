@@ -10,6 +10,7 @@ import typer
 from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors
 from vitscope.cli.help_text import FIGURE_FILES_HELP, IMAGE_SIZE_HELP
+from vitscope.cli.numbers import shown
 
 __all__ = ["featviz"]
 
@@ -60,7 +61,7 @@ def featviz(
     echo_choices(doc)
     units = doc["analyses"]["featviz"]["summary"]["units"]
     for name, u in units.items():
-        best = f", best dataset image {u['best_dataset_score']:.3f}" if "best_dataset_score" in u else ""
-        typer.echo(f"{name}: activation {u['activation']:.3f}{best}")
+        best = f", best dataset image {shown(u['best_dataset_score'], '.3f')}" if "best_dataset_score" in u else ""
+        typer.echo(f"{name}: activation {shown(u['activation'], '.3f')}{best}")
     typer.echo(f"{len(units)} units -> {path}")
     typer.echo(f"report: {path.parent / 'report.html'}")

@@ -18,6 +18,7 @@ from vitscope.cli.probe import probe as probe_command
 from vitscope.cli.resolve import resolve_or_exit
 from vitscope.cli.zoo import zoo_app
 from vitscope.models.errors import TRUST_PICKLE_ENV
+from vitscope.strict_json import dumps
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   context_settings={"max_content_width": 120}, help="Put vision transformers under a microscope.")
@@ -68,7 +69,7 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print JSON instea
 
     rows = describe_models()
     if as_json:
-        typer.echo(json.dumps(rows, indent=1))
+        typer.echo(dumps(rows, indent=1))
         return
     from vitscope.cli.columns import plain_table
 

@@ -89,6 +89,7 @@ def probe(
     """
     import json
 
+    from vitscope.cli.numbers import shown
     from vitscope.workflows.options import PROBE_OPTIONS
 
     given = {"model": model, "data": data, "out": out, "test_data": test_data, "test_fraction": test_fraction,
@@ -117,6 +118,7 @@ def probe(
         if row["best_block"] < 0:  # e.g. hard mAP when no query has a hard positive
             typer.echo(f"{head} no score (nothing to evaluate at any block)")
         else:
-            typer.echo(f"{head} best block {row['best_block']:>2}: {row['score']:.4f} (random {row['random']:.4f})")
+            typer.echo(f"{head} best block {row['best_block']:>2}: {shown(row['score'])} "
+                       f"(random {shown(row['random'])})")
     typer.echo(f"-> {path}")
     typer.echo(f"report: {path.parent / 'report.html'}")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 
 from vitscope.cli.errors import one_line_errors
 from vitscope.errors import VitscopeValueError
+from vitscope.strict_json import dumps
 
 zoo_app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                       help="The tiny model zoo (trained offline).")
@@ -43,7 +43,7 @@ def list_models(
     """Every zoo model with its recipe, data seed, parameter count and held-out score."""
     rows = zoo_rows(directory)
     if as_json:
-        typer.echo(json.dumps(rows, indent=1))
+        typer.echo(dumps(rows, indent=1))
         return
     from rich.console import Console
     from rich.table import Table

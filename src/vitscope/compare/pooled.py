@@ -33,7 +33,12 @@ class PooledFeaturesResult(Result):
     The arrays are inputs of the comparison, not outputs: only the metadata is written.
     """
 
-    def to_frame(self):
+    DIMS = {"index": ("image",), "label": ("image",), "*": ("image", "channel")}
+
+    def to_frame(self, key: str | None = None):
+        """One tensor as a frame (``key``), or the images' indices and labels."""
+        if key is not None:
+            return super().to_frame(key)
         import pandas as pd
 
         return pd.DataFrame({"index": self.tensors["index"].numpy(), "label": self.tensors["label"].numpy()}) \

@@ -11,6 +11,7 @@ import pandas as pd
 from vitscope.analyses.result import Figure, Result
 from vitscope.compare.curves import QUANTITIES, Comparison
 from vitscope.viz.labels import sentence_case
+from vitscope.viz.ranges import quantity_range
 
 __all__ = ["CAPTIONS", "ComparisonResult", "figure_stem"]
 
@@ -84,10 +85,12 @@ class ComparisonResult(Result):
             baselines = {m: v for m, v in comp.random.get(quantity, {}).items() if m in per_model}
             kind = "random attention" if quantity in ("attention_distance", "saliency_iou") else "random chance"
 
-            def draw(path: Path, curves=curves, label=label, baselines=baselines, kind=kind) -> list[Path]:
+            def draw(path: Path, curves=curves, label=label, baselines=baselines, kind=kind,
+                     quantity=quantity) -> list[Path]:
                 from vitscope.viz.compare_figures import model_curves
 
-                return model_curves(curves, f"{label} per block", label, path, baselines, kind)
+                return model_curves(curves, f"{label} per block", label, path, baselines, kind,
+                                    value_range=quantity_range(quantity))
 
             lines = []
             for m, c in per_model.items():
@@ -96,7 +99,8 @@ class ComparisonResult(Result):
                     lines.append(Curve(m, [baselines[m]] * 2, m, "dashed", [0.0, 1.0]))
             dashed = any(c.style == "dashed" for c in lines)  # say so only where a baseline is drawn
             chart = depth_lines_chart(lines, label, f"{label} per block" + (f" (dashed: each model's {kind})"
-                                                                            if dashed else ""))
+                                                                            if dashed else ""),
+                                      quantity_range(quantity) or (None, None))
             out.append(Figure(figure_stem(quantity), draw, sentence_case(f"{label} per block"), *CAPTIONS[quantity],
                               chart=chart))
         if comp.cka_matrix is not None:
@@ -107,7 +111,8 @@ class ComparisonResult(Result):
                                    comp.cka_models, comp.cka_models, row_title="model", col_title="model")
 
             chart = block_head_chart(comp.cka_matrix, "linear CKA", comp.cka_models, "CKA between the final blocks",
-                                     x_label="model", y_label="model", column_labels=comp.cka_models)
+                                     x_label="model", y_label="model", column_labels=comp.cka_models,
+                                     value_range=quantity_range("cka"))
             out.append(Figure("compare_cka_matrix", matrix, "CKA between final blocks", *CAPTIONS["cka_matrix"],
                               chart=chart))
         return out

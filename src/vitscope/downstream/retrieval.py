@@ -25,6 +25,7 @@ from vitscope.features.views import LongSideView
 from vitscope.functional.pooling import random_features
 from vitscope.functional.retrieval import revisited_map
 from vitscope.models.backbone import Backbone
+from vitscope.strict_json import note_null
 
 __all__ = ["retrieval_probe", "retrieval_scores"]
 
@@ -70,9 +71,14 @@ def retrieval_scores(entry: CacheEntry, num_queries: int, gnd: Sequence[object],
     if random_kind is not None and blocks:
         noise = random_features((index.size, width), torch.Generator().manual_seed(seed), random_kind).numpy()
         random = _maps(noise[:num_queries], noise[num_queries:], gnd)
-    return probe_result("retrieval", "retrieval", blocks, scores, random, model=model, num_queries=int(num_queries),
-                        num_database=int(index.size - num_queries), random_kind=random_kind,
-                        pooling=entry.meta.get("request", {}).get("pooling", ""))
+    result = probe_result("retrieval", "retrieval", blocks, scores, random, model=model,
+                          num_queries=int(num_queries), num_database=int(index.size - num_queries),
+                          random_kind=random_kind, pooling=entry.meta.get("request", {}).get("pooling", ""))
+    for p in PROTOCOLS:  # revisited_map is NaN exactly when no query has a positive under the protocol
+        for key in (f"mAP_{p}", f"random_mAP_{p}"):
+            if key in result.tensors and result.tensors[key].isnan().any():
+                note_null(result.meta, key, f"no query has a positive under the {p} protocol")
+    return result
 
 
 def retrieval_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, pooling: str = "cls",

@@ -138,6 +138,7 @@ def run_guided_mae(cfg: GuidedMAEConfig, out: str | Path, progress: bool | None 
     from vitscope.analyses.result import Figure, SummaryResult
     from vitscope.outputs import RunResult, prepare_output, write_run
     from vitscope.viz import charts
+    from vitscope.viz.ranges import quantity_range
 
     out = prepare_output(out)
     data = synthetic_split(cfg.train_images, cfg.seed, size=cfg.image_size)
@@ -178,7 +179,8 @@ def run_guided_mae(cfg: GuidedMAEConfig, out: str | Path, progress: bool | None 
         "guided_mae", draw, "Guided MAE", "k-NN accuracy of the mean token during pretraining, SIFT-guided masks "
         "against random masks (rho: the share of guided masks).", "paper 003, fig. 9", chart=charts.Chart(
             charts.value_lines_chart([charts.curve(f"{t} masks", curves[t], t, x=epochs) for t in TWINS], "epoch",
-                                     "k-NN accuracy (mean token)", "Random against guided (SIFT keypoint) masks").panels
+                                     "k-NN accuracy (mean token)", "Random against guided (SIFT keypoint) masks",
+                                     y_range=quantity_range("accuracy")).panels
             + charts.value_lines_chart([charts.curve("rho (guided)", rho, "", "dotted", epochs)], "epoch", "rho",
                                        "Share of guided masks", y_range=(0.0, 1.0)).panels))],
         intro="MAE pretraining with masks guided by the SIFT interrelation score against random masks.")

@@ -188,6 +188,9 @@ def _model_logits(backbone: Backbone, pixels: torch.Tensor) -> torch.Tensor:
 class TokenMixingResult(Result):
     """Accuracies of the token-mixing experiments (table 1 rows in ``meta``, figure 6 in ``figures``)."""
 
+    DIMS = {"token_accuracy": ("token",), "token_accuracy_grid": ("row", "column"),
+            "isolate_cls_*": ("block",)}
+
     def figures(self) -> list[Figure]:
         """``<name>_token_accuracy`` (accuracy of the head on every token) and ``<name>_isolate_cls``."""
         if not self.tensors:

@@ -123,7 +123,10 @@ class PairResult(SummaryResult):
     def arrays(self) -> dict[str, torch.Tensor]:
         return dict(self.tensors)
 
-    def to_frame(self):
+    def to_frame(self, key: str | None = None):
+        """One tensor as a frame (``key``); no long table (each map is its own grid table)."""
+        if key is not None:
+            return super().to_frame(key)
         import pandas as pd
 
         return pd.DataFrame()

@@ -8,7 +8,6 @@ object is an unseen identity; labels are the identities (SOP's protocol). Option
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vitscope.atomic import write_json_atomic
+from vitscope.strict_json import dumps, write_json_atomic
 
 __all__ = ["zoo_study"]
 
@@ -141,7 +140,7 @@ def main() -> None:  # pragma: no cover - manual entry point
     parser.add_argument("--published-rollout", action="store_true", help="use R instead of R^T for ViT maps")
     args = parser.parse_args()
     doc = zoo_study(args.out, args.scenes, sop_root=args.sop, transpose=not args.published_rollout)
-    print(json.dumps({k: doc["analyses"][k] for k in ("retrieval", "pose_similarity", "faithfulness")}, indent=1))
+    print(dumps({k: doc["analyses"][k] for k in ("retrieval", "pose_similarity", "faithfulness")}, indent=1))
 
 
 if __name__ == "__main__":  # pragma: no cover

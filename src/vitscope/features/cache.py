@@ -29,6 +29,7 @@ import numpy as np
 
 from vitscope.errors import VitscopeKeyError, VitscopeValueError
 from vitscope.features.rowstore import RowStore
+from vitscope.strict_json import dumps
 
 __all__ = ["CacheEntry", "FeatureCache", "default_cache_root"]
 
@@ -148,7 +149,7 @@ class FeatureCache:
             del outs
             doc = {**dict(meta), "key": key, "rows": store.rows, "created": time.time(),
                    "columns": {n: {"dtype": d, "shape": list(t)} for n, (d, t) in store.schema.items()}}
-            (tmp / "meta.json").write_text(json.dumps(doc, indent=1, default=str))
+            (tmp / "meta.json").write_text(dumps(doc, indent=1))
             final.parent.mkdir(parents=True, exist_ok=True)
             try:
                 os.rename(tmp, final)

@@ -9,10 +9,10 @@ from pathlib import Path
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from vitscope.atomic import write_json_atomic
 from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.models.errors import ModelLoadError
+from vitscope.strict_json import write_json_atomic
 
 FORMAT_VERSION = 1
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from vitscope.atomic import remove_leftovers
 from vitscope.errors import VitscopeValueError
+from vitscope.strict_json import dumps
 
 __all__ = ["MANIFEST", "OutputError", "Staging", "prepare_output"]
 
@@ -94,7 +95,7 @@ class Staging:
             if stale.is_file() and self.out.resolve() in stale.resolve().parents:
                 stale.unlink()
         manifest = self.out / f".{MANIFEST}.{os.getpid()}.tmp"
-        manifest.write_text(json.dumps({"files": written}, indent=1))
+        manifest.write_text(dumps({"files": written}, indent=1))
         os.replace(manifest, self.out / MANIFEST)
         self.discard()
         return written

@@ -19,7 +19,6 @@ results.json last; the progress bar shows the writing. Figures are drawn first, 
 from __future__ import annotations
 
 import dataclasses
-import json
 import platform
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +29,7 @@ from vitscope.analyses.result import Figure
 from vitscope.errors import VitscopeRuntimeError
 from vitscope.outputs.folder import Staging, prepare_output
 from vitscope.outputs.run_result import RunResult
+from vitscope.strict_json import dumps
 
 __all__ = ["environment", "write_run"]
 
@@ -53,7 +53,7 @@ class _Writer:
         return rel
 
     def json(self, rel: str, doc: Any) -> str:
-        self.staging.path(rel).write_text(json.dumps(doc, indent=1, default=str))
+        self.staging.path(rel).write_text(dumps(doc, indent=1))
         return rel
 
     def arrays(self, name: str, arrays: dict[str, Any]) -> list[str]:
@@ -100,7 +100,7 @@ class _Writer:
             written = list(paths.get(i, []))
             if fig.chart is not None:
                 written.append(self.staging.path(f"charts/{fig.stem}.json"))
-                written[-1].write_text(json.dumps(fig.chart.to_json()))
+                written[-1].write_text(dumps(fig.chart.to_json()))
                 if i not in paths:
                     self.advance()
             pngs = [p for p in written if p.suffix == ".png"]

@@ -10,7 +10,6 @@ request.
 from __future__ import annotations
 
 import base64
-import json
 import os
 from functools import cache
 from pathlib import Path
@@ -20,6 +19,7 @@ from vitscope.errors import VitscopeValueError
 from vitscope.report.assets import chart_script, echarts_script
 from vitscope.report.model import Report
 from vitscope.report.references import cited, paper_number
+from vitscope.strict_json import dumps
 
 __all__ = ["EMBED_BYTES", "THUMBNAIL_WIDTH", "data_uri", "pixel_width", "render_html", "thumbnail_uri",
            "write_report"]
@@ -114,13 +114,14 @@ def _environment():
     env.filters["pixel_width"] = pixel_width
     env.filters["text_px"] = _text_px
     env.filters["paper_id"] = paper_number
+    env.policies["json.dumps_function"] = dumps  # embedded charts: null, never NaN (JSON.parse refuses it)
     return env
 
 
 def _config_value(value: Any) -> str:
     if isinstance(value, str):
         return value
-    return json.dumps(value, default=str)
+    return dumps(value)
 
 
 def render_html(report: Report) -> str:

@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 
 from vitscope.viz.attention_maps import as_numpy as _np
 from vitscope.viz.attention_maps import tick_labels as _labels
+from vitscope.viz.ranges import legend_note
 from vitscope.viz.save import outside_legend, save_figure
 
 __all__ = ["block_lines_figure", "distance_figure", "saliency_figure"]
@@ -90,6 +91,7 @@ def saliency_figure(
             ax.plot(np.arange(r.shape[0]), r, ls="--", color="grey", label="random attention")
         ax.set_xticks(np.arange(length), _labels(length, block_labels))
         ax.set_ylim(0.0, 1.0)
+        legend_note(ax, [_np(per[source]) for per in models.values() if source in per])
         ax.set_xlabel("block")
         ax.set_ylabel(f"best-head IoU ({'mean of per-image max' if rule == 'image' else 'best dataset head'})")
         ax.set_title(names.get(source, source), fontsize=10)
@@ -104,8 +106,10 @@ def block_lines_figure(
     ylabel: str,
     stem: str | Path,
     block_labels: Sequence | None = None,
+    value_range: tuple[float, float] | None = None,
 ) -> list[Path]:
-    """One line per series over blocks, with its random baseline dashed in the same colour."""
+    """One line per series over blocks, with its random baseline dashed in the same colour; ``value_range``: a
+    fixed value axis (a bounded quantity's range), the legend then noting the data's own range."""
     fig = Figure(figsize=(6.0, 3.8))
     ax = fig.add_subplot()
     length = 0
@@ -118,6 +122,9 @@ def block_lines_figure(
     ax.set_xticks(np.arange(length), _labels(length, block_labels))
     ax.set_xlabel("block")
     ax.set_ylabel(ylabel)
+    if value_range is not None:
+        ax.set_ylim(*value_range)
+        legend_note(ax, [_np(v) for pair in series.values() for v in pair if v is not None])
     ax.set_title(title, fontsize=10)
     outside_legend(ax, fontsize=8)
     fig.tight_layout()

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from vitscope.errors import VitscopeValueError
+from vitscope.viz.ranges import data_range, range_note
 
 __all__ = ["Band", "Chart", "Curve", "HeatPanel", "LinePanel", "block_head_chart", "block_lines_chart", "curve",
            "depth_lines_chart", "tick_names", "value_lines_chart"]
@@ -81,7 +82,12 @@ class Band:
 @dataclass
 class LinePanel:
     """Curves over one axis: categories (``x_ticks``, usually blocks) or numbers (``x_kind="value"``: every
-    curve gives its ``x``, e.g. relative depth)."""
+    curve gives its ``x``, e.g. relative depth).
+
+    ``y_range``: fixed ``(min, max)`` of the value axis, either end None for automatic; a bounded quantity gets
+    its documented range (:func:`vitscope.viz.ranges.quantity_range`). With both ends fixed, ``data_range`` is the
+    ``(min, max)`` of the values and ``range_note`` says it (``"data 0.886–1.000"``, shown in the legend).
+    """
 
     x_label: str
     y_label: str
@@ -94,6 +100,8 @@ class LinePanel:
     x_range: tuple[float | None, float | None] = (None, None)
     bands: list[Band] = field(default_factory=list)
     kind: str = field(default="lines", init=False)
+    data_range: tuple[float, float] | None = field(default=None, init=False)
+    range_note: str = field(default="", init=False)
 
     def __post_init__(self) -> None:
         if self.x_kind == "value" and any(c.x is None or len(c.x) != len(c.values) for c in self.curves):
@@ -107,6 +115,9 @@ class LinePanel:
             raise VitscopeValueError("a panel with bands cannot also have bars (the bands are drawn as bars)")
         if self.bands:  # bands are bars from the axis' foot: a log axis has none
             self.log_toggle = False
+        if None not in self.y_range:  # a fixed scale: say where the data lie on it
+            self.data_range = data_range([c.values for c in self.curves])
+            self.range_note = range_note(self.data_range)
 
 
 @dataclass
@@ -114,7 +125,9 @@ class HeatPanel:
     """A matrix of values (rows x columns), e.g. blocks x heads, with a colour scale.
 
     ``colours``: one of :data:`HEAT_COLOURS` (``"diverging"`` centres the scale on 0). ``value_range``: a fixed
-    ``(min, max)`` of the colour scale (e.g. ``(0, 1)`` for accuracies); None: the values' own range.
+    ``(min, max)`` of the colour scale (a bounded quantity's documented range,
+    :func:`vitscope.viz.ranges.quantity_range`, e.g. ``(0, 1)`` for CKA); None: the values' own range. With a fixed
+    range, ``data_range`` is the ``(min, max)`` of the values and ``range_note`` says it beside the colour bar.
     """
 
     x_label: str
@@ -127,6 +140,8 @@ class HeatPanel:
     colours: str = "viridis"
     value_range: tuple[float, float] | None = None
     kind: str = field(default="heatmap", init=False)
+    data_range: tuple[float, float] | None = field(default=None, init=False)
+    range_note: str = field(default="", init=False)
 
     def __post_init__(self) -> None:
         if self.colours not in HEAT_COLOURS:
@@ -134,6 +149,9 @@ class HeatPanel:
         if len(self.values) != len(self.rows) or any(len(r) != len(self.columns) for r in self.values):
             raise VitscopeValueError(f"heat map of {len(self.rows)} x {len(self.columns)} labels got values of "
                                      "another shape")
+        if self.value_range is not None:  # a fixed scale: say where the data lie on it
+            self.data_range = data_range(self.values)
+            self.range_note = range_note(self.data_range)
 
 
 @dataclass
@@ -176,7 +194,8 @@ def block_head_chart(matrix: torch.Tensor | np.ndarray, value_label: str, block_
         title: panel title.
         colours: one of :data:`HEAT_COLOURS`.
         x_label, y_label: axis names.
-        value_range: fixed ``(min, max)`` of the colour scale (None: the values' range).
+        value_range: fixed ``(min, max)`` of the colour scale, e.g. ``quantity_range("cka")`` (None: the values'
+            range); the panel then notes the values' own range.
     """
     arr = matrix.detach().cpu().double().numpy() if isinstance(matrix, torch.Tensor) else np.asarray(matrix, float)
     if arr.ndim != 2:
@@ -207,16 +226,18 @@ def block_lines_chart(curves: Sequence[Curve], y_label: str, length: int, block_
                             log_toggle=positive, bands=list(bands))])
 
 
-def depth_lines_chart(curves: Sequence[Curve], y_label: str, title: str = "") -> Chart:
+def depth_lines_chart(curves: Sequence[Curve], y_label: str, title: str = "",
+                      y_range: tuple[float | None, float | None] = (None, None)) -> Chart:
     """Curves over relative depth ``b / (L - 1)`` (models of different depth on one axis).
 
     Args:
         curves: the series; every one gives ``x`` (its blocks' relative depths).
         y_label: the value axis name, with its unit.
         title: panel title.
+        y_range: fixed ``(min, max)`` of the value axis (None: automatic).
     """
     positive = all(v is None or v > 0 for c in curves for v in _flat(c.values))
-    return Chart([LinePanel("relative depth (block / (blocks - 1))", y_label, [], list(curves), title,
+    return Chart([LinePanel("relative depth (block / (blocks - 1))", y_label, [], list(curves), title, y_range,
                             log_toggle=positive, x_kind="value", x_range=(0.0, 1.0))])
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from vitscope.viz.ranges import legend_note
 from vitscope.viz.save import outside_legend, save_figure
 
 __all__ = ["model_curves"]
@@ -21,6 +22,7 @@ def model_curves(
     out_path_stem: str | Path,
     baselines: Mapping[str, float] | None = None,
     baseline_label: str = "random",
+    value_range: tuple[float, float] | None = None,
 ) -> list[Path]:
     """One line per model over relative depth (0 = first block, 1 = last), each model's baseline dashed.
 
@@ -30,6 +32,8 @@ def model_curves(
         baselines: ``{model: value}``: a horizontal dashed line in the model's colour (e.g. its random
             attention, which depends on its token grid), where finite.
         baseline_label: what the dashed lines are (in the legend).
+        value_range: fixed ``(min, max)`` of the value axis (a bounded quantity's range); the legend then notes
+            the data's own range. None: automatic.
 
     Returns:
         ``[<stem>.png, <stem>.svg]``.
@@ -47,6 +51,9 @@ def model_curves(
     ax.set_xlabel("relative depth (block / (blocks - 1))")
     ax.set_ylabel(ylabel)
     ax.set_xlim(-0.03, 1.03)
+    if value_range is not None:
+        ax.set_ylim(*value_range)
+        legend_note(ax, [y for _, y in curves.values()] + list((baselines or {}).values()))
     ax.set_title(textwrap.fill(title, width=70), fontsize=10)
     ax.grid(alpha=0.3)
     if curves:

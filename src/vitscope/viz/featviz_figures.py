@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
+from vitscope.viz.ranges import bar_label, legend_note
 from vitscope.viz.save import outside_legend, save_figure
 
 __all__ = ["isolate_cls_figure", "panel_figure", "spatial_information_figure", "token_accuracy_figure",
@@ -197,8 +198,9 @@ def token_accuracy_figure(grid_accuracy: torch.Tensor, cls_accuracy: float, path
     """Heat map of accuracy per spatial token position (fig. 6); the CLS accuracy in the title."""
     fig = Figure(figsize=(4.2, 3.6))
     ax = fig.add_subplot(1, 1, 1)
-    im = ax.imshow(grid_accuracy.detach().cpu().numpy(), cmap="viridis", vmin=0.0, vmax=1.0)
-    fig.colorbar(im, ax=ax, label="accuracy")
+    grid = grid_accuracy.detach().cpu().numpy()
+    im = ax.imshow(grid, cmap="viridis", vmin=0.0, vmax=1.0)  # an accuracy, on its range
+    fig.colorbar(im, ax=ax, label=bar_label("accuracy", grid))
     ax.set_title(f"{title}\n(CLS token: {cls_accuracy:.3f})", fontsize=8)
     ax.set_xlabel("column")
     ax.set_ylabel("row")
@@ -213,7 +215,8 @@ def isolate_cls_figure(accuracy: torch.Tensor, path: str | Path, chance: float |
     ax.plot(xs, accuracy.detach().cpu().numpy(), marker="o")
     if chance is not None:
         ax.axhline(chance, color="grey", ls="--", lw=0.8, label="chance")
-        outside_legend(ax, fontsize=7)
+    legend_note(ax, accuracy)  # an accuracy on its range: where the data lie
+    outside_legend(ax, fontsize=7)
     ax.set_xlabel("block where CLS is inserted (0 = unmodified model)")
     ax.set_ylabel("accuracy")
     ax.set_ylim(0, 1)

@@ -15,6 +15,7 @@ import torch
 from matplotlib.figure import Figure
 
 from vitscope.errors import VitscopeValueError
+from vitscope.viz.ranges import bar_label
 from vitscope.viz.save import save_figure
 
 __all__ = ["block_head_heatmap"]
@@ -43,6 +44,7 @@ def block_head_heatmap(
     cmap: str = "viridis",
     x_label: str = "head",
     y_label: str = "block",
+    value_range: tuple[float, float] | None = None,
 ) -> list[Path]:
     """Draw a blocks x heads heatmap and write it as ``<stem>.png`` and ``<stem>.svg``.
 
@@ -56,6 +58,9 @@ def block_head_heatmap(
         block_labels: optional label of each row (e.g. the actual block indices); default ``0..L-1``.
         cmap: matplotlib colour map name.
         x_label, y_label: axis titles (other matrices than blocks x heads reuse this figure).
+        value_range: fixed ``(min, max)`` of the colour scale (a bounded quantity's range,
+            :func:`vitscope.viz.ranges.quantity_range`); the colour bar then notes the data's own range. None:
+            the data's range.
 
     Returns:
         ``[<stem>.png, <stem>.svg]`` (the SVG only for up to :data:`~vitscope.viz.save.RASTER_PIXELS` cells).
@@ -70,12 +75,13 @@ def block_head_heatmap(
     height = min(14.0, max(3.2, 1.6 + 0.35 * num_blocks))
     fig = Figure(figsize=(width, height))
     ax = fig.add_subplot()
-    image = ax.imshow(arr, aspect="auto", origin="upper", cmap=cmap, interpolation="nearest")
+    vmin, vmax = value_range if value_range is not None else (None, None)
+    image = ax.imshow(arr, aspect="auto", origin="upper", cmap=cmap, interpolation="nearest", vmin=vmin, vmax=vmax)
     xt, yt = _ticks(num_heads), _ticks(num_blocks)
     ax.set_xticks(xt, [str(i) for i in xt])
     ax.set_yticks(yt, [str(labels[i]) for i in yt])
     ax.set_xlabel(x_label)
     ax.set_ylabel(y_label)
     ax.set_title(textwrap.fill(title, width=int(width * 8)), fontsize=10)
-    fig.colorbar(image, ax=ax, label=colorbar_label)
+    fig.colorbar(image, ax=ax, label=bar_label(colorbar_label, arr) if value_range is not None else colorbar_label)
     return save_figure(fig, out_path_stem, layout=True)

@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 
 from vitscope.viz.attention_maps import as_numpy as _np
 from vitscope.viz.attention_maps import tick_labels as _labels
+from vitscope.viz.ranges import legend_note
 from vitscope.viz.save import outside_legend, save_figure
 
 __all__ = ["STAGE_COLOURS", "focus_figure", "keypoint_grid_figure", "kk_nk_figure", "stages_figure"]
@@ -86,6 +87,7 @@ def kk_nk_figure(tensors: Mapping[str, torch.Tensor], stem: str | Path, block_la
     ax.set_xlabel("block")
     ax.set_ylabel("weighted interrelation")
     ax.set_ylim(0, 1)
+    legend_note(ax, [kk, nk])
     rule = f" (lam={meta.get('lam')}, rule={meta.get('rule')}, {meta.get('num_images')} images)" if meta else ""
     ax.set_title("Interrelation from keypoint (KK) and non-keypoint (NK) patches" + rule, fontsize=8)
     outside_legend(ax, fontsize=8)
@@ -139,6 +141,7 @@ def stages_figure(tensors: Mapping[str, torch.Tensor], stages: Mapping[str, Sequ
     twin = ax.twinx()
     twin.plot(x, _np(tensors["focus_normalised"]).mean(axis=1), color="black", ls="--", label="focus / log K")
     twin.set_ylabel("focus index / log K")
+    legend_note(ax, [np.nanmean(_np(tensors[name]), axis=1) for name in ("KK", "KN", "NK", "NN")])
     lines = ax.get_legend_handles_labels()
     more = twin.get_legend_handles_labels()
     outside_legend(ax, lines[0] + more[0], lines[1] + more[1], fontsize=7)

@@ -14,6 +14,7 @@ import torch
 from matplotlib.figure import Figure
 
 from vitscope.viz.attention_maps import as_numpy as _np
+from vitscope.viz.ranges import legend_note
 from vitscope.viz.save import outside_legend, save_figure
 
 __all__ = ["foreground_bars_figure", "frequency_figure", "guided_mae_figure", "ratio_curves_figure"]
@@ -49,6 +50,7 @@ def ratio_curves_figure(curves: Mapping[str, Mapping[str, torch.Tensor]], ratios
     ax.set_xlabel("masked patches (%)")
     ax.set_ylabel("top-1 accuracy")
     ax.set_ylim(0, 1.02)
+    legend_note(ax, [_np(a) for per in curves.values() for a in per.values()] + list(full.values()))
     ax.set_title(title, fontsize=8)
     outside_legend(ax, fontsize=7)
     return save_figure(fig, stem)
@@ -102,6 +104,7 @@ def frequency_figure(accuracy: Mapping[str, torch.Tensor], fractions: Sequence[f
     ax.set_xlabel("cut-off radius / (min(H, W) / 2)")
     ax.set_ylabel("top-1 accuracy")
     ax.set_ylim(0, 1.02)
+    legend_note(ax, [_np(a) for a in accuracy.values()] + list(full.values()))
     ax.set_title("Fourier filtering: low-pass keeps frequencies within the radius, high-pass beyond it", fontsize=8)
     outside_legend(ax, fontsize=7)
     return save_figure(fig, stem)
@@ -123,6 +126,8 @@ def guided_mae_figure(epochs: Sequence[float], curves: Mapping[str, Sequence[flo
         ax.plot(epochs, acc, marker="o", ms=3, label=name)
     ax.set_xlabel("epoch")
     ax.set_ylabel(ylabel)
+    ax.set_ylim(0, 1.02)  # an accuracy, on its range
+    legend_note(ax, [list(v) for v in curves.values()])
     ax.set_title("MAE pretraining: random vs guided (SIFT keypoint) masking", fontsize=9)
     if rho is not None:
         twin = ax.twinx()

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from vitscope.viz.ranges import PROBE_RANGE, quantity_range
 from vitscope.viz.representation_figures import curves_figure
 
 __all__ = ["clustering_curves", "compare_models", "probe_curves"]
@@ -34,7 +35,8 @@ def probe_curves(
         ``[<stem>.png, <stem>.svg]``.
     """
     baselines = {"random chance": random} if random is not None else None
-    return curves_figure(curves, title, metric, out_path_stem, baselines=baselines, x_values=blocks)
+    return curves_figure(curves, title, metric, out_path_stem, baselines=baselines, x_values=blocks,
+                         ylim=quantity_range(metric) or PROBE_RANGE)
 
 
 def clustering_curves(
@@ -60,7 +62,8 @@ def clustering_curves(
     curves = {model: s[metric] for model, s in scores.items()}
     value = (random or {}).get(metric)
     return curves_figure(curves, title, metric, out_path_stem,
-                         baselines={"random chance": value} if value is not None else None, x_values=blocks)
+                         baselines={"random chance": value} if value is not None else None, x_values=blocks,
+                         ylim=quantity_range(metric) or PROBE_RANGE)
 
 
 def compare_models(results: Mapping[str, Mapping[str, object]], out_dir: str | Path) -> list[Path]:

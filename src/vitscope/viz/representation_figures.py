@@ -14,6 +14,7 @@ import torch
 from matplotlib.figure import Figure
 
 from vitscope.errors import VitscopeValueError
+from vitscope.viz.ranges import bar_label, legend_note
 from vitscope.viz.save import outside_legend, save_figure
 
 __all__ = ["cka_heatmap", "curves_figure", "residual_figure"]
@@ -81,7 +82,7 @@ def cka_heatmap(
                 if np.isfinite(arr[r, c]):
                     ax.text(c, r, f"{arr[r, c]:.2f}", ha="center", va="center", fontsize=7,
                             color="black" if arr[r, c] > 0.6 else "white")
-    fig.colorbar(image, ax=ax, label="CKA")
+    fig.colorbar(image, ax=ax, label=bar_label("CKA", arr))
     return save_figure(fig, out_path_stem, layout=True)
 
 
@@ -103,7 +104,8 @@ def curves_figure(
         out_path_stem: output path without extension.
         baselines: ``{label: value}`` drawn as dashed horizontal lines.
         x_values: x position of each point (default ``0..L-1``, block numbers).
-        ylim: y-axis range (default: automatic).
+        ylim: y-axis range (default: automatic); with both ends given (a bounded quantity), the legend notes
+            the data's own range.
 
     Returns:
         ``[<stem>.png, <stem>.svg]``.
@@ -121,6 +123,8 @@ def curves_figure(
     ax.set_ylabel(ylabel)
     if ylim is not None:
         ax.set_ylim(*ylim)
+        if None not in ylim:
+            legend_note(ax, [_array(v) for v in curves.values()] + [v for v in (baselines or {}).values()])
     ax.set_title(textwrap.fill(title, width=70), fontsize=10)
     ax.grid(alpha=0.3)
     if curves or baselines:
@@ -156,6 +160,8 @@ def residual_figure(
         ax.set_xlabel("block")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
+        if ax is left:  # CKA on its range
+            legend_note(ax, [_array(a), _array(m)])
         outside_legend(ax, fontsize=8)
     left.set_ylim(0.0, 1.05)
     ratios = np.concatenate([_array(attn_ratio), _array(mlp_ratio)])

@@ -20,6 +20,7 @@ from torch import nn
 from vitscope.errors import VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.models.errors import ModelLoadError
+from vitscope.strict_json import dumps
 from vitscope.zoo.catalog import ZooEntry, get_entry
 
 __all__ = ["MANIFEST", "build_model", "is_built", "load_zoo_model", "read_manifest", "roundtrip_fp16", "save_weights",
@@ -56,7 +57,7 @@ def read_manifest(directory: Path) -> dict[str, Any]:
 def write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
     """Write the manifest atomically (sorted, so rebuilding one model changes only its lines)."""
     tmp = directory / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    tmp.write_text(dumps(manifest, indent=1, sort_keys=True) + "\n")
     os.replace(tmp, directory / MANIFEST)
 
 

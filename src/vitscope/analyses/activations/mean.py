@@ -15,6 +15,7 @@ from vitscope.functional.moments import merge_moments
 from vitscope.hooks.names import UnknownHookError, cnn_hook_names, expand_names, transformer_hook_names
 from vitscope.hooks.tokens import grid_to_tokens
 from vitscope.models.spec import ModelSpec
+from vitscope.strict_json import note_null
 
 __all__ = ["CNN_DEFAULT_HOOKS", "TRANSFORMER_DEFAULT_HOOKS", "MeanActivation", "MeanActivationResult"]
 
@@ -47,6 +48,8 @@ class MeanActivationResult(Result):
 
     ``meta["saved"]`` names the quantities the output folder keeps (``save=`` of the analysis).
     """
+
+    DIMS = {"*.token_norm": ("token",), "*": ("token", "channel")}
 
     def arrays(self) -> dict[str, torch.Tensor]:
         """The large tensors of the quantities in ``meta["saved"]`` (all of them when it is absent)."""
@@ -201,4 +204,8 @@ class MeanActivation(Analysis):
             tensors[f"{key}.token_norm"] = mean.norm(dim=-1)
         num_images = int(max(self.count.values())) if self.count else 0
         meta = {"num_images": num_images, "hooks": keys, "ddof": self._cfg_ddof, "saved": list(SAVED[self._cfg_save])}
+        for key in keys:
+            if self.count[key] <= self._cfg_ddof:
+                note_null(meta, f"{key}.var", f"a variance with ddof={self._cfg_ddof} needs more than "
+                          f"{self._cfg_ddof} image(s)")
         return MeanActivationResult(name=self.name, tensors=tensors, meta=meta)

@@ -67,6 +67,9 @@ class TopActivationsResult(Result):
     The long table holds scores and indices; the maps go to ``<name>.npz``.
     """
 
+    DIMS = {"*.maps": ("unit", "rank", "row", "column"), "pictures": ("image", "y", "x", "channel"),
+            "*": ("unit", "rank")}
+
     def arrays(self) -> dict[str, torch.Tensor]:
         """The patch maps (``{hook}.maps``), whatever their size, beside the other large tensors."""
         return {k: t for k, t in self.tensors.items() if k.endswith(".maps") or t.numel() > SMALL}

@@ -12,12 +12,15 @@ from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
 from vitscope.functional.attention_blocks import BlockStats
 from vitscope.viz.charts import block_lines_chart, curve
+from vitscope.viz.ranges import quantity_range
 
 __all__ = ["AttentionFocus", "AttentionFocusResult"]
 
 
 class AttentionFocusResult(Result):
     """Result of :class:`AttentionFocus`: heatmaps and the per-block means vs random."""
+
+    DIMS = {"*": ("block", "head")}
 
     def figures(self) -> list[Figure]:
         """``<name>_entropy``, ``<name>_focus`` (blocks x heads) and ``<name>_blocks`` (means vs random)."""
@@ -31,13 +34,13 @@ class AttentionFocusResult(Result):
             series = {"entropy / log N": (t["entropy_normalised"].mean(-1), t["random_entropy_normalised"].mean(-1)),
                       "focus / log K": (t["focus_normalised"].mean(-1), t["random_focus_normalised"].mean(-1))}
             return block_lines_figure(series, "Mean over heads (dashed: random attention)", "normalised value", path,
-                                      block_labels=labels)
+                                      block_labels=labels, value_range=quantity_range("focus_normalised"))
 
         curves = []
         for name, key in (("entropy / log N", "entropy_normalised"), ("focus / log K", "focus_normalised")):
             curves += [curve(name, t[key].mean(-1), name), curve(name, t[f"random_{key}"].mean(-1), name, "dashed")]
         chart = block_lines_chart(curves, "normalised value", t["entropy"].shape[0], labels,
-                                  "Mean over heads (dashed: random attention)")
+                                  "Mean over heads (dashed: random attention)", quantity_range("focus_normalised"))
         paper = "paper 003, focus index (eq. 5)"
         return [
             self.heatmap_figure("_entropy", t["entropy"], f"Attention entropy per head ({n} images)", "entropy (nats)",

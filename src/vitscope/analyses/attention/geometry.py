@@ -20,6 +20,9 @@ __all__ = ["AlignedAttention", "AlignedAttentionResult", "AttentionDistance", "A
 class AlignedAttentionResult(Result):
     """Result of :class:`AlignedAttention`: the AAAM grid, a per-head table and the table of offset heads."""
 
+    DIMS = {"*aaam": ("block", "head", "dy", "dx"), "offset": ("block", "head", "axis"),
+            "peak": ("block", "head", "axis"), "*": ("block", "head")}
+
     def head_table(self):
         """One row per block and head: type, peak offset (cells), centre-of-mass offset and its norm."""
         import pandas as pd
@@ -134,6 +137,8 @@ class AlignedAttention(AttentionAccumulator):
 
 class AttentionDistanceResult(Result):
     """Result of :class:`AttentionDistance`: paper 002 figure 4 for this model."""
+
+    DIMS = {"*block_mean": ("block",), "*": ("block", "head")}
 
     def figures(self) -> list[Figure]:
         """``<name>``: the distance of every head per block, the per-block mean and the random baseline."""

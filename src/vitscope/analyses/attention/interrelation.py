@@ -24,6 +24,7 @@ from vitscope.functional.attention_blocks import BlockStats
 from vitscope.functional.interrelation import RULES, interrelation, random_interrelation
 from vitscope.functional.interrelation_stages import interrelation_stages, outside_baseline
 from vitscope.models.spec import ModelSpec
+from vitscope.strict_json import NULL_REASONS, note_null
 
 __all__ = ["Interrelation", "InterrelationResult", "batch_keypoint_counts", "stage_verdict"]
 
@@ -64,6 +65,9 @@ def stage_verdict(kk: torch.Tensor, baseline: float, spread: float, images: int,
 
 class InterrelationResult(Result):
     """Result of :class:`Interrelation`: paper 003's figures 3, 5, 6 and 7a."""
+
+    DIMS = {"*_blocks": ("block",), "images": ("image", "y", "x", "channel"),
+            "keypoint_counts": ("image", "row", "column"), "*": ("block", "head")}
 
     def figures(self) -> list[Figure]:
         """``<name>_keypoints`` (fig. 3), ``<name>_kk_nk`` (fig. 5), ``<name>_focus`` (fig. 6) and
@@ -304,6 +308,11 @@ class Interrelation(AttentionAccumulator):
         tensors["focus_normalised"] = focus / log_k if g.num_spatial > 1 else torch.zeros_like(focus)
         for q in (*QUANTITIES, "focus"):
             tensors[f"{q}_blocks"] = tensors[q].nanmean(dim=-1)
+        for q in QUANTITIES:  # an image's KK (NK) is defined when it has a (non-)keypoint patch
+            if tensors[q].isnan().any():
+                note_null(meta, q, f"no image had a {'keypoint' if q in ('KK', 'KN') else 'non-keypoint'} patch")
+            if tensors[f"{q}_blocks"].isnan().any():
+                note_null(meta, f"{q}_blocks", meta[NULL_REASONS][q])
         if self.chosen:
             order = sorted(self.chosen)
             tensors["images"] = torch.stack([self.chosen[i][0] for i in order])
@@ -324,6 +333,9 @@ class Interrelation(AttentionAccumulator):
         meta["baseline_images"] = counts
         meta["stage_focus"] = {k: (float(tensors["focus_normalised"].mean(-1)[v].mean()) if v else nan)
                                for k, v in stages.items()}
+        for k, v in stages.items():
+            if not v:
+                note_null(meta, f"stage_focus.{k}", "no block is in this stage")
         meta["mean_keypoints"] = self.keypoints / self.num_images
         meta["keypoint_patch_fraction"] = self.keypoint_patches / (self.num_images * g.num_spatial)
         meta["images_with_keypoints"] = self.images_with_keypoints

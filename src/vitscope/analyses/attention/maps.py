@@ -29,6 +29,9 @@ def _renormalise(x: torch.Tensor) -> torch.Tensor:
 class AttentionMapsResult(Result):
     """Result of :class:`CLSAttentionMaps` / :class:`SpatialAverageMaps`: blocks x heads grids of maps."""
 
+    DIMS = {"*mean_map": ("block", "head", "row", "column"),
+            "image_maps": ("image", "block", "head", "row", "column"), "images": ("image", "y", "x", "channel")}
+
     def figures(self) -> list[Figure]:
         """``<name>_mean`` (dataset map), ``<name>_random`` and ``<name>_image<i>``: blocks x heads grids."""
         if "mean_map" not in self.tensors:

@@ -22,6 +22,9 @@ __all__ = ["AttentionRollout", "AttentionRolloutResult"]
 class AttentionRolloutResult(Result):
     """Result of :class:`AttentionRollout`: the rollout maps over the chosen images."""
 
+    DIMS = {"mean_rollout": ("query", "key"), "*_map": ("row", "column"),
+            "image_maps": ("image", "row", "column"), "images": ("image", "y", "x", "channel")}
+
     def figures(self) -> list[Figure]:
         """``<name>``: the chosen images with their rollout overlaid, the dataset and random maps."""
         if "mean_map" not in self.tensors:

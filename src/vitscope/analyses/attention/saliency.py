@@ -25,6 +25,7 @@ from vitscope.functional.attention_blocks import BlockStats
 from vitscope.models.preprocess import resize_crop
 from vitscope.models.spec import ModelSpec
 from vitscope.viz.charts import Chart, block_lines_chart, curve
+from vitscope.viz.ranges import quantity_range
 
 __all__ = ["SaliencyIoU", "SaliencyIoUResult", "mask_to_grid"]
 
@@ -67,6 +68,9 @@ def _grid_of_masks(masks: Any, spec: ModelSpec, grid: tuple[int, int]) -> tuple[
 class SaliencyIoUResult(Result):
     """Result of :class:`SaliencyIoU`: figure 5 (best-head IoU per block vs random) and per-head heatmaps."""
 
+    DIMS = {"*_best_iou*": ("block",), "*_best_head_dataset": ("block",), "*_most_often_best": ("block",),
+            "*": ("block", "head")}
+
     def figures(self) -> list[Figure]:
         """``<name>``: best-head IoU per block per map (random dashed), and ``<name>_<source>_heads`` heatmaps."""
         sources = [s for s in self.meta.get("sources", []) if f"{s}_iou" in self.tensors]
@@ -89,7 +93,7 @@ class SaliencyIoUResult(Result):
             panels += block_lines_chart([curve(model, best, model),
                                          curve("random attention", self.tensors[f"random_{s}_best_iou"], "", "dashed")],
                                         f"best-head IoU ({rule})", best.shape[0], labels, names.get(s, s),
-                                        y_range=(0.0, 1.0)).panels
+                                        y_range=quantity_range("iou")).panels
         n = self.meta.get("num_images", 0)
         return [self.figure("", curves, "Best-head saliency IoU per block against the object masks, with random "
                             "attention.", "paper 002, fig. 5 and 16", title="Saliency IoU per block",
@@ -97,7 +101,7 @@ class SaliencyIoUResult(Result):
             self.heatmap_figure(f"_{s}_heads", self.tensors[f"{s}_iou"], f"Saliency IoU of the {names.get(s, s)} "
                                 f"map per head ({n} images)", "mean IoU", f"Saliency IoU of every head per block "
                                 f"({names.get(s, s)} map).",
-                                "paper 002, fig. 16", block_labels=labels) for s in sources]
+                                "paper 002, fig. 16", block_labels=labels, quantity=f"{s}_iou") for s in sources]
 
 
 @register_analysis("saliency_iou", groups=("attention",))

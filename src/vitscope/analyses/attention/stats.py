@@ -22,6 +22,8 @@ _NEEDS = frozenset({"entropy", "peak"})  # the shared pass computes them with th
 class AttentionStatsResult(Result):
     """Result of :class:`AttentionStats`: blocks x heads heatmaps of entropy and maximum attention."""
 
+    DIMS = {"*": ("block", "head")}
+
     def figures(self) -> list[Figure]:
         """``<name>_entropy`` and ``<name>_max_attention``: blocks x heads heatmaps."""
         if "entropy" not in self.tensors:
@@ -33,7 +35,8 @@ class AttentionStatsResult(Result):
                                 "low entropy marks focused heads.", block_labels=labels),
             self.heatmap_figure("_max_attention", t["max_attention"], f"Mean max attention per head ({n} images)",
                                 "mean over queries of the row maximum", "The largest attention weight of every "
-                                "row, averaged over queries and images.", block_labels=labels),
+                                "row, averaged over queries and images.", block_labels=labels,
+                                quantity="max_attention"),
         ]
 
 

@@ -21,6 +21,7 @@ from vitscope.errors import VitscopeValueError
 from vitscope.functional.masking import FILLS
 from vitscope.masking.forward import masked_logits
 from vitscope.masking.regions import REGIONS, foreground_pixel_mask
+from vitscope.strict_json import note_null
 
 __all__ = ["CONDITIONS", "ForegroundMasking", "ForegroundMaskingResult"]
 
@@ -29,6 +30,8 @@ CONDITIONS: tuple[str, ...] = ("full", "foreground_only", "background_only")
 
 class ForegroundMaskingResult(Result):
     """Result of :class:`ForegroundMasking`: the normalised accuracies as bars."""
+
+    DIMS = {"*": ("condition", "top_k")}
 
     def figures(self) -> list[Figure]:
         """``<name>``: foreground-only and background-only accuracy / full accuracy, as bars."""
@@ -118,5 +121,7 @@ class ForegroundMasking(ModelAccumulator):
         full = acc[0:1]
         norm = torch.where(full > 0, acc / full.clamp(min=1e-300), torch.full_like(acc, float("nan")))
         meta["mean_foreground_fraction"] = self.foreground_fraction / self.used
+        if norm.isnan().any():
+            note_null(meta, "normalised_accuracy", "the full-image accuracy is 0 at some top-k")
         return ForegroundMaskingResult(name=self.name, tensors={"accuracy": acc, "normalised_accuracy": norm},
                                        meta=meta)

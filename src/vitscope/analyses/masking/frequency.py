@@ -26,6 +26,8 @@ DEFAULT_FRACTIONS: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)
 class FrequencyFilteringResult(Result):
     """Result of :class:`FrequencyFiltering`: accuracy against the cut-off per filter."""
 
+    DIMS = {"*": ("kind", "fraction")}
+
     def figures(self) -> list[Figure]:
         """``<name>``: low-pass and high-pass accuracy against the cut-off."""
         if "accuracy" not in self.tensors:

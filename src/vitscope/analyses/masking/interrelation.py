@@ -25,6 +25,7 @@ from vitscope.functional.masking import FILLS, pixel_to_patch_mask, random_patch
 from vitscope.masking.forward import MODES, masked_logits
 from vitscope.masking.regions import foreground_pixel_mask
 from vitscope.models.spec import ModelSpec
+from vitscope.strict_json import note_null
 
 __all__ = ["DEFAULT_RATIOS", "InterrelationMasking", "InterrelationMaskingResult"]
 
@@ -34,6 +35,8 @@ ORDERS: tuple[str, ...] = ("top", "bottom", "random")
 
 class InterrelationMaskingResult(Result):
     """Result of :class:`InterrelationMasking`: figure 8 (accuracy against the mask ratio)."""
+
+    DIMS = {"*": ("order", "ratio")}
 
     def figures(self) -> list[Figure]:
         """``<name>``: accuracy of Top / Bottom / random masking against the mask ratio."""
@@ -182,6 +185,8 @@ class InterrelationMasking(ModelAccumulator):
             share = torch.where(self.masked_with_masks > 0, self.background_masked / self.masked_with_masks.clamp(
                 min=1), nan)
             tensors["background_share"] = share  # [2, R]: of the Top / Bottom masked patches
+            if share.isnan().any():
+                note_null(meta, "background_share", "no masked patch had an object mask at some ratio")
             base = self.background_patches / self.patches_with_masks
             meta["background_share_of_all_patches"] = base
             # the flagged patches are the few most extreme ones: judge them at the small ratios (<= 20%, else

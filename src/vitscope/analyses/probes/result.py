@@ -40,6 +40,8 @@ CAPTIONS["clustering_regions"] = ("Clustering score ({metric}) per block, k-mean
 class ProbeResult(Result):
     """Per-block probe scores: one curve per metric with its random-chance line."""
 
+    DIMS = {"*": ("block",)}
+
     @property
     def metrics(self) -> list[str]:
         return list(self.meta.get("metrics", []))
@@ -79,13 +81,14 @@ class ProbeResult(Result):
         """The metric per block with the random-chance score as a dashed line."""
         from vitscope.viz.charts import block_lines_chart, curve
         from vitscope.viz.labels import label, sentence_case
+        from vitscope.viz.ranges import PROBE_RANGE, quantity_range
 
         model, values = self.meta.get("model") or "model", self.tensors[metric]
         lines = [curve(model, values, model)]
         random = self.tensors.get(f"random_{metric}")
         if random is not None:
             lines.append(curve("random chance", [float(random)] * values.shape[0], "", "dashed"))
-        bounds = (None, 1.0) if metric == "ari" else (0.0, 1.0)  # every probe score is at most 1; ARI may be < 0
+        bounds = quantity_range(metric) or PROBE_RANGE  # a probe score's documented range (ARI from -1/2)
         return block_lines_chart(lines, label(metric), values.shape[0], self.meta.get("blocks"),
                                  sentence_case(f"{label(task)}: {label(metric)} per block"), bounds)
 

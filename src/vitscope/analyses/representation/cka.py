@@ -86,6 +86,8 @@ def hsic_state_cka(state: MinibatchHSIC | FullHSIC, estimator: str) -> torch.Ten
 class CKAResult(Result):
     """Result of :class:`BlockCKA`: the block x block heatmap."""
 
+    DIMS = {"cka": ("block_i", "block_j")}
+
     def figures(self) -> list[Figure]:
         """``<name>``: the block x block CKA heatmap."""
         if "cka" not in self.tensors:
@@ -100,10 +102,11 @@ class CKAResult(Result):
             return cka_heatmap(self.tensors["cka"], title, path, m.get("blocks"), m.get("blocks"))
 
         from vitscope.viz.charts import block_head_chart
+        from vitscope.viz.ranges import quantity_range
 
         blocks = m.get("blocks")
         chart = block_head_chart(self.tensors["cka"], "CKA", blocks, title, x_label="block", y_label="block",
-                                 column_labels=blocks)
+                                 column_labels=blocks, value_range=quantity_range("cka"))
         return [self.figure("", draw, "Block-by-block linear CKA of this model: bright cells are blocks that "
                             "compute similar representations (point at a cell for its value).",
                             "paper 002, fig. 20 to 22", chart=chart)]

@@ -38,6 +38,8 @@ _SITES = ("resid_pre", "attn_out", "resid_mid", "mlp_out")
 class ResidualResult(Result):
     """Result of :class:`ResidualCKA`; ``plot`` draws the curves and the skip x branch heatmaps."""
 
+    DIMS = {"*_matrix": ("skip_block", "branch_block"), "*": ("block",)}
+
     def figures(self) -> list[Figure]:
         """``<name>`` (CKA and norm ratio per block) and ``<name>_attn_matrix`` / ``<name>_mlp_matrix``."""
         if "attn_cka" not in self.tensors:
@@ -63,11 +65,12 @@ class ResidualResult(Result):
             return draw
 
         from vitscope.viz.charts import block_head_chart
+        from vitscope.viz.ranges import quantity_range
 
-        paper, blocks = "paper 002, fig. 23", m.get("blocks")
+        paper, blocks, cka_range = "paper 002, fig. 23", m.get("blocks"), quantity_range("cka")
         charts = {part: block_head_chart(t[f"{part}_cka_matrix"], "CKA", blocks, f"CKA between {label(part)} skip "
                                          "inputs and branch outputs", x_label="branch output of block",
-                                         y_label="skip input of block", column_labels=blocks)
+                                         y_label="skip input of block", column_labels=blocks, value_range=cka_range)
                   for part in ("attn", "mlp")}
         from vitscope.viz.charts import Chart, LinePanel, curve, tick_names
 
@@ -75,7 +78,7 @@ class ResidualResult(Result):
         lines = Chart([
             LinePanel("block", "CKA (skip, branch)", ticks, [curve("attention", t["attn_cka"], "attention"),
                                                              curve("MLP", t["mlp_cka"], "MLP")],
-                      "CKA between the skip path and the branch", (0.0, 1.0)),
+                      "CKA between the skip path and the branch", cka_range),
             LinePanel("block", "norm ratio (branch / skip)", ticks,
                       [curve("attention", t["attn_norm_ratio"], "attention"), curve("MLP", t["mlp_norm_ratio"], "MLP")],
                       "Norm of the branch over the norm of the skip", log_toggle=True)])

@@ -122,7 +122,7 @@ def write_coco_files(
                 annotations.append(ann)
     ann_path.parent.mkdir(parents=True, exist_ok=True)
     data = {"images": images, "annotations": annotations, "categories": categories}
-    write_text_atomic(ann_path, json.dumps(data))
+    write_text_atomic(ann_path, json.dumps(data, allow_nan=False))
     return ann_path
 
 

@@ -85,7 +85,7 @@ def _write_image(scene: Scene, root: Path, category: str, names: dict[int, str])
         "kps": {str(j): ([_num(x), _num(y)] if vis > 0 else None) for j, (x, y, vis) in enumerate(kps)},
         "azimuth_id": 0,
     }
-    write_text_atomic(root / "ImageAnnotation" / category / f"{stem}.json", json.dumps(ann))
+    write_text_atomic(root / "ImageAnnotation" / category / f"{stem}.json", json.dumps(ann, allow_nan=False))
     return imname
 
 
@@ -152,7 +152,7 @@ def write_spair(
             "occlusion": 0,
             "mirror": 0,
         }
-        write_text_atomic(pair_dir / f"{stem}.json", json.dumps(ann))
+        write_text_atomic(pair_dir / f"{stem}.json", json.dumps(ann, allow_nan=False))
         stems.append(stem)
     (root / "Layout" / "large").mkdir(parents=True, exist_ok=True)
     write_text_atomic(root / "Layout" / "large" / f"{split}.txt", "".join(f"{s}\n" for s in stems))

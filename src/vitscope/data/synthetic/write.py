@@ -78,5 +78,5 @@ def synthesize(out: str | Path, format: str, n: int = 100, size: int = 224, seed
     settings = {"format": format, "n": n, "size": size, "seed": seed, "spurious": spurious,
                 "num_classes": num_classes, "max_objects": max_objects, "classes": names,
                 "backgrounds": list(world.background_names)}
-    write_text_atomic(root / "synth.json", json.dumps(settings, indent=1))
+    write_text_atomic(root / "synth.json", json.dumps(settings, indent=1, allow_nan=False))
     return root

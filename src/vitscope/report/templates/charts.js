@@ -1,7 +1,8 @@
 // Draws every chart of a vitscope report from the JSON embedded beside it (vitscope.viz.charts.Chart).
 // Curves and bars: hover shows the values at a tick, a legend click hides a model (its baseline with it), a button
 // switches log/linear where every value is positive. Heat maps: hover shows the cell. Each panel can be
-// downloaded as PNG or SVG. One colour per colour key (a model) on the whole page.
+// downloaded as PNG or SVG. One colour per colour key (a model) on the whole page. A bounded quantity (CKA, IoU,
+// accuracies) is drawn on its fixed range; the legend (curves) or the colour bar (heat maps) notes the data's range.
 (function () {
   "use strict";
   if (typeof echarts === "undefined") { return; }
@@ -38,6 +39,7 @@
   function legendRows(p, width) {
     var names = [];
     p.curves.forEach(function (c) { if (names.indexOf(c.name) < 0) { names.push(c.name); } });
+    if (p.range_note) { names.push(p.range_note); }
     var rows = 1, used = 0;
     names.forEach(function (n) {
       var w = 45 + 7 * String(n).length;
@@ -109,6 +111,10 @@
     });
     var bands = bandSeries(p);  // shaded stretches (stages) behind the curves, with their names at the top
     bands.forEach(function (b) { series.push(b); baselines.push(false); });
+    if (p.range_note) {  // the data's own range on a fixed axis: a legend entry without a mark or a line
+      series.push({type: "line", name: p.range_note, data: [], silent: true});
+      legend.push({name: p.range_note, icon: "none", textStyle: {color: "#555"}});
+    }
     var hasBars = p.curves.some(isBars);
     return {
       animation: false,
@@ -173,6 +179,9 @@
       // the scale's ends once, beside the bar (draggable handles printed them a second time over the cells)
       visualMap: {min: lo, max: hi, calculable: false, orient: "vertical", right: 8, top: "middle",
                   itemHeight: 140, text: [fmt(hi), fmt(lo)], inRange: {color: HEAT[p.colours] || HEAT.viridis}},
+      // on a fixed scale (a bounded quantity), where the data lie on it, under the colour bar
+      graphic: p.range_note ? [{type: "text", right: 4, bottom: 4, silent: true,
+                                style: {text: p.range_note, fontSize: 11, fill: "#555"}}] : [],
       series: [{type: "heatmap", name: p.value_label, data: data, progressive: 0,
                 label: {show: cells <= 64, fontSize: 10, formatter: function (it) { return fmt(it.value[2]); }},
                 emphasis: {itemStyle: {borderColor: "#000", borderWidth: 1}}}]
