@@ -22,7 +22,8 @@ from types import NoneType, UnionType
 from typing import Any
 
 from vitscope.analyses.base import Analysis
-from vitscope.analyses.registry import ANALYSES, GROUPS, unknown_analysis, why_cannot_run
+from vitscope.analyses.data_checks import DataFacts
+from vitscope.analyses.registry import ANALYSES, GROUPS, cannot_run_error, unknown_analysis, why_cannot_run
 from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
@@ -238,7 +239,8 @@ def _split_label(name: str) -> tuple[str, str | None]:
 
 
 def build_analyses(selection: Sequence[str], spec: ModelSpec, targets: Collection[str] = (),
-                   params: Mapping[str, Mapping[str, Any]] | None = None) -> list[Analysis]:
+                   params: Mapping[str, Mapping[str, Any]] | None = None, data: DataFacts | None = None
+                   ) -> list[Analysis]:
     """The analyses named by ``selection`` for a model and data, configured by ``params``.
 
     Args:
@@ -247,6 +249,7 @@ def build_analyses(selection: Sequence[str], spec: ModelSpec, targets: Collectio
         spec: the model's ModelSpec.
         targets: ground-truth keys the data provides.
         params: ``{analysis, group or label: {parameter: value}}``; text values are converted.
+        data: what is known of the data before the pass (labels...; :func:`~vitscope.analyses.registry.why_cannot_run`).
 
     Returns:
         One instance per analysis (duplicates dropped), in selection order.
@@ -285,18 +288,18 @@ def build_analyses(selection: Sequence[str], spec: ModelSpec, targets: Collectio
                     given[key] = (where, value)
                 used.add(where)
             analysis = _instantiate(cls, label, given)
-            if base in GROUPS and why_cannot_run(analysis, spec, targets):
+            if base in GROUPS and why_cannot_run(analysis, spec, targets, data):
                 continue
             seen.add(label)
             chosen.append(analysis)
         if base in GROUPS and not any(a.name.partition("@")[0] in members for a in chosen):
             first = ANALYSES[members[0]]()
             raise VitscopeValueError(f"no analysis of the '{base}' group can run: "
-                                     f"{why_cannot_run(first, spec, targets)}")
+                                     f"{why_cannot_run(first, spec, targets, data)}")
     for a in chosen:
-        reason = why_cannot_run(a, spec, targets)
-        if reason:
-            raise VitscopeValueError(reason)
+        error = cannot_run_error(a, spec, targets, data)
+        if error is not None:
+            raise error
     _check_group_params(params, used)
     return chosen
 

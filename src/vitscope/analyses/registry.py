@@ -19,11 +19,12 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from vitscope.analyses.base import Analysis
-from vitscope.errors import VitscopeValueError
+from vitscope.analyses.data_checks import DataFacts
+from vitscope.errors import DegenerateDataError, VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["ANALYSES", "GROUPS", "default_analyses", "expand_group", "get_analysis", "register_analysis",
-           "unknown_analysis"]
+__all__ = ["ANALYSES", "GROUPS", "cannot_run_error", "default_analyses", "expand_group", "get_analysis",
+           "register_analysis", "unknown_analysis", "why_cannot_run"]
 
 _ANALYSES: dict[str, type[Analysis]] = {}
 _GROUPS: dict[str, tuple[str, ...]] = {}
@@ -103,8 +104,17 @@ def get_analysis(name: str, **kwargs: Any) -> Analysis:
     return cls(**kwargs)
 
 
-def why_cannot_run(analysis: Analysis, spec: ModelSpec, targets: Collection[str]) -> str | None:
-    """One-line reason ``analysis`` cannot run on ``spec`` with data giving ``targets`` (None when it can)."""
+def why_cannot_run(analysis: Analysis, spec: ModelSpec, targets: Collection[str],
+                   data: DataFacts | None = None) -> str | None:
+    """One-line reason ``analysis`` cannot run on ``spec`` with data giving ``targets`` (None when it can).
+
+    Args:
+        analysis: the configured analysis.
+        spec: the model's ModelSpec.
+        targets: ground-truth keys the data provides.
+        data: what is known of the data before the pass (its labels...: one class, no labels and the like are
+            reasons too); default: only ``targets``.
+    """
     reason = analysis.why_unsupported(spec)
     if reason:
         return reason
@@ -112,16 +122,24 @@ def why_cannot_run(analysis: Analysis, spec: ModelSpec, targets: Collection[str]
         kind = "a CNN and has no attention" if analysis.needs_attention and not spec.is_transformer else \
             "missing hooks it needs"
         return f"analysis '{analysis.name}' cannot run on {spec.name}: the model is {kind}"
-    missing = sorted(set(analysis.required_targets) - set(targets))
-    if missing:
-        return (f"analysis '{analysis.name}' needs ground truth {', '.join(missing)}, which this data does not "
-                "provide; use an annotated dataset (e.g. --data ROOT::coco) or leave it out")
-    return None
+    return analysis.why_unsupported_data(data if data is not None else DataFacts(targets=targets))
+
+
+def cannot_run_error(analysis: Analysis, spec: ModelSpec, targets: Collection[str],
+                     data: DataFacts | None = None) -> VitscopeValueError | None:
+    """:func:`why_cannot_run` as the error to raise: a :class:`~vitscope.errors.DegenerateDataError` when the data
+    is the reason, else a VitscopeValueError (None when the analysis can run)."""
+    reason = why_cannot_run(analysis, spec, targets, data)
+    if reason is None:
+        return None
+    facts = data if data is not None else DataFacts(targets=targets)
+    return DegenerateDataError(reason) if reason == analysis.why_unsupported_data(facts) else VitscopeValueError(reason)
 
 
 def expand_group(group: str, spec: ModelSpec, targets: Collection[str] | None = None,
-                 make: Callable[[str], Analysis] | None = None) -> list[Analysis]:
-    """The members of ``group`` that can run on ``spec`` and the data (default-configured unless ``make``).
+                 make: Callable[[str], Analysis] | None = None, data: DataFacts | None = None) -> list[Analysis]:
+    """The members of ``group`` that can run on ``spec`` and the data (default-configured unless ``make``;
+    ``data``: as :func:`why_cannot_run`).
 
     Raises:
         ValueError: unknown group, or no member can run (the message gives the first member's reason).
@@ -130,14 +148,15 @@ def expand_group(group: str, spec: ModelSpec, targets: Collection[str] | None = 
         raise unknown_analysis(group)
     targets = frozenset(targets or ())
     members = [(make or get_analysis)(name) for name in _GROUPS[group]]
-    chosen = [a for a in members if why_cannot_run(a, spec, targets) is None]
+    chosen = [a for a in members if why_cannot_run(a, spec, targets, data) is None]
     if not chosen:
         raise VitscopeValueError(f"no analysis of the '{group}' group can run: "
-                                 f"{why_cannot_run(members[0], spec, targets)}")
+                                 f"{why_cannot_run(members[0], spec, targets, data)}")
     return chosen
 
 
-def default_analyses(spec: ModelSpec, targets: Collection[str] | None = None) -> list[Analysis]:
+def default_analyses(spec: ModelSpec, targets: Collection[str] | None = None,
+                     data: DataFacts | None = None) -> list[Analysis]:
     """One default-configured instance of every default analysis that can run on ``spec`` and the data.
 
     Args:
@@ -145,7 +164,9 @@ def default_analyses(spec: ModelSpec, targets: Collection[str] | None = None) ->
         targets: ground-truth keys the dataset provides (``batch.targets``, e.g. ``{"masks"}``); analyses
             with ``required_targets`` (saliency needs masks) are left out unless all of theirs are here.
             None counts as none.
+        data: what is known of the data (:class:`~vitscope.analyses.data_checks.DataFacts`): analyses that
+            cannot score it (probes on one class...) are left out too; :func:`why_cannot_run` says why.
     """
     have = frozenset(targets or ())
     instances = [cls() for cls in _ANALYSES.values() if getattr(cls, "default", True)]
-    return [a for a in instances if why_cannot_run(a, spec, have) is None]
+    return [a for a in instances if why_cannot_run(a, spec, have, data) is None]

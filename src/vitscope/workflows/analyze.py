@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from vitscope.analyses.base import Analysis
+from vitscope.analyses.data_checks import DataFacts
 from vitscope.analyses.params import build_analyses
 from vitscope.analyses.registry import default_analyses
 from vitscope.data.open import as_source
@@ -25,14 +26,17 @@ __all__ = ["analyze", "choose_analyses", "config_record"]
 
 
 def choose_analyses(selection: str | Sequence[str | Analysis] | None, spec: Any, targets: frozenset[str],
-                    params: Mapping[str, Mapping[str, Any]] | None = None) -> list[Analysis]:
+                    params: Mapping[str, Mapping[str, Any]] | None = None, data: DataFacts | None = None
+                    ) -> list[Analysis]:
     """Analyses from names, groups (``attention``), labelled instances (``cka@cls``) or instances.
 
     None selects every default analysis the model and data support; ``params`` configures named ones
-    (:func:`vitscope.analyses.params.build_analyses`).
+    (:func:`vitscope.analyses.params.build_analyses`). ``data`` (what is known of the data: its labels...)
+    lets the choice leave out, or refuse when named, analyses that cannot score it (k-NN on one class).
 
     Raises:
-        ValueError: an unknown name, an analysis that cannot run, a bad parameter (one line each).
+        ValueError: an unknown name, an analysis that cannot run, a bad parameter (one line each);
+            DegenerateDataError when the data is the reason.
     """
     if isinstance(selection, str):
         selection = [s for s in selection.split(",") if s.strip()]
@@ -45,8 +49,8 @@ def choose_analyses(selection: str | Sequence[str | Analysis] | None, spec: Any,
 
         raise NoAttentionError(f"the attention analyses need attention patterns, but {spec.name} is a CNN and has "
                                "no attention; use a transformer or other analyses")
-    names = list(selection) if selection else [a.name for a in default_analyses(spec, targets)]
-    chosen = build_analyses(names, spec, targets, params)
+    names = list(selection) if selection else [a.name for a in default_analyses(spec, targets, data)]
+    chosen = build_analyses(names, spec, targets, params, data)
     if not chosen:
         raise VitscopeValueError(f"no analysis supports {spec.name} with this data")
     return chosen
@@ -93,7 +97,8 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
     model_id = model if isinstance(model, str) else model.spec.name
     backbone = load_model(model) if isinstance(model, str) else model
     source = as_source(data, strict=strict)
-    chosen = choose_analyses(analyses, backbone.spec, source.target_keys(), params)
+    data_facts = DataFacts(source, limit=limit)
+    chosen = choose_analyses(analyses, backbone.spec, data_facts.targets, params, data_facts)
     checkpoint = None
     if out is not None:
         checkpoint = checkpoint_for(out, model_id, backbone, source.fingerprint(), chosen, resume=resume,

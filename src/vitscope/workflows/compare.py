@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from vitscope.analyses.data_checks import DataFacts
 from vitscope.compare import ModelRun, compare_analyses, compare_runs
 from vitscope.compare.outputs import comparison_sections
 from vitscope.compare.result import ComparisonResult
@@ -65,7 +66,7 @@ def comparison_run(options: Mapping[str, Any], progress: bool | None = None,
         data = results.data
         del backbone
         gc.collect()
-    comparison = compare_runs(runs)
+    comparison = compare_runs(runs, data=DataFacts(source, targets, options.get("limit")))
     return RunResult("compare", title=f"vitscope compare: {', '.join(models)}", config=config_record(options),
                      results={"compare": ComparisonResult(comparison)}, models=identities, data=data,
                      num_images=max(counts.values()), skipped=list(skipped.values()),
