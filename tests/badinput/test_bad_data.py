@@ -53,6 +53,11 @@ def test_data_one_class(one_class, tmp_path, analysis):
                                                        "and clustering need at least two classes")
     assert one_error(_analyze(data, tmp_path / "analyze", analysis), "") == said
     assert f"error: {_run(data, [analysis])}" == said
+    import vitscope
+
+    with pytest.raises(ValueError) as err:  # the library call behind analyze, before any pass
+        vitscope.analyze(MODEL, data, analysis, out=tmp_path / "library")
+    assert f"error: {err.value}" == said
     assert not (tmp_path / "analyze" / "results.json").exists()
 
 

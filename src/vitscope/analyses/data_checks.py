@@ -189,9 +189,12 @@ class DataFacts:
         return annotated_regions(_reader(self.source))
 
     def class_problem(self) -> str | None:
-        """:func:`class_problem` of the labels (None when unknown or fine)."""
+        """:func:`class_problem` of the labels (None when unknown or fine); without a ``label`` target the labels
+        are not read (:func:`no_labels`)."""
+        if "label" not in self.targets:
+            return no_labels(self.name)
         if self.labels is None:
-            return None if "label" in self.targets else no_labels(self.name)
+            return None
         return class_problem(self.labels, self.name, self.class_names, self.hint)
 
     def region_problem(self) -> str | None:

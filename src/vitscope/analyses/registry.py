@@ -113,7 +113,7 @@ def why_cannot_run(analysis: Analysis, spec: ModelSpec, targets: Collection[str]
         spec: the model's ModelSpec.
         targets: ground-truth keys the data provides.
         data: what is known of the data before the pass (its labels...: one class, no labels and the like are
-            reasons too); default: only ``targets``.
+            reasons too; its own ``targets`` are then the ones checked); default: only ``targets``.
     """
     reason = analysis.why_unsupported(spec)
     if reason:

@@ -4,8 +4,11 @@ Rows (one per image, or one per region mask at the object / part level) go to a 
 :class:`~vitscope.features.rowstore.RowStore` with their dataset index and label; ``compute`` reads them
 back sorted by index, so a merged accumulator scores exactly what one accumulator over all images would.
 Labels come from ``batch.targets`` (``label`` per image; ``masks`` and ``instance_labels`` for regions, as
-:class:`vitscope.data.annotated_source.AnnotatedSource` with ``regions=True`` provides). When the data has none,
-the analysis says so: a warning at the first such batch and ``meta["error"]`` in its (empty) result.
+:class:`vitscope.data.annotated_source.AnnotatedSource` with ``regions=True`` provides). Data these analyses
+cannot score (no labels, one class, one image per class, no train/test split, regions of one class) is refused
+before the pass (:meth:`LabelledFeatures.why_unsupported_data`, messages of :mod:`vitscope.analyses.data_checks`);
+rows that turn out so anyway (unlabelled batches, unreadable images skipped) give a warning and an empty result
+with the reason in ``meta["error"]``.
 """
 
 from __future__ import annotations
