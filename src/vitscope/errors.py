@@ -7,8 +7,8 @@ vitscope and is shown with its traceback and a request to report it.
 
 from __future__ import annotations
 
-__all__ = ["VitscopeError", "VitscopeFileNotFoundError", "VitscopeKeyError", "VitscopeRuntimeError",
-           "VitscopeTypeError", "VitscopeValueError"]
+__all__ = ["DegenerateDataError", "VitscopeError", "VitscopeFileNotFoundError", "VitscopeKeyError",
+           "VitscopeRuntimeError", "VitscopeTypeError", "VitscopeValueError"]
 
 
 class VitscopeError(Exception):
@@ -17,6 +17,10 @@ class VitscopeError(Exception):
 
 class VitscopeValueError(VitscopeError, ValueError):
     """A value given to vitscope is wrong: an option, a parameter, a tensor's shape, a data file's content."""
+
+
+class DegenerateDataError(VitscopeValueError):
+    """Data an analysis cannot score: no labels, one class, one region class, no train/test split, no masks."""
 
 
 class VitscopeTypeError(VitscopeError, TypeError):

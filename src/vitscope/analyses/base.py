@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import torch
 
 from vitscope.analyses.batch import Batch, thumbnails
+from vitscope.analyses.data_checks import DataFacts, missing_targets
 from vitscope.analyses.result import Figure, Result
 from vitscope.analyses.state import StateSpec, merge_states
 from vitscope.errors import VitscopeKeyError, VitscopeRuntimeError, VitscopeTypeError, VitscopeValueError
@@ -260,6 +261,16 @@ class Analysis(ABC):
     def why_unsupported(self, spec: ModelSpec) -> str | None:
         """One-line reason this analysis cannot run on ``spec`` (None when it can; subclasses add checks)."""
         return None
+
+    def why_unsupported_data(self, data: DataFacts) -> str | None:
+        """One-line reason this analysis cannot score ``data`` (None when it can; subclasses add checks).
+
+        Asked before the pass (:func:`vitscope.analyses.registry.why_cannot_run`, :func:`vitscope.run`), with
+        the ground-truth keys the batches will carry and, on first use, the labels read from the source.
+        Default: every key of :attr:`required_targets` must be there.
+        """
+        missing = set(self.required_targets) - data.targets
+        return missing_targets(self.name, missing) if missing else None
 
     def hooks_exist(self, spec: ModelSpec) -> bool:
         """Whether every hook this analysis needs exists on the model (attention needs a transformer)."""

@@ -22,7 +22,8 @@ from types import NoneType, UnionType
 from typing import Any
 
 from vitscope.analyses.base import Analysis
-from vitscope.analyses.registry import ANALYSES, GROUPS, unknown_analysis, why_cannot_run
+from vitscope.analyses.data_checks import DataFacts
+from vitscope.analyses.registry import ANALYSES, GROUPS, cannot_run_error, unknown_analysis, why_cannot_run
 from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
@@ -239,7 +240,7 @@ def _split_label(name: str) -> tuple[str, str | None]:
 
 def build_analyses(selection: Sequence[str], spec: ModelSpec, targets: Collection[str] = (),
                    params: Mapping[str, Mapping[str, Any]] | None = None,
-                   skipped: dict[str, str] | None = None) -> list[Analysis]:
+                   skipped: dict[str, str] | None = None, data: DataFacts | None = None) -> list[Analysis]:
     """The analyses named by ``selection`` for a model and data, configured by ``params``.
 
     Args:
@@ -251,6 +252,7 @@ def build_analyses(selection: Sequence[str], spec: ModelSpec, targets: Collectio
         skipped: when given (several models, one selection: ``compare``), what this model cannot run (a CNN has
             no attention) is left out and its reason put here, by name, instead of raising; what the data lacks
             still raises.
+        data: what is known of the data before the pass (labels...; :func:`~vitscope.analyses.registry.why_cannot_run`).
 
     Returns:
         One instance per analysis (duplicates dropped), in selection order.
@@ -289,32 +291,34 @@ def build_analyses(selection: Sequence[str], spec: ModelSpec, targets: Collectio
                     given[key] = (where, value)
                 used.add(where)
             analysis = _instantiate(cls, label, given)
-            if base in GROUPS and why_cannot_run(analysis, spec, targets):
+            if base in GROUPS and why_cannot_run(analysis, spec, targets, data):
                 continue
             seen.add(label)
             chosen.append(analysis)
         if base in GROUPS and not any(a.name.partition("@")[0] in members for a in chosen):
             first = ANALYSES[members[0]]()
-            reason = why_cannot_run(first, spec, targets)
+            reason = why_cannot_run(first, spec, targets, data)
             if skipped is not None and not _lacks_data(first, spec, targets):
                 skipped[raw] = reason or ""
                 continue
             raise VitscopeValueError(f"no analysis of the '{base}' group can run: {reason}")
     for a in list(chosen):
-        reason = why_cannot_run(a, spec, targets)
-        if reason and skipped is not None and not _lacks_data(a, spec, targets):
-            skipped[a.name] = reason
+        error = cannot_run_error(a, spec, targets, data)
+        if error is None:
+            continue
+        if skipped is not None and not _lacks_data(a, spec, targets):
+            skipped[a.name] = str(error)
             chosen.remove(a)
-        elif reason:
-            raise VitscopeValueError(reason)
+        else:
+            raise error
     _check_group_params(params, used)
     return chosen
 
 
 def _lacks_data(analysis: Analysis, spec: ModelSpec, targets: Collection[str]) -> bool:
-    """Whether ``analysis`` cannot run for want of ground truth the data does not give (not for the model)."""
-    return why_cannot_run(analysis, spec, set(targets) | set(analysis.required_targets)) is None and \
-        why_cannot_run(analysis, spec, targets) is not None
+    """Whether an analysis that cannot run would run on this model given the ground truth it asks for: then the
+    data (missing ground truth, one class...) is the reason, not the model."""
+    return why_cannot_run(analysis, spec, set(targets) | set(analysis.required_targets)) is None
 
 
 def _check_group_params(params: Mapping[str, Mapping[str, Any]], used: set[str]) -> None:

@@ -19,11 +19,12 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from vitscope.analyses.base import Analysis
-from vitscope.errors import VitscopeValueError
+from vitscope.analyses.data_checks import DataFacts
+from vitscope.errors import DegenerateDataError, VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["ANALYSES", "GROUPS", "default_analyses", "expand_group", "get_analysis", "register_analysis",
-           "not_run_text", "skipped_defaults", "unknown_analysis", "why_skipped"]
+__all__ = ["ANALYSES", "GROUPS", "cannot_run_error", "default_analyses", "expand_group", "get_analysis",
+           "not_run_text", "register_analysis", "skipped_defaults", "unknown_analysis", "why_cannot_run", "why_skipped"]
 
 _ANALYSES: dict[str, type[Analysis]] = {}
 _GROUPS: dict[str, tuple[str, ...]] = {}
@@ -115,21 +116,36 @@ def _model_obstacle(analysis: Analysis, spec: ModelSpec) -> str | None:
     return None
 
 
-def why_cannot_run(analysis: Analysis, spec: ModelSpec, targets: Collection[str]) -> str | None:
-    """One-line reason ``analysis`` cannot run on ``spec`` with data giving ``targets`` (None when it can)."""
-    reason = _model_obstacle(analysis, spec)
-    if reason:
-        return reason
-    missing = sorted(set(analysis.required_targets) - set(targets))
-    if missing:
-        return (f"analysis '{analysis.name}' needs ground truth {', '.join(missing)}, which this data does not "
-                "provide; use an annotated dataset (e.g. --data ROOT::coco) or leave it out")
-    return None
+def why_cannot_run(analysis: Analysis, spec: ModelSpec, targets: Collection[str],
+                   data: DataFacts | None = None) -> str | None:
+    """One-line reason ``analysis`` cannot run on ``spec`` with data giving ``targets`` (None when it can).
+
+    Args:
+        analysis: the configured analysis.
+        spec: the model's ModelSpec.
+        targets: ground-truth keys the data provides.
+        data: what is known of the data before the pass (its labels...: one class, no labels and the like are
+            reasons too; its own ``targets`` are then the ones checked); default: only ``targets``.
+    """
+    return _model_obstacle(analysis, spec) or analysis.why_unsupported_data(
+        data if data is not None else DataFacts(targets=targets))
+
+
+def cannot_run_error(analysis: Analysis, spec: ModelSpec, targets: Collection[str],
+                     data: DataFacts | None = None) -> VitscopeValueError | None:
+    """:func:`why_cannot_run` as the error to raise: a :class:`~vitscope.errors.DegenerateDataError` when the data
+    is the reason, else a VitscopeValueError (None when the analysis can run)."""
+    reason = why_cannot_run(analysis, spec, targets, data)
+    if reason is None:
+        return None
+    facts = data if data is not None else DataFacts(targets=targets)
+    return DegenerateDataError(reason) if reason == analysis.why_unsupported_data(facts) else VitscopeValueError(reason)
 
 
 def expand_group(group: str, spec: ModelSpec, targets: Collection[str] | None = None,
-                 make: Callable[[str], Analysis] | None = None) -> list[Analysis]:
-    """The members of ``group`` that can run on ``spec`` and the data (default-configured unless ``make``).
+                 make: Callable[[str], Analysis] | None = None, data: DataFacts | None = None) -> list[Analysis]:
+    """The members of ``group`` that can run on ``spec`` and the data (default-configured unless ``make``;
+    ``data``: as :func:`why_cannot_run`).
 
     Raises:
         ValueError: unknown group, or no member can run (the message gives the first member's reason).
@@ -138,10 +154,10 @@ def expand_group(group: str, spec: ModelSpec, targets: Collection[str] | None = 
         raise unknown_analysis(group)
     targets = frozenset(targets or ())
     members = [(make or get_analysis)(name) for name in _GROUPS[group]]
-    chosen = [a for a in members if why_cannot_run(a, spec, targets) is None]
+    chosen = [a for a in members if why_cannot_run(a, spec, targets, data) is None]
     if not chosen:
         raise VitscopeValueError(f"no analysis of the '{group}' group can run: "
-                                 f"{why_cannot_run(members[0], spec, targets)}")
+                                 f"{why_cannot_run(members[0], spec, targets, data)}")
     return chosen
 
 
@@ -149,7 +165,8 @@ def expand_group(group: str, spec: ModelSpec, targets: Collection[str] | None = 
 _TARGET_WORDS = {"label": "image labels", "masks": "object masks", "instance_labels": "labels of its masks"}
 
 
-def why_skipped(analysis: Analysis, spec: ModelSpec, targets: Collection[str]) -> str | None:
+def why_skipped(analysis: Analysis, spec: ModelSpec, targets: Collection[str],
+                data: DataFacts | None = None) -> str | None:
     """The short reason a run lists ``analysis`` as not run (``"the data has no object masks"``), None when it can
     run: :func:`why_cannot_run` without the analysis's name and the advice."""
     reason = _model_obstacle(analysis, spec)
@@ -158,14 +175,16 @@ def why_skipped(analysis: Analysis, spec: ModelSpec, targets: Collection[str]) -
     missing = sorted(set(analysis.required_targets) - set(targets))
     if missing:
         return "the data has no " + " and no ".join(_TARGET_WORDS.get(m, m) for m in missing)
-    return None
+    return analysis.why_unsupported_data(data) if data is not None else None
 
 
-def skipped_defaults(spec: ModelSpec, targets: Collection[str] | None = None) -> dict[str, str]:
+def skipped_defaults(spec: ModelSpec, targets: Collection[str] | None = None,
+                     data: DataFacts | None = None) -> dict[str, str]:
     """Default analyses that cannot run on ``spec`` and the data: name -> short reason (:func:`why_skipped`), in
     registration order; :func:`default_analyses` runs the others."""
     have = frozenset(targets or ())
-    reasons = {name: why_skipped(cls(), spec, have) for name, cls in _ANALYSES.items() if getattr(cls, "default", True)}
+    reasons = {name: why_skipped(cls(), spec, have, data) for name, cls in _ANALYSES.items()
+               if getattr(cls, "default", True)}
     return {name: reason for name, reason in reasons.items() if reason is not None}
 
 
@@ -177,7 +196,8 @@ def not_run_text(not_run: Mapping[str, str]) -> str:
     return "; ".join(f"{', '.join(names)} ({reason})" for reason, names in by_reason.items())
 
 
-def default_analyses(spec: ModelSpec, targets: Collection[str] | None = None) -> list[Analysis]:
+def default_analyses(spec: ModelSpec, targets: Collection[str] | None = None,
+                     data: DataFacts | None = None) -> list[Analysis]:
     """One default-configured instance of every default analysis that can run on ``spec`` and the data.
 
     Args:
@@ -185,7 +205,9 @@ def default_analyses(spec: ModelSpec, targets: Collection[str] | None = None) ->
         targets: ground-truth keys the dataset provides (``batch.targets``, e.g. ``{"masks"}``); analyses
             with ``required_targets`` (saliency needs masks) are left out unless all of theirs are here.
             None counts as none.
+        data: what is known of the data (:class:`~vitscope.analyses.data_checks.DataFacts`): analyses that
+            cannot score it (probes on one class...) are left out too; :func:`why_cannot_run` says why.
     """
     have = frozenset(targets or ())
     instances = [cls() for cls in _ANALYSES.values() if getattr(cls, "default", True)]
-    return [a for a in instances if why_cannot_run(a, spec, have) is None]
+    return [a for a in instances if why_cannot_run(a, spec, have, data) is None]

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from vitscope.analyses.data_checks import DataFacts, class_problem, split_problem
 from vitscope.analyses.probes.base import holdout_mask
 from vitscope.analyses.probes.clustering import clustering_scores
 from vitscope.analyses.probes.knn import knn_scores
@@ -122,24 +123,29 @@ def _features(run: ModelRun, kind: str) -> tuple[list[int], dict[int, np.ndarray
     return blocks, feats, pooled.tensors["index"].numpy(), pooled.tensors["label"].numpy()
 
 
-def _probe_curves(run: ModelRun, comp: Comparison, seed: int, test_fraction: float) -> None:
+def _note(comp: Comparison, note: str) -> None:
+    if note not in comp.notes:
+        comp.notes.append(note)
+
+
+def _probe_curves(run: ModelRun, comp: Comparison, seed: int, test_fraction: float, data: DataFacts) -> None:
     found = _features(run, "image")
     if found is None:
         return
     blocks, feats, index, labels = found
-    keep = labels >= 0
-    if np.unique(labels[keep]).size < 2:
-        note = "clustering and k-NN need image labels (at least two classes); this data has none"
-        if note not in comp.notes:
-            comp.notes.append(note)
+    problem = class_problem(labels, data.name, data.class_names, data.hint)  # the words analyze and probe use
+    if problem:
+        _note(comp, problem)
         return
+    keep = labels >= 0
     y = labels[keep]
     clus = clustering_scores(blocks, lambda b: feats[b][keep], y, seed=seed)
     comp.curves.setdefault("clustering_purity", {})[run.label] = _curve(blocks, clus.tensors["purity"])
     comp.random.setdefault("clustering_purity", {})[run.label] = float(clus.tensors["random_purity"])
     test = holdout_mask(index[keep], test_fraction, seed)
-    if test.all() or not test.any():
-        comp.notes.append(f"k-NN of {run.label}: too few images to hold out a test set")
+    problem = split_problem(test, test_fraction)
+    if problem:
+        _note(comp, problem)
         return
     knn = knn_scores(blocks, lambda b: (feats[b][keep][~test], feats[b][keep][test]), y[~test], y[test], seed=seed)
     comp.curves.setdefault("knn_accuracy", {})[run.label] = _curve(blocks, knn.tensors["accuracy"])
@@ -196,18 +202,22 @@ def _best_blocks(comp: Comparison) -> list[dict[str, Any]]:
     return rows
 
 
-def compare_runs(runs: Sequence[ModelRun], seed: int = 0, test_fraction: float = 0.2) -> Comparison:
+def compare_runs(runs: Sequence[ModelRun], seed: int = 0, test_fraction: float = 0.2,
+                 data: DataFacts | None = None) -> Comparison:
     """Curves, CKA between models and the best-block table of several models' passes.
 
     Args:
         runs: one :class:`ModelRun` per model, in display order (the first is the CKA reference).
         seed: k-means / k-NN split / random-baseline seed.
         test_fraction: share of images held out for k-NN (by a seeded hash of the dataset index).
+        data: the data the models saw (names it, and its classes, in the note saying why clustering and k-NN
+            are left out: no labels, one class...).
     """
     comp = Comparison()
+    data = data if data is not None else DataFacts()
     for run in runs:
         _attention_curves(run, comp)
-        _probe_curves(run, comp, seed, test_fraction)
+        _probe_curves(run, comp, seed, test_fraction, data)
     _cka_between_models(runs, comp)
     comp.best_blocks = _best_blocks(comp)
     return comp

@@ -97,13 +97,20 @@ class AnnotatedSource(Source):
         return out
 
     def labels(self) -> np.ndarray:
-        out = np.full(len(self), -1, dtype=np.int64)
-        for i in range(len(self)):
-            label = getattr(self.dataset[i], "label", None)
-            if label is not None:
-                out[i] = int(label)
+        listed = getattr(self.dataset, "labels", None)  # readers that list their labels open no file for them
+        if listed is not None and not callable(listed) and len(listed) == len(self):
+            out = np.array(listed, dtype=np.int64)
+        else:
+            out = np.full(len(self), -1, dtype=np.int64)
+            for i in range(len(self)):
+                try:
+                    label = getattr(self.dataset[i], "label", None)
+                except DatasetFormatError:  # a missing file: skipped when read, so no label
+                    continue
+                if label is not None:
+                    out[i] = int(label)
         if not len(out) or (out < 0).all():
-            return super().labels()
+            raise self._no_labels()
         return out
 
     def regions(self, i: int) -> tuple[np.ndarray, np.ndarray]:

@@ -11,12 +11,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from vitscope.errors import VitscopeValueError
 
 __all__ = ["FirstItems"]
 
-#: attributes a reader lists per item, sliced with the items (the ImageFolder and COCO readers)
-_PER_ITEM = ("samples", "_paths")
+#: attributes a reader lists per item, sliced with the items (the ImageFolder and COCO readers; their labels)
+_PER_ITEM = ("samples", "_paths", "labels")
 
 
 class FirstItems:
@@ -34,7 +36,7 @@ class FirstItems:
         self.n = min(int(n), len(dataset))
         for attr in _PER_ITEM:
             listed = getattr(dataset, attr, None)
-            if isinstance(listed, list) and len(listed) == len(dataset):
+            if isinstance(listed, (list, tuple, np.ndarray)) and len(listed) == len(dataset):
                 setattr(self, attr, listed[: self.n])
 
     def __len__(self) -> int:
@@ -53,7 +55,7 @@ class FirstItems:
     def fingerprint_files(self) -> tuple[Sequence[str], Path]:
         """The files of the kept items (images, frames and their masks, pair images) and the reader's annotation
         files, relative to its root."""
-        listed = [getattr(self, attr) for attr in _PER_ITEM if attr in vars(self)]
+        listed = [getattr(self, attr) for attr in _PER_ITEM[:2] if attr in vars(self)]
         if listed:  # the reader lists them: no item is built (building a COCO item decodes its masks)
             files = [str(p if isinstance(p, (str, Path)) else p[0]) for p in listed[0]]
         else:

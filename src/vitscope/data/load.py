@@ -38,6 +38,11 @@ FORMATS: tuple[str, ...] = ("imagefolder", "imagenet-boxes", "coco", "partimagen
                             "sop", "list")
 
 
+def format_of(reader: Any) -> str | None:
+    """The format name (``"imagefolder"``, ``"coco"``...) whose reader ``reader`` is, or None for any other object."""
+    return next((name for name, cls in _readers().items() if type(reader) is cls), None)
+
+
 def detect_format(root: str | Path) -> str:
     """Guess the format from the layout (the files each official release has at its root)."""
     r = Path(root)

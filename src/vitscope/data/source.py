@@ -100,9 +100,12 @@ class Source(ABC):
             if label is not None:
                 out[i] = int(label)
         if not len(out) or (out < 0).all():
-            raise VitscopeValueError(f"{self.name}: this data has no image labels; open a labelled dataset "
-                                     "(--data ROOT::imagefolder, ::coco, ::partimagenet...)")
+            raise self._no_labels()
         return out
+
+    def _no_labels(self) -> VitscopeValueError:
+        return VitscopeValueError(f"{self.name}: this data has no image labels; open a labelled dataset "
+                                  "(--data ROOT::imagefolder, ::coco, ::partimagenet...)")
 
     def regions(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """``([M, H, W] bool, [M] int64)``: the region masks of image ``i`` and their labels.

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vitscope.errors import VitscopeValueError
+from vitscope.analyses.data_checks import annotated_regions, class_names, class_problem, layout_hint, region_problem
+from vitscope.errors import DegenerateDataError, VitscopeValueError
 from vitscope.models.backbone import Backbone
 
 __all__ = ["layout_hint", "require_blocks", "require_classes", "require_regions", "tiling_scale"]
@@ -39,20 +40,6 @@ def tiling_scale(tiling: bool | float | None) -> float | None:
     return float(tiling)
 
 
-def layout_hint(dataset: Any, fmt: str) -> str:
-    """`` (the folder looks like FORMAT: pass --data ROOT::FORMAT)`` when the layout says another format."""
-    from vitscope.data.load import detect_format
-
-    root = getattr(dataset, "root", None)
-    if root is None:
-        return ""
-    try:
-        found = detect_format(root)
-    except ValueError:
-        return ""
-    return f"; the folder looks like {found} data: pass --data {root}::{found}" if found != fmt else ""
-
-
 def require_classes(labels: Any, dataset: Any, fmt: str) -> None:
     """k-NN, linear probes and clustering score classes: at least two, with more than one image in some.
 
@@ -62,36 +49,23 @@ def require_classes(labels: Any, dataset: Any, fmt: str) -> None:
         fmt: the format the data was read as.
 
     Raises:
-        VitscopeValueError: one line naming the classes found and, where the folder looks like another format,
-            the ``--data ROOT::FORMAT`` to use.
+        DegenerateDataError: :func:`vitscope.analyses.data_checks.class_problem`'s line (the one the analyses give),
+            naming the classes found and, where the folder looks like another format, the ``--data ROOT::FORMAT``
+            to use.
     """
-    import numpy as np
-
-    kept = labels[labels >= 0]
-    classes, counts = np.unique(kept, return_counts=True)
-    names = list(getattr(dataset, "classes", []) or [])
-    shown = ", ".join(repr(names[c]) if c < len(names) else str(c) for c in classes[:3])
-    if classes.size < 2:
-        raise VitscopeValueError(f"{fmt} data with {classes.size} "
-                                 f"class{'' if classes.size == 1 else 'es'}{f' ({shown})' if shown else ''}: k-NN, "
-                                 f"linear probes and clustering need at least two classes{layout_hint(dataset, fmt)}")
-    if counts.max() < 2:
-        raise VitscopeValueError(f"{fmt} data with {classes.size} classes of one image each: k-NN and linear probes "
-                                 f"need several images per class{layout_hint(dataset, fmt)}")
+    problem = class_problem(labels, f"{fmt} data", class_names(dataset), layout_hint(dataset, fmt))
+    if problem:
+        raise DegenerateDataError(problem)
 
 
 def require_regions(dataset: Any, fmt: str) -> None:
     """Region clustering groups object (or part) masks by class: it needs non-crowd masks of two classes.
 
     Raises:
-        VitscopeValueError: one line saying how many annotated regions and classes the file holds.
+        DegenerateDataError: :func:`vitscope.analyses.data_checks.region_problem`'s line: how many annotated
+            regions and classes the file holds.
     """
-    coco = getattr(dataset, "coco", None)
-    if coco is None:
-        return
-    classes = {a["category_id"] for a in coco.anns.values() if not a.get("iscrowd", 0)}
-    if len(classes) < 2:
-        regions = sum(1 for a in coco.anns.values() if not a.get("iscrowd", 0))
-        raise VitscopeValueError(f"{fmt} data with {regions} annotated region(s) of {len(classes)} class(es) in "
-                                 f"{getattr(dataset, 'ann_file', 'its annotation file')}: region clustering needs "
-                                 "object masks of at least two classes")
+    found = annotated_regions(dataset)
+    problem = region_problem(found[0], found[1], f"{fmt} data", found[2]) if found else None
+    if problem:
+        raise DegenerateDataError(problem)

@@ -20,6 +20,7 @@ import torch
 
 from vitscope.analyses.base import Analysis, Batch, Result
 from vitscope.analyses.batch import ModelRunner, SharedQuantities, union_plan
+from vitscope.analyses.data_checks import DataFacts
 from vitscope.analyses.registry import get_analysis
 from vitscope.analyses.sync import exchange_folder
 from vitscope.data.open import as_source
@@ -29,12 +30,13 @@ from vitscope.engine.distributed import barrier, collectives, gather_lists, shar
 from vitscope.engine.settings import progress_bar, resolve_device, resolve_dtype
 from vitscope.engine.state import Checkpoint, interrupt_guard, run_checkpoint
 from vitscope.engine.streaming import StreamPlan, in_block_order, stream_plan, warn_if_patterns_do_not_fit
-from vitscope.errors import VitscopeRuntimeError, VitscopeTypeError, VitscopeValueError
+from vitscope.errors import DegenerateDataError, VitscopeRuntimeError, VitscopeTypeError, VitscopeValueError
 from vitscope.functional.attention_blocks import Workspace
 from vitscope.hooks.names import expand_names
 from vitscope.models.backbone import Backbone
 
-__all__ = ["EmptyRunError", "Results", "as_result", "required_hook_names", "resolve_device", "resolve_dtype", "run"]
+__all__ = ["EmptyRunError", "Results", "as_result", "refuse_data", "required_hook_names", "resolve_device",
+           "resolve_dtype", "run"]
 
 
 class EmptyRunError(VitscopeRuntimeError):
@@ -124,6 +126,20 @@ def required_hook_names(backbone: Backbone, analyses: Sequence[Analysis]) -> lis
             if n not in names:
                 names.append(n)
     return names
+
+
+def refuse_data(analyses: Sequence[Analysis], source: Source, limit: int | None = None) -> None:
+    """Refuse, before the pass, data an analysis cannot score (no labels, one class, no masks...; the analysis's
+    :meth:`~vitscope.analyses.base.Analysis.why_unsupported_data`).
+
+    Raises:
+        DegenerateDataError: the first analysis's reason, one line.
+    """
+    data = DataFacts(source, source.target_keys() | {"regions"}, limit)  # the engine loads regions on request
+    for a in analyses:
+        reason = a.why_unsupported_data(data)
+        if reason:
+            raise DegenerateDataError(reason)
 
 
 @dataclass
@@ -248,6 +264,8 @@ def run(
 
     Raises:
         ValueError: bad arguments, or an analysis the model cannot support.
+        DegenerateDataError: data an analysis cannot score (k-NN on one class, saliency without masks...), before
+            the pass.
         EmptyRunError: no readable image.
     """
     if batch_size < 1:
@@ -267,6 +285,7 @@ def run(
     amp = resolve_dtype(dtype)
     backbone.to(dev).eval()
     hooks = required_hook_names(backbone, analyses)
+    refuse_data(analyses, source, limit)
     total = len(source) if limit is None else min(limit, len(source))
     described = {**source.describe(), "fingerprint": source.fingerprint()}
     if checkpoint is None and resume is not None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from vitscope.analyses.base import Analysis
+from vitscope.analyses.data_checks import DataFacts
 from vitscope.analyses.params import build_analyses
 from vitscope.analyses.registry import (
     GROUPS,
@@ -33,14 +34,17 @@ __all__ = ["analyze", "analyses_not_run", "choose_analyses", "config_record"]
 
 
 def choose_analyses(selection: str | Sequence[str | Analysis] | None, spec: Any, targets: frozenset[str],
-                    params: Mapping[str, Mapping[str, Any]] | None = None) -> list[Analysis]:
+                    params: Mapping[str, Mapping[str, Any]] | None = None, data: DataFacts | None = None
+                    ) -> list[Analysis]:
     """Analyses from names, groups (``attention``), labelled instances (``cka@cls``) or instances.
 
     None selects every default analysis the model and data support; ``params`` configures named ones
-    (:func:`vitscope.analyses.params.build_analyses`).
+    (:func:`vitscope.analyses.params.build_analyses`). ``data`` (what is known of the data: its labels...)
+    lets the choice leave out, or refuse when named, analyses that cannot score it (k-NN on one class).
 
     Raises:
-        ValueError: an unknown name, an analysis that cannot run, a bad parameter (one line each).
+        ValueError: an unknown name, an analysis that cannot run, a bad parameter (one line each);
+            DegenerateDataError when the data is the reason.
     """
     if isinstance(selection, str):
         selection = [s for s in selection.split(",") if s.strip()]
@@ -53,25 +57,26 @@ def choose_analyses(selection: str | Sequence[str | Analysis] | None, spec: Any,
 
         raise NoAttentionError(f"the attention analyses need attention patterns, but {spec.name} is a CNN and has "
                                "no attention; use a transformer or other analyses")
-    names = list(selection) if selection else [a.name for a in default_analyses(spec, targets)]
-    chosen = build_analyses(names, spec, targets, params)
+    names = list(selection) if selection else [a.name for a in default_analyses(spec, targets, data)]
+    chosen = build_analyses(names, spec, targets, params, data=data)
     if not chosen:
         raise VitscopeValueError(f"no analysis supports {spec.name} with this data")
     return chosen
 
 
-def analyses_not_run(selection: str | Sequence[str | Analysis] | None, spec: Any, targets: frozenset[str]
-                     ) -> dict[str, str]:
+def analyses_not_run(selection: str | Sequence[str | Analysis] | None, spec: Any, targets: frozenset[str],
+                     data: DataFacts | None = None) -> dict[str, str]:
     """What a default run (None) or a group in ``selection`` leaves out on this model and data: name -> reason
-    (``{"saliency_iou": "the data has no object masks"}``). Names asked for one by one are not listed: those
-    that cannot run are refused (:func:`choose_analyses`)."""
+    (``{"saliency_iou": "the data has no object masks"}``; ``data``: what is known of the data, so one class or
+    no labels are reasons too). Names asked for one by one are not listed: those that cannot run are refused
+    (:func:`choose_analyses`)."""
     if selection is None or (not isinstance(selection, str) and not selection):
-        return skipped_defaults(spec, targets)
+        return skipped_defaults(spec, targets, data)
     names = selection.split(",") if isinstance(selection, str) else [n for n in selection if isinstance(n, str)]
     out: dict[str, str] = {}
     for group in (n.strip() for n in names):
         for name in GROUPS.get(group, ()):
-            reason = why_skipped(get_analysis(name), spec, targets)
+            reason = why_skipped(get_analysis(name), spec, targets, data)
             if reason is not None:
                 out.setdefault(name, reason)
     return out
@@ -122,8 +127,9 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
     backbone = load_model(model, image_size=image_size) if isinstance(model, str) else \
         model if image_size is None else with_image_size(model, image_size)
     source = as_source(data, strict=strict)
-    chosen = choose_analyses(analyses, backbone.spec, source.target_keys(), params)
-    not_run = analyses_not_run(analyses, backbone.spec, source.target_keys())
+    data_facts = DataFacts(source, limit=limit)
+    chosen = choose_analyses(analyses, backbone.spec, data_facts.targets, params, data_facts)
+    not_run = analyses_not_run(analyses, backbone.spec, data_facts.targets, data_facts)
     if log:
         log(describe_input(backbone.spec))
         if not_run:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from vitscope.analyses.data_checks import DataFacts
 from vitscope.analyses.registry import not_run_text
 from vitscope.compare import ModelRun, compare_analyses, compare_runs
 from vitscope.compare.analyses import COMPARED, compare_not_run
@@ -76,7 +77,7 @@ def comparison_run(options: Mapping[str, Any], progress: bool | None = None,
             notes += [f"not run on {name}: {reason}" for reason in cannot.values()]
         del backbone
         gc.collect()
-    comparison = compare_runs(runs)
+    comparison = compare_runs(runs, data=DataFacts(source, targets, options.get("limit")))
     comparison.notes += notes
     names = [name for name, _ in models]
     return RunResult("compare", title=f"vitscope compare: {', '.join(names)}", config=config_record(options),

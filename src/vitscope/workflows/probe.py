@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vitscope.downstream.checks import require_classes, require_regions
-from vitscope.errors import VitscopeValueError
+from vitscope.errors import DegenerateDataError, VitscopeValueError
 from vitscope.outputs import RunResult, prepare_output, write_run
 
 __all__ = ["PROBE_OF_FORMAT", "run_probe"]
@@ -41,25 +41,32 @@ def _open(data: str, limit: int | None = None):
     return FirstItems(dataset, limit), fmt
 
 
+def _labels(source):
+    """``[N]`` image labels of a source, -1 throughout when it has none (:func:`require_classes` then says so)."""
+    import numpy as np
+
+    try:
+        return source.labels()
+    except ValueError:
+        return np.full(len(source), -1, dtype=np.int64)
+
+
 def _labelled_split(dataset, fmt: str, test_fraction: float, seed: int):
     """A labelled reader -> ``(train, test)`` image lists with labels, split by a seeded hash of the position."""
     import numpy as np
 
+    from vitscope.analyses.data_checks import split_problem
     from vitscope.analyses.probes.base import holdout_mask
     from vitscope.data.annotated_source import AnnotatedSource
     from vitscope.data.files import ImageFiles
 
     source = AnnotatedSource(dataset)
-    try:
-        labels = source.labels()
-    except ValueError:
-        raise VitscopeValueError(f"{fmt} data has no image labels; vitscope probe takes revisitop, davis, spair, coco, "
-                                 "partimagenet or labelled images (imagefolder)") from None
+    labels = _labels(source)
     require_classes(labels, dataset, fmt)
     test = holdout_mask(np.arange(len(source)), test_fraction, seed)
-    if test.all() or not test.any():
-        raise VitscopeValueError(f"{len(source)} images cannot be split into train and test at --test-fraction "
-                                 f"{test_fraction}; add images or pass --test-data")
+    problem = split_problem(test[labels >= 0], test_fraction)
+    if problem:
+        raise DegenerateDataError(problem)
     paths = np.asarray(source.paths, dtype=object)
     return (ImageFiles(list(paths[~test]), labels=labels[~test], name=f"{source.name}:train"),
             ImageFiles(list(paths[test]), labels=labels[test], name=f"{source.name}:test"))
@@ -138,7 +145,7 @@ def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None,
             from vitscope.data.annotated_source import AnnotatedSource
 
             test, _ = _open(options["test_data"], options.get("limit"))
-            require_classes(AnnotatedSource(dataset).labels(), dataset, fmt)
+            require_classes(_labels(AnnotatedSource(dataset)), dataset, fmt)
             data = {"train": dataset, "test": test}
         else:
             train, test = _labelled_split(dataset, fmt, options["test_fraction"], options["seed"])

@@ -18,6 +18,7 @@ import torch
 
 from vitscope.analyses.base import Analysis, Batch, Result
 from vitscope.analyses.batch import ModelRunner
+from vitscope.analyses.data_checks import DataFacts
 from vitscope.errors import VitscopeRuntimeError, VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.models.spec import ModelSpec
@@ -62,6 +63,12 @@ class ModelAccumulator(Analysis):
             return (f"analysis '{self.name}' measures classification accuracy, but {spec.name} has no classifier "
                     "head; use a classifier (e.g. tiny-vit-sup)")
         return None
+
+    def why_unsupported_data(self, data: DataFacts) -> str | None:
+        """No labels: :attr:`missing_labels` (what labels, in which label space); then the other ground truth."""
+        if "label" not in data.targets:
+            return self.missing_labels
+        return super().why_unsupported_data(data)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickles carry the state, never the model (bind again after unpickling)."""

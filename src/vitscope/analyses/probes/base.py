@@ -4,8 +4,11 @@ Rows (one per image, or one per region mask at the object / part level) go to a 
 :class:`~vitscope.features.rowstore.RowStore` with their dataset index and label; ``compute`` reads them
 back sorted by index, so a merged accumulator scores exactly what one accumulator over all images would.
 Labels come from ``batch.targets`` (``label`` per image; ``masks`` and ``instance_labels`` for regions, as
-:class:`vitscope.data.annotated_source.AnnotatedSource` with ``regions=True`` provides). When the data has none,
-the analysis says so: a warning at the first such batch and ``meta["error"]`` in its (empty) result.
+:class:`vitscope.data.annotated_source.AnnotatedSource` with ``regions=True`` provides). Data these analyses
+cannot score (no labels, one class, one image per class, no train/test split, regions of one class) is refused
+before the pass (:meth:`LabelledFeatures.why_unsupported_data`, messages of :mod:`vitscope.analyses.data_checks`);
+rows that turn out so anyway (unlabelled batches, unreadable images skipped) give a warning and an empty result
+with the reason in ``meta["error"]``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import numpy as np
 import torch
 
 from vitscope.analyses.base import Analysis, Batch
+from vitscope.analyses.data_checks import DataFacts, class_problem, no_labels, no_regions, region_problem
+from vitscope.analyses.probes.result import ProbeResult
 from vitscope.errors import VitscopeValueError
 from vitscope.features.rowstore import RowStore
 from vitscope.features.views import StandardView
@@ -91,11 +96,36 @@ class LabelledFeatures(Analysis):
         return None
 
     def _missing_message(self) -> str:
-        if self._cfg_level == "image":
-            return (f"{self.name}: the data has no image labels; use a labelled dataset (e.g. --data ROOT::imagefolder "
-                    "or ::coco)")
-        return (f"{self.name}: {self._cfg_level}-level rows need region masks and their labels; open the dataset "
-                "with vitscope.data.annotated_source.AnnotatedSource(reader, regions=True) (coco, partimagenet)")
+        return no_labels("the data") if self._cfg_level == "image" else no_regions(self.name, self._cfg_level)
+
+    def why_unsupported_data(self, data: DataFacts) -> str | None:
+        """No labels, one class, one image per class, no train/test split (image level); no region masks or
+        regions of one class (object and part levels): the messages of :mod:`vitscope.analyses.data_checks`."""
+        if self._cfg_level != "image":
+            if not {"masks", "instance_labels"} <= data.targets:
+                return no_regions(self.name, self._cfg_level)
+            return data.region_problem()
+        problem = data.class_problem()
+        if problem or data.labels is None:
+            return problem
+        return self.split_problem(np.flatnonzero(data.labels >= 0))
+
+    def split_problem(self, index: np.ndarray) -> str | None:
+        """Why the held-out split of the images at dataset positions ``index`` cannot be scored (None: it can, or
+        this analysis holds nothing out)."""
+        return None
+
+    def rows_problem(self, index: np.ndarray, labels: np.ndarray) -> str | None:
+        """:meth:`why_unsupported_data` of the rows kept (``index``, ``label`` ``[n]``): images skipped as unreadable
+        or left out by ``limit`` can leave data that the check before the pass let through."""
+        if self._cfg_level != "image":
+            return region_problem(labels.size, np.unique(labels).size)
+        return class_problem(labels) or self.split_problem(np.unique(index))
+
+    def refused(self, problem: str, metrics: Sequence[str]) -> ProbeResult:
+        """The result of rows that cannot be scored: no tensors, the reason in ``meta["error"]`` (and a warning)."""
+        warnings.warn(f"{self.name}: {problem}", stacklevel=3)
+        return ProbeResult(self.name, {}, {**self.base_meta(), "metrics": list(metrics), "error": problem})
 
     def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
         """Add one batch: the site of every block ``[B, N, D]`` plus the labels (or masks) in ``batch.targets``."""

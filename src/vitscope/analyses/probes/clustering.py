@@ -105,7 +105,10 @@ class Clustering(LabelledFeatures):
         meta = self.base_meta()
         if len(self.store) == 0:
             return ProbeResult(self.name, {}, {**meta, "metrics": list(METRICS)})
-        _, labels, feats = self.rows()
+        index, labels, feats = self.rows()
+        problem = self.rows_problem(index, labels)
+        if problem:
+            return self.refused(problem, METRICS)
         meta.pop("blocks")
         meta.pop("task")
         return clustering_scores(self.blocks, feats.__getitem__, labels, self._cfg_k, self._cfg_seed,

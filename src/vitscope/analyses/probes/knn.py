@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from vitscope.analyses.data_checks import split_problem
 from vitscope.analyses.probes.base import LabelledFeatures, cached_labelled_pair, holdout_mask
 from vitscope.analyses.probes.result import ProbeResult, probe_result
 from vitscope.analyses.registry import register_analysis
@@ -103,11 +104,18 @@ class KnnProbe(LabelledFeatures):
         self._cfg_k, self._cfg_t, self._cfg_fraction = int(k), float(temperature), float(test_fraction)
         self._cfg_seed, self._cfg_random = int(seed), random_kind
 
+    def split_problem(self, index: np.ndarray) -> str | None:
+        """Why the held-out split leaves the train or the test side empty (:func:`.data_checks.split_problem`)."""
+        return split_problem(holdout_mask(index, self._cfg_fraction, self._cfg_seed), self._cfg_fraction)
+
     def compute(self) -> ProbeResult:
         meta = self.base_meta()
         if len(self.store) == 0:
             return ProbeResult(self.name, {}, {**meta, "metrics": ["accuracy"]})
         index, labels, feats = self.rows()
+        problem = self.rows_problem(index, labels)
+        if problem:
+            return self.refused(problem, ["accuracy"])
         test = holdout_mask(index, self._cfg_fraction, self._cfg_seed)
         for key in ("blocks", "task"):
             meta.pop(key)

@@ -256,6 +256,12 @@ def check_segmentation(seg: Any, height: int, width: int, where: str) -> None:
         raise DatasetFormatError(f"{where}: RLE run lengths sum to {total}, expected height*width = {height * width}")
 
 
+def _area(ann: dict, mask: Callable[[], np.ndarray]) -> float:
+    """An annotation's area: its ``area`` field, else the pixel count of its mask (``mask()``, called only then)."""
+    area = ann.get("area")
+    return float(area) if isinstance(area, (int, float)) else float(mask().sum())
+
+
 class CocoDataset(LazyDataset):
     """Lazy reader of a COCO instance dataset (conventions in the module docstring).
 
@@ -339,6 +345,37 @@ class CocoDataset(LazyDataset):
     def __len__(self) -> int:
         return len(self._paths)
 
+    @property
+    def labels(self) -> np.ndarray:
+        """``[N]`` int64 ``label`` of every image (-1: no annotation), from the annotation file: a mask is decoded
+        only for an annotation without an ``area`` field."""
+        out = np.full(len(self), -1, dtype=np.int64)
+        for i in range(len(self)):
+            img, anns = self._annotations(i)
+            try:
+                label = self._image_label(anns, [_area(a, lambda a=a, img=img: self._mask(a, img)) for a in anns])
+            except DatasetFormatError:  # a malformed mask: the image is skipped when read, so it has no label
+                continue
+            out[i] = -1 if label is None else label
+        return out
+
+    def _mask(self, ann: dict, img: dict) -> np.ndarray:
+        """``[H, W]`` bool mask of one annotation (an empty segmentation is an empty mask)."""
+        check_segmentation(ann["segmentation"], img["height"], img["width"],
+                           f"{self.ann_file.name} annotation id {ann.get('id')}")
+        if not ann["segmentation"]:
+            return np.zeros((img["height"], img["width"]), dtype=bool)
+        with warnings.catch_warnings():  # pycocotools vs numpy 2 copy-keyword deprecation
+            warnings.filterwarnings("ignore", message=".*__array__ implementation", category=DeprecationWarning)
+            return self.coco.annToMask(ann).astype(bool)
+
+    def _image_label(self, anns: list[dict], areas: list[float]) -> int | None:
+        """The image's ``label``: category index of its largest annotation, non-crowd ones first (None without)."""
+        if not anns:
+            return None
+        crowd = [bool(a.get("iscrowd", 0)) for a in anns]
+        return self._cat_index[anns[max(range(len(anns)), key=lambda j: (not crowd[j], areas[j], -j))]["category_id"]]
+
     def _annotations(self, index: int) -> tuple[dict, list[dict]]:
         img = self.coco.imgs[self._image_ids[index]]
         return img, self.coco.imgToAnns.get(img["id"], [])
@@ -350,12 +387,7 @@ class CocoDataset(LazyDataset):
         masks = np.zeros((len(anns), h, w), dtype=bool)
         boxes = np.zeros((len(anns), 4), dtype=np.float32)
         for j, ann in enumerate(anns):
-            where = f"{self.ann_file.name} annotation id {ann.get('id')}"
-            check_segmentation(ann["segmentation"], h, w, where)
-            if ann["segmentation"]:  # an empty polygon list is an empty mask
-                with warnings.catch_warnings():  # pycocotools vs numpy 2 copy-keyword deprecation
-                    warnings.filterwarnings("ignore", message=".*__array__ implementation", category=DeprecationWarning)
-                    masks[j] = self.coco.annToMask(ann).astype(bool)
+            masks[j] = self._mask(ann, img)
             bbox = ann.get("bbox")
             if isinstance(bbox, list) and len(bbox) == 4:
                 x, y, bw, bh = (float(v) for v in bbox)
@@ -364,12 +396,7 @@ class CocoDataset(LazyDataset):
                 boxes[j] = mask_to_box(masks[j])
         labels = np.array([self._cat_index[a["category_id"]] for a in anns], dtype=np.int64)
         crowd = np.array([int(bool(a.get("iscrowd", 0))) for a in anns], dtype=np.int64)
-        areas = [
-            float(a["area"]) if isinstance(a.get("area"), (int, float)) else float(m.sum()) for a, m in zip(anns, masks)
-        ]
-        label = None
-        if anns:  # largest annotation; non-crowd ones win over crowd ones
-            label = int(labels[max(range(len(anns)), key=lambda j: (not crowd[j], areas[j], -j))])
+        label = self._image_label(anns, [_area(a, lambda m=m: m) for a, m in zip(anns, masks)])
         meta = {
             "image_id": img["id"],
             "category_ids": [a["category_id"] for a in anns],

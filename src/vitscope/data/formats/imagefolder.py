@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import numpy as np
+
 from vitscope.data.formats.common import (
     DatasetFileNotFoundError,
     DatasetFormatError,
@@ -106,6 +108,11 @@ class ImageFolderDataset(LazyDataset):
 
     def __len__(self) -> int:
         return len(self.samples)
+
+    @property
+    def labels(self) -> np.ndarray:
+        """``[N]`` int64 class index of every image (from the listing: no file is opened)."""
+        return np.asarray([label for _, label in self.samples], dtype=np.int64)
 
     def _get(self, index: int) -> AnnotatedImage:
         path, label = self.samples[index]

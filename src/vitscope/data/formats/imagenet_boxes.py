@@ -180,6 +180,11 @@ class ImageNetBoxesDataset(LazyDataset):
     def __len__(self) -> int:
         return len(self.samples)
 
+    @property
+    def labels(self) -> np.ndarray:
+        """``[N]`` int64 class index of every image (from the listing: no file is opened)."""
+        return np.asarray([label for _, label in self.samples], dtype=np.int64)
+
     def _read_boxes(self, xml_path: Path) -> tuple[np.ndarray, np.ndarray]:
         try:
             tree = ET.parse(xml_path)

@@ -129,19 +129,19 @@ class PartImageNetDataset(CocoDataset):
         self.classes = object_classes
         self.part_to_class = np.asarray(part_to_class, dtype=np.int64)
 
-    def _get(self, index: int) -> AnnotatedImage:
-        item = super()._get(index)
-        parts = item.instance_labels
-        crowd = item.meta["iscrowd"]
-        _, anns = self._annotations(index)
+    def _image_label(self, anns: list[dict], areas: list[float]) -> int | None:
+        """The object class whose non-crowd parts cover the most area (all parts when every one is crowd)."""
+        if not anns:
+            return None
         area = np.zeros((2, len(self.classes)))  # row 0: non-crowd parts, row 1: all parts (fallback)
-        for j, part in enumerate(parts):
-            a = anns[j].get("area")
-            a = float(a) if isinstance(a, (int, float)) else float(item.masks[j].sum())
-            area[:, self.part_to_class[part]] += [0.0 if crowd[j] else a, a]
+        for ann, a in zip(anns, areas):
+            area[:, self.part_to_class[self._cat_index[ann["category_id"]]]] += [
+                0.0 if ann.get("iscrowd", 0) else a, a]
         totals = area[0] if area[0].any() else area[1]
-        label = int(np.argmax(totals)) if len(parts) else None
-        item.label = label
-        item.meta["part_names"] = [self.part_names[p] for p in parts]
-        item.meta["class_name"] = self.classes[label] if label is not None else None
+        return int(np.argmax(totals))
+
+    def _get(self, index: int) -> AnnotatedImage:
+        item = super()._get(index)  # its label is the object class (_image_label)
+        item.meta["part_names"] = [self.part_names[p] for p in item.instance_labels]
+        item.meta["class_name"] = self.classes[item.label] if item.label is not None else None
         return item
