@@ -111,6 +111,8 @@ def test_every_analysis_gives_the_numbers_of_batch_16(runs, kind: str, batch_siz
 def test_every_registered_analysis_ran(runs) -> None:
     ran = {name for by_size in runs.values() for name in by_size[16]}
     assert ran == set(ANALYSES)
+    empty = [f"{kind}: {name}" for kind, by_size in runs.items() for name, r in by_size[16].items() if not r.tensors]
+    assert not empty, f"no numbers to compare (the data must suit every analysis): {empty}"
     cka = runs["vit"][16]["cka"]
     assert cka.meta["batch"] == 4 and cka.meta["num_images"] == 12 and "cka" in cka.tensors
 
