@@ -66,7 +66,7 @@ def stage_verdict(kk: torch.Tensor, baseline: float, spread: float, images: int,
 class InterrelationResult(Result):
     """Result of :class:`Interrelation`: paper 003's figures 3, 5, 6 and 7a."""
 
-    DIMS = {"*_blocks": ("block",), "images": ("image", "y", "x", "channel"),
+    DIMS = {"*_blocks": ("block",), "*_blocks_std": ("block",), "images": ("image", "y", "x", "channel"),
             "keypoint_counts": ("image", "row", "column"), "*": ("block", "head")}
 
     def figures(self) -> list[Figure]:
