@@ -61,12 +61,17 @@ def test_demo_quick_writes_the_comparison_and_a_self_contained_report(tmp_path):
 
 def _check_paper_sections(out, doc, html) -> None:
     """Papers 001 and 003 each have their sections, as the default demo runs them (smaller with --quick)."""
+    sections = ("featviz", "token_mixing", "interrelation", "interrelation_masking")
+    analyses = doc["analyses"]
+    assert set(sections) <= set(analyses), sorted(analyses)
+    positions = [html.find(f'id="{name.replace("_", "-")}"') for name in sections]
+    assert -1 not in positions and positions == sorted(positions), positions  # in order, after the comparison
+    assert positions[0] > html.find('id="paired-similarity"')
     from vitscope.workflows.demo_papers import PAPER_MODEL, PAPER_SECTIONS, paper_settings
 
+    assert sections == PAPER_SECTIONS
     settings = paper_settings(quick=True)
     assert doc["config"]["demo"]["papers"] == json.loads(json.dumps(settings.to_dict()))
-    analyses = doc["analyses"]
-    assert set(PAPER_SECTIONS) <= set(analyses), sorted(analyses)
     units = analyses["featviz"]["summary"]["units"]
     assert list(units) == list(settings.units)
     for unit in units.values():  # optimised image, then its top images among the section's images
@@ -81,12 +86,9 @@ def _check_paper_sections(out, doc, html) -> None:
     assert len(inter["KK_blocks"]) == 6 and all(0 <= kk <= 1 for kk in inter["KK_blocks"])
     masking = analyses["interrelation_masking"]["summary"]
     assert masking["ratios"] == list(settings.ratios) and masking["num_images"] == settings.images
-    for name in PAPER_SECTIONS:
+    for name in sections:
         for rel in analyses[name]["files"]["figures"]:
             assert (out / rel).stat().st_size > 0, rel
-    positions = [html.find(f'id="{name.replace("_", "-")}"') for name in PAPER_SECTIONS]
-    assert -1 not in positions and positions == sorted(positions), positions  # in order, after the comparison
-    assert positions[0] > html.find('id="paired-similarity"')
     for part in ("Feature visualisation", "Last-layer token mixing", "paper 001, figs. 1 and 7",
                  "paper 001, figs. 2 and 5", "paper 001, fig. 6", "paper 003, fig. 5 and 6", "paper 003, fig. 8",
                  'id="paper-001"', 'id="paper-003"', f"{settings.steps} steps each"):

@@ -202,6 +202,9 @@ def demo(
 ) -> None:
     """Generate the synthetic world, compare the tiny zoo on it, explain a few pairs, visualise units, measure token
     mixing, SIFT interrelation and masking by it; write report.html."""
+    # Before torch and scikit-learn start OpenMP: idle threads sleep instead of spinning. The demo's tiny models
+    # run short parallel regions, and on a shared machine spinning workers took 3x longer (--quick 10 s vs 27-32 s).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from vitscope.workflows.demo import demo as run_demo
 
     path = run_demo(out, quick=quick, log=_stderr)

@@ -1,15 +1,16 @@
 """The demo's sections for papers 001 and 003, on the tiny supervised ViT and a small subset of the demo world.
 
 Paper 001: feature visualisation of a few FFN units with their most-activating images, and last-layer token
-mixing (``vitscope featviz --token-mixing``'s results and sections). Paper 003: SIFT patch interrelation per block
-and head with its stages, and Top / Bottom masking by interrelation score (``vitscope analyze --analyses
-interrelation,interrelation_masking``'s results). Each keeps its own Result objects, figures and captions, so the
-report shows them as those commands do.
+mixing (the results and sections of ``vitscope featviz --token-mixing``). Paper 003: SIFT patch interrelation per
+block and head with its stages, and Top / Bottom masking by interrelation score (the results of ``vitscope analyze
+--analyses interrelation,interrelation_masking``). Each keeps its own Result objects, figures and captions, so the
+report shows them as those commands do. Token mixing and the paper 003 analyses share one pass.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,7 @@ def paper_settings(quick: bool) -> PaperSettings:
     from vitscope.analyses.masking.interrelation import DEFAULT_RATIOS
 
     if quick:
-        return PaperSettings(units=UNITS[:1], steps=50, images=32, ratios=(0.1, 0.5, 0.9))
+        return PaperSettings(units=UNITS[:1], steps=30, images=16, ratios=(0.2, 0.5))
     return PaperSettings(units=UNITS, steps=100, images=200, ratios=DEFAULT_RATIOS)
 
 
@@ -66,16 +67,60 @@ def paper_results(data: str, settings: PaperSettings, batch_size: int, progress:
         The results (keys :data:`PAPER_SECTIONS`), their report sections in that order, and the notes (units whose
         optimised image stays below their best dataset image).
     """
+    from vitscope.featviz.report_section import featviz_sections
+
     log = log or (lambda message: None)
     log(f"paper 001: feature visualisation of {len(settings.units)} unit(s) of {PAPER_MODEL} ({settings.steps} "
-        f"steps) and token mixing on {settings.images} images")
+        "steps each)")
     featviz = _feature_visualisation(data, settings, batch_size)
-    log(f"paper 003: SIFT interrelation and masking by interrelation score on {settings.images} images")
-    attention = _interrelation(data, settings, batch_size, progress)
-    results = {"featviz": featviz.results["featviz"], "token_mixing": featviz.results["token_mixing"], **attention}
-    sections = [_said(section, settings) for section in featviz.sections]
-    sections += [_result_section(name, result, settings.images) for name, result in attention.items()]
+    log(f"papers 001 and 003: token mixing, SIFT interrelation and masking by it on {settings.images} images")
+    passed = _one_pass(data, settings, batch_size, progress)
+    results = {"featviz": featviz.results["featviz"], **passed}
+    sections = [_said(section, settings) for section in featviz_sections(results)]  # featviz, token mixing
+    sections += [_result_section(name, passed[name], settings.images) for name in PAPER_SECTIONS[2:]]
     return results, sections, list(featviz.notes)
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """One intra-op thread, restored afterwards: every optimisation step is a batch of 8 images of 64 px, which
+    gains nothing from a second thread, and on a busy machine each parallel region waits for a descheduled worker
+    (100 steps measured 7x slower with 2 threads than with 1 under load)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _feature_visualisation(data: str, settings: PaperSettings, batch_size: int) -> Any:
+    """``vitscope featviz --unit ... --data DATA`` as a RunResult (its top-activations result is left out: the
+    featviz panels show the same images)."""
+    from vitscope.featviz.workflow import FeatvizOptions, featviz_run
+
+    options = FeatvizOptions(model=PAPER_MODEL, out=Path("."), units=list(settings.units), steps=settings.steps,
+                             data=data, limit=settings.images, batch_size=batch_size,
+                             chunk=1)  # one unit at a time: each forward stops after its own block
+    with _one_thread():
+        return featviz_run(options)
+
+
+def _one_pass(data: str, settings: PaperSettings, batch_size: int, progress: bool | None) -> dict[str, Result]:
+    """Token mixing (paper 001) and the paper 003 analyses in one pass over the first ``settings.images`` images."""
+    from vitscope.analyses.attention.interrelation import Interrelation
+    from vitscope.analyses.masking.interrelation import InterrelationMasking
+    from vitscope.data.open import as_source
+    from vitscope.engine.run import run
+    from vitscope.experiments.token_mixing import TokenMixing
+    from vitscope.models.load import load_model
+
+    analyses = [TokenMixing(), Interrelation(), InterrelationMasking(ratios=settings.ratios)]
+    results = run(load_model(PAPER_MODEL), as_source(data), analyses, batch_size=batch_size, limit=settings.images,
+                  progress=progress)
+    return {a.name: results[a.name] for a in analyses}
 
 
 def _said(section: Section, settings: PaperSettings) -> Section:
@@ -87,32 +132,6 @@ def _said(section: Section, settings: PaperSettings) -> Section:
     return replace(section, intro=f"{section.intro} {what[section.id]}") if section.id in what else section
 
 
-def _feature_visualisation(data: str, settings: PaperSettings, batch_size: int) -> Any:
-    """``vitscope featviz --unit ... --data DATA --token-mixing`` as a RunResult (its top-activations result is left
-    out: the featviz panels show the same images)."""
-    from vitscope.featviz.workflow import FeatvizOptions, featviz_run
-
-    options = FeatvizOptions(model=PAPER_MODEL, out=Path("."), units=list(settings.units), steps=settings.steps,
-                             data=data, limit=settings.images, batch_size=batch_size, token_mixing=True,
-                             chunk=1)  # one unit at a time: each forward stops after its own block
-    return featviz_run(options)
-
-
-def _interrelation(data: str, settings: PaperSettings, batch_size: int,
-                   progress: bool | None) -> dict[str, Result]:
-    """One pass of the paper 003 analyses over the first ``settings.images`` images."""
-    from vitscope.analyses.attention.interrelation import Interrelation
-    from vitscope.analyses.masking.interrelation import InterrelationMasking
-    from vitscope.data.open import as_source
-    from vitscope.engine.run import run
-    from vitscope.models.load import load_model
-
-    analyses = [Interrelation(), InterrelationMasking(ratios=settings.ratios)]
-    results = run(load_model(PAPER_MODEL), as_source(data), analyses, batch_size=batch_size, limit=settings.images,
-                  progress=progress)
-    return {a.name: results[a.name] for a in analyses}
-
-
 def _result_section(name: str, result: Result, images: int) -> Section:
     """The section ``analyze`` gives a result (intro, figures, tables of its summary), saying what it ran on."""
     from vitscope.report.sections import slug
@@ -120,6 +139,6 @@ def _result_section(name: str, result: Result, images: int) -> Section:
     from vitscope.viz.labels import display_name
 
     summary: Mapping[str, Any] = result.to_json()
-    intro = f"{result.intro} {PAPER_MODEL} on the first {images} images of the demo world."
+    intro = f"{result.intro} Here: {PAPER_MODEL} on the first {images} images of the demo world."
     return Section(slug(name), display_name(name), intro.strip(), [f.stem for f in result.figures()],
                    summary_tables(name, summary))
