@@ -54,8 +54,45 @@ def test_demo_quick_writes_the_comparison_and_a_self_contained_report(tmp_path):
                  "Paired similarity", "Attention maps per model", "paper 000, fig. 4", "paper 002, fig. 6"):
         assert part in html, part
     assert html.count('class="explorer" data-explorer') == len(set(zoo) - cnns)  # one explorer per transformer
+    _check_paper_sections(out, doc, html)
     assert not (out / ".vitscope-state").exists()
     _look_at_the_demo_report(out / "report.html")
+
+
+def _check_paper_sections(out, doc, html) -> None:
+    """Papers 001 and 003 each have their sections, as the default demo runs them (smaller with --quick)."""
+    sections = ("featviz", "token_mixing", "interrelation", "interrelation_masking")
+    analyses = doc["analyses"]
+    assert set(sections) <= set(analyses), sorted(analyses)
+    positions = [html.find(f'id="{name.replace("_", "-")}"') for name in sections]
+    assert -1 not in positions and positions == sorted(positions), positions  # in order, after the comparison
+    assert positions[0] > html.find('id="paired-similarity"')
+    from vitscope.workflows.demo_papers import PAPER_MODEL, PAPER_SECTIONS, paper_settings
+
+    assert sections == PAPER_SECTIONS
+    settings = paper_settings(quick=True)
+    assert doc["config"]["demo"]["papers"] == json.loads(json.dumps(settings.to_dict()))
+    units = analyses["featviz"]["summary"]["units"]
+    assert list(units) == list(settings.units)
+    for unit in units.values():  # optimised image, then its top images among the section's images
+        assert len(unit["top"]) == 5 and all(t["index"] < settings.images for t in unit["top"])
+        for rel in (unit["image"], unit["panel"]):
+            assert (out / rel).stat().st_size > 0, rel
+    mixing = analyses["token_mixing"]["summary"]
+    assert mixing["num_images"] == settings.images and mixing["model"] == PAPER_MODEL
+    assert mixing["model_accuracy"] > 0.5 and len(mixing["isolate_cls"]) == 7  # blocks 0..6 of the 6-block model
+    inter = analyses["interrelation"]["summary"]
+    assert inter["num_images"] == settings.images and inter["images_with_keypoints"] > 0
+    assert len(inter["KK_blocks"]) == 6 and all(0 <= kk <= 1 for kk in inter["KK_blocks"])
+    masking = analyses["interrelation_masking"]["summary"]
+    assert masking["ratios"] == list(settings.ratios) and masking["num_images"] == settings.images
+    for name in sections:
+        for rel in analyses[name]["files"]["figures"]:
+            assert (out / rel).stat().st_size > 0, rel
+    for part in ("Feature visualisation", "Last-layer token mixing", "paper 001, figs. 1 and 7",
+                 "paper 001, figs. 2 and 5", "paper 001, fig. 6", "paper 003, fig. 5 and 6", "paper 003, fig. 8",
+                 'id="paper-001"', 'id="paper-003"', f"{settings.steps} steps each"):
+        assert part in html, part
 
 
 def _look_at_the_demo_report(report) -> None:

@@ -200,9 +200,14 @@ def compare(
 @one_line_errors
 def demo(
     out: Path = typer.Option(Path("demo_out"), "--out", "-o", help="Output directory."),
-    quick: bool = typer.Option(False, "--quick", help="Fewer images: under a minute on 2 CPU cores (for CI)."),
+    quick: bool = typer.Option(False, "--quick", help="Fewer images and smaller paper sections: under 30 s on 2 CPU "
+                               "cores (for CI)."),
 ) -> None:
-    """Generate the synthetic world, compare the tiny zoo on it, explain a few pairs; write report.html."""
+    """Generate the synthetic world, compare the tiny zoo on it, explain a few pairs, visualise units, measure token
+    mixing, SIFT interrelation and masking by it; write report.html."""
+    # Before torch and scikit-learn start OpenMP: idle threads sleep instead of spinning. The demo's tiny models
+    # run short parallel regions, and on a shared machine spinning workers took 3x longer (--quick 10 s vs 27-32 s).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from vitscope.workflows.demo import demo as run_demo
 
     path = run_demo(out, quick=quick, log=_stderr)

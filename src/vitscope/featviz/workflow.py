@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -23,7 +23,10 @@ from vitscope.featviz.augment import AugmentConfig
 from vitscope.featviz.objectives import ChannelObjective, Objective, parse_objective
 from vitscope.featviz.render import FeatvizConfig, FeatvizResult, StepInfo, evaluate, render
 
-__all__ = ["FeatvizOptions", "grid_units", "run_featviz"]
+if TYPE_CHECKING:
+    from vitscope.outputs import RunResult
+
+__all__ = ["FeatvizOptions", "featviz_run", "grid_units", "run_featviz"]
 
 
 @dataclass
@@ -191,15 +194,24 @@ def _mlp_width(backbone) -> int:
 
 def run_featviz(options: FeatvizOptions, log: Callable[[str], None] = lambda s: None) -> Path:
     """Run the command; return the path of ``results.json``."""
+    from vitscope.outputs import prepare_output, write_run
+
+    out = prepare_output(options.out)  # an unusable folder fails before the optimisation
+    return write_run(out, featviz_run(options, log), figure_files=options.figure_files)
+
+
+def featviz_run(options: FeatvizOptions, log: Callable[[str], None] = lambda s: None) -> RunResult:
+    """What ``vitscope featviz`` writes (``options.out`` is not touched): the ``featviz`` result (optimised images,
+    with data the top-image panels and ``top_activations``), optionally ``token_mixing`` and
+    ``spatial_information``, their report sections and notes. The demo shows it in its own report."""
     from vitscope.engine.provenance import model_identity
     from vitscope.engine.run import resolve_device
     from vitscope.featviz.report_section import featviz_sections
     from vitscope.models.input_size import describe_input
     from vitscope.models.load import load_model
-    from vitscope.outputs import RunResult, prepare_output, write_run
+    from vitscope.outputs import RunResult
     from vitscope.viz.featviz_figures import unit_grid_figure
 
-    out = prepare_output(options.out)
     if not options.units and options.grid <= 0:
         raise VitscopeValueError("give at least one --unit (e.g. blocks.5.mlp.post:31) or --grid N")
     objectives = [parse_objective(u) for u in options.units]
@@ -263,11 +275,11 @@ def run_featviz(options: FeatvizOptions, log: Callable[[str], None] = lambda s: 
     config = {"command": "featviz", "model": options.model, "units": [o.name for o in objectives],
               "device": str(device), **_jsonable(cfg.to_dict()), "top_k": options.top_k, "limit": options.limit,
               "image_size": options.image_size}
-    run = RunResult("featviz", title=f"vitscope featviz: {options.model}", subtitle="feature visualisation (paper 001)",
-                    config=config, results=results, models=[model_identity(options.model, backbone)], data=data_doc,
-                    sections=featviz_sections(results), own_sections={"featviz", "token_mixing", "spatial_information"},
-                    notes=notes)
-    return write_run(out, run, figure_files=options.figure_files)
+    return RunResult("featviz", title=f"vitscope featviz: {options.model}",
+                     subtitle="feature visualisation (paper 001)", config=config, results=results,
+                     models=[model_identity(options.model, backbone)], data=data_doc,
+                     sections=featviz_sections(results),
+                     own_sections={"featviz", "token_mixing", "spatial_information"}, notes=notes)
 
 
 class WeakFeatureVisualisationWarning(UserWarning):

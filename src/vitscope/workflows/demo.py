@@ -2,9 +2,11 @@
 
 Steps: generate the synthetic world in COCO format at 64 px (the zoo's input size; labels and object masks
 included), compare every tiny-zoo model on it (one pass each: attention distance, saliency IoU, clustering,
-k-NN, CKA between models, attention maps), explain a few image pairs with the metric-learning model, and
-write report.html. The data is reused when ``out`` already holds the same synthetic world, so re-running
-after an interruption resumes the passes instead of starting over.
+k-NN, CKA between models, attention maps; paper 002), explain a few image pairs with the metric-learning model
+(paper 000), visualise a few units and measure token mixing (paper 001), measure SIFT interrelation and mask by it
+(paper 003) on the supervised model and a small subset (``demo_papers``), and write report.html. The data is
+reused when ``out`` already holds the same synthetic world, so re-running after an interruption resumes the
+comparison's passes instead of starting over.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from vitscope.data.open import open_dataset
 from vitscope.outputs import write_run
 from vitscope.workflows.compare import comparison_run
 from vitscope.workflows.demo_pairs import paired_similarity_section
+from vitscope.workflows.demo_papers import paper_results, paper_settings
 from vitscope.workflows.options import COMPARE_OPTIONS, resolve_options
 from vitscope.workflows.state_files import clear_state
 
@@ -34,7 +37,7 @@ def demo_models() -> list[str]:
 
 
 def demo_settings(quick: bool) -> dict[str, int]:
-    """Images and batch size: ``--quick`` keeps CI under a minute on 2 cores."""
+    """Images and batch size of the comparison: ``--quick`` keeps the whole demo under 30 s on 2 cores."""
     return {"n": 64, "batch_size": 32} if quick else {"n": 1000, "batch_size": 50}
 
 
@@ -61,7 +64,7 @@ def demo(out: str | Path = "demo_out", quick: bool = False, progress: bool | Non
 
     Args:
         out: output folder (data under ``out/data``, results, figures, tables and report.html beside it).
-        quick: 64 images instead of 1000.
+        quick: 64 images instead of 1000, and smaller paper 001 and 003 sections (:func:`paper_settings`).
         progress: force the progress bars on/off.
         log: receives one-line progress messages.
     """
@@ -76,9 +79,15 @@ def demo(out: str | Path = "demo_out", quick: bool = False, progress: bool | Non
     log(f"explaining image pairs with {PAIR_MODEL}")
     section, pairs = paired_similarity_section(open_dataset(data), PAIR_MODEL)
     result.sections.insert(1 if result.sections else 0, section)
+    papers = paper_settings(quick)
+    paper, paper_sections, notes = paper_results(data, papers, settings["batch_size"], progress=progress, log=log)
+    result.results.update(paper)
+    result.own_sections |= set(paper)  # shown by paper_sections, after the comparison
+    result.sections += paper_sections
+    result.notes += notes
     result.command = "demo"
     result.title = f"vitscope demo: the tiny zoo on the synthetic world{' (quick)' if quick else ''}"
-    result.config["demo"] = {"quick": quick, "images": settings["n"], "seed": DEMO_SEED}
+    result.config["demo"] = {"quick": quick, "images": settings["n"], "seed": DEMO_SEED, "papers": papers.to_dict()}
     result.extra["paired_similarity"] = pairs
     write_run(out, result, progress=progress)
     clear_state(out)
