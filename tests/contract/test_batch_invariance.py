@@ -10,6 +10,7 @@ property of tests/contract/test_analysis_contract.py and the two-process runs of
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -134,3 +135,36 @@ def test_a_run_resumed_with_another_batch_size_gives_the_same_numbers(runs, worl
     assert resumed.resumed_images == 6  # two batches of 3 came from the state file
     found = result_differences(resumed, runs["vit"][16])
     assert not found, "resumed at -b 5 after 6 images at -b 3 moved:\n" + "\n".join(found)
+
+
+@pytest.fixture(scope="module")
+def world_with_an_unlabelled_image(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The world with image 1's annotations removed, as COCO ships images nobody annotated."""
+    root = synthesize(tmp_path_factory.mktemp("unlabelled") / "world", "coco", n=12, size=64, seed=3)
+    annotations = root / "annotations" / "instances_val2017.json"
+    doc = json.loads(annotations.read_text())
+    gone = sorted(image["id"] for image in doc["images"])[1]
+    doc["annotations"] = [a for a in doc["annotations"] if a["image_id"] != gone]
+    annotations.write_text(json.dumps(doc))
+    return f"{root}::coco"
+
+
+def test_an_image_without_a_label_is_left_out_alone_whatever_the_batch(world_with_an_unlabelled_image: str) -> None:
+    """Probes and compare's pooled features drop the unlabelled image only, not the batch it came in; the
+    masking analyses, which score every image's prediction, refuse the data before the pass."""
+    from vitscope.compare.pooled import PooledFeatures
+
+    backbone = vitscope.load_model(MODELS["vit"])
+
+    def made() -> list:
+        return [ANALYSES[n](**LIGHT.get(n, {})) for n in ("knn_probe", "linear_probe", "clustering")] + \
+            [PooledFeatures()]
+
+    got = {b: vitscope.run(backbone, world_with_an_unlabelled_image, made(), batch_size=b, progress=False)
+           for b in (16, 3)}
+    found = result_differences(got[3], got[16])
+    assert not found, "-b 3 moved:\n" + "\n".join(found)
+    assert got[16]["clustering"].meta["unlabelled_images"] == 1 and got[16]["clustering"].meta["num_rows"] == 11
+    assert int((got[16]["pooled_features"].tensors["label"] < 0).sum()) == 1
+    with pytest.raises(ValueError, match="1 of 12 images of .* have no label"):
+        vitscope.run(backbone, world_with_an_unlabelled_image, [ANALYSES["foreground_masking"]()], progress=False)

@@ -1,6 +1,6 @@
 """A real ``torchrun`` of two gloo processes gives the numbers of one process, and one results.json.
 
-Batch ``b`` goes to rank ``b mod 2``, each rank merges the declared state of every analysis at the end, and
+Each rank reads a contiguous half of the images, each rank merges the declared state of every analysis at the end, and
 rank 0 alone writes. Every number of results.json must equal the one-process run (or the committed golden
 fixture) within 1e-6, counts and indices exactly.
 """
@@ -38,7 +38,7 @@ def test_two_processes_give_the_committed_numbers(tmp_path_factory, tmp_path) ->
     from golden.execute import write_data
     from golden.runs import RUNS, fixture, normalised
 
-    run = next(r for r in RUNS if r.name == "analyze_groups")  # 12 images in batches of 4: ranks read 2 and 1
+    run = next(r for r in RUNS if r.name == "analyze_groups")  # 12 images in batches of 4: each rank reads 6 (batches of 4 and 2)
     roots = write_data(tmp_path_factory.mktemp("golden"), set(run.data))
     out = tmp_path / "two"
     proc = _torchrun(*run.args(roots, out))

@@ -50,27 +50,32 @@ def test_the_machine_saying_no_is_one_line_naming_the_path(exc) -> None:
 @pytest.mark.parametrize("exc", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
                                  RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate "
                                               "memory: you tried to allocate 9663676416 bytes")])
-def test_out_of_memory_is_one_line_with_advice_that_works(exc) -> None:
-    app = typer.Typer()
+def test_out_of_memory_is_one_line_with_advice_that_works(exc, tmp_path, monkeypatch) -> None:
+    """The advice names half the batch size the pass really had: the default, a --config value or -b."""
+    import vitscope.cli.analyze as analyze_command
+    from vitscope.cli.main import app
 
-    @app.command()
-    @one_line_errors
-    def go(batch_size: int = typer.Option(16, "--batch-size", "-b")) -> None:
+    def exhausted(options, log=None):
         raise exc
 
-    @app.command()
-    def other() -> None:
-        pass
-
-    result = CliRunner().invoke(app, ["go", "-b", "16"])
-    assert result.exit_code == 1 and "Traceback" not in result.output
-    assert result.output.strip().splitlines() == [
+    monkeypatch.setattr(analyze_command, "analyze", exhausted)
+    base = ["analyze", "-m", "tiny-vit", "-d", str(tmp_path), "-o", str(tmp_path / "out")]
+    config = tmp_path / "run.yaml"
+    config.write_text("batch_size: 32\n")
+    lines = {case: CliRunner().invoke(app, base + extra).output.strip().splitlines()
+             for case, extra in {"default": [], "config": ["--config", str(config)], "one": ["-b", "1"]}.items()}
+    assert lines["default"] == [
         "error: out of memory at a batch of 16; run again with a smaller batch (--batch-size / -b 8): no number "
         "depends on the batch size, and the saved state resumes at any size"]
-    single = CliRunner().invoke(app, ["go", "-b", "1"]).output
-    assert single.startswith("error: out of memory at one image a batch; run again with a smaller input "
-                             "(--image-size) or fewer analyses")
-    assert _run(exc).output.startswith("error: out of memory at one image a batch")  # a command without -b
+    assert lines["config"][0].startswith("error: out of memory at a batch of 32; run again with a smaller batch "
+                                         "(--batch-size / -b 16)")
+    assert lines["one"] == ["error: out of memory at one image a batch; run again with a smaller input "
+                            "(--image-size) or fewer analyses (--analyses) (finished work and the saved state stay "
+                            "on disk)"]
+    other = _run(exc)  # a command with no pass of its own: no promise about batch sizes
+    assert other.exit_code == 1 and "Traceback" not in other.output
+    assert other.output.strip() == "error: out of memory; run again with a smaller input (--image-size) where the " \
+                                   "command has it"
 
 
 def test_ctrl_c_is_status_130() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -133,3 +135,80 @@ def test_a_state_saved_before_an_analysis_kept_more_is_ignored_not_a_crash(tmp_p
     assert Checkpoint(tmp_path / "state.pt", key={"run": 1}, log=said.append).restore([fresh]) is None
     assert "does not fit these analyses" in said[-1] and "starting over" in said[-1]
     assert fresh.num_images == 0 and fresh.image_names == {}
+
+
+def test_rows_on_disk_are_linked_beside_the_state_file_and_nothing_leaks(coco, tmp_path, monkeypatch):
+    """Every waiting CKA piece on disk: a stopped run's state names one rows folder beside it, the resumed run
+    (another batch size) gives the numbers of an uninterrupted one, and spilled rows stay beside the state
+    file, their files deleted once their minibatch completes."""
+    import vitscope.analyses.representation.hsic as hsic
+    from vitscope.analyses.representation.cka import BlockCKA
+    from vitscope.analyses.representation.residual import ResidualCKA
+    from vitscope.engine.state import STOP_AFTER_ENV
+
+    monkeypatch.setattr(hsic, "_PIECE_IN_MEMORY", 0)  # every piece of every minibatch goes to disk
+    backbone = vitscope.load_model("tiny-vit")
+
+    def analyses():
+        return [BlockCKA(batch=8), ResidualCKA(batch=8)]
+
+    want = vitscope.run(backbone, f"{coco}::coco", analyses(), batch_size=22, progress=False)
+    state = tmp_path / "state.pt"
+    monkeypatch.setenv(STOP_AFTER_ENV, "3")
+    stopped = analyses()
+    with pytest.raises(KeyboardInterrupt):
+        vitscope.run(backbone, f"{coco}::coco", stopped, batch_size=3, progress=False, resume=state)
+    saved = sorted(tmp_path.glob("state.pt.rows-*"))
+    assert len(saved) == 1 and any(saved[0].rglob("*.bin"))  # images 8, 9 wait for minibatch 1 (8..15)
+    monkeypatch.delenv(STOP_AFTER_ENV)
+    final = analyses()
+    got = vitscope.run(backbone, f"{coco}::coco", final, batch_size=5, progress=False, resume=state)
+    assert got.resumed_images == 9
+    for name in want:
+        for key, value in want[name].tensors.items():
+            torch.testing.assert_close(got[name].tensors[key], value, rtol=1e-5, atol=1e-7, msg=(name, key))
+    assert len(list(tmp_path.glob("state.pt.rows-*"))) == 1  # the final save replaced the stopped run's folder
+    spilled = [p for p in tmp_path.glob(".vitscope-rows-*")]
+    assert len(spilled) == 1  # this process's rows lived beside the state file, not in /tmp
+    shards = [p for p in spilled[0].iterdir() if p.name.startswith("shard-")]
+    def pieces(chosen):
+        return [piece for a in chosen for w in a.state.open.values() for rows in w.rows for piece in rows]
+
+    assert all(list(a.state.open) == [2] for a in final) and all(list(a.state.open) == [1] for a in stopped)
+    # only the pieces still waiting remain: the last minibatch's (16..21), and image 8's of the stopped run
+    # (in this process; a stopped process's go when it exits)
+    assert len(shards) == len(pieces(final)) + len(pieces(stopped)) and pieces(final)
+
+
+def test_saving_a_state_writes_nothing_into_the_live_store(tmp_path):
+    """A state save links a store's files into the rows folder; the store's own folder gains nothing."""
+    from vitscope.engine.state import Checkpoint
+
+    class Rows(vitscope.Analysis):
+        def __init__(self) -> None:
+            super().__init__()
+            self.add_state("rows", RowStore, reduce="cat")
+
+        def required_hooks(self, spec):
+            return []
+
+        def update(self, record, batch):
+            pass
+
+        def compute(self):
+            return {}
+
+    a = Rows()
+    a.rows = RowStore(spill_bytes=64)
+    a.rows.append({"x": np.zeros((4, 8), dtype=np.float32)})  # 128 bytes: spilled to a shard
+    a.rows.append({"x": np.ones((1, 8), dtype=np.float32)})  # 32 bytes: kept in memory
+    folder = Path(a.rows.workdir)
+    before = sorted(folder.iterdir())
+    checkpoint = Checkpoint(tmp_path / "s.pt", {"k": 1})
+    for _ in range(3):
+        checkpoint.save([a], 5, 5, [])
+    assert sorted(folder.iterdir()) == before
+    assert len(list(tmp_path.glob("s.pt.rows-*"))) == 1
+    twin = Rows()
+    assert Checkpoint(tmp_path / "s.pt", {"k": 1}).restore([twin]) is not None
+    np.testing.assert_array_equal(twin.rows.column("x"), a.rows.column("x"))

@@ -122,8 +122,10 @@ class Analysis(ABC):
         """Copies of the declared states (plain tensors, numbers, lists, dicts, row stores)."""
         return {name: _copy_value(getattr(self, name)) for name in self._states}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Replace the declared states with copies of ``state`` (from :meth:`state_dict`).
+    def load_state_dict(self, state: Mapping[str, Any], copy: bool = True) -> None:
+        """Replace the declared states with copies of ``state`` (from :meth:`state_dict`), or with its values
+        themselves when ``copy`` is off (a state nothing else holds, such as one just read from a file: row stores
+        then keep the files they own, and delete them when done).
 
         Raises:
             KeyError: ``state`` lacks a declared state or holds an undeclared one.
@@ -134,7 +136,7 @@ class Analysis(ABC):
                 [f"has undeclared {', '.join(extra)}"] if extra else [])
             raise VitscopeKeyError(f"{self.name}: the saved state {'; '.join(problems)}")
         for name in self._states:
-            setattr(self, name, _copy_value(state[name]))
+            setattr(self, name, _copy_value(state[name]) if copy else state[name])
 
     def merge(self, other: Analysis) -> Analysis:
         """Fold ``other``'s state into this one (in place) and return ``self``; ``other`` is unchanged.

@@ -23,7 +23,14 @@ from typing import Any
 
 from vitscope.analyses.base import Analysis
 from vitscope.analyses.data_checks import DataFacts
-from vitscope.analyses.registry import ANALYSES, GROUPS, cannot_run_error, unknown_analysis, why_cannot_run
+from vitscope.analyses.registry import (
+    ANALYSES,
+    GROUPS,
+    cannot_run_error,
+    unknown_analysis,
+    why_cannot_run,
+    why_skipped,
+)
 from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
@@ -299,7 +306,8 @@ def build_analyses(selection: Sequence[str], spec: ModelSpec, targets: Collectio
             first = ANALYSES[members[0]]()
             reason = why_cannot_run(first, spec, targets, data)
             if skipped is not None and not _lacks_data(first, spec, targets):
-                skipped[raw] = reason or ""
+                for name in members:  # by analysis, as a run lists what it did not run
+                    skipped.setdefault(name, why_skipped(ANALYSES[name](), spec, targets, data) or "")
                 continue
             raise VitscopeValueError(f"no analysis of the '{base}' group can run: {reason}")
     for a in list(chosen):
@@ -307,7 +315,7 @@ def build_analyses(selection: Sequence[str], spec: ModelSpec, targets: Collectio
         if error is None:
             continue
         if skipped is not None and not _lacks_data(a, spec, targets):
-            skipped[a.name] = str(error)
+            skipped[a.name] = why_skipped(a, spec, targets, data) or str(error)
             chosen.remove(a)
         else:
             raise error

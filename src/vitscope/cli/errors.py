@@ -16,6 +16,7 @@ import functools
 import sys
 import traceback
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 import typer
@@ -38,15 +39,29 @@ def _out_of_memory(err: BaseException) -> bool:
         "out of memory" in text or "can't allocate memory" in text or "defaultcpuallocator" in text))
 
 
-def out_of_memory_advice(batch_size: int | None) -> str:
-    """What to do after running out of memory: a smaller batch works, since no number depends on the batch size
-    (the saved state resumes at any size) and memory falls with it; at one image a batch, a smaller input or
-    fewer analyses."""
+#: the batch size of the pass a command resolved (analyze, compare, probe: no number depends on it), for the
+#: out-of-memory advice; set by :func:`vitscope.cli.resolve.resolve_or_exit`
+PASS_BATCH: ContextVar[int | None] = ContextVar("vitscope_pass_batch", default=None)
+
+
+def out_of_memory_advice(pass_batch: int | None, batch_size: int | None = None) -> str:
+    """What to do after running out of memory.
+
+    Args:
+        pass_batch: the resolved batch size of a command whose numbers do not depend on it (its saved state
+            resumes at any size, and memory falls with it): a smaller one is the advice.
+        batch_size: the ``-b`` of another command (a training batch may change its numbers: no such promise).
+    """
+    if isinstance(pass_batch, int) and pass_batch > 1:
+        return (f"out of memory at a batch of {pass_batch}; run again with a smaller batch (--batch-size / -b "
+                f"{pass_batch // 2}): no number depends on the batch size, and the saved state resumes at any size")
+    if isinstance(pass_batch, int):
+        return ("out of memory at one image a batch; run again with a smaller input (--image-size) or fewer analyses "
+                "(--analyses) (finished work and the saved state stay on disk)")
     if isinstance(batch_size, int) and batch_size > 1:
-        return (f"out of memory at a batch of {batch_size}; run again with a smaller batch (--batch-size / -b "
-                f"{batch_size // 2}): no number depends on the batch size, and the saved state resumes at any size")
-    return ("out of memory at one image a batch; run again with a smaller input (--image-size) or fewer analyses "
-            "(--analyses) (finished work and the saved state stay on disk)")
+        return f"out of memory at a batch of {batch_size}; run again with a smaller batch (--batch-size / -b " \
+               f"{batch_size // 2})"
+    return "out of memory; run again with a smaller input (--image-size) where the command has it"
 
 
 def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -54,6 +69,7 @@ def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        PASS_BATCH.set(None)
         try:
             return fn(*args, **kwargs)
         except SystemExit:
@@ -71,7 +87,7 @@ def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             if type(err).__module__.split(".")[0] in ("typer", "click"):
                 raise  # typer's own: exits, aborts and usage errors (status 2)
             if "torch" in sys.modules and _out_of_memory(err):
-                print(f"error: {out_of_memory_advice(kwargs.get('batch_size'))}", file=sys.stderr)
+                print(f"error: {out_of_memory_advice(PASS_BATCH.get(), kwargs.get('batch_size'))}", file=sys.stderr)
                 raise typer.Exit(1) from None
             from vitscope._version import __version__
 

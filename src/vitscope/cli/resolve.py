@@ -8,6 +8,8 @@ from typing import Any
 
 import typer
 
+from vitscope.cli.errors import PASS_BATCH
+
 __all__ = ["resolve_or_exit"]
 
 
@@ -16,7 +18,10 @@ def resolve_or_exit(table: tuple, given: Mapping[str, Any], config: Path | None)
     from vitscope.workflows.options import ConfigError, resolve_options
 
     try:
-        return resolve_options(table, given, config)
+        options = resolve_options(table, given, config)
     except ConfigError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
+    if options.get("batch_size") is not None:  # a pass whose numbers do not depend on it
+        PASS_BATCH.set(int(options["batch_size"]))
+    return options

@@ -15,6 +15,7 @@ from typing import Any
 
 from vitscope.analyses.attention.base import has_cls_token
 from vitscope.analyses.base import Analysis
+from vitscope.analyses.data_checks import DataFacts
 from vitscope.analyses.params import build_analyses
 from vitscope.analyses.registry import ANALYSES, why_skipped
 from vitscope.compare.pooled import PooledFeatures
@@ -34,7 +35,7 @@ def default_selection(spec: ModelSpec, targets: Collection[str]) -> list[str]:
 
 
 def compare_analyses(spec: ModelSpec, targets: Collection[str], selection: Sequence[str] | None = None,
-                     params: Mapping[str, Mapping[str, Any]] | None = None
+                     params: Mapping[str, Mapping[str, Any]] | None = None, data: DataFacts | None = None
                      ) -> tuple[list[Analysis], dict[str, str]]:
     """The analyses of one model's single pass of ``vitscope compare``, and what it cannot run.
 
@@ -43,17 +44,19 @@ def compare_analyses(spec: ModelSpec, targets: Collection[str], selection: Seque
         targets: ground-truth keys the data gives (``masks``, ``label``...).
         selection: analysis and group names (``NAME@TAG`` labels a second configuration); None: the default set.
         params: ``{analysis, group or label: {parameter: value}}`` (:func:`vitscope.analyses.params.build_analyses`).
+        data: what is known of the data before the pass (:class:`~vitscope.analyses.data_checks.DataFacts`): a
+            named analysis it cannot feed (k-NN on one class) is refused before any model runs.
 
     Returns:
         ``(analyses, skipped)``: :class:`PooledFeatures` first, then the chosen analyses this model can run;
-        ``skipped`` maps each named analysis the model cannot run (a CNN has no attention) to the reason.
+        ``skipped`` maps each analysis the model cannot run (a CNN has no attention) to the short reason.
 
     Raises:
         ValueError: an unknown name, a bad parameter, an analysis the data cannot feed (no masks...).
     """
     names = list(selection) if selection else default_selection(spec, targets)
     skipped: dict[str, str] = {}
-    chosen = build_analyses(names, spec, targets, params, skipped=skipped)
+    chosen = build_analyses(names, spec, targets, params, skipped=skipped, data=data)
     return [PooledFeatures(), *chosen], skipped
 
 

@@ -95,8 +95,9 @@ class PooledFeatures(Analysis):
             else:
                 cols[f"mean_{b}"] = x.mean(dim=(2, 3))
         labels = batch.targets.get("label")
-        ok = labels is not None and len(labels) == batch.size and all(v is not None for v in labels)
-        cols["label"] = np.asarray(labels if ok else [-1] * batch.size, dtype=np.int64)
+        if labels is None or len(labels) != batch.size:
+            labels = [None] * batch.size
+        cols["label"] = np.asarray([-1 if v is None else v for v in labels], dtype=np.int64)  # per image
         cols["index"] = np.asarray(batch.indices, dtype=np.int64)
         self.store.append(cols)
 

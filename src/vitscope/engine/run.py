@@ -31,6 +31,7 @@ from vitscope.engine.settings import progress_bar, resolve_device, resolve_dtype
 from vitscope.engine.state import Checkpoint, interrupt_guard, run_checkpoint
 from vitscope.engine.streaming import StreamPlan, in_block_order, stream_plan, warn_if_patterns_do_not_fit
 from vitscope.errors import DegenerateDataError, VitscopeRuntimeError, VitscopeTypeError, VitscopeValueError
+from vitscope.features.rowstore import private_rows_under
 from vitscope.functional.attention_blocks import Workspace
 from vitscope.hooks.names import expand_names
 from vitscope.models.backbone import Backbone
@@ -242,7 +243,8 @@ def run(
         limit: use only the first ``limit`` images.
         strict: stop at the first unreadable image (default: the source's own setting, else skip it with a
             warning; skipped files are listed in the results).
-        progress: force the progress bar on/off (default: on when stderr is a terminal).
+        progress: force the progress bar on/off (default: a bar when stderr is a terminal, else a plain line
+            every ``VITSCOPE_PROGRESS_SECONDS`` seconds).
         checkpoint: resumable state (:class:`~vitscope.engine.state.Checkpoint`): restored before the pass when
             it matches this run, saved while running and once at the end; Ctrl-C then stops after the batch in
             flight with the state saved.
@@ -293,6 +295,20 @@ def run(
                                     strict=strict, device=dev.type, dtype=str(dtype or "fp32"))
     if checkpoint is not None and shard.world > 1:
         checkpoint.for_rank(shard.rank, shard.world)
+    with _rows_beside(checkpoint):  # spilled rows on the state file's disk: saving links them
+        return _pass(backbone, source, analyses, checkpoint, shard, dev, amp, batch_size, limit, strict,
+                     progress, view, hooks, total, described)
+
+
+def _rows_beside(checkpoint: Checkpoint | None) -> contextlib.AbstractContextManager:
+    """Row stores spill beside the state file while a resumable run goes on (a plain context otherwise)."""
+    return contextlib.nullcontext() if checkpoint is None else private_rows_under(checkpoint.path.parent)
+
+
+def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoint: Checkpoint | None,
+          shard: Any, dev: torch.device, amp: torch.dtype | None, batch_size: int, limit: int | None, strict: bool,
+          progress: bool | None, view: Any, hooks: list[str], total: int, described: dict[str, Any]) -> Results:
+    """The pass of :func:`run` over its checked arguments."""
     log = SkipLog()
     start, seen = _restore(checkpoint, analyses, log)
     autocast = torch.autocast(dev.type, dtype=amp) if amp is not None else contextlib.nullcontext()

@@ -16,6 +16,7 @@ so loading a state file cannot run code.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import shutil
@@ -62,7 +63,7 @@ def run_key(model_fingerprint: str, spec: dict[str, Any], data_fingerprint: dict
         model_fingerprint: digest of the model's weights; spec: its ``ModelSpec.to_dict()``.
         data_fingerprint: :func:`~vitscope.engine.provenance.data_fingerprint` of the dataset.
         analyses: the analyses (names, classes and constructor arguments are keyed).
-        settings: batch_size, limit, device, dtype, ... (JSON-able).
+        settings: limit, device, dtype, ... (JSON-able; not the batch size, on which no number depends).
     """
     from vitscope._version import __version__
 
@@ -90,7 +91,7 @@ def run_checkpoint(path: str | os.PathLike, backbone: Any, data_fingerprint: dic
         analyses: the analyses (names, classes and parameters are keyed).
         every_seconds: least time between two saves.
         log: receives one-line messages.
-        settings: batch_size, limit, strict, device, dtype (keyed).
+        settings: limit, strict, device, dtype (keyed).
     """
     from vitscope.features.fingerprint import model_fingerprint
 
@@ -179,7 +180,7 @@ class Checkpoint:
         try:
             for a in analyses:
                 a.reset()
-                a.load_state_dict(states[a.name])
+                a.load_state_dict(states[a.name], copy=False)  # just decoded: nothing else holds it
         except (KeyError, ValueError, TypeError) as err:  # saved by a vitscope whose analyses kept other state
             for a in analyses:
                 a.reset()
@@ -194,7 +195,7 @@ class Checkpoint:
 
     def _rows_folders(self) -> list[Path]:
         """The folders of rows that saved states name (one per save; the current file names the newest)."""
-        return sorted(self.path.parent.glob(f"{self.path.name}.rows-*"))
+        return sorted(self.path.parent.glob(f"{glob.escape(self.path.name)}.rows-*"))
 
     def save(self, analyses: Sequence[Analysis], position: int, seen: int, skipped: Sequence[Any]) -> None:
         """Write the state atomically (temporary file in the same folder, then ``os.replace``).
@@ -205,16 +206,16 @@ class Checkpoint:
         """
         self.path.parent.mkdir(parents=True, exist_ok=True)
         rows = self.path.with_name(f"{self.path.name}.rows-{uuid.uuid4().hex[:12]}")
-        payload = {
-            "format": FORMAT,
-            "key": _key_text(self.key),
-            "position": int(position),
-            "seen": int(seen),
-            "skipped": [[str(s.path), str(s.reason)] for s in skipped],
-            "analyses": {a.name: encode(a.state_dict(), rows_folder=rows) for a in analyses},
-        }
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
+            payload = {
+                "format": FORMAT,
+                "key": _key_text(self.key),
+                "position": int(position),
+                "seen": int(seen),
+                "skipped": [[str(s.path), str(s.reason)] for s in skipped],
+                "analyses": {a.name: encode(a.state_dict(), rows_folder=rows) for a in analyses},
+            }
             with open(tmp, "wb") as f:
                 torch.save(payload, f)
                 f.flush()

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import glob
 import os
 import shutil
+import socket
 import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
@@ -34,9 +36,12 @@ import torch
 
 from vitscope.errors import VitscopeFileNotFoundError, VitscopeKeyError, VitscopeValueError
 
-__all__ = ["RowStore", "exported_when_pickled"]
+__all__ = ["RowStore", "exported_when_pickled", "private_rows_under"]
 
-_TEMP_DIRS: list[str] = []
+_TEMP_DIRS: list[str] = []  # private folders: their rows do not outlive the process that made them
+_MADE_BY: dict[str, int] = {}  # private folder -> the process that made it (only it removes the folder)
+_PRIVATE_ROOTS: list[str] = []  # where private folders go (innermost last; none: the system's temporary folder)
+_PRIVATE: dict[tuple[str | None, int], str] = {}  # (root, process) -> that process's private folder there
 _EXPORT_TO: list[str] = []  # folders stores are exported to when pickled (innermost last)
 
 
@@ -52,9 +57,44 @@ def exported_when_pickled(folder: str | Path) -> Iterator[None]:
         _EXPORT_TO.pop()
 
 
+@contextlib.contextmanager
+def private_rows_under(folder: str | Path) -> Iterator[None]:
+    """Inside, stores without a ``workdir`` spill into one folder of this process under ``folder`` (a run puts it
+    beside its state file: on that file system saving links rows instead of copying them, and rows never land
+    in a RAM-backed ``/tmp``). Such folders that a killed process of this machine left there are removed first.
+    """
+    root = Path(folder)
+    root.mkdir(parents=True, exist_ok=True)
+    host = _host()
+    for stale in root.glob(f".vitscope-rows-{glob.escape(host)}-*"):
+        pid = stale.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    _PRIVATE_ROOTS.append(str(root))
+    try:
+        yield
+    finally:
+        _PRIVATE_ROOTS.pop()
+
+
+def _host() -> str:
+    return "".join(c if c.isalnum() else "_" for c in socket.gethostname()) or "host"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _cleanup_temp_dirs() -> None:
     for d in _TEMP_DIRS:
-        shutil.rmtree(d, ignore_errors=True)
+        if _MADE_BY.get(d) == os.getpid():  # never a folder a forked parent still uses
+            shutil.rmtree(d, ignore_errors=True)
 
 
 atexit.register(_cleanup_temp_dirs)
@@ -233,10 +273,11 @@ class RowStore:
         folder), holding hard links to this store's files (copies where the file system cannot link); rows held
         in memory are written out first.
 
-        The copy owns its links: releasing either store leaves the other's rows intact, and linking costs no
-        disk space or time whatever the rows' size.
+        The copy owns its links and its files: releasing either store leaves the other's rows intact, linking
+        costs no disk space or time whatever the rows' size, and this store writes nothing (its open shard is
+        only closed for writing).
         """
-        self.flush()
+        self.seal()
         out = RowStore(workdir=_private_folder() if folder is None else folder, spill_bytes=self.spill_bytes)
         out.schema = dict(self.schema)
         root = out._folder()
@@ -248,6 +289,9 @@ class RowStore:
             out._sealed.append((str(target), int(rows)))
             out._own.add(str(target))
             out.rows += int(rows)
+        for chunk in self._memory:  # written under ``folder``, as the copy's own shard
+            out.append(chunk)
+        out.flush()
         return out
 
     def release(self) -> None:
@@ -332,9 +376,19 @@ class RowStore:
 
 
 def _private_folder() -> str:
-    """A new temporary folder for spilled rows, removed when the process exits."""
-    folder = tempfile.mkdtemp(prefix="vitscope-rows-")
-    _TEMP_DIRS.append(folder)
+    """This process's folder for spilled rows (one a root, :func:`private_rows_under`), removed at exit."""
+    root, pid = (_PRIVATE_ROOTS[-1] if _PRIVATE_ROOTS else None), os.getpid()
+    folder = _PRIVATE.get((root, pid))
+    if folder is None or not os.path.isdir(folder):
+        if root is None:
+            folder = tempfile.mkdtemp(prefix="vitscope-rows-")
+        else:
+            folder = str(Path(root) / f".vitscope-rows-{_host()}-{pid}")
+            os.makedirs(folder, exist_ok=True)
+        _PRIVATE[(root, pid)] = folder
+        _MADE_BY[folder] = pid
+        if folder not in _TEMP_DIRS:
+            _TEMP_DIRS.append(folder)
     return folder
 
 

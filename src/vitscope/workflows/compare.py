@@ -49,10 +49,11 @@ def comparison_run(options: Mapping[str, Any], progress: bool | None = None,
     out = prepare_output(options["out"])
     source = as_source(options["data"], strict=bool(options.get("strict")))
     targets, fingerprint = source.target_keys(), source.fingerprint()
+    facts = DataFacts(source, targets, options.get("limit"))  # a named analysis the data cannot feed: refused now
     runs, identities, counts, skipped, data, extra, not_run, notes = [], [], {}, {}, {}, {}, {}, []
     for name, model_id in models:  # one at a time: only one model is in memory (a failed name resumes cheaply)
         backbone = load_model(model_id, image_size=options.get("image_size"))
-        analyses, cannot = compare_analyses(backbone.spec, targets, selection, params)
+        analyses, cannot = compare_analyses(backbone.spec, targets, selection, params, facts)
         left_out = cannot if selection else compare_not_run(backbone.spec, targets)
         for analysis, reason in left_out.items():
             not_run.setdefault(analysis, reason)  # the first model's reason (the data's lack is everyone's)
@@ -74,10 +75,10 @@ def comparison_run(options: Mapping[str, Any], progress: bool | None = None,
         data = results.data
         extra.update(_per_model_results(name, results))
         if selection:  # what the user named and a model cannot run is also a note beside the curves
-            notes += [f"not run on {name}: {reason}" for reason in cannot.values()]
+            notes += [f"not run on {name}: {analysis} ({reason})" for analysis, reason in cannot.items()]
         del backbone
         gc.collect()
-    comparison = compare_runs(runs, data=DataFacts(source, targets, options.get("limit")))
+    comparison = compare_runs(runs, data=facts)
     comparison.notes += notes
     names = [name for name, _ in models]
     return RunResult("compare", title=f"vitscope compare: {', '.join(names)}", config=config_record(options),

@@ -25,11 +25,11 @@ def checkpoint_for(out: Path, model_id: str, backbone: Any, fingerprint: dict[st
                    **settings: Any) -> Checkpoint | None:
     """The Checkpoint of one model's pass (None when ``resume`` is off: any old state is then removed).
 
-    ``settings`` (batch_size, limit, strict, device, dtype) are keyed with the model, data and analyses.
+    ``settings`` (limit, strict, device, dtype) are keyed with the model, data and analyses.
     """
     path = state_path(out, model_id)
     if not resume:
-        path.unlink(missing_ok=True)
+        Checkpoint(path, {}).clear()  # the file and the rows it names
         return None
     return run_checkpoint(path, backbone, fingerprint, analyses, every_seconds=every_seconds, log=log, **settings)
 

@@ -68,6 +68,11 @@ class ModelAccumulator(Analysis):
         """No labels: :attr:`missing_labels` (what labels, in which label space); then the other ground truth."""
         if "label" not in data.targets:
             return self.missing_labels
+        labels = data.labels
+        if labels is not None and (labels < 0).any():  # accuracy needs every image's class
+            return (f"analysis '{self.name}' scores the model's predictions against each image's class, but "
+                    f"{int((labels < 0).sum())} of {labels.size} images of {data.name} have no label; use data "
+                    "where every image has one")
         return super().why_unsupported_data(data)
 
     def __getstate__(self) -> dict[str, Any]:

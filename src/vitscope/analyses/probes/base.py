@@ -137,40 +137,54 @@ class LabelledFeatures(Analysis):
         if self.blocks and [i for i, _ in found] != self.blocks:
             raise VitscopeValueError(f"{self.name}: blocks {[i for i, _ in found]} differ from those seen before "
                                      f"{self.blocks}")
-        rows = self._rows(record, batch, found)
-        if rows is None:
+        rows, missing = self._rows(record, batch, found)
+        if missing:
             if self.unlabelled == 0:
                 warnings.warn(self._missing_message(), stacklevel=2)
-            self.unlabelled += batch.size
+            self.unlabelled += missing
+        if rows is None:
             return
         self.blocks, self.model = [i for i, _ in found], batch.spec.name
         self.store.append(rows)
 
-    def _rows(self, record: Mapping[str, torch.Tensor], batch: Batch, found: list[tuple[int, str]]) -> dict | None:
+    def _rows(self, record: Mapping[str, torch.Tensor], batch: Batch, found: list[tuple[int, str]]
+              ) -> tuple[dict | None, int]:
+        """The rows of the batch's images that have ground truth, and how many have none (each image counts
+        alone, so the rows do not depend on how images were batched)."""
         p = batch.spec.num_prefix_tokens
         if self._cfg_level == "image":
             labels = batch.targets.get("label")
-            if labels is None or len(labels) != batch.size or any(v is None for v in labels):
-                return None
+            if labels is None or len(labels) != batch.size:
+                return None, batch.size
+            have = [j for j, v in enumerate(labels) if v is not None]
+            if not have:
+                return None, batch.size
             cls = self._cfg_tokens == "cls"
             if cls and p < 1:  # token 0 would be a spatial token: refuse rather than score the wrong feature
                 raise VitscopeValueError(self.why_unsupported(batch.spec))
-            rows = {f"block{i}": (record[k][:, 0] if cls else record[k][:, p:].mean(dim=1)).float() for i, k in found}
-            return {**rows, "index": np.asarray(batch.indices, dtype=np.int64),
-                    "label": np.asarray(labels, dtype=np.int64), "region": np.zeros(batch.size, dtype=np.int64)}
+            sel = torch.as_tensor(have, dtype=torch.long)
+            rows = {f"block{i}": (record[k][sel, 0] if cls else record[k][sel, p:].mean(dim=1)).float()
+                    for i, k in found}
+            return {**rows, "index": np.asarray(batch.indices, dtype=np.int64)[have],
+                    "label": np.asarray([labels[j] for j in have], dtype=np.int64),
+                    "region": np.zeros(len(have), dtype=np.int64)}, batch.size - len(have)
         masks, mask_labels = batch.targets.get("masks"), batch.targets.get("instance_labels")
-        if masks is None or mask_labels is None or len(masks) != batch.size:
-            return None
-        weights = [mask_weights(StandardView().mask_frame(np.asarray(m), batch.spec), batch.grid) for m in masks]
-        keep = [w.sum(dim=1) > 0 for w in weights]  # regions cropped away cover no token
+        if masks is None or mask_labels is None or len(masks) != batch.size or len(mask_labels) != batch.size:
+            return None, batch.size
+        have = [j for j in range(batch.size) if masks[j] is not None and mask_labels[j] is not None]
+        if not have:
+            return None, batch.size
+        weights = {j: mask_weights(StandardView().mask_frame(np.asarray(masks[j]), batch.spec), batch.grid)
+                   for j in have}
+        keep = {j: w.sum(dim=1) > 0 for j, w in weights.items()}  # regions cropped away cover no token
         out: dict[str, object] = {
-            f"block{i}": torch.cat([mask_pool(record[k][j, p:], w[kp]) for j, (w, kp) in enumerate(zip(weights, keep))])
-            .float() for i, k in found}
-        kept = [kp.numpy() for kp in keep]
-        out["index"] = np.concatenate([np.full(int(k.sum()), i) for i, k in zip(batch.indices, kept)]).astype(np.int64)
-        out["label"] = np.concatenate([np.asarray(y)[kp] for y, kp in zip(mask_labels, kept)]).astype(np.int64)
-        out["region"] = np.concatenate([np.flatnonzero(kp) for kp in kept]).astype(np.int64)
-        return out
+            f"block{i}": torch.cat([mask_pool(record[k][j, p:], weights[j][keep[j]]) for j in have]).float()
+            for i, k in found}
+        kept = {j: keep[j].numpy() for j in have}
+        out["index"] = np.concatenate([np.full(int(kept[j].sum()), batch.indices[j]) for j in have]).astype(np.int64)
+        out["label"] = np.concatenate([np.asarray(mask_labels[j])[kept[j]] for j in have]).astype(np.int64)
+        out["region"] = np.concatenate([np.flatnonzero(kept[j]) for j in have]).astype(np.int64)
+        return out, batch.size - len(have)
 
     def rows(self) -> tuple[np.ndarray, np.ndarray, dict[int, np.ndarray]]:
         """``(index [n], label [n], {block: features [n, D]})`` sorted by (index, region)."""
