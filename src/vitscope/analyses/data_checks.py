@@ -122,8 +122,13 @@ def annotated_regions(reader: Any) -> tuple[int, int, str] | None:
 
 
 def _reader(source: Any) -> Any:
-    """The format reader behind a source (``AnnotatedSource.dataset``), or None."""
-    return getattr(source, "dataset", None)
+    """The format reader behind a source (``AnnotatedSource.dataset``; behind ``FirstItems`` too), or None."""
+    from vitscope.data.first_items import FirstItems
+
+    reader = getattr(source, "dataset", None)
+    while isinstance(reader, FirstItems):  # ``probe --limit``: the same data, named as without it
+        reader = reader.dataset
+    return reader
 
 
 def _format(source: Any) -> str | None:
