@@ -83,9 +83,6 @@ def _stderr(message: str) -> None:
     typer.echo(message, err=True)
 
 
-_resolve = resolve_or_exit  # --config and the command line merged; bad usage exits with 2
-
-
 def _params_of(name: str | None) -> None:
     """``analyze --params-of NAME``: the analysis's parameters with their defaults and meaning, then exit."""
     if name:
@@ -100,7 +97,6 @@ def _params_of(name: str | None) -> None:
         raise typer.Exit(0)
 
 
-_CONFIG_HELP, _RESUME_HELP = CONFIG_HELP, RESUME_HELP  # shared with probe (cli/help_text.py)
 
 
 @app.command(epilog=analyses_epilog())
@@ -121,12 +117,12 @@ def analyze(
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),
     dtype: str | None = typer.Option(None, "--dtype", help="fp32 (default), bf16 or fp16 autocast."),
     strict: bool | None = typer.Option(None, "--strict/--no-strict", help="Stop at the first unreadable image."),
-    resume: bool | None = typer.Option(None, "--resume/--no-resume", help=_RESUME_HELP),
+    resume: bool | None = typer.Option(None, "--resume/--no-resume", help=RESUME_HELP),
     checkpoint_seconds: float | None = typer.Option(None, "--checkpoint-seconds", min=0,
                                                     help="Least seconds between state saves [60]."),
     figure_files: bool | None = typer.Option(None, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
     image_size: int | None = typer.Option(None, "--image-size", min=1, help=IMAGE_SIZE_HELP),
-    config: Path | None = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
+    config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
     params_of: str | None = typer.Option(None, "--params-of", metavar="NAME", is_eager=True, callback=_params_of,
                                          help="Print the parameters of analysis NAME (defaults and meaning) and "
                                               "exit."),
@@ -138,7 +134,7 @@ def analyze(
     given = {"model": model, "data": data, "out": out, "analyses": analyses, "params": param or None, "limit": limit,
              "batch_size": batch_size, "device": device, "dtype": dtype, "strict": strict, "resume": resume,
              "checkpoint_seconds": checkpoint_seconds, "figure_files": figure_files, "image_size": image_size}
-    options = _resolve(ANALYZE_OPTIONS, given, config)
+    options = resolve_or_exit(ANALYZE_OPTIONS, given, config)
     path = run_analyze(options, log=_stderr)
     if path is None:  # a rank other than 0 of a torchrun launch: rank 0 writes and reports
         return
@@ -172,12 +168,12 @@ def compare(
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),
     dtype: str | None = typer.Option(None, "--dtype", help="fp32 (default), bf16 or fp16 autocast."),
     strict: bool | None = typer.Option(None, "--strict/--no-strict", help="Stop at the first unreadable image."),
-    resume: bool | None = typer.Option(None, "--resume/--no-resume", help=_RESUME_HELP),
+    resume: bool | None = typer.Option(None, "--resume/--no-resume", help=RESUME_HELP),
     checkpoint_seconds: float | None = typer.Option(None, "--checkpoint-seconds", min=0,
                                                     help="Least seconds between state saves [60]."),
     figure_files: bool | None = typer.Option(None, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
     image_size: int | None = typer.Option(None, "--image-size", min=1, help=IMAGE_SIZE_HELP),
-    config: Path | None = typer.Option(None, "--config", "-c", help=_CONFIG_HELP),
+    config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
 ) -> None:
     """Compare models per block on shared axes (paper 002): one pass per model; figures, tables, report.html."""
     from vitscope.cli.compare import compare as run_compare_command
@@ -187,7 +183,7 @@ def compare(
              "limit": limit, "batch_size": batch_size, "device": device, "dtype": dtype, "strict": strict,
              "resume": resume, "checkpoint_seconds": checkpoint_seconds, "figure_files": figure_files,
              "image_size": image_size}
-    path = run_compare_command(_resolve(COMPARE_OPTIONS, given, config), log=_stderr)
+    path = run_compare_command(resolve_or_exit(COMPARE_OPTIONS, given, config), log=_stderr)
     if path is None:  # a rank other than 0 of a torchrun launch
         return
     doc = json.loads(path.read_text())
