@@ -146,18 +146,19 @@ def test_a_flat_curve_within_the_random_baseline_has_no_stage_structure() -> Non
     assert not outside_baseline(FLAT, 0.5321, 0.2561).any()
     assert interrelation_stages(FLAT, baseline=0.5321, spread=0.2561) == {"retrieval": [], "capture": [],
                                                                           "coach": []}
-    # even a baseline spread a hundred times tighter holds this curve
-    assert interrelation_stages(FLAT, baseline=torch.full((12,), 0.5325), spread=torch.full((12,), 0.0025)) == {
+    # even a baseline spread ten times tighter holds this curve at the default band (half of it)
+    assert interrelation_stages(FLAT, baseline=torch.full((12,), 0.5325), spread=torch.full((12,), 0.0256)) == {
         "retrieval": [], "capture": [], "coach": []}
     assert interrelation_stages(FLAT)["capture"]  # without a baseline the old rule finds stages in the noise
 
 
 def test_a_curve_with_clear_structure_still_gets_its_stages() -> None:
     kk = torch.tensor([0.2, 0.21, 0.3, 0.6, 0.8, 0.7, 0.65])
-    # baseline 0.3 +- 0.1: blocks 3-6 lie outside the band
-    assert outside_baseline(kk, 0.3, 0.1).tolist() == [False, False, False, True, True, True, True]
-    assert interrelation_stages(kk, baseline=0.3, spread=0.1) == {"retrieval": [0, 1, 2], "capture": [3, 4],
-                                                                  "coach": [5, 6]}
+    # baseline 0.3 +- 0.1: blocks 3-6 lie outside the 1-std band, blocks 0, 1 also outside the default (0.5 std)
+    assert outside_baseline(kk, 0.3, 0.1, band=1.0).tolist() == [False, False, False, True, True, True, True]
+    assert outside_baseline(kk, 0.3, 0.1).tolist() == [True, True, False, True, True, True, True]
+    assert interrelation_stages(kk, baseline=0.3, spread=0.1, band=1.0) == {"retrieval": [0, 1, 2],
+                                                                            "capture": [3, 4], "coach": [5, 6]}
     # the band's width in standard deviations decides: at 6 std nothing is out (the peak's |0.8 - 0.3| < 0.6),
     # at 4.5 std only the peak
     assert not outside_baseline(kk, 0.3, 0.1, band=6.0).any()

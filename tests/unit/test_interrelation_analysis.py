@@ -64,7 +64,7 @@ def test_matches_functional_core_and_merges(setup) -> None:
         torch.testing.assert_close(result[f"random_{q}_blocks"], per_image.mean().expand(3))
         torch.testing.assert_close(result[f"random_{q}_blocks_std"], per_image.std().expand(3))
     assert result.meta["stages"] == interrelation_stages(result["KK_blocks"], 0.5, result["random_KK_blocks"],
-                                                         result["random_KK_blocks_std"], 1.0)
+                                                         result["random_KK_blocks_std"], result.meta["band"])
     assert result.meta["mean_keypoints"] == pytest.approx(float(counts.sum()) / 5)
     assert result["images"].shape == (2, 64, 64, 3) and torch.equal(result["keypoint_counts"], counts[[1, 3]])
     merged = _feed(Interrelation(images=(1, 3)), batches[:1], records[:1]).merge(
@@ -116,7 +116,7 @@ def test_a_random_weight_model_has_no_stage_structure_and_says_so(setup) -> None
     _, _, batches, records = setup  # the tiny ViT of the fixture has random weights
     result = _feed(Interrelation(), batches, records).compute()
     kk, base, spread = result["KK_blocks"], result["random_KK_blocks"], result["random_KK_blocks_std"]
-    assert ((kk - base).abs() <= spread).all()  # within the random baseline's band at every block
+    assert ((kk - base).abs() <= result.meta["band"] * spread).all()  # within the baseline's band at every block
     assert result.meta["has_stages"] is False
     assert result.meta["stages"] == {"retrieval": [], "capture": [], "coach": []}
     verdict = result.meta["stage_structure"]

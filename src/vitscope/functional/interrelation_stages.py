@@ -10,13 +10,18 @@ import torch
 
 from vitscope.errors import VitscopeValueError
 
-__all__ = ["STAGES", "interrelation_stages", "outside_baseline"]
+__all__ = ["BAND", "STAGES", "interrelation_stages", "outside_baseline"]
 
 STAGES: tuple[str, ...] = ("retrieval", "capture", "coach")
 
+#: default half-width of the random baseline's band, in standard deviations over images: a medium effect
+#: (Cohen's 0.5). Random-weight ViTs stay within 0.28 of them at every block, the zoo's trained ViTs but one leave
+#: by 0.64-0.97 at their peak (docs/methods.md, SIFT patch interrelation); 1 std held every model in.
+BAND = 0.5
+
 
 def outside_baseline(curve: torch.Tensor, baseline: torch.Tensor | float, spread: torch.Tensor | float,
-                     band: float = 1.0) -> torch.Tensor:
+                     band: float = BAND) -> torch.Tensor:
     """Which blocks of ``curve`` lie outside the baseline's band ``baseline +- band * spread``.
 
     Args:
@@ -39,7 +44,7 @@ def outside_baseline(curve: torch.Tensor, baseline: torch.Tensor | float, spread
 
 
 def interrelation_stages(kk: torch.Tensor, rise: float = 0.5, baseline: torch.Tensor | float | None = None,
-                         spread: torch.Tensor | float | None = None, band: float = 1.0) -> dict[str, list[int]]:
+                         spread: torch.Tensor | float | None = None, band: float = BAND) -> dict[str, list[int]]:
     """Split blocks into the retrieval, capture and coach stages of paper 003 section 4.3 from the KK curve.
 
     vitscope's rule (the paper names the stages but gives no rule): let ``p`` be the block where ``KK``

@@ -22,7 +22,7 @@ from vitscope.analyses.state import first_seen
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.attention_blocks import BlockStats
 from vitscope.functional.interrelation import RULES, interrelation, random_interrelation
-from vitscope.functional.interrelation_stages import interrelation_stages, outside_baseline
+from vitscope.functional.interrelation_stages import BAND, interrelation_stages, outside_baseline
 from vitscope.models.spec import ModelSpec
 from vitscope.strict_json import NULL_REASONS, note_null
 
@@ -116,7 +116,7 @@ class InterrelationResult(Result):
             self.figure("_kk_nk", kk_nk, "Weighted interrelation KK and NK per block (mean over heads and images; "
                         "dots: single heads), with the random baseline (dashed: random attention on the same "
                         "keypoints; dotted: its band, mean ± "
-                        f"{self.meta.get('band', 1.0):g} std over images).", "paper 003, fig. 5 and 6",
+                        f"{self.meta.get('band', BAND):g} std over images).", "paper 003, fig. 5 and 6",
                         chart=interrelation),
             self.figure("_focus", focus, "Attention focus index per block and head.", "paper 003, fig. 7a",
                         chart=focus_chart),
@@ -132,7 +132,7 @@ class InterrelationResult(Result):
 
         if "random_KK_blocks" not in self.tensors:
             return []
-        t, band = self.tensors, float(self.meta.get("band", 1.0))
+        t, band = self.tensors, float(self.meta.get("band", BAND))
         base, spread = t["random_KK_blocks"].double(), band * t["random_KK_blocks_std"].double()
         edge = f"random KK ± {band:g} std (baseline band)"
         return [curve("random attention KK (baseline)", base, "KK", "dashed"),
@@ -170,8 +170,9 @@ class Interrelation(AttentionAccumulator):
         lam: detection-line height (docs/methods.md, SIFT patch interrelation).
         rule: ``"max"`` (``a > lam * max``, default) or ``"uniform"`` (``a > lam / K``).
         rise: stage rule parameter (:func:`~vitscope.functional.interrelation_stages`).
-        band: half-width, in standard deviations over images, of the random baseline's band: stages are read
-            only when KK (mean over heads) leaves the band at some block, else "no stage structure".
+        band: half-width, in standard deviations over images, of the random baseline's band (default 0.5, a
+            medium effect): stages are read only when KK (mean over heads) leaves the band at some block, else
+            "no stage structure".
         images: dataset indices whose image and keypoint counts are kept for figure 3.
         seed, random_samples, random_kind: the random baseline: ``random_samples`` random heads of
             ``random_kind`` values (uniform or half-normal) drawn once from ``seed``
@@ -199,7 +200,7 @@ class Interrelation(AttentionAccumulator):
 
     NEEDS = frozenset({"focus"})
 
-    def __init__(self, lam: float = 0.5, rule: str = "max", rise: float = 0.5, band: float = 1.0,
+    def __init__(self, lam: float = 0.5, rule: str = "max", rise: float = 0.5, band: float = BAND,
                  images: tuple[int, ...] = (0, 1, 2, 3), seed: int = 0, random_samples: int = 4,
                  random_kind: str = "uniform") -> None:
         if rule not in RULES:
