@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from vitscope.cli.analyze import analyze
 from vitscope.data.synthetic.write import synthesize
-from vitscope.workflows.options import ANALYZE_OPTIONS, resolve_options
+from vitscope.workflows.analyze import run_analyze
+from vitscope.workflows.options import AnalyzeOptions, resolve
 
 CANDIDATES = ("/usr/lib/chromium/chromium-headless-shell", "/usr/bin/chromium-headless-shell",
               "/usr/lib/chromium/chromium", "/usr/bin/chromium")
@@ -56,10 +56,10 @@ def browser():
 def report(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("browser")
     coco = synthesize(base / "coco", "coco", n=6, size=64, seed=4)
-    opts = resolve_options(ANALYZE_OPTIONS, {"model": "tiny-vit", "data": f"{coco}::coco", "out": str(base / "out"),
-                                             "analyses": "cls_attention_maps,attention_distance", "device": "cpu",
-                                             "batch_size": 3})
-    analyze(opts, progress=False)
+    opts = resolve(AnalyzeOptions, {"model": "tiny-vit", "data": f"{coco}::coco", "out": str(base / "out"),
+                                    "analyses": "cls_attention_maps,attention_distance", "device": "cpu",
+                                    "batch_size": 3})
+    run_analyze(opts, progress=False)
     return base / "out" / "report.html"
 
 
@@ -159,10 +159,10 @@ def hostile_report(tmp_path_factory) -> Path:
     for i, name in enumerate(PAYLOADS * 2):
         Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(photos / f"{name}{i}.png")
     (photos / f"{PAYLOADS[0]}broken.png").write_bytes(b"not a png")  # listed as skipped
-    opts = resolve_options(ANALYZE_OPTIONS, {"model": f"hf:{model}", "data": str(photos), "out": str(base / "out"),
-                                             "analyses": "attention_distance,cls_attention_maps", "device": "cpu",
-                                             "batch_size": 2})
-    analyze(opts, progress=False)
+    opts = resolve(AnalyzeOptions, {"model": f"hf:{model}", "data": str(photos), "out": str(base / "out"),
+                                    "analyses": "attention_distance,cls_attention_maps", "device": "cpu",
+                                    "batch_size": 2})
+    run_analyze(opts, progress=False)
     return base / "out" / "report.html"
 
 

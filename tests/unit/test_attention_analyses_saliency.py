@@ -11,8 +11,8 @@ from vitscope.analyses import SaliencyIoU, attention_suite
 from vitscope.analyses.attention.saliency import mask_to_grid
 from vitscope.analyses.attention.suite import NoAttentionError
 from vitscope.analyses.batch import union_plan
-from vitscope.cli.analyze import parse_analyses
 from vitscope.models.spec import ModelSpec
+from vitscope.workflows.analyze import choose_analyses
 
 
 def spec_2x2(prefix=("cls",), patch=1) -> ModelSpec:
@@ -138,6 +138,10 @@ def test_missing_masks_are_a_clear_error():
     with pytest.raises(ValueError, match="needs ground-truth instance masks") as info:
         acc.update({"blocks.0.attn.pattern": pattern([[1.0, 0, 0, 0]] * 2).unsqueeze(0)}, batch)
     assert "\n" not in str(info.value)
+
+
+def parse_analyses(names: str | None, spec, targets: frozenset[str] = frozenset()) -> list:
+    return choose_analyses(names, spec, targets)
 
 
 def test_suite_and_cli_rules():

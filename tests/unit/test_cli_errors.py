@@ -52,13 +52,13 @@ def test_the_machine_saying_no_is_one_line_naming_the_path(exc) -> None:
                                               "memory: you tried to allocate 9663676416 bytes")])
 def test_out_of_memory_is_one_line_with_advice_that_works(exc, tmp_path, monkeypatch) -> None:
     """The advice names half the batch size the pass really had: the default, a --config value or -b."""
-    import vitscope.cli.analyze as analyze_command
+    import vitscope.workflows.analyze as analyze_workflow
     from vitscope.cli.main import app
 
     def exhausted(options, log=None):
         raise exc
 
-    monkeypatch.setattr(analyze_command, "analyze", exhausted)
+    monkeypatch.setattr(analyze_workflow, "analyze_command", exhausted)
     base = ["analyze", "-m", "tiny-vit", "-d", str(tmp_path), "-o", str(tmp_path / "out")]
     config = tmp_path / "run.yaml"
     config.write_text("batch_size: 32\n")

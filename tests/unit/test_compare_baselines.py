@@ -10,7 +10,7 @@ from vitscope.compare.result import ComparisonResult
 from vitscope.data.synthetic.write import synthesize
 from vitscope.workflows.analyze import analyze
 from vitscope.workflows.compare import comparison_run
-from vitscope.workflows.options import COMPARE_OPTIONS, resolve_options
+from vitscope.workflows.options import CompareOptions, resolve
 
 MODELS = ("tiny-vit-sup", "tiny-vit-metric-p16")  # 8 x 8 and 4 x 4 token grids at 64 px
 
@@ -19,8 +19,8 @@ MODELS = ("tiny-vit-sup", "tiny-vit-metric-p16")  # 8 x 8 and 4 x 4 token grids 
 def compared(tmp_path_factory):
     base = tmp_path_factory.mktemp("baselines")
     coco = synthesize(base / "coco", "coco", n=6, size=64, seed=3)
-    options = resolve_options(COMPARE_OPTIONS, {"models": ",".join(MODELS), "data": f"{coco}::coco",
-                                                "out": str(base / "out"), "device": "cpu", "batch_size": 3})
+    options = resolve(CompareOptions, {"models": ",".join(MODELS), "data": f"{coco}::coco",
+                                       "out": str(base / "out"), "device": "cpu", "batch_size": 3})
     run = comparison_run(options, progress=False)
     return coco, run.results["compare"]
 

@@ -8,13 +8,13 @@ from PIL import Image
 
 from vitscope.data.synthetic.write import synthesize
 from vitscope.downstream.checks import require_classes
+from vitscope.workflows.options import ProbeOptions
 from vitscope.workflows.probe import run_probe
 
 
-def _options(data: str, out) -> dict:
-    return {"model": "tiny-vit-sup", "data": data, "out": str(out), "test_data": None, "test_fraction": 0.2,
-            "tiling": False, "blocks": None, "site": "block", "batch_size": 4, "device": "cpu", "dtype": None,
-            "seed": 0, "cache": None}
+def _options(data: str, out, test_data: str | None = None) -> ProbeOptions:
+    return ProbeOptions(model="tiny-vit-sup", data=data, out=out, test_data=test_data, site="block", batch_size=4,
+                        device="cpu")
 
 
 def test_a_coco_folder_read_as_imagefolder_is_one_class_and_says_coco(tmp_path) -> None:
@@ -46,7 +46,7 @@ def test_two_classes_with_a_repeated_one_pass_the_check() -> None:
 
 def test_a_one_class_training_set_is_refused_with_test_data_too(tmp_path) -> None:
     coco = synthesize(tmp_path / "coco", "coco", n=4, size=32, seed=0)
-    options = _options(f"{coco}::imagefolder", tmp_path / "out") | {"test_data": f"{coco}::imagefolder"}
+    options = _options(f"{coco}::imagefolder", tmp_path / "out", test_data=f"{coco}::imagefolder")
     with pytest.raises(ValueError, match="need at least two classes"):
         run_probe(options)
 

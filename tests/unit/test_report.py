@@ -11,10 +11,10 @@ import pytest
 import torch
 from PIL import Image
 
-from vitscope.cli.analyze import analyze
 from vitscope.report import FigureItem, Report, Section, explorer_from_maps, render_html
 from vitscope.report.tables import summary_tables
-from vitscope.workflows.options import ANALYZE_OPTIONS, resolve_options
+from vitscope.workflows.analyze import run_analyze
+from vitscope.workflows.options import AnalyzeOptions, resolve
 
 EVIL = "<script>alert('x')</script>"
 
@@ -135,9 +135,9 @@ def evil_run(tmp_path_factory):
         pixels = np.random.default_rng(i).integers(0, 255, (40, 40, 3), dtype=np.uint8)
         Image.fromarray(pixels).save(photos / f"{i}.png")
     out = base / "out"
-    opts = resolve_options(ANALYZE_OPTIONS, {"model": "tiny-vit", "data": str(photos), "out": str(out),
-                                             "analyses": "cls_attention_maps,attention_distance", "device": "cpu"})
-    analyze(opts, progress=False)
+    opts = resolve(AnalyzeOptions, {"model": "tiny-vit", "data": str(photos), "out": str(out),
+                                    "analyses": "cls_attention_maps,attention_distance", "device": "cpu"})
+    run_analyze(opts, progress=False)
     return out
 
 

@@ -7,7 +7,9 @@
 * Ctrl-C is ``interrupted`` and exit status 130 (finished work and the saved state stay on disk).
 * Anything else is a bug in vitscope: Python's traceback, then a line asking to report it, exit status 1.
 
-Bad usage (an unknown option, a wrong type on the command line) is typer's, with exit status 2.
+Bad usage (an unknown option, a wrong type on the command line) is typer's, with exit status 2; so is an option
+value that is wrong for the command (:class:`~vitscope.workflows.options.ConfigError`: from the command line or
+``--config``, or found wrong once the model is loaded, such as a block it does not have), as one line.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import typer
 
 from vitscope.errors import VitscopeError
+from vitscope.workflows.options import ConfigError
 
 __all__ = ["one_line_errors", "one_line_warnings"]
 
@@ -74,6 +77,9 @@ def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except SystemExit:
             raise
+        except ConfigError as err:
+            print(f"error: {_first_line(err)}", file=sys.stderr)
+            raise typer.Exit(2) from None
         except VitscopeError as err:
             print(f"error: {_first_line(err)}", file=sys.stderr)
             raise typer.Exit(1) from None

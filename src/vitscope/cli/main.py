@@ -102,6 +102,7 @@ def _params_of(name: str | None) -> None:
 @app.command(epilog=analyses_epilog())
 @one_line_errors
 def analyze(
+    ctx: typer.Context,
     model: str | None = typer.Option(None, "--model", "-m", help="Registered name (vitscope models), hf:<id or dir>, "
                                      "or a directory. Required (here or in --config)."),
     data: str | None = typer.Option(None, "--data", "-d", help="Image folder, file list (.txt), image, 'skimage', "
@@ -109,9 +110,9 @@ def analyze(
     out: Path | None = typer.Option(None, "--out", "-o", help="Output directory. Required (here or in --config)."),
     analyses: str | None = typer.Option(None, "--analyses", "-a", help="Comma-separated analysis or group names "
                                         "(NAME@TAG: a labelled second configuration)."),
-    param: list[str] | None = typer.Option(None, "--param", "-p", help="Analysis parameter NAME.KEY=VALUE "
-                                           "(repeatable), e.g. knn_probe.k=20 or representation.tokens=cls; "
-                                           "--params-of NAME lists them."),
+    params: list[str] | None = typer.Option(None, "--param", "-p", help="Analysis parameter NAME.KEY=VALUE "
+                                            "(repeatable), e.g. knn_probe.k=20 or representation.tokens=cls; "
+                                            "--params-of NAME lists them."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Use only the first N images."),
     batch_size: int | None = typer.Option(None, "--batch-size", "-b", min=1, help="Images per batch [16]."),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),
@@ -128,14 +129,11 @@ def analyze(
                                               "exit."),
 ) -> None:
     """Run analyses over a dataset in one pass; write results.json, tables, figures and report.html."""
-    from vitscope.cli.analyze import analyze as run_analyze
-    from vitscope.workflows.options import ANALYZE_OPTIONS
+    # the parameters are named as AnalyzeOptions' fields: ctx.params holds them all, --config too
+    from vitscope.workflows.analyze import analyze_command
+    from vitscope.workflows.options import AnalyzeOptions
 
-    given = {"model": model, "data": data, "out": out, "analyses": analyses, "params": param or None, "limit": limit,
-             "batch_size": batch_size, "device": device, "dtype": dtype, "strict": strict, "resume": resume,
-             "checkpoint_seconds": checkpoint_seconds, "figure_files": figure_files, "image_size": image_size}
-    options = resolve_or_exit(ANALYZE_OPTIONS, given, config)
-    path = run_analyze(options, log=_stderr)
+    path = analyze_command(resolve_or_exit(AnalyzeOptions, ctx.params), log=_stderr)
     if path is None:  # a rank other than 0 of a torchrun launch: rank 0 writes and reports
         return
     doc = json.loads(path.read_text())
@@ -149,6 +147,7 @@ def analyze(
 @app.command()
 @one_line_errors
 def compare(
+    ctx: typer.Context,
     models: str | None = typer.Option(None, "--models", "-M", help="Comma-separated models (two or more), each MODEL "
                                       "or NAME=MODEL, NAME shown in legends, tables and the report (unique; a "
                                       "letter or _, then letters, digits, _ - .; split at the first '=' only after "
@@ -160,9 +159,9 @@ def compare(
                                         "features behind clustering, k-NN and CKA between models: analysis or group "
                                         "names as for analyze (default: attention_distance, the attention maps and, "
                                         "with masks, saliency_iou); others are reported per model as ANALYSIS@NAME."),
-    param: list[str] | None = typer.Option(None, "--param", "-p", help="Analysis parameter NAME.KEY=VALUE "
-                                           "(repeatable), e.g. saliency_iou.mass=0.5; analyze --params-of NAME "
-                                           "lists them."),
+    params: list[str] | None = typer.Option(None, "--param", "-p", help="Analysis parameter NAME.KEY=VALUE "
+                                            "(repeatable), e.g. saliency_iou.mass=0.5; analyze --params-of NAME "
+                                            "lists them."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Use only the first N images."),
     batch_size: int | None = typer.Option(None, "--batch-size", "-b", min=1, help="Images per batch [16]."),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),
@@ -176,14 +175,11 @@ def compare(
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
 ) -> None:
     """Compare models per block on shared axes (paper 002): one pass per model; figures, tables, report.html."""
-    from vitscope.cli.compare import compare as run_compare_command
-    from vitscope.workflows.options import COMPARE_OPTIONS
+    # the parameters are named as CompareOptions' fields: ctx.params holds them all, --config too
+    from vitscope.workflows.compare import compare_command
+    from vitscope.workflows.options import CompareOptions
 
-    given = {"models": models, "data": data, "out": out, "analyses": analyses, "params": param or None,
-             "limit": limit, "batch_size": batch_size, "device": device, "dtype": dtype, "strict": strict,
-             "resume": resume, "checkpoint_seconds": checkpoint_seconds, "figure_files": figure_files,
-             "image_size": image_size}
-    path = run_compare_command(resolve_or_exit(COMPARE_OPTIONS, given, config), log=_stderr)
+    path = compare_command(resolve_or_exit(CompareOptions, ctx.params), log=_stderr)
     if path is None:  # a rank other than 0 of a torchrun launch
         return
     doc = json.loads(path.read_text())

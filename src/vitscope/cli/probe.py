@@ -4,7 +4,7 @@ The data format picks the probe: ``revisitop`` -> retrieval (revisited mAP), ``d
 (J, F, J&F), ``spair`` -> keypoint correspondence (PCK), ``coco`` / ``partimagenet`` -> region clustering,
 any labelled image set (``imagefolder``...) -> k-NN, linear probes and clustering (a second labelled set
 with ``--test-data``, else a seeded hold-out of ``--test-fraction``). Everything runs through
-:func:`vitscope.downstream.sweep.probe_sweep`; this module only parses, writes and prints.
+:func:`vitscope.workflows.probe.run_probe`; this module only parses and prints.
 """
 
 from __future__ import annotations
@@ -18,28 +18,12 @@ from vitscope.cli.errors import one_line_errors
 from vitscope.cli.help_text import CONFIG_HELP, FIGURE_FILES_HELP, IMAGE_SIZE_HELP
 from vitscope.cli.resolve import resolve_or_exit
 
-__all__ = ["check_blocks", "probe"]
-
-
-def check_blocks(blocks: tuple[int, ...] | str | None, num_blocks: int) -> tuple[int, ...] | None:
-    """Blocks (already parsed by the options; ``"all"`` or None: every block) checked against the model's
-    ``num_blocks``.
-
-    Raises:
-        typer.BadParameter: a block outside ``-num_blocks .. num_blocks-1`` (bad usage, exit 2).
-    """
-    if blocks is None or blocks == "all":
-        return None
-    bad = [b for b in blocks if not -num_blocks <= b < num_blocks]
-    if bad:
-        shown = ",".join(str(b) for b in blocks)
-        raise typer.BadParameter(f"--blocks {shown!r}: the model has blocks 0..{num_blocks - 1} (negative counts "
-                                 "from the end)")
-    return blocks
+__all__ = ["probe"]
 
 
 @one_line_errors
 def probe(
+    ctx: typer.Context,
     model: str | None = typer.Option(None, "--model", "-m", help="Registered name, hf:<id or dir>, or a directory. "
                                      "Required (here or in --config)."),
     data: str | None = typer.Option(None, "--data", "-d", help="ROOT::FORMAT[:SPLIT] (revisitop, davis, spair, "
@@ -90,23 +74,11 @@ def probe(
     import json
 
     from vitscope.cli.numbers import shown
-    from vitscope.workflows.options import PROBE_OPTIONS
+    from vitscope.workflows.options import ProbeOptions
+    from vitscope.workflows.probe import probe_command
 
-    given = {"model": model, "data": data, "out": out, "test_data": test_data, "test_fraction": test_fraction,
-             "tiling": tiling, "blocks": blocks, "site": site, "limit": limit, "batch_size": batch_size,
-             "device": device, "dtype": dtype, "strict": strict, "resume": resume,
-             "checkpoint_seconds": checkpoint_seconds, "seed": seed, "cache": cache, "davis_void": davis_void,
-             "figure_files": figure_files, "image_size": image_size}
-    options = resolve_or_exit(PROBE_OPTIONS, given, config)
-    if options["tiling"] != 0 and not options["tiling"] >= 1:
-        raise typer.BadParameter(f"--tiling must be 0 (off) or a scale >= 1, got {options['tiling']:g}")
-    chosen = options["blocks"]
-    options["blocks"] = lambda num_blocks: check_blocks(chosen, num_blocks)
-    from vitscope.cli.launch import role
-    from vitscope.workflows.probe import run_probe
-
-    with role(lambda m: typer.echo(m, err=True)) as me:  # under torchrun: this process's share; rank 0 writes
-        path = run_probe(options, log=me.log, distributed=me.distributed)
+    # the parameters are named as ProbeOptions' fields: ctx.params holds them all, --config too
+    path = probe_command(resolve_or_exit(ProbeOptions, ctx.params), log=lambda m: typer.echo(m, err=True))
     if path is None:
         return
     doc = json.loads(path.read_text())

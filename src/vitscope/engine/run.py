@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -228,6 +228,8 @@ def run(
     resume: str | Path | None = None,
     view: Any = None,
     distributed: bool = False,
+    checkpoint_seconds: float = 60.0,
+    log: Callable[[str], None] | None = None,
 ) -> Results:
     """Make one pass over ``data`` and feed every batch to every analysis.
 
@@ -260,6 +262,8 @@ def run(
             every rank returns the results of the whole pass. Off by default, so one rank of your own DDP job
             can call ``run`` alone. The progress bar shows on rank 0; a checkpoint is kept per rank (keyed by
             rank and process count).
+        checkpoint_seconds: with ``resume``, the least seconds between two saves of the state.
+        log: with ``resume``, receives its one-line messages (resumed from..., ignored a state file...).
 
     Returns:
         :class:`Results` mapping each analysis's ``name`` to its Result.
@@ -276,7 +280,7 @@ def run(
     names = [a.name for a in analyses]
     if len(set(names)) != len(names):
         raise VitscopeValueError(f"two analyses share a name ({', '.join(names)}); give each a distinct name")
-    source: Source = as_source(data, strict=bool(strict))
+    source: Source = data if isinstance(data, Source) else as_source(data, strict=bool(strict))
     strict = bool(strict) if strict is not None else bool(getattr(source, "strict", False))
     dev = resolve_device(device)
     shard = shard_for(distributed, dev.type)
@@ -291,8 +295,9 @@ def run(
     total = len(source) if limit is None else min(limit, len(source))
     described = {**source.describe(), "fingerprint": source.fingerprint()}
     if checkpoint is None and resume is not None:
-        checkpoint = run_checkpoint(resume, backbone, described["fingerprint"], analyses, limit=limit,
-                                    strict=strict, device=dev.type, dtype=str(dtype or "fp32"))
+        checkpoint = run_checkpoint(resume, backbone, described["fingerprint"], analyses,
+                                    every_seconds=checkpoint_seconds, log=log, limit=limit, strict=strict,
+                                    device=dev.type, dtype=str(dtype or "fp32"))
     if checkpoint is not None and shard.world > 1:
         checkpoint.for_rank(shard.rank, shard.world)
     with _rows_beside(checkpoint):  # spilled rows on the state file's disk: saving links them

@@ -34,7 +34,8 @@ import torch
 from vitscope.analyses.base import Analysis
 from vitscope.engine.state_codec import StateCodecError, decode, encode
 
-__all__ = ["STOP_AFTER_ENV", "Checkpoint", "ResumePoint", "interrupt_guard", "run_checkpoint", "run_key"]
+__all__ = ["STOP_AFTER_ENV", "Checkpoint", "ResumePoint", "interrupt_guard", "remove_state", "run_checkpoint",
+           "run_key"]
 
 FORMAT = 1
 #: Test hook: stop (as if interrupted by Ctrl-C) after this many batches of one process, state saved first.
@@ -82,7 +83,8 @@ def run_key(model_fingerprint: str, spec: dict[str, Any], data_fingerprint: dict
 def run_checkpoint(path: str | os.PathLike, backbone: Any, data_fingerprint: dict[str, Any],
                    analyses: Sequence[Analysis], every_seconds: float = 60.0,
                    log: Callable[[str], None] | None = None, **settings: Any) -> Checkpoint:
-    """The Checkpoint of a library run (``vitscope.run(..., resume=path)``), keyed by :func:`run_key`.
+    """The Checkpoint of a run of analyses, keyed by :func:`run_key`: what ``vitscope.run(..., resume=path)``
+    keeps, and with it every command that runs analyses (they pass ``resume`` to :func:`vitscope.run`).
 
     Args:
         path: the state file.
@@ -193,10 +195,6 @@ class Checkpoint:
 
     # ------------------------------------------------------------------ writing
 
-    def _rows_folders(self) -> list[Path]:
-        """The folders of rows that saved states name (one per save; the current file names the newest)."""
-        return sorted(self.path.parent.glob(f"{glob.escape(self.path.name)}.rows-*"))
-
     def save(self, analyses: Sequence[Analysis], position: int, seen: int, skipped: Sequence[Any]) -> None:
         """Write the state atomically (temporary file in the same folder, then ``os.replace``).
 
@@ -226,7 +224,7 @@ class Checkpoint:
             raise
         finally:
             tmp.unlink(missing_ok=True)
-        for old in self._rows_folders():
+        for old in _rows_folders(self.path):
             if old != rows:
                 shutil.rmtree(old, ignore_errors=True)
         self.saves += 1
@@ -243,11 +241,18 @@ class Checkpoint:
             self.log(f"stopped after {seen} images; state saved to {self.path}: run the same command to resume")
             raise KeyboardInterrupt
 
-    def clear(self) -> None:
-        """Delete the state file and its rows (after the run's outputs are written)."""
-        self.path.unlink(missing_ok=True)
-        for rows in self._rows_folders():
-            shutil.rmtree(rows, ignore_errors=True)
+
+def _rows_folders(path: Path) -> list[Path]:
+    """The folders of rows that saved states of ``path`` name (one per save; the current file names the newest)."""
+    return sorted(path.parent.glob(f"{glob.escape(path.name)}.rows-*"))
+
+
+def remove_state(path: str | os.PathLike) -> None:
+    """Delete a state file and the rows it names (a run told not to resume starts over)."""
+    path = Path(path)
+    path.unlink(missing_ok=True)
+    for rows in _rows_folders(path):
+        shutil.rmtree(rows, ignore_errors=True)
 
 
 class _Guard:

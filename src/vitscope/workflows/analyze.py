@@ -1,5 +1,5 @@
-"""``vitscope.analyze``: one pass of chosen analyses over a dataset, with every output written; the library
-call behind ``vitscope analyze``."""
+"""``vitscope analyze`` and ``vitscope.analyze``: one pass of chosen analyses over a dataset, with every output
+written. Both build one :class:`~vitscope.workflows.options.AnalyzeOptions` and hand it to :func:`run_analyze`."""
 
 from __future__ import annotations
 
@@ -22,15 +22,16 @@ from vitscope.data.open import as_source
 from vitscope.engine.distributed import is_main_process
 from vitscope.engine.provenance import model_identity
 from vitscope.engine.run import Results, run
-from vitscope.engine.settings import resolve_device
 from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.models.input_size import describe_input, with_image_size
 from vitscope.models.load import load_model
 from vitscope.outputs import RunResult, prepare_output, write_run
-from vitscope.workflows.state_files import checkpoint_for, clear_state
+from vitscope.workflows.launch import role
+from vitscope.workflows.options import AnalyzeOptions
+from vitscope.workflows.state_files import clear_state, resume_from
 
-__all__ = ["analyze", "analyses_not_run", "choose_analyses", "config_record"]
+__all__ = ["analyses_not_run", "analyze", "analyze_command", "choose_analyses", "run_analyze"]
 
 
 def choose_analyses(selection: str | Sequence[str | Analysis] | None, spec: Any, targets: frozenset[str],
@@ -82,24 +83,17 @@ def analyses_not_run(selection: str | Sequence[str | Analysis] | None, spec: Any
     return out
 
 
-def config_record(options: Mapping[str, Any], **resolved: Any) -> dict[str, Any]:
-    """The resolved configuration as stored in results.json (paths as strings, choices made explicit)."""
-    record = {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items()}
-    record["device"] = record.get("device") or "auto"
-    record["dtype"] = record.get("dtype") or "fp32"
-    record.update(resolved)
-    return record
-
-
 def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Analysis] | None = None, *,
             out: str | Path | None = None, params: Mapping[str, Mapping[str, Any]] | None = None,
             batch_size: int = 16, device: str | None = None, dtype: str | None = None, limit: int | None = None,
             strict: bool = False, resume: bool = True, checkpoint_seconds: float = 60.0,
-            progress: bool | None = None, log: Callable[[str], None] | None = None,
-            config: Mapping[str, Any] | None = None, distributed: bool = False, figure_files: bool = False,
-            image_size: int | tuple[int, int] | None = None) -> Results:
+            progress: bool | None = None, log: Callable[[str], None] | None = None, distributed: bool = False,
+            figure_files: bool = False, image_size: int | tuple[int, int] | None = None) -> Results:
     """Run analyses over a dataset in one pass; with ``out``, write results.json, tables, arrays, figures and
     report.html there (resumably: an interrupted call with the same arguments continues).
+
+    The keyword arguments are those of ``vitscope analyze`` (:class:`~vitscope.workflows.options.AnalyzeOptions`,
+    which :func:`run_analyze` takes whole).
 
     Args:
         model: a registered name, ``hf:<id or dir>``, a directory, or a Backbone.
@@ -112,7 +106,6 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
         checkpoint_seconds: least seconds between state saves.
         progress: progress bars on/off (default: when stderr is a terminal).
         log: receives one-line messages.
-        config: the configuration recorded in results.json (default: these arguments).
         figure_files: also draw PNG and SVG files of the figures the report shows as charts.
         image_size: run the model at this input size (side, or ``(H, W)``) instead of its preprocessing's
             (:func:`vitscope.load_model`).
@@ -122,35 +115,63 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
     Returns:
         The :class:`~vitscope.engine.run.Results` of the pass.
     """
-    out = prepare_output(out) if out is not None else None
+    options = AnalyzeOptions(model=model, data=data, analyses=analyses, out=Path(out) if out is not None else None,
+                             params=params, batch_size=batch_size, device=device, dtype=dtype, limit=limit,
+                             strict=strict, resume=resume, checkpoint_seconds=checkpoint_seconds,
+                             figure_files=figure_files, image_size=image_size)
+    return run_analyze(options, progress=progress, log=log, distributed=distributed)
+
+
+def run_analyze(options: AnalyzeOptions, *, progress: bool | None = None, log: Callable[[str], None] | None = None,
+                distributed: bool = False) -> Results:
+    """One pass of the chosen analyses over the data, every output written to ``options.out`` (when set).
+
+    Args:
+        options: what to run (:class:`~vitscope.workflows.options.AnalyzeOptions`, from ``vitscope analyze`` or
+            :func:`analyze`).
+        progress: progress bars on/off (default: when stderr is a terminal).
+        log: receives one-line messages.
+        distributed: share the pass with the other ``torch.distributed`` processes; rank 0 alone writes.
+
+    Returns:
+        The :class:`~vitscope.engine.run.Results` of the pass.
+    """
+    out = prepare_output(options.out) if options.out is not None else None
+    model = options.model
     model_id = model if isinstance(model, str) else model.spec.name
-    backbone = load_model(model, image_size=image_size) if isinstance(model, str) else \
-        model if image_size is None else with_image_size(model, image_size)
-    source = as_source(data, strict=strict)
-    data_facts = DataFacts(source, limit=limit)
-    chosen = choose_analyses(analyses, backbone.spec, data_facts.targets, params, data_facts)
-    not_run = analyses_not_run(analyses, backbone.spec, data_facts.targets, data_facts)
+    backbone = load_model(model, image_size=options.image_size) if isinstance(model, str) else \
+        model if options.image_size is None else with_image_size(model, options.image_size)
+    source = as_source(options.data, strict=options.strict)  # the one Source of the run: vitscope.run takes it
+    data_facts = DataFacts(source, limit=options.limit)
+    chosen = choose_analyses(options.analyses, backbone.spec, data_facts.targets, options.params, data_facts)
+    not_run = analyses_not_run(options.analyses, backbone.spec, data_facts.targets, data_facts)
     if log:
         log(describe_input(backbone.spec))
         if not_run:
             log(f"not run: {not_run_text(not_run)}")
-    checkpoint = None
-    if out is not None:
-        checkpoint = checkpoint_for(out, model_id, backbone, source.fingerprint(), chosen, resume=resume,
-                                    every_seconds=checkpoint_seconds, log=log, limit=limit,
-                                    strict=strict, device=resolve_device(device).type, dtype=dtype or "fp32")
-    results = run(backbone, source, chosen, batch_size=batch_size, device=device, dtype=dtype, limit=limit,
-                  strict=strict, progress=progress, checkpoint=checkpoint, distributed=distributed)
+    results = run(backbone, source, chosen, batch_size=options.batch_size, device=options.device,
+                  dtype=options.dtype, limit=options.limit, strict=options.strict, progress=progress,
+                  resume=resume_from(out, model_id, options.resume) if out is not None else None,
+                  checkpoint_seconds=options.checkpoint_seconds, log=log, distributed=distributed)
     if out is not None and (not distributed or is_main_process()):
-        options = dict(config) if config is not None else {
-            "model": model_id, "data": data if isinstance(data, (str, Path)) else source.name, "out": str(out),
-            "batch_size": batch_size, "device": device, "dtype": dtype, "limit": limit, "strict": strict,
-            "image_size": image_size}
+        data = options.data
+        config = options.record(model=model_id, data=str(data) if isinstance(data, (str, Path)) else source.name,
+                                analyses=[a.name for a in chosen])
         write_run(out, RunResult(
-            "analyze", config=config_record(options, analyses=[a.name for a in chosen]), results=dict(results),
-            models=[model_identity(model_id, backbone)], data=results.data, num_images=results.num_images,
-            skipped=results.skipped, skipped_analyses=not_run, extra={"hooks": results.hooks},
-            resumed_images=results.resumed_images),
-            progress=progress, log=log, figure_files=figure_files)
+            "analyze", config=config, results=dict(results), models=[model_identity(model_id, backbone)],
+            data=results.data, num_images=results.num_images, skipped=results.skipped, skipped_analyses=not_run,
+            extra={"hooks": results.hooks}, resumed_images=results.resumed_images),
+            progress=progress, log=log, figure_files=options.figure_files)
         clear_state(out)
     return results
+
+
+def analyze_command(options: AnalyzeOptions, log: Callable[[str], None] | None = None) -> Path | None:
+    """``vitscope analyze``: :func:`run_analyze` in this process's role (under ``torchrun``: its share of the pass).
+
+    Returns:
+        The path of results.json (None on the ranks other than 0 of a ``torchrun`` launch: rank 0 writes).
+    """
+    with role(log) as me:
+        run_analyze(options, progress=me.progress, log=me.log, distributed=me.distributed)
+    return Path(options.out) / "results.json" if me.main else None

@@ -15,25 +15,24 @@ from vitscope.compare.names import file_safe, named_models
 from vitscope.compare.outputs import comparison_sections
 from vitscope.compare.result import ComparisonResult
 from vitscope.data.open import as_source
-from vitscope.engine.distributed import is_main_process
 from vitscope.engine.provenance import model_identity
 from vitscope.engine.run import run
-from vitscope.engine.settings import resolve_device
 from vitscope.models.input_size import describe_input
 from vitscope.models.load import load_model
 from vitscope.outputs import RunResult, prepare_output, write_run
-from vitscope.workflows.analyze import config_record
-from vitscope.workflows.state_files import checkpoint_for, clear_state
+from vitscope.workflows.launch import role
+from vitscope.workflows.options import CompareOptions, resolve
+from vitscope.workflows.state_files import clear_state, resume_from
 
-__all__ = ["compare", "compare_models", "comparison_run"]
+__all__ = ["compare_command", "compare_models", "comparison_run"]
 
 
-def comparison_run(options: Mapping[str, Any], progress: bool | None = None,
+def comparison_run(options: CompareOptions, progress: bool | None = None,
                    log: Callable[[str], None] | None = None, distributed: bool = False) -> RunResult:
-    """Run each model once (resumably, state in ``options["out"]``) and compare them; returns what to write.
+    """Run each model once (resumably, state in ``options.out``) and compare them; returns what to write.
 
     Args:
-        options: resolved options (:data:`vitscope.workflows.options.COMPARE_OPTIONS`): ``models`` (entries
+        options: what to compare (:class:`~vitscope.workflows.options.CompareOptions`): ``models`` (entries
             ``MODEL`` or ``NAME=MODEL``, or a mapping name -> model: :func:`vitscope.compare.names.named_models`),
             ``analyses`` and ``params`` (:func:`vitscope.compare.compare_analyses`), data and pass settings.
         progress: force the progress bars on/off.
@@ -43,30 +42,26 @@ def comparison_run(options: Mapping[str, Any], progress: bool | None = None,
     Raises:
         ValueError: fewer than two models, a name given twice, an unknown analysis or a bad parameter.
     """
-    models = named_models(options["models"])
-    selection, params = options.get("analyses"), options.get("params")
+    models = named_models(options.models)
+    selection, params = options.analyses, options.params
     _check_selection(selection)
-    out = prepare_output(options["out"])
-    source = as_source(options["data"], strict=bool(options.get("strict")))
-    targets, fingerprint = source.target_keys(), source.fingerprint()
-    facts = DataFacts(source, targets, options.get("limit"))  # a named analysis the data cannot feed: refused now
+    out = prepare_output(options.out)
+    source = as_source(options.data, strict=options.strict)  # one Source for every model's pass
+    targets = source.target_keys()
+    facts = DataFacts(source, targets, options.limit)  # a named analysis the data cannot feed: refused now
     runs, identities, counts, skipped, data, extra, not_run, notes = [], [], {}, {}, {}, {}, {}, []
     for name, model_id in models:  # one at a time: only one model is in memory (a failed name resumes cheaply)
-        backbone = load_model(model_id, image_size=options.get("image_size"))
+        backbone = load_model(model_id, image_size=options.image_size)
         analyses, cannot = compare_analyses(backbone.spec, targets, selection, params, facts)
         left_out = cannot if selection else compare_not_run(backbone.spec, targets)
         for analysis, reason in left_out.items():
             not_run.setdefault(analysis, reason)  # the first model's reason (the data's lack is everyone's)
         if log:
             log(describe_input(backbone.spec) + (f"; not run: {not_run_text(left_out)}" if left_out else ""))
-        checkpoint = checkpoint_for(
-            out, name, backbone, fingerprint, analyses, resume=options.get("resume", True),
-            every_seconds=float(options.get("checkpoint_seconds", 60.0)), log=log,
-            limit=options.get("limit"), strict=bool(options.get("strict")),
-            device=resolve_device(options.get("device")).type, dtype=options.get("dtype") or "fp32")
-        results = run(backbone, source, analyses, batch_size=options["batch_size"], device=options.get("device"),
-                      dtype=options.get("dtype"), limit=options.get("limit"), strict=bool(options.get("strict")),
-                      progress=progress, checkpoint=checkpoint, distributed=distributed)
+        results = run(backbone, source, analyses, batch_size=options.batch_size, device=options.device,
+                      dtype=options.dtype, limit=options.limit, strict=options.strict, progress=progress,
+                      resume=resume_from(out, name, options.resume), checkpoint_seconds=options.checkpoint_seconds,
+                      log=log, distributed=distributed)
         runs.append(ModelRun(model_id, backbone.spec, dict(results.items()), name))
         identities.append({**model_identity(model_id, backbone), "display_name": name,
                            "analyses": [a.name for a in analyses]})
@@ -81,7 +76,7 @@ def comparison_run(options: Mapping[str, Any], progress: bool | None = None,
     comparison = compare_runs(runs, data=facts)
     comparison.notes += notes
     names = [name for name, _ in models]
-    return RunResult("compare", title=f"vitscope compare: {', '.join(names)}", config=config_record(options),
+    return RunResult("compare", title=f"vitscope compare: {', '.join(names)}", config=options.record(),
                      results={"compare": ComparisonResult(comparison), **extra}, models=identities, data=data,
                      num_images=max(counts.values()), skipped=list(skipped.values()), skipped_analyses=not_run,
                      extra={"images_per_model": counts}, sections=comparison_sections(comparison, runs),
@@ -110,18 +105,19 @@ def _per_model_results(name: str, results: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def compare(options: Mapping[str, Any], progress: bool | None = None,
-            log: Callable[[str], None] | None = None, distributed: bool = False) -> Path:
-    """:func:`comparison_run`, written by :func:`vitscope.outputs.write_run`; returns results.json's path.
+def compare_command(options: CompareOptions, log: Callable[[str], None] | None = None) -> Path | None:
+    """``vitscope compare``: :func:`comparison_run` in this process's role, written by
+    :func:`vitscope.outputs.write_run` (under ``torchrun`` every process shares the passes and rank 0 alone writes).
 
-    With ``distributed``, every process shares the passes and rank 0 alone writes.
+    Returns:
+        The path of results.json (None on the other processes of a ``torchrun`` launch).
     """
-    result = comparison_run(options, progress, log, distributed)
-    path = Path(options["out"]) / "results.json"
-    if distributed and not is_main_process():
-        return path
-    path = write_run(options["out"], result, progress=progress, figure_files=bool(options.get("figure_files")))
-    clear_state(Path(options["out"]))
+    with role(log) as me:
+        result = comparison_run(options, me.progress, me.log, distributed=me.distributed)
+        if not me.main:
+            return None
+        path = write_run(options.out, result, progress=me.progress, figure_files=options.figure_files)
+        clear_state(Path(options.out))
     return path
 
 
@@ -151,14 +147,12 @@ def compare_models(models: Sequence[str] | Mapping[str, str], data: str | Path, 
         The comparison: curves, best blocks and the model x model CKA; in a notebook it shows as the report's
         card.
     """
-    from vitscope.workflows.options import COMPARE_OPTIONS, resolve_options
-
-    options = resolve_options(COMPARE_OPTIONS, {
+    options = resolve(CompareOptions, {
         "models": dict(models) if isinstance(models, Mapping) else list(models), "data": str(data), "out": str(out),
         "analyses": analyses, "params": {k: dict(v) for k, v in params.items()} if params else None,
         "batch_size": batch_size, "device": device, "dtype": dtype, "limit": limit, "strict": strict,
-        "resume": resume, "figure_files": figure_files, "image_size": image_size}, None)
+        "resume": resume, "figure_files": figure_files, "image_size": image_size})
     result = comparison_run(options, progress)
-    write_run(options["out"], result, progress=progress, figure_files=figure_files)
-    clear_state(Path(options["out"]))
+    write_run(options.out, result, progress=progress, figure_files=options.figure_files)
+    clear_state(options.out)
     return result.results["compare"]

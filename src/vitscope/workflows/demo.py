@@ -20,7 +20,7 @@ from vitscope.outputs import write_run
 from vitscope.workflows.compare import comparison_run
 from vitscope.workflows.demo_pairs import paired_similarity_section
 from vitscope.workflows.demo_papers import paper_results, paper_settings
-from vitscope.workflows.options import COMPARE_OPTIONS, resolve_options
+from vitscope.workflows.options import CompareOptions, resolve
 from vitscope.workflows.state_files import clear_state
 
 __all__ = ["DEMO_SEED", "demo", "demo_models", "demo_settings"]
@@ -73,8 +73,8 @@ def demo(out: str | Path = "demo_out", quick: bool = False, progress: bool | Non
     settings = demo_settings(quick)
     root = _synthetic_world(out / "data" / "synthetic-coco", settings["n"], log)
     data = f"{root}::coco"
-    options = resolve_options(COMPARE_OPTIONS, {"models": demo_models(), "data": data, "out": out,
-                                                "batch_size": settings["batch_size"]})
+    options = resolve(CompareOptions, {"models": demo_models(), "data": data, "out": out,
+                                       "batch_size": settings["batch_size"]})
     result = comparison_run(options, progress=progress, log=log)
     log(f"explaining image pairs with {PAIR_MODEL}")
     section, pairs = paired_similarity_section(open_dataset(data), PAIR_MODEL)

@@ -16,8 +16,10 @@ from typing import Any
 from vitscope.downstream.checks import require_classes, require_regions
 from vitscope.errors import DegenerateDataError, VitscopeValueError
 from vitscope.outputs import RunResult, prepare_output, write_run
+from vitscope.workflows.launch import role
+from vitscope.workflows.options import ConfigError, ProbeOptions
 
-__all__ = ["PROBE_OF_FORMAT", "run_probe"]
+__all__ = ["PROBE_OF_FORMAT", "check_blocks", "probe_command", "run_probe"]
 
 #: data format -> probe_sweep argument (formats not listed are treated as labelled image sets)
 PROBE_OF_FORMAT = {"revisitop": "retrieval", "davis": "davis", "spair": "spair", "coco": "regions",
@@ -72,15 +74,25 @@ def _labelled_split(dataset, fmt: str, test_fraction: float, seed: int):
             ImageFiles(list(paths[test]), labels=labels[test], name=f"{source.name}:test"))
 
 
-def _extraction(options: dict[str, Any]) -> dict[str, Any]:
+def _extraction(options: ProbeOptions) -> dict[str, Any]:
     """How the feature passes run: unreadable images (``strict``) and saved state (``resume``, how often)."""
-    return {"strict": bool(options.get("strict")), "resume": options.get("resume", True),
-            "checkpoint_seconds": float(options.get("checkpoint_seconds", 60.0))}
+    return {"strict": options.strict, "resume": options.resume, "checkpoint_seconds": options.checkpoint_seconds}
 
 
-def _plain_config(options: dict[str, Any]) -> dict[str, Any]:
-    """The options as results.json keeps them: paths as text, callables (resolved later) left out."""
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items() if not callable(v)}
+def check_blocks(blocks: tuple[int, ...] | str | None, num_blocks: int) -> tuple[int, ...] | None:
+    """The blocks to probe (``"all"`` or None: every block, as None), checked against the model's ``num_blocks``.
+
+    Raises:
+        ConfigError: a block outside ``-num_blocks .. num_blocks-1`` (an option the model cannot take).
+    """
+    if blocks is None or blocks == "all":
+        return None
+    bad = [b for b in blocks if not -num_blocks <= b < num_blocks]
+    if bad:
+        shown = ",".join(str(b) for b in blocks)
+        raise ConfigError(f"--blocks {shown!r}: the model has blocks 0..{num_blocks - 1} (negative counts from the "
+                          "end)")
+    return tuple(blocks)
 
 
 def _describe(dataset: Any, fmt: str, given: str) -> dict[str, Any]:
@@ -100,17 +112,28 @@ def _num_images(dataset, fmt: str) -> int:
     return len(dataset)
 
 
-def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None, distributed: bool = False
+def probe_command(options: ProbeOptions, log: Callable[[str], None] | None = None) -> Path | None:
+    """``vitscope probe``: :func:`run_probe` in this process's role (under ``torchrun``: its share of the feature
+    extraction; rank 0 writes).
+
+    Returns:
+        The path of results.json (None on the other processes of a ``torchrun`` launch).
+    """
+    with role(log) as me:
+        return run_probe(options, log=me.log, distributed=me.distributed)
+
+
+def run_probe(options: ProbeOptions, log: Callable[[str], None] | None = None, distributed: bool = False
               ) -> Path | None:
     """Load the model and data, run the probes, write results.json, tables, figures and report.html.
 
     Args:
-        options: resolved :data:`~vitscope.workflows.options.PROBE_OPTIONS`: ``model``, ``data``, ``out``,
-            ``test_data``, ``test_fraction``, ``tiling``, ``blocks`` (a tuple, None or ``"all"`` for every block,
-            or ``num_blocks -> tuple`` to check against the model), ``site``, ``batch_size``, ``device``, ``dtype``,
-            ``seed``, ``cache`` (folder or None), ``davis_void``, ``figure_files``, ``image_size`` (None: the
-            model's own preprocessing); ``limit`` (the first items of ``data`` and ``test_data``), ``strict``,
-            ``resume`` and ``checkpoint_seconds`` (the extraction passes).
+        options: :class:`~vitscope.workflows.options.ProbeOptions`: ``model``, ``data``, ``out``, ``test_data``,
+            ``test_fraction``, ``tiling``, ``blocks`` (a tuple, None or ``"all"`` for every block; checked
+            against the model), ``site``, ``batch_size``, ``device``, ``dtype``, ``seed``, ``cache`` (folder or
+            None), ``davis_void``, ``figure_files``, ``image_size`` (None: the model's own preprocessing);
+            ``limit`` (the first items of ``data`` and ``test_data``), ``strict``, ``resume`` and
+            ``checkpoint_seconds`` (the extraction passes).
         log: receives one-line progress messages.
         distributed: this process is one of several (``torchrun``): the feature extraction is shared, every
             process computes the probes on the whole cache, and rank 0 alone writes.
@@ -127,61 +150,58 @@ def run_probe(options: dict[str, Any], log: Callable[[str], None] | None = None,
     from vitscope.models.input_size import describe_input
     from vitscope.models.load import load_model
 
-    void = options.get("davis_void") or "background"
+    void = options.davis_void or "background"
     if void not in VOID_RULES:  # before any model or data is loaded
         raise VitscopeValueError(f"--davis-void must be one of {', '.join(VOID_RULES)}, got {void!r}")
-    out = prepare_output(options["out"])
-    backbone = load_model(options["model"], image_size=options.get("image_size"))
+    out = prepare_output(options.out)
+    backbone = load_model(options.model, image_size=options.image_size)
     require_blocks(backbone, "per-block")  # before any data is read: a CNN fails at once
     if log:
         log(describe_input(backbone.spec))
-    blocks = options.get("blocks")
-    blocks = blocks(backbone.spec.num_blocks) if callable(blocks) else None if blocks == "all" else blocks
-    dataset, fmt = _open(options["data"], options.get("limit"))
+    blocks = check_blocks(options.blocks, backbone.spec.num_blocks)
+    dataset, fmt = _open(options.data, options.limit)
     task = PROBE_OF_FORMAT.get(fmt, "labelled")
     data: dict[str, Any] = {task: dataset}
     if task == "labelled":
-        if options.get("test_data"):
+        if options.test_data:
             from vitscope.data.annotated_source import AnnotatedSource
 
-            test, _ = _open(options["test_data"], options.get("limit"))
+            test, _ = _open(options.test_data, options.limit)
             require_classes(_labels(AnnotatedSource(dataset)), dataset, fmt)
             data = {"train": dataset, "test": test}
         else:
-            train, test = _labelled_split(dataset, fmt, options["test_fraction"], options["seed"])
+            train, test = _labelled_split(dataset, fmt, options.test_fraction, options.seed)
             data = {"train": train, "test": test}
-    elif options.get("test_data"):
+    elif options.test_data:
         raise VitscopeValueError(f"--test-data is for labelled image sets; {fmt} data is probed on its own")
     if task == "regions":
         require_regions(dataset, fmt)
-    cache = FeatureCache(options["cache"]) if options.get("cache") else None
+    cache = FeatureCache(options.cache) if options.cache else None
     if task == "davis" and getattr(dataset, "first_frame_only", False):
         return _davis_first_frames(options, backbone, dataset, blocks, cache, out, log, distributed)
     if log:
         log(f"probing {backbone.spec.name} on {fmt} ({task}) ...")
-    results = probe_sweep(backbone, cache, **data, tiling=options.get("tiling") or False, blocks=blocks,
-                          site=options["site"], seed=options["seed"], batch_size=options["batch_size"],
-                          device=options.get("device"), dtype=options.get("dtype"), distributed=distributed, log=log,
-                          davis_void=void, **_extraction(options))
+    results = probe_sweep(backbone, cache, **data, tiling=options.tiling or False, blocks=blocks,
+                          site=options.site, seed=options.seed, batch_size=options.batch_size, device=options.device,
+                          dtype=options.dtype, distributed=distributed, log=log, davis_void=void,
+                          **_extraction(options))
     if distributed:
         from vitscope.engine.distributed import is_main_process
 
         if not is_main_process():
             return None
     table = best_block_table({backbone.spec.name: results})
-    config = _plain_config(options)
-    num_images = _num_images(dataset, fmt) + (_num_images(data["test"], fmt) if options.get("test_data") else 0)
+    num_images = _num_images(dataset, fmt) + (_num_images(data["test"], fmt) if options.test_data else 0)
     return write_run(out, RunResult(
-        "probe", title=f"vitscope probe: {options['model']} on {fmt} ({task})",
-        config={**config, "format": fmt, "task": task, "blocks": None if blocks is None else list(blocks),
-                "device": options.get("device") or "auto", "dtype": options.get("dtype") or "fp32"},
-        results=dict(results), models=[model_identity(options["model"], backbone)],
-        data=_describe(dataset, fmt, options["data"]), num_images=num_images, tables={"best_blocks": table},
+        "probe", title=f"vitscope probe: {options.model} on {fmt} ({task})",
+        config=options.record(format=fmt, task=task, blocks=None if blocks is None else list(blocks)),
+        results=dict(results), models=[model_identity(options.model, backbone)],
+        data=_describe(dataset, fmt, options.data), num_images=num_images, tables={"best_blocks": table},
         extra={"best_blocks": {"file": "tables/best_blocks.csv", "rows": table.to_dict(orient="records")}}),
-        figure_files=bool(options.get("figure_files")))
+        figure_files=options.figure_files)
 
 
-def _davis_first_frames(options: dict[str, Any], backbone: Any, dataset: Any, blocks: Any, cache: Any, out: Path,
+def _davis_first_frames(options: ProbeOptions, backbone: Any, dataset: Any, blocks: Any, cache: Any, out: Path,
                         log: Callable[[str], None] | None, distributed: bool) -> Path | None:
     """DAVIS test-dev / test-challenge: propagate each first annotation at one block and write the masks as the
     official evaluation takes them (``predictions/<sequence>/<frame>.png``); no J or F can be computed here."""
@@ -195,10 +215,9 @@ def _davis_first_frames(options: dict[str, Any], backbone: Any, dataset: Any, bl
     block = blocks[0] % backbone.spec.num_blocks  # --blocks -1: the last
     if log:
         log(f"propagating {backbone.spec.name} block {block} on {dataset.name} (first frames annotated only) ...")
-    files = davis_predictions(backbone, dataset, block, cache, site=options["site"],
-                              tiling=options.get("tiling") or False, batch_size=options["batch_size"],
-                              device=options.get("device"), dtype=options.get("dtype"), distributed=distributed,
-                              log=log, **_extraction(options))
+    files = davis_predictions(backbone, dataset, block, cache, site=options.site, tiling=options.tiling or False,
+                              batch_size=options.batch_size, device=options.device, dtype=options.dtype,
+                              distributed=distributed, log=log, **_extraction(options))
     if distributed:
         from vitscope.engine.distributed import is_main_process
 
@@ -209,13 +228,11 @@ def _davis_first_frames(options: dict[str, Any], backbone: Any, dataset: Any, bl
               "DAVIS evaluation takes them")
     if log:
         log(f"no J&F: {reason}")
-    config = _plain_config(options)
     return write_run(out, RunResult(
-        "probe", title=f"vitscope probe: {options['model']} on davis (propagation only)",
-        config={**config, "format": "davis", "task": "davis-predictions", "blocks": [block],
-                "device": options.get("device") or "auto", "dtype": options.get("dtype") or "fp32"},
-        models=[model_identity(options["model"], backbone)],
-        data=_describe(dataset, "davis", options["data"]),
+        "probe", title=f"vitscope probe: {options.model} on davis (propagation only)",
+        config=options.record(format="davis", task="davis-predictions", blocks=[block]),
+        models=[model_identity(options.model, backbone)],
+        data=_describe(dataset, "davis", options.data),
         num_images=_num_images(dataset, "davis"), notes=[reason],
         extra={"davis": {"scored": False, "reason": reason, "block": block, "predictions": "predictions/",
                          "sequences": len(dataset), "frames": len(files)}},

@@ -1,17 +1,19 @@
-"""Resumable state of a command's passes, kept inside its output folder until every output is written."""
+"""Resumable state of a command's passes, kept inside its output folder until every output is written.
+
+A command hands :func:`vitscope.run` the state file (``resume=``); the run builds its checkpoint from it, keyed by
+everything that decides the numbers, as it does for a library call.
+"""
 
 from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
-from vitscope.engine.state import Checkpoint, run_checkpoint
+from vitscope.engine.state import remove_state
 from vitscope.outputs.folder import STATE_FOLDER as STATE_DIR
 
-__all__ = ["STATE_DIR", "checkpoint_for", "clear_state", "state_path"]
+__all__ = ["STATE_DIR", "clear_state", "resume_from", "state_path"]
 
 
 def state_path(out: Path, model_id: str) -> Path:
@@ -20,18 +22,14 @@ def state_path(out: Path, model_id: str) -> Path:
     return Path(out) / STATE_DIR / f"{safe}.pt"
 
 
-def checkpoint_for(out: Path, model_id: str, backbone: Any, fingerprint: dict[str, Any], analyses: Sequence[Any],
-                   *, resume: bool = True, every_seconds: float = 60.0, log: Callable[[str], None] | None = None,
-                   **settings: Any) -> Checkpoint | None:
-    """The Checkpoint of one model's pass (None when ``resume`` is off: any old state is then removed).
-
-    ``settings`` (limit, strict, device, dtype) are keyed with the model, data and analyses.
-    """
+def resume_from(out: Path, model_id: str, resume: bool) -> Path | None:
+    """The state file of ``model_id``'s pass in ``out``, for :func:`vitscope.run`'s ``resume``; None when
+    ``resume`` is off: any state an earlier run left is then removed and the pass keeps none."""
     path = state_path(out, model_id)
-    if not resume:
-        Checkpoint(path, {}).clear()  # the file and the rows it names
-        return None
-    return run_checkpoint(path, backbone, fingerprint, analyses, every_seconds=every_seconds, log=log, **settings)
+    if resume:
+        return path
+    remove_state(path)  # the file and the rows it names
+    return None
 
 
 def clear_state(out: Path) -> None:
