@@ -105,8 +105,8 @@ class PassOptions:
         """The options as results.json keeps them: in the table's order, paths as text, the device and dtype
         made explicit (``auto``, ``fp32``), ``config_file`` when a file was read, then ``resolved`` (choices
         made while running: the analyses chosen, the probe's task...) over them."""
-        record = {o.name: (str(v) if isinstance(v, Path) else v)
-                  for o, v in ((o, getattr(self, attribute)) for attribute, o in _declared(type(self)))}
+        values = ((o.name, getattr(self, attribute)) for attribute, o in _declared(type(self)))
+        record = {name: str(v) if isinstance(v, Path) else v for name, v in values}
         if self.config_file is not None:
             record["config_file"] = self.config_file
         record["device"] = record.get("device") or "auto"
