@@ -1,8 +1,9 @@
 """vitscope: put vision transformers under a microscope.
 
-Public API: :func:`load_model`, :func:`wrap`, :func:`run` (one pass), :func:`analyze` (one pass with every output
-written), :func:`tokens_to_grid`, :class:`Analysis` and :func:`register_analysis` (write your own analysis), the
-``analyses``, ``data`` and ``functional`` packages.
+Public API (docs/api.md lists it whole): :func:`load_model`, :func:`wrap`, :func:`run` (one pass), :func:`analyze`
+(one pass with every output written), :func:`compare_models`, :func:`tokens_to_grid`, :class:`Analysis` and
+:func:`register_analysis` (write your own analysis), and the packages ``analyses``, ``data``, ``engine``,
+``hooks``, ``models``, ``functional``...
 
 Importing the package is cheap: every name is imported on first use (``import torch`` alone takes seconds), so
 ``vitscope --help`` answers at once.
@@ -10,29 +11,32 @@ Importing the package is cheap: every name is imported on first use (``import to
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from vitscope._lazy import lazy_exports
 from vitscope._version import __version__
 from vitscope.errors import VitscopeError
 
-#: public name -> (module, attribute), imported on first use
-_LAZY: dict[str, tuple[str, str]] = {
-    "Analysis": ("vitscope.analyses.base", "Analysis"),
-    "Backbone": ("vitscope.models.backbone", "Backbone"),
-    "ModelSpec": ("vitscope.models.spec", "ModelSpec"),
-    "analyze": ("vitscope.workflows.analyze", "analyze"),
-    "compare_models": ("vitscope.workflows.compare", "compare_models"),  # vitscope.compare is the package
-    "Result": ("vitscope.analyses.base", "Result"),
-    "load_model": ("vitscope.models.load", "load_model"),
-    "register_analysis": ("vitscope.analyses.registry", "register_analysis"),
-    "run": ("vitscope.engine.run", "run"),
-    "tokens_to_grid": ("vitscope.hooks.tokens", "tokens_to_grid"),
-    "wrap": ("vitscope.models.wrap", "wrap"),
-}
-
 __all__ = ["Analysis", "Backbone", "ModelSpec", "Result", "VitscopeError", "__version__", "analyze",
            "compare_models", "load_model", "register_analysis", "run", "tokens_to_grid", "wrap"]
+
+#: the packages a user imports from (docs/api.md); the others are the command line's and the writer's rooms
+_SUBPACKAGES = ("analyses", "data", "engine", "errors", "explain", "features", "featviz", "functional", "hooks",
+               "masking", "models", "outputs", "train", "viz", "zoo")
+
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "Analysis": "vitscope.analyses.base",
+    "Backbone": "vitscope.models.backbone",
+    "ModelSpec": "vitscope.models.spec",
+    "Result": "vitscope.analyses.base",
+    "analyze": "vitscope.workflows.analyze",
+    "compare_models": "vitscope.workflows.compare",  # vitscope.compare is the package of its pieces
+    "load_model": "vitscope.models.load",
+    "register_analysis": "vitscope.analyses.registry",
+    "run": "vitscope.engine.run",
+    "tokens_to_grid": "vitscope.hooks.tokens",
+    "wrap": "vitscope.models.wrap",
+}, _SUBPACKAGES)
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from vitscope.analyses.base import Analysis, Result
@@ -45,21 +49,3 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from vitscope.models.wrap import wrap
     from vitscope.workflows.analyze import analyze
     from vitscope.workflows.compare import compare_models
-
-
-_SUBPACKAGES = ("analyses", "data", "engine", "functional", "hooks", "models")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _SUBPACKAGES:
-        return importlib.import_module(f"vitscope.{name}")
-    if name in _LAZY:
-        module, attribute = _LAZY[name]
-        value = getattr(importlib.import_module(module), attribute)
-        globals()[name] = value  # later lookups skip this function
-        return value
-    raise AttributeError(f"module 'vitscope' has no attribute '{name}'")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))

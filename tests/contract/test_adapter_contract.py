@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
 import pytest
 import torch
 
-from helpers.hf_factories import CNN_KINDS, TRANSFORMER_KINDS, make
+from helpers.hf_factories import kinds, make
 from vitscope import wrap
 from vitscope.hooks.names import BLOCK_SITES, UnknownHookError
 from vitscope.models.registry import registry
 
+TRANSFORMER_KINDS, CNN_KINDS = kinds(), kinds(cnn=True)  # every registered test factory, wherever it sits
 TINY = [name for name, e in registry().items() if e.builder is not None]
 TINY_CNNS = [name for name in TINY if registry()[name].family == "tiny-resnet"]
 
@@ -221,3 +227,56 @@ def test_every_registered_family_has_a_test_factory() -> None:
     for name, family in hf_families().items():
         assert family.name == name and family.kind in ("transformer", "cnn")
         assert all(alias.family == name for alias in family.aliases)
+
+
+def factories_left_out(module: types.ModuleType, factories: dict) -> list[str]:
+    """``"kind (test)"`` for every test factory that a contract test of ``module`` run on its peers (factories of
+    the same kind of model: transformers or CNNs) does not run, or ``"kind (no test)"`` when no test runs it."""
+    runs = {name: set(mark.args[1]) for name, test in vars(module).items() if name.startswith("test_")
+            for mark in getattr(test, "pytestmark", []) if mark.name == "parametrize" and mark.args[0] == "kind"}
+    left_out = []
+    for kind, (cnn, _) in factories.items():
+        peers = {k for k, (c, _) in factories.items() if c == cnn}
+        tests = [name for name, kinds_run in runs.items() if kinds_run & peers]
+        left_out += [f"{kind} ({name})" for name in tests if kind not in runs[name]]
+        if not tests:
+            left_out.append(f"{kind} (no test)")
+    return left_out
+
+
+def test_every_test_factory_runs_through_the_contract() -> None:
+    from helpers.hf_factories import FACTORIES
+
+    assert not factories_left_out(sys.modules[__name__], FACTORIES)
+
+
+APPENDED = '''
+
+@factory("appended-vit")
+def _appended_vit(kw: dict) -> torch.nn.Module:
+    return tf.ViTModel(tf.ViTConfig(**SMALL, **kw), add_pooling_layer=False)
+
+
+@factory("appended-cnn", cnn=True)
+def _appended_cnn(kw: dict) -> torch.nn.Module:
+    return tf.ResNetModel(tf.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1]))
+'''
+
+
+def test_a_factory_added_at_the_end_of_the_factories_file_is_run(monkeypatch) -> None:
+    """The contract tests run a factory wherever it sits in tests/helpers/hf_factories.py: this file, collected
+    against the factories file with two factories appended at its end, runs both."""
+    import helpers.hf_factories as factories
+
+    appended = types.ModuleType(factories.__name__)
+    appended.__file__ = factories.__file__
+    exec(compile(Path(factories.__file__).read_text() + APPENDED, factories.__file__, "exec"), appended.__dict__)
+    assert {"appended-vit", "appended-cnn"} <= set(appended.FACTORIES)
+    monkeypatch.setitem(sys.modules, factories.__name__, appended)
+    spec = importlib.util.spec_from_file_location("_adapter_contract_appended", __file__)
+    collected = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(collected)
+    assert not factories_left_out(collected, appended.FACTORIES)
+    left_out = factories_left_out(collected, {**appended.FACTORIES, "unrun": (False, None)})  # the check can fail
+    assert "unrun (test_hf_patterns_equal_eager_attention)" in left_out
+    assert all(entry.startswith("unrun (test_") for entry in left_out)

@@ -1,7 +1,9 @@
-"""Every registered analysis obeys the accumulator contract (docs/architecture.md idea 3).
+"""Every registered analysis obeys the analysis contract (docs/architecture.md, "Declared state").
 
-Parametrised over ``ANALYSES`` x the fake spec kinds each analysis supports, so a newly registered
-analysis is covered without touching this file (it must be constructible without arguments).
+Parametrised over ``ANALYSES`` and the analyses docs/extending.md registers (run from the page as written) x the
+fake spec kinds each analysis supports, so a newly registered analysis, and the form the page teaches, are
+covered without touching this file (an analysis must be constructible without arguments). Results are read
+through ``Analysis.result()``, as the engine reads them: a dict from ``compute()`` is a Result there.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vitscope.analyses import ANALYSES, GROUPS, Accumulator, Result, get_analysis
+from helpers.doc_examples import doc_analyses, registered
+from vitscope.analyses import ANALYSES, GROUPS, Analysis, Result, get_analysis
 from vitscope.analyses.registry import default_analyses
 from vitscope.hooks.names import expand_names
 
@@ -32,14 +35,24 @@ def _kinds(cls) -> list[str]:
     return fake or [kind for kind in MODEL_KINDS if cls().supports(fake_spec(kind))]
 
 
+#: the analyses docs/extending.md registers, by name: the contract holds for the form the page teaches
+DOCUMENTED = doc_analyses()
+
 CASES = [
     pytest.param(name, kind, id=f"{name}-{kind}")
-    for name, cls in sorted(ANALYSES.items())
+    for name, cls in sorted({**ANALYSES, **DOCUMENTED}.items())
     for kind in _kinds(cls)
 ]
 
 
-def make_batches(acc: Accumulator, kind: str, sizes: list[int], seed: int, start: int = 0) -> list[tuple]:
+@pytest.fixture(autouse=True, scope="module")
+def documented_analyses_registered():
+    """The page's analyses are registered while this module runs (and only then: other tests see the package's)."""
+    with registered(*DOCUMENTED.values()):
+        yield
+
+
+def make_batches(acc: Analysis, kind: str, sizes: list[int], seed: int, start: int = 0) -> list[tuple]:
     spec = fake_spec(kind)
     gen = torch.Generator().manual_seed(seed)
     out = []
@@ -49,7 +62,7 @@ def make_batches(acc: Accumulator, kind: str, sizes: list[int], seed: int, start
     return out
 
 
-def run(acc: Accumulator, batches: list[tuple]) -> Accumulator:
+def run(acc: Analysis, batches: list[tuple]) -> Analysis:
     for record, batch in batches:
         acc.update(record, batch)
     return acc
@@ -90,43 +103,43 @@ class TestAccumulatorContract:
 
     def test_merge_equals_whole(self, name: str, kind: str) -> None:
         d = self._data(name, kind)
-        whole = run(ANALYSES[name](), d["all"]).compute()
+        whole = run(ANALYSES[name](), d["all"]).result()
         assert whole.tensors, "an updated accumulator must produce tensors"
         a2 = run(ANALYSES[name](), d["x2"])
-        a2_before = a2.compute()
+        a2_before = a2.result()
         merged = run(ANALYSES[name](), d["x1"]).merge(a2)
-        assert isinstance(merged, Accumulator)
-        assert_results_equal(merged.compute(), whole)
-        assert_results_equal(a2.compute(), a2_before)  # merge leaves its argument unchanged
+        assert isinstance(merged, Analysis)
+        assert_results_equal(merged.result(), whole)
+        assert_results_equal(a2.result(), a2_before)  # merge leaves its argument unchanged
 
     def test_merge_with_empty_is_identity(self, name: str, kind: str) -> None:
         d = self._data(name, kind)
-        want = run(ANALYSES[name](), d["all"]).compute()
+        want = run(ANALYSES[name](), d["all"]).result()
         acc = run(ANALYSES[name](), d["all"])
-        assert_results_equal(acc.merge(acc.fresh()).compute(), want)
-        assert_results_equal(ANALYSES[name]().merge(run(ANALYSES[name](), d["all"])).compute(), want)
+        assert_results_equal(acc.merge(acc.fresh()).result(), want)
+        assert_results_equal(ANALYSES[name]().merge(run(ANALYSES[name](), d["all"])).result(), want)
 
     def test_pickle_round_trip(self, name: str, kind: str) -> None:
         acc = run(ANALYSES[name](), self._data(name, kind)["all"])
         clone = pickle.loads(pickle.dumps(acc))
-        assert_results_equal(clone.compute(), acc.compute())
+        assert_results_equal(clone.result(), acc.result())
 
     def test_state_dict_round_trip(self, name: str, kind: str) -> None:
         d = self._data(name, kind)
         acc = run(ANALYSES[name](), d["x1"])
         twin = acc.fresh()
         twin.load_state_dict(pickle.loads(pickle.dumps(acc.state_dict())))
-        assert_results_equal(twin.compute(), acc.compute())
+        assert_results_equal(twin.result(), acc.result())
         # the reloaded state keeps streaming exactly like the original
-        assert_results_equal(run(twin, d["x2"]).compute(), run(acc, d["x2"]).compute())
+        assert_results_equal(run(twin, d["x2"]).result(), run(acc, d["x2"]).result())
 
     def test_reset_empties(self, name: str, kind: str) -> None:
         d = self._data(name, kind)
         acc = run(ANALYSES[name](), d["x1"])
         acc.reset()
-        assert_results_equal(acc.compute(), ANALYSES[name]().compute())
-        assert_results_equal(run(acc, d["x2"]).compute(), run(ANALYSES[name](), d["x2"]).compute())
-        assert_results_equal(run(ANALYSES[name](), d["x1"]).fresh().compute(), ANALYSES[name]().compute())
+        assert_results_equal(acc.result(), ANALYSES[name]().result())
+        assert_results_equal(run(acc, d["x2"]).result(), run(ANALYSES[name](), d["x2"]).result())
+        assert_results_equal(run(ANALYSES[name](), d["x1"]).fresh().result(), ANALYSES[name]().result())
 
     def test_required_hooks_are_canonical(self, name: str, kind: str) -> None:
         spec = fake_spec(kind)
@@ -136,14 +149,17 @@ class TestAccumulatorContract:
         assert not hooks or expand_names(hooks, hook_names(spec), model=spec.name)
 
     def test_figures_carry_their_captions(self, name: str, kind: str) -> None:
-        result = run(ANALYSES[name](), self._data(name, kind)["all"]).compute()
+        result = run(ANALYSES[name](), self._data(name, kind)["all"]).result()
         stems = [f.stem for f in result.figures()]
-        assert stems and len(set(stems)) == len(stems), stems
+        assert len(set(stems)) == len(stems), stems
         assert all(f.caption and f.title and f.stem.startswith(name) for f in result.figures())
-        assert ANALYSES[name].description  # the report's paragraph for this analysis
+        if type(result).figures is not Result.figures:  # a result type that draws figures draws them
+            assert stems, f"{type(result).__name__}.figures() drew nothing"
+        assert ANALYSES[name].description and result.intro  # the report's paragraph for this analysis
+        assert any(not table.empty for table in result.tables().values())  # the report's table of its numbers
 
     def test_save_and_plot(self, name: str, kind: str, tmp_path: Path) -> None:
-        result = run(ANALYSES[name](), self._data(name, kind)["all"]).compute()
+        result = run(ANALYSES[name](), self._data(name, kind)["all"]).result()
         # every tensor names its dimensions (result.to_frame, the CSV tables)
         unnamed = {k: result.dims(k) for k in result.tensors if any(d.startswith("dim") for d in result.dims(k))}
         assert not unnamed, f"declare the dimensions of {unnamed} in {type(result).__name__}.DIMS"
@@ -159,6 +175,7 @@ class TestAccumulatorContract:
 def test_every_registered_analysis_and_kind_is_covered() -> None:
     assert {p.values[1] for p in CASES} == set(SPEC_KINDS) | set(MODEL_KINDS)
     assert {p.values[0] for p in CASES} == set(ANALYSES)  # the masking analyses included
+    assert DOCUMENTED and set(DOCUMENTED) <= set(ANALYSES), "the analysis docs/extending.md shows is in the suite"
 
 
 def test_get_analysis_unknown_name_suggests() -> None:
@@ -197,12 +214,12 @@ def test_merge_of_a_random_split_equals_the_whole(name: str, kind: str, sizes: l
     """Batches of random sizes split at a random batch boundary (how ranks and resumed runs divide the work)."""
     cut = min(cut, len(sizes) - 1)
     batches = make_batches(ANALYSES[name](), kind, sizes, seed)
-    whole = run(ANALYSES[name](), batches).compute()
+    whole = run(ANALYSES[name](), batches).result()
     merged = run(ANALYSES[name](), batches[:cut]).merge(run(ANALYSES[name](), batches[cut:]))
-    assert_results_equal(merged.compute(), whole)
+    assert_results_equal(merged.result(), whole)
 
 
-@pytest.mark.parametrize("name", sorted(ANALYSES))
+@pytest.mark.parametrize("name", sorted({**ANALYSES, **DOCUMENTED}))
 def test_every_parameter_is_documented_for_analyze_params_of(name: str) -> None:
     """``vitscope analyze --params-of NAME`` prints each parameter with its default and what it means."""
     from typer.testing import CliRunner

@@ -11,7 +11,7 @@ from PIL import Image
 
 import vitscope
 import vitscope.functional as F
-from helpers.hf_factories import CNN_KINDS, TRANSFORMER_KINDS, make
+from helpers.hf_factories import kinds, make
 from vitscope import wrap
 from vitscope.analyses import AlignedAttention, attention_suite, default_analyses
 from vitscope.analyses.attention.suite import NoAttentionError
@@ -22,6 +22,7 @@ from vitscope.models.registry import registry
 # offline tiny models (zoo entries share tiny-vit's architecture and need built weights)
 TINY = [name for name, e in registry().items() if e.builder is not None and not getattr(e, "zoo", False)]
 TINY_VITS = [t for t in TINY if not t.endswith("resnet")]
+TRANSFORMER_KINDS, CNN_KINDS = kinds(), kinds(cnn=True)  # every registered test factory
 NUM_IMAGES = 3
 
 

@@ -1,4 +1,5 @@
-"""Every registered analysis gives the same numbers whatever the batch size, process split and resume point.
+"""Every registered analysis (and the one docs/extending.md shows) gives the same numbers whatever the batch
+size, process split and resume point.
 
 A real pass (the engine, the tiny zoo's classifiers, a synthetic COCO world with labels and masks) of every
 analysis at ``-b`` 16, 7, 3 and 1, and a run stopped after two batches and resumed with another batch size, must
@@ -19,6 +20,7 @@ import pytest
 import torch
 
 import vitscope
+from helpers.doc_examples import doc_analyses, registered
 from vitscope.analyses import ANALYSES
 from vitscope.data.synthetic.write import synthesize
 from vitscope.engine.state import STOP_AFTER_ENV
@@ -34,6 +36,16 @@ LIGHT: dict[str, dict[str, Any]] = {
 MODELS = {"vit": "tiny-vit-sup", "cnn": "tiny-resnet-sup"}
 BATCH_SIZES = (16, 7, 3, 1)  # 7: batches of 4 images or more that cut minibatches
 RTOL = 1e-5
+
+
+#: the analyses docs/extending.md registers (run from the page as written): batching moves none of their numbers
+DOCUMENTED = doc_analyses()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def documented_analyses_registered():
+    with registered(*DOCUMENTED.values()):
+        yield
 
 
 def analyses_for(backbone) -> list:
@@ -111,7 +123,7 @@ def test_every_analysis_gives_the_numbers_of_batch_16(runs, kind: str, batch_siz
 
 def test_every_registered_analysis_ran(runs) -> None:
     ran = {name for by_size in runs.values() for name in by_size[16]}
-    assert ran == set(ANALYSES)
+    assert ran == set(ANALYSES) and set(DOCUMENTED) <= ran
     empty = [f"{kind}: {name}" for kind, by_size in runs.items() for name, r in by_size[16].items() if not r.tensors]
     assert not empty, f"no numbers to compare (the data must suit every analysis): {empty}"
     cka = runs["vit"][16]["cka"]

@@ -28,11 +28,20 @@ FACTORIES: dict[str, tuple[bool, Callable[[dict], torch.nn.Module]]] = {}
 
 
 def factory(kind: str, cnn: bool = False):
-    """Register the tiny-model builder of ``kind`` (a new HF family adds one of these, beside its descriptor)."""
+    """Register the tiny-model builder of ``kind`` (a new HF family adds one of these, beside its descriptor);
+    the adapter contract tests run every registered kind (:func:`kinds`), wherever the factory sits."""
     def register(build: Callable[[dict], torch.nn.Module]) -> Callable[[dict], torch.nn.Module]:
+        if kind in FACTORIES:
+            raise ValueError(f"a test factory for {kind!r} is already registered")
         FACTORIES[kind] = (cnn, build)
         return build
     return register
+
+
+def kinds(cnn: bool = False) -> list[str]:
+    """The registered transformer kinds (CNN kinds with ``cnn``), in registration order: read when a test module
+    is collected, after every factory of this file has registered (a list built here would miss the ones below)."""
+    return [kind for kind, (is_cnn, _) in FACTORIES.items() if is_cnn == cnn]
 
 
 def make(kind: str, attn_implementation: str | None = None) -> torch.nn.Module:
@@ -128,6 +137,3 @@ def _convnext(kw: dict) -> torch.nn.Module:
     return tf.ConvNextForImageClassification(tf.ConvNextConfig(hidden_sizes=[8, 16], depths=[1, 1], num_stages=2,
                                                                num_labels=5))
 
-
-TRANSFORMER_KINDS = [kind for kind, (cnn, _) in FACTORIES.items() if not cnn]
-CNN_KINDS = [kind for kind, (cnn, _) in FACTORIES.items() if cnn]

@@ -2,36 +2,20 @@
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
 import vitscope
-from vitscope.analyses import registry as _registry
+from helpers.doc_examples import registries_kept, snippet
 from vitscope.models import family as _family
-
-DOC = Path(__file__).resolve().parents[2] / "docs" / "extending.md"
-
-
-def snippet(first_line: str) -> str:
-    """The fenced python block of the doc whose first line is ``first_line``."""
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
-    found = [b for b in blocks if b.splitlines()[0].strip() == first_line]
-    assert len(found) == 1, f"docs/extending.md has {len(found)} blocks starting with {first_line!r}"
-    return found[0]
 
 
 @pytest.fixture
 def clean_registries():
-    analyses, groups, families = dict(_registry._ANALYSES), dict(_registry._GROUPS), dict(_family._FAMILIES)
-    yield
-    for live, saved in ((_registry._ANALYSES, analyses), (_registry._GROUPS, groups), (_family._FAMILIES, families)):
-        live.clear()
-        live.update(saved)
+    with registries_kept():
+        yield
 
 
 def test_the_analysis_example_runs_as_written(clean_registries) -> None:

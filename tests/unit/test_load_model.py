@@ -149,17 +149,16 @@ def test_import_does_not_pull_torchvision():
 
 def test_spec_says_where_its_preprocessing_comes_from(tmp_path, monkeypatch):
     """Checkpoint processor, family default, registered alias, built-in: ``spec.preprocessing`` names the source."""
-    from vitscope.models.entry import ModelEntry
+    from vitscope.models import ModelEntry, register_model
     from vitscope.models.families._common import DINO
-    from vitscope.models.registry import register
 
     make("vit").save_pretrained(tmp_path)
     bare = vitscope.load_model(str(tmp_path)).spec
     assert bare.preprocessing.startswith("family default (no preprocessor_config.json")
     assert bare.image_size == (32, 32)  # config.json's size
     monkeypatch.setattr("vitscope.models.registry._REGISTRY", dict(registry()))  # the alias lives in this test only
-    register(ModelEntry("test-alias", "vit", 2, 2, 32, 8, ("cls",), str(tmp_path), {**DINO, "image_size": (48, 48),
-                                                                                      "resize_size": 56}))
+    register_model(ModelEntry("test-alias", "vit", 2, 2, 32, 8, ("cls",), str(tmp_path),
+                              {**DINO, "image_size": (48, 48), "resize_size": 56}))
     alias = vitscope.load_model("test-alias").spec
     assert alias.preprocessing.startswith("alias test-alias") and alias.image_size == (48, 48)
     assert alias.grid == (6, 6) and alias.resize_size == 56

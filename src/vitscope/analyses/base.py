@@ -15,7 +15,7 @@ import torch
 
 from vitscope.analyses.batch import Batch, thumbnails
 from vitscope.analyses.data_checks import DataFacts, missing_targets
-from vitscope.analyses.result import Figure, Result
+from vitscope.analyses.result import Figure, Result, as_result
 from vitscope.analyses.state import StateSpec, merge_states
 from vitscope.errors import VitscopeKeyError, VitscopeRuntimeError, VitscopeTypeError, VitscopeValueError
 from vitscope.models.spec import ModelSpec
@@ -33,8 +33,8 @@ class Analysis(ABC):
     read and written as plain attributes (``self.total += x``). The arguments an analysis was constructed
     with are kept in :attr:`params` (they key resumable state and label results).
 
-    ``compute()`` returns a :class:`Result`, or a plain dict that the engine wraps into one (tensors become
-    the result's tensors, everything else its metadata).
+    ``compute()`` returns a :class:`Result`, or a plain dict; :meth:`result` (what the engine and the contract
+    tests call) wraps a dict into a Result (tensors and numbers become its tensors, everything else its metadata).
 
     Example::
 
@@ -203,6 +203,15 @@ class Analysis(ABC):
     def compute(self) -> Result | Mapping[str, Any]:
         """The result of everything added so far (an empty analysis gives a result without tensors)."""
         ...
+
+    def result(self) -> Result:
+        """:meth:`compute` as a :class:`Result` named after this analysis: a dict is wrapped
+        (:func:`~vitscope.analyses.result.as_result`), and the report's paragraph is the class's
+        :attr:`description` unless the result brings its own."""
+        result = as_result(self.name, self.compute())
+        if not result.intro:
+            result.intro = type(self).description
+        return result
 
     def stream_hooks(self, spec: ModelSpec) -> list[str]:
         """Hook names (patterns allowed) fed to :meth:`update_hook` the moment the model makes them (default

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from vitscope.atomic import atomic_path, write_text_atomic
-from vitscope.errors import VitscopeKeyError, VitscopeValueError
+from vitscope.errors import VitscopeKeyError, VitscopeTypeError, VitscopeValueError
 from vitscope.strict_json import dumps
 from vitscope.viz.labels import display_name, sentence_case
 
 if TYPE_CHECKING:
     from vitscope.viz.charts import Chart
 
-__all__ = ["DIMS_KEY", "LABELS", "SMALL", "Figure", "Result", "SummaryResult", "png_path"]
+__all__ = ["DIMS_KEY", "LABELS", "SMALL", "Figure", "Result", "SummaryResult", "as_result", "png_path"]
 
 #: tensors with at most this many elements go to results.json and the CSV tables; larger ones to ``.npz``
 SMALL = 4096
@@ -328,3 +328,28 @@ class SummaryResult(Result):
 
     def figures(self) -> list[Figure]:
         return list(self._figures)
+
+
+def as_result(name: str, computed: Result | Mapping[str, Any]) -> Result:
+    """A :class:`Result` from what ``compute()`` returned: a Result as is, or a plain dict (the form
+    docs/extending.md shows) whose tensors, and numbers as float64 tensors, become the result's tensors and
+    everything else its metadata (``"dims"`` names the tensors' dimensions, :data:`DIMS_KEY`).
+
+    Raises:
+        VitscopeTypeError: ``computed`` is neither a Result nor a mapping.
+    """
+    if isinstance(computed, Result):
+        return computed
+    if not isinstance(computed, Mapping):
+        raise VitscopeTypeError(f"analysis '{name}': compute() returned a {type(computed).__name__}; return a Result "
+                                "or a dict of tensors and metadata")
+    tensors: dict[str, torch.Tensor] = {}
+    meta: dict[str, Any] = {}
+    for key, value in computed.items():
+        if isinstance(value, torch.Tensor):
+            tensors[key] = value
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            tensors[key] = torch.tensor(value, dtype=torch.float64)
+        else:
+            meta[key] = value
+    return Result(name=name, tensors=tensors, meta=meta)

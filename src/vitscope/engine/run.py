@@ -30,13 +30,13 @@ from vitscope.engine.distributed import barrier, collectives, gather_lists, shar
 from vitscope.engine.settings import progress_bar, resolve_device, resolve_dtype
 from vitscope.engine.state import Checkpoint, interrupt_guard, run_checkpoint
 from vitscope.engine.streaming import StreamPlan, in_block_order, stream_plan, warn_if_patterns_do_not_fit
-from vitscope.errors import DegenerateDataError, VitscopeRuntimeError, VitscopeTypeError, VitscopeValueError
+from vitscope.errors import DegenerateDataError, VitscopeRuntimeError, VitscopeValueError
 from vitscope.features.rowstore import private_rows_under
 from vitscope.functional.attention_blocks import Workspace
 from vitscope.hooks.names import expand_names
 from vitscope.models.backbone import Backbone
 
-__all__ = ["EmptyRunError", "Results", "as_result", "refuse_data", "required_hook_names", "resolve_device",
+__all__ = ["EmptyRunError", "Results", "refuse_data", "required_hook_names", "resolve_device",
            "resolve_dtype", "run"]
 
 
@@ -81,34 +81,6 @@ class Results(Mapping[str, Result]):
                  f"data: {self.data.get('name', '')}" if self.data else ""]
         return cards_html("vitscope results", [line for line in lines if line],
                           [r._repr_html_() for r in self.results.values()])
-
-
-def as_result(name: str, computed: Result | Mapping[str, Any]) -> Result:
-    """A :class:`Result` from what ``compute()`` returned: a Result as is, or a plain dict whose tensors (and
-    numbers, as float64 tensors) become the result's tensors and everything else its metadata."""
-    if isinstance(computed, Result):
-        return computed
-    if not isinstance(computed, Mapping):
-        raise VitscopeTypeError(f"analysis '{name}': compute() returned a {type(computed).__name__}; return a Result "
-                                "or a dict of tensors and metadata")
-    tensors: dict[str, torch.Tensor] = {}
-    meta: dict[str, Any] = {}
-    for key, value in computed.items():
-        if isinstance(value, torch.Tensor):
-            tensors[key] = value
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            tensors[key] = torch.tensor(value, dtype=torch.float64)
-        else:
-            meta[key] = value
-    return Result(name=name, tensors=tensors, meta=meta)
-
-
-def _finish(analysis: Analysis) -> Result:
-    """The analysis's result, with its description as the report's intro."""
-    result = as_result(analysis.name, analysis.compute())
-    if not result.intro:
-        result.intro = type(analysis).description
-    return result
 
 
 def required_hook_names(backbone: Backbone, analyses: Sequence[Analysis]) -> list[str]:
@@ -358,7 +330,7 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
             skipped = sorted(gather_lists(skipped, shard), key=lambda s: s.path)
     if seen == 0:
         raise EmptyRunError(f"no readable image among {total} files ({len(skipped)} skipped)")
-    results = {a.name: _finish(a) for a in analyses}
+    results = {a.name: a.result() for a in analyses}
     if shard.world > 1:
         with collectives(shard):
             barrier()  # every process has read the shared row shards before rank 0 may remove them at exit

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from vitscope.models.entry import ModelEntry
 
-__all__ = ["ENTRY_POINT_GROUP", "ModelEntry", "register", "registry"]
+__all__ = ["ENTRY_POINT_GROUP", "ModelEntry", "register_model", "registry"]
 
 
 def _entries() -> list[ModelEntry]:
@@ -54,6 +54,6 @@ def registry() -> dict[str, ModelEntry]:
     return _REGISTRY
 
 
-def register(entry: ModelEntry) -> None:
+def register_model(entry: ModelEntry) -> None:
     """Add a model name at run time (packages add theirs through the ``vitscope.models`` entry points)."""
     registry()[entry.name] = entry
