@@ -7,6 +7,7 @@ the form the page teaches is the form that is tested.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import sys
 import types
@@ -44,8 +45,10 @@ def registries_kept() -> Iterator[None]:
             live.update(before)
 
 
+@functools.cache
 def doc_analyses(doc: Path = DOC) -> dict[str, type[Analysis]]:
-    """Every analysis the python blocks of ``doc`` register, by name.
+    """Every analysis the python blocks of ``doc`` register, by name (run once per process, so every test module
+    sees the same classes, the ones ``sys.modules`` holds).
 
     Each block that calls ``register_analysis`` runs as written, as the body of a module of its own (in
     ``sys.modules``, so its classes pickle as a user's module's would); the registries are left as they were.
