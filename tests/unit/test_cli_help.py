@@ -70,3 +70,30 @@ def test_params_of_names_an_unknown_analysis_in_one_line() -> None:
 
     out = CliRunner().invoke(app, ["analyze", "--params-of", "knn_prob"])
     assert out.exit_code == 2 and "Did you mean 'knn_probe'" in out.output and "Traceback" not in out.output
+
+
+def test_every_command_takes_import():
+    import typer
+
+    def leaves(command) -> list:
+        subcommands = getattr(command, "commands", None)
+        return [leaf for sub in subcommands.values() for leaf in leaves(sub)] if subcommands else [command]
+
+    commands = leaves(typer.main.get_command(app))
+    assert len(commands) >= 12 and {"analyze", "analyses", "list", "guided-mae"} <= {c.name for c in commands}
+    for command in commands:
+        assert any("--import" in p.opts for p in command.params), command.name
+    assert "--import MODULE" in _help("probe")
+
+
+def test_the_list_of_analyses_is_read_without_torch():
+    """``analyze --help`` lists the built-ins from their source: torch (seconds to import) stays out."""
+    import subprocess
+    import sys
+
+    probe = ("import sys\nfrom vitscope.cli.main import app\ntry:\n"
+             "    app(['analyze', '--help'], prog_name='vitscope')\nexcept SystemExit:\n    pass\n"
+             "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("[]"), proc.stdout + proc.stderr
+    assert "  cls_attention_maps " in proc.stdout and "[needs a classifier head, labels; opt-in]" in proc.stdout

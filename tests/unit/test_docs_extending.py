@@ -27,7 +27,7 @@ def snippet(first_line: str) -> str:
 
 @pytest.fixture
 def clean_registries():
-    analyses, groups, families = dict(_registry._ANALYSES), dict(_registry._GROUPS), dict(_family._FAMILIES)
+    analyses, groups, families = dict(_registry.ANALYSES), dict(_registry.GROUPS), dict(_family._FAMILIES)  # loaded
     yield
     for live, saved in ((_registry._ANALYSES, analyses), (_registry._GROUPS, groups), (_family._FAMILIES, families)):
         live.clear()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,6 @@ from typing import Any
 
 __all__ = ["Declared", "DeclarationError", "declared_analyses"]
 
-_PACKAGE = Path(__file__).resolve().parent
 _PREFIX = f"{__package__}."
 
 
@@ -59,12 +59,18 @@ def declared_analyses() -> list[Declared]:
     return sorted(found, key=lambda d: (d.order is None, d.order or 0))
 
 
+def _roots() -> list[Path]:
+    """The package's folders (its ``__path__``, as the import of its modules searches them)."""
+    return [Path(root) for root in sys.modules[__package__].__path__]
+
+
 def _modules() -> Iterator[str]:
     """Modules of the package that mention the decorator, in file order (only those are parsed)."""
-    for path in sorted(_PACKAGE.rglob("*.py")):
-        if "register_analysis(" in path.read_text(encoding="utf-8"):
-            parts = path.relative_to(_PACKAGE).with_suffix("").parts
-            yield _PREFIX + ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    for root in _roots():
+        for path in sorted(root.rglob("*.py")):
+            if "register_analysis(" in path.read_text(encoding="utf-8"):
+                parts = path.relative_to(root).with_suffix("").parts
+                yield _PREFIX + ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 @functools.cache
@@ -72,9 +78,12 @@ def _tree(module: str) -> ast.Module | None:
     """The syntax tree of a module of this package (None for other modules)."""
     if not module.startswith(_PREFIX):
         return None
-    path = _PACKAGE.joinpath(*module.removeprefix(_PREFIX).split("."))
-    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
-    return ast.parse(path.read_text(encoding="utf-8"), str(path)) if path.is_file() else None
+    for root in _roots():
+        path = root.joinpath(*module.removeprefix(_PREFIX).split("."))
+        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        if path.is_file():
+            return ast.parse(path.read_text(encoding="utf-8"), str(path))
+    return None
 
 
 def _literal(node: ast.expr, where: str) -> Any:

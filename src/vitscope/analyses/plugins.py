@@ -25,8 +25,6 @@ __all__ = ["ENTRY_POINT_GROUP", "PluginImportError", "analysis_entry_points", "i
 #: it) whose import registers them, e.g. ``token_norm = "my_lab.token_norm"``
 ENTRY_POINT_GROUP = "vitscope.analyses"
 
-_PACKAGE = Path(__file__).resolve().parent
-
 #: resolved path of a ``.py`` file -> its module, so that naming a file twice imports it once
 _FILES: dict[Path, ModuleType] = {}
 
@@ -38,7 +36,7 @@ class PluginImportError(VitscopeError, ImportError):
 def import_builtins() -> None:
     """Import every module of the analyses package: each built-in analysis registers where it is defined, so no
     list names them."""
-    for module in pkgutil.walk_packages([str(_PACKAGE)], f"{__package__}."):
+    for module in pkgutil.walk_packages(sys.modules[__package__].__path__, f"{__package__}."):
         importlib.import_module(module.name)
 
 

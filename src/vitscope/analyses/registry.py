@@ -16,7 +16,9 @@ then in registration order.
 from __future__ import annotations
 
 import difflib
+import os
 import re
+import sys
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -96,6 +98,17 @@ def _reorder() -> None:
     _GROUPS.update({group: tuple(members) for group, members in groups.items()})
 
 
+def _same_class(a: type, b: type) -> bool:
+    """Whether two classes are one class imported twice: the same name in the same module, or in the same file
+    imported under two module names (``--import my_lab/token_norm.py`` and an entry point ``my_lab.token_norm``)."""
+    if a.__qualname__ != b.__qualname__:
+        return False
+    if a.__module__ == b.__module__:
+        return True
+    files = [getattr(sys.modules.get(c.__module__), "__file__", None) for c in (a, b)]
+    return None not in files and os.path.realpath(files[0]) == os.path.realpath(files[1])
+
+
 def register_analysis(name: str, *, groups: Collection[str] = (), default: bool = True,
                       order: int | None = None) -> Callable[[A], A]:
     """Class decorator: make an :class:`~vitscope.analyses.base.Analysis` available by ``name``.
@@ -126,7 +139,7 @@ def register_analysis(name: str, *, groups: Collection[str] = (), default: bool 
         if not cls.__module__.startswith(f"{__package__}."):
             _load()  # another package's name is checked against every built-in one
         held = _ANALYSES.get(name)
-        if held is not None and (held.__module__, held.__qualname__) != (cls.__module__, cls.__qualname__):
+        if held is not None and not _same_class(held, cls):
             raise VitscopeValueError(f"analysis name {name!r} is already registered by "
                                      f"{held.__module__}.{held.__qualname__}")
         if name in _GROUPS:

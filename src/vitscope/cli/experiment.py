@@ -8,8 +8,8 @@ import typer
 
 from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors
-from vitscope.cli.imports import CommandLine
 from vitscope.cli.help_text import FIGURE_FILES_HELP, IMAGE_SIZE_HELP
+from vitscope.cli.imports import CommandLine
 from vitscope.cli.numbers import shown
 
 experiment_app = CommandLine(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
