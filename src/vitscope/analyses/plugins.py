@@ -12,11 +12,14 @@ import importlib
 import importlib.util
 import pkgutil
 import sys
-from importlib.metadata import EntryPoint
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from vitscope.errors import VitscopeError
+
+if TYPE_CHECKING:  # pragma: no cover - importlib.metadata takes tens of ms: imported when entry points are read
+    from importlib.metadata import EntryPoint
 
 __all__ = ["ENTRY_POINT_GROUP", "PluginImportError", "analysis_entry_points", "import_analyses", "import_builtins",
            "import_entry_points"]
