@@ -38,7 +38,7 @@ def test_two_processes_give_the_committed_numbers(tmp_path_factory, tmp_path) ->
     from golden.execute import write_data
     from golden.runs import RUNS, fixture, normalised
 
-    run = next(r for r in RUNS if r.name == "analyze_groups")  # 12 images in batches of 4: each rank reads 6 (batches of 4 and 2)
+    run = next(r for r in RUNS if r.name == "analyze_groups")  # 12 images: each rank reads 6, in batches of 4 and 2
     roots = write_data(tmp_path_factory.mktemp("golden"), set(run.data))
     out = tmp_path / "two"
     proc = _torchrun(*run.args(roots, out))

@@ -36,7 +36,9 @@ def snippet(first_line: str, doc: Path = DOC) -> str:
 @contextlib.contextmanager
 def registries_kept() -> Iterator[None]:
     """Leave the analysis, group and family registries as they were when the block ends."""
-    saved = [(live, dict(live)) for live in (_registry._ANALYSES, _registry._GROUPS, _family._FAMILIES)]
+    saved = [(live, dict(view)) for live, view in ((_registry._ANALYSES, _registry.ANALYSES),  # read: loaded
+                                                   (_registry._GROUPS, _registry.GROUPS),
+                                                   (_family._FAMILIES, _family._FAMILIES))]
     try:
         yield
     finally:
@@ -60,7 +62,7 @@ def doc_analyses(doc: Path = DOC) -> dict[str, type[Analysis]]:
         module = types.ModuleType(f"_docs_{doc.stem}_block_{number}")
         sys.modules[module.__name__] = module
         with registries_kept():
-            before = dict(_registry._ANALYSES)
+            before = dict(_registry.ANALYSES)
             exec(compile(block, f"{doc.name} (python block {number})", "exec"), module.__dict__)
             found.update({name: cls for name, cls in _registry._ANALYSES.items() if before.get(name) is not cls})
     return found

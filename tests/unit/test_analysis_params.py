@@ -101,6 +101,8 @@ def test_registration_refuses_a_taken_name_and_bad_names() -> None:
         register_analysis("cka")(type("OtherCKA", (MeanActivation,), {}))
     with pytest.raises(ValueError, match="lower case"):
         register_analysis("Bad-Name")
+    with pytest.raises(ValueError, match="order of analysis 'late_one' must be an integer"):
+        register_analysis("late_one", order="late")
     with pytest.raises(ValueError, match="already the name of a group"):
         register_analysis("probes")(type("Probes", (MeanActivation,), {}))
     with pytest.raises(ValueError, match="Analysis subclasses"):

@@ -15,7 +15,7 @@ from vitscope.analyses import registry as _registry
 @pytest.fixture
 def clean_registry():
     """Registrations made by a test do not outlive it."""
-    analyses, groups = dict(_registry._ANALYSES), dict(_registry._GROUPS)
+    analyses, groups = dict(_registry.ANALYSES), dict(_registry.GROUPS)  # reading them loads the built-ins
     yield
     _registry._ANALYSES.clear()
     _registry._ANALYSES.update(analyses)

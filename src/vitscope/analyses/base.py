@@ -55,7 +55,12 @@ class Analysis(ABC):
     name: ClassVar[str] = "analysis"
     #: one paragraph for the report: what the analysis measures and how to read it
     description: ClassVar[str] = ""
+    #: one line for ``vitscope analyses`` and ``analyze --help`` (default: the first sentence of the description)
+    summary: ClassVar[str] = ""
+    #: reads attention patterns (a CNN has none; tiled inputs cannot record them)
     needs_attention: ClassVar[bool] = False
+    #: runs on transformers only, without reading attention (their sublayers, say)
+    needs_transformer: ClassVar[bool] = False
     #: ground-truth keys (``batch.targets``) the default configuration needs, e.g. ``("masks",)``
     required_targets: ClassVar[tuple[str, ...]] = ()
     #: constructor arguments that do not change the numbers (left out of the resume key and merge checks)
@@ -292,7 +297,7 @@ class Analysis(ABC):
             transformer_hook_names,
         )
 
-        if self.needs_attention and not spec.is_transformer:
+        if (self.needs_attention or self.needs_transformer) and not spec.is_transformer:
             return False
         valid = transformer_hook_names(spec.num_blocks) if spec.is_transformer else cnn_hook_names(spec.num_blocks)
         try:

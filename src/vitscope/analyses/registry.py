@@ -7,15 +7,19 @@ discover analyses here and nowhere else. Adding one is one file::
     class TokenNorm(vitscope.Analysis):
         ...
 
-Registration order is the order of the defaults (and of their results).
+The first read of :data:`ANALYSES` or :data:`GROUPS` imports every module of the analyses package and the
+plug-ins of the ``vitscope.analyses`` entry points (:mod:`vitscope.analyses.plugins`), so no list names the
+analyses. They are kept in the order of their ``order=`` (the order of the defaults and of their results),
+then in registration order.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 import re
-from collections.abc import Callable, Collection, Mapping
-from types import MappingProxyType
+import sys
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, TypeVar
 
 from vitscope.analyses.base import Analysis
@@ -29,22 +33,92 @@ __all__ = ["ANALYSES", "GROUPS", "cannot_run_error", "default_analyses", "expand
 _ANALYSES: dict[str, type[Analysis]] = {}
 _GROUPS: dict[str, tuple[str, ...]] = {}
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_LOADED = False
 
-#: name -> analysis class, in registration order (a live, read-only view).
-ANALYSES: Mapping[str, type[Analysis]] = MappingProxyType(_ANALYSES)
-#: group -> member names (``--analyses attention``), in registration order (a live, read-only view).
-GROUPS: Mapping[str, tuple[str, ...]] = MappingProxyType(_GROUPS)
+
+def _load() -> None:
+    """Import the built-in analyses and the entry points' plug-ins, once: each registers where it is defined."""
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True  # first: the modules imported below register through the decorator, which reads the tables
+    from vitscope.analyses.plugins import import_builtins, import_entry_points
+
+    import_builtins()
+    import_entry_points()
+
+
+class _Loaded(Mapping):
+    """A read-only view of a registry table whose first read imports every analysis (:func:`_load`)."""
+
+    def __init__(self, table: dict[str, Any]) -> None:
+        self._table = table
+
+    def __getitem__(self, key: str) -> Any:
+        _load()
+        return self._table[key]
+
+    def __iter__(self) -> Iterator[str]:
+        _load()
+        return iter(self._table)
+
+    def __len__(self) -> int:
+        _load()
+        return len(self._table)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+#: name -> analysis class, by ``order`` then registration (a live, read-only view).
+ANALYSES: Mapping[str, type[Analysis]] = _Loaded(_ANALYSES)
+#: group -> member names (``--analyses attention``), in the order of :data:`ANALYSES` (a live, read-only view).
+GROUPS: Mapping[str, tuple[str, ...]] = _Loaded(_GROUPS)
 
 A = TypeVar("A", bound=type[Analysis])
 
 
-def register_analysis(name: str, *, groups: Collection[str] = (), default: bool = True) -> Callable[[A], A]:
+def _place(cls: type[Analysis]) -> tuple[bool, int]:
+    """Sort key of a registered class: those with an ``order`` first, by it; the sort is stable, so registration
+    order decides the rest."""
+    order = getattr(cls, "order", None)
+    return order is None, order or 0
+
+
+def _reorder() -> None:
+    """Sort :data:`ANALYSES` by :func:`_place` and rebuild the groups from their members, in that order."""
+    ordered = sorted(_ANALYSES.items(), key=lambda item: _place(item[1]))
+    _ANALYSES.clear()
+    _ANALYSES.update(ordered)
+    groups: dict[str, list[str]] = {}
+    for name, cls in ordered:
+        for group in cls.groups:
+            groups.setdefault(group, []).append(name)
+    _GROUPS.clear()
+    _GROUPS.update({group: tuple(members) for group, members in groups.items()})
+
+
+def _same_class(a: type, b: type) -> bool:
+    """Whether two classes are one class imported twice: the same name in the same module, or in the same file
+    imported under two module names (``--import my_lab/token_norm.py`` and an entry point ``my_lab.token_norm``)."""
+    if a.__qualname__ != b.__qualname__:
+        return False
+    if a.__module__ == b.__module__:
+        return True
+    files = [getattr(sys.modules.get(c.__module__), "__file__", None) for c in (a, b)]
+    return None not in files and os.path.realpath(files[0]) == os.path.realpath(files[1])
+
+
+def register_analysis(name: str, *, groups: Collection[str] = (), default: bool = True,
+                      order: int | None = None) -> Callable[[A], A]:
     """Class decorator: make an :class:`~vitscope.analyses.base.Analysis` available by ``name``.
 
     Args:
         name: lower-case identifier used by ``--analyses``, ``results.json`` and the report.
         groups: group names that include it (``--analyses attention`` runs every member that can run).
         default: part of ``vitscope analyze`` without ``--analyses`` (when the model and data support it).
+        order: where it stands in listings, among the defaults and in the results (lower first); None: after
+            every analysis that has one, in registration order.
 
     Raises:
         ValueError: a bad name, a class that is not an Analysis, or a name another class already holds.
@@ -55,26 +129,30 @@ def register_analysis(name: str, *, groups: Collection[str] = (), default: bool 
     bad = [g for g in groups if not _NAME.match(g)]
     if bad:
         raise VitscopeValueError(f"group names {bad} must be lower case letters, digits and '_'")
+    if order is not None and (isinstance(order, bool) or not isinstance(order, int)):
+        raise VitscopeValueError(f"order of analysis {name!r} must be an integer or None, got {order!r}")
 
     def decorate(cls: A) -> A:
         if not (isinstance(cls, type) and issubclass(cls, Analysis)):
             raise VitscopeValueError(f"@register_analysis({name!r}) decorates vitscope.Analysis subclasses, got "
                                      f"{cls!r}")
+        if not cls.__module__.startswith(f"{__package__}."):
+            _load()  # another package's name is checked against every built-in one
         held = _ANALYSES.get(name)
-        if held is not None and (held.__module__, held.__qualname__) != (cls.__module__, cls.__qualname__):
+        if held is not None and not _same_class(held, cls):
             raise VitscopeValueError(f"analysis name {name!r} is already registered by "
                                      f"{held.__module__}.{held.__qualname__}")
         if name in _GROUPS:
             raise VitscopeValueError(f"analysis name {name!r} is already the name of a group")
+        clash = [group for group in groups if group in _ANALYSES]
+        if clash:
+            raise VitscopeValueError(f"group name {clash[0]!r} is already the name of an analysis")
         cls.name = name
         cls.groups = tuple(groups)
         cls.default = bool(default)
+        cls.order = order
         _ANALYSES[name] = cls
-        for group in groups:
-            if group in _ANALYSES:
-                raise VitscopeValueError(f"group name {group!r} is already the name of an analysis")
-            members = _GROUPS.get(group, ())
-            _GROUPS[group] = members if name in members else (*members, name)
+        _reorder()
         return cls
 
     return decorate
@@ -83,8 +161,8 @@ def register_analysis(name: str, *, groups: Collection[str] = (), default: bool 
 def unknown_analysis(name: str, known: Collection[str] | None = None, groups: Collection[str] | None = None
                      ) -> ValueError:
     """The one-line error for an unknown analysis name: the closest known name or group, then all of them."""
-    names = sorted(_ANALYSES if known is None else known)
-    group_names = sorted(_GROUPS if groups is None else groups)
+    names = sorted(ANALYSES if known is None else known)
+    group_names = sorted(GROUPS if groups is None else groups)
     close = difflib.get_close_matches(str(name), names + group_names, n=1, cutoff=0.4)
     hint = f" Did you mean '{close[0]}'?" if close else ""
     listed = f" Groups: {', '.join(group_names)}." if group_names else ""
@@ -98,7 +176,7 @@ def get_analysis(name: str, **kwargs: Any) -> Analysis:
         ValueError: unknown name; the one-line message suggests the closest name and lists all.
     """
     try:
-        cls = _ANALYSES[name]
+        cls = ANALYSES[name]
     except KeyError:
         raise unknown_analysis(name) from None
     return cls(**kwargs)
@@ -150,10 +228,10 @@ def expand_group(group: str, spec: ModelSpec, targets: Collection[str] | None = 
     Raises:
         ValueError: unknown group, or no member can run (the message gives the first member's reason).
     """
-    if group not in _GROUPS:
+    if group not in GROUPS:
         raise unknown_analysis(group)
     targets = frozenset(targets or ())
-    members = [(make or get_analysis)(name) for name in _GROUPS[group]]
+    members = [(make or get_analysis)(name) for name in GROUPS[group]]
     chosen = [a for a in members if why_cannot_run(a, spec, targets, data) is None]
     if not chosen:
         raise VitscopeValueError(f"no analysis of the '{group}' group can run: "
@@ -183,7 +261,7 @@ def skipped_defaults(spec: ModelSpec, targets: Collection[str] | None = None,
     """Default analyses that cannot run on ``spec`` and the data: name -> short reason (:func:`why_skipped`), in
     registration order; :func:`default_analyses` runs the others."""
     have = frozenset(targets or ())
-    reasons = {name: why_skipped(cls(), spec, have, data) for name, cls in _ANALYSES.items()
+    reasons = {name: why_skipped(cls(), spec, have, data) for name, cls in ANALYSES.items()
                if getattr(cls, "default", True)}
     return {name: reason for name, reason in reasons.items() if reason is not None}
 
@@ -209,5 +287,5 @@ def default_analyses(spec: ModelSpec, targets: Collection[str] | None = None,
             cannot score it (probes on one class...) are left out too; :func:`why_cannot_run` says why.
     """
     have = frozenset(targets or ())
-    instances = [cls() for cls in _ANALYSES.values() if getattr(cls, "default", True)]
+    instances = [cls() for cls in ANALYSES.values() if getattr(cls, "default", True)]
     return [a for a in instances if why_cannot_run(a, spec, have, data) is None]

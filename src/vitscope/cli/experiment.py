@@ -9,9 +9,10 @@ import typer
 from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors
 from vitscope.cli.help_text import FIGURE_FILES_HELP, IMAGE_SIZE_HELP
+from vitscope.cli.imports import CommandLine
 from vitscope.cli.numbers import shown
 
-experiment_app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+experiment_app = CommandLine(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                              help="Experiments: guided MAE pretraining, robustness of several classifiers.")
 
 

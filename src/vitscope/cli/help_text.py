@@ -1,7 +1,12 @@
-"""Help text of ``vitscope analyze`` that lists the analyses (static, so ``--help`` does not import torch;
-``tests/unit/test_cli_help.py`` keeps it in step with the registry), and help shared by several commands."""
+"""Help text of ``vitscope analyze`` that lists the analyses (from the registry's metadata, without importing torch
+for the built-ins), and help shared by several commands."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from vitscope.analyses.catalog import AnalysisInfo
 
 #: ``--figure-files`` of every command whose report draws charts
 FIGURE_FILES_HELP = ("Also write curves and heat maps as PNG and SVG in figures/ (the report draws them in the "
@@ -19,50 +24,38 @@ IMAGE_SIZE_HELP = ("Input side in pixels (a multiple of the patch size): the res
                    "follow, position embeddings are interpolated [the model's preprocessing: an alias's paper "
                    "settings, else its preprocessor_config.json, else its family's defaults at config.json's size].")
 
-#: group -> (member, what it measures, needs), in the order ``--help`` shows them; members of several groups
-#: appear under their first
-ANALYSES_BY_GROUP: dict[str, list[tuple[str, str, str]]] = {
-    "attention": [
-        ("cls_attention_maps", "CLS attention maps", "a CLS token"),
-        ("spatial_average_maps", "spatial-average attention maps", ""),
-        ("aligned_attention", "dataset-aligned attention map and head types", ""),
-        ("attention_distance", "mean attention distance (unit square)", ""),
-        ("saliency_iou", "IoU of attention maps with object masks", "masks (e.g. ::coco)"),
-        ("attention_focus", "entropy and focus index", ""),
-        ("attention_rollout", "attention rollout maps", ""),
-    ],
-    "representation": [
-        ("cka", "linear CKA between every pair of blocks", ""),
-        ("residual_cka", "CKA of skip and branch per sublayer", "a transformer"),
-        ("clustering", "per-block k-means against labels", "labels"),
-    ],
-    "probes": [
-        ("knn_probe", "per-block k-NN accuracy", "labels"),
-        ("linear_probe", "per-block linear-probe accuracy", "labels"),
-    ],
-    "masking": [
-        ("interrelation_masking", "accuracy when masking by SIFT interrelation", "a classifier, labels; opt-in"),
-        ("foreground_masking", "foreground-only / background-only accuracy", "a classifier, labels, masks; opt-in"),
-        ("frequency_filtering", "accuracy under low/high-pass filtering", "a classifier, labels; opt-in"),
-    ],
-    "": [
-        ("attention_stats", "entropy and max attention per block and head", ""),
-        ("interrelation", "SIFT keypoint interrelation per block and head", "a transformer"),
-        ("mean_activation", "mean and variance of every token position", ""),
-        ("top_activations", "most-activating images of every unit", ""),
-    ],
-}
+
+
+def analysis_line(info: AnalysisInfo, width: int) -> str:
+    """``  name  summary [needs ...; opt-in] (from module)``: one analysis in ``analyze --help``."""
+    tags = [f"needs {', '.join(info.needs())}"] if info.needs() else []
+    tags += [] if info.default else ["opt-in"]
+    plugin = f" (from {info.module})" if info.plugin else ""
+    return f"  {info.name:<{width}} {info.summary}" + (f" [{'; '.join(tags)}]" if tags else "") + plugin
 
 
 def analyses_epilog() -> str:
-    """The list of analyses and groups for ``analyze --help`` (each paragraph starts with click's \\b, which
-    keeps its lines as written)."""
+    """The list of analyses and groups for ``analyze --help``, built-in and plug-in, from the registry's metadata
+    (:func:`vitscope.analyses.catalog.analysis_catalog`: without plug-ins, read without importing torch). Each
+    paragraph starts with click's \\b, which keeps its lines as written."""
+    from vitscope.analyses.catalog import analysis_catalog, declared_catalog
+    from vitscope.errors import VitscopeError
+
     paragraphs = ["\b\nAnalyses (--analyses NAME,GROUP,...). Without --analyses, every analysis runs that the\n"
-                  "model and the data support (the others are listed with the reason); the masking ones are\n"
-                  "opt-in: they run only when named.\n"
-                  "Their parameters (-p NAME.KEY=VALUE), with defaults and meaning: --params-of NAME."]
-    for group, members in ANALYSES_BY_GROUP.items():
+                  "model and the data support (the others are listed with the reason); the opt-in ones run\n"
+                  "only when named. Their parameters (-p NAME.KEY=VALUE), with defaults and meaning:\n"
+                  "--params-of NAME. More analyses: --import MODULE, or a package's vitscope.analyses entry point\n"
+                  "(vitscope analyses lists them all)."]
+    try:
+        infos = analysis_catalog()
+    except VitscopeError as err:  # a plug-in that cannot be imported: list the built-ins and say why
+        infos = declared_catalog()
+        paragraphs.append(f"\b\nPlug-in analyses are not listed: {err}")
+    by_group: dict[str, list[AnalysisInfo]] = {}
+    for info in infos:  # each under its first group, in the registry's order; the ungrouped ones last
+        by_group.setdefault(info.groups[0] if info.groups else "", []).append(info)
+    width = max(len(info.name) for info in infos)
+    for group in sorted(by_group, key=lambda g: g == ""):
         lines = ["\b", f"{group} group:" if group else "not in a group:"]
-        lines += [f"  {name:<22} {what}" + (f" [needs {needs}]" if needs else "") for name, what, needs in members]
-        paragraphs.append("\n".join(lines))
+        paragraphs.append("\n".join(lines + [analysis_line(info, width) for info in by_group[group]]))
     return "\n\n".join(paragraphs)

@@ -8,25 +8,28 @@ from pathlib import Path
 
 import typer
 
+from vitscope.cli.analyses import analyses as analyses_command
 from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors, one_line_warnings
 from vitscope.cli.experiment import experiment_app
 from vitscope.cli.explain import explain_pair
 from vitscope.cli.featviz import featviz as featviz_command
 from vitscope.cli.help_text import CONFIG_HELP, FIGURE_FILES_HELP, IMAGE_SIZE_HELP, RESUME_HELP, analyses_epilog
+from vitscope.cli.imports import CommandLine
 from vitscope.cli.probe import probe as probe_command
 from vitscope.cli.resolve import resolve_or_exit
 from vitscope.cli.zoo import zoo_app
 from vitscope.models.errors import TRUST_PICKLE_ENV
 from vitscope.strict_json import dumps
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+app = CommandLine(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   context_settings={"max_content_width": 120}, help="Put vision transformers under a microscope.")
 app.add_typer(zoo_app, name="zoo")
 app.add_typer(experiment_app, name="experiment")
 app.command("explain-pair")(explain_pair)
 app.command("featviz")(featviz_command)
 app.command("probe")(probe_command)
+app.command("analyses")(analyses_command)
 
 
 def _version(value: bool) -> None:
@@ -99,7 +102,7 @@ def _params_of(name: str | None) -> None:
 
 
 
-@app.command(epilog=analyses_epilog())
+@app.command(epilog=analyses_epilog)  # a function: the list includes --import's analyses
 @one_line_errors
 def analyze(
     ctx: typer.Context,

@@ -7,10 +7,11 @@ from pathlib import Path
 import typer
 
 from vitscope.cli.errors import one_line_errors
+from vitscope.cli.imports import CommandLine
 from vitscope.errors import VitscopeValueError
 from vitscope.strict_json import dumps
 
-zoo_app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+zoo_app = CommandLine(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                       help="The tiny model zoo (trained offline).")
 
 

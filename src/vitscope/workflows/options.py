@@ -19,6 +19,7 @@ the closest known key. Example ``analyze.yaml``::
     limit: 500
     params:                             # analysis parameters (as --param clustering.k=10)
       clustering: {k: 10}
+    import: my_lab.token_norm           # modules of analyses (as --import), a name or a list
 
 ``compare`` takes ``models`` as a list (``[tiny-vit-sup, dino=hf:facebook/dinov2-small]``) or a mapping of
 display names to models (``{sup: tiny-vit-sup, dino: hf:facebook/dinov2-small}``); ``probe`` takes ``blocks``
@@ -215,6 +216,10 @@ def resolve(kind: type[Options], given: Mapping[str, Any], config_file: str | Pa
     return kind(**{attribute: values[o.name] for attribute, o in declared}, config_file=values.get("config_file"))
 
 
+#: the key of a config file that names modules of analyses to import (``--import`` on the command line)
+IMPORT_KEY = "import"
+
+
 def _where(source: str | None) -> str:
     return f" in {source}" if source else ""
 
@@ -305,12 +310,14 @@ def _blocks(option: Option, value: Any, where: str) -> tuple[int, ...] | str:
 
 
 def load_config(path: str | Path, options: tuple[Option, ...]) -> dict[str, Any]:
-    """Read a YAML mapping of option values, checking every key and type.
+    """Read a YAML mapping of option values, checking every key and type, and import the modules of analyses
+    its ``import:`` names (:func:`vitscope.analyses.plugins.import_analyses`).
 
-    Relative ``out`` paths stay relative to the working directory (as on the command line).
+    Relative ``out`` and ``import`` paths stay relative to the working directory (as on the command line).
 
     Raises:
         ConfigError: unreadable file, not a mapping, unknown key (with the closest known key), bad value.
+        PluginImportError: a module of ``import:`` that cannot be imported.
     """
     import yaml
 
@@ -331,14 +338,23 @@ def load_config(path: str | Path, options: tuple[Option, ...]) -> dict[str, Any]
         raise ConfigError(f"config file {path} must be a mapping of option: value, got a {type(doc).__name__}")
     known = {o.name: o for o in options}
     out: dict[str, Any] = {}
+    imports: list[str] = []
     for raw_key, value in doc.items():
         key = str(raw_key).replace("-", "_")
+        if key == IMPORT_KEY:
+            imports = _names(Option(IMPORT_KEY, "list"), value, _where(str(path))) or []
+            continue
         if key not in known:
-            close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.5)
+            close = difflib.get_close_matches(key, [*known, IMPORT_KEY], n=1, cutoff=0.5)
             hint = f"; did you mean '{close[0]}'?" if close else ""
             raise ConfigError(f"unknown key '{raw_key}' in config file {path}{hint} Known keys: "
-                              f"{', '.join(known)}")
+                              f"{', '.join([*known, IMPORT_KEY])}")
         out[key] = _coerce(known[key], value, str(path))
+    if imports:  # before any analysis name is resolved
+        from vitscope.analyses.plugins import import_analyses
+
+        for name in imports:
+            import_analyses(name)
     return out
 
 

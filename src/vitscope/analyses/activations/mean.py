@@ -75,7 +75,7 @@ class MeanActivationResult(Result):
         return figures
 
 
-@register_analysis("mean_activation")
+@register_analysis("mean_activation", order=10)
 class MeanActivation(Analysis):
     """Mean and variance over images of every token position of the chosen activations.
 
@@ -100,6 +100,7 @@ class MeanActivation(Analysis):
     """
 
     description = "Mean activation and token norm of the recorded sites, per token position."
+    summary = "mean and variance of every token position"
 
 
     def __init__(self, hooks: Sequence[str] | None = None, ddof: int = 0, save: str = "norm") -> None:

@@ -102,7 +102,7 @@ class TopActivationsResult(Result):
         return figures
 
 
-@register_analysis("top_activations")
+@register_analysis("top_activations", order=150)
 class TopActivations(Analysis):
     """Keep the ``k`` most-activating images of every unit of the chosen sites, with their patch maps.
 
@@ -119,6 +119,7 @@ class TopActivations(Analysis):
 
     description = ("The dataset images that activate each unit most (a top-k kept in one streaming pass), with the "
                    "unit's activation over their patches.")
+    summary = "most-activating images of every unit"
 
 
     def __init__(self, hooks: Sequence[str] | str | None = None, k: int = 5,

@@ -55,7 +55,7 @@ class AttentionFocusResult(Result):
         ]
 
 
-@register_analysis("attention_focus", groups=("attention",))
+@register_analysis("attention_focus", groups=("attention",), order=80)
 class AttentionFocus(AttentionAccumulator):
     """Mean over images of the plain attention entropy and of the attention focus index, per block and head.
 
@@ -73,6 +73,7 @@ class AttentionFocus(AttentionAccumulator):
 
     description = ("Attention entropy and the focus index of paper 003 (entropy of min-max normalised spatial rows): "
                    "lower means more focused attention.")
+    summary = "entropy and focus index"
 
     NEEDS = frozenset({"entropy", "focus"})
 

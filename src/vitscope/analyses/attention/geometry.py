@@ -65,7 +65,7 @@ class AlignedAttentionResult(Result):
                             "paper 002, fig. 3 and 18 (offset heads: fig. 14)")]
 
 
-@register_analysis("aligned_attention", groups=("attention",))
+@register_analysis("aligned_attention", groups=("attention",), order=50)
 class AlignedAttention(AttentionAccumulator):
     """Dataset aligned aggregated attention map (AAAM) of every block and head, with its head taxonomy.
 
@@ -90,6 +90,7 @@ class AlignedAttention(AttentionAccumulator):
 
     description = ("Aligned aggregated attention maps: every query's attention re-centred on the query and averaged, "
                    "so local heads show a bright centre and offset-local heads a shifted peak.")
+    summary = "dataset-aligned attention map and head types"
 
     NEEDS = frozenset({"aligned"})
 
@@ -162,7 +163,7 @@ class AttentionDistanceResult(Result):
                             "mean (line) and random attention (dashed).", "paper 002, fig. 4 and 15", chart=chart)]
 
 
-@register_analysis("attention_distance", groups=("attention",))
+@register_analysis("attention_distance", groups=("attention",), order=60)
 class AttentionDistance(AttentionAccumulator):
     """Average attention distance per block and head (Raghu et al.; paper 002 section 4.3, figure 4).
 
@@ -180,6 +181,7 @@ class AttentionDistance(AttentionAccumulator):
     description = ("Average attention distance: how far each head looks from its query (token centres on the unit "
                    "square: the grid spans 1 on each axis). Local processing has small distances, global processing "
                    "large ones.")
+    summary = "mean attention distance (unit square)"
 
     NEEDS = frozenset({"aligned"})
 

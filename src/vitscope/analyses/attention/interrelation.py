@@ -162,7 +162,7 @@ class InterrelationResult(Result):
                                  (0.0, 1.0), bands)
 
 
-@register_analysis("interrelation")
+@register_analysis("interrelation", order=160)
 class Interrelation(AttentionAccumulator):
     """Weighted SIFT patch interrelation KK/KN/NK/NN per block and head, plus the focus index and stages.
 
@@ -197,6 +197,7 @@ class Interrelation(AttentionAccumulator):
     description = ("SIFT patch interrelation: how much of each head's attention from keypoint (K) and non-keypoint "
                    "(N) patches goes to keypoint patches (KK, NK), the focus index, and the retrieval / capture / "
                    "coach stages read from those curves.")
+    summary = "SIFT keypoint interrelation per block and head"
 
     NEEDS = frozenset({"focus"})
 

@@ -120,7 +120,7 @@ class _MapAccumulator(ChosenImages, AttentionAccumulator):
         return AttentionMapsResult(name=self.name, tensors=tensors, meta=meta)
 
 
-@register_analysis("cls_attention_maps", groups=("attention",))
+@register_analysis("cls_attention_maps", groups=("attention",), order=30)
 class CLSAttentionMaps(_MapAccumulator):
     """CLS attention maps: row 0 of every head over the spatial keys, raw (docs/methods.md, Attention).
 
@@ -130,6 +130,7 @@ class CLSAttentionMaps(_MapAccumulator):
 
     description = ("Where the CLS token looks: its attention over the image patches, for every head of every block, "
                    "averaged over the dataset and for single images.")
+    summary = "CLS attention maps"
 
     NEEDS = frozenset({"cls"})
     requires_cls = True
@@ -139,7 +140,7 @@ class CLSAttentionMaps(_MapAccumulator):
         return stats.cls
 
 
-@register_analysis("spatial_average_maps", groups=("attention",))
+@register_analysis("spatial_average_maps", groups=("attention",), order=40)
 class SpatialAverageMaps(_MapAccumulator):
     """Spatial-average maps: the raw rows of the spatial queries over the spatial keys, summed, normalised.
 
@@ -149,6 +150,7 @@ class SpatialAverageMaps(_MapAccumulator):
 
     description = ("Where the image tokens look on average: the attention of all spatial queries summed over "
                    "queries and normalised, per head and block (works without a CLS token).")
+    summary = "spatial-average attention maps"
 
     NEEDS = frozenset({"colsum"})
     what = "spatial-average attention"

@@ -43,7 +43,7 @@ class AttentionRolloutResult(Result):
                             "paper 000, section 3.2 (rollout redistribution)")]
 
 
-@register_analysis("attention_rollout", groups=("attention",))
+@register_analysis("attention_rollout", groups=("attention",), order=90)
 class AttentionRollout(ChosenImages, AttentionAccumulator):
     """Attention rollout of every image (:func:`~vitscope.functional.rollout`), its display map, and means.
 
@@ -71,6 +71,7 @@ class AttentionRollout(ChosenImages, AttentionAccumulator):
 
     description = ("Attention rollout: attention propagated through the residual stream from the input patches to "
                    "the output, averaged over the dataset and for single images.")
+    summary = "attention rollout maps"
 
 
     def __init__(self, head_fusion: str = "mean", discard_ratio: float = 0.0, exclude_prefix: bool = False,

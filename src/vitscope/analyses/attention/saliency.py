@@ -104,7 +104,7 @@ class SaliencyIoUResult(Result):
                                 "paper 002, fig. 16", block_labels=labels, quantity=f"{s}_iou") for s in sources]
 
 
-@register_analysis("saliency_iou", groups=("attention",))
+@register_analysis("saliency_iou", groups=("attention",), order=70)
 class SaliencyIoU(AttentionAccumulator):
     """IoU of the mass-thresholded CLS and spatial-average maps with the ground-truth masks.
 
@@ -139,6 +139,7 @@ class SaliencyIoU(AttentionAccumulator):
 
     description = ("Attention alignment with the ground-truth object masks: IoU between the smallest set of patches "
                    "holding 60% of a map's mass and the mask, per block (best head and per head).")
+    summary = "IoU of attention maps with object masks"
 
     NEEDS = frozenset({"cls", "colsum"})
     required_targets = ("masks",)

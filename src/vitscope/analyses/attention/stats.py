@@ -40,7 +40,7 @@ class AttentionStatsResult(Result):
         ]
 
 
-@register_analysis("attention_stats")
+@register_analysis("attention_stats", order=20)
 class AttentionStats(Analysis):
     """Mean over images of the plain attention entropy and of the max attention, per block and head.
 
@@ -56,6 +56,7 @@ class AttentionStats(Analysis):
 
     description = ("Entropy of every attention row over all keys and the largest attention weight, per block and "
                    "head: low entropy means focused heads.")
+    summary = "entropy and max attention per block and head"
 
     needs_attention = True
 

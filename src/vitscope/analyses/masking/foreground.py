@@ -52,7 +52,7 @@ class ForegroundMaskingResult(Result):
                             chart=foreground_chart(normalised, self.meta["topk"]))]
 
 
-@register_analysis("foreground_masking", groups=("masking",), default=False)
+@register_analysis("foreground_masking", groups=("masking",), default=False, order=180)
 class ForegroundMasking(ModelAccumulator):
     """Top-k accuracy on full, foreground-only and background-only images (any classifier, ViT or CNN).
 
@@ -70,6 +70,7 @@ class ForegroundMasking(ModelAccumulator):
 
     description = ("Accuracy on the full image, the foreground only and the background only (ground-truth boxes or "
                    "masks), normalised by the full-image accuracy.")
+    summary = "foreground-only / background-only accuracy"
 
     required_targets = ("label", "masks")
 

@@ -48,7 +48,7 @@ class FrequencyFilteringResult(Result):
                             chart=frequency_chart(accuracy, self.meta["fractions"], full))]
 
 
-@register_analysis("frequency_filtering", groups=("masking",), default=False)
+@register_analysis("frequency_filtering", groups=("masking",), default=False, order=190)
 class FrequencyFiltering(ModelAccumulator):
     """Top-1 accuracy under low-pass and high-pass filtering at a sweep of cut-off radii (any classifier).
 
@@ -61,6 +61,7 @@ class FrequencyFiltering(ModelAccumulator):
 
     description = ("Accuracy after low-pass and high-pass filtering in the Fourier domain, over a sweep of cut-off "
                    "radii.")
+    summary = "accuracy under low/high-pass filtering"
 
 
     def __init__(self, fractions: Sequence[float] = DEFAULT_FRACTIONS, clamp: bool = False) -> None:

@@ -62,7 +62,7 @@ class InterrelationMaskingResult(Result):
                             chart=ratio_chart(curves, m["ratios"], full, title))]
 
 
-@register_analysis("interrelation_masking", groups=("masking",), default=False)
+@register_analysis("interrelation_masking", groups=("masking",), default=False, order=170)
 class InterrelationMasking(ModelAccumulator):
     """Top / Bottom / random masking by the interrelation score at several ratios, top-1 accuracy.
 
@@ -85,6 +85,7 @@ class InterrelationMasking(ModelAccumulator):
 
     description = ("Accuracy when the patches with the highest (Top) or lowest (Bottom) interrelation score are "
                    "masked, against a random order, at growing mask ratios.")
+    summary = "accuracy when masking by SIFT interrelation"
 
     needs_attention = True
 

@@ -69,6 +69,8 @@ class LabelledFeatures(Analysis):
 
     task = "features"
     required_targets: ClassVar[tuple[str, ...]] = ("label",)  # default configuration: image labels
+    needs_transformer = True  # blocks of tokens
+    requires_cls = True  # default configuration: the CLS token's features
 
     def __init__(self, site: str = "resid_post", tokens: str = "cls", level: str = "image",
                  workdir: str | Path | None = None) -> None:

@@ -72,7 +72,7 @@ def clustering_scores(blocks: Sequence[int], features: Callable[[int], np.ndarra
                         random_kind=random_kind, **meta)
 
 
-@register_analysis("clustering", groups=("representation", "probes"))
+@register_analysis("clustering", groups=("representation", "probes"), order=120)
 class Clustering(LabelledFeatures):
     """Per-block k-means clustering of image (or region) features, scored against the labels.
 
@@ -91,6 +91,7 @@ class Clustering(LabelledFeatures):
 
     description = ("k-means of each block's image features scored against the class labels (purity, NMI, ARI); the "
                    "dashed line is random chance.")
+    summary = "per-block k-means against labels"
 
     task = "clustering"
 

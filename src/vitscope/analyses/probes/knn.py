@@ -72,7 +72,7 @@ def knn_scores(blocks: Sequence[int], features: Callable[[int], tuple[np.ndarray
                         num_train=int(train_y.size), num_test=int(test_y.size), random_kind=random_kind, **meta)
 
 
-@register_analysis("knn_probe", groups=("probes",))
+@register_analysis("knn_probe", groups=("probes",), order=130)
 class KnnProbe(LabelledFeatures):
     """Per-block k-NN accuracy on a held-out part of one labelled image stream.
 
@@ -88,6 +88,7 @@ class KnnProbe(LabelledFeatures):
 
     description = ("k-NN classification accuracy of each block's CLS features on held-out images (k = 20, cosine, "
                    "temperature 0.07); the dashed line is random chance.")
+    summary = "per-block k-NN accuracy"
 
     task = "knn"
 

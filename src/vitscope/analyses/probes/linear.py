@@ -64,7 +64,7 @@ def linear_scores(blocks: Sequence[int], features: Callable[[int], tuple[np.ndar
                         num_test=int(test_y.size), random_kind=random_kind, **opts, **meta)
 
 
-@register_analysis("linear_probe", groups=("probes",))
+@register_analysis("linear_probe", groups=("probes",), order=140)
 class LinearProbe(LabelledFeatures):
     """Per-block linear-probe accuracy on a held-out part of one labelled image stream.
 
@@ -81,6 +81,7 @@ class LinearProbe(LabelledFeatures):
 
     description = ("Linear probe accuracy of each block's CLS features on held-out images; the dashed line is random "
                    "chance.")
+    summary = "per-block linear-probe accuracy"
 
     task = "linear"
 

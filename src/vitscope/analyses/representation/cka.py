@@ -112,7 +112,7 @@ class CKAResult(Result):
                             "paper 002, fig. 20 to 22", chart=chart)]
 
 
-@register_analysis("cka", groups=("representation",))
+@register_analysis("cka", groups=("representation",), order=100)
 class BlockCKA(Analysis):
     """Linear CKA between every pair of blocks of one model, streamed over a dataset.
 
@@ -144,6 +144,7 @@ class BlockCKA(Analysis):
 
     description = ("Linear CKA between the outputs of every pair of blocks: bright blocks compute similar "
                    "representations.")
+    summary = "linear CKA between every pair of blocks"
 
 
     def __init__(self, site: str = "resid_post", tokens: str = "all", estimator: str = "minibatch", batch: int = 64,

@@ -89,7 +89,7 @@ class ResidualResult(Result):
                         chart=charts[part]) for part in ("attn", "mlp")]
 
 
-@register_analysis("residual_cka", groups=("representation",))
+@register_analysis("residual_cka", groups=("representation",), order=110)
 class ResidualCKA(Analysis):
     """CKA and norm ratio between the skip and the branch of every sublayer (transformers only).
 
@@ -110,7 +110,8 @@ class ResidualCKA(Analysis):
 
     description = ("Residual analysis: CKA between the skip input and each attention / MLP branch output, and the "
                    "norm ratio skip / branch. High CKA and ratio mean the branch changes little.")
-
+    summary = "CKA of skip and branch per sublayer"
+    needs_transformer = True  # skip and branch of the attention and MLP sublayers
 
     def __init__(self, tokens: str = "all", estimator: str = "minibatch", batch: int = 64, gram_minmax: bool = False,
                  workdir: str | Path | None = None) -> None:
@@ -126,9 +127,6 @@ class ResidualCKA(Analysis):
 
     def required_hooks(self, spec: ModelSpec) -> list[str]:
         return [f"blocks.*.{s}" for s in _SITES]
-
-    def supports(self, spec: ModelSpec) -> bool:
-        return spec.is_transformer and super().supports(spec)
 
     def stream_hooks(self, spec: ModelSpec) -> list[str]:
         return self.required_hooks(spec)
