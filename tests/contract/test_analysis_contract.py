@@ -1,4 +1,4 @@
-"""Every registered analysis obeys the accumulator contract (docs/architecture.md idea 3).
+"""Every registered analysis obeys the accumulator contract (docs/architecture.md, "Declared state").
 
 Parametrised over ``ANALYSES`` x the fake spec kinds each analysis supports, so a newly registered
 analysis is covered without touching this file (it must be constructible without arguments).
@@ -16,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vitscope.analyses import ANALYSES, GROUPS, Accumulator, Result, get_analysis
+from vitscope.analyses import ANALYSES, GROUPS, Analysis, Result, get_analysis
 from vitscope.analyses.registry import default_analyses
 from vitscope.hooks.names import expand_names
 
@@ -39,7 +39,7 @@ CASES = [
 ]
 
 
-def make_batches(acc: Accumulator, kind: str, sizes: list[int], seed: int, start: int = 0) -> list[tuple]:
+def make_batches(acc: Analysis, kind: str, sizes: list[int], seed: int, start: int = 0) -> list[tuple]:
     spec = fake_spec(kind)
     gen = torch.Generator().manual_seed(seed)
     out = []
@@ -49,7 +49,7 @@ def make_batches(acc: Accumulator, kind: str, sizes: list[int], seed: int, start
     return out
 
 
-def run(acc: Accumulator, batches: list[tuple]) -> Accumulator:
+def run(acc: Analysis, batches: list[tuple]) -> Analysis:
     for record, batch in batches:
         acc.update(record, batch)
     return acc
@@ -95,7 +95,7 @@ class TestAccumulatorContract:
         a2 = run(ANALYSES[name](), d["x2"])
         a2_before = a2.compute()
         merged = run(ANALYSES[name](), d["x1"]).merge(a2)
-        assert isinstance(merged, Accumulator)
+        assert isinstance(merged, Analysis)
         assert_results_equal(merged.compute(), whole)
         assert_results_equal(a2.compute(), a2_before)  # merge leaves its argument unchanged
 

@@ -22,7 +22,7 @@ from vitscope.analyses.attention.geometry import (
 from vitscope.analyses.attention.saliency import SaliencyIoU, SaliencyIoUResult
 from vitscope.analyses.attention.focus import AttentionFocus, AttentionFocusResult
 from vitscope.analyses.attention.rollout import AttentionRollout, AttentionRolloutResult
-from vitscope.analyses.representation.cka import BlockCKA, CKAResult, block_cka, cka_between, cross_model_cka
+from vitscope.analyses.representation.cka import BlockCKA, CKAResult, cka_between, cross_model_cka
 from vitscope.analyses.representation.residual import ResidualCKA, ResidualResult
 from vitscope.analyses.probes.clustering import Clustering, clustering_probe
 from vitscope.analyses.probes.knn import KnnProbe, knn_probe
@@ -34,13 +34,12 @@ from vitscope.analyses.masking.foreground import ForegroundMasking, ForegroundMa
 from vitscope.analyses.masking.frequency import FrequencyFiltering, FrequencyFilteringResult
 # isort: on
 from vitscope.analyses.attention.suite import attention_suite
-from vitscope.analyses.base import Accumulator, Analysis, Batch, Result
+from vitscope.analyses.base import Analysis, Batch, Result
 from vitscope.analyses.probes.result import ProbeResult, best_block_table
 from vitscope.analyses.registry import (
     ANALYSES,
     GROUPS,
     default_analyses,
-    expand_group,
     get_analysis,
     register_analysis,
 )
@@ -48,7 +47,6 @@ from vitscope.analyses.registry import (
 __all__ = [
     "ANALYSES",
     "GROUPS",
-    "Accumulator",
     "Analysis",
     "AlignedAttention",
     "AlignedAttentionResult",
@@ -88,12 +86,10 @@ __all__ = [
     "TopActivationsResult",
     "attention_suite",
     "best_block_table",
-    "block_cka",
     "cka_between",
     "clustering_probe",
     "cross_model_cka",
     "default_analyses",
-    "expand_group",
     "get_analysis",
     "knn_probe",
     "linear_probe",
