@@ -1,5 +1,5 @@
 """A new analysis written outside the package, through the public API only: one class, registered where it is
-defined; merge, reset, state_dict and resume come from the base class (the engine-v2 example, as written)."""
+defined; merge, reset, state_dict and resume come from the base class (the documented example, as written)."""
 
 from __future__ import annotations
 
