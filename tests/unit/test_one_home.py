@@ -27,17 +27,6 @@ SRC = Path(vitscope.__file__).parent
 TARGET_SETS = [set(), {"label"}, {"masks"}, {"label", "masks"}, {"label", "masks", "instance_labels"}]
 
 
-@pytest.fixture
-def clean_registry():
-    """Registrations made by a test do not outlive it."""
-    analyses, groups = dict(_registry._ANALYSES), dict(_registry._GROUPS)
-    yield
-    _registry._ANALYSES.clear()
-    _registry._ANALYSES.update(analyses)
-    _registry._GROUPS.clear()
-    _registry._GROUPS.update(groups)
-
-
 # -- what an analysis can run on ---------------------------------------------------------------------------
 
 

@@ -9,18 +9,6 @@ import torch
 from PIL import Image
 
 import vitscope
-from vitscope.analyses import registry as _registry
-
-
-@pytest.fixture
-def clean_registry():
-    """Registrations made by a test do not outlive it."""
-    analyses, groups = dict(_registry._ANALYSES), dict(_registry._GROUPS)
-    yield
-    _registry._ANALYSES.clear()
-    _registry._ANALYSES.update(analyses)
-    _registry._GROUPS.clear()
-    _registry._GROUPS.update(groups)
 
 
 def _token_norm_class():
