@@ -1,7 +1,8 @@
 """The analysis registry: ``@register_analysis`` on the class, in its own file (timm's ``@register_model``).
 
 The CLI's ``--analyses``, the groups, the defaults of ``vitscope analyze``, the report and the contract tests
-discover analyses here and nowhere else. Adding one is one file::
+discover analyses here and nowhere else, and every command asks :func:`obstacle` whether an analysis can run on a
+model and data. Adding one is one file::
 
     @vitscope.register_analysis("token_norm", groups=("representation",))
     class TokenNorm(vitscope.Analysis):

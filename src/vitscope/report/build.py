@@ -108,12 +108,12 @@ def build_report(run: Any, doc: Mapping[str, Any], drawn: Mapping[str, list[tupl
     for name, result in run.results.items():
         if name in run.own_sections:
             continue
-        explorer = explorer_of(result, max_images=EXPLORER_IMAGES)  # a result that declares one
-        explorers = [explorer] if explorer is not None else []
+        maps = result.explorer_maps()  # a result that declares an explorer gets one, whatever its name
+        explorers = [explorer_of(result, max_images=EXPLORER_IMAGES)] if maps is not None else []
         summary = doc.get("analyses", {}).get(name, {}).get("summary", {})
         items, links = _items(drawn.get(name, [])), []
-        if explorers:  # the explorer shows the dataset grid and its images' grids: their files are a link away
-            shown = set(result.explorer_maps().figure_stems[:1 + EXPLORER_IMAGES])
+        if maps is not None:  # the explorer shows the dataset grid and its images' grids: their files are a link away
+            shown = set(maps.figure_stems[:1 + EXPLORER_IMAGES])
             links = [(i.title, f"figures/{i.path.name}") for i in items if i.path is not None and i.stem in shown]
             items = [i for i in items if not (i.path is not None and i.stem in shown)]
         sections.append(Section(slug(name), _title(name), result.intro, items, summary_tables(name, summary),
