@@ -22,3 +22,16 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def clean_registry():
+    """Analyses and groups a test registers do not outlive it."""
+    from vitscope.analyses import registry
+
+    analyses, groups = dict(registry.ANALYSES), dict(registry.GROUPS)  # reading them loads the built-ins
+    yield
+    registry._ANALYSES.clear()
+    registry._ANALYSES.update(analyses)
+    registry._GROUPS.clear()
+    registry._GROUPS.update(groups)

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vitscope.analyses.base import Accumulator, Analysis
+from vitscope.analyses.base import Analysis
 from vitscope.analyses.state import StateMergeError, StateSpec, first_seen, merge_states
 from vitscope.features.rowstore import RowStore
 from vitscope.functional.moments import merge_moments
@@ -215,7 +215,6 @@ def test_add_state_refuses_bad_names_and_a_missing_super_init() -> None:
             self.add_state("n", 0)
 
     assert Forgot().n == 0
-    assert Accumulator is Analysis  # the pre-v2 name keeps working
 
 
 class Moments(Analysis):

@@ -11,7 +11,6 @@ from helpers.images import random_pngs
 from vitscope.analyses import AttentionStats, MeanActivation
 from vitscope.data.files import ImageFiles
 from vitscope.data.images import EmptyDatasetError, ImageLoadError
-from vitscope.engine.run import required_hook_names
 from vitscope.functional.attention_stats import attention_entropy
 
 
@@ -64,7 +63,7 @@ def test_empty_folder_is_a_clear_error(tiny, tmp_path):
 def test_attention_from_a_cnn_is_refused():
     cnn = vitscope.load_model("tiny-resnet")
     with pytest.raises(ValueError, match="CNN"):
-        required_hook_names(cnn, [AttentionStats()])
+        vitscope.run(cnn, "skimage", [AttentionStats()], limit=1, progress=False)
     res = vitscope.run(cnn, "skimage", [MeanActivation()], batch_size=4, limit=4, progress=False)
     assert "stages.3.mean" in res["mean_activation"].tensors
 

@@ -23,7 +23,7 @@ from vitscope.data.images import (
     SkippedImageWarning,
     load_rgb,
 )
-from vitscope.data.open import open_dataset
+from vitscope.data.open import as_source
 from vitscope.data.sample_photos import SAMPLE_PHOTO_NAMES, SamplePhotos
 
 
@@ -72,9 +72,9 @@ def test_extensions_constant_and_custom_extensions(tmp_path: Path) -> None:
     assert [Path(p).name for p in ds.paths] == ["a.png"]
 
 
-def test_single_file_source_and_open_dataset_path(tmp_path: Path) -> None:
+def test_single_file_source_and_as_source_path(tmp_path: Path) -> None:
     path = save_rgb(tmp_path / "only.png")
-    ds = open_dataset(str(path))
+    ds = as_source(str(path))
     assert isinstance(ds, ImageFiles)
     assert ds.paths == [str(path)] and len(ds) == 1
     assert_rgb8(ds.get(0).image)
@@ -264,11 +264,11 @@ def test_sample_photos_selection_and_limit() -> None:
         SamplePhotos(names=["not_a_photo"])
 
 
-def test_open_dataset_skimage() -> None:
-    ds = open_dataset("skimage")
+def test_as_source_skimage() -> None:
+    ds = as_source("skimage")
     assert isinstance(ds, SamplePhotos) and len(ds) == len(SAMPLE_PHOTO_NAMES)
     assert_rgb8(ds.get(0).image)
-    two = open_dataset("skimage:astronaut,chelsea", strict=True)
+    two = as_source("skimage:astronaut,chelsea", strict=True)
     assert isinstance(two, SamplePhotos) and two.strict
     assert two.paths == ["skimage:astronaut", "skimage:chelsea"]
     assert two.describe()["fingerprint"] != ds.describe()["fingerprint"]

@@ -14,7 +14,7 @@ from vitscope.analyses.masking.base import NoModelError
 from vitscope.analyses.masking.foreground import ForegroundMasking
 from vitscope.analyses.masking.frequency import FrequencyFiltering
 from vitscope.analyses.masking.interrelation import InterrelationMasking
-from vitscope.analyses.registry import expand_group
+from vitscope.analyses.params import build_analyses
 from vitscope.data.synthetic.world import SyntheticWorld
 from vitscope.masking import logits_of
 from vitscope.models.wrap import build_tiny_resnet, build_tiny_vit
@@ -160,10 +160,10 @@ def test_model_and_support(vit, cnn, scenes) -> None:
 
 
 def test_masking_group_keeps_what_can_run(vit, cnn) -> None:
-    names = lambda spec, targets: [a.name for a in expand_group("masking", spec, targets)]
+    names = lambda spec, targets: [a.name for a in build_analyses(["masking"], spec, targets)]
     assert names(vit.spec, {"label", "masks"}) == ["interrelation_masking", "foreground_masking",
                                                    "frequency_filtering"]
     assert names(cnn.spec, {"label", "masks"}) == ["foreground_masking", "frequency_filtering"]
     assert names(vit.spec, {"label"}) == ["interrelation_masking", "frequency_filtering"]
     with pytest.raises(ValueError, match="no analysis of the 'masking' group can run"):
-        expand_group("masking", vit.spec, set())
+        build_analyses(["masking"], vit.spec, set())

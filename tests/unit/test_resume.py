@@ -10,7 +10,7 @@ import torch
 
 import vitscope
 from vitscope.analyses.registry import default_analyses
-from vitscope.data.open import open_dataset
+from vitscope.data.open import as_source
 from vitscope.data.synthetic.write import synthesize
 from vitscope.engine.provenance import data_fingerprint
 from vitscope.engine.state import Checkpoint, run_key
@@ -26,7 +26,7 @@ def coco(tmp_path_factory):
 
 def _setup(coco, batch_size=4):
     backbone = vitscope.load_model("tiny-vit")
-    dataset = open_dataset(f"{coco}::coco")
+    dataset = as_source(f"{coco}::coco")
     analyses = default_analyses(backbone.spec, {"label", "masks"})
     key = run_key(model_fingerprint(backbone), backbone.spec.to_dict(), data_fingerprint(dataset), analyses,
                   batch_size=batch_size)

@@ -101,7 +101,7 @@ def test_engine_pass_agrees_with_the_featviz_objective(tmp_path) -> None:
     acc = TopActivations(hooks=["blocks.2.mlp.post", "blocks.1.attn.k"], k=3, channels={"blocks.2.mlp.post": [7, 9]})
     res = vitscope.run(tiny, root, [acc], batch_size=5, device="cpu", progress=False)["top_activations"]
     assert res["blocks.1.attn.k.scores"].shape == (128, 3)
-    ds = __import__("vitscope.data.open", fromlist=["open_dataset"]).open_dataset(root)
+    ds = __import__("vitscope.data.open", fromlist=["as_source"]).as_source(root)
     images = torch.stack([tiny.preprocess([ds.get(i).image])[0] for i in range(len(ds))])
     pixels01 = images * torch.tensor(tiny.spec.std).view(1, 3, 1, 1) + torch.tensor(tiny.spec.mean).view(1, 3, 1, 1)
     want = evaluate(tiny, [FFNChannel(2, 7), FFNChannel(2, 9)], pixels01)  # [12, 2]

@@ -21,12 +21,11 @@ from typing import Any
 
 #: public name -> module that defines it, imported on first use
 _LAZY: dict[str, str] = {
-    **dict.fromkeys(("ANALYSES", "GROUPS", "default_analyses", "expand_group", "get_analysis", "register_analysis"),
-                    "registry"),
-    **dict.fromkeys(("Accumulator", "Analysis", "Batch", "Result"), "base"),
+    **dict.fromkeys(("ANALYSES", "GROUPS", "default_analyses", "get_analysis", "register_analysis"), "registry"),
+    **dict.fromkeys(("Analysis", "Batch", "Result"), "base"),
     "attention_suite": "attention.suite",
     **dict.fromkeys(("ProbeResult", "best_block_table"), "probes.result"),
-    **dict.fromkeys(("block_cka", "cka_between", "cross_model_cka"), "representation.cka"),
+    **dict.fromkeys(("cka_between", "cross_model_cka"), "representation.cka"),
     "clustering_probe": "probes.clustering",
     "knn_probe": "probes.knn",
     "linear_probe": "probes.linear",

@@ -20,11 +20,11 @@ from vitscope.analyses.state import StateSpec, merge_states
 from vitscope.errors import VitscopeKeyError, VitscopeRuntimeError, VitscopeTypeError, VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["Accumulator", "Analysis", "Batch", "Figure", "Result", "thumbnails"]
+__all__ = ["Analysis", "Batch", "Figure", "Result", "thumbnails"]
 
 
 class Analysis(ABC):
-    """A streaming analysis with declared, exactly mergeable state (docs/architecture.md idea 3).
+    """A streaming analysis with declared, exactly mergeable state (docs/architecture.md, "Declared state").
 
     Subclasses call ``super().__init__()`` first, then declare every piece of state with
     :meth:`add_state`, and implement :meth:`required_hooks`, :meth:`update` and :meth:`compute`. Everything
@@ -308,9 +308,6 @@ class Analysis(ABC):
 
 
 _PER_BATCH = "_per_batch_scratch"
-
-#: The name of the analysis base before engine v2 (kept for code written against it).
-Accumulator = Analysis
 
 
 def _copy_value(value: Any) -> Any:

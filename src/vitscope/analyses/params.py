@@ -23,14 +23,7 @@ from typing import Any
 
 from vitscope.analyses.base import Analysis
 from vitscope.analyses.data_checks import DataFacts
-from vitscope.analyses.registry import (
-    ANALYSES,
-    GROUPS,
-    cannot_run_error,
-    unknown_analysis,
-    why_cannot_run,
-    why_skipped,
-)
+from vitscope.analyses.registry import ANALYSES, GROUPS, Obstacle, obstacle, unknown_analysis
 from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
@@ -259,7 +252,7 @@ def build_analyses(selection: Sequence[str], spec: ModelSpec, targets: Collectio
         skipped: when given (several models, one selection: ``compare``), what this model cannot run (a CNN has
             no attention) is left out and its reason put here, by name, instead of raising; what the data lacks
             still raises.
-        data: what is known of the data before the pass (labels...; :func:`~vitscope.analyses.registry.why_cannot_run`).
+        data: what is known of the data before the pass (labels...; :func:`~vitscope.analyses.registry.obstacle`).
 
     Returns:
         One instance per analysis (duplicates dropped), in selection order.
@@ -268,7 +261,7 @@ def build_analyses(selection: Sequence[str], spec: ModelSpec, targets: Collectio
         ValueError: unknown names (with the closest one), an analysis that cannot run, a bad parameter, or
             parameters given for something not selected.
     """
-    targets = frozenset(targets)
+    facts = data if data is not None else DataFacts(targets=targets)
     params = {k: dict(v) for k, v in (params or {}).items()}
     chosen: list[Analysis] = []
     seen: set[str] = set()
@@ -280,6 +273,7 @@ def build_analyses(selection: Sequence[str], spec: ModelSpec, targets: Collectio
         if base not in ANALYSES and base not in GROUPS:
             raise unknown_analysis(base)
         members = GROUPS.get(base, (base,))
+        first: Obstacle | None = None  # of the group's first member, when none can run
         for name in members:
             cls = ANALYSES[name]
             label = f"{name}@{tag}" if tag else name
@@ -298,35 +292,31 @@ def build_analyses(selection: Sequence[str], spec: ModelSpec, targets: Collectio
                     given[key] = (where, value)
                 used.add(where)
             analysis = _instantiate(cls, label, given)
-            if base in GROUPS and why_cannot_run(analysis, spec, targets, data):
-                continue
+            if base in GROUPS:
+                found = obstacle(analysis, spec, facts)
+                if found:
+                    first = first or found
+                    continue
             seen.add(label)
             chosen.append(analysis)
-        if base in GROUPS and not any(a.name.partition("@")[0] in members for a in chosen):
-            first = ANALYSES[members[0]]()
-            reason = why_cannot_run(first, spec, targets, data)
-            if skipped is not None and not _lacks_data(first, spec, targets):
+        if base in GROUPS and first is not None and not any(a.name.partition("@")[0] in members for a in chosen):
+            if skipped is not None and not first.by_data:
                 for name in members:  # by analysis, as a run lists what it did not run
-                    skipped.setdefault(name, why_skipped(ANALYSES[name](), spec, targets, data) or "")
+                    found = obstacle(ANALYSES[name](), spec, facts)
+                    skipped.setdefault(name, found.short if found else "")
                 continue
-            raise VitscopeValueError(f"no analysis of the '{base}' group can run: {reason}")
+            raise VitscopeValueError(f"no analysis of the '{base}' group can run: {first.reason}")
     for a in list(chosen):
-        error = cannot_run_error(a, spec, targets, data)
-        if error is None:
+        found = obstacle(a, spec, facts)
+        if found is None:
             continue
-        if skipped is not None and not _lacks_data(a, spec, targets):
-            skipped[a.name] = why_skipped(a, spec, targets, data) or str(error)
+        if skipped is not None and not found.by_data:  # another model may run it: listed, not refused
+            skipped[a.name] = found.short
             chosen.remove(a)
         else:
-            raise error
+            raise found.error()
     _check_group_params(params, used)
     return chosen
-
-
-def _lacks_data(analysis: Analysis, spec: ModelSpec, targets: Collection[str]) -> bool:
-    """Whether an analysis that cannot run would run on this model given the ground truth it asks for: then the
-    data (missing ground truth, one class...) is the reason, not the model."""
-    return why_cannot_run(analysis, spec, set(targets) | set(analysis.required_targets)) is None
 
 
 def _check_group_params(params: Mapping[str, Mapping[str, Any]], used: set[str]) -> None:

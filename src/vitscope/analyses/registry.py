@@ -1,7 +1,8 @@
 """The analysis registry: ``@register_analysis`` on the class, in its own file (timm's ``@register_model``).
 
 The CLI's ``--analyses``, the groups, the defaults of ``vitscope analyze``, the report and the contract tests
-discover analyses here and nowhere else. Adding one is one file::
+discover analyses here and nowhere else, and every command asks :func:`obstacle` whether an analysis can run on a
+model and data. Adding one is one file::
 
     @vitscope.register_analysis("token_norm", groups=("representation",))
     class TokenNorm(vitscope.Analysis):
@@ -19,7 +20,8 @@ import difflib
 import os
 import re
 import sys
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from vitscope.analyses.base import Analysis
@@ -27,8 +29,9 @@ from vitscope.analyses.data_checks import DataFacts
 from vitscope.errors import DegenerateDataError, VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["ANALYSES", "GROUPS", "cannot_run_error", "default_analyses", "expand_group", "get_analysis",
-           "not_run_text", "register_analysis", "skipped_defaults", "unknown_analysis", "why_cannot_run", "why_skipped"]
+__all__ = ["ANALYSES", "GROUPS", "Obstacle", "default_analyses", "get_analysis", "not_run_text", "obstacle",
+           "refuse_what_cannot_run", "register_analysis", "skipped_defaults", "unknown_analysis", "why_cannot_run",
+           "why_skipped"]
 
 _ANALYSES: dict[str, type[Analysis]] = {}
 _GROUPS: dict[str, tuple[str, ...]] = {}
@@ -182,21 +185,58 @@ def get_analysis(name: str, **kwargs: Any) -> Analysis:
     return cls(**kwargs)
 
 
-def _model_obstacle(analysis: Analysis, spec: ModelSpec) -> str | None:
-    """Why ``analysis`` cannot run on the model ``spec`` (None when it can)."""
+@dataclass(frozen=True)
+class Obstacle:
+    """Why an analysis cannot run on a model and data: every command asks :func:`obstacle` and words it from here.
+
+    Attributes:
+        reason: the one-line error (``analysis 'saliency_iou' needs ground truth masks, ...``).
+        short: the reason a run lists the analysis as not run with (``the data has no object masks``).
+        by_data: the data is to blame (missing ground truth, one class...), not the model: a comparison of several
+            models leaves out what a model cannot run but refuses what the data cannot feed.
+    """
+
+    reason: str
+    short: str
+    by_data: bool
+
+    def error(self) -> VitscopeValueError:
+        """The error to raise: a :class:`~vitscope.errors.DegenerateDataError` when the data is to blame."""
+        return DegenerateDataError(self.reason) if self.by_data else VitscopeValueError(self.reason)
+
+
+#: what each kind of ground truth is called in the list of analyses not run
+_TARGET_WORDS = {"label": "image labels", "masks": "object masks", "instance_labels": "labels of its masks"}
+
+
+def obstacle(analysis: Analysis, spec: ModelSpec, data: DataFacts) -> Obstacle | None:
+    """Why ``analysis`` cannot run on the model ``spec`` with ``data`` (None when it can): the one place that
+    decides it, from the analysis's :meth:`~vitscope.analyses.base.Analysis.why_unsupported`, its hooks, and
+    :meth:`~vitscope.analyses.base.Analysis.why_unsupported_data`. The model is asked first.
+    """
     reason = analysis.why_unsupported(spec)
-    if reason:
-        return reason
-    if not analysis.hooks_exist(spec):
+    if not reason and not analysis.hooks_exist(spec):
         kind = "a CNN and has no attention" if analysis.needs_attention and not spec.is_transformer else \
             "missing hooks it needs"
-        return f"analysis '{analysis.name}' cannot run on {spec.name}: the model is {kind}"
-    return None
+        reason = f"analysis '{analysis.name}' cannot run on {spec.name}: the model is {kind}"
+    if reason:
+        return Obstacle(reason, reason.removeprefix(f"analysis '{analysis.name}' "), by_data=False)
+    reason = analysis.why_unsupported_data(data)
+    if not reason:
+        return None
+    missing = sorted(set(analysis.required_targets) - data.targets)
+    short = "the data has no " + " and no ".join(_TARGET_WORDS.get(m, m) for m in missing) if missing else reason
+    return Obstacle(reason, short, by_data=True)
+
+
+def _facts(targets: Collection[str], data: DataFacts | None) -> DataFacts:
+    return data if data is not None else DataFacts(targets=targets)
 
 
 def why_cannot_run(analysis: Analysis, spec: ModelSpec, targets: Collection[str],
                    data: DataFacts | None = None) -> str | None:
-    """One-line reason ``analysis`` cannot run on ``spec`` with data giving ``targets`` (None when it can).
+    """One-line reason ``analysis`` cannot run on ``spec`` with data giving ``targets`` (None when it can):
+    :func:`obstacle`'s reason.
 
     Args:
         analysis: the configured analysis.
@@ -205,55 +245,24 @@ def why_cannot_run(analysis: Analysis, spec: ModelSpec, targets: Collection[str]
         data: what is known of the data before the pass (its labels...: one class, no labels and the like are
             reasons too; its own ``targets`` are then the ones checked); default: only ``targets``.
     """
-    return _model_obstacle(analysis, spec) or analysis.why_unsupported_data(
-        data if data is not None else DataFacts(targets=targets))
-
-
-def cannot_run_error(analysis: Analysis, spec: ModelSpec, targets: Collection[str],
-                     data: DataFacts | None = None) -> VitscopeValueError | None:
-    """:func:`why_cannot_run` as the error to raise: a :class:`~vitscope.errors.DegenerateDataError` when the data
-    is the reason, else a VitscopeValueError (None when the analysis can run)."""
-    reason = why_cannot_run(analysis, spec, targets, data)
-    if reason is None:
-        return None
-    facts = data if data is not None else DataFacts(targets=targets)
-    return DegenerateDataError(reason) if reason == analysis.why_unsupported_data(facts) else VitscopeValueError(reason)
-
-
-def expand_group(group: str, spec: ModelSpec, targets: Collection[str] | None = None,
-                 make: Callable[[str], Analysis] | None = None, data: DataFacts | None = None) -> list[Analysis]:
-    """The members of ``group`` that can run on ``spec`` and the data (default-configured unless ``make``;
-    ``data``: as :func:`why_cannot_run`).
-
-    Raises:
-        ValueError: unknown group, or no member can run (the message gives the first member's reason).
-    """
-    if group not in GROUPS:
-        raise unknown_analysis(group)
-    targets = frozenset(targets or ())
-    members = [(make or get_analysis)(name) for name in GROUPS[group]]
-    chosen = [a for a in members if why_cannot_run(a, spec, targets, data) is None]
-    if not chosen:
-        raise VitscopeValueError(f"no analysis of the '{group}' group can run: "
-                                 f"{why_cannot_run(members[0], spec, targets, data)}")
-    return chosen
-
-
-#: what each kind of ground truth is called in the list of analyses not run
-_TARGET_WORDS = {"label": "image labels", "masks": "object masks", "instance_labels": "labels of its masks"}
+    found = obstacle(analysis, spec, _facts(targets, data))
+    return found.reason if found else None
 
 
 def why_skipped(analysis: Analysis, spec: ModelSpec, targets: Collection[str],
                 data: DataFacts | None = None) -> str | None:
     """The short reason a run lists ``analysis`` as not run (``"the data has no object masks"``), None when it can
-    run: :func:`why_cannot_run` without the analysis's name and the advice."""
-    reason = _model_obstacle(analysis, spec)
-    if reason:
-        return reason.removeprefix(f"analysis '{analysis.name}' ")
-    missing = sorted(set(analysis.required_targets) - set(targets))
-    if missing:
-        return "the data has no " + " and no ".join(_TARGET_WORDS.get(m, m) for m in missing)
-    return analysis.why_unsupported_data(data) if data is not None else None
+    run: :func:`obstacle`'s short form."""
+    found = obstacle(analysis, spec, _facts(targets, data))
+    return found.short if found else None
+
+
+def refuse_what_cannot_run(analyses: Sequence[Analysis], spec: ModelSpec, data: DataFacts) -> None:
+    """Raise the first analysis's :func:`obstacle` as its error (nothing when every analysis can run)."""
+    for analysis in analyses:
+        found = obstacle(analysis, spec, data)
+        if found:
+            raise found.error()
 
 
 def skipped_defaults(spec: ModelSpec, targets: Collection[str] | None = None,

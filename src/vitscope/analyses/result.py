@@ -21,7 +21,8 @@ from vitscope.viz.labels import display_name, sentence_case
 if TYPE_CHECKING:
     from vitscope.viz.charts import Chart
 
-__all__ = ["DIMS_KEY", "LABELS", "SMALL", "Figure", "Result", "SummaryResult", "as_result", "png_path"]
+__all__ = ["DIMS_KEY", "LABELS", "SMALL", "ExplorerMaps", "Figure", "Result", "SummaryResult", "as_result",
+           "png_path"]
 
 #: tensors with at most this many elements go to results.json and the CSV tables; larger ones to ``.npz``
 SMALL = 4096
@@ -80,6 +81,33 @@ class Figure:
     def __post_init__(self) -> None:
         if not self.stem or any(c in self.stem for c in "/\\"):
             raise VitscopeValueError(f"figure stem {self.stem!r} must be a non-empty file name without '/' or '\\'")
+
+
+@dataclass(frozen=True)
+class ExplorerMaps:
+    """What the report's block x head explorer shows of a result (:meth:`Result.explorer_maps`).
+
+    Attributes:
+        mean_map: ``[L, H, h, w]`` dataset-average map of every block and head.
+        what: what the maps are (``"CLS attention"``), in the explorer's title.
+        blocks: block number of each row (None: ``0..L-1``).
+        image_maps: ``[I, L, H, h, w]`` maps of single images, or None.
+        images: ``[I, H_px, W_px, 3]`` uint8 pictures the single-image maps are drawn over, or None.
+        image_names: button text of each single image.
+        caption, paper: the text under the explorer and the paper figure it reproduces.
+        figure_stems: stems of the result's figures the explorer shows again, the dataset mean's first and then one
+            per single image: the report links their files instead of repeating them.
+    """
+
+    mean_map: torch.Tensor
+    what: str
+    blocks: list[int] | None = None
+    image_maps: torch.Tensor | None = None
+    images: torch.Tensor | None = None
+    image_names: list[str] = field(default_factory=list)
+    caption: str = ""
+    paper: str = ""
+    figure_stems: tuple[str, ...] = ()
 
 
 #: metadata key of a result's own dimension names, ``{tensor key: [name, ...]}`` (before the class's ``DIMS``)
@@ -196,10 +224,6 @@ class Result:
                 out[key] = {"shape": list(t.shape), "mean": float(t.double().mean())}
         return out
 
-    def summary(self) -> dict[str, Any]:
-        """:meth:`to_json` under its earlier name."""
-        return self.to_json()
-
     def to_frame(self, key: str | None = None):
         """A pandas frame whose axes say what each dimension is, labelled by integers (or by the labels the
         metadata gives, see :meth:`dim_labels`).
@@ -246,6 +270,11 @@ class Result:
     def figures(self) -> list[Figure]:
         """The figures of this result (none for the base class)."""
         return []
+
+    def explorer_maps(self) -> ExplorerMaps | None:
+        """The block x head maps the report shows in an interactive explorer, or None (the base class: no
+        explorer). A result declares the capability by returning them; the report asks every result."""
+        return None
 
     def figure(self, suffix: str, draw: Callable[[Path], list[Path]], caption: str, paper: str = "",
                title: str | None = None, chart: Chart | None = None) -> Figure:

@@ -18,13 +18,20 @@ from vitscope.analyses.base import Analysis
 from vitscope.analyses.data_checks import DataFacts
 from vitscope.analyses.params import build_analyses
 from vitscope.analyses.registry import ANALYSES, why_skipped
+from vitscope.analyses.result import Result
 from vitscope.compare.pooled import PooledFeatures
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["COMPARED", "compare_analyses", "compare_not_run", "default_selection"]
+__all__ = ["CURVE_SOURCES", "compare_analyses", "compare_not_run", "default_selection", "shown_by_comparison"]
 
-#: analyses whose results the comparison itself shows (curves, attention-map explorers)
-COMPARED = ("pooled_features", "attention_distance", "saliency_iou", "cls_attention_maps", "spatial_average_maps")
+#: analyses whose results the comparison itself turns into curves (it also shows every explorer a result declares)
+CURVE_SOURCES = ("pooled_features", "attention_distance", "saliency_iou")
+
+
+def shown_by_comparison(key: str, result: Result) -> bool:
+    """Whether the comparison shows a model's result ``key`` itself (as curves, or in its explorer section)
+    rather than in a section of its own."""
+    return key in CURVE_SOURCES or result.explorer_maps() is not None
 
 
 def default_selection(spec: ModelSpec, targets: Collection[str]) -> list[str]:
@@ -61,9 +68,8 @@ def compare_analyses(spec: ModelSpec, targets: Collection[str], selection: Seque
 
 
 def compare_not_run(spec: ModelSpec, targets: Collection[str]) -> dict[str, str]:
-    """The attention measurements of a default comparison that ``spec`` or the data cannot give: name -> reason (a
-    CNN has no attention; saliency IoU needs masks)."""
-    wanted = ["attention_distance", "cls_attention_maps" if has_cls_token(spec) else "spatial_average_maps",
-              "saliency_iou"]
-    reasons = {name: why_skipped(ANALYSES[name](), spec, frozenset(targets)) for name in wanted}
+    """The measurements of a default comparison (:func:`default_selection`, saliency IoU included) that ``spec`` or
+    the data cannot give: name -> reason (a CNN has no attention; saliency IoU needs masks)."""
+    reasons = {name: why_skipped(ANALYSES[name](), spec, frozenset(targets))
+               for name in default_selection(spec, {*targets, "masks"})}
     return {name: reason for name, reason in reasons.items() if reason is not None}

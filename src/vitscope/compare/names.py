@@ -2,7 +2,7 @@
 
 An entry ``NAME=MODEL`` names its model when ``NAME`` is a plain name: a letter or ``_`` first, then letters,
 digits, ``_``, ``-`` or ``.``; the entry is split at its first ``=``. Any other entry is the model itself and
-is shown under that text, as before: ``hf:org/model=v2`` or ``./runs/a=b`` (the part before ``=`` is not a
+is shown under that text: ``hf:org/model=v2`` or ``./runs/a=b`` (the part before ``=`` is not a
 plain name) stay whole. A model whose own path starts with a plain name and ``=`` (a folder ``a=b``) is
 written ``./a=b`` or ``NAME=a=b``. Names appear in legends, tables, chart series, report headings and
 results.json, and must be unique.

@@ -66,12 +66,11 @@ def comparison_sections(comp: Comparison, runs: Sequence[ModelRun]) -> list[Sect
         sections.append(Section(f"compare-{quantity}", sentence_case(title), _INTRO[quantity], figures, tables))
     explorers = []
     for run in runs:
-        for name in ("cls_attention_maps", "spatial_average_maps"):
-            if name in run.results:
-                ex = explorer_of(run.results[name], f"{run.label}: {run.results[name].meta.get('what', name)}",
-                                 max_images=len(run.results[name].meta.get("image_indices", [])))
-                if ex is not None:
-                    explorers.append(ex)
+        for name, result in run.results.items():
+            maps = result.explorer_maps()  # a result that declares an explorer
+            if maps is not None:
+                what = maps.what if name == result.base_name else f"{maps.what} ({name})"
+                explorers.append(explorer_of(result, f"{run.label}: {what}", max_images=len(maps.image_names)))
     if explorers:
         sections.append(Section("attention-maps", "Attention maps per model", "Block x head explorers of every "
                                 "transformer (CNNs have no attention).", explorers=explorers))

@@ -12,7 +12,7 @@ from PIL import Image
 from vitscope.data.source import Source
 from vitscope.errors import VitscopeTypeError
 
-__all__ = ["as_source", "open_dataset"]
+__all__ = ["as_source"]
 
 
 def as_source(data: Any, strict: bool = False) -> Source:
@@ -61,7 +61,3 @@ def as_source(data: Any, strict: bool = False) -> Source:
     raise VitscopeTypeError(f"cannot read images from a {type(data).__name__}; pass a folder, ROOT::FORMAT, a list of "
                             "paths or of images, a dataset from vitscope.data.load_dataset, or a vitscope.data.Source")
 
-
-def open_dataset(source: Any, strict: bool = False) -> Source:
-    """:func:`as_source` under its earlier name."""
-    return as_source(source, strict=strict)

@@ -21,7 +21,7 @@ import torch
 from vitscope.analyses.base import Analysis, Batch, Result
 from vitscope.analyses.batch import ModelRunner, SharedQuantities, union_plan
 from vitscope.analyses.data_checks import DataFacts
-from vitscope.analyses.registry import get_analysis
+from vitscope.analyses.registry import get_analysis, refuse_what_cannot_run
 from vitscope.analyses.sync import exchange_folder
 from vitscope.data.open import as_source
 from vitscope.data.source import Source
@@ -30,14 +30,13 @@ from vitscope.engine.distributed import barrier, collectives, gather_lists, shar
 from vitscope.engine.settings import progress_bar, resolve_device, resolve_dtype
 from vitscope.engine.state import Checkpoint, interrupt_guard, run_checkpoint
 from vitscope.engine.streaming import StreamPlan, in_block_order, stream_plan, warn_if_patterns_do_not_fit
-from vitscope.errors import DegenerateDataError, VitscopeRuntimeError, VitscopeValueError
+from vitscope.errors import VitscopeRuntimeError, VitscopeValueError
 from vitscope.features.rowstore import private_rows_under
 from vitscope.functional.attention_blocks import Workspace
 from vitscope.hooks.names import expand_names
 from vitscope.models.backbone import Backbone
 
-__all__ = ["EmptyRunError", "Results", "refuse_data", "required_hook_names", "resolve_device",
-           "resolve_dtype", "run"]
+__all__ = ["EmptyRunError", "Results", "required_hook_names", "resolve_device", "resolve_dtype", "run"]
 
 
 class EmptyRunError(VitscopeRuntimeError):
@@ -84,35 +83,15 @@ class Results(Mapping[str, Result]):
 
 
 def required_hook_names(backbone: Backbone, analyses: Sequence[Analysis]) -> list[str]:
-    """Union of the hook names every analysis declares, resolved against the backbone."""
+    """Union of the hook names every analysis declares, resolved against the backbone (each analysis must be able
+    to run on it: :func:`~vitscope.analyses.registry.refuse_what_cannot_run`)."""
     spec = backbone.spec
     names: list[str] = []
     for a in analyses:
-        reason = a.why_unsupported(spec)
-        if reason:
-            raise VitscopeValueError(reason)
-        if not a.hooks_exist(spec):
-            kind = "a CNN and has no attention" if a.needs_attention and not spec.is_transformer else \
-                "missing hooks it needs"
-            raise VitscopeValueError(f"analysis '{a.name}' cannot run on {spec.name}: the model is {kind}")
         for n in expand_names(a.required_hooks(spec), backbone.hook_names(), spec.name):
             if n not in names:
                 names.append(n)
     return names
-
-
-def refuse_data(analyses: Sequence[Analysis], source: Source, limit: int | None = None) -> None:
-    """Refuse, before the pass, data an analysis cannot score (no labels, one class, no masks...; the analysis's
-    :meth:`~vitscope.analyses.base.Analysis.why_unsupported_data`).
-
-    Raises:
-        DegenerateDataError: the first analysis's reason, one line.
-    """
-    data = DataFacts(source, source.target_keys() | {"regions"}, limit)  # the engine loads regions on request
-    for a in analyses:
-        reason = a.why_unsupported_data(data)
-        if reason:
-            raise DegenerateDataError(reason)
 
 
 @dataclass
@@ -262,8 +241,9 @@ def run(
         progress = progress if shard.rank == 0 else False
     amp = resolve_dtype(dtype)
     backbone.to(dev).eval()
+    # what the batches will carry (the engine loads regions on request): refused now, not after a pass
+    refuse_what_cannot_run(analyses, backbone.spec, DataFacts(source, source.target_keys() | {"regions"}, limit))
     hooks = required_hook_names(backbone, analyses)
-    refuse_data(analyses, source, limit)
     total = len(source) if limit is None else min(limit, len(source))
     described = {**source.describe(), "fingerprint": source.fingerprint()}
     if checkpoint is None and resume is not None:

@@ -1,4 +1,4 @@
-"""Save and resume a run's accumulator state (docs/architecture.md idea 3: state is saved and reloaded).
+"""Save and resume a run's accumulator state (docs/architecture.md, "Declared state": state is saved and reloaded).
 
 A :class:`Checkpoint` writes, every ``every_seconds`` (and when the user presses Ctrl-C, after the batch in
 flight), the state of every analysis plus the dataset position reached. Re-running the same command loads

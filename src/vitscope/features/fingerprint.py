@@ -1,24 +1,22 @@
-"""Fingerprints that key the feature cache: model weights, data files, and any JSON-able settings.
+"""Fingerprints that key the feature cache: model weights, and any JSON-able settings.
 
 A cache entry is reused only when every part of its key is unchanged (``FeatureCache`` docstring):
-the model's weights and spec, the image files (path, size, modification time), the annotation files
-the rows depend on, the view (preprocessing), the hook site and the pooling.
+the model's weights and spec, the data (the source's own fingerprint, :mod:`vitscope.data.fingerprint`), the
+view (preprocessing), the hook site and the pooling.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import weakref
-from collections.abc import Iterable
 from typing import Any
 
 import torch
 
 from vitscope.models.backbone import Backbone
 
-__all__ = ["digest", "file_signature", "files_fingerprint", "model_fingerprint"]
+__all__ = ["digest", "model_fingerprint"]
 
 CACHE_FORMAT = 1  # bump when the layout or the meaning of cached arrays changes
 
@@ -58,23 +56,4 @@ def model_fingerprint(backbone: Backbone) -> str:
         h.update(f"{name}|{t.dtype}|{tuple(tensor.shape)}".encode())
         h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     _MEMO[backbone.model] = (versions, h.hexdigest(), backbone.spec)
-    return h.hexdigest()
-
-
-def file_signature(path: str | os.PathLike) -> tuple[str, int, int]:
-    """``(absolute path, size, mtime_ns)``; a missing file gets size and time -1 (so it still keys)."""
-    p = os.path.abspath(os.fspath(path))
-    try:
-        st = os.stat(p)
-    except OSError:
-        return p, -1, -1
-    return p, int(st.st_size), int(st.st_mtime_ns)
-
-
-def files_fingerprint(paths: Iterable[str | os.PathLike]) -> str:
-    """Digest of the ordered signatures of ``paths`` (contents are not read: a file rewritten in place
-    with the same size and modification time keeps its digest)."""
-    h = hashlib.sha256()
-    for p in paths:
-        h.update(repr(file_signature(p)).encode("utf-8"))
     return h.hexdigest()

@@ -1,8 +1,8 @@
 """``RowStore``: an append-only table of numpy columns that spills to disk, for accumulators that need every row.
 
 Analyses that need all examples at once (k-means, k-NN, probes, full-batch CKA) keep their rows here
-instead of in memory (docs/architecture.md idea 3). Rows are held in memory until ``spill_bytes`` is reached, then
-appended to raw files of an open *shard* on disk and read back as memory maps. Memory stays bounded by
+instead of in memory (docs/architecture.md, "Declared state"). Rows are held in memory until ``spill_bytes`` is
+reached, then appended to raw files of an open *shard* on disk and read back as memory maps. Memory stays bounded by
 ``spill_bytes`` plus one batch.
 
 Sharing rule (what makes ``merge``, pickling and ``state_dict`` safe): a shard is *sealed* before any

@@ -1,4 +1,4 @@
-"""Pure functions on tensors: no I/O, no plotting, no global state (docs/architecture.md idea 4)."""
+"""Pure functions on tensors: no I/O, no plotting, no global state (docs/architecture.md, "Layers")."""
 
 from vitscope.functional.attention import (
     attention_entropy,
@@ -74,18 +74,18 @@ __all__ = [
     "kmeans_labels", "knn_classify", "linear_cka", "local_head_type", "mass_mask", "max_attention",
     "minibatch_cka", "minibatch_hsic_terms", "pck", "random_attention", "recall_at_k_map_at_r", "revisited_map",
     "rollout", "spatial_attention", "spatial_average_map",
-    # representations and probes (issue 6)
+    # representations and probes
     "hsic_matrix", "letterbox_geometry", "linear_probe_accuracy", "mask_pool", "mask_weights", "propagate_labels",
     "random_features", "stitch_tiles", "tiling_plan", "train_linear_probe", "transfer_keypoints",
-    # paired similarity and explanations (issue 7)
+    # paired similarity and explanations
     "class_histograms", "cosine_topk", "curve_area", "decomposed_similarity", "display_map", "paired_similarity",
     "patch_order", "patch_pixel_mask", "perturbation_schedule", "pose_similarity", "project_tokens",
     "random_order", "redistribute", "retrieval_metrics",
-    # SIFT interrelation and masking (issue 10)
+    # SIFT interrelation and masking
     "boxes_pixel_mask", "curriculum_rho", "fill_pixels", "frequency_filter", "guided_mask", "guided_visible_ids",
     "interrelation", "interrelation_patch_scores", "interrelation_stages", "masks_bounding_boxes",
     "outside_baseline", "patch_interrelation", "patch_to_pixel_mask", "pixel_to_patch_mask", "random_interrelation",
     "random_patch_mask", "score_patch_mask", "sift_keypoint_counts",
-    # feature visualisation (issue 9)
+    # feature visualisation
     "total_variation",
 ]

@@ -3,8 +3,8 @@
 One formulation each, so :func:`~vitscope.functional.attention_entropy`, :func:`~vitscope.functional.focus_index`
 and :func:`~vitscope.functional.attention_blocks.block_statistics` cannot drift apart. Both are written for
 speed on large patterns: clamp to the smallest normal number, ``log``, multiply, ``sum`` (so ``0 log 0`` is 0
-and a NaN in the pattern stays NaN) instead of ``xlogy``, which is a scalar loop three times slower here (an
-earlier ``nansum`` form was 15 % faster but turned NaN inputs into finite numbers); both can write into
+and a NaN in the pattern stays NaN) instead of ``xlogy``, which is a scalar loop three times slower here (a
+``nansum`` form is 15 % faster but turns NaN inputs into finite numbers); both can write into
 caller-owned work buffers.
 """
 

@@ -29,8 +29,3 @@ def grid_to_tokens(fmap: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`tokens_to_grid` for the spatial part: ``[B, D, h, w] -> [B, h*w, D]``."""
     b, d, h, w = fmap.shape
     return fmap.permute(0, 2, 3, 1).reshape(b, h * w, d)
-
-
-def split_prefix(tokens: torch.Tensor, num_prefix: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[B, N, D] -> ([B, P, D], [B, K, D])``: prefix tokens and spatial tokens."""
-    return tokens[:, :num_prefix], tokens[:, num_prefix:]

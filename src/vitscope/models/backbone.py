@@ -1,4 +1,4 @@
-"""The Backbone: one interface over every model family (docs/architecture.md idea 1)."""
+"""The Backbone: one interface over every model family (docs/architecture.md, "Layers")."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """``from_pretrained`` that loads what the checkpoint holds, quietly and the same way every time.
 
-A ``ViTModel`` saved without its pooler (``add_pooling_layer=False``, or the backbone of a classifier) used to
-come back with a freshly, randomly initialised pooler: the weights digest in results.json changed between
-identical runs, resume refused the saved state, and transformers printed a LOAD REPORT on every load. The
+A ``ViTModel`` saved without its pooler (``add_pooling_layer=False``, or the backbone of a classifier) would
+come back with a freshly, randomly initialised pooler: the weights digest in results.json would change between
+identical runs, resume would refuse the saved state, and transformers would print a LOAD REPORT on every load. The
 pooler is never used by vitscope (analyses read the tokens), so a pooler the checkpoint does not fill is
 removed; any other weight the checkpoint lacks is reported in one warning, since it would be random.
 transformers' own loading chatter (report tables, progress bars) stays out of vitscope's output.

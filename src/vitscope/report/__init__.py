@@ -3,7 +3,7 @@
 from vitscope.report.build import build_report
 from vitscope.report.explorer import explorer_from_maps
 from vitscope.report.model import Explorer, ExplorerGrid, FigureItem, Report, Section, Table
-from vitscope.report.render import data_uri, render_html, write_report
+from vitscope.report.render import data_uri, render_html
 from vitscope.report.sections import explorer_of, summary_rows
 
 __all__ = [
@@ -19,5 +19,4 @@ __all__ = [
     "explorer_of",
     "render_html",
     "summary_rows",
-    "write_report",
 ]

@@ -1,10 +1,9 @@
 """Build the report of any command from its :class:`~vitscope.outputs.run_result.RunResult`: one section per
-typed result (its intro, drawn figures with their captions, tables from its summary, an explorer for attention
-maps), the run's own figures and sections, and the summary of what was run."""
+typed result (its intro, drawn figures with their captions, tables from its summary, an explorer where the result
+declares one), the run's own figures and sections, and the summary of what was run."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,11 +15,8 @@ from vitscope.viz.labels import display_name
 
 __all__ = ["build_report"]
 
-_EXPLORER_SOURCES = ("cls_attention_maps", "spatial_average_maps")
 #: single images an analysis report's explorer offers (the chosen images beyond them stay figures)
 EXPLORER_IMAGES = 4
-#: figures of an explorer's result whose maps the explorer itself shows (the dataset mean, single images)
-_SHOWN_BY_EXPLORER = re.compile(r"_(mean|image\d+)$")
 
 
 def _title(name: str) -> str:
@@ -42,12 +38,6 @@ def _skipped_section(skipped: list[Mapping[str, Any]]) -> Section:
     return Section("skipped-files", "Skipped files", "Files that could not be read as images; the run went on "
                    "without them (--strict stops at the first one instead).",
                    tables=[Table(f"{len(skipped)} skipped file(s)", ["file", "reason"], rows, note)])
-
-
-def _in_explorer(item: FigureItem, shown: set[str]) -> bool:
-    """Whether a figure is one of the grids its section's explorer shows (``shown``: ``mean``, ``image3``...)."""
-    match = _SHOWN_BY_EXPLORER.search(item.stem)
-    return item.path is not None and match is not None and match.group(1) in shown
 
 
 def _chart_numbers(chart: Mapping[str, Any]) -> str | None:
@@ -118,17 +108,14 @@ def build_report(run: Any, doc: Mapping[str, Any], drawn: Mapping[str, list[tupl
     for name, result in run.results.items():
         if name in run.own_sections:
             continue
-        explorers = []
-        if result.base_name in _EXPLORER_SOURCES:
-            explorer = explorer_of(result, max_images=EXPLORER_IMAGES)
-            if explorer is not None:
-                explorers.append(explorer)
+        maps = result.explorer_maps()  # a result that declares an explorer gets one, whatever its name
+        explorers = [explorer_of(result, max_images=EXPLORER_IMAGES)] if maps is not None else []
         summary = doc.get("analyses", {}).get(name, {}).get("summary", {})
         items, links = _items(drawn.get(name, [])), []
-        if explorers:  # the explorer shows the dataset grid and its images' grids: their files are a link away
-            shown = {"mean", *(f"image{i}" for i in list(result.meta.get("image_indices", []))[:EXPLORER_IMAGES])}
-            links = [(i.title, f"figures/{i.path.name}") for i in items if _in_explorer(i, shown)]
-            items = [i for i in items if not _in_explorer(i, shown)]
+        if maps is not None:  # the explorer shows the dataset grid and its images' grids: their files are a link away
+            shown = set(maps.figure_stems[:1 + EXPLORER_IMAGES])
+            links = [(i.title, f"figures/{i.path.name}") for i in items if i.path is not None and i.stem in shown]
+            items = [i for i in items if not (i.path is not None and i.stem in shown)]
         sections.append(Section(slug(name), _title(name), result.intro, items, summary_tables(name, summary),
                                 explorers, figure_links=links))
     _drop_repeated_tables(sections)

@@ -21,8 +21,7 @@ from vitscope.report.model import Report
 from vitscope.report.references import cited, paper_number
 from vitscope.strict_json import dumps
 
-__all__ = ["EMBED_BYTES", "THUMBNAIL_WIDTH", "data_uri", "pixel_width", "render_html", "thumbnail_uri",
-           "write_report"]
+__all__ = ["EMBED_BYTES", "THUMBNAIL_WIDTH", "data_uri", "pixel_width", "render_html", "thumbnail_uri"]
 
 #: figure pictures wider than this are shown in the page downscaled to it (the full-size file stays in
 #: figures/, one click away): a report of a few dozen big figures stays a few megabytes
@@ -141,13 +140,3 @@ def render_html(report: Report) -> str:
     return _environment().get_template("report.html.j2").render(report=report, config_rows=rows, version=__version__,
                                                                 has_charts=has_charts, references=cited(texts),
                                                                 **scripts)
-
-
-def write_report(report: Report, path: str | os.PathLike) -> Path:
-    """Render ``report`` and write it atomically to ``path`` (usually ``<out>/report.html``)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(render_html(report), encoding="utf-8")
-    os.replace(tmp, path)
-    return path

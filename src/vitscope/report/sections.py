@@ -1,4 +1,5 @@
-"""Pieces every report shares: section ids, the explorer of attention maps, the summary rows of a run."""
+"""Pieces every report shares: section ids, the explorer of a result's block x head maps, the summary rows of a
+run."""
 
 from __future__ import annotations
 
@@ -7,15 +8,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from vitscope.analyses.registry import not_run_text
+from vitscope.analyses.result import Result
 from vitscope.models.spec import input_text
 from vitscope.report.explorer import explorer_from_maps
 from vitscope.report.model import Explorer
 from vitscope.report.tables import format_cell
-from vitscope.viz.labels import display_name
 
 __all__ = ["explorer_of", "slug", "summary_rows"]
-
-_EXPLORER_SOURCES = ("cls_attention_maps", "spatial_average_maps")
 
 
 def slug(text: str) -> str:
@@ -23,27 +22,18 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-zA-Z0-9]+", "-", text).strip("-").lower() or "section"
 
 
-def _title(name: str) -> str:
-    return display_name(name)
-
-
-def explorer_of(result: Any, title: str | None = None, max_images: int = 4) -> Explorer | None:
-    """Explorer of an attention-maps result (``mean_map`` ``[L, H, h, w]`` plus chosen images), or None."""
-    tensors = getattr(result, "tensors", {})
-    if "mean_map" not in tensors or tensors["mean_map"].dim() != 4:
+def explorer_of(result: Result, title: str | None = None, max_images: int = 4) -> Explorer | None:
+    """The block x head explorer of a result that declares one
+    (:meth:`~vitscope.analyses.result.Result.explorer_maps`), else None."""
+    maps = result.explorer_maps()
+    if maps is None:
         return None
-    meta = getattr(result, "meta", {})
-    indices = list(meta.get("image_indices", []))
-    what = meta.get("what", result.name)
-    mean = next((f for f in result.figures() if f.stem.endswith("_mean")), None)
-    caption, paper = (mean.caption, mean.paper) if mean is not None else ("", "")
     return explorer_from_maps(
-        title or f"Block x head explorer: {what}", tensors["mean_map"], meta.get("blocks"),
-        tensors.get("image_maps"), tensors.get("images"),
-        list(meta.get("image_names") or [f"image {i}" for i in indices]), max_images,
+        title or f"Block x head explorer: {maps.what}", maps.mean_map, maps.blocks, maps.image_maps, maps.images,
+        maps.image_names, max_images,
         caption="Point at (or tab to) a cell to enlarge that head's map; the buttons switch between the dataset "
-                "mean and single images (drawn over the image). Each map is scaled to its own range. " + caption,
-        paper=paper)
+                "mean and single images (drawn over the image). Each map is scaled to its own range. " + maps.caption,
+        paper=maps.paper)
 
 
 def _model_line(m: Mapping[str, Any]) -> str:

@@ -17,7 +17,7 @@ from vitscope.errors import VitscopeValueError
 from vitscope.viz.labels import short_name
 from vitscope.viz.raster import Canvas, colorize, fit_nearest, tick_positions, tile_scale, upscale, value_overlay
 
-__all__ = ["aligned_maps_figure", "as_numpy", "block_head_maps", "map_mosaic", "rollout_figure", "tick_labels"]
+__all__ = ["aligned_maps_figure", "as_numpy", "block_head_maps", "rollout_figure", "tick_labels"]
 
 _TYPE_SHORT = {"strict_local": "str", "offset_local": "off", "soft_local": "soft", "axial": "axi", "global": "glo"}
 
@@ -33,25 +33,6 @@ def tick_labels(count: int, labels: Sequence | None) -> list[str]:
     if len(labels) != count:
         raise VitscopeValueError(f"{len(labels)} block labels for {count} blocks")
     return [str(v) for v in labels]
-
-
-def map_mosaic(maps: torch.Tensor | np.ndarray, gap: int = 1) -> np.ndarray:
-    """Tile ``[L, H, a, b]`` maps into one ``[L*(a+gap)-gap, H*(b+gap)-gap]`` image.
-
-    Each tile is min-max scaled to ``[0, 1]`` for display (a constant tile becomes 0.5); gaps are NaN.
-    """
-    arr = as_numpy(maps)
-    if arr.ndim != 4:
-        raise VitscopeValueError(f"expected maps [L, H, a, b], got shape {arr.shape}")
-    rows, cols, a, b = arr.shape
-    lo = arr.min(axis=(-2, -1), keepdims=True)
-    span = arr.max(axis=(-2, -1), keepdims=True) - lo
-    tiles = np.where(span > 0, (arr - lo) / np.where(span > 0, span, 1.0), 0.5)
-    out = np.full((rows * (a + gap) - gap, cols * (b + gap) - gap), np.nan)
-    for i in range(rows):
-        for j in range(cols):
-            out[i * (a + gap):i * (a + gap) + a, j * (b + gap):j * (b + gap) + b] = tiles[i, j]
-    return out
 
 
 def _scaled_tiles(arr: np.ndarray) -> np.ndarray:

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import matplotlib
 import numpy as np
 import torch
 from matplotlib.figure import Figure
@@ -17,7 +16,7 @@ from vitscope.viz.ranges import bar_label, legend_note
 from vitscope.viz.save import outside_legend, save_figure
 
 __all__ = ["isolate_cls_figure", "panel_figure", "spatial_information_figure", "token_accuracy_figure",
-           "top_activation_grid", "top_maps_figure", "unit_grid_figure"]
+           "top_activation_grid", "unit_grid_figure"]
 
 
 def _rgb(image: torch.Tensor | np.ndarray) -> np.ndarray:
@@ -112,32 +111,6 @@ def panel_figure(optimised: torch.Tensor, top_images: Sequence[torch.Tensor | np
         bar = fig.colorbar(shown, cax=fig.add_axes((pos.x1 + 0.01, pos.y0, 0.012, pos.height)))
         bar.set_label("activation", fontsize=9)
         bar.ax.tick_params(labelsize=8)
-    return save_figure(fig, path, dpi=110, svg=False, tight=True)[0]
-
-
-def top_maps_figure(maps: torch.Tensor, scores: torch.Tensor, labels: Sequence[str], path: str | Path) -> Path:
-    """Patch activation maps of the top images of several units: ``maps [U, k, h, w]``, ``scores [U, k]``.
-
-    One mosaic image (each map min-max scaled on its own), its score above it and the unit on the left: one
-    ``imshow`` instead of ``U * k`` axes keeps a figure of 6 x 5 maps under a quarter of a second.
-    """
-    from vitscope.viz.attention_maps import map_mosaic
-
-    u, k, h, w = maps.shape
-    gap = max(1, h // 4)
-    fig = Figure(figsize=(1.4 * k, 1.5 * u + 0.3))
-    ax = fig.add_subplot()
-    colormap = matplotlib.colormaps["magma"].with_extremes(bad="white")
-    ax.imshow(map_mosaic(maps, gap=gap), cmap=colormap, interpolation="nearest", vmin=0.0, vmax=1.0)
-    for i in range(u):
-        for j in range(k):
-            ax.text(j * (w + gap) + (w - 1) / 2, i * (h + gap) - 0.6, f"{float(scores[i, j]):.2f}", fontsize=6,
-                    ha="center", va="bottom")
-    ax.set_xticks([])
-    ax.set_yticks([i * (h + gap) + (h - 1) / 2 for i in range(u)], list(labels), fontsize=6)
-    ax.tick_params(length=0)
-    for side in ax.spines.values():
-        side.set_visible(False)
     return save_figure(fig, path, dpi=110, svg=False, tight=True)[0]
 
 

@@ -11,7 +11,7 @@ import torch
 from vitscope.viz.ranges import PROBE_RANGE, quantity_range
 from vitscope.viz.representation_figures import curves_figure
 
-__all__ = ["clustering_curves", "compare_models", "probe_curves"]
+__all__ = ["compare_models", "probe_curves"]
 
 
 def probe_curves(
@@ -36,33 +36,6 @@ def probe_curves(
     """
     baselines = {"random chance": random} if random is not None else None
     return curves_figure(curves, title, metric, out_path_stem, baselines=baselines, x_values=blocks,
-                         ylim=quantity_range(metric) or PROBE_RANGE)
-
-
-def clustering_curves(
-    scores: Mapping[str, Mapping[str, torch.Tensor | np.ndarray | Sequence[float]]],
-    metric: str,
-    title: str,
-    out_path_stem: str | Path,
-    random: Mapping[str, float] | None = None,
-    blocks: Sequence[int] | None = None,
-) -> list[Path]:
-    """Clustering purity (or NMI, ARI) per block, one line per model, random chance dashed (figures 7, 8).
-
-    Args:
-        scores: ``{model: {"purity": [L], "nmi": [L], "ari": [L]}}``.
-        metric: which score to draw.
-        title: figure title; out_path_stem: output path without extension.
-        random: ``{metric: value}`` random-chance scores.
-        blocks: block number of each point.
-
-    Returns:
-        ``[<stem>.png, <stem>.svg]``.
-    """
-    curves = {model: s[metric] for model, s in scores.items()}
-    value = (random or {}).get(metric)
-    return curves_figure(curves, title, metric, out_path_stem,
-                         baselines={"random chance": value} if value is not None else None, x_values=blocks,
                          ylim=quantity_range(metric) or PROBE_RANGE)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from vitscope.analyses.data_checks import DataFacts
 from vitscope.analyses.registry import not_run_text
 from vitscope.compare import ModelRun, compare_analyses, compare_runs
-from vitscope.compare.analyses import COMPARED, compare_not_run
+from vitscope.compare.analyses import compare_not_run, shown_by_comparison
 from vitscope.compare.names import file_safe, named_models
 from vitscope.compare.outputs import comparison_sections
 from vitscope.compare.result import ComparisonResult
@@ -98,7 +98,7 @@ def _per_model_results(name: str, results: Mapping[str, Any]) -> dict[str, Any]:
     files, section and results.json entry; ``cka@cls`` of ``dino`` is ``cka@cls@dino``)."""
     out = {}
     for key, result in results.items():
-        if key in COMPARED:
+        if shown_by_comparison(key, result):
             continue
         result.name = f"{key}@{file_safe(name)}"
         out[result.name] = result

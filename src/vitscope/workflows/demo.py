@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from vitscope.data.open import open_dataset
+from vitscope.data.open import as_source
 from vitscope.outputs import write_run
 from vitscope.workflows.compare import comparison_run
 from vitscope.workflows.demo_pairs import paired_similarity_section
@@ -77,7 +77,7 @@ def demo(out: str | Path = "demo_out", quick: bool = False, progress: bool | Non
                                        "batch_size": settings["batch_size"]})
     result = comparison_run(options, progress=progress, log=log)
     log(f"explaining image pairs with {PAIR_MODEL}")
-    section, pairs = paired_similarity_section(open_dataset(data), PAIR_MODEL)
+    section, pairs = paired_similarity_section(as_source(data), PAIR_MODEL)
     result.sections.insert(1 if result.sections else 0, section)
     papers = paper_settings(quick)
     paper, paper_sections, notes = paper_results(data, papers, settings["batch_size"], progress=progress, log=log)

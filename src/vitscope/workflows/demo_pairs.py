@@ -44,7 +44,7 @@ def paired_similarity_section(dataset: Any, model: str = "tiny-vit-metric",
     the writer to ``figures/paired_similarity.png``) and a JSON-able summary for results.json.
 
     Args:
-        dataset: an engine dataset with labels in its targets (e.g. ``open_dataset("root::coco")``).
+        dataset: an engine dataset with labels in its targets (e.g. ``as_source("root::coco")``).
         model: a metric-learning model whose head is the embedding projection.
     """
     from vitscope.explain import PairedSimilarity

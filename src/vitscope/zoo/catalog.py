@@ -39,7 +39,7 @@ class ZooEntry:
         math_attention: trains with explicit attention products instead of the fused kernel
             (:class:`~vitscope.train.loop.LoopConfig`, 1.4-2.0x faster steps on CPU). Entries with it off keep the
             fused kernel, so that rebuilding them reproduces their shipped weights bit for bit.
-        extra: a model of the masking and robustness experiments (issue 10), outside the core zoo's 25 MB
+        extra: a model of the masking and robustness experiments, outside the core zoo's 25 MB
             weight budget and 45-minute build budget (they have their own).
         description: one line for ``vitscope zoo list``.
     """
@@ -67,8 +67,8 @@ class ZooEntry:
 
 _VIT = {"image_size": 64, "patch_size": 8, "embed_dim": 128, "depth": 6, "num_heads": 4}
 # Peak learning rate 5e-4 rather than the recipe's 1e-3: at 1e-3 the CLS attention narrows onto a few
-# discriminative patches (best-head saliency IoU only 0.09 above random; issue 5 asks for 0.15), at 5e-4
-# it covers the object (0.19 and 0.21 on two held-out sets) for 0.90 accuracy instead of 0.93.
+# discriminative patches (best-head saliency IoU only 0.09 above random; tests/validation/test_zoo_attention.py
+# asks for 0.15), at 5e-4 it covers the object (0.19 and 0.21 on two held-out sets) for 0.90 accuracy instead of 0.93.
 _VIT_SUP = {"lr": 5e-4}
 # Every core ViT trains with explicit attention (``math_attention``): 1.4-2x cheaper steps on CPU
 # (benchmarks/train_step.py). Switching sup and the metric ViTs to it (session 10) moved their scores by at most
@@ -83,7 +83,7 @@ _VIT_SUP = {"lr": 5e-4}
 # crops instead of four make a step a fifth cheaper, and the time buys more steps (2800 x 16: 0.728). Explicit
 # attention (math_attention) makes a step about 1.4x cheaper again (6000 x 16: 0.805). 48 px global crops
 # (9600 x 16 in the same time) reach 0.863 but their CLS attention no longer finds the objects at 64 px
-# (best-head saliency IoU margin 0.13, issue 5 asks 0.15), even with the last 15% at 64 px (0.14). A slower
+# (best-head saliency IoU margin 0.13, the validation test asks 0.15), even with the last 15% at 64 px (0.14). A slower
 # teacher (0.99 -> 0.995) keeps the attention (spatial margins 0.175-0.20) and adds 0.02; with 56 px global crops, 1.25x
 # cheaper steps buy 8600 of them: 0.849 (docs/zoo-findings.md, session 9); the time explicit attention saved
 # in sup and the metric ViTs buys 9600: 0.854 (session 10).

@@ -15,6 +15,7 @@ import torch
 from vitscope.analyses.attention.base import AttentionAccumulator, AttentionGeometry, ChosenImages
 from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
+from vitscope.analyses.result import ExplorerMaps
 from vitscope.functional.attention_blocks import BlockStats
 from vitscope.viz.labels import sentence_case
 
@@ -32,12 +33,19 @@ class AttentionMapsResult(Result):
     DIMS = {"*mean_map": ("block", "head", "row", "column"),
             "image_maps": ("image", "block", "head", "row", "column"), "images": ("image", "y", "x", "channel")}
 
+    def _mean_text(self) -> tuple[str, str]:
+        """The caption and paper figure of the dataset-average maps (the figure and the explorer)."""
+        if self.base_name == "cls_attention_maps":
+            return ("Dataset-average CLS attention maps: rows are blocks, columns heads.",
+                    "paper 002, fig. 2 and 17")
+        return ("Dataset-average spatial-average attention maps: rows are blocks, columns heads.",
+                "paper 002, fig. 17 (models without CLS)")
+
     def figures(self) -> list[Figure]:
         """``<name>_mean`` (dataset map), ``<name>_random`` and ``<name>_image<i>``: blocks x heads grids."""
         if "mean_map" not in self.tensors:
             return []
         what, n, labels = self.meta.get("what", self.name), self.meta.get("num_images", 0), self.meta.get("blocks")
-        cls = self.base_name == "cls_attention_maps"
 
         def grid(maps: torch.Tensor, title: str, image: torch.Tensor | None = None):
             def draw(path: Path) -> list[Path]:
@@ -47,10 +55,7 @@ class AttentionMapsResult(Result):
             return draw
 
         figures = [
-            self.figure("_mean", grid(self.tensors["mean_map"], f"{what}, mean over {n} images"),
-                        "Dataset-average CLS attention maps: rows are blocks, columns heads." if cls else
-                        "Dataset-average spatial-average attention maps: rows are blocks, columns heads.",
-                        "paper 002, fig. 2 and 17" if cls else "paper 002, fig. 17 (models without CLS)"),
+            self.figure("_mean", grid(self.tensors["mean_map"], f"{what}, mean over {n} images"), *self._mean_text()),
             self.figure("_random", grid(self.tensors["random_mean_map"], f"{what}, random-attention baseline"),
                         "The same maps for random attention (the baseline every map is compared with).",
                         "paper 002, fig. 17 (baseline)"),
@@ -63,6 +68,17 @@ class AttentionMapsResult(Result):
                                        f"{sentence_case(what)} maps of {name} (image {idx}), every block and head.",
                                        "paper 002, fig. 11 to 13", title=f"{sentence_case(what)} maps: {name}"))
         return figures
+
+    def explorer_maps(self) -> ExplorerMaps | None:
+        """The dataset-average maps and those of the chosen images, for the report's block x head explorer."""
+        if "mean_map" not in self.tensors or self.tensors["mean_map"].dim() != 4:
+            return None
+        indices = list(self.meta.get("image_indices", []))
+        caption, paper = self._mean_text()
+        return ExplorerMaps(self.tensors["mean_map"], self.meta.get("what", self.name), self.meta.get("blocks"),
+                            self.tensors.get("image_maps"), self.tensors.get("images"),
+                            list(self.meta.get("image_names") or [f"image {i}" for i in indices]), caption, paper,
+                            (f"{self.name}_mean", *(f"{self.name}_image{i}" for i in indices)))
 
 
 class _MapAccumulator(ChosenImages, AttentionAccumulator):

@@ -10,10 +10,10 @@ Example::
 
     import vitscope
     from vitscope.analyses.attention.suite import attention_suite
-    from vitscope.data.open import open_dataset
+    from vitscope.data.open import as_source
 
     backbone = vitscope.load_model("tiny-vit")
-    data = open_dataset("synth_coco::coco")  # written by `vitscope synth --format coco --out synth_coco`
+    data = as_source("synth_coco::coco")  # written by `vitscope synth --format coco --out synth_coco`
     results = vitscope.run(backbone, data, attention_suite(backbone.spec, targets={"masks"}))
     results["saliency_iou"]["cls_best_iou"]   # [L] best-head IoU per block
 """
@@ -22,23 +22,17 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from vitscope.analyses.attention.base import AttentionAccumulator
-from vitscope.analyses.attention.focus import AttentionFocus
-from vitscope.analyses.attention.geometry import AlignedAttention, AttentionDistance
-from vitscope.analyses.attention.maps import CLSAttentionMaps, SpatialAverageMaps
-from vitscope.analyses.attention.rollout import AttentionRollout
-from vitscope.analyses.attention.saliency import SaliencyIoU
 from vitscope.analyses.base import Analysis
+from vitscope.analyses.data_checks import DataFacts
+from vitscope.analyses.params import parameters_of
+from vitscope.analyses.registry import ANALYSES, GROUPS, obstacle
 from vitscope.errors import VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["ATTENTION_GROUP", "ATTENTION_SUITE", "NoAttentionError", "attention_suite"]
+__all__ = ["ATTENTION_GROUP", "NoAttentionError", "attention_suite"]
 
+#: the registry group whose members the suite builds (``register_analysis(..., groups=("attention",))``)
 ATTENTION_GROUP = "attention"
-ATTENTION_SUITE: tuple[type[AttentionAccumulator], ...] = (
-    CLSAttentionMaps, SpatialAverageMaps, AlignedAttention, AttentionDistance, SaliencyIoU, AttentionFocus,
-    AttentionRollout,
-)
 
 
 class NoAttentionError(VitscopeValueError):
@@ -57,7 +51,8 @@ def attention_suite(
     head_fusion: str = "mean",
     discard_ratio: float = 0.0,
 ) -> list[Analysis]:
-    """Every attention analysis that can run on ``spec`` and the data, linked to share one pass.
+    """Every member of the registry's ``attention`` group that can run on ``spec`` and the data, linked to share
+    one pass; each member receives the options below that its constructor takes.
 
     Args:
         spec: the model's ModelSpec (None: assume a ViT with a CLS token).
@@ -69,9 +64,9 @@ def attention_suite(
         head_fusion, discard_ratio: rollout options.
 
     Returns:
-        Fresh analyses: ``cls_attention_maps`` (models with a CLS token), ``spatial_average_maps``,
-        ``aligned_attention``, ``attention_distance``, ``saliency_iou`` (with masks), ``attention_focus``,
-        ``attention_rollout``.
+        Fresh analyses in registration order: ``cls_attention_maps`` (models with a CLS token),
+        ``spatial_average_maps``, ``aligned_attention``, ``attention_distance``, ``saliency_iou`` (with masks),
+        ``attention_focus``, ``attention_rollout``, and any other member of the group.
 
     Raises:
         NoAttentionError: ``spec`` is a CNN.
@@ -81,17 +76,15 @@ def attention_suite(
             f"the attention analyses need attention patterns, but {spec.name} is a CNN and has no attention; "
             "use a transformer or other analyses"
         )
-    random = {"seed": seed, "random_samples": random_samples, "random_kind": random_kind}
-    suite: list[AttentionAccumulator] = [
-        CLSAttentionMaps(images=images, **random),
-        SpatialAverageMaps(images=images, **random),
-        AlignedAttention(**random),
-        AttentionDistance(**random),
-    ]
-    if targets is not None and "masks" in targets:
-        suite.append(SaliencyIoU(mass=mass, best_head=best_head, **random))
-    suite += [AttentionFocus(**random),
-              AttentionRollout(head_fusion=head_fusion, discard_ratio=discard_ratio, images=images, **random)]
-    if spec is not None:
-        suite = [a for a in suite if a.supports(spec)]
-    return list(suite)
+    options = {"images": images, "seed": seed, "random_samples": random_samples, "random_kind": random_kind,
+               "mass": mass, "best_head": best_head, "head_fusion": head_fusion, "discard_ratio": discard_ratio}
+    data = DataFacts(targets=targets or ())
+    suite = []
+    for name in GROUPS[ATTENTION_GROUP]:
+        cls = ANALYSES[name]
+        accepted = parameters_of(cls)
+        analysis = cls(**{key: value for key, value in options.items() if key in accepted})
+        cannot = obstacle(analysis, spec, data) if spec is not None else analysis.why_unsupported_data(data)
+        if not cannot:
+            suite.append(analysis)
+    return suite

@@ -27,7 +27,7 @@ from vitscope.hooks.names import split_block_name
 from vitscope.hooks.tokens import grid_to_tokens
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["BlockCKA", "CKAResult", "block_cka", "cka_between", "cka_features", "cross_model_cka"]
+__all__ = ["BlockCKA", "CKAResult", "cka_between", "cka_features", "cross_model_cka"]
 
 ESTIMATORS = ("minibatch", "full", "full_unbiased")
 TOKENS = ("all", "cls", "spatial", "spatial_mean")
@@ -269,23 +269,6 @@ def cka_between(a: CacheEntry, b: CacheEntry, blocks_a: Sequence[int] | None = N
     bb = list(blocks_b) if blocks_b is not None else b.blocks
     reps = [(a, i, ra) for i in ba] + [(b, j, rb) for j in bb]
     return _cka_of_reps(reps, len(ba), estimator, batch, gram_minmax)
-
-
-def block_cka(entry: CacheEntry, blocks: Sequence[int] | None = None, estimator: str = "minibatch", batch: int = 64,
-              gram_minmax: bool = False) -> torch.Tensor:
-    """CKA between the cached blocks of one model (what :class:`BlockCKA` streams, from a cache entry).
-
-    Args:
-        entry: cache entry with several blocks (e.g. pooling ``"all"``, every block).
-        blocks: blocks to compare (default: every cached block).
-        estimator, batch, gram_minmax: as :func:`cka_between`.
-
-    Returns:
-        ``[L, L]`` float64 CKA (each block's Gram is built once per minibatch).
-    """
-    rows = np.arange(len(entry))
-    reps = [(entry, b, rows) for b in (list(blocks) if blocks is not None else entry.blocks)]
-    return _cka_of_reps(reps, None, estimator, batch, gram_minmax)
 
 
 def cross_model_cka(entries: Mapping[str, CacheEntry], block: int | Mapping[str, int] = -1,
