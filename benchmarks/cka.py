@@ -40,10 +40,10 @@ import torch
 from _datasets import RESULTS_DIR, synthetic_image
 
 from vitscope.analyses.representation.cka import BlockCKA, cross_model_cka
+from vitscope.cache import FeatureCache, FeatureRequest
 from vitscope.data.source import Source
 from vitscope.engine.extract import extract_features
-from vitscope.features import FeatureCache, FeatureRequest
-from vitscope.features.fingerprint import digest
+from vitscope.models.digest import digest
 from vitscope.models.wrap import build_tiny_vit
 
 

@@ -21,8 +21,8 @@ __all__ = ["Analysis", "Backbone", "ModelSpec", "Result", "VitscopeError", "__ve
            "compare_models", "load_model", "register_analysis", "run", "tokens_to_grid", "wrap"]
 
 #: the packages a user imports from (docs/api.md); the others are the command line's and the writer's rooms
-_SUBPACKAGES = ("analyses", "data", "engine", "errors", "explain", "features", "featviz", "functional", "hooks",
-               "masking", "models", "outputs", "train", "viz", "zoo")
+_SUBPACKAGES = ("analyses", "cache", "data", "engine", "errors", "explain", "featviz", "functional", "hooks",
+               "models", "occlusion", "outputs", "train", "viz", "zoo")
 
 __getattr__, __dir__ = lazy_exports(__name__, {
     "Analysis": "vitscope.analyses.base",
@@ -30,7 +30,7 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "ModelSpec": "vitscope.models.spec",
     "Result": "vitscope.analyses.base",
     "analyze": "vitscope.workflows.analyze",
-    "compare_models": "vitscope.workflows.compare",  # vitscope.compare is the package of its pieces
+    "compare_models": "vitscope.workflows.compare",  # vitscope.comparison is the package of its pieces
     "load_model": "vitscope.models.load",
     "register_analysis": "vitscope.analyses.registry",
     "run": "vitscope.engine.run",

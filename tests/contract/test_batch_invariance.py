@@ -164,7 +164,7 @@ def world_with_an_unlabelled_image(tmp_path_factory: pytest.TempPathFactory) -> 
 def test_an_image_without_a_label_is_left_out_alone_whatever_the_batch(world_with_an_unlabelled_image: str) -> None:
     """Probes and compare's pooled features drop the unlabelled image only, not the batch it came in; the
     masking analyses, which score every image's prediction, refuse the data before the pass."""
-    from vitscope.compare.pooled import PooledFeatures
+    from vitscope.comparison.pooled import PooledFeatures
 
     backbone = vitscope.load_model(MODELS["vit"])
 

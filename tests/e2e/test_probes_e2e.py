@@ -15,6 +15,7 @@ from vitscope.analyses.probes.knn import KnnProbe
 from vitscope.analyses.probes.result import best_block_table
 from vitscope.analyses.representation.cka import BlockCKA
 from vitscope.analyses.representation.residual import ResidualCKA
+from vitscope.cache import FeatureCache, FeatureRequest
 from vitscope.data import load_dataset
 from vitscope.data.annotated_source import AnnotatedSource
 from vitscope.data.synthetic.write import synthesize
@@ -23,8 +24,8 @@ from vitscope.downstream.keypoints import keypoint_probe
 from vitscope.downstream.retrieval import retrieval_probe
 from vitscope.downstream.sweep import probe_sweep
 from vitscope.engine.extract import extract_features
-from vitscope.features import FeatureCache, FeatureRequest, LongSideView
 from vitscope.functional import knn_classify, revisited_map
+from vitscope.models.views import LongSideView
 from vitscope.viz.probe_figures import compare_models
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from vitscope.analyses.base import Analysis
 from vitscope.analyses.state import StateMergeError, StateSpec, first_seen, merge_states
-from vitscope.features.rowstore import RowStore
+from vitscope.cache.rowstore import RowStore
 from vitscope.functional.moments import merge_moments
 from vitscope.functional.topk import merge_topk
 

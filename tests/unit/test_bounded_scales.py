@@ -17,8 +17,8 @@ from vitscope.analyses.attention.saliency import SaliencyIoUResult
 from vitscope.analyses.attention.stats import AttentionStatsResult
 from vitscope.analyses.probes.result import probe_result
 from vitscope.analyses.representation.cka import CKAResult
-from vitscope.compare.curves import Comparison, Curve
-from vitscope.compare.result import ComparisonResult
+from vitscope.comparison.curves import Comparison, Curve
+from vitscope.comparison.result import ComparisonResult
 from vitscope.outputs import RunResult, write_run
 from vitscope.viz.charts import block_lines_chart, curve
 from vitscope.viz.ranges import quantity_range, range_note

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from vitscope.compare.result import ComparisonResult
+from vitscope.comparison.result import ComparisonResult
 from vitscope.data.synthetic.write import synthesize
 from vitscope.workflows.analyze import analyze
 from vitscope.workflows.compare import comparison_run
@@ -55,8 +55,8 @@ def test_best_block_table_and_figures_use_each_models_baseline(compared) -> None
 
 
 def test_a_quantity_without_baselines_has_no_random_column() -> None:
-    from vitscope.compare.curves import Comparison, Curve
-    from vitscope.compare.outputs import _values_table
+    from vitscope.comparison.curves import Comparison, Curve
+    from vitscope.comparison.outputs import _values_table
 
     comp = Comparison(curves={"cka_to_reference": {"a": Curve([0, 1], [0.0, 1.0], [0.5, 0.6])},
                               "attention_distance": {"a": Curve([0, 1], [0.0, 1.0], [0.4, 0.5]),

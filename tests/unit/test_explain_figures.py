@@ -20,7 +20,7 @@ def test_heat_overlay_colours_the_high_corner_and_leaves_the_low_one_grey():
 
 
 def test_figures_are_written(tmp_path):
-    from vitscope.explain.retrieval import RetrievalExplanation
+    from vitscope.explain.explained_retrieval import RetrievalExplanation
 
     gen = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (5, 3, 16, 16), dtype=torch.uint8, generator=gen)

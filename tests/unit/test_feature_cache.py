@@ -11,18 +11,13 @@ import pytest
 import torch
 
 import vitscope
+from vitscope.cache import FeatureCache, FeatureRequest, RowStore
 from vitscope.data import load_dataset
 from vitscope.data.annotated_source import AnnotatedSource as DatasetSource
 from vitscope.data.files import ImageFiles as PathSource
 from vitscope.data.synthetic.write import synthesize
 from vitscope.engine.extract import extract_features
-from vitscope.features import (
-    FeatureCache,
-    FeatureRequest,
-    LongSideView,
-    RowStore,
-    StandardView,
-)
+from vitscope.models.views import LongSideView, StandardView
 
 # ------------------------------------------------------------------------------------------ RowStore
 
@@ -210,7 +205,7 @@ def test_analyses_ride_on_the_extraction_pass(folder: Path, tmp_path: Path) -> N
     from vitscope.analyses.probes.knn import KnnProbe
     from vitscope.analyses.representation.cka import BlockCKA
     from vitscope.data.annotated_source import AnnotatedSource
-    from vitscope.features import TiledView
+    from vitscope.models.views import TiledView
 
     backbone = vitscope.load_model("tiny-vit")
     calls = _counting(backbone)

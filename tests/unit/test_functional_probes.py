@@ -12,7 +12,7 @@ import torch
 from vitscope.functional.cluster import cluster_scores, kmeans_labels, purity
 from vitscope.functional.keypoints import pck
 from vitscope.functional.knn import knn_classify
-from vitscope.functional.retrieval import (
+from vitscope.functional.retrieval_scores import (
     average_precision_revisited,
     recall_at_k_map_at_r,
     revisited_aps,

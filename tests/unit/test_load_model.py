@@ -196,7 +196,7 @@ def test_where_preprocessing_came_from_does_not_change_the_model_digest():
     """The label is not a setting: the feature cache and resume keep their keys whatever it says."""
     from dataclasses import replace
 
-    from vitscope.features.fingerprint import model_fingerprint
+    from vitscope.models.digest import model_fingerprint
 
     a, b = vitscope.load_model("tiny-vit"), vitscope.load_model("tiny-vit")
     b.spec = replace(b.spec, preprocessing="given to vitscope.wrap")

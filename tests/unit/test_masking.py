@@ -17,8 +17,8 @@ from vitscope.functional import (
     score_patch_mask,
 )
 from vitscope.functional.masking import gaussian_blur
-from vitscope.masking import foreground_pixel_mask, logits_of, masked_logits
 from vitscope.models.wrap import build_tiny_resnet, build_tiny_vit
+from vitscope.occlusion import foreground_pixel_mask, logits_of, masked_logits
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,8 @@ from vitscope.analyses.masking.frequency import FrequencyFiltering
 from vitscope.analyses.masking.interrelation import InterrelationMasking
 from vitscope.analyses.params import build_analyses
 from vitscope.data.synthetic.world import SyntheticWorld
-from vitscope.masking import logits_of
 from vitscope.models.wrap import build_tiny_resnet, build_tiny_vit
+from vitscope.occlusion import logits_of
 
 RATIOS = (0.0, 0.25, 1.0)
 

@@ -1,10 +1,10 @@
-"""How ``--models`` entries name their models (vitscope.compare.names)."""
+"""How ``--models`` entries name their models (vitscope.comparison.names)."""
 
 from __future__ import annotations
 
 import pytest
 
-from vitscope.compare.names import file_safe, named_models
+from vitscope.comparison.names import file_safe, named_models
 
 
 def test_a_plain_name_before_the_first_equals_sign_names_the_model() -> None:

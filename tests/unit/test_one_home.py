@@ -117,9 +117,9 @@ def test_a_result_that_declares_an_explorer_gets_one_and_a_name_alone_gets_none(
 
 
 def test_a_comparison_shows_every_declared_explorer_and_no_name_list() -> None:
-    from vitscope.compare.analyses import shown_by_comparison
-    from vitscope.compare.curves import Comparison, ModelRun
-    from vitscope.compare.outputs import comparison_sections
+    from vitscope.comparison.analyses import shown_by_comparison
+    from vitscope.comparison.curves import Comparison, ModelRun
+    from vitscope.comparison.outputs import comparison_sections
 
     plugin = _PluginMaps("token_maps", {"maps": torch.rand(2, 3, 4, 4)})
     assert shown_by_comparison("token_maps", plugin)
@@ -155,11 +155,11 @@ def test_the_attention_suite_is_the_attention_group(clean_registry) -> None:
     ("vitscope.analyses", "expand_group"), ("vitscope.analyses", "block_cka"),
     ("vitscope.analyses.registry", "cannot_run_error"), ("vitscope.analyses.attention.suite", "ATTENTION_SUITE"),
     ("vitscope.data", "open_dataset"), ("vitscope.data.open", "open_dataset"),
-    ("vitscope.analyses.result.Result", "summary"), ("vitscope.features.fingerprint", "files_fingerprint"),
-    ("vitscope.features.fingerprint", "file_signature"), ("vitscope.hooks.tokens", "split_prefix"),
+    ("vitscope.analyses.result.Result", "summary"), ("vitscope.models.digest", "files_fingerprint"),
+    ("vitscope.models.digest", "file_signature"), ("vitscope.hooks.tokens", "split_prefix"),
     ("vitscope.viz.featviz_figures", "top_maps_figure"), ("vitscope.viz.probe_figures", "clustering_curves"),
     ("vitscope.viz.attention_maps", "map_mosaic"), ("vitscope.report", "write_report"),
-    ("vitscope.engine.run", "refuse_data"), ("vitscope.compare.analyses", "COMPARED"),
+    ("vitscope.engine.run", "refuse_data"), ("vitscope.comparison.analyses", "COMPARED"),
 ])
 def test_removed_names_stay_gone(module, name) -> None:
     holder: object

@@ -11,11 +11,11 @@ import torch
 
 from vitscope.analyses.probes.base import holdout_mask
 from vitscope.analyses.probes.result import best_block_table, probe_result
+from vitscope.cache.feature_cache import FeatureCache
+from vitscope.cache.rowstore import RowStore
 from vitscope.downstream.davis import evaluate_sequence, propagate_sequence
 from vitscope.downstream.keypoints import sample_pairs
 from vitscope.downstream.retrieval import retrieval_scores
-from vitscope.features.cache import FeatureCache
-from vitscope.features.rowstore import RowStore
 from vitscope.functional.correspondence import letterbox_geometry, transfer_keypoints
 from vitscope.functional.linear_probe import linear_probe_accuracy, train_linear_probe
 from vitscope.functional.pooling import mask_pool, mask_weights, random_features

@@ -113,7 +113,7 @@ def test_figures_name_the_paper_figures_they_reproduce():
 
     from contract.fake_records import fake_record, fake_spec
     from vitscope.analyses import ANALYSES
-    from vitscope.compare.result import CAPTIONS
+    from vitscope.comparison.result import CAPTIONS
 
     spec, papers = fake_spec(), {}
     for name in ("attention_distance", "cls_attention_maps", "aligned_attention", "saliency_iou"):

@@ -12,8 +12,8 @@ from contract.fake_records import fake_record, fake_spec
 from vitscope.analyses.representation.cka import BlockCKA, cka_between, cross_model_cka
 from vitscope.analyses.representation.hsic import MinibatchHSIC
 from vitscope.analyses.representation.residual import ResidualCKA
-from vitscope.features.cache import FeatureCache
-from vitscope.features.rowstore import RowStore
+from vitscope.cache.feature_cache import FeatureCache
+from vitscope.cache.rowstore import RowStore
 from vitscope.functional import features_for_cka, hsic, linear_cka, minibatch_cka
 from vitscope.functional.cka_grams import cka_from_hsic, grams, hsic_matrix
 

@@ -8,8 +8,8 @@ import torch
 from PIL import Image
 
 import vitscope
-from vitscope.features.views import StandardView, TiledView, normalise
 from vitscope.functional.tiling import stitch_tiles, tiling_plan
+from vitscope.models.views import StandardView, TiledView, normalise
 
 
 def test_plan_without_remainder() -> None:

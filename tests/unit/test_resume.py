@@ -10,13 +10,13 @@ import torch
 
 import vitscope
 from vitscope.analyses.registry import default_analyses
+from vitscope.cache.rowstore import RowStore
 from vitscope.data.open import as_source
 from vitscope.data.synthetic.write import synthesize
 from vitscope.engine.provenance import data_fingerprint
 from vitscope.engine.state import Checkpoint, run_key
 from vitscope.engine.state_codec import StateCodecError, decode, encode
-from vitscope.features.fingerprint import model_fingerprint
-from vitscope.features.rowstore import RowStore
+from vitscope.models.digest import model_fingerprint
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import torch
 
 from helpers.processes import run_gloo
 from vitscope.analyses.base import Analysis
-from vitscope.features.rowstore import RowStore, exported_when_pickled
+from vitscope.cache.rowstore import RowStore, exported_when_pickled
 
 ROWS = {0: np.arange(0, 300), 1: np.arange(300, 700)}  # rank -> dataset indices it saw
 WIDTH = 64

@@ -14,14 +14,14 @@ from vitscope.analyses.attention.stats import AttentionStats
 from vitscope.analyses.probes.clustering import Clustering, clustering_probe
 from vitscope.analyses.probes.knn import KnnProbe
 from vitscope.analyses.representation.cka import BlockCKA
+from vitscope.cache import FeatureCache, FeatureRequest
 from vitscope.data import load_dataset
 from vitscope.data.annotated_source import AnnotatedSource
 from vitscope.data.synthetic.write import synthesize
 from vitscope.engine.extract import extract_features
 from vitscope.engine.tiling import run_tiled
-from vitscope.features import FeatureCache, FeatureRequest
-from vitscope.features.views import TiledView
 from vitscope.models.tiled import TilingError, wrap_tiled
+from vitscope.models.views import TiledView
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

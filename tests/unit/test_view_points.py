@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vitscope.features.views import FrameView, LetterboxView, LongSideView, StandardView, TiledView
+from vitscope.models.views import FrameView, LetterboxView, LongSideView, StandardView, TiledView
 from vitscope.models.wrap import build_tiny_vit
 
 VIEWS = [StandardView(), LongSideView(), LetterboxView(), FrameView(multiple=16), TiledView(),

@@ -24,13 +24,13 @@ import pytest
 
 import vitscope
 from vitscope.analyses import Clustering, KnnProbe, LinearProbe, ProbeResult, best_block_table
+from vitscope.cache import FeatureCache
 from vitscope.data import load_dataset
 from vitscope.data.annotated_source import AnnotatedSource
 from vitscope.data.synthetic.write import synthesize
 from vitscope.downstream.davis import davis_probe, evaluate_sequence
 from vitscope.downstream.keypoints import keypoint_probe
 from vitscope.downstream.retrieval import retrieval_probe
-from vitscope.features import FeatureCache
 
 MARGIN = 0.15
 SEED = 4242  # a world seed no zoo model trained on

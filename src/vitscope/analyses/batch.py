@@ -247,6 +247,6 @@ class ModelRunner:
 
     def logits(self, pixels: torch.Tensor) -> torch.Tensor:
         """The classifier's logits on ``pixels`` ``[B, 3, H, W]``."""
-        from vitscope.masking.forward import logits_of
+        from vitscope.occlusion.forward import logits_of
 
         return logits_of(self.run(lambda b: b(pixels)))

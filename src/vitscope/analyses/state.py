@@ -7,7 +7,7 @@ the analysis. The rules:
 =============  ==========================================================================================
 ``"sum"``      ``a + b`` (tensors, numbers)
 ``"max"``      element-wise maximum; ``"min"``: minimum
-``"cat"``      concatenation: lists (``a + b``) or disk-backed :class:`~vitscope.features.rowstore.RowStore`
+``"cat"``      concatenation: lists (``a + b``) or disk-backed :class:`~vitscope.cache.rowstore.RowStore`
                tables (rows of ``b`` appended; its spilled shards are shared read-only, never copied)
 ``"mean"``     count-weighted mean; ``count=`` names the state holding the number of examples
 ``"variance"`` sum of squared deviations (M2) beside a ``"mean"`` state (``mean=``, ``count=``): Chan's formula

@@ -6,7 +6,7 @@ other state (counts a mean depends on, dicts, top-k, custom rules) is gathered a
 order with the same rules as :meth:`vitscope.Analysis.merge`, so every process ends with the state of the
 whole group.
 
-State that grows with the number of images (a :class:`~vitscope.features.rowstore.RowStore`: probe rows,
+State that grows with the number of images (a :class:`~vitscope.cache.rowstore.RowStore`: probe rows,
 full-CKA features) never goes through the process group: each process writes its rows as one shard file in
 an *exchange folder* every process sees (:func:`exchange_folder`), and only the shard's path is gathered;
 each process then reads the others' shards from disk.
@@ -24,8 +24,8 @@ from typing import Any
 import torch
 
 from vitscope.analyses.state import StateSpec, merge_states
+from vitscope.cache.rowstore import exported_when_pickled
 from vitscope.errors import VitscopeRuntimeError
-from vitscope.features.rowstore import exported_when_pickled
 
 __all__ = ["EXCHANGE_ENV", "exchange_folder", "sync_states"]
 

@@ -27,17 +27,17 @@ import numpy as np
 import torch
 
 from vitscope.analyses.probes.result import ProbeResult, probe_result
+from vitscope.cache.feature_cache import FeatureCache
+from vitscope.cache.request import FeatureRequest
 from vitscope.data.files import ImageFiles
 from vitscope.downstream.checks import require_blocks, tiling_scale
 from vitscope.engine.extract import extract_features
 from vitscope.errors import VitscopeValueError
-from vitscope.features.cache import FeatureCache
-from vitscope.features.request import FeatureRequest
-from vitscope.features.views import FrameView, TiledView
 from vitscope.functional.pooling import random_features
 from vitscope.functional.propagation import first_frame_labels, labels_to_mask, propagate_labels
 from vitscope.functional.video import davis_f, davis_j
 from vitscope.models.backbone import Backbone
+from vitscope.models.views import FrameView, TiledView
 
 __all__ = ["davis_predictions", "davis_probe", "evaluate_sequence", "propagate_sequence"]
 

@@ -19,17 +19,17 @@ import torch
 from PIL import Image
 
 from vitscope.analyses.probes.result import ProbeResult, probe_result
+from vitscope.cache.feature_cache import FeatureCache
+from vitscope.cache.request import FeatureRequest
 from vitscope.data.files import ImageFiles
 from vitscope.downstream.checks import require_blocks, tiling_scale
 from vitscope.engine.extract import extract_features
 from vitscope.errors import VitscopeValueError
-from vitscope.features.cache import FeatureCache
-from vitscope.features.request import FeatureRequest
-from vitscope.features.views import LetterboxView, TiledView
 from vitscope.functional.correspondence import letterbox_geometry, transfer_keypoints
 from vitscope.functional.keypoints import pck
 from vitscope.functional.pooling import random_features
 from vitscope.models.backbone import Backbone
+from vitscope.models.views import LetterboxView, TiledView
 
 __all__ = ["keypoint_probe", "sample_pairs"]
 

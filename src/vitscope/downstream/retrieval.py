@@ -15,16 +15,16 @@ import torch
 import torch.nn.functional as F
 
 from vitscope.analyses.probes.result import ProbeResult, probe_result
+from vitscope.cache.feature_cache import CacheEntry, FeatureCache
+from vitscope.cache.request import FeatureRequest
 from vitscope.data.annotated_source import AnnotatedSource
 from vitscope.downstream.checks import require_blocks
 from vitscope.engine.extract import extract_features
 from vitscope.errors import VitscopeValueError
-from vitscope.features.cache import CacheEntry, FeatureCache
-from vitscope.features.request import FeatureRequest
-from vitscope.features.views import LongSideView
 from vitscope.functional.pooling import random_features
-from vitscope.functional.retrieval import revisited_map
+from vitscope.functional.retrieval_scores import revisited_map
 from vitscope.models.backbone import Backbone
+from vitscope.models.views import LongSideView
 from vitscope.strict_json import note_null
 
 __all__ = ["retrieval_probe", "retrieval_scores"]

@@ -15,6 +15,8 @@ from vitscope.analyses.probes.clustering import clustering_probe
 from vitscope.analyses.probes.knn import knn_probe
 from vitscope.analyses.probes.linear import linear_probe
 from vitscope.analyses.probes.result import ProbeResult
+from vitscope.cache.feature_cache import FeatureCache
+from vitscope.cache.request import FeatureRequest
 from vitscope.data.annotated_source import AnnotatedSource
 from vitscope.data.open import as_source
 from vitscope.downstream.checks import require_blocks, tiling_scale
@@ -23,10 +25,8 @@ from vitscope.downstream.keypoints import keypoint_probe
 from vitscope.downstream.retrieval import retrieval_probe
 from vitscope.engine.extract import extract_features
 from vitscope.errors import VitscopeValueError
-from vitscope.features.cache import FeatureCache
-from vitscope.features.request import FeatureRequest
-from vitscope.features.views import StandardView, TiledView, View
 from vitscope.models.backbone import Backbone
+from vitscope.models.views import StandardView, TiledView, View
 
 __all__ = ["probe_sweep"]
 

@@ -4,7 +4,7 @@
 is there (no forward pass at all); the requests that miss share **one** pass of :func:`vitscope.run` (the only
 loop over images) with any analyses riding along: :class:`FeatureRows` records the hooks of all of them
 together and pools every block's tokens in every requested way. Rows are streamed into
-:class:`~vitscope.features.rowstore.RowStore` tables in the pass's working folder (resumable: a killed pass
+:class:`~vitscope.cache.rowstore.RowStore` tables in the pass's working folder (resumable: a killed pass
 continues) and committed to the cache sorted by image position, so memory stays bounded. Under
 ``torch.distributed`` every process writes its own rows and rank 0 commits them as one entry.
 """
@@ -20,17 +20,17 @@ from typing import IO, TYPE_CHECKING, Any
 
 import torch
 
+from vitscope.cache.feature_cache import CacheEntry, FeatureCache
+from vitscope.cache.request import FeatureRequest
 from vitscope.data.open import as_source
 from vitscope.engine.distributed import barrier, collectives, shard_for
 from vitscope.engine.feature_rows import FeatureRows
 from vitscope.engine.run import EmptyRunError, resolve_device, resolve_dtype, run
 from vitscope.engine.state import Checkpoint
 from vitscope.errors import VitscopeRuntimeError, VitscopeValueError
-from vitscope.features.cache import CacheEntry, FeatureCache
-from vitscope.features.fingerprint import CACHE_FORMAT, digest, model_fingerprint
-from vitscope.features.request import FeatureRequest
-from vitscope.features.views import StandardView, TiledView, View
 from vitscope.models.backbone import Backbone
+from vitscope.models.digest import CACHE_FORMAT, digest, model_fingerprint
+from vitscope.models.views import StandardView, TiledView, View
 
 try:
     import fcntl

@@ -1,7 +1,7 @@
 """``FeatureRows``: the feature cache as one more consumer of the engine's pass (no loop of its own).
 
-For every request it pools the recorded tokens of each batch (:func:`~vitscope.features.request.pool_group`) and
-appends the rows, with their image positions, to a disk-backed :class:`~vitscope.features.rowstore.RowStore`
+For every request it pools the recorded tokens of each batch (:func:`~vitscope.cache.request.pool_group`) and
+appends the rows, with their image positions, to a disk-backed :class:`~vitscope.cache.rowstore.RowStore`
 (declared ``"cat"`` state: merging and resuming come with it). Mask pooling reads the source's region masks
 (``targets["regions"]``, which the engine loads when an analysis requires them) and projects them through the
 view into the token frame.
@@ -18,12 +18,12 @@ import numpy as np
 import torch
 
 from vitscope.analyses.base import Analysis, Batch
+from vitscope.cache.request import FeatureRequest, pool_group
+from vitscope.cache.rowstore import RowStore
 from vitscope.errors import VitscopeValueError
-from vitscope.features.request import FeatureRequest, pool_group
-from vitscope.features.rowstore import RowStore
-from vitscope.features.views import TokenGroup, View
 from vitscope.functional.pooling import mask_weights
 from vitscope.models.spec import ModelSpec
+from vitscope.models.views import TokenGroup, View
 
 __all__ = ["FeatureRows"]
 

@@ -12,6 +12,6 @@ __all__ = ["data_fingerprint", "model_identity"]
 
 def model_identity(model_id: str, backbone: Any) -> dict[str, Any]:
     """What identifies a model in results.json: the id it was loaded by, its spec and a weights digest."""
-    from vitscope.features.fingerprint import model_fingerprint
+    from vitscope.models.digest import model_fingerprint
 
     return {"id": model_id, **backbone.spec.to_dict(), "weights_sha256": model_fingerprint(backbone)[:16]}

@@ -23,6 +23,7 @@ from vitscope.analyses.batch import ModelRunner, SharedQuantities, union_plan
 from vitscope.analyses.data_checks import DataFacts
 from vitscope.analyses.registry import get_analysis, refuse_what_cannot_run
 from vitscope.analyses.sync import exchange_folder
+from vitscope.cache.rowstore import private_rows_under
 from vitscope.data.open import as_source
 from vitscope.data.source import Source
 from vitscope.engine.batches import LoadedBatch, SkipLog, iter_batches, shard_range
@@ -31,7 +32,6 @@ from vitscope.engine.settings import progress_bar, resolve_device, resolve_dtype
 from vitscope.engine.state import Checkpoint, interrupt_guard, run_checkpoint
 from vitscope.engine.streaming import StreamPlan, in_block_order, stream_plan, warn_if_patterns_do_not_fit
 from vitscope.errors import VitscopeRuntimeError, VitscopeValueError
-from vitscope.features.rowstore import private_rows_under
 from vitscope.functional.attention_blocks import Workspace
 from vitscope.hooks.names import expand_names
 from vitscope.models.backbone import Backbone
@@ -205,7 +205,7 @@ def run(
             weights, data fingerprint, analyses and their parameters, limit, device, dtype): a re-run with the
             same arguments continues where an interrupted one stopped, whatever its batch size (no number
             depends on it); anything else starts over.
-        view: how images become model inputs (:mod:`vitscope.features.views`); None: the model's own
+        view: how images become model inputs (:mod:`vitscope.models.views`); None: the model's own
             preprocessing. Views group images by frame size, and tiled views stitch tiles into dense grids.
         distributed: share the pass with the other processes of the ``torch.distributed`` group (joined from
             ``torchrun``'s environment when not yet initialised): rank ``r`` of ``K`` reads the ``r``-th of ``K``

@@ -95,7 +95,7 @@ def run_checkpoint(path: str | os.PathLike, backbone: Any, data_fingerprint: dic
         log: receives one-line messages.
         settings: limit, strict, device, dtype (keyed).
     """
-    from vitscope.features.fingerprint import model_fingerprint
+    from vitscope.models.digest import model_fingerprint
 
     key = run_key(model_fingerprint(backbone), backbone.spec.to_dict(), data_fingerprint, analyses, **settings)
     return Checkpoint(path, key, every_seconds=every_seconds, log=log)

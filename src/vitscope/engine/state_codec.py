@@ -69,7 +69,7 @@ def _rowstore_to_tree(store: Any, rows_folder: str | None) -> dict[str, Any]:
 
 
 def _tree_to_rowstore(tree: dict[str, Any]) -> Any:
-    from vitscope.features.rowstore import RowStore
+    from vitscope.cache.rowstore import RowStore
 
     store = RowStore(spill_bytes=int(tree["spill_bytes"]))
     columns = {k: _tree_to_array(v) for k, v in tree["columns"].items()}
@@ -83,7 +83,7 @@ def _tree_to_rowstore(tree: dict[str, Any]) -> Any:
 def _saved_rowstore(tree: dict[str, Any]) -> Any:
     """The rows a state file's folder holds, linked into a private folder of a new store (the folder is replaced
     at the next save, and the restored store may release its rows)."""
-    from vitscope.features.rowstore import RowStore
+    from vitscope.cache.rowstore import RowStore
 
     shards = [(str(f), int(r)) for f, r in tree["shards"]]
     schema = {k: (d, tuple(t)) for k, (d, t) in tree["schema"].items()}
@@ -123,7 +123,7 @@ def encode(value: Any, rows_folder: str | os.PathLike | None = None) -> Any:
         StateCodecError: a value of a type that cannot be saved (e.g. a lambda or an object from another
             package).
     """
-    from vitscope.features.rowstore import RowStore
+    from vitscope.cache.rowstore import RowStore
 
     if value is None or type(value) in (bool, int, float, str):  # exact types: np.float64 subclasses float
         return value
@@ -176,7 +176,7 @@ def decode(tree: Any) -> Any:
     if kind == "rowstore":
         return _tree_to_rowstore(tree)
     if kind == "rowstore_ref":
-        from vitscope.features.rowstore import RowStore
+        from vitscope.cache.rowstore import RowStore
 
         try:
             return RowStore.of_shards(tree["workdir"], {k: (d, tuple(t)) for k, (d, t) in tree["schema"].items()},

@@ -2,9 +2,9 @@
 
 from vitscope.explain.across_models import explain_pairs_across_models, retrieve_across_models
 from vitscope.explain.class_maps import class_similarity_maps
+from vitscope.explain.explained_retrieval import RetrievalExplanation, explain_retrieval, sop_tensors
 from vitscope.explain.faithfulness import FaithfulnessCurves, faithfulness_curves
 from vitscope.explain.paired import Encoded, PairedSimilarity, PairExplanation
-from vitscope.explain.retrieval import RetrievalExplanation, explain_retrieval, sop_tensors
 from vitscope.explain.semantic import pose_similarity_at_k, scene_segmentations
 
 __all__ = [

@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
+from vitscope.explain.explained_retrieval import RetrievalExplanation, explain_retrieval
 from vitscope.explain.paired import PairedSimilarity, PairExplanation
-from vitscope.explain.retrieval import RetrievalExplanation, explain_retrieval
 from vitscope.models.backbone import Backbone
 
 __all__ = ["explain_pairs_across_models", "retrieve_across_models"]

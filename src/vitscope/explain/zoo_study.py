@@ -55,9 +55,9 @@ def zoo_study(out: str | os.PathLike, num_scenes: int = 400, k: int = 4, num_que
     """
     from vitscope.explain.across_models import explain_pairs_across_models, retrieve_across_models
     from vitscope.explain.class_maps import class_similarity_maps
+    from vitscope.explain.explained_retrieval import explain_retrieval, sop_tensors
     from vitscope.explain.faithfulness import faithfulness_curves
     from vitscope.explain.paired import PairedSimilarity
-    from vitscope.explain.retrieval import explain_retrieval, sop_tensors
     from vitscope.explain.semantic import pose_similarity_at_k, scene_segmentations
     from vitscope.functional.similarity import redistribute
     from vitscope.models.load import load_model

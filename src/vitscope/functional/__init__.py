@@ -51,7 +51,7 @@ from vitscope.functional.masking import (
 )
 from vitscope.functional.pooling import mask_pool, mask_weights, random_features
 from vitscope.functional.propagation import propagate_labels
-from vitscope.functional.retrieval import recall_at_k_map_at_r, revisited_map
+from vitscope.functional.retrieval_scores import recall_at_k_map_at_r, revisited_map
 from vitscope.functional.rollout import rollout
 from vitscope.functional.semantic import class_histograms, pose_similarity
 from vitscope.functional.sift import sift_keypoint_counts

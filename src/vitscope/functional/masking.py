@@ -1,4 +1,4 @@
-"""Patch and pixel masks, and filling masked pixels (the pure half of :mod:`vitscope.masking`).
+"""Patch and pixel masks, and filling masked pixels (the pure half of :mod:`vitscope.occlusion`).
 
 Conventions: a mask is True where the image is HIDDEN. Patch masks are ``[B, h, w]`` bool on the token
 grid (row-major like the tokens); pixel masks ``[B, H, W]`` bool. Pixels are the model's normalised

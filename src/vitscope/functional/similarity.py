@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from vitscope.errors import VitscopeTypeError, VitscopeValueError
-from vitscope.functional.retrieval import recall_at_k_map_at_r
+from vitscope.functional.retrieval_scores import recall_at_k_map_at_r
 
 __all__ = ["cosine_topk", "decomposed_similarity", "display_map", "paired_similarity", "project_tokens",
            "redistribute", "retrieval_metrics"]

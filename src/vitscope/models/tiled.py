@@ -21,7 +21,7 @@ What can be stitched (documented contract):
 
 Geometry: the frame is the model's preprocessing with the short side at ``scale`` times the model input
 (``resize_size=None``), centre-cropped to ``scale`` times the input so that a batch has one frame size. The
-feature-cache path (:class:`vitscope.features.views.TiledView`) keeps the whole long side instead, floored to
+feature-cache path (:class:`vitscope.models.views.TiledView`) keeps the whole long side instead, floored to
 the patch size, exactly as B.4; for square images both give the same frame.
 
 :func:`check_tiling` names every analysis that cannot run on tiled features (attention, CLS);

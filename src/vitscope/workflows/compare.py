@@ -9,11 +9,11 @@ from typing import Any
 
 from vitscope.analyses.data_checks import DataFacts
 from vitscope.analyses.registry import not_run_text
-from vitscope.compare import ModelRun, compare_analyses, compare_runs
-from vitscope.compare.analyses import compare_not_run, shown_by_comparison
-from vitscope.compare.names import file_safe, named_models
-from vitscope.compare.outputs import comparison_sections
-from vitscope.compare.result import ComparisonResult
+from vitscope.comparison import ModelRun, compare_analyses, compare_runs
+from vitscope.comparison.analyses import compare_not_run, shown_by_comparison
+from vitscope.comparison.names import file_safe, named_models
+from vitscope.comparison.outputs import comparison_sections
+from vitscope.comparison.result import ComparisonResult
 from vitscope.data.open import as_source
 from vitscope.engine.provenance import model_identity
 from vitscope.engine.run import run
@@ -33,8 +33,8 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
 
     Args:
         options: what to compare (:class:`~vitscope.workflows.options.CompareOptions`): ``models`` (entries
-            ``MODEL`` or ``NAME=MODEL``, or a mapping name -> model: :func:`vitscope.compare.names.named_models`),
-            ``analyses`` and ``params`` (:func:`vitscope.compare.compare_analyses`), data and pass settings.
+            ``MODEL`` or ``NAME=MODEL``, or a mapping name -> model: :func:`vitscope.comparison.names.named_models`),
+            ``analyses`` and ``params`` (:func:`vitscope.comparison.compare_analyses`), data and pass settings.
         progress: force the progress bars on/off.
         log: receives one-line messages.
         distributed: share each model's pass with the other ``torch.distributed`` processes.

@@ -283,7 +283,7 @@ def _names(option: Option, value: Any, where: str) -> list[str] | None:
 
 def _models(option: Option, value: Any, where: str) -> list[str] | dict[str, str] | None:
     """Models as a list (``"a,b"`` or ``[a, b]``, each ``MODEL`` or ``NAME=MODEL``) or a mapping name -> model
-    (kept as given: :func:`vitscope.compare.names.named_models` reads the names)."""
+    (kept as given: :func:`vitscope.comparison.names.named_models` reads the names)."""
     if isinstance(value, Mapping):
         if not all(isinstance(k, str) and k.strip() and isinstance(v, str) and v.strip() for k, v in value.items()):
             raise ConfigError(f"'{option.name}'{where} must map display names to models, e.g. "

@@ -142,11 +142,11 @@ def run_probe(options: ProbeOptions, log: Callable[[str], None] | None = None, d
         The path of results.json (None on the other processes of a distributed run).
     """
     from vitscope.analyses.probes.result import best_block_table
+    from vitscope.cache.feature_cache import FeatureCache
     from vitscope.downstream.checks import require_blocks
     from vitscope.downstream.davis import VOID_RULES
     from vitscope.downstream.sweep import probe_sweep
     from vitscope.engine.provenance import model_identity
-    from vitscope.features.cache import FeatureCache
     from vitscope.models.input_size import describe_input
     from vitscope.models.load import load_model
 

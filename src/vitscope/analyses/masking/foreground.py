@@ -19,8 +19,8 @@ from vitscope.analyses.masking.base import ModelAccumulator, topk_correct
 from vitscope.analyses.registry import register_analysis
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.masking import FILLS
-from vitscope.masking.forward import masked_logits
-from vitscope.masking.regions import REGIONS, foreground_pixel_mask
+from vitscope.occlusion.forward import masked_logits
+from vitscope.occlusion.regions import REGIONS, foreground_pixel_mask
 from vitscope.strict_json import note_null
 
 __all__ = ["CONDITIONS", "ForegroundMasking", "ForegroundMaskingResult"]

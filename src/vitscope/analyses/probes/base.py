@@ -1,7 +1,7 @@
 """Base of the streaming analyses that need every labelled example at once (clustering, k-NN, linear probe).
 
 Rows (one per image, or one per region mask at the object / part level) go to a disk-backed
-:class:`~vitscope.features.rowstore.RowStore` with their dataset index and label; ``compute`` reads them
+:class:`~vitscope.cache.rowstore.RowStore` with their dataset index and label; ``compute`` reads them
 back sorted by index, so a merged accumulator scores exactly what one accumulator over all images would.
 Labels come from ``batch.targets`` (``label`` per image; ``masks`` and ``instance_labels`` for regions, as
 :class:`vitscope.data.annotated_source.AnnotatedSource` with ``regions=True`` provides). Data these analyses
@@ -26,15 +26,15 @@ import torch
 from vitscope.analyses.base import Analysis, Batch
 from vitscope.analyses.data_checks import DataFacts, class_problem, no_labels, no_regions, region_problem
 from vitscope.analyses.probes.result import ProbeResult
+from vitscope.cache.rowstore import RowStore
 from vitscope.errors import VitscopeValueError
-from vitscope.features.rowstore import RowStore
-from vitscope.features.views import StandardView
 from vitscope.functional.pooling import mask_pool, mask_weights
 from vitscope.hooks.names import split_block_name
 from vitscope.models.spec import ModelSpec
+from vitscope.models.views import StandardView
 
 if TYPE_CHECKING:  # the cache imports the analyses package lazily; annotations only
-    from vitscope.features.cache import CacheEntry
+    from vitscope.cache.feature_cache import CacheEntry
 
 __all__ = ["LabelledFeatures", "cached_labelled_pair", "holdout_mask"]
 

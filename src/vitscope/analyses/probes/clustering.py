@@ -21,8 +21,8 @@ import torch
 from vitscope.analyses.probes.base import LabelledFeatures
 from vitscope.analyses.probes.result import ProbeResult, probe_result
 from vitscope.analyses.registry import register_analysis
+from vitscope.cache.feature_cache import CacheEntry
 from vitscope.errors import VitscopeValueError
-from vitscope.features.cache import CacheEntry
 from vitscope.functional.cluster import cluster_scores, kmeans_labels
 from vitscope.functional.pooling import random_features
 

@@ -18,8 +18,8 @@ from vitscope.analyses.data_checks import split_problem
 from vitscope.analyses.probes.base import LabelledFeatures, cached_labelled_pair, holdout_mask
 from vitscope.analyses.probes.result import ProbeResult, probe_result
 from vitscope.analyses.registry import register_analysis
+from vitscope.cache.feature_cache import CacheEntry
 from vitscope.errors import VitscopeValueError
-from vitscope.features.cache import CacheEntry
 from vitscope.functional.linear_probe import linear_probe_accuracy
 from vitscope.functional.pooling import random_features
 

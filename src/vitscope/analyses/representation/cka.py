@@ -19,8 +19,8 @@ import torch
 from vitscope.analyses.base import Analysis, Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
 from vitscope.analyses.representation.hsic import FullHSIC, MinibatchHSIC, chunked_gram
+from vitscope.cache.feature_cache import CacheEntry
 from vitscope.errors import VitscopeValueError
-from vitscope.features.cache import CacheEntry
 from vitscope.functional.cka import features_for_cka
 from vitscope.functional.cka_grams import cka_from_hsic, hsic_matrix
 from vitscope.hooks.names import split_block_name

@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from vitscope.cache.rowstore import RowStore
 from vitscope.errors import VitscopeValueError
-from vitscope.features.rowstore import RowStore
 from vitscope.functional.cka import _minmax_gram
 from vitscope.functional.cka_grams import cka_from_hsic, cross_gram, hsic_matrix
 

@@ -20,8 +20,8 @@ import torch
 
 from vitscope.analyses.attention.base import has_cls_token
 from vitscope.analyses.base import Analysis, Batch, Result
+from vitscope.cache.rowstore import RowStore
 from vitscope.errors import VitscopeValueError
-from vitscope.features.rowstore import RowStore
 from vitscope.models.spec import ModelSpec
 
 __all__ = ["PooledFeatures", "PooledFeaturesResult"]

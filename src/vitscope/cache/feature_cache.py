@@ -7,7 +7,7 @@ reader sees a complete entry or none; two processes racing on one key both succe
 Arrays are read back as read-only memory maps (``np.load(mmap_mode="r")``): memory stays bounded by what
 a consumer touches.
 
-The key (:func:`vitscope.features.fingerprint.digest` of a dict) covers the model weights, the data files,
+The key (:func:`vitscope.models.digest.digest` of a dict) covers the model weights, the data files,
 the view (preprocessing), the hook site and the pooling, so an entry is reused across runs exactly when
 none of them changed. ``max_bytes`` bounds the cache on disk: after each commit the least recently used
 entries are removed until the total fits.
@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from vitscope.cache.rowstore import RowStore
 from vitscope.errors import VitscopeKeyError, VitscopeValueError
-from vitscope.features.rowstore import RowStore
 from vitscope.strict_json import dumps
 
 __all__ = ["CacheEntry", "FeatureCache", "default_cache_root"]

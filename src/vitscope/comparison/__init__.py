@@ -1,8 +1,8 @@
 """Comparing models over one dataset (paper 002's comparison): one pass per model, shared-axis curves."""
 
-from vitscope.compare.analyses import compare_analyses
-from vitscope.compare.curves import QUANTITIES, Comparison, Curve, ModelRun, compare_runs, relative_depth
-from vitscope.compare.pooled import PooledFeatures, PooledFeaturesResult
+from vitscope.comparison.analyses import compare_analyses
+from vitscope.comparison.curves import QUANTITIES, Comparison, Curve, ModelRun, compare_runs, relative_depth
+from vitscope.comparison.pooled import PooledFeatures, PooledFeaturesResult
 
 __all__ = [
     "QUANTITIES",

@@ -10,14 +10,14 @@ Example::
 
     import vitscope
     from vitscope.functional import random_patch_mask
-    from vitscope.masking import masked_logits
+    from vitscope.occlusion import masked_logits
 
     backbone = vitscope.load_model("tiny-vit-sup")
     mask = random_patch_mask(len(pixels), backbone.spec.grid, 0.5, torch.Generator().manual_seed(0))
     logits = masked_logits(backbone, pixels, mask, mode="drop")
 """
 
-from vitscope.masking.forward import MODES, logits_of, masked_logits
-from vitscope.masking.regions import foreground_pixel_mask, instance_masks_to_model
+from vitscope.occlusion.forward import MODES, logits_of, masked_logits
+from vitscope.occlusion.regions import foreground_pixel_mask, instance_masks_to_model
 
 __all__ = ["MODES", "foreground_pixel_mask", "instance_masks_to_model", "logits_of", "masked_logits"]

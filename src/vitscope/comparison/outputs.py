@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from vitscope.compare.curves import QUANTITIES, Comparison, ModelRun
-from vitscope.compare.result import figure_stem
+from vitscope.comparison.curves import QUANTITIES, Comparison, ModelRun
+from vitscope.comparison.result import figure_stem
 from vitscope.report.model import Section, Table
 from vitscope.report.sections import explorer_of
 from vitscope.report.tables import format_cell, rows_table
@@ -43,7 +43,7 @@ def _values_table(quantity: str, comp: Comparison) -> Table:
 def comparison_sections(comp: Comparison, runs: Sequence[ModelRun]) -> list[Section]:
     """Report sections: best blocks first, one per quantity (figure + values), then per-model attention maps.
 
-    Figures are named by the stems of :class:`~vitscope.compare.result.ComparisonResult`'s figures (the writer
+    Figures are named by the stems of :class:`~vitscope.comparison.result.ComparisonResult`'s figures (the writer
     draws them once and puts them here)."""
     sections = []
     if comp.best_blocks:

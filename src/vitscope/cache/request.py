@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import torch
 
 from vitscope.errors import VitscopeValueError
-from vitscope.features.views import TokenGroup
 from vitscope.functional.pooling import mask_pool
+from vitscope.models.views import TokenGroup
 
 __all__ = ["POOLINGS", "FeatureRequest", "pool_group"]
 

@@ -1,6 +1,6 @@
 """Per-block quantities of several models on shared axes, and the best-block table (paper 002's comparison).
 
-Every model has been run once over the same data (:func:`vitscope.compare.run.compare_analyses`); this
+Every model has been run once over the same data (:func:`vitscope.comparison.run.compare_analyses`); this
 module reads its results: attention distance and saliency IoU from the attention analyses (transformers
 only: CNNs simply have no such curve), clustering purity and k-NN accuracy from the pooled features
 (CLS when the model has one, else the spatial mean; docs/methods.md sections 2 and 3), and linear CKA between

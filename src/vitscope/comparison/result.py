@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from vitscope.analyses.result import Figure, Result
-from vitscope.compare.curves import QUANTITIES, Comparison
+from vitscope.comparison.curves import QUANTITIES, Comparison
 from vitscope.viz.labels import sentence_case
 from vitscope.viz.ranges import quantity_range
 
@@ -36,7 +36,7 @@ def figure_stem(quantity: str) -> str:
 
 
 class ComparisonResult(Result):
-    """A :class:`~vitscope.compare.curves.Comparison` as a result named ``compare``."""
+    """A :class:`~vitscope.comparison.curves.Comparison` as a result named ``compare``."""
 
     def __init__(self, comparison: Comparison) -> None:
         models = list(dict.fromkeys(m for per_model in comparison.curves.values() for m in per_model))
@@ -87,7 +87,7 @@ class ComparisonResult(Result):
 
             def draw(path: Path, curves=curves, label=label, baselines=baselines, kind=kind,
                      quantity=quantity) -> list[Path]:
-                from vitscope.viz.compare_figures import model_curves
+                from vitscope.viz.comparison_figures import model_curves
 
                 return model_curves(curves, f"{label} per block", label, path, baselines, kind,
                                     value_range=quantity_range(quantity))

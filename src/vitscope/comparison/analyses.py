@@ -19,7 +19,7 @@ from vitscope.analyses.data_checks import DataFacts
 from vitscope.analyses.params import build_analyses
 from vitscope.analyses.registry import ANALYSES, why_skipped
 from vitscope.analyses.result import Result
-from vitscope.compare.pooled import PooledFeatures
+from vitscope.comparison.pooled import PooledFeatures
 from vitscope.models.spec import ModelSpec
 
 __all__ = ["CURVE_SOURCES", "compare_analyses", "compare_not_run", "default_selection", "shown_by_comparison"]
