@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _datasets import SyntheticImages, cpu_model
+from _datasets import RESULTS_DIR, SyntheticImages, cpu_model
 
 ANALYSES = "attention,representation"
 
@@ -92,7 +92,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (both processes share the one GPU)")
     parser.add_argument("--inner", help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help="where the summary JSON goes (default benchmarks/results/distributed.json)")
     args = parser.parse_args()
     if args.inner:
         _pass(args.inner, args.images, args.out, args.batch_size, args.device)
@@ -124,6 +124,12 @@ def main() -> None:
     print(f"pass 1 process / 2 processes: {', '.join(f'{x:.2f}' for x in ratios)} "
           f"(min {ratios[0]:.2f}, max {ratios[-1]:.2f})")
     print("numbers: " + ("equal within 1e-6" if not moved else f"{len(moved)} differ, e.g. {moved[0]}"))
+    out = Path(args.out) if args.out else RESULTS_DIR / "distributed.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"where": where, "images": args.images, "batch_size": args.batch_size,
+                               "device": args.device, "seconds": {str(k): v for k, v in times.items()},
+                               "ratios_1_over_2": ratios, "numbers_equal": not moved,
+                               "differences": [str(m) for m in moved[:5]]}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
