@@ -26,7 +26,7 @@ from vitscope.downstream.sweep import probe_sweep
 from vitscope.engine.extract import extract_features
 from vitscope.functional import knn_classify, revisited_map
 from vitscope.models.views import LongSideView
-from vitscope.viz.probe_figures import compare_models
+from vitscope.viz.probe_figures import models_probe_curves
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -74,7 +74,7 @@ def test_sweep_runs_one_pass_per_image_then_none(data, tmp_path: Path) -> None:
     table = best_block_table({"tiny-vit": first})
     assert len(table) == 4 + 2 * 3 and table.best_block.between(0, 5).all()
     assert table.score.between(-1, 1).all()
-    figures = compare_models({"a": first, "b": second}, tmp_path / "figures")
+    figures = models_probe_curves({"a": first, "b": second}, tmp_path / "figures")
     assert figures and all(p.stat().st_size > 0 for p in figures)
 
 

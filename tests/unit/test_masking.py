@@ -16,7 +16,7 @@ from vitscope.functional import (
     random_patch_mask,
     score_patch_mask,
 )
-from vitscope.functional.masking import gaussian_blur
+from vitscope.functional.occlusion import gaussian_blur
 from vitscope.models.wrap import build_tiny_resnet, build_tiny_vit
 from vitscope.occlusion import foreground_pixel_mask, logits_of, masked_logits
 

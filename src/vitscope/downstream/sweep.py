@@ -4,7 +4,7 @@
 forward pass per image, cached on disk; with ``tiling`` a second, tiled pass feeds the spatial-mean probes)
 and runs every probe the given data allows; ``best_block_table``
 (:mod:`vitscope.analyses.probes.result`) then gives the best block per model and task, and
-``vitscope.viz.probe_figures.compare_models`` draws the per-block curves of several models.
+``vitscope.viz.probe_figures.models_probe_curves`` draws the per-block curves of several models.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from vitscope.functional.interrelation_stages import interrelation_stages, outsi
 from vitscope.functional.keypoints import pck
 from vitscope.functional.knn import knn_classify
 from vitscope.functional.linear_probe import linear_probe_accuracy, train_linear_probe
-from vitscope.functional.masking import (
+from vitscope.functional.occlusion import (
     boxes_pixel_mask,
     fill_pixels,
     masks_bounding_boxes,

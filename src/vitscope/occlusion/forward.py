@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from vitscope.errors import VitscopeTypeError, VitscopeValueError
-from vitscope.functional.masking import fill_pixels, patch_to_pixel_mask
+from vitscope.functional.occlusion import fill_pixels, patch_to_pixel_mask
 from vitscope.models.backbone import Backbone
 
 __all__ = ["MODES", "drop_tokens_logits", "logits_of", "masked_logits"]

@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 from vitscope.errors import VitscopeValueError
-from vitscope.functional.masking import boxes_pixel_mask, masks_bounding_boxes
+from vitscope.functional.occlusion import boxes_pixel_mask, masks_bounding_boxes
 from vitscope.models.preprocess import resize_crop
 from vitscope.models.spec import ModelSpec
 

@@ -11,7 +11,7 @@ import torch
 from vitscope.viz.ranges import PROBE_RANGE, quantity_range
 from vitscope.viz.representation_figures import curves_figure
 
-__all__ = ["compare_models", "probe_curves"]
+__all__ = ["models_probe_curves", "probe_curves"]
 
 
 def probe_curves(
@@ -39,7 +39,7 @@ def probe_curves(
                          ylim=quantity_range(metric) or PROBE_RANGE)
 
 
-def compare_models(results: Mapping[str, Mapping[str, object]], out_dir: str | Path) -> list[Path]:
+def models_probe_curves(results: Mapping[str, Mapping[str, object]], out_dir: str | Path) -> list[Path]:
     """Per-block curves of several models for every task and metric (figures 9, 10, 28 to 31).
 
     Args:

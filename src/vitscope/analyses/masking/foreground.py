@@ -18,7 +18,7 @@ from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.masking.base import ModelAccumulator, topk_correct
 from vitscope.analyses.registry import register_analysis
 from vitscope.errors import VitscopeValueError
-from vitscope.functional.masking import FILLS
+from vitscope.functional.occlusion import FILLS
 from vitscope.occlusion.forward import masked_logits
 from vitscope.occlusion.regions import REGIONS, foreground_pixel_mask
 from vitscope.strict_json import note_null

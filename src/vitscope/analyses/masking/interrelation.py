@@ -21,7 +21,7 @@ from vitscope.analyses.masking.base import ModelAccumulator, topk_correct
 from vitscope.analyses.registry import register_analysis
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.interrelation import RULES, interrelation_patch_scores
-from vitscope.functional.masking import FILLS, pixel_to_patch_mask, random_patch_mask, score_patch_mask
+from vitscope.functional.occlusion import FILLS, pixel_to_patch_mask, random_patch_mask, score_patch_mask
 from vitscope.models.spec import ModelSpec
 from vitscope.occlusion.forward import MODES, masked_logits
 from vitscope.occlusion.regions import foreground_pixel_mask
