@@ -35,3 +35,12 @@ def clean_registry():
     registry._ANALYSES.update(analyses)
     registry._GROUPS.clear()
     registry._GROUPS.update(groups)
+
+
+@pytest.fixture
+def lab(tmp_path, monkeypatch):
+    """docs/extending.md's plug-in layout as the working directory (``my_lab/token_norm.py``, ``photos/``)."""
+    from helpers.plugin_lab import doc_lab
+
+    with doc_lab(tmp_path, monkeypatch) as folder:
+        yield folder
