@@ -18,7 +18,9 @@ Variants, per batch (preprocessed pixels, ``torch.inference_mode``), interleaved
               ``vitscope.functional`` definitions (each makes its own renormalised copies; the aligned map
               scatters every entry of every image; no sharing). For context (``--no-naive`` skips it).
 
-``compute()`` of the suite (random baseline, taxonomy...) runs once per run and is timed separately.
+``compute()`` of the suite (random baseline, taxonomy...) runs once per run and is timed separately. The batch
+carries the ground truth the engine's loader makes (``Analysis.target_transforms``: the masks on the token grid),
+so the updates are timed as a pass runs them.
 Goal (issue 5, CPU): suite / bare <= 1.5.
 
 Busy rounds (other processes using more than ``--busy-cores`` of CPU, read from /proc) are replaced by
@@ -100,6 +102,9 @@ def bench(args: argparse.Namespace, device: torch.device) -> dict:
     batch = Batch(pixels=pixels, indices=list(range(args.batch_size)), paths=[f"synthetic:{i}" for i in
                   range(args.batch_size)], spec=spec, grid=spec.grid_for(*pixels.shape[-2:]),
                   targets={"masks": masks})
+    for suite_member in attention_suite(spec, targets={"masks"}):  # ground truth the loader makes, as in a pass
+        for key, (given, fn) in suite_member.target_transforms(spec).items():
+            batch.targets[key] = [fn(v) for v in batch.targets[given]]
     gt = torch.from_numpy(np.stack([mask_to_grid(m, spec, batch.grid).reshape(-1) for m in masks]))
 
     def clock() -> float:
@@ -173,7 +178,7 @@ def bench(args: argparse.Namespace, device: torch.device) -> dict:
               + f"; other processes {rnd['others']:.2f} cores" + ("" if rnd["quiet"] else " (busy)"), flush=True)
 
     t0 = time.perf_counter()
-    results = {a.name: a.compute() for a in suites[-1]}
+    results = {a.name: a.result() for a in suites[-1]}  # states home, then compute()
     compute_s = time.perf_counter() - t0
     quiet = [r for r in rounds if r["quiet"]]
     used = quiet if len(quiet) >= 2 else rounds

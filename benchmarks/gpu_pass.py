@@ -163,6 +163,37 @@ def vitscope_attention(backbone, data: str, batch_size: int, workers: int, devic
     return speed, {"analyses": [a.name for a in analyses], "images": results.num_images}
 
 
+def same_numbers(backbone, data: str, batch_size: int, workers: int, device: str) -> dict:
+    """One attention pass decoded in ``workers`` processes against one decoded in a thread: every tensor of every
+    result must be equal, bit for bit (issue 38: no number depends on the loading)."""
+    import vitscope
+    from vitscope.data import as_source
+    from vitscope.workflows.analyze import choose_analyses
+
+    if "workers" not in inspect.signature(vitscope.run).parameters:
+        return {"checked": False}
+    source = as_source(data)
+    runs = []
+    for w in (workers, 0):
+        analyses = choose_analyses("attention", backbone.spec, source.target_keys(), None)
+        runs.append(vitscope.run(backbone, source, analyses, batch_size=batch_size, device=device, progress=False,
+                                 workers=w, limit=512))
+    differ = [f"{name}.{key}" for name in runs[1] for key, t in runs[1][name].tensors.items()
+              if not torch.equal(torch.nan_to_num(runs[0][name].tensors[key], -7.0), torch.nan_to_num(t, -7.0))]
+    return {"checked": True, "images": runs[0].num_images, "workers": [workers, 0], "tensors_differing": differ}
+
+
+def normalisation_on_device(device: str) -> dict:
+    """The loader's uint8 pixels normalised on ``device`` against the CPU, for every byte value."""
+    import vitscope
+    from vitscope.models.preprocess import normalise_pixels
+
+    spec = vitscope.load_model("tiny-vit").spec
+    every = torch.arange(256, dtype=torch.uint8).repeat(3, 1).view(1, 3, 16, 16)
+    return {"device": device, "equal_to_cpu": bool(torch.equal(normalise_pixels(every.to(device), spec).cpu(),
+                                                                normalise_pixels(every, spec)))}
+
+
 def vitscope_extract(backbone, data: str, batch_size: int, workers: int, device: str, cache_root: Path
                      ) -> float:
     from vitscope.cache.feature_cache import FeatureCache
@@ -217,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
             row["vitscope_extract"] = vitscope_extract(backbone, str(data), bs, w, dev, root)
             rounds.append(row)
             print(f"round {r + 1}: " + ", ".join(f"{k} {v:.0f}" for k, v in row.items()) + " images/s", flush=True)
+        checks = {"workers_vs_thread": same_numbers(backbone, str(data), bs, w, dev),
+                  "normalisation": normalisation_on_device(dev)}
+        print(f"checks: {json.dumps(checks)}", flush=True)
     med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
     same = w if "workers" in inspect.signature(vitscope.run).parameters else 0
     ratios = {
@@ -238,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {k:36s} x{v:.2f}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"info": info, "rounds": rounds, "median": med, "ratios": ratios}, indent=2) + "\n")
+    out.write_text(json.dumps({"info": info, "rounds": rounds, "median": med, "ratios": ratios, "checks": checks},
+                              indent=2) + "\n")
     print(f"wrote {out}")
     return 0
 

@@ -180,3 +180,35 @@ def test_an_image_without_a_label_is_left_out_alone_whatever_the_batch(world_wit
     assert int((got[16]["pooled_features"].tensors["label"] < 0).sum()) == 1
     with pytest.raises(ValueError, match="1 of 12 images of .* have no label"):
         vitscope.run(backbone, world_with_an_unlabelled_image, [ANALYSES["foreground_masking"]()], progress=False)
+
+
+def _exactly(got: Any, want: Any) -> bool:
+    if isinstance(want, torch.Tensor):
+        return isinstance(got, torch.Tensor) and got.shape == want.shape and torch.equal(got.nan_to_num(-7.0),
+                                                                                         want.nan_to_num(-7.0))
+    if isinstance(want, dict):
+        return isinstance(got, dict) and set(got) == set(want) and all(_exactly(got[k], want[k]) for k in want)
+    if isinstance(want, (list, tuple)):
+        return isinstance(got, (list, tuple)) and len(got) == len(want) and all(map(_exactly, got, want))
+    if isinstance(want, float) and math.isnan(want):
+        return isinstance(got, float) and math.isnan(got)
+    return got == want
+
+
+@pytest.mark.parametrize("kind", sorted(MODELS))
+def test_images_decoded_in_worker_processes_give_the_same_bits(runs, world: str, kind: str) -> None:
+    """``workers=2``: two forked processes decode, preprocess and make ground truth, batches ahead; the batches,
+    and so every number, are those of the one loading thread (bit for bit at the same batch size)."""
+    backbone = vitscope.load_model(MODELS[kind])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        got = vitscope.run(backbone, world, analyses_for(backbone), batch_size=7, progress=False, workers=2)
+    finally:
+        torch.set_num_threads(threads)
+    want = runs[kind][7]
+    assert got.workers == 2 and want.workers == 0
+    assert sorted(got) == sorted(want) and got.num_images == want.num_images
+    moved = [name for name in want if not (_exactly(got[name].tensors, want[name].tensors)
+                                           and _exactly(got[name].meta, want[name].meta))]
+    assert not moved, f"decoding in workers moved: {moved}"

@@ -16,7 +16,7 @@ import torch
 from vitscope.analyses.batch import Batch, thumbnails
 from vitscope.analyses.data_checks import DataFacts, missing_targets
 from vitscope.analyses.result import Figure, Result, as_result
-from vitscope.analyses.state import StateSpec, merge_states
+from vitscope.analyses.state import StateSpec, merge_states, on_device
 from vitscope.errors import VitscopeKeyError, VitscopeRuntimeError, VitscopeTypeError, VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
@@ -123,6 +123,12 @@ class Analysis(ABC):
         for name, spec in self._states.items():
             setattr(self, name, spec.fresh())
 
+    def states_to_host(self) -> None:
+        """Move every tensor of the declared states to the CPU (the engine calls this once after the pass,
+        before merging and :meth:`result`, so that updates may keep their sums on the batches' device)."""
+        for name in self._states:
+            setattr(self, name, on_device(getattr(self, name), "cpu"))
+
     def state_dict(self) -> dict[str, Any]:
         """Copies of the declared states (plain tensors, numbers, lists, dicts, row stores)."""
         return {name: _copy_value(getattr(self, name)) for name in self._states}
@@ -213,6 +219,7 @@ class Analysis(ABC):
         """:meth:`compute` as a :class:`Result` named after this analysis: a dict is wrapped
         (:func:`~vitscope.analyses.result.as_result`), and the report's paragraph is the class's
         :attr:`description` unless the result brings its own."""
+        self.states_to_host()  # compute() sees CPU tensors, wherever the updates kept them
         result = as_result(self.name, self.compute())
         if not result.intro:
             result.intro = type(self).description

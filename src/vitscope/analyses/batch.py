@@ -81,13 +81,14 @@ class Batch:
 
 
 def thumbnails(batch: Batch, positions: Sequence[int]) -> list[torch.Tensor]:
-    """The preprocessed images at ``positions`` of the batch as ``[H, W, 3]`` uint8 (for overlays and SIFT)."""
+    """The preprocessed images at ``positions`` of the batch as ``[H, W, 3]`` uint8 on the pixels' device (for
+    overlays and SIFT)."""
     spec = batch.spec
-    mean = torch.tensor(spec.mean, dtype=torch.float32).view(3, 1, 1)
-    std = torch.tensor(spec.std, dtype=torch.float32).view(3, 1, 1)
+    mean = torch.tensor(spec.mean, dtype=torch.float32, device=batch.pixels.device).view(3, 1, 1)
+    std = torch.tensor(spec.std, dtype=torch.float32, device=batch.pixels.device).view(3, 1, 1)
     out = []
     for i in positions:
-        x = batch.pixels[i].detach().float().cpu() * std + mean
+        x = batch.pixels[i].detach().float() * std + mean
         out.append((x.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).contiguous())
     return out
 
@@ -151,7 +152,7 @@ def _sift_keypoints(record: Mapping[str, torch.Tensor], batch: Batch, needs: fro
     images = thumbnails(batch, range(batch.size))
     if not images:
         return torch.zeros(0, *grid, dtype=torch.int64)
-    return torch.stack([sift_keypoint_counts(im.numpy(), grid) for im in images])
+    return torch.stack([sift_keypoint_counts(im.cpu().numpy(), grid) for im in images])  # OpenCV: host work
 
 
 #: quantity name -> ``provider(record, batch, needs, workspace, held) -> value`` (``held``: what an earlier

@@ -18,6 +18,10 @@ callable       ``reduce(mine, theirs) -> merged`` for the rest (CKA's open minib
                it must not modify ``theirs``
 =============  ==========================================================================================
 
+States live on the device of the batches that fed them: an update adds the batch's tensors where they are
+(:func:`added`: no copy to the host per batch, which would wait for the GPU), and the engine moves every
+state to the CPU once the pass is over (:func:`on_device`), before merging and computing.
+
 Every rule treats ``None`` (and an empty list, dict or string under ``"same"``) as "nothing yet", so a
 state whose shape is only known at the first batch can start as ``None``. A ``dict`` value holds one state per
 key (per hook, per source) and merges key by key under the same rule; the companions of ``"mean"`` and
@@ -37,9 +41,35 @@ from vitscope.errors import VitscopeValueError
 from vitscope.functional.moments import merge_mean, merge_moments
 from vitscope.functional.topk import merge_topk
 
-__all__ = ["REDUCTIONS", "StateMergeError", "StateSpec", "first_seen", "is_empty", "merge_states"]
+__all__ = ["REDUCTIONS", "StateMergeError", "StateSpec", "added", "first_seen", "is_empty", "merge_states",
+           "on_device"]
 
 REDUCTIONS: tuple[str, ...] = ("sum", "max", "min", "cat", "mean", "variance", "topk", "same")
+
+
+def added(total: torch.Tensor | None, value: torch.Tensor) -> torch.Tensor:
+    """``total + value`` on ``value``'s device (``value`` itself when there is no total yet): a sum kept where
+    the batches are. A total restored from a checkpoint (on the CPU) moves to the batch's device once."""
+    if total is None:
+        return value
+    return total.to(value.device) + value
+
+
+def on_device(value: Any, device: torch.device | str) -> Any:
+    """``value`` with every tensor in it (nested in dicts, lists and tuples) moved to ``device``; anything else
+    (numbers, strings, row stores) as it is. Containers are rebuilt, never modified."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        out = copy.copy(value)  # the same kind of mapping
+        for k, v in value.items():
+            out[k] = on_device(v, device)
+        return out
+    if isinstance(value, list):
+        return [on_device(v, device) for v in value]
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(on_device(v, device) for v in value)
+    return value
 
 
 class StateMergeError(VitscopeValueError):

@@ -14,7 +14,14 @@ from vitscope.cli.errors import one_line_errors, one_line_warnings
 from vitscope.cli.experiment import experiment_app
 from vitscope.cli.explain import explain_pair
 from vitscope.cli.featviz import featviz as featviz_command
-from vitscope.cli.help_text import CONFIG_HELP, FIGURE_FILES_HELP, IMAGE_SIZE_HELP, RESUME_HELP, analyses_epilog
+from vitscope.cli.help_text import (
+    CONFIG_HELP,
+    FIGURE_FILES_HELP,
+    IMAGE_SIZE_HELP,
+    RESUME_HELP,
+    WORKERS_HELP,
+    analyses_epilog,
+)
 from vitscope.cli.imports import CommandLine
 from vitscope.cli.probe import probe as probe_command
 from vitscope.cli.resolve import resolve_or_exit
@@ -126,6 +133,7 @@ def analyze(
                                                     help="Least seconds between state saves [60]."),
     figure_files: bool | None = typer.Option(None, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
     image_size: int | None = typer.Option(None, "--image-size", min=1, help=IMAGE_SIZE_HELP),
+    workers: int | None = typer.Option(None, "--workers", min=0, help=WORKERS_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
     params_of: str | None = typer.Option(None, "--params-of", metavar="NAME", is_eager=True, callback=_params_of,
                                          help="Print the parameters of analysis NAME (defaults and meaning) and "
@@ -175,6 +183,7 @@ def compare(
                                                     help="Least seconds between state saves [60]."),
     figure_files: bool | None = typer.Option(None, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
     image_size: int | None = typer.Option(None, "--image-size", min=1, help=IMAGE_SIZE_HELP),
+    workers: int | None = typer.Option(None, "--workers", min=0, help=WORKERS_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
 ) -> None:
     """Compare models per block on shared axes (paper 002): one pass per model; figures, tables, report.html."""

@@ -86,7 +86,7 @@ def retrieval_probe(backbone: Backbone, dataset, cache: FeatureCache | None = No
                     random_kind: str | None = "uniform", batch_size: int = 32, device: str | None = None,
                     dtype: str | None = None, distributed: bool = False,
                     log: Callable[[str], None] | None = None, strict: bool = False, resume: bool = True,
-                    checkpoint_seconds: float = 60.0) -> ProbeResult:
+                    checkpoint_seconds: float = 60.0, workers: int | None = None) -> ProbeResult:
     """Revisited Oxford / Paris retrieval mAP at every block (features extracted once, cached).
 
     Args:
@@ -102,6 +102,7 @@ def retrieval_probe(backbone: Backbone, dataset, cache: FeatureCache | None = No
         log: receives one-line messages (an extraction that resumes says so).
         strict, resume, checkpoint_seconds: how the extraction pass treats unreadable images and saved state
             (:func:`~vitscope.engine.extract.extract_features`).
+        workers: processes that decode the images (None: chosen from the CPUs).
 
     Returns:
         ProbeResult with ``mAP_medium``, ``mAP_hard``, ``mAP_easy`` per block.
@@ -112,6 +113,6 @@ def retrieval_probe(backbone: Backbone, dataset, cache: FeatureCache | None = No
     request = FeatureRequest(site, pooling, None if blocks is None else tuple(blocks))
     entry = extract_features(backbone, AnnotatedSource(dataset), [request], cache, LongSideView(), batch_size,
                              device, dtype, distributed=distributed, log=log, strict=strict, resume=resume,
-                             checkpoint_seconds=checkpoint_seconds)[request]
+                             checkpoint_seconds=checkpoint_seconds, workers=workers)[request]
     return retrieval_scores(entry, len(dataset.queries), dataset.gnd, seed=seed, random_kind=random_kind,
                             model=backbone.spec.name)

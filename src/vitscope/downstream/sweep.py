@@ -57,6 +57,7 @@ def probe_sweep(
     strict: bool = False,
     resume: bool = True,
     checkpoint_seconds: float = 60.0,
+    workers: int | None = None,
 ) -> dict[str, ProbeResult]:
     """Every probe the given data allows, at every block, each with its random-chance score.
 
@@ -88,6 +89,8 @@ def probe_sweep(
         log: receives one-line messages (an extraction that resumes says so).
         davis_void: DAVIS void pixels: ``"background"`` (official) or ``"ignore"`` (:func:`davis_probe`).
         strict, resume, checkpoint_seconds: how the extraction pass treats unreadable images and saved state
+        workers: processes that decode the images of the labelled, regions and retrieval passes (DAVIS and SPair
+            make one short pass per sequence or pair set, decoded in a thread)
             (:func:`~vitscope.engine.extract.extract_features`).
 
     Returns:
@@ -116,7 +119,7 @@ def probe_sweep(
         source, found = as_source(data), {}
         for view in dict.fromkeys(view_of(r) for r in requests):
             mine = [r for r in requests if view_of(r) == view]
-            found.update(extract_features(backbone, source, mine, cache, view, **common))
+            found.update(extract_features(backbone, source, mine, cache, view, workers=workers, **common))
         return source, found
 
     def tag(result: ProbeResult, request: FeatureRequest) -> ProbeResult:
@@ -145,11 +148,12 @@ def probe_sweep(
     if regions is not None:
         request = FeatureRequest(site, "mask", chosen)
         view = TiledView(scale=scale) if scale else StandardView()
-        entry = extract_features(backbone, AnnotatedSource(regions), [request], cache, view, **common)[request]
+        entry = extract_features(backbone, AnnotatedSource(regions), [request], cache, view, workers=workers,
+                                 **common)[request]
         out["clustering_regions"] = clustering_probe(entry, seed=seed, random_kind=random_kind, model=name)
     if retrieval is not None:
         out["retrieval"] = retrieval_probe(backbone, retrieval, cache, site=site, blocks=chosen, seed=seed,
-                                           random_kind=random_kind, **common)
+                                           random_kind=random_kind, workers=workers, **common)
     if davis is not None:
         out["davis"] = davis_probe(backbone, davis, cache, site=site, blocks=chosen, tiling=scale or False,
                                    seed=seed, random_kind=random_kind, void=davis_void, **common)

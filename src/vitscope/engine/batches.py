@@ -1,7 +1,16 @@
-"""Read a source in batches, one batch ahead of the model, skipping (and noting) unreadable images."""
+"""Read a source in batches ahead of the model, skipping (and noting) unreadable images.
+
+With ``workers=0`` one thread of this process decodes one batch ahead. With ``workers=N`` a
+``torch.utils.data.DataLoader`` runs the same per-batch function in N forked processes, ``2 * N`` batches ahead,
+in order, with pinned pixels for a GPU: the batches, and so every number, are the same either way. Workers are
+forked (Linux), so sources, preprocessing and ground-truth functions reach them without pickling; elsewhere
+the loader falls back to the thread.
+"""
 
 from __future__ import annotations
 
+import signal
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +34,10 @@ class LoadedBatch:
         indices: their positions in the source.
         paths: their names in outputs.
         targets: ground-truth key -> one value per image.
-        pixels: ``[B, 3, H, W]`` when the loader also preprocessed them (the model's own preprocessing).
+        pixels: ``[B, 3, H, W]`` when the loader also preprocessed them (the model's own preprocessing); the
+            decoded images are then not kept (``images`` is empty).
+        skipped: ``(path, reason)`` of the images of this batch that could not be read.
+        error: with ``strict``, the first unreadable image's error (raised by the consumer, in its process).
     """
 
     images: list[Any]
@@ -33,6 +45,14 @@ class LoadedBatch:
     paths: list[str]
     targets: dict[str, list[Any]] = field(default_factory=dict)
     pixels: torch.Tensor | None = None
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    error: ImageLoadError | None = None
+
+    def pin_memory(self) -> LoadedBatch:
+        """The same batch with its pixels in page-locked memory (the DataLoader calls this for a GPU)."""
+        if self.pixels is not None:
+            self.pixels = self.pixels.pin_memory()
+        return self
 
 
 @dataclass
@@ -53,9 +73,11 @@ class SkipLog:
 TargetTransforms = dict[str, tuple[str, Callable[[Any], Any]]]
 
 
-def _load(source: Source, indices: range, strict: bool, log: SkipLog, regions: bool,
+def _load(source: Source, indices: range, strict: bool, regions: bool,
           preprocess: Callable[[list[Any]], torch.Tensor] | None,
-          transforms: TargetTransforms | None = None) -> LoadedBatch | None:
+          transforms: TargetTransforms | None = None) -> LoadedBatch:
+    """Decode (and preprocess) one batch; unreadable images are noted in the batch, not raised, so that the
+    same function serves a thread and a worker process."""
     batch = LoadedBatch([], [], [])
     per_image: list[dict[str, Any]] = []
     for i in indices:
@@ -63,8 +85,9 @@ def _load(source: Source, indices: range, strict: bool, log: SkipLog, regions: b
             image, targets = source.load_checked(i)
         except ImageLoadError as err:
             if strict:
-                raise
-            log.add(source.path(i), err.reason)
+                batch.error = err
+                return batch
+            batch.skipped.append((source.path(i), err.reason))
             continue
         if regions:
             try:
@@ -77,13 +100,60 @@ def _load(source: Source, indices: range, strict: bool, log: SkipLog, regions: b
         batch.indices.append(i)
         batch.paths.append(source.path(i))
         per_image.append(targets)
-    if not batch.images:
-        return None
+    if not batch.indices:
+        return batch
     keys = dict.fromkeys(k for t in per_image for k in t)
     batch.targets = {k: [t.get(k) for t in per_image] for k in keys}  # None where an image lacks a key
     if preprocess is not None:
         batch.pixels = preprocess(batch.images)
+        batch.images = []  # not needed any more: a worker need not send them back
     return batch
+
+
+def _received(batch: LoadedBatch, log: SkipLog) -> LoadedBatch | None:
+    """The consumer's side of a loaded batch: note its skipped images, raise its error, None when empty."""
+    for path, reason in batch.skipped:
+        log.add(path, reason)
+    if batch.error is not None:
+        raise batch.error
+    return batch if batch.indices else None
+
+
+class _BatchJobs(torch.utils.data.Dataset):
+    """Batch ``k`` of a pass as a DataLoader item (the DataLoader's own batching is off)."""
+
+    def __init__(self, source: Source, ranges: list[range], strict: bool, regions: bool,
+                 preprocess: Callable[[list[Any]], torch.Tensor] | None, transforms: TargetTransforms | None) -> None:
+        self.source, self.ranges, self.strict, self.regions = source, ranges, strict, regions
+        self.preprocess, self.transforms = preprocess, transforms
+
+    def __len__(self) -> int:
+        return len(self.ranges)
+
+    def __getitem__(self, k: int) -> LoadedBatch:
+        return _load(self.source, self.ranges[k], self.strict, self.regions, self.preprocess, self.transforms)
+
+
+def _quiet_worker(_: int) -> None:
+    """Ctrl-C is the main process's to handle (it stops after the batch in flight); workers ignore it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _in_workers(jobs: _BatchJobs, workers: int, pin: bool) -> Iterator[LoadedBatch]:
+    loader = torch.utils.data.DataLoader(jobs, batch_size=None, shuffle=False, num_workers=workers,
+                                         pin_memory=pin, prefetch_factor=2, multiprocessing_context="fork",
+                                         worker_init_fn=_quiet_worker)
+    yield from loader
+
+
+def _in_a_thread(jobs: _BatchJobs) -> Iterator[LoadedBatch]:
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(jobs.__getitem__, 0)
+        for k in range(len(jobs)):
+            batch = pending.result()
+            if k + 1 < len(jobs):
+                pending = pool.submit(jobs.__getitem__, k + 1)
+            yield batch
 
 
 def shard_range(n: int, rank: int, world: int) -> range:
@@ -97,8 +167,9 @@ def shard_range(n: int, rank: int, world: int) -> range:
 def iter_batches(source: Source, batch_size: int, limit: int | None = None, start: int = 0, strict: bool = False,
                  log: SkipLog | None = None, regions: bool = False,
                  preprocess: Callable[[list[Any]], torch.Tensor] | None = None, shard: tuple[int, int] = (0, 1),
-                 transforms: TargetTransforms | None = None) -> Iterator[tuple[int, LoadedBatch | None]]:
-    """Yield ``(end_position, batch)`` over positions ``start .. n``; decoding runs one batch ahead.
+                 transforms: TargetTransforms | None = None, workers: int = 0, pin: bool = False
+                 ) -> Iterator[tuple[int, LoadedBatch | None]]:
+    """Yield ``(end_position, batch)`` over positions ``start .. n``, decoded ahead of the caller.
 
     Args:
         source: what to read.
@@ -108,10 +179,13 @@ def iter_batches(source: Source, batch_size: int, limit: int | None = None, star
         strict: raise on an unreadable image instead of skipping it.
         log: where skipped images are noted (one warning each).
         regions: add ``targets["regions"]`` (the source's region masks and labels) to every image.
-        preprocess: images -> pixels, run in the loading thread too (None: leave it to the caller).
+        preprocess: images -> pixels, run where the decoding runs (None: leave it to the caller, who then gets
+            the decoded images).
         shard: ``(rank, world)``: read only this rank's part of the positions (:func:`shard_range`).
-        transforms: ground-truth work per image (:meth:`vitscope.Analysis.target_transforms`), in the loading
-            thread too.
+        transforms: ground-truth work per image (:meth:`vitscope.Analysis.target_transforms`), where the
+            decoding runs too.
+        workers: processes decoding (0: one thread of this process, one batch ahead).
+        pin: page-locked pixels, for a non-blocking copy to a GPU (with workers).
 
     A batch whose every image was unreadable is yielded as None so callers can still count progress.
     """
@@ -121,10 +195,8 @@ def iter_batches(source: Source, batch_size: int, limit: int | None = None, star
     ranges = [range(s, min(s + batch_size, part.stop)) for s in range(max(start, part.start), part.stop, batch_size)]
     if not ranges:
         return
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = pool.submit(_load, source, ranges[0], strict, log, regions, preprocess, transforms)
-        for k, r in enumerate(ranges):
-            batch = pending.result()
-            if k + 1 < len(ranges):
-                pending = pool.submit(_load, source, ranges[k + 1], strict, log, regions, preprocess, transforms)
-            yield r.stop, batch
+    jobs = _BatchJobs(source, ranges, strict, regions, preprocess, transforms)
+    forked = workers > 0 and sys.platform.startswith("linux")
+    loaded = _in_workers(jobs, min(workers, len(ranges)), pin) if forked else _in_a_thread(jobs)
+    for r, batch in zip(ranges, loaded, strict=True):
+        yield r.stop, _received(batch, log)

@@ -98,6 +98,7 @@ def extract_features(
     log: Callable[[str], None] | None = None,
     strict: bool | None = None,
     resume: bool = True,
+    workers: int | None = None,
 ) -> dict[FeatureRequest, CacheEntry]:
     """Cached per-block features of every image of ``source`` for each request.
 
@@ -125,6 +126,7 @@ def extract_features(
         strict: stop at the first unreadable image (default: the source's own setting, else skip it).
         resume: continue an interrupted pass from its saved state; False runs the pass afresh, saving none (a
             saved state is left for the run that may own it).
+        workers: processes that decode the images (:func:`vitscope.run`; None: chosen from the CPUs).
 
     Returns:
         ``{request: CacheEntry}``; each entry has ``index`` ``[rows]`` (image position), ``block{i}`` per
@@ -166,7 +168,8 @@ def extract_features(
             else None
         try:
             run(backbone, source, [rows, *analyses], batch_size=batch_size, device=device, dtype=dtype,
-                strict=strict, progress=progress, view=view, checkpoint=checkpoint, distributed=distributed)
+                strict=strict, progress=progress, view=view, checkpoint=checkpoint, distributed=distributed,
+                workers=workers)
         except EmptyRunError:
             shutil.rmtree(work, ignore_errors=True)
             raise VitscopeValueError(f"no readable image in {source.name} ({len(source)} files): nothing to "

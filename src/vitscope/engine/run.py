@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,15 +30,18 @@ from vitscope.data.open import as_source
 from vitscope.data.source import Source
 from vitscope.engine.batches import LoadedBatch, SkipLog, iter_batches, shard_range
 from vitscope.engine.distributed import barrier, collectives, gather_lists, shard_for, sum_over_ranks
-from vitscope.engine.settings import progress_bar, resolve_device, resolve_dtype
+from vitscope.engine.settings import loader_workers, progress_bar, resolve_device, resolve_dtype
 from vitscope.engine.state import Checkpoint, interrupt_guard, run_checkpoint
 from vitscope.engine.streaming import StreamPlan, in_block_order, stream_plan, warn_if_patterns_do_not_fit
 from vitscope.errors import VitscopeRuntimeError, VitscopeValueError
 from vitscope.functional.attention_blocks import Workspace
 from vitscope.hooks.names import expand_names
 from vitscope.models.backbone import Backbone
+from vitscope.models.preprocess import normalise_pixels, resized_pixels
+from vitscope.models.views import StandardView
 
-__all__ = ["EmptyRunError", "Results", "required_hook_names", "resolve_device", "resolve_dtype", "run"]
+__all__ = ["EmptyRunError", "Results", "loader_preprocessing", "required_hook_names", "resolve_device", "resolve_dtype",
+           "run"]
 
 
 class EmptyRunError(VitscopeRuntimeError):
@@ -54,6 +59,7 @@ class Results(Mapping[str, Result]):
         hooks: canonical names recorded.
         data: the source's description with its fingerprint (the data entry of results.json).
         resumed_images: images the restored state already held (0 when the run started afresh).
+        workers: the processes that decoded the images (0: a thread of the running process).
     """
 
     results: dict[str, Result]
@@ -62,6 +68,7 @@ class Results(Mapping[str, Result]):
     hooks: list[str] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
     resumed_images: int = 0
+    workers: int = 0
 
     def __getitem__(self, name: str) -> Result:
         return self.results[name]
@@ -111,7 +118,9 @@ class _Pass:
         """``(record, batch)`` for every group of ``loaded`` that runs through the model together."""
         spec = self.backbone.spec
         if self.view is None:  # the model's own preprocessing: the whole batch at once
-            pixels = loaded.pixels.to(self.device)
+            pixels = loaded.pixels.to(self.device, non_blocking=True)  # pinned when workers load for a GPU
+            if pixels.dtype == torch.uint8:  # resized by the loader, normalised here (the same bits)
+                pixels = normalise_pixels(pixels, spec)
             batch = self._batch(pixels, loaded, range(len(loaded.indices)), spec, spec.grid_for(*pixels.shape[-2:]),
                                 self.record)
 
@@ -181,6 +190,7 @@ def run(
     distributed: bool = False,
     checkpoint_seconds: float = 60.0,
     log: Callable[[str], None] | None = None,
+    workers: int | None = None,
 ) -> Results:
     """Make one pass over ``data`` and feed every batch to every analysis.
 
@@ -215,6 +225,9 @@ def run(
             rank and process count).
         checkpoint_seconds: with ``resume``, the least seconds between two saves of the state.
         log: with ``resume``, receives its one-line messages (resumed from..., ignored a state file...).
+        workers: processes that decode and preprocess the images, several batches ahead (0: a thread of this
+            process; None: :func:`~vitscope.engine.settings.loader_workers` chooses from the CPUs). No number
+            depends on it; ``Results.workers`` says what ran.
 
     Returns:
         :class:`Results` mapping each analysis's ``name`` to its Result.
@@ -254,7 +267,16 @@ def run(
         checkpoint.for_rank(shard.rank, shard.world)
     with _rows_beside(checkpoint):  # spilled rows on the state file's disk: saving links them
         return _pass(backbone, source, analyses, checkpoint, shard, dev, amp, batch_size, limit, strict,
-                     progress, view, hooks, total, described)
+                     progress, view, hooks, total, described, workers)
+
+
+def loader_preprocessing(backbone: Backbone) -> Callable[[list[Any]], torch.Tensor]:
+    """What the loader does to a batch of images: the model's resize and crop to uint8 pixels (a quarter of the
+    bytes to send from a worker and to a GPU), normalised by :meth:`_Pass.batches` on the device; a backbone
+    with preprocessing of its own gets it whole in the loader."""
+    if type(backbone).preprocess is not Backbone.preprocess:
+        return backbone.preprocess
+    return functools.partial(resized_pixels, spec=backbone.spec)
 
 
 def _rows_beside(checkpoint: Checkpoint | None) -> contextlib.AbstractContextManager:
@@ -264,13 +286,16 @@ def _rows_beside(checkpoint: Checkpoint | None) -> contextlib.AbstractContextMan
 
 def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoint: Checkpoint | None,
           shard: Any, dev: torch.device, amp: torch.dtype | None, batch_size: int, limit: int | None, strict: bool,
-          progress: bool | None, view: Any, hooks: list[str], total: int, described: dict[str, Any]) -> Results:
+          progress: bool | None, view: Any, hooks: list[str], total: int, described: dict[str, Any],
+          workers: int | None) -> Results:
     """The pass of :func:`run` over its checked arguments."""
+    if type(view) is StandardView:  # the model's own preprocessing, the same pixels: done where images decode
+        view = None
     log = SkipLog()
     start, seen = _restore(checkpoint, analyses, log)
     autocast = torch.autocast(dev.type, dtype=amp) if amp is not None else contextlib.nullcontext()
     regions = any("regions" in getattr(a, "required_targets", ()) for a in analyses)
-    preprocess = backbone.preprocess if view is None else None
+    preprocess = loader_preprocessing(backbone) if view is None else None
     transforms = {k: v for a in analyses for k, v in a.target_transforms(backbone.spec).items()} if view is None \
         else None
     workspace = Workspace()  # work buffers of this run, freed with it
@@ -284,8 +309,10 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
         current = _Pass(backbone, rec, dev, autocast, union_plan([a.shared_quantities(backbone.spec)
                                                                  for a in analyses]), workspace, view,
                         plan)
+        chosen = loader_workers(workers, len(part) - max(start - part.start, 0),
+                                int(os.environ.get("LOCAL_WORLD_SIZE", shard.world)))
         for end, loaded in iter_batches(source, batch_size, limit, start, strict, log, regions, preprocess,
-                                        (shard.rank, shard.world), transforms):
+                                        (shard.rank, shard.world), transforms, chosen, dev.type == "cuda"):
             if loaded is not None:
                 for record, batch in current.batches(loaded):
                     for a in analyses:
@@ -301,6 +328,8 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
     workspace.release()
     resumed = checkpoint.resumed_images if checkpoint is not None else 0
     skipped = list(log.skipped)
+    for a in analyses:
+        a.states_to_host()  # sums kept on the GPU during the pass come home once
     if shard.world > 1:  # every rank ends with the state of the whole pass
         with collectives(shard):
             exchange = exchange_folder()  # row stores travel as shard files, never through the group
@@ -314,4 +343,4 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
     if shard.world > 1:
         with collectives(shard):
             barrier()  # every process has read the shared row shards before rank 0 may remove them at exit
-    return Results(results, seen, skipped, hooks, described, resumed)
+    return Results(results, seen, skipped, hooks, described, resumed, chosen)

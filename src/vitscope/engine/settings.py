@@ -1,12 +1,41 @@
-"""Where and how a pass runs: device, autocast dtype, and the progress bar."""
+"""Where and how a pass runs: device, autocast dtype, loading processes, and the progress bar."""
 
 from __future__ import annotations
+
+import os
 
 import torch
 
 from vitscope.errors import VitscopeValueError
 
-__all__ = ["progress_bar", "resolve_device", "resolve_dtype"]
+__all__ = ["MIN_IMAGES_FOR_WORKERS", "loader_workers", "progress_bar", "resolve_device", "resolve_dtype"]
+
+#: a pass over fewer images decodes in a thread: starting worker processes would cost more than they save
+MIN_IMAGES_FOR_WORKERS = 256
+_MAX_WORKERS = 8
+
+
+def loader_workers(requested: int | None, images: int, processes: int = 1) -> int:
+    """Processes that decode and preprocess for a pass over ``images`` images (0: a thread of this process).
+
+    Args:
+        requested: the user's number (kept as given), or None to choose: one per CPU this process may use
+            (shared among ``processes`` on the machine), less one for the process that runs the model, at most
+            8; 0 for a pass of fewer than :data:`MIN_IMAGES_FOR_WORKERS` images.
+        images: the images this process will read.
+        processes: processes of the run on this machine (torchrun's local world size).
+
+    Raises:
+        ValueError: a negative number.
+    """
+    if requested is not None:
+        if requested < 0:
+            raise VitscopeValueError(f"workers must be 0 or more, got {requested}")
+        return int(requested)
+    if images < MIN_IMAGES_FOR_WORKERS:
+        return 0
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(_MAX_WORKERS, cpus // max(1, processes) - 1))
 
 
 def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:

@@ -64,12 +64,23 @@ def to_pil(image: Any) -> Image.Image:
 
 def preprocess_images(images: Sequence[Any], spec: ModelSpec) -> torch.Tensor:
     """Images -> ``[B, 3, H, W]`` float32, normalised with ``spec.mean`` / ``spec.std``."""
+    return normalise_pixels(resized_pixels(images, spec), spec)
+
+
+def resized_pixels(images: Sequence[Any], spec: ModelSpec) -> torch.Tensor:
+    """Images -> ``[B, 3, H, W]`` uint8 after the model's resize and centre crop: the first half of
+    :func:`preprocess_images`, a quarter of its bytes to send between processes or to a GPU."""
     if isinstance(images, (Image.Image, np.ndarray)):
         images = [images]
     if len(images) == 0:
         raise VitscopeValueError("preprocess got no images")
-    arrays = [np.asarray(resize_crop(to_pil(im), spec), dtype=np.float32) / 255.0 for im in images]
-    x = torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2).contiguous()
-    mean = torch.tensor(spec.mean, dtype=torch.float32).view(1, 3, 1, 1)
-    std = torch.tensor(spec.std, dtype=torch.float32).view(1, 3, 1, 1)
-    return (x - mean) / std
+    arrays = [np.asarray(resize_crop(to_pil(im), spec), dtype=np.uint8) for im in images]
+    return torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2).contiguous()
+
+
+def normalise_pixels(pixels: torch.Tensor, spec: ModelSpec) -> torch.Tensor:
+    """``[B, 3, H, W]`` uint8 -> float32 ``(x / 255 - mean) / std`` on the pixels' device: the second half of
+    :func:`preprocess_images` (float32 operations, correctly rounded on CPU and GPU alike: the same bits)."""
+    mean = torch.tensor(spec.mean, dtype=torch.float32, device=pixels.device).view(1, 3, 1, 1)
+    std = torch.tensor(spec.std, dtype=torch.float32, device=pixels.device).view(1, 3, 1, 1)
+    return (pixels.float() / 255.0 - mean) / std

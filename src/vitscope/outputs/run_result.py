@@ -35,6 +35,7 @@ class RunResult:
         own_sections: results whose default report section is left out (``sections`` present them instead).
         notes: warnings worth showing in the report.
         resumed_images: images a restored state already held (results.json ``run``).
+        workers: processes that decoded the images (results.json ``run``; None: not known to this command).
         files: other files, relative path -> contents (e.g. DAVIS palette PNGs under ``predictions/``).
     """
 
@@ -54,6 +55,7 @@ class RunResult:
     sections: list[Any] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     resumed_images: int = 0
+    workers: int | None = None
     own_sections: set[str] = field(default_factory=set)
     files: dict[str, bytes] = field(default_factory=dict)
 

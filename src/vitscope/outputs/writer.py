@@ -196,6 +196,8 @@ def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
             doc["files"] = run_files
         doc["environment"] = environment()
         doc["run"] = {"resumed_images": run.resumed_images}
+        if run.workers is not None:
+            doc["run"]["workers"] = run.workers
         writer.json("results.json", doc)
         report = build_report(run, doc, writer.drawn, sections)
         staging.path("report.html").write_text(render_html(report), encoding="utf-8")

@@ -88,7 +88,8 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
             batch_size: int = 16, device: str | None = None, dtype: str | None = None, limit: int | None = None,
             strict: bool = False, resume: bool = True, checkpoint_seconds: float = 60.0,
             progress: bool | None = None, log: Callable[[str], None] | None = None, distributed: bool = False,
-            figure_files: bool = False, image_size: int | tuple[int, int] | None = None) -> Results:
+            figure_files: bool = False, image_size: int | tuple[int, int] | None = None,
+            workers: int | None = None) -> Results:
     """Run analyses over a dataset in one pass; with ``out``, write results.json, tables, arrays, figures and
     report.html there (resumably: an interrupted call with the same arguments continues).
 
@@ -109,6 +110,7 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
         figure_files: also draw PNG and SVG files of the figures the report shows as charts.
         image_size: run the model at this input size (side, or ``(H, W)``) instead of its preprocessing's
             (:func:`vitscope.load_model`).
+        workers: processes that decode the images (:func:`vitscope.run`; None: chosen from the CPUs).
         distributed: share the pass with the other ``torch.distributed`` processes (:func:`vitscope.run`); rank 0
             alone writes ``out``.
 
@@ -118,7 +120,7 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
     options = AnalyzeOptions(model=model, data=data, analyses=analyses, out=Path(out) if out is not None else None,
                              params=params, batch_size=batch_size, device=device, dtype=dtype, limit=limit,
                              strict=strict, resume=resume, checkpoint_seconds=checkpoint_seconds,
-                             figure_files=figure_files, image_size=image_size)
+                             figure_files=figure_files, image_size=image_size, workers=workers)
     return run_analyze(options, progress=progress, log=log, distributed=distributed)
 
 
@@ -152,7 +154,8 @@ def run_analyze(options: AnalyzeOptions, *, progress: bool | None = None, log: C
     results = run(backbone, source, chosen, batch_size=options.batch_size, device=options.device,
                   dtype=options.dtype, limit=options.limit, strict=options.strict, progress=progress,
                   resume=resume_from(out, model_id, options.resume) if out is not None else None,
-                  checkpoint_seconds=options.checkpoint_seconds, log=log, distributed=distributed)
+                  checkpoint_seconds=options.checkpoint_seconds, log=log, distributed=distributed,
+                  workers=options.workers)
     if out is not None and (not distributed or is_main_process()):
         data = options.data
         config = options.record(model=model_id, data=str(data) if isinstance(data, (str, Path)) else source.name,
@@ -160,7 +163,7 @@ def run_analyze(options: AnalyzeOptions, *, progress: bool | None = None, log: C
         write_run(out, RunResult(
             "analyze", config=config, results=dict(results), models=[model_identity(model_id, backbone)],
             data=results.data, num_images=results.num_images, skipped=results.skipped, skipped_analyses=not_run,
-            extra={"hooks": results.hooks}, resumed_images=results.resumed_images),
+            extra={"hooks": results.hooks}, resumed_images=results.resumed_images, workers=results.workers),
             progress=progress, log=log, figure_files=options.figure_files)
         clear_state(out)
     return results

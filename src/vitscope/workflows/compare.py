@@ -50,6 +50,7 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
     targets = source.target_keys()
     facts = DataFacts(source, targets, options.limit)  # a named analysis the data cannot feed: refused now
     runs, identities, counts, skipped, data, extra, not_run, notes = [], [], {}, {}, {}, {}, {}, []
+    workers = None
     for name, model_id in models:  # one at a time: only one model is in memory (a failed name resumes cheaply)
         backbone = load_model(model_id, image_size=options.image_size)
         analyses, cannot = compare_analyses(backbone.spec, targets, selection, params, facts)
@@ -61,7 +62,8 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
         results = run(backbone, source, analyses, batch_size=options.batch_size, device=options.device,
                       dtype=options.dtype, limit=options.limit, strict=options.strict, progress=progress,
                       resume=resume_from(out, name, options.resume), checkpoint_seconds=options.checkpoint_seconds,
-                      log=log, distributed=distributed)
+                      log=log, distributed=distributed, workers=options.workers)
+        workers = results.workers
         runs.append(ModelRun(model_id, backbone.spec, dict(results.items()), name))
         identities.append({**model_identity(model_id, backbone), "display_name": name,
                            "analyses": [a.name for a in analyses]})
@@ -80,7 +82,7 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
                      results={"compare": ComparisonResult(comparison), **extra}, models=identities, data=data,
                      num_images=max(counts.values()), skipped=list(skipped.values()), skipped_analyses=not_run,
                      extra={"images_per_model": counts}, sections=comparison_sections(comparison, runs),
-                     notes=list(comparison.notes), own_sections={"compare"})
+                     notes=list(comparison.notes), own_sections={"compare"}, workers=workers)
 
 
 def _check_selection(selection: Sequence[str] | None) -> None:

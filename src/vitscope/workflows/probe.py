@@ -184,7 +184,7 @@ def run_probe(options: ProbeOptions, log: Callable[[str], None] | None = None, d
     results = probe_sweep(backbone, cache, **data, tiling=options.tiling or False, blocks=blocks,
                           site=options.site, seed=options.seed, batch_size=options.batch_size, device=options.device,
                           dtype=options.dtype, distributed=distributed, log=log, davis_void=void,
-                          **_extraction(options))
+                          workers=options.workers, **_extraction(options))
     if distributed:
         from vitscope.engine.distributed import is_main_process
 

@@ -225,11 +225,12 @@ class ChosenImages:
         self.add_state("image_names", {}, reduce=first_seen)  # file names, for titles and the explorer
 
     def _keep_chosen(self, batch: Batch, maps: torch.Tensor) -> None:
-        """Store ``maps[j]`` (float64, CPU) and the thumbnail of every chosen image of the batch."""
+        """Store ``maps[j]`` (float64, on the batch's device until the pass ends) and the thumbnail of every
+        chosen image of the batch."""
         chosen = [j for j, idx in enumerate(batch.indices) if int(idx) in self._cfg_images]
         for j, pixels in zip(chosen, thumbnails(batch, chosen)):
             idx = int(batch.indices[j])
-            self.image_maps.setdefault(idx, maps[j].to(torch.float64).cpu())
+            self.image_maps.setdefault(idx, maps[j].to(torch.float64))
             self.image_pixels.setdefault(idx, pixels)
             self.image_names.setdefault(idx, image_name(batch.paths[j]) if j < len(batch.paths) else f"image {idx}")
 

@@ -10,6 +10,7 @@ import torch
 from vitscope.analyses.attention.base import AttentionAccumulator, AttentionGeometry
 from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
+from vitscope.analyses.state import added
 from vitscope.functional.attention_blocks import BlockStats
 from vitscope.viz.charts import block_lines_chart, curve
 from vitscope.viz.ranges import quantity_range
@@ -83,16 +84,13 @@ class AttentionFocus(AttentionAccumulator):
 
     @staticmethod
     def _sums(stats: list[BlockStats] | tuple[BlockStats, ...]) -> tuple[torch.Tensor, torch.Tensor]:
-        entropy = torch.stack([s.entropy.sum(dim=0) for s in stats]).to(torch.float64).cpu()
-        focus = torch.stack([s.focus.sum(dim=0) for s in stats]).to(torch.float64).cpu()
+        entropy = torch.stack([s.entropy.sum(dim=0) for s in stats]).to(torch.float64)
+        focus = torch.stack([s.focus.sum(dim=0) for s in stats]).to(torch.float64)
         return entropy, focus
 
     def _update_blocks(self, geometry: AttentionGeometry, stats: list[BlockStats], batch: Batch) -> None:
         entropy, focus = self._sums(stats)
-        if self.entropy_sum is None:
-            self.entropy_sum, self.focus_sum = entropy, focus
-        else:
-            self.entropy_sum, self.focus_sum = self.entropy_sum + entropy, self.focus_sum + focus
+        self.entropy_sum, self.focus_sum = added(self.entropy_sum, entropy), added(self.focus_sum, focus)
         self.num_images += stats[0].batch_size
 
     def compute(self) -> AttentionFocusResult:

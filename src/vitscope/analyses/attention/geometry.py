@@ -10,6 +10,7 @@ import torch
 from vitscope.analyses.attention.base import AttentionAccumulator, AttentionGeometry
 from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
+from vitscope.analyses.state import added
 from vitscope.functional.attention_blocks import BlockStats, grid_tables
 from vitscope.functional.attention_geometry import HEAD_TYPES, aligned_offset, local_head_type
 from vitscope.viz.charts import block_lines_chart, curve
@@ -105,11 +106,11 @@ class AlignedAttention(AttentionAccumulator):
 
     def _canvas(self, stats: list[BlockStats]) -> torch.Tensor:
         sh, sw = grid_tables(stats[0].grid).canvas_shape
-        return torch.stack([s.aligned.cpu() for s in stats]).reshape(len(stats), -1, sh, sw)
+        return torch.stack([s.aligned for s in stats]).reshape(len(stats), -1, sh, sw)
 
     def _update_blocks(self, geometry: AttentionGeometry, stats: list[BlockStats], batch: Batch) -> None:
         canvas = self._canvas(stats)
-        self.aaam_sum = canvas if self.aaam_sum is None else self.aaam_sum + canvas
+        self.aaam_sum = added(self.aaam_sum, canvas)
         self.num_images += stats[0].batch_size
 
     def compute(self) -> AlignedAttentionResult:
@@ -192,11 +193,11 @@ class AttentionDistance(AttentionAccumulator):
     def _distance(stats: list[BlockStats]) -> torch.Tensor:
         """``[L, H]`` sum over the batch's images of the per-image distance."""
         dist = grid_tables(stats[0].grid, stats[0].aligned.device).cell_distance
-        return torch.stack([s.aligned @ dist for s in stats]).cpu()
+        return torch.stack([s.aligned @ dist for s in stats])
 
     def _update_blocks(self, geometry: AttentionGeometry, stats: list[BlockStats], batch: Batch) -> None:
         d = self._distance(stats)
-        self.distance_sum = d if self.distance_sum is None else self.distance_sum + d
+        self.distance_sum = added(self.distance_sum, d)
         self.num_images += stats[0].batch_size
 
     def compute(self) -> AttentionDistanceResult:

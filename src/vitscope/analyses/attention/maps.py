@@ -16,6 +16,7 @@ from vitscope.analyses.attention.base import AttentionAccumulator, AttentionGeom
 from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
 from vitscope.analyses.result import ExplorerMaps
+from vitscope.analyses.state import added
 from vitscope.functional.attention_blocks import BlockStats
 from vitscope.viz.labels import sentence_case
 
@@ -118,8 +119,7 @@ class _MapAccumulator(ChosenImages, AttentionAccumulator):
         h, w = geometry.grid
         maps = torch.stack([self._maps(s) for s in stats], dim=1)  # [B, L, H, K]
         maps = maps.reshape(*maps.shape[:3], h, w)
-        batch_sum = maps.sum(dim=0).to(torch.float64).cpu()
-        self.map_sum = batch_sum if self.map_sum is None else self.map_sum + batch_sum
+        self.map_sum = added(self.map_sum, maps.sum(dim=0).to(torch.float64))
         self.num_images += maps.shape[0]
         self._keep_chosen(batch, maps)
 

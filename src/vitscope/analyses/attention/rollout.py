@@ -11,6 +11,7 @@ from vitscope.analyses.attention.base import PATTERN_HOOKS, AttentionAccumulator
 from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.batch import recorded_patterns
 from vitscope.analyses.registry import register_analysis
+from vitscope.analyses.state import added
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.attention_blocks import FUSIONS, BlockStats, random_patterns
 from vitscope.functional.rollout import fuse_heads, rollout_step
@@ -136,11 +137,8 @@ class AttentionRollout(ChosenImages, AttentionAccumulator):
     def _update_blocks(self, geometry: AttentionGeometry, stats: list[BlockStats], batch: Batch) -> None:
         r = self.per_batch(batch)["rollout"]
         maps = self._maps(r, geometry)
-        r_sum, m_sum = r.sum(dim=0).to(torch.float64).cpu(), maps.sum(dim=0).to(torch.float64).cpu()
-        if self.rollout_sum is None:
-            self.rollout_sum, self.map_sum = r_sum, m_sum
-        else:
-            self.rollout_sum, self.map_sum = self.rollout_sum + r_sum, self.map_sum + m_sum
+        r_sum, m_sum = r.sum(dim=0).to(torch.float64), maps.sum(dim=0).to(torch.float64)
+        self.rollout_sum, self.map_sum = added(self.rollout_sum, r_sum), added(self.map_sum, m_sum)
         self.num_images += r.shape[0]
         self._keep_chosen(batch, maps)
 

@@ -19,6 +19,7 @@ from PIL import Image
 from vitscope.analyses.attention.base import AttentionAccumulator, AttentionGeometry
 from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
+from vitscope.analyses.state import added
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.attention import mass_mask
 from vitscope.functional.attention_blocks import BlockStats
@@ -175,11 +176,12 @@ class SaliencyIoU(AttentionAccumulator):
         grid = spec.grid_for(*spec.image_size)
         return {MASK_GRID: ("masks", functools.partial(_grid_of_masks, spec=spec, grid=grid))}
 
-    def _ground_truth(self, batch: Batch) -> torch.Tensor:
+    def _ground_truth(self, batch: Batch) -> np.ndarray:
+        """``[B, K]`` bool: every image's union mask on the token grid (host data: the loader's, or made here)."""
         ready = batch.targets.get(MASK_GRID) if batch.targets else None
         if ready is not None and len(ready) == batch.size and all(
                 r is not None and r[0] == tuple(batch.grid) for r in ready):
-            return torch.from_numpy(np.stack([r[1] for r in ready]).reshape(batch.size, -1))
+            return np.stack([r[1] for r in ready]).reshape(batch.size, -1)
         masks = batch.targets.get("masks") if batch.targets else None
         if masks is None:
             raise VitscopeValueError(
@@ -190,8 +192,7 @@ class SaliencyIoU(AttentionAccumulator):
         if len(masks) != batch.size:
             raise VitscopeValueError(f"{self.name}: {len(masks)} mask sets for {batch.size} images; every image needs "
                                      "one")
-        gt = np.stack([mask_to_grid(m, batch.spec, batch.grid) for m in masks])
-        return torch.from_numpy(gt.reshape(batch.size, -1))
+        return np.stack([mask_to_grid(m, batch.spec, batch.grid) for m in masks]).reshape(batch.size, -1)
 
     @staticmethod
     def _iou(pred: torch.Tensor, gt: torch.Tensor) -> torch.Tensor:
@@ -200,29 +201,32 @@ class SaliencyIoU(AttentionAccumulator):
         union = (pred | gt).sum(dim=-1, dtype=torch.float64)
         return inter / union
 
-    def _random_masks(self) -> dict[str, torch.Tensor]:
-        """``source -> [L, S, H, K]`` bool mass masks of the random baseline's maps (computed once)."""
+    def _random_masks(self, device: torch.device) -> dict[str, torch.Tensor]:
+        """``source -> [L, S, H, K]`` bool mass masks of the random baseline's maps (computed once, on ``device``)."""
         cache = getattr(self, "_cfg_random_masks", None)
-        key = (self.geometry, self._cfg_seed, self._cfg_random_kind, self._cfg_random_samples, self._cfg_mass)
+        key = (self.geometry, self._cfg_seed, self._cfg_random_kind, self._cfg_random_samples, self._cfg_mass,
+               str(device))
         if cache is None or cache[0] != key:
             stats = self._random()
-            masks = {s: self._masks(torch.stack([self._map(b, s) for b in stats]), self.geometry.grid)
+            masks = {s: self._masks(torch.stack([self._map(b, s) for b in stats]), self.geometry.grid).to(device)
                      for s in self._sources(self.geometry)}
             self._cfg_random_masks = cache = (key, masks)
         return cache[1]
 
     def _update_blocks(self, geometry: AttentionGeometry, stats: list[BlockStats], batch: Batch) -> None:
-        gt = self._ground_truth(batch)
-        keep = gt.any(dim=-1)
-        self.num_empty += int((~keep).sum())
-        n = int(keep.sum())
+        gt = self._ground_truth(batch)  # [B, K] bool, host data made by the loader: read with numpy
+        rows = np.flatnonzero(gt.any(axis=-1))  # images with an object on the grid
+        n = len(rows)
+        self.num_empty += batch.size - n
         if n == 0:
             return
-        gt = gt[keep]
+        device = self._map(stats[0], self._sources(geometry)[0]).device
+        gt = torch.from_numpy(np.ascontiguousarray(gt[rows])).to(device, non_blocking=True)
+        rows = torch.from_numpy(rows).to(device, non_blocking=True)
         heads = geometry.num_heads
-        random = self._random_masks()
+        random = self._random_masks(device)
         for source in self._sources(geometry):
-            maps = torch.stack([self._map(s, source) for s in stats], dim=1).cpu()[keep]  # [n, L, H, K]
+            maps = torch.stack([self._map(s, source) for s in stats], dim=1).index_select(0, rows)  # [n, L, H, K]
             iou = self._iou(self._masks(maps, geometry.grid).permute(1, 2, 0, 3), gt)  # [L, H, n]
             best = iou.argmax(dim=1)  # [L, n], ties -> the lowest head
             rand = self._iou(random[source].unsqueeze(-2), gt)  # [L, S, H, n]
@@ -236,7 +240,7 @@ class SaliencyIoU(AttentionAccumulator):
     def _add(self, source: str, add: dict[str, torch.Tensor]) -> None:
         mine = self.sums.setdefault(source, {})
         for k, v in add.items():
-            mine[k] = v.clone() if k not in mine else mine[k] + v
+            mine[k] = added(mine.get(k), v)
 
     def compute(self) -> SaliencyIoUResult:
         meta = {**self._base_meta(), "mass": self._cfg_mass, "best_head": self._cfg_best_head,

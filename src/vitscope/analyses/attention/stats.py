@@ -10,6 +10,7 @@ import torch
 from vitscope.analyses.base import Analysis, Batch, Figure, Result
 from vitscope.analyses.batch import ATTENTION_BLOCKS, recorded_patterns
 from vitscope.analyses.registry import register_analysis
+from vitscope.analyses.state import added
 from vitscope.errors import VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
@@ -98,8 +99,8 @@ class AttentionStats(Analysis):
         if shape[0] == 0:
             return
         blocks = batch.quantity(ATTENTION_BLOCKS, record, _NEEDS)
-        entropy = [blocks[i].entropy.double().sum(dim=0).cpu() for i, _ in found]
-        peak = [blocks[i].peak.double().sum(dim=0).cpu() for i, _ in found]
+        entropy = [blocks[i].entropy.double().sum(dim=0) for i, _ in found]
+        peak = [blocks[i].peak.double().sum(dim=0) for i, _ in found]
         self._add([i for i, _ in found], int(shape[0]), int(shape[-1]), torch.stack(entropy), torch.stack(peak))
 
     def _add(self, blocks: list[int], n: int, num_tokens: int, s_ent: torch.Tensor, s_max: torch.Tensor) -> None:
@@ -121,8 +122,8 @@ class AttentionStats(Analysis):
                 f"attention_stats: attention over {num_tokens} tokens here but {self.num_tokens} before; "
                 "entropy is compared across images of one input size, so resize the images to one size"
             )
-        self.sum_entropy = self.sum_entropy + s_ent
-        self.sum_max = self.sum_max + s_max
+        self.sum_entropy = added(self.sum_entropy, s_ent)
+        self.sum_max = added(self.sum_max, s_max)
         self.num_images += n
 
     def compute(self) -> AttentionStatsResult:

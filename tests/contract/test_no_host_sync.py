@@ -1,0 +1,184 @@
+"""No analysis makes the GPU wait in the hot loop: ``update``, ``update_hook`` and ``end_batch`` of every registered
+analysis never copy a tensor to the host nor read its values there.
+
+On a GPU each such call stops the host until the device has caught up, batch after batch (43 copies per batch of the
+attention suite once measured on an H100, benchmarks/README.md). On the CPU the same calls cost nothing, so this
+test watches for the calls themselves during a real pass (the engine, the tiny zoo, a synthetic COCO world, three
+batches): ``.cpu()``, ``.numpy()``, ``.tolist()``, ``.item()``, ``.to("cpu")`` (written so), ``np.asarray(tensor)``,
+a tensor's truth value or number (``aten._local_scalar_dense``: ``if t.any()``, ``int(t)``, ``float(t)``), and the
+operations whose output size depends on the values (``nonzero``, ``masked_select``, ``unique``, indexing with a
+boolean mask), which wait too. Host copies belong in ``compute()``, checkpoints and row stores (rows go to disk);
+ground truth made by the loader is host data and is read as numpy. Work done by a shared quantity counts for the
+analysis that asks for it first.
+
+The analyses not yet moved to the device are listed in ``HOST_BOUND`` with what remains; the test is strict about
+them too (it fails when one of them becomes clean, so that the list only shrinks).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import contextvars
+import traceback
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import vitscope
+from helpers.doc_examples import doc_analyses, registered
+from vitscope.analyses import ANALYSES
+from vitscope.data.synthetic.write import synthesize
+
+#: analyses that still copy to the host in the hot loop, and what does it
+HOST_BOUND: dict[str, str] = {
+    "cka": "hsic.py: rows copied to numpy per batch (minibatch Gram matrices on the host)",
+    "residual_cka": "hsic.py: rows copied to numpy per batch; residual ratios copied per batch",
+    "clustering": "row store appends copy rows to the host per batch (not yet asynchronous into pinned buffers)",
+    "knn_probe": "row store appends copy rows to the host per batch",
+    "linear_probe": "row store appends copy rows to the host per batch",
+    "mean_activation": "per-batch means and M2 copied to the host (mean.py)",
+    "top_activations": "per-batch scores and unit maps copied to the host; indices read with tolist (top.py)",
+    "interrelation": "SIFT keypoints (OpenCV) computed in update from thumbnails; per-query sums copied per batch",
+    "interrelation_masking": "masks from SIFT and attention copied to the host per batch",
+    "foreground_masking": "boxes read with tolist to draw pixel masks (functional/occlusion.py)",
+}
+
+_WATCHED_OPS = {
+    torch.ops.aten._local_scalar_dense.default: "a tensor's value read on the host (bool, int, float, item)",
+    torch.ops.aten.nonzero.default: "nonzero (output size depends on the values)",
+    torch.ops.aten.masked_select.default: "masked_select (output size depends on the values)",
+}
+_UNIQUE = ("_unique2", "unique_dim", "unique_consecutive", "_unique")
+
+_current: contextvars.ContextVar[str | None] = contextvars.ContextVar("analysis", default=None)
+_hits: collections.Counter = collections.Counter()
+
+
+def _where() -> str:
+    """The innermost vitscope line of the stack outside the engine and this test."""
+    for frame in reversed(traceback.extract_stack()[:-2]):
+        if "/vitscope/" in frame.filename and "/engine/" not in frame.filename:
+            return f"{frame.filename.split('/vitscope/')[-1]}:{frame.lineno}"
+    return "?"
+
+
+def _note(what: str) -> None:
+    name = _current.get()
+    if name is not None:
+        _hits[(name, what, _where())] += 1
+
+
+class _Watch(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _WATCHED_OPS:
+            _note(_WATCHED_OPS[func])
+        elif func.overloadpacket.__name__ in _UNIQUE:
+            _note("unique (output size depends on the values)")
+        elif func.overloadpacket is torch.ops.aten.index and any(
+                isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] if len(args) > 1 else ())):
+            _note("indexing with a boolean mask (output size depends on the values)")
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def _spied_methods() -> Iterator[None]:
+    def spy(name: str, original):
+        def method(self, *args, **kwargs):
+            if name != "to" or any(_is_cpu(a) for a in (*args, kwargs.get("device"))):
+                _note(f".{name}()")
+            return original(self, *args, **kwargs)
+        return method
+
+    names = ("cpu", "numpy", "tolist", "item", "__array__", "to")
+    saved = {n: getattr(torch.Tensor, n) for n in names}
+    try:
+        for n in names:
+            setattr(torch.Tensor, n, spy(n, saved[n]))
+        yield
+    finally:
+        for n in names:
+            setattr(torch.Tensor, n, saved[n])
+
+
+def _is_cpu(value) -> bool:
+    """``"cpu"`` written out: on this machine the batches' own device is the CPU too, so ``.to(x.device)`` (moving a
+    restored state to where the batch is) looks the same as a copy home; the literal is what says "to the host"."""
+    return isinstance(value, str) and value.startswith("cpu")
+
+
+def _watched(analysis) -> None:
+    """Mark every call of the analysis's hot-loop methods as its own."""
+    for method in ("update", "update_hook", "end_batch"):
+        original = getattr(analysis, method)
+
+        def wrapped(*args, _original=original, _name=analysis.name, **kwargs):
+            token = _current.set(_name)
+            try:
+                return _original(*args, **kwargs)
+            finally:
+                _current.reset(token)
+        setattr(analysis, method, wrapped)
+
+
+MODELS = ("tiny-vit-sup", "tiny-resnet-sup")
+DOCUMENTED = doc_analyses()
+
+
+@pytest.fixture(scope="module")
+def hits(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
+    """``analysis -> ["what at where (count)"]`` over a pass of every registered analysis on each tiny model."""
+    root = synthesize(tmp_path_factory.mktemp("sync") / "world", "coco", n=12, size=64, seed=3)
+    _hits.clear()
+    seen: set[str] = set()
+    with registered(*DOCUMENTED.values()):
+        for model in MODELS:
+            backbone = vitscope.load_model(model)
+            made = [ANALYSES[name]() for name in sorted(ANALYSES)]
+            made = [a for a in made if a.supports(backbone.spec)]
+            for a in made:
+                _watched(a)
+                seen.add(a.name)
+            with _spied_methods(), _Watch():
+                vitscope.run(backbone, f"{root}::coco", made, batch_size=4, progress=False, workers=0)
+    found: dict[str, list[str]] = {name: [] for name in seen}
+    for (name, what, where), count in sorted(_hits.items()):
+        found[name].append(f"{what} at {where} ({count}x)")
+    return found
+
+
+def _expected(name: str):
+    if name in HOST_BOUND:
+        return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=HOST_BOUND[name]))
+    return name
+
+
+@pytest.mark.parametrize("name", [_expected(n) for n in sorted({*ANALYSES, *DOCUMENTED})])
+def test_the_hot_loop_never_waits_for_the_device(hits, name: str) -> None:
+    assert name in hits, f"{name} did not run on any tiny model"
+    assert not hits[name], f"{name} copies to the host or reads values there in its hot loop:\n" + "\n".join(
+        hits[name])
+
+
+def test_the_watch_sees_what_it_looks_for() -> None:
+    """Every kind of call the test forbids is noticed (the test can fail)."""
+    _hits.clear()
+    x = torch.arange(6.0)
+    token = _current.set("probe")
+    try:
+        with _spied_methods(), _Watch():
+            x.cpu(), x.numpy(), x.tolist(), x[0].item(), x.to("cpu"), np.asarray(x)
+            bool(x.sum() > 0), x.nonzero(), x[x > 2], torch.unique(x), x.masked_select(x > 1)
+            x.to(torch.float64), x.sum(dim=0)  # neither is a host read
+    finally:
+        _current.reset(token)
+    kinds = {what for (_, what, _) in _hits}
+    assert {".cpu()", ".numpy()", ".tolist()", ".item()", ".to()", ".__array__()"} <= kinds
+    assert {"a tensor's value read on the host (bool, int, float, item)", "nonzero (output size depends on the values)",
+            "indexing with a boolean mask (output size depends on the values)",
+            "unique (output size depends on the values)", "masked_select (output size depends on the values)"} <= kinds
+    assert sum(c for (_, what, _), c in _hits.items() if what == ".to()") == 1  # the dtype change is not counted
