@@ -40,6 +40,8 @@ step gpu_pass $PY benchmarks/gpu_pass.py --images "$IMAGES" --batch-size "$BATCH
 # From preprocessed batches in memory: bare forward, forward + record, the seven updates (and each alone).
 step attention_suite $PY benchmarks/attention_suite.py --device cuda --batch-size "$BATCH" --repeats 3 \
   --no-naive --per-analysis --out "$OUT_DIR/attention_suite.json"
+# The loader's uint8 pixels normalised on the GPU give the CPU's float32 bits (every byte value).
+step normalise $PY benchmarks/gpu_normalise_check.py
 # Two processes sharing the one GPU against one, and their numbers equal.
 step distributed $PY benchmarks/distributed.py --device cuda --images 1024 --batch-size "$BATCH" --rounds 1 \
   --out "$OUT_DIR/distributed.json"
@@ -52,6 +54,9 @@ doc = {"card": (scratch / "card.txt").read_text().strip(),
 for name in ("gpu_pass", "attention_suite", "distributed"):
     path = out / f"{name}.json"
     doc[name] = json.loads(path.read_text()) if path.exists() else None
+log = out / "normalise.log"
+lines = log.read_text().strip().splitlines() if log.exists() else []
+doc["normalise"] = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else None
 (out / "gpu.json").write_text(json.dumps(doc, indent=2) + "\n")
 print(f"wrote {out / 'gpu.json'}")
 EOF

@@ -183,6 +183,44 @@ def same_numbers(backbone, data: str, batch_size: int, workers: int, device: str
     return {"checked": True, "images": runs[0].num_images, "workers": [workers, 0], "tensors_differing": differ}
 
 
+def _checked(check, *args) -> dict:
+    """A check's answer, or the error it raised (the timings are written whatever a check does)."""
+    try:
+        return check(*args)
+    except Exception as err:  # reported in the JSON, not raised
+        return {"error": f"{type(err).__name__}: {err}"}
+
+
+def device_vs_cpu(backbone, root: Path, device: str) -> dict:
+    """The attention group with object masks (saliency IoU included) over 32 synthetic COCO images on ``device``
+    and on the CPU: the largest difference of every result, relative to each tensor's largest value."""
+    import vitscope
+    from vitscope.data import as_source
+    from vitscope.data.synthetic.write import synthesize
+    from vitscope.workflows.analyze import choose_analyses
+
+    if device == "cpu" and not os.environ.get("GPU_PASS_CHECK_ON_CPU"):
+        return {"checked": False}
+    world = synthesize(root / "coco", "coco", n=32, size=SIDE, seed=0)
+    source = as_source(f"{world}::coco")
+    runs = []
+    for where in (device, "cpu"):
+        analyses = choose_analyses("attention", backbone.spec, source.target_keys(), None)
+        runs.append(vitscope.run(backbone, source, analyses, batch_size=16, device=where, progress=False,
+                                 workers=0))
+    backbone.to(device)
+    worst: dict[str, float] = {}
+    for name in runs[1]:
+        for key, t in runs[1][name].tensors.items():
+            if not t.is_floating_point():
+                worst[f"{name}.{key}"] = float((runs[0][name].tensors[key] != t).sum())
+                continue
+            scale = float(t.abs().nan_to_num(0).max()) or 1.0
+            worst[f"{name}.{key}"] = float((runs[0][name].tensors[key] - t).abs().nan_to_num(0).max()) / scale
+    top = sorted(worst.items(), key=lambda kv: -kv[1])[:8]
+    return {"checked": True, "images": 32, "analyses": list(runs[1]), "largest_relative_differences": top}
+
+
 def normalisation_on_device(device: str) -> dict:
     """The loader's uint8 pixels normalised on ``device`` against the CPU, for every byte value."""
     import vitscope
@@ -248,8 +286,9 @@ def main(argv: list[str] | None = None) -> int:
             row["vitscope_extract"] = vitscope_extract(backbone, str(data), bs, w, dev, root)
             rounds.append(row)
             print(f"round {r + 1}: " + ", ".join(f"{k} {v:.0f}" for k, v in row.items()) + " images/s", flush=True)
-        checks = {"workers_vs_thread": same_numbers(backbone, str(data), bs, w, dev),
-                  "normalisation": normalisation_on_device(dev)}
+        checks = {"workers_vs_thread": _checked(same_numbers, backbone, str(data), bs, w, dev),
+                  "normalisation": _checked(normalisation_on_device, dev),
+                  "device_vs_cpu": _checked(device_vs_cpu, backbone, root, dev)}
         print(f"checks: {json.dumps(checks)}", flush=True)
     med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
     same = w if "workers" in inspect.signature(vitscope.run).parameters else 0

@@ -83,4 +83,7 @@ def normalise_pixels(pixels: torch.Tensor, spec: ModelSpec) -> torch.Tensor:
     :func:`preprocess_images` (float32 operations, correctly rounded on CPU and GPU alike: the same bits)."""
     mean = torch.tensor(spec.mean, dtype=torch.float32, device=pixels.device).view(1, 3, 1, 1)
     std = torch.tensor(spec.std, dtype=torch.float32, device=pixels.device).view(1, 3, 1, 1)
-    return (pixels.float() / 255.0 - mean) / std
+    # a tensor divisor, not the number 255: CUDA divides by a number as a product with its reciprocal,
+    # which rounds differently from the CPU's division
+    scale = torch.tensor(255.0, dtype=torch.float32, device=pixels.device)
+    return (pixels.float() / scale - mean) / std
