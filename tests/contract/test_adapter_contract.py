@@ -12,6 +12,7 @@ import torch
 
 from helpers.hf_factories import kinds, make
 from vitscope import wrap
+from vitscope.errors import VitscopeValueError
 from vitscope.hooks.names import BLOCK_SITES, UnknownHookError
 from vitscope.models.registry import registry
 
@@ -83,12 +84,26 @@ def test_recording_leaves_output_unchanged(kind):
         assert torch.equal(got, ref)
 
 
+_QK = ("q_proj.weight", "k_proj.weight", "query.weight", "key.weight")
+
+
+def _peaked(model: torch.nn.Module) -> torch.nn.Module:
+    """The model with its query and key projections scaled up, so that attention is far from uniform (random tiny
+    models attend almost uniformly, where a missing rotation or bias would hardly show)."""
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(_QK):
+                param.mul_(16.0)
+    return model
+
+
 @pytest.mark.parametrize("kind", TRANSFORMER_KINDS)
 def test_hf_patterns_equal_eager_attention(kind):
-    """Models on their default (sdpa) kernel: recorded patterns == eager attentions to 1e-5."""
-    b = _backbone(kind)
+    """Models on their default (sdpa) kernel: recorded patterns == eager attentions to 1e-5, with attention far
+    from uniform (the query and key projections scaled up in both)."""
+    b = wrap(_peaked(make(kind)), name=kind)
     assert b.model.config._attn_implementation == "sdpa"
-    eager = make(kind, attn_implementation="eager")
+    eager = _peaked(make(kind, attn_implementation="eager"))
     x = _pixels(b)
     kw = {"noise": torch.arange(b.spec.num_spatial_tokens, dtype=torch.float32).expand(2, -1)} if kind == "mae" else {}
     with torch.no_grad():
@@ -100,6 +115,7 @@ def test_hf_patterns_equal_eager_attention(kind):
         p = rec[f"blocks.{i}.attn.pattern"]
         torch.testing.assert_close(p, a.float(), atol=1e-5, rtol=0)
         torch.testing.assert_close(p.sum(-1), torch.ones_like(p.sum(-1)), atol=1e-5, rtol=0)
+        assert float(p.amax(-1).mean()) > 3.0 / p.shape[-1], f"block {i}: attention is nearly uniform"
     assert b.model.config._attn_implementation == "sdpa", "kernel not restored"
 
 
@@ -177,6 +193,10 @@ def test_transformer_at_another_input_size(kind, one_thread):
     b = _backbone(kind)
     p = b.spec.patch_size
     side = b.spec.image_size[0] + 2 * p  # 32 -> 48 (6x6 tokens), the tiny ViT's 64 -> 80 (10x10)
+    if not b.resizable_input:  # one learned position table (AIMv2 at a fixed size): refused, never run wrongly
+        with pytest.raises(VitscopeValueError, match=r"runs at 32 px only \(its position embeddings are not"):
+            with_image_size(b, side)
+        return
     r = with_image_size(b, side)
     assert r.spec.image_size == (side, side) and r.spec.grid == (side // p, side // p)
     assert b.spec.image_size == (side - 2 * p,) * 2, "the given backbone is unchanged"

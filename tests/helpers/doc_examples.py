@@ -36,6 +36,8 @@ def snippet(first_line: str, doc: Path = DOC) -> str:
 @contextlib.contextmanager
 def registries_kept() -> Iterator[None]:
     """Leave the analysis, group and family registries as they were when the block ends."""
+    import vitscope.models.families  # noqa: F401  (the built-in families register on import: kept as loaded)
+
     saved = [(live, dict(view)) for live, view in ((_registry._ANALYSES, _registry.ANALYSES),  # read: loaded
                                                    (_registry._GROUPS, _registry.GROUPS),
                                                    (_family._FAMILIES, _family._FAMILIES))]

@@ -121,6 +121,44 @@ def _beit_shared(kw: dict) -> torch.nn.Module:
     return tf.BeitModel(tf.BeitConfig(**SMALL, use_shared_relative_position_bias=True, use_mean_pooling=False, **kw))
 
 
+@factory("dinov3")
+def _dinov3(kw: dict) -> torch.nn.Module:
+    return tf.DINOv3ViTModel(tf.DINOv3ViTConfig(**SMALL, num_register_tokens=2, layerscale_value=0.5, **kw))
+
+
+@factory("ijepa")
+def _ijepa(kw: dict) -> torch.nn.Module:
+    return tf.IJepaModel(tf.IJepaConfig(**SMALL, **kw), add_pooling_layer=False)
+
+
+@factory("ijepa-cls")
+def _ijepa_cls(kw: dict) -> torch.nn.Module:
+    return tf.IJepaForImageClassification(tf.IJepaConfig(**SMALL, num_labels=5, **kw))
+
+
+@factory("aimv2")
+def _aimv2(kw: dict) -> torch.nn.Module:
+    return tf.Aimv2VisionModel(tf.Aimv2VisionConfig(**SMALL, **kw))
+
+
+@factory("aimv2-native")
+def _aimv2_native(kw: dict) -> torch.nn.Module:
+    return tf.Aimv2VisionModel(tf.Aimv2VisionConfig(**SMALL, is_native=True, **kw))
+
+
+@factory("metaclip2")
+def _metaclip2(kw: dict) -> torch.nn.Module:
+    return tf.MetaClip2VisionModelWithProjection(tf.MetaClip2VisionConfig(**SMALL, projection_dim=16, **kw))
+
+
+@factory("metaclip2-cls")
+def _metaclip2_cls(kw: dict) -> torch.nn.Module:
+    vis = tf.MetaClip2VisionConfig(**SMALL)
+    cfg = tf.MetaClip2Config(vision_config=vis.to_dict(), text_config={"hidden_size": 16, "num_hidden_layers": 1,
+                             "num_attention_heads": 2, "intermediate_size": 32}, num_labels=5, **kw)
+    return tf.MetaClip2ForImageClassification(cfg)
+
+
 @factory("resnet", cnn=True)
 def _resnet(kw: dict) -> torch.nn.Module:
     return tf.ResNetForImageClassification(tf.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],

@@ -44,3 +44,13 @@ def test_the_family_example_registers_a_family(clean_registries) -> None:
     assert family is space["FAMILY"] and family.aliases[0].name == "my-vit-s16"
     assert family.prefix(type("Config", (), {"num_register_tokens": 2})()) == ("cls", "reg", "reg")
     assert "torch" in space, "the example's head calls torch.cat: the snippet must import torch"
+
+
+def test_the_layout_example_is_aimv2s_layout() -> None:
+    """The page's ``HFLayout`` example is the one AIMv2's descriptor uses (run as written)."""
+    from vitscope.models.families import get_family
+
+    space: dict = {}
+    exec(compile(snippet("from vitscope.models.layout_names import HFLayout"), "docs/extending.md (layout)", "exec"),
+         space)
+    assert space["layout"] == get_family("aimv2").layout

@@ -6,14 +6,17 @@ import json
 
 import pytest
 import torch
+import transformers as tf
 
 import vitscope
-from helpers.hf_factories import make
+from helpers.hf_factories import SMALL, make
 from vitscope.errors import VitscopeValueError
 from vitscope.models.checkpoint import save_checkpoint
 from vitscope.models.errors import ModelLoadError
 from vitscope.models.load import UnknownModelError, describe_models
 from vitscope.models.registry import registry
+
+TEXT = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 32}
 
 
 def test_every_builtin_name_loads_with_matching_summary():
@@ -46,7 +49,8 @@ def test_models_table_marks_offline_availability():
     assert rows["deit-b16"]["prefix"] == "cls+dist"
 
 
-@pytest.mark.parametrize("kind", ["vit-cls", "deit", "dinov2-reg", "clip", "siglip", "mae", "beit", "resnet"])
+@pytest.mark.parametrize("kind", ["vit-cls", "deit", "dinov2-reg", "clip", "siglip", "mae", "beit", "resnet", "dinov3",
+                                  "ijepa-cls", "aimv2", "metaclip2", "metaclip2-cls"])
 def test_hf_local_directory_roundtrip(tmp_path, kind):
     model = make(kind)
     model.save_pretrained(tmp_path)
@@ -61,6 +65,25 @@ def test_hf_local_directory_roundtrip(tmp_path, kind):
         key = "image_embeds"
     torch.testing.assert_close(getattr(out, key), getattr(ref, key))
     assert twin.spec == b.spec.__class__(**{**b.spec.__dict__, "name": str(tmp_path)})
+
+
+@pytest.mark.parametrize(("whole", "tower"), [
+    (lambda: tf.Aimv2Model(tf.Aimv2Config(vision_config=dict(SMALL), text_config=TEXT)), "vision_model"),
+    (lambda: tf.MetaClip2Model(tf.MetaClip2Config(vision_config=dict(SMALL), text_config=TEXT)), "vision_model"),
+])
+def test_an_image_text_checkpoint_loads_its_trained_vision_tower(tmp_path, whole, tower):
+    """A whole AIMv2 or MetaCLIP 2 checkpoint (image and text) gives its vision tower with the saved weights
+    (loaded straight into the vision class, they would silently stay random)."""
+    torch.manual_seed(0)
+    model = whole().eval()
+    model.save_pretrained(tmp_path)
+    b = vitscope.load_model(str(tmp_path))
+    saved = getattr(model, tower).state_dict()
+    loaded = {k.removeprefix("vision_model."): v for k, v in b.model.state_dict().items()}
+    shared = [k for k in saved if k in loaded]
+    assert len(shared) >= len(saved) - 2, f"{len(shared)} of {len(saved)} tensors found"
+    assert all(torch.equal(saved[k], loaded[k]) for k in shared)
+    assert b.spec.num_blocks == SMALL["num_hidden_layers"] and b.spec.embed_dim == SMALL["hidden_size"]
 
 
 def test_preprocessor_json_sets_the_spec(tmp_path):

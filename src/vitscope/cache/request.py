@@ -64,7 +64,8 @@ def pool_group(group: TokenGroup, hook: str, pooling: str, weights: list[torch.T
     p = group.num_prefix
     if pooling == "cls":
         if p < 1:
-            raise VitscopeValueError("pooling 'cls' needs a CLS token; tiled features have none (use 'spatial_mean')")
+            raise VitscopeValueError("pooling 'cls' needs a CLS token; these features have none (a model without one, "
+                                     "or tiled features): use 'spatial_mean'")
         return x[:, 0]
     if pooling == "spatial_mean":
         return x[:, p:].mean(dim=1)

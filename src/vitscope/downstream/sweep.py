@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from vitscope.analyses.attention.base import has_cls_token
 from vitscope.analyses.probes.clustering import clustering_probe
 from vitscope.analyses.probes.knn import knn_probe
 from vitscope.analyses.probes.linear import linear_probe
@@ -109,6 +110,10 @@ def probe_sweep(
     common = {"batch_size": batch_size, "device": device, "dtype": dtype, "distributed": distributed, "log": log,
               "strict": strict, "resume": resume, "checkpoint_seconds": checkpoint_seconds}
     chosen = None if blocks is None else tuple(blocks)
+    if "cls" in tokens and not has_cls_token(backbone.spec):  # I-JEPA, AIMv2, SigLIP: the spatial mean stands in
+        tokens = [t for t in tokens if t != "cls"] or ["spatial_mean"]
+        if log:
+            log(f"{name} has no CLS token: probing the mean of its spatial tokens")
     requests = [FeatureRequest(site, t, chosen) for t in tokens]
 
     def view_of(request: FeatureRequest) -> View:

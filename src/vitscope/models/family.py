@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from vitscope.errors import VitscopeValueError
+from vitscope.models.layout_names import HFLayout
 
 if TYPE_CHECKING:  # annotations only
     import torch
@@ -74,6 +75,10 @@ class HFFamily:
         forward_kwargs: ``(backbone, fn, pixels) -> extra keyword arguments`` of the model's and the
             embeddings' forward (ViT-MAE: a fixed patch order).
         layer_kwargs: ``(backbone, tokens) -> keyword arguments`` of every block's forward (BEiT's bias).
+        resizable: ``config -> bool``: the model takes other input sizes than its config's (its position
+            embeddings are interpolated or computed for any grid).
+        layout: where the blocks, norms, attention, MLP, layer scale and final norm live (the ViT names by
+            default).
         aliases: registered names of the papers' checkpoints of this family.
     """
 
@@ -86,6 +91,8 @@ class HFFamily:
     head_after_final_norm: bool = True
     forward_kwargs: Callable[[Any, Any, torch.Tensor], dict[str, Any]] = _no_kwargs
     layer_kwargs: Callable[[Any, torch.Tensor], dict[str, Any]] = _plain_layers
+    resizable: Callable[[Any], bool] = lambda config: True
+    layout: HFLayout = HFLayout()
     aliases: tuple[ModelEntry, ...] = ()
 
 

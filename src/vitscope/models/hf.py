@@ -44,11 +44,12 @@ class HFViTBackbone(Backbone):
 
     def __init__(self, model: nn.Module, spec: ModelSpec) -> None:
         super().__init__(model, spec)
-        self.base = find_base(model)
-        self.layers = find_layers(self.base)
-        self.blocks = [block_modules(layer) for layer in self.layers]
-        self._final_norm, self._norm_on_sequence = final_norm_module(self.base)
         self.family = get_family(spec.family)
+        layout = self.family.layout
+        self.base = find_base(model)
+        self.layers = find_layers(self.base, layout)
+        self.blocks = [block_modules(layer, layout) for layer in self.layers]
+        self._final_norm, self._norm_on_sequence = final_norm_module(self.base, layout)
         self.head_after_final_norm = self.family.head_after_final_norm
         self.last_input_hw = spec.image_size  # of the last embed() (blocks of some families need it)
         size = getattr(getattr(model.config, "vision_config", model.config), "image_size", None) or spec.image_size
@@ -57,7 +58,7 @@ class HFViTBackbone(Backbone):
 
     @property
     def resizable_input(self) -> bool:
-        return True  # every supported family interpolates its position embeddings (tested per family)
+        return self.family.resizable(self.model.config)  # interpolated or computed positions (tested per family)
 
     # -- running --------------------------------------------------------------------------
     def _size_kwargs(self, fn: Any, pixels: torch.Tensor) -> dict[str, Any]:
@@ -103,7 +104,7 @@ class HFViTBackbone(Backbone):
     # -- recording --------------------------------------------------------------------------
     def _install(self, rec: Record) -> list[Removable]:
         def capture(i: int, r: Record) -> list[Removable]:
-            return capture_hf_attention(attention_module(self.layers[i]), i, r)
+            return capture_hf_attention(attention_module(self.layers[i], self.family.layout), i, r)
 
         handles = install_block_hooks(self.blocks, rec, capture,
                                       self._final_norm if self._norm_on_sequence else None)

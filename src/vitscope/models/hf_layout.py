@@ -1,9 +1,6 @@
-"""Where things live inside Hugging Face vision transformers (transformers 5.x module names).
-
-Block parts are found by attribute name, so every HF ViT family that follows the pre-norm
-layout works without a per-family table: ViT, DeiT, DINO v1, DINOv2 (+registers), CLIP and
-SigLIP vision towers, ViT-MAE and BEiT.
-"""
+"""Where things live inside Hugging Face vision transformers: the modules a family's
+:class:`~vitscope.models.layout_names.HFLayout` names, found in a model (several names are tried in order; the
+first one present wins)."""
 
 from __future__ import annotations
 
@@ -11,11 +8,9 @@ from torch import nn
 
 from vitscope.errors import VitscopeTypeError
 from vitscope.models.block_hooks import BlockModules
+from vitscope.models.layout_names import HFLayout
 
-_NORM1 = ("layernorm_before", "norm1", "layer_norm1")
-_NORM2 = ("layernorm_after", "norm2", "layer_norm2")
-_ATTN = ("attention", "self_attn")
-_FC2 = ("fc2", "weights_out")
+__all__ = ["attention_module", "block_modules", "final_norm_module", "find_base", "find_layers"]
 
 
 def _pick(module: nn.Module, names: tuple[str, ...], what: str) -> nn.Module:
@@ -23,8 +18,8 @@ def _pick(module: nn.Module, names: tuple[str, ...], what: str) -> nn.Module:
         sub = getattr(module, n, None)
         if isinstance(sub, nn.Module):
             return sub
-    raise VitscopeTypeError(f"{type(module).__name__} has no {what} (looked for {', '.join(names)}); "
-                            "this layout is not supported, use vitscope.wrap(module, layout=...)")
+    raise VitscopeTypeError(f"{type(module).__name__} has no {what} (looked for {', '.join(names)}); its family's "
+                            "descriptor must name it (HFLayout), or use vitscope.wrap(module, layout=...)")
 
 
 def find_base(model: nn.Module) -> nn.Module:
@@ -37,42 +32,39 @@ def find_base(model: nn.Module) -> nn.Module:
     raise VitscopeTypeError(f"{type(model).__name__} has no 'embeddings' module: not a Hugging Face ViT-style model")
 
 
-def find_layers(base: nn.Module) -> nn.ModuleList:
-    """The list of transformer blocks (``layers``, ``encoder.layer`` or ``encoder.layers``)."""
-    for path in ("layers", "encoder.layer", "encoder.layers"):
+def find_layers(base: nn.Module, layout: HFLayout = HFLayout()) -> nn.ModuleList:
+    """The list of transformer blocks (the first of ``layout.blocks`` that exists)."""
+    for path in layout.blocks:
         obj: object = base
         for part in path.split("."):
             obj = getattr(obj, part, None)
         if isinstance(obj, nn.ModuleList):
             return obj
-    raise VitscopeTypeError(f"cannot find the transformer blocks of {type(base).__name__}")
+    raise VitscopeTypeError(f"cannot find the transformer blocks of {type(base).__name__} (looked for "
+                            f"{', '.join(layout.blocks)}); its family's descriptor must name them (HFLayout.blocks)")
 
 
-def block_modules(layer: nn.Module) -> BlockModules:
-    """Describe one HF block for :func:`install_block_hooks`."""
-    attn = _pick(layer, _ATTN, "attention module")
-    mlp = _pick(layer, ("mlp",), "MLP")
-    lam1, lam2 = getattr(layer, "lambda_1", None), getattr(layer, "lambda_2", None)
+def block_modules(layer: nn.Module, layout: HFLayout = HFLayout()) -> BlockModules:
+    """Describe one HF block for :func:`~vitscope.models.block_hooks.install_block_hooks`."""
+    attn = _pick(layer, layout.attention, "attention module")
+    mlp = _pick(layer, layout.mlp, "MLP")
+    lam1, lam2 = getattr(layer, "lambda_1", None), getattr(layer, "lambda_2", None)  # BEiT's layer scale
     return BlockModules(
         layer=layer,
-        norm1=_pick(layer, _NORM1, "pre-attention norm"),
-        norm2=_pick(layer, _NORM2, "pre-MLP norm"),
-        attn_end=getattr(layer, "layer_scale1", attn),
-        mlp_end=getattr(layer, "layer_scale2", mlp),
-        mlp_out_proj=_pick(mlp, _FC2, "MLP output projection"),
+        norm1=_pick(layer, layout.norm1, "pre-attention norm"),
+        norm2=_pick(layer, layout.norm2, "pre-MLP norm"),
+        attn_end=getattr(layer, layout.layer_scale[0], attn),
+        mlp_end=getattr(layer, layout.layer_scale[1], mlp),
+        mlp_out_proj=_pick(mlp, layout.mlp_out, "MLP output projection"),
         attn_scale=lam1 if isinstance(lam1, nn.Parameter) else None,
         mlp_scale=lam2 if isinstance(lam2, nn.Parameter) else None,
     )
 
 
-def attention_module(layer: nn.Module) -> nn.Module:
-    return _pick(layer, _ATTN, "attention module")
+def attention_module(layer: nn.Module, layout: HFLayout = HFLayout()) -> nn.Module:
+    return _pick(layer, layout.attention, "attention module")
 
 
-def final_norm_module(base: nn.Module) -> tuple[nn.Module, bool]:
-    """``(norm, applied_to_sequence)``: CLIP applies ``post_layernorm`` to the pooled CLS only."""
-    if hasattr(base, "layernorm"):
-        return base.layernorm, True
-    norm = base.post_layernorm
-    applied_to_sequence = type(base).__name__.startswith("Siglip")
-    return norm, applied_to_sequence
+def final_norm_module(base: nn.Module, layout: HFLayout = HFLayout()) -> tuple[nn.Module, bool]:
+    """``(norm, applied_to_sequence)`` of the module holding ``embeddings``."""
+    return _pick(base, layout.final_norm, "final norm"), layout.final_norm_on_sequence

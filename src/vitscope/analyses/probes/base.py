@@ -57,12 +57,18 @@ def holdout_mask(indices: np.ndarray, test_fraction: float, seed: int = 0) -> np
     return (z >> np.uint64(11)).astype(np.float64) / float(1 << 53) < test_fraction
 
 
+#: image-level poolings of the probes ("auto": the CLS token where the model has one, else the spatial mean)
+TOKENS = ("auto", "cls", "spatial_mean")
+
+
 class LabelledFeatures(Analysis):
     """Keeps pooled block features and labels of every example (image or region) for a final computation.
 
     Args:
         site: block site (default the block output ``resid_post``).
-        tokens: ``"cls"`` or ``"spatial_mean"`` (image level; ignored for regions, which pool spatial tokens).
+        tokens: ``"auto"`` (the CLS token where the model has one, else the mean of the spatial tokens: I-JEPA,
+            AIMv2, SigLIP), ``"cls"`` or ``"spatial_mean"`` (image level; ignored for regions, which pool spatial
+            tokens). The result's ``meta["tokens"]`` says which ran.
         level: ``"image"`` (labels = image labels), ``"object"`` or ``"part"`` (one row per region mask).
         workdir: folder for spilled rows (default: a temporary folder).
     """
@@ -70,13 +76,13 @@ class LabelledFeatures(Analysis):
     task = "features"
     required_targets: ClassVar[tuple[str, ...]] = ("label",)  # default configuration: image labels
     needs_transformer = True  # blocks of tokens
-    requires_cls = True  # default configuration: the CLS token's features
+    requires_cls = False  # default "auto": the CLS token where there is one, else the spatial mean
 
-    def __init__(self, site: str = "resid_post", tokens: str = "cls", level: str = "image",
+    def __init__(self, site: str = "resid_post", tokens: str = "auto", level: str = "image",
                  workdir: str | Path | None = None) -> None:
         super().__init__()
-        if tokens not in ("cls", "spatial_mean"):
-            raise VitscopeValueError(f"tokens must be 'cls' or 'spatial_mean', got {tokens!r}")
+        if tokens not in TOKENS:
+            raise VitscopeValueError(f"tokens must be one of {', '.join(TOKENS)}, got {tokens!r}")
         if level not in LEVELS:
             raise VitscopeValueError(f"level must be one of {LEVELS}, got {level!r}")
         self._cfg_site, self._cfg_tokens, self._cfg_level, self._cfg_workdir = site, tokens, level, workdir
@@ -84,6 +90,13 @@ class LabelledFeatures(Analysis):
         self.add_state("blocks", [], reduce="same")
         self.add_state("unlabelled", 0, reduce="sum")  # images without the ground truth this analysis needs
         self.add_state("model", "", reduce="same")
+        self.add_state("tokens_used", "", reduce="same")  # what "auto" became for this model
+
+    def tokens_for(self, spec: ModelSpec) -> str:
+        """The image-level pooling on ``spec``: ``tokens``, with ``"auto"`` resolved from the model's prefix."""
+        if self._cfg_tokens != "auto":
+            return self._cfg_tokens
+        return "cls" if spec.num_prefix_tokens >= 1 and tuple(spec.prefix_kinds)[:1] == ("cls",) else "spatial_mean"
 
     def required_hooks(self, spec: ModelSpec) -> list[str]:
         return [f"blocks.*.{self._cfg_site}"]
@@ -161,7 +174,8 @@ class LabelledFeatures(Analysis):
             have = [j for j, v in enumerate(labels) if v is not None]
             if not have:
                 return None, batch.size
-            cls = self._cfg_tokens == "cls"
+            cls = self.tokens_for(batch.spec) == "cls"
+            self.tokens_used = "cls" if cls else "spatial_mean"
             if cls and p < 1:  # token 0 would be a spatial token: refuse rather than score the wrong feature
                 raise VitscopeValueError(self.why_unsupported(batch.spec))
             sel = torch.as_tensor(have, dtype=torch.long)
@@ -196,7 +210,8 @@ class LabelledFeatures(Analysis):
         return index[order], self.store.column("label")[order], feats
 
     def base_meta(self) -> dict:
-        meta = {"task": self.task, "model": self.model, "site": self._cfg_site, "tokens": self._cfg_tokens,
+        meta = {"task": self.task, "model": self.model, "site": self._cfg_site,
+                "tokens": self.tokens_used or self._cfg_tokens,
                 "level": self._cfg_level, "blocks": list(self.blocks), "num_rows": len(self.store),
                 "unlabelled_images": self.unlabelled}
         if len(self.store) == 0 and self.unlabelled:

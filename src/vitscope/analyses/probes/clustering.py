@@ -78,7 +78,8 @@ class Clustering(LabelledFeatures):
 
     Args:
         site: block site (default ``resid_post``, the block output).
-        tokens: image level: ``"cls"`` (default) or ``"spatial_mean"``.
+        tokens: image level: ``"auto"`` (default: the CLS token where the model has
+            one, else the spatial mean), ``"cls"`` or ``"spatial_mean"``.
         level: ``"image"`` (batch targets ``label``), ``"object"`` or ``"part"`` (targets ``masks`` and
             ``instance_labels``, see :class:`vitscope.data.annotated_source.AnnotatedSource` with ``regions=True``).
         k: number of clusters (default: the number of distinct labels).
@@ -95,7 +96,7 @@ class Clustering(LabelledFeatures):
 
     task = "clustering"
 
-    def __init__(self, site: str = "resid_post", tokens: str = "cls", level: str = "image", k: int | None = None,
+    def __init__(self, site: str = "resid_post", tokens: str = "auto", level: str = "image", k: int | None = None,
                  seed: int = 0, random_kind: str | None = "uniform", workdir: str | Path | None = None) -> None:
         super().__init__(site, tokens, level, workdir)
         if k is not None and (int(k) != k or k < 1):

@@ -77,7 +77,8 @@ class KnnProbe(LabelledFeatures):
     """Per-block k-NN accuracy on a held-out part of one labelled image stream.
 
     Args:
-        site: block site (default ``resid_post``); tokens: ``"cls"`` (default) or ``"spatial_mean"``.
+        site: block site (default ``resid_post``); tokens: ``"auto"`` (default: the CLS token where the model has
+            one, else the spatial mean), ``"cls"`` or ``"spatial_mean"``.
         k: neighbours (20); temperature: vote temperature (0.07).
         test_fraction: share of images held out for testing (by a seeded hash of the dataset index).
         seed: split and random-baseline seed; random_kind: ``"uniform"``, ``"gaussian"`` or None.
@@ -92,7 +93,7 @@ class KnnProbe(LabelledFeatures):
 
     task = "knn"
 
-    def __init__(self, site: str = "resid_post", tokens: str = "cls", k: int = 20, temperature: float = 0.07,
+    def __init__(self, site: str = "resid_post", tokens: str = "auto", k: int = 20, temperature: float = 0.07,
                  test_fraction: float = 0.2, seed: int = 0, random_kind: str | None = "uniform",
                  workdir: str | Path | None = None) -> None:
         super().__init__(site, tokens, "image", workdir)

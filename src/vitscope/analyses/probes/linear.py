@@ -69,7 +69,8 @@ class LinearProbe(LabelledFeatures):
     """Per-block linear-probe accuracy on a held-out part of one labelled image stream.
 
     Args:
-        site: block site; tokens: ``"cls"`` (default) or ``"spatial_mean"``.
+        site: block site; tokens: ``"auto"`` (default: the CLS token where the model has
+            one, else the spatial mean), ``"cls"`` or ``"spatial_mean"``.
         batch_norm: batch norm (no affine) before the linear layer, as MAE's recipe.
         epochs, lr, batch_size: training settings (Adam, cosine schedule).
         test_fraction: share of images held out (seeded hash of the dataset index).
@@ -85,7 +86,7 @@ class LinearProbe(LabelledFeatures):
 
     task = "linear"
 
-    def __init__(self, site: str = "resid_post", tokens: str = "cls", batch_norm: bool = False, epochs: int = 20,
+    def __init__(self, site: str = "resid_post", tokens: str = "auto", batch_norm: bool = False, epochs: int = 20,
                  lr: float = 0.1, batch_size: int = 256, test_fraction: float = 0.2, seed: int = 0,
                  random_kind: str | None = "uniform", workdir: str | Path | None = None) -> None:
         super().__init__(site, tokens, "image", workdir)

@@ -1,25 +1,20 @@
 """One descriptor file per Hugging Face family (:class:`vitscope.models.family.HFFamily`); importing this
-package registers them all, and it is where the adapters look a family up."""
+package registers them all (every module here not starting with ``_``: adding a family is adding a file), and it
+is where the adapters look a family up."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 from vitscope.errors import VitscopeKeyError
-from vitscope.models.families import (  # noqa: F401  (each file registers its family)
-    beit,
-    bit,
-    clip,
-    convnext,
-    deit,
-    dinov2,
-    dinov2_with_registers,
-    resnet,
-    siglip,
-    vit,
-    vit_mae,
-)
 from vitscope.models.family import HFFamily, registered_families
 
 __all__ = ["get_family", "hf_families"]
+
+for _module in pkgutil.iter_modules(__path__):
+    if not _module.name.startswith("_"):
+        importlib.import_module(f"{__name__}.{_module.name}")
 
 
 def hf_families() -> dict[str, HFFamily]:

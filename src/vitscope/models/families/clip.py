@@ -10,6 +10,7 @@ from vitscope.models.entry import ModelEntry
 from vitscope.models.families._common import CLIP
 from vitscope.models.family import HFFamily, load_auto, register_family
 from vitscope.models.hf_pretrained import from_pretrained
+from vitscope.models.layout_names import HFLayout
 
 
 def _load(source: str, config: Any, **hub: Any):
@@ -31,6 +32,7 @@ FAMILY = register_family(HFFamily(
     load=_load,
     head=_head,
     head_after_final_norm=False,
+    layout=HFLayout(final_norm_on_sequence=False),  # post_layernorm normalises the pooled CLS only
     aliases=(
         ModelEntry("clip-vitb16", "clip", 12, 12, 768, 16, ("cls",), "openai/clip-vit-base-patch16", CLIP),
         ModelEntry("clip-vitb32", "clip", 12, 12, 768, 32, ("cls",), "openai/clip-vit-base-patch32", CLIP),
