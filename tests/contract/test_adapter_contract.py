@@ -76,6 +76,8 @@ def test_recording_leaves_output_unchanged(kind):
             got = _main_output(b(x))
         after = _main_output(b(x))
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=0)
+    scale = float(ref.abs().max())
+    assert float((got - ref).abs().max()) <= 1e-5 * scale, "recording moved the output by more than 1e-5 relative"
     assert torch.equal(after, ref), "hooks were not removed"
     with torch.no_grad(), b.record(["blocks.*.resid_post", "blocks.*.mlp.post", "blocks.0.attn.q"]):
         untouched = _main_output(b(x))

@@ -95,8 +95,10 @@ def isolated_cls_logits(backbone: Backbone, pixels: torch.Tensor, insert_at: int
     p = spec.num_prefix_tokens
     if insert_at > 0:
         # prefix tokens are image-independent after embed; one forward with no image tokens serves every image
-        prefix = backbone.run_blocks(tokens[:1, :p], 0, insert_at).expand(tokens.shape[0], -1, -1)
-        patches = backbone.run_blocks(tokens[:, p:], 0, insert_at)
+        no_patch = torch.zeros(1, 0, dtype=torch.long, device=tokens.device)  # rotary families: no spatial token
+        prefix = backbone.run_kept(tokens[:1, :p], no_patch, 0, insert_at).expand(tokens.shape[0], -1, -1)
+        every = torch.arange(tokens.shape[1] - p, device=tokens.device).expand(tokens.shape[0], -1)
+        patches = backbone.run_kept(tokens[:, p:], every, 0, insert_at)
         tokens = torch.cat([prefix, patches], dim=1)
     tokens = backbone.run_blocks(tokens, insert_at, None)
     return backbone.head(_last_tokens(backbone, tokens))

@@ -48,6 +48,19 @@ class Backbone(ABC):
         interpolated; a CNN runs at any size)."""
         return not self.spec.is_transformer
 
+    @property
+    def positions_in_blocks(self) -> bool:
+        """Whether the blocks themselves place tokens (rotary position embeddings, DINOv3): a sequence with spatial
+        tokens left out must then say where the kept ones sit (:meth:`run_kept`); with position embeddings added
+        by :meth:`embed`, the kept tokens carry theirs."""
+        return False
+
+    def run_kept(self, tokens: torch.Tensor, positions: torch.Tensor, start: int = 0,
+                 stop: int | None = None) -> torch.Tensor:
+        """:meth:`run_blocks` on a sequence whose spatial tokens are a subset: ``tokens [B, p + K, D]`` (prefix,
+        then the kept spatial tokens), ``positions [B, K]`` their row-major places on the input's grid."""
+        return self.run_blocks(tokens, start, stop)
+
     def grid_at(self, image_size: tuple[int, int]) -> tuple[int, int]:
         """The token grid (CNN: final feature map) of an ``image_size`` input."""
         return self.spec.grid_for(*image_size)

@@ -75,6 +75,8 @@ class HFFamily:
         forward_kwargs: ``(backbone, fn, pixels) -> extra keyword arguments`` of the model's and the
             embeddings' forward (ViT-MAE: a fixed patch order).
         layer_kwargs: ``(backbone, tokens) -> keyword arguments`` of every block's forward (BEiT's bias).
+        positions_in_blocks: the blocks receive the tokens' positions (rotary embeddings) through ``layer_kwargs``,
+            which then takes ``positions`` (``[B, K]`` kept spatial tokens, or None for the whole grid).
         resizable: ``config -> bool``: the model takes other input sizes than its config's (its position
             embeddings are interpolated or computed for any grid).
         layout: where the blocks, norms, attention, MLP, layer scale and final norm live (the ViT names by
@@ -91,6 +93,7 @@ class HFFamily:
     head_after_final_norm: bool = True
     forward_kwargs: Callable[[Any, Any, torch.Tensor], dict[str, Any]] = _no_kwargs
     layer_kwargs: Callable[[Any, torch.Tensor], dict[str, Any]] = _plain_layers
+    positions_in_blocks: bool = False
     resizable: Callable[[Any], bool] = lambda config: True
     layout: HFLayout = HFLayout()
     aliases: tuple[ModelEntry, ...] = ()

@@ -84,8 +84,20 @@ class HFViTBackbone(Backbone):
         self.last_input_hw = tuple(pixels.shape[-2:])
         return tokens
 
+    @property
+    def positions_in_blocks(self) -> bool:
+        return self.family.positions_in_blocks
+
+    def run_kept(self, tokens: torch.Tensor, positions: torch.Tensor, start: int = 0,
+                 stop: int | None = None) -> torch.Tensor:
+        if not self.family.positions_in_blocks:
+            return self.run_blocks(tokens, start, stop)
+        return self._run(tokens, start, stop, self.family.layer_kwargs(self, tokens, positions=positions))
+
     def run_blocks(self, tokens: torch.Tensor, start: int = 0, stop: int | None = None) -> torch.Tensor:
-        kw = self.family.layer_kwargs(self, tokens)
+        return self._run(tokens, start, stop, self.family.layer_kwargs(self, tokens))
+
+    def _run(self, tokens: torch.Tensor, start: int, stop: int | None, kw: dict[str, Any]) -> torch.Tensor:
         for layer in self.layers[start:stop]:
             out = layer(tokens, **kw)
             tokens = out[0] if isinstance(out, tuple) else out

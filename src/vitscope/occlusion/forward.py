@@ -32,8 +32,9 @@ def _head(backbone: Backbone, tokens: torch.Tensor) -> torch.Tensor:
 def drop_tokens_logits(backbone: Backbone, pixels: torch.Tensor, patch_mask: torch.Tensor) -> torch.Tensor:
     """Logits with the masked patch tokens removed from the sequence after the embedding.
 
-    Prefix tokens are always kept; the kept spatial tokens keep their position embeddings (added by
-    ``embed``). Images with the same number of kept tokens run together.
+    Prefix tokens are always kept; the kept spatial tokens keep their positions (position embeddings added by
+    ``embed``, or, for rotary embeddings inside the blocks, each kept token's own rotation:
+    :meth:`~vitscope.models.backbone.Backbone.run_kept`). Images with the same number of kept tokens run together.
 
     Args:
         backbone: a transformer with a classifier head.
@@ -59,7 +60,7 @@ def drop_tokens_logits(backbone: Backbone, pixels: torch.Tensor, patch_mask: tor
         ids = keep[rows].nonzero()[:, 1].reshape(len(rows), int(size))  # ascending positions per row
         spatial = torch.gather(tokens[rows, p:], 1, ids.unsqueeze(-1).expand(-1, -1, tokens.shape[-1]))
         seq = torch.cat([tokens[rows, :p], spatial], dim=1)
-        logits = _head(backbone, backbone.run_blocks(seq, 0, spec.num_blocks))
+        logits = _head(backbone, backbone.run_kept(seq, ids, 0, spec.num_blocks))
         if out is None:
             out = logits.new_empty(len(pixels), *logits.shape[1:])
         out[rows] = logits

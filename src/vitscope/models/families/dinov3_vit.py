@@ -22,17 +22,22 @@ def _prefix(config: Any) -> tuple[str, ...]:
     return ("cls",) + ("reg",) * int(getattr(config, "num_register_tokens", 0) or 0)
 
 
-def _rotary(backbone: Any, tokens: torch.Tensor) -> dict[str, Any]:
-    """The blocks' arguments: the rotations of the last embedded input's grid (only its shape and device are read)."""
+def _rotary(backbone: Any, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> dict[str, Any]:
+    """The blocks' arguments: the rotations of the last embedded input's grid (only its shape and device are read),
+    or, for a sequence of kept spatial tokens, each token's own rotation (``positions [B, K]``)."""
     h, w = backbone.last_input_hw
     shape_only = torch.empty(1, 1, int(h), int(w), device=tokens.device, dtype=tokens.dtype)
-    return {"attention_mask": None, "position_embeddings": backbone.base.rope_embeddings(shape_only)}
+    cos, sin = backbone.base.rope_embeddings(shape_only)  # [h*w, head_dim] each
+    if positions is not None:  # [B, 1, K, head_dim]: broadcast over the heads
+        cos, sin = cos[positions].unsqueeze(1), sin[positions].unsqueeze(1)
+    return {"attention_mask": None, "position_embeddings": (cos, sin)}
 
 
 FAMILY = register_family(HFFamily(
     name="dinov3_vit",
     prefix=_prefix,
     layer_kwargs=_rotary,
+    positions_in_blocks=True,
     layout=HFLayout(blocks=("model.layer",)),
     aliases=(  # preprocessing: the checkpoint's own preprocessor_config.json
         ModelEntry("dinov3-vits16", "dinov3_vit", 12, 6, 384, 16, ("cls",) + ("reg",) * 4,

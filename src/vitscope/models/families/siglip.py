@@ -34,5 +34,9 @@ FAMILY = register_family(HFFamily(
     aliases=(
         ModelEntry("siglip-b16", "siglip", 12, 12, 768, 16, (), "google/siglip-base-patch16-224",
                    {**INCEPTION, "interpolation": "bicubic"}),
+        # SigLIP 2 at a fixed resolution is SigLIP's architecture (its NaFlex variant is a family of its own);
+        # preprocessing: the checkpoint's own preprocessor_config.json
+        ModelEntry("siglip2-b16-224", "siglip", 12, 12, 768, 16, (), "google/siglip2-base-patch16-224"),
+        ModelEntry("siglip2-b16-256", "siglip", 12, 12, 768, 16, (), "google/siglip2-base-patch16-256"),
     ),
 ))
