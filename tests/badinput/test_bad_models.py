@@ -87,7 +87,7 @@ def test_model_type_not_supported(saved_vit, photos, tmp_path):
     model = _copy(saved_vit, tmp_path)
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps({**config, "model_type": "llama", "architectures": ["LlamaModel"]}))
-    one_error(_analyze(model, photos, tmp_path / "out"), "model type 'llama' is not supported; supported: beit")
+    one_error(_analyze(model, photos, tmp_path / "out"), "model type 'llama' is not supported; supported: aimv2, beit")
 
 
 def test_model_type_unknown_to_transformers(saved_vit, photos, tmp_path):
