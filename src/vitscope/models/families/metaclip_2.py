@@ -1,17 +1,15 @@
-"""MetaCLIP 2: CLIP's layout (CLS token, the final norm on the pooled CLS only). Its vision tower is not reachable
-through ``AutoModel``: it is loaded explicitly."""
+"""MetaCLIP 2: CLIP's descriptor (CLS token, the classifier pooling the patch tokens before the final norm, which
+normalises the pooled CLS only), with its own loading: its vision tower is not reachable through ``AutoModel``."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-import torch
-
 from vitscope.models.entry import ModelEntry
-from vitscope.models.families._common import CLIP
-from vitscope.models.family import HFFamily, load_auto, register_family
+from vitscope.models.families import clip
+from vitscope.models.family import load_auto, register_family
 from vitscope.models.hf_pretrained import from_pretrained
-from vitscope.models.layout_names import HFLayout
 
 
 def _load(source: str, config: Any, **hub: Any):
@@ -29,17 +27,10 @@ def _load(source: str, config: Any, **hub: Any):
     return from_pretrained(vision, source, **hub)
 
 
-def _head(backbone: Any, tokens: torch.Tensor) -> torch.Tensor:
-    return backbone.model.classifier(tokens[:, 1:].mean(dim=1))
-
-
-FAMILY = register_family(HFFamily(
+FAMILY = register_family(dataclasses.replace(
+    clip.FAMILY,
     name="metaclip_2",
-    preprocessing={k: CLIP[k] for k in ("mean", "std", "interpolation")},
     load=_load,
-    head=_head,
-    head_after_final_norm=False,
-    layout=HFLayout(final_norm_on_sequence=False),  # post_layernorm normalises the pooled CLS only
     aliases=(  # preprocessing: the checkpoint's own preprocessor_config.json
         ModelEntry("metaclip2-b16", "metaclip_2", 12, 12, 768, 16, ("cls",), "facebook/metaclip-2-worldwide-b16"),
         ModelEntry("metaclip2-l14", "metaclip_2", 24, 16, 1024, 14, ("cls",), "facebook/metaclip-2-worldwide-l14"),
