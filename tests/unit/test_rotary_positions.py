@@ -89,3 +89,37 @@ def test_dropping_tokens_runs_with_their_positions() -> None:
         some = nothing.clone()
         some[:, 0, :] = True
         assert (drop_tokens_logits(b, x, some) - full).abs().max() > 0  # dropping changes the answer
+
+
+def test_the_projections_before_rotation_are_recorded_too() -> None:
+    """``attn.q`` / ``attn.k`` are what the kernel multiplies (rotated); ``attn.q_unrotated`` / ``k_unrotated`` the
+    projections before: the prefix rows agree, the patch rows differ, and rotating the unrotated ones (the
+    model's own rotation with the grid's cos and sin) gives the recorded ones."""
+    from transformers.models.dinov3_vit.modeling_dinov3_vit import apply_rotary_pos_emb
+
+    b = _peaked_dinov3()
+    x = torch.randn(2, 3, *b.spec.image_size)
+    names = ["blocks.1.attn.q", "blocks.1.attn.k", "blocks.1.attn.q_unrotated", "blocks.1.attn.k_unrotated"]
+    with torch.no_grad(), b.record(names) as rec:
+        b(x)
+        cos, sin = b.family.layer_kwargs(b, b.embed(x))["position_embeddings"]
+    q, k, q0, k0 = (rec[n] for n in names)
+    p = b.spec.num_prefix_tokens
+    assert q0.shape == q.shape == (2, b.spec.num_heads, b.spec.num_tokens, b.spec.embed_dim // b.spec.num_heads)
+    torch.testing.assert_close(q0[:, :, :p], q[:, :, :p], atol=0, rtol=0)
+    assert (q0[:, :, p:] - q[:, :, p:]).abs().max() > 1e-3
+    rotated_q, rotated_k = apply_rotary_pos_emb(q0, k0, cos, sin)
+    torch.testing.assert_close(rotated_q, q, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(rotated_k, k, atol=1e-6, rtol=1e-6)
+
+
+def test_families_without_rotation_have_no_unrotated_names() -> None:
+    import pytest
+
+    from vitscope.hooks.names import UnknownHookError
+
+    vit = wrap(make("vit"), name="vit")
+    assert not any("unrotated" in n for n in vit.hook_names())
+    with pytest.raises(UnknownHookError), vit.record("blocks.0.attn.q_unrotated"):
+        pass
+    assert "blocks.0.attn.q_unrotated" in _peaked_dinov3().hook_names()

@@ -19,6 +19,10 @@ name                           shape               meaning
 ``final_norm``                 ``[B, N, D]``       final norm applied to every token
 =============================  ==================  =============================================
 
+Families whose blocks rotate queries and keys (DINOv3) also offer ``blocks.{i}.attn.q_unrotated`` and
+``blocks.{i}.attn.k_unrotated`` ``[B, H, N, Dh]``: the projections before the rotation (``attn.q|k`` are the
+rotated ones the kernel multiplies).
+
 CNN names: ``stages.{i}`` ``[B, C, h, w]`` and ``features`` (last map before pooling).
 """
 

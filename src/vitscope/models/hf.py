@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from vitscope.hooks.names import split_block_name
 from vitscope.hooks.record import Record, Removable
 from vitscope.models.backbone import Backbone
 from vitscope.models.block_hooks import install_block_hooks
@@ -20,8 +21,12 @@ from vitscope.models.hf_layout import (
     final_norm_module,
     find_base,
     find_layers,
+    find_module,
 )
 from vitscope.models.spec import ModelSpec
+
+#: the projections before rotary position embeddings (families whose blocks rotate queries and keys)
+UNROTATED = ("attn.q_unrotated", "attn.k_unrotated")
 
 
 def _accepts(fn: Any, arg: str) -> bool:
@@ -114,12 +119,42 @@ class HFViTBackbone(Backbone):
         return self.family.head(self, tokens)
 
     # -- recording --------------------------------------------------------------------------
+    def hook_names(self) -> list[str]:
+        """The canonical names, and for a family whose blocks rotate queries and keys (DINOv3) the projections
+        before the rotation, ``blocks.{i}.attn.q_unrotated`` / ``attn.k_unrotated`` ``[B, H, N, Dh]``."""
+        names = super().hook_names()
+        if not self.family.positions_in_blocks:
+            return names
+        out = []
+        for name in names:
+            out.append(name)
+            if name.endswith(".attn.k"):
+                out += [name[:-len("attn.k")] + site for site in UNROTATED]
+        return out
+
+    def _capture_unrotated(self, rec: Record) -> list[Removable]:
+        handles: list[Removable] = []
+        layout, heads = self.family.layout, self.spec.num_heads
+        for name in rec.names:
+            parsed = split_block_name(name)
+            if not parsed or parsed[1] not in UNROTATED:
+                continue
+            attn = attention_module(self.layers[parsed[0]], layout)
+            proj = find_module(attn, layout.q_proj if parsed[1] == UNROTATED[0] else layout.k_proj, "projection")
+
+            def put(m, args, out, _name=name):  # [B, N, H * Dh] -> [B, H, N, Dh], as the kernel's q and k
+                b, n, _ = out.shape
+                rec.put(_name, out.view(b, n, heads, -1).transpose(1, 2))
+            handles.append(proj.register_forward_hook(put))
+        return handles
+
     def _install(self, rec: Record) -> list[Removable]:
         def capture(i: int, r: Record) -> list[Removable]:
             return capture_hf_attention(attention_module(self.layers[i], self.family.layout), i, r)
 
         handles = install_block_hooks(self.blocks, rec, capture,
                                       self._final_norm if self._norm_on_sequence else None)
+        handles += self._capture_unrotated(rec)
         if rec.wants("final_norm") and not self._norm_on_sequence:
             # CLIP normalises only the pooled CLS; apply the same norm to every token of the last block.
             last = self.layers[-1]

@@ -10,10 +10,11 @@ from vitscope.errors import VitscopeTypeError
 from vitscope.models.block_hooks import BlockModules
 from vitscope.models.layout_names import HFLayout
 
-__all__ = ["attention_module", "block_modules", "final_norm_module", "find_base", "find_layers"]
+__all__ = ["attention_module", "block_modules", "final_norm_module", "find_base", "find_layers", "find_module"]
 
 
-def _pick(module: nn.Module, names: tuple[str, ...], what: str) -> nn.Module:
+def find_module(module: nn.Module, names: tuple[str, ...], what: str) -> nn.Module:
+    """The first child of ``module`` named in ``names`` (a one-line error naming them when there is none)."""
     for n in names:
         sub = getattr(module, n, None)
         if isinstance(sub, nn.Module):
@@ -46,25 +47,25 @@ def find_layers(base: nn.Module, layout: HFLayout = HFLayout()) -> nn.ModuleList
 
 def block_modules(layer: nn.Module, layout: HFLayout = HFLayout()) -> BlockModules:
     """Describe one HF block for :func:`~vitscope.models.block_hooks.install_block_hooks`."""
-    attn = _pick(layer, layout.attention, "attention module")
-    mlp = _pick(layer, layout.mlp, "MLP")
+    attn = find_module(layer, layout.attention, "attention module")
+    mlp = find_module(layer, layout.mlp, "MLP")
     lam1, lam2 = getattr(layer, "lambda_1", None), getattr(layer, "lambda_2", None)  # BEiT's layer scale
     return BlockModules(
         layer=layer,
-        norm1=_pick(layer, layout.norm1, "pre-attention norm"),
-        norm2=_pick(layer, layout.norm2, "pre-MLP norm"),
+        norm1=find_module(layer, layout.norm1, "pre-attention norm"),
+        norm2=find_module(layer, layout.norm2, "pre-MLP norm"),
         attn_end=getattr(layer, layout.layer_scale[0], attn),
         mlp_end=getattr(layer, layout.layer_scale[1], mlp),
-        mlp_out_proj=_pick(mlp, layout.mlp_out, "MLP output projection"),
+        mlp_out_proj=find_module(mlp, layout.mlp_out, "MLP output projection"),
         attn_scale=lam1 if isinstance(lam1, nn.Parameter) else None,
         mlp_scale=lam2 if isinstance(lam2, nn.Parameter) else None,
     )
 
 
 def attention_module(layer: nn.Module, layout: HFLayout = HFLayout()) -> nn.Module:
-    return _pick(layer, layout.attention, "attention module")
+    return find_module(layer, layout.attention, "attention module")
 
 
 def final_norm_module(base: nn.Module, layout: HFLayout = HFLayout()) -> tuple[nn.Module, bool]:
     """``(norm, applied_to_sequence)`` of the module holding ``embeddings``."""
-    return _pick(base, layout.final_norm, "final norm"), layout.final_norm_on_sequence
+    return find_module(base, layout.final_norm, "final norm"), layout.final_norm_on_sequence

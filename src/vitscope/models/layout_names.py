@@ -22,6 +22,8 @@ class HFLayout:
         blocks: dotted paths, from the module holding ``embeddings``, of the ``nn.ModuleList`` of blocks.
         norm1, norm2: the pre-attention and pre-MLP norms inside a block.
         attention: the attention module inside a block (its kernel call is what vitscope records).
+        q_proj, k_proj: the query and key projections inside ``attention`` (``attn.q_unrotated`` /
+            ``attn.k_unrotated`` of a family whose blocks rotate them).
         mlp: the MLP inside a block (its output is the MLP branch).
         mlp_out: the MLP's output projection inside ``mlp``; its input is ``mlp.post`` (for a gated MLP,
             SwiGLU, the product of the gate's activation and the up projection).
@@ -35,6 +37,8 @@ class HFLayout:
     norm1: tuple[str, ...] = ("layernorm_before", "norm1", "layer_norm1")
     norm2: tuple[str, ...] = ("layernorm_after", "norm2", "layer_norm2")
     attention: tuple[str, ...] = ("attention", "self_attn")
+    q_proj: tuple[str, ...] = ("q_proj", "query")
+    k_proj: tuple[str, ...] = ("k_proj", "key")
     mlp: tuple[str, ...] = ("mlp",)
     mlp_out: tuple[str, ...] = ("fc2", "weights_out", "down_proj")
     layer_scale: tuple[str, str] = ("layer_scale1", "layer_scale2")
