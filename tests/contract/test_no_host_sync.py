@@ -40,11 +40,11 @@ HOST_BOUND: dict[str, str] = {
     "clustering": "row store appends copy rows to the host per batch (not yet asynchronous into pinned buffers)",
     "knn_probe": "row store appends copy rows to the host per batch",
     "linear_probe": "row store appends copy rows to the host per batch",
-    "mean_activation": "per-batch means and M2 copied to the host (mean.py)",
     "top_activations": "per-batch scores and unit maps copied to the host; indices read with tolist (top.py)",
     "interrelation": "SIFT keypoints (OpenCV) computed in update from thumbnails; per-query sums copied per batch",
     "interrelation_masking": "masks from SIFT and attention copied to the host per batch",
-    "foreground_masking": "boxes read with tolist to draw pixel masks (functional/occlusion.py)",
+    "foreground_masking": "top-k counts added as Python floats; masks' boxes found with nonzero (foreground.py)",
+    "frequency_filtering": "top-k counts added as Python floats per batch (frequency.py)",
 }
 
 _WATCHED_OPS = {
@@ -53,6 +53,8 @@ _WATCHED_OPS = {
     torch.ops.aten.masked_select.default: "masked_select (output size depends on the values)",
 }
 _UNIQUE = ("_unique2", "unique_dim", "unique_consecutive", "_unique")
+#: Python's reads of a tensor's value: under inference mode (the engine's) they skip the dispatch mode
+_VALUE_READS = ("__bool__", "__float__", "__int__", "__index__")
 
 _current: contextvars.ContextVar[str | None] = contextvars.ContextVar("analysis", default=None)
 _hits: collections.Counter = collections.Counter()
@@ -89,12 +91,14 @@ class _Watch(TorchDispatchMode):
 def _spied_methods() -> Iterator[None]:
     def spy(name: str, original):
         def method(self, *args, **kwargs):
-            if name != "to" or any(_is_cpu(a) for a in (*args, kwargs.get("device"))):
+            if name in _VALUE_READS:
+                _note("a tensor's value read on the host (bool, int, float, item)")
+            elif name != "to" or any(_is_cpu(a) for a in (*args, kwargs.get("device"))):
                 _note(f".{name}()")
             return original(self, *args, **kwargs)
         return method
 
-    names = ("cpu", "numpy", "tolist", "item", "__array__", "to")
+    names = ("cpu", "numpy", "tolist", "item", "__array__", "to", *_VALUE_READS)
     saved = {n: getattr(torch.Tensor, n) for n in names}
     try:
         for n in names:
@@ -165,14 +169,15 @@ def test_the_hot_loop_never_waits_for_the_device(hits, name: str) -> None:
 
 
 def test_the_watch_sees_what_it_looks_for() -> None:
-    """Every kind of call the test forbids is noticed (the test can fail)."""
+    """Every kind of call the test forbids is noticed (the test can fail), also under inference mode, where the
+    engine runs the updates."""
     _hits.clear()
-    x = torch.arange(6.0)
     token = _current.set("probe")
     try:
-        with _spied_methods(), _Watch():
+        with torch.inference_mode(), _spied_methods(), _Watch():
+            x = torch.arange(6.0)
             x.cpu(), x.numpy(), x.tolist(), x[0].item(), x.to("cpu"), np.asarray(x)
-            bool(x.sum() > 0), x.nonzero(), x[x > 2], torch.unique(x), x.masked_select(x > 1)
+            bool(x.sum() > 0), float(x.sum()), int(x[0]), x.nonzero(), x[x > 2], torch.unique(x), x.masked_select(x > 1)
             x.to(torch.float64), x.sum(dim=0)  # neither is a host read
     finally:
         _current.reset(token)
@@ -182,3 +187,5 @@ def test_the_watch_sees_what_it_looks_for() -> None:
             "indexing with a boolean mask (output size depends on the values)",
             "unique (output size depends on the values)", "masked_select (output size depends on the values)"} <= kinds
     assert sum(c for (_, what, _), c in _hits.items() if what == ".to()") == 1  # the dtype change is not counted
+    reads = sum(c for (_, what, _), c in _hits.items() if what.startswith("a tensor's value"))
+    assert reads >= 3, f"bool, float and int of a tensor: {reads} seen"

@@ -97,12 +97,11 @@ def boxes_pixel_mask(boxes: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
     """Union of boxes as a pixel mask: ``[n, 4]`` -> ``[H, W]`` bool (pixel centres inside a box)."""
     height, width = (int(v) for v in size)
     boxes = torch.as_tensor(boxes, dtype=torch.float64).reshape(-1, 4)
-    ys = torch.arange(height, dtype=torch.float64) + 0.5
-    xs = torch.arange(width, dtype=torch.float64) + 0.5
-    out = torch.zeros(height, width, dtype=torch.bool)
-    for x1, y1, x2, y2 in boxes.tolist():
-        out |= ((ys >= y1) & (ys < y2))[:, None] & ((xs >= x1) & (xs < x2))[None, :]
-    return out
+    ys = torch.arange(height, dtype=torch.float64, device=boxes.device) + 0.5
+    xs = torch.arange(width, dtype=torch.float64, device=boxes.device) + 0.5
+    rows = (ys >= boxes[:, 1:2]) & (ys < boxes[:, 3:4])  # [n, H]
+    cols = (xs >= boxes[:, 0:1]) & (xs < boxes[:, 2:3])  # [n, W]
+    return (rows[:, :, None] & cols[:, None, :]).any(dim=0)  # one pass, no value read on the host
 
 
 def masks_bounding_boxes(masks: torch.Tensor) -> torch.Tensor:

@@ -162,7 +162,7 @@ class MeanActivation(Analysis):
             return None
         mean_b = x.mean(dim=0)
         m2_b = (x - mean_b).square().sum(dim=0)
-        return float(x.shape[0]), mean_b.cpu(), m2_b.cpu()
+        return float(x.shape[0]), mean_b, m2_b  # kept on the batch's device; the engine brings states home
 
     def _fold(self, key: str, n_b: float, mean_b: torch.Tensor, m2_b: torch.Tensor) -> None:
         """Chan's parallel merge of ``(n_b, mean_b [N, D], M2_b [N, D])`` into the state of ``key`` (the rule
@@ -174,7 +174,8 @@ class MeanActivation(Analysis):
             self.count[key], self.mean[key], self.m2[key] = n_b, mean_b.clone(), m2_b.clone()
             return
         self._check_shape(key, mean_b.shape)
-        self.mean[key], self.m2[key] = merge_moments(n_a, self.mean[key], self.m2[key], n_b, mean_b, m2_b)
+        mean_a, m2_a = self.mean[key].to(mean_b.device), self.m2[key].to(m2_b.device)  # restored: on the CPU
+        self.mean[key], self.m2[key] = merge_moments(n_a, mean_a, m2_a, n_b, mean_b, m2_b)
         self.count[key] = n_a + n_b
 
     def _check_shape(self, key: str, shape: torch.Size) -> None:
