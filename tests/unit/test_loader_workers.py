@@ -4,6 +4,7 @@ consumer's log, ``strict`` raising the same error, a resumed start and a rank's 
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import numpy as np
@@ -110,3 +111,33 @@ def test_resizing_in_the_loader_and_normalising_on_the_device_give_the_preproces
     images = [Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)) for h, w in [(37, 50), (90, 64)]]
     assert resized_pixels(images, spec).dtype == torch.uint8
     assert torch.equal(normalise_pixels(resized_pixels(images, spec), spec), preprocess_images(images, spec))
+
+
+def test_a_pass_that_waits_for_images_says_the_loader_is_the_bottleneck() -> None:
+    from vitscope.engine.batches import LoaderClock, loader_bound_note
+
+    def slow():
+        for i in range(3):
+            time.sleep(0.05)
+            yield i
+
+    clock = LoaderClock(slow())
+    assert list(clock) == [0, 1, 2] and clock.waited >= 0.15 and clock.wait_fraction > 0.9
+    note = loader_bound_note(0.8, 60.0, 0)
+    assert note and "80% of its 60 s" in note and "a thread" in note and "--workers" in note
+    assert "4 worker processes" in loader_bound_note(0.6, 30.0, 4)
+    assert loader_bound_note(0.4, 60.0, 4) is None  # the model set the pace
+    assert loader_bound_note(0.9, 2.0, 0) is None  # too short a pass to say
+
+
+def test_run_tells_its_log_when_the_loader_set_the_pace(monkeypatch) -> None:
+    import vitscope.engine.batches as batches
+
+    monkeypatch.setattr(batches, "LOADER_NOTE_SECONDS", 0.0)
+    monkeypatch.setattr(batches, "LOADER_BOUND", 0.0)
+    said: list[str] = []
+    backbone = vitscope.load_model("tiny-vit")
+    rng = np.random.default_rng(0)
+    images = [Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)) for _ in range(4)]
+    vitscope.run(backbone, images, ["attention_distance"], batch_size=2, progress=False, log=said.append)
+    assert any(line.startswith("the loader was the bottleneck") for line in said), said

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +23,8 @@ import torch
 from vitscope.data.images import ImageLoadError, SkippedImage, SkippedImageWarning
 from vitscope.data.source import Source
 
-__all__ = ["LoadedBatch", "SkipLog", "TargetTransforms", "iter_batches", "shard_range"]
+__all__ = ["LoadedBatch", "LoaderClock", "SkipLog", "TargetTransforms", "iter_batches", "loader_bound_note",
+           "shard_range"]
 
 
 @dataclass
@@ -154,6 +156,44 @@ def _in_a_thread(jobs: _BatchJobs) -> Iterator[LoadedBatch]:
             if k + 1 < len(jobs):
                 pending = pool.submit(jobs.__getitem__, k + 1)
             yield batch
+
+
+class LoaderClock:
+    """Wraps a pass's batch iterator and measures how long the pass waited for its next batch."""
+
+    def __init__(self, batches: Iterator[Any]) -> None:
+        self._batches, self.waited, self.started = batches, 0.0, time.perf_counter()
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            start = time.perf_counter()
+            try:
+                item = next(self._batches)
+            except StopIteration:
+                return
+            self.waited += time.perf_counter() - start
+            yield item
+
+    @property
+    def wait_fraction(self) -> float:
+        """Share of the time since the pass began spent waiting for batches (0 to 1)."""
+        elapsed = time.perf_counter() - self.started
+        return self.waited / elapsed if elapsed > 0 else 0.0
+
+
+#: a pass shorter than this says nothing about its loader; at least this share of waiting makes the loader the
+#: bottleneck
+LOADER_NOTE_SECONDS, LOADER_BOUND = 10.0, 0.5
+
+
+def loader_bound_note(wait_fraction: float, elapsed: float, workers: int) -> str | None:
+    """One line when the images, not the model, set the pace of a pass (None otherwise)."""
+    if elapsed < LOADER_NOTE_SECONDS or wait_fraction < LOADER_BOUND:
+        return None
+    how = (f"{workers} worker process{'es' if workers != 1 else ''} decoding" if workers
+           else "decoded in a thread of this process")
+    return (f"the loader was the bottleneck: the pass waited for images {wait_fraction:.0%} of its {elapsed:.0f} s "
+            f"({how}); more --workers, or faster storage, would make it faster")
 
 
 def shard_range(n: int, rank: int, world: int) -> range:

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import functools
 import os
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ from vitscope.analyses.sync import exchange_folder
 from vitscope.cache.rowstore import private_rows_under
 from vitscope.data.open import as_source
 from vitscope.data.source import Source
-from vitscope.engine.batches import LoadedBatch, SkipLog, iter_batches, shard_range
+from vitscope.engine.batches import LoadedBatch, LoaderClock, SkipLog, iter_batches, loader_bound_note, shard_range
 from vitscope.engine.distributed import barrier, collectives, gather_lists, shard_for, sum_over_ranks
 from vitscope.engine.settings import loader_workers, progress_bar, resolve_device, resolve_dtype
 from vitscope.engine.state import Checkpoint, interrupt_guard, run_checkpoint
@@ -224,7 +225,8 @@ def run(
             can call ``run`` alone. The progress bar shows on rank 0; a checkpoint is kept per rank (keyed by
             rank and process count).
         checkpoint_seconds: with ``resume``, the least seconds between two saves of the state.
-        log: with ``resume``, receives its one-line messages (resumed from..., ignored a state file...).
+        log: receives one-line messages (resumed from..., ignored a state file..., a pass whose loader was the
+            bottleneck).
         workers: processes that decode and preprocess the images, several batches ahead (0: a thread of this
             process; None: :func:`~vitscope.engine.settings.loader_workers` chooses from the CPUs). No number
             depends on it; ``Results.workers`` says what ran.
@@ -267,7 +269,7 @@ def run(
         checkpoint.for_rank(shard.rank, shard.world)
     with _rows_beside(checkpoint):  # spilled rows on the state file's disk: saving links them
         return _pass(backbone, source, analyses, checkpoint, shard, dev, amp, batch_size, limit, strict,
-                     progress, view, hooks, total, described, workers)
+                     progress, view, hooks, total, described, workers, log)
 
 
 def loader_preprocessing(backbone: Backbone) -> Callable[[list[Any]], torch.Tensor]:
@@ -287,7 +289,7 @@ def _rows_beside(checkpoint: Checkpoint | None) -> contextlib.AbstractContextMan
 def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoint: Checkpoint | None,
           shard: Any, dev: torch.device, amp: torch.dtype | None, batch_size: int, limit: int | None, strict: bool,
           progress: bool | None, view: Any, hooks: list[str], total: int, described: dict[str, Any],
-          workers: int | None) -> Results:
+          workers: int | None, say: Callable[[str], None] | None) -> Results:
     """The pass of :func:`run` over its checked arguments."""
     if type(view) is StandardView:  # the model's own preprocessing, the same pixels: done where images decode
         view = None
@@ -311,8 +313,9 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
                         plan)
         chosen = loader_workers(workers, len(part) - max(start - part.start, 0),
                                 int(os.environ.get("LOCAL_WORLD_SIZE", shard.world)))
-        for end, loaded in iter_batches(source, batch_size, limit, start, strict, log, regions, preprocess,
-                                        (shard.rank, shard.world), transforms, chosen, dev.type == "cuda"):
+        clock = LoaderClock(iter_batches(source, batch_size, limit, start, strict, log, regions, preprocess,
+                                         (shard.rank, shard.world), transforms, chosen, dev.type == "cuda"))
+        for end, loaded in clock:
             if loaded is not None:
                 for record, batch in current.batches(loaded):
                     for a in analyses:
@@ -323,6 +326,9 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
             if checkpoint is not None:
                 checkpoint.after_batch(analyses, end, seen, log.skipped, guard.requested)
             bar.update(task, completed=end - part.start)  # after the batch: rate and time left count work done
+    note = loader_bound_note(clock.wait_fraction, time.perf_counter() - clock.started, chosen)
+    if note and say is not None and shard.rank == 0:
+        say(note)
     if checkpoint is not None and start < total:
         checkpoint.save(analyses, total, seen, log.skipped)  # a finished pass is kept
     workspace.release()
