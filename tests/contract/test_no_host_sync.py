@@ -44,7 +44,6 @@ HOST_BOUND: dict[str, str] = {
     "interrelation": "SIFT keypoints (OpenCV) computed in update from thumbnails; per-query sums copied per batch",
     "interrelation_masking": "masks from SIFT and attention copied to the host per batch",
     "foreground_masking": "top-k counts added as Python floats; masks' boxes found with nonzero (foreground.py)",
-    "frequency_filtering": "top-k counts added as Python floats per batch (frequency.py)",
 }
 
 _WATCHED_OPS = {

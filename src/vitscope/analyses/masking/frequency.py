@@ -15,6 +15,7 @@ import torch
 from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.masking.base import ModelAccumulator, topk_correct
 from vitscope.analyses.registry import register_analysis
+from vitscope.analyses.state import added
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.frequency import KINDS, frequency_filter
 
@@ -75,7 +76,7 @@ class FrequencyFiltering(ModelAccumulator):
         return []
 
     def _declare_counts(self) -> None:
-        self.add_state("full_correct", 0, reduce="sum")
+        self.add_state("full_correct", torch.zeros((), dtype=torch.float64), reduce="sum")
         self.add_state("correct", torch.zeros(len(KINDS), len(self._cfg_fractions), dtype=torch.float64))
         self.add_state("radii", None, reduce="same")
 
@@ -86,14 +87,16 @@ class FrequencyFiltering(ModelAccumulator):
         images = batch.pixels * std + mean
         half = min(batch.pixels.shape[-2:]) / 2
         self.radii = [f * half for f in self._cfg_fractions]
-        self.full_correct += int(topk_correct(self._logits(batch.pixels, batch), labels, 1).sum())
+        full = topk_correct(self._logits(batch.pixels, batch), labels, 1).sum().to(torch.float64)
+        self.full_correct = added(self.full_correct, full)  # counts stay on the batch's device
+        self.correct = self.correct.to(full.device)
         for i, kind in enumerate(KINDS):
             for j, radius in enumerate(self.radii):
                 filtered = frequency_filter(images, radius, kind)
                 if self._cfg_clamp:
                     filtered = filtered.clamp(0, 1)
                 logits = self._logits((filtered - mean) / std, batch)
-                self.correct[i, j] += float(topk_correct(logits, labels, 1).sum())
+                self.correct[i, j] += topk_correct(logits, labels, 1).sum()
 
     def compute(self) -> FrequencyFilteringResult:
         meta = self._meta() | {"kinds": list(KINDS), "fractions": list(self._cfg_fractions), "radii": self.radii,
@@ -102,5 +105,5 @@ class FrequencyFiltering(ModelAccumulator):
             return FrequencyFilteringResult(name=self.name, tensors={}, meta=meta)
         n = self.num_images
         return FrequencyFilteringResult(name=self.name, tensors={
-            "accuracy": self.correct / n, "full_accuracy": torch.tensor(self.full_correct / n, dtype=torch.float64)},
+            "accuracy": self.correct / n, "full_accuracy": torch.as_tensor(self.full_correct, dtype=torch.float64) / n},
             meta=meta)
