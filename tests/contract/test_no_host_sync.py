@@ -43,7 +43,6 @@ HOST_BOUND: dict[str, str] = {
     "top_activations": "per-batch scores and unit maps copied to the host; indices read with tolist (top.py)",
     "interrelation": "SIFT keypoints (OpenCV) computed in update from thumbnails; per-query sums copied per batch",
     "interrelation_masking": "masks from SIFT and attention copied to the host per batch",
-    "foreground_masking": "top-k counts added as Python floats; masks' boxes found with nonzero (foreground.py)",
 }
 
 _WATCHED_OPS = {

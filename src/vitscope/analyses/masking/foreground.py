@@ -9,9 +9,12 @@ Images without any object are left out (they have no foreground to show or hide)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 
 from vitscope.analyses.base import Batch, Figure, Result
@@ -19,6 +22,7 @@ from vitscope.analyses.masking.base import ModelAccumulator, topk_correct
 from vitscope.analyses.registry import register_analysis
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.occlusion import FILLS
+from vitscope.models.spec import ModelSpec
 from vitscope.occlusion.forward import masked_logits
 from vitscope.occlusion.regions import REGIONS, foreground_pixel_mask
 from vitscope.strict_json import note_null
@@ -26,6 +30,13 @@ from vitscope.strict_json import note_null
 __all__ = ["CONDITIONS", "ForegroundMasking", "ForegroundMaskingResult"]
 
 CONDITIONS: tuple[str, ...] = ("full", "foreground_only", "background_only")
+#: the target the loader adds: ``(region, [H, W] bool foreground at model resolution)`` per image
+FOREGROUND = "foreground_pixels"
+
+
+def _foreground(masks: Any, spec: ModelSpec, region: str) -> tuple[str, np.ndarray]:
+    """``(region, [H, W] bool)``: one image's foreground at model resolution (host work, made by the loader)."""
+    return region, foreground_pixel_mask(masks, spec, region).numpy()
 
 
 class ForegroundMaskingResult(Result):
@@ -92,17 +103,35 @@ class ForegroundMasking(ModelAccumulator):
         self.add_state("correct", torch.zeros(len(CONDITIONS), len(self._cfg_topk), dtype=torch.float64))
         self.add_state("foreground_fraction", 0.0, reduce="sum")
 
-    def _update_counts(self, record: Mapping[str, torch.Tensor], batch: Batch, labels: torch.Tensor) -> None:
+    def target_transforms(self, spec: ModelSpec) -> dict[str, tuple[str, Any]]:
+        """The foreground at model resolution, made where images decode (the loader's workers)."""
+        return {FOREGROUND: ("masks", functools.partial(_foreground, spec=spec, region=self._cfg_region))}
+
+    def _foregrounds(self, batch: Batch) -> np.ndarray:
+        """``[B, H, W]`` bool foreground of every image (host data: the loader's, or made here)."""
+        ready = batch.targets.get(FOREGROUND)
+        if ready is not None and len(ready) == batch.size and all(
+                r is not None and r[0] == self._cfg_region and r[1].shape == tuple(batch.pixels.shape[-2:])
+                for r in ready):
+            return np.stack([r[1] for r in ready])
         masks = batch.targets.get("masks")
         if masks is None:
             raise VitscopeValueError(f"analysis '{self.name}' needs object masks or boxes (batch.targets['masks'])")
-        fg = torch.stack([foreground_pixel_mask(m, batch.spec, self._cfg_region) for m in masks])
-        keep = fg.flatten(1).any(dim=1)
-        if not keep.any():
+        return np.stack([_foreground(m, batch.spec, self._cfg_region)[1] for m in masks])
+
+    def _update_counts(self, record: Mapping[str, torch.Tensor], batch: Batch, labels: torch.Tensor) -> None:
+        foregrounds = self._foregrounds(batch)  # read with numpy: the decisions below wait for no device
+        rows = np.flatnonzero(foregrounds.reshape(batch.size, -1).any(axis=1))
+        if not len(rows):
             return
-        pixels, fg, labels = batch.pixels[keep.to(batch.pixels.device)], fg[keep], labels[keep]
-        self.used += int(keep.sum())
-        self.foreground_fraction += float(fg.double().mean(dim=(1, 2)).sum())
+        device = batch.pixels.device
+        picked = torch.from_numpy(rows)
+        pixels = batch.pixels.index_select(0, picked.to(device, non_blocking=True))
+        fg = torch.from_numpy(np.ascontiguousarray(foregrounds[rows])).to(device, non_blocking=True)
+        labels = labels.index_select(0, picked)
+        self.used += len(rows)
+        self.foreground_fraction += float(foregrounds[rows].astype(np.float64).mean(axis=(1, 2)).sum())
+        self.correct = self.correct.to(device)
         for i, condition in enumerate(CONDITIONS):
             if condition == "full":
                 logits = self._logits(pixels, batch)
@@ -111,7 +140,7 @@ class ForegroundMasking(ModelAccumulator):
                 logits = self._run(lambda b, hide=hide: masked_logits(
                     b, pixels, mode="pixel", fill=self._cfg_fill, blur_sigma=self._cfg_blur, pixel_mask=hide), batch)
             for j, k in enumerate(self._cfg_topk):
-                self.correct[i, j] += float(topk_correct(logits, labels, k).sum())
+                self.correct[i, j] += topk_correct(logits, labels, k).sum()
 
     def compute(self) -> ForegroundMaskingResult:
         meta = self._meta() | {"conditions": list(CONDITIONS), "topk": list(self._cfg_topk),
