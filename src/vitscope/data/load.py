@@ -67,7 +67,7 @@ def detect_format(root: str | Path) -> str:
 
 #: formats whose releases ship several splits: the reader argument that names one
 SPLIT_ARGUMENT = {"coco": "split", "partimagenet": "split", "davis": "split", "spair": "split", "sop": "split",
-                  "imagenet-boxes": "split", "revisitop": "name"}
+                  "imagenet-boxes": "split", "revisitop": "name", "hf": "split"}
 
 #: the splits a root holds, for formats whose default split a download may lack (DAVIS test-dev comes alone,
 #: COCO may be 2014 or train only)

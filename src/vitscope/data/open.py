@@ -19,7 +19,8 @@ def as_source(data: Any, strict: bool = False) -> Source:
     """A Source for ``data``.
 
     Args:
-        data: a Source (returned as is); ``"ROOT::FORMAT"`` (a format reader; ``ROOT::`` detects the format);
+        data: a Source (returned as is); ``"ROOT::FORMAT"`` (a format reader; ``ROOT::`` detects the format;
+            ``ROOT::hf[:SPLIT]`` a Hugging Face dataset on disk); a ``datasets.Dataset`` / ``DatasetDict``;
             ``"skimage"`` / ``"skimage:name1,name2"`` (the bundled sample photos); a folder, a ``.txt`` list or one
             image file; a list of paths; a list of PIL images or ``H x W x 3`` uint8 arrays; or a reader returned
             by :func:`vitscope.data.load_dataset`.
@@ -30,11 +31,17 @@ def as_source(data: Any, strict: bool = False) -> Source:
     """
     if isinstance(data, Source):
         return data
+    from vitscope.data.hf_datasets import is_hf_dataset, open_hf
+
+    if is_hf_dataset(data):  # a datasets.Dataset or DatasetDict object
+        return open_hf(data, strict=strict)
     if isinstance(data, str) and "::" in data:  # "<root>::<format>[:<split>]", e.g. "coco::coco:val2014"
         from vitscope.data.annotated_source import AnnotatedSource
         from vitscope.data.load import load_dataset, parse_data
 
         root, fmt, options = parse_data(data)
+        if fmt == "hf":  # Hugging Face datasets: images as bytes, not files
+            return open_hf(root, options.get("split"), strict=strict)
         return AnnotatedSource(load_dataset(root, fmt, **options), strict=strict)
     if isinstance(data, str) and (data == "skimage" or data.startswith("skimage:")):
         from vitscope.data.sample_photos import SamplePhotos

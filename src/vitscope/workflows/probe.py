@@ -34,6 +34,12 @@ def _open(data: str, limit: int | None = None):
 
     root, fmt, options = parse_data(data) if "::" in data else (data, None, {})
     fmt = fmt or detect_format(root)
+    if fmt == "hf":  # a Source already (images as bytes): a part of it is a Source too
+        from vitscope.data.hf_datasets import open_hf
+        from vitscope.data.source_part import SourcePart
+
+        source = open_hf(root, options.get("split"))
+        return (source if limit is None else SourcePart(source, range(min(limit, len(source))), source.name)), fmt
     dataset = load_dataset(root, fmt, **options)
     if limit is None:
         return dataset, fmt
@@ -61,14 +67,20 @@ def _labelled_split(dataset, fmt: str, test_fraction: float, seed: int):
     from vitscope.analyses.probes.base import holdout_mask
     from vitscope.data.annotated_source import AnnotatedSource
     from vitscope.data.files import ImageFiles
+    from vitscope.data.source import Source
 
-    source = AnnotatedSource(dataset)
+    source = dataset if isinstance(dataset, Source) else AnnotatedSource(dataset)
     labels = _labels(source)
     require_classes(labels, dataset, fmt)
     test = holdout_mask(np.arange(len(source)), test_fraction, seed)
     problem = split_problem(test[labels >= 0], test_fraction)
     if problem:
         raise DegenerateDataError(problem)
+    if fmt == "hf":  # no files to list: the parts read the whole by position
+        from vitscope.data.source_part import SourcePart
+
+        return (SourcePart(source, np.flatnonzero(~test), f"{source.name}:train"),
+                SourcePart(source, np.flatnonzero(test), f"{source.name}:test"))
     paths = np.asarray(source.paths, dtype=object)
     return (ImageFiles(list(paths[~test]), labels=labels[~test], name=f"{source.name}:train"),
             ImageFiles(list(paths[test]), labels=labels[test], name=f"{source.name}:test"))
@@ -99,9 +111,11 @@ def _describe(dataset: Any, fmt: str, given: str) -> dict[str, Any]:
     """results.json ``data``: name, what the user passed, format, items and the fingerprint of the files."""
     from vitscope.data.annotated_source import AnnotatedSource
     from vitscope.data.fingerprint import data_fingerprint
+    from vitscope.data.source import Source
 
+    source = dataset if isinstance(dataset, Source) else AnnotatedSource(dataset)
     return {"name": getattr(dataset, "name", fmt), "source": given, "format": fmt, "items": len(dataset),
-            "fingerprint": data_fingerprint(AnnotatedSource(dataset))}
+            "fingerprint": data_fingerprint(source)}
 
 
 def _num_images(dataset, fmt: str) -> int:

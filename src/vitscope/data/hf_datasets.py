@@ -1,0 +1,248 @@
+"""Hugging Face ``datasets`` as a :class:`~vitscope.data.source.Source`: ``ROOT::hf[:SPLIT]`` or a ``Dataset`` /
+``DatasetDict`` object.
+
+Three layouts on disk, read lazily and without the network:
+
+* ``save_to_disk`` of a ``Dataset`` (``state.json`` + Arrow files) or of a ``DatasetDict`` (``dataset_dict.json``
+  and one folder per split): memory-mapped through ``datasets.load_from_disk``;
+* Parquet files, as the hub's ``imagenet-1k`` ships them (``data/train-00000-of-00294.parquet``, or
+  ``train/*.parquet``): read row group by row group with ``pyarrow`` (``datasets`` would first copy them into its
+  cache, 150 GB for ImageNet).
+
+The image column is the first ``Image`` feature (encoded bytes, decoded here with PIL), the label column the first
+``ClassLabel`` feature (its names are the class names; ``-1`` is "no label"). ``:SPLIT`` picks a split; without one
+the only split, else ``validation``/``val``/``test``, is read. The fingerprint reads no image: the Arrow or
+Parquet files' sizes and times (``datasets``' own fingerprint for an object in memory).
+"""
+
+from __future__ import annotations
+
+import bisect
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from vitscope.data.formats.errors import DatasetFormatError
+from vitscope.data.images import ImageLoadError
+from vitscope.data.source import Source
+
+__all__ = ["HFDatasetSource", "is_hf_dataset", "open_hf"]
+
+#: splits read when none is named and there are several (in this order)
+_DEFAULT_SPLITS = ("validation", "val", "test")
+
+
+def _datasets():
+    try:
+        import datasets
+    except ImportError:
+        raise DatasetFormatError("reading Hugging Face datasets needs the datasets package: pip install "
+                                 "'vitscope[hf]' (or pip install datasets)") from None
+    return datasets
+
+
+def is_hf_dataset(data: Any) -> bool:
+    """Whether ``data`` is a ``datasets.Dataset`` or ``DatasetDict`` (without importing ``datasets``)."""
+    return type(data).__module__.startswith("datasets.") and type(data).__name__ in ("Dataset", "DatasetDict")
+
+
+def _pick_split(splits: Sequence[str], split: str | None, where: str) -> str:
+    if split is not None:
+        if split not in splits:
+            raise DatasetFormatError(f"{where} has no split {split!r}; its splits: {', '.join(splits)}")
+        return split
+    if len(splits) == 1:
+        return splits[0]
+    for name in _DEFAULT_SPLITS:
+        if name in splits:
+            return name
+    raise DatasetFormatError(f"{where} holds the splits {', '.join(splits)}; choose one with {where}::hf:SPLIT")
+
+
+def _columns(features: Any) -> tuple[str, str | None, list[str] | None]:
+    """``(image column, label column or None, class names or None)`` from ``datasets`` features."""
+    datasets = _datasets()
+    images = [n for n, f in features.items() if isinstance(f, datasets.Image)]
+    if not images:
+        raise DatasetFormatError(f"no image column (an Image feature) among {', '.join(features)}")
+    labels = sorted((n for n, f in features.items() if isinstance(f, datasets.ClassLabel)),
+                    key=lambda n: (n not in ("label", "labels"), n))
+    label = labels[0] if labels else None
+    return images[0], label, (list(features[label].names) if label else None)
+
+
+class _ParquetRows:
+    """Rows of Parquet files by position, read one row group at a time (the last one read is kept)."""
+
+    def __init__(self, files: list[Path]) -> None:
+        import pyarrow.parquet as pq
+
+        self.files = files
+        self._starts: list[int] = []  # first row of every (file, row group)
+        self._groups: list[tuple[int, int]] = []
+        total = 0
+        for k, f in enumerate(files):
+            meta = pq.ParquetFile(f).metadata
+            for g in range(meta.num_row_groups):
+                self._starts.append(total)
+                self._groups.append((k, g))
+                total += meta.row_group(g).num_rows
+        self.num_rows = total
+        self._cached: tuple[int, Any] | None = None
+        self.columns: list[str] | None = None  # what a row read brings (set by the source)
+        self.schema = pq.ParquetFile(files[0]).schema_arrow if files else None
+
+    def row(self, i: int, columns: list[str]) -> dict[str, Any]:
+        import pyarrow.parquet as pq
+
+        g = bisect.bisect_right(self._starts, i) - 1
+        if self._cached is None or self._cached[0] != g:  # the image and label columns together: read once
+            k, group = self._groups[g]
+            self._cached = (g, pq.ParquetFile(self.files[k]).read_row_group(group, columns=self.columns))
+        table = self._cached[1]
+        return {c: table.column(c)[i - self._starts[g]].as_py() for c in columns}
+
+    def column(self, name: str) -> np.ndarray:
+        import pyarrow.parquet as pq
+
+        return np.concatenate([pq.ParquetFile(f).read(columns=[name]).column(name).to_numpy(zero_copy_only=False)
+                               for f in self.files]) if self.files else np.zeros(0)
+
+
+def _parquet_features(schema: Any) -> Any:
+    """The ``datasets`` features a Parquet file written by ``datasets`` records in its schema metadata."""
+    datasets = _datasets()
+    meta = (schema.metadata or {}).get(b"huggingface")
+    if meta is None:
+        raise DatasetFormatError("these Parquet files carry no Hugging Face features (schema metadata "
+                                 "'huggingface'): write them with datasets' to_parquet or push_to_hub")
+    return datasets.Features.from_dict(json.loads(meta)["info"]["features"])
+
+
+def _parquet_splits(root: Path) -> dict[str, list[Path]]:
+    """``split -> files`` of a folder of Parquet files: ``data/<split>-*.parquet`` or ``<split>/*.parquet``."""
+    found: dict[str, list[Path]] = {}
+    for f in sorted(root.rglob("*.parquet")):
+        rel = f.relative_to(root).parts
+        split = rel[-2] if len(rel) >= 2 and rel[-2] != "data" else f.name.split("-", 1)[0]
+        found.setdefault(split, []).append(f)
+    return found
+
+
+class HFDatasetSource(Source):
+    """One split of a Hugging Face dataset (module docstring).
+
+    Args:
+        rows: ``datasets.Dataset`` (images not decoded by it), or the Parquet reader.
+        features: its ``datasets`` features.
+        name: what results.json calls the data.
+        files: the Arrow or Parquet files behind it (stat signatures fingerprint it), or None to use
+            ``fingerprint`` instead.
+        fingerprint: ``datasets``' own fingerprint of an object in memory.
+        strict: :meth:`get` raises on unreadable images.
+    """
+
+    def __init__(self, rows: Any, features: Any, name: str, files: list[str] | None = None,
+                 fingerprint: str | None = None, strict: bool = False) -> None:
+        super().__init__(strict=strict)
+        self.name = name
+        self._rows, self._files, self._fingerprint = rows, files, fingerprint
+        self.image_column, self.label_column, self.class_names = _columns(features)
+        if isinstance(rows, _ParquetRows):
+            rows.columns = [c for c in (self.image_column, self.label_column) if c is not None]
+        n = rows.num_rows if hasattr(rows, "num_rows") else len(rows)
+        self.paths = [f"{name}[{i}]" for i in range(n)]
+
+    def _row(self, i: int, columns: list[str]) -> dict[str, Any]:
+        if isinstance(self._rows, _ParquetRows):
+            return self._rows.row(i, columns)
+        item = self._rows[int(i)]
+        return {c: item[c] for c in columns}
+
+    def load(self, i: int) -> Image.Image:
+        value = self._row(i, [self.image_column])[self.image_column]
+        data = value.get("bytes") if isinstance(value, dict) else None
+        if data is None and isinstance(value, dict) and value.get("path"):
+            data = Path(value["path"]).read_bytes() if Path(value["path"]).is_file() else None
+        if data is None:
+            raise ImageLoadError(self.path(i), "the row holds no image bytes")
+        try:
+            with Image.open(io.BytesIO(data)) as image:
+                return image.convert("RGB")
+        except Exception as err:  # PIL's many decoding errors: one line naming the row
+            raise ImageLoadError(self.path(i), f"cannot decode its image ({type(err).__name__}: {err})") from None
+
+    def targets(self, i: int) -> dict[str, Any]:
+        if self.label_column is None:
+            return {}
+        label = self._row(i, [self.label_column])[self.label_column]
+        return {} if label is None or int(label) < 0 else {"label": int(label)}
+
+    def labels(self) -> np.ndarray:
+        if self.label_column is None:
+            raise self._no_labels()
+        if isinstance(self._rows, _ParquetRows):
+            values = self._rows.column(self.label_column)
+        else:
+            values = np.asarray(self._rows[self.label_column])
+        out = np.asarray([-1 if v is None else int(v) for v in values], dtype=np.int64)
+        if not len(out) or (out < 0).all():
+            raise self._no_labels()
+        return out
+
+    def fingerprint_files(self) -> tuple[Sequence[str], Path] | None:
+        if not self._files:
+            return None
+        return list(self._files), Path(self._files[0]).parent
+
+    def content_digest(self) -> str:
+        if self._fingerprint is not None:  # datasets' own hash of the object's history: no image is decoded
+            return f"datasets:{self._fingerprint}"
+        return super().content_digest()
+
+    def describe(self) -> dict[str, Any]:
+        out = {**super().describe(), "format": "hf", "image_column": self.image_column}
+        if self.label_column is not None:
+            out.update({"label_column": self.label_column, "num_classes": len(self.class_names or [])})
+        return out
+
+
+def _from_object(data: Any, split: str | None, name: str, strict: bool) -> HFDatasetSource:
+    datasets = _datasets()
+    if isinstance(data, datasets.DatasetDict):
+        chosen = _pick_split(list(data), split, name)
+        data, name = data[chosen], f"{name}:{chosen}"
+    image, _, _ = _columns(data.features)
+    rows = data.cast_column(image, datasets.Image(decode=False))  # bytes: decoded here, by PIL
+    files = [f["filename"] for f in data.cache_files] or None
+    return HFDatasetSource(rows, data.features, name, files=files, fingerprint=None if files else data._fingerprint,
+                           strict=strict)
+
+
+def open_hf(data: Any, split: str | None = None, strict: bool = False) -> HFDatasetSource:
+    """A Source of a Hugging Face dataset: a folder (``save_to_disk`` or Parquet files) or an object.
+
+    Raises:
+        DatasetFormatError: no such folder, no image column, an unknown split (the message lists the splits),
+            or ``datasets`` is not installed.
+    """
+    if is_hf_dataset(data):
+        return _from_object(data, split, "hf-dataset", strict)
+    root = Path(data)
+    if not root.is_dir():
+        raise DatasetFormatError(f"Hugging Face dataset folder '{root}' does not exist")
+    if (root / "dataset_dict.json").is_file() or (root / "state.json").is_file():
+        return _from_object(_datasets().load_from_disk(str(root)), split, root.name, strict)
+    splits = _parquet_splits(root)
+    if not splits:
+        raise DatasetFormatError(f"{root} holds neither a saved Hugging Face dataset (state.json, dataset_dict.json) "
+                                 "nor Parquet files")
+    chosen = _pick_split(sorted(splits), split, str(root))
+    rows = _ParquetRows(splits[chosen])
+    return HFDatasetSource(rows, _parquet_features(rows.schema), f"{root.name}:{chosen}",
+                           files=[str(f) for f in splits[chosen]], strict=strict)

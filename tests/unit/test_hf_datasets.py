@@ -1,0 +1,122 @@
+"""Hugging Face ``datasets`` where they live: ``save_to_disk`` folders (one split or a ``DatasetDict``), Parquet files
+in the hub's ``imagenet-1k`` layout, and ``Dataset`` objects from Python. Images come from the encoded bytes of the
+Image column, labels and class names from the ClassLabel column; nothing is downloaded and the fingerprint reads
+no image."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+datasets = pytest.importorskip("datasets")
+
+import vitscope  # noqa: E402
+from helpers.cli import cli  # noqa: E402
+from vitscope.data import as_source  # noqa: E402
+from vitscope.data.formats.errors import DatasetFormatError  # noqa: E402
+
+CLASSES = ["cat", "dog", "fox"]
+
+
+def _png(seed: int) -> bytes:
+    rng = np.random.default_rng(seed)
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 255, (24 + seed % 3, 28, 3), dtype=np.uint8)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _dataset(n: int, offset: int = 0) -> datasets.Dataset:
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=CLASSES),
+                                  "caption": datasets.Value("string")})
+    rows = {"image": [{"bytes": _png(offset + i), "path": None} for i in range(n)],
+            "label": [(offset + i) % 3 for i in range(n)], "caption": [f"img {i}" for i in range(n)]}
+    return datasets.Dataset.from_dict(rows, features=features)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hf")
+    _dataset(12).save_to_disk(str(root / "one"))
+    datasets.DatasetDict({"train": _dataset(18), "validation": _dataset(12, 100)}).save_to_disk(str(root / "dict"))
+    parquet = root / "imagenet" / "data"
+    parquet.mkdir(parents=True)
+    _dataset(10).to_parquet(str(parquet / "train-00000-of-00002.parquet"))
+    _dataset(8, 10).to_parquet(str(parquet / "train-00001-of-00002.parquet"))
+    _dataset(12, 100).to_parquet(str(parquet / "validation-00000-of-00001.parquet"))
+    return root
+
+
+def _pixels(image: Image.Image) -> bytes:
+    return image.convert("RGB").tobytes()
+
+
+def test_a_saved_split_reads_images_labels_and_class_names(saved) -> None:
+    source = as_source(f"{saved / 'one'}::hf")
+    assert len(source) == 12 and source.class_names == CLASSES
+    assert source.labels().tolist() == [i % 3 for i in range(12)]
+    assert source.targets(4) == {"label": 1}
+    assert _pixels(source.load(5)) == _pixels(Image.open(io.BytesIO(_png(5))))
+    assert source.describe()["label_column"] == "label" and source.describe()["format"] == "hf"
+
+
+@pytest.mark.parametrize(("spec", "n", "first"), [("dict::hf", 12, 100), ("dict::hf:train", 18, 0),
+                                                  ("imagenet::hf", 12, 100), ("imagenet::hf:train", 18, 0)])
+def test_splits_of_a_dataset_dict_and_of_parquet_files(saved, spec, n, first) -> None:
+    source = as_source(str(saved / spec))
+    assert len(source) == n
+    assert _pixels(source.load(0)) == _pixels(Image.open(io.BytesIO(_png(first))))
+    assert source.labels()[:3].tolist() == [(first + i) % 3 for i in range(3)]
+    if spec.startswith("imagenet") and n == 18:  # across the two files, row groups and all
+        assert _pixels(source.load(13)) == _pixels(Image.open(io.BytesIO(_png(13))))
+
+
+def test_an_unknown_split_names_the_splits(saved) -> None:
+    with pytest.raises(DatasetFormatError, match="no split 'test'; its splits: train, validation"):
+        as_source(f"{saved / 'dict'}::hf:test")
+    with pytest.raises(DatasetFormatError, match="no split 'val'; its splits: train, validation"):
+        as_source(f"{saved / 'imagenet'}::hf:val")
+
+
+def test_the_fingerprint_reads_no_image(saved, monkeypatch) -> None:
+    source = as_source(f"{saved / 'imagenet'}::hf:train")
+    monkeypatch.setattr(type(source), "load", lambda self, i: (_ for _ in ()).throw(AssertionError("decoded")))
+    first = source.fingerprint()
+    assert first["num_files"] == 2 and first == as_source(f"{saved / 'imagenet'}::hf:train").fingerprint()
+    assert first != as_source(f"{saved / 'imagenet'}::hf:validation").fingerprint()
+    memory = as_source(_dataset(6))
+    monkeypatch.setattr(type(memory), "load", lambda self, i: (_ for _ in ()).throw(AssertionError("decoded")))
+    assert memory.fingerprint()["digest"] == as_source(_dataset(6)).fingerprint()["digest"]
+
+
+def test_a_dataset_object_from_python_runs_through_vitscope_run() -> None:
+    backbone = vitscope.load_model("tiny-vit")
+    results = vitscope.run(backbone, datasets.DatasetDict({"validation": _dataset(9)}), ["knn_probe"], batch_size=4,
+                           progress=False)
+    assert results.num_images == 9 and results["knn_probe"].meta["num_rows"] == 9
+
+
+def test_an_undecodable_row_is_skipped_and_named(tmp_path) -> None:
+    broken = _dataset(4).to_dict()
+    broken["image"][2] = {"bytes": b"not an image", "path": None}
+    features = _dataset(1).features
+    datasets.Dataset.from_dict(broken, features=features).save_to_disk(str(tmp_path / "b"))
+    results = vitscope.run(vitscope.load_model("tiny-vit"), f"{tmp_path / 'b'}::hf", ["attention_distance"],
+                           batch_size=2, progress=False)
+    assert results.num_images == 3 and [s.path for s in results.skipped] == ["b[2]"]
+
+
+def test_analyze_and_probe_read_parquet_files(saved, tmp_path) -> None:
+    data = f"{saved / 'imagenet'}::hf:train"
+    run = cli("analyze", "-m", "tiny-vit", "-d", data, "-o", str(tmp_path / "a"), "-a", "attention_distance,knn_probe",
+              "-b", "4", "--no-resume")
+    assert run.returncode == 0, run.stdout + run.stderr
+    doc = json.loads((tmp_path / "a" / "results.json").read_text())
+    assert doc["num_images"] == 18 and doc["data"]["format"] == "hf"
+    probe = cli("probe", "-m", "tiny-vit", "-d", data, "-o", str(tmp_path / "p"), "-b", "4", "--no-resume")
+    assert probe.returncode == 0, probe.stdout + probe.stderr
+    results = json.loads((tmp_path / "p" / "results.json").read_text())
+    assert any(k.startswith("knn") for k in results["analyses"]) and results["data"]["format"] == "hf"
