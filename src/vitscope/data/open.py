@@ -20,7 +20,8 @@ def as_source(data: Any, strict: bool = False) -> Source:
 
     Args:
         data: a Source (returned as is); ``"ROOT::FORMAT"`` (a format reader; ``ROOT::`` detects the format;
-            ``ROOT::hf[:SPLIT]`` a Hugging Face dataset on disk); a ``datasets.Dataset`` / ``DatasetDict``;
+            ``ROOT::hf[:SPLIT]`` a Hugging Face dataset on disk, ``'shards/{000000..000127}.tar::webdataset'``
+            WebDataset shards); a ``datasets.Dataset`` / ``DatasetDict``;
             ``"skimage"`` / ``"skimage:name1,name2"`` (the bundled sample photos); a folder, a ``.txt`` list or one
             image file; a list of paths; a list of PIL images or ``H x W x 3`` uint8 arrays; or a reader returned
             by :func:`vitscope.data.load_dataset`.
@@ -42,6 +43,10 @@ def as_source(data: Any, strict: bool = False) -> Source:
         root, fmt, options = parse_data(data)
         if fmt == "hf":  # Hugging Face datasets: images as bytes, not files
             return open_hf(root, options.get("split"), strict=strict)
+        if fmt == "webdataset":  # tar shards, read in place
+            from vitscope.data.webdataset import open_webdataset
+
+            return open_webdataset(root, strict=strict)
         return AnnotatedSource(load_dataset(root, fmt, **options), strict=strict)
     if isinstance(data, str) and (data == "skimage" or data.startswith("skimage:")):
         from vitscope.data.sample_photos import SamplePhotos

@@ -24,6 +24,8 @@ __all__ = ["PROBE_OF_FORMAT", "check_blocks", "probe_command", "run_probe"]
 #: data format -> probe_sweep argument (formats not listed are treated as labelled image sets)
 PROBE_OF_FORMAT = {"revisitop": "retrieval", "davis": "davis", "spair": "spair", "coco": "regions",
                    "partimagenet": "regions"}
+#: formats read as Sources of images in containers (no file per image): labelled image sets
+SOURCE_FORMATS = ("hf", "webdataset")
 
 
 def _open(data: str, limit: int | None = None):
@@ -34,11 +36,11 @@ def _open(data: str, limit: int | None = None):
 
     root, fmt, options = parse_data(data) if "::" in data else (data, None, {})
     fmt = fmt or detect_format(root)
-    if fmt == "hf":  # a Source already (images as bytes): a part of it is a Source too
-        from vitscope.data.hf_datasets import open_hf
+    if fmt in SOURCE_FORMATS:  # a Source already (images as bytes): a part of it is a Source too
+        from vitscope.data.open import as_source
         from vitscope.data.source_part import SourcePart
 
-        source = open_hf(root, options.get("split"))
+        source = as_source(data)
         return (source if limit is None else SourcePart(source, range(min(limit, len(source))), source.name)), fmt
     dataset = load_dataset(root, fmt, **options)
     if limit is None:
@@ -76,7 +78,7 @@ def _labelled_split(dataset, fmt: str, test_fraction: float, seed: int):
     problem = split_problem(test[labels >= 0], test_fraction)
     if problem:
         raise DegenerateDataError(problem)
-    if fmt == "hf":  # no files to list: the parts read the whole by position
+    if fmt in SOURCE_FORMATS:  # no files to list: the parts read the whole by position
         from vitscope.data.source_part import SourcePart
 
         return (SourcePart(source, np.flatnonzero(~test), f"{source.name}:train"),

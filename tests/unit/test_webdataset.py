@@ -1,0 +1,80 @@
+"""WebDataset tar shards read where they are: brace patterns, samples keyed by basename with an image member and a
+``cls`` or ``json`` label, nothing unpacked (an index of the tar headers, images read by offset), unreadable samples
+skipped and named, and the commands reading them like any labelled set."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import vitscope
+from helpers.cli import cli
+from helpers.webdataset_shards import sample_image, write_shards
+from vitscope.data import as_source
+from vitscope.data.formats.errors import DatasetFormatError
+from vitscope.data.webdataset import expand_braces
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    return write_shards(tmp_path_factory.mktemp("wds") / "shards")
+
+
+def test_brace_patterns_expand_in_order_with_their_padding() -> None:
+    assert expand_braces("s/{000008..000011}.tar") == [f"s/{i:06d}.tar" for i in range(8, 12)]
+    assert expand_braces("a{1..2}-{0..1}.tar") == ["a1-0.tar", "a1-1.tar", "a2-0.tar", "a2-1.tar"]
+    assert expand_braces("plain.tar") == ["plain.tar"]
+
+
+def test_samples_images_and_labels_by_position(shards) -> None:
+    source = as_source(f"{shards}/{{000000..000002}}.tar::webdataset")
+    assert len(source) == 18 and source.path(7) == "000001.tar/class1/img0007"
+    assert source.load(7).tobytes() == Image.open(io.BytesIO(sample_image(7))).convert("RGB").tobytes()
+    assert source.labels().tolist() == [i % 3 for i in range(18)]  # cls and json labels alike
+    assert as_source(f"{shards}::webdataset").paths == source.paths  # a folder of shards: the same, sorted
+
+
+def test_opening_reads_headers_only(shards, monkeypatch) -> None:
+    from vitscope.data import webdataset
+
+    reads = []
+    monkeypatch.setattr(webdataset.os, "pread", lambda *a: reads.append(a) or b"")
+    source = as_source(f"{shards}/{{000000..000002}}.tar::webdataset")
+    assert reads == []  # the index is the tar headers
+    assert source.fingerprint()["num_files"] == 3 and reads == []
+
+
+def test_unreadable_samples_are_skipped_and_named(shards) -> None:
+    results = vitscope.run(vitscope.load_model("tiny-vit"), f"{shards}/{{000000..000002}}.tar::webdataset",
+                           ["attention_distance"], batch_size=4, progress=False)
+    assert results.num_images == 16
+    assert sorted(s.path for s in results.skipped) == ["000002.tar/class1/img0013", "000002.tar/class1/img0016"]
+
+
+def test_a_missing_shard_is_named(shards) -> None:
+    with pytest.raises(DatasetFormatError, match=r"1 of 4 WebDataset shards are missing, e.g. .*000003.tar"):
+        as_source(f"{shards}/{{000000..000003}}.tar::webdataset")
+
+
+def test_the_same_numbers_decoded_in_workers(shards) -> None:
+    data = f"{shards}/{{000000..000002}}.tar::webdataset"
+    backbone = vitscope.load_model("tiny-vit")
+    one, two = (vitscope.run(backbone, data, ["knn_probe"], batch_size=4, progress=False, workers=w) for w in (0, 2))
+    first, second = one["knn_probe"].tensors, two["knn_probe"].tensors
+    assert first and all(np.array_equal(first[k], second[k]) for k in first)
+
+
+def test_analyze_and_probe_read_shards(shards, tmp_path) -> None:
+    data = f"{shards}/{{000000..000002}}.tar::webdataset"
+    run = cli("analyze", "-m", "tiny-vit", "-d", data, "-o", str(tmp_path / "a"), "-a", "attention_distance",
+              "-b", "4", "--no-resume")
+    assert run.returncode == 0, run.stdout + run.stderr
+    doc = json.loads((tmp_path / "a" / "results.json").read_text())
+    assert doc["num_images"] == 16 and doc["data"]["format"] == "webdataset" and len(doc["skipped"]) == 2
+    probe = cli("probe", "-m", "tiny-vit", "-d", data, "-o", str(tmp_path / "p"), "-b", "4", "--no-resume")
+    assert probe.returncode == 0, probe.stdout + probe.stderr
+    assert any(k.startswith("knn") for k in json.loads((tmp_path / "p" / "results.json").read_text())["analyses"])
