@@ -78,3 +78,12 @@ def test_analyze_and_probe_read_shards(shards, tmp_path) -> None:
     probe = cli("probe", "-m", "tiny-vit", "-d", data, "-o", str(tmp_path / "p"), "-b", "4", "--no-resume")
     assert probe.returncode == 0, probe.stdout + probe.stderr
     assert any(k.startswith("knn") for k in json.loads((tmp_path / "p" / "results.json").read_text())["analyses"])
+
+
+def test_compare_reads_shards(shards, tmp_path) -> None:
+    data = f"{shards}/{{000000..000002}}.tar::webdataset"
+    run = cli("compare", "--models", "tiny-vit,tiny-vit-p16", "-d", data, "-o", str(tmp_path), "-b", "4",
+              "--no-resume")
+    assert run.returncode == 0, run.stdout + run.stderr
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert set(doc["images_per_model"].values()) == {16} and doc["data"]["format"] == "webdataset"
