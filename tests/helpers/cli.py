@@ -42,3 +42,18 @@ def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception  # a traceback the real command would print: show it whole
     return subprocess.CompletedProcess(["vitscope", *args], result.exit_code, result.stdout, result.stderr)
+
+
+def analyze_and_probe(data: str, out, analyses: str, model: str = "tiny-vit") -> tuple[dict, dict]:
+    """``analyze -a analyses`` then ``probe`` of ``model`` on ``data`` (batch 4, no resume), in this process; both must
+    succeed. Returns their results.json documents."""
+    import json
+    from pathlib import Path
+
+    out = Path(out)
+    docs = []
+    for command, folder, extra in (("analyze", out / "a", ["-a", analyses]), ("probe", out / "p", [])):
+        run = cli(command, "-m", model, "-d", data, "-o", str(folder), *extra, "-b", "4", "--no-resume")
+        assert run.returncode == 0, run.stdout + run.stderr
+        docs.append(json.loads((folder / "results.json").read_text()))
+    return docs[0], docs[1]

@@ -6,7 +6,6 @@ no image."""
 from __future__ import annotations
 
 import io
-import json
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ from PIL import Image
 datasets = pytest.importorskip("datasets")
 
 import vitscope  # noqa: E402
-from helpers.cli import cli  # noqa: E402
+from helpers.cli import analyze_and_probe  # noqa: E402
 from vitscope.data import as_source  # noqa: E402
 from vitscope.data.formats.errors import DatasetFormatError  # noqa: E402
 
@@ -110,13 +109,6 @@ def test_an_undecodable_row_is_skipped_and_named(tmp_path) -> None:
 
 
 def test_analyze_and_probe_read_parquet_files(saved, tmp_path) -> None:
-    data = f"{saved / 'imagenet'}::hf:train"
-    run = cli("analyze", "-m", "tiny-vit", "-d", data, "-o", str(tmp_path / "a"), "-a", "attention_distance,knn_probe",
-              "-b", "4", "--no-resume")
-    assert run.returncode == 0, run.stdout + run.stderr
-    doc = json.loads((tmp_path / "a" / "results.json").read_text())
+    doc, probe = analyze_and_probe(f"{saved / 'imagenet'}::hf:train", tmp_path, "attention_distance,knn_probe")
     assert doc["num_images"] == 18 and doc["data"]["format"] == "hf"
-    probe = cli("probe", "-m", "tiny-vit", "-d", data, "-o", str(tmp_path / "p"), "-b", "4", "--no-resume")
-    assert probe.returncode == 0, probe.stdout + probe.stderr
-    results = json.loads((tmp_path / "p" / "results.json").read_text())
-    assert any(k.startswith("knn") for k in results["analyses"]) and results["data"]["format"] == "hf"
+    assert any(k.startswith("knn") for k in probe["analyses"]) and probe["data"]["format"] == "hf"

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 import vitscope
-from helpers.cli import cli
+from helpers.cli import analyze_and_probe, cli
 from helpers.webdataset_shards import sample_image, write_shards
 from vitscope.data import as_source
 from vitscope.data.formats.errors import DatasetFormatError
@@ -69,15 +69,9 @@ def test_the_same_numbers_decoded_in_workers(shards) -> None:
 
 
 def test_analyze_and_probe_read_shards(shards, tmp_path) -> None:
-    data = f"{shards}/{{000000..000002}}.tar::webdataset"
-    run = cli("analyze", "-m", "tiny-vit", "-d", data, "-o", str(tmp_path / "a"), "-a", "attention_distance",
-              "-b", "4", "--no-resume")
-    assert run.returncode == 0, run.stdout + run.stderr
-    doc = json.loads((tmp_path / "a" / "results.json").read_text())
+    doc, probe = analyze_and_probe(f"{shards}/{{000000..000002}}.tar::webdataset", tmp_path, "attention_distance")
     assert doc["num_images"] == 16 and doc["data"]["format"] == "webdataset" and len(doc["skipped"]) == 2
-    probe = cli("probe", "-m", "tiny-vit", "-d", data, "-o", str(tmp_path / "p"), "-b", "4", "--no-resume")
-    assert probe.returncode == 0, probe.stdout + probe.stderr
-    assert any(k.startswith("knn") for k in json.loads((tmp_path / "p" / "results.json").read_text())["analyses"])
+    assert any(k.startswith("knn") for k in probe["analyses"])
 
 
 def test_compare_reads_shards(shards, tmp_path) -> None:
