@@ -21,7 +21,7 @@ from vitscope.errors import VitscopeRuntimeError
 # torch is imported where it is used: the command line asks in_torchrun() before any command imports it
 
 __all__ = ["PeerFailedError", "Shard", "barrier", "collectives", "from_torchrun", "gather_lists", "in_torchrun",
-           "is_main_process", "leave", "shard_for", "sum_over_ranks"]
+           "is_main_process", "leave", "process_group_backend", "shard_for", "sum_over_ranks"]
 
 
 class PeerFailedError(VitscopeRuntimeError):
@@ -52,6 +52,13 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+def process_group_backend(gpus: int, local_processes: int) -> str:
+    """``"nccl"`` when every process of this machine has a GPU of its own, else ``"gloo"`` (CPU runs, and more
+    processes than GPUs, which then share them). The NCCL path is exercised only on machines with one GPU per
+    process, which this project's test machines do not have: it is chosen here, and untested beyond that."""
+    return "nccl" if gpus > 0 and local_processes <= gpus else "gloo"
+
+
 def from_torchrun(device_type: str) -> Shard:
     """Join the process group ``torchrun`` describes (gloo on CPU, NCCL on CUDA) unless already joined.
 
@@ -71,11 +78,9 @@ def from_torchrun(device_type: str) -> Shard:
             raise VitscopeRuntimeError("distributed=True needs an initialised torch.distributed process group or the "
                                        "environment torchrun sets (start with: torchrun --nproc_per_node=K -m vitscope "
                                        "...)")
-        # NCCL needs a GPU of its own per process; more processes than GPUs share them over gloo
-        own_gpu = gpus > 0 and int(os.environ.get("LOCAL_WORLD_SIZE", "1")) <= gpus
         if gpus:
             torch.cuda.set_device(gpu)
-        dist.init_process_group(backend="nccl" if own_gpu else "gloo")
+        dist.init_process_group(backend=process_group_backend(gpus, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
     return Shard(dist.get_rank(), dist.get_world_size(), local_rank, gpu)
 
 
