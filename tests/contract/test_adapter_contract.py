@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers.hf_factories import kinds, make
+from helpers.hf_factories import kinds, make, peaked
 from vitscope import wrap
 from vitscope.errors import VitscopeValueError
 from vitscope.hooks.names import BLOCK_SITES, UnknownHookError
@@ -86,26 +86,13 @@ def test_recording_leaves_output_unchanged(kind):
         assert torch.equal(got, ref)
 
 
-_QK = ("q_proj.weight", "k_proj.weight", "query.weight", "key.weight")
-
-
-def _peaked(model: torch.nn.Module) -> torch.nn.Module:
-    """The model with its query and key projections scaled up, so that attention is far from uniform (random tiny
-    models attend almost uniformly, where a missing rotation or bias would hardly show)."""
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith(_QK):
-                param.mul_(16.0)
-    return model
-
-
 @pytest.mark.parametrize("kind", TRANSFORMER_KINDS)
 def test_hf_patterns_equal_eager_attention(kind):
     """Models on their default (sdpa) kernel: recorded patterns == eager attentions to 1e-5, with attention far
     from uniform (the query and key projections scaled up in both)."""
-    b = wrap(_peaked(make(kind)), name=kind)
+    b = wrap(peaked(make(kind)), name=kind)
     assert b.model.config._attn_implementation == "sdpa"
-    eager = _peaked(make(kind, attn_implementation="eager"))
+    eager = peaked(make(kind, attn_implementation="eager"))
     x = _pixels(b)
     kw = {"noise": torch.arange(b.spec.num_spatial_tokens, dtype=torch.float32).expand(2, -1)} if kind == "mae" else {}
     with torch.no_grad():

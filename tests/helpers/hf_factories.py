@@ -53,6 +53,20 @@ def make(kind: str, attn_implementation: str | None = None) -> torch.nn.Module:
     return _seeded(lambda: build(kw))
 
 
+#: query and key projections of every family's attention (scaled by :func:`peaked`)
+_QK = ("q_proj.weight", "k_proj.weight", "query.weight", "key.weight")
+
+
+def peaked(model: torch.nn.Module, factor: float = 16.0) -> torch.nn.Module:
+    """``model`` with its query and key projections scaled up, so that attention is far from uniform (random tiny
+    models attend almost uniformly, where a missing rotation or bias would hardly show)."""
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(_QK):
+                param.mul_(factor)
+    return model
+
+
 def _no_intermediate() -> dict:
     cfg = dict(SMALL)
     cfg.pop("intermediate_size")

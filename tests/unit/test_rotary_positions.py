@@ -9,18 +9,13 @@ from __future__ import annotations
 
 import torch
 
-from helpers.hf_factories import make
+from helpers.hf_factories import make, peaked
 from vitscope import wrap
 from vitscope.occlusion.forward import drop_tokens_logits
 
 
 def _peaked_dinov3():
-    model = make("dinov3")
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith(("q_proj.weight", "k_proj.weight")):
-                param.mul_(16.0)
-    return wrap(model, name="dinov3")
+    return wrap(peaked(make("dinov3")), name="dinov3")
 
 
 def _masked_full_forward(b, pixels: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:

@@ -134,6 +134,23 @@ def _parquet_splits(root: Path) -> dict[str, list[Path]]:
     return found
 
 
+class _RowNames(Sequence):
+    """``name[i]`` on demand: a million-row split keeps no list of names."""
+
+    def __init__(self, name: str, n: int) -> None:
+        self.name, self.n = name, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self.n))]
+        if not -self.n <= i < self.n:
+            raise IndexError(f"{self.name}: row {i} out of range for {self.n} rows")
+        return f"{self.name}[{i % self.n}]"
+
+
 class HFDatasetSource(Source):
     """One split of a Hugging Face dataset (module docstring).
 
@@ -156,7 +173,7 @@ class HFDatasetSource(Source):
         if isinstance(rows, _ParquetRows):
             rows.columns = [c for c in (self.image_column, self.label_column) if c is not None]
         n = rows.num_rows if hasattr(rows, "num_rows") else len(rows)
-        self.paths = [f"{name}[{i}]" for i in range(n)]
+        self.paths = _RowNames(name, n)
 
     def _row(self, i: int, columns: list[str]) -> dict[str, Any]:
         if isinstance(self._rows, _ParquetRows):

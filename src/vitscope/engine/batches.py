@@ -175,9 +175,14 @@ class LoaderClock:
             yield item
 
     @property
+    def elapsed(self) -> float:
+        """Seconds since the pass began."""
+        return time.perf_counter() - self.started
+
+    @property
     def wait_fraction(self) -> float:
-        """Share of the time since the pass began spent waiting for batches (0 to 1)."""
-        elapsed = time.perf_counter() - self.started
+        """Share of :attr:`elapsed` spent waiting for batches (0 to 1)."""
+        elapsed = self.elapsed
         return self.waited / elapsed if elapsed > 0 else 0.0
 
 

@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import functools
 import os
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -326,7 +325,7 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
             if checkpoint is not None:
                 checkpoint.after_batch(analyses, end, seen, log.skipped, guard.requested)
             bar.update(task, completed=end - part.start)  # after the batch: rate and time left count work done
-    note = loader_bound_note(clock.wait_fraction, time.perf_counter() - clock.started, chosen)
+    note = loader_bound_note(clock.wait_fraction, clock.elapsed, chosen)
     if note and say is not None and shard.rank == 0:
         say(note)
     if checkpoint is not None and start < total:

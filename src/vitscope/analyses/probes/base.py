@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 import torch
 
+from vitscope.analyses.attention.base import has_cls_token
 from vitscope.analyses.base import Analysis, Batch
 from vitscope.analyses.data_checks import DataFacts, class_problem, no_labels, no_regions, region_problem
 from vitscope.analyses.probes.result import ProbeResult
@@ -96,7 +97,7 @@ class LabelledFeatures(Analysis):
         """The image-level pooling on ``spec``: ``tokens``, with ``"auto"`` resolved from the model's prefix."""
         if self._cfg_tokens != "auto":
             return self._cfg_tokens
-        return "cls" if spec.num_prefix_tokens >= 1 and tuple(spec.prefix_kinds)[:1] == ("cls",) else "spatial_mean"
+        return "cls" if has_cls_token(spec) else "spatial_mean"
 
     def required_hooks(self, spec: ModelSpec) -> list[str]:
         return [f"blocks.*.{self._cfg_site}"]
