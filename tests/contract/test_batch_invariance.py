@@ -212,3 +212,37 @@ def test_images_decoded_in_worker_processes_give_the_same_bits(runs, world: str,
     moved = [name for name in want if not (_exactly(got[name].tensors, want[name].tensors)
                                            and _exactly(got[name].meta, want[name].meta))]
     assert not moved, f"decoding in workers moved: {moved}"
+
+
+@pytest.fixture(scope="module")
+def mixed_world(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from helpers.mixed_world import stretched_coco
+
+    return stretched_coco(tmp_path_factory.mktemp("mixed") / "world")
+
+
+#: what images of several grids change: the analyses that flatten every token of an image pool them instead
+MIXED = {**LIGHT, "cka": {"batch": 4, "tokens": "spatial_mean"}, "residual_cka": {"batch": 4, "tokens": "spatial_mean"}}
+
+
+def test_images_of_several_grids_give_the_same_numbers_whatever_the_batch(mixed_world: str) -> None:
+    """``--keep-aspect``: each image at its own grid, batches split by grid; every registered analysis runs (per
+    image, or per grid) and -b 3 (grids interleaved inside batches, groups of one image) equals -b 16."""
+    from vitscope.models.input_size import keeping_aspect
+
+    backbone = keeping_aspect(vitscope.load_model(MODELS["vit"]))
+    made = lambda: [a for a in (ANALYSES[n](**MIXED.get(n, {})) for n in sorted(ANALYSES))
+                    if a.supports(backbone.spec)]
+    assert {a.name for a in made()} == set(ANALYSES)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        got = {b: vitscope.run(backbone, mixed_world, made(), batch_size=b, progress=False) for b in (16, 3)}
+    finally:
+        torch.set_num_threads(threads)
+    assert got[16].grids == got[3].grids == {"6x10": 4, "8x8": 4, "5x12": 2, "9x6": 2}
+    assert got[16]["attention_distance"].meta["grids"] == got[16].grids
+    found = result_differences(got[3], got[16])
+    assert not found, "-b 3 moved:\n" + "\n".join(found)
+    assert "@5x12" in " ".join(got[16]["cls_attention_maps"].tensors)  # a map per grid
+    assert ANALYSES["cka"]().why_unsupported(backbone.spec).endswith("set cka.tokens=spatial_mean (or cls)")

@@ -161,11 +161,11 @@ def test_cls_maps_need_a_cls_token():
     assert "cls_attention_maps" not in {a.name for a in attention_suite(siglip)}
 
 
-def test_maps_refuse_a_second_input_size():
+def test_maps_refuse_a_second_model():
     acc = SpatialAverageMaps()
     acc.update(record_of([softmax_pattern(1, 2, 10)]), make_batch(make_spec(), 1))
-    with pytest.raises(ValueError, match="one input size"):
-        acc.update(record_of([softmax_pattern(1, 2, 13)]), make_batch(make_spec(grid=(3, 4)), 1))
+    with pytest.raises(ValueError, match="one model per analysis"):
+        acc.update(record_of([softmax_pattern(1, 3, 10)]), make_batch(make_spec(heads=3), 1))
 
 
 # ---------------------------------------------------------------- aligned maps and distance

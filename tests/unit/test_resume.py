@@ -94,7 +94,7 @@ def test_codec_round_trips_every_kind_of_state():
     from vitscope.analyses.attention.base import AttentionGeometry
 
     value = {"t": torch.arange(4.0), "a": np.arange(6, dtype=np.int16).reshape(2, 3), 3: {"s": {1, 2}},
-             "geometry": AttentionGeometry((0, 1), 4, (8, 8), 1, True), "tuple": (1, "x", None),
+             "geometry": AttentionGeometry((0, 1), 4, 1, True), "tuple": (1, "x", None),
              "scalar": np.float64(2.5), "store": store, "dtype": torch.float64}
     out = decode(torch.load(_save(encode(value)), weights_only=True))
     assert torch.equal(out["t"], value["t"]) and out["a"].dtype == np.int16 and (out["a"] == value["a"]).all()

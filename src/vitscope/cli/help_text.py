@@ -24,6 +24,11 @@ IMAGE_SIZE_HELP = ("Input side in pixels (a multiple of the patch size): the res
                    "follow, position embeddings are interpolated [the model's preprocessing: an alias's paper "
                    "settings, else its preprocessor_config.json, else its family's defaults at config.json's size].")
 
+#: ``--keep-aspect`` of every command that makes passes over a dataset
+KEEP_ASPECT_HELP = ("Keep each image's aspect ratio (no centre crop): resize it to the most patches that fit the "
+                    "model's square input, each side a multiple of the patch size (SigLIP 2 NaFlex's rule); images "
+                    "then have token grids of their own, listed in results.json [off; NaFlex models always keep it].")
+
 #: ``--workers`` of every command that makes passes over a dataset
 WORKERS_HELP = ("Processes that decode and preprocess images, batches ahead of the model; no number depends on it "
                 "(0: a thread of this process) [one per CPU less one, at most 8; 0 under 256 images].")

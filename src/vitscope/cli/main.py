@@ -18,6 +18,7 @@ from vitscope.cli.help_text import (
     CONFIG_HELP,
     FIGURE_FILES_HELP,
     IMAGE_SIZE_HELP,
+    KEEP_ASPECT_HELP,
     RESUME_HELP,
     WORKERS_HELP,
     analyses_epilog,
@@ -133,6 +134,7 @@ def analyze(
                                                     help="Least seconds between state saves [60]."),
     figure_files: bool | None = typer.Option(None, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
     image_size: int | None = typer.Option(None, "--image-size", min=1, help=IMAGE_SIZE_HELP),
+    keep_aspect: bool | None = typer.Option(None, "--keep-aspect/--no-keep-aspect", help=KEEP_ASPECT_HELP),
     workers: int | None = typer.Option(None, "--workers", min=0, help=WORKERS_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
     params_of: str | None = typer.Option(None, "--params-of", metavar="NAME", is_eager=True, callback=_params_of,
@@ -183,6 +185,7 @@ def compare(
                                                     help="Least seconds between state saves [60]."),
     figure_files: bool | None = typer.Option(None, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
     image_size: int | None = typer.Option(None, "--image-size", min=1, help=IMAGE_SIZE_HELP),
+    keep_aspect: bool | None = typer.Option(None, "--keep-aspect/--no-keep-aspect", help=KEEP_ASPECT_HELP),
     workers: int | None = typer.Option(None, "--workers", min=0, help=WORKERS_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
 ) -> None:

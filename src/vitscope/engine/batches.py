@@ -37,7 +37,8 @@ class LoadedBatch:
         paths: their names in outputs.
         targets: ground-truth key -> one value per image.
         pixels: ``[B, 3, H, W]`` when the loader also preprocessed them (the model's own preprocessing); the
-            decoded images are then not kept (``images`` is empty).
+            decoded images are then not kept (``images`` is empty). Images that keep their aspect ratio (a token
+            budget) come as a list of ``(positions, [b, 3, H, W])`` groups, one per input size.
         skipped: ``(path, reason)`` of the images of this batch that could not be read.
         error: with ``strict``, the first unreadable image's error (raised by the consumer, in its process).
     """
@@ -46,13 +47,15 @@ class LoadedBatch:
     indices: list[int]
     paths: list[str]
     targets: dict[str, list[Any]] = field(default_factory=dict)
-    pixels: torch.Tensor | None = None
+    pixels: torch.Tensor | list[tuple[list[int], torch.Tensor]] | None = None
     skipped: list[tuple[str, str]] = field(default_factory=list)
     error: ImageLoadError | None = None
 
     def pin_memory(self) -> LoadedBatch:
         """The same batch with its pixels in page-locked memory (the DataLoader calls this for a GPU)."""
-        if self.pixels is not None:
+        if isinstance(self.pixels, list):
+            self.pixels = [(positions, pixels.pin_memory()) for positions, pixels in self.pixels]
+        elif self.pixels is not None:
             self.pixels = self.pixels.pin_memory()
         return self
 

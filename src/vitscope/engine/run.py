@@ -37,11 +37,11 @@ from vitscope.errors import VitscopeRuntimeError, VitscopeValueError
 from vitscope.functional.attention_blocks import Workspace
 from vitscope.hooks.names import expand_names
 from vitscope.models.backbone import Backbone
-from vitscope.models.preprocess import normalise_pixels, resized_pixels
+from vitscope.models.preprocess import normalise_pixels, pixel_groups, resized_pixels
 from vitscope.models.views import StandardView
 
-__all__ = ["EmptyRunError", "Results", "loader_preprocessing", "required_hook_names", "resolve_device", "resolve_dtype",
-           "run"]
+__all__ = ["EmptyRunError", "Results", "grid_counts", "loader_preprocessing", "required_hook_names", "resolve_device",
+           "resolve_dtype", "run"]
 
 
 class EmptyRunError(VitscopeRuntimeError):
@@ -60,6 +60,8 @@ class Results(Mapping[str, Result]):
         data: the source's description with its fingerprint (the data entry of results.json).
         resumed_images: images the restored state already held (0 when the run started afresh).
         workers: the processes that decoded the images (0: a thread of the running process).
+        grids: ``"HxW"`` token grid (CNN: feature map) -> images that ran at it, most images first (one entry
+            unless images keep their aspect ratio); a resumed run counts the images of this process's pass only.
     """
 
     results: dict[str, Result]
@@ -69,6 +71,7 @@ class Results(Mapping[str, Result]):
     data: dict[str, Any] = field(default_factory=dict)
     resumed_images: int = 0
     workers: int = 0
+    grids: dict[str, int] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Result:
         return self.results[name]
@@ -113,23 +116,19 @@ class _Pass:
     workspace: Workspace
     view: Any
     stream: StreamPlan  # what happens to each hook as the model makes it
+    grids: dict[tuple[int, int], int] = field(default_factory=dict)  # token grid -> images of this process
 
     def batches(self, loaded: LoadedBatch) -> Iterator[tuple[Mapping[str, torch.Tensor], Batch]]:
         """``(record, batch)`` for every group of ``loaded`` that runs through the model together."""
         spec = self.backbone.spec
-        if self.view is None:  # the model's own preprocessing: the whole batch at once
-            pixels = loaded.pixels.to(self.device, non_blocking=True)  # pinned when workers load for a GPU
-            if pixels.dtype == torch.uint8:  # resized by the loader, normalised here (the same bits)
-                pixels = normalise_pixels(pixels, spec)
-            batch = self._batch(pixels, loaded, range(len(loaded.indices)), spec, spec.grid_for(*pixels.shape[-2:]),
-                                self.record)
-
-            def reduce(name: str, tensor: torch.Tensor) -> None:  # one hook, the moment the model makes it
-                self._feed(name, tensor, batch)
-
-            with self.record.reducing(self.stream.reduced, reduce, self.stream.kept), self.autocast:
-                self.backbone(pixels)
-            yield self.record, batch
+        if self.view is None:  # the model's own preprocessing: each input size of the batch at once
+            groups = loaded.pixels if isinstance(loaded.pixels, list) else [(range(len(loaded.indices)),
+                                                                              loaded.pixels)]
+            for positions, pixels in groups:
+                pixels = pixels.to(self.device, non_blocking=True)  # pinned when workers load for a GPU
+                if pixels.dtype == torch.uint8:  # resized by the loader, normalised here (the same bits)
+                    pixels = normalise_pixels(pixels, spec)
+                yield self.record, self._forward(pixels, loaded, positions)
             return
 
         def forward(pixels: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -143,10 +142,25 @@ class _Pass:
                 spec, num_prefix_tokens=group.num_prefix, prefix_kinds=(), grid=tuple(group.grid))
             pixels = group.pixels.to(self.device) if group.pixels is not None else None
             batch = self._batch(pixels, loaded, group.positions, group_spec, tuple(group.grid), group.tokens)
+            self.grids[tuple(group.grid)] = self.grids.get(tuple(group.grid), 0) + len(group.positions)
             for name in in_block_order(group.tokens):  # recorded whole here: streamed after the forward
                 for a in self.stream.streams.get(name, ()):
                     a.update_hook(name, group.tokens[name], batch)
             yield group.tokens, batch
+
+    def _forward(self, pixels: torch.Tensor, loaded: LoadedBatch, positions: Sequence[int]) -> Batch:
+        """Run the model on one group of the batch, feeding every hook to the analyses as the model makes it."""
+        spec = self.backbone.spec
+        grid = spec.grid_for(*pixels.shape[-2:])
+        batch = self._batch(pixels, loaded, positions, spec, grid, self.record)
+        self.grids[grid] = self.grids.get(grid, 0) + len(positions)
+
+        def reduce(name: str, tensor: torch.Tensor) -> None:  # one hook, the moment the model makes it
+            self._feed(name, tensor, batch)
+
+        with self.record.reducing(self.stream.reduced, reduce, self.stream.kept), self.autocast:
+            self.backbone(pixels)
+        return batch
 
     def _feed(self, name: str, tensor: torch.Tensor, batch: Batch) -> None:
         if name in self.stream.patterns:
@@ -271,12 +285,15 @@ def run(
                      progress, view, hooks, total, described, workers, log)
 
 
-def loader_preprocessing(backbone: Backbone) -> Callable[[list[Any]], torch.Tensor]:
+def loader_preprocessing(backbone: Backbone) -> Callable[[list[Any]], Any]:
     """What the loader does to a batch of images: the model's resize and crop to uint8 pixels (a quarter of the
-    bytes to send from a worker and to a GPU), normalised by :meth:`_Pass.batches` on the device; a backbone
-    with preprocessing of its own gets it whole in the loader."""
+    bytes to send from a worker and to a GPU), normalised by :meth:`_Pass.batches` on the device; images that
+    keep their aspect ratio (``spec.max_tokens``) come in groups of one input size (:func:`pixel_groups`); a
+    backbone with preprocessing of its own gets it whole in the loader."""
     if type(backbone).preprocess is not Backbone.preprocess:
         return backbone.preprocess
+    if backbone.spec.max_tokens:
+        return functools.partial(pixel_groups, spec=backbone.spec)
     return functools.partial(resized_pixels, spec=backbone.spec)
 
 
@@ -341,6 +358,7 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
             for a in analyses:
                 a.sync(exchange=exchange)
             seen, resumed = sum_over_ranks(seen, shard), sum_over_ranks(resumed, shard)
+            current.grids = _grids_over_ranks(current.grids, shard)
             skipped = sorted(gather_lists(skipped, shard), key=lambda s: s.path)
     if seen == 0:
         raise EmptyRunError(f"no readable image among {total} files ({len(skipped)} skipped)")
@@ -348,4 +366,18 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
     if shard.world > 1:
         with collectives(shard):
             barrier()  # every process has read the shared row shards before rank 0 may remove them at exit
-    return Results(results, seen, skipped, hooks, described, resumed, chosen)
+    return Results(results, seen, skipped, hooks, described, resumed, chosen, grid_counts(current.grids))
+
+
+def grid_counts(grids: Mapping[tuple[int, int], int]) -> dict[str, int]:
+    """``{(h, w): images}`` -> ``{"HxW": images}``, most images first (ties: the smaller grid first)."""
+    order = sorted(grids.items(), key=lambda kv: (-kv[1], kv[0]))
+    return {f"{h}x{w}": int(n) for (h, w), n in order}
+
+
+def _grids_over_ranks(grids: dict[tuple[int, int], int], shard: Any) -> dict[tuple[int, int], int]:
+    """The grids of every rank's images, added up."""
+    merged: dict[tuple[int, int], int] = {}
+    for grid, n in gather_lists([(tuple(g), n) for g, n in grids.items()], shard):
+        merged[grid] = merged.get(grid, 0) + n
+    return merged

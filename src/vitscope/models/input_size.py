@@ -11,7 +11,7 @@ from vitscope.errors import VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.models.spec import ModelSpec, input_text
 
-__all__ = ["describe_input", "parse_image_size", "with_image_size"]
+__all__ = ["describe_input", "keeping_aspect", "parse_image_size", "with_image_size"]
 
 
 def parse_image_size(image_size: int | Sequence[int]) -> tuple[int, int]:
@@ -63,6 +63,32 @@ def with_image_size(backbone: Backbone, image_size: int | Sequence[int]) -> Back
     resized.spec = replace(spec, image_size=size, grid=tuple(backbone.grid_at(size)), resize_size=resize,
                            preprocessing=f"{spec.preprocessing}; input size {_size_text(size)} set by the user")
     return resized
+
+
+def keeping_aspect(backbone: Backbone, max_tokens: int | None = None) -> Backbone:
+    """``backbone`` run on every image at its own aspect ratio (``--keep-aspect``): no centre crop; each image is
+    resized to the largest multiple of the patch size on each side with at most ``max_tokens`` patches (default:
+    the patches of the model's square input, so an image costs what it cost before), SigLIP 2 NaFlex's rule
+    (:func:`~vitscope.models.preprocess.aspect_size`). Images of one run then have different token grids:
+    ``vitscope.run`` groups each batch by grid. The given backbone is unchanged; the returned one shares its weights.
+
+    Raises:
+        VitscopeValueError: a CNN, or a model whose position embeddings are not interpolated.
+    """
+    spec = backbone.spec
+    if not spec.is_transformer:
+        raise VitscopeValueError(f"{spec.name} is a CNN; --keep-aspect applies to vision transformers (a CNN's "
+                                 "feature map follows any input size: use --image-size)")
+    if not backbone.resizable_input:
+        raise VitscopeValueError(f"{spec.name} runs at {_size_text(spec.image_size)} only (its position embeddings "
+                                 "are not interpolated), so it cannot keep each image's aspect ratio")
+    budget = int(max_tokens or spec.grid[0] * spec.grid[1])
+    if budget < 1:
+        raise VitscopeValueError(f"the token budget must be at least 1, got {max_tokens}")
+    kept = copy.copy(backbone)
+    kept.spec = replace(spec, max_tokens=budget, resize_size=None,
+                        preprocessing=f"{spec.preprocessing}; aspect ratio kept (at most {budget:,} patches)")
+    return kept
 
 
 def describe_input(spec: ModelSpec) -> str:

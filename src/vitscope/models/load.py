@@ -14,7 +14,8 @@ class UnknownModelError(ModelLoadError):
     """A name that is not registered, not a hub id (``hf:...``) and not a directory."""
 
 
-def load_model(name: str, device: str | None = None, image_size: int | tuple[int, int] | None = None) -> Backbone:
+def load_model(name: str, device: str | None = None, image_size: int | tuple[int, int] | None = None,
+               keep_aspect: bool = False) -> Backbone:
     """Load a model by name and return its Backbone (in eval mode).
 
     Its preprocessing comes from the checkpoint's ``preprocessor_config.json``, else the family's defaults at the
@@ -28,6 +29,8 @@ def load_model(name: str, device: str | None = None, image_size: int | tuple[int
         image_size: run the model on ``image_size x image_size`` (or ``(H, W)``) inputs instead: the resize, the
             crop and the token grid follow, position embeddings are interpolated
             (:func:`vitscope.models.input_size.with_image_size`).
+        keep_aspect: resize every image at its own aspect ratio, with at most the patches of the (square) input,
+            and no crop (:func:`vitscope.models.input_size.keeping_aspect`): images get grids of their own.
 
     Raises:
         UnknownModelError: the name is unknown; the message suggests the closest names.
@@ -39,6 +42,10 @@ def load_model(name: str, device: str | None = None, image_size: int | tuple[int
         from vitscope.models.input_size import with_image_size
 
         backbone = with_image_size(backbone, image_size)
+    if keep_aspect and not backbone.spec.max_tokens:  # NaFlex models keep it anyway
+        from vitscope.models.input_size import keeping_aspect
+
+        backbone = keeping_aspect(backbone)
     backbone.eval()
     return backbone.to(device) if device else backbone
 

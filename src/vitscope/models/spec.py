@@ -34,6 +34,10 @@ class ModelSpec:
         interpolation: PIL resampling used for the resize (``"bicubic"``, ``"bilinear"``, ...).
         preprocessing: where mean, std, resize and crop come from (the checkpoint's processor, the family's
             defaults, a registered alias, the user's image size...), shown in a run's output and report.
+        max_tokens: None: resize and centre crop to ``image_size`` (one grid for every image). A number: each
+            image keeps its aspect ratio and is resized to the largest multiple of the patch size on each side
+            with at most this many patches (SigLIP 2 NaFlex's rule; ``--keep-aspect``), so images of one run have
+            different grids; ``image_size`` and ``grid`` are then those of a square image.
     """
 
     name: str
@@ -54,6 +58,7 @@ class ModelSpec:
     resize_size: int | None = None
     interpolation: str = "bicubic"
     preprocessing: str = "ImageNet statistics (ModelSpec defaults)"
+    max_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if len(self.prefix_kinds) != self.num_prefix_tokens:
@@ -78,6 +83,8 @@ class ModelSpec:
     def to_dict(self) -> dict:
         """JSON-friendly description (for results.json and ``vitscope models``)."""
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        if self.max_tokens is None:  # one grid per run: nothing to say
+            del out["max_tokens"]
         return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
 
 
@@ -88,6 +95,10 @@ def input_text(spec: Mapping[str, Any]) -> str:
     (h, w), (gh, gw) = spec["image_size"], spec["grid"]
     resize = f"short side resized to {spec['resize_size']} px, centre crop" if spec.get("resize_size") else \
         "centre crop"
+    if spec.get("max_tokens"):
+        return (f"aspect ratio kept, at most {spec['max_tokens']:,} patches of {spec['patch_size']} px per image "
+                f"(a square image: {h}x{w} px, token grid {gh}x{gw}); preprocessing: "
+                f"{spec.get('preprocessing', 'not recorded')}")
     if spec.get("kind", "transformer") == "transformer":
         tokens = gh * gw + int(spec.get("num_prefix_tokens") or 0)
         grid = f"token grid {gh}x{gw} ({tokens:,} tokens)"

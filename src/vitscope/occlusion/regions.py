@@ -10,7 +10,7 @@ from PIL import Image
 
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.occlusion import boxes_pixel_mask, masks_bounding_boxes
-from vitscope.models.preprocess import resize_crop
+from vitscope.models.preprocess import frame_size, resize_crop
 from vitscope.models.spec import ModelSpec
 
 __all__ = ["REGIONS", "foreground_pixel_mask", "instance_masks_to_model"]
@@ -25,10 +25,11 @@ def instance_masks_to_model(masks: np.ndarray | Sequence[np.ndarray], spec: Mode
     (docs/methods.md, Shared rules: masks follow the pixels' geometric transform).
     """
     out = []
-    for m in np.asarray(masks):
+    masks = np.asarray(masks)
+    for m in masks:
         img = Image.fromarray(np.where(np.asarray(m) > 0, 255, 0).astype(np.uint8), mode="L")
         out.append(torch.from_numpy(np.asarray(resize_crop(img, spec, Image.Resampling.NEAREST)) > 127))
-    h, w = spec.image_size
+    h, w = frame_size(masks.shape[-2:], spec) if masks.ndim == 3 else spec.image_size  # no mask: its frame still
     return torch.stack(out) if out else torch.zeros(0, h, w, dtype=torch.bool)
 
 
@@ -45,6 +46,7 @@ def foreground_pixel_mask(masks: np.ndarray | Sequence[np.ndarray], spec: ModelS
     if region not in REGIONS:
         raise VitscopeValueError(f"region must be one of {REGIONS}, got {region!r}")
     model_masks = instance_masks_to_model(masks, spec)
+    frame = tuple(model_masks.shape[-2:])
     if region == "mask":
-        return model_masks.any(dim=0) if len(model_masks) else torch.zeros(spec.image_size, dtype=torch.bool)
-    return boxes_pixel_mask(masks_bounding_boxes(model_masks), spec.image_size)
+        return model_masks.any(dim=0) if len(model_masks) else torch.zeros(frame, dtype=torch.bool)
+    return boxes_pixel_mask(masks_bounding_boxes(model_masks), frame)

@@ -114,13 +114,15 @@ def panel_figure(optimised: torch.Tensor, top_images: Sequence[torch.Tensor | np
     return save_figure(fig, path, dpi=110, svg=False, tight=True)[0]
 
 
-def top_activation_grid(maps: torch.Tensor, scores: torch.Tensor, units: Sequence[str],
+def top_activation_grid(maps: torch.Tensor | Sequence[Sequence[torch.Tensor]], scores: torch.Tensor,
+                        units: Sequence[str],
                         pictures: Sequence[Sequence[torch.Tensor | None]], site: str, stem: str | Path,
                         side: int = 96, names: Sequence[Sequence[str | None]] | None = None) -> list[Path]:
     """The top images of several units, each with the unit's patch map drawn over it (Pillow, no matplotlib).
 
     Args:
-        maps: ``[U, k, h, w]`` patch activation maps (each min-max scaled on its own, magma).
+        maps: ``[U, k, h, w]`` patch activation maps, or ``maps[u][j]`` ``[h, w]`` each (images of several token
+            grids); each min-max scaled on its own, magma.
         scores: ``[U, k]`` the units' scores on those images (shown above them).
         units: a label per unit (row).
         pictures: ``pictures[u][j]`` the ``[S, S, 3]`` uint8 image under map ``(u, j)``, or None (map alone).
@@ -134,7 +136,7 @@ def top_activation_grid(maps: torch.Tensor, scores: torch.Tensor, units: Sequenc
     from vitscope.viz.labels import short_name
     from vitscope.viz.raster import Canvas, colorize, value_overlay
 
-    u, k, h, w = maps.shape
+    u, k = len(maps), len(maps[0]) if len(maps) else 0
     label_w = 70
     row = side + (38 if names else 24)
     canvas = Canvas(label_w + k * (side + 8) + 20, 40 + u * row + 50)

@@ -24,7 +24,7 @@ from vitscope.engine.provenance import model_identity
 from vitscope.engine.run import Results, run
 from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.models.backbone import Backbone
-from vitscope.models.input_size import describe_input, with_image_size
+from vitscope.models.input_size import describe_input, keeping_aspect, with_image_size
 from vitscope.models.load import load_model
 from vitscope.outputs import RunResult, prepare_output, write_run
 from vitscope.workflows.launch import role
@@ -141,8 +141,12 @@ def run_analyze(options: AnalyzeOptions, *, progress: bool | None = None, log: C
     out = prepare_output(options.out) if options.out is not None else None
     model = options.model
     model_id = model if isinstance(model, str) else model.spec.name
-    backbone = load_model(model, image_size=options.image_size) if isinstance(model, str) else \
-        model if options.image_size is None else with_image_size(model, options.image_size)
+    if isinstance(model, str):
+        backbone = load_model(model, image_size=options.image_size, keep_aspect=options.keep_aspect)
+    else:
+        backbone = model if options.image_size is None else with_image_size(model, options.image_size)
+    if options.keep_aspect and not backbone.spec.max_tokens:
+        backbone = keeping_aspect(backbone)
     source = as_source(options.data, strict=options.strict)  # the one Source of the run: vitscope.run takes it
     data_facts = DataFacts(source, limit=options.limit)
     chosen = choose_analyses(options.analyses, backbone.spec, data_facts.targets, options.params, data_facts)
@@ -161,7 +165,8 @@ def run_analyze(options: AnalyzeOptions, *, progress: bool | None = None, log: C
         config = options.record(model=model_id, data=str(data) if isinstance(data, (str, Path)) else source.name,
                                 analyses=[a.name for a in chosen])
         write_run(out, RunResult(
-            "analyze", config=config, results=dict(results), models=[model_identity(model_id, backbone)],
+            "analyze", config=config, results=dict(results),
+            models=[{**model_identity(model_id, backbone), "grids": results.grids}],
             data=results.data, num_images=results.num_images, skipped=results.skipped, skipped_analyses=not_run,
             extra={"hooks": results.hooks}, resumed_images=results.resumed_images, workers=results.workers),
             progress=progress, log=log, figure_files=options.figure_files)

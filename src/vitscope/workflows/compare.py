@@ -52,7 +52,7 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
     runs, identities, counts, skipped, data, extra, not_run, notes = [], [], {}, {}, {}, {}, {}, []
     workers = None
     for name, model_id in models:  # one at a time: only one model is in memory (a failed name resumes cheaply)
-        backbone = load_model(model_id, image_size=options.image_size)
+        backbone = load_model(model_id, image_size=options.image_size, keep_aspect=options.keep_aspect)
         analyses, cannot = compare_analyses(backbone.spec, targets, selection, params, facts)
         left_out = cannot if selection else compare_not_run(backbone.spec, targets)
         for analysis, reason in left_out.items():
@@ -66,7 +66,7 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
         workers = results.workers
         runs.append(ModelRun(model_id, backbone.spec, dict(results.items()), name))
         identities.append({**model_identity(model_id, backbone), "display_name": name,
-                           "analyses": [a.name for a in analyses]})
+                           "analyses": [a.name for a in analyses], "grids": results.grids})
         counts[name] = results.num_images
         skipped.update((s.path, s) for s in results.skipped)
         data = results.data

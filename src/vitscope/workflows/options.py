@@ -100,6 +100,7 @@ class PassOptions:
     checkpoint_seconds: float = option("float", 60.0, minimum=0)
     figure_files: bool = option("bool", False)
     image_size: int | tuple[int, int] | None = option("int", minimum=1)  # None: the model's own preprocessing
+    keep_aspect: bool = option("bool", False)  # each image at its own aspect ratio and token grid
     workers: int | None = option("int", minimum=0)  # None: chosen from the CPUs (engine.settings.loader_workers)
     config_file: str | None = None
 

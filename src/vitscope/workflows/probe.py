@@ -170,7 +170,7 @@ def run_probe(options: ProbeOptions, log: Callable[[str], None] | None = None, d
     if void not in VOID_RULES:  # before any model or data is loaded
         raise VitscopeValueError(f"--davis-void must be one of {', '.join(VOID_RULES)}, got {void!r}")
     out = prepare_output(options.out)
-    backbone = load_model(options.model, image_size=options.image_size)
+    backbone = load_model(options.model, image_size=options.image_size, keep_aspect=options.keep_aspect)
     require_blocks(backbone, "per-block")  # before any data is read: a CNN fails at once
     if log:
         log(describe_input(backbone.spec))

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from vitscope.analyses.base import Analysis, Batch, Figure, Result
+from vitscope.analyses.grids import by_images, grid_key
 from vitscope.analyses.registry import register_analysis
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.moments import merge_moments
@@ -114,7 +115,8 @@ class MeanActivation(Analysis):
         self._cfg_hooks: tuple[str, ...] | None = tuple(hooks) if hooks is not None else None
         self._cfg_ddof = int(ddof)
         self._cfg_save = save
-        # per hook: image count, mean [N, D] and M2 [N, D] (float64, CPU), merged with Chan's formula
+        # per hook and token grid ("HOOK@HxW"): image count, mean [N, D] and M2 [N, D] (float64), merged with
+        # Chan's formula; images of different grids have different token positions
         self.add_state("count", {}, reduce="sum")
         self.add_state("mean", {}, reduce="mean", count="count")
         self.add_state("m2", {}, reduce="variance", mean="mean", count="count")
@@ -149,7 +151,7 @@ class MeanActivation(Analysis):
         for key in keys:
             moments = self.reduced(key, record, batch)
             if moments is not None:
-                self._fold(key, *moments)
+                self._fold(f"{key}@{grid_key(batch.grid)}", *moments)
 
     def stream_hooks(self, spec: ModelSpec) -> list[str]:
         return list(self.patterns(spec))
@@ -192,22 +194,42 @@ class MeanActivation(Analysis):
         for key, mean in getattr(other, "mean", {}).items():
             self._check_shape(key, mean.shape)
 
+    def _named(self) -> dict[str, str]:
+        """Result name -> state key: each hook's grid of most images as the hook's name, the others ``HOOK@HxW``."""
+        grids: dict[str, list[tuple[str, float]]] = {}
+        for state in self.count:
+            hook, _, grid = state.rpartition("@")
+            grids.setdefault(hook, []).append((grid, self.count[state]))
+        names = {}
+        for hook in sorted(grids, key=natural_key):
+            for j, (grid, _) in enumerate(by_images(grids[hook])):
+                names[hook if j == 0 else f"{hook}@{grid}"] = f"{hook}@{grid}"
+        return names
+
     def compute(self) -> Result:
         tensors: dict[str, torch.Tensor] = {}
-        keys = sorted(self.count, key=natural_key)
-        for key in keys:
-            n, mean = self.count[key], self.mean[key]
+        named = self._named()
+        keys = [k for k in named if "@" not in k]
+        for key, state in named.items():
+            n, mean = self.count[state], self.mean[state]
             if n > self._cfg_ddof:
-                var = self.m2[key] / (n - self._cfg_ddof)
+                var = self.m2[state] / (n - self._cfg_ddof)
             else:
                 var = torch.full_like(mean, float("nan"))
             tensors[f"{key}.mean"] = mean.clone()
             tensors[f"{key}.var"] = var
             tensors[f"{key}.token_norm"] = mean.norm(dim=-1)
-        num_images = int(max(self.count.values())) if self.count else 0
+        per_hook: dict[str, float] = {}
+        for state, n in self.count.items():
+            per_hook[state.rpartition("@")[0]] = per_hook.get(state.rpartition("@")[0], 0) + n
+        num_images = int(max(per_hook.values())) if per_hook else 0
         meta = {"num_images": num_images, "hooks": keys, "ddof": self._cfg_ddof, "saved": list(SAVED[self._cfg_save])}
-        for key in keys:
-            if self.count[key] <= self._cfg_ddof:
+        if len(named) > len(keys):  # images of several grids: each grid's token positions apart
+            first = keys[0]
+            meta["grids"] = {state.partition("@")[2]: int(self.count[state]) for name, state in named.items()
+                             if name == first or name.startswith(first + "@")}
+        for key, state in named.items():
+            if self.count[state] <= self._cfg_ddof:
                 note_null(meta, f"{key}.var", f"a variance with ddof={self._cfg_ddof} needs more than "
                           f"{self._cfg_ddof} image(s)")
         return MeanActivationResult(name=self.name, tensors=tensors, meta=meta)

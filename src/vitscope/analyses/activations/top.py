@@ -67,7 +67,8 @@ class TopActivationsResult(Result):
     The long table holds scores and indices; the maps go to ``<name>.npz``.
     """
 
-    DIMS = {"*.maps": ("unit", "rank", "row", "column"), "pictures": ("image", "y", "x", "channel"),
+    DIMS = {"*.maps": ("unit", "rank", "row", "column"), "*.map_grids": ("unit", "rank", "axis"),
+            "pictures": ("image", "y", "x", "channel"),
             "*": ("unit", "rank")}
 
     def arrays(self) -> dict[str, torch.Tensor]:
@@ -82,7 +83,8 @@ class TopActivationsResult(Result):
                 from vitscope.viz.featviz_figures import top_activation_grid
 
                 maps, scores = self.tensors[f"{hook}.maps"], self.tensors[f"{hook}.scores"]
-                channels = self.meta["mapped"][hook][: min(SHOWN_UNITS, maps.shape[0])]
+                maps = map_images(maps, self.tensors.get(f"{hook}.map_grids"))
+                channels = self.meta["mapped"][hook][: min(SHOWN_UNITS, len(maps))]
                 index = {i: n for n, i in enumerate(self.meta.get("picture_indices", []))}
                 pictures = self.tensors.get("pictures")
                 rows = self.tensors[f"{hook}.indices"][: len(channels)].tolist()
@@ -100,6 +102,32 @@ class TopActivationsResult(Result):
                                        "file name below.",
                                        "paper 001, fig. 2 and 5", title=f"Top activations: {hook}"))
         return figures
+
+
+def _padded(maps: torch.Tensor, length: int) -> torch.Tensor:
+    """``[M, n, K]`` -> ``[M, n, length]``, NaN after the first ``K``."""
+    if maps.shape[-1] == length:
+        return maps
+    return torch.nn.functional.pad(maps, (0, length - maps.shape[-1]), value=float("nan"))
+
+
+def _maps_of(key: str, held: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``{key}.maps`` ``[M, k, h, w]`` when every kept image has one grid; else ``[M, k, K]`` (each map its image's
+    patches row by row, NaN after them) with ``{key}.map_grids`` ``[M, k, 2]``, every map's ``(h, w)``."""
+    maps, grids = held["maps"], held["grids"]
+    if grids.numel() and bool((grids == grids.reshape(-1, 2)[0]).all()):
+        h, w = (int(v) for v in grids.reshape(-1, 2)[0])
+        return {f"{key}.maps": maps[..., : h * w].reshape(*maps.shape[:2], h, w).clone()}
+    return {f"{key}.maps": maps.clone(), f"{key}.map_grids": grids.clone()}
+
+
+def map_images(maps: torch.Tensor, grids: torch.Tensor | None) -> list[list[torch.Tensor]]:
+    """Every map of :func:`_maps_of`'s output as its own ``[h, w]`` tensor: ``out[u][j]``."""
+    if grids is None:
+        return [[maps[u, j] for j in range(maps.shape[1])] for u in range(maps.shape[0])]
+    return [[maps[u, j, : int(grids[u, j, 0]) * int(grids[u, j, 1])].reshape(int(grids[u, j, 0]),
+                                                                              int(grids[u, j, 1]))
+             for j in range(maps.shape[1])] for u in range(maps.shape[0])]
 
 
 @register_analysis("top_activations", order=150)
@@ -201,20 +229,28 @@ class TopActivations(Analysis):
                                                                                           len(channels))
         scores = units.double().mean(dim=1).T.cpu()  # [C, B]
         # a copy: a view would keep the whole [B, K, C] activation alive while later blocks run
-        maps = units[..., :m].float().permute(2, 0, 1).reshape(m, -1, h, w).cpu().clone()  # [M, B, h, w]
-        return channels, scores, maps
+        maps = units[..., :m].float().permute(2, 0, 1).reshape(m, -1, h * w).cpu().clone()  # [M, B, h*w]
+        # images of several grids (a token budget): every map as long as the budget, so heaps of any grid (and
+        # of other processes) line up
+        maps = _padded(maps, batch.spec.max_tokens or h * w)
+        grids = torch.tensor([h, w], dtype=torch.int64).expand(m, maps.shape[1], 2)
+        return channels, scores, (maps, grids)
 
     def _fold(self, key: str, channels: list[int], scores: torch.Tensor, indices: torch.Tensor,
-              maps: torch.Tensor) -> None:
-        """Merge candidates ``scores [C, n]``, ``indices [C, n]``, ``maps [M, n, h, w]`` into the heaps of ``key``."""
-        m = maps.shape[0]
+              maps: tuple[torch.Tensor, torch.Tensor]) -> None:
+        """Merge candidates ``scores [C, n]``, ``indices [C, n]`` and ``maps``: ``([M, n, K], grids [M, n, 2])``
+        (each map its image's ``h * w`` patches row by row; under a token budget ``K`` is the budget, NaN after
+        the image's patches) into the heaps of ``key``."""
+        flat, grids = maps
+        m = flat.shape[0]
         top = {"scores": scores, "indices": indices}
-        mapped = {"scores": scores[:m], "indices": indices[:m], "maps": maps}
+        mapped = {"scores": scores[:m], "indices": indices[:m], "maps": flat, "grids": grids}
         if key in self.top:
             held = self.mapped[key]
-            if held["maps"].shape[2:] != maps.shape[2:] or self.channels[key] != channels:
+            if held["maps"].shape[-1] != flat.shape[-1] or self.channels[key] != channels:
                 raise VitscopeValueError(f"top_activations: '{key}' changed grid or channels between batches; "
-                                         "use one input size per run")
+                                         "use one input size per run, or keep each image's aspect ratio "
+                                         "(--keep-aspect) for grids of their own")
             top = {name: torch.cat([self.top[key][name], value], dim=1) for name, value in top.items()}
             mapped = {name: torch.cat([held[name], value], dim=1) for name, value in mapped.items()}
         # total order: score descending, then dataset index ascending
@@ -252,7 +288,7 @@ class TopActivations(Analysis):
         for key in keys:
             for field in ("scores", "indices"):
                 tensors[f"{key}.{field}"] = self.top[key][field].clone()
-            tensors[f"{key}.maps"] = self.mapped[key]["maps"].clone()
+            tensors.update(_maps_of(key, self.mapped[key]))
         shown = sorted(self._shown_indices() & set(self.pictures))
         if shown:
             tensors["pictures"] = torch.stack([self.pictures[i] for i in shown])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 from abc import abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -12,13 +12,14 @@ import torch
 
 from vitscope.analyses.base import Analysis, Batch, thumbnails
 from vitscope.analyses.batch import ATTENTION_BLOCKS
+from vitscope.analyses.grids import by_images, grid_key, grid_of
 from vitscope.analyses.state import first_seen
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.attention_blocks import BlockStats, random_block_statistics
 from vitscope.hooks.names import split_block_name
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["PATTERN_HOOKS", "AttentionAccumulator", "AttentionGeometry", "has_cls_token"]
+__all__ = ["PATTERN_HOOKS", "AttentionAccumulator", "AttentionGeometry", "grid_key", "grid_of", "has_cls_token"]
 
 PATTERN_HOOKS = "blocks.*.attn.pattern"
 RANDOM_KINDS: tuple[str, ...] = ("uniform", "gaussian")
@@ -31,25 +32,17 @@ def has_cls_token(spec: ModelSpec) -> bool:
 
 @dataclass(frozen=True)
 class AttentionGeometry:
-    """What must agree between batches (and between merged accumulators) of an attention analysis."""
+    """What must agree between batches (and between merged accumulators) of an attention analysis. The token grid
+    may differ from batch to batch (images that keep their aspect ratio): each batch's is ``batch.grid``, and
+    the accumulator counts the images of every grid (its ``grids`` state)."""
 
     blocks: tuple[int, ...]
     num_heads: int
-    grid: tuple[int, int]
     num_prefix: int
     has_cls: bool
 
-    @property
-    def num_spatial(self) -> int:
-        return self.grid[0] * self.grid[1]
-
-    @property
-    def num_tokens(self) -> int:
-        return self.num_prefix + self.num_spatial
-
     def describe(self) -> dict:
-        return {"blocks": list(self.blocks), "num_heads": self.num_heads, "grid": list(self.grid),
-                "num_prefix": self.num_prefix}
+        return {"blocks": list(self.blocks), "num_heads": self.num_heads, "num_prefix": self.num_prefix}
 
 
 class AttentionAccumulator(Analysis):
@@ -83,6 +76,7 @@ class AttentionAccumulator(Analysis):
         self._cfg_random_kind = random_kind
         self.add_state("num_images", 0, reduce="sum")
         self.add_state("geometry", None, reduce="same")
+        self.add_state("grids", {}, reduce="sum")  # "HxW" -> images seen at that token grid
         self.add_state("model", None, reduce="same")  # spec.name of the model, for figure legends
         self._declare_sums()
 
@@ -110,20 +104,40 @@ class AttentionAccumulator(Analysis):
     def _declare_sums(self) -> None:
         """Declare the analysis's own sums (``add_state``)."""
 
-    def _adopt(self, geometry: AttentionGeometry) -> bool:
-        """Accept ``geometry`` (first batch) or check it matches; True when the sums are still empty."""
+    def _adopt(self, geometry: AttentionGeometry, grid: Sequence[int], images: int) -> bool:
+        """Accept ``geometry`` (first batch) or check it matches, and count ``images`` at ``grid``; True when the
+        sums are still empty."""
+        key = grid_key(grid)
+        self.grids[key] = self.grids.get(key, 0) + int(images)
         if self.geometry is None:
             self.geometry = geometry
             return True
         if geometry != self.geometry:
             raise VitscopeValueError(
-                f"{self.name}: this batch has blocks {list(geometry.blocks)}, {geometry.num_heads} heads, grid "
-                f"{geometry.grid} and {geometry.num_prefix} prefix tokens, but earlier ones had blocks "
-                f"{list(self.geometry.blocks)}, {self.geometry.num_heads} heads, grid {self.geometry.grid} and "
-                f"{self.geometry.num_prefix} prefix tokens; attention maps are averaged over one input size, "
-                "so resize the images to one size"
+                f"{self.name}: this batch has blocks {list(geometry.blocks)}, {geometry.num_heads} heads and "
+                f"{geometry.num_prefix} prefix tokens, but earlier ones had blocks {list(self.geometry.blocks)}, "
+                f"{self.geometry.num_heads} heads and {self.geometry.num_prefix} prefix tokens: one model per analysis"
             )
         return False
+
+    # ------------------------------------------------------------ grids
+
+    def grid_counts(self) -> list[tuple[tuple[int, int], int]]:
+        """``((h, w), images)`` of every grid seen, most images first (ties: the smaller grid first); the first
+        is the run's main grid, whose results carry the plain names."""
+        return [(grid_of(k), int(n)) for k, n in by_images(self.grids.items())]
+
+    def main_grid(self) -> tuple[int, int]:
+        return self.grid_counts()[0][0]
+
+    def over_grids(self, fn: Callable[[tuple[int, int]], torch.Tensor]) -> torch.Tensor:
+        """``fn(grid)`` of one grid, or, over images of several grids, its mean weighted by their images (a
+        per-image quantity's dataset mean, e.g. of a random baseline that depends on the grid)."""
+        counts = self.grid_counts()
+        if len(counts) == 1:
+            return fn(counts[0][0])
+        total = sum(n for _, n in counts)
+        return sum(fn(grid) * (n / total) for grid, n in counts)
 
     def own_needs(self) -> frozenset[str]:
         """Per-block quantities (:data:`~vitscope.functional.attention_blocks.QUANTITIES`) this analysis reads."""
@@ -166,7 +180,7 @@ class AttentionAccumulator(Analysis):
                 f"{self.name}: the patterns have N = {shape[-1]} tokens, but grid {grid[0]}x{grid[1]} plus "
                 f"{p} prefix tokens of {spec.name} makes {p + grid[0] * grid[1]}"
             )
-        geometry = AttentionGeometry(tuple(i for i, _ in found), int(shape[1]), grid, p, has_cls_token(spec))
+        geometry = AttentionGeometry(tuple(i for i, _ in found), int(shape[1]), p, has_cls_token(spec))
         return geometry, pairs
 
     def _block_stats(self, record: Mapping[str, torch.Tensor], batch: Batch) -> tuple[AttentionGeometry, list]:
@@ -180,7 +194,7 @@ class AttentionAccumulator(Analysis):
         geometry, stats = self._block_stats(record, batch)
         if stats[0].batch_size == 0:
             return
-        self._adopt(geometry)
+        self._adopt(geometry, batch.grid, stats[0].batch_size)
         self.model = self.model or batch.spec.name
         self._update_blocks(geometry, stats, batch)
 
@@ -190,17 +204,21 @@ class AttentionAccumulator(Analysis):
 
     # ------------------------------------------------------------ random baseline
 
-    def _random(self) -> tuple[BlockStats, ...]:
-        """Random-baseline statistics of every block of the accumulated geometry (cached per run)."""
+    def _random(self, grid: Sequence[int] | None = None) -> tuple[BlockStats, ...]:
+        """Random-baseline statistics of every block at ``grid`` (default: the main grid; cached per run)."""
         g = self.geometry
+        grid = tuple(grid) if grid is not None else self.main_grid()
         return random_block_statistics(self._cfg_seed, self._cfg_random_kind, self._cfg_random_samples,
-                                       len(g.blocks), g.num_heads, g.grid, g.num_prefix)
+                                       len(g.blocks), g.num_heads, grid, g.num_prefix)
 
     def _base_meta(self) -> dict:
         random = {"seed": self._cfg_seed, "kind": self._cfg_random_kind, "samples": self._cfg_random_samples}
         meta = {"num_images": self.num_images, "model": self.model, "random": random}
         if self.geometry is not None:
             meta.update(self.geometry.describe())
+        if self.grids:
+            meta["grid"] = list(self.main_grid())
+            meta["grids"] = {grid_key(g): n for g, n in self.grid_counts()}
         return meta
 
 
@@ -234,16 +252,33 @@ class ChosenImages:
             self.image_pixels.setdefault(idx, pixels)
             self.image_names.setdefault(idx, image_name(batch.paths[j]) if j < len(batch.paths) else f"image {idx}")
 
-    def _chosen_names(self) -> list[str]:
-        """The chosen images' names (file names), in increasing index order."""
-        return [self.image_names.get(i, f"image {i}") for i in sorted(self.image_maps)]
+    def _chosen_names(self, indices: Sequence[int] | None = None) -> list[str]:
+        """The chosen images' names (file names), in increasing index order (default: every chosen image)."""
+        return [self.image_names.get(i, f"image {i}") for i in (sorted(self.image_maps) if indices is None
+                                                               else indices)]
 
-    def _chosen_tensors(self) -> dict[str, torch.Tensor]:
-        """``image_maps`` ``[I, ...]`` and ``images`` ``[I, H, W, 3]`` in increasing index order (empty if none)."""
-        if not self.image_maps:
+    def _chosen_tensors(self, indices: Sequence[int] | None = None, suffix: str = "") -> dict[str, torch.Tensor]:
+        """``image_maps`` ``[I, ...]`` and ``images`` ``[I, H, W, 3]`` of ``indices`` (default: every chosen image)
+        in increasing index order, named with ``suffix`` (empty if none)."""
+        order = sorted(self.image_maps) if indices is None else list(indices)
+        if not order:
             return {}
-        order = sorted(self.image_maps)
-        return {"image_maps": torch.stack([self.image_maps[i] for i in order]),
-                "images": torch.stack([self.image_pixels[i] for i in order])}
+        return {f"image_maps{suffix}": torch.stack([self.image_maps[i] for i in order]),
+                f"images{suffix}": torch.stack([self.image_pixels[i] for i in order])}
 
-
+    def _chosen_by_grid(self, main: tuple[int, int]) -> tuple[dict, dict[str, torch.Tensor]]:
+        """Meta and tensors of the chosen images: those on the ``main`` grid as ``image_indices`` /
+        ``image_names`` / ``image_maps`` / ``images``, the others per grid (``other_grids[HxW]`` in meta,
+        tensors named ``...@HxW``): maps of different grids are not one tensor."""
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i in sorted(self.image_maps):
+            groups.setdefault(tuple(int(v) for v in self.image_maps[i].shape[-2:]), []).append(i)
+        on_main = groups.pop(tuple(main), [])
+        meta: dict = {"image_indices": on_main, "image_names": self._chosen_names(on_main)}
+        tensors = self._chosen_tensors(on_main)
+        for grid, indices in sorted(groups.items()):
+            key = grid_key(grid)
+            meta.setdefault("other_grids", {})[key] = {"image_indices": indices,
+                                                      "image_names": self._chosen_names(indices)}
+            tensors.update(self._chosen_tensors(indices, f"@{key}"))
+        return meta, tensors

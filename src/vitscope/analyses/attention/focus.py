@@ -81,6 +81,19 @@ class AttentionFocus(AttentionAccumulator):
     def _declare_sums(self) -> None:
         self.add_state("entropy_sum", None, reduce="sum")  # [L, H] float64
         self.add_state("focus_sum", None, reduce="sum")
+        # the same, each image's divided by the log of its own token counts (images of several grids)
+        self.add_state("entropy_normalised_sum", None, reduce="sum")
+        self.add_state("focus_normalised_sum", None, reduce="sum")
+
+    @staticmethod
+    def _logs(geometry: AttentionGeometry, grid: tuple[int, int]) -> tuple[float, float]:
+        """``(log N, log K)``: every token and the spatial tokens of ``grid``."""
+        k = int(grid[0]) * int(grid[1])
+        return math.log(geometry.num_prefix + k), math.log(k)
+
+    @staticmethod
+    def _normalised(x: torch.Tensor, log: float) -> torch.Tensor:
+        return x / log if log > 0 else torch.zeros_like(x)
 
     @staticmethod
     def _sums(stats: list[BlockStats] | tuple[BlockStats, ...]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -91,20 +104,37 @@ class AttentionFocus(AttentionAccumulator):
     def _update_blocks(self, geometry: AttentionGeometry, stats: list[BlockStats], batch: Batch) -> None:
         entropy, focus = self._sums(stats)
         self.entropy_sum, self.focus_sum = added(self.entropy_sum, entropy), added(self.focus_sum, focus)
+        log_n, log_k = self._logs(geometry, batch.grid)
+        self.entropy_normalised_sum = added(self.entropy_normalised_sum, self._normalised(entropy, log_n))
+        self.focus_normalised_sum = added(self.focus_normalised_sum, self._normalised(focus, log_k))
         self.num_images += stats[0].batch_size
 
     def compute(self) -> AttentionFocusResult:
         meta = self._base_meta()
         if self.num_images == 0:
             return AttentionFocusResult(name=self.name, tensors={}, meta=meta)
-        g = self.geometry
-        log_n, log_k = math.log(g.num_tokens), math.log(g.num_spatial)
-        random_entropy, random_focus = (x / self._cfg_random_samples for x in self._sums(self._random()))
+        g, samples = self.geometry, self._cfg_random_samples
+
+        def random(grid: tuple[int, int]) -> tuple[torch.Tensor, ...]:  # entropy, focus and both normalised
+            entropy, focus = (x / samples for x in self._sums(self._random(grid)))
+            log_n, log_k = self._logs(g, grid)
+            return entropy, focus, self._normalised(entropy, log_n), self._normalised(focus, log_k)
+
+        counts = self.grid_counts()
+        n = self.num_images
+        if len(counts) == 1:  # one grid: normalise the means (as the sums per image would, to rounding)
+            log_n, log_k = self._logs(g, counts[0][0])
+            entropy, focus = self.entropy_sum / n, self.focus_sum / n
+            mine = (entropy, focus, self._normalised(entropy, log_n), self._normalised(focus, log_k))
+        else:
+            mine = (self.entropy_sum / n, self.focus_sum / n, self.entropy_normalised_sum / n,
+                    self.focus_normalised_sum / n)
         tensors = {}
-        for prefix, entropy, focus in (("", self.entropy_sum / self.num_images, self.focus_sum / self.num_images),
-                                       ("random_", random_entropy, random_focus)):
-            tensors[f"{prefix}entropy"] = entropy
-            tensors[f"{prefix}entropy_normalised"] = entropy / log_n if log_n > 0 else torch.zeros_like(entropy)
-            tensors[f"{prefix}focus"] = focus
-            tensors[f"{prefix}focus_normalised"] = focus / log_k if log_k > 0 else torch.zeros_like(focus)
+        for prefix, values in (("", mine), ("random_", tuple(self.over_grids(lambda grid, i=i: random(grid)[i])
+                                                              for i in range(4)))):
+            for name, value in zip(("entropy", "focus", "entropy_normalised", "focus_normalised"), values):
+                tensors[f"{prefix}{name}"] = value
+        tensors = {k: tensors[k] for k in ("entropy", "entropy_normalised", "focus", "focus_normalised",
+                                           "random_entropy", "random_entropy_normalised", "random_focus",
+                                           "random_focus_normalised")}
         return AttentionFocusResult(name=self.name, tensors=tensors, meta=meta)

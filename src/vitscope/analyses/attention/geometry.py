@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from vitscope.analyses.attention.base import AttentionAccumulator, AttentionGeometry
+from vitscope.analyses.attention.base import AttentionAccumulator, AttentionGeometry, grid_key
 from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
 from vitscope.analyses.state import added
@@ -21,7 +21,8 @@ __all__ = ["AlignedAttention", "AlignedAttentionResult", "AttentionDistance", "A
 class AlignedAttentionResult(Result):
     """Result of :class:`AlignedAttention`: the AAAM grid, a per-head table and the table of offset heads."""
 
-    DIMS = {"*aaam": ("block", "head", "dy", "dx"), "offset": ("block", "head", "axis"),
+    DIMS = {"*aaam": ("block", "head", "dy", "dx"), "*aaam@*": ("block", "head", "dy", "dx"),
+            "offset": ("block", "head", "axis"),
             "peak": ("block", "head", "axis"), "*": ("block", "head")}
 
     def head_table(self):
@@ -102,23 +103,33 @@ class AlignedAttention(AttentionAccumulator):
         super().__init__(seed=seed, random_samples=random_samples, random_kind=random_kind)
 
     def _declare_sums(self) -> None:
-        self.add_state("aaam_sum", None, reduce="sum")  # [L, H, 2h-1, 2w-1] float64
+        self.add_state("aaam_sum", {}, reduce="sum")  # "HxW" grid -> [L, H, 2h-1, 2w-1] float64
 
     def _canvas(self, stats: list[BlockStats]) -> torch.Tensor:
         sh, sw = grid_tables(stats[0].grid).canvas_shape
         return torch.stack([s.aligned for s in stats]).reshape(len(stats), -1, sh, sw)
 
     def _update_blocks(self, geometry: AttentionGeometry, stats: list[BlockStats], batch: Batch) -> None:
-        canvas = self._canvas(stats)
-        self.aaam_sum = added(self.aaam_sum, canvas)
+        key = grid_key(batch.grid)  # a canvas per grid shape: offsets of different grids are different cells
+        self.aaam_sum[key] = added(self.aaam_sum.get(key), self._canvas(stats))
         self.num_images += stats[0].batch_size
 
     def compute(self) -> AlignedAttentionResult:
+        """The main grid's maps, offsets and head types under the plain names; each other grid's maps as
+        ``aaam@HxW`` / ``random_aaam@HxW`` and its head types as ``meta["other_grids"][HxW]``."""
         meta = {**self._base_meta(), "thresholds": dict(self._cfg_thresholds)}
         if self.num_images == 0:
             return AlignedAttentionResult(name=self.name, tensors={}, meta=meta)
-        aaam = self.aaam_sum / self.num_images
-        random = self._canvas(list(self._random())) / self._cfg_random_samples
+        (main, n), *others = self.grid_counts()
+        tensors: dict[str, torch.Tensor] = {}
+        for grid, count in others:
+            key = grid_key(grid)
+            aaam = self.aaam_sum[key] / count
+            tensors[f"aaam@{key}"] = aaam
+            tensors[f"random_aaam@{key}"] = self._canvas(list(self._random(grid))) / self._cfg_random_samples
+            meta.setdefault("other_grids", {})[key] = {"head_types": local_head_type(aaam, **self._cfg_thresholds)[0]}
+        aaam = self.aaam_sum[grid_key(main)] / n
+        random = self._canvas(list(self._random(main))) / self._cfg_random_samples
         offset, norm = aligned_offset(aaam)
         types, peak = local_head_type(aaam, **self._cfg_thresholds)
         random_types, _ = local_head_type(random, **self._cfg_thresholds)
@@ -133,7 +144,7 @@ class AlignedAttention(AttentionAccumulator):
             "random_head_types": random_types,
         })
         tensors = {"aaam": aaam, "random_aaam": random, "offset": offset, "offset_norm": norm, "peak": peak,
-                   "centre_mass": centre, "random_offset_norm": aligned_offset(random)[1]}
+                   "centre_mass": centre, "random_offset_norm": aligned_offset(random)[1], **tensors}
         return AlignedAttentionResult(name=self.name, tensors=tensors, meta=meta)
 
 
@@ -205,7 +216,7 @@ class AttentionDistance(AttentionAccumulator):
         if self.num_images == 0:
             return AttentionDistanceResult(name=self.name, tensors={}, meta=meta)
         distance = self.distance_sum / self.num_images
-        random = self._distance(list(self._random())) / self._cfg_random_samples
+        random = self.over_grids(lambda grid: self._distance(list(self._random(grid))) / self._cfg_random_samples)
         tensors = {"distance": distance, "block_mean": distance.mean(dim=-1), "random_distance": random,
                    "random_block_mean": random.mean(dim=-1)}
         return AttentionDistanceResult(name=self.name, tensors=tensors, meta=meta)

@@ -18,7 +18,7 @@ from vitscope.analyses.attention.base import PATTERN_HOOKS, AttentionAccumulator
 from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.batch import ATTENTION_BLOCKS, SIFT_KEYPOINTS, recorded_patterns
 from vitscope.analyses.registry import register_analysis
-from vitscope.analyses.state import first_seen
+from vitscope.analyses.state import added, first_seen
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.attention_blocks import BlockStats
 from vitscope.functional.interrelation import RULES, interrelation, random_interrelation
@@ -218,6 +218,8 @@ class Interrelation(AttentionAccumulator):
         self.add_state("sums", {}, reduce="sum")  # "KK" / "NK" -> [L, H]
         self.add_state("counts", {}, reduce="sum")
         self.add_state("focus_sum", None, reduce="sum")
+        self.add_state("focus_normalised_sum", None, reduce="sum")  # each image's over the log of its patches
+        self.add_state("patches", 0, reduce="sum")  # spatial tokens of every image
         self.add_state("keypoints", 0, reduce="sum")
         self.add_state("keypoint_patches", 0, reduce="sum")
         self.add_state("images_with_keypoints", 0, reduce="sum")
@@ -229,7 +231,7 @@ class Interrelation(AttentionAccumulator):
         geometry, pairs = self._patterns(record, batch)
         if pairs[0][1].shape[0] == 0:
             return
-        self._adopt(geometry)
+        self._adopt(geometry, batch.grid, pairs[0][1].shape[0])
         self.model = self.model or batch.spec.name
         blocks = batch.quantity(ATTENTION_BLOCKS, record, self.NEEDS)
         stats = [blocks[i] for i, _ in pairs]
@@ -245,7 +247,7 @@ class Interrelation(AttentionAccumulator):
             self.sums[q] = s if q not in self.sums else self.sums[q] + s
             self.counts[q] = c if q not in self.counts else self.counts[q] + c
         self._update_blocks(geometry, stats, batch)
-        self._update_baseline(counts, geometry)
+        self._update_baseline(counts, geometry, batch.grid)
         self.keypoints += int(counts.sum())
         self.keypoint_patches += int((counts > 0).sum())
         self.images_with_keypoints += int((counts.flatten(1) > 0).any(dim=1).sum())
@@ -253,9 +255,9 @@ class Interrelation(AttentionAccumulator):
             if int(idx) in self._cfg_images and int(idx) not in self.chosen:
                 self.chosen[int(idx)] = (thumbnails(batch, [j])[0], counts[j].clone())
 
-    def _update_baseline(self, counts: torch.Tensor, geometry: AttentionGeometry) -> None:
+    def _update_baseline(self, counts: torch.Tensor, geometry: AttentionGeometry, grid: tuple[int, int]) -> None:
         """Add every image's KK and NK under random attention (mean over the random heads)."""
-        rand = random_interrelation(counts, geometry.grid, geometry.num_prefix, self._cfg_lam, self._cfg_rule,
+        rand = random_interrelation(counts, tuple(grid), geometry.num_prefix, self._cfg_lam, self._cfg_rule,
                                     self._cfg_seed, self._cfg_random_samples, self._cfg_random_kind)
         for q in ("KK", "NK"):
             v = rand[q].nanmean(dim=1)
@@ -290,6 +292,10 @@ class Interrelation(AttentionAccumulator):
     def _update_blocks(self, geometry: AttentionGeometry, stats: list[BlockStats], batch: Batch) -> None:
         focus = torch.stack([s.focus.sum(dim=0) for s in stats]).to(torch.float64).cpu()
         self.focus_sum = focus if self.focus_sum is None else self.focus_sum + focus
+        k = int(batch.grid[0]) * int(batch.grid[1])
+        normalised = focus / math.log(k) if k > 1 else torch.zeros_like(focus)
+        self.focus_normalised_sum = added(self.focus_normalised_sum, normalised)
+        self.patches += k * stats[0].batch_size
         self.num_images += stats[0].batch_size
 
     def compute(self) -> InterrelationResult:
@@ -306,8 +312,13 @@ class Interrelation(AttentionAccumulator):
             tensors[q], tensors[twin] = mean, 1 - mean
         focus = self.focus_sum / self.num_images
         tensors["focus"] = focus
-        log_k = torch.log(torch.tensor(float(g.num_spatial), dtype=torch.float64))
-        tensors["focus_normalised"] = focus / log_k if g.num_spatial > 1 else torch.zeros_like(focus)
+        (main, _), *others = self.grid_counts()
+        k = main[0] * main[1]
+        if others:  # images of several grids: each normalised by its own patches
+            tensors["focus_normalised"] = self.focus_normalised_sum / self.num_images
+        else:
+            log_k = torch.log(torch.tensor(float(k), dtype=torch.float64))
+            tensors["focus_normalised"] = focus / log_k if k > 1 else torch.zeros_like(focus)
         for q in (*QUANTITIES, "focus"):
             tensors[f"{q}_blocks"] = tensors[q].nanmean(dim=-1)
         for q in QUANTITIES:  # an image's KK (NK) is defined when it has a (non-)keypoint patch
@@ -315,11 +326,12 @@ class Interrelation(AttentionAccumulator):
                 note_null(meta, q, f"no image had a {'keypoint' if q in ('KK', 'KN') else 'non-keypoint'} patch")
             if tensors[f"{q}_blocks"].isnan().any():
                 note_null(meta, f"{q}_blocks", meta[NULL_REASONS][q])
-        if self.chosen:
-            order = sorted(self.chosen)
-            tensors["images"] = torch.stack([self.chosen[i][0] for i in order])
-            tensors["keypoint_counts"] = torch.stack([self.chosen[i][1] for i in order])
-            meta["image_indices"] = order
+        if self.chosen:  # the chosen images of the main grid (those of other grids are not one tensor)
+            order = [i for i in sorted(self.chosen) if tuple(self.chosen[i][1].shape) == tuple(main)]
+            if order:
+                tensors["images"] = torch.stack([self.chosen[i][0] for i in order])
+                tensors["keypoint_counts"] = torch.stack([self.chosen[i][1] for i in order])
+                meta["image_indices"] = order
         counts = {}
         for q in ("KK", "NK"):
             mean, std, counts[q] = self._baseline(q)
@@ -339,6 +351,6 @@ class Interrelation(AttentionAccumulator):
             if not v:
                 note_null(meta, f"stage_focus.{k}", "no block is in this stage")
         meta["mean_keypoints"] = self.keypoints / self.num_images
-        meta["keypoint_patch_fraction"] = self.keypoint_patches / (self.num_images * g.num_spatial)
+        meta["keypoint_patch_fraction"] = self.keypoint_patches / self.patches
         meta["images_with_keypoints"] = self.images_with_keypoints
         return InterrelationResult(name=self.name, tensors=tensors, meta=meta)

@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import torch
 
-from vitscope.analyses.attention.base import AttentionAccumulator, AttentionGeometry, ChosenImages
+from vitscope.analyses.attention.base import AttentionAccumulator, AttentionGeometry, ChosenImages, grid_key
 from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
 from vitscope.analyses.result import ExplorerMaps
@@ -31,8 +31,8 @@ def _renormalise(x: torch.Tensor) -> torch.Tensor:
 class AttentionMapsResult(Result):
     """Result of :class:`CLSAttentionMaps` / :class:`SpatialAverageMaps`: blocks x heads grids of maps."""
 
-    DIMS = {"*mean_map": ("block", "head", "row", "column"),
-            "image_maps": ("image", "block", "head", "row", "column"), "images": ("image", "y", "x", "channel")}
+    DIMS = {"*mean_map": ("block", "head", "row", "column"), "*mean_map@*": ("block", "head", "row", "column"),
+            "image_maps*": ("image", "block", "head", "row", "column"), "images*": ("image", "y", "x", "channel")}
 
     def _mean_text(self) -> tuple[str, str]:
         """The caption and paper figure of the dataset-average maps (the figure and the explorer)."""
@@ -61,13 +61,22 @@ class AttentionMapsResult(Result):
                         "The same maps for random attention (the baseline every map is compared with).",
                         "paper 002, fig. 17 (baseline)"),
         ]
-        indices = self.meta.get("image_indices", [])
-        names = self.meta.get("image_names") or [f"image {i}" for i in indices]
-        for j, (idx, name) in enumerate(zip(indices, names)):
-            image = self.tensors["images"][j] if "images" in self.tensors else None
-            figures.append(self.figure(f"_image{idx}", grid(self.tensors["image_maps"][j], f"{what}, {name}", image),
-                                       f"{sentence_case(what)} maps of {name} (image {idx}), every block and head.",
-                                       "paper 002, fig. 11 to 13", title=f"{sentence_case(what)} maps: {name}"))
+        for key, count in list(self.meta.get("grids", {}).items())[1:]:  # images of the other token grids
+            figures.append(self.figure(f"_mean_grid{key}", grid(self.tensors[f"mean_map@{key}"],
+                                                                f"{what}, mean over {count} images of grid {key}"),
+                                       f"{self._mean_text()[0]} Images whose token grid is {key} ({count}).",
+                                       self._mean_text()[1], title=f"{sentence_case(what)}: grid {key}"))
+        groups = [("", self.meta)] + [(f"@{key}", group) for key, group in self.meta.get("other_grids", {}).items()]
+        for suffix, group in groups:
+            indices = group.get("image_indices", [])
+            names = group.get("image_names") or [f"image {i}" for i in indices]
+            for j, (idx, name) in enumerate(zip(indices, names)):
+                image = self.tensors[f"images{suffix}"][j] if f"images{suffix}" in self.tensors else None
+                figures.append(self.figure(f"_image{idx}", grid(self.tensors[f"image_maps{suffix}"][j],
+                                                                f"{what}, {name}", image),
+                                           f"{sentence_case(what)} maps of {name} (image {idx}), every block and "
+                                           "head.", "paper 002, fig. 11 to 13",
+                                           title=f"{sentence_case(what)} maps: {name}"))
         return figures
 
     def explorer_maps(self) -> ExplorerMaps | None:
@@ -108,7 +117,7 @@ class _MapAccumulator(ChosenImages, AttentionAccumulator):
         super().__init__(seed=seed, random_samples=random_samples, random_kind=random_kind)
 
     def _declare_sums(self) -> None:
-        self.add_state("map_sum", None, reduce="sum")  # [L, H, h, w] float64
+        self.add_state("map_sum", {}, reduce="sum")  # "HxW" grid -> [L, H, h, w] float64
         self._declare_chosen()
 
     @abstractmethod
@@ -116,10 +125,11 @@ class _MapAccumulator(ChosenImages, AttentionAccumulator):
         """Per-image map ``[B, H, K]`` of one block."""
 
     def _update_blocks(self, geometry: AttentionGeometry, stats: list[BlockStats], batch: Batch) -> None:
-        h, w = geometry.grid
+        h, w = batch.grid
         maps = torch.stack([self._maps(s) for s in stats], dim=1)  # [B, L, H, K]
         maps = maps.reshape(*maps.shape[:3], h, w)
-        self.map_sum = added(self.map_sum, maps.sum(dim=0).to(torch.float64))
+        key = grid_key(batch.grid)
+        self.map_sum[key] = added(self.map_sum.get(key), maps.sum(dim=0).to(torch.float64))
         self.num_images += maps.shape[0]
         self._keep_chosen(batch, maps)
 
@@ -128,11 +138,16 @@ class _MapAccumulator(ChosenImages, AttentionAccumulator):
                 "image_names": self._chosen_names()}
         if self.num_images == 0:
             return AttentionMapsResult(name=self.name, tensors={}, meta=meta)
-        h, w = self.geometry.grid
-        rand = torch.stack([self._maps(s).mean(dim=0) for s in self._random()]).reshape(-1, self.geometry.num_heads,
-                                                                                          h, w)
-        tensors = {"mean_map": self.map_sum / self.num_images, "random_mean_map": rand.to(torch.float64).cpu()}
-        tensors.update(self._chosen_tensors())
+        tensors: dict[str, torch.Tensor] = {}
+        for j, (grid, n) in enumerate(self.grid_counts()):  # the main grid's maps under the plain names
+            suffix = "" if j == 0 else f"@{grid_key(grid)}"
+            rand = torch.stack([self._maps(s).mean(dim=0) for s in self._random(grid)])
+            tensors[f"mean_map{suffix}"] = self.map_sum[grid_key(grid)] / n
+            tensors[f"random_mean_map{suffix}"] = rand.reshape(-1, self.geometry.num_heads, *grid).to(
+                torch.float64).cpu()
+        chosen_meta, chosen = self._chosen_by_grid(self.main_grid())
+        meta.update(chosen_meta)
+        tensors.update(chosen)
         return AttentionMapsResult(name=self.name, tensors=tensors, meta=meta)
 
 

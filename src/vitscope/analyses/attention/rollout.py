@@ -7,7 +7,13 @@ from pathlib import Path
 
 import torch
 
-from vitscope.analyses.attention.base import PATTERN_HOOKS, AttentionAccumulator, AttentionGeometry, ChosenImages
+from vitscope.analyses.attention.base import (
+    PATTERN_HOOKS,
+    AttentionAccumulator,
+    AttentionGeometry,
+    ChosenImages,
+    grid_key,
+)
 from vitscope.analyses.base import Batch, Figure, Result
 from vitscope.analyses.batch import recorded_patterns
 from vitscope.analyses.registry import register_analysis
@@ -23,25 +29,34 @@ __all__ = ["AttentionRollout", "AttentionRolloutResult"]
 class AttentionRolloutResult(Result):
     """Result of :class:`AttentionRollout`: the rollout maps over the chosen images."""
 
-    DIMS = {"mean_rollout": ("query", "key"), "*_map": ("row", "column"),
-            "image_maps": ("image", "row", "column"), "images": ("image", "y", "x", "channel")}
+    DIMS = {"mean_rollout*": ("query", "key"), "*_map": ("row", "column"), "*_map@*": ("row", "column"),
+            "image_maps*": ("image", "row", "column"), "images*": ("image", "y", "x", "channel")}
 
     def figures(self) -> list[Figure]:
-        """``<name>``: the chosen images with their rollout overlaid, the dataset and random maps."""
+        """``<name>``: the chosen images with their rollout overlaid, the dataset and random maps; with images of
+        several token grids, ``<name>_grid<HxW>`` for each other grid."""
         if "mean_map" not in self.tensors:
             return []
+        grids = list(self.meta.get("grids", {}).items())
+        others = self.meta.get("other_grids", {})
+        groups = [("", "", self.meta, grids[0][1] if grids else self.meta.get("num_images", 0))]
+        groups += [(f"@{key}", f"_grid{key}", others.get(key, {}), n) for key, n in grids[1:]]
+        figures = []
+        for suffix, stem, group, count in groups:
+            where = f" of grid {suffix[1:]}" if suffix else ""
 
-        def draw(path: Path) -> list[Path]:
-            from vitscope.viz.attention_maps import rollout_figure
+            def draw(path: Path, suffix=suffix, group=group, count=count, where=where) -> list[Path]:
+                from vitscope.viz.attention_maps import rollout_figure
 
-            return rollout_figure(self.tensors.get("images"), self.tensors.get("image_maps"),
-                                  self.meta.get("image_names") or self.meta.get("image_indices", []),
-                                  self.tensors["mean_map"],
-                                  self.tensors["random_map"], f"Attention rollout ({self.meta.get('head_fusion')} "
-                                  f"over heads), {self.meta.get('num_images', 0)} images", path)
+                return rollout_figure(self.tensors.get(f"images{suffix}"), self.tensors.get(f"image_maps{suffix}"),
+                                      group.get("image_names") or group.get("image_indices", []),
+                                      self.tensors[f"mean_map{suffix}"], self.tensors[f"random_map{suffix}"],
+                                      f"Attention rollout ({self.meta.get('head_fusion')} over heads), {count} "
+                                      f"images{where}", path)
 
-        return [self.figure("", draw, "Attention rollout maps (dataset mean and single images).",
-                            "paper 000, section 3.2 (rollout redistribution)")]
+            figures.append(self.figure(stem, draw, f"Attention rollout maps (dataset mean and single images){where}.",
+                                       "paper 000, section 3.2 (rollout redistribution)"))
+        return figures
 
 
 @register_analysis("attention_rollout", groups=("attention",), order=90)
@@ -115,15 +130,15 @@ class AttentionRollout(ChosenImages, AttentionAccumulator):
         super().update(record, batch)
 
     def _declare_sums(self) -> None:
-        self.add_state("rollout_sum", None, reduce="sum")  # [N', N'] float64
-        self.add_state("map_sum", None, reduce="sum")  # [h, w] float64
+        self.add_state("rollout_sum", {}, reduce="sum")  # "HxW" grid -> [N', N'] float64
+        self.add_state("map_sum", {}, reduce="sum")  # "HxW" grid -> [h, w] float64
         self._declare_chosen()
 
     def _uses_cls(self, geometry: AttentionGeometry) -> bool:
         return geometry.has_cls and not self._cfg_exclude_prefix
 
-    def _maps(self, r: torch.Tensor, geometry: AttentionGeometry) -> torch.Tensor:
-        """Display maps ``[B, h, w]`` of the rollouts ``r`` ``[B, N', N']``."""
+    def _maps(self, r: torch.Tensor, geometry: AttentionGeometry, grid: tuple[int, int]) -> torch.Tensor:
+        """Display maps ``[B, h, w]`` of the rollouts ``r`` ``[B, N', N']`` of ``grid``."""
         p = geometry.num_prefix
         q0 = 0 if self._cfg_exclude_prefix else p  # first spatial token of R
         if self._uses_cls(geometry):
@@ -132,13 +147,14 @@ class AttentionRollout(ChosenImages, AttentionAccumulator):
             maps = r[:, q0:, q0:].sum(dim=1)
         s = maps.sum(dim=-1, keepdim=True)
         maps = maps / torch.where(s == 0, torch.ones_like(s), s)
-        return maps.reshape(-1, *geometry.grid)
+        return maps.reshape(-1, *grid)
 
     def _update_blocks(self, geometry: AttentionGeometry, stats: list[BlockStats], batch: Batch) -> None:
         r = self.per_batch(batch)["rollout"]
-        maps = self._maps(r, geometry)
-        r_sum, m_sum = r.sum(dim=0).to(torch.float64), maps.sum(dim=0).to(torch.float64)
-        self.rollout_sum, self.map_sum = added(self.rollout_sum, r_sum), added(self.map_sum, m_sum)
+        maps = self._maps(r, geometry, batch.grid)
+        key = grid_key(batch.grid)
+        self.rollout_sum[key] = added(self.rollout_sum.get(key), r.sum(dim=0).to(torch.float64))
+        self.map_sum[key] = added(self.map_sum.get(key), maps.sum(dim=0).to(torch.float64))
         self.num_images += r.shape[0]
         self._keep_chosen(batch, maps)
 
@@ -149,12 +165,17 @@ class AttentionRollout(ChosenImages, AttentionAccumulator):
         if self.num_images == 0:
             return AttentionRolloutResult(name=self.name, tensors={}, meta=meta)
         meta["map_source"] = "cls" if self._uses_cls(self.geometry) else "spatial_average"
-        r, g = None, self.geometry
-        for pattern in random_patterns(self._cfg_seed, self._cfg_random_kind, self._cfg_random_samples,
-                                       len(g.blocks), g.num_heads, g.grid, g.num_prefix):
-            r = self._step(r, fuse_heads(pattern, self._cfg_head_fusion), g.num_prefix)
-        random_maps = self._maps(r, self.geometry)
-        tensors = {"mean_rollout": self.rollout_sum / self.num_images, "mean_map": self.map_sum / self.num_images,
-                   "random_map": random_maps.mean(dim=0).to(torch.float64)}
-        tensors.update(self._chosen_tensors())
+        g, tensors = self.geometry, {}
+        for k, (grid, n) in enumerate(self.grid_counts()):  # the main grid's under the plain names
+            suffix, key = ("" if k == 0 else f"@{grid_key(grid)}"), grid_key(grid)
+            r = None
+            for pattern in random_patterns(self._cfg_seed, self._cfg_random_kind, self._cfg_random_samples,
+                                           len(g.blocks), g.num_heads, grid, g.num_prefix):
+                r = self._step(r, fuse_heads(pattern, self._cfg_head_fusion), g.num_prefix)
+            tensors.update({f"mean_rollout{suffix}": self.rollout_sum[key] / n,
+                            f"mean_map{suffix}": self.map_sum[key] / n,
+                            f"random_map{suffix}": self._maps(r, g, grid).mean(dim=0).to(torch.float64)})
+        chosen_meta, chosen = self._chosen_by_grid(self.main_grid())
+        meta.update(chosen_meta)
+        tensors.update(chosen)
         return AttentionRolloutResult(name=self.name, tensors=tensors, meta=meta)

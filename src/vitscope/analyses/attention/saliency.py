@@ -201,17 +201,19 @@ class SaliencyIoU(AttentionAccumulator):
         union = (pred | gt).sum(dim=-1, dtype=torch.float64)
         return inter / union
 
-    def _random_masks(self, device: torch.device) -> dict[str, torch.Tensor]:
-        """``source -> [L, S, H, K]`` bool mass masks of the random baseline's maps (computed once, on ``device``)."""
+    def _random_masks(self, device: torch.device, grid: tuple[int, int]) -> dict[str, torch.Tensor]:
+        """``source -> [L, S, H, K]`` bool mass masks of the random baseline's maps at ``grid`` (computed once per
+        grid, on ``device``)."""
         cache = getattr(self, "_cfg_random_masks", None)
         key = (self.geometry, self._cfg_seed, self._cfg_random_kind, self._cfg_random_samples, self._cfg_mass,
                str(device))
         if cache is None or cache[0] != key:
-            stats = self._random()
-            masks = {s: self._masks(torch.stack([self._map(b, s) for b in stats]), self.geometry.grid).to(device)
-                     for s in self._sources(self.geometry)}
-            self._cfg_random_masks = cache = (key, masks)
-        return cache[1]
+            self._cfg_random_masks = cache = (key, {})
+        if grid not in cache[1]:
+            stats = self._random(grid)
+            cache[1][grid] = {s: self._masks(torch.stack([self._map(b, s) for b in stats]), grid).to(device)
+                              for s in self._sources(self.geometry)}
+        return cache[1][grid]
 
     def _update_blocks(self, geometry: AttentionGeometry, stats: list[BlockStats], batch: Batch) -> None:
         gt = self._ground_truth(batch)  # [B, K] bool, host data made by the loader: read with numpy
@@ -224,10 +226,11 @@ class SaliencyIoU(AttentionAccumulator):
         gt = torch.from_numpy(np.ascontiguousarray(gt[rows])).to(device, non_blocking=True)
         rows = torch.from_numpy(rows).to(device, non_blocking=True)
         heads = geometry.num_heads
-        random = self._random_masks(device)
+        grid = (int(batch.grid[0]), int(batch.grid[1]))
+        random = self._random_masks(device, grid)
         for source in self._sources(geometry):
             maps = torch.stack([self._map(s, source) for s in stats], dim=1).index_select(0, rows)  # [n, L, H, K]
-            iou = self._iou(self._masks(maps, geometry.grid).permute(1, 2, 0, 3), gt)  # [L, H, n]
+            iou = self._iou(self._masks(maps, grid).permute(1, 2, 0, 3), gt)  # [L, H, n]
             best = iou.argmax(dim=1)  # [L, n], ties -> the lowest head
             rand = self._iou(random[source].unsqueeze(-2), gt)  # [L, S, H, n]
             add = {"iou_sum": iou.sum(dim=-1), "best_sum": iou.amax(dim=1).sum(dim=-1),

@@ -52,7 +52,9 @@ class AttentionStats(Analysis):
 
     Result tensors: ``entropy`` ``[L, H]`` (nats), ``entropy_normalised`` ``[L, H]`` = entropy /
     log(N) (0 when N = 1), ``max_attention`` ``[L, H]``; rows follow ``meta["blocks"]``.
-    meta: ``num_images``, ``num_tokens``, ``blocks``.
+    meta: ``num_images``, ``num_tokens`` (of most images), ``blocks``; with images of several token grids,
+    ``tokens`` (images per sequence length) and ``entropy_normalised`` divides each image's entropy by the log of
+    its own number of tokens.
     """
 
     description = ("Entropy of every attention row over all keys and the largest attention weight, per block and "
@@ -64,10 +66,12 @@ class AttentionStats(Analysis):
     def __init__(self) -> None:
         super().__init__()
         self.add_state("num_images", 0, reduce="sum")
-        self.add_state("num_tokens", None, reduce="same")
+        self.add_state("tokens", {}, reduce="sum")  # N (tokens of an image) -> images
+        # each image's entropy over the log of its own N (images of several token grids)
         self.add_state("blocks", [], reduce="same")
         self.add_state("sum_entropy", None, reduce="sum")  # [L, H] float64
         self.add_state("sum_max", None, reduce="sum")
+        self.add_state("sum_entropy_normalised", None, reduce="sum")
 
     def required_hooks(self, spec: ModelSpec) -> list[str]:
         return [PATTERN_HOOKS]
@@ -104,12 +108,15 @@ class AttentionStats(Analysis):
         self._add([i for i, _ in found], int(shape[0]), int(shape[-1]), torch.stack(entropy), torch.stack(peak))
 
     def _add(self, blocks: list[int], n: int, num_tokens: int, s_ent: torch.Tensor, s_max: torch.Tensor) -> None:
-        """Add sums ``[L, H]`` over ``n`` images."""
+        """Add sums ``[L, H]`` over ``n`` images of ``num_tokens`` tokens each."""
         if n == 0:
             return
+        log_n = math.log(num_tokens)
+        s_norm = s_ent / log_n if log_n > 0 else torch.zeros_like(s_ent)
+        self.tokens[str(num_tokens)] = self.tokens.get(str(num_tokens), 0) + n
         if self.num_images == 0:
-            self.blocks, self.num_tokens = list(blocks), num_tokens
-            self.sum_entropy, self.sum_max = s_ent.clone(), s_max.clone()
+            self.blocks = list(blocks)
+            self.sum_entropy, self.sum_max, self.sum_entropy_normalised = s_ent.clone(), s_max.clone(), s_norm
             self.num_images = n
             return
         if list(blocks) != self.blocks or s_ent.shape != self.sum_entropy.shape:
@@ -117,22 +124,25 @@ class AttentionStats(Analysis):
                 f"attention_stats: blocks {list(blocks)} x {s_ent.shape[-1]} heads do not match the "
                 f"accumulated blocks {self.blocks} x {self.sum_entropy.shape[-1]} heads"
             )
-        if num_tokens != self.num_tokens:
-            raise VitscopeValueError(
-                f"attention_stats: attention over {num_tokens} tokens here but {self.num_tokens} before; "
-                "entropy is compared across images of one input size, so resize the images to one size"
-            )
         self.sum_entropy = added(self.sum_entropy, s_ent)
+        self.sum_entropy_normalised = added(self.sum_entropy_normalised, s_norm)
         self.sum_max = added(self.sum_max, s_max)
         self.num_images += n
 
     def compute(self) -> AttentionStatsResult:
-        meta = {"num_images": self.num_images, "num_tokens": self.num_tokens or 0, "blocks": list(self.blocks)}
+        counts = sorted(((int(n), k) for n, k in self.tokens.items()), key=lambda nk: (-nk[1], nk[0]))  # most first
+        meta = {"num_images": self.num_images, "num_tokens": int(counts[0][0]) if counts else 0,
+                "blocks": list(self.blocks)}
+        if len(counts) > 1:
+            meta["tokens"] = {str(n): int(k) for n, k in counts}  # images of every sequence length
         if self.num_images == 0:
             return AttentionStatsResult(name=self.name, tensors={}, meta=meta)
         entropy = self.sum_entropy / self.num_images
-        log_n = math.log(self.num_tokens)
-        normalised = entropy / log_n if log_n > 0 else torch.zeros_like(entropy)
+        if len(counts) == 1:
+            log_n = math.log(counts[0][0])
+            normalised = entropy / log_n if log_n > 0 else torch.zeros_like(entropy)
+        else:  # each image normalised by its own number of tokens
+            normalised = self.sum_entropy_normalised / self.num_images
         tensors = {
             "entropy": entropy,
             "entropy_normalised": normalised,

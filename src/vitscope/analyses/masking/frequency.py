@@ -57,7 +57,9 @@ class FrequencyFiltering(ModelAccumulator):
         fractions: cut-off radii as fractions of ``min(H, W) / 2``.
         clamp: clip the filtered images to ``[0, 1]`` before normalising (default False: the plain filter).
 
-    State: ``num_images``, ``full_correct``, ``correct`` ``[2, R]`` float64 (low, high).
+    State: ``num_images``, ``full_correct``, ``correct`` ``[2, R]`` float64 (low, high), ``radii`` (input size
+    ``"HxW"`` -> radii in pixels). meta ``radii``: the radii in pixels, or ``{"HxW": radii}`` when images kept
+    their aspect ratios (each filtered at its own size's radii).
     """
 
     description = ("Accuracy after low-pass and high-pass filtering in the Fourier domain, over a sweep of cut-off "
@@ -78,7 +80,7 @@ class FrequencyFiltering(ModelAccumulator):
     def _declare_counts(self) -> None:
         self.add_state("full_correct", torch.zeros((), dtype=torch.float64), reduce="sum")
         self.add_state("correct", torch.zeros(len(KINDS), len(self._cfg_fractions), dtype=torch.float64))
-        self.add_state("radii", None, reduce="same")
+        self.add_state("radii", {}, reduce="same")  # "HxW" input size in pixels -> radii in pixels
 
     def _update_counts(self, record: Mapping[str, torch.Tensor], batch: Batch, labels: torch.Tensor) -> None:
         spec = batch.spec
@@ -86,12 +88,13 @@ class FrequencyFiltering(ModelAccumulator):
         std = torch.tensor(spec.std, dtype=batch.pixels.dtype, device=batch.pixels.device).view(1, 3, 1, 1)
         images = batch.pixels * std + mean
         half = min(batch.pixels.shape[-2:]) / 2
-        self.radii = [f * half for f in self._cfg_fractions]
+        radii = [f * half for f in self._cfg_fractions]
+        self.radii["x".join(str(int(v)) for v in batch.pixels.shape[-2:])] = radii
         full = topk_correct(self._logits(batch.pixels, batch), labels, 1).sum().to(torch.float64)
         self.full_correct = added(self.full_correct, full)  # counts stay on the batch's device
         self.correct = self.correct.to(full.device)
         for i, kind in enumerate(KINDS):
-            for j, radius in enumerate(self.radii):
+            for j, radius in enumerate(radii):
                 filtered = frequency_filter(images, radius, kind)
                 if self._cfg_clamp:
                     filtered = filtered.clamp(0, 1)
@@ -99,7 +102,9 @@ class FrequencyFiltering(ModelAccumulator):
                 self.correct[i, j] += topk_correct(logits, labels, 1).sum()
 
     def compute(self) -> FrequencyFilteringResult:
-        meta = self._meta() | {"kinds": list(KINDS), "fractions": list(self._cfg_fractions), "radii": self.radii,
+        # radii in pixels: of the one input size, or per input size when images kept their aspect ratios
+        radii = next(iter(self.radii.values())) if len(self.radii) == 1 else dict(sorted(self.radii.items()))
+        meta = self._meta() | {"kinds": list(KINDS), "fractions": list(self._cfg_fractions), "radii": radii or None,
                                "clamp": self._cfg_clamp}
         if self.num_images == 0:
             return FrequencyFilteringResult(name=self.name, tensors={}, meta=meta)

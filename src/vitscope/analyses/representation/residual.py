@@ -24,6 +24,7 @@ from vitscope.analyses.representation.cka import (
     merge_hsic,
     new_hsic_state,
     prepared,
+    ragged_tokens_reason,
 )
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.cka_grams import row_norms
@@ -127,6 +128,9 @@ class ResidualCKA(Analysis):
 
     def required_hooks(self, spec: ModelSpec) -> list[str]:
         return [f"blocks.*.{s}" for s in _SITES]
+
+    def why_unsupported(self, spec: ModelSpec) -> str | None:
+        return ragged_tokens_reason(self.name, self._cfg_tokens, spec)
 
     def stream_hooks(self, spec: ModelSpec) -> list[str]:
         return self.required_hooks(spec)
