@@ -98,7 +98,7 @@ def test_hf_patterns_equal_eager_attention(kind):
     with torch.no_grad():
         with b.record("blocks.*.attn.pattern") as rec:
             b(x)
-        ref = eager(pixel_values=x, output_attentions=True, **kw).attentions
+        ref = wrap(eager, name=kind)(x, output_attentions=True, **kw).attentions  # the model's own inputs
     assert len(ref) == b.spec.num_blocks
     for i, a in enumerate(ref):
         p = rec[f"blocks.{i}.attn.pattern"]

@@ -1,7 +1,8 @@
 """The 2025-2026 families from random-weight checkpoints the test writes (``save_pretrained`` directories, as a
-user's download): DINOv3, I-JEPA, AIMv2 and MetaCLIP 2 run the default ``vitscope analyze``, ``probe`` and
-``compare`` on the synthetic world. I-JEPA and AIMv2 have no CLS token: a default run leaves out what needs one,
-with the reason, instead of failing."""
+user's download): DINOv3, I-JEPA, AIMv2, MetaCLIP 2 and SigLIP 2 NaFlex run the default ``vitscope analyze``,
+``probe`` and ``compare`` on the synthetic world. I-JEPA, AIMv2 and SigLIP 2 have no CLS token: a default run
+leaves out what needs one, with the reason, instead of failing. Images of several aspect ratios give SigLIP 2
+NaFlex, and DINOv2 with ``--keep-aspect``, token grids of their own, which results.json lists."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from helpers.cli import cli
 from helpers.hf_factories import make
 from vitscope.data.synthetic.write import synthesize
 
-KINDS = {"dinov3": "dinov3", "ijepa": "ijepa", "aimv2": "aimv2", "metaclip2": "metaclip2"}
-WITHOUT_CLS = {"ijepa", "aimv2"}
+KINDS = {"dinov3": "dinov3", "ijepa": "ijepa", "aimv2": "aimv2", "metaclip2": "metaclip2", "siglip2": "siglip2"}
+WITHOUT_CLS = {"ijepa", "aimv2", "siglip2"}
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +49,12 @@ def test_the_default_analyze_and_probe_run(name: str, world: str, labelled: str,
     assert run.returncode == 0, run.stdout + run.stderr
     doc = json.loads((tmp_path / "a" / "results.json").read_text())
     ran = set(doc["analyses"])
-    assert {"attention_distance", "cka", "knn_probe", "saliency_iou"} <= ran
+    assert {"attention_distance", "knn_probe", "saliency_iou"} <= ran
     not_run = {entry["analysis"]: entry["reason"] for entry in doc["skipped_analyses"]}
+    if name == "siglip2":  # every image at its own grid: CKA of every token flattened is left out, with the way
+        assert "set cka.tokens=spatial_mean" in not_run["cka"]
+    else:
+        assert "cka" in ran
     if name in WITHOUT_CLS:  # the probes pool the spatial mean; the CLS maps are left out with the reason
         assert "cls_attention_maps" not in ran and "CLS" in not_run["cls_attention_maps"]
     else:
@@ -63,7 +68,7 @@ def test_the_default_analyze_and_probe_run(name: str, world: str, labelled: str,
     assert any(key.startswith("knn") for key in results) and any(key.startswith("linear") for key in results)
 
 
-def test_compare_runs_the_four_families_side_by_side(world: str, checkpoints, tmp_path: Path, one_thread) -> None:
+def test_compare_runs_the_new_families_side_by_side(world: str, checkpoints, tmp_path: Path, one_thread) -> None:
     models = ",".join(f"{name}={path}" for name, path in sorted(checkpoints.items()))
     run = cli("compare", "--models", models, "-d", world, "-o", str(tmp_path), "--device", "cpu", "-b", "4",
               "--no-resume")
@@ -71,3 +76,38 @@ def test_compare_runs_the_four_families_side_by_side(world: str, checkpoints, tm
     doc = json.loads((tmp_path / "results.json").read_text())
     assert [m["display_name"] for m in doc["models"]] == sorted(KINDS)
     assert set(doc["images_per_model"].values()) == {12}
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from helpers.mixed_world import stretched_coco
+
+    return stretched_coco(tmp_path_factory.mktemp("mixed") / "world")
+
+
+@pytest.mark.parametrize("name,flags", [("siglip2", []), ("dinov2", ["--keep-aspect"])])
+def test_the_default_analyze_on_images_of_several_grids(name: str, flags: list[str], mixed: str, checkpoints,
+                                                        tmp_path: Path, one_thread) -> None:
+    """NaFlex keeps every image's aspect ratio by itself, DINOv2 when asked: the default run groups the images by
+    grid, writes the grids seen, keeps a map per grid and leaves out what cannot pool ragged tokens (CKA of every
+    token) with the way to run it."""
+    path = checkpoints[name] if name in checkpoints else tmp_path / "dinov2"
+    if name not in checkpoints:
+        make(name).save_pretrained(path)
+    run = cli("analyze", "-m", str(path), "-d", mixed, "-o", str(tmp_path / "a"), "--device", "cpu", "-b", "5",
+              "--no-resume", *flags)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "aspect ratio kept, at most 16 patches" in run.stderr
+    doc = json.loads((tmp_path / "a" / "results.json").read_text())
+    grids = doc["models"][0]["grids"]
+    assert grids == {"3x5": 4, "4x4": 4, "2x5": 2, "5x3": 2}, grids
+    assert sum(grids.values()) == doc["num_images"] == 12 and doc["models"][0]["max_tokens"] == 16
+    analyses = doc["analyses"]
+    assert analyses["attention_distance"]["summary"]["grids"] == grids
+    maps = "cls_attention_maps" if name == "dinov2" else "spatial_average_maps"
+    assert "mean_map@2x5" in analyses[maps]["summary"], sorted(analyses[maps]["summary"])
+    not_run = {entry["analysis"]: entry["reason"] for entry in doc["skipped_analyses"]}
+    assert "set cka.tokens=spatial_mean" in not_run["cka"]
+    again = cli("analyze", "-m", str(path), "-d", mixed, "-o", str(tmp_path / "b"), "--device", "cpu", "-b", "5",
+                "--no-resume", "-a", "cka", "-p", "cka.tokens=spatial_mean", *flags)
+    assert again.returncode == 0, again.stdout + again.stderr

@@ -118,6 +118,20 @@ def _siglip(kw: dict) -> torch.nn.Module:
     return tf.SiglipVisionModel(tf.SiglipVisionConfig(**SMALL, **kw))
 
 
+@factory("siglip2")
+def _siglip2(kw: dict) -> torch.nn.Module:
+    cfg = {k: v for k, v in SMALL.items() if k != "image_size"}
+    return tf.Siglip2VisionModel(tf.Siglip2VisionConfig(**cfg, num_patches=16, **kw))
+
+
+@factory("siglip2-cls")
+def _siglip2_cls(kw: dict) -> torch.nn.Module:
+    vis = {k: v for k, v in SMALL.items() if k != "image_size"} | {"num_patches": 16}
+    cfg = tf.Siglip2Config(vision_config=vis, text_config={"hidden_size": 16, "num_hidden_layers": 1,
+                           "num_attention_heads": 2, "intermediate_size": 32}, num_labels=5, **kw)
+    return tf.Siglip2ForImageClassification(cfg)
+
+
 @factory("mae")
 def _mae(kw: dict) -> torch.nn.Module:
     return tf.ViTMAEModel(tf.ViTMAEConfig(**SMALL, mask_ratio=0.0, **kw))

@@ -99,11 +99,17 @@ def test_attention_stats_orders_blocks_numerically() -> None:
     assert result["max_attention"][:, 0].tolist() == [0.5, 0.5, 0.0]
 
 
-def test_attention_stats_rejects_token_count_change_and_cnn() -> None:
+def test_attention_stats_normalise_each_image_by_its_own_tokens_and_refuse_a_cnn() -> None:
+    """Images of 4 and 5 tokens (two grids): uniform attention has entropy log N, so each normalised entropy is 1
+    and their mean is 1, where one log N for both would not give 1."""
     acc = AttentionStats()
     acc.update({"blocks.0.attn.pattern": _uniform(1, 2, 4)}, _batch(1))
-    with pytest.raises(ValueError, match="tokens"):
-        acc.update({"blocks.0.attn.pattern": _uniform(1, 2, 5)}, _batch(1))
+    acc.update({"blocks.0.attn.pattern": _uniform(1, 2, 5)}, _batch(1))
+    result = acc.compute()
+    torch.testing.assert_close(result.tensors["entropy"], torch.full((1, 2), (math.log(4) + math.log(5)) / 2,
+                                                                     dtype=torch.float64))
+    torch.testing.assert_close(result.tensors["entropy_normalised"], torch.ones(1, 2, dtype=torch.float64))
+    assert result.meta["tokens"] == {"4": 1, "5": 1}
     with pytest.raises(ValueError, match="attn.pattern"):
         acc.update({"blocks.0.resid_post": torch.zeros(1, 4, 4)}, _batch(1))
     assert not acc.supports(_spec("cnn"))

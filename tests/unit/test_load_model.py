@@ -50,7 +50,8 @@ def test_models_table_marks_offline_availability():
 
 
 @pytest.mark.parametrize("kind", ["vit-cls", "deit", "dinov2-reg", "clip", "siglip", "mae", "beit", "resnet", "dinov3",
-                                  "ijepa-cls", "aimv2", "metaclip2", "metaclip2-cls"])
+                                  "ijepa-cls", "aimv2", "metaclip2", "metaclip2-cls", "siglip2",
+                                  "siglip2-cls"])
 def test_hf_local_directory_roundtrip(tmp_path, kind):
     model = make(kind)
     model.save_pretrained(tmp_path)
@@ -70,6 +71,8 @@ def test_hf_local_directory_roundtrip(tmp_path, kind):
 @pytest.mark.parametrize(("whole", "tower"), [
     (lambda: tf.Aimv2Model(tf.Aimv2Config(vision_config=dict(SMALL), text_config=TEXT)), "vision_model"),
     (lambda: tf.MetaClip2Model(tf.MetaClip2Config(vision_config=dict(SMALL), text_config=TEXT)), "vision_model"),
+    (lambda: tf.Siglip2Model(tf.Siglip2Config(vision_config={**{k: v for k, v in SMALL.items() if k != "image_size"},
+                                                             "num_patches": 16}, text_config=TEXT)), "vision_model"),
 ])
 def test_an_image_text_checkpoint_loads_its_trained_vision_tower(tmp_path, whole, tower):
     """A whole AIMv2 or MetaCLIP 2 checkpoint (image and text) gives its vision tower with the saved weights

@@ -23,6 +23,7 @@ import torch
 from vitscope.analyses.base import Analysis, Batch, Result
 from vitscope.analyses.batch import ModelRunner, SharedQuantities, union_plan
 from vitscope.analyses.data_checks import DataFacts
+from vitscope.analyses.grids import grid_of
 from vitscope.analyses.registry import get_analysis, refuse_what_cannot_run
 from vitscope.analyses.sync import exchange_folder
 from vitscope.cache.rowstore import private_rows_under
@@ -61,7 +62,7 @@ class Results(Mapping[str, Result]):
         resumed_images: images the restored state already held (0 when the run started afresh).
         workers: the processes that decoded the images (0: a thread of the running process).
         grids: ``"HxW"`` token grid (CNN: feature map) -> images that ran at it, most images first (one entry
-            unless images keep their aspect ratio); a resumed run counts the images of this process's pass only.
+            unless images keep their aspect ratio); a resumed run counts those of the saved state too.
     """
 
     results: dict[str, Result]
@@ -178,14 +179,16 @@ class _Pass:
                      model=ModelRunner(self.backbone, self.record))
 
 
-def _restore(checkpoint: Checkpoint | None, analyses: Sequence[Analysis], log: SkipLog) -> tuple[int, int]:
-    """Load saved state (and the files skipped before) when it matches; returns ``(start position, seen)``."""
+def _restore(checkpoint: Checkpoint | None, analyses: Sequence[Analysis], log: SkipLog
+             ) -> tuple[int, int, dict[tuple[int, int], int]]:
+    """Load saved state (and the files skipped before) when it matches; returns ``(start position, seen, images
+    per grid)``."""
     point = checkpoint.restore(analyses) if checkpoint is not None else None
     if point is None:
-        return 0, 0
+        return 0, 0, {}
     for path, reason in point.skipped:
         log.add(path, reason, warn=False)
-    return point.position, point.seen
+    return point.position, point.seen, {grid_of(k): n for k, n in point.grids.items()}
 
 
 def run(
@@ -310,7 +313,7 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
     if type(view) is StandardView:  # the model's own preprocessing, the same pixels: done where images decode
         view = None
     log = SkipLog()
-    start, seen = _restore(checkpoint, analyses, log)
+    start, seen, grids = _restore(checkpoint, analyses, log)
     autocast = torch.autocast(dev.type, dtype=amp) if amp is not None else contextlib.nullcontext()
     regions = any("regions" in getattr(a, "required_targets", ()) for a in analyses)
     preprocess = loader_preprocessing(backbone) if view is None else None
@@ -326,7 +329,7 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
                             unit="images")
         current = _Pass(backbone, rec, dev, autocast, union_plan([a.shared_quantities(backbone.spec)
                                                                  for a in analyses]), workspace, view,
-                        plan)
+                        plan, grids)
         chosen = loader_workers(workers, len(part) - max(start - part.start, 0),
                                 int(os.environ.get("LOCAL_WORLD_SIZE", shard.world)))
         clock = LoaderClock(iter_batches(source, batch_size, limit, start, strict, log, regions, preprocess,
@@ -340,13 +343,13 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
                 seen += len(loaded.indices)
                 rec.clear()
             if checkpoint is not None:
-                checkpoint.after_batch(analyses, end, seen, log.skipped, guard.requested)
+                checkpoint.after_batch(analyses, end, seen, log.skipped, guard.requested, grid_counts(current.grids))
             bar.update(task, completed=end - part.start)  # after the batch: rate and time left count work done
     note = loader_bound_note(clock.wait_fraction, clock.elapsed, chosen)
     if note and say is not None and shard.rank == 0:
         say(note)
     if checkpoint is not None and start < total:
-        checkpoint.save(analyses, total, seen, log.skipped)  # a finished pass is kept
+        checkpoint.save(analyses, total, seen, log.skipped, grid_counts(current.grids))  # a finished pass is kept
     workspace.release()
     resumed = checkpoint.resumed_images if checkpoint is not None else 0
     skipped = list(log.skipped)

@@ -24,7 +24,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,11 +44,13 @@ STOP_AFTER_ENV = "VITSCOPE_STOP_AFTER_BATCHES"
 
 @dataclass
 class ResumePoint:
-    """Where a saved run stopped: next dataset position, images fed so far, files skipped so far."""
+    """Where a saved run stopped: next dataset position, images fed so far, files skipped so far, and the images
+    of every token grid so far (``"HxW"`` -> images)."""
 
     position: int
     seen: int
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    grids: dict[str, int] = field(default_factory=dict)
 
 
 def _analysis_config(a: Analysis) -> dict[str, str]:
@@ -188,14 +190,16 @@ class Checkpoint:
                 a.reset()
             self.log(f"ignoring saved state {self.path}: it does not fit these analyses ({err}); starting over")
             return None
-        point = ResumePoint(int(saved["position"]), int(saved["seen"]), [tuple(s) for s in saved["skipped"]])
+        point = ResumePoint(int(saved["position"]), int(saved["seen"]), [tuple(s) for s in saved["skipped"]],
+                            {str(k): int(n) for k, n in saved.get("grids", {}).items()})
         self.resumed_images = point.seen
         self.log(f"resuming from saved state: {point.seen} images already done ({self.path})")
         return point
 
     # ------------------------------------------------------------------ writing
 
-    def save(self, analyses: Sequence[Analysis], position: int, seen: int, skipped: Sequence[Any]) -> None:
+    def save(self, analyses: Sequence[Analysis], position: int, seen: int, skipped: Sequence[Any],
+             grids: Mapping[str, int] | None = None) -> None:
         """Write the state atomically (temporary file in the same folder, then ``os.replace``).
 
         Row stores with rows on disk are linked into a folder beside the file (``<file>.rows-<id>``), which
@@ -212,6 +216,7 @@ class Checkpoint:
                 "position": int(position),
                 "seen": int(seen),
                 "skipped": [[str(s.path), str(s.reason)] for s in skipped],
+                "grids": {str(k): int(n) for k, n in (grids or {}).items()},
                 "analyses": {a.name: encode(a.state_dict(), rows_folder=rows) for a in analyses},
             }
             with open(tmp, "wb") as f:
@@ -231,12 +236,12 @@ class Checkpoint:
         self._last_save = time.monotonic()
 
     def after_batch(self, analyses: Sequence[Analysis], position: int, seen: int, skipped: Sequence[Any],
-                    interrupted: bool = False) -> None:
+                    interrupted: bool = False, grids: Mapping[str, int] | None = None) -> None:
         """Called by the engine after every batch: save when due; stop (KeyboardInterrupt) when asked to."""
         self.batches += 1
         stop = interrupted or (self.stop_after is not None and self.batches >= self.stop_after)
         if stop or time.monotonic() - self._last_save >= self.every_seconds:
-            self.save(analyses, position, seen, skipped)
+            self.save(analyses, position, seen, skipped, grids)
         if stop:
             self.log(f"stopped after {seen} images; state saved to {self.path}: run the same command to resume")
             raise KeyboardInterrupt

@@ -47,6 +47,19 @@ def _plain_layers(backbone: Any, tokens: torch.Tensor) -> dict[str, Any]:
     return {"attention_mask": None}
 
 
+def _same_pixels(backbone: Any, pixels: torch.Tensor) -> torch.Tensor:
+    return pixels
+
+
+def _config_size(config: Any) -> tuple[int, int]:
+    size = config.image_size
+    return (size, size) if isinstance(size, int) else tuple(size)
+
+
+def _no_budget(config: Any) -> int | None:
+    return None
+
+
 def load_auto(source: str, config: Any, **hub: Any) -> nn.Module:
     """The checkpoint's own classifier class when its architectures name one, else ``AutoModel``."""
     import transformers as tf
@@ -81,6 +94,11 @@ class HFFamily:
             embeddings are interpolated or computed for any grid).
         layout: where the blocks, norms, attention, MLP, layer scale and final norm live (the ViT names by
             default).
+        pixel_values: ``(backbone, pixels [B, 3, H, W]) -> what the model's and the embeddings' forward take as
+            pixels`` (SigLIP 2 NaFlex: patchified ``[B, h*w, 3*p*p]``; default: the pixels).
+        input_size: ``config -> (H, W)`` the model was built for (default ``config.image_size``).
+        token_budget: ``config -> the most patches per image`` for a family whose images keep their aspect ratio
+            (SigLIP 2 NaFlex; a checkpoint's ``max_num_patches`` overrides it), None for the others.
         aliases: registered names of the papers' checkpoints of this family.
     """
 
@@ -96,6 +114,9 @@ class HFFamily:
     positions_in_blocks: bool = False
     resizable: Callable[[Any], bool] = lambda config: True
     layout: HFLayout = HFLayout()
+    pixel_values: Callable[[Any, torch.Tensor], torch.Tensor] = _same_pixels
+    input_size: Callable[[Any], tuple[int, int]] = _config_size
+    token_budget: Callable[[Any], int | None] = _no_budget
     aliases: tuple[ModelEntry, ...] = ()
 
 

@@ -57,9 +57,8 @@ class HFViTBackbone(Backbone):
         self._final_norm, self._norm_on_sequence = final_norm_module(self.base, layout)
         self.head_after_final_norm = self.family.head_after_final_norm
         self.last_input_hw = spec.image_size  # of the last embed() (blocks of some families need it)
-        size = getattr(getattr(model.config, "vision_config", model.config), "image_size", None) or spec.image_size
         #: the input size the position embeddings were made for (other sizes interpolate them)
-        self.native_image_size = (size, size) if isinstance(size, int) else tuple(size)
+        self.native_image_size = tuple(self.family.input_size(getattr(model.config, "vision_config", model.config)))
 
     @property
     def resizable_input(self) -> bool:
@@ -77,12 +76,12 @@ class HFViTBackbone(Backbone):
         if self.base is not self.model and _passes_kwargs(fn):
             fn = self.base.forward  # a classifier handing its keyword arguments to its vision model (CLIP)
         call = {**self._size_kwargs(fn, pixels), **kwargs}
-        return self.model(pixel_values=pixels, **call)
+        return self.model(pixel_values=self.family.pixel_values(self, pixels), **call)
 
     # -- staged execution -------------------------------------------------------------------
     def embed(self, pixels: torch.Tensor) -> torch.Tensor:
         emb = self.base.embeddings
-        out = emb(pixels, **self._size_kwargs(emb.forward, pixels))
+        out = emb(self.family.pixel_values(self, pixels), **self._size_kwargs(emb.forward, pixels))
         tokens = out[0] if isinstance(out, tuple) else out
         if hasattr(self.base, "pre_layrnorm"):
             tokens = self.base.pre_layrnorm(tokens)

@@ -17,6 +17,7 @@ from vitscope.models.family import family_of
 from vitscope.models.hf import HFViTBackbone
 from vitscope.models.hf_spec import load_preprocessor_json, read_preprocessing, transformer_spec
 from vitscope.models.hub_cache import is_cached
+from vitscope.models.preprocess import aspect_size
 
 
 def _offline_message(source: str) -> str:
@@ -86,9 +87,14 @@ def wrap_hf(model: nn.Module, name: str, preprocessor: dict[str, Any] | None = N
         image_size = tuple(prep.pop("image_size"))
         spec = cnn_spec(name, family, layout.call, layout, image_size, layout.classifier is not None, **prep)
         return CNNBackbone(model, spec, layout)
-    size = vision.image_size
-    prep = read_preprocessing(preprocessor, family, (size, size) if isinstance(size, int) else tuple(size))
+    descriptor = get_family(family)
+    prep = read_preprocessing(preprocessor, family, tuple(descriptor.input_size(vision)))
     prep.update(overrides or {})
+    budget = prep.pop("max_tokens", None) or descriptor.token_budget(vision)
+    if budget:  # each image keeps its aspect ratio: a square one fills the budget
+        prep["max_tokens"] = int(budget)
+        prep["image_size"] = aspect_size((1, 1), int(vision.patch_size), int(budget))
+        prep["resize_size"] = None
     return HFViTBackbone(model, transformer_spec(name, model, vision, prep))
 
 

@@ -46,6 +46,8 @@ def read_preprocessing(preprocessor: dict[str, Any] | None, family: str, image_s
         out["std"] = tuple(float(v) for v in preprocessor["image_std"])
     if "resample" in preprocessor:
         out["interpolation"] = _PIL_RESAMPLE.get(int(preprocessor["resample"]), "bicubic")
+    if "max_num_patches" in preprocessor:  # SigLIP 2 NaFlex: each image at its aspect ratio, this many patches
+        out["max_tokens"] = int(preprocessor["max_num_patches"])
     size = preprocessor.get("size")
     crop = preprocessor.get("crop_size") if preprocessor.get("do_center_crop", "crop_size" in preprocessor) else None
     if crop is not None:
@@ -96,5 +98,5 @@ def transformer_spec(name: str, model: nn.Module, config: Any, preprocessing: di
         prefix_kinds=prefix, image_size=image_size, mean=preprocessing["mean"], std=preprocessing["std"],
         has_head=hasattr(model, "classifier") or hasattr(model, "cls_classifier"),
         resize_size=preprocessing["resize_size"], interpolation=preprocessing["interpolation"],
-        preprocessing=preprocessing.get("preprocessing", FAMILY_DEFAULT),
+        preprocessing=preprocessing.get("preprocessing", FAMILY_DEFAULT), max_tokens=preprocessing.get("max_tokens"),
     )

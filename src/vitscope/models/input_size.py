@@ -40,8 +40,9 @@ def with_image_size(backbone: Backbone, image_size: int | Sequence[int]) -> Back
         image_size: side in pixels, or ``(height, width)``.
 
     Returns:
-        A Backbone whose spec has the new ``image_size``, ``grid`` and ``resize_size``, and whose
-        ``spec.preprocessing`` says the size was set by the user.
+        A Backbone whose spec has the new ``image_size``, ``grid`` and ``resize_size`` (images that keep their
+        aspect ratio: a token budget of the new grid's patches), and whose ``spec.preprocessing`` says the size
+        was set by the user.
 
     Raises:
         VitscopeValueError: a transformer whose patch size does not divide the size, or a model that runs at
@@ -60,7 +61,9 @@ def with_image_size(backbone: Backbone, image_size: int | Sequence[int]) -> Back
                                      "embeddings are not interpolated); leave out the image size")
     resize = round(spec.resize_size * max(size) / max(spec.image_size)) if spec.resize_size else None
     resized = copy.copy(backbone)
-    resized.spec = replace(spec, image_size=size, grid=tuple(backbone.grid_at(size)), resize_size=resize,
+    grid = tuple(backbone.grid_at(size))
+    budget = grid[0] * grid[1] if spec.max_tokens else None  # images keeping their aspect: as many patches
+    resized.spec = replace(spec, image_size=size, grid=grid, resize_size=None if budget else resize, max_tokens=budget,
                            preprocessing=f"{spec.preprocessing}; input size {_size_text(size)} set by the user")
     return resized
 

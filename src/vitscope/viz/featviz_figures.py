@@ -146,7 +146,7 @@ def top_activation_grid(maps: torch.Tensor | Sequence[Sequence[torch.Tensor]], s
         canvas.text(10, y + 14 + side // 2, str(units[r]), size=11)
         for j in range(k):
             x = label_w + j * (side + 8)
-            m = maps[r, j].detach().float().numpy()
+            m = maps[r][j].detach().float().numpy()
             lo, hi = float(np.nanmin(m)), float(np.nanmax(m))
             scaled = (m - lo) / (hi - lo) if hi > lo else np.zeros_like(m)
             up = np.asarray(Image.fromarray(scaled.astype(np.float32), mode="F").resize((side, side), Image.BICUBIC))
