@@ -111,3 +111,14 @@ def test_the_default_analyze_on_images_of_several_grids(name: str, flags: list[s
     again = cli("analyze", "-m", str(path), "-d", mixed, "-o", str(tmp_path / "b"), "--device", "cpu", "-b", "5",
                 "--no-resume", "-a", "cka", "-p", "cka.tokens=spatial_mean", *flags)
     assert again.returncode == 0, again.stdout + again.stderr
+
+
+def test_a_probe_keeping_aspect_ratios_says_its_grids(mixed: str, tmp_path: Path, one_thread) -> None:
+    """probe --keep-aspect: the features of every image at its own grid; each probe result lists the grids."""
+    make("dinov2").save_pretrained(tmp_path / "dinov2")
+    run = cli("probe", "-m", str(tmp_path / "dinov2"), "-d", mixed, "-o", str(tmp_path / "p"), "--device", "cpu",
+              "-b", "5", "--no-resume", "--keep-aspect", "--cache", str(tmp_path / "cache"))
+    assert run.returncode == 0, run.stdout + run.stderr
+    doc = json.loads((tmp_path / "p" / "results.json").read_text())
+    assert doc["analyses"]["clustering_regions"]["summary"]["grids"] == {"3x5": 4, "4x4": 4, "2x5": 2, "5x3": 2}
+    assert doc["config"]["keep_aspect"] is True

@@ -77,3 +77,17 @@ def test_a_checkpoint_sets_the_token_budget(tmp_path):
     assert spec.max_tokens == 25 and spec.image_size == (40, 40) and spec.grid == (5, 5)
     assert spec.interpolation == "bilinear" and spec.preprocessing.startswith("checkpoint processor")
     assert vitscope.load_model(str(tmp_path), image_size=48).spec.max_tokens == 36  # --image-size: 6x6 patches
+
+
+def test_a_pair_of_two_aspect_ratios_is_explained_on_each_images_own_grid(images, tmp_path):
+    """explain-pair: each image's similarity map on its own grid (NaFlex keeps aspect ratios by itself)."""
+    from vitscope.explain.pair_report import write_pair_report
+
+    make("siglip2").save_pretrained(tmp_path / "model")
+    for i in (0, 1):
+        images[i].save(tmp_path / f"{i}.png")
+    doc = write_pair_report(str(tmp_path / "model"), tmp_path / "0.png", tmp_path / "1.png", tmp_path / "out")
+    summary = doc["analyses"]["paired_similarity"]["summary"]
+    assert summary["grid"] == [3, 5] and summary["grid_b"] == [4, 4]
+    maps = np.load(tmp_path / "out" / "arrays" / "paired_similarity.npz")
+    assert maps["map_a"].shape[-2:] == (3, 5) and maps["map_b"].shape[-2:] == (4, 4)

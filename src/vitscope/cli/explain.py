@@ -8,7 +8,7 @@ import typer
 
 from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors
-from vitscope.cli.help_text import IMAGE_SIZE_HELP
+from vitscope.cli.help_text import IMAGE_SIZE_HELP, KEEP_ASPECT_HELP
 from vitscope.cli.numbers import shown
 from vitscope.errors import VitscopeFileNotFoundError
 
@@ -27,6 +27,7 @@ def explain_pair(
     transpose: bool = typer.Option(False, "--transpose", help="Use R^T (preserves the sum) instead of R."),
     fmt: str = typer.Option("npy", "--format", help="Raw maps as npy or csv."),
     image_size: int | None = typer.Option(None, "--image-size", min=1, help=IMAGE_SIZE_HELP),
+    keep_aspect: bool = typer.Option(False, "--keep-aspect/--no-keep-aspect", help=KEEP_ASPECT_HELP),
 ) -> None:
     """Paired similarity maps of two images: overlays, raw maps, score and results.json."""
     from vitscope.explain.pair_report import write_pair_report
@@ -35,8 +36,9 @@ def explain_pair(
         if not p.is_file():
             raise VitscopeFileNotFoundError(f"image {p} not found")
     doc = write_pair_report(model, image_a, image_b, out, projection, pooling, rollout, transpose, fmt,
-                            image_size=image_size)
+                            image_size=image_size, keep_aspect=keep_aspect)
     echo_choices(doc)
     s = doc["analyses"]["paired_similarity"]["summary"]
+    grids = {f"{g[0]}x{g[1]}": None for g in (s["grid"], s.get("grid_b", s["grid"]))}  # images at their own aspect
     typer.echo(f"similarity {shown(s['score'])} ({doc['config']['pooling']} pooling, projection "
-               f"{doc['config']['projection']}, map grid {s['grid'][0]}x{s['grid'][1]}) -> {out / 'results.json'}")
+               f"{doc['config']['projection']}, map grid {' and '.join(grids)}) -> {out / 'results.json'}")

@@ -16,7 +16,7 @@ from vitscope.analyses.probes.clustering import clustering_probe
 from vitscope.analyses.probes.knn import knn_probe
 from vitscope.analyses.probes.linear import linear_probe
 from vitscope.analyses.probes.result import ProbeResult
-from vitscope.cache.feature_cache import FeatureCache
+from vitscope.cache.feature_cache import CacheEntry, FeatureCache
 from vitscope.cache.request import FeatureRequest
 from vitscope.data.annotated_source import AnnotatedSource
 from vitscope.data.open import as_source
@@ -127,8 +127,15 @@ def probe_sweep(
             found.update(extract_features(backbone, source, mine, cache, view, workers=workers, **common))
         return source, found
 
-    def tag(result: ProbeResult, request: FeatureRequest) -> ProbeResult:
+    def tag(result: ProbeResult, request: FeatureRequest, *used: CacheEntry) -> ProbeResult:
+        """The result with its view and the token grids of the images its features came from."""
         result.meta["view"] = view_of(request).name
+        grids: dict[str, int] = {}
+        for entry in used:
+            for grid, n in entry.meta.get("grids", {}).items():
+                grids[grid] = grids.get(grid, 0) + int(n)
+        if grids:
+            result.meta["grids"] = dict(sorted(grids.items(), key=lambda kv: -kv[1]))
         return result
 
     if (train is None) != (test is None):
@@ -138,10 +145,11 @@ def probe_sweep(
         y_tr, y_te = src_tr.labels(), src_te.labels()
         for r in requests:
             out[f"knn_{r.pooling}"] = tag(knn_probe(e_tr[r], y_tr, e_te[r], y_te, seed=seed, random_kind=random_kind,
-                                                    model=name), r)
+                                                    model=name), r, e_tr[r], e_te[r])
             for bn in batch_norm:
                 out[f"linear_{r.pooling}" + ("_bn" if bn else "")] = tag(linear_probe(
-                    e_tr[r], y_tr, e_te[r], y_te, batch_norm=bn, seed=seed, random_kind=random_kind, model=name), r)
+                    e_tr[r], y_tr, e_te[r], y_te, batch_norm=bn, seed=seed, random_kind=random_kind, model=name), r,
+                    e_tr[r], e_te[r])
     clustering = clustering if clustering is not None else test
     if clustering is not None:
         src, found = entries(clustering)
@@ -149,13 +157,14 @@ def probe_sweep(
         for r in requests:
             entry = found[r]
             out[f"clustering_{r.pooling}"] = tag(clustering_probe(entry, labels[entry.index], seed=seed,
-                                                                  random_kind=random_kind, model=name), r)
+                                                                  random_kind=random_kind, model=name), r, entry)
     if regions is not None:
         request = FeatureRequest(site, "mask", chosen)
         view = TiledView(scale=scale) if scale else StandardView()
         entry = extract_features(backbone, AnnotatedSource(regions), [request], cache, view, workers=workers,
                                  **common)[request]
-        out["clustering_regions"] = clustering_probe(entry, seed=seed, random_kind=random_kind, model=name)
+        out["clustering_regions"] = tag(clustering_probe(entry, seed=seed, random_kind=random_kind, model=name),
+                                        request, entry)
     if retrieval is not None:
         out["retrieval"] = retrieval_probe(backbone, retrieval, cache, site=site, blocks=chosen, seed=seed,
                                            random_kind=random_kind, workers=workers, **common)

@@ -131,8 +131,9 @@ def extract_features(
     Returns:
         ``{request: CacheEntry}``; each entry has ``index`` ``[rows]`` (image position), ``block{i}`` per
         kept block (float32), and for mask pooling ``label`` and ``region`` (mask number in its image).
-        ``meta`` records the view, the request, and the token ``grid`` / ``frame_hw`` / ``num_prefix`` of the
-        first image (``"spatial"`` rows are ``[K, D]`` on that grid, row-major).
+        ``meta`` records the view, the request, the token ``grid`` / ``frame_hw`` / ``num_prefix`` of the
+        first image (``"spatial"`` rows are ``[K, D]`` on that grid, row-major), and ``grids``: the images of every
+        token grid (``"HxW"`` -> images; several when images keep their aspect ratio).
 
     Raises:
         ValueError: bad arguments, or no readable image.
@@ -167,14 +168,15 @@ def extract_features(
         checkpoint = Checkpoint(work / "state.pt", key, every_seconds=checkpoint_seconds, log=log) if resumable \
             else None
         try:
-            run(backbone, source, [rows, *analyses], batch_size=batch_size, device=device, dtype=dtype,
-                strict=strict, progress=progress, view=view, checkpoint=checkpoint, distributed=distributed,
-                workers=workers)
+            ran = run(backbone, source, [rows, *analyses], batch_size=batch_size, device=device, dtype=dtype,
+                      strict=strict, progress=progress, view=view, checkpoint=checkpoint, distributed=distributed,
+                      workers=workers)
         except EmptyRunError:
             shutil.rmtree(work, ignore_errors=True)
             raise VitscopeValueError(f"no readable image in {source.name} ({len(source)} files): nothing to "
                                      "extract") from None
-        meta_base = {"model": spec.name, "view": view.describe(spec), "data": source.name, **rows.layout}
+        meta_base = {"model": spec.name, "view": view.describe(spec), "data": source.name, **rows.layout,
+                     "grids": ran.grids}
         if shard.rank == 0:  # one process publishes; every process then reads the same entries
             for k, r in enumerate(missing):
                 meta = {**meta_base, "request": asdict(r), "blocks": r.block_list(spec.num_blocks)}

@@ -40,9 +40,10 @@ def default_pooling(backbone: Any) -> str:
 
 def write_pair_report(model: str, path_a: str | os.PathLike, path_b: str | os.PathLike, out: str | os.PathLike,
                       projection: str = "auto", pooling: str = "auto", rollout: bool = True, transpose: bool = False,
-                      fmt: str = "npy", image_size: int | None = None) -> dict[str, Any]:
+                      fmt: str = "npy", image_size: int | None = None, keep_aspect: bool = False) -> dict[str, Any]:
     """Explain the similarity of two image files with ``model`` (at ``image_size`` when given, else its own
-    preprocessing's size) and write the report into ``out``.
+    preprocessing's size; with ``keep_aspect`` each image at its own aspect ratio and token grid) and write the
+    report into ``out``.
 
     Returns:
         The ``results.json`` document.
@@ -62,7 +63,7 @@ def write_pair_report(model: str, path_a: str | os.PathLike, path_b: str | os.Pa
     if projection not in ("auto", "head", "none"):
         raise VitscopeValueError(f"--projection must be auto, head or none, got '{projection}'")
     out = prepare_output(out)
-    backbone = load_model(model, image_size=image_size)
+    backbone = load_model(model, image_size=image_size, keep_aspect=keep_aspect)
     proj = default_projection(model, backbone) if projection == "auto" else (None if projection == "none" else "head")
     pool = default_pooling(backbone) if pooling == "auto" else pooling
     ps = PairedSimilarity(backbone, pooling=pool, projection=proj, rollout=rollout, transpose=transpose)
@@ -95,7 +96,7 @@ def write_pair_report(model: str, path_a: str | os.PathLike, path_b: str | os.Pa
                       f"{names[1]} given {names[0]}", f"Which patches of {names[1]} make it similar to {names[0]} "
                       "(red: more than an even share of the cosine; blue: less).", paper)]
     summary = {
-        "score": float(res.score[0]), "grid": list(res.map_a.shape[-2:]),
+        "score": float(res.score[0]), "grid": list(res.map_a.shape[-2:]), "grid_b": list(res.map_b.shape[-2:]),
         "raw_sum_a": float(res.raw_a[0].sum()), "raw_sum_b": float(res.raw_b[0].sum()),
         "map_sum_a": float(res.map_a[0].sum()), "map_sum_b": float(res.map_b[0].sum()),
         "residual_a": float(res.residual_a[0]), "residual_b": float(res.residual_b[0]),
@@ -107,7 +108,8 @@ def write_pair_report(model: str, path_a: str | os.PathLike, path_b: str | os.Pa
                         intro="Why the two images are similar to the model: the cosine similarity of their pooled "
                               "embeddings decomposed over each image's tokens and redistributed over its patches.")
     config = {"command": "explain-pair", "model": model, "projection": proj or "none", "pooling": pool,
-              "rollout": ps.use_rollout, "transpose": transpose, "format": fmt, "image_size": image_size}
+              "rollout": ps.use_rollout, "transpose": transpose, "format": fmt, "image_size": image_size,
+              "keep_aspect": keep_aspect}
     path = write_run(out, RunResult(
         "explain-pair", title=f"vitscope explain-pair: {model}", config=config, results={"paired_similarity": result},
         models=[model_identity(model, backbone)],
