@@ -237,7 +237,9 @@ def test_images_of_several_grids_give_the_same_numbers_whatever_the_batch(mixed_
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        got = {b: vitscope.run(backbone, mixed_world, made(), batch_size=b, progress=False) for b in (16, 3)}
+        got = {b: vitscope.run(backbone, mixed_world, made(), batch_size=b, progress=False, workers=0)
+               for b in (16, 3)}
+        forked = vitscope.run(backbone, mixed_world, made(), batch_size=16, progress=False, workers=2)
     finally:
         torch.set_num_threads(threads)
     assert got[16].grids == got[3].grids == {"6x10": 4, "8x8": 4, "5x12": 2, "9x6": 2}
@@ -245,4 +247,6 @@ def test_images_of_several_grids_give_the_same_numbers_whatever_the_batch(mixed_
     found = result_differences(got[3], got[16])
     assert not found, "-b 3 moved:\n" + "\n".join(found)
     assert "@5x12" in " ".join(got[16]["cls_attention_maps"].tensors)  # a map per grid
+    assert forked.workers == 2 and forked.grids == got[16].grids  # groups of one grid made in worker processes
+    assert all(_exactly(forked[n].tensors, got[16][n].tensors) for n in got[16]), "workers moved a number"
     assert ANALYSES["cka"]().why_unsupported(backbone.spec).endswith("set cka.tokens=spatial_mean (or cls)")

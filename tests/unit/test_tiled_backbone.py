@@ -101,6 +101,19 @@ def test_tiled_spec_and_preprocessing(vit) -> None:
         tiled.embed(torch.zeros(1, 3, 64, 64))
 
 
+def test_a_model_keeping_aspect_ratios_is_tiled_in_square_tiles() -> None:
+    """SigLIP 2 NaFlex (a token budget): the tiled frame is one square, cut into square tiles the model runs on."""
+    from helpers.hf_factories import make
+
+    naflex = vitscope.wrap(make("siglip2"), name="siglip2")
+    tiled = wrap_tiled(naflex, scale=2)
+    assert naflex.spec.max_tokens == 16 and tiled.spec.max_tokens is None and tiled.spec.grid == (8, 8)
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (40, 60, 3), dtype=np.uint8))
+    with torch.no_grad(), tiled.record("blocks.1.resid_post") as rec:
+        tiled(tiled.preprocess([image]))
+    assert tuple(rec["blocks.1.resid_post"].shape) == (1, 64, naflex.spec.embed_dim)
+
+
 def test_attention_cannot_be_recorded_and_hooks_are_removed(vit) -> None:
     tiled = wrap_tiled(vit)
     with pytest.raises(TilingError, match="attention over the stitched grid"):

@@ -76,8 +76,10 @@ def tiled_spec(spec: ModelSpec, scale: float = 2.0) -> ModelSpec:
     if th % p or tw % p:
         raise TilingError(f"{spec.name}: the model input {spec.image_size} is not a multiple of its patch size {p}")
     frame = (int(scale * th) // p * p, int(scale * tw) // p * p)
+    # one square frame per image, cut into square tiles of the model input: a token budget (images keeping their
+    # aspect ratio, SigLIP 2 NaFlex) is the tiles' business, not the frame's
     return replace(spec, name=f"{spec.name}+tiled{scale:g}", image_size=frame, grid=spec.grid_for(*frame),
-                   num_prefix_tokens=0, prefix_kinds=(), resize_size=None, has_head=False)
+                   num_prefix_tokens=0, prefix_kinds=(), resize_size=None, has_head=False, max_tokens=None)
 
 
 class TiledBackbone(Backbone):
