@@ -60,7 +60,7 @@ def test_transformer_spec_and_shapes(kind):
         for site in BLOCK_SITES:
             t = rec[f"blocks.{i}.{site}"]
             expected = {"attn.pattern": (2, h, n, n), "mlp.post": (2, n, s.mlp_dim)}.get(site, (2, n, d))
-            if site in ("attn.q", "attn.k", "attn.v"):
+            if site in ("attn.q", "attn.k", "attn.v", "attn.heads"):
                 expected = (2, h, n, d // h)
             assert tuple(t.shape) == expected, (site, t.shape)
     assert rec["blocks.0.attn.pattern"].dtype == torch.float32

@@ -10,6 +10,8 @@ name                           shape               meaning
 ``blocks.{i}.norm1``           ``[B, N, D]``       output of the pre-attention norm
 ``blocks.{i}.attn.q|k|v``      ``[B, H, N, Dh]``   queries / keys / values as they enter the kernel
 ``blocks.{i}.attn.pattern``    ``[B, H, N, N]``    post-softmax attention, float32, rows = queries
+``blocks.{i}.attn.heads``      ``[B, H, N, Dh]``   every head's output (pattern times values) before the output
+                                                   projection, which reads head h in columns h*Dh to (h+1)*Dh
 ``blocks.{i}.attn_out``        ``[B, N, D]``       attention branch added to the residual (after LayerScale)
 ``blocks.{i}.resid_mid``       ``[B, N, D]``       ``resid_pre + attn_out``
 ``blocks.{i}.norm2``           ``[B, N, D]``       output of the pre-MLP norm
@@ -40,6 +42,7 @@ BLOCK_SITES: tuple[str, ...] = (
     "attn.k",
     "attn.v",
     "attn.pattern",
+    "attn.heads",
     "attn_out",
     "resid_mid",
     "norm2",
@@ -47,7 +50,10 @@ BLOCK_SITES: tuple[str, ...] = (
     "mlp_out",
     "resid_post",
 )
+#: the sites inside the attention kernel (recording them routes the block through vitscope's kernel when needed)
 ATTENTION_SITES: frozenset[str] = frozenset({"attn.q", "attn.k", "attn.v", "attn.pattern"})
+#: every site of a block's attention that mixes tokens: the kernel's and the heads' output
+ATTENTION_INTERNALS: frozenset[str] = ATTENTION_SITES | {"attn.heads"}
 
 
 class UnknownHookError(VitscopeKeyError):

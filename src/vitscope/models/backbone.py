@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 from torch import nn
 
+from vitscope.errors import VitscopeTypeError
+from vitscope.hooks.edits import EditFn, Edits
 from vitscope.hooks.names import cnn_hook_names, expand_names, transformer_hook_names
 from vitscope.hooks.record import Record, Removable
 from vitscope.models.preprocess import preprocess_images
@@ -120,6 +122,48 @@ class Backbone(ABC):
     @abstractmethod
     def _install(self, rec: Record) -> list[Removable]:
         """Register the hooks that fill ``rec``; return everything that must be removed."""
+
+    # -- interventions ------------------------------------------------------------------
+    @contextmanager
+    def intervene(self, edits: Mapping[str, EditFn]) -> Iterator[None]:
+        """Run the model with ``fn(tensor, name) -> tensor`` applied where it makes each named tensor.
+
+        Args:
+            edits: canonical names or glob patterns (``"blocks.*.attn.heads"``) -> edit function; ``name`` is the
+                resolved canonical name. An edit returning its input unchanged leaves the model exactly as it is.
+                Editing ``blocks.{i}.attn.pattern`` makes that block run vitscope's eager-equivalent kernel with
+                the edited pattern multiplying the values (not renormalised); editing ``attn.q|k|v`` changes the
+                pattern accordingly. A recording opened inside or around the context sees the edited tensors.
+
+        Raises:
+            UnknownHookError: a name matches nothing; the message lists valid names.
+            EditError: an edit returns no tensor or another shape (raised by the forward).
+
+        The model is left exactly as it was when the context ends, also when an edit or the forward raises.
+
+        Example::
+
+            with backbone.intervene({"blocks.3.attn.heads": lambda t, name: t * 0}):
+                logits = backbone(pixels).logits
+        """
+        resolved: dict[str, EditFn] = {}
+        for pattern, fn in edits.items():
+            if not callable(fn):
+                raise VitscopeTypeError(f"the edit of '{pattern}' must be a function fn(tensor, name) -> tensor, "
+                                        f"got {type(fn).__name__}")
+            for name in expand_names([pattern], self.hook_names(), self.spec.name):
+                resolved[name] = fn
+        handles: list[Removable] = []
+        try:
+            handles = self._install_edits(Edits(resolved))
+            yield
+        finally:
+            for handle in reversed(handles):
+                handle.remove()
+
+    def _install_edits(self, edits: Edits) -> list[Removable]:
+        """Register the hooks that apply ``edits``; return everything that must be removed."""
+        raise VitscopeTypeError(f"{type(self).__name__} does not support interventions")
 
     # -- nn.Module conveniences ---------------------------------------------------------
     def to(self, *args: Any, **kwargs: Any) -> Backbone:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from vitscope.errors import VitscopeTypeError
 from vitscope.hooks.names import ATTENTION_SITES, split_block_name
 from vitscope.hooks.record import Record, Removable
 
@@ -33,6 +34,8 @@ class BlockModules:
         mlp_end: module whose output is the MLP branch.
         mlp_scale: LayerScale parameter multiplied onto ``mlp_end``'s output, or None.
         mlp_out_proj: the MLP's output projection; its input is ``mlp.post``.
+        attn_out_proj: the attention's output projection; its input is ``attn.heads`` (None: not recordable).
+        num_heads: attention heads (to split the output projection's input into heads).
     """
 
     layer: nn.Module
@@ -43,6 +46,8 @@ class BlockModules:
     mlp_out_proj: nn.Module
     attn_scale: torch.Tensor | None = None
     mlp_scale: torch.Tensor | None = None
+    attn_out_proj: nn.Module | None = None
+    num_heads: int = 0
 
 
 def _first(x):
@@ -51,6 +56,18 @@ def _first(x):
 
 def _layer_input(args, kwargs):
     return args[0] if args else kwargs["hidden_states"]
+
+
+def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """The output projection's input ``[B, N, H*Dh]`` -> ``[B, H, N, Dh]`` (a view)."""
+    b, n, _ = x.shape
+    return x.view(b, n, heads, -1).transpose(1, 2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """``[B, H, N, Dh]`` -> ``[B, N, H*Dh]``, as the output projection reads it."""
+    b, h, n, d = x.shape
+    return x.transpose(1, 2).reshape(b, n, h * d)
 
 
 def install_block_hooks(
@@ -107,6 +124,11 @@ def _install_block(i: int, b: BlockModules, sites: set[str], rec: Record) -> lis
             if "resid_mid" in sites:
                 rec.put(p + "resid_mid", y + scratch.pop("pre"))
         handles.append(b.attn_end.register_forward_hook(attn_hook))
+    if "attn.heads" in sites:
+        if b.attn_out_proj is None:
+            raise VitscopeTypeError(f"{p}attn.heads: this model's attention output projection is not known")
+        handles.append(b.attn_out_proj.register_forward_pre_hook(
+            lambda m, a: rec.put(p + "attn.heads", split_heads(a[0], b.num_heads))))
     if "mlp.post" in sites:
         handles.append(b.mlp_out_proj.register_forward_pre_hook(lambda m, a: rec.put(p + "mlp.post", a[0])))
     if "mlp_out" in sites:

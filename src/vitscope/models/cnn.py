@@ -13,8 +13,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from vitscope.hooks.edits import Edits
 from vitscope.hooks.record import Record, Removable
 from vitscope.models.backbone import Backbone
+from vitscope.models.block_edits import replace_first
 from vitscope.models.spec import ModelSpec
 
 
@@ -70,6 +72,9 @@ class CNNBackbone(Backbone):
             return super().head(tokens)
         return self.layout.classifier(self.layout.pool(tokens))
 
+    def _install_edits(self, edits: Edits) -> list[Removable]:
+        return install_cnn_edits(self.layout, edits)
+
     def _install(self, rec: Record) -> list[Removable]:
         lay = self.layout
         handles: list[Removable] = []
@@ -86,6 +91,32 @@ class CNNBackbone(Backbone):
             last = lay.post if lay.post is not None else lay.stages[-1]
             handles.append(last.register_forward_hook(put("features")))
         return handles
+
+
+def _edit_output(names: list[str], edits: Edits):
+    def hook(m, a, out):
+        x = out[0] if isinstance(out, tuple) else out
+        y = x
+        for name in names:
+            y = edits.apply(name, y)
+        return None if y is x else replace_first(out, y)
+    return hook
+
+
+def install_cnn_edits(layout: CNNLayout, edits: Edits) -> list[Removable]:
+    """Forward hooks applying ``edits`` to ``embed`` (the stem), ``stages.{i}`` and ``features`` (in that order
+    where two names are one module's output)."""
+    at: dict[int, tuple[nn.Module, list[str]]] = {}
+
+    def add(module: nn.Module, name: str) -> None:
+        if edits.wants(name):
+            at.setdefault(id(module), (module, []))[1].append(name)
+
+    add(layout.stem, "embed")
+    for i, stage in enumerate(layout.stages):
+        add(stage, f"stages.{i}")
+    add(layout.post if layout.post is not None else layout.stages[-1], "features")
+    return [module.register_forward_hook(_edit_output(names, edits), prepend=True) for module, names in at.values()]
 
 
 def final_map_shape(layout: CNNLayout, image_size: tuple[int, int]) -> tuple[int, int, int]:

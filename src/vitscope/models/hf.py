@@ -9,12 +9,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from vitscope.hooks.edits import Edits
 from vitscope.hooks.names import split_block_name
 from vitscope.hooks.record import Record, Removable
 from vitscope.models.backbone import Backbone
-from vitscope.models.block_hooks import install_block_hooks
+from vitscope.models.block_edits import install_block_edits
+from vitscope.models.block_hooks import install_block_hooks, merge_heads, split_heads
 from vitscope.models.families import get_family
-from vitscope.models.hf_attention import capture_hf_attention
+from vitscope.models.hf_attention import capture_hf_attention, edit_hf_attention
 from vitscope.models.hf_layout import (
     attention_module,
     block_modules,
@@ -53,7 +55,7 @@ class HFViTBackbone(Backbone):
         layout = self.family.layout
         self.base = find_base(model)
         self.layers = find_layers(self.base, layout)
-        self.blocks = [block_modules(layer, layout) for layer in self.layers]
+        self.blocks = [block_modules(layer, layout, spec.num_heads) for layer in self.layers]
         self._final_norm, self._norm_on_sequence = final_norm_module(self.base, layout)
         self.head_after_final_norm = self.family.head_after_final_norm
         self.last_input_hw = spec.image_size  # of the last embed() (blocks of some families need it)
@@ -145,6 +147,32 @@ class HFViTBackbone(Backbone):
                 b, n, _ = out.shape
                 rec.put(_name, out.view(b, n, heads, -1).transpose(1, 2))
             handles.append(proj.register_forward_hook(put))
+        return handles
+
+    def _install_edits(self, edits: Edits) -> list[Removable]:
+        def edit(i: int, e: Edits) -> list[Removable]:
+            return edit_hf_attention(attention_module(self.layers[i], self.family.layout), i, e)
+
+        handles = install_block_edits(self.blocks, edits, edit,
+                                      self._final_norm if self._norm_on_sequence else None)
+        return handles + self._edit_unrotated(edits)
+
+    def _edit_unrotated(self, edits: Edits) -> list[Removable]:
+        """Edits of the projections before the rotation (DINOv3's ``attn.q_unrotated`` / ``attn.k_unrotated``)."""
+        handles: list[Removable] = []
+        layout, heads = self.family.layout, self.spec.num_heads
+        for name in edits.names:
+            parsed = split_block_name(name)
+            if not parsed or parsed[1] not in UNROTATED:
+                continue
+            attn = attention_module(self.layers[parsed[0]], layout)
+            proj = find_module(attn, layout.q_proj if parsed[1] == UNROTATED[0] else layout.k_proj, "projection")
+
+            def edit(m, args, out, _name=name):
+                split = split_heads(out, heads)
+                y = edits.apply(_name, split)
+                return None if y is split else merge_heads(y)
+            handles.append(proj.register_forward_hook(edit, prepend=True))
         return handles
 
     def _install(self, rec: Record) -> list[Removable]:

@@ -9,6 +9,11 @@ eager masks are both additive-float or boolean, handled below). It computes exac
 eager implementation computes (logits ``q k^T * scaling + mask``, float32 softmax), so the
 pattern equals eager attention, every bias included (BEiT's relative position bias arrives as
 the mask), and the output differs from sdpa's only by kernel rounding. One pass, no recompute.
+
+An intervention (``backbone.intervene``) edits ``attn.q|k|v|pattern`` in the same kernel: q, k and v as they enter
+it (then the model's own kernel runs on them), the pattern after the softmax (then this block runs the eager
+computation with the edited pattern multiplying the values). A recording open at the same time sees the edited
+tensors.
 """
 
 from __future__ import annotations
@@ -22,12 +27,15 @@ from transformers import AttentionInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from vitscope.functional.image_groups import images_per_group
+from vitscope.hooks.edits import Edits
 from vitscope.hooks.record import CallbackRemovable, Record, Removable
 
 IMPL_NAME = "vitscope_record"
 
 # id(attention module) -> (callback(q, k, v, pattern or None), whether the pattern is wanted, original kernel)
 _ACTIVE: dict[int, tuple[Callable[..., None], bool, str]] = {}
+# id(attention module) -> (the intervention's edits, its block's name prefix, original kernel)
+_EDITING: dict[int, tuple[Edits, str, str]] = {}
 
 
 def _softmax(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, scaling: float) -> torch.Tensor:
@@ -64,24 +72,74 @@ def _recording_attention(
     dropout: float = 0.0,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    callback, want_pattern, original = _ACTIVE[id(module)]
-    if not want_pattern:  # only q/k/v wanted: let the model's own kernel run
+    recording, editing = _ACTIVE.get(id(module)), _EDITING.get(id(module))
+    callback, want_pattern, original = recording if recording is not None else (None, False, editing[2])
+    edit_pattern = False
+    if editing is not None:  # the intervention's q, k, v first: recording and the kernel see the edited ones
+        edits, p, original = editing
+        query, key, value = (edits.apply(p + site, t) for site, t in (("q", query), ("k", key), ("v", value)))
+        edit_pattern = edits.wants(p + "pattern")
+    if not (want_pattern or edit_pattern):  # no pattern needed: the model's own kernel runs
         fn = ALL_ATTENTION_FUNCTIONS.get_interface(original, None) if original != "eager" else None
         if fn is not None:
             out, weights = fn(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
-            callback(query, key, value, None)
+            if callback is not None:
+                callback(query, key, value, None)
             return out, weights
     if scaling is None:
         scaling = query.size(-1) ** -0.5
     pattern = _pattern(query, key, attention_mask, scaling)
+    if edit_pattern:  # used as returned: the values are mixed by the edited pattern, not renormalised
+        pattern = edits.apply(p + "pattern", pattern)
     weights = pattern.to(query.dtype)
     weights = nn.functional.dropout(weights, p=dropout, training=module.training)
     out = torch.matmul(weights, value).transpose(1, 2).contiguous()
-    callback(query, key, value, pattern)
+    if callback is not None:
+        callback(query, key, value, pattern if want_pattern else None)
     return out, weights
 
 
 AttentionInterface.register(IMPL_NAME, _recording_attention)
+
+
+def _route(attn_module: nn.Module, original: str, cleanup: Callable[[], None]) -> list[Removable]:
+    """Hooks that point ``attn_module``'s config at vitscope's kernel for each of its calls, and ``cleanup``."""
+    config = attn_module.config
+
+    def pre(m, args, kwargs):
+        config._attn_implementation = IMPL_NAME
+
+    def post(m, args, kwargs, out):
+        config._attn_implementation = original
+
+    return [attn_module.register_forward_pre_hook(pre, with_kwargs=True),
+            attn_module.register_forward_hook(post, with_kwargs=True), CallbackRemovable(cleanup)]
+
+
+def _original_kernel(attn_module: nn.Module) -> str:
+    """The model's own kernel, also while another context has routed the module to vitscope's."""
+    for held in (_ACTIVE.get(id(attn_module)), _EDITING.get(id(attn_module))):
+        if held is not None:
+            return held[-1]
+    return attn_module.config._attn_implementation or "eager"
+
+
+def edit_hf_attention(attn_module: nn.Module, block: int, edits: Edits) -> list[Removable]:
+    """Route ``attn_module`` through vitscope's kernel while ``edits`` change ``blocks.{block}.attn.q|k|v|pattern``.
+
+    q, k and v are edited as they enter the kernel; the model's own kernel then runs on them, unless the pattern is
+    edited, which makes this block run the eager-equivalent kernel (the pattern multiplies the values as returned).
+    """
+    original = _original_kernel(attn_module)
+    config = attn_module.config
+    _EDITING[id(attn_module)] = (edits, f"blocks.{block}.attn.", original)
+
+    def cleanup():
+        _EDITING.pop(id(attn_module), None)
+        if id(attn_module) not in _ACTIVE:
+            config._attn_implementation = original  # also after an exception inside the forward
+
+    return _route(attn_module, original, cleanup)
 
 
 def capture_hf_attention(attn_module: nn.Module, block: int, rec: Record) -> list[Removable]:
@@ -92,7 +150,7 @@ def capture_hf_attention(attn_module: nn.Module, block: int, rec: Record) -> lis
     """
     p = f"blocks.{block}.attn."
     config = attn_module.config
-    original = config._attn_implementation or "eager"
+    original = _original_kernel(attn_module)
     want_pattern = rec.wants(p + "pattern")
 
     def on_attention(q, k, v, pattern):
@@ -102,20 +160,11 @@ def capture_hf_attention(attn_module: nn.Module, block: int, rec: Record) -> lis
         if pattern is not None:
             rec.put(p + "pattern", pattern)
 
-    def pre(m, args, kwargs):
-        config._attn_implementation = IMPL_NAME
-
-    def post(m, args, kwargs, out):
-        config._attn_implementation = original
-
     _ACTIVE[id(attn_module)] = (on_attention, want_pattern, original)
 
     def cleanup():
         _ACTIVE.pop(id(attn_module), None)
-        config._attn_implementation = original  # also after an exception inside the forward
+        if id(attn_module) not in _EDITING:
+            config._attn_implementation = original  # also after an exception inside the forward
 
-    return [
-        attn_module.register_forward_pre_hook(pre, with_kwargs=True),
-        attn_module.register_forward_hook(post, with_kwargs=True),
-        CallbackRemovable(cleanup),
-    ]
+    return _route(attn_module, original, cleanup)

@@ -45,7 +45,7 @@ def find_layers(base: nn.Module, layout: HFLayout = HFLayout()) -> nn.ModuleList
                             f"{', '.join(layout.blocks)}); its family's descriptor must name them (HFLayout.blocks)")
 
 
-def block_modules(layer: nn.Module, layout: HFLayout = HFLayout()) -> BlockModules:
+def block_modules(layer: nn.Module, layout: HFLayout = HFLayout(), num_heads: int = 0) -> BlockModules:
     """Describe one HF block for :func:`~vitscope.models.block_hooks.install_block_hooks`."""
     attn = find_module(layer, layout.attention, "attention module")
     mlp = find_module(layer, layout.mlp, "MLP")
@@ -59,6 +59,7 @@ def block_modules(layer: nn.Module, layout: HFLayout = HFLayout()) -> BlockModul
         mlp_out_proj=find_module(mlp, layout.mlp_out, "MLP output projection"),
         attn_scale=lam1 if isinstance(lam1, nn.Parameter) else None,
         mlp_scale=lam2 if isinstance(lam2, nn.Parameter) else None,
+        attn_out_proj=find_module(attn, layout.o_proj, "attention output projection"), num_heads=num_heads,
     )
 
 

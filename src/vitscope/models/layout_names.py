@@ -24,6 +24,7 @@ class HFLayout:
         attention: the attention module inside a block (its kernel call is what vitscope records).
         q_proj, k_proj: the query and key projections inside ``attention`` (``attn.q_unrotated`` /
             ``attn.k_unrotated`` of a family whose blocks rotate them).
+        o_proj: the output projection inside ``attention``; its input is ``attn.heads``.
         mlp: the MLP inside a block (its output is the MLP branch).
         mlp_out: the MLP's output projection inside ``mlp``; its input is ``mlp.post`` (for a gated MLP,
             SwiGLU, the product of the gate's activation and the up projection).
@@ -39,6 +40,7 @@ class HFLayout:
     attention: tuple[str, ...] = ("attention", "self_attn")
     q_proj: tuple[str, ...] = ("q_proj", "query")
     k_proj: tuple[str, ...] = ("k_proj", "key")
+    o_proj: tuple[str, ...] = ("o_proj", "out_proj")
     mlp: tuple[str, ...] = ("mlp",)
     mlp_out: tuple[str, ...] = ("fc2", "weights_out", "down_proj")
     layer_scale: tuple[str, str] = ("layer_scale1", "layer_scale2")

@@ -38,7 +38,7 @@ import torch
 
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.tiling import TilingPlan, frame_plan, stitch_tiles
-from vitscope.hooks.names import ATTENTION_SITES, expand_names, split_block_name
+from vitscope.hooks.names import ATTENTION_INTERNALS, expand_names, split_block_name
 from vitscope.hooks.record import CallbackRemovable, Record, Removable
 from vitscope.hooks.tokens import grid_to_tokens, tokens_to_grid
 from vitscope.models.backbone import Backbone
@@ -52,9 +52,9 @@ class TilingError(VitscopeValueError):
 
 
 def is_attention_hook(name: str) -> bool:
-    """Whether ``name`` is an attention site (``blocks.{i}.attn.q|k|v|pattern``), which cannot be stitched."""
+    """Whether ``name`` is an attention site (``blocks.{i}.attn.q|k|v|pattern|heads``), which cannot be stitched."""
     parts = split_block_name(name)
-    return parts is not None and parts[1] in ATTENTION_SITES
+    return parts is not None and parts[1] in ATTENTION_INTERNALS
 
 
 def tiled_spec(spec: ModelSpec, scale: float = 2.0) -> ModelSpec:

@@ -15,8 +15,10 @@ import torch
 from torch import nn
 
 from vitscope.errors import VitscopeTypeError
-from vitscope.hooks.record import Record, Removable
+from vitscope.hooks.edits import Edits
+from vitscope.hooks.record import CallbackRemovable, Record, Removable
 from vitscope.models.backbone import Backbone
+from vitscope.models.block_edits import install_block_edits
 from vitscope.models.block_hooks import BlockModules, install_block_hooks
 from vitscope.models.spec import ModelSpec
 
@@ -81,6 +83,14 @@ def timm_spec(model: nn.Module, name: str, family: str = "timm", **overrides: An
     return ModelSpec(**kwargs)
 
 
+#: id(attention module) -> the pattern an intervention edited in its last call (read by a recording)
+_EDITED_PATTERNS: dict[int, torch.Tensor] = {}
+
+
+def _unless_same(out: torch.Tensor, edited: torch.Tensor) -> torch.Tensor | None:
+    return None if edited is out else edited
+
+
 class TimmLayoutBackbone(Backbone):
     """Backbone over a timm-style VisionTransformer (timm itself or vitscope's tiny ViT)."""
 
@@ -89,7 +99,8 @@ class TimmLayoutBackbone(Backbone):
         super().__init__(model, spec)
         self.blocks = [
             BlockModules(layer=b, norm1=b.norm1, norm2=b.norm2, attn_end=getattr(b, "ls1", b.attn),
-                         mlp_end=getattr(b, "ls2", b.mlp), mlp_out_proj=b.mlp.fc2)
+                         mlp_end=getattr(b, "ls2", b.mlp), mlp_out_proj=b.mlp.fc2, attn_out_proj=b.attn.proj,
+                         num_heads=int(b.attn.num_heads))
             for b in model.blocks
         ]
 
@@ -131,6 +142,46 @@ class TimmLayoutBackbone(Backbone):
     def _install(self, rec: Record) -> list[Removable]:
         return install_block_hooks(self.blocks, rec, self._capture_attention, self.model.norm)
 
+    def _install_edits(self, edits: Edits) -> list[Removable]:
+        return install_block_edits(self.blocks, edits, self._edit_attention, self.model.norm)
+
+    def _edit_attention(self, i: int, edits: Edits) -> list[Removable]:
+        """Edits of ``blocks.{i}.attn.q|k|v|pattern``: q and k at the output of their norms (as they enter the
+        kernel; through the fused projection when the block has none), v through the fused projection, the pattern
+        at the attention dropout of the explicit (non-fused) path, which the block then runs."""
+        attn = self.model.blocks[i].attn
+        p = f"blocks.{i}.attn."
+        heads = int(attn.num_heads)
+        norms = {key: getattr(attn, f"{key}_norm", None) for key in ("q", "k")}
+        through_qkv = [key for key in ("q", "k", "v") if edits.wants(p + key) and
+                       not isinstance(norms.get(key), nn.Module)]
+        handles: list[Removable] = []
+        if through_qkv:
+            def on_qkv(m, a, out):
+                b, n, _ = out.shape
+                parts = out.reshape(b, n, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)  # q, k, v [B, H, N, Dh]
+                edited = [edits.apply(p + key, t) if key in through_qkv else t for key, t in zip("qkv", parts)]
+                if all(e is t for e, t in zip(edited, parts)):
+                    return None
+                return torch.stack(edited).permute(1, 3, 0, 2, 4).reshape(b, n, -1)
+            handles.append(attn.qkv.register_forward_hook(on_qkv, prepend=True))
+        for key, norm in norms.items():
+            if edits.wants(p + key) and isinstance(norm, nn.Module):
+                handles.append(norm.register_forward_hook(
+                    lambda m, a, out, _key=key: _unless_same(out, edits.apply(p + _key, out)), prepend=True))
+        if edits.wants(p + "pattern"):
+            fused = attn.fused_attn
+
+            def on_pattern(m, a, out):
+                edited = edits.apply(p + "pattern", out)
+                _EDITED_PATTERNS[id(attn)] = edited
+                return None if edited is out else edited
+            attn.fused_attn = False  # the explicit path: its attention dropout receives the pattern
+            handles += [attn.attn_drop.register_forward_hook(on_pattern, prepend=True),
+                        CallbackRemovable(lambda: (setattr(attn, "fused_attn", fused),
+                                                   _EDITED_PATTERNS.pop(id(attn), None)))]
+        return handles
+
     def _capture_attention(self, i: int, rec: Record) -> list[Removable]:
         attn = self.model.blocks[i].attn
         p = f"blocks.{i}.attn."
@@ -150,9 +201,13 @@ class TimmLayoutBackbone(Backbone):
             rec.put(p + "q", q)
             rec.put(p + "k", k)
             rec.put(p + "v", seen["v"])
+            edited = _EDITED_PATTERNS.pop(id(attn), None)  # an intervention's pattern, as the block used it
             if rec.wants(p + "pattern"):
-                logits = (q * attn.scale) @ k.transpose(-2, -1)
-                rec.put(p + "pattern", logits.softmax(dim=-1, dtype=torch.float32))
+                if edited is not None:
+                    rec.put(p + "pattern", edited.float())
+                else:
+                    logits = (q * attn.scale) @ k.transpose(-2, -1)
+                    rec.put(p + "pattern", logits.softmax(dim=-1, dtype=torch.float32))
             seen.clear()
 
         handles = [attn.qkv.register_forward_hook(on_qkv), attn.register_forward_hook(on_attn)]

@@ -1,0 +1,57 @@
+"""The edits of an intervention (``backbone.intervene``): a function per canonical hook name, applied where the
+model makes that tensor, and checked so that a wrong edit fails in one line instead of deep in the model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import torch
+
+from vitscope.errors import VitscopeValueError
+
+__all__ = ["EditError", "EditFn", "Edits"]
+
+#: ``fn(tensor, name) -> tensor``: ``name`` is the resolved canonical name; return the tensor itself to change nothing
+EditFn = Callable[[torch.Tensor, str], torch.Tensor]
+
+
+class EditError(VitscopeValueError):
+    """An edit returned something the model cannot take in place of the tensor it was given."""
+
+
+class Edits:
+    """Resolved canonical name -> edit function.
+
+    Args:
+        fns: every name the intervention edits, resolved (no glob patterns).
+    """
+
+    def __init__(self, fns: Mapping[str, EditFn]) -> None:
+        self.fns = dict(fns)
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(self.fns)
+
+    def wants(self, name: str) -> bool:
+        return name in self.fns
+
+    def apply(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` after the edit of ``name`` (``tensor`` itself when ``name`` has none, or when the edit returns
+        its input unchanged: the model then runs exactly as without the intervention).
+
+        Raises:
+            EditError: the edit returned no tensor, or one of another shape.
+        """
+        fn = self.fns.get(name)
+        if fn is None:
+            return tensor
+        out = fn(tensor, name)
+        if out is tensor:
+            return tensor
+        if not isinstance(out, torch.Tensor):
+            raise EditError(f"the edit of '{name}' returned {type(out).__name__}, not a tensor")
+        if out.shape != tensor.shape:
+            raise EditError(f"the edit of '{name}' returned shape {tuple(out.shape)}; it must keep the shape "
+                            f"{tuple(tensor.shape)} of the tensor it was given")
+        return out.to(device=tensor.device, dtype=tensor.dtype)

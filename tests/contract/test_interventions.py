@@ -1,0 +1,176 @@
+"""``backbone.intervene`` on every registered family: an edit that changes nothing changes nothing (bit for bit),
+the recorded pattern put back gives the model's outputs (1e-5), a head zeroed through ``attn.heads`` equals the
+same head zeroed by hand in the eager model's weights, a recording sees the edited tensors, and nothing is left
+behind after the block, also when an edit raises."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import vitscope
+from helpers.hf_factories import kinds, make
+from vitscope import wrap
+from vitscope.hooks.edits import EditError
+from vitscope.hooks.names import UnknownHookError
+from vitscope.models.hf_layout import attention_module, find_module
+
+TRANSFORMERS = kinds() + ["tiny-vit", "tiny-vit-reg", "tiny-vit-sup"]
+CNNS = kinds(cnn=True) + ["tiny-resnet-sup"]
+
+
+def backbone_of(kind: str, attn_implementation: str | None = None):
+    if kind.startswith("tiny-"):
+        return vitscope.load_model(kind)
+    return wrap(make(kind, attn_implementation=attn_implementation), name=kind)
+
+
+def pixels(b, seed: int = 0) -> torch.Tensor:
+    return torch.randn(2, 3, *b.spec.image_size, generator=torch.Generator().manual_seed(seed))
+
+
+def main(out) -> torch.Tensor:
+    if isinstance(out, torch.Tensor):
+        return out
+    for key in ("logits", "last_hidden_state", "image_embeds"):
+        if getattr(out, key, None) is not None:
+            return getattr(out, key)
+    raise AssertionError("no tensor output")
+
+
+def hook_counts(model: torch.nn.Module) -> int:
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+def same(t: torch.Tensor, name: str) -> torch.Tensor:
+    return t
+
+
+@pytest.mark.parametrize("kind", TRANSFORMERS + CNNS)
+def test_an_edit_that_changes_nothing_changes_nothing(kind: str) -> None:
+    b = backbone_of(kind)
+    x = pixels(b)
+    names = [n for n in b.hook_names() if not n.endswith("attn.pattern")
+             and not (n == "final_norm" and not getattr(b, "_norm_on_sequence", True))]  # CLIP: pooled token only
+    hooks = hook_counts(b.model)
+    with torch.no_grad():
+        ref = main(b(x))
+        with b.intervene({n: same for n in names}):
+            edited = main(b(x))
+    assert torch.equal(edited, ref)
+    assert hook_counts(b.model) == hooks
+
+
+@pytest.mark.parametrize("kind", TRANSFORMERS)
+def test_the_recorded_pattern_put_back_gives_the_models_outputs(kind: str) -> None:
+    """Every block then runs vitscope's eager-equivalent kernel: the outputs move by kernel rounding only."""
+    b = backbone_of(kind)
+    x = pixels(b)
+    with torch.no_grad():
+        ref = main(b(x))
+        with b.record("blocks.*.attn.pattern") as rec:
+            b(x)
+        recorded = {k: v.clone() for k, v in rec.items()}
+        with b.intervene({"blocks.*.attn.pattern": lambda t, name: recorded[name]}):
+            edited = main(b(x))
+        after = main(b(x))
+    torch.testing.assert_close(edited, ref, atol=1e-5, rtol=1e-5)
+    assert torch.equal(after, ref), "the edit leaked past the block"
+    if not kind.startswith("tiny-"):
+        assert b.model.config._attn_implementation == "sdpa"
+
+
+def _zero_head_by_hand(kind: str, block: int, head: int):
+    """The eager model with head ``head`` of ``block`` removed from its output projection's weights."""
+    b = backbone_of(kind, attn_implementation=None if kind.startswith("tiny-") else "eager")
+    dh = b.spec.embed_dim // b.spec.num_heads
+    if kind.startswith("tiny-"):
+        b.model.blocks[block].attn.fused_attn = False
+        proj = b.model.blocks[block].attn.proj
+    else:
+        proj = find_module(attention_module(b.layers[block], b.family.layout), b.family.layout.o_proj, "o_proj")
+    with torch.no_grad():
+        proj.weight[:, head * dh:(head + 1) * dh] = 0
+    return b
+
+
+@pytest.mark.parametrize("kind", TRANSFORMERS)
+def test_a_head_zeroed_through_its_output_equals_its_weights_zeroed_in_the_eager_model(kind: str) -> None:
+    b = backbone_of(kind)
+    x = pixels(b)
+    block, head = b.spec.num_blocks - 1, b.spec.num_heads - 1
+
+    def zero(t: torch.Tensor, name: str) -> torch.Tensor:
+        t = t.clone()
+        t[:, head] = 0
+        return t
+
+    with torch.no_grad():
+        with b.intervene({f"blocks.{block}.attn.heads": zero}), b.record(f"blocks.{block}.attn.heads") as rec:
+            edited = main(b(x))
+        assert float(rec[f"blocks.{block}.attn.heads"][:, head].abs().max()) == 0.0  # the recording sees the edit
+        by_hand = main(_zero_head_by_hand(kind, block, head)(x))
+        assert float((edited - main(b(x))).abs().max()) > 1e-6, "zeroing a head changed nothing"
+    torch.testing.assert_close(edited, by_hand, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["vit-cls", "dinov2-reg", "clip", "beit", "dinov3", "siglip2", "tiny-vit-sup"])
+def test_a_recording_sees_every_edited_site(kind: str) -> None:
+    """Residual sites edited by a known change are recorded with it; queries of zero make the pattern uniform."""
+    b = backbone_of(kind)
+    x = pixels(b)
+    sites = ["resid_pre", "norm1", "attn_out", "resid_mid", "norm2", "mlp.post", "mlp_out", "resid_post"]
+    with torch.no_grad(), b.record([f"blocks.1.{s}" for s in sites]) as rec:
+        b(x)
+        clean = {k: v.clone() for k, v in rec.items()}
+    for site in sites:
+        name = f"blocks.1.{site}"
+        with torch.no_grad(), b.intervene({name: lambda t, n: t + 1.0}), b.record(name) as rec:
+            b(x)
+        torch.testing.assert_close(rec[name], clean[name] + 1.0, atol=1e-5, rtol=1e-5, msg=site)
+    if kind != "beit":  # BEiT adds a relative position bias to the logits
+        with torch.no_grad(), b.intervene({"blocks.0.attn.q": lambda t, n: torch.zeros_like(t)}), \
+                b.record(["blocks.0.attn.pattern", "blocks.0.attn.q"]) as rec:
+            b(x)
+        pattern = rec["blocks.0.attn.pattern"]
+        assert float(rec["blocks.0.attn.q"].abs().max()) == 0.0
+        torch.testing.assert_close(pattern, torch.full_like(pattern, 1.0 / pattern.shape[-1]))
+
+
+@pytest.mark.parametrize("kind", ["vit-cls", "clip", "tiny-vit-sup", "resnet"])
+def test_nothing_is_left_behind_when_an_edit_raises(kind: str) -> None:
+    b = backbone_of(kind)
+    x = pixels(b)
+    hooks = hook_counts(b.model)
+    site = "stages.0" if kind == "resnet" else "blocks.0.attn.pattern"
+
+    def broken(t: torch.Tensor, name: str) -> torch.Tensor:
+        raise RuntimeError("a broken edit")
+
+    with torch.no_grad():
+        ref = main(b(x))
+        with pytest.raises(RuntimeError, match="a broken edit"), b.intervene({site: broken}):
+            b(x)
+        assert torch.equal(main(b(x)), ref) and hook_counts(b.model) == hooks
+        if kind in ("vit-cls", "clip"):
+            assert b.model.config._attn_implementation == "sdpa"
+        if kind == "tiny-vit-sup":
+            assert b.model.blocks[0].attn.fused_attn
+
+
+def test_a_wrong_edit_or_name_fails_in_one_line() -> None:
+    b = backbone_of("vit-cls")
+    x = pixels(b)
+    with pytest.raises(EditError, match=r"the edit of 'blocks.0.resid_post' returned shape \(2, 5\); it must keep"):
+        with torch.no_grad(), b.intervene({"blocks.0.resid_post": lambda t, n: t[:, 0, :5]}):
+            b(x)
+    with pytest.raises(UnknownHookError, match="blocks.9.resid_post"):
+        with b.intervene({"blocks.9.resid_post": same}):
+            pass
+    with pytest.raises(TypeError, match="must be a function"):
+        with b.intervene({"blocks.0.resid_post": 3.0}):
+            pass
+    clip = backbone_of("clip")
+    with pytest.raises(EditError, match="final norm is applied to the pooled token only"):
+        with clip.intervene({"final_norm": same}):
+            pass
