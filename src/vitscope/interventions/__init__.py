@@ -1,0 +1,19 @@
+"""Ready-made interventions for :meth:`vitscope.Backbone.intervene`: each returns the ``{hook: fn}`` mapping it
+takes, so they combine with ``|``::
+
+    from vitscope.interventions import ablate_heads, patch, reference_means
+
+    means = reference_means(backbone, "images/", "blocks.*.attn.heads")
+    with backbone.intervene(ablate_heads({3: [0, 5]}, mode="mean", reference=means)):
+        logits = backbone(pixels).logits
+
+Every ablation has its controls (``mode``): ``"zero"``, ``"mean"`` (over a reference set) and ``"resample"``
+(another image's activations); read an ablation beside them (:mod:`vitscope.functional.ablation`).
+"""
+
+from __future__ import annotations
+
+from vitscope.interventions.edits import ablate_heads, ablate_tokens, patch, steer
+from vitscope.interventions.reference import reference_means
+
+__all__ = ["ablate_heads", "ablate_tokens", "patch", "reference_means", "steer"]

@@ -1,0 +1,126 @@
+"""Ready-made edits: head and token ablations with their controls, activation patching and steering. Each returns
+the ``{hook: fn(tensor, name) -> tensor}`` mapping :meth:`vitscope.Backbone.intervene` takes."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from vitscope.errors import VitscopeValueError
+from vitscope.functional.ablation import MODES, TOKEN_MODES, head_index, replaced
+from vitscope.hooks.edits import EditFn
+
+__all__ = ["ablate_heads", "ablate_tokens", "patch", "steer"]
+
+
+def _reference_of(reference: Mapping[str, torch.Tensor] | None, name: str, what: str) -> torch.Tensor:
+    if reference is None or name not in reference:
+        raise VitscopeValueError(f"{what} needs reference['{name}'] (vitscope.interventions.reference_means for a "
+                                 "mean, a recording of other images for resampling)")
+    return reference[name]
+
+
+def ablate_heads(heads: Mapping[int, Sequence[int]], mode: str = "zero",
+                 reference: Mapping[str, torch.Tensor] | None = None) -> dict[str, EditFn]:
+    """Replace the output of some heads (``blocks.{i}.attn.heads``, before the output projection).
+
+    Args:
+        heads: block -> the heads to ablate in it.
+        mode: ``"zero"``, ``"mean"`` (the head's mean output per token position over a reference set) or
+            ``"resample"`` (another image's output: the next image of the batch, or ``reference``).
+        reference: ``"mean"``: ``{"blocks.{i}.attn.heads": [H, N, Dh]}``
+            (:func:`~vitscope.interventions.reference_means`); ``"resample"``: optionally
+            ``{"blocks.{i}.attn.heads": [B, H, N, Dh]}`` recorded on other images.
+    """
+    if mode not in MODES:
+        raise VitscopeValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    edits: dict[str, EditFn] = {}
+    for block, chosen in heads.items():
+        name = f"blocks.{int(block)}.attn.heads"
+        chosen = [int(h) for h in chosen]
+        if mode == "mean":
+            _reference_of(reference, name, "mean ablation")
+
+        def edit(t: torch.Tensor, n: str, _heads: list[int] = chosen) -> torch.Tensor:
+            mean = reference[n] if mode == "mean" else None
+            other = reference[n] if mode == "resample" and reference is not None and n in reference else None
+            return replaced(t, head_index(_heads, t.shape[1]), mode, mean=mean, other=other)
+        edits[name] = edit
+    return edits
+
+
+def _token_index(tokens: Any) -> tuple:
+    """Token indices (a list, or a bool mask ``[N]`` / ``[B, N]``) as an index of ``[B, N, ...]``."""
+    if isinstance(tokens, torch.Tensor) and tokens.dtype == torch.bool:
+        return (tokens,) if tokens.dim() == 2 else (slice(None), tokens)
+    return (slice(None), [int(i) for i in (tokens.tolist() if isinstance(tokens, torch.Tensor) else tokens)])
+
+
+def ablate_tokens(tokens: Any, mode: str = "zero", hooks: Sequence[str] | str = "embed",
+                  reference: Mapping[str, torch.Tensor] | None = None, seed: int = 0) -> dict[str, EditFn]:
+    """Replace some tokens of the residual stream (every position of the sequence counts: prefix tokens first).
+
+    Args:
+        tokens: positions in the sequence (a list), or a bool mask ``[N]`` (every image) or ``[B, N]``.
+        mode: ``"zero"``, ``"mean"`` (per position, over a reference set), ``"resample"`` (another image's) or
+            ``"noise"`` (Gaussian with each channel's standard deviation over the batch, seeded).
+        hooks: where (default ``embed``: the tokens entering block 0); names, not patterns.
+        reference: as for :func:`ablate_heads`, keyed by the hooks.
+        seed: the noise's seed.
+    """
+    if mode not in TOKEN_MODES:
+        raise VitscopeValueError(f"mode must be one of {', '.join(TOKEN_MODES)}, got {mode!r}")
+    index = _token_index(tokens)
+    names = [hooks] if isinstance(hooks, str) else list(hooks)
+    generator = torch.Generator().manual_seed(int(seed))
+    for name in names:
+        if mode == "mean":
+            _reference_of(reference, name, "mean ablation")
+
+    def edit(t: torch.Tensor, n: str) -> torch.Tensor:
+        mean = reference[n] if mode == "mean" else None
+        other = reference[n] if mode == "resample" and reference is not None and n in reference else None
+        return replaced(t, index, mode, mean=mean, other=other, generator=generator)
+    return {name: edit for name in names}
+
+
+def patch(recorded: Mapping[str, torch.Tensor], hooks: Sequence[str] | str | None = None) -> dict[str, EditFn]:
+    """Activation patching: put the tensors recorded on one input into the run of another.
+
+    Args:
+        recorded: ``{name: tensor}`` of a recording (``backbone.record``) of the source run, e.g. the clean one
+            (patched into the corrupted run) or the corrupted one (patched into the clean run).
+        hooks: which of the recorded names to patch (names or glob patterns; default: all of them).
+    """
+    patterns = [hooks] if isinstance(hooks, str) else list(hooks) if hooks is not None else ["*"]
+    names = [n for n in recorded if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+    if not names:
+        raise VitscopeValueError(f"nothing to patch: no recorded name matches {patterns} (recorded: "
+                                 f"{sorted(recorded)[:6]})")
+    saved = {n: recorded[n].detach().clone() for n in names}
+    return {n: (lambda t, name: saved[name]) for n in names}
+
+
+def steer(hook: str, direction: torch.Tensor, scale: float = 1.0, tokens: Any = None) -> dict[str, EditFn]:
+    """Add ``scale * direction`` to the tensor at ``hook``.
+
+    Args:
+        hook: a canonical name (e.g. ``blocks.6.resid_post``).
+        direction: ``[D]`` (every token) or ``[N, D]`` (per position).
+        scale: its multiple.
+        tokens: only these positions (a list or a bool mask, as :func:`ablate_tokens`); default every token.
+    """
+    direction = direction.detach()
+
+    def edit(t: torch.Tensor, n: str) -> torch.Tensor:
+        add = (scale * direction).to(t.device, t.dtype).expand_as(t)
+        if tokens is None:
+            return t + add
+        out = t.clone()
+        index = _token_index(tokens)
+        out[index] = t[index] + add[index]
+        return out
+    return {hook: edit}

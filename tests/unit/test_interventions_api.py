@@ -1,0 +1,98 @@
+"""The ready-made interventions (:mod:`vitscope.interventions`) against their definitions, by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import vitscope
+from vitscope.errors import VitscopeValueError
+from vitscope.interventions import ablate_heads, ablate_tokens, patch, reference_means, steer
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def model():
+    return vitscope.load_model("tiny-vit-sup")
+
+
+def pixels(b, n=4, seed=0) -> torch.Tensor:
+    return torch.randn(n, 3, *b.spec.image_size, generator=torch.Generator().manual_seed(seed))
+
+
+def recorded(b, x, names, edits=None):
+    with torch.no_grad(), b.intervene(edits or {}), b.record(names) as rec:
+        out = b(x)
+    return {k: v.clone() for k, v in rec.items()}, out
+
+
+def test_heads_are_replaced_by_their_controls_and_the_others_kept(model):
+    x, reference = pixels(model), pixels(model, n=6, seed=1)
+    name = "blocks.2.attn.heads"
+    means = reference_means(model, reference, name, batch_size=4)
+    by_hand = recorded(model, reference, name)[0][name].mean(dim=0)
+    torch.testing.assert_close(means[name], by_hand, atol=1e-6, rtol=1e-6)
+    clean = recorded(model, x, name)[0][name]
+    for mode, expected in (("zero", torch.zeros_like(clean[:, 1])),
+                           ("mean", means[name][1].expand_as(clean[:, 1])),
+                           ("resample", clean.roll(-1, 0)[:, 1])):
+        edits = ablate_heads({2: [1]}, mode=mode, reference=means if mode == "mean" else None)
+        edited = recorded(model, x, name, edits)[0][name]
+        torch.testing.assert_close(edited[:, 1], expected, msg=mode)
+        torch.testing.assert_close(edited[:, [0, 2]], clean[:, [0, 2]], msg=mode)  # the other heads untouched
+    with pytest.raises(VitscopeValueError, match=r"resampled activations have shape \(4, 65, 32\)"):
+        recorded(model, x, name, ablate_heads({2: [1]}, mode="resample", reference=means))  # means are no images
+    with pytest.raises(VitscopeValueError, match="needs reference"):
+        ablate_heads({2: [1]}, mode="mean")
+    with pytest.raises(VitscopeValueError, match=f"do not exist: the block has {model.spec.num_heads} heads"):
+        recorded(model, x, name, ablate_heads({2: [7]}))
+
+
+def test_tokens_are_replaced_where_asked(model):
+    x = pixels(model)
+    clean = recorded(model, x, "embed")[0]["embed"]
+    zeroed = recorded(model, x, "embed", ablate_tokens([1, 5]))[0]["embed"]
+    assert float(zeroed[:, [1, 5]].abs().max()) == 0.0 and torch.equal(zeroed[:, 2], clean[:, 2])
+    mask = torch.zeros(x.shape[0], clean.shape[1], dtype=torch.bool)
+    mask[0, 3] = True
+    one = recorded(model, x, "embed", ablate_tokens(mask, mode="resample"))[0]["embed"]
+    assert torch.equal(one[0, 3], clean[1, 3]) and torch.equal(one[1:], clean[1:])
+    noisy = [recorded(model, x, "embed", ablate_tokens([1], mode="noise", seed=3))[0]["embed"] for _ in range(2)]
+    assert torch.equal(noisy[0], noisy[1]) and not torch.equal(noisy[0][:, 1], clean[:, 1])
+
+
+def test_patching_the_last_block_gives_the_source_runs_output(model):
+    clean_x, corrupted_x = pixels(model, seed=0), pixels(model, seed=5)
+    last = f"blocks.{model.spec.num_blocks - 1}.resid_post"
+    clean, clean_out = recorded(model, clean_x, last)
+    _, patched_out = recorded(model, corrupted_x, last, patch(clean, last))
+    _, corrupted_out = recorded(model, corrupted_x, last)
+    assert torch.equal(patched_out, clean_out) and not torch.equal(corrupted_out, clean_out)
+    with pytest.raises(VitscopeValueError, match="nothing to patch"):
+        patch(clean, "blocks.0.*")
+
+
+def test_steering_adds_the_direction(model):
+    x = pixels(model)
+    site = "blocks.1.resid_post"
+    direction = torch.linspace(-1, 1, model.spec.embed_dim)
+    clean = recorded(model, x, site)[0][site]
+    steered = recorded(model, x, site, steer(site, direction, scale=2.0))[0][site]
+    torch.testing.assert_close(steered, clean + 2.0 * direction)
+    only = recorded(model, x, site, steer(site, direction, tokens=[0]))[0][site]
+    torch.testing.assert_close(only[:, 0], clean[:, 0] + direction)
+    assert torch.equal(only[:, 1:], clean[:, 1:])
+
+
+def test_reference_means_in_one_pass_over_a_folder(model, tmp_path):
+    rng = np.random.default_rng(0)
+    for i in range(5):
+        Image.fromarray(rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(tmp_path / f"{i}.png")
+    means = reference_means(model, str(tmp_path), "blocks.0.resid_post", batch_size=2)
+    images = model.preprocess([Image.open(tmp_path / f"{i}.png") for i in range(5)])
+    torch.testing.assert_close(means["blocks.0.resid_post"],
+                               recorded(model, images, "blocks.0.resid_post")[0]["blocks.0.resid_post"].mean(0),
+                               atol=1e-5, rtol=1e-5)
