@@ -31,7 +31,7 @@ except ImportError:  # pragma: no cover - when tests/ is a package
 
 def _kinds(cls) -> list[str]:
     """The fake kinds an analysis runs on; analyses that need a classifier (masking) get real tiny ones."""
-    fake = [kind for kind in SPEC_KINDS if cls().supports(fake_spec(kind))]
+    fake = [] if cls.reruns_model else [kind for kind in SPEC_KINDS if cls().supports(fake_spec(kind))]
     return fake or [kind for kind in MODEL_KINDS if cls().supports(fake_spec(kind))]
 
 
@@ -63,9 +63,20 @@ def make_batches(acc: Analysis, kind: str, sizes: list[int], seed: int, start: i
 
 
 def run(acc: Analysis, batches: list[tuple]) -> Analysis:
+    if batches:
+        give_reference(acc, batches[0][1].spec)
     for record, batch in batches:
         acc.update(record, batch)
     return acc
+
+
+def give_reference(acc: Analysis, spec) -> None:
+    """What vitscope.run does before a pass for an analysis with a reference set: the hooks it names, recorded on
+    the reference images (here the fake data's first ones, whatever the batches)."""
+    hooks = acc.reference_hooks(spec)
+    if hooks:
+        record, _ = fake_record(spec, hooks, acc.reference_images, torch.Generator().manual_seed(99), start_index=0)
+        acc.set_reference(record)
 
 
 def assert_meta_close(a: Any, b: Any, path: str = "meta") -> None:

@@ -61,6 +61,8 @@ class Analysis(ABC):
     needs_attention: ClassVar[bool] = False
     #: runs on transformers only, without reading attention (their sublayers, say)
     needs_transformer: ClassVar[bool] = False
+    #: runs the model again during the pass (``batch.model``): masking, ablations, the logit lens
+    reruns_model: ClassVar[bool] = False
     #: ground-truth keys (``batch.targets``) the default configuration needs, e.g. ``("masks",)``
     required_targets: ClassVar[tuple[str, ...]] = ()
     #: constructor arguments that do not change the numbers (left out of the resume key and merge checks)
@@ -270,6 +272,26 @@ class Analysis(ABC):
         """Per-batch quantities this analysis reads through :meth:`Batch.quantity`, with their options
         (e.g. ``{"attention_blocks": {"cls"}}``); the engine computes each once per batch for all analyses."""
         return {}
+
+    #: images of the reference set :meth:`reference_hooks` are recorded on (the first of the data)
+    reference_images: int = 0
+
+    def reference_hooks(self, spec: ModelSpec) -> list[str]:
+        """Hooks this analysis needs recorded on a reference set before the pass (the controls of an ablation: a
+        mean, another image's activations); :func:`vitscope.run` records them on the first
+        :attr:`reference_images` images of the data, the same in every process and on resume, and hands them to
+        :meth:`set_reference`. Default: none."""
+        return []
+
+    def set_reference(self, activations: Mapping[str, torch.Tensor]) -> None:
+        """Receive ``{hook: [R, ...]}``: :meth:`reference_hooks` recorded on the reference images (index order);
+        kept as :attr:`reference` (not state: the engine records it again for every run, resumed or not)."""
+        self.__dict__["_reference"] = dict(activations)
+
+    @property
+    def reference(self) -> dict[str, torch.Tensor]:
+        """What :meth:`set_reference` received (empty before)."""
+        return self.__dict__.get("_reference", {})
 
     def target_transforms(self, spec: ModelSpec) -> dict[str, tuple[str, Callable[[Any], Any]]]:
         """Per-image work on the ground truth that the engine does in its loading thread, beside decoding:

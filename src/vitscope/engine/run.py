@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fnmatch
 import functools
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -283,9 +284,28 @@ def run(
                                     device=dev.type, dtype=str(dtype or "fp32"))
     if checkpoint is not None and shard.world > 1:
         checkpoint.for_rank(shard.rank, shard.world)
+    _hand_references(backbone, source, analyses, batch_size, dev, amp, strict)
     with _rows_beside(checkpoint):  # spilled rows on the state file's disk: saving links them
         return _pass(backbone, source, analyses, checkpoint, shard, dev, amp, batch_size, limit, strict,
                      progress, view, hooks, total, described, workers, log)
+
+
+def _hand_references(backbone: Backbone, source: Source, analyses: Sequence[Analysis], batch_size: int,
+                     device: torch.device, dtype: torch.dtype | None, strict: bool) -> None:
+    """Record what analyses need of a reference set (:meth:`Analysis.reference_hooks`) on the first images of the
+    data, before the pass, and hand it to them: the same images in every process and on every resume."""
+    wanted = {a: a.reference_hooks(backbone.spec) for a in analyses}
+    hooks = list(dict.fromkeys(h for names in wanted.values() for h in names))
+    if not hooks:
+        return
+    from vitscope.analyses.activations.hook_tensors import HookTensors
+
+    images = max(int(a.reference_images) for a, names in wanted.items() if names)
+    kept = run(backbone, source, [HookTensors(hooks)], batch_size=batch_size, device=device, dtype=dtype,
+               limit=images, strict=strict, progress=False, workers=0)["hook_tensors"].tensors
+    for a, names in wanted.items():
+        if names:
+            a.set_reference({n: t for n, t in kept.items() if any(fnmatch.fnmatchcase(n, p) for p in names)})
 
 
 def loader_preprocessing(backbone: Backbone) -> Callable[[list[Any]], Any]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from vitscope.analyses.activations.hook_means import HookMeans
+from vitscope.analyses.activations.hook_tensors import HookMeans
 from vitscope.engine.run import run
 from vitscope.models.backbone import Backbone
 

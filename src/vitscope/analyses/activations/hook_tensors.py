@@ -1,5 +1,6 @@
-"""``HookMeans``: the mean over images of any recorded tensors, in one streaming pass (the reference of a mean
-ablation, :func:`vitscope.interventions.reference_means`). Not a registered analysis: a building block."""
+"""Recorded tensors over images, in one streaming pass: their mean (``HookMeans``, the reference of a mean ablation,
+:func:`vitscope.interventions.reference_means`) or, for a few images, the tensors themselves (``HookTensors``, the
+reference set of an analysis's ablation controls). Not registered analyses: building blocks."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from vitscope.analyses.base import Analysis, Batch, Result
-from vitscope.analyses.state import added
+from vitscope.analyses.state import added, first_seen
 from vitscope.errors import VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["HookMeans"]
+__all__ = ["HookMeans", "HookTensors"]
 
 
 class HookMeans(Analysis):
@@ -49,3 +50,33 @@ class HookMeans(Analysis):
             raise VitscopeValueError("no image to average over")
         return Result(name=self.name, tensors={name: (s / self.count).float() for name, s in self.sums.items()},
                       meta={"num_images": int(self.count)})
+
+
+class HookTensors(Analysis):
+    """Every image's recorded tensors of ``hooks``, kept (on the CPU) in dataset order: the reference set of an
+    ablation's controls (a few images). :meth:`compute` stacks them: ``{name: [R, ...]}``.
+
+    State: ``kept`` (dataset index -> {name: tensor}).
+    """
+
+    name = "hook_tensors"
+
+    def __init__(self, hooks: Sequence[str]) -> None:
+        super().__init__()
+        self._cfg_hooks = (hooks,) if isinstance(hooks, str) else tuple(hooks)
+        self.add_state("kept", {}, reduce=first_seen)
+
+    def required_hooks(self, spec: ModelSpec) -> list[str]:
+        return list(self._cfg_hooks)
+
+    def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
+        for j, index in enumerate(batch.indices):
+            self.kept.setdefault(int(index), {name: t[j].detach().cpu().clone() for name, t in record.items()})
+
+    def compute(self) -> Result:
+        order = sorted(self.kept)
+        if not order:
+            raise VitscopeValueError("no reference image could be read")
+        names = list(self.kept[order[0]])
+        return Result(name=self.name, tensors={n: torch.stack([self.kept[i][n] for i in order]) for n in names},
+                      meta={"indices": order})

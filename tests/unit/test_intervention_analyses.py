@@ -1,0 +1,85 @@
+"""head_importance and logit_lens against the same quantities computed by hand with ``backbone.intervene`` and
+the model's own parts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import vitscope
+from vitscope.analyses import ANALYSES
+from vitscope.data.synthetic.write import synthesize
+from vitscope.interventions import ablate_heads
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return f"{synthesize(tmp_path_factory.mktemp('world') / 'coco', 'coco', n=6, size=64, seed=2)}::coco"
+
+
+@pytest.fixture(scope="module")
+def model():
+    return vitscope.load_model("tiny-vit-sup")
+
+
+def images_and_labels(model, world: str):
+    from vitscope.data.open import as_source
+
+    source = as_source(world)
+    loaded = [source.load_checked(i) for i in range(len(source))]
+    return model.preprocess([image for image, _ in loaded]), torch.as_tensor([t["label"] for _, t in loaded])
+
+
+def test_head_importance_is_the_drop_of_the_labels_logit_under_each_control(model, world):
+    analysis = ANALYSES["head_importance"](blocks=(2,), reference_images=3)
+    result = vitscope.run(model, world, [analysis], batch_size=4, progress=False)["head_importance"]
+    x, y = images_and_labels(model, world)
+    with torch.no_grad():
+        clean = model(x).gather(1, y[:, None])[:, 0]
+        with model.record("blocks.2.attn.heads") as rec:
+            model(x[:3])  # the reference set: the first three images
+        reference = rec["blocks.2.attn.heads"].clone()
+        for head in range(model.spec.num_heads):
+            expected = {}
+            for control in ("zero", "mean", "resample"):
+                if control == "resample":  # image j takes reference image (j + 1) mod 3
+                    other = reference[torch.as_tensor([(j + 1) % 3 for j in range(len(x))])]
+
+                    def edit(t, n, _h=head, _o=other):
+                        t = t.clone()
+                        t[:, _h] = _o[:, _h]
+                        return t
+                    edits = {"blocks.2.attn.heads": edit}
+                else:
+                    means = {"blocks.2.attn.heads": reference.mean(0)}
+                    edits = ablate_heads({2: [head]}, mode=control, reference=means if control == "mean" else None)
+                with model.intervene(edits):
+                    ablated = model(x).gather(1, y[:, None])[:, 0]
+                expected[control] = float((clean - ablated).mean())
+                assert float(result.tensors[control][0, head]) == pytest.approx(expected[control], abs=1e-5)
+    assert result.meta["output"] == "logit of the label" and result.meta["controls"] == ["zero", "mean", "resample"]
+    assert {f.stem for f in result.figures()} == {f"head_importance_{c}" for c in ("zero", "mean", "resample")}
+
+
+def test_logit_lens_reads_every_block_with_the_models_own_head(model, world):
+    result = vitscope.run(model, world, ["logit_lens"], batch_size=4, progress=False)["logit_lens"]
+    x, y = images_and_labels(model, world)
+    blocks = [f"blocks.{i}.resid_post" for i in range(model.spec.num_blocks)]
+    with torch.no_grad(), model.record(blocks) as rec:
+        final = model(x)
+        per_block = [model.head(model.final_norm(rec[name])) for name in blocks]
+    agreement = torch.stack([(p.argmax(-1) == final.argmax(-1)).double().mean() for p in per_block])
+    accuracy = torch.stack([(p.argmax(-1) == y).double().mean() for p in per_block])
+    kl = torch.stack([torch.nn.functional.kl_div(p.log_softmax(-1), final.log_softmax(-1), log_target=True,
+                                                 reduction="batchmean") for p in per_block]).double()
+    torch.testing.assert_close(result.tensors["agreement"], agreement)
+    torch.testing.assert_close(result.tensors["accuracy"], accuracy)
+    torch.testing.assert_close(result.tensors["kl"], kl, atol=1e-5, rtol=1e-4)
+    assert float(result.tensors["agreement"][-1]) == 1.0 and result.meta["mode"] == "classifier"
+    from helpers.hf_factories import make
+
+    embedding = vitscope.run(vitscope.wrap(make("dinov2-reg"), name="dinov2-reg"), world, ["logit_lens"],
+                             batch_size=4, progress=False)["logit_lens"]  # no classifier: its pooled CLS token
+    assert embedding.meta["mode"] == "embedding" and float(embedding.tensors["cosine"][-1]) == pytest.approx(1.0)
