@@ -23,6 +23,13 @@ def _reference_of(reference: Mapping[str, torch.Tensor] | None, name: str, what:
     return reference[name]
 
 
+def _images_of(reference: Mapping[str, torch.Tensor] | None, name: str, t: torch.Tensor) -> torch.Tensor | None:
+    """Other images' tensors to resample from: ``reference[name]`` when it holds images (``[B, ...]`` like ``t``;
+    a mean, one image's shape, is not), else None (the next image of the batch)."""
+    held = reference.get(name) if reference is not None else None
+    return held if held is not None and held.dim() == t.dim() else None
+
+
 def ablate_heads(heads: Mapping[int, Sequence[int]], mode: str = "zero",
                  reference: Mapping[str, torch.Tensor] | None = None) -> dict[str, EditFn]:
     """Replace the output of some heads (``blocks.{i}.attn.heads``, before the output projection).
@@ -33,7 +40,8 @@ def ablate_heads(heads: Mapping[int, Sequence[int]], mode: str = "zero",
             ``"resample"`` (another image's output: the next image of the batch, or ``reference``).
         reference: ``"mean"``: ``{"blocks.{i}.attn.heads": [H, N, Dh]}``
             (:func:`~vitscope.interventions.reference_means`); ``"resample"``: optionally
-            ``{"blocks.{i}.attn.heads": [B, H, N, Dh]}`` recorded on other images.
+            ``{"blocks.{i}.attn.heads": [B, H, N, Dh]}`` recorded on other images (a mean is ignored there, so
+            one reference serves every control).
     """
     if mode not in MODES:
         raise VitscopeValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -46,7 +54,7 @@ def ablate_heads(heads: Mapping[int, Sequence[int]], mode: str = "zero",
 
         def edit(t: torch.Tensor, n: str, _heads: list[int] = chosen) -> torch.Tensor:
             mean = reference[n] if mode == "mean" else None
-            other = reference[n] if mode == "resample" and reference is not None and n in reference else None
+            other = _images_of(reference, n, t) if mode == "resample" else None
             return replaced(t, head_index(_heads, t.shape[1]), mode, mean=mean, other=other)
         edits[name] = edit
     return edits
@@ -82,7 +90,7 @@ def ablate_tokens(tokens: Any, mode: str = "zero", hooks: Sequence[str] | str = 
 
     def edit(t: torch.Tensor, n: str) -> torch.Tensor:
         mean = reference[n] if mode == "mean" else None
-        other = reference[n] if mode == "resample" and reference is not None and n in reference else None
+        other = _images_of(reference, n, t) if mode == "resample" else None
         return replaced(t, index, mode, mean=mean, other=other, generator=generator)
     return {name: edit for name in names}
 
