@@ -21,8 +21,8 @@ __all__ = ["Analysis", "Backbone", "ModelSpec", "Result", "VitscopeError", "__ve
            "compare_models", "load_model", "register_analysis", "run", "tokens_to_grid", "wrap"]
 
 #: the packages a user imports from (docs/api.md); the others are the command line's and the writer's rooms
-_SUBPACKAGES = ("analyses", "cache", "data", "engine", "errors", "explain", "featviz", "functional", "hooks",
-               "interventions", "models", "occlusion", "outputs", "train", "viz", "zoo")
+_SUBPACKAGES = ("analyses", "attribution", "cache", "data", "engine", "errors", "explain", "featviz", "functional",
+               "hooks", "interventions", "models", "occlusion", "outputs", "train", "viz", "zoo")
 
 __getattr__, __dir__ = lazy_exports(__name__, {
     "Analysis": "vitscope.analyses.base",

@@ -166,3 +166,20 @@ def _model_record(spec: ModelSpec, names_or_patterns: Sequence[str] | str, batch
                                            "label": [i % NUM_FAKE_LABELS for i in indices]},
                   model=ModelRunner(backbone))
     return record, batch
+
+
+def analysis_kinds(cls, first_model_only: bool = False) -> list[str]:
+    """The fake kinds an analysis runs on: the fake specs it supports, or, for an analysis that needs a classifier
+    or re-runs the model (masking, ablations), the real tiny classifiers (``first_model_only``: one of them)."""
+    fake = [] if cls.reruns_model else [kind for kind in SPEC_KINDS if cls().supports(fake_spec(kind))]
+    models = [kind for kind in MODEL_KINDS if cls().supports(fake_spec(kind))]
+    return fake or (models[:1] if first_model_only else models)
+
+
+def give_reference(acc, spec: ModelSpec) -> None:
+    """What vitscope.run does before a pass for an analysis with a reference set: the hooks it names, recorded on
+    the reference images (here the fake data's first ones, whatever the batches)."""
+    hooks = acc.reference_hooks(spec)
+    if hooks:
+        record, _ = fake_record(spec, hooks, acc.reference_images, torch.Generator().manual_seed(99), start_index=0)
+        acc.set_reference(record)

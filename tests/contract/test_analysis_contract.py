@@ -24,15 +24,22 @@ from vitscope.analyses.registry import default_analyses
 from vitscope.hooks.names import expand_names
 
 try:  # pytest's default "prepend" import mode puts this folder on sys.path
-    from fake_records import MODEL_KINDS, SPEC_KINDS, fake_record, fake_spec, hook_names
+    from fake_records import MODEL_KINDS, SPEC_KINDS, analysis_kinds, fake_record, fake_spec, give_reference, hook_names
 except ImportError:  # pragma: no cover - when tests/ is a package
-    from tests.contract.fake_records import MODEL_KINDS, SPEC_KINDS, fake_record, fake_spec, hook_names
+    from tests.contract.fake_records import (
+        MODEL_KINDS,
+        SPEC_KINDS,
+        analysis_kinds,
+        fake_record,
+        fake_spec,
+        give_reference,
+        hook_names,
+    )
 
 
 def _kinds(cls) -> list[str]:
-    """The fake kinds an analysis runs on; analyses that need a classifier (masking) get real tiny ones."""
-    fake = [] if cls.reruns_model else [kind for kind in SPEC_KINDS if cls().supports(fake_spec(kind))]
-    return fake or [kind for kind in MODEL_KINDS if cls().supports(fake_spec(kind))]
+    """The fake kinds an analysis runs on; analyses that need a classifier or re-run the model get real tiny ones."""
+    return analysis_kinds(cls)
 
 
 #: the analyses docs/extending.md registers, by name: the contract holds for the form the page teaches
@@ -70,13 +77,7 @@ def run(acc: Analysis, batches: list[tuple]) -> Analysis:
     return acc
 
 
-def give_reference(acc: Analysis, spec) -> None:
-    """What vitscope.run does before a pass for an analysis with a reference set: the hooks it names, recorded on
-    the reference images (here the fake data's first ones, whatever the batches)."""
-    hooks = acc.reference_hooks(spec)
-    if hooks:
-        record, _ = fake_record(spec, hooks, acc.reference_images, torch.Generator().manual_seed(99), start_index=0)
-        acc.set_reference(record)
+
 
 
 def assert_meta_close(a: Any, b: Any, path: str = "meta") -> None:
@@ -205,7 +206,8 @@ def test_default_analyses_follow_supports() -> None:
     vit_names = {a.name for a in default_analyses(fake_spec("transformer"), targets={"masks", "label"})}
     cnn_names = {a.name for a in default_analyses(fake_spec("cnn"), targets={"masks", "label"})}
     assert vit_names == {n for n, cls in ANALYSES.items() if cls.default}
-    assert {n for n, cls in ANALYSES.items() if not cls.default} == set(GROUPS["masking"])  # opt-in
+    assert {n for n, cls in ANALYSES.items() if not cls.default} == set(GROUPS["masking"]) | set(
+        GROUPS["interventions"])  # opt-in: they re-run the model
     assert "attention_stats" not in cnn_names and "mean_activation" in cnn_names
     assert not any(getattr(ANALYSES[n], "needs_attention", False) for n in cnn_names)
 

@@ -22,9 +22,9 @@ from vitscope.analyses import ANALYSES
 from vitscope.functional.attention_geometry import HEAD_TYPES
 
 try:  # pytest's default "prepend" import mode puts this folder on sys.path
-    from fake_records import MODEL_KINDS, SPEC_KINDS, fake_record, fake_spec
+    from fake_records import analysis_kinds, fake_record, fake_spec, give_reference
 except ImportError:  # pragma: no cover - when tests/ is a package
-    from tests.contract.fake_records import MODEL_KINDS, SPEC_KINDS, fake_record, fake_spec
+    from tests.contract.fake_records import analysis_kinds, fake_record, fake_spec, give_reference
 
 METHODS = Path(__file__).resolve().parents[2] / "docs" / "methods.md"
 
@@ -61,8 +61,7 @@ NAMED_OTHERWISE = {"random_map": "mean_map"}
 
 def _kinds(cls) -> list[str]:
     """The fake kinds an analysis runs on; of the real tiny classifiers (slow: masking re-runs them) one."""
-    fake = [kind for kind in SPEC_KINDS if cls().supports(fake_spec(kind))]
-    return fake or [kind for kind in MODEL_KINDS if cls().supports(fake_spec(kind))][:1]
+    return analysis_kinds(cls, first_model_only=True)
 
 
 CASES = [pytest.param(name, kind, id=f"{name}-{kind}") for name, cls in sorted(ANALYSES.items())
@@ -72,6 +71,7 @@ CASES = [pytest.param(name, kind, id=f"{name}-{kind}") for name, cls in sorted(A
 @functools.cache
 def _result(name: str, kind: str):
     acc, spec = ANALYSES[name](), fake_spec(kind)
+    give_reference(acc, spec)
     gen, start = torch.Generator().manual_seed(0), 0
     for size in (2, 3):
         record, batch = fake_record(spec, acc.required_hooks(spec), size, gen, start_index=start)

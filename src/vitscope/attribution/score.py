@@ -1,0 +1,70 @@
+"""What an attribution explains: a classifier's logit of a class, or an embedding's cosine to a given one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from vitscope.errors import VitscopeValueError
+from vitscope.models.backbone import Backbone
+
+__all__ = ["POOLINGS", "embedding_of", "score_function"]
+
+POOLINGS: tuple[str, ...] = ("cls", "mean")
+
+
+def embedding_of(backbone: Backbone, tokens: torch.Tensor, pooling: str,
+                 projection: torch.Tensor | torch.nn.Module | None = None) -> torch.Tensor:
+    """The embedding of final-normed ``tokens [B, N, D]``: the CLS token or the mean of the spatial tokens,
+    projected when a projection is given (a metric-learning net's head): ``[B, E]``."""
+    spec = backbone.spec
+    pooled = tokens[:, 0] if pooling == "cls" else tokens[:, spec.num_prefix_tokens:].mean(dim=1)
+    if projection is None:
+        return pooled
+    return projection(pooled) if isinstance(projection, torch.nn.Module) else pooled @ projection
+
+
+def score_function(backbone: Backbone, target: Any, batch: int, pooling: str | None = None,
+                   projection: Any = None) -> Callable[[Any], torch.Tensor]:
+    """``score(model_output_or_tokens) -> [B]``: the logit of ``target`` (an int or ``[B]`` class indices) for a
+    classifier, else the cosine of the embedding to ``target`` (``[D]`` or ``[B, D]``).
+
+    The returned function takes the model's output (classifier) or its final-normed tokens (embedding model).
+
+    Raises:
+        VitscopeValueError: a class out of range, an embedding of the wrong width or number.
+    """
+    spec = backbone.spec
+    if spec.has_head:
+        classes = torch.as_tensor(target).long().reshape(-1)
+        if classes.numel() == 1:
+            classes = classes.expand(batch)
+        if classes.numel() != batch:
+            raise VitscopeValueError(f"target: {classes.numel()} classes for {batch} images; give one class, or "
+                                     "one per image")
+
+        def logit(logits: torch.Tensor) -> torch.Tensor:
+            if int(classes.max()) >= logits.shape[-1] or int(classes.min()) < 0:
+                raise VitscopeValueError(f"target class {int(classes.max())} is out of range: {spec.name} has "
+                                         f"{logits.shape[-1]} classes (0 to {logits.shape[-1] - 1})")
+            return logits.gather(1, classes.to(logits.device)[:, None])[:, 0]
+        return logit
+    if not isinstance(target, torch.Tensor) or not target.is_floating_point():
+        raise VitscopeValueError(f"{spec.name} has no classifier head: the target is an embedding [D] or [B, D] to "
+                                 "compare with (e.g. another image's), not a class")
+    pooling = pooling or ("cls" if spec.num_prefix_tokens and spec.prefix_kinds[0] == "cls" else "mean")
+    if pooling not in POOLINGS:
+        raise VitscopeValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+    wanted = target.reshape(1, -1) if target.dim() == 1 else target
+    if wanted.shape[0] not in (1, batch):
+        raise VitscopeValueError(f"target: {wanted.shape[0]} embeddings for {batch} images")
+
+    def cosine(tokens: torch.Tensor) -> torch.Tensor:
+        emb = embedding_of(backbone, tokens, pooling, projection)
+        if emb.shape[-1] != wanted.shape[-1]:
+            raise VitscopeValueError(f"the target embedding has width {wanted.shape[-1]}, but {spec.name}'s "
+                                     f"embedding has width {emb.shape[-1]}")
+        return torch.nn.functional.cosine_similarity(emb, wanted.to(emb.device, emb.dtype), dim=-1)
+    return cosine
