@@ -2,6 +2,7 @@
 
 import functools
 import json
+import os
 import time
 
 import pytest
@@ -41,6 +42,16 @@ BELOW_BAR: dict[str, str] = {
 }
 
 
+#: the models whose held-out score `make test` measures again (a second each); `make zoo-check` measures every
+#: model (the k-NN ones score 3,000 images, about 6 s each)
+MEASURED = {"tiny-vit-sup", "tiny-resnet-sup", "tiny-vit-metric", "tiny-resnet-metric"}
+EVERY_MODEL = os.environ.get("VITSCOPE_ZOO_CHECK") == "1"
+
+
+def measured_here(name: str) -> bool:
+    return EVERY_MODEL or name in MEASURED
+
+
 @pytest.mark.parametrize("entry", ZOO, ids=lambda e: e.name)
 def test_shipped_model_loads_fast_and_reproduces_its_score(entry, manifest):
     record = manifest["models"][entry.name]
@@ -50,7 +61,8 @@ def test_shipped_model_loads_fast_and_reproduces_its_score(entry, manifest):
     start = time.perf_counter()
     vitscope.load_model(entry.name)
     assert time.perf_counter() - start < 1.0
-    assert _measured_score(entry.name) == pytest.approx(record["score"], abs=0.01)
+    if measured_here(entry.name):
+        assert _measured_score(entry.name) == pytest.approx(record["score"], abs=0.01)
 
 
 @functools.cache
@@ -67,6 +79,8 @@ def test_shipped_model_clears_the_bar(entry, manifest):
     need = f"needs +{MARGIN_OVER_RANDOM} over the untrained twin and +{MARGIN_OVER_PIXELS} over raw pixels"
     assert meets_bar(record), f"recorded {record['score']:.3f} against {record['baselines']}; {need}"
     # and as measured here: a model on the bar must not slip below it within the reproduction tolerance
+    if not measured_here(entry.name):
+        return
     measured = _measured_score(entry.name)
     assert meets_bar({**record, "score": measured}), f"measured {measured:.3f} against {record['baselines']}; {need}"
 
