@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from vitscope.cli.analyses import analyses as analyses_command
+from vitscope.cli.attribute import attribute as attribute_command
 from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors, one_line_warnings
 from vitscope.cli.experiment import experiment_app
@@ -35,6 +36,7 @@ app = CommandLine(add_completion=False, no_args_is_help=True, pretty_exceptions_
 app.add_typer(zoo_app, name="zoo")
 app.add_typer(experiment_app, name="experiment")
 app.command("explain-pair")(explain_pair)
+app.command("attribute")(attribute_command)
 app.command("featviz")(featviz_command)
 app.command("probe")(probe_command)
 app.command("analyses")(analyses_command)

@@ -1,0 +1,41 @@
+"""``vitscope attribute``: attribution maps of a few images; parsing and printing only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from vitscope.cli.errors import one_line_errors
+from vitscope.cli.help_text import IMAGE_SIZE_HELP
+from vitscope.errors import VitscopeFileNotFoundError
+
+__all__ = ["attribute"]
+
+
+@one_line_errors
+def attribute(
+    images: list[Path] = typer.Argument(..., help="Image files."),
+    model: str = typer.Option(..., "--model", "-m", help="Registered name, hf:<id or dir>, or a directory."),
+    method: str = typer.Option("chefer,rollout,token_gradcam", "--method",
+                               help="Comma-separated methods: attention, rollout, chefer, token_gradcam, "
+                                    "input_x_gradient, integrated_gradients, gradcam (CNNs)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output directory."),
+    target: int | None = typer.Option(None, "--target", min=0, help="A classifier's class [each image's "
+                                                                    "predicted class]."),
+    like: Path | None = typer.Option(None, "--like", help="An image to compare with: an embedding model's target "
+                                                          "(the cosine to its embedding)."),
+    upsample: bool = typer.Option(False, "--upsample", help="Maps at the image's size."),
+    image_size: int | None = typer.Option(None, "--image-size", min=1, help=IMAGE_SIZE_HELP),
+) -> None:
+    """Attribution maps of images by several methods: results.json, raw arrays, a figure, report.html."""
+    from vitscope.workflows.attribute import write_attributions
+
+    for p in [*images, *([like] if like is not None else [])]:
+        if not p.is_file():
+            raise VitscopeFileNotFoundError(f"image {p} not found")
+    doc = write_attributions(model, images, [m.strip() for m in method.split(",") if m.strip()], out, target=target,
+                             like=like, image_size=image_size, upsample=upsample)
+    summary = doc["analyses"]["attributions"]["summary"]
+    typer.echo(f"{len(images)} image(s), methods {', '.join(summary['methods'])} ({summary['score']}) -> "
+               f"{out / 'results.json'}")

@@ -1,0 +1,117 @@
+"""``vitscope attribute``: attribution maps of a few images by several methods, written like every command's
+outputs (results.json, arrays of the raw maps, a figure of the maps over the images, report.html)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from vitscope.analyses.result import SummaryResult
+from vitscope.errors import VitscopeValueError
+
+__all__ = ["AttributionMaps", "write_attributions"]
+
+
+class AttributionMaps(SummaryResult):
+    """The attributions of a run: the raw maps go to ``arrays/attributions.npz`` whatever their size."""
+
+    def arrays(self) -> dict[str, Any]:
+        return dict(self.tensors)
+
+
+def write_attributions(model: str, images: Sequence[str | os.PathLike], methods: Sequence[str],
+                       out: str | os.PathLike, target: int | None = None, like: str | os.PathLike | None = None,
+                       image_size: int | None = None, upsample: bool = False) -> dict[str, Any]:
+    """Attribute ``model``'s output on every image with every method and write the run into ``out``.
+
+    Args:
+        model: a model name or folder (``vitscope.load_model``).
+        images: image files.
+        methods: :data:`vitscope.attribution.METHODS` names.
+        out: the output folder.
+        target: a classifier's class (default: each image's predicted class).
+        like: an image whose embedding each image is compared with (an embedding model's target; for a
+            classifier, the class it predicts for that image).
+        image_size: the input size (default: the model's).
+        upsample: maps at the image's size.
+
+    Returns:
+        The ``results.json`` document.
+    """
+    import numpy as np
+    import torch
+
+    from vitscope.analyses.result import Figure
+    from vitscope.attribution import METHODS, attribute
+    from vitscope.attribution.score import embedding_of
+    from vitscope.data.images import load_rgb
+    from vitscope.engine.provenance import model_identity
+    from vitscope.models.load import load_model
+    from vitscope.models.preprocess import resize_crop
+    from vitscope.outputs import RunResult, prepare_output, write_run
+    from vitscope.viz.attribution_figures import attribution_grid
+
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise VitscopeValueError(f"unknown attribution method {unknown[0]!r}; use some of {', '.join(METHODS)}")
+    if not images:
+        raise VitscopeValueError("give at least one image")
+    out = prepare_output(out)
+    backbone = load_model(model, image_size=image_size)
+    spec = backbone.spec
+    pil = [load_rgb(p) for p in images]
+    pixels = backbone.preprocess(pil)
+    with torch.no_grad():
+        reference = backbone.preprocess([load_rgb(like)]) if like is not None else None
+        if spec.has_head:
+            logits = backbone(pixels)
+            logits = logits if isinstance(logits, torch.Tensor) else logits.logits
+            if target is not None:
+                classes = torch.full((len(pil),), int(target), dtype=torch.long)
+            elif reference is not None:
+                ref_logits = backbone(reference)
+                ref_logits = ref_logits if isinstance(ref_logits, torch.Tensor) else ref_logits.logits
+                classes = ref_logits.argmax(-1).expand(len(pil))
+            else:
+                classes = logits.argmax(-1)
+            chosen: Any = classes
+            what = "logit of " + (f"class {int(target)}" if target is not None else
+                                  "the class predicted for the --like image" if reference is not None
+                                  else "each image's predicted class")
+        else:
+            if reference is None:
+                raise VitscopeValueError(f"{spec.name} has no classifier head: give --like IMAGE, whose embedding "
+                                         "each image's is compared with")
+            with backbone.record("final_norm") as rec:
+                backbone(reference)
+                pooling = "cls" if spec.num_prefix_tokens and spec.prefix_kinds[0] == "cls" else "mean"
+                chosen = embedding_of(backbone, rec["final_norm"], pooling)[0]
+            what = "cosine of the embedding to the --like image's"
+    maps = {m: attribute(backbone, pixels, chosen, m, upsample=upsample).cpu() for m in methods}
+    shown = [np.asarray(resize_crop(im, spec), dtype=np.uint8) for im in pil]
+    names = [Path(p).name for p in images]
+
+    def draw(path: Path) -> list[Path]:
+        return attribution_grid(shown, maps, names, f"{spec.name}: attributions of the {what}", path)
+
+    figure = Figure("attributions", draw, "Attributions of every image by every method",
+                    f"Each method's map over each image ({what}); colours are scaled per map for display, the raw "
+                    "maps are in arrays/attributions.npz.", "Chefer et al. 2021; Sundararajan et al. 2017")
+    summary = {"methods": list(methods), "score": what, "images": names,
+               "shapes": {m: list(t.shape[1:]) for m, t in maps.items()}}
+    if spec.has_head:
+        summary["classes"] = [int(c) for c in chosen]
+    result = AttributionMaps("attributions", summary, figures=[figure], tensors=maps,
+                           intro="Where the model's output comes from, by each attribution method: raw maps, never "
+                                 "normalised; token methods on the token grid, pixel methods on the pixels.")
+    path = write_run(out, RunResult(
+        "attribute", title=f"vitscope attribute: {model}",
+        config={"command": "attribute", "model": model, "methods": list(methods), "target": target,
+                "like": None if like is None else str(like), "image_size": image_size, "upsample": upsample},
+        results={"attributions": result}, models=[model_identity(model, backbone)],
+        data={"name": "images", "images": [str(Path(p).resolve()) for p in images]}, num_images=len(pil)))
+    import json
+
+    return json.loads(Path(path).read_text())

@@ -1,0 +1,56 @@
+"""``vitscope attribute`` from the command line: maps of every method over the images, raw arrays, results.json and
+a report; an embedding model explains its cosine to a --like image; bad input is one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from helpers.cli import cli
+from helpers.hf_factories import make
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    root = tmp_path_factory.mktemp("images")
+    rng = np.random.default_rng(0)
+    paths = []
+    for i, (h, w) in enumerate([(64, 64), (48, 80)]):
+        paths.append(root / f"photo{i}.png")
+        Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)).save(paths[-1])
+    return paths
+
+
+def test_a_classifier_gets_every_methods_maps_written(images: list[Path], tmp_path: Path) -> None:
+    run = cli("attribute", *map(str, images), "-m", "tiny-vit-sup", "--method", "chefer,rollout,input_x_gradient",
+              "--target", "2", "-o", str(tmp_path / "out"))
+    assert run.returncode == 0, run.stdout + run.stderr
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    summary = doc["analyses"]["attributions"]["summary"]
+    assert summary["shapes"] == {"chefer": [8, 8], "rollout": [8, 8], "input_x_gradient": [64, 64]}
+    assert summary["classes"] == [2, 2] and summary["score"] == "logit of class 2"
+    arrays = np.load(tmp_path / "out" / "arrays" / "attributions.npz")
+    assert arrays["chefer"].shape == (2, 8, 8) and np.abs(arrays["chefer"]).max() > 0
+    assert (tmp_path / "out" / "figures" / "attributions.png").stat().st_size > 0
+    assert "attributions" in (tmp_path / "out" / "report.html").read_text()
+    bad = cli("attribute", str(images[0]), "-m", "tiny-vit-sup", "--method", "lime", "-o", str(tmp_path / "bad"))
+    assert bad.returncode != 0 and bad.stderr.strip().count("\n") == 0 and "unknown attribution method 'lime'" in \
+        bad.stderr
+
+
+def test_an_embedding_model_explains_its_cosine_to_another_image(images: list[Path], tmp_path: Path) -> None:
+    from vitscope.errors import VitscopeValueError
+    from vitscope.workflows.attribute import write_attributions
+
+    make("dinov2-reg").save_pretrained(tmp_path / "model")
+    doc = write_attributions(str(tmp_path / "model"), images[:1], ["chefer", "token_gradcam"], tmp_path / "out",
+                             like=images[1], upsample=True)
+    summary = doc["analyses"]["attributions"]["summary"]
+    assert summary["score"] == "cosine of the embedding to the --like image's"
+    assert summary["shapes"] == {"chefer": [32, 32], "token_gradcam": [32, 32]}  # upsampled to the input
+    with pytest.raises(VitscopeValueError, match="has no classifier head: give --like IMAGE"):
+        write_attributions(str(tmp_path / "model"), images[:1], ["chefer"], tmp_path / "again")
