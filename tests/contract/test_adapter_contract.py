@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers.hf_factories import kinds, make, peaked
+from helpers.hf_factories import kinds, main_output, make, peaked
 from vitscope import wrap
 from vitscope.errors import VitscopeValueError
 from vitscope.hooks.names import BLOCK_SITES, UnknownHookError
@@ -32,15 +32,6 @@ def _backbone(kind: str):
 def _pixels(b, n=2, seed=0):
     g = torch.Generator().manual_seed(seed)
     return torch.randn(n, 3, *b.spec.image_size, generator=g)
-
-
-def _main_output(out):
-    if isinstance(out, torch.Tensor):
-        return out
-    for key in ("logits", "last_hidden_state", "image_embeds"):
-        if getattr(out, key, None) is not None:
-            return getattr(out, key)
-    raise AssertionError("no tensor output")
 
 
 TRANSFORMERS = TRANSFORMER_KINDS + [t for t in TINY if t not in TINY_CNNS]
@@ -71,16 +62,16 @@ def test_recording_leaves_output_unchanged(kind):
     b = _backbone(kind)
     x = _pixels(b)
     with torch.no_grad():
-        ref = _main_output(b(x))
+        ref = main_output(b(x))
         with b.record(["blocks.*.attn.pattern", "blocks.*.resid_post", "final_norm"]):
-            got = _main_output(b(x))
-        after = _main_output(b(x))
+            got = main_output(b(x))
+        after = main_output(b(x))
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=0)
     scale = float(ref.abs().max())
     assert float((got - ref).abs().max()) <= 1e-5 * scale, "recording moved the output by more than 1e-5 relative"
     assert torch.equal(after, ref), "hooks were not removed"
     with torch.no_grad(), b.record(["blocks.*.resid_post", "blocks.*.mlp.post", "blocks.0.attn.q"]):
-        untouched = _main_output(b(x))
+        untouched = main_output(b(x))
     assert torch.equal(untouched, ref), "no kernel is switched here: the output must be bit-identical"
     if kind.startswith("tiny-"):  # no kernel is switched for the timm layout: bit-identical
         assert torch.equal(got, ref)
@@ -160,7 +151,7 @@ def test_staged_execution_matches_forward(kind):
         torch.testing.assert_close(normed, rec["final_norm"], atol=1e-5, rtol=0)
         if b.spec.has_head:
             logits = b.head(normed if b.head_after_final_norm else last)
-            torch.testing.assert_close(logits, _main_output(out), atol=1e-5, rtol=0)
+            torch.testing.assert_close(logits, main_output(out), atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("kind", TRANSFORMERS)
@@ -216,7 +207,7 @@ def test_cnn_contract(kind):
     assert rec["features"].shape[1] == b.spec.embed_dim
     torch.testing.assert_close(f, rec["features"], atol=1e-5, rtol=0)
     if b.spec.has_head:
-        torch.testing.assert_close(b.head(f), _main_output(out), atol=1e-5, rtol=0)
+        torch.testing.assert_close(b.head(f), main_output(out), atol=1e-5, rtol=0)
     with pytest.raises(UnknownHookError, match="CNN"):
         with b.record("blocks.0.attn.pattern"):
             pass

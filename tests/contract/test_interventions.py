@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import vitscope
-from helpers.hf_factories import kinds, make
+from helpers.hf_factories import kinds, main_output, make
 from vitscope import wrap
 from vitscope.hooks.edits import EditError
 from vitscope.hooks.names import UnknownHookError
@@ -29,15 +29,6 @@ def pixels(b, seed: int = 0) -> torch.Tensor:
     return torch.randn(2, 3, *b.spec.image_size, generator=torch.Generator().manual_seed(seed))
 
 
-def main(out) -> torch.Tensor:
-    if isinstance(out, torch.Tensor):
-        return out
-    for key in ("logits", "last_hidden_state", "image_embeds"):
-        if getattr(out, key, None) is not None:
-            return getattr(out, key)
-    raise AssertionError("no tensor output")
-
-
 def hook_counts(model: torch.nn.Module) -> int:
     return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
 
@@ -54,9 +45,9 @@ def test_an_edit_that_changes_nothing_changes_nothing(kind: str) -> None:
              and not (n == "final_norm" and not getattr(b, "_norm_on_sequence", True))]  # CLIP: pooled token only
     hooks = hook_counts(b.model)
     with torch.no_grad():
-        ref = main(b(x))
+        ref = main_output(b(x))
         with b.intervene({n: same for n in names}):
-            edited = main(b(x))
+            edited = main_output(b(x))
     assert torch.equal(edited, ref)
     assert hook_counts(b.model) == hooks
 
@@ -67,13 +58,13 @@ def test_the_recorded_pattern_put_back_gives_the_models_outputs(kind: str) -> No
     b = backbone_of(kind)
     x = pixels(b)
     with torch.no_grad():
-        ref = main(b(x))
+        ref = main_output(b(x))
         with b.record("blocks.*.attn.pattern") as rec:
             b(x)
         recorded = {k: v.clone() for k, v in rec.items()}
         with b.intervene({"blocks.*.attn.pattern": lambda t, name: recorded[name]}):
-            edited = main(b(x))
-        after = main(b(x))
+            edited = main_output(b(x))
+        after = main_output(b(x))
     torch.testing.assert_close(edited, ref, atol=1e-5, rtol=1e-5)
     assert torch.equal(after, ref), "the edit leaked past the block"
     if not kind.startswith("tiny-"):
@@ -107,10 +98,10 @@ def test_a_head_zeroed_through_its_output_equals_its_weights_zeroed_in_the_eager
 
     with torch.no_grad():
         with b.intervene({f"blocks.{block}.attn.heads": zero}), b.record(f"blocks.{block}.attn.heads") as rec:
-            edited = main(b(x))
+            edited = main_output(b(x))
         assert float(rec[f"blocks.{block}.attn.heads"][:, head].abs().max()) == 0.0  # the recording sees the edit
-        by_hand = main(_zero_head_by_hand(kind, block, head)(x))
-        assert float((edited - main(b(x))).abs().max()) > 1e-6, "zeroing a head changed nothing"
+        by_hand = main_output(_zero_head_by_hand(kind, block, head)(x))
+        assert float((edited - main_output(b(x))).abs().max()) > 1e-6, "zeroing a head changed nothing"
     torch.testing.assert_close(edited, by_hand, atol=1e-5, rtol=1e-5)
 
 
@@ -148,10 +139,10 @@ def test_nothing_is_left_behind_when_an_edit_raises(kind: str) -> None:
         raise RuntimeError("a broken edit")
 
     with torch.no_grad():
-        ref = main(b(x))
+        ref = main_output(b(x))
         with pytest.raises(RuntimeError, match="a broken edit"), b.intervene({site: broken}):
             b(x)
-        assert torch.equal(main(b(x)), ref) and hook_counts(b.model) == hooks
+        assert torch.equal(main_output(b(x)), ref) and hook_counts(b.model) == hooks
         if kind in ("vit-cls", "clip"):
             assert b.model.config._attn_implementation == "sdpa"
         if kind == "tiny-vit-sup":

@@ -67,6 +67,16 @@ def peaked(model: torch.nn.Module, factor: float = 16.0) -> torch.nn.Module:
     return model
 
 
+def main_output(out) -> torch.Tensor:
+    """The main tensor of a model's output: itself, or its logits, last hidden state or image embeddings."""
+    if isinstance(out, torch.Tensor):
+        return out
+    for key in ("logits", "last_hidden_state", "image_embeds"):
+        if getattr(out, key, None) is not None:
+            return getattr(out, key)
+    raise AssertionError("no tensor output")
+
+
 def _no_intermediate() -> dict:
     cfg = dict(SMALL)
     cfg.pop("intermediate_size")

@@ -1,6 +1,11 @@
-"""Preprocessing of the papers' checkpoints shared by several families' aliases."""
+"""What several families share: the preprocessing of the papers' checkpoints, and the pooling of classifiers
+that read every token (SigLIP and SigLIP 2 have no CLS token)."""
 
 from __future__ import annotations
+
+from typing import Any
+
+import torch
 
 from vitscope.models.family import IMAGENET
 
@@ -11,3 +16,8 @@ INCEPTION = {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "image_size": (224
              "interpolation": "bilinear"}
 CLIP = {"mean": (0.48145466, 0.4578275, 0.40821073), "std": (0.26862954, 0.26130258, 0.27577711),
         "image_size": (224, 224), "resize_size": 224, "interpolation": "bicubic"}
+
+
+def mean_token_head(backbone: Any, tokens: torch.Tensor) -> torch.Tensor:
+    """The classifier on the mean of every token (a model without prefix tokens; no padding token exists)."""
+    return backbone.model.classifier(tokens.mean(dim=1))

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from vitscope.models.entry import ModelEntry
-from vitscope.models.families._common import INCEPTION
+from vitscope.models.families._common import INCEPTION, mean_token_head
 from vitscope.models.family import HFFamily, load_auto, register_family
 from vitscope.models.hf_pretrained import from_pretrained
 
@@ -21,16 +19,12 @@ def _load(source: str, config: Any, **hub: Any):
     return load_auto(source, config, **hub)
 
 
-def _head(backbone: Any, tokens: torch.Tensor) -> torch.Tensor:
-    return backbone.model.classifier(tokens.mean(dim=1))
-
-
 FAMILY = register_family(HFFamily(
     name="siglip",
     preprocessing={"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "interpolation": "bicubic"},
     prefix=lambda config: (),
     load=_load,
-    head=_head,
+    head=mean_token_head,
     aliases=(
         ModelEntry("siglip-b16", "siglip", 12, 12, 768, 16, (), "google/siglip-base-patch16-224",
                    {**INCEPTION, "interpolation": "bicubic"}),

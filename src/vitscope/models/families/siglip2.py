@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from vitscope.models.entry import ModelEntry
+from vitscope.models.families._common import mean_token_head
 from vitscope.models.family import HFFamily, load_auto, register_family
 from vitscope.models.hf_pretrained import from_pretrained
 
@@ -61,16 +62,12 @@ def _load(source: str, config: Any, **hub: Any):
     return load_auto(source, config, **hub)
 
 
-def _head(backbone: Any, tokens: torch.Tensor) -> torch.Tensor:
-    return backbone.model.classifier(tokens.mean(dim=1))  # every token is the image's: no padding to leave out
-
-
 FAMILY = register_family(HFFamily(
     name="siglip2",
     preprocessing={"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "interpolation": "bilinear"},
     prefix=lambda config: (),
     load=_load,
-    head=_head,
+    head=mean_token_head,
     forward_kwargs=_grid_inputs,
     pixel_values=_pixel_values,
     input_size=_native_size,
