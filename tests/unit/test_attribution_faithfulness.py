@@ -1,0 +1,48 @@
+"""Deletion and insertion curves of attribution maps, on a score whose answer is known by hand."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vitscope.attribution.faithfulness import faithfulness
+from vitscope.errors import VitscopeValueError
+
+
+def linear_score(weights: torch.Tensor):
+    """score(x) = sum over pixels and channels of weights * x: each patch's share is exactly its weight sum."""
+    return lambda x: (x * weights).flatten(1).sum(1)
+
+
+def test_the_exact_map_deletes_fastest_and_the_curves_are_the_sums_left():
+    # 2 images, 4 x 4 pixels, 2 x 2 patches of 2 x 2 pixels; pixels all 1, so a patch's score share = its weights
+    weights = torch.zeros(2, 3, 4, 4)
+    weights[0, :, :2, :2], weights[0, :, 2:, 2:] = 3.0, 1.0  # image 0: patch 0 holds 36, patch 3 holds 12
+    weights[1, :, :2, 2:] = 2.0  # image 1: patch 1 holds 24
+    pixels = torch.ones(2, 3, 4, 4)
+    score = lambda x: linear_score(weights)(x)
+    exact = torch.tensor([[[36.0, 0.0], [0.0, 12.0]], [[0.0, 24.0], [0.0, 0.0]]])
+    out = faithfulness(score, pixels, exact, steps=4, fill="mean")
+    torch.testing.assert_close(out.curves["map"]["deletion"], torch.tensor(
+        [[48.0, 12.0, 0.0, 0.0, 0.0], [24.0, 0.0, 0.0, 0.0, 0.0]], dtype=torch.float64))
+    torch.testing.assert_close(out.curves["map"]["insertion"], torch.tensor(
+        [[0.0, 36.0, 48.0, 48.0, 48.0], [0.0, 24.0, 24.0, 24.0, 24.0]], dtype=torch.float64))
+    for baseline in ("random", "other_image"):  # no order deletes faster, or inserts faster, than the exact one
+        assert bool((out.areas["map"]["deletion"] <= out.areas[baseline]["deletion"] + 1e-12).all())
+        assert bool((out.areas["map"]["insertion"] >= out.areas[baseline]["insertion"] - 1e-12).all())
+    assert out.summary()["map"]["deletion"] == pytest.approx(float(out.areas["map"]["deletion"].mean()))
+
+
+def test_road_fills_a_constant_image_with_the_constant():
+    """Removed patches of a constant image are imputed as the constant: the score stays until nothing is left to
+    impute from (the last step: every patch removed is the mean colour, 0)."""
+    pixels = torch.full((2, 3, 4, 4), 0.5)
+    maps = torch.rand(2, 2, 2, generator=torch.Generator().manual_seed(0))
+    out = faithfulness(lambda x: x.flatten(1).sum(1), pixels, maps, steps=2, fill="road", noise=0.0,
+                       modes=("deletion",))
+    torch.testing.assert_close(out.curves["map"]["deletion"], torch.tensor([[24.0, 24.0, 0.0]] * 2,
+                                                                         dtype=torch.float64))
+    with pytest.raises(VitscopeValueError, match="fill must be one of"):
+        faithfulness(lambda x: x.sum(), pixels, maps, fill="blur")
+    with pytest.raises(VitscopeValueError, match="does not tile"):
+        faithfulness(lambda x: x.sum(), pixels, torch.rand(2, 3, 3))
