@@ -396,3 +396,16 @@ def test_render_rejects_bad_specs(world: SyntheticWorld) -> None:
         world.render([ObjectSpec(1, 0, _pose(32, 32, 10))])
     with pytest.raises(ValueError, match="index"):
         world.scene(-1)
+
+
+def test_the_written_coco_world_says_each_images_background(tmp_path) -> None:
+    """The shortcut's ground truth travels with the data: every image's background type, the scene's own."""
+    from vitscope.data import load_dataset
+    from vitscope.data.synthetic.write import synthesize
+
+    root = synthesize(tmp_path / "world", "coco", n=6, size=32, seed=3, spurious=1.0)
+    dataset = load_dataset(str(root), "coco")
+    world = SyntheticWorld(seed=3, size=32, spurious=1.0)
+    for i in range(len(dataset)):
+        scene = world.scene(i)
+        assert dataset[i].meta["background"] == scene.background == scene.label % world.num_backgrounds

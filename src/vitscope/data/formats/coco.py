@@ -102,10 +102,12 @@ def write_coco_files(
     instances: Callable[[Scene], Iterator[tuple[np.ndarray, int]]],
     use_rle: bool,
     file_name: Callable[[Scene], str],
+    image_fields: Callable[[Scene], dict] | None = None,
 ) -> Path:
     """Write images and one annotation file; ``instances(scene)`` yields ``(mask, category_id)`` pairs.
 
-    Image ids are ``scene.index + 1`` (COCO ids are positive); annotation ids count from 1.
+    Image ids are ``scene.index + 1`` (COCO ids are positive); annotation ids count from 1. ``image_fields(scene)``
+    adds keys to an image's entry (readers of COCO ignore keys they do not know).
     """
     import json
 
@@ -115,7 +117,8 @@ def write_coco_files(
         name = file_name(scene)
         save_image(scene.image, image_dir / name)
         height, width = scene.image.shape[:2]
-        images.append({"id": image_id, "file_name": name, "width": int(width), "height": int(height)})
+        images.append({"id": image_id, "file_name": name, "width": int(width), "height": int(height),
+                       **(image_fields(scene) if image_fields is not None else {})})
         for mask, category_id in instances(scene):
             ann = coco_annotation(mask, len(annotations) + 1, image_id, category_id, use_rle)
             if ann is not None:
@@ -171,6 +174,7 @@ def write_coco(
         instances,
         use_rle,
         lambda s: f"{int(s.index) + 1:012d}{suffix}",
+        lambda s: {"background": int(s.background)},  # the scene's background type: the shortcut's ground truth
     )
 
 
@@ -266,7 +270,8 @@ class CocoDataset(LazyDataset):
     """Lazy reader of a COCO instance dataset (conventions in the module docstring).
 
     Items: ``masks`` ``[n, H, W]`` bool, ``instance_labels`` ``[n]``, ``boxes`` ``[n, 4]`` float32,
-    ``label``, ``meta`` = ``{"image_id", "category_ids", "annotation_ids", "iscrowd"}``.
+    ``label``, ``meta`` = ``{"image_id", "category_ids", "annotation_ids", "iscrowd"}`` and, for the synthetic
+    world, ``"background"`` (the scene's background type, ``synth.json``'s ``backgrounds`` names them).
 
     Attributes:
         coco: the ``pycocotools.coco.COCO`` index.
@@ -403,6 +408,8 @@ class CocoDataset(LazyDataset):
             "annotation_ids": [a.get("id") for a in anns],
             "iscrowd": crowd,
         }
+        if isinstance(img.get("background"), int):  # vitscope's synthetic world: the scene's background type
+            meta["background"] = img["background"]
         return AnnotatedImage(
             image_path=str(path), label=label, masks=masks, instance_labels=labels, boxes=boxes, meta=meta
         )
