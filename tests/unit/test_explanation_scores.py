@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from vitscope.errors import VitscopeValueError
-from vitscope.functional.explanation_scores import mask_auroc, pointing_game, relevance_mass
+from vitscope.functional.explanation_scores import mask_auroc, pointing_game, relevance_mass, segmentation_scores
 
 
 def test_pointing_relevance_mass_and_auroc_by_hand():
@@ -34,3 +34,16 @@ def test_pointing_relevance_mass_and_auroc_by_hand():
 def test_shapes_must_agree():
     with pytest.raises(VitscopeValueError, match="same shape"):
         pointing_game(torch.zeros(1, 2, 2), torch.zeros(1, 3, 3, dtype=torch.bool))
+
+
+def test_segmentation_scores_by_hand():
+    """One 2 x 2 image: the map scaled to [0, 1/3, 2/3, 1], mean 1/2: predicted object = the two higher pixels."""
+    maps = torch.tensor([[[0.0, 1.0], [2.0, 3.0]]])
+    masks = torch.tensor([[[False, True], [False, True]]])  # object: pixels 1 and 3
+    scores = segmentation_scores(maps, masks)
+    # predicted {2, 3}, truth {1, 3}: correct pixels 0 and 3 -> 2 of 4
+    assert scores["pixel_accuracy"] == pytest.approx(0.5)
+    # object: intersection {3} / union {1, 2, 3} = 1/3; background: {0} / {0, 1, 2} = 1/3
+    assert scores["miou"] == pytest.approx(1 / 3)
+    # ranking 3 (object), 2 (not), 1 (object), 0: precision at the two objects 1/1 and 2/3 -> AP = (1 + 2/3) / 2
+    assert scores["map"] == pytest.approx((1 + 2 / 3) / 2)

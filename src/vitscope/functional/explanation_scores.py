@@ -5,6 +5,10 @@ issue 37's ``vitscope explanations``). Maps and masks share one grid: upsample t
 - Relevance mass (Arras et al. 2022): the share of the map's positive relevance inside the object.
 - AUROC: how well the map's values rank object pixels above background pixels (0.5 = chance), by
   scikit-learn's ``roc_auc_score``.
+- Segmentation scores of the ImageNet-segmentation benchmark (Chefer et al. 2021, after Gur et al.): each map
+  min-max scaled to [0, 1] and thresholded at its mean gives a foreground prediction; pixel accuracy and the mean
+  IoU of the two classes (background, object) over the images' summed intersections and unions, and the mean
+  over images of the average precision of the scaled map as a score of the mask.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import torch
 
 from vitscope.errors import VitscopeValueError
 
-__all__ = ["mask_auroc", "pointing_game", "relevance_mass"]
+__all__ = ["mask_auroc", "pointing_game", "relevance_mass", "segmentation_scores"]
 
 
 def _check(maps: torch.Tensor, masks: torch.Tensor) -> None:
@@ -55,3 +59,29 @@ def mask_auroc(maps: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
         labels = y.reshape(-1)
         out.append(roc_auc_score(labels, m.reshape(-1)) if 0 < labels.sum() < labels.size else np.nan)
     return torch.as_tensor(np.asarray(out, dtype=np.float64))
+
+
+def segmentation_scores(maps: torch.Tensor, masks: torch.Tensor) -> dict[str, float]:
+    """``{"pixel_accuracy", "miou", "map"}`` of maps against object masks (the module docstring's protocol).
+
+    Args:
+        maps: ``[B, H, W]`` explanation maps at the masks' resolution.
+        masks: ``[B, H, W]`` bool object masks.
+    """
+    from sklearn.metrics import average_precision_score
+
+    _check(maps, masks)
+    m = maps.detach().cpu().double()
+    low = m.flatten(1).min(1).values.view(-1, 1, 1)
+    high = m.flatten(1).max(1).values.view(-1, 1, 1)
+    scaled = torch.where(high > low, (m - low) / (high - low).clamp(min=1e-300), torch.zeros_like(m))
+    predicted = scaled > scaled.flatten(1).mean(1).view(-1, 1, 1)
+    truth = masks.detach().cpu().bool()
+    correct = int((predicted == truth).sum())
+    inter = [int((predicted & truth).sum()), int((~predicted & ~truth).sum())]  # object, background
+    union = [int((predicted | truth).sum()), int((~predicted | ~truth).sum())]
+    ap = [average_precision_score(t.reshape(-1).numpy(), s.reshape(-1).numpy())
+          for s, t in zip(scaled, truth) if t.any()]
+    return {"pixel_accuracy": correct / truth.numel(),
+            "miou": float(np.mean([i / u for i, u in zip(inter, union) if u])),
+            "map": float(np.mean(ap)) if ap else float("nan")}
