@@ -1,0 +1,54 @@
+"""The ImageNet segmentation benchmark's file, on a file of the same structure the test writes (MATLAB v7.3 keeps
+arrays column-major and the masks behind a second reference)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vitscope.data.formats.common import DatasetFileNotFoundError, DatasetFormatError
+from vitscope.data.formats.imagenet_seg import ImagenetSegmentation
+
+h5py = pytest.importorskip("h5py")
+
+
+def write_gtsegs(path, images, masks) -> None:
+    with h5py.File(path, "w") as f:
+        refs = f.create_group("#refs#")
+        img_refs = np.empty((len(images), 1), dtype=h5py.ref_dtype)
+        gt_refs = np.empty((len(images), 1), dtype=h5py.ref_dtype)
+        for i, (image, mask) in enumerate(zip(images, masks)):
+            img_refs[i, 0] = refs.create_dataset(f"img{i}", data=image.transpose(2, 1, 0)).ref
+            inner = refs.create_dataset(f"gt{i}", data=mask.astype(np.uint8).transpose(1, 0)).ref
+            holder = np.empty((1, 1), dtype=h5py.ref_dtype)
+            holder[0, 0] = inner
+            gt_refs[i, 0] = refs.create_dataset(f"gtcell{i}", data=holder).ref
+        f.create_dataset("/value/img", data=img_refs)
+        f.create_dataset("/value/gt", data=gt_refs)
+
+
+def test_images_and_masks_come_back_as_written(tmp_path):
+    rng = np.random.default_rng(0)
+    images = [rng.integers(0, 255, (h, w, 3), dtype=np.uint8) for h, w in [(6, 9), (8, 5)]]
+    masks = [rng.random(im.shape[:2]) > 0.5 for im in images]
+    write_gtsegs(tmp_path / "gtsegs_ijcv.mat", images, masks)
+    data = ImagenetSegmentation(tmp_path / "gtsegs_ijcv.mat")
+    assert len(data) == 2
+    for i in range(2):
+        image, mask = data[i]
+        assert np.array_equal(image, images[i]) and np.array_equal(mask, masks[i])
+    assert np.array_equal(data[-1][0], images[1])
+    with pytest.raises(IndexError):
+        data[2]
+
+
+def test_a_wrong_file_is_one_clear_line(tmp_path):
+    with pytest.raises(DatasetFileNotFoundError, match="gtsegs_ijcv.mat"):
+        ImagenetSegmentation(tmp_path / "missing.mat")
+    (tmp_path / "text.mat").write_text("not hdf5")
+    with pytest.raises(DatasetFormatError, match="not an HDF5"):
+        ImagenetSegmentation(tmp_path / "text.mat")
+    with h5py.File(tmp_path / "other.mat", "w") as f:
+        f.create_dataset("x", data=np.zeros(3))
+    with pytest.raises(DatasetFormatError, match="no /value/img"):
+        ImagenetSegmentation(tmp_path / "other.mat")
