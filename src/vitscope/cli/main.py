@@ -14,6 +14,7 @@ from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors, one_line_warnings
 from vitscope.cli.experiment import experiment_app
 from vitscope.cli.explain import explain_pair
+from vitscope.cli.explanations import explanations as explanations_command
 from vitscope.cli.featviz import featviz as featviz_command
 from vitscope.cli.help_text import (
     CONFIG_HELP,
@@ -37,6 +38,7 @@ app.add_typer(zoo_app, name="zoo")
 app.add_typer(experiment_app, name="experiment")
 app.command("explain-pair")(explain_pair)
 app.command("attribute")(attribute_command)
+app.command("explanations")(explanations_command)
 app.command("featviz")(featviz_command)
 app.command("probe")(probe_command)
 app.command("analyses")(analyses_command)

@@ -1,0 +1,34 @@
+"""``vitscope explanations``: attribution methods scored against ground truth; parsing and printing only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from vitscope.cli.errors import one_line_errors
+
+__all__ = ["explanations"]
+
+
+@one_line_errors
+def explanations(
+    models: str = typer.Option(..., "--models", "-M", help="Comma-separated models (classifiers score their label's "
+                                                            "logit; others the cosine to the next image's embedding)."),
+    data: str = typer.Option(..., "--data", "-d", help="A dataset with object masks and labels, e.g. WORLD::coco."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output directory."),
+    methods: str = typer.Option("all", "--methods", help="Comma-separated attribution methods, or all."),
+    limit: int = typer.Option(32, "--limit", min=2, help="Images scored."),
+    steps: int = typer.Option(8, "--steps", min=1, help="Points of the deletion and insertion curves."),
+    sanity: bool = typer.Option(True, "--sanity/--no-sanity", help="The cascading randomisation check."),
+) -> None:
+    """Score attribution methods against ground truth, every number beside its control: results.json, a table,
+    example maps, curves, report.html."""
+    from vitscope.workflows.explanations import run_explanations
+
+    doc = run_explanations([m.strip() for m in models.split(",") if m.strip()], data, out,
+                           [m.strip() for m in methods.split(",") if m.strip()], limit=limit, steps=steps,
+                           sanity=sanity, log=lambda s: typer.echo(s, err=True))
+    summary = doc["analyses"]["explanations"]["summary"]
+    typer.echo(f"{len(summary['models'])} model(s), {len(summary['methods'])} method(s), {len(summary['rows'])} "
+               f"scores -> {out / 'results.json'}")

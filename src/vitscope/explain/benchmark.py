@@ -1,0 +1,201 @@
+"""Scoring explanation methods against ground truth (``vitscope explanations``): every method on every model,
+each number beside its control.
+
+Per model and method, on the images of a dataset with object masks and labels:
+
+- localisation: pointing game, relevance mass and AUROC of the map (upsampled to the model input) against the
+  union of the object masks, beside the same scores of another image's map (the next image's: a map that knows
+  nothing of this image);
+- faithfulness: deletion and insertion areas with the mean-colour fill and ROAD's imputation, beside a random
+  patch order and another image's map;
+- sanity: the mean Spearman correlation of the maps with the trained model's once every block is randomised
+  (a method above 0.5 fails);
+- shortcut, where each image's background type is known (the synthetic world): the share of positive relevance
+  on the background, in scenes whose background follows the class and in scenes where it does not.
+
+The score explained: a classifier's logit of the image's label; a model without a head, the cosine of the image's
+embedding to the next image's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from vitscope.attribution import METHODS, attribute
+from vitscope.attribution.faithfulness import faithfulness
+from vitscope.attribution.methods import TOKEN_METHODS
+from vitscope.attribution.sanity import cascading_randomisation
+from vitscope.attribution.score import embedding_of, score_function
+from vitscope.errors import VitscopeValueError
+from vitscope.functional.explanation_scores import mask_auroc, pointing_game, relevance_mass
+from vitscope.models.backbone import Backbone
+from vitscope.occlusion.regions import instance_masks_to_model
+
+__all__ = ["BenchmarkData", "Row", "benchmark_model", "methods_for"]
+
+
+@dataclass
+class BenchmarkData:
+    """The images of the benchmark in one model's input geometry.
+
+    Attributes:
+        pixels: ``[B, 3, H, W]`` preprocessed images.
+        objects: ``[B, H, W]`` bool union of each image's object masks.
+        labels: ``[B]`` class of each image.
+        agrees: ``[B]`` bool, whether the image's background follows its class (None when unknown).
+        shown: the model inputs as ``[H, W, 3]`` uint8 pictures.
+    """
+
+    pixels: torch.Tensor
+    objects: torch.Tensor
+    labels: torch.Tensor
+    agrees: torch.Tensor | None
+    shown: list[np.ndarray] = field(default_factory=list)
+
+
+@dataclass
+class Row:
+    """One number of the results table and its controls."""
+
+    model: str
+    method: str
+    family: str  # localisation, faithfulness, sanity, shortcut
+    metric: str
+    value: float
+    controls: dict[str, float] = field(default_factory=dict)
+    note: str = ""
+
+
+def methods_for(backbone: Backbone, requested: Sequence[str] | None) -> tuple[list[str], dict[str, str]]:
+    """The methods that run on ``backbone`` and, for the others asked for, why not."""
+    chosen = list(METHODS) if not requested or list(requested) == ["all"] else list(requested)
+    unknown = [m for m in chosen if m not in METHODS]
+    if unknown:
+        raise VitscopeValueError(f"unknown attribution method {unknown[0]!r}; use some of {', '.join(METHODS)}")
+    run, skipped = [], {}
+    for m in chosen:
+        kind = METHODS[m][1]
+        if kind == "transformer" and not backbone.spec.is_transformer:
+            skipped[m] = "reads attention or tokens; the model is a CNN"
+        elif kind == "cnn" and backbone.spec.is_transformer:
+            skipped[m] = "is for CNNs"
+        else:
+            run.append(m)
+    return run, skipped
+
+
+def prepared(backbone: Backbone, source: Any, limit: int, num_backgrounds: int | None) -> BenchmarkData:
+    """The first ``limit`` labelled images of ``source`` with objects, in ``backbone``'s input geometry."""
+    from vitscope.models.preprocess import resize_crop
+
+    images, objects, labels, agrees, shown = [], [], [], [], []
+    for i in range(len(source)):
+        if len(images) == limit:
+            break
+        image, targets = source.load_checked(i)
+        masks, label = targets.get("masks"), targets.get("label")
+        if masks is None or label is None or not len(masks):
+            continue
+        objects.append(instance_masks_to_model(masks, backbone.spec).any(dim=0))
+        images.append(image)
+        labels.append(int(label))
+        item = source.dataset[i] if hasattr(source, "dataset") else None  # a format reader's item: its meta
+        background = (getattr(item, "meta", None) or {}).get("background")
+        agrees.append(None if background is None or not num_backgrounds else
+                      int(background) == int(label) % num_backgrounds)
+        shown.append(np.asarray(resize_crop(image, backbone.spec), dtype=np.uint8))
+    if len(images) < 2:
+        raise VitscopeValueError("the explanations benchmark needs two labelled images with object masks or more "
+                                 "(e.g. ROOT::coco of the synthetic world)")
+    known = all(a is not None for a in agrees)
+    return BenchmarkData(backbone.preprocess(images), torch.stack(objects), torch.as_tensor(labels),
+                         torch.as_tensor(agrees) if known else None, shown)
+
+
+def _targets(backbone: Backbone, data: BenchmarkData) -> Any:
+    """A classifier's labels; else each image's partner's embedding (the next image)."""
+    if backbone.spec.has_head:
+        return data.labels
+    with torch.no_grad(), backbone.record("final_norm") as rec:
+        backbone(data.pixels)
+        pooling = "cls" if backbone.spec.num_prefix_tokens and backbone.spec.prefix_kinds[0] == "cls" else "mean"
+        return embedding_of(backbone, rec["final_norm"], pooling).roll(-1, 0)
+
+
+def _upsampled(maps: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    if tuple(maps.shape[-2:]) == tuple(size):
+        return maps
+    return torch.nn.functional.interpolate(maps[:, None].float(), size=size, mode="bilinear",
+                                           align_corners=False)[:, 0]
+
+
+def _patch_maps(maps: torch.Tensor, backbone: Backbone, size: tuple[int, int]) -> torch.Tensor:
+    """Maps on a grid of patches that tiles the input (pixel maps pooled to the token grid, or a CNN's map)."""
+    grid = backbone.spec.grid
+    if tuple(maps.shape[-2:]) == tuple(grid) and size[0] % grid[0] == 0 and size[1] % grid[1] == 0:
+        return maps
+    return torch.nn.functional.adaptive_avg_pool2d(_upsampled(maps, size)[:, None], grid)[:, 0]
+
+
+def benchmark_model(backbone: Backbone, name: str, data: BenchmarkData, methods: Sequence[str], steps: int = 8,
+                    sanity: bool = True, say: Callable[[str], None] | None = None
+                    ) -> tuple[list[Row], dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]:
+    """Every score of every method on one model: ``(rows, maps by method, mean curves by method)``."""
+    size = tuple(data.pixels.shape[-2:])
+    target = _targets(backbone, data)
+    score = score_function(backbone, target, len(data.pixels))
+
+    def model_score(x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            if backbone.spec.has_head:
+                out = backbone(x)
+                return score(out if isinstance(out, torch.Tensor) else out.logits)
+            with backbone.record("final_norm") as rec:
+                backbone(x)
+                return score(rec["final_norm"])
+
+    rows: list[Row] = []
+    all_maps: dict[str, torch.Tensor] = {}
+    curves: dict[str, dict[str, torch.Tensor]] = {}
+    for method in methods:
+        if say:
+            say(f"{name}: {method}")
+        maps = attribute(backbone, data.pixels, target, method).cpu()
+        all_maps[method] = maps
+        pixel_maps, other = _upsampled(maps, size), _upsampled(maps.roll(-1, 0), size)
+        for metric, fn in (("pointing_game", lambda m: pointing_game(m, data.objects).double()),
+                           ("relevance_mass", lambda m: relevance_mass(m, data.objects)),
+                           ("auroc", lambda m: mask_auroc(m, data.objects))):
+            rows.append(Row(name, method, "localisation", metric, float(fn(pixel_maps).nanmean()),
+                            {"other_image": float(fn(other).nanmean())}))
+        patch_maps = _patch_maps(maps, backbone, size)
+        for fill in ("mean", "road"):
+            result = faithfulness(model_score, data.pixels, patch_maps, steps=steps, fill=fill)
+            for mode in ("deletion", "insertion"):
+                rows.append(Row(name, method, "faithfulness", f"{mode}_{fill}",
+                                float(result.areas["map"][mode].mean()),
+                                {o: float(result.areas[o][mode].mean()) for o in ("random", "other_image")},
+                                "lower is better" if mode == "deletion" else "higher is better"))
+                curves.setdefault(method, {})[f"{mode}_{fill}"] = result.curves["map"][mode].mean(0)
+        if sanity and backbone.spec.is_transformer:
+            check = cascading_randomisation(backbone, lambda b, m=method: attribute(b, data.pixels, target, m))
+            rows.append(Row(name, method, "sanity", "spearman_after_randomising_all", check.final,
+                            {"threshold": check.threshold}, "passes" if check.passes else
+                            "fails: the map barely changes when the model is destroyed"))
+        if data.agrees is not None and data.agrees.any() and (~data.agrees).any():
+            background = 1 - relevance_mass(pixel_maps, data.objects)
+            rows.append(Row(name, method, "shortcut", "background_share_agreeing",
+                            float(background[data.agrees].nanmean()),
+                            {"disagreeing": float(background[~data.agrees].nanmean())},
+                            "background that follows the class vs background that does not"))
+    return rows, all_maps, curves
+
+
+def token_methods(methods: Sequence[str]) -> list[str]:
+    """The methods whose maps are on the token grid."""
+    return [m for m in methods if m in TOKEN_METHODS]

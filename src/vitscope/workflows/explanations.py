@@ -1,0 +1,117 @@
+"""``vitscope explanations``: every attribution method on every model scored against ground truth (object masks,
+labels, background types), each number beside its control (:mod:`vitscope.explain.benchmark`), written like
+every command's outputs."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from vitscope.analyses.result import Figure, SummaryResult
+
+__all__ = ["run_explanations"]
+
+
+def _stem(model_id: str) -> str:
+    """A model's id as part of a file name (a folder or hub id has slashes)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", model_id).strip("_.") or "model"
+
+
+def _grid(draw: Callable, shown: list, maps: dict, names: list, title: str, path: Path) -> list[Path]:
+    return draw(shown, maps, names, title, path)
+
+
+def _curves_figure(name: str, curves: dict[str, dict[str, Any]], steps: int) -> Figure | None:
+    from vitscope.viz.charts import block_lines_chart, curve
+
+    if not curves:
+        return None
+    fractions = [f"{k / steps:.2f}" for k in range(steps + 1)]
+    series = [curve(f"{method} {kind.replace('_', ', ')}", values, method, "dashed" if "road" in kind else "line")
+              for method, kinds in curves.items() for kind, values in kinds.items() if kind.startswith("deletion")]
+    chart = block_lines_chart(series, "score", steps + 1, fractions, f"{name}: deletion curves (dashed: ROAD fill)",
+                              x_label="share of patches removed")
+
+    def draw(path: Path) -> list[Path]:
+        from vitscope.viz.attention_figures import block_lines_figure
+
+        return block_lines_figure({s.name: (s.values, None) for s in series}, f"{name}: deletion curves", "score",
+                                  path, block_labels=fractions)
+
+    return Figure(f"deletion_{_stem(name)}", draw, f"{name}: deletion curves", "The model's score as the most relevant "
+                  "patches go first, per method (solid: mean-colour fill, dashed: ROAD's imputation); a faithful "
+                  "map falls fast.", "Rong et al. 2022 (ROAD)", chart=chart)
+
+
+def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, methods: Sequence[str] | None = None,
+                     limit: int = 32, steps: int = 8, sanity: bool = True,
+                     log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Score ``methods`` (default: every one a model can give) on ``models`` over ``data`` and write the run.
+
+    Args:
+        models: model names or folders.
+        data: a dataset with object masks and labels (``ROOT::coco``; the synthetic world also gives each image's
+            background type, for the shortcut score).
+        out: the output folder.
+        methods: attribution methods, or None / ``["all"]``.
+        limit: images scored (the first with objects and labels).
+        steps: points of the deletion and insertion curves.
+        sanity: run the cascading randomisation check (transformers).
+        log: one-line progress messages.
+
+    Returns:
+        The ``results.json`` document.
+    """
+    import pandas as pd
+
+    from vitscope.data.open import as_source
+    from vitscope.engine.provenance import model_identity
+    from vitscope.explain.benchmark import benchmark_model, methods_for, prepared
+    from vitscope.models.load import load_model
+    from vitscope.outputs import RunResult, prepare_output, write_run
+    from vitscope.viz.attribution_figures import attribution_grid
+
+    out = prepare_output(out)
+    source = as_source(data)
+    root = Path(str(data).split("::", 1)[0])
+    settings = root / "synth.json"
+    backgrounds = len(json.loads(settings.read_text()).get("backgrounds", [])) if settings.is_file() else None
+    rows, identities, figures, skipped = [], [], [], {}
+    for model_id in models:
+        backbone = load_model(model_id)
+        chosen, not_run = methods_for(backbone, methods)
+        skipped.update({f"{m}@{model_id}": why for m, why in not_run.items()})
+        bench = prepared(backbone, source, limit, backgrounds)
+        model_rows, maps, curves = benchmark_model(backbone, model_id, bench, chosen, steps=steps, sanity=sanity,
+                                                   say=log)
+        rows += model_rows
+        identities.append(model_identity(model_id, backbone))
+        shown, names = bench.shown[:4], [f"image {i}" for i in range(min(4, len(bench.shown)))]
+        draw = functools.partial(_grid, attribution_grid, shown, {m: t[:4] for m, t in maps.items()}, names,
+                                 f"{model_id}: every method on the first images")
+        figures.append(Figure(f"maps_{_stem(model_id)}", draw, f"{model_id}: example maps",
+                              "Each method's map over the first images (colours per map for display; the scores use "
+                              "the raw maps).",
+                              "Chefer et al. 2021"))
+        curve_figure = _curves_figure(model_id, curves, steps)
+        if curve_figure is not None:
+            figures.append(curve_figure)
+    table = pd.DataFrame([{"model": r.model, "method": r.method, "family": r.family, "metric": r.metric,
+                           "value": r.value, **{f"control_{k}": v for k, v in r.controls.items()}, "note": r.note}
+                          for r in rows])
+    summary = {"models": list(models), "methods": sorted({r.method for r in rows}), "images": limit,
+               "steps": steps, "rows": json.loads(table.to_json(orient="records")), "not_run": skipped}
+    result = SummaryResult("explanations", summary, tables={"explanations": table}, figures=figures,
+                           intro="Every attribution method scored against ground truth: localisation, faithfulness "
+                                 "(mean fill and ROAD), sanity and the background shortcut, each beside its control.")
+    path = write_run(out, RunResult(
+        "explanations", title=f"vitscope explanations: {', '.join(models)}",
+        config={"command": "explanations", "models": list(models), "data": str(data),
+                "methods": list(methods or ["all"]), "limit": limit, "steps": steps, "sanity": sanity},
+        results={"explanations": result}, models=identities, data=source.describe(), num_images=limit))
+    return json.loads(Path(path).read_text())

@@ -1,0 +1,42 @@
+"""``vitscope explanations`` on a small synthetic world: every score beside its control, the background shortcut
+from the world's own background types, and the outputs of every command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers.cli import cli
+from vitscope.data.synthetic.write import synthesize
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> str:
+    # backgrounds follow the class half of the time: both kinds of scene for the shortcut score
+    return f"{synthesize(tmp_path_factory.mktemp('w') / 'world', 'coco', n=8, size=64, seed=5, spurious=0.5)}::coco"
+
+
+def test_methods_are_scored_beside_their_controls(world: str, tmp_path: Path) -> None:
+    run = cli("explanations", "--models", "tiny-vit-sup-spurious,tiny-resnet-sup", "-d", world, "-o",
+              str(tmp_path / "out"), "--methods", "rollout,chefer,gradcam", "--limit", "6", "--steps", "2")
+    assert run.returncode == 0, run.stdout + run.stderr
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    summary = doc["analyses"]["explanations"]["summary"]
+    rows = summary["rows"]
+    vit = [r for r in rows if r["model"] == "tiny-vit-sup-spurious"]
+    assert {r["method"] for r in vit} == {"rollout", "chefer"} and summary["not_run"] == {
+        "gradcam@tiny-vit-sup-spurious": "is for CNNs", "rollout@tiny-resnet-sup": "reads attention or tokens; "
+        "the model is a CNN", "chefer@tiny-resnet-sup": "reads attention or tokens; the model is a CNN"}
+    families = {(r["family"], r["metric"]) for r in vit}
+    assert {("localisation", "pointing_game"), ("faithfulness", "deletion_road"), ("sanity",
+            "spearman_after_randomising_all"), ("shortcut", "background_share_agreeing")} <= families
+    for r in vit:  # every number has its control beside it
+        controls = [k for k in r if k.startswith("control_") and r[k] is not None]
+        assert controls, r
+    assert {r["method"] for r in rows if r["model"] == "tiny-resnet-sup"} == {"gradcam"}
+    figures = {Path(f).stem for f in doc["analyses"]["explanations"]["files"]["figures"]}
+    assert {"maps_tiny-vit-sup-spurious", "maps_tiny-resnet-sup"} <= figures
+    assert (tmp_path / "out" / "tables" / "explanations.csv").is_file()
+    assert "explanations" in (tmp_path / "out" / "report.html").read_text()
