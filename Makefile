@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo install bench zoo zoo-check clean chromium golden vendor-echarts kill-matrix
+.PHONY: test demo install bench zoo zoo-check clean chromium golden vendor-echarts kill-matrix explanations-benchmark
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,13 @@ golden: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/recording_overhead.py
 	$(PY) benchmarks/streaming_memory.py
+
+# Every attribution method on the zoo's supervised ViT, its spurious twin and the CNN, scored on 32 held-out scenes
+# whose backgrounds follow the class half of the time: the numbers of docs/explanations-benchmark.md (minutes).
+explanations-benchmark: $(STAMP)
+	$(VENV)/bin/vitscope synth --format coco --n 64 --size 64 --seed 10000 --spurious 0.5 --out bench_world
+	$(VENV)/bin/vitscope explanations --models tiny-vit-sup,tiny-vit-sup-spurious,tiny-resnet-sup \
+	  --data bench_world::coco --limit 32 --steps 8 --out explanations_out
 
 kill-matrix: $(STAMP)  # kill -9 analyze, compare and probe at random points; reruns must equal (a few minutes)
 	$(PY) benchmarks/kill_matrix.py
