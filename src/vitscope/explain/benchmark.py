@@ -36,7 +36,7 @@ from vitscope.functional.explanation_scores import mask_auroc, pointing_game, re
 from vitscope.models.backbone import Backbone
 from vitscope.occlusion.regions import instance_masks_to_model
 
-__all__ = ["BenchmarkData", "Row", "benchmark_model", "methods_for"]
+__all__ = ["SHORTCUT_MARGIN", "BenchmarkData", "Row", "benchmark_model", "methods_for", "shortcut_rows"]
 
 
 @dataclass
@@ -187,13 +187,38 @@ def benchmark_model(backbone: Backbone, name: str, data: BenchmarkData, methods:
             rows.append(Row(name, method, "sanity", "spearman_after_randomising_all", check.final,
                             {"threshold": check.threshold}, "passes" if check.passes else
                             "fails: the map barely changes when the model is destroyed"))
+        background = 1 - relevance_mass(pixel_maps, data.objects)
+        uniform = 1 - data.objects.double().flatten(1).mean(1)  # what a map spread evenly puts off the objects
+        rows.append(Row(name, method, "shortcut", "background_share", float(background.nanmean()),
+                        {"uniform_map": float(uniform.mean())}, "relevance off the objects, every scene"))
         if data.agrees is not None and data.agrees.any() and (~data.agrees).any():
-            background = 1 - relevance_mass(pixel_maps, data.objects)
             rows.append(Row(name, method, "shortcut", "background_share_agreeing",
                             float(background[data.agrees].nanmean()),
                             {"disagreeing": float(background[~data.agrees].nanmean())},
                             "background that follows the class vs background that does not"))
     return rows, all_maps, curves
+
+
+#: how much more relevance a biased model's maps must put off the objects than its unbiased twin's for a method to
+#: show the shortcut
+SHORTCUT_MARGIN = 0.02
+
+
+def shortcut_rows(rows: Sequence[Row]) -> list[Row]:
+    """For every model ``X-spurious`` run beside ``X``: per method, its background share against ``X``'s, and
+    whether the method shows the shortcut (more than :data:`SHORTCUT_MARGIN` above) or cannot."""
+    shares = {(r.model, r.method): r.value for r in rows if r.family == "shortcut" and r.metric == "background_share"}
+    out = []
+    for (model, method), value in shares.items():
+        twin = model.removesuffix("-spurious")
+        if twin == model or (twin, method) not in shares:
+            continue
+        unbiased = shares[(twin, method)]
+        shows = value > unbiased + SHORTCUT_MARGIN
+        out.append(Row(model, method, "shortcut", "background_share_vs_unbiased_twin", value,
+                       {"unbiased_twin": unbiased}, f"shows the shortcut (more than {SHORTCUT_MARGIN} above {twin})"
+                       if shows else f"cannot show the shortcut (not more than {SHORTCUT_MARGIN} above {twin})"))
+    return out
 
 
 def token_methods(methods: Sequence[str]) -> list[str]:

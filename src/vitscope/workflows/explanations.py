@@ -71,7 +71,7 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
 
     from vitscope.data.open import as_source
     from vitscope.engine.provenance import model_identity
-    from vitscope.explain.benchmark import benchmark_model, methods_for, prepared
+    from vitscope.explain.benchmark import benchmark_model, methods_for, prepared, shortcut_rows
     from vitscope.models.load import load_model
     from vitscope.outputs import RunResult, prepare_output, write_run
     from vitscope.viz.attribution_figures import attribution_grid
@@ -101,6 +101,7 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
         curve_figure = _curves_figure(model_id, curves, steps)
         if curve_figure is not None:
             figures.append(curve_figure)
+    rows += shortcut_rows(rows)
     table = pd.DataFrame([{"model": r.model, "method": r.method, "family": r.family, "metric": r.metric,
                            "value": r.value, **{f"control_{k}": v for k, v in r.controls.items()}, "note": r.note}
                           for r in rows])
