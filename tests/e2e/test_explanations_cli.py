@@ -20,7 +20,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def test_methods_are_scored_beside_their_controls(world: str, tmp_path: Path) -> None:
     run = cli("explanations", "--models", "tiny-vit-sup-spurious,tiny-vit-sup,tiny-resnet-sup", "-d", world, "-o",
-              str(tmp_path / "out"), "--methods", "rollout,chefer,gradcam", "--limit", "6", "--steps", "2")
+              str(tmp_path / "out"), "--methods", "rollout,chefer,gradcam", "--limit", "4", "--steps", "2")
     assert run.returncode == 0, run.stdout + run.stderr
     doc = json.loads((tmp_path / "out" / "results.json").read_text())
     summary = doc["analyses"]["explanations"]["summary"]
