@@ -52,3 +52,21 @@ def test_a_wrong_file_is_one_clear_line(tmp_path):
         f.create_dataset("x", data=np.zeros(3))
     with pytest.raises(DatasetFormatError, match="no /value/img"):
         ImagenetSegmentation(tmp_path / "other.mat")
+
+
+def test_the_benchmark_scores_every_method_on_the_file(tmp_path):
+    """``vitscope explanations --data gtsegs_ijcv.mat``: pixel accuracy, mIoU and mAP per method."""
+    from vitscope.workflows.explanations import run_explanations
+
+    rng = np.random.default_rng(1)
+    images = [rng.integers(0, 255, (70, 90, 3), dtype=np.uint8) for _ in range(3)]
+    masks = [np.zeros((70, 90), dtype=bool) for _ in range(3)]
+    for m in masks:
+        m[20:50, 30:70] = True
+    write_gtsegs(tmp_path / "gtsegs_ijcv.mat", images, masks)
+    doc = run_explanations(["tiny-vit-sup"], str(tmp_path / "gtsegs_ijcv.mat"), tmp_path / "out",
+                           ["rollout", "input_x_gradient"], limit=3)
+    rows = doc["analyses"]["explanations"]["summary"]["rows"]
+    assert {(r["method"], r["metric"]) for r in rows} == {(m, k) for m in ("rollout", "input_x_gradient")
+                                                          for k in ("pixel_accuracy", "miou", "map")}
+    assert all(0.0 <= r["value"] <= 1.0 for r in rows)

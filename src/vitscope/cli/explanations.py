@@ -15,7 +15,8 @@ __all__ = ["explanations"]
 def explanations(
     models: str = typer.Option(..., "--models", "-M", help="Comma-separated models (classifiers score their label's "
                                                             "logit; others the cosine to the next image's embedding)."),
-    data: str = typer.Option(..., "--data", "-d", help="A dataset with object masks and labels, e.g. WORLD::coco."),
+    data: str = typer.Option(..., "--data", "-d", help="A dataset with object masks and labels, e.g. WORLD::coco, or "
+                                                        "the ImageNet segmentation benchmark's gtsegs_ijcv.mat."),
     out: Path = typer.Option(..., "--out", "-o", help="Output directory."),
     methods: str = typer.Option("all", "--methods", help="Comma-separated attribution methods, or all."),
     limit: int = typer.Option(32, "--limit", min=2, help="Images scored."),

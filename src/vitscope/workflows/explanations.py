@@ -77,6 +77,8 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
     from vitscope.viz.attribution_figures import attribution_grid
 
     out = prepare_output(out)
+    if str(data).endswith(".mat"):  # the ImageNet segmentation benchmark file
+        return _segmentation(models, Path(str(data)), out, methods, limit, log)
     source = as_source(data)
     root = Path(str(data).split("::", 1)[0])
     settings = root / "synth.json"
@@ -116,3 +118,40 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
                 "methods": list(methods or ["all"]), "limit": limit, "steps": steps, "sanity": sanity},
         results={"explanations": result}, models=identities, data=source.describe(), num_images=limit))
     return json.loads(Path(path).read_text())
+
+
+def _segmentation(models: Sequence[str], path: Path, out: Path, methods: Sequence[str] | None, limit: int,
+                  log: Callable[[str], None] | None) -> dict[str, Any]:
+    """``vitscope explanations --data gtsegs_ijcv.mat``: every method scored by the segmentation benchmark."""
+    import pandas as pd
+
+    from vitscope.data.formats.imagenet_seg import ImagenetSegmentation
+    from vitscope.engine.provenance import model_identity
+    from vitscope.explain.benchmark import methods_for
+    from vitscope.explain.segmentation_benchmark import segmentation_benchmark
+    from vitscope.models.load import load_model
+    from vitscope.outputs import RunResult, write_run
+
+    data = ImagenetSegmentation(path)
+    rows, identities, skipped = [], [], {}
+    for model_id in models:
+        backbone = load_model(model_id)
+        chosen, not_run = methods_for(backbone, methods)
+        skipped.update({f"{m}@{model_id}": why for m, why in not_run.items()})
+        rows += segmentation_benchmark(backbone, model_id, data, chosen, limit=limit, say=log)
+        identities.append(model_identity(model_id, backbone))
+    table = pd.DataFrame([{"model": r.model, "method": r.method, "metric": r.metric, "value": r.value}
+                          for r in rows])
+    summary = {"models": list(models), "methods": sorted({r.method for r in rows}), "images": min(limit, len(data)),
+               "benchmark": "ImageNet segmentation (gtsegs_ijcv.mat)", "rows": json.loads(table.to_json(
+                   orient="records")), "not_run": skipped}
+    result = SummaryResult("explanations", summary, tables={"explanations": table},
+                           intro="Every attribution method scored by the ImageNet segmentation benchmark: pixel "
+                                 "accuracy, mean IoU and mean average precision of the map against the object.")
+    written = write_run(out, RunResult(
+        "explanations", title=f"vitscope explanations: {', '.join(models)} on {path.name}",
+        config={"command": "explanations", "models": list(models), "data": str(path),
+                "methods": list(methods or ["all"]), "limit": limit},
+        results={"explanations": result}, models=identities,
+        data={"name": path.name, "path": str(path.resolve()), "images": len(data)}, num_images=summary["images"]))
+    return json.loads(Path(written).read_text())

@@ -1,0 +1,55 @@
+"""The ImageNet segmentation benchmark of Chefer et al. 2021 (``gtsegs_ijcv.mat``): each method's map of the
+model's predicted class against the object mask, scored by pixel accuracy, mean IoU and mean average precision
+(:func:`~vitscope.functional.explanation_scores.segmentation_scores`), at the model's input geometry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from PIL import Image
+
+from vitscope.attribution import attribute
+from vitscope.data.formats.imagenet_seg import ImagenetSegmentation
+from vitscope.errors import VitscopeValueError
+from vitscope.explain.benchmark import Row
+from vitscope.functional.explanation_scores import segmentation_scores
+from vitscope.models.backbone import Backbone
+from vitscope.occlusion.regions import instance_masks_to_model
+
+__all__ = ["segmentation_benchmark"]
+
+
+def segmentation_benchmark(backbone: Backbone, name: str, data: ImagenetSegmentation, methods: Sequence[str],
+                           limit: int | None = None, batch_size: int = 16,
+                           say: Callable[[str], None] | None = None) -> list[Row]:
+    """Rows ``(model, method, "segmentation", pixel_accuracy | miou | map)`` over the first ``limit`` images.
+
+    Raises:
+        VitscopeValueError: a model without a classifier head (the benchmark explains the predicted class).
+    """
+    if not backbone.spec.has_head:
+        raise VitscopeValueError(f"the ImageNet segmentation benchmark explains a classifier's predicted class; "
+                                 f"{backbone.spec.name} has no head")
+    count = len(data) if limit is None else min(limit, len(data))
+    maps: dict[str, list[torch.Tensor]] = {m: [] for m in methods}
+    masks: list[torch.Tensor] = []
+    for start in range(0, count, batch_size):
+        items = [data[i] for i in range(start, min(start + batch_size, count))]
+        pixels = backbone.preprocess([Image.fromarray(image) for image, _ in items])
+        masks += [instance_masks_to_model(mask[None], backbone.spec)[0] for _, mask in items]
+        with torch.no_grad():
+            out = backbone(pixels)
+            predicted = (out if isinstance(out, torch.Tensor) else out.logits).argmax(-1)
+        for method in methods:
+            if say:
+                say(f"{name}: {method}, images {start}-{start + len(items) - 1}")
+            m = attribute(backbone, pixels, predicted, method, upsample=True).cpu()
+            maps[method].append(m)
+    truth = torch.stack(masks)
+    rows = []
+    for method, parts in maps.items():
+        scores = segmentation_scores(torch.cat(parts), truth)
+        rows += [Row(name, method, "segmentation", metric, value, {}, f"{count} images of {data.path.name}")
+                 for metric, value in scores.items()]
+    return rows
