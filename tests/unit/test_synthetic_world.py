@@ -403,9 +403,10 @@ def test_the_written_coco_world_says_each_images_background(tmp_path) -> None:
     from vitscope.data import load_dataset
     from vitscope.data.synthetic.write import synthesize
 
-    root = synthesize(tmp_path / "world", "coco", n=6, size=32, seed=3, spurious=1.0)
-    dataset = load_dataset(str(root), "coco")
     world = SyntheticWorld(seed=3, size=32, spurious=1.0)
-    for i in range(len(dataset)):
-        scene = world.scene(i)
-        assert dataset[i].meta["background"] == scene.background == scene.label % world.num_backgrounds
+    for fmt in ("coco", "partimagenet"):
+        root = synthesize(tmp_path / fmt, fmt, n=6, size=32, seed=3, spurious=1.0)
+        dataset = load_dataset(str(root), fmt)
+        for i in range(len(dataset)):
+            scene = world.scene(i)
+            assert dataset[i].meta["background"] == scene.background == scene.label % world.num_backgrounds, fmt

@@ -86,6 +86,7 @@ def write_partimagenet(
         instances,
         use_rle,
         lambda s: f"{int(s.index):08d}{suffix}",
+        lambda s: {"background": int(s.background)},  # the scene's background type, as the COCO world writes it
     )
 
 
