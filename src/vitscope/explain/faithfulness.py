@@ -11,11 +11,11 @@ insertion area) than both.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from vitscope.attribution.faithfulness import Faithfulness
 from vitscope.errors import VitscopeValueError
 from vitscope.explain.paired import PairedSimilarity
 from vitscope.functional.faithfulness import (
@@ -30,23 +30,8 @@ from vitscope.functional.faithfulness import (
 __all__ = ["FaithfulnessCurves", "faithfulness_curves"]
 
 
-@dataclass
-class FaithfulnessCurves:
-    """Curves per order and mode.
-
-    Attributes:
-        fractions: ``[S+1]`` fraction of patches removed (deletion) or revealed (insertion).
-        curves: ``{order: {"deletion": [B, S+1], "insertion": [B, S+1]}}``.
-        areas: ``{order: {"deletion": [B], "insertion": [B]}}`` (trapezoids over the fraction axis).
-    """
-
-    fractions: torch.Tensor
-    curves: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
-    areas: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
-
-    def summary(self) -> dict[str, dict[str, float]]:
-        """Mean areas: ``{order: {"deletion": float, "insertion": float}}``."""
-        return {o: {m: float(a.mean()) for m, a in modes.items()} for o, modes in self.areas.items()}
+#: the curves of paired maps: the same record as an attribution's (one order and mode each)
+FaithfulnessCurves = Faithfulness
 
 
 @torch.no_grad()
