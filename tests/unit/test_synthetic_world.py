@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -404,9 +406,10 @@ def test_the_written_coco_world_says_each_images_background(tmp_path) -> None:
     from vitscope.data.synthetic.write import synthesize
 
     world = SyntheticWorld(seed=3, size=32, spurious=1.0)
-    for fmt in ("coco", "partimagenet"):
+    for fmt in ("coco", "partimagenet", "imagenet-boxes"):
         root = synthesize(tmp_path / fmt, fmt, n=6, size=32, seed=3, spurious=1.0)
         dataset = load_dataset(str(root), fmt)
         for i in range(len(dataset)):
-            scene = world.scene(i)
+            scene = world.scene(int(Path(dataset[i].image_path).stem.rsplit("_", 1)[-1])) if fmt == "imagenet-boxes" \
+                else world.scene(i)  # ImageNet's layout orders the images by class
             assert dataset[i].meta["background"] == scene.background == scene.label % world.num_backgrounds, fmt

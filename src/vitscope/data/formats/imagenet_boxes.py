@@ -105,6 +105,7 @@ def write_imagenet_boxes(
         objects = [(wnids[o.class_id], o.box) for o in scene.objects if o.mask.any()]
         height, width = scene.image.shape[:2]
         xml = _box_xml(path.name, width, height, objects)
+        ET.SubElement(xml, "background").text = str(int(scene.background))  # the scene's type (ground truth)
         ET.indent(xml)
         xml_path = root / "boxes" / wnid / f"{stem}.xml"
         xml_path.parent.mkdir(parents=True, exist_ok=True)
@@ -145,7 +146,8 @@ class ImageNetBoxesDataset(LazyDataset):
 
     Items: ``label`` = position of the image's wnid folder in the synset mapping; ``boxes`` ``[n, 4]``
     float32 (0-based, exclusive); ``instance_labels`` ``[n]`` = positions of the objects' wnids;
-    ``meta`` = ``{"wnid", "class_name", "box_file"}`` (``box_file`` None when the image has no XML).
+    ``meta`` = ``{"wnid", "class_name", "box_file"}`` (``box_file`` None when the image has no XML) and, for the
+    synthetic world, ``"background"`` (the scene's background type).
 
     Attributes:
         wnids, classes: the synset mapping, in label order.
@@ -218,10 +220,8 @@ class ImageNetBoxesDataset(LazyDataset):
         else:
             xml_path = None
             boxes, labels = np.zeros((0, 4), np.float32), np.zeros(0, np.int64)
-        return AnnotatedImage(
-            image_path=str(path),
-            label=label,
-            boxes=boxes,
-            instance_labels=labels,
-            meta={"wnid": wnid, "class_name": self.classes[label], "box_file": str(xml_path) if xml_path else None},
-        )
+        meta = {"wnid": wnid, "class_name": self.classes[label], "box_file": str(xml_path) if xml_path else None}
+        background = ET.parse(xml_path).getroot().findtext("background") if xml_path else None
+        if background is not None and background.strip().isdigit():  # vitscope's synthetic world writes it
+            meta["background"] = int(background)
+        return AnnotatedImage(image_path=str(path), label=label, boxes=boxes, instance_labels=labels, meta=meta)
