@@ -1,5 +1,5 @@
 """Localisation scores of an explanation map against an object mask (pure maths; the benchmark that uses them is
-issue 37's ``vitscope explanations``). Maps and masks share one grid: upsample the map (or reduce the mask) first.
+``vitscope explanations``). Maps and masks share one grid: upsample the map (or reduce the mask) first.
 
 - Pointing game (Zhang et al. 2018): the map's maximum lies inside the object.
 - Relevance mass (Arras et al. 2022): the share of the map's positive relevance inside the object.
