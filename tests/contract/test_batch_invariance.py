@@ -32,7 +32,7 @@ LIGHT: dict[str, dict[str, Any]] = {
     "interrelation_masking": {"ratios": (0.1, 0.5)},
     "frequency_filtering": {"fractions": (0.1, 0.5)},
     "linear_probe": {"epochs": 5},
-    "head_importance": {"blocks": (0, 5), "reference_images": 4},
+    "head_importance": {"blocks": (5,), "reference_images": 4},
 }
 MODELS = {"vit": "tiny-vit-sup", "cnn": "tiny-resnet-sup"}
 BATCH_SIZES = (16, 7, 3, 1)  # 7: batches of 4 images or more that cut minibatches

@@ -131,6 +131,10 @@ MODELS = ("tiny-vit-sup", "tiny-resnet-sup")
 DOCUMENTED = doc_analyses()
 
 
+#: parameters that keep the slow analyses quick (their hot loop is the same at any size)
+LIGHT = {"head_importance": {"blocks": (5,), "reference_images": 4}}
+
+
 @pytest.fixture(scope="module")
 def hits(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     """``analysis -> ["what at where (count)"]`` over a pass of every registered analysis on each tiny model."""
@@ -140,7 +144,7 @@ def hits(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     with registered(*DOCUMENTED.values()):
         for model in MODELS:
             backbone = vitscope.load_model(model)
-            made = [ANALYSES[name]() for name in sorted(ANALYSES)]
+            made = [ANALYSES[name](**LIGHT.get(name, {})) for name in sorted(ANALYSES)]
             made = [a for a in made if a.supports(backbone.spec)]
             for a in made:
                 _watched(a)

@@ -105,7 +105,11 @@ def test_supervised_head_is_reachable_through_the_backbone():
 
 @pytest.mark.parametrize("entry", [e for e in ZOO if e.spurious is not None], ids=lambda e: e.name)
 def test_spurious_variant_leans_on_the_background(entry, manifest):
-    """Trained where backgrounds follow the class, it loses accuracy when they stop doing so."""
+    """Trained where backgrounds follow the class, it loses accuracy when they stop doing so (its recorded score on
+    independent backgrounds measured again: `make zoo-check`; `make test` checks the lean itself in
+    tests/validation/test_zoo_robustness.py)."""
+    if not measured_here(entry.name):
+        pytest.skip("the shipped score on independent backgrounds is measured by make zoo-check")
     record = manifest["models"][entry.name]
     clean = heldout.heldout_sets(entry.data_seed, entry.model.get("image_size", 64))  # independent backgrounds
     measured = heldout.score(entry, vitscope.load_model(entry.name), clean)
