@@ -20,6 +20,7 @@ import torch
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.rollout import rollout as attention_rollout
 from vitscope.models.backbone import Backbone
+from vitscope.models.outputs import embedding_pooling, logits_of
 
 __all__ = ["METHODS", "TOKEN_METHODS"]
 
@@ -31,16 +32,6 @@ def _same(t: torch.Tensor, name: str) -> torch.Tensor:
     return t
 
 
-def _output(out: Any) -> torch.Tensor:
-    """The logits of a model's output (a tensor, or a transformers output)."""
-    if isinstance(out, torch.Tensor):
-        return out
-    logits = getattr(out, "logits", None)
-    if logits is None:
-        raise VitscopeValueError("the model's output has no logits")
-    return logits
-
-
 def _forward(backbone: Backbone, pixels: torch.Tensor, score: Score, names: list[str],
              edits: dict | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """``(score [B], {name: recorded tensor, in the graph})`` of one forward with gradients."""
@@ -48,7 +39,7 @@ def _forward(backbone: Backbone, pixels: torch.Tensor, score: Score, names: list
     wanted = list(dict.fromkeys(names + ([] if spec.has_head else ["final_norm"])))
     with backbone.intervene(edits or {}), backbone.record(wanted, detach=False) as rec:
         out = backbone(pixels)
-        value = score(_output(out) if spec.has_head else rec["final_norm"])
+        value = score(logits_of(out) if spec.has_head else rec["final_norm"])
         return value, dict(rec)
 
 
@@ -56,7 +47,7 @@ def _row(r: torch.Tensor, backbone: Backbone, pixels: torch.Tensor) -> torch.Ten
     """``[B, N, N]`` -> ``[B, gh, gw]``: the CLS row (or the mean spatial row) over the spatial tokens."""
     spec = backbone.spec
     p = spec.num_prefix_tokens
-    row = r[:, 0, p:] if p and spec.prefix_kinds[0] == "cls" else r[:, p:, p:].mean(dim=1)
+    row = r[:, 0, p:] if embedding_pooling(spec) == "cls" else r[:, p:, p:].mean(dim=1)
     return row.reshape(-1, *spec.grid_for(*pixels.shape[-2:]))
 
 
@@ -162,7 +153,7 @@ def gradcam(backbone: Backbone, pixels: torch.Tensor, score: Score, stage: int |
     return torch.relu((weights * rec[name]).sum(dim=1)).detach()
 
 
-#: method -> (function, works on token grids (transformers) / CNNs, returns pixels)
+#: method -> (function, the models it runs on: "transformer", "cnn" or "any")
 METHODS: dict[str, tuple[Callable[..., torch.Tensor], str]] = {
     "attention": (attention, "transformer"),
     "rollout": (rollout, "transformer"),

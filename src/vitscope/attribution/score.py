@@ -9,21 +9,11 @@ import torch
 
 from vitscope.errors import VitscopeValueError
 from vitscope.models.backbone import Backbone
+from vitscope.models.outputs import embedding_of, embedding_pooling
 
-__all__ = ["POOLINGS", "embedding_of", "score_function"]
+__all__ = ["POOLINGS", "score_function"]
 
 POOLINGS: tuple[str, ...] = ("cls", "mean")
-
-
-def embedding_of(backbone: Backbone, tokens: torch.Tensor, pooling: str,
-                 projection: torch.Tensor | torch.nn.Module | None = None) -> torch.Tensor:
-    """The embedding of final-normed ``tokens [B, N, D]``: the CLS token or the mean of the spatial tokens,
-    projected when a projection is given (a metric-learning net's head): ``[B, E]``."""
-    spec = backbone.spec
-    pooled = tokens[:, 0] if pooling == "cls" else tokens[:, spec.num_prefix_tokens:].mean(dim=1)
-    if projection is None:
-        return pooled
-    return projection(pooled) if isinstance(projection, torch.nn.Module) else pooled @ projection
 
 
 def score_function(backbone: Backbone, target: Any, batch: int, pooling: str | None = None,
@@ -54,7 +44,7 @@ def score_function(backbone: Backbone, target: Any, batch: int, pooling: str | N
     if not isinstance(target, torch.Tensor) or not target.is_floating_point():
         raise VitscopeValueError(f"{spec.name} has no classifier head: the target is an embedding [D] or [B, D] to "
                                  "compare with (e.g. another image's), not a class")
-    pooling = pooling or ("cls" if spec.num_prefix_tokens and spec.prefix_kinds[0] == "cls" else "mean")
+    pooling = pooling or embedding_pooling(spec)
     if pooling not in POOLINGS:
         raise VitscopeValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
     wanted = target.reshape(1, -1) if target.dim() == 1 else target

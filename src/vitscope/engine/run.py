@@ -24,7 +24,7 @@ import torch
 from vitscope.analyses.base import Analysis, Batch, Result
 from vitscope.analyses.batch import ModelRunner, SharedQuantities, union_plan
 from vitscope.analyses.data_checks import DataFacts
-from vitscope.analyses.grids import grid_of
+from vitscope.analyses.grids import grid_counts, grid_of
 from vitscope.analyses.registry import get_analysis, refuse_what_cannot_run
 from vitscope.analyses.sync import exchange_folder
 from vitscope.cache.rowstore import private_rows_under
@@ -42,7 +42,7 @@ from vitscope.models.backbone import Backbone
 from vitscope.models.preprocess import normalise_pixels, pixel_groups, resized_pixels
 from vitscope.models.views import StandardView
 
-__all__ = ["EmptyRunError", "Results", "grid_counts", "loader_preprocessing", "required_hook_names", "resolve_device",
+__all__ = ["EmptyRunError", "Results", "loader_preprocessing", "required_hook_names", "resolve_device",
            "resolve_dtype", "run"]
 
 
@@ -390,12 +390,6 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
         with collectives(shard):
             barrier()  # every process has read the shared row shards before rank 0 may remove them at exit
     return Results(results, seen, skipped, hooks, described, resumed, chosen, grid_counts(current.grids))
-
-
-def grid_counts(grids: Mapping[tuple[int, int], int]) -> dict[str, int]:
-    """``{(h, w): images}`` -> ``{"HxW": images}``, most images first (ties: the smaller grid first)."""
-    order = sorted(grids.items(), key=lambda kv: (-kv[1], kv[0]))
-    return {f"{h}x{w}": int(n) for (h, w), n in order}
 
 
 def _grids_over_ranks(grids: dict[tuple[int, int], int], shard: Any) -> dict[tuple[int, int], int]:

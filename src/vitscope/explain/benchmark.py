@@ -28,12 +28,12 @@ import torch
 
 from vitscope.attribution import METHODS, attribute
 from vitscope.attribution.faithfulness import faithfulness
-from vitscope.attribution.methods import TOKEN_METHODS
 from vitscope.attribution.sanity import cascading_randomisation
-from vitscope.attribution.score import embedding_of, score_function
+from vitscope.attribution.score import score_function
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.explanation_scores import mask_auroc, pointing_game, relevance_mass
 from vitscope.models.backbone import Backbone
+from vitscope.models.outputs import embedding_of, embedding_pooling, logits_of
 from vitscope.occlusion.regions import instance_masks_to_model
 
 __all__ = ["SHORTCUT_MARGIN", "BenchmarkData", "Row", "benchmark_model", "methods_for", "shortcut_rows"]
@@ -123,8 +123,7 @@ def _targets(backbone: Backbone, data: BenchmarkData) -> Any:
         return data.labels
     with torch.no_grad(), backbone.record("final_norm") as rec:
         backbone(data.pixels)
-        pooling = "cls" if backbone.spec.num_prefix_tokens and backbone.spec.prefix_kinds[0] == "cls" else "mean"
-        return embedding_of(backbone, rec["final_norm"], pooling).roll(-1, 0)
+        return embedding_of(backbone, rec["final_norm"], embedding_pooling(backbone.spec)).roll(-1, 0)
 
 
 def _upsampled(maps: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
@@ -153,8 +152,7 @@ def benchmark_model(backbone: Backbone, name: str, data: BenchmarkData, methods:
     def model_score(x: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             if backbone.spec.has_head:
-                out = backbone(x)
-                return score(out if isinstance(out, torch.Tensor) else out.logits)
+                return score(logits_of(backbone(x)))
             with backbone.record("final_norm") as rec:
                 backbone(x)
                 return score(rec["final_norm"])
@@ -220,7 +218,3 @@ def shortcut_rows(rows: Sequence[Row]) -> list[Row]:
                        if shows else f"cannot show the shortcut (not more than {SHORTCUT_MARGIN} above {twin})"))
     return out
 
-
-def token_methods(methods: Sequence[str]) -> list[str]:
-    """The methods whose maps are on the token grid."""
-    return [m for m in methods if m in TOKEN_METHODS]

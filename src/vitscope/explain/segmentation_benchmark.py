@@ -15,6 +15,7 @@ from vitscope.errors import VitscopeValueError
 from vitscope.explain.benchmark import Row
 from vitscope.functional.explanation_scores import segmentation_scores
 from vitscope.models.backbone import Backbone
+from vitscope.models.outputs import logits_of
 from vitscope.occlusion.regions import instance_masks_to_model
 
 __all__ = ["segmentation_benchmark"]
@@ -39,8 +40,7 @@ def segmentation_benchmark(backbone: Backbone, name: str, data: ImagenetSegmenta
         pixels = backbone.preprocess([Image.fromarray(image) for image, _ in items])
         masks += [instance_masks_to_model(mask[None], backbone.spec)[0] for _, mask in items]
         with torch.no_grad():
-            out = backbone(pixels)
-            predicted = (out if isinstance(out, torch.Tensor) else out.logits).argmax(-1)
+            predicted = logits_of(backbone(pixels)).argmax(-1)
         for method in methods:
             if say:
                 say(f"{name}: {method}, images {start}-{start + len(items) - 1}")

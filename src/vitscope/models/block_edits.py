@@ -18,9 +18,9 @@ import torch
 from torch import nn
 
 from vitscope.hooks.edits import EditError, Edits
-from vitscope.hooks.names import ATTENTION_SITES, split_block_name
+from vitscope.hooks.names import ATTENTION_SITES
 from vitscope.hooks.record import Removable
-from vitscope.models.block_hooks import BlockModules, merge_heads, split_heads
+from vitscope.models.block_hooks import BlockModules, merge_heads, sites_per_block, split_heads
 
 __all__ = ["AttentionEditor", "install_block_edits", "replace_first", "replace_input"]
 
@@ -74,11 +74,7 @@ def install_block_edits(blocks: list[BlockModules], edits: Edits, edit_attention
     if edits.wants("final_norm") and final_norm is None:
         raise EditError("'final_norm' cannot be edited on this model: its final norm is applied to the pooled "
                         "token only (CLIP-like towers); edit the last block's resid_post instead")
-    per_block: dict[int, set[str]] = {}
-    for name in edits.names:
-        parsed = split_block_name(name)
-        if parsed:
-            per_block.setdefault(parsed[0], set()).add(parsed[1])
+    per_block = sites_per_block(edits.names)
     handles: list[Removable] = []
     if edits.wants("embed") or "resid_pre" in per_block.get(0, set()):
         handles.append(blocks[0].layer.register_forward_pre_hook(

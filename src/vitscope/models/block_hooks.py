@@ -8,7 +8,7 @@ tensors the model computes anyway, so the model's output is unchanged bit for bi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -70,6 +70,16 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(b, n, h * d)
 
 
+def sites_per_block(names: Iterable[str]) -> dict[int, set[str]]:
+    """``{block: {site, ...}}`` of the block names among ``names`` (``blocks.3.attn.q`` -> ``{3: {"attn.q"}}``)."""
+    per_block: dict[int, set[str]] = {}
+    for name in names:
+        parsed = split_block_name(name)
+        if parsed:
+            per_block.setdefault(parsed[0], set()).add(parsed[1])
+    return per_block
+
+
 def install_block_hooks(
     blocks: list[BlockModules],
     rec: Record,
@@ -77,11 +87,7 @@ def install_block_hooks(
     final_norm: nn.Module | None,
 ) -> list[Removable]:
     """Register hooks for every requested canonical name; return the handles."""
-    per_block: dict[int, set[str]] = {}
-    for name in rec.names:
-        parsed = split_block_name(name)
-        if parsed:
-            per_block.setdefault(parsed[0], set()).add(parsed[1])
+    per_block = sites_per_block(rec.names)
     handles: list[Removable] = []
     if rec.wants("embed"):
         handles.append(blocks[0].layer.register_forward_pre_hook(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -133,19 +134,23 @@ class HFViTBackbone(Backbone):
                 out += [name[:-len("attn.k")] + site for site in UNROTATED]
         return out
 
-    def _capture_unrotated(self, rec: Record) -> list[Removable]:
-        handles: list[Removable] = []
-        layout, heads = self.family.layout, self.spec.num_heads
-        for name in rec.names:
+    def _unrotated_projections(self, names: Iterable[str]) -> list[tuple[str, nn.Module]]:
+        """``(name, projection)`` of every ``attn.q_unrotated`` / ``attn.k_unrotated`` among ``names``: the query or
+        key projection whose output it is."""
+        layout, found = self.family.layout, []
+        for name in names:
             parsed = split_block_name(name)
-            if not parsed or parsed[1] not in UNROTATED:
-                continue
-            attn = attention_module(self.layers[parsed[0]], layout)
-            proj = find_module(attn, layout.q_proj if parsed[1] == UNROTATED[0] else layout.k_proj, "projection")
+            if parsed and parsed[1] in UNROTATED:
+                attn = attention_module(self.layers[parsed[0]], layout)
+                found.append((name, find_module(attn, layout.q_proj if parsed[1] == UNROTATED[0] else layout.k_proj,
+                                                "projection")))
+        return found
 
+    def _capture_unrotated(self, rec: Record) -> list[Removable]:
+        heads, handles = self.spec.num_heads, []
+        for name, proj in self._unrotated_projections(rec.names):
             def put(m, args, out, _name=name):  # [B, N, H * Dh] -> [B, H, N, Dh], as the kernel's q and k
-                b, n, _ = out.shape
-                rec.put(_name, out.view(b, n, heads, -1).transpose(1, 2))
+                rec.put(_name, split_heads(out, heads))
             handles.append(proj.register_forward_hook(put))
         return handles
 
@@ -159,15 +164,8 @@ class HFViTBackbone(Backbone):
 
     def _edit_unrotated(self, edits: Edits) -> list[Removable]:
         """Edits of the projections before the rotation (DINOv3's ``attn.q_unrotated`` / ``attn.k_unrotated``)."""
-        handles: list[Removable] = []
-        layout, heads = self.family.layout, self.spec.num_heads
-        for name in edits.names:
-            parsed = split_block_name(name)
-            if not parsed or parsed[1] not in UNROTATED:
-                continue
-            attn = attention_module(self.layers[parsed[0]], layout)
-            proj = find_module(attn, layout.q_proj if parsed[1] == UNROTATED[0] else layout.k_proj, "projection")
-
+        heads, handles = self.spec.num_heads, []
+        for name, proj in self._unrotated_projections(edits.names):
             def edit(m, args, out, _name=name):
                 split = split_heads(out, heads)
                 y = edits.apply(_name, split)

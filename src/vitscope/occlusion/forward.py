@@ -2,31 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-from vitscope.errors import VitscopeTypeError, VitscopeValueError
+from vitscope.errors import VitscopeValueError
 from vitscope.functional.occlusion import fill_pixels, patch_to_pixel_mask
 from vitscope.models.backbone import Backbone
+from vitscope.models.outputs import head_logits, logits_of
 
 __all__ = ["MODES", "drop_tokens_logits", "logits_of", "masked_logits"]
 
 MODES: tuple[str, ...] = ("pixel", "drop")
-
-
-def logits_of(output: Any) -> torch.Tensor:
-    """The logits tensor of a model's own output (a tensor, or an object with ``.logits`` as in transformers)."""
-    if isinstance(output, torch.Tensor):
-        return output
-    logits = getattr(output, "logits", None)
-    if isinstance(logits, torch.Tensor):
-        return logits
-    raise VitscopeTypeError(f"cannot find logits in a model output of type {type(output).__name__}")
-
-
-def _head(backbone: Backbone, tokens: torch.Tensor) -> torch.Tensor:
-    return backbone.head(backbone.final_norm(tokens) if backbone.head_after_final_norm else tokens)
 
 
 def drop_tokens_logits(backbone: Backbone, pixels: torch.Tensor, patch_mask: torch.Tensor) -> torch.Tensor:
@@ -60,7 +45,7 @@ def drop_tokens_logits(backbone: Backbone, pixels: torch.Tensor, patch_mask: tor
         ids = keep[rows].nonzero()[:, 1].reshape(len(rows), int(size))  # ascending positions per row
         spatial = torch.gather(tokens[rows, p:], 1, ids.unsqueeze(-1).expand(-1, -1, tokens.shape[-1]))
         seq = torch.cat([tokens[rows, :p], spatial], dim=1)
-        logits = _head(backbone, backbone.run_kept(seq, ids, 0, spec.num_blocks))
+        logits = head_logits(backbone, backbone.run_kept(seq, ids, 0, spec.num_blocks))
         if out is None:
             out = logits.new_empty(len(pixels), *logits.shape[1:])
         out[rows] = logits

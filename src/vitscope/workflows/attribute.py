@@ -45,10 +45,10 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
 
     from vitscope.analyses.result import Figure
     from vitscope.attribution import METHODS, attribute
-    from vitscope.attribution.score import embedding_of
     from vitscope.data.images import load_rgb
     from vitscope.engine.provenance import model_identity
     from vitscope.models.load import load_model
+    from vitscope.models.outputs import embedding_of, embedding_pooling, logits_of
     from vitscope.models.preprocess import resize_crop
     from vitscope.outputs import RunResult, prepare_output, write_run
     from vitscope.viz.attribution_figures import attribution_grid
@@ -65,18 +65,12 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
     pixels = backbone.preprocess(pil)
     with torch.no_grad():
         reference = backbone.preprocess([load_rgb(like)]) if like is not None else None
-        if spec.has_head:
-            logits = backbone(pixels)
-            logits = logits if isinstance(logits, torch.Tensor) else logits.logits
+        if spec.has_head:  # the given class, else the one predicted for --like, else each image's
             if target is not None:
-                classes = torch.full((len(pil),), int(target), dtype=torch.long)
-            elif reference is not None:
-                ref_logits = backbone(reference)
-                ref_logits = ref_logits if isinstance(ref_logits, torch.Tensor) else ref_logits.logits
-                classes = ref_logits.argmax(-1).expand(len(pil))
+                chosen: Any = torch.full((len(pil),), int(target), dtype=torch.long)
             else:
-                classes = logits.argmax(-1)
-            chosen: Any = classes
+                chosen = logits_of(backbone(reference if reference is not None else pixels)).argmax(-1).expand(
+                    len(pil))
             what = "logit of " + (f"class {int(target)}" if target is not None else
                                   "the class predicted for the --like image" if reference is not None
                                   else "each image's predicted class")
@@ -86,8 +80,7 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
                                          "each image's is compared with")
             with backbone.record("final_norm") as rec:
                 backbone(reference)
-                pooling = "cls" if spec.num_prefix_tokens and spec.prefix_kinds[0] == "cls" else "mean"
-                chosen = embedding_of(backbone, rec["final_norm"], pooling)[0]
+                chosen = embedding_of(backbone, rec["final_norm"], embedding_pooling(spec))[0]
             what = "cosine of the embedding to the --like image's"
     maps = {m: attribute(backbone, pixels, chosen, m, upsample=upsample).cpu() for m in methods}
     shown = [np.asarray(resize_crop(im, spec), dtype=np.uint8) for im in pil]

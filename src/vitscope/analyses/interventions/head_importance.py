@@ -8,12 +8,12 @@ from typing import ClassVar
 
 import torch
 
-from vitscope.analyses.attention.base import has_cls_token
 from vitscope.analyses.base import Analysis, Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
 from vitscope.analyses.state import added
 from vitscope.errors import VitscopeRuntimeError, VitscopeValueError
 from vitscope.functional.ablation import MODES, replaced
+from vitscope.models.outputs import readout
 from vitscope.models.spec import ModelSpec
 
 __all__ = ["HeadImportance", "HeadImportanceResult"]
@@ -124,13 +124,6 @@ class HeadImportance(Analysis):
         labels = batch.targets.get("label") if batch.targets else None
         labelled = labels is not None and all(v is not None and int(v) >= 0 for v in labels)
         blocks = self._blocks(spec)
-
-        def readout(b, tokens: torch.Tensor) -> torch.Tensor:
-            normed = b.final_norm(tokens)
-            if spec.has_head:
-                return b.head(normed if b.head_after_final_norm else tokens).float()
-            pooled = normed[:, 0] if has_cls_token(spec) else normed[:, spec.num_prefix_tokens:].mean(dim=1)
-            return pooled.float()
 
         def measure(b, block: int, edit=None) -> torch.Tensor:  # [B]: the output for one ablation
             start = record[f"blocks.{block}.resid_pre"]

@@ -10,12 +10,12 @@ from typing import ClassVar
 
 import torch
 
-from vitscope.analyses.attention.base import has_cls_token
 from vitscope.analyses.base import Analysis, Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
 from vitscope.analyses.state import added
 from vitscope.errors import VitscopeRuntimeError
 from vitscope.hooks.names import split_block_name
+from vitscope.models.outputs import readout
 from vitscope.models.spec import ModelSpec
 from vitscope.viz.charts import block_lines_chart, curve
 
@@ -106,15 +106,8 @@ class LogitLens(Analysis):
         if batch.model is None:
             raise VitscopeRuntimeError("logit_lens applies the model's head after every block: run it through "
                                        "vitscope.run, which hands every batch its model")
-        spec = batch.spec
-
-        def readout(b) -> torch.Tensor:
-            normed = b.final_norm(tensor)
-            if spec.has_head:
-                return b.head(normed if b.head_after_final_norm else tensor).float()
-            pooled = normed[:, 0] if has_cls_token(spec) else normed[:, spec.num_prefix_tokens:].mean(dim=1)
-            return pooled.float()
-        self.per_batch(batch).setdefault("readouts", {})[split_block_name(name)[0]] = batch.model.run(readout)
+        block = split_block_name(name)[0]
+        self.per_batch(batch).setdefault("readouts", {})[block] = batch.model.run(lambda b: readout(b, tensor))
 
     def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
         scratch = self.per_batch(batch)

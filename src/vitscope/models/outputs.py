@@ -1,0 +1,51 @@
+"""What a model returns, read the same way everywhere: the logits of a classifier's output, the embedding of a
+model without one, and the readout of either from a block's tokens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from vitscope.errors import VitscopeTypeError
+
+__all__ = ["embedding_of", "embedding_pooling", "head_logits", "logits_of", "readout"]
+
+
+def logits_of(output: Any) -> torch.Tensor:
+    """The logits tensor of a model's own output (a tensor, or an object with ``.logits`` as in transformers)."""
+    if isinstance(output, torch.Tensor):
+        return output
+    logits = getattr(output, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    raise VitscopeTypeError(f"cannot find logits in a model output of type {type(output).__name__}")
+
+
+def embedding_pooling(spec: Any) -> str:
+    """How a model without a classifier pools its embedding by default: its CLS token, else the mean of its
+    spatial tokens (SigLIP, I-JEPA, AIMv2)."""
+    return "cls" if spec.num_prefix_tokens and tuple(spec.prefix_kinds)[:1] == ("cls",) else "mean"
+
+
+def embedding_of(backbone: Any, tokens: torch.Tensor, pooling: str,
+                 projection: torch.Tensor | torch.nn.Module | None = None) -> torch.Tensor:
+    """The embedding of final-normed ``tokens [B, N, D]``: the CLS token (``"cls"``) or the mean of the spatial
+    tokens (``"mean"``), projected when a projection is given (a metric-learning net's head): ``[B, E]``."""
+    pooled = tokens[:, 0] if pooling == "cls" else tokens[:, backbone.spec.num_prefix_tokens:].mean(dim=1)
+    if projection is None:
+        return pooled
+    return projection(pooled) if isinstance(projection, torch.nn.Module) else pooled @ projection
+
+
+def head_logits(backbone: Any, tokens: torch.Tensor) -> torch.Tensor:
+    """A classifier's logits from the last block's ``tokens``, its final norm applied as the model applies it."""
+    return backbone.head(backbone.final_norm(tokens) if backbone.head_after_final_norm else tokens)
+
+
+def readout(backbone: Any, tokens: torch.Tensor) -> torch.Tensor:
+    """The model's output read from a block's ``tokens [B, N, D]``: a classifier's logits ``[B, C]``, else the
+    default embedding of the final-normed tokens ``[B, D]`` (:func:`embedding_pooling`); float32."""
+    if backbone.spec.has_head:
+        return head_logits(backbone, tokens).float()
+    return embedding_of(backbone, backbone.final_norm(tokens), embedding_pooling(backbone.spec)).float()
