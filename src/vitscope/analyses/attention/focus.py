@@ -114,27 +114,21 @@ class AttentionFocus(AttentionAccumulator):
         if self.num_images == 0:
             return AttentionFocusResult(name=self.name, tensors={}, meta=meta)
         g, samples = self.geometry, self._cfg_random_samples
+        names = ("entropy", "entropy_normalised", "focus", "focus_normalised")
 
-        def random(grid: tuple[int, int]) -> tuple[torch.Tensor, ...]:  # entropy, focus and both normalised
+        def random(grid: tuple[int, int]) -> torch.Tensor:  # [4, L, H]: the four quantities, in ``names`` order
             entropy, focus = (x / samples for x in self._sums(self._random(grid)))
             log_n, log_k = self._logs(g, grid)
-            return entropy, focus, self._normalised(entropy, log_n), self._normalised(focus, log_k)
+            return torch.stack([entropy, self._normalised(entropy, log_n), focus, self._normalised(focus, log_k)])
 
         counts = self.grid_counts()
         n = self.num_images
+        entropy, focus = self.entropy_sum / n, self.focus_sum / n
         if len(counts) == 1:  # one grid: normalise the means (as the sums per image would, to rounding)
             log_n, log_k = self._logs(g, counts[0][0])
-            entropy, focus = self.entropy_sum / n, self.focus_sum / n
-            mine = (entropy, focus, self._normalised(entropy, log_n), self._normalised(focus, log_k))
-        else:
-            mine = (self.entropy_sum / n, self.focus_sum / n, self.entropy_normalised_sum / n,
-                    self.focus_normalised_sum / n)
-        tensors = {}
-        for prefix, values in (("", mine), ("random_", tuple(self.over_grids(lambda grid, i=i: random(grid)[i])
-                                                              for i in range(4)))):
-            for name, value in zip(("entropy", "focus", "entropy_normalised", "focus_normalised"), values):
-                tensors[f"{prefix}{name}"] = value
-        tensors = {k: tensors[k] for k in ("entropy", "entropy_normalised", "focus", "focus_normalised",
-                                           "random_entropy", "random_entropy_normalised", "random_focus",
-                                           "random_focus_normalised")}
+            mine = (entropy, self._normalised(entropy, log_n), focus, self._normalised(focus, log_k))
+        else:  # each image normalised by its own token counts
+            mine = (entropy, self.entropy_normalised_sum / n, focus, self.focus_normalised_sum / n)
+        tensors = dict(zip(names, mine))
+        tensors.update(zip((f"random_{name}" for name in names), self.over_grids(random).unbind(0)))
         return AttentionFocusResult(name=self.name, tensors=tensors, meta=meta)
