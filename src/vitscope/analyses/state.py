@@ -57,9 +57,12 @@ def added(total: torch.Tensor | None, value: torch.Tensor) -> torch.Tensor:
 
 def on_device(value: Any, device: torch.device | str) -> Any:
     """``value`` with every tensor in it (nested in dicts, lists and tuples) moved to ``device``; anything else
-    (numbers, strings, row stores) as it is. Containers are rebuilt, never modified."""
+    (numbers, strings, row stores) as it is. Containers are rebuilt, never modified; an object with a
+    ``to_device(device)`` method (a state class holding tensors) moves its own tensors."""
     if isinstance(value, torch.Tensor):
         return value.to(device)
+    if callable(getattr(value, "to_device", None)):
+        return value.to_device(device)
     if isinstance(value, dict):
         out = copy.copy(value)  # the same kind of mapping
         for k, v in value.items():

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from vitscope.cache.host_copy import HostCopies, start_host_copy, torch_dtype
 from vitscope.errors import VitscopeFileNotFoundError, VitscopeKeyError, VitscopeValueError
 
 __all__ = ["RowStore", "exported_when_pickled", "private_rows_under"]
@@ -100,12 +101,6 @@ def _cleanup_temp_dirs() -> None:
 atexit.register(_cleanup_temp_dirs)
 
 
-def _as_array(value: Any) -> np.ndarray:
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu().numpy()
-    return np.asarray(value)
-
-
 class RowStore:
     """Append-only named columns ``{name: [rows, *tail]}`` with a fixed dtype and tail shape per column.
 
@@ -124,33 +119,44 @@ class RowStore:
         self._sealed: list[tuple[str, int]] = []  # (shard folder, rows), immutable
         self._open: list[Any] | None = None  # [shard folder, rows] being appended to
         self._own: set[str] = set()  # shard folders this store wrote itself (only these may be released)
+        self._copies = HostCopies()  # copies of device rows into ``_memory`` still under way
 
     # -- writing -----------------------------------------------------------------------
     def append(self, columns: Mapping[str, Any]) -> None:
-        """Append rows: every column ``[b, *tail]`` with the same b (tensors are copied to numpy)."""
-        arrays = {k: np.ascontiguousarray(_as_array(v)) for k, v in columns.items()}
-        if not arrays:
+        """Append rows: every column ``[b, *tail]`` with the same b.
+
+        Tensors are copied to the host without waiting for their device (:mod:`vitscope.cache.host_copy`), in the
+        column's dtype, converted on the device; the store waits for the copies only before it reads or writes
+        the rows (a spill to disk, reading, pickling).
+        """
+        shapes = {k: tuple(v.shape) for k, v in columns.items() if isinstance(v, torch.Tensor)}
+        arrays = {k: np.asarray(v) for k, v in columns.items() if not isinstance(v, torch.Tensor)}
+        shapes.update({k: a.shape for k, a in arrays.items()})
+        if not shapes:
             return
-        sizes = {a.shape[0] if a.ndim else -1 for a in arrays.values()}
+        sizes = {s[0] if s else -1 for s in shapes.values()}
         if len(sizes) != 1 or -1 in sizes:
-            raise VitscopeValueError("every column needs the same number of rows, got "
-                                     f"{[a.shape for a in arrays.values()]}")
+            raise VitscopeValueError(f"every column needs the same number of rows, got {list(shapes.values())}")
         if not self.schema:
-            self.schema = {k: (a.dtype.str, tuple(a.shape[1:])) for k, a in arrays.items()}
-        elif set(arrays) != set(self.schema):
-            raise VitscopeValueError(f"columns {sorted(arrays)} differ from the store's {sorted(self.schema)}")
-        for k, a in arrays.items():
-            dtype, tail = self.schema[k]
-            if tuple(a.shape[1:]) != tail:
+            self.schema = {k: (_dtype_str(v), tuple(shapes[k][1:])) for k, v in columns.items()}
+        elif set(shapes) != set(self.schema):
+            raise VitscopeValueError(f"columns {sorted(shapes)} differ from the store's {sorted(self.schema)}")
+        for k, shape in shapes.items():
+            if tuple(shape[1:]) != self.schema[k][1]:
                 raise VitscopeValueError(
-                    f"column '{k}' has rows of shape {tuple(a.shape[1:])} here but {tail} before (rows of one "
-                    "column must match: use one input size, or one token selection, for the whole run)"
+                    f"column '{k}' has rows of shape {tuple(shape[1:])} here but {self.schema[k][1]} before (rows "
+                    "of one column must match: use one input size, or one token selection, for the whole run)"
                 )
-            if a.dtype.str != dtype:
-                arrays[k] = a.astype(np.dtype(dtype))
-        b = sizes.pop()
-        if b == 0:
+        if sizes == {0}:
             return
+        for k, v in columns.items():
+            dtype = self.schema[k][0]
+            if isinstance(v, torch.Tensor):
+                arrays[k], event = start_host_copy(v, torch_dtype(dtype))
+                self._copies.add(event)
+            else:
+                arrays[k] = np.ascontiguousarray(arrays[k], dtype=np.dtype(dtype))
+        b = sizes.pop()
         self._memory.append(arrays)
         self._memory_bytes += sum(a.nbytes for a in arrays.values())
         self.rows += b
@@ -168,6 +174,7 @@ class RowStore:
         """Append the in-memory rows to the open shard (opening one if needed)."""
         if not self._memory:
             return
+        self._copies.wait()
         if self._open is None:
             folder = self._folder() / f"shard-{uuid.uuid4().hex}"
             folder.mkdir()
@@ -235,6 +242,7 @@ class RowStore:
         if self.schema and other.schema != self.schema:
             raise VitscopeValueError(f"cannot merge stores with different columns: {other.schema} vs {self.schema}")
         other.seal()
+        other._copies.wait()
         self.schema = dict(other.schema)
         self._sealed.extend(other._sealed)
         self._memory.extend({k: v.copy() for k, v in chunk.items()} for chunk in other._memory)
@@ -278,6 +286,7 @@ class RowStore:
         only closed for writing).
         """
         self.seal()
+        self._copies.wait()
         out = RowStore(workdir=_private_folder() if folder is None else folder, spill_bytes=self.spill_bytes)
         out.schema = dict(self.schema)
         root = out._folder()
@@ -303,6 +312,7 @@ class RowStore:
         self._own.clear()
         self._sealed, self._open = [], None
         self._memory, self._memory_bytes = [], 0
+        self._copies = HostCopies()
         self.rows = 0
 
     # -- reading -----------------------------------------------------------------------
@@ -322,6 +332,7 @@ class RowStore:
         unknown = [n for n in names if n not in self.schema]
         if unknown:
             raise VitscopeKeyError(f"unknown columns {unknown}; the store has {sorted(self.schema)}")
+        self._copies.wait()
         for folder, rows in self.shards():
             if rows == 0:
                 continue
@@ -369,10 +380,18 @@ class RowStore:
         if _EXPORT_TO:  # for another process: every row in one shard file, nothing in the pickle
             return dict(self.export(Path(_EXPORT_TO[-1]) / f"rows-{uuid.uuid4().hex}").__dict__, _own=set())
         self.seal()  # a pickled copy may be resumed elsewhere: the shard must not change under it
-        return dict(self.__dict__, _own=set())  # a copy shares the files and never deletes them
+        self._copies.wait()
+        return dict(self.__dict__, _own=set(), _copies=HostCopies())  # a copy shares the files and never deletes them
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update({"_own": set(), **state})  # stores pickled before ownership existed own nothing
+        self.__dict__.update({"_own": set(), "_copies": HostCopies(), **state})  # stores pickled before ownership existed own nothing
+
+
+def _dtype_str(value: Any) -> str:
+    """The numpy dtype string a column's rows are kept in (a tensor's dtype converted)."""
+    if isinstance(value, torch.Tensor):
+        return np.dtype(str(value.dtype).removeprefix("torch.")).str
+    return np.asarray(value).dtype.str
 
 
 def _private_folder() -> str:

@@ -51,7 +51,7 @@ def grams(features: torch.Tensor, gram_minmax: bool = False) -> torch.Tensor:
 
 
 def cross_gram(x: torch.Tensor | np.ndarray, y: torch.Tensor | np.ndarray | None = None,
-               column_chunk: int | None = None) -> torch.Tensor:
+               column_chunk: int | None = None, device: torch.device | None = None) -> torch.Tensor:
     """Linear Gram block ``X Y^T`` in float64, converting a few feature columns at a time.
 
     Exact float64 products without a float64 copy of the whole features: for ``[64, 151296]`` float32
@@ -62,9 +62,11 @@ def cross_gram(x: torch.Tensor | np.ndarray, y: torch.Tensor | np.ndarray | None
         x: ``[a, F]`` features (torch, on any device, or numpy, e.g. a memory map); trailing dims flattened.
         y: ``[b, F]`` features on the same device (None: ``x``).
         column_chunk: feature columns converted to float64 at a time (default: blocks of at most 512 KiB).
+        device: where the products are made (default: the device of ``x``, CPU for numpy input); rows
+            elsewhere are copied there a block at a time.
 
     Returns:
-        ``[a, b]`` float64 on the device of ``x`` (CPU for numpy input).
+        ``[a, b]`` float64 on ``device``.
     """
     def rows(v: torch.Tensor | np.ndarray) -> torch.Tensor | np.ndarray:
         return v.reshape(v.shape[0], -1)
@@ -78,11 +80,12 @@ def cross_gram(x: torch.Tensor | np.ndarray, y: torch.Tensor | np.ndarray | None
     def part(v: torch.Tensor | np.ndarray, start: int) -> torch.Tensor:
         block = v[:, start : start + column_chunk]
         if isinstance(block, np.ndarray):
-            return torch.from_numpy(np.asarray(block, dtype=np.float64))
-        return block.detach().to(torch.float64)
+            return torch.from_numpy(np.asarray(block, dtype=np.float64)).to(device)
+        return block.detach().to(device=device, dtype=torch.float64)
 
     column_chunk = _column_chunk(max(xs.shape[0], ys.shape[0]), column_chunk)
-    device = xs.device if isinstance(xs, torch.Tensor) else torch.device("cpu")
+    if device is None:
+        device = xs.device if isinstance(xs, torch.Tensor) else torch.device("cpu")
     out = torch.zeros((xs.shape[0], ys.shape[0]), dtype=torch.float64, device=device)
     for start in range(0, xs.shape[1], column_chunk):
         xb = part(xs, start)

@@ -43,17 +43,20 @@ _PIECE_IN_MEMORY = 1 << 20
 
 
 def chunked_gram(chunks: Sequence[np.ndarray | torch.Tensor]) -> torch.Tensor:
-    """Gram ``X X^T`` (float64, CPU) of rows given as consecutive chunks ``[b_i, ...]`` (e.g. memory maps).
+    """Gram ``X X^T`` (float64) of rows given as consecutive chunks ``[b_i, ...]`` (e.g. memory maps).
 
     Blocks are built by :func:`~vitscope.functional.cka_grams.cross_gram`, a few feature columns converted to
-    float64 at a time, so memory is ``n^2`` plus a small working set whatever the feature width.
+    float64 at a time, so memory is ``n^2`` plus a small working set whatever the feature width. The Gram is
+    made on the device of the first tensor among the chunks (host rows are copied there block by block), on the
+    CPU when every chunk is a numpy array.
     """
     sizes = [len(c) for c in chunks]
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
-    k = torch.zeros((int(starts[-1]),) * 2, dtype=torch.float64)
+    device = next((c.device for c in chunks if isinstance(c, torch.Tensor)), torch.device("cpu"))
+    k = torch.zeros((int(starts[-1]),) * 2, dtype=torch.float64, device=device)
     for i, ci in enumerate(chunks):
         for j in range(i, len(chunks)):
-            block = cross_gram(ci, None if j == i else chunks[j]).cpu()
+            block = cross_gram(ci, None if j == i else chunks[j], device=device)
             k[starts[i] : starts[i + 1], starts[j] : starts[j + 1]] = block
             k[starts[j] : starts[j + 1], starts[i] : starts[i + 1]] = block.T
     return k
@@ -69,6 +72,14 @@ class PreparedRep:
 
 
 @dataclass
+class LastPiece:
+    """The rows ``[m, F]`` (on the batch's device) of the piece that completes a minibatch: reduced at once with
+    the waiting pieces, so it is never copied to the host."""
+
+    rows: torch.Tensor
+
+
+@dataclass
 class OpenMinibatch:
     """The pieces of one minibatch received so far: their image indices and, per representation, their rows."""
 
@@ -81,11 +92,13 @@ class OpenMinibatch:
 
 
 def _rows_store(rows: torch.Tensor | np.ndarray) -> RowStore:
-    """A private row store holding ``rows`` ``[m, F]`` as float32 (written to disk when over 1 MiB)."""
+    """A private row store holding ``rows`` ``[m, F]`` as float32 (written to disk when over 1 MiB; a device
+    tensor is copied to the host without waiting for the device)."""
     store = RowStore(spill_bytes=_PIECE_IN_MEMORY)
     if isinstance(rows, torch.Tensor):
-        rows = rows.detach().float().cpu().numpy()
-    store.append({"x": np.asarray(rows, dtype=np.float32)})
+        store.append({"x": rows.detach().reshape(len(rows), -1).float()})
+    else:
+        store.append({"x": np.asarray(rows, dtype=np.float32)})
     return store
 
 
@@ -130,7 +143,7 @@ class MinibatchHSIC:
             terms = [hsic_matrix(kx, ky, unbiased=True), hxx.diagonal().clone(),
                      hsic_matrix(ky, unbiased=True).diagonal().clone()]
         weighted = [b * t for t in terms]
-        self.sums = weighted if self.sums is None else [s + t for s, t in zip(self.sums, weighted)]
+        self.sums = weighted if self.sums is None else [s.to(t.device) + t for s, t in zip(self.sums, weighted)]
         self.weight += b
 
     def _reduce(self, waiting: OpenMinibatch) -> None:
@@ -141,11 +154,11 @@ class MinibatchHSIC:
         order = torch.from_numpy(np.argsort(index, kind="stable"))
         grams = []
         for pieces in waiting.rows:
-            k = chunked_gram([c["x"] for piece in pieces for c in piece.chunks(["x"])])
-            grams.append(k[order][:, order])
+            k = chunked_gram([c for piece in pieces for c in _chunks(piece)])
+            grams.append(k[order.to(k.device)][:, order.to(k.device)])
         self._fold(grams, int(index.size))
 
-    def _put(self, mb: int, index: np.ndarray, pieces: list[RowStore]) -> None:
+    def _put(self, mb: int, index: np.ndarray, pieces: list[RowStore | LastPiece]) -> None:
         """Add one piece of minibatch ``mb``; reduce the minibatch (and delete its rows) once it is complete."""
         waiting = self.open.setdefault(mb, OpenMinibatch(rows=[[] for _ in pieces]))
         seen = np.concatenate([*waiting.index, index])
@@ -158,7 +171,7 @@ class MinibatchHSIC:
         if seen.size == self.batch:
             self._reduce(self.open.pop(mb))
             self.done.add(mb)
-            for piece in (p for rows in waiting.rows for p in rows):
+            for piece in (p for rows in waiting.rows for p in rows if isinstance(p, RowStore)):
                 piece.release()
 
     def _minibatches(self, index: np.ndarray) -> list[tuple[int, np.ndarray]]:
@@ -171,14 +184,20 @@ class MinibatchHSIC:
 
     def prepare(self, indices: Sequence[int], rep: torch.Tensor) -> PreparedRep:
         """What :meth:`add` needs of one representation ``[b, F]`` of a batch, so a caller can let the features
-        go as soon as they are made: the Gram of every minibatch the batch holds whole, the rows of the others
-        (in a row store, on disk when large)."""
+        go as soon as they are made: the Gram of every minibatch the batch holds whole (on the batch's device),
+        the rows of the piece that completes a minibatch, and those of the others (in a row store, on disk when
+        large)."""
         index = np.asarray(list(indices), dtype=np.int64)
         rep = rep.detach().reshape(len(index), -1)
-        parts: list[torch.Tensor | RowStore] = []
-        for _, pos in self._minibatches(index):
+        parts: list[torch.Tensor | RowStore | LastPiece] = []
+        for mb, pos in self._minibatches(index):
             picked = _picked(rep, pos)
-            parts.append(cross_gram(picked.float()).cpu() if pos.size == self.batch else _rows_store(picked))
+            if pos.size == self.batch:
+                parts.append(cross_gram(picked.float()))
+            elif mb in self.open and self.open[mb].size + pos.size == self.batch:
+                parts.append(LastPiece(picked.float()))
+            else:
+                parts.append(_rows_store(picked))
         return PreparedRep(parts)
 
     def add(self, indices: Sequence[int], xs: Sequence[torch.Tensor | PreparedRep],
@@ -218,6 +237,12 @@ class MinibatchHSIC:
                 self._put(mb, index.copy(), [_copied(rows[k]) for rows in waiting.rows])
         return self
 
+    def to_device(self, device: torch.device | str) -> MinibatchHSIC:
+        """Move the HSIC sums to ``device`` (the engine brings states to the host after the pass); returns self."""
+        if self.sums is not None:
+            self.sums = [s.to(device) for s in self.sums]
+        return self
+
     def waiting_images(self) -> int:
         """Images of minibatches that are not complete yet (their rows wait in row stores)."""
         return sum(w.size for w in self.open.values())
@@ -237,6 +262,13 @@ class MinibatchHSIC:
             return None
         xy, xx, yy = (s / twin.weight for s in twin.sums)
         return cka_from_hsic(xy, xx, yy)
+
+
+def _chunks(piece: RowStore | LastPiece) -> list[np.ndarray | torch.Tensor]:
+    """The rows of a waiting piece, as chunks ``[m_i, F]``."""
+    if isinstance(piece, LastPiece):
+        return [piece.rows]
+    return [c["x"] for c in piece.chunks(["x"])]
 
 
 def _picked(rep: torch.Tensor, pos: np.ndarray) -> torch.Tensor:

@@ -160,8 +160,8 @@ class ResidualCKA(Analysis):
         branch_parts = feats("attn_out") + feats("mlp_out")
         skips, branches = [s for s, _ in skip_parts], [b for b, _ in branch_parts]
         ratios = torch.stack([s / b for (_, s), (_, b) in zip(skip_parts, branch_parts)])
-        ratio_sum = ratios.sum(dim=1).reshape(2, len(blocks)).cpu()
-        self.ratio_sum = ratio_sum if self.ratio_sum is None else self.ratio_sum + ratio_sum
+        ratio_sum = ratios.sum(dim=1).reshape(2, len(blocks))
+        self.ratio_sum = ratio_sum if self.ratio_sum is None else self.ratio_sum.to(ratio_sum.device) + ratio_sum
         self.blocks, self.model = blocks, batch.spec.name
         self.state.add(batch.indices, skips, branches)
 
