@@ -39,7 +39,6 @@ from vitscope.data.synthetic.write import synthesize
 
 #: analyses that still copy to the host in the hot loop, and what does it
 HOST_BOUND: dict[str, str] = {
-    "top_activations": "per-batch scores and unit maps copied to the host; indices read with tolist (top.py)",
     "interrelation": "SIFT keypoints (OpenCV) computed in update from thumbnails; per-query sums copied per batch",
     "interrelation_masking": "masks from SIFT and attention copied to the host per batch",
 }

@@ -116,3 +116,35 @@ def test_engine_pass_agrees_with_the_featviz_objective(tmp_path) -> None:
     with np.load(next(p for p in saved if p.suffix == ".npz")) as arrays:
         np.testing.assert_array_equal(arrays["blocks.2.mlp.post.maps"], res["blocks.2.mlp.post.maps"].numpy())
     assert all(p.stat().st_size > 0 for p in res.plot(tmp_path / "figs"))
+
+
+def test_paths_and_pictures_are_pruned_by_snapshots_that_arrive_late(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU the heaps' indices reach the host a batch late (a copy never waited for): what is kept meanwhile
+    stays bounded by the heaps plus the newest batches, and the result is the one of snapshots read at once."""
+    from vitscope.cache import host_copy
+
+    class LateEvent:  # finished once another snapshot has been queued after it
+        made: list = []
+
+        def __init__(self) -> None:
+            self.after = len(LateEvent.made)
+            LateEvent.made.append(self)
+
+        def query(self) -> bool:
+            return len(LateEvent.made) > self.after + 2  # two copies a snapshot: done one snapshot later
+
+    batches = _batches(60, 4, seed=2)
+    at_once = _run(TopActivations(hooks=[HOOK], k=2), batches)
+    monkeypatch.setattr(host_copy, "_copy_event", lambda cuda: LateEvent())
+    late = TopActivations(hooks=[HOOK], k=2)
+    held = []
+    for rec, batch in batches:
+        late.update(rec, batch)
+        held.append(len(late.paths))
+    kept = {i for t in late.top.values() for i in t["indices"].flatten().tolist()}
+    assert max(held) <= len(kept) + 3 * 4 < 60, held  # the heaps' images and at most three batches
+    assert max(held) > max(len(at_once.paths), 1)  # the snapshots did arrive late
+    first, second = at_once.compute(), late.compute()
+    assert first.meta == second.meta
+    for key in first.tensors:
+        assert torch.equal(first[key], second[key]), key

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["HostCopies", "numpy_dtype", "start_host_copy", "torch_dtype"]
+__all__ = ["HostCopies", "LaggedSnapshot", "numpy_dtype", "start_host_copy", "torch_dtype"]
 
 
 def torch_dtype(dtype: np.dtype | str) -> torch.dtype:
@@ -88,3 +88,35 @@ class HostCopies:
     def __getstate__(self) -> dict[str, Any]:
         self.wait()  # a pickled holder's buffers must hold their values
         return {"events": []}
+
+
+class LaggedSnapshot:
+    """Host copies of small device tensors taken batch after batch, read once their copy has finished: what a hot
+    loop uses to prune host-side bookkeeping by device results without waiting (one batch late on a GPU, at once
+    on the CPU).
+
+    Not state: a copy or pickle of a holder starts with no snapshot.
+    """
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[Any, tuple[np.ndarray, ...], list[Any]]] = []
+
+    def take(self, tag: Any, *tensors: torch.Tensor) -> None:
+        """Queue host copies of ``tensors`` under ``tag`` (e.g. the batch's sequence number)."""
+        copies = [start_host_copy(t) for t in tensors]
+        self._pending.append((tag, tuple(a for a, _ in copies), [e for _, e in copies if e is not None]))
+
+    def latest(self) -> tuple[Any, tuple[np.ndarray, ...]] | None:
+        """``(tag, arrays)`` of the newest snapshot whose copies have finished (older ones are dropped), or None
+        when none has finished yet; never waits."""
+        done = None
+        while self._pending and all(e.query() for e in self._pending[0][2]):
+            tag, arrays, _ = self._pending.pop(0)
+            done = (tag, arrays)
+        return done
+
+    def __deepcopy__(self, memo: dict) -> LaggedSnapshot:
+        return LaggedSnapshot()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_pending": []}

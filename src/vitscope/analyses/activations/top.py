@@ -20,6 +20,7 @@ from vitscope.analyses.batch import thumbnails
 from vitscope.analyses.registry import register_analysis
 from vitscope.analyses.result import SMALL
 from vitscope.analyses.state import first_seen
+from vitscope.cache.host_copy import LaggedSnapshot
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.topk import merge_topk
 from vitscope.models.spec import ModelSpec
@@ -102,6 +103,16 @@ class TopActivationsResult(Result):
                                        "file name below.",
                                        "paper 001, fig. 2 and 5", title=f"Top activations: {hook}"))
         return figures
+
+
+def _pictures(batch: Batch, positions: Sequence[int]) -> list[torch.Tensor]:
+    """``[S, S, 3]`` uint8 pictures (S = :data:`PICTURE_SIDE`) of the batch's images at ``positions``, on the pixels'
+    device: what the figures draw the maps over."""
+    if not positions:
+        return []
+    images = torch.stack(thumbnails(batch, positions)).permute(0, 3, 1, 2).float()  # [n, 3, H, W]
+    small = torch.nn.functional.interpolate(images, size=(PICTURE_SIDE, PICTURE_SIDE), mode="area")
+    return [p.clone() for p in small.round().to(torch.uint8).permute(0, 2, 3, 1).unbind(0)]
 
 
 def _padded(maps: torch.Tensor, length: int) -> torch.Tensor:
@@ -200,14 +211,14 @@ class TopActivations(Analysis):
         if not keys:
             raise VitscopeValueError(f"top_activations: the record holds none of {list(patterns)}; record "
                                      "the names returned by required_hooks(spec)")
-        idx = torch.as_tensor(batch.indices, dtype=torch.int64)
+        idx = None
         for key in keys:
             channels, scores, maps = self.reduced(key, record, batch)
+            if idx is None:
+                idx = torch.as_tensor(batch.indices, dtype=torch.int64).to(scores.device)
             self._fold(key, channels, scores, idx.expand(len(channels), -1), maps)
-        self.paths.update({int(i): str(p) for i, p in zip(batch.indices, batch.paths)})
         self.num_images += batch.size
-        self._prune_paths()
-        self._keep_pictures(batch)
+        self._keep_candidates(batch)
 
     def stream_hooks(self, spec: ModelSpec) -> list[str]:
         return list(self.patterns(spec))
@@ -227,13 +238,13 @@ class TopActivations(Analysis):
         channels = list(wanted) if wanted is not None else list(range(units.shape[-1]))
         m = len(channels) if wanted is not None or self._cfg_maps_for is None else min(self._cfg_maps_for,
                                                                                           len(channels))
-        scores = units.double().mean(dim=1).T.cpu()  # [C, B]
+        scores = units.double().mean(dim=1).T  # [C, B]
         # a copy: a view would keep the whole [B, K, C] activation alive while later blocks run
-        maps = units[..., :m].float().permute(2, 0, 1).reshape(m, -1, h * w).cpu().clone()  # [M, B, h*w]
+        maps = units[..., :m].float().permute(2, 0, 1).reshape(m, -1, h * w).clone()  # [M, B, h*w]
         # images of several grids (a token budget): every map as long as the budget, so heaps of any grid (and
         # of other processes) line up
         maps = _padded(maps, batch.spec.max_tokens or h * w)
-        grids = torch.tensor([h, w], dtype=torch.int64).expand(m, maps.shape[1], 2)
+        grids = torch.tensor([h, w], dtype=torch.int64).to(maps.device).expand(m, maps.shape[1], 2)
         return channels, scores, (maps, grids)
 
     def _fold(self, key: str, channels: list[int], scores: torch.Tensor, indices: torch.Tensor,
@@ -251,36 +262,49 @@ class TopActivations(Analysis):
                 raise VitscopeValueError(f"top_activations: '{key}' changed grid or channels between batches; "
                                          "use one input size per run, or keep each image's aspect ratio "
                                          "(--keep-aspect) for grids of their own")
-            top = {name: torch.cat([self.top[key][name], value], dim=1) for name, value in top.items()}
-            mapped = {name: torch.cat([held[name], value], dim=1) for name, value in mapped.items()}
+            top = {name: torch.cat([self.top[key][name].to(value.device), value], dim=1) for name, value in top.items()}
+            mapped = {name: torch.cat([held[name].to(value.device), value], dim=1) for name, value in mapped.items()}
         # total order: score descending, then dataset index ascending
         self.top[key] = merge_topk(top, self._cfg_k, key="scores", tie="indices", dim=1)
         self.mapped[key] = merge_topk(mapped, self._cfg_k, key="scores", tie="indices", dim=1)
         self.channels[key] = list(channels)
 
     def _kept_indices(self) -> set[int]:
+        """The images of every heap (host reads: for :meth:`compute`)."""
         return {int(i) for t in self.top.values() for i in t["indices"].flatten().tolist()}
 
     def _shown_indices(self) -> set[int]:
         """The images the figures show: the top-k of the first :data:`SHOWN_UNITS` mapped units of each site."""
         return {int(i) for held in self.mapped.values() for i in held["indices"][:SHOWN_UNITS].flatten().tolist()}
 
-    def _keep_pictures(self, batch: Batch) -> None:
-        """Store a small picture of every image of the batch that a figure now shows; forget the others (an
-        image out of a local top-k cannot be in the merged one)."""
-        shown = self._shown_indices()
-        wanted = [j for j, i in enumerate(batch.indices) if int(i) in shown and int(i) not in self.pictures]
-        if wanted and batch.pixels is not None:
-            for j, picture in zip(wanted, thumbnails(batch, wanted)):
-                small = torch.nn.functional.interpolate(picture.permute(2, 0, 1)[None].float(),
-                                                        size=(PICTURE_SIDE, PICTURE_SIDE), mode="area")
-                self.pictures[int(batch.indices[j])] = small[0].round().to(torch.uint8).permute(1, 2, 0).contiguous()
-        self.pictures = {i: p for i, p in self.pictures.items() if i in shown}
+    def _keep_candidates(self, batch: Batch) -> None:
+        """Keep the path and a small picture of every image of the batch, and forget those of images that a
+        finished snapshot of the heaps shows out of them (an image out of a local top-k cannot come back, nor be
+        in the merged one). The snapshot is a host copy of the heaps' indices, read once it has arrived, so the
+        host never waits for the device: one batch late on a GPU, and :meth:`compute` filters exactly."""
+        seq = self.__dict__.get("_seq", 0) + 1
+        self.__dict__["_seq"] = seq
+        added = self.__dict__.setdefault("_added", {})  # dataset index -> sequence number of its batch
+        self.paths.update({int(i): str(p) for i, p in zip(batch.indices, batch.paths)})
+        added.update({int(i): seq for i in batch.indices})
+        if batch.pixels is not None:
+            new = [j for j, i in enumerate(batch.indices) if int(i) not in self.pictures]
+            for j, picture in zip(new, _pictures(batch, new)):
+                self.pictures[int(batch.indices[j])] = picture
+        snapshots = self.__dict__.setdefault("_snapshots", LaggedSnapshot())
+        done = snapshots.latest()
+        if done is not None:
+            taken, (kept, shown) = done
+            kept, shown = set(kept.tolist()), set(shown.tolist())
 
-    def _prune_paths(self) -> None:
-        """Forget the paths of images no longer kept (a merge may bring some: compute filters them too)."""
-        kept = self._kept_indices()
-        self.paths = {i: p for i, p in self.paths.items() if i in kept}
+            def stays(i: int, wanted: set[int]) -> bool:
+                return i in wanted or added.get(i, 0) > taken
+
+            self.paths = {i: p for i, p in self.paths.items() if stays(i, kept)}
+            self.pictures = {i: p for i, p in self.pictures.items() if stays(i, shown)}
+            self.__dict__["_added"] = {i: n for i, n in added.items() if i in self.paths or i in self.pictures}
+        snapshots.take(seq, torch.cat([t["indices"].flatten() for t in self.top.values()]),
+                       torch.cat([held["indices"][:SHOWN_UNITS].flatten() for held in self.mapped.values()]))
 
     def compute(self) -> Result:
         keys = sorted(self.top, key=natural_key)
