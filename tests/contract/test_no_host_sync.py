@@ -22,8 +22,8 @@ import collections
 import contextlib
 import contextvars
 import traceback
-from unittest import mock
 from collections.abc import Iterator
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -31,16 +31,14 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import vitscope
-from vitscope.analyses.base import Batch
-from vitscope.cache import host_copy
 from helpers.doc_examples import doc_analyses, registered
 from vitscope.analyses import ANALYSES
+from vitscope.analyses.base import Batch
+from vitscope.cache import host_copy
 from vitscope.data.synthetic.write import synthesize
 
 #: analyses that still copy to the host in the hot loop, and what does it
 HOST_BOUND: dict[str, str] = {
-    "interrelation": "SIFT keypoints (OpenCV) computed in update from thumbnails; per-query sums copied per batch",
-    "interrelation_masking": "masks from SIFT and attention copied to the host per batch",
 }
 
 _WATCHED_OPS = {

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from vitscope.analyses.batch import Batch, thumbnails
@@ -297,6 +298,17 @@ class Analysis(ABC):
         """Per-image work on the ground truth that the engine does in its loading thread, beside decoding:
         ``{new target: (source target, function)}``; the batch then carries ``targets[new]`` (images whose
         source target is missing get None). Applies to the model's own preprocessing (no view)."""
+        return {}
+
+    def image_transforms(self, spec: ModelSpec) -> dict[str, Callable[[np.ndarray], Any]]:
+        """Per-image work on the preprocessed image that the engine does in its loading thread (or workers),
+        beside decoding: ``{new target: function}``; each function gets one image as the loader made it, the
+        model's resize and crop before normalisation (``[H, W, 3]`` uint8 numpy, at its own size and token grid
+        with ``--keep-aspect``: ``spec.grid_for(H, W)``), and the batch then carries ``targets[new]``, one value
+        per image, as host data. The shared quantities' own per-image parts (the SIFT keypoints) are added by
+        the engine (:data:`~vitscope.analyses.batch.LOADER_WORK`). Applies to the model's own preprocessing (no
+        view, no backbone preprocessing of its own): otherwise the targets are missing and the analysis does
+        the work itself."""
         return {}
 
     def supports(self, spec: ModelSpec) -> bool:

@@ -9,6 +9,11 @@ computes a quantity the first time an analysis asks for it, with everything the 
 it for the other analyses of that batch only. Nothing outlives the batch; work buffers belong to the run
 (:class:`~vitscope.functional.attention_blocks.Workspace`).
 
+A quantity may have a part that needs only the image, not the model (:data:`LOADER_WORK`): the engine's
+loader does it beside decoding (in its thread or worker processes), on the uint8 image it preprocessed, and the
+batch carries the values as host data (``batch.targets[name]``); the quantity then reads them instead of
+working in the hot loop.
+
 Analyses that classify altered copies of the batch (masking) run the model through :class:`ModelRunner`,
 which pauses the recording meanwhile: the batch's record stays as the engine recorded it.
 """
@@ -16,10 +21,12 @@ which pauses the recording meanwhile: the batch's record stays as the engine rec
 from __future__ import annotations
 
 import fnmatch
+import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import numpy as np
 import torch
 
 from vitscope.errors import VitscopeRuntimeError, VitscopeValueError
@@ -31,8 +38,8 @@ from vitscope.models.spec import ModelSpec
 if TYPE_CHECKING:  # annotations only
     from vitscope.models.backbone import Backbone
 
-__all__ = ["ATTENTION_BLOCKS", "PROVIDERS", "SIFT_KEYPOINTS", "Batch", "ModelRunner", "SharedQuantities",
-           "recorded_patterns", "thumbnails", "union_plan"]
+__all__ = ["ATTENTION_BLOCKS", "LOADER_WORK", "PROVIDERS", "SIFT_KEYPOINTS", "Batch", "ModelRunner",
+           "SharedQuantities", "image_keypoint_counts", "loader_work", "recorded_patterns", "thumbnails", "union_plan"]
 
 T = TypeVar("T")
 
@@ -47,7 +54,9 @@ class Batch:
         paths: source path (or name) of each image.
         spec: the backbone's ModelSpec.
         grid: ``(h, w)`` token grid of this batch's input size.
-        targets: optional per-image ground truth (labels, masks...) from the dataset.
+        targets: optional per-image ground truth (labels, masks...) from the dataset, and what the loader made
+            per image (``target_transforms``, ``image_transforms``, :data:`LOADER_WORK`): host data, one value per
+            image.
         shared: the batch's shared quantities (:class:`SharedQuantities`); the engine sets it with the run's
             plan, :meth:`quantity` creates one when it is missing.
         model: runs the model again on altered inputs (:class:`ModelRunner`); the engine sets it, analyses that
@@ -143,12 +152,44 @@ def _attention_blocks(record: Mapping[str, torch.Tensor], batch: Batch, needs: f
     return out
 
 
+def image_keypoint_counts(image: np.ndarray, spec: ModelSpec) -> np.ndarray:
+    """SIFT keypoints per patch of one preprocessed image on its own token grid: the loader's part of
+    ``"sift_keypoints"``.
+
+    Args:
+        image: ``[H, W, 3]`` uint8, the image as the loader resized and cropped it (before normalisation).
+        spec: the model's spec (its patch size gives the grid of an ``H x W`` input).
+
+    Returns:
+        ``[h, w]`` int64 counts (host data).
+    """
+    grid = spec.grid_for(*image.shape[:2])
+    return sift_keypoint_counts(image, grid).numpy()
+
+
+def _loaded_keypoints(batch: Batch, grid: tuple[int, int]) -> torch.Tensor | None:
+    """The loader's keypoint counts of every image of the batch as ``[B, h, w]`` int64 (CPU), or None when the
+    batch does not carry them for every image on this grid."""
+    ready = batch.targets.get(SIFT_KEYPOINTS)
+    if ready is None or len(ready) != batch.size or any(
+            not isinstance(r, np.ndarray) or r.shape != grid for r in ready):
+        return None
+    return torch.from_numpy(np.stack(ready).astype(np.int64, copy=False))
+
+
 def _sift_keypoints(record: Mapping[str, torch.Tensor], batch: Batch, needs: frozenset[str], workspace: Workspace,
                     held: torch.Tensor | None) -> torch.Tensor:
-    """SIFT keypoints per patch of every image at model resolution: ``[B, h, w]`` int64 (CPU)."""
+    """SIFT keypoints per patch of every image at model resolution: ``[B, h, w]`` int64 (CPU).
+
+    The loader's counts when the batch carries them (host data, no wait for the device); otherwise (a view, or a
+    backbone's own preprocessing) counted here on the thumbnails, which are the loader's uint8 pixels again.
+    """
     if held is not None:
         return held
-    grid = tuple(int(v) for v in batch.grid)
+    grid = (int(batch.grid[0]), int(batch.grid[1]))
+    loaded = _loaded_keypoints(batch, grid)
+    if loaded is not None:
+        return loaded
     images = thumbnails(batch, range(batch.size))
     if not images:
         return torch.zeros(0, *grid, dtype=torch.int64)
@@ -160,6 +201,14 @@ def _sift_keypoints(record: Mapping[str, torch.Tensor], batch: Batch, needs: fro
 PROVIDERS: dict[str, Callable[..., Any]] = {ATTENTION_BLOCKS: _attention_blocks, SIFT_KEYPOINTS: _sift_keypoints}
 #: the options a quantity accepts (None: it takes none)
 OPTIONS: dict[str, frozenset[str] | None] = {ATTENTION_BLOCKS: QUANTITIES, SIFT_KEYPOINTS: None}
+#: quantity name -> ``work(image, spec)``: its per-image part, done by the loader on the preprocessed ``[H, W, 3]``
+#: uint8 image; the batch carries the values as ``targets[name]``, one per image
+LOADER_WORK: dict[str, Callable[[np.ndarray, ModelSpec], Any]] = {SIFT_KEYPOINTS: image_keypoint_counts}
+
+
+def loader_work(plan: Mapping[str, Collection[str]], spec: ModelSpec) -> dict[str, Callable[[np.ndarray], Any]]:
+    """``{target: work(image)}``: the loader's part (:data:`LOADER_WORK`) of the planned quantities, for ``spec``."""
+    return {name: functools.partial(LOADER_WORK[name], spec=spec) for name in plan if name in LOADER_WORK}
 
 
 def union_plan(needs: Collection[Mapping[str, Collection[str]]]) -> dict[str, frozenset[str]]:

@@ -384,7 +384,8 @@ class RowStore:
         return dict(self.__dict__, _own=set(), _copies=HostCopies())  # a copy shares the files and never deletes them
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update({"_own": set(), "_copies": HostCopies(), **state})  # stores pickled before ownership existed own nothing
+        # stores pickled before ownership existed own nothing
+        self.__dict__.update({"_own": set(), "_copies": HostCopies(), **state})
 
 
 def _dtype_str(value: Any) -> str:

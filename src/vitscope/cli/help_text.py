@@ -29,6 +29,11 @@ KEEP_ASPECT_HELP = ("Keep each image's aspect ratio (no centre crop): resize it 
                     "model's square input, each side a multiple of the patch size (SigLIP 2 NaFlex's rule); images "
                     "then have token grids of their own, listed in results.json [off; NaFlex models always keep it].")
 
+#: ``--jpeg-draft`` of every command that makes passes over a dataset
+JPEG_DRAFT_HELP = ("Decode JPEGs at libjpeg's reduced scales (1/2, 1/4, 1/8) down to the size the model's resize "
+                   "needs: faster on images far larger than the input, slightly different pixels (recorded in "
+                   "results.json) [off].")
+
 #: ``--workers`` of every command that makes passes over a dataset
 WORKERS_HELP = ("Processes that decode and preprocess images, batches ahead of the model; no number depends on it "
                 "(0: a thread of this process) [one per CPU less one, at most 8; 0 under 256 images].")

@@ -20,6 +20,7 @@ from vitscope.cli.help_text import (
     CONFIG_HELP,
     FIGURE_FILES_HELP,
     IMAGE_SIZE_HELP,
+    JPEG_DRAFT_HELP,
     KEEP_ASPECT_HELP,
     RESUME_HELP,
     WORKERS_HELP,
@@ -140,6 +141,7 @@ def analyze(
     image_size: int | None = typer.Option(None, "--image-size", min=1, help=IMAGE_SIZE_HELP),
     keep_aspect: bool | None = typer.Option(None, "--keep-aspect/--no-keep-aspect", help=KEEP_ASPECT_HELP),
     workers: int | None = typer.Option(None, "--workers", min=0, help=WORKERS_HELP),
+    jpeg_draft: bool | None = typer.Option(None, "--jpeg-draft/--no-jpeg-draft", help=JPEG_DRAFT_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
     params_of: str | None = typer.Option(None, "--params-of", metavar="NAME", is_eager=True, callback=_params_of,
                                          help="Print the parameters of analysis NAME (defaults and meaning) and "
@@ -191,6 +193,7 @@ def compare(
     image_size: int | None = typer.Option(None, "--image-size", min=1, help=IMAGE_SIZE_HELP),
     keep_aspect: bool | None = typer.Option(None, "--keep-aspect/--no-keep-aspect", help=KEEP_ASPECT_HELP),
     workers: int | None = typer.Option(None, "--workers", min=0, help=WORKERS_HELP),
+    jpeg_draft: bool | None = typer.Option(None, "--jpeg-draft/--no-jpeg-draft", help=JPEG_DRAFT_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
 ) -> None:
     """Compare models per block on shared axes (paper 002): one pass per model; figures, tables, report.html."""

@@ -15,7 +15,14 @@ import typer
 
 from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors
-from vitscope.cli.help_text import CONFIG_HELP, FIGURE_FILES_HELP, IMAGE_SIZE_HELP, KEEP_ASPECT_HELP, WORKERS_HELP
+from vitscope.cli.help_text import (
+    CONFIG_HELP,
+    FIGURE_FILES_HELP,
+    IMAGE_SIZE_HELP,
+    JPEG_DRAFT_HELP,
+    KEEP_ASPECT_HELP,
+    WORKERS_HELP,
+)
 from vitscope.cli.resolve import resolve_or_exit
 
 __all__ = ["probe"]
@@ -60,6 +67,7 @@ def probe(
     image_size: int | None = typer.Option(None, "--image-size", min=1, help=IMAGE_SIZE_HELP),
     keep_aspect: bool | None = typer.Option(None, "--keep-aspect/--no-keep-aspect", help=KEEP_ASPECT_HELP),
     workers: int | None = typer.Option(None, "--workers", min=0, help=WORKERS_HELP),
+    jpeg_draft: bool | None = typer.Option(None, "--jpeg-draft/--no-jpeg-draft", help=JPEG_DRAFT_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
 ) -> None:
     """Per-block probes (retrieval, DAVIS, SPair keypoints, k-NN / linear, clustering) with random chance.

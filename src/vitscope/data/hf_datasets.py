@@ -28,7 +28,7 @@ import numpy as np
 from PIL import Image
 
 from vitscope.data.formats.errors import DatasetFormatError
-from vitscope.data.images import ImageLoadError
+from vitscope.data.images import ImageLoadError, decode_rgb
 from vitscope.data.source import Source
 
 __all__ = ["HFDatasetSource", "is_hf_dataset", "open_hf"]
@@ -188,11 +188,7 @@ class HFDatasetSource(Source):
             data = Path(value["path"]).read_bytes() if Path(value["path"]).is_file() else None
         if data is None:
             raise ImageLoadError(self.path(i), "the row holds no image bytes")
-        try:
-            with Image.open(io.BytesIO(data)) as image:
-                return image.convert("RGB")
-        except Exception as err:  # PIL's many decoding errors: one line naming the row
-            raise ImageLoadError(self.path(i), f"cannot decode its image ({type(err).__name__}: {err})") from None
+        return decode_rgb(io.BytesIO(data), self.path(i))
 
     def targets(self, i: int) -> dict[str, Any]:
         if self.label_column is None:

@@ -28,7 +28,7 @@ from typing import Any
 from PIL import Image
 
 from vitscope.data.formats.errors import DatasetFormatError
-from vitscope.data.images import ImageLoadError
+from vitscope.data.images import ImageLoadError, decode_rgb
 from vitscope.data.source import Source
 
 __all__ = ["WebDatasetSource", "expand_braces", "open_webdataset"]
@@ -112,11 +112,7 @@ class WebDatasetSource(Source):
         member = self._images[i]
         if member is None:
             raise ImageLoadError(self.path(i), f"the sample has no image member ({', '.join(IMAGE_EXTENSIONS)})")
-        try:
-            with Image.open(io.BytesIO(self._read(member))) as image:
-                return image.convert("RGB")
-        except Exception as err:  # PIL's many decoding errors: one line naming the sample
-            raise ImageLoadError(self.path(i), f"cannot decode its image ({type(err).__name__}: {err})") from None
+        return decode_rgb(io.BytesIO(self._read(member)), self.path(i))
 
     def _label(self, i: int) -> int | None:
         member, kind = self._labels[i], self._label_kinds[i]

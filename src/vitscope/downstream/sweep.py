@@ -59,6 +59,7 @@ def probe_sweep(
     resume: bool = True,
     checkpoint_seconds: float = 60.0,
     workers: int | None = None,
+    jpeg_draft: bool = False,
 ) -> dict[str, ProbeResult]:
     """Every probe the given data allows, at every block, each with its random-chance score.
 
@@ -93,6 +94,8 @@ def probe_sweep(
         workers: processes that decode the images of the labelled, regions and retrieval passes (DAVIS and SPair
             make one short pass per sequence or pair set, decoded in a thread)
             (:func:`~vitscope.engine.extract.extract_features`).
+        jpeg_draft: decode JPEGs at reduced DCT scales (:func:`vitscope.run`) in the labelled, clustering and
+            regions passes; the retrieval, DAVIS and SPair probes (frames resized their own way) and tiles refuse it.
 
     Returns:
         ``{task name: ProbeResult}``, each result named by its task name.
@@ -109,6 +112,9 @@ def probe_sweep(
     name = backbone.spec.name
     common = {"batch_size": batch_size, "device": device, "dtype": dtype, "distributed": distributed, "log": log,
               "strict": strict, "resume": resume, "checkpoint_seconds": checkpoint_seconds}
+    if jpeg_draft and (retrieval is not None or davis is not None or spair is not None):
+        raise VitscopeValueError("jpeg_draft follows the model's own resize, but the retrieval, DAVIS and SPair probes "
+                                 "resize frames their own way; run them without it")
     chosen = None if blocks is None else tuple(blocks)
     if "cls" in tokens and not has_cls_token(backbone.spec):  # I-JEPA, AIMv2, SigLIP: the spatial mean stands in
         tokens = [t for t in tokens if t != "cls"] or ["spatial_mean"]
@@ -124,7 +130,8 @@ def probe_sweep(
         source, found = as_source(data), {}
         for view in dict.fromkeys(view_of(r) for r in requests):
             mine = [r for r in requests if view_of(r) == view]
-            found.update(extract_features(backbone, source, mine, cache, view, workers=workers, **common))
+            found.update(extract_features(backbone, source, mine, cache, view, workers=workers, jpeg_draft=jpeg_draft,
+                                          **common))
         return source, found
 
     def tag(result: ProbeResult, request: FeatureRequest, *used: CacheEntry) -> ProbeResult:
@@ -162,7 +169,7 @@ def probe_sweep(
         request = FeatureRequest(site, "mask", chosen)
         view = TiledView(scale=scale) if scale else StandardView()
         entry = extract_features(backbone, AnnotatedSource(regions), [request], cache, view, workers=workers,
-                                 **common)[request]
+                                 jpeg_draft=jpeg_draft, **common)[request]
         out["clustering_regions"] = tag(clustering_probe(entry, seed=seed, random_kind=random_kind, model=name),
                                         request, entry)
     if retrieval is not None:

@@ -18,13 +18,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from vitscope.data.images import ImageLoadError, SkippedImage, SkippedImageWarning
 from vitscope.data.source import Source
 
-__all__ = ["LoadedBatch", "LoaderClock", "SkipLog", "TargetTransforms", "iter_batches", "loader_bound_note",
-           "shard_range"]
+__all__ = ["ImageTransforms", "LoadedBatch", "LoaderClock", "SkipLog", "TargetTransforms", "iter_batches",
+           "loader_bound_note", "shard_range"]
 
 
 @dataclass
@@ -76,11 +77,37 @@ class SkipLog:
 
 #: ``{new target: (source target, function)}``: ground-truth work done in the loading thread
 TargetTransforms = dict[str, tuple[str, Callable[[Any], Any]]]
+#: ``{new target: function}``: per-image work on the preprocessed ``[H, W, 3]`` uint8 image, in the loading thread
+ImageTransforms = dict[str, Callable[[np.ndarray], Any]]
+
+
+def _frames(pixels: torch.Tensor | list[tuple[list[int], torch.Tensor]], n: int) -> list[np.ndarray] | None:
+    """The ``n`` images of a batch as the loader preprocessed them: ``[H, W, 3]`` uint8 each (its own size in
+    groups of one input size), in batch order; None when the pixels are not uint8 (a backbone's own
+    preprocessing, already normalised)."""
+    groups = pixels if isinstance(pixels, list) else [(range(n), pixels)]
+    if any(p.dtype != torch.uint8 for _, p in groups):
+        return None
+    frames: list[np.ndarray] = [np.empty(0, dtype=np.uint8)] * n
+    for positions, p in groups:
+        for j, position in enumerate(positions):
+            frames[position] = np.ascontiguousarray(p[j].permute(1, 2, 0).numpy())
+    return frames
+
+
+def _image_targets(pixels: torch.Tensor | list[tuple[list[int], torch.Tensor]], n: int,
+                   work: ImageTransforms) -> dict[str, list[Any]]:
+    """``{new target: one value per image}`` of the per-image work on the batch's uint8 pixels (empty when the
+    loader's pixels are not uint8: the analyses then do that work themselves)."""
+    frames = _frames(pixels, n) if work else None
+    if frames is None:
+        return {}
+    return {key: [fn(frame) for frame in frames] for key, fn in work.items()}
 
 
 def _load(source: Source, indices: range, strict: bool, regions: bool,
           preprocess: Callable[[list[Any]], torch.Tensor] | None,
-          transforms: TargetTransforms | None = None) -> LoadedBatch:
+          transforms: TargetTransforms | None = None, images: ImageTransforms | None = None) -> LoadedBatch:
     """Decode (and preprocess) one batch; unreadable images are noted in the batch, not raised, so that the
     same function serves a thread and a worker process."""
     batch = LoadedBatch([], [], [])
@@ -112,6 +139,7 @@ def _load(source: Source, indices: range, strict: bool, regions: bool,
     if preprocess is not None:
         batch.pixels = preprocess(batch.images)
         batch.images = []  # not needed any more: a worker need not send them back
+        batch.targets.update(_image_targets(batch.pixels, len(batch.indices), images or {}))
     return batch
 
 
@@ -128,15 +156,17 @@ class _BatchJobs(torch.utils.data.Dataset):
     """Batch ``k`` of a pass as a DataLoader item (the DataLoader's own batching is off)."""
 
     def __init__(self, source: Source, ranges: list[range], strict: bool, regions: bool,
-                 preprocess: Callable[[list[Any]], torch.Tensor] | None, transforms: TargetTransforms | None) -> None:
+                 preprocess: Callable[[list[Any]], torch.Tensor] | None, transforms: TargetTransforms | None,
+                 images: ImageTransforms | None = None) -> None:
         self.source, self.ranges, self.strict, self.regions = source, ranges, strict, regions
-        self.preprocess, self.transforms = preprocess, transforms
+        self.preprocess, self.transforms, self.images = preprocess, transforms, images
 
     def __len__(self) -> int:
         return len(self.ranges)
 
     def __getitem__(self, k: int) -> LoadedBatch:
-        return _load(self.source, self.ranges[k], self.strict, self.regions, self.preprocess, self.transforms)
+        return _load(self.source, self.ranges[k], self.strict, self.regions, self.preprocess, self.transforms,
+                     self.images)
 
 
 def _quiet_worker(_: int) -> None:
@@ -215,8 +245,8 @@ def shard_range(n: int, rank: int, world: int) -> range:
 def iter_batches(source: Source, batch_size: int, limit: int | None = None, start: int = 0, strict: bool = False,
                  log: SkipLog | None = None, regions: bool = False,
                  preprocess: Callable[[list[Any]], torch.Tensor] | None = None, shard: tuple[int, int] = (0, 1),
-                 transforms: TargetTransforms | None = None, workers: int = 0, pin: bool = False
-                 ) -> Iterator[tuple[int, LoadedBatch | None]]:
+                 transforms: TargetTransforms | None = None, workers: int = 0, pin: bool = False,
+                 images: ImageTransforms | None = None) -> Iterator[tuple[int, LoadedBatch | None]]:
     """Yield ``(end_position, batch)`` over positions ``start .. n``, decoded ahead of the caller.
 
     Args:
@@ -234,6 +264,9 @@ def iter_batches(source: Source, batch_size: int, limit: int | None = None, star
             decoding runs too.
         workers: processes decoding (0: one thread of this process, one batch ahead).
         pin: page-locked pixels, for a non-blocking copy to a GPU (with workers).
+        images: per-image work on the preprocessed images (:meth:`vitscope.Analysis.image_transforms`, the
+            loader's part of the shared quantities), where the decoding runs too; it needs ``preprocess`` to
+            give uint8 pixels (the model's resize and crop), and is skipped otherwise.
 
     A batch whose every image was unreadable is yielded as None so callers can still count progress.
     """
@@ -243,7 +276,7 @@ def iter_batches(source: Source, batch_size: int, limit: int | None = None, star
     ranges = [range(s, min(s + batch_size, part.stop)) for s in range(max(start, part.start), part.stop, batch_size)]
     if not ranges:
         return
-    jobs = _BatchJobs(source, ranges, strict, regions, preprocess, transforms)
+    jobs = _BatchJobs(source, ranges, strict, regions, preprocess, transforms, images)
     forked = workers > 0 and sys.platform.startswith("linux")
     loaded = _in_workers(jobs, min(workers, len(ranges)), pin) if forked else _in_a_thread(jobs)
     for r, batch in zip(ranges, loaded, strict=True):

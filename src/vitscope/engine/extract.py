@@ -99,6 +99,7 @@ def extract_features(
     strict: bool | None = None,
     resume: bool = True,
     workers: int | None = None,
+    jpeg_draft: bool = False,
 ) -> dict[FeatureRequest, CacheEntry]:
     """Cached per-block features of every image of ``source`` for each request.
 
@@ -127,6 +128,7 @@ def extract_features(
         resume: continue an interrupted pass from its saved state; False runs the pass afresh, saving none (a
             saved state is left for the run that may own it).
         workers: processes that decode the images (:func:`vitscope.run`; None: chosen from the CPUs).
+        jpeg_draft: decode JPEGs at reduced DCT scales (:func:`vitscope.run`; part of the key).
 
     Returns:
         ``{request: CacheEntry}``; each entry has ``index`` ``[rows]`` (image position), ``block{i}`` per
@@ -146,7 +148,7 @@ def extract_features(
     spec = backbone.spec
     amp = resolve_dtype(dtype)
     model_fp = model_fingerprint(backbone)
-    data_digest = source.fingerprint()["digest"]
+    data_digest = source.fingerprint()["digest"] + (":jpeg_draft" if jpeg_draft else "")
     keys = {r: _key(model_fp, data_digest, view, r, backbone, amp) for r in dict.fromkeys(requests)}
     found = {r: cache.get(k) for r, k in keys.items()}
     missing = [r for r, e in found.items() if e is None]
@@ -170,7 +172,7 @@ def extract_features(
         try:
             ran = run(backbone, source, [rows, *analyses], batch_size=batch_size, device=device, dtype=dtype,
                       strict=strict, progress=progress, view=view, checkpoint=checkpoint, distributed=distributed,
-                      workers=workers)
+                      workers=workers, jpeg_draft=jpeg_draft)
         except EmptyRunError:
             shutil.rmtree(work, ignore_errors=True)
             raise VitscopeValueError(f"no readable image in {source.name} ({len(source)} files): nothing to "

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from vitscope.analyses.base import Analysis, Batch, Result
-from vitscope.analyses.batch import ModelRunner, SharedQuantities, union_plan
+from vitscope.analyses.batch import ModelRunner, SharedQuantities, loader_work, union_plan
 from vitscope.analyses.data_checks import DataFacts
 from vitscope.analyses.grids import grid_counts, grid_of
 from vitscope.analyses.registry import get_analysis, refuse_what_cannot_run
@@ -31,6 +31,7 @@ from vitscope.cache.rowstore import private_rows_under
 from vitscope.data.open import as_source
 from vitscope.data.source import Source
 from vitscope.engine.batches import LoadedBatch, LoaderClock, SkipLog, iter_batches, loader_bound_note, shard_range
+from vitscope.engine.decoding import decode_name, decoding
 from vitscope.engine.distributed import barrier, collectives, gather_lists, shard_for, sum_over_ranks
 from vitscope.engine.settings import loader_workers, progress_bar, resolve_device, resolve_dtype
 from vitscope.engine.state import Checkpoint, interrupt_guard, run_checkpoint
@@ -40,6 +41,7 @@ from vitscope.functional.attention_blocks import Workspace
 from vitscope.hooks.names import expand_names
 from vitscope.models.backbone import Backbone
 from vitscope.models.preprocess import normalise_pixels, pixel_groups, resized_pixels
+from vitscope.models.spec import ModelSpec
 from vitscope.models.views import StandardView
 
 __all__ = ["EmptyRunError", "Results", "loader_preprocessing", "required_hook_names", "resolve_device",
@@ -209,6 +211,7 @@ def run(
     checkpoint_seconds: float = 60.0,
     log: Callable[[str], None] | None = None,
     workers: int | None = None,
+    jpeg_draft: bool = False,
 ) -> Results:
     """Make one pass over ``data`` and feed every batch to every analysis.
 
@@ -247,6 +250,9 @@ def run(
         workers: processes that decode and preprocess the images, several batches ahead (0: a thread of this
             process; None: :func:`~vitscope.engine.settings.loader_workers` chooses from the CPUs). No number
             depends on it; ``Results.workers`` says what ran.
+        jpeg_draft: decode JPEGs at libjpeg's reduced DCT scales (1/2, 1/4, 1/8) down to the size the model's resize
+            needs: faster on large images, with slightly different pixels, so off by default; recorded in the
+            data entry (``"decode"``) and the state file's key.
 
     Returns:
         :class:`Results` mapping each analysis's ``name`` to its Result.
@@ -277,17 +283,19 @@ def run(
     refuse_what_cannot_run(analyses, backbone.spec, DataFacts(source, source.target_keys() | {"regions"}, limit))
     hooks = required_hook_names(backbone, analyses)
     total = len(source) if limit is None else min(limit, len(source))
-    described = {**source.describe(), "fingerprint": source.fingerprint()}
+    described = {**source.describe(), "fingerprint": source.fingerprint(), "decode": decode_name(jpeg_draft)}
     if checkpoint is None and resume is not None:
+        drafted = {"decode": described["decode"]} if jpeg_draft else {}  # keys of full decodes stay as they were
         checkpoint = run_checkpoint(resume, backbone, described["fingerprint"], analyses,
                                     every_seconds=checkpoint_seconds, log=log, limit=limit, strict=strict,
-                                    device=dev.type, dtype=str(dtype or "fp32"))
+                                    device=dev.type, dtype=str(dtype or "fp32"), **drafted)
     if checkpoint is not None and shard.world > 1:
         checkpoint.for_rank(shard.rank, shard.world)
-    _hand_references(backbone, source, analyses, batch_size, dev, amp, strict)
-    with _rows_beside(checkpoint):  # spilled rows on the state file's disk: saving links them
-        return _pass(backbone, source, analyses, checkpoint, shard, dev, amp, batch_size, limit, strict,
-                     progress, view, hooks, total, described, workers, log)
+    with decoding(backbone, jpeg_draft, view):
+        _hand_references(backbone, source, analyses, batch_size, dev, amp, strict)
+        with _rows_beside(checkpoint):  # spilled rows on the state file's disk: saving links them
+            return _pass(backbone, source, analyses, checkpoint, shard, dev, amp, batch_size, limit, strict,
+                         progress, view, hooks, total, described, workers, log)
 
 
 def _hand_references(backbone: Backbone, source: Source, analyses: Sequence[Analysis], batch_size: int,
@@ -325,6 +333,16 @@ def _rows_beside(checkpoint: Checkpoint | None) -> contextlib.AbstractContextMan
     return contextlib.nullcontext() if checkpoint is None else private_rows_under(checkpoint.path.parent)
 
 
+def _image_work(spec: ModelSpec, analyses: Sequence[Analysis],
+                shared: Mapping[str, frozenset[str]]) -> dict[str, Callable[[Any], Any]]:
+    """Per-image work on the preprocessed images for the loader: the planned shared quantities' own part (the
+    SIFT keypoints) and every analysis's :meth:`~vitscope.analyses.base.Analysis.image_transforms`."""
+    work = loader_work(shared, spec)
+    for a in analyses:
+        work.update(a.image_transforms(spec))
+    return work
+
+
 def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoint: Checkpoint | None,
           shard: Any, dev: torch.device, amp: torch.dtype | None, batch_size: int, limit: int | None, strict: bool,
           progress: bool | None, view: Any, hooks: list[str], total: int, described: dict[str, Any],
@@ -339,6 +357,8 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
     preprocess = loader_preprocessing(backbone) if view is None else None
     transforms = {k: v for a in analyses for k, v in a.target_transforms(backbone.spec).items()} if view is None \
         else None
+    shared = union_plan([a.shared_quantities(backbone.spec) for a in analyses])
+    images = _image_work(backbone.spec, analyses, shared) if view is None else None
     workspace = Workspace()  # work buffers of this run, freed with it
     plan = stream_plan(backbone, analyses, hooks)
     warn_if_patterns_do_not_fit(backbone, plan, batch_size, dev)
@@ -347,13 +367,12 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
         part = shard_range(total, shard.rank, shard.world)  # what this process reads
         task = bar.add_task(f"{backbone.spec.name}", total=len(part), completed=max(start - part.start, 0),
                             unit="images")
-        current = _Pass(backbone, rec, dev, autocast, union_plan([a.shared_quantities(backbone.spec)
-                                                                 for a in analyses]), workspace, view,
-                        plan, grids)
+        current = _Pass(backbone, rec, dev, autocast, shared, workspace, view, plan, grids)
         chosen = loader_workers(workers, len(part) - max(start - part.start, 0),
                                 int(os.environ.get("LOCAL_WORLD_SIZE", shard.world)))
         clock = LoaderClock(iter_batches(source, batch_size, limit, start, strict, log, regions, preprocess,
-                                         (shard.rank, shard.world), transforms, chosen, dev.type == "cuda"))
+                                         (shard.rank, shard.world), transforms, chosen, dev.type == "cuda",
+                                         images))
         for end, loaded in clock:
             if loaded is not None:
                 for record, batch in current.batches(loaded):

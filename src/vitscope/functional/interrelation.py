@@ -192,7 +192,9 @@ def random_interrelation(
         raise VitscopeValueError(f"lam must be a non-negative number, got {lam}")
     if int(samples) < 1:
         raise VitscopeValueError(f"samples must be at least 1, got {samples}")
-    counts = keypoint_counts.detach().cpu()
+    counts = keypoint_counts.detach()
+    if counts.device.type != "cpu":  # counts on the host (the usual case) are used as they are
+        counts = counts.cpu()
     if tuple(counts.shape[1:]) != (h, w):
         raise VitscopeValueError(f"keypoint_counts must be [B, h, w] with (h, w) = {(h, w)}, got {list(counts.shape)}")
     sets = _random_sets(int(seed), kind, int(samples), h, w, int(num_prefix), float(lam), rule)

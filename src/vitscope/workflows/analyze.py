@@ -159,7 +159,7 @@ def run_analyze(options: AnalyzeOptions, *, progress: bool | None = None, log: C
                   dtype=options.dtype, limit=options.limit, strict=options.strict, progress=progress,
                   resume=resume_from(out, model_id, options.resume) if out is not None else None,
                   checkpoint_seconds=options.checkpoint_seconds, log=log, distributed=distributed,
-                  workers=options.workers)
+                  workers=options.workers, jpeg_draft=options.jpeg_draft)
     if out is not None and (not distributed or is_main_process()):
         data = options.data
         config = options.record(model=model_id, data=str(data) if isinstance(data, (str, Path)) else source.name,

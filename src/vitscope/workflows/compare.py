@@ -62,7 +62,7 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
         results = run(backbone, source, analyses, batch_size=options.batch_size, device=options.device,
                       dtype=options.dtype, limit=options.limit, strict=options.strict, progress=progress,
                       resume=resume_from(out, name, options.resume), checkpoint_seconds=options.checkpoint_seconds,
-                      log=log, distributed=distributed, workers=options.workers)
+                      log=log, distributed=distributed, workers=options.workers, jpeg_draft=options.jpeg_draft)
         workers = results.workers
         runs.append(ModelRun(model_id, backbone.spec, dict(results.items()), name))
         identities.append({**model_identity(model_id, backbone), "display_name": name,

@@ -102,6 +102,7 @@ class PassOptions:
     image_size: int | tuple[int, int] | None = option("int", minimum=1)  # None: the model's own preprocessing
     keep_aspect: bool = option("bool", False)  # each image at its own aspect ratio and token grid
     workers: int | None = option("int", minimum=0)  # None: chosen from the CPUs (engine.settings.loader_workers)
+    jpeg_draft: bool = option("bool", False)  # JPEGs decoded at reduced DCT scales (engine.decoding)
     config_file: str | None = None
 
     def record(self, **resolved: Any) -> dict[str, Any]:

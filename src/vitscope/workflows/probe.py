@@ -89,8 +89,10 @@ def _labelled_split(dataset, fmt: str, test_fraction: float, seed: int):
 
 
 def _extraction(options: ProbeOptions) -> dict[str, Any]:
-    """How the feature passes run: unreadable images (``strict``) and saved state (``resume``, how often)."""
-    return {"strict": options.strict, "resume": options.resume, "checkpoint_seconds": options.checkpoint_seconds}
+    """How the feature passes run: unreadable images (``strict``), saved state (``resume``, how often) and how JPEGs
+    decode (``jpeg_draft``)."""
+    return {"strict": options.strict, "resume": options.resume, "checkpoint_seconds": options.checkpoint_seconds,
+            "jpeg_draft": options.jpeg_draft}
 
 
 def check_blocks(blocks: tuple[int, ...] | str | None, num_blocks: int) -> tuple[int, ...] | None:

@@ -1,9 +1,11 @@
 """SIFT patch interrelation per block and head, the focus index and the three stages (paper 003 sections 2-4).
 
 For every image the SIFT keypoints of the preprocessed image (model resolution) are counted per patch
-(:func:`~vitscope.functional.sift_keypoint_counts`); every block's pattern gives KK, KN, NK and NN per head
-(:func:`~vitscope.functional.interrelation`; docs/methods.md, SIFT patch interrelation). The attention focus index
-comes from the shared per-block pass, so ``--analyses attention,interrelation`` reduces each pattern once for both.
+(:func:`~vitscope.functional.sift_keypoint_counts`), by the engine's loader beside decoding; every block's
+pattern gives KK, KN, NK and NN per head on the pattern's device (:func:`~vitscope.functional.interrelation`;
+docs/methods.md, SIFT patch interrelation), and what depends on the counts alone (the random baseline, the
+totals) is host work. The attention focus index comes from the shared per-block pass, so ``--analyses
+attention,interrelation`` reduces each pattern once for both.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ QUANTITIES: tuple[str, ...] = ("KK", "KN", "NK", "NN")
 def batch_keypoint_counts(batch: Batch, record: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
     """SIFT keypoints per patch of every image of the batch at model resolution: ``[B, h, w]`` int64 (CPU).
 
-    The batch's shared quantity ``"sift_keypoints"``: computed once per batch for every analysis that reads it.
+    The batch's shared quantity ``"sift_keypoints"``: counted by the loader (host data), or once per batch for
+    every analysis that reads it.
     """
     return batch.quantity(SIFT_KEYPOINTS, record or {})
 
@@ -220,14 +223,16 @@ class Interrelation(AttentionAccumulator):
         self.add_state("focus_sum", None, reduce="sum")
         self.add_state("focus_normalised_sum", None, reduce="sum")  # each image's over the log of its patches
         self.add_state("patches", 0, reduce="sum")  # spatial tokens of every image
-        self.add_state("keypoints", 0, reduce="sum")
-        self.add_state("keypoint_patches", 0, reduce="sum")
-        self.add_state("images_with_keypoints", 0, reduce="sum")
+        # counted from the host's keypoint counts as CPU tensors: reading them as numbers would be a host read
+        self.add_state("keypoints", torch.zeros((), dtype=torch.int64), reduce="sum")
+        self.add_state("keypoint_patches", torch.zeros((), dtype=torch.int64), reduce="sum")
+        self.add_state("images_with_keypoints", torch.zeros((), dtype=torch.int64), reduce="sum")
         self.add_state("random_sums", {}, reduce="sum")  # "KK" / "NK" -> [3]: sum, sum of squares, images
         self.add_state("chosen", {}, reduce=first_seen)  # index -> (thumbnail, keypoint counts)
 
     def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
-        """Add one batch: reads every ``blocks.{i}.attn.pattern`` ``[B, H, N, N]`` and the batch's pixels."""
+        """Add one batch: reads every ``blocks.{i}.attn.pattern`` ``[B, H, N, N]`` and the batch's keypoint counts
+        (``[B, h, w]`` on the host)."""
         geometry, pairs = self._patterns(record, batch)
         if pairs[0][1].shape[0] == 0:
             return
@@ -240,29 +245,30 @@ class Interrelation(AttentionAccumulator):
         if "KK" not in scratch:  # not fed by the engine: read the record's patterns now
             for _, key in recorded_patterns(record):
                 self.update_hook(key, record[key], batch)
-        sums = {q: [s for s, _ in scratch[q]] for q in ("KK", "NK")}
-        defined = {q: [c for _, c in scratch[q]] for q in ("KK", "NK")}
-        for q in ("KK", "NK"):
-            s, c = torch.stack(sums[q]), torch.stack(defined[q])
-            self.sums[q] = s if q not in self.sums else self.sums[q] + s
-            self.counts[q] = c if q not in self.counts else self.counts[q] + c
+        for q in ("KK", "NK"):  # [L, H] on the batch's device
+            self.sums[q] = added(self.sums.get(q), torch.stack([s for s, _ in scratch[q]]))
+            self.counts[q] = added(self.counts.get(q), torch.stack([c for _, c in scratch[q]]))
         self._update_blocks(geometry, stats, batch)
         self._update_baseline(counts, geometry, batch.grid)
-        self.keypoints += int(counts.sum())
-        self.keypoint_patches += int((counts > 0).sum())
-        self.images_with_keypoints += int((counts.flatten(1) > 0).any(dim=1).sum())
+        self._update_keypoints(counts)
         for j, idx in enumerate(batch.indices):
             if int(idx) in self._cfg_images and int(idx) not in self.chosen:
                 self.chosen[int(idx)] = (thumbnails(batch, [j])[0], counts[j].clone())
+
+    def _update_keypoints(self, counts: torch.Tensor) -> None:
+        """Add the batch's keypoints, keypoint patches and images with a keypoint (``counts``: ``[B, h, w]``
+        int64 on the host, summed as tensors)."""
+        self.keypoints = self.keypoints + counts.sum()
+        self.keypoint_patches = self.keypoint_patches + (counts > 0).sum()
+        self.images_with_keypoints = self.images_with_keypoints + (counts.flatten(1) > 0).any(dim=1).sum()
 
     def _update_baseline(self, counts: torch.Tensor, geometry: AttentionGeometry, grid: tuple[int, int]) -> None:
         """Add every image's KK and NK under random attention (mean over the random heads)."""
         rand = random_interrelation(counts, tuple(grid), geometry.num_prefix, self._cfg_lam, self._cfg_rule,
                                     self._cfg_seed, self._cfg_random_samples, self._cfg_random_kind)
-        for q in ("KK", "NK"):
+        for q in ("KK", "NK"):  # [B]: each image's value, NaN where undefined (left out of the sums)
             v = rand[q].nanmean(dim=1)
-            v = v[~v.isnan()]
-            add = torch.stack([v.sum(), (v * v).sum(), torch.tensor(float(v.numel()), dtype=torch.float64)])
+            add = torch.stack([v.nansum(), (v * v).nansum(), (~v.isnan()).sum().to(torch.float64)])
             self.random_sums[q] = add if q not in self.random_sums else self.random_sums[q] + add
 
     def _baseline(self, q: str) -> tuple[float, float, int]:
@@ -276,22 +282,25 @@ class Interrelation(AttentionAccumulator):
         return [PATTERN_HOOKS]
 
     def update_hook(self, name: str, pattern: torch.Tensor, batch: Batch) -> None:
-        """KK and NK of one block, summed over the batch's images (with the number of images where defined)."""
-        counts = batch_keypoint_counts(batch)
-        d = interrelation(pattern, counts.to(pattern.device), batch.grid, int(batch.spec.num_prefix_tokens),
-                          self._cfg_lam, self._cfg_rule)
+        """KK and NK ``[H]`` of one block, summed over the batch's images, with the number of images where each
+        is defined: kept on the pattern's device."""
         scratch = self.per_batch(batch)
+        if "device_counts" not in scratch:  # the host's counts, copied once per batch without waiting
+            scratch["device_counts"] = batch_keypoint_counts(batch).to(pattern.device, non_blocking=True)
+        d = interrelation(pattern, scratch["device_counts"], batch.grid, int(batch.spec.num_prefix_tokens),
+                          self._cfg_lam, self._cfg_rule)
         for q in ("KK", "NK"):
             ok = ~d[q].isnan()
-            scratch.setdefault(q, []).append((torch.where(ok, d[q], torch.zeros_like(d[q])).sum(dim=0).cpu(),
-                                              ok.sum(dim=0).to(torch.float64).cpu()))
+            scratch.setdefault(q, []).append((torch.where(ok, d[q], torch.zeros_like(d[q])).sum(dim=0),
+                                              ok.sum(dim=0).to(torch.float64)))
 
     def shared_quantities(self, spec: ModelSpec) -> dict[str, frozenset[str]]:
         return {**super().shared_quantities(spec), SIFT_KEYPOINTS: frozenset()}
 
     def _update_blocks(self, geometry: AttentionGeometry, stats: list[BlockStats], batch: Batch) -> None:
-        focus = torch.stack([s.focus.sum(dim=0) for s in stats]).to(torch.float64).cpu()
-        self.focus_sum = focus if self.focus_sum is None else self.focus_sum + focus
+        """Add the focus index ``[L, H]`` summed over the batch's images (on its device) and count the images."""
+        focus = torch.stack([s.focus.sum(dim=0) for s in stats]).to(torch.float64)
+        self.focus_sum = added(self.focus_sum, focus)
         k = int(batch.grid[0]) * int(batch.grid[1])
         normalised = focus / math.log(k) if k > 1 else torch.zeros_like(focus)
         self.focus_normalised_sum = added(self.focus_normalised_sum, normalised)
@@ -350,7 +359,7 @@ class Interrelation(AttentionAccumulator):
         for k, v in stages.items():
             if not v:
                 note_null(meta, f"stage_focus.{k}", "no block is in this stage")
-        meta["mean_keypoints"] = self.keypoints / self.num_images
-        meta["keypoint_patch_fraction"] = self.keypoint_patches / self.patches
-        meta["images_with_keypoints"] = self.images_with_keypoints
+        meta["mean_keypoints"] = int(self.keypoints) / self.num_images
+        meta["keypoint_patch_fraction"] = int(self.keypoint_patches) / self.patches
+        meta["images_with_keypoints"] = int(self.images_with_keypoints)
         return InterrelationResult(name=self.name, tensors=tensors, meta=meta)

@@ -9,9 +9,12 @@ background says whether the flagged patches are background (the spurious-correla
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 
 from vitscope.analyses.attention.interrelation import batch_keypoint_counts
@@ -31,6 +34,24 @@ __all__ = ["DEFAULT_RATIOS", "InterrelationMasking", "InterrelationMaskingResult
 
 DEFAULT_RATIOS: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 ORDERS: tuple[str, ...] = ("top", "bottom", "random")
+#: the target the loader adds: ``[h, w]`` bool background patches of an image with objects (None without)
+BACKGROUND = "background_patches"
+
+
+def background_patches(masks: Any, spec: ModelSpec, grid: tuple[int, int] | None = None) -> np.ndarray | None:
+    """One image's background patches: ``[h, w]`` bool, a patch being foreground when half of its pixels lie on
+    an object's segmentation mask; None for an image without objects (host work, made by the loader).
+
+    Args:
+        masks: ``[n, H0, W0]`` instance masks at the image's size.
+        spec: the model's spec (its resize and crop, and the patch size).
+        grid: the token grid (None: the image's own, ``spec.grid_for`` of its size at model resolution).
+    """
+    if masks is None or len(masks) == 0:
+        return None
+    fg = foreground_pixel_mask(masks, spec, "mask")
+    grid = spec.grid_for(*fg.shape) if grid is None else grid
+    return (~pixel_to_patch_mask(fg[None], grid, 0.5)[0]).numpy()
 
 
 class InterrelationMaskingResult(Result):
@@ -120,9 +141,13 @@ class InterrelationMasking(ModelAccumulator):
     def shared_quantities(self, spec: ModelSpec) -> dict[str, frozenset[str]]:
         return {SIFT_KEYPOINTS: frozenset()}
 
+    def target_transforms(self, spec: ModelSpec) -> dict[str, tuple[str, Callable[[Any], Any]]]:
+        """The background patches of every image with objects, made where images decode (the loader)."""
+        return {BACKGROUND: ("masks", functools.partial(background_patches, spec=spec))}
+
     def _declare_counts(self) -> None:
         r = len(self._cfg_ratios)
-        self.add_state("full_correct", 0, reduce="sum")
+        self.add_state("full_correct", torch.zeros((), dtype=torch.float64))
         self.add_state("correct", torch.zeros(len(ORDERS), r, dtype=torch.float64))
         self.add_state("background_masked", torch.zeros(2, r, dtype=torch.float64))
         self.add_state("masked_with_masks", torch.zeros(2, r, dtype=torch.float64))
@@ -135,41 +160,55 @@ class InterrelationMasking(ModelAccumulator):
         return torch.cat([random_patch_mask(1, batch.grid, ratio, g) for g in gens])
 
     def _update_counts(self, record: Mapping[str, torch.Tensor], batch: Batch, labels: torch.Tensor) -> None:
-        spec, grid = batch.spec, tuple(batch.grid)
+        """Add the batch's correct predictions at every order and ratio, and where the masked patches lie: every
+        mask is made and counted on the batch's device (a fixed number of patches per image), nothing is read
+        back."""
+        spec, grid, device = batch.spec, tuple(batch.grid), batch.pixels.device
+        labels = labels.to(device, non_blocking=True)  # once, not at every comparison
         self.block = self._block(spec)
         pattern = record[f"blocks.{self.block}.attn.pattern"]
-        counts = batch_keypoint_counts(batch, record)
-        scores = interrelation_patch_scores(pattern, counts.to(pattern.device), grid, spec.num_prefix_tokens,
-                                            self._cfg_lam, self._cfg_rule).cpu()
+        counts = batch_keypoint_counts(batch, record).to(pattern.device, non_blocking=True)
+        scores = interrelation_patch_scores(pattern, counts, grid, spec.num_prefix_tokens, self._cfg_lam,
+                                            self._cfg_rule).to(device)  # [B, h, w]
         background = self._background(batch, grid)
+        for name in ("full_correct", "correct", "background_masked", "masked_with_masks"):
+            setattr(self, name, getattr(self, name).to(device))  # restored from a checkpoint: on the host
 
         def classify(mask: torch.Tensor) -> torch.Tensor:
             return self._run(lambda b: masked_logits(b, batch.pixels, mask, self._cfg_mode, self._cfg_fill,
                                                      self._cfg_blur), batch)
 
         full = self._logits(batch.pixels, batch)
-        self.full_correct += int(topk_correct(full, labels, 1).sum())
+        self.full_correct += topk_correct(full, labels, 1).sum()
         for j, ratio in enumerate(self._cfg_ratios):
             for i, order in enumerate(ORDERS):
-                mask = self._random_masks(batch, ratio) if order == "random" else score_patch_mask(scores, ratio, order)
-                self.correct[i, j] += float(topk_correct(classify(mask), labels, 1).sum())
+                if order == "random":  # seeded per image on the host; queued to the device without waiting
+                    mask = self._random_masks(batch, ratio).to(device, non_blocking=True)
+                else:
+                    mask = score_patch_mask(scores, ratio, order)
+                self.correct[i, j] += topk_correct(classify(mask), labels, 1).sum()
                 if order != "random" and background is not None:
                     have, bg = background
-                    self.background_masked[i, j] += float((mask[have] & bg[have]).sum())
-                    self.masked_with_masks[i, j] += float(mask[have].sum())
+                    self.background_masked[i, j] += (mask & bg).sum()
+                    self.masked_with_masks[i, j] += (mask & have).sum()
 
     def _background(self, batch: Batch, grid: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """``(images with masks [B] bool, background patches [B, h, w] bool)`` or None without masks."""
+        """``(images with masks [B, 1, 1] bool, their background patches [B, h, w] bool)`` on the batch's device
+        (False for the images without masks), or None without masks. Counted on the host (numpy) from the
+        loader's :data:`BACKGROUND`, or from the masks here when the loader did not make it (a view)."""
         masks = batch.targets.get("masks")
         if masks is None:
             return None
-        have = torch.tensor([m is not None and len(m) > 0 for m in masks], dtype=torch.bool)
-        fg = torch.stack([foreground_pixel_mask(m, batch.spec, "mask") if h else
-                          torch.zeros(batch.spec.image_size, dtype=torch.bool) for m, h in zip(masks, have)])
-        bg = ~pixel_to_patch_mask(fg, grid, 0.5)  # a patch is foreground when half of it is
+        patches = batch.targets.get(BACKGROUND)
+        if patches is None or len(patches) != batch.size or any(p is not None and p.shape != grid for p in patches):
+            patches = [background_patches(m, batch.spec, grid) for m in masks]
+        have = np.array([p is not None for p in patches], dtype=bool)
+        bg = np.stack([p if p is not None else np.zeros(grid, dtype=bool) for p in patches])
         self.background_patches += int(bg[have].sum())
         self.patches_with_masks += int(have.sum()) * grid[0] * grid[1]
-        return have, bg
+        device = batch.pixels.device
+        return (torch.from_numpy(have).reshape(-1, 1, 1).to(device, non_blocking=True),
+                torch.from_numpy(bg).to(device, non_blocking=True))
 
     def compute(self) -> InterrelationMaskingResult:
         meta = self._meta() | {"ratios": list(self._cfg_ratios), "orders": list(ORDERS), "block": self.block,
@@ -178,8 +217,7 @@ class InterrelationMasking(ModelAccumulator):
         if self.num_images == 0:
             return InterrelationMaskingResult(name=self.name, tensors={}, meta=meta)
         n = self.num_images
-        tensors = {"accuracy": self.correct / n, "full_accuracy": torch.tensor(self.full_correct / n,
-                                                                               dtype=torch.float64)}
+        tensors = {"accuracy": self.correct / n, "full_accuracy": self.full_correct.to(torch.float64) / n}
         tensors["accuracy_change"] = tensors["accuracy"] - tensors["full_accuracy"]
         if self.patches_with_masks:
             nan = torch.full_like(self.masked_with_masks, float("nan"))
