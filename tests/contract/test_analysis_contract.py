@@ -206,8 +206,9 @@ def test_default_analyses_follow_supports() -> None:
     vit_names = {a.name for a in default_analyses(fake_spec("transformer"), targets={"masks", "label"})}
     cnn_names = {a.name for a in default_analyses(fake_spec("cnn"), targets={"masks", "label"})}
     assert vit_names == {n for n, cls in ANALYSES.items() if cls.default}
+    # opt-in: they re-run the model, or (artifacts) read every block's MLP activations besides its output
     assert {n for n, cls in ANALYSES.items() if not cls.default} == set(GROUPS["masking"]) | set(
-        GROUPS["interventions"])  # opt-in: they re-run the model
+        GROUPS["interventions"]) | set(GROUPS["artifacts"])
     assert "attention_stats" not in cnn_names and "mean_activation" in cnn_names
     assert not any(getattr(ANALYSES[n], "needs_attention", False) for n in cnn_names)
 

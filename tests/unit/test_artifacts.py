@@ -1,0 +1,140 @@
+"""Artifact diagnostics: the maths on hand-computed cases, and the analysis on planted ground truth (a tiny ViT whose
+outliers, first block, sink head, massive dimensions and register neuron are known by construction) and its clean
+twin."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import vitscope
+from vitscope.analyses.diagnostics.artifacts import Artifacts
+from vitscope.data.synthetic.write import synthesize
+from vitscope.functional.artifacts import NormBins, massive_activations, patch_variance, split_threshold
+from vitscope.zoo.planted import PlantedArtifacts, plant_artifacts, planted_pair
+
+
+def test_bins_put_a_hand_set_threshold_on_an_edge() -> None:
+    bins = NormBins.through(150.0)
+    edges = bins.edges()
+    e = int(torch.argmin((edges - 150.0).abs()))
+    assert math.isclose(float(edges[e]), 150.0, rel_tol=1e-12)
+    b = bins.of(torch.tensor([149.99, 150.0, 150.01, 1e-9, 1e9]))
+    assert b[0] == e - 1 and b[1] == e and b[2] == e and b[3] == 0 and b[4] == bins.count - 1
+
+
+def _histogram(values: list[float], bins: NormBins = NormBins()) -> torch.Tensor:
+    return torch.zeros(bins.count, dtype=torch.float64).index_add_(0, bins.of(torch.tensor(values)),
+                                                                  torch.ones(len(values), dtype=torch.float64))
+
+
+def test_the_split_finds_a_small_far_mode_and_nothing_in_one_mode() -> None:
+    gen = torch.Generator().manual_seed(0)
+    bulk = (10 * torch.exp(0.2 * torch.randn(970, generator=gen))).tolist()
+    far = (300 * torch.exp(0.1 * torch.randn(30, generator=gen))).tolist()
+    edge = split_threshold(_histogram(bulk + far))
+    threshold = float(NormBins().edges()[edge])
+    assert max(bulk) < threshold < min(far)
+    assert split_threshold(_histogram(bulk)) is None  # one mode: split near its middle, half the tokens above
+    assert split_threshold(_histogram(bulk + far), max_share=0.02) is None  # 3 % is more than 2 %
+    near = (25 * torch.exp(0.1 * torch.randn(30, generator=gen))).tolist()  # 2.5x the bulk, under min_ratio 4
+    assert split_threshold(_histogram(bulk + near)) is None
+    assert split_threshold(torch.zeros(70)) is None
+
+
+def test_massive_activations_need_both_thresholds() -> None:
+    h = torch.ones(1, 4, 5)
+    h[0, 2, 3] = -2000.0  # above 100 and 1000x the median (1)
+    h[0, 1, 1] = 500.0  # above 100, not 1000x
+    flagged, ratio, median = massive_activations(h)
+    assert flagged.nonzero().tolist() == [[0, 2, 3]]
+    assert float(median[0]) == 1.0 and float(ratio[0, 2, 3]) == 2000.0
+    assert massive_activations(h, 100, 400)[0].sum() == 2  # 500 is 500x the median
+
+
+def test_patch_variance_by_hand() -> None:
+    pixels = torch.zeros(1, 1, 2, 4)
+    pixels[0, 0, :, 2:] = torch.tensor([[0.0, 2.0], [0.0, 2.0]])  # second patch: values 0, 2, 0, 2
+    assert patch_variance(pixels, 2).tolist() == [[0.0, 1.0]]
+
+
+@pytest.fixture(scope="module")
+def planted_runs(tmp_path_factory: pytest.TempPathFactory):
+    root = synthesize(tmp_path_factory.mktemp("art") / "world", "coco", n=12, size=64, seed=5)
+    planted, clean, truth = planted_pair()
+    runs = {name: vitscope.run(b, f"{root}::coco", [Artifacts()], batch_size=5, progress=False, workers=0)["artifacts"]
+            for name, b in (("planted", planted), ("clean", clean))}
+    return runs, truth
+
+
+def test_the_planted_outliers_are_found_where_and_from_where_they_were_planted(planted_runs) -> None:
+    runs, truth = planted_runs
+    r = runs["planted"]
+    assert r.meta["first_block"] == truth.block
+    rows = [f"block {b}" for b in range(truth.block, 6)]
+    assert r.meta["rows_with_outliers"] == rows
+    for row in range(truth.block + 1, 7):
+        places = torch.nonzero(r["outlier_positions"][row].flatten() > 0).flatten().tolist()
+        assert places == sorted(truth.positions)
+        assert torch.all(r["outlier_positions"][row].flatten()[list(truth.positions)] == 1.0)  # in every image
+        assert math.isclose(float(r["outlier_fraction"][row]), len(truth.positions) / 64)
+
+
+def test_the_planted_sink_head_massive_dims_and_register_neuron(planted_runs) -> None:
+    runs, truth = planted_runs
+    r = runs["planted"]
+    assert [(s["block"], s["head"]) for s in r.meta["sink_heads"]] == [(truth.sink_block, truth.sink_head)]
+    assert r.meta["sink_heads"][0]["cls_share"] > 0.99
+    others = r["sink_cls_outliers"].clone()
+    others[truth.sink_block, truth.sink_head] = 0.0
+    assert float(others.max()) < 0.3
+    first = r.meta["register_neurons"][0]
+    assert (first["block"], first["unit"]) == (truth.block, truth.unit)
+    assert first["concentration"] > 1e3
+    massive = r.meta["massive"]
+    assert massive["blocks_with_massive"] == list(range(truth.block, 6))
+    assert set(massive["largest_ratio_dims"][:2]) == set(truth.massive_dims)
+    by_dim = r["massive_count_by_dim"][truth.block]
+    assert set(torch.nonzero(by_dim).flatten().tolist()) == set(truth.massive_dims)
+    assert float(r["massive_count_by_token"][truth.block, 0]) == 0.0  # the CLS token carries none
+
+
+def test_the_clean_twin_flags_nothing(planted_runs) -> None:
+    r = planted_runs[0]["clean"]
+    assert r.meta["first_block"] is None and r.meta["rows_with_outliers"] == []
+    assert r.meta["sink_heads"] == [] and r.meta["register_neurons"] == []
+    assert r.meta["massive"]["blocks_with_massive"] == []
+    assert r.meta["massive"]["largest_ratio"] < 100  # reported even when nothing passes
+    assert float(r["outlier_fraction"].sum()) == 0.0
+
+
+def test_a_hand_set_threshold_selects_the_same_tokens_and_is_reported_exactly(planted_runs, tmp_path) -> None:
+    root = synthesize(tmp_path / "world", "coco", n=4, size=64, seed=5)
+    planted, _, truth = planted_pair()
+    r = vitscope.run(planted, f"{root}::coco", [Artifacts(threshold=300.0)], batch_size=4, progress=False,
+                     workers=0)["artifacts"]
+    assert all(t == pytest.approx(300.0, rel=1e-12) for t in r.meta["thresholds"])
+    assert r.meta["first_block"] == truth.block
+
+
+def test_attention_received_sums_to_one_per_query(planted_runs, tmp_path) -> None:
+    """Every key bin and prefix token together receive all the attention: the sums per head add up to the images."""
+    root = synthesize(tmp_path / "world", "coco", n=3, size=64, seed=2)
+    backbone = vitscope.load_model("tiny-vit-sup")
+    a = Artifacts()
+    vitscope.run(backbone, f"{root}::coco", [a], batch_size=2, progress=False, workers=0)
+    for source in ("all", "cls"):
+        total = a.sums[f"sink_{source}"].sum(dim=-1) + a.sums[f"sink_{source}_prefix"].sum(dim=-1)
+        torch.testing.assert_close(total, torch.full_like(total, 3.0))
+
+
+def test_planting_refuses_what_it_cannot_edit() -> None:
+    backbone = vitscope.load_model("tiny-vit-sup")
+    with pytest.raises(ValueError, match="sink_block"):
+        plant_artifacts(backbone.model, PlantedArtifacts(block=4, sink_block=3))
+    with pytest.raises(ValueError, match="distinct"):
+        plant_artifacts(backbone.model, PlantedArtifacts(tag_dim=125))
+    with pytest.raises(ValueError, match="timm-layout"):
+        plant_artifacts(torch.nn.Linear(2, 2))
