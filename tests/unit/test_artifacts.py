@@ -138,3 +138,42 @@ def test_planting_refuses_what_it_cannot_edit() -> None:
         plant_artifacts(backbone.model, PlantedArtifacts(tag_dim=125))
     with pytest.raises(ValueError, match="timm-layout"):
         plant_artifacts(torch.nn.Linear(2, 2))
+
+
+def test_a_test_time_register_takes_the_planted_outliers_and_the_sink(tmp_path) -> None:
+    """Jiang et al. 2025 on ground truth: the register neuron's activation moved onto an extra token removes every
+    patch outlier; the register gets the high norm and the sink head's CLS attention."""
+    from vitscope.interventions.registers import test_time_register
+
+    root = synthesize(tmp_path / "world", "coco", n=6, size=64, seed=4)
+    planted, _, truth = planted_pair()
+    registered, edits = test_time_register(planted, {truth.block: [truth.unit]})
+    assert registered.spec.prefix_kinds == ("cls", "reg") and planted.spec.prefix_kinds == ("cls",)
+    with registered.intervene(edits):
+        r = vitscope.run(registered, f"{root}::coco", [Artifacts()], batch_size=3, progress=False,
+                         workers=0)["artifacts"]
+    assert r.meta["first_block"] is None and float(r["outlier_fraction"].sum()) == 0.0
+    register_norm = r["prefix_norm"][:, 1]
+    assert float(register_norm[truth.block]) < 20 < 1000 < float(register_norm[truth.block + 1:].min())
+    assert float(r["sink_cls_prefix"][truth.sink_block, truth.sink_head, 1]) > 0.99
+    assert r.meta["massive"]["blocks_with_massive"] == list(range(truth.block, 6))  # on the register now
+    assert float(r["massive_count_by_token"][truth.block, 2]) == 0.0  # none on the patches
+    without = vitscope.run(registered, f"{root}::coco", [Artifacts()], batch_size=3, progress=False,
+                           workers=0)["artifacts"]  # the register alone, no edit: the outliers stay
+    assert without.meta["first_block"] == truth.block
+
+
+def test_the_page_on_artifacts_runs_as_written(tmp_path, monkeypatch, capsys) -> None:
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "artifacts.md").read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```", page, flags=re.MULTILINE | re.DOTALL)
+    assert len(blocks) == 1
+    monkeypatch.chdir(tmp_path)
+    synthesize(tmp_path / "world", "coco", n=6, size=64, seed=1)
+    exec(compile(blocks[0], "docs/artifacts.md", "exec"), {})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("tiny-vit-sup-planted 2 [{'block': 4, 'head': 1")
+    assert lines[1] == "tiny-vit-sup-clean None [] []"
+    assert lines[2].startswith("None tensor(")

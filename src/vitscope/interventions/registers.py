@@ -1,0 +1,104 @@
+"""Test-time registers (Jiang et al. 2025, "Vision Transformers Don't Need Trained Registers"): an extra token added
+at inference, and the activations of the register neurons (the MLP units that write the high-norm outliers) moved
+onto it from the patch tokens.
+
+Following the authors' code (``shared/hook_fn.py::activate_on_registers``): the register starts as a zero vector
+without position embedding; at each chosen block the chosen units' activations on the patch tokens are set to zero and
+the register gets, for every chosen unit, the value of largest magnitude (with its sign) over all tokens and chosen
+units of that image; the CLS token is left alone. With additive position embeddings the place of a token in the
+sequence does not change what attention computes, so the register goes after the model's own prefix tokens (where
+trained registers sit) instead of after the patches: every analysis then reads it as one more register.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import nn
+
+from vitscope.errors import VitscopeValueError
+from vitscope.hooks.edits import EditFn
+from vitscope.models.backbone import Backbone
+
+__all__ = ["register_neuron_edits", "test_time_register", "with_test_time_register"]
+
+
+def with_test_time_register(backbone: Backbone) -> Backbone:
+    """A copy of ``backbone`` with one more register token: zero, without position embedding, after its prefix
+    tokens (spec: one more prefix token of kind ``"reg"``, name ``<name>+ttr``).
+
+    Raises:
+        ValueError: a model that does not keep its registers in a ``reg_token`` parameter (timm's layout, the zoo's
+            tiny ViTs).
+    """
+    model = backbone.model
+    if not hasattr(model, "reg_token") or not hasattr(model, "num_prefix_tokens"):
+        raise VitscopeValueError(f"a test-time register is added to timm-layout ViTs (a reg_token parameter); "
+                                 f"{backbone.spec.name} ({type(model).__name__}) has none")
+    out = copy.deepcopy(backbone)
+    m = out.model
+    dim = m.pos_embed.shape[-1]
+    zero = torch.zeros(1, 1, dim, dtype=m.pos_embed.dtype, device=m.pos_embed.device)
+    m.reg_token = nn.Parameter(zero if m.reg_token is None else torch.cat([m.reg_token.data, zero], dim=1),
+                               requires_grad=False)
+    m.num_prefix_tokens = int(m.num_prefix_tokens) + 1
+    spec = backbone.spec
+    out.spec = dataclasses.replace(spec, name=f"{spec.name}+ttr", num_prefix_tokens=spec.num_prefix_tokens + 1,
+                                   prefix_kinds=(*spec.prefix_kinds, "reg"))
+    return out
+
+
+def _sign_max(values: torch.Tensor) -> torch.Tensor:
+    """``[B, ...]`` -> ``[B]``: the entry of largest magnitude of every image, with its sign."""
+    flat = values.flatten(1)
+    high, low = flat.amax(dim=1), flat.amin(dim=1)
+    return torch.where(high.abs() >= low.abs(), high, low)
+
+
+def register_neuron_edits(neurons: Mapping[int, Sequence[int]], register: int, num_prefix: int,
+                          scale: float = 1.0) -> dict[str, EditFn]:
+    """Edits of ``blocks.{i}.mlp.post`` that move the activations of ``neurons`` onto the token ``register``.
+
+    Args:
+        neurons: block -> the MLP units (register neurons) to move in it.
+        register: the register token's position; num_prefix: prefix tokens (patches come after them).
+        scale: the register's value as a multiple of the sign-max activation (the authors' ``scale``).
+    """
+    edits: dict[str, EditFn] = {}
+    for block, units in neurons.items():
+        chosen = sorted({int(u) for u in units})
+        if not chosen:
+            continue
+
+        def edit(t: torch.Tensor, name: str, _units: list[int] = chosen) -> torch.Tensor:
+            if max(_units) >= t.shape[-1]:
+                raise VitscopeValueError(f"{name} has {t.shape[-1]} units; register neurons {_units} do not exist")
+            index = torch.tensor(_units, device=t.device)
+            value = _sign_max(t.index_select(-1, index))  # [B], over every token and chosen unit
+            out = t.clone()
+            out[:, num_prefix:, index] = 0.0
+            out[:, register, index] = (scale * value)[:, None].to(t.dtype)
+            return out
+        edits[f"blocks.{int(block)}.mlp.post"] = edit
+    return edits
+
+
+def test_time_register(backbone: Backbone, neurons: Mapping[int, Sequence[int]], scale: float = 1.0
+                       ) -> tuple[Backbone, dict[str, EditFn]]:
+    """A copy of ``backbone`` with a test-time register, and the edits that move the register neurons onto it::
+
+        registered, edits = test_time_register(backbone, {2: [0]})
+        with registered.intervene(edits):
+            results = vitscope.run(registered, data, ["artifacts"])
+
+    Args:
+        backbone: a timm-layout ViT (:func:`with_test_time_register`).
+        neurons: block -> register neurons (e.g. the ``register_neurons`` the artifacts analysis ranks first).
+        scale: see :func:`register_neuron_edits`.
+    """
+    registered = with_test_time_register(backbone)
+    p = registered.spec.num_prefix_tokens
+    return registered, register_neuron_edits(neurons, register=p - 1, num_prefix=p, scale=scale)
