@@ -77,7 +77,7 @@ def test_interrelation_and_masking_in_one_pass(coco, tmp_path):
     ("tiny-vit-mae", "masking", "classifier head"),  # accuracy needs a classifier
     ("tiny-vit-sup", "interrelation_mask", "Did you mean 'interrelation_masking'"),  # typos get a suggestion
     ("tiny-vit-sup", "foreground", "Did you mean 'foreground_masking'"),  # among the model-bound analyses
-    ("tiny-vit-sup", "maskin", "Groups: attention, interventions, masking,"),  # and the groups, masking included
+    ("tiny-vit-sup", "maskin", "Groups: artifacts, attention, interventions, masking,"),  # and the groups
 ])
 def test_masking_explains_what_cannot_run(coco, tmp_path, model, analyses, message):
     result = CliRunner().invoke(app, ["analyze", "--model", model, "--data", f"{coco}::coco", "--out",

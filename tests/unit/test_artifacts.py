@@ -177,3 +177,46 @@ def test_the_page_on_artifacts_runs_as_written(tmp_path, monkeypatch, capsys) ->
     assert lines[0].startswith("tiny-vit-sup-planted 2 [{'block': 4, 'head': 1")
     assert lines[1] == "tiny-vit-sup-clean None [] []"
     assert lines[2].startswith("None tensor(")
+
+
+def test_ablations_of_the_planted_outliers_stand_beside_their_controls(tmp_path) -> None:
+    """Zeroing the outliers moves the output far more than putting their mean or another image's in their place
+    (the planted outliers are the same in every image): the conclusion depends on the control, as published."""
+    from vitscope.experiments.artifacts import artifact_ablations
+
+    root = synthesize(tmp_path / "world", "coco", n=24, size=64, seed=6)
+    planted, _, truth = planted_pair()
+    found = vitscope.run(planted, f"{root}::coco", [Artifacts()], batch_size=12, progress=False,
+                         workers=0)["artifacts"].meta
+    rows = {(r["target"], r["control"]): r for r in artifact_ablations(planted, f"{root}::coco", found, images=12,
+                                                                        reference_images=12, batch_size=12)}
+    assert set(rows) == {("none", "none"), ("outliers", "zero"), ("outliers", "mean"), ("outliers", "resample"),
+                         ("test_time_register", f"register neurons {truth.block}:[{truth.unit}]")}
+    assert rows[("none", "none")]["output_kl"] == 0.0 and rows[("none", "none")]["knn_change"] == 0.0
+    zero, mean = rows[("outliers", "zero")]["output_kl"], rows[("outliers", "mean")]["output_kl"]
+    assert zero > 1e-3 > 1e3 * mean
+    assert all(0.0 <= r["knn_accuracy"] <= 1.0 and 0.0 <= r["top1_kept"] <= 1.0 for r in rows.values())
+
+
+def test_the_command_diagnoses_then_ablates_and_writes_a_report(tmp_path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from vitscope.cli.main import app
+
+    root = synthesize(tmp_path / "world", "coco", n=16, size=64, seed=7)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["artifacts", "--model", "tiny-vit-planted", "--data", f"{root}::coco", "--out",
+                                      str(out), "--images", "8", "-b", "8"])
+    assert result.exit_code == 0, result.output
+    assert "outliers from 2; sink heads 1" in result.output
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["analyses"]["artifacts"]["summary"]["first_block"] == 2
+    targets = [(r["target"], r["control"]) for r in doc["analyses"]["artifact_ablations"]["summary"]["rows"]]
+    assert targets[:4] == [("none", "none"), ("outliers", "zero"), ("outliers", "mean"), ("outliers", "resample")]
+    report = (out / "report.html").read_text()
+    assert "Vision Transformers Need Registers" in report and "Artifact ablations" in report
+    bad = CliRunner().invoke(app, ["artifacts", "--model", "tiny-vit-planted", "--data", f"{root}::coco", "--out",
+                                   str(tmp_path / "o2"), "--param", "knn_probe.k=3"])
+    assert bad.exit_code == 2 and "artifacts.KEY=VALUE" in bad.output

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from vitscope.cli.analyses import analyses as analyses_command
+from vitscope.cli.artifacts import artifacts as artifacts_command
 from vitscope.cli.attribute import attribute as attribute_command
 from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors, one_line_warnings
@@ -40,6 +41,7 @@ app.add_typer(experiment_app, name="experiment")
 app.command("explain-pair")(explain_pair)
 app.command("attribute")(attribute_command)
 app.command("explanations")(explanations_command)
+app.command("artifacts")(artifacts_command)
 app.command("featviz")(featviz_command)
 app.command("probe")(probe_command)
 app.command("analyses")(analyses_command)

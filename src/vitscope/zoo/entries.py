@@ -27,4 +27,17 @@ def zoo_entries() -> list[ModelEntry]:
             what = e.description if n == e.name else f"{e.name} after {n.split('@step')[1]} training steps"
             out.append(ModelEntry(n, e.arch, *shape, builder=lambda n=n: load_zoo_model(n), zoo=True,
                                   description=f"zoo: {what}", source="zoo", available=lambda n=n: is_built(n)))
-    return out
+    return out + planted_entries()
+
+
+def planted_entries() -> list[ModelEntry]:
+    """``tiny-vit-planted`` and its clean twin: ``tiny-vit-sup`` with artifacts planted by weight edits
+    (docs/artifacts.md)."""
+    from vitscope.zoo.planted import PLANTED_NAMES, planted_model
+    from vitscope.zoo.store import is_built
+
+    return [ModelEntry(name, "tiny-vit", 6, 4, 128, 8, ("cls",), builder=lambda t=tagged: planted_model(t),
+                       description="tiny-vit-sup with artifacts planted by weight edits" if tagged else
+                       "tiny-vit-planted's clean twin (every edit but the tag)", source="built-in (edited zoo model)",
+                       available=lambda: is_built("tiny-vit-sup"))
+            for name, tagged in PLANTED_NAMES.items()]

@@ -25,7 +25,10 @@ from torch import nn
 
 from vitscope.errors import VitscopeValueError
 
-__all__ = ["PlantedArtifacts", "plant_artifacts", "planted_pair"]
+__all__ = ["PLANTED_NAMES", "PlantedArtifacts", "plant_artifacts", "planted_model", "planted_pair"]
+
+#: registered model names: the planted model and its clean twin (defaults of :class:`PlantedArtifacts`)
+PLANTED_NAMES = {"tiny-vit-planted": True, "tiny-vit-planted-clean": False}
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,21 @@ def _sink(block: nn.Module, truth: PlantedArtifacts) -> None:
     block.norm1.weight[truth.massive_dims[0]], block.norm1.bias[truth.massive_dims[0]] = 1.0, 0.0
 
 
+def planted_model(tagged: bool = True, base: str = "tiny-vit-sup", truth: PlantedArtifacts = PlantedArtifacts(),
+                  **edits: float):
+    """The zoo model ``base`` with the artifacts of ``truth`` planted (``tagged``) or its clean twin, named
+    ``<base>-planted`` / ``<base>-clean`` (what ``load_model("tiny-vit-planted")`` and ``"tiny-vit-planted-clean"``
+    give)."""
+    import dataclasses
+
+    from vitscope.models.load import load_model
+
+    backbone = load_model(base)
+    plant_artifacts(backbone.model, dataclasses.replace(truth, tagged=tagged), **edits)
+    backbone.spec = dataclasses.replace(backbone.spec, name=f"{base}-{'planted' if tagged else 'clean'}")
+    return backbone
+
+
 def planted_pair(base: str = "tiny-vit-sup", truth: PlantedArtifacts = PlantedArtifacts(), **edits: float):
     """A zoo model with the artifacts of ``truth`` planted, and its clean twin (every edit but the tag).
 
@@ -135,14 +153,4 @@ def planted_pair(base: str = "tiny-vit-sup", truth: PlantedArtifacts = PlantedAr
     Returns:
         ``(planted backbone, clean backbone, truth)``; their specs are named ``<base>-planted`` and ``<base>-clean``.
     """
-    import dataclasses
-
-    from vitscope.models.load import load_model
-
-    out = []
-    for tagged in (True, False):
-        backbone = load_model(base)
-        plant_artifacts(backbone.model, dataclasses.replace(truth, tagged=tagged), **edits)
-        backbone.spec = dataclasses.replace(backbone.spec, name=f"{base}-{'planted' if tagged else 'clean'}")
-        out.append(backbone)
-    return out[0], out[1], truth
+    return planted_model(True, base, truth, **edits), planted_model(False, base, truth, **edits), truth

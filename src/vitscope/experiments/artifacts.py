@@ -1,0 +1,125 @@
+"""What a model's artifacts do: the outliers and the registers ablated (zero, mean, another image's: the controls side
+by side) and the test-time register, each read on the model's output and on a k-NN probe, beside the unedited model.
+
+The artifacts analysis says where the artifacts are (its ``first_block``, ``thresholds``, ``register_neurons``);
+:func:`artifact_ablations` then makes one pass per edit. The output change is measured on the data's first
+``images`` images: for a classifier, the share of images whose top class stays and the KL divergence of the class
+distributions (unedited || edited); for an embedding model, the cosine of the edited embedding to the unedited one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from vitscope.analyses.probes.knn import KnnProbe
+from vitscope.data.open import as_source
+from vitscope.engine.run import run
+from vitscope.errors import VitscopeValueError
+from vitscope.functional.ablation import MODES
+from vitscope.hooks.edits import EditFn
+from vitscope.interventions.artifacts import ablate_outliers
+from vitscope.interventions.edits import ablate_tokens
+from vitscope.interventions.reference import reference_means
+from vitscope.interventions.registers import test_time_register
+from vitscope.models.backbone import Backbone
+from vitscope.models.outputs import readout
+
+__all__ = ["artifact_ablations"]
+
+
+def _pixels(backbone: Backbone, source: Any, images: int) -> torch.Tensor:
+    """``[n, 3, H, W]`` the first ``images`` readable images of ``source``."""
+    kept = []
+    for i in range(len(source)):
+        item = source.get(i)
+        if item is not None:
+            kept.append(item.image)
+        if len(kept) == images:
+            break
+    return backbone.preprocess(kept)
+
+
+def _outputs(backbone: Backbone, pixels: torch.Tensor, edits: Mapping[str, EditFn]) -> torch.Tensor:
+    """The model's readout (logits, or the default embedding) under ``edits``: ``[n, C]`` float32."""
+    last = f"blocks.{backbone.spec.num_blocks - 1}.resid_post"
+    edit = backbone.intervene(dict(edits)) if edits else contextlib.nullcontext()
+    with torch.no_grad(), edit, backbone.record([last]) as rec:
+        backbone(pixels.to(backbone.device))
+        return readout(backbone, rec[last]).float().cpu()
+
+
+def _change(backbone: Backbone, clean: torch.Tensor, edited: torch.Tensor) -> dict[str, float]:
+    if backbone.spec.has_head:
+        p, q = clean.log_softmax(dim=-1), edited.log_softmax(dim=-1)
+        return {"top1_kept": float((clean.argmax(-1) == edited.argmax(-1)).double().mean()),
+                "output_kl": float((p.exp() * (p - q)).sum(dim=-1).mean())}
+    return {"output_cosine": float(torch.nn.functional.cosine_similarity(clean, edited, dim=-1).mean())}
+
+
+def _knn(backbone: Backbone, source: Any, edits: Mapping[str, EditFn], batch_size: int) -> float:
+    """k-NN accuracy of the last block's features (the probe's defaults) under ``edits``."""
+    edit = backbone.intervene(dict(edits)) if edits else contextlib.nullcontext()
+    with edit:
+        result = run(backbone, source, [KnnProbe()], batch_size=batch_size, progress=False, workers=0)["knn_probe"]
+    if "accuracy" not in result.tensors:
+        raise VitscopeValueError(f"the k-NN probe could not score this data: {result.meta.get('error')}")
+    return float(result["accuracy"][-1])
+
+
+def artifact_ablations(backbone: Backbone, data: Any, found: Mapping[str, Any], controls: Sequence[str] = MODES,
+                       images: int = 32, reference_images: int = 16, batch_size: int = 16,
+                       neurons: Mapping[int, Sequence[int]] | None = None) -> list[dict[str, Any]]:
+    """Every ablation of the artifacts ``found`` (the artifacts analysis's meta), with its controls, and the
+    test-time register, beside the unedited model.
+
+    Args:
+        backbone: the model; data: labelled images (k-NN); found: the artifacts result's ``meta``.
+        controls: the ablation modes (``zero``, ``mean``, ``resample``).
+        images: images the output change is measured on; reference_images: the mean's reference set (the
+            data's first images).
+        batch_size: of the passes.
+        neurons: block -> register neurons for the test-time register (default: the first of
+            ``found["register_neurons"]``; none: no test-time register). Only for timm-layout ViTs.
+
+    Returns:
+        One row per edit: ``target`` (``none``, ``outliers``, ``registers``, ``test_time_register``), ``control``,
+        ``knn_accuracy`` and ``knn_change`` (from the unedited model), and the output change (``top1_kept`` and
+        ``output_kl``, or ``output_cosine``).
+    """
+    source = as_source(data)
+    pixels = _pixels(backbone, source, images)
+    clean_out = _outputs(backbone, pixels, {})
+    base = _knn(backbone, source, {}, batch_size)
+    rows = [{"target": "none", "control": "none", "knn_accuracy": base, "knn_change": 0.0,
+             **_change(backbone, clean_out, clean_out)}]
+
+    def add(target: str, control: str, edits: Mapping[str, EditFn], model: Backbone = backbone) -> None:
+        accuracy = _knn(model, source, edits, batch_size)
+        rows.append({"target": target, "control": control, "knn_accuracy": accuracy, "knn_change": accuracy - base,
+                     **_change(backbone, clean_out, _outputs(model, pixels, edits))})
+
+    p = backbone.spec.num_prefix_tokens
+    first = found.get("first_block")
+    if isinstance(first, int):
+        hook = f"blocks.{first}.resid_post"
+        threshold = found["thresholds"][list(found["blocks"]).index(first) + 1]
+        means = reference_means(backbone, source, hook, batch_size=batch_size, limit=reference_images)
+        for mode in controls:
+            add("outliers", mode, ablate_outliers(hook, threshold, p, mode, reference=means))
+    registers = [i for i, kind in enumerate(backbone.spec.prefix_kinds) if kind == "reg"]
+    if registers:
+        hooks = [f"blocks.{i}.resid_pre" for i in range(backbone.spec.num_blocks)]
+        means = reference_means(backbone, source, hooks, batch_size=batch_size, limit=reference_images)
+        for mode in controls:
+            add("registers", mode, ablate_tokens(registers, mode, hooks=hooks, reference=means))
+    ranked = found.get("register_neurons") or []
+    chosen = neurons if neurons is not None else ({ranked[0]["block"]: [ranked[0]["unit"]]} if ranked else None)
+    if chosen and hasattr(backbone.model, "reg_token"):
+        registered, edits = test_time_register(backbone, chosen)
+        add("test_time_register", "register neurons " + ", ".join(
+            f"{b}:{sorted(u)}" for b, u in sorted(chosen.items())), edits, registered)
+    return rows
