@@ -13,9 +13,10 @@ Every ablation has its controls (``mode``): ``"zero"``, ``"mean"`` (over a refer
 
 from __future__ import annotations
 
+from vitscope.interventions.artifacts import ablate_outliers
 from vitscope.interventions.edits import ablate_heads, ablate_tokens, patch, steer
 from vitscope.interventions.reference import reference_means
 from vitscope.interventions.registers import register_neuron_edits, test_time_register, with_test_time_register
 
-__all__ = ["ablate_heads", "ablate_tokens", "patch", "reference_means", "register_neuron_edits", "steer",
-           "test_time_register", "with_test_time_register"]
+__all__ = ["ablate_heads", "ablate_outliers", "ablate_tokens", "patch", "reference_means", "register_neuron_edits",
+           "steer", "test_time_register", "with_test_time_register"]
