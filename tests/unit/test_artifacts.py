@@ -220,3 +220,17 @@ def test_the_command_diagnoses_then_ablates_and_writes_a_report(tmp_path) -> Non
     bad = CliRunner().invoke(app, ["artifacts", "--model", "tiny-vit-planted", "--data", f"{root}::coco", "--out",
                                    str(tmp_path / "o2"), "--param", "knn_probe.k=3"])
     assert bad.exit_code == 2 and "artifacts.KEY=VALUE" in bad.output
+
+
+def test_compare_draws_the_outliers_of_each_model_per_block(tmp_path) -> None:
+    """``compare --analyses artifacts``: each model's share of outliers after every block on one axis (with and
+    without registers, here with and without the planted artifacts)."""
+    root = synthesize(tmp_path / "world", "coco", n=8, size=64, seed=8)
+    import json
+
+    vitscope.compare_models({"planted": "tiny-vit-planted", "clean": "tiny-vit-planted-clean"}, f"{root}::coco",
+                            out=tmp_path / "cmp", analyses=["artifacts"])
+    doc = json.loads((tmp_path / "cmp" / "results.json").read_text())
+    curves = doc["analyses"]["compare"]["summary"]["curves"]["outlier_fraction"]
+    assert curves["clean"]["values"] == [0.0] * 6
+    assert curves["planted"]["values"] == [0.0, 0.0] + [3 / 64] * 4

@@ -2,7 +2,7 @@
 
 Every model has been run once over the same data (:func:`vitscope.comparison.run.compare_analyses`); this
 module reads its results: attention distance and saliency IoU from the attention analyses (transformers
-only: CNNs simply have no such curve), clustering purity and k-NN accuracy from the pooled features
+only: CNNs simply have no such curve), the share of high-norm outliers from the artifacts analysis, clustering purity and k-NN accuracy from the pooled features
 (CLS when the model has one, else the spatial mean; docs/methods.md sections 2 and 3), and linear CKA between
 models from the spatial-mean features of the block outputs. Blocks are placed at their relative depth
 ``b / (L - 1)`` so models of different depth share the x axis; CKA between models pairs each block with
@@ -34,6 +34,7 @@ QUANTITIES: dict[str, tuple[str, bool]] = {
     "clustering_purity": ("clustering purity", True),
     "knn_accuracy": ("k-NN accuracy", True),
     "cka_to_reference": ("CKA with the reference model", False),
+    "outlier_fraction": ("share of patch tokens that are high-norm outliers", False),
 }
 
 
@@ -111,6 +112,15 @@ def _attention_curves(run: ModelRun, comp: Comparison) -> None:
             blocks = sal.meta.get("blocks") or list(range(len(sal.tensors[f"{source}_best_iou"])))
             comp.curves.setdefault("saliency_iou", {})[run.label] = _curve(blocks, sal.tensors[f"{source}_best_iou"])
             comp.random.setdefault("saliency_iou", {})[run.label] = _mean(sal.tensors[f"random_{source}_best_iou"])
+
+
+def _artifact_curves(run: ModelRun, comp: Comparison) -> None:
+    """The share of high-norm outliers after every block (with ``--analyses artifacts``): how much registers, or
+    their absence, change them."""
+    art = run.results.get("artifacts")
+    if art is not None and "outlier_fraction" in art.tensors:
+        blocks = art.meta.get("blocks") or list(range(len(art.tensors["outlier_fraction"]) - 1))
+        comp.curves.setdefault("outlier_fraction", {})[run.label] = _curve(blocks, art.tensors["outlier_fraction"][1:])
 
 
 def _features(run: ModelRun, kind: str) -> tuple[list[int], dict[int, np.ndarray], np.ndarray, np.ndarray] | None:
@@ -217,6 +227,7 @@ def compare_runs(runs: Sequence[ModelRun], seed: int = 0, test_fraction: float =
     data = data if data is not None else DataFacts()
     for run in runs:
         _attention_curves(run, comp)
+        _artifact_curves(run, comp)
         _probe_curves(run, comp, seed, test_fraction, data)
     _cka_between_models(runs, comp)
     comp.best_blocks = _best_blocks(comp)

@@ -23,6 +23,9 @@ _INTRO = {
     "cka_to_reference": "Linear CKA (spatial-mean features of the block outputs) between each model's blocks "
                         "and the reference model's block at the same relative depth; the matrix compares the final "
                         "blocks of every pair of models.",
+    "outlier_fraction": "The share of patch tokens that are high-norm outliers after each block (the artifacts "
+                        "analysis's threshold per model): a model with registers should have fewer than its twin "
+                        "without (Darcet et al. 2024).",
 }
 
 

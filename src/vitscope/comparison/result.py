@@ -27,6 +27,8 @@ CAPTIONS: dict[str, tuple[str, str]] = {
     "cka_to_reference": ("CKA of every model's blocks with the first model's block at the same relative depth.",
                          "paper 002, fig. 6 (per block)"),
     "cka_matrix": ("CKA between the final-block features of every pair of models.", "paper 002, fig. 6 and 19"),
+    "outlier_fraction": ("Share of patch tokens that are high-norm outliers after each block, for every model "
+                         "(each with its own threshold).", "Darcet et al. 2024, Vision Transformers Need Registers"),
 }
 
 
