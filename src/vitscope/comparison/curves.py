@@ -2,8 +2,9 @@
 
 Every model has been run once over the same data (:func:`vitscope.comparison.run.compare_analyses`); this
 module reads its results: attention distance and saliency IoU from the attention analyses (transformers
-only: CNNs simply have no such curve), the share of high-norm outliers from the artifacts analysis, clustering purity and k-NN accuracy from the pooled features
-(CLS when the model has one, else the spatial mean; docs/methods.md sections 2 and 3), and linear CKA between
+only: CNNs simply have no such curve), the share of high-norm outliers from the artifacts analysis, clustering
+purity and k-NN accuracy from the pooled features (CLS when the model has one, else the spatial mean;
+docs/methods.md sections 2 and 3), and linear CKA between
 models from the spatial-mean features of the block outputs. Blocks are placed at their relative depth
 ``b / (L - 1)`` so models of different depth share the x axis; CKA between models pairs each block with
 the reference model's block nearest in relative depth.
