@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from vitscope.analyses.diagnostics.artifacts import Artifacts
 from vitscope.analyses.probes.knn import KnnProbe
 from vitscope.data.open import as_source
 from vitscope.engine.run import run
@@ -60,14 +61,24 @@ def _change(backbone: Backbone, clean: torch.Tensor, edited: torch.Tensor) -> di
     return {"output_cosine": float(torch.nn.functional.cosine_similarity(clean, edited, dim=-1).mean())}
 
 
-def _knn(backbone: Backbone, source: Any, edits: Mapping[str, EditFn], batch_size: int) -> float:
-    """k-NN accuracy of the last block's features (the probe's defaults) under ``edits``."""
+def _pass(backbone: Backbone, source: Any, edits: Mapping[str, EditFn], batch_size: int,
+          threshold: float | None) -> dict[str, float]:
+    """Under ``edits``, in one pass: the k-NN accuracy of the last block's features (the probe's defaults), the
+    largest share of outliers after any block and of CLS attention going to them in any head (at the unedited
+    model's ``threshold``), and the largest CLS share a register receives."""
     edit = backbone.intervene(dict(edits)) if edits else contextlib.nullcontext()
     with edit:
-        result = run(backbone, source, [KnnProbe()], batch_size=batch_size, progress=False, workers=0)["knn_probe"]
-    if "accuracy" not in result.tensors:
-        raise VitscopeValueError(f"the k-NN probe could not score this data: {result.meta.get('error')}")
-    return float(result["accuracy"][-1])
+        results = run(backbone, source, [KnnProbe(), Artifacts(threshold=threshold)], batch_size=batch_size,
+                      progress=False, workers=0)
+    knn, art = results["knn_probe"], results["artifacts"]
+    if "accuracy" not in knn.tensors:
+        raise VitscopeValueError(f"the k-NN probe could not score this data: {knn.meta.get('error')}")
+    registers = [i for i, kind in enumerate(backbone.spec.prefix_kinds) if kind == "reg"]
+    out = {"knn_accuracy": float(knn["accuracy"][-1]), "outlier_fraction": float(art["outlier_fraction"].max()),
+           "cls_to_outliers": float(art["sink_cls_outliers"].nan_to_num(0.0).max())}
+    if registers:
+        out["cls_to_registers"] = float(art["sink_cls_prefix"][..., registers].sum(dim=-1).max())
+    return out
 
 
 def artifact_ablations(backbone: Backbone, data: Any, found: Mapping[str, Any], controls: Sequence[str] = MODES,
@@ -87,26 +98,29 @@ def artifact_ablations(backbone: Backbone, data: Any, found: Mapping[str, Any], 
 
     Returns:
         One row per edit: ``target`` (``none``, ``outliers``, ``registers``, ``test_time_register``), ``control``,
-        ``knn_accuracy`` and ``knn_change`` (from the unedited model), and the output change (``top1_kept`` and
+        ``knn_accuracy`` and ``knn_change`` (from the unedited model), what remains of the artifacts
+        (``outlier_fraction`` and ``cls_to_outliers``: the largest over blocks and heads, at the unedited model's
+        threshold; ``cls_to_registers`` when the model has registers) and the output change (``top1_kept`` and
         ``output_kl``, or ``output_cosine``).
     """
     source = as_source(data)
     pixels = _pixels(backbone, source, images)
     clean_out = _outputs(backbone, pixels, {})
-    base = _knn(backbone, source, {}, batch_size)
-    rows = [{"target": "none", "control": "none", "knn_accuracy": base, "knn_change": 0.0,
+    first = found.get("first_block")
+    threshold = found["thresholds"][list(found["blocks"]).index(first) + 1] if isinstance(first, int) else None
+    base = _pass(backbone, source, {}, batch_size, threshold)
+    rows = [{"target": "none", "control": "none", **base, "knn_change": 0.0,
              **_change(backbone, clean_out, clean_out)}]
 
     def add(target: str, control: str, edits: Mapping[str, EditFn], model: Backbone = backbone) -> None:
-        accuracy = _knn(model, source, edits, batch_size)
-        rows.append({"target": target, "control": control, "knn_accuracy": accuracy, "knn_change": accuracy - base,
+        measured = _pass(model, source, edits, batch_size, threshold)
+        rows.append({"target": target, "control": control, **measured,
+                     "knn_change": measured["knn_accuracy"] - base["knn_accuracy"],
                      **_change(backbone, clean_out, _outputs(model, pixels, edits))})
 
     p = backbone.spec.num_prefix_tokens
-    first = found.get("first_block")
-    if isinstance(first, int):
+    if threshold is not None:
         hook = f"blocks.{first}.resid_post"
-        threshold = found["thresholds"][list(found["blocks"]).index(first) + 1]
         means = reference_means(backbone, source, hook, batch_size=batch_size, limit=reference_images)
         for mode in controls:
             add("outliers", mode, ablate_outliers(hook, threshold, p, mode, reference=means))
