@@ -42,6 +42,8 @@ step attention_suite $PY benchmarks/attention_suite.py --device cuda --batch-siz
   --no-naive --per-analysis --out "$OUT_DIR/attention_suite.json"
 # The loader's uint8 pixels normalised on the GPU give the CPU's float32 bits (every byte value).
 step normalise $PY benchmarks/gpu_normalise_check.py
+# CUDA's own count of host synchronisations in every analysis's hot loop (empty lists when clean).
+step sync $PY benchmarks/gpu_sync_check.py
 # Two processes sharing the one GPU against one, and their numbers equal.
 step distributed $PY benchmarks/distributed.py --device cuda --images 1024 --batch-size "$BATCH" --rounds 1 \
   --out "$OUT_DIR/distributed.json"
@@ -54,9 +56,10 @@ doc = {"card": (scratch / "card.txt").read_text().strip(),
 for name in ("gpu_pass", "attention_suite", "distributed"):
     path = out / f"{name}.json"
     doc[name] = json.loads(path.read_text()) if path.exists() else None
-log = out / "normalise.log"
-lines = log.read_text().strip().splitlines() if log.exists() else []
-doc["normalise"] = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else None
+for name in ("normalise", "sync"):
+    log = out / f"{name}.log"
+    lines = log.read_text().strip().splitlines() if log.exists() else []
+    doc[name] = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else None
 (out / "gpu.json").write_text(json.dumps(doc, indent=2) + "\n")
 print(f"wrote {out / 'gpu.json'}")
 EOF
