@@ -120,7 +120,7 @@ def test_the_record_keeps_the_table_order_and_makes_choices_explicit(tmp_path) -
                       "limit": None, "batch_size": 16, "device": "auto", "dtype": "fp32", "strict": False,
                       "resume": True, "checkpoint_seconds": 60.0, "figure_files": False, "image_size": None,
                       "keep_aspect": False,
-                      "workers": None}
+                      "workers": None, "jpeg_draft": False}
     assert list(record)[:4] == ["model", "analyses", "params", "data"]
 
 

@@ -233,9 +233,13 @@ def _davis_first_frames(options: ProbeOptions, backbone: Any, dataset: Any, bloc
     block = blocks[0] % backbone.spec.num_blocks  # --blocks -1: the last
     if log:
         log(f"propagating {backbone.spec.name} block {block} on {dataset.name} (first frames annotated only) ...")
+    if options.jpeg_draft:
+        raise VitscopeValueError("--jpeg-draft follows the model's own resize, but DAVIS frames are resized their own "
+                                 "way; run the DAVIS probe without it")
+    extraction = {k: v for k, v in _extraction(options).items() if k != "jpeg_draft"}
     files = davis_predictions(backbone, dataset, block, cache, site=options.site, tiling=options.tiling or False,
                               batch_size=options.batch_size, device=options.device, dtype=options.dtype,
-                              distributed=distributed, log=log, **_extraction(options))
+                              distributed=distributed, log=log, **extraction)
     if distributed:
         from vitscope.engine.distributed import is_main_process
 

@@ -38,6 +38,6 @@ def planted_entries() -> list[ModelEntry]:
 
     return [ModelEntry(name, "tiny-vit", 6, 4, 128, 8, ("cls",), builder=lambda t=tagged: planted_model(t),
                        description="tiny-vit-sup with artifacts planted by weight edits" if tagged else
-                       "tiny-vit-planted's clean twin (every edit but the tag)", source="built-in (edited zoo model)",
+                       "tiny-vit-planted's clean twin (every edit but the tag)", source="built-in",
                        available=lambda: is_built("tiny-vit-sup"))
             for name, tagged in PLANTED_NAMES.items()]
