@@ -165,3 +165,30 @@ def test_a_wrong_edit_or_name_fails_in_one_line() -> None:
     with pytest.raises(EditError, match="final norm is applied to the pooled token only"):
         with clip.intervene({"final_norm": same}):
             pass
+
+
+@pytest.mark.parametrize("kind", TRANSFORMERS)
+def test_a_test_time_register_is_one_more_register_and_moves_the_chosen_units(kind: str) -> None:
+    """Every transformer family takes a test-time register after its prefix tokens (or refuses in one line: BEiT's
+    relative position bias, a pooling head masking the patches), and the register neurons' activations move onto
+    it."""
+    from vitscope.interventions.registers import test_time_register, with_test_time_register
+
+    b = backbone_of(kind)
+    if kind.startswith("beit") or kind == "siglip2-cls":
+        with pytest.raises(ValueError, match="relative position bias|cannot take one more token"):
+            with_test_time_register(b)
+        return
+    registered, edits = test_time_register(b, {0: [0, 1]})
+    p = b.spec.num_prefix_tokens
+    assert registered.spec.num_prefix_tokens == p + 1 and registered.spec.prefix_kinds[-1] == "reg"
+    x = pixels(b)
+    seen = {}
+    with torch.no_grad(), registered.intervene(edits), registered.record(["blocks.0.mlp.post",
+                                                                          "blocks.0.resid_pre"]) as rec:
+        registered(x)
+        seen = {k: rec[k].clone() for k in ("blocks.0.mlp.post", "blocks.0.resid_pre")}
+    assert seen["blocks.0.resid_pre"].shape[1] == b.spec.num_tokens + 1
+    act = seen["blocks.0.mlp.post"]
+    assert torch.all(act[:, p + 1:, :2] == 0)  # the patches' activations moved ...
+    assert torch.all(act[:, p, 0] == act[:, p, 1]) and torch.all(act[:, p, 0] != 0)  # ... onto the register

@@ -7,7 +7,8 @@ without position embedding; at each chosen block the chosen units' activations o
 the register gets, for every chosen unit, the value of largest magnitude (with its sign) over all tokens and chosen
 units of that image; the CLS token is left alone. With additive position embeddings the place of a token in the
 sequence does not change what attention computes, so the register goes after the model's own prefix tokens (where
-trained registers sit) instead of after the patches: every analysis then reads it as one more register.
+trained registers sit) instead of after the patches: every analysis then reads it as one more register (with
+rotary position embeddings on the patches, as DINOv3's, it is also the place that keeps the patches' rotations).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -26,29 +28,56 @@ from vitscope.models.backbone import Backbone
 __all__ = ["register_neuron_edits", "test_time_register", "with_test_time_register"]
 
 
+#: families whose attention depends on where a token sits (a relative position bias sized for the model's tokens)
+_POSITIONAL_FAMILIES = ("beit",)
+
+
 def with_test_time_register(backbone: Backbone) -> Backbone:
     """A copy of ``backbone`` with one more register token: zero, without position embedding, after its prefix
-    tokens (spec: one more prefix token of kind ``"reg"``, name ``<name>+ttr``).
+    tokens (spec: one more prefix token of kind ``"reg"``, name ``<name>+ttr``). A timm-layout ViT gets it as one
+    more ``reg_token``; a Hugging Face model from a hook on its embeddings (after their position embeddings).
 
     Raises:
-        ValueError: a model that does not keep its registers in a ``reg_token`` parameter (timm's layout, the zoo's
-            tiny ViTs).
+        ValueError: a CNN, or a family whose attention depends on the token's place (BEiT's relative position
+            bias).
     """
-    model = backbone.model
-    if not hasattr(model, "reg_token") or not hasattr(model, "num_prefix_tokens"):
-        raise VitscopeValueError(f"a test-time register is added to timm-layout ViTs (a reg_token parameter); "
-                                 f"{backbone.spec.name} ({type(model).__name__}) has none")
-    out = copy.deepcopy(backbone)
-    m = out.model
-    dim = m.pos_embed.shape[-1]
-    zero = torch.zeros(1, 1, dim, dtype=m.pos_embed.dtype, device=m.pos_embed.device)
-    m.reg_token = nn.Parameter(zero if m.reg_token is None else torch.cat([m.reg_token.data, zero], dim=1),
-                               requires_grad=False)
-    m.num_prefix_tokens = int(m.num_prefix_tokens) + 1
     spec = backbone.spec
+    model = backbone.model
+    embeddings = getattr(getattr(backbone, "base", None), "embeddings", None)
+    timm = hasattr(model, "reg_token") and hasattr(model, "num_prefix_tokens")
+    if not spec.is_transformer or (not timm and embeddings is None):
+        raise VitscopeValueError(f"a test-time register needs a ViT (a reg_token, or Hugging Face embeddings); "
+                                 f"{spec.name} ({type(model).__name__}) has neither")
+    if spec.family.startswith(_POSITIONAL_FAMILIES):
+        raise VitscopeValueError(f"{spec.name} ({spec.family}) adds a relative position bias sized for its own tokens: "
+                                 "one more token does not fit it")
+    out = copy.deepcopy(backbone)
+    if timm:
+        m = out.model
+        zero = torch.zeros(1, 1, m.pos_embed.shape[-1], dtype=m.pos_embed.dtype, device=m.pos_embed.device)
+        m.reg_token = nn.Parameter(zero if m.reg_token is None else torch.cat([m.reg_token.data, zero], dim=1),
+                                   requires_grad=False)
+        m.num_prefix_tokens = int(m.num_prefix_tokens) + 1
+    else:
+        out.base.embeddings.register_forward_hook(_inserting(spec.num_prefix_tokens))
     out.spec = dataclasses.replace(spec, name=f"{spec.name}+ttr", num_prefix_tokens=spec.num_prefix_tokens + 1,
                                    prefix_kinds=(*spec.prefix_kinds, "reg"))
+    try:  # what else reads the number of tokens (an attention mask of the patches, a pooling head) says so here
+        with torch.no_grad():
+            out(torch.zeros(1, 3, *spec.image_size, device=out.device))
+    except RuntimeError as err:
+        raise VitscopeValueError(f"{spec.name} cannot take one more token ({str(err).splitlines()[0]})") from None
     return out
+
+
+def _inserting(at: int):
+    """A forward hook of an embeddings module putting a zero token at position ``at`` of its output."""
+    def hook(module: nn.Module, args: tuple, output: Any) -> Any:
+        tokens = output[0] if isinstance(output, tuple) else output
+        zero = tokens.new_zeros(tokens.shape[0], 1, tokens.shape[2])
+        tokens = torch.cat([tokens[:, :at], zero, tokens[:, at:]], dim=1)
+        return (tokens, *output[1:]) if isinstance(output, tuple) else tokens
+    return hook
 
 
 def _sign_max(values: torch.Tensor) -> torch.Tensor:
