@@ -238,3 +238,21 @@ def test_compare_draws_the_outliers_of_each_model_per_block(tmp_path) -> None:
     curves = doc["analyses"]["compare"]["summary"]["curves"]["outlier_fraction"]
     assert curves["clean"]["values"] == [0.0] * 6
     assert curves["planted"]["values"] == [0.0, 0.0] + [3 / 64] * 4
+
+
+@pytest.mark.parametrize("kind", ["dinov2-reg", "dinov3", "siglip"])
+def test_the_analysis_reads_models_with_registers_and_without_a_cls_token(kind: str, tmp_path) -> None:
+    """Registers are prefix tokens with their own norms and attention received; without a CLS token the CLS
+    quantities are NaN and the rest stands."""
+    from helpers.hf_factories import make
+
+    backbone = vitscope.wrap(make(kind), name=kind)
+    root = synthesize(tmp_path / "world", "coco", n=4, size=64, seed=9)
+    r = vitscope.run(backbone, f"{root}::coco", [Artifacts()], batch_size=2, progress=False, workers=0)["artifacts"]
+    p, layers, heads = backbone.spec.num_prefix_tokens, backbone.spec.num_blocks, backbone.spec.num_heads
+    assert r["prefix_norm"].shape == (layers + 1, p) and r["sink_all_prefix"].shape == (layers, heads, p)
+    assert r.meta["prefix_kinds"] == list(backbone.spec.prefix_kinds)
+    has_cls = backbone.spec.prefix_kinds[:1] == ("cls",)
+    assert bool(torch.isnan(r["sink_cls_prefix"]).all()) != has_cls
+    received = r["sink_all_prefix"].sum(dim=-1)  # the mean attention the prefix gets, and the patches the rest
+    assert bool(((received >= 0) & (received <= 1 + 1e-6)).all())
