@@ -22,7 +22,7 @@ __all__ = ["Analysis", "Backbone", "ModelSpec", "Result", "VitscopeError", "__ve
 
 #: the packages a user imports from (docs/api.md); the others are the command line's and the writer's rooms
 _SUBPACKAGES = ("analyses", "attribution", "cache", "data", "engine", "errors", "explain", "featviz", "functional",
-               "hooks", "interventions", "models", "occlusion", "outputs", "train", "viz", "zoo")
+               "hooks", "interventions", "models", "occlusion", "outputs", "sae", "train", "viz", "zoo")
 
 __getattr__, __dir__ = lazy_exports(__name__, {
     "Analysis": "vitscope.analyses.base",

@@ -1,0 +1,107 @@
+"""Sparse autoencoders on disk in SAELens's layout: a folder with ``cfg.json`` and ``sae_weights.safetensors``
+(``W_enc [d_in, d_sae]``, ``b_enc [d_sae]``, ``W_dec [d_sae, d_in]``, ``b_dec [d_in]``, and ``threshold [d_sae]``
+for JumpReLU inference), so that SAELens and vitscope read each other's files.
+
+vitscope writes its input scale folded into the weights (``normalize_activations: "none"``: the file is exact for any
+reader) and keeps what it knows beside SAELens's keys under ``"vitscope"`` (the kind, k, the matryoshka widths, the
+scale, the model and hook it was trained on). Batch top-k and matryoshka SAEs are written as SAELens writes them for
+inference: JumpReLU with the learned threshold.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from vitscope.atomic import atomic_path
+from vitscope.errors import VitscopeFileNotFoundError, VitscopeValueError
+from vitscope.sae.model import SparseAutoencoder
+from vitscope.strict_json import write_json_atomic
+
+__all__ = ["CFG_FILE", "WEIGHTS_FILE", "load", "save"]
+
+CFG_FILE = "cfg.json"
+WEIGHTS_FILE = "sae_weights.safetensors"
+_ARCHITECTURE = {"relu": "standard", "topk": "topk", "batchtopk": "jumprelu", "matryoshka": "jumprelu",
+                 "jumprelu": "jumprelu"}
+
+
+def save(sae: SparseAutoencoder, folder: str | Path, hook: str | None = None, model: str | None = None,
+         extra: dict[str, Any] | None = None) -> Path:
+    """Write ``sae`` into ``folder`` (created) in SAELens's layout; returns the folder.
+
+    Args:
+        sae: the autoencoder; hook, model: what it reads (recorded as SAELens's ``hook_name`` and ``model_name``).
+        extra: more of vitscope's record (training settings, token counts...), kept under ``"vitscope"``.
+    """
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    weights = sae.folded()
+    architecture = _ARCHITECTURE[sae.kind]
+    if architecture != "jumprelu":
+        weights.pop("threshold")
+    cfg: dict[str, Any] = {
+        "architecture": architecture, "d_in": sae.d_in, "d_sae": sae.d_sae, "dtype": "float32", "device": "cpu",
+        "apply_b_dec_to_input": sae.b_dec_in_input, "normalize_activations": "none",
+        "hook_name": hook, "model_name": model, "metadata": {"hook_name": hook, "model_name": model},
+        "vitscope": {"kind": sae.kind, "k": sae.k, "widths": list(sae.widths), "input_scale": float(sae.scale),
+                     "hook": hook, "model": model, **(extra or {})}}
+    if architecture == "topk":
+        cfg["k"] = sae.k
+    with atomic_path(out / WEIGHTS_FILE) as partial:
+        save_file({k: v.float().cpu() for k, v in weights.items()}, str(partial))
+    write_json_atomic(out / CFG_FILE, cfg)
+    return out
+
+
+def load(path: str | Path) -> SparseAutoencoder:
+    """A sparse autoencoder from a folder in SAELens's layout (written by vitscope or by SAELens): a torch module
+    with ``encode(x) -> codes``, ``decode(codes) -> x_hat`` and ``forward(x) -> x_hat``.
+
+    Its ``hook`` and ``model`` attributes say what it was trained on (None when the file does not say).
+
+    Raises:
+        FileNotFoundError: the folder lacks ``cfg.json`` or the weights.
+        ValueError: an architecture or a normalisation vitscope does not read, or weights of the wrong shapes.
+    """
+    folder = Path(path)
+    cfg_path, weights_path = folder / CFG_FILE, folder / WEIGHTS_FILE
+    if not cfg_path.is_file() or not weights_path.is_file():
+        raise VitscopeFileNotFoundError(f"{folder} holds no SAE in SAELens's layout (it needs {CFG_FILE} and "
+                                        f"{WEIGHTS_FILE})")
+    cfg = json.loads(cfg_path.read_text())
+    architecture = cfg.get("architecture", "standard")
+    ours = cfg.get("vitscope") or {}
+    if architecture not in ("standard", "topk", "jumprelu"):
+        raise VitscopeValueError(f"{folder}: SAE architecture {architecture!r} is not one vitscope reads (standard, "
+                                 "topk, jumprelu)")
+    if cfg.get("normalize_activations", "none") not in ("none", None):
+        raise VitscopeValueError(f"{folder}: activations normalised by {cfg['normalize_activations']!r}; fold the "
+                                 "normalisation into the weights first (SAELens: fold_activation_norm_scaling_factor)")
+    weights = load_file(str(weights_path))
+    missing = [k for k in ("W_enc", "b_enc", "W_dec", "b_dec") if k not in weights]
+    if missing:
+        raise VitscopeValueError(f"{folder}: the weights lack {', '.join(missing)}")
+    d_in, d_sae = weights["W_enc"].shape
+    kind = ours.get("kind") or {"standard": "relu", "topk": "topk", "jumprelu": "jumprelu"}[architecture]
+    k = int(cfg.get("k") or ours.get("k") or min(32, d_sae))
+    sae = SparseAutoencoder(int(d_in), int(d_sae), kind=kind, k=min(k, int(d_sae)), widths=ours.get("widths"),
+                            b_dec_in_input=bool(cfg.get("apply_b_dec_to_input", True)))
+    shapes = {"W_enc": (d_in, d_sae), "b_enc": (d_sae,), "W_dec": (d_sae, d_in), "b_dec": (d_in,)}
+    if architecture == "jumprelu":
+        shapes["threshold"] = (d_sae,)
+        if "threshold" not in weights:
+            raise VitscopeValueError(f"{folder}: a jumprelu SAE needs its threshold")
+    with torch.no_grad():
+        for name, shape in shapes.items():
+            value = weights[name].float()
+            if tuple(value.shape) != tuple(shape):
+                raise VitscopeValueError(f"{folder}: {name} has shape {tuple(value.shape)}, expected {tuple(shape)}")
+            getattr(sae, name).copy_(value)
+    sae.hook = cfg.get("hook_name") or (cfg.get("metadata") or {}).get("hook_name") or ours.get("hook")
+    sae.model = cfg.get("model_name") or (cfg.get("metadata") or {}).get("model_name") or ours.get("model")
+    return sae.eval()

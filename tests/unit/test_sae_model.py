@@ -1,0 +1,116 @@
+"""Sparse autoencoder modules and their files in SAELens's layout: hand-computed codes, the folding of the input
+scale, and files written the way SAELens writes them read back exactly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from vitscope.sae import SparseAutoencoder, load, save
+
+
+def _tiny(kind: str, **kw) -> SparseAutoencoder:
+    sae = SparseAutoencoder(2, 3, kind=kind, k=kw.pop("k", 1), **kw)
+    with torch.no_grad():
+        sae.W_enc.copy_(torch.tensor([[1.0, 0.0, -1.0], [0.0, 2.0, 1.0]]))
+        sae.b_enc.copy_(torch.tensor([0.0, -1.0, 0.5]))
+        sae.W_dec.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]]))
+        sae.b_dec.copy_(torch.tensor([0.5, 0.0]))
+    return sae
+
+
+X = torch.tensor([[1.5, 1.0], [0.5, -1.0]])
+# by hand: x - b_dec = [[1, 1], [0, -1]]; @ W_enc = [[1, 2, 0], [0, -2, -1]]; + b_enc = [[1, 1, 0.5], [0, -3, -0.5]]
+
+
+def test_codes_by_hand_for_every_rule() -> None:
+    assert _tiny("relu").encode(X).tolist() == [[1.0, 1.0, 0.5], [0.0, 0.0, 0.0]]
+    top = _tiny("topk", k=1).encode(X)
+    assert top[1].tolist() == [0.0, 0.0, 0.0] and sorted(top[0].tolist()) == [0.0, 0.0, 1.0]
+    batch = _tiny("batchtopk", k=1)
+    assert batch.encode_batch(X).count_nonzero() == 2  # k x 2 tokens over the batch: both kept in the first row
+    with torch.no_grad():
+        batch.threshold.fill_(0.75)
+    assert batch.encode(X).tolist() == [[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]]  # JumpReLU at inference
+    sae = _tiny("relu")
+    codes = torch.tensor([[1.0, 0.0, 1.0]])
+    assert torch.allclose(sae.decode(codes), torch.tensor([[2.1, 0.8]]))
+
+
+def test_the_input_scale_folds_into_the_weights_exactly() -> None:
+    sae = _tiny("topk", k=2)
+    with torch.no_grad():
+        sae.scale.fill_(4.0)
+    plain = SparseAutoencoder(2, 3, kind="topk", k=2)
+    with torch.no_grad():
+        for name, value in sae.folded().items():
+            getattr(plain, name).copy_(value)
+    torch.testing.assert_close(plain.encode(X), sae.encode(X))
+    torch.testing.assert_close(plain(X), sae(X))
+
+
+@pytest.mark.parametrize("kind", ["relu", "topk", "batchtopk", "matryoshka"])
+def test_a_saved_sae_loads_back_the_same(kind: str, tmp_path) -> None:
+    sae = SparseAutoencoder(6, 16, kind=kind, k=3, seed=2)
+    with torch.no_grad():
+        sae.b_enc.normal_(generator=torch.Generator().manual_seed(1))
+        sae.threshold.fill_(0.1)
+        sae.scale.fill_(0.5)
+    save(sae, tmp_path / "sae", hook="blocks.3.resid_post", model="tiny-vit-sup")
+    back = load(tmp_path / "sae")
+    x = torch.randn(10, 6, generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(back.encode(x), sae.encode(x))
+    torch.testing.assert_close(back(x), sae(x))
+    assert (back.hook, back.model, back.kind) == ("blocks.3.resid_post", "tiny-vit-sup", kind)
+    cfg = json.loads((tmp_path / "sae" / "cfg.json").read_text())
+    assert cfg["architecture"] == {"relu": "standard", "topk": "topk"}.get(kind, "jumprelu")
+    assert cfg["vitscope"]["input_scale"] == 0.5 and cfg["normalize_activations"] == "none"
+
+
+def _saelens_folder(path, architecture: str, cfg: dict, weights: dict) -> None:
+    """A folder as SAELens's ``save_inference_model`` writes it (keys and shapes of sae_lens 6)."""
+    path.mkdir()
+    save_file(weights, str(path / "sae_weights.safetensors"))
+    (path / "cfg.json").write_text(json.dumps({"architecture": architecture, "d_in": 4, "d_sae": 5,
+                                               "dtype": "float32", "device": "cpu", "apply_b_dec_to_input": True,
+                                               "normalize_activations": "none",
+                                               "metadata": {"hook_name": "blocks.8.hook_resid_post",
+                                                            "model_name": "gpt2"}, **cfg}))
+
+
+def test_files_in_saelens_layout_load_and_encode_as_saelens_does(tmp_path) -> None:
+    gen = torch.Generator().manual_seed(0)
+    w = {"W_enc": torch.randn(4, 5, generator=gen), "b_enc": torch.randn(5, generator=gen),
+         "W_dec": torch.randn(5, 4, generator=gen), "b_dec": torch.randn(4, generator=gen)}
+    x = torch.randn(7, 4, generator=gen)
+    pre = (x - w["b_dec"]) @ w["W_enc"] + w["b_enc"]  # SAELens's hidden_pre
+    _saelens_folder(tmp_path / "standard", "standard", {}, w)
+    _saelens_folder(tmp_path / "topk", "topk", {"k": 2}, w)
+    threshold = torch.full((5,), 0.3)
+    _saelens_folder(tmp_path / "jump", "jumprelu", {}, {**w, "threshold": threshold})
+    torch.testing.assert_close(load(tmp_path / "standard").encode(x), pre.relu())
+    top = load(tmp_path / "topk").encode(x)
+    assert (top.count_nonzero(dim=1) <= 2).all()
+    kept = torch.topk(pre, 2, dim=1).values.relu()
+    torch.testing.assert_close(top.sort(dim=1, descending=True).values[:, :2], kept.sort(dim=1, descending=True).values)
+    jump = load(tmp_path / "jump")
+    torch.testing.assert_close(jump.encode(x), pre.relu() * (pre > threshold))
+    torch.testing.assert_close(jump(x), jump.encode(x) @ w["W_dec"] + w["b_dec"])
+    assert jump.hook == "blocks.8.hook_resid_post" and jump.model == "gpt2"
+
+
+def test_what_cannot_be_read_is_one_line(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match="SAELens's layout"):
+        load(tmp_path)
+    w = {"W_enc": torch.zeros(4, 5), "b_enc": torch.zeros(5), "W_dec": torch.zeros(5, 4), "b_dec": torch.zeros(4)}
+    _saelens_folder(tmp_path / "gated", "gated", {}, w)
+    with pytest.raises(ValueError, match="gated"):
+        load(tmp_path / "gated")
+    _saelens_folder(tmp_path / "bad", "standard", {}, {**w, "b_dec": torch.zeros(3)})
+    with pytest.raises(ValueError, match="b_dec has shape"):
+        load(tmp_path / "bad")
+    with pytest.raises(ValueError, match="kind must be"):
+        SparseAutoencoder(4, 5, kind="gated")
