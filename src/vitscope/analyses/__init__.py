@@ -1,8 +1,9 @@
 """Mergeable streaming analyses (docs/architecture.md), their registry, parameters and result types.
 
 Each analysis is one file in a sub-package by family (``attention``, ``representation``, ``activations``,
-``probes``, ``masking``, ``interventions``, ``diagnostics``) and registers itself where it is defined (``@register_analysis``); the registry's first
-read imports every module of this package (:mod:`.plugins`), so no list names them. Importing this package is
+``probes``, ``masking``, ``interventions``, ``diagnostics``) and registers itself where it is defined
+(``@register_analysis``); the registry's first read imports every module of this package (:mod:`.plugins`), so no
+list names them. Importing this package is
 cheap: its names are imported on first use, so that ``vitscope analyze --help`` lists the analyses from their
 source without importing torch (:mod:`.catalog`). Besides the names below, every class a built-in analysis's
 module exports is importable from here by its name (the analysis and its Result: ``KnnProbe``,
