@@ -30,6 +30,7 @@ from vitscope.cli.help_text import (
 from vitscope.cli.imports import CommandLine
 from vitscope.cli.probe import probe as probe_command
 from vitscope.cli.resolve import resolve_or_exit
+from vitscope.cli.sae import sae_app
 from vitscope.cli.zoo import zoo_app
 from vitscope.models.errors import TRUST_PICKLE_ENV
 from vitscope.strict_json import dumps
@@ -37,6 +38,7 @@ from vitscope.strict_json import dumps
 app = CommandLine(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   context_settings={"max_content_width": 120}, help="Put vision transformers under a microscope.")
 app.add_typer(zoo_app, name="zoo")
+app.add_typer(sae_app, name="sae")
 app.add_typer(experiment_app, name="experiment")
 app.command("explain-pair")(explain_pair)
 app.command("attribute")(attribute_command)

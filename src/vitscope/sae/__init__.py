@@ -1,7 +1,9 @@
-"""Sparse autoencoders of a model's activations: the modules (:class:`SparseAutoencoder`) and their files in
+"""Sparse autoencoders of a model's activations: the modules (:class:`SparseAutoencoder`), their training from the
+stream of passes over the data (:func:`train`, :class:`SAETraining`; ``vitscope sae train``) and their files in
 SAELens's layout (:func:`load`, :func:`save`)."""
 
 from vitscope.sae.io import load, save
 from vitscope.sae.model import KINDS, SparseAutoencoder
+from vitscope.sae.train import SAETraining, train
 
-__all__ = ["KINDS", "SparseAutoencoder", "load", "save"]
+__all__ = ["KINDS", "SAETraining", "SparseAutoencoder", "load", "save", "train"]

@@ -1,0 +1,77 @@
+"""Training sparse autoencoders from the stream of a model's activations: every kind learns (its error falls, its
+sparsity holds), the written file is the trained SAE, a seed gives the same weights, and bad input is one line."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import vitscope
+from vitscope.data.synthetic.write import synthesize
+from vitscope.sae import load
+from vitscope.sae.train import SAETraining, train
+
+SMALL = dict(latents=128, k=8, tokens=6144, buffer_tokens=1024, batch_tokens=256, lr=1e-3, dead_after=2048)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return f"{synthesize(tmp_path_factory.mktemp('sae') / 'world', 'coco', n=32, size=64, seed=11)}::coco"
+
+
+@pytest.fixture(scope="module")
+def backbone():
+    return vitscope.load_model("tiny-vit-sup")
+
+
+@pytest.mark.parametrize("kind", ["relu", "topk", "batchtopk", "matryoshka"])
+def test_every_kind_learns_and_writes_what_it_learnt(kind: str, world: str, backbone, tmp_path) -> None:
+    sae = train(backbone, "blocks.3.resid_post", world, SAETraining(kind=kind, **SMALL), out=tmp_path / "sae")
+    first, last = sae.training_log[0], sae.training_log[-1]
+    assert last["tokens"] == 6144 and last["fvu"] < 0.85 * first["fvu"]
+    if kind != "relu":
+        assert last["l0"] == pytest.approx(8.0)  # k per token (batch top-k: on average over the minibatch)
+    assert sorted(p.name for p in (tmp_path / "sae").iterdir()) == ["cfg.json", "sae_weights.safetensors"]
+    back = load(tmp_path / "sae")
+    x = torch.randn(5, 128, generator=torch.Generator().manual_seed(0)) * 10
+    torch.testing.assert_close(back(x), sae(x), rtol=1e-4, atol=1e-4)
+    assert (back.hook, back.model) == ("blocks.3.resid_post", "tiny-vit-sup")
+
+
+def test_a_seed_gives_the_same_weights_and_another_seed_others(world: str, backbone) -> None:
+    config = SAETraining(kind="topk", **{**SMALL, "tokens": 2048})
+    a, b = train(backbone, "blocks.1.resid_post", world, config), train(backbone, "blocks.1.resid_post", world, config)
+    c = train(backbone, "blocks.1.resid_post", world, SAETraining(kind="topk", seed=1, **{**SMALL, "tokens": 2048}))
+    assert torch.equal(a.W_dec, b.W_dec) and torch.equal(a.b_dec, b.b_dec)
+    assert not torch.equal(a.W_dec, c.W_dec)
+    torch.testing.assert_close(a.W_dec.norm(dim=1), torch.ones(128))  # decoder rows of unit norm
+
+
+def test_the_cls_tokens_alone_and_bad_input_in_one_line(world: str, backbone) -> None:
+    sae = train(backbone, "blocks.5.resid_post", world, SAETraining(kind="topk", tokens_of="cls",
+                                                                     **{**SMALL, "tokens": 512, "buffer_tokens": 64,
+                                                                        "batch_tokens": 16}))
+    assert sae.training_log[-1]["tokens"] == 512  # 32 images, one CLS token each: 16 passes
+    with pytest.raises(ValueError, match="has no hook 'blocks.9.resid_post'"):
+        train(backbone, "blocks.9.resid_post", world, SAETraining(**SMALL))
+    with pytest.raises(ValueError, match="kind must be"):
+        train(backbone, "blocks.1.resid_post", world, SAETraining(kind="gated"))
+    with pytest.raises(ValueError, match="buffer_tokens must hold two minibatches"):
+        train(backbone, "blocks.1.resid_post", world, SAETraining(**{**SMALL, "buffer_tokens": 100}))
+
+
+def test_the_command_trains_and_writes_the_sae(world: str, tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from vitscope.cli.main import app
+
+    result = CliRunner().invoke(app, ["sae", "train", "--model", "tiny-vit-sup", "--hook", "blocks.2.resid_post",
+                                      "--data", world, "--out", str(tmp_path / "sae"), "--latents", "64", "--k", "4",
+                                      "--tokens", "2048", "--buffer-tokens", "1024", "--batch-tokens", "256",
+                                      "--lr", "1e-3"])
+    assert result.exit_code == 0, result.output
+    assert "topk SAE of blocks.2.resid_post: 64 latents" in result.output
+    assert load(tmp_path / "sae").d_sae == 64
+    bad = CliRunner().invoke(app, ["sae", "train", "--model", "tiny-vit-sup", "--hook", "blocks.2.mlp_pre_act",
+                                   "--data", world, "--out", str(tmp_path / "bad")])
+    assert bad.exit_code == 1 and "has no hook 'blocks.2.mlp_pre_act'" in bad.output
