@@ -9,7 +9,7 @@ import torch
 import vitscope
 from vitscope.data.synthetic.write import synthesize
 from vitscope.sae import load
-from vitscope.sae.train import SAETraining, train
+from vitscope.sae.training import SAETraining, train
 
 SMALL = dict(latents=128, k=8, tokens=6144, buffer_tokens=1024, batch_tokens=256, lr=1e-3, dead_after=2048)
 
@@ -75,3 +75,41 @@ def test_the_command_trains_and_writes_the_sae(world: str, tmp_path) -> None:
     bad = CliRunner().invoke(app, ["sae", "train", "--model", "tiny-vit-sup", "--hook", "blocks.2.mlp_pre_act",
                                    "--data", world, "--out", str(tmp_path / "bad")])
     assert bad.exit_code == 1 and "has no hook 'blocks.2.mlp_pre_act'" in bad.output
+
+
+def test_killed_after_a_pass_the_same_call_resumes_to_the_same_weights(world: str, backbone, tmp_path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The state at each pass's end is all weights and counters (never a token): a rerun continues from it and ends
+    where an unbroken run ends, bit for bit."""
+    import vitscope.sae.training as training
+
+    config = SAETraining(kind="batchtopk", **{**SMALL, "tokens": 4096})  # two passes of 2,048 tokens
+    whole = train(backbone, "blocks.3.resid_post", world, config, out=tmp_path / "whole")
+    real, calls = training.run, []
+
+    def dies_in_the_second_pass(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(training, "run", dies_in_the_second_pass)
+    with pytest.raises(KeyboardInterrupt):
+        train(backbone, "blocks.3.resid_post", world, config, out=tmp_path / "again")
+    assert (tmp_path / "again" / ".training" / "training_state.pt").is_file()
+    monkeypatch.setattr(training, "run", real)
+    lines = []
+    resumed = train(backbone, "blocks.3.resid_post", world, config, out=tmp_path / "again", log=lines.append)
+    assert lines[0] == "resumed after pass 1 (2048 tokens)"
+    for name, value in whole.state_dict().items():
+        assert torch.equal(resumed.state_dict()[name], value), name
+    assert not (tmp_path / "again" / ".training").exists()
+    other = SAETraining(kind="batchtopk", **{**SMALL, "tokens": 4096, "lr": 2e-3})  # another run: starts over
+    monkeypatch.setattr(training, "run", dies_in_the_second_pass)
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        train(backbone, "blocks.3.resid_post", world, config, out=tmp_path / "third")
+    monkeypatch.setattr(training, "run", real)
+    lines.clear()
+    train(backbone, "blocks.3.resid_post", world, other, out=tmp_path / "third", log=lines.append)
+    assert not lines[0].startswith("resumed")

@@ -37,7 +37,7 @@ def train_command(
     """Train a sparse autoencoder from passes over the data (no activation written): cfg.json and
     sae_weights.safetensors in --out."""
     from vitscope.models.load import load_model
-    from vitscope.sae.train import SAETraining, train
+    from vitscope.sae.training import SAETraining, train
 
     config = SAETraining(kind=kind, latents=latents, k=k, tokens=int(tokens), buffer_tokens=buffer_tokens,
                          tokens_of=tokens_of, batch_tokens=batch_tokens, lr=lr, seed=seed)

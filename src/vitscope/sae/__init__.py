@@ -4,6 +4,6 @@ SAELens's layout (:func:`load`, :func:`save`)."""
 
 from vitscope.sae.io import load, save
 from vitscope.sae.model import KINDS, SparseAutoencoder
-from vitscope.sae.train import SAETraining, train
+from vitscope.sae.training import SAETraining, train
 
 __all__ = ["KINDS", "SAETraining", "SparseAutoencoder", "load", "save", "train"]

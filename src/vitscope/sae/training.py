@@ -18,6 +18,7 @@ top-k also learns its inference threshold, the running mean of the smallest kept
 from __future__ import annotations
 
 import math
+import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any
 import torch
 
 from vitscope.analyses.base import Analysis, Batch
+from vitscope.atomic import atomic_path
 from vitscope.data.open import as_source
 from vitscope.data.source_part import SourcePart
 from vitscope.engine.memory import available_bytes
@@ -124,6 +126,20 @@ class _Trainer:
     def done(self) -> bool:
         return self.step >= self.steps
 
+    def state(self) -> dict[str, Any]:
+        """What an epoch boundary leaves (the buffer is empty then): weights, optimiser, counters, random state."""
+        return {"sae": self.sae.state_dict(), "opt": self.opt.state_dict(), "step": self.step, "seen": self.seen,
+                "since_fired": self.since_fired.cpu(), "gen": self.gen.get_state(), "started": self.started,
+                "log": [[e[k] for k in _LOG_KEYS] for e in self.log]}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.sae.load_state_dict(state["sae"])
+        self.opt.load_state_dict(state["opt"])
+        self.step, self.seen, self.started = int(state["step"]), int(state["seen"]), bool(state["started"])
+        self.since_fired = state["since_fired"].to(self.since_fired.device)
+        self.gen.set_state(state["gen"])
+        self.log = [dict(zip(_LOG_KEYS, e)) for e in state["log"]]
+
     def push(self, tokens: torch.Tensor) -> None:
         """Add tokens ``[n, D]``; train whenever the buffer is full."""
         start = 0
@@ -136,9 +152,12 @@ class _Trainer:
                 self.train_on(len(self.buffer) // 2)
 
     def finish(self) -> None:
-        """Train on what the buffer still holds (the end of the data)."""
-        while self.filled >= self.cfg.batch_tokens and not self.done:
-            self.train_on(self.filled - self.filled % self.cfg.batch_tokens or self.filled)
+        """Train on the whole minibatches the buffer still holds at the end of a pass, and empty it (so that a pass
+        ends in a state that is all weights and counters)."""
+        whole = self.filled - self.filled % self.cfg.batch_tokens
+        if whole and not self.done:
+            self.train_on(whole)
+        self.filled = 0
 
     def train_on(self, count: int) -> None:
         """Train on ``count`` random tokens of the buffer in minibatches and drop them from it."""
@@ -227,6 +246,9 @@ class _Trainer:
         return ((error - guess) ** 2).sum(dim=1).mean() / (error ** 2).sum(dim=1).mean().clamp_min(1e-12)
 
 
+_LOG_KEYS = ("step", "tokens", "loss", "fvu", "l0", "dead")
+
+
 class _Stream(Analysis):
     """The tokens of one hook, handed to the trainer as the pass makes them (nothing kept: no declared state but
     the count of images seen)."""
@@ -264,10 +286,38 @@ def _buffer_size(cfg: SAETraining, d_in: int, device: torch.device) -> int:
     return max(2 * cfg.batch_tokens, min(fit, 2**22))
 
 
+def _state_key(backbone: Backbone, hook: str, source: Any, config: SAETraining, batch_size: int) -> str:
+    """What a saved training state must match to be resumed (the model's weights, the data, the settings)."""
+    from vitscope.models.digest import model_fingerprint
+    from vitscope.strict_json import dumps
+
+    return dumps({"model": model_fingerprint(backbone), "hook": hook, "data": source.fingerprint(),
+                  "config": asdict(config), "batch_size": batch_size})
+
+
+def _saved(folder: Path | None, key: str) -> dict[str, Any] | None:
+    """The training state saved in ``folder`` at an epoch's end for the same run, else None."""
+    path = None if folder is None else folder / _STATE_FILE
+    if path is None or not path.is_file():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # a torn or foreign file: start over
+        return None
+    return state if state.get("key") == key else None
+
+
+_STATE_FILE = "training_state.pt"
+
+
 def train(backbone: Backbone, hook: str, data: Any, config: SAETraining = SAETraining(), out: str | Path | None = None,
           batch_size: int = 32, device: str | None = None, log: Callable[[str], None] | None = None,
           ) -> SparseAutoencoder:
     """Train a sparse autoencoder of ``hook``'s activations from passes over ``data`` (nothing written but the SAE).
+
+    With ``out``, the state at the end of every pass (weights, optimiser, counters, random state: never a token)
+    goes to ``out/.training/``: the same call after a kill continues from the last finished pass and gives the same
+    weights as a run never stopped; the folder is removed when the SAE is written.
 
     Args:
         backbone: the model; hook: one canonical name (e.g. ``blocks.8.resid_post``).
@@ -287,38 +337,58 @@ def train(backbone: Backbone, hook: str, data: Any, config: SAETraining = SAETra
     if hook not in set(backbone.hook_names()):
         raise VitscopeValueError(f"{backbone.spec.name} has no hook {hook!r}: name one canonical hook, e.g. "
                                  f"blocks.{backbone.spec.num_blocks - 1}.resid_post")
-    names = [hook]
     source = as_source(data)
+    folder = None if out is None else Path(out) / ".training"
+    key = _state_key(backbone, hook, source, config, batch_size) if folder is not None else ""
+    saved = _saved(folder, key)
     trainer: _Trainer | None = None
+
+    def make(d_in: int, where: torch.device) -> _Trainer:
+        with torch.inference_mode(False):  # the pass runs in inference mode; the SAE's tensors must not
+            return _Trainer(d_in, config, where, _buffer_size(config, d_in, where))
 
     def feed(tokens: torch.Tensor) -> None:
         nonlocal trainer
         if trainer is None:
-            with torch.inference_mode(False):  # the pass runs in inference mode; the SAE's tensors must not
-                trainer = _Trainer(tokens.shape[1], config, tokens.device, _buffer_size(config, tokens.shape[1],
-                                                                                         tokens.device))
+            trainer = make(tokens.shape[1], tokens.device)
         trainer.push(tokens)
 
+    first = 0
+    if saved is not None:
+        trainer = make(int(saved["d_in"]), backbone.device)
+        with torch.inference_mode(False):
+            trainer.restore(saved["trainer"])
+        first = int(saved["epoch"])
+        if log:
+            log(f"resumed after pass {first} ({trainer.seen} tokens)")
     order = torch.Generator().manual_seed(config.seed)
     for epoch in range(config.max_epochs):
-        part = SourcePart(source, torch.randperm(len(source), generator=order).tolist(), name=source.name)
-        run(backbone, part, [_Stream(names[0], config.tokens_of, feed)], batch_size=batch_size, device=device,
-            progress=False, workers=0)
+        positions = torch.randperm(len(source), generator=order).tolist()
+        if epoch < first:
+            continue
+        if trainer is not None and trainer.done:
+            break
+        run(backbone, SourcePart(source, positions, name=source.name), [_Stream(hook, config.tokens_of, feed)],
+            batch_size=batch_size, device=device, progress=False, workers=0)
         if trainer is None:
             raise VitscopeValueError(f"no token of {hook!r} came from {source.name} ({config.tokens_of} tokens)")
+        with torch.inference_mode(False):
+            trainer.finish()
         if log and trainer.log:
             last = trainer.log[-1]
             log(f"epoch {epoch + 1}: {trainer.seen} tokens, step {trainer.step}/{trainer.steps}, FVU "
                 f"{last['fvu']:.3f}, L0 {last['l0']:.1f}, dead {last['dead']}")
-        if trainer.done:
-            break
-    with torch.inference_mode(False):
-        trainer.finish()
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+            with atomic_path(folder / _STATE_FILE) as partial:
+                torch.save({"key": key, "epoch": epoch + 1, "d_in": int(trainer.buffer.shape[1]),
+                            "trainer": trainer.state()}, partial)
     sae = trainer.sae.eval()
-    sae.hook, sae.model = names[0], backbone.spec.name
+    sae.hook, sae.model = hook, backbone.spec.name
     sae.training_log = list(trainer.log)
     if out is not None:
-        save(sae, out, hook=names[0], model=backbone.spec.name,
+        save(sae, out, hook=hook, model=backbone.spec.name,
              extra={"training": {**asdict(config), "tokens_seen": trainer.seen, "steps": trainer.step,
                                  "log": trainer.log}})
+        shutil.rmtree(folder, ignore_errors=True)
     return sae
