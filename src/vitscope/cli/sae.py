@@ -47,3 +47,25 @@ def train_command(
     last = sae.training_log[-1] if sae.training_log else {}
     typer.echo(f"{kind} SAE of {hook}: {latents} latents, FVU {last.get('fvu', float('nan')):.3f}, L0 "
                f"{last.get('l0', float('nan')):.1f}, dead {last.get('dead', 0)} -> {out}")
+
+
+@sae_app.command("eval")
+@one_line_errors
+def eval_command(
+    sae: Path = typer.Option(..., "--sae", help="Folder of an SAE in SAELens's layout."),
+    model: str = typer.Option(..., "--model", "-m", help="The model it reads."),
+    data: str = typer.Option(..., "--data", "-d", help="Held-out images: a folder or ROOT::FORMAT."),
+    hook: str | None = typer.Option(None, "--hook", help="Where [the SAE's own hook]."),
+    tokens_of: str = typer.Option("spatial", "--tokens-of", help="spatial, cls, registers or all."),
+    images: int = typer.Option(32, "--images", min=1, help="Images the spliced-in cost is measured on."),
+    batch_size: int = typer.Option(32, "--batch-size", "-b", min=1, help="Images per forward pass."),
+) -> None:
+    """Measure an SAE on held-out images: FVU, cosine, L0, dead and dense latents, and the output's change with the
+    hook replaced by the reconstruction, by its mean and by PCA of the same L0 (one JSON object)."""
+    from vitscope.models.load import load_model
+    from vitscope.sae import evaluate, load
+    from vitscope.strict_json import dumps
+
+    found = evaluate(load(sae), load_model(model), data, hook=hook, tokens_of=tokens_of, images=images,
+                     batch_size=batch_size)
+    typer.echo(dumps(found, indent=1))

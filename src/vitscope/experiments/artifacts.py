@@ -27,7 +27,7 @@ from vitscope.interventions.edits import ablate_tokens
 from vitscope.interventions.reference import reference_means
 from vitscope.interventions.registers import test_time_register
 from vitscope.models.backbone import Backbone
-from vitscope.models.outputs import readout
+from vitscope.models.outputs import edited_readout, output_change
 
 __all__ = ["artifact_ablations"]
 
@@ -42,23 +42,6 @@ def _pixels(backbone: Backbone, source: Any, images: int) -> torch.Tensor:
         if len(kept) == images:
             break
     return backbone.preprocess(kept)
-
-
-def _outputs(backbone: Backbone, pixels: torch.Tensor, edits: Mapping[str, EditFn]) -> torch.Tensor:
-    """The model's readout (logits, or the default embedding) under ``edits``: ``[n, C]`` float32."""
-    last = f"blocks.{backbone.spec.num_blocks - 1}.resid_post"
-    edit = backbone.intervene(dict(edits)) if edits else contextlib.nullcontext()
-    with torch.no_grad(), edit, backbone.record([last]) as rec:
-        backbone(pixels.to(backbone.device))
-        return readout(backbone, rec[last]).float().cpu()
-
-
-def _change(backbone: Backbone, clean: torch.Tensor, edited: torch.Tensor) -> dict[str, float]:
-    if backbone.spec.has_head:
-        p, q = clean.log_softmax(dim=-1), edited.log_softmax(dim=-1)
-        return {"top1_kept": float((clean.argmax(-1) == edited.argmax(-1)).double().mean()),
-                "output_kl": float((p.exp() * (p - q)).sum(dim=-1).mean())}
-    return {"output_cosine": float(torch.nn.functional.cosine_similarity(clean, edited, dim=-1).mean())}
 
 
 def _pass(backbone: Backbone, source: Any, edits: Mapping[str, EditFn], batch_size: int,
@@ -105,18 +88,18 @@ def artifact_ablations(backbone: Backbone, data: Any, found: Mapping[str, Any], 
     """
     source = as_source(data)
     pixels = _pixels(backbone, source, images)
-    clean_out = _outputs(backbone, pixels, {})
+    clean_out = edited_readout(backbone, pixels, {})
     first = found.get("first_block")
     threshold = found["thresholds"][list(found["blocks"]).index(first) + 1] if isinstance(first, int) else None
     base = _pass(backbone, source, {}, batch_size, threshold)
     rows = [{"target": "none", "control": "none", **base, "knn_change": 0.0,
-             **_change(backbone, clean_out, clean_out)}]
+             **output_change(backbone, clean_out, clean_out)}]
 
     def add(target: str, control: str, edits: Mapping[str, EditFn], model: Backbone = backbone) -> None:
         measured = _pass(model, source, edits, batch_size, threshold)
         rows.append({"target": target, "control": control, **measured,
                      "knn_change": measured["knn_accuracy"] - base["knn_accuracy"],
-                     **_change(backbone, clean_out, _outputs(model, pixels, edits))})
+                     **output_change(backbone, clean_out, edited_readout(model, pixels, edits))})
 
     p = backbone.spec.num_prefix_tokens
     if threshold is not None:

@@ -9,7 +9,8 @@ import torch
 
 from vitscope.errors import VitscopeTypeError
 
-__all__ = ["embedding_of", "embedding_pooling", "head_logits", "logits_of", "readout"]
+__all__ = ["edited_readout", "embedding_of", "embedding_pooling", "head_logits", "logits_of", "output_change",
+           "readout"]
 
 
 def logits_of(output: Any) -> torch.Tensor:
@@ -49,3 +50,30 @@ def readout(backbone: Any, tokens: torch.Tensor) -> torch.Tensor:
     if backbone.spec.has_head:
         return head_logits(backbone, tokens).float()
     return embedding_of(backbone, backbone.final_norm(tokens), embedding_pooling(backbone.spec)).float()
+
+
+def edited_readout(backbone: Any, pixels: torch.Tensor, edits: Any = None) -> torch.Tensor:
+    """The model's :func:`readout` of ``pixels`` under ``edits`` (a ``{hook: fn}`` mapping for
+    ``backbone.intervene``; None: the model as it is): ``[n, C]`` float32 on the CPU."""
+    import contextlib
+
+    last = f"blocks.{backbone.spec.num_blocks - 1}.resid_post"
+    edit = backbone.intervene(dict(edits)) if edits else contextlib.nullcontext()
+    with torch.no_grad(), edit, backbone.record([last]) as rec:
+        backbone(pixels.to(backbone.device))
+        return readout(backbone, rec[last]).float().cpu()
+
+
+def output_change(backbone: Any, clean: torch.Tensor, edited: torch.Tensor) -> dict[str, float]:
+    """How far an edit moved the output: for a classifier the share of images whose top class stays
+    (``top1_kept``) and the mean KL divergence ``KL(clean || edited)`` of the class distributions (``output_kl``,
+    nats); for an embedding model the mean cosine of the edited embedding to the clean one (``output_cosine``).
+
+    Args:
+        clean, edited: :func:`readout` of the same images ``[n, C]``.
+    """
+    if backbone.spec.has_head:
+        p, q = clean.log_softmax(dim=-1), edited.log_softmax(dim=-1)
+        return {"top1_kept": float((clean.argmax(-1) == edited.argmax(-1)).double().mean()),
+                "output_kl": float((p.exp() * (p - q)).sum(dim=-1).mean())}
+    return {"output_cosine": float(torch.nn.functional.cosine_similarity(clean, edited, dim=-1).mean())}

@@ -37,7 +37,7 @@ from vitscope.models.backbone import Backbone
 from vitscope.sae.io import save
 from vitscope.sae.model import KINDS, SparseAutoencoder
 
-__all__ = ["TOKENS_OF", "SAETraining", "train"]
+__all__ = ["TOKENS_OF", "SAETraining", "selected_tokens", "train"]
 
 #: which tokens of a hook the SAE sees
 TOKENS_OF = ("spatial", "cls", "registers", "all")
@@ -85,7 +85,7 @@ class SAETraining:
                                      f"{self.buffer_tokens}")
 
 
-def _selected(x: torch.Tensor, kinds: tuple[str, ...], tokens_of: str) -> torch.Tensor:
+def selected_tokens(x: torch.Tensor, kinds: tuple[str, ...], tokens_of: str) -> torch.Tensor:
     """The tokens ``[n, D]`` of a hook's ``[B, T, D]`` that the SAE reads."""
     p = len(kinds)
     if tokens_of == "all":
@@ -269,7 +269,7 @@ class _Stream(Analysis):
     def update_hook(self, name: str, tensor: torch.Tensor, batch: Batch) -> None:
         if tensor.dim() == 4 and not batch.spec.is_transformer:  # a CNN map: every position is a token
             tensor = tensor.flatten(2).transpose(1, 2)
-        self.feed(_selected(tensor.detach().float(), tuple(batch.spec.prefix_kinds), self.tokens_of))
+        self.feed(selected_tokens(tensor.detach().float(), tuple(batch.spec.prefix_kinds), self.tokens_of))
 
     def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
         self.num_images += batch.size

@@ -1,0 +1,162 @@
+"""How good a sparse autoencoder is, on held-out images: how well it reconstructs its hook's tokens, how sparse and
+how alive its latents are, and what the model loses when the hook is replaced by the reconstruction, beside the same
+hook replaced by its mean (the control) and by PCA with as many components as the SAE's L0.
+
+Reconstruction metrics are streamed over every token of the data (one pass): the fraction of variance unexplained
+``FVU = sum ||x - x_hat||^2 / sum ||x - mean||^2``, the mean cosine of ``x_hat`` to ``x``, the mean L0 (active
+latents per token), dead latents (never active) and dense ones (active on more than ``dense_above`` of the tokens).
+The spliced-in cost is measured on the data's first ``images`` images (:func:`vitscope.models.outputs.output_change`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from vitscope.analyses.base import Analysis, Batch
+from vitscope.data.open import as_source
+from vitscope.engine.run import run
+from vitscope.errors import VitscopeValueError
+from vitscope.hooks.edits import EditFn
+from vitscope.models.backbone import Backbone
+from vitscope.models.outputs import edited_readout, output_change
+from vitscope.sae.model import SparseAutoencoder
+from vitscope.sae.training import TOKENS_OF, selected_tokens
+
+__all__ = ["evaluate", "spliced"]
+
+
+class _Moments(Analysis):
+    """Streaming sums over the hook's selected tokens: of ``x``, ``||x||^2``, the squared error, the cosine, the L0
+    and each latent's firing count."""
+
+    name = "sae_moments"
+
+    def __init__(self, sae: SparseAutoencoder, hook: str, tokens_of: str) -> None:
+        super().__init__()
+        self.sae, self.hook, self.tokens_of = sae, hook, tokens_of
+        self.add_state("sums", {}, reduce="sum")
+
+    def required_hooks(self, spec: Any) -> list[str]:
+        return [self.hook]
+
+    def stream_hooks(self, spec: Any) -> list[str]:
+        return [self.hook]
+
+    def update_hook(self, name: str, tensor: torch.Tensor, batch: Batch) -> None:
+        x = selected_tokens(tensor.detach().float(), tuple(batch.spec.prefix_kinds), self.tokens_of)
+        if x.shape[-1] != self.sae.d_in:
+            raise VitscopeValueError(f"{name} has {x.shape[-1]} channels but the SAE reads {self.sae.d_in}")
+        sae = self.sae.to(x.device)
+        codes = sae.encode(x)
+        x_hat = sae.decode(codes)
+        add = {"n": torch.tensor(float(len(x)), dtype=torch.float64, device=x.device),
+               "x": x.double().sum(dim=0), "x2": (x.double() ** 2).sum(),
+               "error": ((x - x_hat).double() ** 2).sum(),
+               "cosine": torch.nn.functional.cosine_similarity(x, x_hat, dim=-1).double().sum(),
+               "l0": (codes > 0).sum().double(), "fired": (codes > 0).sum(dim=0).double()}
+        for key, value in add.items():
+            self.sums[key] = value if key not in self.sums else self.sums[key].to(value.device) + value
+
+    def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
+        """Everything happens as the hook streams."""
+
+    def compute(self) -> Any:
+        return {}
+
+
+def spliced(hook: str, prefix_kinds: tuple[str, ...], tokens_of: str, replace: Any) -> dict[str, EditFn]:
+    """Edits that put ``replace(tokens [n, D]) -> [n, D]`` in place of the selected tokens at ``hook``."""
+    def edit(t: torch.Tensor, name: str) -> torch.Tensor:
+        out = t.clone()
+        p = len(prefix_kinds)
+        if tokens_of == "all":
+            out[:] = replace(t.reshape(-1, t.shape[-1]).float()).reshape(t.shape).to(t.dtype)
+        elif tokens_of == "spatial":
+            out[:, p:] = replace(t[:, p:].reshape(-1, t.shape[-1]).float()).reshape(t[:, p:].shape).to(t.dtype)
+        else:
+            wanted = [i for i, kind in enumerate(prefix_kinds) if kind == ("cls" if tokens_of == "cls" else "reg")]
+            part = t[:, wanted]
+            out[:, wanted] = replace(part.reshape(-1, t.shape[-1]).float()).reshape(part.shape).to(t.dtype)
+        return out
+    return {hook: edit}
+
+
+def _first_pixels(backbone: Backbone, source: Any, images: int) -> torch.Tensor:
+    kept = []
+    for i in range(len(source)):
+        item = source.get(i)
+        if item is not None:
+            kept.append(item.image)
+        if len(kept) == images:
+            break
+    return backbone.preprocess(kept)
+
+
+def evaluate(sae: SparseAutoencoder, backbone: Backbone, data: Any, hook: str | None = None,
+             tokens_of: str = "spatial", images: int = 32, batch_size: int = 32, dense_above: float = 0.1
+             ) -> dict[str, Any]:
+    """Reconstruction, sparsity and spliced-in cost of ``sae`` on ``data``.
+
+    Args:
+        sae: the autoencoder (:func:`vitscope.sae.load`); backbone: the model it reads.
+        data: held-out images; hook: where (default: the SAE's own ``hook``); tokens_of: which tokens.
+        images: images the spliced-in cost is measured on; batch_size: of the pass.
+        dense_above: share of tokens above which a latent is dense.
+
+    Returns:
+        ``{"tokens", "fvu", "cosine", "l0", "dead", "dense", "spliced": {"sae" | "mean" | "pca": output change}}``
+        (:func:`~vitscope.models.outputs.output_change`; ``pca`` keeps ``round(l0)`` principal components).
+
+    Raises:
+        ValueError: no hook, a hook the model lacks, a width that is not the hook's, or an SAE of another model.
+    """
+    hook = hook or getattr(sae, "hook", None)
+    if not hook or hook not in set(backbone.hook_names()):
+        raise VitscopeValueError(f"{backbone.spec.name} has no hook {hook!r} for this SAE (pass hook=...)")
+    if tokens_of not in TOKENS_OF:
+        raise VitscopeValueError(f"tokens_of must be one of {', '.join(TOKENS_OF)}, got {tokens_of!r}")
+    trained_on = getattr(sae, "model", None)
+    if trained_on and trained_on != backbone.spec.name:
+        raise VitscopeValueError(f"this SAE was trained on {trained_on}, not {backbone.spec.name}")
+    moments = _Moments(sae.eval(), hook, tokens_of)
+    source = as_source(data)
+    with torch.no_grad():
+        run(backbone, source, [moments], batch_size=batch_size, progress=False, workers=0)
+    s = {k: v.cpu() for k, v in moments.sums.items()}
+    if not s:
+        raise VitscopeValueError(f"no token of {hook!r} came from {source.name}")
+    n = float(s["n"])
+    mean = s["x"] / n
+    variance = float(s["x2"]) - n * float((mean ** 2).sum())
+    l0 = float(s["l0"]) / n
+    out: dict[str, Any] = {"hook": hook, "tokens_of": tokens_of, "tokens": int(n),
+                           "fvu": float(s["error"]) / max(variance, 1e-30), "cosine": float(s["cosine"]) / n,
+                           "l0": l0, "dead": int((s["fired"] == 0).sum()),
+                           "dense": int((s["fired"] > dense_above * n).sum())}
+    out["spliced"] = _spliced_costs(sae, backbone, source, hook, tokens_of, images, mean.float(), max(1, round(l0)))
+    return out
+
+
+def _spliced_costs(sae: SparseAutoencoder, backbone: Backbone, source: Any, hook: str, tokens_of: str, images: int,
+                   mean: torch.Tensor, components: int) -> dict[str, dict[str, float]]:
+    """The output change with the hook's tokens replaced by the SAE's reconstruction, by their mean, and by their
+    projection on the top ``components`` principal directions (of the measured images' tokens)."""
+    pixels = _first_pixels(backbone, source, images)
+    kinds = tuple(backbone.spec.prefix_kinds)
+    clean = edited_readout(backbone, pixels)
+    with torch.no_grad(), backbone.record([hook]) as rec:
+        backbone(pixels.to(backbone.device))
+        tokens = selected_tokens(rec[hook].float(), kinds, tokens_of).cpu()
+    centre = tokens.mean(dim=0)
+    basis = torch.linalg.svd(tokens - centre, full_matrices=False).Vh[:components]  # [c, D]
+    replacements = {
+        "sae": lambda x: sae.to(x.device)(x),
+        "mean": lambda x: mean.to(x.device).expand_as(x),
+        "pca": lambda x: (x - centre.to(x.device)) @ basis.T.to(x.device) @ basis.to(x.device) + centre.to(x.device),
+    }
+    return {name: output_change(backbone, clean, edited_readout(backbone, pixels,
+                                                                spliced(hook, kinds, tokens_of, fn)))
+            for name, fn in replacements.items()}

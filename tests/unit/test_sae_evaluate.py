@@ -1,0 +1,93 @@
+"""Measuring an SAE: the streamed metrics equal their formulas computed by hand from the recorded tokens, an exact
+SAE has no error and no spliced-in cost, and the controls (mean, PCA) sit beside it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import vitscope
+from vitscope.analyses.activations.hook_tensors import HookTensors
+from vitscope.data.synthetic.write import synthesize
+from vitscope.sae import SparseAutoencoder
+from vitscope.sae.evaluate import evaluate
+
+HOOK = "blocks.2.resid_post"
+
+
+@pytest.fixture(scope="module")
+def setting(tmp_path_factory: pytest.TempPathFactory):
+    world = f"{synthesize(tmp_path_factory.mktemp('ev') / 'world', 'coco', n=6, size=64, seed=12)}::coco"
+    backbone = vitscope.load_model("tiny-vit-sup")
+    tokens = vitscope.run(backbone, world, [HookTensors([HOOK])],
+                          batch_size=3, progress=False, workers=0)["hook_tensors"].tensors[HOOK][:, 1:]
+    return world, backbone, tokens.reshape(-1, tokens.shape[-1]).double()
+
+
+def _exact(d: int) -> SparseAutoencoder:
+    """relu(x) - relu(-x) = x: an SAE of 2d latents that reconstructs every token exactly."""
+    sae = SparseAutoencoder(d, 2 * d, kind="relu")
+    eye = torch.eye(d)
+    with torch.no_grad():
+        sae.W_enc.copy_(torch.cat([eye, -eye], dim=1))
+        sae.W_dec.copy_(torch.cat([eye, -eye], dim=0))
+        sae.b_enc.zero_()
+        sae.b_dec.zero_()
+    return sae
+
+
+def test_an_exact_sae_has_no_error_and_costs_nothing(setting) -> None:
+    world, backbone, x = setting
+    found = evaluate(_exact(128), backbone, world, hook=HOOK, images=4)
+    assert found["tokens"] == len(x) and found["fvu"] < 1e-10 and found["cosine"] == pytest.approx(1.0)
+    assert found["l0"] == pytest.approx(float((x != 0).sum()) / len(x))
+    assert found["spliced"]["sae"]["output_kl"] < 1e-6 and found["spliced"]["sae"]["top1_kept"] == 1.0
+    assert found["spliced"]["mean"]["output_kl"] > 1e-3  # the control costs something
+
+
+def test_the_metrics_are_their_formulas(setting) -> None:
+    world, backbone, x = setting
+    sae = SparseAutoencoder(128, 64, kind="topk", k=4, seed=3)
+    with torch.no_grad():
+        sae.b_dec.copy_(x.mean(dim=0).float())
+    found = evaluate(sae, backbone, world, hook=HOOK, images=2, dense_above=0.2)
+    with torch.no_grad():
+        codes = sae.encode(x.float()).double()
+        x_hat = sae.decode(codes.float()).double()
+    fvu = float(((x - x_hat) ** 2).sum() / ((x - x.mean(dim=0)) ** 2).sum())
+    assert found["fvu"] == pytest.approx(fvu, rel=1e-5)
+    assert found["cosine"] == pytest.approx(float(torch.nn.functional.cosine_similarity(x, x_hat, dim=-1).mean()),
+                                            rel=1e-5)
+    assert found["l0"] == 4.0
+    fired = (codes > 0).sum(dim=0)
+    assert found["dead"] == int((fired == 0).sum()) and found["dense"] == int((fired > 0.2 * len(x)).sum())
+    assert set(found["spliced"]) == {"sae", "mean", "pca"}
+
+
+def test_an_sae_of_another_width_model_or_hook_is_one_line(setting) -> None:
+    world, backbone, _ = setting
+    with pytest.raises(ValueError, match="has 128 channels but the SAE reads 64"):
+        evaluate(SparseAutoencoder(64, 32), backbone, world, hook=HOOK)
+    other = SparseAutoencoder(128, 32)
+    other.model, other.hook = "dinov2-vits14", HOOK
+    with pytest.raises(ValueError, match="trained on dinov2-vits14, not tiny-vit-sup"):
+        evaluate(other, backbone, world)
+    with pytest.raises(ValueError, match="has no hook"):
+        evaluate(SparseAutoencoder(128, 32), backbone, world)
+
+
+def test_the_command_prints_the_metrics(setting, tmp_path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from vitscope.cli.main import app
+    from vitscope.sae import save
+
+    world, _, x = setting
+    save(_exact(128), tmp_path / "sae", hook=HOOK, model="tiny-vit-sup")
+    result = CliRunner().invoke(app, ["sae", "eval", "--sae", str(tmp_path / "sae"), "--model", "tiny-vit-sup",
+                                      "--data", world, "--images", "2"])
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.output)
+    assert found["tokens"] == len(x) and found["fvu"] < 1e-10 and set(found["spliced"]) == {"sae", "mean", "pca"}
