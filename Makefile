@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo install bench zoo zoo-check clean chromium golden vendor-echarts kill-matrix explanations-benchmark
+.PHONY: test demo install bench zoo zoo-check distributed-check clean chromium golden vendor-echarts kill-matrix explanations-benchmark
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,9 @@ zoo: $(STAMP)
 
 # Every shipped zoo model's held-out score measured again and held against its record and the bar (`make test`
 # measures four of them; this all eight, about 40 s).
+distributed-check: $(STAMP)  # every command over two torchrun processes equals one process (about 30 s)
+	VITSCOPE_DISTRIBUTED_CHECK=1 $(PY) -m pytest tests/e2e/test_distributed.py tests/e2e/test_webdataset_distributed.py
+
 zoo-check: $(STAMP)
 	VITSCOPE_ZOO_CHECK=1 $(PY) -m pytest tests/unit/test_zoo_shipped.py
 

@@ -209,10 +209,10 @@ def test_the_command_diagnoses_then_ablates_and_writes_a_report(tmp_path) -> Non
 
     from vitscope.cli.main import app
 
-    root = synthesize(tmp_path / "world", "coco", n=16, size=64, seed=7)
+    root = synthesize(tmp_path / "world", "coco", n=10, size=64, seed=7)
     out = tmp_path / "out"
     result = CliRunner().invoke(app, ["artifacts", "--model", "tiny-vit-planted", "--data", f"{root}::coco", "--out",
-                                      str(out), "--images", "8", "-b", "8"])
+                                      str(out), "--images", "4", "-b", "10"])
     assert result.exit_code == 0, result.output
     assert "outliers from 2; sink heads 1" in result.output
     doc = json.loads((out / "results.json").read_text())
@@ -226,18 +226,17 @@ def test_the_command_diagnoses_then_ablates_and_writes_a_report(tmp_path) -> Non
     assert bad.exit_code == 2 and "artifacts.KEY=VALUE" in bad.output
 
 
-def test_compare_draws_the_outliers_of_each_model_per_block(tmp_path) -> None:
+def test_compare_draws_the_outliers_of_each_model_per_block(planted_runs) -> None:
     """``compare --analyses artifacts``: each model's share of outliers after every block on one axis (with and
     without registers, here with and without the planted artifacts)."""
-    root = synthesize(tmp_path / "world", "coco", n=8, size=64, seed=8)
-    import json
+    from vitscope.comparison.curves import ModelRun, compare_runs
 
-    vitscope.compare_models({"planted": "tiny-vit-planted", "clean": "tiny-vit-planted-clean"}, f"{root}::coco",
-                            out=tmp_path / "cmp", analyses=["artifacts"])
-    doc = json.loads((tmp_path / "cmp" / "results.json").read_text())
-    curves = doc["analyses"]["compare"]["summary"]["curves"]["outlier_fraction"]
-    assert curves["clean"]["values"] == [0.0] * 6
-    assert curves["planted"]["values"] == [0.0, 0.0] + [3 / 64] * 4
+    runs, _ = planted_runs
+    spec = vitscope.load_model("tiny-vit-sup").spec
+    comparison = compare_runs([ModelRun(name, spec, {"artifacts": runs[name]}) for name in ("planted", "clean")])
+    curves = comparison.curves["outlier_fraction"]
+    assert curves["clean"].values == [0.0] * 6 and curves["clean"].blocks == list(range(6))
+    assert curves["planted"].values == [0.0, 0.0] + [3 / 64] * 4
 
 
 @pytest.mark.parametrize("kind", ["dinov2-reg", "dinov3", "siglip"])
@@ -256,3 +255,11 @@ def test_the_analysis_reads_models_with_registers_and_without_a_cls_token(kind: 
     assert bool(torch.isnan(r["sink_cls_prefix"]).all()) != has_cls
     received = r["sink_all_prefix"].sum(dim=-1)  # the mean attention the prefix gets, and the patches the rest
     assert bool(((received >= 0) & (received <= 1 + 1e-6)).all())
+
+
+def test_every_compared_quantity_has_its_section_text_and_caption() -> None:
+    from vitscope.comparison.curves import QUANTITIES
+    from vitscope.comparison.outputs import _INTRO
+    from vitscope.comparison.result import CAPTIONS
+
+    assert set(QUANTITIES) <= set(_INTRO) and set(QUANTITIES) <= set(CAPTIONS)

@@ -11,7 +11,7 @@ from vitscope.data.synthetic.write import synthesize
 from vitscope.sae import load
 from vitscope.sae.training import SAETraining, train
 
-SMALL = dict(latents=128, k=8, tokens=6144, buffer_tokens=1024, batch_tokens=256, lr=1e-3, dead_after=2048)
+SMALL = dict(latents=128, k=8, tokens=4096, buffer_tokens=1024, batch_tokens=256, lr=2e-3, dead_after=2048)
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +26,10 @@ def backbone():
 
 @pytest.mark.parametrize("kind", ["relu", "topk", "batchtopk", "matryoshka"])
 def test_every_kind_learns_and_writes_what_it_learnt(kind: str, world: str, backbone, tmp_path) -> None:
-    sae = train(backbone, "blocks.3.resid_post", world, SAETraining(kind=kind, **SMALL), out=tmp_path / "sae")
+    l1 = {"l1": 1.0} if kind == "relu" else {}  # a lighter penalty: a few steps show the error falling
+    sae = train(backbone, "blocks.3.resid_post", world, SAETraining(kind=kind, **SMALL, **l1), out=tmp_path / "sae")
     first, last = sae.training_log[0], sae.training_log[-1]
-    assert last["tokens"] == 6144 and last["fvu"] < 0.85 * first["fvu"]
+    assert last["tokens"] == 4096 and last["fvu"] < 0.85 * first["fvu"]
     if kind != "relu":
         assert last["l0"] == pytest.approx(8.0)  # k per token (batch top-k: on average over the minibatch)
     assert sorted(p.name for p in (tmp_path / "sae").iterdir()) == ["cfg.json", "sae_weights.safetensors"]
@@ -49,9 +50,9 @@ def test_a_seed_gives_the_same_weights_and_another_seed_others(world: str, backb
 
 def test_the_cls_tokens_alone_and_bad_input_in_one_line(world: str, backbone) -> None:
     sae = train(backbone, "blocks.5.resid_post", world, SAETraining(kind="topk", tokens_of="cls",
-                                                                     **{**SMALL, "tokens": 512, "buffer_tokens": 64,
+                                                                     **{**SMALL, "tokens": 128, "buffer_tokens": 64,
                                                                         "batch_tokens": 16}))
-    assert sae.training_log[-1]["tokens"] == 512  # 32 images, one CLS token each: 16 passes
+    assert sae.training_log[-1]["tokens"] == 128  # 32 images, one CLS token each: 4 passes
     with pytest.raises(ValueError, match="has no hook 'blocks.9.resid_post'"):
         train(backbone, "blocks.9.resid_post", world, SAETraining(**SMALL))
     with pytest.raises(ValueError, match="kind must be"):
@@ -83,7 +84,7 @@ def test_killed_after_a_pass_the_same_call_resumes_to_the_same_weights(world: st
     where an unbroken run ends, bit for bit."""
     import vitscope.sae.training as training
 
-    config = SAETraining(kind="batchtopk", **{**SMALL, "tokens": 4096})  # two passes of 2,048 tokens
+    config = SAETraining(kind="batchtopk", **SMALL)  # two passes of 2,048 tokens
     whole = train(backbone, "blocks.3.resid_post", world, config, out=tmp_path / "whole")
     real, calls = training.run, []
 
@@ -104,7 +105,7 @@ def test_killed_after_a_pass_the_same_call_resumes_to_the_same_weights(world: st
     for name, value in whole.state_dict().items():
         assert torch.equal(resumed.state_dict()[name], value), name
     assert not (tmp_path / "again" / ".training").exists()
-    other = SAETraining(kind="batchtopk", **{**SMALL, "tokens": 4096, "lr": 2e-3})  # another run: starts over
+    other = SAETraining(kind="batchtopk", **{**SMALL, "lr": 1e-3})  # another run: starts over
     monkeypatch.setattr(training, "run", dies_in_the_second_pass)
     calls.clear()
     with pytest.raises(KeyboardInterrupt):

@@ -19,7 +19,8 @@ __all__ = ["neuron_ranking", "norm_histograms", "outlier_maps"]
 
 def norm_histograms(hist: torch.Tensor, edges: torch.Tensor, thresholds: torch.Tensor, rows: Sequence[str],
                     stem: str | Path) -> list[Path]:
-    """One small histogram of patch-token norms per row (log-spaced bins, log count), the threshold dashed.
+    """The histograms of patch-token norms of every row as one heat map: a row per block output, the norm on a log
+    axis, the colour the log count (blank: no token); each row's threshold is a white bar.
 
     Args:
         hist: ``[R, NB]`` counts; edges: ``[NB + 1]`` norms; thresholds: ``[R]`` (NaN: none); rows: ``R`` labels.
@@ -29,23 +30,21 @@ def norm_histograms(hist: torch.Tensor, edges: torch.Tensor, thresholds: torch.T
     used = np.flatnonzero(counts.sum(axis=0) > 0)
     lo, hi = (used[0], used[-1] + 1) if used.size else (0, counts.shape[1])
     lo, hi = max(lo - 2, 0), min(hi + 2, counts.shape[1])
-    cols = min(4, len(rows))
-    grid_rows = math.ceil(len(rows) / cols)
-    fig = Figure(figsize=(3.2 * cols, 2.2 * grid_rows))
-    for r, label in enumerate(rows):
-        ax = fig.add_subplot(grid_rows, cols, r + 1)
-        ax.stairs(counts[r, lo:hi], edge[lo : hi + 1], fill=True, color="#4c72b0")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+    shown = np.where(counts[:, lo:hi] > 0, np.log10(np.maximum(counts[:, lo:hi], 1)), np.nan)
+    logs = np.log10(edge[lo : hi + 1])
+    fig = Figure(figsize=(7.5, 1.2 + 0.32 * len(rows)))
+    ax = fig.add_subplot()
+    image = ax.imshow(shown, aspect="auto", origin="lower", cmap="viridis", interpolation="nearest",
+                      extent=(logs[0], logs[-1], -0.5, len(rows) - 0.5))
+    for r in range(len(rows)):
         t = float(thresholds[r])
         if math.isfinite(t):
-            ax.axvline(t, color="#c44e52", linestyle="--", linewidth=1)
-        ax.set_title(label + (f" (threshold {t:.3g})" if math.isfinite(t) else ""), fontsize=8)
-        ax.tick_params(labelsize=7)
-        if r % cols == 0:
-            ax.set_ylabel("tokens", fontsize=8)
-        if r >= len(rows) - cols:
-            ax.set_xlabel("norm", fontsize=8)
+            ax.plot([math.log10(t)] * 2, [r - 0.45, r + 0.45], color="#c44e52", linewidth=2)
+    ticks = np.arange(math.floor(logs[0]), math.ceil(logs[-1]) + 1)
+    ax.set_xticks(ticks, [f"{10.0 ** t:g}" for t in ticks])
+    ax.set_yticks(range(len(rows)), rows, fontsize=7)
+    ax.set_xlabel("patch-token norm (log scale)")
+    fig.colorbar(image, ax=ax, label="log10 tokens")
     return save_figure(fig, stem, layout=True)
 
 

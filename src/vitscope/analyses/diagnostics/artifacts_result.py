@@ -37,8 +37,9 @@ class ArtifactsResult(Result):
             return []
         rows = m.get("rows", [])
         out = [self.figure("_norms", lambda path: _histograms(t, rows, path),
-                           "Token-norm histograms of the patch tokens, one row per block output (log scale); the "
-                           "dashed line is the outlier threshold of the row, where its norms split in two modes.",
+                           "Token-norm histograms of the patch tokens, one row per block output (norm on a log scale, "
+                           "colour the log count); the red bar is the row's outlier threshold, where its norms split "
+                           "in two modes.",
                            PAPERS)]
         if "norm_maps" in t and len(t["norm_maps"]):
             out.append(self.figure("_maps", lambda path: _maps(t, m, path),
