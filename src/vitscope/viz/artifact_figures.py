@@ -20,7 +20,7 @@ __all__ = ["neuron_ranking", "norm_histograms", "outlier_maps"]
 def norm_histograms(hist: torch.Tensor, edges: torch.Tensor, thresholds: torch.Tensor, rows: Sequence[str],
                     stem: str | Path) -> list[Path]:
     """The histograms of patch-token norms of every row as one heat map: a row per block output, the norm on a log
-    axis, the colour the log count (blank: no token); each row's threshold is a white bar.
+    axis, the colour the log count (blank: no token); each row's threshold is a red bar.
 
     Args:
         hist: ``[R, NB]`` counts; edges: ``[NB + 1]`` norms; thresholds: ``[R]`` (NaN: none); rows: ``R`` labels.
