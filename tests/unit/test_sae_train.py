@@ -114,3 +114,18 @@ def test_killed_after_a_pass_the_same_call_resumes_to_the_same_weights(world: st
     lines.clear()
     train(backbone, "blocks.3.resid_post", world, other, out=tmp_path / "third", log=lines.append)
     assert not lines[0].startswith("resumed")
+
+
+def test_the_page_on_saes_runs_as_written(tmp_path, monkeypatch, capsys) -> None:
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "sae.md").read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```", page, flags=re.MULTILINE | re.DOTALL)
+    assert len(blocks) == 1
+    monkeypatch.chdir(tmp_path)
+    synthesize(tmp_path / "world", "coco", n=16, size=64, seed=1)
+    exec(compile(blocks[0], "docs/sae.md", "exec"), {})
+    log, fvu = capsys.readouterr().out.splitlines()
+    assert "'tokens': 4096" in log and 0.0 < float(fvu) < 1.0
+    assert sorted(p.name for p in (tmp_path / "sae").iterdir()) == ["cfg.json", "sae_weights.safetensors"]
