@@ -114,3 +114,92 @@ def test_what_cannot_be_read_is_one_line(tmp_path) -> None:
         load(tmp_path / "bad")
     with pytest.raises(ValueError, match="kind must be"):
         SparseAutoencoder(4, 5, kind="gated")
+
+
+def _weights(d_in: int = 4, d_sae: int = 6, seed: int = 0) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return {"W_enc": torch.randn(d_in, d_sae, generator=gen), "b_enc": torch.randn(d_sae, generator=gen),
+            "W_dec": torch.randn(d_sae, d_in, generator=gen), "b_dec": torch.randn(d_in, generator=gen)}
+
+
+def test_a_vit_prisma_folder_loads_as_prisma_encodes(tmp_path) -> None:
+    """ViT-Prisma's files (vit_prisma/sae/sae.py: save_model, load_from_pretrained; config.json beside): the decoder
+    bias subtracted before encoding, top-k then ReLU, per-token layer norm in and out (its default)."""
+    w = _weights()
+    folder = tmp_path / "prisma"
+    folder.mkdir()
+    torch.save(w, folder / "n_images_2600058.pt")  # the vanilla repos: a bare state dict
+    (folder / "config.json").write_text(json.dumps({
+        "d_in": 4, "expansion_factor": 1.5, "activation_fn_str": "topk", "activation_fn_kwargs": {"k": 2},
+        "hook_point_layer": 9, "layer_subtype": "hook_resid_post", "model_name": "open-clip:laion/CLIP-ViT-B-32"}))
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(1))
+    mu, std = x.mean(-1, keepdim=True), x.std(-1, keepdim=True)
+    xn = (x - mu) / (std + 1e-5)
+    pre = (xn - w["b_dec"]) @ w["W_enc"] + w["b_enc"]
+    values, index = torch.topk(pre, 2, dim=-1)
+    codes = torch.zeros_like(pre).scatter(-1, index, values.relu())
+    sae = load(folder)
+    torch.testing.assert_close(sae.encode(x), codes)
+    torch.testing.assert_close(sae(x), (codes @ w["W_dec"] + w["b_dec"]) * (std + 1e-5) + mu)
+    assert (sae.hook, sae.model) == ("blocks.9.hook_resid_post", "open-clip:laion/CLIP-ViT-B-32")
+
+
+def test_prismas_save_model_dict_reads_without_running_its_classes(tmp_path, monkeypatch) -> None:
+    """``save_model`` pickles its config as a vit_prisma dataclass: read as a plain record by the weights-only
+    unpickler, never importing or running vit_prisma."""
+    import dataclasses
+    import sys
+    import types
+
+    module = types.ModuleType("vit_prisma.sae.config")
+
+    @dataclasses.dataclass
+    class VisionModelSAERunnerConfig:
+        d_in: int = 4
+        activation_fn_str: str = "relu"
+        normalize_activations: str = "none"
+        hook_point_layer: int = 3
+        layer_subtype: str = "hook_resid_post"
+        model_name: str = "tiny"
+
+    VisionModelSAERunnerConfig.__module__ = module.__name__
+    VisionModelSAERunnerConfig.__qualname__ = "VisionModelSAERunnerConfig"
+    module.VisionModelSAERunnerConfig = VisionModelSAERunnerConfig
+    for name in ("vit_prisma", "vit_prisma.sae", "vit_prisma.sae.config"):
+        monkeypatch.setitem(sys.modules, name, module if name.endswith("config") else types.ModuleType(name))
+    folder = tmp_path / "topk"
+    folder.mkdir()
+    w = _weights()
+    torch.save({"cfg": VisionModelSAERunnerConfig(), "state_dict": w}, folder / "weights.pt")
+    monkeypatch.delitem(sys.modules, "vit_prisma.sae.config")  # the reader has no vit_prisma
+    (folder / "config.json").write_text(json.dumps({"model_name": "tiny"}))
+    sae = load(folder)
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(sae.encode(x), ((x - w["b_dec"]) @ w["W_enc"] + w["b_enc"]).relu())
+    assert sae.hook == "blocks.3.hook_resid_post"
+
+
+def test_an_overcomplete_state_dict_loads_as_overcomplete_encodes(tmp_path) -> None:
+    """overcomplete's keys (overcomplete/sae: MLPEncoder's final_block.0, DictionaryLayer's _weights normalised to
+    unit rows times exp(multiplier) when read; no decoder bias, no centring; JumpSAE's log-thresholds)."""
+    gen = torch.Generator().manual_seed(3)
+    enc, bias, raw = torch.randn(6, 4, generator=gen), torch.randn(6, generator=gen), torch.randn(6, 4, generator=gen)
+    state = {"encoder.final_block.0.weight": enc, "encoder.final_block.0.bias": bias, "dictionary._weights": raw,
+             "dictionary.multiplier": torch.tensor(0.5)}
+    torch.save(state, tmp_path / "topk.pt")
+    torch.save({**state, "thresholds": torch.full((6,), -1.0)}, tmp_path / "jump.pt")
+    x = torch.randn(5, 4, generator=gen)
+    r = (x @ enc.T + bias).relu()
+    dictionary = raw / (raw.norm(dim=1, keepdim=True) + 1e-8) * torch.exp(torch.tensor(0.5))
+    top = load(tmp_path / "topk.pt", k=2)
+    values, index = torch.topk(r, 2, dim=-1)
+    torch.testing.assert_close(top.encode(x), torch.zeros_like(r).scatter(-1, index, values))
+    torch.testing.assert_close(top(x), top.encode(x) @ dictionary)
+    jump = load(tmp_path / "jump.pt")
+    torch.testing.assert_close(jump.encode(x), r * (r > torch.exp(torch.tensor(-1.0))))
+    torch.save({**state, "encoder.final_block.1.weight": torch.ones(6)}, tmp_path / "deep.pt")
+    with pytest.raises(ValueError, match="non-linear encoder"):
+        load(tmp_path / "deep.pt")
+    torch.save(torch.nn.Linear(2, 2), tmp_path / "module.pt")  # a whole pickled module: never unpickled
+    with pytest.raises(ValueError, match="reads safely"):
+        load(tmp_path / "module.pt")

@@ -58,21 +58,36 @@ def save(sae: SparseAutoencoder, folder: str | Path, hook: str | None = None, mo
     return out
 
 
-def load(path: str | Path) -> SparseAutoencoder:
-    """A sparse autoencoder from a folder in SAELens's layout (written by vitscope or by SAELens): a torch module
-    with ``encode(x) -> codes``, ``decode(codes) -> x_hat`` and ``forward(x) -> x_hat``.
+def load(path: str | Path, k: int | None = None) -> SparseAutoencoder:
+    """A sparse autoencoder from disk: a torch module with ``encode(x) -> codes``, ``decode(codes) -> x_hat`` and
+    ``forward(x) -> x_hat``, its ``hook`` and ``model`` attributes saying what it was trained on (None when the file
+    does not say).
 
-    Its ``hook`` and ``model`` attributes say what it was trained on (None when the file does not say).
+    Layouts: a folder in SAELens's layout (``cfg.json`` + ``sae_weights.safetensors``: vitscope's and SAELens's),
+    a ViT-Prisma folder (``config.json`` + ``weights.pt`` or ``n_images_<N>.pt``), or an overcomplete
+    ``state_dict`` file (``.pt``; :mod:`vitscope.sae.foreign`).
+
+    Args:
+        path: the folder or file.
+        k: the top-k of an overcomplete ``TopKSAE`` (its files do not hold it).
 
     Raises:
-        FileNotFoundError: the folder lacks ``cfg.json`` or the weights.
+        FileNotFoundError: nothing of these layouts there.
         ValueError: an architecture or a normalisation vitscope does not read, or weights of the wrong shapes.
     """
+    from vitscope.sae.foreign import load_overcomplete, load_prisma, prisma_weights
+
     folder = Path(path)
+    if folder.is_file():
+        if (folder.parent / "config.json").is_file() and prisma_weights(folder.parent) == folder:
+            return load_prisma(folder.parent)
+        return load_overcomplete(folder, k=k)
     cfg_path, weights_path = folder / CFG_FILE, folder / WEIGHTS_FILE
+    if not cfg_path.is_file() and (folder / "config.json").is_file() and prisma_weights(folder) is not None:
+        return load_prisma(folder)
     if not cfg_path.is_file() or not weights_path.is_file():
-        raise VitscopeFileNotFoundError(f"{folder} holds no SAE in SAELens's layout (it needs {CFG_FILE} and "
-                                        f"{WEIGHTS_FILE})")
+        raise VitscopeFileNotFoundError(f"{folder} holds no SAE in SAELens's layout ({CFG_FILE} and {WEIGHTS_FILE}), "
+                                        "ViT-Prisma's (config.json and weights.pt) or overcomplete's (a .pt file)")
     cfg = json.loads(cfg_path.read_text())
     architecture = cfg.get("architecture", "standard")
     ours = cfg.get("vitscope") or {}

@@ -42,11 +42,17 @@ class SparseAutoencoder(nn.Module):
         seed: of the initial weights (decoder rows of unit norm, the encoder their transpose).
         b_dec_in_input: subtract the decoder bias from the input before encoding (SAELens's
             ``apply_b_dec_to_input``; files saved without it load with it off).
+        token_norm: ``"layer_norm"`` normalises every token to zero mean and unit standard deviation before
+            encoding and :meth:`forward` puts the reconstruction back in its units (ViT-Prisma's default); None: only
+            the constant ``scale``.
     """
 
     def __init__(self, d_in: int, d_sae: int, kind: str = "topk", k: int = 32, widths: Sequence[int] | None = None,
-                 seed: int = 0, b_dec_in_input: bool = True) -> None:
+                 seed: int = 0, b_dec_in_input: bool = True, token_norm: str | None = None) -> None:
         super().__init__()
+        if token_norm not in (None, "layer_norm"):
+            raise VitscopeValueError(f"token_norm must be None or 'layer_norm', got {token_norm!r}")
+        self.token_norm = token_norm
         if kind not in LOADED_KINDS:
             raise VitscopeValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
         self.b_dec_in_input = bool(b_dec_in_input)
@@ -68,9 +74,16 @@ class SparseAutoencoder(nn.Module):
         # JumpReLU threshold per latent: batch top-k's inference rule (and SAELens's jumprelu files)
         self.register_buffer("threshold", torch.zeros(d_sae))
 
+    def _normalised(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """``x`` as the encoder reads it, and the per-token mean and deviation that undo it (None: no token norm)."""
+        if self.token_norm != "layer_norm":
+            return x, None, None
+        mean, std = x.mean(dim=-1, keepdim=True), x.std(dim=-1, keepdim=True)
+        return (x - mean) / (std + 1e-5), mean, std
+
     def pre_activations(self, x: torch.Tensor) -> torch.Tensor:
         """``[..., d_in]`` -> ``[..., d_sae]`` before the sparsifying non-linearity."""
-        x = x * self.scale
+        x = self._normalised(x)[0] * self.scale
         return (x - self.b_dec if self.b_dec_in_input else x) @ self.W_enc + self.b_enc
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
@@ -97,8 +110,10 @@ class SparseAutoencoder(nn.Module):
         return (codes @ self.W_dec + self.b_dec) / self.scale
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """The reconstruction of ``x [..., d_in]``."""
-        return self.decode(self.encode(x))
+        """The reconstruction of ``x [..., d_in]`` (in ``x``'s units, a token norm undone)."""
+        x_hat = self.decode(self.encode(x))
+        _, mean, std = self._normalised(x)
+        return x_hat if mean is None else x_hat * (std + 1e-5) + mean
 
     @torch.no_grad()
     def normalise_decoder(self) -> None:
