@@ -91,3 +91,29 @@ def test_the_command_prints_the_metrics(setting, tmp_path) -> None:
     assert result.exit_code == 0, result.output
     found = json.loads(result.output)
     assert found["tokens"] == len(x) and found["fvu"] < 1e-10 and set(found["spliced"]) == {"sae", "mean", "pca"}
+
+
+def test_steering_and_ablating_latents_beside_their_controls(setting) -> None:
+    from vitscope.models.outputs import edited_readout, output_change
+    from vitscope.sae.edits import ablate_latents, random_direction, steer_latent
+
+    world, backbone, x = setting
+    sae = _exact(128)
+    pixels = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    clean = edited_readout(backbone, pixels)
+    steered = edited_readout(backbone, pixels, steer_latent(sae, HOOK, 5, 20.0))
+    control = edited_readout(backbone, pixels, steer_latent(sae, HOOK, 5, 20.0, random_direction(sae, 5, seed=1)))
+    assert output_change(backbone, clean, steered)["output_kl"] > 0 and not torch.equal(steered, control)
+    assert float(random_direction(sae, 5).norm()) == pytest.approx(float(sae.W_dec[5].detach().norm()))
+    with torch.no_grad(), backbone.intervene(ablate_latents(sae, HOOK, [0, 1, 2], ("cls",))), \
+            backbone.record([HOOK]) as rec:
+        backbone(pixels)
+        ablated = rec[HOOK][:, 1:].clone()
+    with torch.no_grad(), backbone.record([HOOK]) as rec:
+        backbone(pixels)
+        plain = rec[HOOK][:, 1:].clone()
+    # the exact SAE's latents 0-2 are the positive parts of channels 0-2: ablating them clips those channels at 0
+    torch.testing.assert_close(ablated[..., :3], plain[..., :3].clamp(max=0))
+    torch.testing.assert_close(ablated[..., 3:], plain[..., 3:])
+    with pytest.raises(ValueError, match="not latents of this SAE"):
+        steer_latent(sae, HOOK, 999, 1.0)

@@ -1,0 +1,78 @@
+"""Interventions through an SAE's latents, for :meth:`vitscope.Backbone.intervene`, each with its control:
+steering along a latent's decoder direction beside a random direction of the same norm, and ablating latents in the
+reconstruction (the SAE's error kept, so that only the latents change) beside the reconstruction untouched."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from vitscope.errors import VitscopeValueError
+from vitscope.hooks.edits import EditFn
+from vitscope.sae.model import SparseAutoencoder
+from vitscope.sae.training import selected_tokens
+
+__all__ = ["ablate_latents", "random_direction", "steer_latent"]
+
+
+def _check(sae: SparseAutoencoder, latents: Sequence[int]) -> list[int]:
+    chosen = sorted({int(i) for i in latents})
+    bad = [i for i in chosen if not 0 <= i < sae.d_sae]
+    if bad or not chosen:
+        raise VitscopeValueError(f"latents {bad or list(latents)} are not latents of this SAE (0 to {sae.d_sae - 1})")
+    return chosen
+
+
+def steer_latent(sae: SparseAutoencoder, hook: str, latent: int, scale: float,
+                 direction: torch.Tensor | None = None) -> dict[str, EditFn]:
+    """Add ``scale * W_dec[latent]`` (in the activations' units; or ``scale * direction``) to every token at ``hook``.
+
+    Args:
+        sae: the autoencoder; hook: where it reads.
+        latent: the latent whose decoder row is the direction; scale: its multiple.
+        direction: another ``[d_in]`` direction instead (e.g. :func:`random_direction`, the control).
+    """
+    chosen = _check(sae, [latent])[0]
+    vector = (sae.W_dec[chosen] / sae.scale).detach() if direction is None else direction.detach()
+    if vector.shape != (sae.d_in,):
+        raise VitscopeValueError(f"a direction of {sae.d_in} values is needed, got {tuple(vector.shape)}")
+
+    def edit(t: torch.Tensor, name: str) -> torch.Tensor:
+        return t + (scale * vector).to(t.device, t.dtype)
+    return {hook: edit}
+
+
+def random_direction(sae: SparseAutoencoder, latent: int, seed: int = 0) -> torch.Tensor:
+    """A random ``[d_in]`` direction with the norm of ``latent``'s steering direction: the control of steering."""
+    reference = (sae.W_dec[_check(sae, [latent])[0]] / sae.scale).detach()
+    direction = torch.randn(sae.d_in, generator=torch.Generator().manual_seed(int(seed)))
+    return direction / direction.norm() * reference.norm()
+
+
+def ablate_latents(sae: SparseAutoencoder, hook: str, latents: Sequence[int], prefix_kinds: Sequence[str],
+                   tokens_of: str = "spatial") -> dict[str, EditFn]:
+    """Replace the SAE's tokens at ``hook`` by ``x - decode(codes) + decode(codes with latents zeroed)``: the
+    latents' contribution removed, everything the SAE does not explain kept. With no latent active the tokens are
+    unchanged (the control is the same edit with other latents, or none)."""
+    chosen = _check(sae, latents)
+    kinds = tuple(prefix_kinds)
+
+    def edit(t: torch.Tensor, name: str) -> torch.Tensor:
+        out = t.clone()
+        x = selected_tokens(t.float(), kinds, tokens_of)
+        model = sae.to(t.device)
+        codes = model.encode(x)
+        removed = torch.zeros_like(codes)
+        removed[:, chosen] = codes[:, chosen]
+        change = -(removed @ model.W_dec) / model.scale  # decode is linear in the codes: only their share goes
+        p = len(kinds)
+        if tokens_of == "spatial":
+            out[:, p:] = (t[:, p:].float() + change.reshape(t[:, p:].shape)).to(t.dtype)
+        elif tokens_of == "all":
+            out = (t.float() + change.reshape(t.shape)).to(t.dtype)
+        else:
+            wanted = [i for i, kind in enumerate(kinds) if kind == ("cls" if tokens_of == "cls" else "reg")]
+            out[:, wanted] = (t[:, wanted].float() + change.reshape(t[:, wanted].shape)).to(t.dtype)
+        return out
+    return {hook: edit}
