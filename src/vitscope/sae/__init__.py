@@ -1,8 +1,8 @@
 """Sparse autoencoders of a model's activations: the modules (:class:`SparseAutoencoder`), their training from the
 stream of passes over the data (:func:`train`, :class:`SAETraining`; ``vitscope sae train``), their measurement on
-held-out images (:func:`evaluate`; ``vitscope sae eval``), steering and ablating its latents through
-``backbone.intervene`` (:func:`steer_latent` beside :func:`random_direction`, :func:`ablate_latents`) and their files in SAELens's layout (:func:`load`,
-:func:`save`)."""
+held-out images (:func:`evaluate`; ``vitscope sae eval``), steering and ablating their latents through
+``backbone.intervene`` (:func:`steer_latent` beside :func:`random_direction`, :func:`ablate_latents`) and their
+files in SAELens's layout (:func:`load`, :func:`save`)."""
 
 from vitscope.sae.edits import ablate_latents, random_direction, steer_latent
 from vitscope.sae.evaluate import evaluate
