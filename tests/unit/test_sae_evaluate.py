@@ -40,6 +40,8 @@ def test_an_exact_sae_has_no_error_and_costs_nothing(setting) -> None:
     world, backbone, x = setting
     found = evaluate(_exact(128), backbone, world, hook=HOOK, images=4)
     assert found["tokens"] == len(x) and found["fvu"] < 1e-10 and found["cosine"] == pytest.approx(1.0)
+    assert found["spliced"]["sae"]["knn_change"] == 0.0  # the same features: the same neighbours
+    assert 0.0 <= found["knn_accuracy"] <= 1.0 and "knn_accuracy" in found["spliced"]["mean"]
     assert found["l0"] == pytest.approx(float((x != 0).sum()) / len(x))
     assert found["spliced"]["sae"]["output_kl"] < 1e-6 and found["spliced"]["sae"]["top1_kept"] == 1.0
     assert found["spliced"]["mean"]["output_kl"] > 1e-3  # the control costs something
@@ -50,7 +52,7 @@ def test_the_metrics_are_their_formulas(setting) -> None:
     sae = SparseAutoencoder(128, 64, kind="topk", k=4, seed=3)
     with torch.no_grad():
         sae.b_dec.copy_(x.mean(dim=0).float())
-    found = evaluate(sae, backbone, world, hook=HOOK, images=2, dense_above=0.2)
+    found = evaluate(sae, backbone, world, hook=HOOK, images=2, dense_above=0.2, knn=False)
     with torch.no_grad():
         codes = sae.encode(x.float()).double()
         x_hat = sae.decode(codes.float()).double()

@@ -96,8 +96,8 @@ def _first_pixels(backbone: Backbone, source: Any, images: int) -> torch.Tensor:
 
 
 def evaluate(sae: SparseAutoencoder, backbone: Backbone, data: Any, hook: str | None = None,
-             tokens_of: str = "spatial", images: int = 32, batch_size: int = 32, dense_above: float = 0.1
-             ) -> dict[str, Any]:
+             tokens_of: str = "spatial", images: int = 32, batch_size: int = 32, dense_above: float = 0.1,
+             knn: bool = True) -> dict[str, Any]:
     """Reconstruction, sparsity and spliced-in cost of ``sae`` on ``data``.
 
     Args:
@@ -105,10 +105,14 @@ def evaluate(sae: SparseAutoencoder, backbone: Backbone, data: Any, hook: str | 
         data: held-out images; hook: where (default: the SAE's own ``hook``); tokens_of: which tokens.
         images: images the spliced-in cost is measured on; batch_size: of the pass.
         dense_above: share of tokens above which a latent is dense.
+        knn: with labelled data, also the k-NN accuracy of the last block's features (the probe's defaults) with the
+            hook replaced, beside the model's own (one more pass per replacement).
 
     Returns:
         ``{"tokens", "fvu", "cosine", "l0", "dead", "dense", "spliced": {"sae" | "mean" | "pca": output change}}``
-        (:func:`~vitscope.models.outputs.output_change`; ``pca`` keeps ``round(l0)`` principal components).
+        (:func:`~vitscope.models.outputs.output_change`; ``pca`` keeps ``round(l0)`` principal components); with
+        ``knn`` and labels, ``knn_accuracy`` (the model's) and each replacement's ``knn_accuracy`` and
+        ``knn_change``.
 
     Raises:
         ValueError: no hook, a hook the model lacks, a width that is not the hook's, or an SAE of another model.
@@ -136,27 +140,52 @@ def evaluate(sae: SparseAutoencoder, backbone: Backbone, data: Any, hook: str | 
                            "fvu": float(s["error"]) / max(variance, 1e-30), "cosine": float(s["cosine"]) / n,
                            "l0": l0, "dead": int((s["fired"] == 0).sum()),
                            "dense": int((s["fired"] > dense_above * n).sum())}
-    out["spliced"] = _spliced_costs(sae, backbone, source, hook, tokens_of, images, mean.float(), max(1, round(l0)))
+    replacements = _replacements(sae, backbone, source, hook, tokens_of, images, mean.float(), max(1, round(l0)))
+    out["spliced"] = _spliced_costs(backbone, source, hook, tokens_of, images, replacements)
+    if knn and "label" in source.target_keys():
+        kinds = tuple(backbone.spec.prefix_kinds)
+        out["knn_accuracy"] = _knn(backbone, source, {}, batch_size)
+        for name, fn in replacements.items():
+            accuracy = _knn(backbone, source, spliced(hook, kinds, tokens_of, fn), batch_size)
+            out["spliced"][name].update(knn_accuracy=accuracy, knn_change=accuracy - out["knn_accuracy"])
     return out
 
 
-def _spliced_costs(sae: SparseAutoencoder, backbone: Backbone, source: Any, hook: str, tokens_of: str, images: int,
-                   mean: torch.Tensor, components: int) -> dict[str, dict[str, float]]:
-    """The output change with the hook's tokens replaced by the SAE's reconstruction, by their mean, and by their
-    projection on the top ``components`` principal directions (of the measured images' tokens)."""
+def _knn(backbone: Backbone, source: Any, edits: Mapping[str, EditFn], batch_size: int) -> float:
+    """k-NN accuracy of the last block's features under ``edits`` (NaN when the data cannot be scored)."""
+    import contextlib
+
+    from vitscope.analyses.probes.knn import KnnProbe
+
+    with backbone.intervene(dict(edits)) if edits else contextlib.nullcontext():
+        result = run(backbone, source, [KnnProbe()], batch_size=batch_size, progress=False, workers=0)["knn_probe"]
+    return float(result["accuracy"][-1]) if "accuracy" in result.tensors else float("nan")
+
+
+def _replacements(sae: SparseAutoencoder, backbone: Backbone, source: Any, hook: str, tokens_of: str, images: int,
+                  mean: torch.Tensor, components: int) -> dict[str, Any]:
+    """What the hook's tokens are replaced by: the SAE's reconstruction, their mean, and their projection on the top
+    ``components`` principal directions (of the first ``images`` images' tokens)."""
     pixels = _first_pixels(backbone, source, images)
     kinds = tuple(backbone.spec.prefix_kinds)
-    clean = edited_readout(backbone, pixels)
     with torch.no_grad(), backbone.record([hook]) as rec:
         backbone(pixels.to(backbone.device))
         tokens = selected_tokens(rec[hook].float(), kinds, tokens_of).cpu()
     centre = tokens.mean(dim=0)
     basis = torch.linalg.svd(tokens - centre, full_matrices=False).Vh[:components]  # [c, D]
-    replacements = {
+    return {
         "sae": lambda x: sae.to(x.device)(x),
         "mean": lambda x: mean.to(x.device).expand_as(x),
         "pca": lambda x: (x - centre.to(x.device)) @ basis.T.to(x.device) @ basis.to(x.device) + centre.to(x.device),
     }
+
+
+def _spliced_costs(backbone: Backbone, source: Any, hook: str, tokens_of: str, images: int,
+                   replacements: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """The output change on the first ``images`` images with the hook's tokens replaced by each replacement."""
+    pixels = _first_pixels(backbone, source, images)
+    kinds = tuple(backbone.spec.prefix_kinds)
+    clean = edited_readout(backbone, pixels)
     return {name: output_change(backbone, clean, edited_readout(backbone, pixels,
                                                                 spliced(hook, kinds, tokens_of, fn)))
             for name, fn in replacements.items()}
