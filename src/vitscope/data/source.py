@@ -145,6 +145,18 @@ class Source(ABC):
 
     # ------------------------------------------------------------ interactive use
 
+    def first_images(self, n: int) -> list[Image.Image]:
+        """The first ``n`` readable images (unreadable ones skipped as :meth:`get` skips them): a small fixed set to
+        measure an edit's effect on."""
+        kept: list[Image.Image] = []
+        for i in range(len(self)):
+            if len(kept) == n:
+                break
+            item = self.get(i)
+            if item is not None:
+                kept.append(item.image)
+        return kept
+
     def get(self, i: int) -> ImageItem | None:
         """Image ``i`` with its ground truth (negative indices count from the end).
 

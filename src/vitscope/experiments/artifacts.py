@@ -13,8 +13,6 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
-
 from vitscope.analyses.diagnostics.artifacts import Artifacts
 from vitscope.analyses.probes.knn import KnnProbe
 from vitscope.data.open import as_source
@@ -30,18 +28,6 @@ from vitscope.models.backbone import Backbone
 from vitscope.models.outputs import edited_readout, output_change
 
 __all__ = ["artifact_ablations"]
-
-
-def _pixels(backbone: Backbone, source: Any, images: int) -> torch.Tensor:
-    """``[n, 3, H, W]`` the first ``images`` readable images of ``source``."""
-    kept = []
-    for i in range(len(source)):
-        item = source.get(i)
-        if item is not None:
-            kept.append(item.image)
-        if len(kept) == images:
-            break
-    return backbone.preprocess(kept)
 
 
 def _pass(backbone: Backbone, source: Any, edits: Mapping[str, EditFn], batch_size: int,
@@ -87,7 +73,7 @@ def artifact_ablations(backbone: Backbone, data: Any, found: Mapping[str, Any], 
         ``output_kl``, or ``output_cosine``).
     """
     source = as_source(data)
-    pixels = _pixels(backbone, source, images)
+    pixels = backbone.preprocess(source.first_images(images))
     clean_out = edited_readout(backbone, pixels, {})
     first = found.get("first_block")
     threshold = found["thresholds"][list(found["blocks"]).index(first) + 1] if isinstance(first, int) else None

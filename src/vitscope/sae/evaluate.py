@@ -84,17 +84,6 @@ def spliced(hook: str, prefix_kinds: tuple[str, ...], tokens_of: str, replace: A
     return {hook: edit}
 
 
-def _first_pixels(backbone: Backbone, source: Any, images: int) -> torch.Tensor:
-    kept = []
-    for i in range(len(source)):
-        item = source.get(i)
-        if item is not None:
-            kept.append(item.image)
-        if len(kept) == images:
-            break
-    return backbone.preprocess(kept)
-
-
 def evaluate(sae: SparseAutoencoder, backbone: Backbone, data: Any, hook: str | None = None,
              tokens_of: str = "spatial", images: int = 32, batch_size: int = 32, dense_above: float = 0.1,
              knn: bool = True) -> dict[str, Any]:
@@ -166,7 +155,7 @@ def _replacements(sae: SparseAutoencoder, backbone: Backbone, source: Any, hook:
                   mean: torch.Tensor, components: int) -> dict[str, Any]:
     """What the hook's tokens are replaced by: the SAE's reconstruction, their mean, and their projection on the top
     ``components`` principal directions (of the first ``images`` images' tokens)."""
-    pixels = _first_pixels(backbone, source, images)
+    pixels = backbone.preprocess(source.first_images(images))
     kinds = tuple(backbone.spec.prefix_kinds)
     with torch.no_grad(), backbone.record([hook]) as rec:
         backbone(pixels.to(backbone.device))
@@ -183,7 +172,7 @@ def _replacements(sae: SparseAutoencoder, backbone: Backbone, source: Any, hook:
 def _spliced_costs(backbone: Backbone, source: Any, hook: str, tokens_of: str, images: int,
                    replacements: Mapping[str, Any]) -> dict[str, dict[str, float]]:
     """The output change on the first ``images`` images with the hook's tokens replaced by each replacement."""
-    pixels = _first_pixels(backbone, source, images)
+    pixels = backbone.preprocess(source.first_images(images))
     kinds = tuple(backbone.spec.prefix_kinds)
     clean = edited_readout(backbone, pixels)
     return {name: output_change(backbone, clean, edited_readout(backbone, pixels,
