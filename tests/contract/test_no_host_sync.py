@@ -178,7 +178,8 @@ def hits(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
             for a in made:
                 _watched(a)
                 seen.add(a.name)
-            with _spied_methods(), _Watch(), mock.patch.object(host_copy, "_copy_event", lambda cuda: _CopyEvent()):
+            late = mock.patch.object(host_copy, "_copy_event", lambda cuda, device=None: _CopyEvent())
+            with _spied_methods(), _Watch(), late:
                 vitscope.run(backbone, f"{root}::coco", made, batch_size=4, progress=False, workers=0)
     found: dict[str, list[str]] = {name: [] for name in seen}
     for (name, what, where), count in sorted(_hits.items()):
@@ -229,7 +230,7 @@ def test_the_watch_sees_a_wait_for_a_copy_of_the_same_batch() -> None:
 
     _hits.clear()
     store = RowStore()
-    with mock.patch.object(host_copy, "_copy_event", lambda cuda: _CopyEvent()):
+    with mock.patch.object(host_copy, "_copy_event", lambda cuda, device=None: _CopyEvent()):
         for batch in ((0, 1), (2, 3)):
             tokens = [_batch.set(("m", batch)), _current.set("probe")]
             try:

@@ -55,7 +55,7 @@ def test_a_row_store_waits_before_it_reads_spills_or_pickles(monkeypatch: pytest
 
     made: list[_Event] = []
 
-    def event(cuda: bool) -> _Event:
+    def event(cuda: bool, device=None) -> _Event:
         made.append(_Event(False))
         return made[-1]
 

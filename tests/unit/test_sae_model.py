@@ -203,3 +203,12 @@ def test_an_overcomplete_state_dict_loads_as_overcomplete_encodes(tmp_path) -> N
     torch.save(torch.nn.Linear(2, 2), tmp_path / "module.pt")  # a whole pickled module: never unpickled
     with pytest.raises(ValueError, match="reads safely"):
         load(tmp_path / "module.pt")
+
+
+def test_a_token_normalised_sae_keeps_its_norm_through_a_save(tmp_path) -> None:
+    sae = SparseAutoencoder(6, 8, kind="topk", k=3, seed=4, token_norm="layer_norm")
+    save(sae, tmp_path / "sae")
+    back = load(tmp_path / "sae")
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(5)) * 3 + 1
+    assert back.token_norm == "layer_norm"
+    torch.testing.assert_close(back(x), sae(x))

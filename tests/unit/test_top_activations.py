@@ -135,7 +135,7 @@ def test_paths_and_pictures_are_pruned_by_snapshots_that_arrive_late(monkeypatch
 
     batches = _batches(60, 4, seed=2)
     at_once = _run(TopActivations(hooks=[HOOK], k=2), batches)
-    monkeypatch.setattr(host_copy, "_copy_event", lambda cuda: LateEvent())
+    monkeypatch.setattr(host_copy, "_copy_event", lambda cuda, device=None: LateEvent())
     late = TopActivations(hooks=[HOOK], k=2)
     held = []
     for rec, batch in batches:

@@ -48,15 +48,16 @@ def start_host_copy(tensor: torch.Tensor, dtype: torch.dtype | None = None) -> t
     cuda = source.device.type == "cuda"
     host = torch.empty(source.shape, dtype=source.dtype, pin_memory=cuda)
     host.copy_(source, non_blocking=cuda)
-    return host.numpy(), _copy_event(cuda)
+    return host.numpy(), _copy_event(cuda, source.device)
 
 
-def _copy_event(cuda: bool) -> Any:
-    """The event that marks the end of the copy just queued (None on the CPU, where it has ended)."""
+def _copy_event(cuda: bool, device: Any = None) -> Any:
+    """The event that marks the end of the copy just queued on ``device``'s current stream (None on the CPU, where
+    it has ended)."""
     if not cuda:
         return None
     event = torch.cuda.Event()
-    event.record()
+    event.record(torch.cuda.current_stream(device))
     return event
 
 

@@ -35,8 +35,9 @@ class NormBins:
     def through(cls, threshold: float, width: float = 0.1, low: float = -2.0, high: float = 5.0) -> NormBins:
         """Bins spanning about ``[10^low, 10^high]`` with ``threshold`` exactly on an edge (a threshold set by hand
         then selects exactly the tokens above it)."""
-        if not threshold > 0:
-            raise VitscopeValueError(f"a norm threshold must be positive, got {threshold}")
+        if not 10.0**low < threshold < 10.0**high:
+            raise VitscopeValueError(f"a norm threshold must lie between {10.0**low:g} and {10.0**high:g}, got "
+                                     f"{threshold}")
         t = math.log10(threshold)
         first = t - math.ceil((t - low) / width) * width
         return cls(low=first, width=width, count=int(math.ceil((high - first) / width)))

@@ -34,6 +34,9 @@ def steer_latent(sae: SparseAutoencoder, hook: str, latent: int, scale: float,
         direction: another ``[d_in]`` direction instead (e.g. :func:`random_direction`, the control).
     """
     chosen = _check(sae, [latent])[0]
+    if sae.token_norm is not None and direction is None:
+        raise VitscopeValueError("this SAE normalises every token (token_norm): a latent's direction has no fixed "
+                                 "size in the activations' units; pass direction=")
     vector = (sae.W_dec[chosen] / sae.scale).detach() if direction is None else direction.detach()
     if vector.shape != (sae.d_in,):
         raise VitscopeValueError(f"a direction of {sae.d_in} values is needed, got {tuple(vector.shape)}")
@@ -63,9 +66,9 @@ def ablate_latents(sae: SparseAutoencoder, hook: str, latents: Sequence[int], pr
         x = selected_tokens(t.float(), kinds, tokens_of)
         model = sae.to(t.device)
         codes = model.encode(x)
-        removed = torch.zeros_like(codes)
-        removed[:, chosen] = codes[:, chosen]
-        change = -(removed @ model.W_dec) / model.scale  # decode is linear in the codes: only their share goes
+        kept = codes.clone()
+        kept[:, chosen] = 0
+        change = model.reconstruct(kept, x) - model.reconstruct(codes, x)  # only the latents' share goes
         p = len(kinds)
         if tokens_of == "spatial":
             out[:, p:] = (t[:, p:].float() + change.reshape(t[:, p:].shape)).to(t.dtype)

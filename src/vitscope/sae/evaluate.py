@@ -51,7 +51,7 @@ class _Moments(Analysis):
             raise VitscopeValueError(f"{name} has {x.shape[-1]} channels but the SAE reads {self.sae.d_in}")
         sae = self.sae.to(x.device)
         codes = sae.encode(x)
-        x_hat = sae.decode(codes)
+        x_hat = sae(x)  # in the tokens' units (a per-token norm undone)
         add = {"n": torch.tensor(float(len(x)), dtype=torch.float64, device=x.device),
                "x": x.double().sum(dim=0), "x2": (x.double() ** 2).sum(),
                "error": ((x - x_hat).double() ** 2).sum(),

@@ -46,7 +46,8 @@ def save(sae: SparseAutoencoder, folder: str | Path, hook: str | None = None, mo
         weights.pop("threshold")
     cfg: dict[str, Any] = {
         "architecture": architecture, "d_in": sae.d_in, "d_sae": sae.d_sae, "dtype": "float32", "device": "cpu",
-        "apply_b_dec_to_input": sae.b_dec_in_input, "normalize_activations": "none",
+        "apply_b_dec_to_input": sae.b_dec_in_input,
+        "normalize_activations": "layer_norm" if sae.token_norm == "layer_norm" else "none",
         "hook_name": hook, "model_name": model, "metadata": {"hook_name": hook, "model_name": model},
         "vitscope": {"kind": sae.kind, "k": sae.k, "widths": list(sae.widths), "input_scale": float(sae.scale),
                      "hook": hook, "model": model, **(extra or {})}}
@@ -94,7 +95,8 @@ def load(path: str | Path, k: int | None = None) -> SparseAutoencoder:
     if architecture not in ("standard", "topk", "jumprelu"):
         raise VitscopeValueError(f"{folder}: SAE architecture {architecture!r} is not one vitscope reads (standard, "
                                  "topk, jumprelu)")
-    if cfg.get("normalize_activations", "none") not in ("none", None):
+    token_norm = "layer_norm" if cfg.get("normalize_activations") == "layer_norm" else None
+    if cfg.get("normalize_activations", "none") not in ("none", None, "layer_norm"):
         raise VitscopeValueError(f"{folder}: activations normalised by {cfg['normalize_activations']!r}; fold the "
                                  "normalisation into the weights first (SAELens: fold_activation_norm_scaling_factor)")
     weights = load_file(str(weights_path))
@@ -105,7 +107,7 @@ def load(path: str | Path, k: int | None = None) -> SparseAutoencoder:
     kind = ours.get("kind") or {"standard": "relu", "topk": "topk", "jumprelu": "jumprelu"}[architecture]
     k = int(cfg.get("k") or ours.get("k") or min(32, d_sae))
     sae = SparseAutoencoder(int(d_in), int(d_sae), kind=kind, k=min(k, int(d_sae)), widths=ours.get("widths"),
-                            b_dec_in_input=bool(cfg.get("apply_b_dec_to_input", True)))
+                            b_dec_in_input=bool(cfg.get("apply_b_dec_to_input", True)), token_norm=token_norm)
     shapes = {"W_enc": (d_in, d_sae), "b_enc": (d_sae,), "W_dec": (d_sae, d_in), "b_dec": (d_in,)}
     if architecture == "jumprelu":
         shapes["threshold"] = (d_sae,)

@@ -109,11 +109,15 @@ class SparseAutoencoder(nn.Module):
         """``[..., d_sae]`` -> ``[..., d_in]`` in the input's units."""
         return (codes @ self.W_dec + self.b_dec) / self.scale
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """The reconstruction of ``x [..., d_in]`` (in ``x``'s units, a token norm undone)."""
-        x_hat = self.decode(self.encode(x))
+    def reconstruct(self, codes: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``decode(codes)`` in the units of the tokens ``x`` they came from (a per-token norm undone)."""
+        x_hat = self.decode(codes)
         _, mean, std = self._normalised(x)
         return x_hat if mean is None else x_hat * (std + 1e-5) + mean
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The reconstruction of ``x [..., d_in]`` (in ``x``'s units, a token norm undone)."""
+        return self.reconstruct(self.encode(x), x)
 
     @torch.no_grad()
     def normalise_decoder(self) -> None:

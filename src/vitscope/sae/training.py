@@ -31,7 +31,7 @@ from vitscope.atomic import atomic_path
 from vitscope.data.open import as_source
 from vitscope.data.source_part import SourcePart
 from vitscope.engine.memory import available_bytes
-from vitscope.engine.run import run
+from vitscope.engine.run import resolve_device, run
 from vitscope.errors import VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.sae.io import save
@@ -355,7 +355,7 @@ def train(backbone: Backbone, hook: str, data: Any, config: SAETraining = SAETra
 
     first = 0
     if saved is not None:
-        trainer = make(int(saved["d_in"]), backbone.device)
+        trainer = make(int(saved["d_in"]), resolve_device(device))  # where the pass will run, as the first run
         with torch.inference_mode(False):
             trainer.restore(saved["trainer"])
         first = int(saved["epoch"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -268,6 +269,29 @@ class TopActivations(Analysis):
         self.top[key] = merge_topk(top, self._cfg_k, key="scores", tie="indices", dim=1)
         self.mapped[key] = merge_topk(mapped, self._cfg_k, key="scores", tie="indices", dim=1)
         self.channels[key] = list(channels)
+
+    def _forget_snapshots(self) -> None:
+        """Drop the pruning bookkeeping (not state): snapshots taken before a merge, load or reset would prune images
+        those brought in."""
+        for key in ("_snapshots", "_added", "_seq"):
+            self.__dict__.pop(key, None)
+
+    def merge(self, other: Analysis) -> Analysis:
+        self._forget_snapshots()
+        return super().merge(other)
+
+    def load_state_dict(self, state: Mapping[str, Any], copy: bool = True) -> None:
+        self._forget_snapshots()
+        super().load_state_dict(state, copy)
+
+    def reset(self) -> None:
+        self._forget_snapshots()
+        super().reset()
+
+    def fresh(self) -> Analysis:
+        twin = super().fresh()
+        twin._forget_snapshots()
+        return twin
 
     def _kept_indices(self) -> set[int]:
         """The images of every heap (host reads: for :meth:`compute`)."""

@@ -23,7 +23,7 @@ def _load(source: str, config: Any, **hub: Any):
 
 
 def _head(backbone: Any, tokens: torch.Tensor) -> torch.Tensor:
-    return backbone.model.classifier(tokens[:, 1:].mean(dim=1))
+    return backbone.model.classifier(tokens[:, backbone.spec.num_prefix_tokens:].mean(dim=1))
 
 
 FAMILY = register_family(HFFamily(
