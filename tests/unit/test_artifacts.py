@@ -164,11 +164,9 @@ def test_a_test_time_register_takes_the_planted_outliers_and_the_sink(tmp_path) 
 
 
 def test_the_page_on_artifacts_runs_as_written(tmp_path, monkeypatch, capsys) -> None:
-    import re
-    from pathlib import Path
+    from helpers.doc_examples import DOC, python_blocks
 
-    page = (Path(__file__).resolve().parents[2] / "docs" / "artifacts.md").read_text()
-    blocks = re.findall(r"^```python\n(.*?)^```", page, flags=re.MULTILINE | re.DOTALL)
+    blocks = python_blocks(DOC.parent / "artifacts.md")
     assert len(blocks) == 1
     monkeypatch.chdir(tmp_path)
     synthesize(tmp_path / "world", "coco", n=6, size=64, seed=1)

@@ -117,11 +117,9 @@ def test_killed_after_a_pass_the_same_call_resumes_to_the_same_weights(world: st
 
 
 def test_the_page_on_saes_runs_as_written(tmp_path, monkeypatch, capsys) -> None:
-    import re
-    from pathlib import Path
+    from helpers.doc_examples import DOC, python_blocks
 
-    page = (Path(__file__).resolve().parents[2] / "docs" / "sae.md").read_text()
-    blocks = re.findall(r"^```python\n(.*?)^```", page, flags=re.MULTILINE | re.DOTALL)
+    blocks = python_blocks(DOC.parent / "sae.md")
     assert len(blocks) == 1
     monkeypatch.chdir(tmp_path)
     synthesize(tmp_path / "world", "coco", n=16, size=64, seed=1)
