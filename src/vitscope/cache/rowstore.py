@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vitscope.cache.host_copy import HostCopies, start_host_copy, torch_dtype
+from vitscope.cache.host_copy import HostCopies, numpy_dtype, start_host_copy, torch_dtype
 from vitscope.errors import VitscopeFileNotFoundError, VitscopeKeyError, VitscopeValueError
 
 __all__ = ["RowStore", "exported_when_pickled", "private_rows_under"]
@@ -391,7 +391,7 @@ class RowStore:
 def _dtype_str(value: Any) -> str:
     """The numpy dtype string a column's rows are kept in (a tensor's dtype converted)."""
     if isinstance(value, torch.Tensor):
-        return np.dtype(str(value.dtype).removeprefix("torch.")).str
+        return numpy_dtype(value.dtype).str
     return np.asarray(value).dtype.str
 
 
