@@ -64,8 +64,9 @@ def child(way: str, root: Path, args: argparse.Namespace) -> dict:
 
     import vitscope
     from vitscope.analyses.base import Analysis
+    from vitscope.autoencoders.tokens import selected_tokens
     from vitscope.sae import SAETraining, train
-    from vitscope.sae.training import _Trainer, selected_tokens
+    from vitscope.sae.training import _Trainer
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     backbone = vitscope.load_model(str(root / "vit-s"))

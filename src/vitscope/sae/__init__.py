@@ -4,10 +4,10 @@ held-out images (:func:`evaluate`; ``vitscope sae eval``), steering and ablating
 ``backbone.intervene`` (:func:`steer_latent` beside :func:`random_direction`, :func:`ablate_latents`) and their
 files in SAELens's layout (:func:`load`, :func:`save`)."""
 
+from vitscope.autoencoders.files import load, save
+from vitscope.autoencoders.model import KINDS, SparseAutoencoder
 from vitscope.sae.edits import ablate_latents, random_direction, steer_latent
 from vitscope.sae.evaluate import evaluate
-from vitscope.sae.io import load, save
-from vitscope.sae.model import KINDS, SparseAutoencoder
 from vitscope.sae.training import SAETraining, train
 
 __all__ = ["KINDS", "SAETraining", "SparseAutoencoder", "ablate_latents", "evaluate", "load", "random_direction",

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 
 import torch
 
+from vitscope.autoencoders.model import SparseAutoencoder
+from vitscope.autoencoders.tokens import selected_tokens
 from vitscope.errors import VitscopeValueError
 from vitscope.hooks.edits import EditFn
-from vitscope.sae.model import SparseAutoencoder
-from vitscope.sae.training import selected_tokens
 
 __all__ = ["ablate_latents", "random_direction", "steer_latent"]
 

@@ -16,14 +16,14 @@ from typing import Any
 import torch
 
 from vitscope.analyses.base import Analysis, Batch
+from vitscope.autoencoders.model import SparseAutoencoder
+from vitscope.autoencoders.tokens import TOKENS_OF, selected_tokens
 from vitscope.data.open import as_source
 from vitscope.engine.run import run
 from vitscope.errors import VitscopeValueError
 from vitscope.hooks.edits import EditFn
 from vitscope.models.backbone import Backbone
 from vitscope.models.outputs import edited_readout, output_change
-from vitscope.sae.model import SparseAutoencoder
-from vitscope.sae.training import TOKENS_OF, selected_tokens
 
 __all__ = ["evaluate", "spliced"]
 

@@ -28,27 +28,24 @@ import torch
 
 from vitscope.analyses.base import Analysis, Batch
 from vitscope.atomic import atomic_path
+from vitscope.autoencoders.files import save
+from vitscope.autoencoders.model import KINDS, SparseAutoencoder
+from vitscope.autoencoders.tokens import TOKENS_OF, selected_tokens
 from vitscope.data.open import as_source
 from vitscope.data.source_part import SourcePart
 from vitscope.engine.memory import available_bytes
 from vitscope.engine.run import resolve_device, run
 from vitscope.errors import VitscopeValueError
 from vitscope.models.backbone import Backbone
-from vitscope.sae.io import save
-from vitscope.sae.model import KINDS, SparseAutoencoder
 
-__all__ = ["TOKENS_OF", "SAETraining", "selected_tokens", "train"]
-
-#: which tokens of a hook the SAE sees
-TOKENS_OF = ("spatial", "cls", "registers", "all")
-
+__all__ = ["SAETraining", "train"]
 
 @dataclass(frozen=True)
 class SAETraining:
     """How an SAE is trained (recorded in its file under ``vitscope.training``).
 
     Attributes:
-        kind, latents, k: the SAE (:class:`~vitscope.sae.model.SparseAutoencoder`).
+        kind, latents, k: the SAE (:class:`~vitscope.autoencoders.model.SparseAutoencoder`).
         tokens: tokens to train on (passes over the data repeat until they are seen, at most ``max_epochs``).
         buffer_tokens: the shuffle buffer (None: sized from free memory, at most 2**22 tokens).
         batch_tokens: minibatch size; lr: Adam's peak learning rate; l1: ``relu``'s sparsity coefficient.
@@ -83,17 +80,6 @@ class SAETraining:
         if self.buffer_tokens is not None and self.buffer_tokens < 2 * self.batch_tokens:
             raise VitscopeValueError(f"buffer_tokens must hold two minibatches ({2 * self.batch_tokens}), got "
                                      f"{self.buffer_tokens}")
-
-
-def selected_tokens(x: torch.Tensor, kinds: tuple[str, ...], tokens_of: str) -> torch.Tensor:
-    """The tokens ``[n, D]`` of a hook's ``[B, T, D]`` that the SAE reads."""
-    p = len(kinds)
-    if tokens_of == "all":
-        return x.reshape(-1, x.shape[-1])
-    if tokens_of == "spatial":
-        return x[:, p:].reshape(-1, x.shape[-1])
-    wanted = [i for i, kind in enumerate(kinds) if kind == ("cls" if tokens_of == "cls" else "reg")]
-    return x[:, wanted].reshape(-1, x.shape[-1])
 
 
 def _geometric_median(x: torch.Tensor, steps: int = 50) -> torch.Tensor:

@@ -3,7 +3,7 @@
 Written here rather than taken from a library: overcomplete needs timm and torchvision (which cannot be imported
 beside vitscope's torch), dictionary_learning pins nnsight below 0.4 and pulls wandb and umap, and SAELens pulls
 TransformerLens; the modules themselves are a few lines. Files are written and read in SAELens's layout
-(:mod:`vitscope.sae.io`), so those tools and vitscope read each other's weights.
+(:mod:`vitscope.autoencoders.files`), so those tools and vitscope read each other's weights.
 
 Parameters follow SAELens's names and shapes: ``W_enc [d_in, d_sae]``, ``b_enc [d_sae]``, ``W_dec [d_sae, d_in]``,
 ``b_dec [d_in]``; the decoder bias is subtracted from the input before encoding (SAELens's

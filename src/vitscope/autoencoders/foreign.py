@@ -1,4 +1,4 @@
-"""Sparse autoencoders saved by other tools, read into :class:`~vitscope.sae.model.SparseAutoencoder`.
+"""Sparse autoencoders saved by other tools, read into :class:`~vitscope.autoencoders.model.SparseAutoencoder`.
 
 - **ViT-Prisma** (``vit_prisma.sae.SparseAutoencoder``): a folder with ``config.json`` and ``weights.pt`` or
   ``n_images_<N>.pt``; the file is a bare state dict, or ``save_model``'s ``{"cfg", "state_dict"}`` (its config
@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
+from vitscope.autoencoders.model import SparseAutoencoder
 from vitscope.errors import VitscopeFileNotFoundError, VitscopeValueError
-from vitscope.sae.model import SparseAutoencoder
 
 __all__ = ["load_overcomplete", "load_prisma", "prisma_weights"]
 

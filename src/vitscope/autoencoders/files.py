@@ -18,8 +18,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from vitscope.atomic import atomic_path
+from vitscope.autoencoders.model import SparseAutoencoder
 from vitscope.errors import VitscopeFileNotFoundError, VitscopeValueError
-from vitscope.sae.model import SparseAutoencoder
 from vitscope.strict_json import write_json_atomic
 
 __all__ = ["CFG_FILE", "WEIGHTS_FILE", "load", "save"]
@@ -66,7 +66,7 @@ def load(path: str | Path, k: int | None = None) -> SparseAutoencoder:
 
     Layouts: a folder in SAELens's layout (``cfg.json`` + ``sae_weights.safetensors``: vitscope's and SAELens's),
     a ViT-Prisma folder (``config.json`` + ``weights.pt`` or ``n_images_<N>.pt``), or an overcomplete
-    ``state_dict`` file (``.pt``; :mod:`vitscope.sae.foreign`).
+    ``state_dict`` file (``.pt``; :mod:`vitscope.autoencoders.foreign`).
 
     Args:
         path: the folder or file.
@@ -76,7 +76,7 @@ def load(path: str | Path, k: int | None = None) -> SparseAutoencoder:
         FileNotFoundError: nothing of these layouts there.
         ValueError: an architecture or a normalisation vitscope does not read, or weights of the wrong shapes.
     """
-    from vitscope.sae.foreign import load_overcomplete, load_prisma, prisma_weights
+    from vitscope.autoencoders.foreign import load_overcomplete, load_prisma, prisma_weights
 
     folder = Path(path)
     if folder.is_file():

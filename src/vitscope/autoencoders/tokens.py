@@ -1,0 +1,21 @@
+"""Which tokens of a hook a sparse autoencoder reads: the spatial tokens, the class token, the registers, or all."""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["TOKENS_OF", "selected_tokens"]
+
+#: which tokens of a hook an SAE sees
+TOKENS_OF = ("spatial", "cls", "registers", "all")
+
+
+def selected_tokens(x: torch.Tensor, kinds: tuple[str, ...], tokens_of: str) -> torch.Tensor:
+    """The tokens ``[n, D]`` of a hook's ``[B, T, D]`` that the SAE reads."""
+    p = len(kinds)
+    if tokens_of == "all":
+        return x.reshape(-1, x.shape[-1])
+    if tokens_of == "spatial":
+        return x[:, p:].reshape(-1, x.shape[-1])
+    wanted = [i for i, kind in enumerate(kinds) if kind == ("cls" if tokens_of == "cls" else "reg")]
+    return x[:, wanted].reshape(-1, x.shape[-1])
