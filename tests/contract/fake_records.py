@@ -171,9 +171,47 @@ def _model_record(spec: ModelSpec, names_or_patterns: Sequence[str] | str, batch
 def analysis_kinds(cls, first_model_only: bool = False) -> list[str]:
     """The fake kinds an analysis runs on: the fake specs it supports, or, for an analysis that needs a classifier
     or re-runs the model (masking, ablations), the real tiny classifiers (``first_model_only``: one of them)."""
-    fake = [] if cls.reruns_model else [kind for kind in SPEC_KINDS if cls().supports(fake_spec(kind))]
-    models = [kind for kind in MODEL_KINDS if cls().supports(fake_spec(kind))]
+    fake = [] if cls.reruns_model else [kind for kind in SPEC_KINDS if construct(cls, fake_spec(kind)).supports(
+        fake_spec(kind))]
+    models = [kind for kind in MODEL_KINDS if construct(cls, fake_spec(kind)).supports(fake_spec(kind))]
     return fake or (models[:1] if first_model_only else models)
+
+
+_FOLDERS: dict[tuple, str] = {}
+
+
+def sae_folder(spec: ModelSpec) -> str:
+    """A folder holding an SAE (random weights, seeded) of ``spec``'s last block output (a CNN: its last stage), for
+    analyses that read one; made once per process."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from vitscope.autoencoders.files import save
+    from vitscope.autoencoders.model import SparseAutoencoder
+
+    hook = f"blocks.{spec.num_blocks - 1}.resid_post" if spec.is_transformer else f"stages.{spec.num_blocks - 1}"
+    key = (spec.name, hook, spec.embed_dim)
+    if key not in _FOLDERS:
+        folder = tempfile.mkdtemp(prefix="vitscope-sae-")
+        atexit.register(shutil.rmtree, folder, True)
+        save(SparseAutoencoder(spec.embed_dim, 12, kind="topk", k=3, seed=5), folder, hook=hook)
+        _FOLDERS[key] = folder
+    return _FOLDERS[key]
+
+
+#: analyses that cannot run without a file made for the model (an SAE): what they get, per spec
+NEEDS = {"sae_features": lambda spec: {"path": sae_folder(spec), "featviz_steps": 0}}
+
+
+def construct(cls_or_name, spec: ModelSpec | None = None, **params):
+    """An analysis as the contract tests run it: its defaults (and ``params``), and for one that needs a file made
+    for the model (:data:`NEEDS`) that file, made for ``spec``."""
+    from vitscope.analyses import ANALYSES
+
+    cls = ANALYSES[cls_or_name] if isinstance(cls_or_name, str) else cls_or_name
+    needs = NEEDS.get(getattr(cls, "name", ""))
+    return cls(**{**(needs(spec or fake_spec()) if needs else {}), **params})
 
 
 def give_reference(acc, spec: ModelSpec) -> None:

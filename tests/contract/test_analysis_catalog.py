@@ -15,9 +15,9 @@ from vitscope.analyses.data_checks import DataFacts
 from vitscope.analyses.registry import ANALYSES, GROUPS, why_cannot_run
 
 try:  # pytest's default "prepend" import mode puts this folder on sys.path
-    from fake_records import fake_spec
+    from fake_records import construct, fake_spec
 except ImportError:  # pragma: no cover - when tests/ is a package
-    from tests.contract.fake_records import fake_spec
+    from tests.contract.fake_records import construct, fake_spec
 
 
 def test_the_source_declares_what_the_registered_classes_say():
@@ -88,12 +88,11 @@ def test_every_declared_need_is_one_the_registry_enforces(name):
     """Take one thing away from a model and data that give everything: the analysis stops running exactly when
     it declared that it needs it."""
     info = info_of(ANALYSES[name])
-    analysis = ANALYSES[name]()
     everything = dataclasses.replace(fake_spec("transformer"), has_head=True)
-    assert why_cannot_run(analysis, everything, ALL_TARGETS) is None
+    assert why_cannot_run(construct(name, everything), everything, ALL_TARGETS) is None
 
-    def refused(spec=everything, targets=ALL_TARGETS) -> bool:
-        return why_cannot_run(analysis, spec, targets, DataFacts(targets=targets)) is not None
+    def refused(spec=everything, targets=ALL_TARGETS) -> bool:  # an SAE is made for the model it reads
+        return why_cannot_run(construct(name, spec), spec, targets, DataFacts(targets=targets)) is not None
 
     cnn = dataclasses.replace(fake_spec("cnn"), has_head=True)
     no_cls = dataclasses.replace(everything, num_prefix_tokens=0, prefix_kinds=())

@@ -24,12 +24,22 @@ from vitscope.analyses.registry import default_analyses
 from vitscope.hooks.names import expand_names
 
 try:  # pytest's default "prepend" import mode puts this folder on sys.path
-    from fake_records import MODEL_KINDS, SPEC_KINDS, analysis_kinds, fake_record, fake_spec, give_reference, hook_names
+    from fake_records import (
+        MODEL_KINDS,
+        SPEC_KINDS,
+        analysis_kinds,
+        construct,
+        fake_record,
+        fake_spec,
+        give_reference,
+        hook_names,
+    )
 except ImportError:  # pragma: no cover - when tests/ is a package
     from tests.contract.fake_records import (
         MODEL_KINDS,
         SPEC_KINDS,
         analysis_kinds,
+        construct,
         fake_record,
         fake_spec,
         give_reference,
@@ -57,6 +67,11 @@ def documented_analyses_registered():
     """The page's analyses are registered while this module runs (and only then: other tests see the package's)."""
     with registered(*DOCUMENTED.values()):
         yield
+
+
+def made(name: str, kind: str) -> Analysis:
+    """The analysis ``name`` at its defaults, with what it needs made for the spec ``kind`` (:func:`construct`)."""
+    return construct(name, fake_spec(kind))
 
 
 def make_batches(acc: Analysis, kind: str, sizes: list[int], seed: int, start: int = 0) -> list[tuple]:
@@ -108,37 +123,37 @@ def assert_results_equal(got: Result, want: Result) -> None:
 @pytest.mark.parametrize(("name", "kind"), CASES)
 class TestAccumulatorContract:
     def _data(self, name: str, kind: str) -> dict[str, list[tuple]]:
-        acc = ANALYSES[name]()
+        acc = made(name, kind)
         x1 = make_batches(acc, kind, [2, 3], seed=0, start=0)
         x2 = make_batches(acc, kind, [1], seed=1, start=5)
         return {"x1": x1, "x2": x2, "all": x1 + x2}
 
     def test_merge_equals_whole(self, name: str, kind: str) -> None:
         d = self._data(name, kind)
-        whole = run(ANALYSES[name](), d["all"]).result()
+        whole = run(made(name, kind), d["all"]).result()
         assert whole.tensors, "an updated accumulator must produce tensors"
-        a2 = run(ANALYSES[name](), d["x2"])
+        a2 = run(made(name, kind), d["x2"])
         a2_before = a2.result()
-        merged = run(ANALYSES[name](), d["x1"]).merge(a2)
+        merged = run(made(name, kind), d["x1"]).merge(a2)
         assert isinstance(merged, Analysis)
         assert_results_equal(merged.result(), whole)
         assert_results_equal(a2.result(), a2_before)  # merge leaves its argument unchanged
 
     def test_merge_with_empty_is_identity(self, name: str, kind: str) -> None:
         d = self._data(name, kind)
-        want = run(ANALYSES[name](), d["all"]).result()
-        acc = run(ANALYSES[name](), d["all"])
+        want = run(made(name, kind), d["all"]).result()
+        acc = run(made(name, kind), d["all"])
         assert_results_equal(acc.merge(acc.fresh()).result(), want)
-        assert_results_equal(ANALYSES[name]().merge(run(ANALYSES[name](), d["all"])).result(), want)
+        assert_results_equal(made(name, kind).merge(run(made(name, kind), d["all"])).result(), want)
 
     def test_pickle_round_trip(self, name: str, kind: str) -> None:
-        acc = run(ANALYSES[name](), self._data(name, kind)["all"])
+        acc = run(made(name, kind), self._data(name, kind)["all"])
         clone = pickle.loads(pickle.dumps(acc))
         assert_results_equal(clone.result(), acc.result())
 
     def test_state_dict_round_trip(self, name: str, kind: str) -> None:
         d = self._data(name, kind)
-        acc = run(ANALYSES[name](), d["x1"])
+        acc = run(made(name, kind), d["x1"])
         twin = acc.fresh()
         twin.load_state_dict(pickle.loads(pickle.dumps(acc.state_dict())))
         assert_results_equal(twin.result(), acc.result())
@@ -147,21 +162,21 @@ class TestAccumulatorContract:
 
     def test_reset_empties(self, name: str, kind: str) -> None:
         d = self._data(name, kind)
-        acc = run(ANALYSES[name](), d["x1"])
+        acc = run(made(name, kind), d["x1"])
         acc.reset()
-        assert_results_equal(acc.result(), ANALYSES[name]().result())
-        assert_results_equal(run(acc, d["x2"]).result(), run(ANALYSES[name](), d["x2"]).result())
-        assert_results_equal(run(ANALYSES[name](), d["x1"]).fresh().result(), ANALYSES[name]().result())
+        assert_results_equal(acc.result(), made(name, kind).result())
+        assert_results_equal(run(acc, d["x2"]).result(), run(made(name, kind), d["x2"]).result())
+        assert_results_equal(run(made(name, kind), d["x1"]).fresh().result(), made(name, kind).result())
 
     def test_required_hooks_are_canonical(self, name: str, kind: str) -> None:
         spec = fake_spec(kind)
-        hooks = ANALYSES[name]().required_hooks(spec)
+        hooks = made(name, kind).required_hooks(spec)
         assert all(isinstance(h, str) for h in hooks)
         assert hooks or ANALYSES[name] in {ANALYSES[n] for n in GROUPS["masking"]}  # those may read the model alone
         assert not hooks or expand_names(hooks, hook_names(spec), model=spec.name)
 
     def test_figures_carry_their_captions(self, name: str, kind: str) -> None:
-        result = run(ANALYSES[name](), self._data(name, kind)["all"]).result()
+        result = run(made(name, kind), self._data(name, kind)["all"]).result()
         stems = [f.stem for f in result.figures()]
         assert len(set(stems)) == len(stems), stems
         assert all(f.caption and f.title and f.stem.startswith(name) for f in result.figures())
@@ -171,7 +186,7 @@ class TestAccumulatorContract:
         assert any(not table.empty for table in result.tables().values())  # the report's table of its numbers
 
     def test_save_and_plot(self, name: str, kind: str, tmp_path: Path) -> None:
-        result = run(ANALYSES[name](), self._data(name, kind)["all"]).result()
+        result = run(made(name, kind), self._data(name, kind)["all"]).result()
         # every tensor names its dimensions (result.to_frame, the CSV tables)
         unnamed = {k: result.dims(k) for k in result.tensors if any(d.startswith("dim") for d in result.dims(k))}
         assert not unnamed, f"declare the dimensions of {unnamed} in {type(result).__name__}.DIMS"
@@ -206,9 +221,10 @@ def test_default_analyses_follow_supports() -> None:
     vit_names = {a.name for a in default_analyses(fake_spec("transformer"), targets={"masks", "label"})}
     cnn_names = {a.name for a in default_analyses(fake_spec("cnn"), targets={"masks", "label"})}
     assert vit_names == {n for n, cls in ANALYSES.items() if cls.default}
-    # opt-in: they re-run the model, or (artifacts) read every block's MLP activations besides its output
+    # opt-in: they re-run the model, (artifacts) read every block's MLP activations besides its output, or (sae)
+    # need an SAE
     assert {n for n, cls in ANALYSES.items() if not cls.default} == set(GROUPS["masking"]) | set(
-        GROUPS["interventions"]) | set(GROUPS["artifacts"])
+        GROUPS["interventions"]) | set(GROUPS["artifacts"]) | set(GROUPS["sae"])
     assert "attention_stats" not in cnn_names and "mean_activation" in cnn_names
     assert not any(getattr(ANALYSES[n], "needs_attention", False) for n in cnn_names)
 
@@ -227,9 +243,9 @@ def test_default_analyses_leave_out_what_the_data_cannot_feed() -> None:
 def test_merge_of_a_random_split_equals_the_whole(name: str, kind: str, sizes: list[int], cut: int, seed: int) -> None:
     """Batches of random sizes split at a random batch boundary (how ranks and resumed runs divide the work)."""
     cut = min(cut, len(sizes) - 1)
-    batches = make_batches(ANALYSES[name](), kind, sizes, seed)
-    whole = run(ANALYSES[name](), batches).result()
-    merged = run(ANALYSES[name](), batches[:cut]).merge(run(ANALYSES[name](), batches[cut:]))
+    batches = make_batches(made(name, kind), kind, sizes, seed)
+    whole = run(made(name, kind), batches).result()
+    merged = run(made(name, kind), batches[:cut]).merge(run(made(name, kind), batches[cut:]))
     assert_results_equal(merged.result(), whole)
 
 

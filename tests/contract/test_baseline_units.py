@@ -22,9 +22,9 @@ from vitscope.analyses import ANALYSES
 from vitscope.functional.attention_geometry import HEAD_TYPES
 
 try:  # pytest's default "prepend" import mode puts this folder on sys.path
-    from fake_records import analysis_kinds, fake_record, fake_spec, give_reference
+    from fake_records import analysis_kinds, construct, fake_record, fake_spec, give_reference
 except ImportError:  # pragma: no cover - when tests/ is a package
-    from tests.contract.fake_records import analysis_kinds, fake_record, fake_spec, give_reference
+    from tests.contract.fake_records import analysis_kinds, construct, fake_record, fake_spec, give_reference
 
 METHODS = Path(__file__).resolve().parents[2] / "docs" / "methods.md"
 
@@ -70,7 +70,8 @@ CASES = [pytest.param(name, kind, id=f"{name}-{kind}") for name, cls in sorted(A
 
 @functools.cache
 def _result(name: str, kind: str):
-    acc, spec = ANALYSES[name](), fake_spec(kind)
+    spec = fake_spec(kind)
+    acc = construct(name, spec)
     give_reference(acc, spec)
     gen, start = torch.Generator().manual_seed(0), 0
     for size in (2, 3):

@@ -25,6 +25,11 @@ from vitscope.analyses import ANALYSES
 from vitscope.data.synthetic.write import synthesize
 from vitscope.engine.state import STOP_AFTER_ENV
 
+try:  # pytest's default "prepend" import mode puts this folder on sys.path
+    from fake_records import construct
+except ImportError:  # pragma: no cover - when tests/ is a package
+    from tests.contract.fake_records import construct
+
 #: parameters that keep the slow analyses quick; batching is what is tested, not these choices
 LIGHT: dict[str, dict[str, Any]] = {
     "cka": {"batch": 4},
@@ -50,7 +55,7 @@ def documented_analyses_registered():
 
 
 def analyses_for(backbone) -> list:
-    made = [ANALYSES[name](**LIGHT.get(name, {})) for name in sorted(ANALYSES)]
+    made = [construct(name, backbone.spec, **LIGHT.get(name, {})) for name in sorted(ANALYSES)]
     return [a for a in made if a.supports(backbone.spec)]
 
 
@@ -232,9 +237,9 @@ def test_images_of_several_grids_give_the_same_numbers_whatever_the_batch(mixed_
     from vitscope.models.input_size import keeping_aspect
 
     backbone = keeping_aspect(vitscope.load_model(MODELS["vit"]))
-    made = lambda: [a for a in (ANALYSES[n](**MIXED.get(n, {})) for n in sorted(ANALYSES))
+    made = lambda: [a for a in (construct(n, backbone.spec, **MIXED.get(n, {})) for n in sorted(ANALYSES))
                     if a.supports(backbone.spec)]
-    refused = {name: ANALYSES[name]().why_unsupported(backbone.spec) for name in ANALYSES}
+    refused = {name: construct(name, backbone.spec).why_unsupported(backbone.spec) for name in ANALYSES}
     assert {a.name for a in made()} == set(ANALYSES) - {"head_importance"}, refused  # per-token controls: one grid
     assert "token grids of their own" in refused["head_importance"]
     threads = torch.get_num_threads()

@@ -121,4 +121,5 @@ def load(path: str | Path, k: int | None = None) -> SparseAutoencoder:
             getattr(sae, name).copy_(value)
     sae.hook = cfg.get("hook_name") or (cfg.get("metadata") or {}).get("hook_name") or ours.get("hook")
     sae.model = cfg.get("model_name") or (cfg.get("metadata") or {}).get("model_name") or ours.get("model")
+    sae.tokens_of = (ours.get("training") or {}).get("tokens_of")
     return sae.eval()

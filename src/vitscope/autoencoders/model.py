@@ -119,6 +119,13 @@ class SparseAutoencoder(nn.Module):
         """The reconstruction of ``x [..., d_in]`` (in ``x``'s units, a token norm undone)."""
         return self.reconstruct(self.encode(x), x)
 
+    def encoder_direction(self, latent: int) -> torch.Tensor:
+        """The input direction latent ``latent`` reads, its encoder column: ``[d_in]`` (the constant input scale,
+        a positive factor, leaves the direction as it is)."""
+        if not 0 <= latent < self.d_sae:
+            raise VitscopeValueError(f"latent {latent} does not exist ({self.d_sae} latents)")
+        return self.W_enc[:, latent].detach().float().cpu()
+
     @torch.no_grad()
     def normalise_decoder(self) -> None:
         """Decoder rows back to unit norm (after an optimiser step)."""

@@ -353,10 +353,11 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
     log = SkipLog()
     start, seen, grids = _restore(checkpoint, analyses, log)
     autocast = torch.autocast(dev.type, dtype=amp) if amp is not None else contextlib.nullcontext()
-    regions = any("regions" in getattr(a, "required_targets", ()) for a in analyses)
     preprocess = loader_preprocessing(backbone) if view is None else None
     transforms = {k: v for a in analyses for k, v in a.target_transforms(backbone.spec).items()} if view is None \
         else None
+    regions = any("regions" in getattr(a, "required_targets", ()) for a in analyses) or any(
+        given == "regions" for given, _ in (transforms or {}).values())
     shared = union_plan([a.shared_quantities(backbone.spec) for a in analyses])
     images = _image_work(backbone.spec, analyses, shared) if view is None else None
     workspace = Workspace()  # work buffers of this run, freed with it

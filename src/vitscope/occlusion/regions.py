@@ -10,10 +10,11 @@ from PIL import Image
 
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.occlusion import boxes_pixel_mask, masks_bounding_boxes
+from vitscope.functional.token_regions import token_coverage, token_region_labels
 from vitscope.models.preprocess import frame_size, resize_crop
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["REGIONS", "foreground_pixel_mask", "instance_masks_to_model"]
+__all__ = ["REGIONS", "foreground_pixel_mask", "instance_masks_to_model", "token_regions"]
 
 REGIONS: tuple[str, ...] = ("box", "mask")
 
@@ -50,3 +51,23 @@ def foreground_pixel_mask(masks: np.ndarray | Sequence[np.ndarray], spec: ModelS
     if region == "mask":
         return model_masks.any(dim=0) if len(model_masks) else torch.zeros(frame, dtype=torch.bool)
     return boxes_pixel_mask(masks_bounding_boxes(model_masks), frame)
+
+
+def token_regions(masks: np.ndarray | Sequence[np.ndarray], labels: Sequence[int], spec: ModelSpec,
+                  grid: Sequence[int]) -> np.ndarray:
+    """The region label of every token of one image: the label of the instance mask covering most of the token's
+    pixels at model resolution when it covers more than half of them, else -1 (background).
+
+    Args:
+        masks: ``[n, H0, W0]`` instance masks at the image's size; labels: ``[n]`` their labels (a COCO category, a
+            PartImageNet part...).
+        spec: the model's ModelSpec (its resize and crop); grid: ``(h, w)`` token grid.
+
+    Returns:
+        ``[h * w]`` int64, row-major.
+    """
+    model_masks = instance_masks_to_model(masks, spec)
+    if len(labels) != len(model_masks):
+        raise VitscopeValueError(f"{len(model_masks)} masks but {len(labels)} labels")
+    coverage = token_coverage(model_masks, (int(grid[0]), int(grid[1])))
+    return token_region_labels(coverage, torch.as_tensor(list(labels), dtype=torch.int64)).numpy()

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from vitscope.viz.ranges import bar_label, legend_note
 from vitscope.viz.save import outside_legend, save_figure
 
-__all__ = ["isolate_cls_figure", "panel_figure", "spatial_information_figure", "token_accuracy_figure",
+__all__ = ["isolate_cls_figure", "map_cell", "panel_figure", "spatial_information_figure", "token_accuracy_figure",
            "top_activation_grid", "unit_grid_figure"]
 
 
@@ -114,6 +114,23 @@ def panel_figure(optimised: torch.Tensor, top_images: Sequence[torch.Tensor | np
     return save_figure(fig, path, dpi=110, svg=False, tight=True)[0]
 
 
+def map_cell(values: torch.Tensor, picture: torch.Tensor | np.ndarray | None, side: int) -> np.ndarray:
+    """One patch map ``[h, w]`` min-max scaled on its own (magma), drawn over its ``[S, S, 3]`` uint8 picture in grey
+    (or alone): ``[side, side, 3]`` uint8."""
+    from PIL import Image
+
+    from vitscope.viz.raster import colorize, value_overlay
+
+    m = values.detach().float().numpy()
+    lo, hi = float(np.nanmin(m)), float(np.nanmax(m))
+    scaled = (m - lo) / (hi - lo) if hi > lo else np.zeros_like(m)
+    up = np.asarray(Image.fromarray(scaled.astype(np.float32), mode="F").resize((side, side), Image.BICUBIC))
+    if picture is None:
+        return colorize(np.clip(up, 0.0, 1.0), "magma")
+    photo = Image.fromarray(np.asarray(picture, dtype=np.uint8)).resize((side, side), Image.BILINEAR)
+    return value_overlay(np.asarray(photo), up, "magma")  # the photo in grey, coloured where the unit fires
+
+
 def top_activation_grid(maps: torch.Tensor | Sequence[Sequence[torch.Tensor]], scores: torch.Tensor,
                         units: Sequence[str],
                         pictures: Sequence[Sequence[torch.Tensor | None]], site: str, stem: str | Path,
@@ -131,10 +148,8 @@ def top_activation_grid(maps: torch.Tensor | Sequence[Sequence[torch.Tensor]], s
         side: pixels of each cell.
         names: ``names[u][j]`` the file name of image ``(u, j)`` (written under it, cut in the middle), or None.
     """
-    from PIL import Image
-
     from vitscope.viz.labels import short_name
-    from vitscope.viz.raster import Canvas, colorize, value_overlay
+    from vitscope.viz.raster import Canvas
 
     u, k = len(maps), len(maps[0]) if len(maps) else 0
     label_w = 70
@@ -146,16 +161,8 @@ def top_activation_grid(maps: torch.Tensor | Sequence[Sequence[torch.Tensor]], s
         canvas.text(10, y + 14 + side // 2, str(units[r]), size=11)
         for j in range(k):
             x = label_w + j * (side + 8)
-            m = maps[r][j].detach().float().numpy()
-            lo, hi = float(np.nanmin(m)), float(np.nanmax(m))
-            scaled = (m - lo) / (hi - lo) if hi > lo else np.zeros_like(m)
-            up = np.asarray(Image.fromarray(scaled.astype(np.float32), mode="F").resize((side, side), Image.BICUBIC))
             picture = pictures[r][j] if r < len(pictures) and j < len(pictures[r]) else None
-            if picture is not None:  # the photo in grey, coloured where the unit fires
-                photo = Image.fromarray(np.asarray(picture, dtype=np.uint8)).resize((side, side), Image.BILINEAR)
-                cell = value_overlay(np.asarray(photo), up, "magma")
-            else:
-                cell = colorize(np.clip(up, 0.0, 1.0), "magma")
+            cell = map_cell(maps[r][j], picture, side)
             canvas.text(x + side // 2, y, f"{float(scores[r, j]):.2f}", size=10, anchor="ma")
             canvas.paste(cell, x, y + 14)
             name = names[r][j] if names and r < len(names) and j < len(names[r]) else None

@@ -29,6 +29,7 @@ from vitscope.models.load import load_model
 from vitscope.outputs import RunResult, prepare_output, write_run
 from vitscope.workflows.launch import role
 from vitscope.workflows.options import AnalyzeOptions
+from vitscope.workflows.sae_cards import finish_sae_cards
 from vitscope.workflows.state_files import clear_state, resume_from
 
 __all__ = ["analyses_not_run", "analyze", "analyze_command", "choose_analyses", "run_analyze"]
@@ -160,6 +161,8 @@ def run_analyze(options: AnalyzeOptions, *, progress: bool | None = None, log: C
                   resume=resume_from(out, model_id, options.resume) if out is not None else None,
                   checkpoint_seconds=options.checkpoint_seconds, log=log, distributed=distributed,
                   workers=options.workers, jpeg_draft=options.jpeg_draft)
+    if not distributed or is_main_process():
+        finish_sae_cards(results, backbone, source, log)
     if out is not None and (not distributed or is_main_process()):
         data = options.data
         config = options.record(model=model_id, data=str(data) if isinstance(data, (str, Path)) else source.name,
