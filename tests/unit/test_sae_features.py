@@ -131,6 +131,8 @@ def test_what_it_cannot_read_is_one_line(tmp_path) -> None:
     assert "cannot read its SAE" in SAEFeatures(path=tmp_path / "missing").why_unsupported(SPEC)
     save(SparseAutoencoder(4, 4, k=2), tmp_path / "nowhere", hook="blocks.9.resid_post")
     assert not SAEFeatures(path=tmp_path / "nowhere").supports(SPEC)
+    assert "has no registers tokens" in SAEFeatures(path=tmp_path / "nowhere", tokens_of="registers").why_unsupported(
+        SPEC)
     with pytest.raises(ValueError, match="tokens_of"):
         SAEFeatures(path=tmp_path / "other", tokens_of="corners")
 

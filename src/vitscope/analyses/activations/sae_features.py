@@ -139,7 +139,11 @@ class SAEFeatures(TopActivations):
                     "write it as hook_name in its cfg.json")
         if not spec.is_transformer and self.tokens_of not in ("spatial", "all"):
             return f"analysis 'sae_features': a CNN has no {self.tokens_of} tokens"
-        width = spec.embed_dim if self.hook.endswith(("resid_pre", "resid_post", "resid_mid", "embed")) else None
+        if self.tokens_of in ("cls", "registers") and ("cls" if self.tokens_of == "cls" else "reg") not in tuple(
+                spec.prefix_kinds):
+            return f"analysis 'sae_features': {spec.name} has no {self.tokens_of} tokens"
+        width = spec.embed_dim if self.hook.endswith(("resid_pre", "resid_post", "resid_mid", "embed")) else \
+            spec.mlp_dim if self.hook.endswith("mlp.post") else None
         if width and spec.is_transformer and width != sae.d_in:
             return (f"analysis 'sae_features': the SAE reads {sae.d_in} channels but {self.hook} of {spec.name} has "
                     f"{width}")
@@ -197,14 +201,13 @@ class SAEFeatures(TopActivations):
             codes = sae.encode(full[lo:hi])  # [b, T, L]
             space = codes if x.dim() == 4 else codes[:, spec.num_prefix_tokens:]
             read = space if positions is None else codes[:, positions]  # [b, n, L]
-            best = read.double().amax(dim=1).T if read.shape[1] else \
-                torch.zeros(sae.d_sae, hi - lo, dtype=torch.float64, device=x.device)
+            best = read.amax(dim=1).double().T  # [L, b]: the max is exact in float32
             scores.append(best if wanted is None else best[latents])
             kept = space[..., :m] if wanted is None else space[..., latents[:m]]
             maps.append(kept.permute(2, 0, 1).float().clone())  # [M, b, K]
             sums["fired"] = sums["fired"] + (read > 0).sum(dim=(0, 1)).double()
-            sums["code_sum"] = sums["code_sum"] + read.double().sum(dim=(0, 1))
             per_image = read.double().sum(dim=1)  # [b, L]
+            sums["code_sum"] = sums["code_sum"] + per_image.sum(dim=0)
             _grouped(sums["class"], per_image, labels[lo:hi], read.shape[1])
             if regions is not None:
                 _grouped(sums["region"], space.reshape(-1, sae.d_sae).double(), regions[lo:hi].reshape(-1), 1)
