@@ -153,6 +153,8 @@ def test_analyze_draws_the_cards_in_the_report(tmp_path) -> None:
     found = json.loads((out / "results.json").read_text())["analyses"]["sae_features"]["summary"]
     assert found["sae"]["hook"] == "blocks.2.resid_post" and found["cards"]
     assert found["featviz_latents"] == found["cards"]
+    assert set(found["class_names"]) == {str(c) for c in found["class_labels"]}  # the COCO categories' names
+    assert found["region_names"]["0"].startswith("class00")
     assert (out / "figures" / "sae_features_cards.png").stat().st_size > 0
     assert "sae_features_cards" in (out / "report.html").read_text()
     refused = cli("analyze", "--model", "tiny-vit-sup", "--data", f"{root}::coco", "--analyses", "sae_features",

@@ -17,22 +17,23 @@ from vitscope.viz.save import save_figure
 __all__ = ["feature_cards", "frequency_histogram"]
 
 _BAR = (66, 99, 163)
-_HIST_W, _HIST_H = 150, 70
-_SHOWN_BARS = 12
+_LABEL_W, _BAR_W, _BAR_ROW = 78, 70, 13
+_HIST_W = _LABEL_W + _BAR_W
+_SHOWN_BARS = 6
 
 
 def _bars(canvas: Any, x: int, y: int, title: str, labels: Sequence[str], values: Sequence[float]) -> None:
-    """A small bar chart of ``values`` (largest first, at most :data:`_SHOWN_BARS`) with its labels under it."""
+    """A small horizontal bar chart of the largest ``values`` (at most :data:`_SHOWN_BARS`, largest first), each bar
+    after its label."""
     canvas.text(x, y, title, size=10)
     order = sorted(range(len(values)), key=lambda i: (-values[i], i))[:_SHOWN_BARS]
     top = max([values[i] for i in order] + [0.0])
-    width = max(4, _HIST_W // max(1, len(order)) - 2)
-    base = y + 14 + _HIST_H
     for n, i in enumerate(order):
-        h = 0 if top <= 0 or not math.isfinite(values[i]) else max(1, round(_HIST_H * values[i] / top))
-        if h:
-            canvas.paste(np.full((h, width, 3), _BAR, dtype=np.uint8), x + n * (width + 2), base - h)
-        canvas.text(x + n * (width + 2) + width // 2, base + 2, labels[i], size=9, anchor="ma")
+        row = y + 16 + n * _BAR_ROW
+        canvas.text(x, row, labels[i], size=9)
+        w = 0 if top <= 0 or not math.isfinite(values[i]) else max(1, round(_BAR_W * values[i] / top))
+        if w:
+            canvas.paste(np.full((_BAR_ROW - 3, w, 3), _BAR, dtype=np.uint8), x + _LABEL_W, row + 1)
 
 
 def feature_cards(latents: Sequence[int], frequencies: Sequence[float], cells: Sequence[Mapping[str, Any]],

@@ -30,6 +30,7 @@ def finish_sae_cards(results: Mapping[str, Any], backbone: Backbone, source: Sou
         if not isinstance(result, SAEFeaturesResult) or not result.meta.get("cards"):
             continue
         _pictures(result, backbone, source)
+        _names(result, source)
         steps = int(result.meta.get("featviz_steps") or 0)
         sae_meta = result.meta.get("sae") or {}
         if steps and sae_meta.get("path") and sae_meta.get("hook"):
@@ -62,3 +63,16 @@ def _pictures(result: SAEFeaturesResult, backbone: Backbone, source: Source) -> 
         kept = sorted(pictures)
         result.tensors["pictures"] = torch.stack([pictures[i] for i in kept])
         result.meta["picture_indices"] = kept
+
+
+def _names(result: SAEFeaturesResult, source: Source) -> None:
+    """Name the classes and regions of the cards from the dataset's reader where it has names: image classes from
+    its ``classes``, regions from its ``part_names`` (PartImageNet) or ``classes`` (COCO categories)."""
+    reader = getattr(source, "dataset", None)
+    classes, parts = getattr(reader, "classes", None), getattr(reader, "part_names", None)
+    for key, names in (("class", classes), ("region", parts if parts is not None else classes)):
+        if not isinstance(names, (list, tuple)):
+            continue
+        named = {int(v): str(names[int(v)]) for v in result.meta.get(f"{key}_labels", []) if 0 <= int(v) < len(names)}
+        if named:
+            result.meta[f"{key}_names"] = {str(v): n for v, n in named.items()}

@@ -26,7 +26,8 @@ class SAEFeaturesResult(TopActivationsResult):
     images' ``{hook}.scores``, ``{hook}.indices`` and ``{hook}.maps`` as ``top_activations`` keeps them, and, when
     ``vitscope analyze`` drew them, ``featviz`` ``[n, S, S, 3]`` uint8 (the card latents' encoder directions,
     ``meta["featviz_latents"]``). Meta: ``cards`` (the latents drawn as cards), ``sae`` (path, hook, width, kind,
-    tokens read), ``tokens``.
+    tokens read), ``tokens``, and where ``vitscope analyze`` found them in the dataset's reader ``class_names`` and
+    ``region_names`` (label -> name, keys as strings).
     """
 
     DIMS = {"frequency": ("latent",), "mean_activation": ("latent",), "class_mean": ("class", "latent"),
@@ -81,6 +82,7 @@ class SAEFeaturesResult(TopActivationsResult):
         return out
 
     def _draw_cards(self, cards: list[int], hook: str, path: Path) -> list[Path]:
+        from vitscope.viz.labels import short_name
         from vitscope.viz.sae_cards import feature_cards
 
         t, m = self.tensors, self.meta
@@ -106,7 +108,9 @@ class SAEFeaturesResult(TopActivationsResult):
         histograms = {}
         for key in ("class", "region"):
             if f"{key}_mean" in t:
-                labels = ["bg" if key == "region" and v == -1 else str(v) for v in m.get(f"{key}_labels", [])]
+                names = m.get(f"{key}_names") or {}
+                labels = ["bg" if key == "region" and v == -1 else short_name(names.get(str(v), str(v)), 14)
+                          for v in m.get(f"{key}_labels", [])]
                 histograms[key] = (labels, t[f"{key}_mean"])
         freq = t["frequency"]
         return feature_cards(cards, [float(freq[c]) for c in cards], cells, featviz, histograms, hook, path)

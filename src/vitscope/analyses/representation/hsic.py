@@ -195,7 +195,7 @@ class MinibatchHSIC:
             if pos.size == self.batch:
                 parts.append(cross_gram(picked.float()))
             elif mb in self.open and self.open[mb].size + pos.size == self.batch:
-                parts.append(LastPiece(picked.float()))
+                parts.append(LastPiece(picked.float().clone()))  # a copy: a view would keep the whole batch alive
             else:
                 parts.append(_rows_store(picked))
         return PreparedRep(parts)
