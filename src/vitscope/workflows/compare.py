@@ -15,6 +15,7 @@ from vitscope.comparison.names import file_safe, named_models
 from vitscope.comparison.outputs import comparison_sections
 from vitscope.comparison.result import ComparisonResult
 from vitscope.data.open import as_source
+from vitscope.engine.distributed import is_main_process
 from vitscope.engine.provenance import model_identity
 from vitscope.engine.run import run
 from vitscope.models.input_size import describe_input
@@ -22,6 +23,7 @@ from vitscope.models.load import load_model
 from vitscope.outputs import RunResult, prepare_output, write_run
 from vitscope.workflows.launch import role
 from vitscope.workflows.options import CompareOptions, resolve
+from vitscope.workflows.sae_cards import finish_sae_cards
 from vitscope.workflows.state_files import clear_state, resume_from
 
 __all__ = ["compare_command", "compare_models", "comparison_run"]
@@ -63,6 +65,8 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
                       dtype=options.dtype, limit=options.limit, strict=options.strict, progress=progress,
                       resume=resume_from(out, name, options.resume), checkpoint_seconds=options.checkpoint_seconds,
                       log=log, distributed=distributed, workers=options.workers, jpeg_draft=options.jpeg_draft)
+        if not distributed or is_main_process():
+            finish_sae_cards(results, backbone, source, log)
         workers = results.workers
         runs.append(ModelRun(model_id, backbone.spec, dict(results.items()), name))
         identities.append({**model_identity(model_id, backbone), "display_name": name,
