@@ -66,8 +66,9 @@ zoo: $(STAMP)
 
 # Every shipped zoo model's held-out score measured again and held against its record and the bar (`make test`
 # measures four of them; this all eight, about 40 s).
-distributed-check: $(STAMP)  # every command over two torchrun processes equals one process (about 30 s)
-	VITSCOPE_DISTRIBUTED_CHECK=1 $(PY) -m pytest tests/e2e/test_distributed.py tests/e2e/test_webdataset_distributed.py
+distributed-check: $(STAMP)  # every command over two torchrun processes equals one process (about 30 s); SAE training (40 s)
+	VITSCOPE_DISTRIBUTED_CHECK=1 $(PY) -m pytest tests/e2e/test_distributed.py tests/e2e/test_webdataset_distributed.py \
+	  tests/e2e/test_sae_distributed.py
 
 zoo-check: $(STAMP)
 	VITSCOPE_ZOO_CHECK=1 $(PY) -m pytest tests/unit/test_zoo_shipped.py

@@ -31,6 +31,7 @@ from vitscope.cli.imports import CommandLine
 from vitscope.cli.probe import probe as probe_command
 from vitscope.cli.resolve import resolve_or_exit
 from vitscope.cli.sae import sae_app
+from vitscope.cli.torchrun import refuse_under_torchrun
 from vitscope.cli.zoo import zoo_app
 from vitscope.models.errors import TRUST_PICKLE_ENV
 from vitscope.strict_json import dumps
@@ -57,10 +58,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-#: commands that share their work over the processes torchrun starts (the others run as one process)
-DISTRIBUTED_COMMANDS = frozenset({"analyze", "compare", "probe"})
-
-
 @app.callback()
 def main_options(ctx: typer.Context,
                  version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
@@ -69,16 +66,11 @@ def main_options(ctx: typer.Context,
                                                    "pickle (pytorch_model.bin, .pt) when a directory has no "
                                                    "safetensors: only for files from a source you trust.")) -> None:
     """Put vision transformers under a microscope."""
-    from vitscope.engine.distributed import in_torchrun
-
     one_line_warnings()
     if trust_pickle:
         os.environ[TRUST_PICKLE_ENV] = "1"  # read by the loader, in this process only
-    if in_torchrun() and ctx.invoked_subcommand not in DISTRIBUTED_COMMANDS:
-        # several processes would each run the whole command and write the same files
-        _stderr(f"error: 'vitscope {ctx.invoked_subcommand}' runs as one process; under torchrun only "
-                f"{', '.join(sorted(DISTRIBUTED_COMMANDS))} share their work (start it without torchrun)")
-        raise typer.Exit(2)
+    if ctx.invoked_subcommand != "sae":  # the sae group asks about its own commands
+        refuse_under_torchrun(str(ctx.invoked_subcommand))
 
 
 @app.command()

@@ -1,5 +1,5 @@
-"""``vitscope sae train``: a sparse autoencoder trained from the stream of a model's activations; parsing and
-printing only."""
+"""``vitscope sae train``: a sparse autoencoder trained from the stream of a model's activations (also under
+``torchrun``: the processes share every pass); parsing and printing only."""
 
 from __future__ import annotations
 
@@ -9,9 +9,16 @@ import typer
 
 from vitscope.cli.errors import one_line_errors
 from vitscope.cli.imports import CommandLine
+from vitscope.cli.torchrun import refuse_under_torchrun
 
 sae_app = CommandLine(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                       help="Sparse autoencoders of a model's activations.")
+
+
+@sae_app.callback()
+def sae_group(ctx: typer.Context) -> None:
+    """Sparse autoencoders of a model's activations."""
+    refuse_under_torchrun(f"sae {ctx.invoked_subcommand}")
 
 
 @sae_app.command("train")
@@ -35,15 +42,20 @@ def train_command(
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps [best available]."),
 ) -> None:
     """Train a sparse autoencoder from passes over the data (no activation written): cfg.json and
-    sae_weights.safetensors in --out."""
+    sae_weights.safetensors in --out. Under torchrun the processes share every pass and train one SAE; process 0
+    writes it and speaks."""
     from vitscope.models.load import load_model
     from vitscope.sae.training import SAETraining, train
+    from vitscope.workflows.launch import role
 
     config = SAETraining(kind=kind, latents=latents, k=k, tokens=int(tokens), buffer_tokens=buffer_tokens,
                          tokens_of=tokens_of, batch_tokens=batch_tokens, lr=lr, seed=seed)
-    backbone = load_model(model, device=device)
-    sae = train(backbone, hook, data, config, out=out, batch_size=batch_size, device=device,
-                log=lambda s: typer.echo(s, err=True))
+    with role(lambda s: typer.echo(s, err=True)) as me:
+        backbone = load_model(model, device=device)
+        sae = train(backbone, hook, data, config, out=out, batch_size=batch_size, device=device, log=me.log,
+                    distributed=me.distributed)
+    if not me.main:  # another process of a torchrun launch: process 0 reports
+        return
     last = sae.training_log[-1] if sae.training_log else {}
     typer.echo(f"{kind} SAE of {hook}: {latents} latents, FVU {last.get('fvu', float('nan')):.3f}, L0 "
                f"{last.get('l0', float('nan')):.1f}, dead {last.get('dead', 0)} -> {out}")
