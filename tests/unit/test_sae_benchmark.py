@@ -45,6 +45,15 @@ def test_hues_fall_in_six_bins_centred_on_their_colours() -> None:
         ["red", "yellow", "green", "cyan", "blue", "magenta", "red", "yellow", "red"]  # 351, 33 and 28 degrees
 
 
+def test_every_concept_is_told_apart_within_its_context() -> None:
+    contexts = {c.key: c.context for c in world_concepts(SyntheticWorld(size=32))}
+    assert len(contexts) == 10 + 36 + 5 + 2 + 6
+    assert contexts["class/class03-house"] == contexts["colour/red"] == "object/object"
+    assert contexts["part/class00-fish.tail"] == "class/class00-fish"
+    assert contexts["background/dots"] == "object/background" and contexts["object/object"] is None
+    assert all(c in contexts for c in contexts.values() if c is not None)
+
+
 def _blocks(mask: np.ndarray, patch: int) -> np.ndarray:
     """``[H, W]`` bool -> ``[h*w]``: more than half of each patch's pixels (by hand, for the scene test)."""
     h, w = mask.shape[0] // patch, mask.shape[1] // patch
@@ -180,6 +189,10 @@ def test_the_command_writes_every_number_the_tables_and_the_figure(small_run) ->
             r = method["concepts"][key]
             assert 0 <= r["auroc"] <= 1 and 0 <= r["f1"] <= 1 and r["needed"] in (None, 1, 2, 3, 4)
             assert (r["needed"] == 1) == (r["auroc"] >= 0.9)
+            if key.startswith("object/"):
+                assert r["auroc_within"] is None  # no context: the two halves of every image
+            elif key.startswith(("class/", "background/")):  # told apart from plenty of sibling tokens
+                assert 0 <= r["auroc_within"] <= 1
     object_ = max(found["methods"][m]["concepts"]["object/object"]["auroc"] for m in found["methods"])
     assert object_ > 0.8  # some unit of a trained ViT tells objects from background
     assert 0 <= found["sae"]["fvu"] < 1.5 and found["sae"]["l0"] == pytest.approx(4.0)

@@ -9,9 +9,11 @@ directions and the model's own MLP neurons, every method scored on the same held
   tokens; and the neurons of the same block's MLP (``blocks.N.mlp.post``), which need no fit.
 * **Scores, per concept and method:** the unit with the highest AUROC on the fitting sample (PCA, ICA and random
   directions read with either sign: their sign is arbitrary), its AUROC on the held-out tokens and its F1 there at
-  the threshold that maximises F1 on the fitting sample; and the latents needed: the fewest of the best-ranked units
-  whose logistic regression (fitted on the fitting sample) reaches ``target`` AUROC on the held-out tokens, at most
-  ``cap`` (:func:`~vitscope.functional.concept_scores.units_needed`).
+  the threshold that maximises F1 on the fitting sample; its AUROC within the concept's context (a class among the
+  object tokens, a background type among the background tokens...: told apart from its siblings alone); and the
+  latents needed: the fewest of the best-ranked units whose read-out (the unit alone, or a logistic regression
+  fitted on the fitting sample) reaches ``target`` AUROC on the held-out tokens, at most ``cap``
+  (:func:`~vitscope.functional.concept_scores.units_needed`).
 """
 
 from __future__ import annotations
@@ -157,8 +159,9 @@ def _sae_quality(sae: SparseAutoencoder, x: np.ndarray, codes: np.ndarray) -> di
 
 
 def _score(fit_units: np.ndarray, fit_labels: np.ndarray, test_units: np.ndarray, test_labels: np.ndarray,
-           both_signs: bool, config: SAEBenchmark) -> list[dict[str, Any]]:
-    """The record of every concept (columns of the labels) for one method's units."""
+           contexts: Sequence[np.ndarray | None], both_signs: bool, config: SAEBenchmark) -> list[dict[str, Any]]:
+    """The record of every concept (columns of the labels) for one method's units; ``contexts``: per concept, the
+    held-out tokens of its context (:attr:`~vitscope.sae.concepts.Concept.context`) as a bool mask, or None."""
     from sklearn.metrics import roc_auc_score
 
     table = auroc_table(fit_units, fit_labels)
@@ -171,9 +174,14 @@ def _score(fit_units: np.ndarray, fit_labels: np.ndarray, test_units: np.ndarray
         threshold, fit_f1 = best_f1_threshold(fit_scores, fit_labels[:, c])
         needed, readout = units_needed(fit_units, fit_labels[:, c], test_units, test_labels[:, c],
                                        order[c].tolist(), config.target, config.cap, s)
+        within = None
+        if contexts[c] is not None:
+            inside = test_labels[contexts[c], c]
+            if min(inside.sum(), (~inside).sum()) >= config.min_tokens:
+                within = float(roc_auc_score(inside, test_scores[contexts[c]]))
         records.append({"unit": unit, "sign": int(s), "fit_auroc": float(table[c, unit] if s > 0 else
                                                                          1 - table[c, unit]),
-                        "auroc": float(roc_auc_score(test_labels[:, c], test_scores)),
+                        "auroc": float(roc_auc_score(test_labels[:, c], test_scores)), "auroc_within": within,
                         "threshold": threshold, "fit_f1": fit_f1,
                         "f1": f1_at(test_scores, test_labels[:, c], threshold),
                         "needed": needed, "readout_auroc": readout})
@@ -254,13 +262,22 @@ def _method(method: str, config: SAEBenchmark, sae: SparseAutoencoder, sae_test:
     else:
         fitted = fit_baseline(method, x[sample], config.latents, config.seed)
         fit_u, test_u, notes = fitted.units(x[sample]), fitted.units(x[held]), fitted.notes
-    records = _score(fit_u, fit_labels[:, scored], test_u, test_labels[:, scored], method in BOTH_SIGNS, config)
+    index = {c.key: i for i, c in enumerate(concepts)}
+    contexts = [None if concepts[i].context is None else test_labels[:, index[concepts[i].context]] for i in scored]
+    records = _score(fit_u, fit_labels[:, scored], test_u, test_labels[:, scored], contexts, method in BOTH_SIGNS,
+                     config)
     by_key: dict[str, Any] = {c.key: None for c in concepts}
     by_key.update({concepts[i].key: r for i, r in zip(scored, records)})
     return {"units": int(fit_u.shape[1]), "both_signs": method in BOTH_SIGNS, "notes": notes,
             "seconds": time.perf_counter() - start,
             "mean_auroc": float(np.mean([r["auroc"] for r in records])) if records else float("nan"),
             "concepts": by_key}
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    """The mean of the values that are not None (None when none is)."""
+    found = [v for v in values if v is not None]
+    return float(np.mean(found)) if found else None
 
 
 def summarise(models: Mapping[str, Any], concepts: Sequence[Concept], target: float) -> dict[str, Any]:
@@ -281,6 +298,7 @@ def summarise(models: Mapping[str, Any], concepts: Sequence[Concept], target: fl
                 summary[model][method][family] = {
                     "concepts": len(rows),
                     "auroc": float(np.mean([r["auroc"] for r in rows])) if rows else None,
+                    "auroc_within": _mean([r["auroc_within"] for r in rows]),
                     "f1": float(np.mean([r["f1"] for r in rows])) if rows else None,
                     "one_unit": sum(r["auroc"] >= target for r in rows),
                     "reached": len(needed),
@@ -310,8 +328,10 @@ def benchmark(models: Sequence[str] = ZOO_MODELS, config: SAEBenchmark = SAEBenc
     Returns:
         ``{"settings", "concepts", "models": {model: {"tokens", "positives", "sae", "methods": {method: {"units",
         "both_signs", "notes", "seconds", "concepts": {key: record or None}}}}}, "summary", "seconds"}``; a record is
-        ``{"unit", "sign", "fit_auroc", "auroc", "threshold", "fit_f1", "f1", "needed", "readout_auroc"}`` (None: a
-        concept with too few tokens to score; ``needed`` None: not reached within the cap).
+        ``{"unit", "sign", "fit_auroc", "auroc", "auroc_within", "threshold", "fit_f1", "f1", "needed",
+        "readout_auroc"}`` (None: a concept with too few tokens to score; ``needed`` None: not reached within the cap;
+        ``auroc_within``: the same unit's AUROC among the held-out tokens of the concept's context,
+        :attr:`~vitscope.sae.concepts.Concept.context`, None without one).
 
     Raises:
         ValueError: bad sizes, no model, a model not registered, a CNN, or a hook the model lacks (one line).

@@ -51,6 +51,9 @@ def _family_tables(doc: Mapping[str, Any], methods: list[str]) -> list[str]:
 
     lines += ["## Mean held-out AUROC of the best single unit", ""]
     lines += _table(header, rows(lambda model, s, m, f: _number(s["auroc"])))
+    lines += ["## Mean held-out AUROC of the same unit within the concept's context (classes and colours among object "
+              "tokens, parts among their class's tokens, background types among background tokens)", ""]
+    lines += _table(header, rows(lambda model, s, m, f: _number(s["auroc_within"])))
     lines += ["## Mean held-out F1 of the best single unit (threshold set on the fitting tokens)", ""]
     lines += _table(header, rows(lambda model, s, m, f: _number(s["f1"])))
     lines += [f"## Concepts reaching {settings['target']} AUROC: with one unit / with a read-out of at most "

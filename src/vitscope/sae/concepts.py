@@ -53,6 +53,17 @@ class Concept:
         """``family/name``, unique among a world's concepts."""
         return f"{self.family}/{self.name}"
 
+    @property
+    def context(self) -> str | None:
+        """The key of the concept whose tokens this one is told apart within (from its siblings, with no help from
+        telling objects from background): a class or a colour among the object tokens, a part among its class's
+        tokens, a background type among the background tokens; None for object and background."""
+        if self.family in ("class", "colour"):
+            return "object/object"
+        if self.family == "part":
+            return f"class/{self.name.split('.')[0]}"
+        return "object/background" if self.family == "background" else None
+
 
 def hue_bin(rgb: Sequence[float]) -> int:
     """The index in :data:`COLOURS` of an RGB colour (0-255) by its hue."""
