@@ -47,7 +47,7 @@ def test_hues_fall_in_six_bins_centred_on_their_colours() -> None:
 
 def test_every_concept_is_told_apart_within_its_context() -> None:
     contexts = {c.key: c.context for c in world_concepts(SyntheticWorld(size=32))}
-    assert len(contexts) == 10 + 36 + 5 + 2 + 6
+    assert len(contexts) == 10 + 35 + 5 + 2 + 6  # classes, their parts, backgrounds, object or not, colours
     assert contexts["class/class03-house"] == contexts["colour/red"] == "object/object"
     assert contexts["part/class00-fish.tail"] == "class/class00-fish"
     assert contexts["background/dots"] == "object/background" and contexts["object/object"] is None
