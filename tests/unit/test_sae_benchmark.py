@@ -193,6 +193,9 @@ def test_the_command_writes_every_number_the_tables_and_the_figure(small_run) ->
                 assert r["auroc_within"] is None  # no context: the two halves of every image
             elif key.startswith(("class/", "background/")):  # told apart from plenty of sibling tokens
                 assert 0 <= r["auroc_within"] <= 1
+    reference = found["references"]["class/class02-car"]
+    assert 0.5 < reference["context_auroc"] < 1 and 0 < reference["all_positive_f1"] < 0.5
+    assert found["references"]["object/object"]["context_auroc"] is None
     object_ = max(found["methods"][m]["concepts"]["object/object"]["auroc"] for m in found["methods"])
     assert object_ > 0.8  # some unit of a trained ViT tells objects from background
     assert 0 <= found["sae"]["fvu"] < 1.5 and found["sae"]["l0"] == pytest.approx(4.0)

@@ -188,6 +188,23 @@ def _score(fit_units: np.ndarray, fit_labels: np.ndarray, test_units: np.ndarray
     return records
 
 
+def _references(test_labels: np.ndarray, scored: np.ndarray, concepts: list[Concept]) -> dict[str, Any]:
+    """What a score is worth, per scored concept on the held-out tokens: ``context_auroc``, the AUROC of the
+    concept's context itself as a score (a perfect object detector scores a class this high without knowing any
+    class; None without a context), and ``all_positive_f1``, the F1 of calling every token positive."""
+    from sklearn.metrics import roc_auc_score
+
+    index = {c.key: i for i, c in enumerate(concepts)}
+    out = {}
+    for i in scored:
+        context = concepts[i].context
+        y = test_labels[:, i]
+        out[concepts[i].key] = {
+            "context_auroc": None if context is None else float(roc_auc_score(y, test_labels[:, index[context]])),
+            "all_positive_f1": f1_at(np.ones(len(y)), y, 1.0)}
+    return out
+
+
 def _model_scores(name: str, config: SAEBenchmark, world: SyntheticWorld, scenes: list, concepts: list[Concept],
                   out: Path | None, device: str | None, log: Callable[[str], None]) -> dict[str, Any]:
     """Every method's scores for one model."""
@@ -233,6 +250,7 @@ def _model_scores(name: str, config: SAEBenchmark, world: SyntheticWorld, scenes
         "tokens": {"per_image": per_image, "fit": fit_end, "fitting_sample": len(sample), "heldout": len(test_labels)},
         "positives": {c.key: {"fit": int(counts["fit"][i]), "heldout": int(counts["heldout"][i])}
                       for i, c in enumerate(concepts)},
+        "references": _references(test_labels, scored, concepts),
         "sae": {**_sae_quality(sae, x[held], sae_test), "training": (sae.training_log or [{}])[-1]},
         "methods": {}}
     log(f"{name} SAE on held-out tokens: FVU {doc['sae']['fvu']:.3f}, L0 {doc['sae']['l0']:.1f}, "
@@ -283,12 +301,17 @@ def _mean(values: Sequence[float | None]) -> float | None:
 def summarise(models: Mapping[str, Any], concepts: Sequence[Concept], target: float) -> dict[str, Any]:
     """Per model, method and family: the mean held-out AUROC and F1 of the best units, how many concepts one unit
     detects at ``target`` AUROC and how many a read-out of at most the cap reaches, and the median units needed;
-    and per model and family, how many concepts each method wins (the highest AUROC at two decimals, ties shared).
+    per model and family, how many concepts each method wins (the highest AUROC at two decimals, ties shared); and
+    the references' means (:func:`_references`).
     """
     summary: dict[str, Any] = {}
     wins: dict[str, Any] = {}
+    references: dict[str, Any] = {}
     for model, doc in models.items():
         summary[model], wins[model] = {}, {f: {m: 0 for m in METHODS} for f in FAMILIES}
+        references[model] = {
+            family: {name: _mean([r[name] for k, r in doc["references"].items() if k.split("/")[0] == family])
+                     for name in ("context_auroc", "all_positive_f1")} for family in FAMILIES}
         for method in METHODS:
             summary[model][method] = {}
             for family in FAMILIES:
@@ -310,7 +333,7 @@ def summarise(models: Mapping[str, Any], concepts: Sequence[Concept], target: fl
             best = max(round(r["auroc"], 2) for r in found.values())
             for m, r in found.items():
                 wins[model][c.family][m] += int(round(r["auroc"], 2) == best)
-    return {"families": summary, "wins": wins}
+    return {"families": summary, "wins": wins, "references": references}
 
 
 def benchmark(models: Sequence[str] = ZOO_MODELS, config: SAEBenchmark = SAEBenchmark(),
@@ -326,8 +349,9 @@ def benchmark(models: Sequence[str] = ZOO_MODELS, config: SAEBenchmark = SAEBenc
         device: where the models and SAEs run; log: receives progress lines.
 
     Returns:
-        ``{"settings", "concepts", "models": {model: {"tokens", "positives", "sae", "methods": {method: {"units",
-        "both_signs", "notes", "seconds", "concepts": {key: record or None}}}}}, "summary", "seconds"}``; a record is
+        ``{"settings", "concepts", "models": {model: {"tokens", "positives", "references", "sae", "methods": {method:
+        {"units", "both_signs", "notes", "seconds", "mean_auroc", "concepts": {key: record or None}}}}}, "summary",
+        "seconds"}``; a record is
         ``{"unit", "sign", "fit_auroc", "auroc", "auroc_within", "threshold", "fit_f1", "f1", "needed",
         "readout_auroc"}`` (None: a concept with too few tokens to score; ``needed`` None: not reached within the cap;
         ``auroc_within``: the same unit's AUROC among the held-out tokens of the concept's context,

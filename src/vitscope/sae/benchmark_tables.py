@@ -39,23 +39,26 @@ def _family_tables(doc: Mapping[str, Any], methods: list[str]) -> list[str]:
     lines: list[str] = []
     header = ["model", "family (concepts)", *methods]
 
-    def rows(cell) -> list[list[Any]]:
+    def rows(cell, reference: str | None = None) -> list[list[Any]]:
         found = []
         for model, per_method in summary["families"].items():
             for family in FAMILIES:
                 first = per_method[methods[0]][family]
                 if first["concepts"]:
+                    extra = [_number(summary["references"][model][family][reference])] if reference else []
                     found.append([model, f"{family} ({first['concepts']})",
-                                  *(cell(model, per_method[m][family], m, family) for m in methods)])
+                                  *(cell(model, per_method[m][family], m, family) for m in methods), *extra])
         return found
 
-    lines += ["## Mean held-out AUROC of the best single unit", ""]
-    lines += _table(header, rows(lambda model, s, m, f: _number(s["auroc"])))
+    lines += ["## Mean held-out AUROC of the best single unit (context alone: the AUROC of the concept's context, "
+              "e.g. the object tokens for a class, as a score)", ""]
+    lines += _table([*header, "context alone"], rows(lambda model, s, m, f: _number(s["auroc"]), "context_auroc"))
     lines += ["## Mean held-out AUROC of the same unit within the concept's context (classes and colours among object "
               "tokens, parts among their class's tokens, background types among background tokens)", ""]
     lines += _table(header, rows(lambda model, s, m, f: _number(s["auroc_within"])))
-    lines += ["## Mean held-out F1 of the best single unit (threshold set on the fitting tokens)", ""]
-    lines += _table(header, rows(lambda model, s, m, f: _number(s["f1"])))
+    lines += ["## Mean held-out F1 of the best single unit (threshold set on the fitting tokens; all positive: every "
+              "token called positive)", ""]
+    lines += _table([*header, "all positive"], rows(lambda model, s, m, f: _number(s["f1"]), "all_positive_f1"))
     lines += [f"## Concepts reaching {settings['target']} AUROC: with one unit / with a read-out of at most "
               f"{settings['cap']} units (median units needed)", ""]
     lines += _table(header, rows(lambda model, s, m, f: f"{s['one_unit']} / {s['reached']} "
