@@ -56,7 +56,7 @@ explanations-benchmark: $(STAMP)
 	  --data bench_world::coco --limit 32 --steps 8 --out explanations_out
 
 # SAE latents, PCA, ICA, k-means, random directions and the MLP neurons as detectors of the synthetic world's concepts,
-# on the zoo's four ViTs: the numbers of docs/sae-benchmark.md (about 6 minutes on 2 cores).
+# on the zoo's four ViTs: the numbers of docs/sae-benchmark.md (about 4 minutes on 2 cores).
 sae-benchmark: $(STAMP)
 	$(VENV)/bin/vitscope sae benchmark --models tiny-vit-sup,tiny-vit-distill,tiny-vit-mae,tiny-vit-sup-spurious \
 	  --hook blocks.3.resid_post --images 1000 --heldout 500 --latents 512 --k 16 --tokens 262144 --seed 0 \
