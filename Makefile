@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo install bench zoo zoo-check distributed-check clean chromium golden vendor-echarts kill-matrix explanations-benchmark
+.PHONY: test demo install bench zoo zoo-check distributed-check clean chromium golden vendor-echarts kill-matrix explanations-benchmark sae-benchmark
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,13 @@ explanations-benchmark: $(STAMP)
 	$(VENV)/bin/vitscope synth --format coco --n 64 --size 64 --seed 10000 --spurious 0.5 --out bench_world
 	$(VENV)/bin/vitscope explanations --models tiny-vit-sup,tiny-vit-sup-spurious,tiny-resnet-sup \
 	  --data bench_world::coco --limit 32 --steps 8 --out explanations_out
+
+# SAE latents, PCA, ICA, k-means, random directions and the MLP neurons as detectors of the synthetic world's concepts,
+# on the zoo's four ViTs: the numbers of docs/sae-benchmark.md (about 4 minutes on 2 cores).
+sae-benchmark: $(STAMP)
+	$(VENV)/bin/vitscope sae benchmark --models tiny-vit-sup,tiny-vit-distill,tiny-vit-mae,tiny-vit-sup-spurious \
+	  --hook blocks.3.resid_post --images 1000 --heldout 500 --latents 512 --k 16 --tokens 262144 --seed 0 \
+	  --out sae_benchmark_out
 
 kill-matrix: $(STAMP)  # kill -9 analyze, compare and probe at random points; reruns must equal (a few minutes)
 	$(PY) benchmarks/kill_matrix.py

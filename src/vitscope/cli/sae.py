@@ -1,5 +1,6 @@
-"""``vitscope sae train``: a sparse autoencoder trained from the stream of a model's activations (also under
-``torchrun``: the processes share every pass); parsing and printing only."""
+"""``vitscope sae train|eval|benchmark``: sparse autoencoders trained from the stream of a model's activations (also
+under ``torchrun``: the processes share every pass), measured, and scored against the synthetic world's concepts;
+parsing and printing only."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import typer
 from vitscope.cli.errors import one_line_errors
 from vitscope.cli.imports import CommandLine
 from vitscope.cli.torchrun import refuse_under_torchrun
+
+#: the benchmark's default models (vitscope.sae.benchmark.ZOO_MODELS, named here so that --help imports no torch)
+_ZOO_VITS = ("tiny-vit-sup", "tiny-vit-distill", "tiny-vit-mae", "tiny-vit-sup-spurious")
 
 sae_app = CommandLine(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                       help="Sparse autoencoders of a model's activations.")
@@ -81,3 +85,44 @@ def eval_command(
     found = evaluate(load(sae), load_model(model), data, hook=hook, tokens_of=tokens_of, images=images,
                      batch_size=batch_size)
     typer.echo(dumps(found, indent=1))
+
+
+@sae_app.command("benchmark")
+@one_line_errors
+def benchmark_command(
+    models: str = typer.Option(",".join(_ZOO_VITS), "--models", "-M", help="Comma-separated ViTs."),
+    hook: str = typer.Option("blocks.3.resid_post", "--hook", help="The tokens read (blocks.N.<name>); the neurons "
+                                                                   "are blocks.N.mlp.post."),
+    out: Path = typer.Option(Path("sae_benchmark"), "--out", "-o", help="Output folder."),
+    images: int = typer.Option(1000, "--images", min=1, help="Fitting scenes."),
+    heldout: int = typer.Option(500, "--heldout", min=1, help="Held-out scenes."),
+    latents: int = typer.Option(512, "--latents", min=1, help="SAE latents (and k-means centroids, random "
+                                                               "directions, PCA and ICA components up to the width)."),
+    k: int = typer.Option(16, "--k", min=1, help="Active latents per token."),
+    kind: str = typer.Option("topk", "--kind", help="relu, topk, batchtopk or matryoshka."),
+    tokens: float = typer.Option(2**18, "--tokens", min=1, help="SAE training tokens."),
+    batch_tokens: int = typer.Option(1024, "--batch-tokens", min=1, help="SAE minibatch."),
+    lr: float = typer.Option(1e-3, "--lr", min=0, help="SAE's peak learning rate."),
+    fit_tokens: int = typer.Option(20_000, "--fit-tokens", min=1, help="Fitting sample: fits the baselines, ranks "
+                                                                        "units, sets thresholds, fits read-outs."),
+    cap: int = typer.Option(32, "--cap", min=1, help="Most units a read-out may use."),
+    min_tokens: int = typer.Option(20, "--min-tokens", min=1, help="Positive tokens a concept needs in each set."),
+    seed: int = typer.Option(0, "--seed", help="SAE, baselines and fitting sample."),
+    world_seed: int = typer.Option(20_000, "--world-seed", min=0, help="Seed of the synthetic world."),
+    batch_size: int = typer.Option(64, "--batch-size", "-b", min=1, help="Images per forward pass."),
+    device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps [best available]."),
+) -> None:
+    """Score SAE latents, PCA, ICA, k-means, random directions and the MLP neurons as detectors of the synthetic
+    world's concepts (class, part, background type, object or background, colour) on held-out tokens:
+    benchmark.json, benchmark.md, auroc.png."""
+    from vitscope.sae.benchmark import SAEBenchmark, benchmark
+
+    config = SAEBenchmark(hook=hook, images=images, heldout=heldout, kind=kind, latents=latents, k=k,
+                          tokens=int(tokens), batch_tokens=batch_tokens, lr=lr, fit_tokens=fit_tokens, cap=cap,
+                          min_tokens=min_tokens, seed=seed, world_seed=world_seed, batch_size=batch_size)
+    doc = benchmark([m.strip() for m in models.split(",") if m.strip()], config, out=out, device=device,
+                    log=lambda s: typer.echo(s, err=True))
+    for model, found in doc["models"].items():
+        means = ", ".join(f"{m} {found['methods'][m]['mean_auroc']:.2f}" for m in found["methods"])
+        typer.echo(f"{model}: mean held-out AUROC of the best unit per concept: {means}")
+    typer.echo(f"{len(doc['models'])} model(s), {doc['seconds']:.0f} s -> {out / 'benchmark.md'}")
