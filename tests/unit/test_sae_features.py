@@ -14,7 +14,7 @@ from vitscope.analyses.activations.sae_features import REGION_GRID, SAEFeatures
 from vitscope.analyses.base import Batch
 from vitscope.autoencoders.files import save
 from vitscope.autoencoders.model import SparseAutoencoder
-from vitscope.functional.token_regions import token_coverage, token_region_labels
+from vitscope.functional.concept_tokens import token_coverage, token_region_labels
 from vitscope.models.spec import ModelSpec
 
 SPEC = ModelSpec(name="fake-vit", family="tiny-vit", kind="transformer", num_blocks=2, num_heads=2, embed_dim=4,
@@ -117,7 +117,7 @@ def test_token_regions_are_the_majority_of_each_tokens_pixels() -> None:
     masks[1, 2, 2:4] = True
     masks[1, 3, 2] = True  # three quarters of token 4
     coverage = token_coverage(masks, (2, 3))
-    torch.testing.assert_close(coverage[0], torch.tensor([1.0, 0.5, 0, 0, 0, 0]))
+    torch.testing.assert_close(coverage[0], torch.tensor([1.0, 0.5, 0, 0, 0, 0], dtype=torch.float64))
     assert token_region_labels(coverage, torch.tensor([7, 9])).tolist() == [7, -1, -1, -1, 9, 9]
     assert token_region_labels(token_coverage(masks[:0], (2, 3)), torch.tensor([])).tolist() == [-1] * 6
 

@@ -9,8 +9,8 @@ import torch
 from PIL import Image
 
 from vitscope.errors import VitscopeValueError
+from vitscope.functional.concept_tokens import token_coverage, token_region_labels
 from vitscope.functional.occlusion import boxes_pixel_mask, masks_bounding_boxes
-from vitscope.functional.token_regions import token_coverage, token_region_labels
 from vitscope.models.preprocess import frame_size, resize_crop
 from vitscope.models.spec import ModelSpec
 

@@ -26,7 +26,7 @@ from vitscope.autoencoders.files import load
 from vitscope.autoencoders.model import SparseAutoencoder
 from vitscope.autoencoders.tokens import TOKENS_OF
 from vitscope.errors import VitscopeValueError
-from vitscope.functional.token_regions import BACKGROUND
+from vitscope.functional.concept_tokens import BACKGROUND
 from vitscope.models.spec import ModelSpec
 from vitscope.occlusion.regions import token_regions
 
