@@ -75,7 +75,7 @@ zoo: $(STAMP)
 # measures four of them; this all eight, about 40 s).
 distributed-check: $(STAMP)  # every command over two torchrun processes equals one process (about 30 s); SAE training (40 s)
 	VITSCOPE_DISTRIBUTED_CHECK=1 $(PY) -m pytest tests/e2e/test_distributed.py tests/e2e/test_webdataset_distributed.py \
-	  tests/e2e/test_sae_distributed.py
+	  tests/e2e/test_sae_torchrun.py
 
 zoo-check: $(STAMP)
 	VITSCOPE_ZOO_CHECK=1 $(PY) -m pytest tests/unit/test_zoo_shipped.py

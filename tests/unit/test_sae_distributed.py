@@ -2,7 +2,7 @@
 by stand-in collectives (each checks that every thread called the same collective on the same shape, which a real
 process group would answer with a hang or garbage), and in two forked processes joined by a real gloo group, that
 must end with equal weights whatever tokens each one read. Training from a model's passes under ``torchrun``, with a
-kill and a resume, is in tests/e2e/test_sae_distributed.py (``make distributed-check``)."""
+kill and a resume, is in tests/e2e/test_sae_torchrun.py (``make distributed-check``)."""
 
 from __future__ import annotations
 
