@@ -66,7 +66,7 @@ def child(way: str, root: Path, args: argparse.Namespace) -> dict:
     from vitscope.analyses.base import Analysis
     from vitscope.autoencoders.tokens import selected_tokens
     from vitscope.sae import SAETraining, train
-    from vitscope.sae.training import _Trainer
+    from vitscope.sae.trainer import Trainer
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     backbone = vitscope.load_model(str(root / "vit-s"))
@@ -102,7 +102,7 @@ def child(way: str, root: Path, args: argparse.Namespace) -> dict:
         dump.flush()
         stored = np.load(work / "tokens.npy", mmap_mode="r")
         with torch.inference_mode(False):
-            trainer = _Trainer(384, config, torch.device("cpu"), args.buffer_tokens)
+            trainer = Trainer(384, config, torch.device("cpu"), args.buffer_tokens)
             for s in range(0, len(stored), args.buffer_tokens // 2):
                 trainer.push(torch.from_numpy(np.array(stored[s : s + args.buffer_tokens // 2])))
             trainer.finish()
@@ -118,19 +118,19 @@ def rates(root: Path, args: argparse.Namespace) -> dict:
 
     import vitscope
     from vitscope.sae import SAETraining
-    from vitscope.sae.training import _Trainer
+    from vitscope.sae.trainer import Trainer
 
     backbone = vitscope.load_model(str(root / "vit-s"))
     config = SAETraining(kind="topk", latents=args.latents, k=args.k, tokens=10**9, batch_tokens=args.batch_tokens)
     with torch.inference_mode(False):
-        trainer = _Trainer(384, config, torch.device("cpu"), args.buffer_tokens)
+        trainer = Trainer(384, config, torch.device("cpu"), args.buffer_tokens)
         buffer = torch.randn(args.buffer_tokens, 384)
         trainer._start(buffer)
         steps = max(4, 8192 // args.batch_tokens)
         start = time.perf_counter()
         for s in range(steps):
             trainer._step(buffer[(s * args.batch_tokens) % (args.buffer_tokens - args.batch_tokens):][
-                : args.batch_tokens])
+                : args.batch_tokens], args.batch_tokens)
         sae_rate = steps * args.batch_tokens / (time.perf_counter() - start)
     pixels = torch.randn(32, 3, args.size, args.size)
     with torch.no_grad(), backbone.record([HOOK]):
@@ -167,9 +167,12 @@ def main(argv: list[str] | None = None) -> int:
             synthetic_image(i, size=args.size).save(root / "images" / f"{i:06d}.png")
         ways = {}
         for way in ("stream", "dump"):
-            forwarded = [a for a in (argv or sys.argv[1:]) if not a.startswith("--out")]
+            forwarded = [str(v) for name in ("images", "size", "latents", "k", "buffer_tokens", "batch_tokens")
+                         for v in (f"--{name.replace('_', '-')}", getattr(args, name))]
             proc = subprocess.run([sys.executable, __file__, *forwarded, "--child", way, "--root", str(root)],
-                                  capture_output=True, text=True, check=True)
+                                  capture_output=True, text=True)
+            if proc.returncode:
+                raise SystemExit(f"the {way} child failed:\n{proc.stderr[-3000:]}")
             ways[way] = json.loads(proc.stdout.strip().splitlines()[-1])
             print(f"{way:7s} {ways[way]['seconds']:7.1f} s, wrote {ways[way]['written_bytes'] / 2**20:8.1f} MiB, "
                   f"peak RSS {ways[way]['peak_rss_bytes'] / 2**20:7.0f} MiB", flush=True)
