@@ -156,7 +156,7 @@ def test_results_show_as_cards_in_jupyter_with_user_text_escaped() -> None:
     import torch
 
     from vitscope.analyses.result import Figure, Result
-    from vitscope.engine.run import Results
+    from vitscope.engine.results import Results
 
     def draw(path):
         from vitscope.viz.raster import Canvas

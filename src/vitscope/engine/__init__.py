@@ -12,14 +12,14 @@ __all__ = ["Checkpoint", "EmptyRunError", "Results", "extract_features", "run_ti
 
 __getattr__, __dir__ = lazy_exports(__name__, {
     "Checkpoint": "vitscope.engine.state",
-    "EmptyRunError": "vitscope.engine.run",
-    "Results": "vitscope.engine.run",
+    "EmptyRunError": "vitscope.engine.results",
+    "Results": "vitscope.engine.results",
     "extract_features": "vitscope.engine.extract",
     "run_tiled": "vitscope.engine.tiling",
 })
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from vitscope.engine.extract import extract_features
-    from vitscope.engine.run import EmptyRunError, Results
+    from vitscope.engine.results import EmptyRunError, Results
     from vitscope.engine.state import Checkpoint
     from vitscope.engine.tiling import run_tiled

@@ -25,7 +25,8 @@ from vitscope.cache.request import FeatureRequest
 from vitscope.data.open import as_source
 from vitscope.engine.distributed import barrier, collectives, shard_for
 from vitscope.engine.feature_rows import FeatureRows
-from vitscope.engine.run import EmptyRunError, resolve_device, resolve_dtype, run
+from vitscope.engine.results import EmptyRunError
+from vitscope.engine.run import resolve_device, resolve_dtype, run
 from vitscope.engine.state import Checkpoint
 from vitscope.errors import VitscopeRuntimeError, VitscopeValueError
 from vitscope.models.backbone import Backbone

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from vitscope.analyses.base import Analysis, Batch, Result
+from vitscope.analyses.base import Analysis, Batch
 from vitscope.analyses.batch import ModelRunner, SharedQuantities, loader_work, union_plan
 from vitscope.analyses.data_checks import DataFacts
 from vitscope.analyses.grids import grid_counts, grid_of
@@ -33,10 +33,11 @@ from vitscope.data.source import Source
 from vitscope.engine.batches import LoadedBatch, LoaderClock, SkipLog, iter_batches, loader_bound_note, shard_range
 from vitscope.engine.decoding import decode_name, decoding
 from vitscope.engine.distributed import barrier, collectives, gather_lists, shard_for, sum_over_ranks
+from vitscope.engine.results import EmptyRunError, Results
 from vitscope.engine.settings import loader_workers, progress_bar, resolve_device, resolve_dtype
 from vitscope.engine.state import Checkpoint, interrupt_guard, run_checkpoint
 from vitscope.engine.streaming import StreamPlan, in_block_order, stream_plan, warn_if_patterns_do_not_fit
-from vitscope.errors import VitscopeRuntimeError, VitscopeValueError
+from vitscope.errors import VitscopeValueError
 from vitscope.functional.attention_blocks import Workspace
 from vitscope.hooks.names import expand_names
 from vitscope.models.backbone import Backbone
@@ -44,56 +45,8 @@ from vitscope.models.preprocess import normalise_pixels, pixel_groups, resized_p
 from vitscope.models.spec import ModelSpec
 from vitscope.models.views import StandardView
 
-__all__ = ["EmptyRunError", "Results", "loader_preprocessing", "required_hook_names", "resolve_device",
+__all__ = ["loader_preprocessing", "required_hook_names", "resolve_device",
            "resolve_dtype", "run"]
-
-
-class EmptyRunError(VitscopeRuntimeError):
-    """No image of the dataset could be read."""
-
-
-@dataclass
-class Results(Mapping[str, Result]):
-    """Mapping from each analysis's name to its Result, plus what the run saw.
-
-    Attributes:
-        results: name -> Result.
-        num_images: images fed to the analyses.
-        skipped: ``SkippedImage`` records of unreadable files.
-        hooks: canonical names recorded.
-        data: the source's description with its fingerprint (the data entry of results.json).
-        resumed_images: images the restored state already held (0 when the run started afresh).
-        workers: the processes that decoded the images (0: a thread of the running process).
-        grids: ``"HxW"`` token grid (CNN: feature map) -> images that ran at it, most images first (one entry
-            unless images keep their aspect ratio); a resumed run counts those of the saved state too.
-    """
-
-    results: dict[str, Result]
-    num_images: int
-    skipped: list = field(default_factory=list)
-    hooks: list[str] = field(default_factory=list)
-    data: dict[str, Any] = field(default_factory=dict)
-    resumed_images: int = 0
-    workers: int = 0
-    grids: dict[str, int] = field(default_factory=dict)
-
-    def __getitem__(self, name: str) -> Result:
-        return self.results[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.results)
-
-    def __len__(self) -> int:
-        return len(self.results)
-
-    def _repr_html_(self) -> str:
-        """The run in Jupyter: what it saw, then one card per result (as the report's sections)."""
-        from vitscope.viz.notebook import cards_html
-
-        lines = [f"{self.num_images} images" + (f", {len(self.skipped)} skipped" if self.skipped else ""),
-                 f"data: {self.data.get('name', '')}" if self.data else ""]
-        return cards_html("vitscope results", [line for line in lines if line],
-                          [r._repr_html_() for r in self.results.values()])
 
 
 def required_hook_names(backbone: Backbone, analyses: Sequence[Analysis]) -> list[str]:

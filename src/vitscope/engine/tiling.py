@@ -12,7 +12,8 @@ from typing import Any
 from typing import Any as Dataset  # anything vitscope.run reads (a Source, a folder...)
 
 from vitscope.analyses.base import Analysis
-from vitscope.engine.run import Results, run
+from vitscope.engine.results import Results
+from vitscope.engine.run import run
 from vitscope.models.backbone import Backbone
 from vitscope.models.tiled import TiledBackbone, check_tiling, wrap_tiled
 
@@ -36,7 +37,7 @@ def run_tiled(backbone: Backbone, dataset: Dataset | str, analyses: Sequence[Ana
         **run_options: passed to :func:`vitscope.run` (``batch_size``, ``device``, ``dtype``, ``limit``, ...).
 
     Returns:
-        The :class:`~vitscope.engine.run.Results` of the pass.
+        The :class:`~vitscope.engine.results.Results` of the pass.
 
     Raises:
         TilingError: an analysis reads attention or the CLS token (the message names it).

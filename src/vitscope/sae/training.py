@@ -40,7 +40,8 @@ from vitscope.data.source_part import SourcePart
 from vitscope.engine.batches import shard_range
 from vitscope.engine.distributed import barrier, collectives, shard_for
 from vitscope.engine.memory import available_bytes
-from vitscope.engine.run import EmptyRunError, resolve_device, run
+from vitscope.engine.results import EmptyRunError
+from vitscope.engine.run import resolve_device, run
 from vitscope.errors import VitscopeRuntimeError, VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.sae.distributed import GroupReplicas, Replicas

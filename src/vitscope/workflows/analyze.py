@@ -21,7 +21,8 @@ from vitscope.analyses.registry import (
 from vitscope.data.open import as_source
 from vitscope.engine.distributed import is_main_process
 from vitscope.engine.provenance import model_identity
-from vitscope.engine.run import Results, run
+from vitscope.engine.results import Results
+from vitscope.engine.run import run
 from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.models.input_size import describe_input, keeping_aspect, with_image_size
@@ -116,7 +117,7 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
             alone writes ``out``.
 
     Returns:
-        The :class:`~vitscope.engine.run.Results` of the pass.
+        The :class:`~vitscope.engine.results.Results` of the pass.
     """
     options = AnalyzeOptions(model=model, data=data, analyses=analyses, out=Path(out) if out is not None else None,
                              params=params, batch_size=batch_size, device=device, dtype=dtype, limit=limit,
@@ -137,7 +138,7 @@ def run_analyze(options: AnalyzeOptions, *, progress: bool | None = None, log: C
         distributed: share the pass with the other ``torch.distributed`` processes; rank 0 alone writes.
 
     Returns:
-        The :class:`~vitscope.engine.run.Results` of the pass.
+        The :class:`~vitscope.engine.results.Results` of the pass.
     """
     out = prepare_output(options.out) if options.out is not None else None
     model = options.model

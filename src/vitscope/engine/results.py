@@ -1,0 +1,61 @@
+"""What :func:`vitscope.run` returns: every analysis's result with what the pass saw, and the error of a pass that
+could read no image."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from vitscope.analyses.base import Result
+from vitscope.errors import VitscopeRuntimeError
+
+__all__ = ["EmptyRunError", "Results"]
+
+
+class EmptyRunError(VitscopeRuntimeError):
+    """No image of the dataset could be read."""
+
+
+@dataclass
+class Results(Mapping[str, Result]):
+    """Mapping from each analysis's name to its Result, plus what the run saw.
+
+    Attributes:
+        results: name -> Result.
+        num_images: images fed to the analyses.
+        skipped: ``SkippedImage`` records of unreadable files.
+        hooks: canonical names recorded.
+        data: the source's description with its fingerprint (the data entry of results.json).
+        resumed_images: images the restored state already held (0 when the run started afresh).
+        workers: the processes that decoded the images (0: a thread of the running process).
+        grids: ``"HxW"`` token grid (CNN: feature map) -> images that ran at it, most images first (one entry
+            unless images keep their aspect ratio); a resumed run counts those of the saved state too.
+    """
+
+    results: dict[str, Result]
+    num_images: int
+    skipped: list = field(default_factory=list)
+    hooks: list[str] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    resumed_images: int = 0
+    workers: int = 0
+    grids: dict[str, int] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Result:
+        return self.results[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def _repr_html_(self) -> str:
+        """The run in Jupyter: what it saw, then one card per result (as the report's sections)."""
+        from vitscope.viz.notebook import cards_html
+
+        lines = [f"{self.num_images} images" + (f", {len(self.skipped)} skipped" if self.skipped else ""),
+                 f"data: {self.data.get('name', '')}" if self.data else ""]
+        return cards_html("vitscope results", [line for line in lines if line],
+                          [r._repr_html_() for r in self.results.values()])
