@@ -160,3 +160,17 @@ def test_analyze_draws_the_cards_in_the_report(tmp_path) -> None:
     refused = cli("analyze", "--model", "tiny-vit-sup", "--data", f"{root}::coco", "--analyses", "sae_features",
                   "--out", str(tmp_path / "no"))
     assert refused.returncode != 0 and "needs an SAE" in refused.stdout + refused.stderr
+
+
+def test_a_batch_keeps_maps_of_its_own_top_k_only_and_codes_ignore_autocast(tmp_path, data) -> None:
+    folder = _identity_sae(tmp_path / "sae")
+    record, batch = data[0]  # 3 images
+    got = SAEFeatures(path=folder, k=2).reduce_hook(HOOK, record[HOOK], batch)
+    assert tuple(got["mapped"]["maps"].shape) == (4, 2, 6)  # [latents, k, patches]: never the whole batch
+    plain, mixed = SAEFeatures(path=folder, k=2), SAEFeatures(path=folder, k=2)
+    for record, batch in data:
+        plain.update(record, batch)
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # the engine's --dtype: the SAE still encodes in float32
+            mixed.update(record, batch)
+    for key, value in plain.compute().tensors.items():
+        torch.testing.assert_close(mixed.compute().tensors[key], value, rtol=0, atol=0, msg=key)

@@ -54,20 +54,24 @@ def foreground_pixel_mask(masks: np.ndarray | Sequence[np.ndarray], spec: ModelS
 
 
 def token_regions(masks: np.ndarray | Sequence[np.ndarray], labels: Sequence[int], spec: ModelSpec,
-                  grid: Sequence[int]) -> np.ndarray:
-    """The region label of every token of one image: the label of the instance mask covering most of the token's
-    pixels at model resolution when it covers more than half of them, else -1 (background).
+                  grid: Sequence[int] | None = None) -> tuple[tuple[int, int], np.ndarray]:
+    """The region label of every token of one image: the label whose masks (their union: instances of one label
+    count together) cover more than half of the token's pixels at model resolution, else -1 (background).
 
     Args:
         masks: ``[n, H0, W0]`` instance masks at the image's size; labels: ``[n]`` their labels (a COCO category, a
             PartImageNet part...).
-        spec: the model's ModelSpec (its resize and crop); grid: ``(h, w)`` token grid.
+        spec: the model's ModelSpec (its resize and crop); grid: ``(h, w)`` token grid (None: the grid of the
+            image's own frame at model resolution, as a run that keeps aspect ratios makes it).
 
     Returns:
-        ``[h * w]`` int64, row-major.
+        ``((h, w), [h * w] int64)``, tokens row-major.
     """
     model_masks = instance_masks_to_model(masks, spec)
     if len(labels) != len(model_masks):
         raise VitscopeValueError(f"{len(model_masks)} masks but {len(labels)} labels")
-    coverage = token_coverage(model_masks, (int(grid[0]), int(grid[1])))
-    return token_region_labels(coverage, torch.as_tensor(list(labels), dtype=torch.int64)).numpy()
+    h, w = (int(v) for v in (grid if grid is not None else spec.grid_for(*model_masks.shape[-2:])))
+    given = torch.as_tensor([int(v) for v in labels], dtype=torch.int64)
+    names = torch.unique(given)
+    union = torch.stack([model_masks[given == v].any(dim=0) for v in names]) if len(names) else model_masks[:0]
+    return (h, w), token_region_labels(token_coverage(union, (h, w)), names).numpy()

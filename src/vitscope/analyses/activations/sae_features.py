@@ -27,6 +27,7 @@ from vitscope.autoencoders.model import SparseAutoencoder
 from vitscope.autoencoders.tokens import TOKENS_OF
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.concept_tokens import BACKGROUND
+from vitscope.functional.topk import merge_topk
 from vitscope.models.spec import ModelSpec
 from vitscope.occlusion.regions import token_regions
 
@@ -40,9 +41,9 @@ _CHUNK = 1 << 25
 _MAP_BYTES = 1 << 28
 
 
-def _regions_of(regions: tuple[Any, Any], spec: ModelSpec, grid: tuple[int, int]) -> tuple[tuple[int, int], Any]:
+def _regions_of(regions: tuple[Any, Any], spec: ModelSpec) -> tuple[tuple[int, int], Any]:
     masks, labels = regions
-    return tuple(grid), token_regions(masks, [int(v) for v in labels], spec, grid)
+    return token_regions(masks, [int(v) for v in labels], spec)
 
 
 @register_analysis("sae_features", groups=("sae",), default=False, order=160)
@@ -62,7 +63,9 @@ class SAEFeatures(TopActivations):
         cards: latents drawn as feature cards in the report (the most frequent ones that fire on at most 10 % of the
             tokens), or a list of latent ids.
         featviz_steps: steps of the feature visualisation of each card's encoder direction, drawn on its card by
-            ``vitscope analyze`` (0: none).
+            ``vitscope analyze`` (0: none; SAEs of spatial tokens only).
+        hook: the canonical hook the SAE reads (None: the one its file names; other tools' files may name none, or
+            a hook in their own words).
     """
 
     description = ("What each latent of a sparse autoencoder responds to: how often it fires, its mean activation "
@@ -73,7 +76,7 @@ class SAEFeatures(TopActivations):
 
     def __init__(self, path: str | Path | None = None, k: int = 8, latents: Sequence[int] | None = None,
                  maps_for: int | None = None, tokens_of: str | None = None, cards: int | Sequence[int] = 6,
-                 featviz_steps: int = 64) -> None:
+                 featviz_steps: int = 64, hook: str | None = None) -> None:
         super().__init__(hooks=None, k=k, channels=latents, maps_for=maps_for)
         if tokens_of is not None and tokens_of not in TOKENS_OF:
             raise VitscopeValueError(f"tokens_of must be one of {', '.join(TOKENS_OF)}, got {tokens_of!r}")
@@ -84,6 +87,7 @@ class SAEFeatures(TopActivations):
         self._cfg_cards = int(cards) if isinstance(cards, int) else tuple(int(c) for c in cards)
         self._cfg_featviz_steps = int(featviz_steps)
         self._cfg_maps_wanted = maps_for
+        self._cfg_hook = hook
         # per latent, over the tokens the SAE reads: how many it fired on, the sum of its codes
         self.add_state("fired", None, reduce="sum")
         self.add_state("code_sum", None, reduce="sum")
@@ -94,6 +98,7 @@ class SAEFeatures(TopActivations):
         # region label under a spatial token (-1: background) -> [L] sum of codes; region -> tokens
         self.add_state("region_sum", {}, reduce="sum")
         self.add_state("region_tokens", {}, reduce="sum")
+        self.add_state("region_images", 0, reduce="sum")  # images whose masks were placed on the hook's grid
 
     # -- the SAE ---------------------------------------------------------------------------------
     @property
@@ -114,7 +119,7 @@ class SAEFeatures(TopActivations):
 
     @property
     def hook(self) -> str:
-        return str(getattr(self.sae, "hook", None) or "")
+        return self._cfg_hook or str(getattr(self.sae, "hook", None) or "")
 
     @property
     def tokens_of(self) -> str:
@@ -136,7 +141,11 @@ class SAEFeatures(TopActivations):
             return f"analysis 'sae_features': this SAE was trained on {trained_on}, not {spec.name}"
         if not self.hook:
             return (f"analysis 'sae_features': the SAE at {self._cfg_path} does not say which hook it reads; "
-                    "write it as hook_name in its cfg.json")
+                    "name it: --param sae_features.hook=blocks.N.resid_post")
+        wanted = self._cfg_channels if isinstance(self._cfg_channels, tuple) else ()
+        bad = [c for c in wanted if isinstance(c, int) and not 0 <= c < sae.d_sae]
+        if bad:
+            return f"analysis 'sae_features': latents {bad} do not exist ({sae.d_sae} latents)"
         if not spec.is_transformer and self.tokens_of not in ("spatial", "all"):
             return f"analysis 'sae_features': a CNN has no {self.tokens_of} tokens"
         if self.tokens_of in ("cls", "registers") and ("cls" if self.tokens_of == "cls" else "reg") not in tuple(
@@ -154,8 +163,7 @@ class SAEFeatures(TopActivations):
 
     def target_transforms(self, spec: ModelSpec) -> dict[str, tuple[str, Any]]:
         """Every token's region (the source's region masks: objects, or parts in PartImageNet) in the loaders."""
-        grid = spec.grid_for(*spec.image_size)
-        return {REGION_GRID: ("regions", functools.partial(_regions_of, spec=spec, grid=grid))}
+        return {REGION_GRID: ("regions", functools.partial(_regions_of, spec=spec))}
 
     # -- the hot loop ----------------------------------------------------------------------------
     def _positions(self, spec: ModelSpec, tokens: int) -> list[int] | None:
@@ -191,30 +199,41 @@ class SAEFeatures(TopActivations):
         latents = list(wanted) if wanted is not None else list(range(sae.d_sae))
         m = len(latents) if wanted is not None else self._maps_kept(sae.d_sae, h * w)
         labels = _labels(batch)
-        regions = _regions(batch, h * w) if self.tokens_of in ("spatial", "all") else None
+        regions = _regions(batch, (h, w)) if self.tokens_of in ("spatial", "all") else None
         b = x.shape[0]
+        idx = torch.as_tensor(batch.indices, dtype=torch.int64).to(x.device, non_blocking=True)
         step = max(1, _CHUNK // max(1, full.shape[1] * sae.d_sae))
-        scores, maps = [], []
+        length = spec.max_tokens or h * w
+        scores: list[torch.Tensor] = []
+        heap: dict[str, torch.Tensor] | None = None  # the batch's own top-k of the mapped latents, chunk by chunk
         sums: dict[str, Any] = {"fired": 0.0, "code_sum": 0.0, "class": {}, "region": {}}
         for lo in range(0, b, step):
             hi = min(b, lo + step)
-            codes = sae.encode(full[lo:hi])  # [b, T, L]
+            with torch.autocast(x.device.type, enabled=False):  # the SAE's codes in float32 under --dtype
+                codes = sae.encode(full[lo:hi])  # [b, T, L]
             space = codes if x.dim() == 4 else codes[:, spec.num_prefix_tokens:]
-            read = space if positions is None else codes[:, positions]  # [b, n, L]
+            read = space if positions is None else codes if len(positions) == codes.shape[1] else codes[:, positions]
             best = read.amax(dim=1).double().T  # [L, b]: the max is exact in float32
-            scores.append(best if wanted is None else best[latents])
+            best = best if wanted is None else best[latents]
+            scores.append(best)
             kept = space[..., :m] if wanted is None else space[..., latents[:m]]
-            maps.append(kept.permute(2, 0, 1).float().clone())  # [M, b, K]
+            chunk = {"scores": best[:m], "indices": idx[lo:hi].expand(m, -1),
+                     "maps": _padded(kept.permute(2, 0, 1).float(), length)}  # [M, b, K]
+            if heap is not None:
+                chunk = {key: torch.cat([heap[key], value], dim=1) for key, value in chunk.items()}
+            # a latent's images out of the batch's top-k cannot be in the run's: maps never exceed [M, k, K]
+            heap = merge_topk(chunk, self._cfg_k, key="scores", tie="indices", dim=1)
             sums["fired"] = sums["fired"] + (read > 0).sum(dim=(0, 1)).double()
             per_image = read.double().sum(dim=1)  # [b, L]
             sums["code_sum"] = sums["code_sum"] + per_image.sum(dim=0)
             _grouped(sums["class"], per_image, labels[lo:hi], read.shape[1])
             if regions is not None:
                 _grouped(sums["region"], space.reshape(-1, sae.d_sae).double(), regions[lo:hi].reshape(-1), 1)
-        flat = _padded(torch.cat(maps, dim=1), spec.max_tokens or h * w)
-        grids = torch.tensor([h, w], dtype=torch.int64).to(flat.device).expand(m, b, 2)
-        return {"latents": latents, "scores": torch.cat(scores, dim=1), "maps": (flat, grids), "sums": sums,
-                "tokens": b * (read.shape[1])}
+        assert heap is not None
+        heap["grids"] = torch.tensor([h, w], dtype=torch.int64).to(x.device).expand(*heap["scores"].shape, 2)
+        placed = 0 if regions is None else int((regions[:, 0] >= BACKGROUND).sum())
+        return {"latents": latents, "scores": torch.cat(scores, dim=1), "mapped": heap, "sums": sums,
+                "tokens": b * (read.shape[1]), "indices": idx, "region_images": placed}
 
     def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
         if batch.size == 0:
@@ -227,15 +246,30 @@ class SAEFeatures(TopActivations):
         self.fired = _add(self.fired, sums["fired"])
         self.code_sum = _add(self.code_sum, sums["code_sum"])
         self.tokens += got["tokens"]
+        self.region_images += got["region_images"]
         for store, counts, groups in ((self.class_sum, self.class_tokens, sums["class"]),
                                       (self.region_sum, self.region_tokens, sums["region"])):
             for label, (value, count) in groups.items():
                 store[label] = _add(store.get(label), value)
                 counts[label] = counts.get(label, 0) + count
-        idx = torch.as_tensor(batch.indices, dtype=torch.int64).to(got["scores"].device)
-        self._fold(self.hook, got["latents"], got["scores"], idx.expand(len(got["latents"]), -1), got["maps"])
+        self._fold_heaps(self.hook, got["latents"], got["scores"], got["indices"], got["mapped"])
         self.num_images += batch.size
         self._keep_candidates(batch)
+
+    def _fold_heaps(self, key: str, latents: list[int], scores: torch.Tensor, indices: torch.Tensor,
+                    mapped: dict[str, torch.Tensor]) -> None:
+        """Merge the batch's scores ``[L, B]`` of every latent and its own top-k ``mapped`` (scores, indices, maps
+        ``[M, k', K]`` and grids) into the run's heaps: as ``top_activations`` does, with the maps of only the images
+        that can still be kept."""
+        top = {"scores": scores, "indices": indices.expand(len(latents), -1)}
+        if key in self.top:
+            if self.mapped[key]["maps"].shape[-1] != mapped["maps"].shape[-1] or self.channels[key] != latents:
+                raise VitscopeValueError(f"sae_features: '{key}' changed grid or latents between batches")
+            top = {n: torch.cat([self.top[key][n].to(v.device), v], dim=1) for n, v in top.items()}
+            mapped = {n: torch.cat([self.mapped[key][n].to(v.device), v], dim=1) for n, v in mapped.items()}
+        self.top[key] = merge_topk(top, self._cfg_k, key="scores", tie="indices", dim=1)
+        self.mapped[key] = merge_topk(mapped, self._cfg_k, key="scores", tie="indices", dim=1)
+        self.channels[key] = list(latents)
 
     # -- the result ------------------------------------------------------------------------------
     def compute(self) -> Result:
@@ -259,7 +293,9 @@ class SAEFeatures(TopActivations):
                        "d_sae": None if sae is None else sae.d_sae, "d_in": None if sae is None else sae.d_in,
                        "kind": None if sae is None else sae.kind, "tokens_of": self.tokens_of if sae else None}
         meta["tokens"] = self.tokens
-        meta["featviz_steps"] = self._cfg_featviz_steps
+        meta["region_images"] = self.region_images
+        # a direction's picture is made of spatial tokens: an SAE of the CLS or registers gets none
+        meta["featviz_steps"] = self._cfg_featviz_steps if self.tokens_of in ("spatial", "all") else 0
         return SAEFeaturesResult(name=self.name, tensors=tensors, meta=meta)
 
     def _cards(self, frequency: torch.Tensor, meta: Mapping[str, Any]) -> list[int]:
@@ -289,16 +325,19 @@ def _labels(batch: Batch) -> list[int | None]:
     return out
 
 
-def _regions(batch: Batch, k: int) -> np.ndarray | None:
-    """``[B, K]`` int64 region label of every spatial token (host data), or None when no image has masks."""
+def _regions(batch: Batch, grid: tuple[int, int]) -> np.ndarray | None:
+    """``[B, K]`` int64 region label of every spatial token (host data), or None when no image has masks; an image
+    without masks, or whose masks were placed on another grid than the hook's (a CNN stage of another stride),
+    gets labels below :data:`BACKGROUND` and counts nowhere."""
     ready = (batch.targets or {}).get(REGION_GRID)
     if ready is None or len(ready) != batch.size or all(r is None for r in ready):
         return None
+    k = grid[0] * grid[1]
     rows = []
     for r in ready:
-        if r is not None and tuple(r[0]) == tuple(batch.grid) and len(r[1]) == k:
+        if r is not None and tuple(r[0]) == tuple(grid) and len(r[1]) == k:
             rows.append(np.asarray(r[1], dtype=np.int64))
-        else:  # no masks for this image, or another grid: its tokens count nowhere
+        else:
             rows.append(np.full(k, BACKGROUND - 1, dtype=np.int64))
     return np.stack(rows)
 
