@@ -204,3 +204,36 @@ def test_under_torchrun_sae_eval_refuses_as_a_command_of_one_process(tmp_path) -
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "'vitscope sae eval' runs as one process; under torchrun only analyze, compare, probe, sae train share" \
         in proc.stderr
+
+
+@pytest.mark.parametrize("kind", ["topk", "relu"])
+def test_two_replicas_on_parts_take_the_steps_of_one_process_on_the_whole(kind: str) -> None:
+    """The gradients are weighted by each process's share of a step's tokens: two replicas fed a quarter and three
+    quarters of every minibatch end where one process fed the whole minibatches ends (per-token kinds; batch top-k
+    picks per process)."""
+    cfg = SAETraining(kind=kind, latents=32, k=4, tokens=10000, batch_tokens=40, lr=1e-2, dead_after=1, aux_k=8,
+                      l1=0.1)
+    gen = torch.Generator().manual_seed(0)
+    xs = [torch.randn(40, 8, generator=gen) * torch.linspace(0.5, 3, 8) + 1 for _ in range(6)]
+    one = Trainer(8, cfg, torch.device("cpu"), 80)
+    one._start(torch.cat(xs))
+    for x in xs:
+        one._step(x, len(x))
+    hub, out = _Hub(2), [None, None]
+
+    cut = (0, 10, 40)  # uneven shares: a sum of the processes' own means would point elsewhere than the whole's
+
+    def replica(r: int) -> None:
+        t = Trainer(8, cfg, torch.device("cpu"), 80, _ThreadReplicas(r, hub))
+        t._start(torch.cat([x[cut[r] : cut[r + 1]] for x in xs]))
+        for x in xs:
+            t._step(x[cut[r] : cut[r + 1]], 40)
+        out[r] = t
+
+    threads = [threading.Thread(target=replica, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for name, value in one.sae.state_dict().items():
+        torch.testing.assert_close(out[0].sae.state_dict()[name], value, rtol=1e-5, atol=1e-5, msg=name)
