@@ -86,7 +86,6 @@ class SAEFeatures(TopActivations):
         self._cfg_tokens_of = tokens_of
         self._cfg_cards = int(cards) if isinstance(cards, int) else tuple(int(c) for c in cards)
         self._cfg_featviz_steps = int(featviz_steps)
-        self._cfg_maps_wanted = maps_for
         self._cfg_hook = hook
         # per latent, over the tokens the SAE reads: how many it fired on, the sum of its codes
         self.add_state("fired", None, reduce="sum")
@@ -177,8 +176,8 @@ class SAEFeatures(TopActivations):
         return [i for i, k in enumerate(spec.prefix_kinds[:p]) if k == kind]
 
     def _maps_kept(self, latents: int, k_tokens: int) -> int:
-        if self._cfg_maps_wanted is not None:
-            return min(int(self._cfg_maps_wanted), latents)
+        if self._cfg_maps_for is not None:
+            return min(self._cfg_maps_for, latents)
         return max(1, min(latents, _MAP_BYTES // max(1, self._cfg_k * k_tokens * 4)))
 
     @torch.no_grad()
@@ -252,24 +251,11 @@ class SAEFeatures(TopActivations):
             for label, (value, count) in groups.items():
                 store[label] = _add(store.get(label), value)
                 counts[label] = counts.get(label, 0) + count
-        self._fold_heaps(self.hook, got["latents"], got["scores"], got["indices"], got["mapped"])
+        # the batch's own top-k of the mapped latents: maps of only the images that can still be kept
+        self._merge_heaps(self.hook, got["latents"], {"scores": got["scores"], "indices": got["indices"].expand(
+            len(got["latents"]), -1)}, got["mapped"])
         self.num_images += batch.size
         self._keep_candidates(batch)
-
-    def _fold_heaps(self, key: str, latents: list[int], scores: torch.Tensor, indices: torch.Tensor,
-                    mapped: dict[str, torch.Tensor]) -> None:
-        """Merge the batch's scores ``[L, B]`` of every latent and its own top-k ``mapped`` (scores, indices, maps
-        ``[M, k', K]`` and grids) into the run's heaps: as ``top_activations`` does, with the maps of only the images
-        that can still be kept."""
-        top = {"scores": scores, "indices": indices.expand(len(latents), -1)}
-        if key in self.top:
-            if self.mapped[key]["maps"].shape[-1] != mapped["maps"].shape[-1] or self.channels[key] != latents:
-                raise VitscopeValueError(f"sae_features: '{key}' changed grid or latents between batches")
-            top = {n: torch.cat([self.top[key][n].to(v.device), v], dim=1) for n, v in top.items()}
-            mapped = {n: torch.cat([self.mapped[key][n].to(v.device), v], dim=1) for n, v in mapped.items()}
-        self.top[key] = merge_topk(top, self._cfg_k, key="scores", tie="indices", dim=1)
-        self.mapped[key] = merge_topk(mapped, self._cfg_k, key="scores", tie="indices", dim=1)
-        self.channels[key] = list(latents)
 
     # -- the result ------------------------------------------------------------------------------
     def compute(self) -> Result:

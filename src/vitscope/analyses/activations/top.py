@@ -255,12 +255,18 @@ class TopActivations(Analysis):
         the image's patches) into the heaps of ``key``."""
         flat, grids = maps
         m = flat.shape[0]
-        top = {"scores": scores, "indices": indices}
-        mapped = {"scores": scores[:m], "indices": indices[:m], "maps": flat, "grids": grids}
+        self._merge_heaps(key, channels, {"scores": scores, "indices": indices},
+                          {"scores": scores[:m], "indices": indices[:m], "maps": flat, "grids": grids})
+
+    def _merge_heaps(self, key: str, channels: list[int], top: dict[str, torch.Tensor],
+                     mapped: dict[str, torch.Tensor]) -> None:
+        """Merge candidate heaps into those of ``key``: ``top`` (scores and indices ``[C, n]`` of every kept
+        channel) and ``mapped`` (scores, indices, maps and grids of the first ``M`` channels, over candidates of
+        their own)."""
         if key in self.top:
             held = self.mapped[key]
-            if held["maps"].shape[-1] != flat.shape[-1] or self.channels[key] != channels:
-                raise VitscopeValueError(f"top_activations: '{key}' changed grid or channels between batches; "
+            if held["maps"].shape[-1] != mapped["maps"].shape[-1] or self.channels[key] != channels:
+                raise VitscopeValueError(f"{self.name}: '{key}' changed grid or channels between batches; "
                                          "use one input size per run, or keep each image's aspect ratio "
                                          "(--keep-aspect) for grids of their own")
             top = {name: torch.cat([self.top[key][name].to(value.device), value], dim=1) for name, value in top.items()}
