@@ -26,6 +26,9 @@ Goal (issue 5, CPU): suite / bare <= 1.5.
 Busy rounds (other processes using more than ``--busy-cores`` of CPU, read from /proc) are replaced by
 extra rounds as in ``recording_overhead.py``; medians come from quiet rounds when there are at least two.
 
+``compiled`` (``--no-compiled`` skips it) runs the suite's updates again with the shared per-block statistics
+through ``torch.compile`` (``vitscope.run(..., compile_stats=True)``); the warm-up round pays the compilation.
+
 Run: ``python benchmarks/attention_suite.py [--batch-size 32] [--repeats 3] [--threads N] [--no-naive]``.
 Writes ``benchmarks/results/attention_suite.json``.
 """
@@ -33,6 +36,7 @@ Writes ``benchmarks/results/attention_suite.json``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -121,7 +125,7 @@ def bench(args: argparse.Namespace, device: torch.device) -> dict:
 
     workspace = Workspace()  # the run's work buffers, as vitscope.run keeps them
 
-    def t_suite() -> dict[str, float]:
+    def t_suite(compiled: bool = False) -> dict[str, float]:
         suite = attention_suite(spec, targets={"masks"})
         plan = union_plan([a.shared_quantities(spec) for a in suite])
         each: dict[str, float] = {}
@@ -130,7 +134,7 @@ def bench(args: argparse.Namespace, device: torch.device) -> dict:
             with backbone.record(PATTERN) as rec:
                 backbone(pixels)
                 t1 = clock()
-                batch.shared = SharedQuantities(rec, plan, workspace)  # per batch, as the engine hands it over
+                batch.shared = SharedQuantities(rec, plan, workspace, compiled)  # per batch, as in the engine
                 for a in suite:
                     start = clock() if args.per_analysis else 0.0
                     a.update(rec, batch)
@@ -138,6 +142,9 @@ def bench(args: argparse.Namespace, device: torch.device) -> dict:
                         each[f"update_{a.name}"] = clock() - start
                 rec.clear()
             t2 = clock()
+        if compiled:  # the same updates with the shared statistics through torch.compile (compile_stats)
+            return {"compiled_suite": t2 - t0, "compiled_updates": t2 - t1,
+                    **{f"compiled_{k}": v for k, v in each.items()}}
         suites.append(suite)
         return {"suite": t2 - t0, "suite_forward": t1 - t0, "suite_updates": t2 - t1, **each}
 
@@ -152,7 +159,8 @@ def bench(args: argparse.Namespace, device: torch.device) -> dict:
             t2 = clock()
         return {"naive": t2 - t0, "naive_updates": t2 - t1}
 
-    variants = [t_bare, t_suite] + ([t_naive] if args.naive else [])
+    variants = [t_bare, t_suite] + ([functools.partial(t_suite, True)] if args.compiled else []) + (
+        [t_naive] if args.naive else [])
     print(f"[ViT-B/16, batch {args.batch_size}] warm-up x{args.warmup} ...", flush=True)
     for _ in range(args.warmup):
         for fn in variants:
@@ -175,6 +183,7 @@ def bench(args: argparse.Namespace, device: torch.device) -> dict:
         m = rnd["ms"]
         print(f"round {len(rounds)}: bare {m['bare']:.0f} ms, suite {m['suite']:.0f} ms (updates "
               f"{m['suite_updates']:.0f})" + (f", naive {m['naive']:.0f} ms" if "naive" in m else "")
+              + (f", compiled updates {m['compiled_updates']:.0f}" if "compiled_updates" in m else "")
               + f"; other processes {rnd['others']:.2f} cores" + ("" if rnd["quiet"] else " (busy)"), flush=True)
 
     t0 = time.perf_counter()
@@ -187,6 +196,9 @@ def bench(args: argparse.Namespace, device: torch.device) -> dict:
     best = {k: min(r["ms"][k] for r in used) for k in keys}
     ratios = {"suite": med["suite"] / med["bare"], "suite_forward_record": med["suite_forward"] / med["bare"],
               "suite_updates": med["suite_updates"] / med["bare"]}
+    if "compiled_updates" in med:
+        ratios.update({"compiled_updates": med["compiled_updates"] / med["bare"],
+                       "compiled_suite": med["compiled_suite"] / med["bare"]})
     if "naive" in med:
         ratios.update({"naive": med["naive"] / med["bare"], "suite_vs_naive": med["suite"] / med["naive"]})
     robust = {"suite_min_over_min": best["suite"] / best["bare"],
@@ -215,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-extra-rounds", type=int, default=3)
     p.add_argument("--naive", action=argparse.BooleanOptionalAction, default=True,
                    help="also time the functional-core-per-analysis version")
+    p.add_argument("--compiled", action=argparse.BooleanOptionalAction, default=True,
+                   help="also time the updates with the shared statistics through torch.compile (compile_stats; "
+                        "the warm-up round pays the compilation)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--per-analysis", action="store_true",
                    help="also time every analysis's update on its own (synchronising between them)")
@@ -245,6 +260,11 @@ def main(argv: list[str] | None = None) -> int:
               f"(suite / naive {q['suite_vs_naive']:.2f})")
     for key in sorted(k for k in m if k.startswith("update_")):
         print(f"    {key.removeprefix('update_'):26s}{m[key]:8.1f} ms")
+    if "compiled_updates" in m:
+        print(f"  compile_stats: 7 updates      {m['compiled_updates']:8.0f} ms   +{q['compiled_updates']:.2f}  "
+              f"(op by op +{q['suite_updates']:.2f})")
+        for key in sorted(k for k in m if k.startswith("compiled_update_")):
+            print(f"    {key.removeprefix('compiled_update_'):26s}{m[key]:8.1f} ms")
     print(f"  checks: min/min x{r['ratios_robustness']['suite_min_over_min']:.2f}, median of per-round ratios "
           f"x{r['ratios_robustness']['suite_median_of_paired']:.2f}; compute() once {r['compute_s']:.2f} s")
     print(f"  load average {info['loadavg_start']:.2f} -> {info['loadavg_end']:.2f} on {info['cpu_count']} cores")

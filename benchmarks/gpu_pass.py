@@ -14,6 +14,8 @@ Timed, round by round in one process (the ways alternate; medians reported), ima
 * ``vitscope_attention`` - ``vitscope.run`` with the analyses ``vitscope analyze --analyses attention`` picks for
   this data (the pass: no start-up, no writing). The goal (issue 38): >= 0.75 x ``plain_forward`` with the same
   number of workers (vitscope's own loading, with ``workers=`` where ``vitscope.run`` takes it).
+* ``vitscope_attention_compiled`` - the same with ``compile_stats=True`` (the shared per-block statistics through
+  ``torch.compile``; the warm-up pays the compilation).
 * ``plain_extract[w]`` - the plain loader, a forward with every block's output, CLS and spatial-mean rows of
   every block copied to host memory (what a hand-written probe script keeps).
 * ``vitscope_extract`` - ``vitscope.engine.extract.extract_features`` of the probe's two requests (CLS and
@@ -147,8 +149,8 @@ def _workers_kw(function, workers: int) -> dict:
     return {"workers": workers} if "workers" in inspect.signature(function).parameters else {}
 
 
-def vitscope_attention(backbone, data: str, batch_size: int, workers: int, device: str, limit: int | None = None
-                       ) -> tuple[float, dict]:
+def vitscope_attention(backbone, data: str, batch_size: int, workers: int, device: str, limit: int | None = None,
+                       compile_stats: bool = False) -> tuple[float, dict]:
     import vitscope
     from vitscope.data import as_source
     from vitscope.workflows.analyze import choose_analyses
@@ -156,8 +158,9 @@ def vitscope_attention(backbone, data: str, batch_size: int, workers: int, devic
     source = as_source(data)
     analyses = choose_analyses("attention", backbone.spec, source.target_keys(), None)
     start = time.perf_counter()
+    compiled = {"compile_stats": True} if compile_stats else {}
     results = vitscope.run(backbone, source, analyses, batch_size=batch_size, device=device, progress=False,
-                           limit=limit, **_workers_kw(vitscope.run, workers))
+                           limit=limit, **_workers_kw(vitscope.run, workers), **compiled)
     _sync(device)
     speed = results.num_images / (time.perf_counter() - start)
     return speed, {"analyses": [a.name for a in analyses], "images": results.num_images}
@@ -276,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
         warm = files[: 2 * bs]
         plain_forward(model, warm, bs, 0, dev)  # kernels, allocator, page cache
         vitscope_attention(backbone, str(data), bs, w, dev, limit=2 * bs)
+        compiles = "compile_stats" in inspect.signature(vitscope.run).parameters
+        if compiles:  # the compilation, once per process, is paid here
+            vitscope_attention(backbone, str(data), bs, w, dev, limit=2 * bs, compile_stats=True)
         for r in range(args.rounds):
             row: dict[str, float] = {}
             for workers in sorted({0, w}):
@@ -283,6 +289,9 @@ def main(argv: list[str] | None = None) -> int:
                 row[f"plain_forward[{workers}]"] = plain_forward(model, files, bs, workers, dev)
                 row[f"plain_extract[{workers}]"] = plain_extract(model, files, bs, workers, dev)
             row["vitscope_attention"], meta = vitscope_attention(backbone, str(data), bs, w, dev)
+            if compiles:
+                row["vitscope_attention_compiled"], _ = vitscope_attention(backbone, str(data), bs, w, dev,
+                                                                           compile_stats=True)
             row["vitscope_extract"] = vitscope_extract(backbone, str(data), bs, w, dev, root)
             rounds.append(row)
             print(f"round {r + 1}: " + ", ".join(f"{k} {v:.0f}" for k, v in row.items()) + " images/s", flush=True)
@@ -295,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     ratios = {
         "attention_vs_plain_same_workers": med["vitscope_attention"] / med[f"plain_forward[{same}]"],
         "attention_vs_plain_workers": med["vitscope_attention"] / med[f"plain_forward[{w}]"],
+        **({"attention_compiled_vs_plain_same_workers": med["vitscope_attention_compiled"]
+            / med[f"plain_forward[{same}]"]} if "vitscope_attention_compiled" in med else {}),
         "extract_vs_plain_same_workers": med["vitscope_extract"] / med[f"plain_extract[{same}]"],
         "extract_vs_plain_workers": med["vitscope_extract"] / med[f"plain_extract[{w}]"],
     }

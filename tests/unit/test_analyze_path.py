@@ -106,8 +106,8 @@ def test_one_source_and_one_checkpoint_function_per_run(tmp_path, monkeypatch) -
 def test_every_command_shares_the_pass_options_in_one_order() -> None:
     shared = [f.name for f in dataclasses.fields(PassOptions) if f.metadata]
     assert shared[:3] == ["data", "out", "limit"] and "config_file" not in shared
-    for kind, own in ((AnalyzeOptions, ["model", "analyses", "params"]),
-                      (CompareOptions, ["models", "analyses", "params"]),
+    for kind, own in ((AnalyzeOptions, ["model", "analyses", "params", "compile_stats"]),
+                      (CompareOptions, ["models", "analyses", "params", "compile_stats"]),
                       (ProbeOptions, ["model", "test_data", "test_fraction", "tiling", "blocks", "site", "seed",
                                       "cache", "davis_void"])):
         assert [o.name for o in option_table(kind)] == own + shared, kind.__name__
@@ -116,12 +116,13 @@ def test_every_command_shares_the_pass_options_in_one_order() -> None:
 def test_the_record_keeps_the_table_order_and_makes_choices_explicit(tmp_path) -> None:
     options = resolve(AnalyzeOptions, {"model": "m", "data": "d", "out": str(tmp_path), "analyses": "a,b"})
     record = options.record(analyses=["a", "b@x"])
-    assert record == {"model": "m", "analyses": ["a", "b@x"], "params": None, "data": "d", "out": str(tmp_path),
+    assert record == {"model": "m", "analyses": ["a", "b@x"], "params": None, "compile_stats": False, "data": "d",
+                      "out": str(tmp_path),
                       "limit": None, "batch_size": 16, "device": "auto", "dtype": "fp32", "strict": False,
                       "resume": True, "checkpoint_seconds": 60.0, "figure_files": False, "image_size": None,
                       "keep_aspect": False,
                       "workers": None, "jpeg_draft": False}
-    assert list(record)[:4] == ["model", "analyses", "params", "data"]
+    assert list(record)[:5] == ["model", "analyses", "params", "compile_stats", "data"]
 
 
 def test_probe_options_the_model_cannot_take_are_bad_usage_in_one_line(tmp_path) -> None:

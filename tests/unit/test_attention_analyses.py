@@ -90,9 +90,9 @@ def test_suite_reduces_every_block_once_per_batch(monkeypatch):
     calls = []
     real = ap.block_statistics
 
-    def counting(pattern, grid, num_prefix, needs, workspace=None):
+    def counting(pattern, grid, num_prefix, needs, workspace=None, compiled=False):
         calls.append((id(pattern), frozenset(needs)))
-        return real(pattern, grid, num_prefix, needs, workspace)
+        return real(pattern, grid, num_prefix, needs, workspace, compiled)
 
     monkeypatch.setattr(context, "block_statistics", counting)
     spec = make_spec(blocks=3)

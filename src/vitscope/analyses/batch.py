@@ -131,8 +131,10 @@ def _has_cls(batch: Batch) -> bool:
 
 
 def _attention_blocks(record: Mapping[str, torch.Tensor], batch: Batch, needs: frozenset[str],
-                      workspace: Workspace, held: dict[int, BlockStats] | None) -> dict[int, BlockStats]:
-    """Block index -> :class:`BlockStats` of every recorded pattern (``held``: computed before, completed)."""
+                      workspace: Workspace, held: dict[int, BlockStats] | None, compiled: bool = False
+                      ) -> dict[int, BlockStats]:
+    """Block index -> :class:`BlockStats` of every recorded pattern (``held``: computed before, completed;
+    ``compiled``: through ``torch.compile``)."""
     needs = needs if _has_cls(batch) else needs - {"cls"}
     out = dict(held or {})
     for key in record:
@@ -144,7 +146,7 @@ def _attention_blocks(record: Mapping[str, torch.Tensor], batch: Batch, needs: f
         missing = needs - have
         if block not in out or missing:
             stats = block_statistics(_values(record[key], key), batch.grid, batch.spec.num_prefix_tokens, missing,
-                                     workspace)
+                                     workspace, compiled)
             if block in out:
                 out[block].update_from(stats)
             else:
@@ -178,7 +180,7 @@ def _loaded_keypoints(batch: Batch, grid: tuple[int, int]) -> torch.Tensor | Non
 
 
 def _sift_keypoints(record: Mapping[str, torch.Tensor], batch: Batch, needs: frozenset[str], workspace: Workspace,
-                    held: torch.Tensor | None) -> torch.Tensor:
+                    held: torch.Tensor | None, compiled: bool = False) -> torch.Tensor:
     """SIFT keypoints per patch of every image at model resolution: ``[B, h, w]`` int64 (CPU).
 
     The loader's counts when the batch carries them (host data, no wait for the device); otherwise (a view, or a
@@ -196,8 +198,9 @@ def _sift_keypoints(record: Mapping[str, torch.Tensor], batch: Batch, needs: fro
     return torch.stack([sift_keypoint_counts(im.cpu().numpy(), grid) for im in images])  # OpenCV: host work
 
 
-#: quantity name -> ``provider(record, batch, needs, workspace, held) -> value`` (``held``: what an earlier
-#: call of this batch computed, for providers whose options can grow).
+#: quantity name -> ``provider(record, batch, needs, workspace, held, compiled) -> value`` (``held``: what an
+#: earlier call of this batch computed, for providers whose options can grow; ``compiled``: the run's
+#: ``compile_stats``, for providers whose maths ``torch.compile`` can fuse).
 PROVIDERS: dict[str, Callable[..., Any]] = {ATTENTION_BLOCKS: _attention_blocks, SIFT_KEYPOINTS: _sift_keypoints}
 #: the options a quantity accepts (None: it takes none)
 OPTIONS: dict[str, frozenset[str] | None] = {ATTENTION_BLOCKS: QUANTITIES, SIFT_KEYPOINTS: None}
@@ -238,11 +241,14 @@ class SharedQuantities:
         plan: quantity -> options the run's analyses need (:func:`union_plan`); a request for more computes
             the rest then.
         workspace: the run's work buffers (None: a private one).
+        compiled: compute the attention statistics through ``torch.compile``
+            (:func:`~vitscope.functional.attention_blocks.block_statistics`).
     """
 
     def __init__(self, record: Mapping[str, torch.Tensor], plan: Mapping[str, Collection[str]] | None = None,
-                 workspace: Workspace | None = None) -> None:
+                 workspace: Workspace | None = None, compiled: bool = False) -> None:
         self.record = record
+        self.compiled = bool(compiled)
         self.plan = {k: frozenset(v) for k, v in (plan or {}).items()}
         self.workspace = workspace if workspace is not None else Workspace()
         self._values: dict[str, Any] = {}
@@ -255,7 +261,8 @@ class SharedQuantities:
             return
         needs = needs if _has_cls(batch) else needs - {"cls"}
         held = self._values.setdefault(ATTENTION_BLOCKS, {})
-        held[block] = block_statistics(pattern, batch.grid, batch.spec.num_prefix_tokens, needs, self.workspace)
+        held[block] = block_statistics(pattern, batch.grid, batch.spec.num_prefix_tokens, needs, self.workspace,
+                                       self.compiled)
         self._options[ATTENTION_BLOCKS] = self.plan[ATTENTION_BLOCKS]
 
     def get(self, name: str, batch: Batch, needs: Collection[str] = ()) -> Any:
@@ -265,7 +272,8 @@ class SharedQuantities:
         have = self._options.get(name)
         if have is None or not needs <= have:
             want = needs | self.plan.get(name, frozenset()) | (have or frozenset())
-            self._values[name] = PROVIDERS[name](self.record, batch, want, self.workspace, self._values.get(name))
+            self._values[name] = PROVIDERS[name](self.record, batch, want, self.workspace, self._values.get(name),
+                                                 self.compiled)
             self._options[name] = want
         return self._values[name]
 

@@ -18,6 +18,7 @@ from vitscope.cli.explain import explain_pair
 from vitscope.cli.explanations import explanations as explanations_command
 from vitscope.cli.featviz import featviz as featviz_command
 from vitscope.cli.help_text import (
+    COMPILE_STATS_HELP,
     CONFIG_HELP,
     FIGURE_FILES_HELP,
     IMAGE_SIZE_HELP,
@@ -138,6 +139,7 @@ def analyze(
     keep_aspect: bool | None = typer.Option(None, "--keep-aspect/--no-keep-aspect", help=KEEP_ASPECT_HELP),
     workers: int | None = typer.Option(None, "--workers", min=0, help=WORKERS_HELP),
     jpeg_draft: bool | None = typer.Option(None, "--jpeg-draft/--no-jpeg-draft", help=JPEG_DRAFT_HELP),
+    compile_stats: bool | None = typer.Option(None, "--compile-stats/--no-compile-stats", help=COMPILE_STATS_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
     params_of: str | None = typer.Option(None, "--params-of", metavar="NAME", is_eager=True, callback=_params_of,
                                          help="Print the parameters of analysis NAME (defaults and meaning) and "
@@ -190,6 +192,7 @@ def compare(
     keep_aspect: bool | None = typer.Option(None, "--keep-aspect/--no-keep-aspect", help=KEEP_ASPECT_HELP),
     workers: int | None = typer.Option(None, "--workers", min=0, help=WORKERS_HELP),
     jpeg_draft: bool | None = typer.Option(None, "--jpeg-draft/--no-jpeg-draft", help=JPEG_DRAFT_HELP),
+    compile_stats: bool | None = typer.Option(None, "--compile-stats/--no-compile-stats", help=COMPILE_STATS_HELP),
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
 ) -> None:
     """Compare models per block on shared axes (paper 002): one pass per model; figures, tables, report.html."""

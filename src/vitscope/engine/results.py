@@ -31,6 +31,7 @@ class Results(Mapping[str, Result]):
         workers: the processes that decoded the images (0: a thread of the running process).
         grids: ``"HxW"`` token grid (CNN: feature map) -> images that ran at it, most images first (one entry
             unless images keep their aspect ratio); a resumed run counts those of the saved state too.
+        compile_stats: the shared attention statistics ran through ``torch.compile`` (:func:`vitscope.run`).
     """
 
     results: dict[str, Result]
@@ -41,6 +42,7 @@ class Results(Mapping[str, Result]):
     resumed_images: int = 0
     workers: int = 0
     grids: dict[str, int] = field(default_factory=dict)
+    compile_stats: bool = False
 
     def __getitem__(self, name: str) -> Result:
         return self.results[name]

@@ -73,6 +73,7 @@ class _Pass:
     workspace: Workspace
     view: Any
     stream: StreamPlan  # what happens to each hook as the model makes it
+    compile_stats: bool = False  # the shared attention statistics through torch.compile
     grids: dict[tuple[int, int], int] = field(default_factory=dict)  # token grid -> images of this process
 
     def batches(self, loaded: LoadedBatch) -> Iterator[tuple[Mapping[str, torch.Tensor], Batch]]:
@@ -131,7 +132,7 @@ class _Pass:
         pick = (lambda values: list(values)) if every else (lambda values: [values[j] for j in positions])
         return Batch(pixels=pixels, indices=pick(loaded.indices), paths=pick(loaded.paths), spec=spec, grid=grid,
                      targets={k: pick(v) for k, v in loaded.targets.items()},
-                     shared=SharedQuantities(record, self.plan, self.workspace),
+                     shared=SharedQuantities(record, self.plan, self.workspace, self.compile_stats),
                      model=ModelRunner(self.backbone, self.record))
 
 
@@ -165,6 +166,7 @@ def run(
     log: Callable[[str], None] | None = None,
     workers: int | None = None,
     jpeg_draft: bool = False,
+    compile_stats: bool = False,
 ) -> Results:
     """Make one pass over ``data`` and feed every batch to every analysis.
 
@@ -206,6 +208,12 @@ def run(
         jpeg_draft: decode JPEGs at libjpeg's reduced DCT scales (1/2, 1/4, 1/8) down to the size the model's resize
             needs: faster on large images, with slightly different pixels, so off by default; recorded in the
             data entry (``"decode"``) and the state file's key.
+        compile_stats: compute the attention analyses' shared per-block statistics through ``torch.compile``
+            (:func:`~vitscope.functional.attention_blocks.block_statistics`): their steps fuse into a few passes
+            over each pattern, several times faster on a GPU and on CPUs, after one compilation per process (tens
+            of seconds); the statistics differ from the default's by float32 rounding, so it is off by default,
+            part of the state file's key and ``Results.compile_stats``. Where compiling fails it warns and runs
+            op by op.
 
     Returns:
         :class:`Results` mapping each analysis's ``name`` to its Result.
@@ -239,16 +247,19 @@ def run(
     described = {**source.describe(), "fingerprint": source.fingerprint(), "decode": decode_name(jpeg_draft)}
     if checkpoint is None and resume is not None:
         drafted = {"decode": described["decode"]} if jpeg_draft else {}  # keys of full decodes stay as they were
+        compiled = {"compile_stats": True} if compile_stats else {}  # likewise: keys of op-by-op runs unchanged
         checkpoint = run_checkpoint(resume, backbone, described["fingerprint"], analyses,
                                     every_seconds=checkpoint_seconds, log=log, limit=limit, strict=strict,
-                                    device=dev.type, dtype=str(dtype or "fp32"), **drafted)
+                                    device=dev.type, dtype=str(dtype or "fp32"), **drafted, **compiled)
     if checkpoint is not None and shard.world > 1:
         checkpoint.for_rank(shard.rank, shard.world)
     with decoding(backbone, jpeg_draft, view):
         _hand_references(backbone, source, analyses, batch_size, dev, amp, strict)
         with _rows_beside(checkpoint):  # spilled rows on the state file's disk: saving links them
-            return _pass(backbone, source, analyses, checkpoint, shard, dev, amp, batch_size, limit, strict,
-                         progress, view, hooks, total, described, workers, log)
+            results = _pass(backbone, source, analyses, checkpoint, shard, dev, amp, batch_size, limit, strict,
+                            progress, view, hooks, total, described, workers, log, bool(compile_stats))
+    results.compile_stats = bool(compile_stats)
+    return results
 
 
 def _hand_references(backbone: Backbone, source: Source, analyses: Sequence[Analysis], batch_size: int,
@@ -299,7 +310,7 @@ def _image_work(spec: ModelSpec, analyses: Sequence[Analysis],
 def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoint: Checkpoint | None,
           shard: Any, dev: torch.device, amp: torch.dtype | None, batch_size: int, limit: int | None, strict: bool,
           progress: bool | None, view: Any, hooks: list[str], total: int, described: dict[str, Any],
-          workers: int | None, say: Callable[[str], None] | None) -> Results:
+          workers: int | None, say: Callable[[str], None] | None, compile_stats: bool) -> Results:
     """The pass of :func:`run` over its checked arguments."""
     if type(view) is StandardView:  # the model's own preprocessing, the same pixels: done where images decode
         view = None
@@ -321,7 +332,7 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
         part = shard_range(total, shard.rank, shard.world)  # what this process reads
         task = bar.add_task(f"{backbone.spec.name}", total=len(part), completed=max(start - part.start, 0),
                             unit="images")
-        current = _Pass(backbone, rec, dev, autocast, shared, workspace, view, plan, grids)
+        current = _Pass(backbone, rec, dev, autocast, shared, workspace, view, plan, compile_stats, grids)
         chosen = loader_workers(workers, len(part) - max(start - part.start, 0),
                                 int(os.environ.get("LOCAL_WORLD_SIZE", shard.world)))
         clock = LoaderClock(iter_batches(source, batch_size, limit, start, strict, log, regions, preprocess,

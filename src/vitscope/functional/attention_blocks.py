@@ -43,6 +43,7 @@ import torch
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.attention import random_attention
 from vitscope.functional.attention_kernels import mean_row_entropy, mean_spatial_focus
+from vitscope.functional.compiled import compiled_call
 from vitscope.functional.image_groups import images_per_group
 
 __all__ = [
@@ -203,7 +204,7 @@ def _check(pattern: torch.Tensor, grid: Sequence[int], num_prefix: int, needs: I
 
 def block_statistics(
     pattern: torch.Tensor, grid: Sequence[int], num_prefix: int, needs: Iterable[str],
-    workspace: Workspace | None = None,
+    workspace: Workspace | None = None, compiled: bool = False,
 ) -> BlockStats:
     """Compute the requested quantities of one block's pattern in one pass (module docstring).
 
@@ -219,6 +220,9 @@ def block_statistics(
         num_prefix: P prefix tokens (CLS first when P >= 1).
         needs: names from :data:`QUANTITIES`.
         workspace: reusable work buffers (None: fresh temporaries).
+        compiled: compute through ``torch.compile`` (:mod:`vitscope.functional.compiled`): the steps fuse into a
+            few passes over the pattern instead of about thirty, at the price of one compilation per process and
+            float32 rounding (a few units in 1e-7) against the op-by-op numbers.
 
     Returns:
         :class:`BlockStats` with the requested fields set.
@@ -227,8 +231,8 @@ def block_statistics(
     _check(pattern, grid, num_prefix, needs)
     step = images_per_group(pattern[:1].numel() * pattern.element_size())
     if workspace is None or pattern.shape[0] <= step:
-        return _statistics(pattern, grid, num_prefix, needs, workspace)
-    parts = [_statistics(pattern[i:i + step], grid, num_prefix, needs, workspace)
+        return _statistics(pattern, grid, num_prefix, needs, workspace, compiled)
+    parts = [_statistics(pattern[i:i + step], grid, num_prefix, needs, workspace, compiled)
              for i in range(0, pattern.shape[0], step)]
     out = BlockStats(batch_size=pattern.shape[0], num_heads=parts[0].num_heads, grid=parts[0].grid,
                      num_prefix=parts[0].num_prefix)
@@ -242,52 +246,78 @@ def block_statistics(
 
 def _statistics(
     pattern: torch.Tensor, grid: Sequence[int], num_prefix: int, needs: Iterable[str],
-    workspace: Workspace | None = None,
+    workspace: Workspace | None = None, compiled: bool = False,
 ) -> BlockStats:
     """One group of images of :func:`block_statistics`."""
     h, w, p = _check(pattern, grid, num_prefix, needs)
-    dtype = torch.float64 if pattern.dtype == torch.float64 else torch.float32
-    a = pattern.detach().to(dtype)
-    b, heads = a.shape[:2]
+    needs = frozenset(needs)
+    b, heads = pattern.shape[:2]
     out = BlockStats(batch_size=b, num_heads=heads, grid=(h, w), num_prefix=p)
     if b == 0:
         return out
-    sp = a[..., p:, p:]  # spatial block (a view)
-    if "cls" in needs:
-        out.cls = a[:, :, 0, p:].clone()  # a copy: a view would keep the whole pattern alive
-    if "colsum" in needs:
-        out.colsum = sp.sum(dim=-2)
-    rowsum = sp.sum(dim=-1) if needs & {"rowsum", "aligned", "focus"} else None
-    if "rowsum" in needs:
-        out.rowsum = rowsum
-    if "aligned" in needs:
-        out.aligned = _aligned(sp, rowsum, grid_tables((h, w), a.device), dtype, workspace)
-    if "entropy" in needs:
-        out.entropy = mean_row_entropy(a, _scratch(workspace, a, dtype))
-    if "focus" in needs:
-        out.focus = mean_spatial_focus(sp, rowsum, _scratch(workspace, sp, dtype), _scratch(workspace, sp, dtype, 1))
-    if "peak" in needs:
-        out.peak = a.amax(dim=-1).mean(dim=-1)
-    for mode in FUSIONS:
-        if f"fused_{mode}" in needs:
-            out.fused[mode] = {"mean": a.mean, "max": a.amax, "min": a.amin}[mode](dim=1)
+    if compiled:
+        values = compiled_call(_dense, p=p, needs=needs)(pattern)
+    else:
+        values = _dense(pattern, p, needs, workspace)
+    rows = values.pop("aligned_rows", None)
+    if rows is not None:
+        out.aligned = _aligned_canvas(rows, grid_tables((h, w), pattern.device))
+    out.fused = {mode: values.pop(f"fused_{mode}") for mode in FUSIONS if f"fused_{mode}" in values}
+    for name, value in values.items():
+        setattr(out, name, value)
     return out
 
 
-def _aligned(sp: torch.Tensor, rowsum: torch.Tensor, tables: GridTables, dtype: torch.dtype,
-             workspace: Workspace | None) -> torch.Tensor:
-    """Sum over images of the per-image AAAM: ``[H, C]`` float64 (each image's map divides by K).
+def _dense(pattern: torch.Tensor, p: int, needs: frozenset[str], workspace: Workspace | None = None
+           ) -> dict[str, torch.Tensor]:
+    """Every requested quantity that reads the whole pattern, by name (``aligned_rows``: the renormalised spatial
+    rows summed over images, ``[H, K, K]``, for :func:`_aligned_canvas`). Without a workspace it allocates
+    freely: what ``compiled`` compiles (:mod:`vitscope.functional.compiled`)."""
+    dtype = torch.float64 if pattern.dtype == torch.float64 else torch.float32
+    a = pattern.detach().to(dtype)
+    sp = a[..., p:, p:]  # spatial block (a view)
+    out: dict[str, torch.Tensor] = {}
+    if "cls" in needs:
+        out["cls"] = a[:, :, 0, p:].clone()  # a copy: a view would keep the whole pattern alive
+    if "colsum" in needs:
+        out["colsum"] = sp.sum(dim=-2)
+    rowsum = sp.sum(dim=-1) if needs & {"rowsum", "aligned", "focus"} else None
+    if "rowsum" in needs:
+        out["rowsum"] = rowsum
+    if "aligned" in needs:
+        out["aligned_rows"] = _aligned_rows(sp, rowsum, dtype, workspace)
+    if "entropy" in needs:
+        out["entropy"] = mean_row_entropy(a, _scratch(workspace, a, dtype))
+    if "focus" in needs:
+        out["focus"] = mean_spatial_focus(sp, rowsum, _scratch(workspace, sp, dtype),
+                                          _scratch(workspace, sp, dtype, 1))
+    if "peak" in needs:
+        out["peak"] = a.amax(dim=-1).mean(dim=-1)
+    for mode in FUSIONS:
+        if f"fused_{mode}" in needs:
+            out[f"fused_{mode}"] = {"mean": a.mean, "max": a.amax, "min": a.amin}[mode](dim=1)
+    return out
 
-    The AAAM is linear in the spatial attention, so the batch's spatial rows (renormalised) are summed
-    over images first and scattered once, instead of scattering every image.
+
+def _aligned_rows(sp: torch.Tensor, rowsum: torch.Tensor, dtype: torch.dtype, workspace: Workspace | None
+                  ) -> torch.Tensor:
+    """The spatial rows renormalised to sum 1, summed over images: ``[H, K, K]``.
+
+    The AAAM is linear in the spatial attention, so the batch's rows are summed over images first and scattered
+    once (:func:`_aligned_canvas`), instead of scattering every image.
     """
-    b, heads, k, _ = sp.shape
     safe = torch.where(rowsum == 0, torch.ones_like(rowsum), rowsum)  # a row with no spatial mass stays 0
     buf = _scratch(workspace, sp, dtype)
     rows = torch.div(sp, safe.unsqueeze(-1)) if buf is None else torch.div(sp, safe.unsqueeze(-1), out=buf)
-    summed = rows.sum(dim=0).reshape(heads, k * k).to(torch.float64)
-    canvas = torch.zeros(heads, tables.cell_distance.numel(), dtype=torch.float64, device=sp.device)
-    canvas.index_add_(1, tables.canvas_index, summed)
+    return rows.sum(dim=0)
+
+
+def _aligned_canvas(summed: torch.Tensor, tables: GridTables) -> torch.Tensor:
+    """Sum over images of the per-image AAAM: ``[H, C]`` float64 (each image's map divides by K), from
+    :func:`_aligned_rows`."""
+    heads, k, _ = summed.shape
+    canvas = torch.zeros(heads, tables.cell_distance.numel(), dtype=torch.float64, device=summed.device)
+    canvas.index_add_(1, tables.canvas_index, summed.reshape(heads, k * k).to(torch.float64))
     return canvas / k
 
 

@@ -91,7 +91,7 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
             strict: bool = False, resume: bool = True, checkpoint_seconds: float = 60.0,
             progress: bool | None = None, log: Callable[[str], None] | None = None, distributed: bool = False,
             figure_files: bool = False, image_size: int | tuple[int, int] | None = None,
-            workers: int | None = None) -> Results:
+            workers: int | None = None, jpeg_draft: bool = False, compile_stats: bool = False) -> Results:
     """Run analyses over a dataset in one pass; with ``out``, write results.json, tables, arrays, figures and
     report.html there (resumably: an interrupted call with the same arguments continues).
 
@@ -113,6 +113,8 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
         image_size: run the model at this input size (side, or ``(H, W)``) instead of its preprocessing's
             (:func:`vitscope.load_model`).
         workers: processes that decode the images (:func:`vitscope.run`; None: chosen from the CPUs).
+        jpeg_draft: decode JPEGs at reduced DCT scales (:func:`vitscope.run`).
+        compile_stats: the attention statistics through ``torch.compile`` (:func:`vitscope.run`).
         distributed: share the pass with the other ``torch.distributed`` processes (:func:`vitscope.run`); rank 0
             alone writes ``out``.
 
@@ -122,7 +124,8 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
     options = AnalyzeOptions(model=model, data=data, analyses=analyses, out=Path(out) if out is not None else None,
                              params=params, batch_size=batch_size, device=device, dtype=dtype, limit=limit,
                              strict=strict, resume=resume, checkpoint_seconds=checkpoint_seconds,
-                             figure_files=figure_files, image_size=image_size, workers=workers)
+                             figure_files=figure_files, image_size=image_size, workers=workers,
+                             jpeg_draft=jpeg_draft, compile_stats=compile_stats)
     return run_analyze(options, progress=progress, log=log, distributed=distributed)
 
 
@@ -161,7 +164,7 @@ def run_analyze(options: AnalyzeOptions, *, progress: bool | None = None, log: C
                   dtype=options.dtype, limit=options.limit, strict=options.strict, progress=progress,
                   resume=resume_from(out, model_id, options.resume) if out is not None else None,
                   checkpoint_seconds=options.checkpoint_seconds, log=log, distributed=distributed,
-                  workers=options.workers, jpeg_draft=options.jpeg_draft)
+                  workers=options.workers, jpeg_draft=options.jpeg_draft, compile_stats=options.compile_stats)
     if not distributed or is_main_process():
         finish_sae_cards(results, backbone, source, log)
     if out is not None and (not distributed or is_main_process()):

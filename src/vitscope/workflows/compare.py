@@ -64,7 +64,8 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
         results = run(backbone, source, analyses, batch_size=options.batch_size, device=options.device,
                       dtype=options.dtype, limit=options.limit, strict=options.strict, progress=progress,
                       resume=resume_from(out, name, options.resume), checkpoint_seconds=options.checkpoint_seconds,
-                      log=log, distributed=distributed, workers=options.workers, jpeg_draft=options.jpeg_draft)
+                      log=log, distributed=distributed, workers=options.workers, jpeg_draft=options.jpeg_draft,
+                      compile_stats=options.compile_stats)
         if not distributed or is_main_process():
             finish_sae_cards(results, backbone, source, log)
         workers = results.workers

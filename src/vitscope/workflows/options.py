@@ -128,6 +128,7 @@ class AnalyzeOptions(PassOptions):
     model: str | Backbone = option("str", required=True)
     analyses: str | Sequence[str | Analysis] | None = option("list")
     params: Mapping[str, Mapping[str, Any]] | None = option("params")
+    compile_stats: bool = option("bool", False)  # the shared attention statistics through torch.compile
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,6 +139,7 @@ class CompareOptions(PassOptions):
     models: list[str] | dict[str, str] = option("models", required=True)
     analyses: Sequence[str] | None = option("list")
     params: Mapping[str, Mapping[str, Any]] | None = option("params")
+    compile_stats: bool = option("bool", False)
 
 
 @dataclass(frozen=True, kw_only=True)

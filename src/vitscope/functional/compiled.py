@@ -1,0 +1,74 @@
+"""Functions run through ``torch.compile``, falling back to themselves where it cannot compile.
+
+The shared attention pass reads every block's ``[B, H, N, N]`` pattern for a dozen reductions. Run op by op, each
+reduction and each elementwise step is one pass over the pattern in memory (about thirty per block), which is what
+bounds it on a GPU; compiled, the steps fuse into a few kernels that read the pattern a few times. The numbers
+then differ from the op-by-op ones by float32 rounding (sums in another order), so callers make it an option.
+
+One compiled function is kept per (function, static arguments), with the first (batch) dimension dynamic, so the
+last, smaller batch and the groups of images at high token counts do not compile again.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import torch
+
+__all__ = ["CompileFallbackWarning", "compiled_call"]
+
+
+class CompileFallbackWarning(UserWarning):
+    """``torch.compile`` failed on this machine, so the function runs op by op (same maths, slower)."""
+
+
+class _Compiled:
+    """``fn(x, *static)`` compiled for tensors ``x``; the plain ``fn`` once compiling has failed."""
+
+    def __init__(self, fn: Callable[..., Any], static: tuple[tuple[str, Hashable], ...]) -> None:
+        self.fn = fn
+        self.static = dict(static)
+        try:
+            self.compiled: Callable[..., Any] | None = torch.compile(functools.partial(fn, **self.static))
+        except Exception as err:  # torch.compile itself unavailable (an unsupported Python, say)
+            self._fall_back(err)
+
+    def __call__(self, x: torch.Tensor) -> Any:
+        if self.compiled is not None:
+            torch._dynamo.maybe_mark_dynamic(x, 0)  # every batch size with one compilation
+            try:
+                return self.compiled(x)
+            except Exception as err:  # a compiler the machine lacks, an unsupported device: the plain maths
+                self._fall_back(err)
+        return self.fn(x, **self.static)
+
+    def _fall_back(self, err: Exception) -> None:
+        self.compiled = None
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        warnings.warn(f"torch.compile could not compile {self.fn.__name__} ({type(err).__name__}: {first}); running "
+                      "it op by op, which gives the same statistics more slowly", CompileFallbackWarning,
+                      stacklevel=4)
+
+
+_CACHE: dict[tuple[Callable[..., Any], tuple[tuple[str, Hashable], ...]], _Compiled] = {}
+
+
+def compiled_call(fn: Callable[..., Any], **static: Hashable) -> Callable[[torch.Tensor], Any]:
+    """``x -> fn(x, **static)`` through ``torch.compile``, one compilation per ``(fn, static)`` in this process.
+
+    Args:
+        fn: a function of one tensor (first dimension: the batch) and keyword arguments that stay fixed.
+        static: those arguments (hashable; each distinct value compiles anew).
+
+    Returns:
+        A callable of the tensor. Where compiling fails it warns once (:class:`CompileFallbackWarning`) and calls
+        ``fn`` itself from then on.
+    """
+    key = (fn, tuple(sorted(static.items())))
+    found = _CACHE.get(key)
+    if found is None:
+        found = _CACHE[key] = _Compiled(fn, key[1])
+    return found

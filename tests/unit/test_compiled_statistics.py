@@ -1,0 +1,111 @@
+"""The shared attention statistics through ``torch.compile`` (``compile_stats``): the same numbers as op by op
+within float32 rounding, one compilation for every batch size, a plain fallback where compiling fails, and what
+a run and the command line record."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import torch
+
+import vitscope
+from vitscope.analyses.attention.suite import attention_suite
+from vitscope.analyses.batch import union_plan
+from vitscope.functional import compiled
+from vitscope.functional.attention_blocks import block_statistics
+
+# the suite's union plan on tiny-vit, so this compilation is the one the run below reuses
+_BACKBONE = vitscope.load_model("tiny-vit")
+_NEEDS = union_plan([a.shared_quantities(_BACKBONE.spec) for a in attention_suite(_BACKBONE.spec)])[
+    "attention_blocks"]
+_FIELDS = ("cls", "colsum", "rowsum", "aligned", "entropy", "focus", "peak")
+
+
+def _close(eager, fused, rtol: float = 2e-6) -> None:
+    for name in _FIELDS:
+        a, b = getattr(eager, name), getattr(fused, name)
+        assert (a is None) == (b is None), name
+        if a is not None:
+            torch.testing.assert_close(b, a, rtol=rtol, atol=rtol * float(a.abs().max()), msg=name)
+    assert eager.fused.keys() == fused.fused.keys()
+    for mode in eager.fused:
+        torch.testing.assert_close(fused.fused[mode], eager.fused[mode], rtol=rtol, atol=1e-7)
+
+
+def _patterns(batch: int, grid: tuple[int, int], prefix: int, seed: int) -> torch.Tensor:
+    n = prefix + grid[0] * grid[1]
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randn(batch, 3, n, n, generator=gen) * 4
+    logits[0, 0, 2] = -torch.inf  # a row with every key but one masked out: a one-hot row
+    logits[0, 0, 2, 0] = 0.0
+    return logits.softmax(dim=-1)
+
+
+def test_compiled_statistics_equal_the_op_by_op_ones_at_every_batch_size() -> None:
+    grid, prefix = _BACKBONE.spec.grid_for(*_BACKBONE.spec.image_size), _BACKBONE.spec.num_prefix_tokens
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", compiled.CompileFallbackWarning)
+        for batch, seed in ((5, 0), (2, 1), (7, 2)):  # the batch dimension is dynamic: one compilation for all
+            pattern = _patterns(batch, grid, prefix, seed)
+            fused = block_statistics(pattern, grid, prefix, _NEEDS, compiled=True)
+            _close(block_statistics(pattern, grid, prefix, _NEEDS), fused)
+    call = compiled._CACHE[(block_statistics.__globals__["_dense"], (("needs", frozenset(_NEEDS)), ("p", prefix)))]
+    assert call.compiled is not None  # it compiled, rather than falling back to the same maths
+
+
+def test_a_run_with_compile_stats_equals_the_default_run_and_says_so() -> None:
+    runs = {c: vitscope.run(_BACKBONE, "skimage", attention_suite(_BACKBONE.spec), batch_size=4, limit=6,
+                            progress=False, workers=0, compile_stats=c) for c in (False, True)}
+    assert runs[True].compile_stats is True and runs[False].compile_stats is False
+    compared = 0
+    for name, result in runs[False].items():
+        for key, value in result.tensors.items():
+            other = runs[True][name].tensors[key]
+            if value.is_floating_point():
+                torch.testing.assert_close(other, value, rtol=1e-5, atol=1e-6 * float(value.abs().max()),
+                                           msg=f"{name}.{key}")
+            else:
+                assert torch.equal(other, value), f"{name}.{key}"
+            compared += 1
+    assert compared > 20
+
+
+def test_where_compiling_fails_it_warns_and_computes_the_same_statistics(monkeypatch) -> None:
+    def broken(fn, **kwargs):
+        def call(*args, **kw):
+            raise RuntimeError("no C++ compiler\nsecond line")
+        return call
+
+    monkeypatch.setattr(compiled, "_CACHE", {})
+    monkeypatch.setattr(torch, "compile", broken)
+    pattern = _patterns(3, (2, 3), 1, 0)
+    with pytest.warns(compiled.CompileFallbackWarning, match=r"RuntimeError: no C\+\+ compiler\); running it op"):
+        fused = block_statistics(pattern, (2, 3), 1, {"entropy", "focus", "aligned"}, compiled=True)
+    _close(block_statistics(pattern, (2, 3), 1, {"entropy", "focus", "aligned"}), fused, rtol=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once: later calls go straight to the plain maths
+        block_statistics(pattern, (2, 3), 1, {"entropy", "focus", "aligned"}, compiled=True)
+
+
+def test_the_command_line_records_it_and_keys_the_state_by_it(tmp_path, monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from vitscope.cli.main import app
+
+    monkeypatch.setattr(compiled, "_CACHE", {})
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: fn)  # the plumbing, not the compiler, is tested here
+    keys = []
+    from vitscope.engine import run as engine_run
+
+    real = engine_run.run_checkpoint
+    monkeypatch.setattr(engine_run, "run_checkpoint", lambda *a, **kw: keys.append(kw) or real(*a, **kw))
+    for flag in ("--no-compile-stats", "--compile-stats"):
+        out = tmp_path / flag
+        result = CliRunner().invoke(app, ["analyze", "--model", "tiny-vit", "--data", "skimage", "--limit", "2",
+                                          "--analyses", "attention_stats", "--out", str(out), flag, "--workers", "0"])
+        assert result.exit_code == 0, result.output
+        saved = json.loads((out / "results.json").read_text())
+        assert saved["config"]["compile_stats"] is (flag == "--compile-stats")
+    assert "compile_stats" not in keys[0] and keys[1]["compile_stats"] is True  # op-by-op keys stay as they were
