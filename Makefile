@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo install bench zoo zoo-check distributed-check clean chromium golden vendor-echarts kill-matrix explanations-benchmark sae-benchmark
+.PHONY: test demo install bench zoo zoo-check distributed-check compile-check clean chromium golden vendor-echarts kill-matrix explanations-benchmark sae-benchmark
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -76,6 +76,9 @@ zoo: $(STAMP)
 distributed-check: $(STAMP)  # every command over two torchrun processes equals one process (about 30 s); SAE training (40 s)
 	VITSCOPE_DISTRIBUTED_CHECK=1 $(PY) -m pytest tests/e2e/test_distributed.py tests/e2e/test_webdataset_distributed.py \
 	  tests/e2e/test_sae_torchrun.py
+
+compile-check: $(STAMP)  # compile_stats with inductor's fused kernels, against op by op (about 30 s cold)
+	VITSCOPE_COMPILE_CHECK=1 $(PY) -m pytest tests/unit/test_compiled_statistics.py
 
 zoo-check: $(STAMP)
 	VITSCOPE_ZOO_CHECK=1 $(PY) -m pytest tests/unit/test_zoo_shipped.py

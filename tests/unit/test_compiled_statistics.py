@@ -1,10 +1,15 @@
 """The shared attention statistics through ``torch.compile`` (``compile_stats``): the same numbers as op by op
 within float32 rounding, one compilation for every batch size, a plain fallback where compiling fails, and what
-a run and the command line record."""
+a run and the command line record.
+
+The suite traces with the ``aot_eager`` backend (graph capture, functionalisation, the dynamic batch: about a
+second); inductor's fused kernels take 15-25 s to compile cold on two cores, so ``make compile-check`` runs the
+same tests with it (``VITSCOPE_COMPILE_CHECK=1``)."""
 
 from __future__ import annotations
 
 import json
+import os
 import warnings
 
 import pytest
@@ -21,6 +26,14 @@ _BACKBONE = vitscope.load_model("tiny-vit")
 _NEEDS = union_plan([a.shared_quantities(_BACKBONE.spec) for a in attention_suite(_BACKBONE.spec)])[
     "attention_blocks"]
 _FIELDS = ("cls", "colsum", "rowsum", "aligned", "entropy", "focus", "peak")
+_INDUCTOR = pytest.mark.skipif(not os.environ.get("VITSCOPE_COMPILE_CHECK"),
+                               reason="make compile-check compiles with inductor (15-25 s cold)")
+
+
+@pytest.fixture(params=["aot_eager", pytest.param("inductor", marks=_INDUCTOR)])
+def backend(request, monkeypatch) -> str:
+    monkeypatch.setattr(compiled, "BACKEND", request.param)
+    return request.param
 
 
 def _close(eager, fused, rtol: float = 2e-6) -> None:
@@ -43,7 +56,7 @@ def _patterns(batch: int, grid: tuple[int, int], prefix: int, seed: int) -> torc
     return logits.softmax(dim=-1)
 
 
-def test_compiled_statistics_equal_the_op_by_op_ones_at_every_batch_size() -> None:
+def test_compiled_statistics_equal_the_op_by_op_ones_at_every_batch_size(backend) -> None:
     grid, prefix = _BACKBONE.spec.grid_for(*_BACKBONE.spec.image_size), _BACKBONE.spec.num_prefix_tokens
     with warnings.catch_warnings():
         warnings.simplefilter("error", compiled.CompileFallbackWarning)
@@ -51,11 +64,11 @@ def test_compiled_statistics_equal_the_op_by_op_ones_at_every_batch_size() -> No
             pattern = _patterns(batch, grid, prefix, seed)
             fused = block_statistics(pattern, grid, prefix, _NEEDS, compiled=True)
             _close(block_statistics(pattern, grid, prefix, _NEEDS), fused)
-    call = compiled._CACHE[(block_statistics.__globals__["_dense"], (("needs", frozenset(_NEEDS)), ("p", prefix)))]
-    assert call.compiled is not None  # it compiled, rather than falling back to the same maths
+    key = (block_statistics.__globals__["_dense"], backend, (("needs", frozenset(_NEEDS)), ("p", prefix)))
+    assert compiled._CACHE[key].compiled is not None  # it compiled, rather than falling back to the same maths
 
 
-def test_a_run_with_compile_stats_equals_the_default_run_and_says_so() -> None:
+def test_a_run_with_compile_stats_equals_the_default_run_and_says_so(backend) -> None:
     runs = {c: vitscope.run(_BACKBONE, "skimage", attention_suite(_BACKBONE.spec), batch_size=4, limit=6,
                             progress=False, workers=0, compile_stats=c) for c in (False, True)}
     assert runs[True].compile_stats is True and runs[False].compile_stats is False

@@ -18,7 +18,11 @@ from typing import Any
 
 import torch
 
-__all__ = ["CompileFallbackWarning", "compiled_call"]
+__all__ = ["BACKEND", "CompileFallbackWarning", "compiled_call"]
+
+#: the ``torch.compile`` backend: inductor fuses (C++ on CPUs, Triton on GPUs); the suite traces with
+#: ``aot_eager`` to keep its minutes, ``make compile-check`` runs inductor
+BACKEND = "inductor"
 
 
 class CompileFallbackWarning(UserWarning):
@@ -32,7 +36,8 @@ class _Compiled:
         self.fn = fn
         self.static = dict(static)
         try:
-            self.compiled: Callable[..., Any] | None = torch.compile(functools.partial(fn, **self.static))
+            self.compiled: Callable[..., Any] | None = torch.compile(functools.partial(fn, **self.static),
+                                                                     backend=BACKEND)
         except Exception as err:  # torch.compile itself unavailable (an unsupported Python, say)
             self._fall_back(err)
 
@@ -53,7 +58,7 @@ class _Compiled:
                       stacklevel=4)
 
 
-_CACHE: dict[tuple[Callable[..., Any], tuple[tuple[str, Hashable], ...]], _Compiled] = {}
+_CACHE: dict[tuple[Callable[..., Any], str, tuple[tuple[str, Hashable], ...]], _Compiled] = {}
 
 
 def compiled_call(fn: Callable[..., Any], **static: Hashable) -> Callable[[torch.Tensor], Any]:
@@ -67,8 +72,8 @@ def compiled_call(fn: Callable[..., Any], **static: Hashable) -> Callable[[torch
         A callable of the tensor. Where compiling fails it warns once (:class:`CompileFallbackWarning`) and calls
         ``fn`` itself from then on.
     """
-    key = (fn, tuple(sorted(static.items())))
+    key = (fn, BACKEND, tuple(sorted(static.items())))
     found = _CACHE.get(key)
     if found is None:
-        found = _CACHE[key] = _Compiled(fn, key[1])
+        found = _CACHE[key] = _Compiled(fn, key[2])
     return found
