@@ -174,3 +174,15 @@ def test_a_batch_keeps_maps_of_its_own_top_k_only_and_codes_ignore_autocast(tmp_
             mixed.update(record, batch)
     for key, value in plain.compute().tensors.items():
         torch.testing.assert_close(mixed.compute().tensors[key], value, rtol=0, atol=0, msg=key)
+
+
+def test_another_sae_at_the_same_path_keys_another_state(tmp_path) -> None:
+    from vitscope.engine.state import run_key
+
+    folder = _identity_sae(tmp_path / "sae")
+    before = run_key("model", {}, {"digest": "d"}, [SAEFeatures(path=folder)])
+    assert before == run_key("model", {}, {"digest": "d"}, [SAEFeatures(path=folder)])  # read again: the same key
+    sae = SparseAutoencoder(4, 4, kind="relu", k=4, seed=1)  # trained again into the same folder
+    save(sae, tmp_path / "sae", hook=HOOK, model=SPEC.name)
+    after = run_key("model", {}, {"digest": "d"}, [SAEFeatures(path=folder)])
+    assert after != before and after["analyses"][0]["config"]["path"] == before["analyses"][0]["config"]["path"]

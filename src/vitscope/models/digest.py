@@ -10,13 +10,14 @@ from __future__ import annotations
 import hashlib
 import json
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from vitscope.models.backbone import Backbone
 
-__all__ = ["digest", "model_fingerprint"]
+__all__ = ["digest", "model_fingerprint", "tensors_digest"]
 
 CACHE_FORMAT = 1  # bump when the layout or the meaning of cached arrays changes
 
@@ -25,6 +26,20 @@ def digest(obj: Any) -> str:
     """SHA-256 hex digest of a JSON-able object (keys sorted, so dict order does not matter)."""
     text = json.dumps(obj, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _hash_tensors(h: Any, tensors: Mapping[str, torch.Tensor]) -> None:
+    for name, tensor in sorted(tensors.items()):
+        t = tensor.detach().cpu().contiguous().reshape(-1)
+        h.update(f"{name}|{t.dtype}|{tuple(tensor.shape)}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+
+
+def tensors_digest(tensors: Mapping[str, torch.Tensor]) -> str:
+    """SHA-256 hex digest of named tensors (names, dtypes, shapes and bytes; any device), e.g. a state dict."""
+    h = hashlib.sha256()
+    _hash_tensors(h, tensors)
+    return h.hexdigest()
 
 
 _MEMO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> (tensor versions, digest)
@@ -51,9 +66,6 @@ def model_fingerprint(backbone: Backbone) -> str:
     h.update(type(backbone.model).__qualname__.encode())
     spec = {k: v for k, v in backbone.spec.to_dict().items() if k != "preprocessing"}  # a label, not a setting
     h.update(json.dumps(spec, sort_keys=True, default=str).encode())
-    for name, tensor in sorted(backbone.model.state_dict().items()):
-        t = tensor.detach().cpu().contiguous().reshape(-1)
-        h.update(f"{name}|{t.dtype}|{tuple(tensor.shape)}".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    _hash_tensors(h, backbone.model.state_dict())
     _MEMO[backbone.model] = (versions, h.hexdigest(), backbone.spec)
     return h.hexdigest()

@@ -28,6 +28,7 @@ from vitscope.autoencoders.tokens import TOKENS_OF
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.concept_tokens import BACKGROUND
 from vitscope.functional.topk import merge_topk
+from vitscope.models.digest import tensors_digest
 from vitscope.models.spec import ModelSpec
 from vitscope.occlusion.regions import token_regions
 
@@ -111,9 +112,21 @@ class SAEFeatures(TopActivations):
             self.__dict__["_sae"] = held
         return held
 
+    def keyed_params(self) -> dict[str, Any]:
+        """The parameters plus a digest of the SAE's weights: a state saved with another SAE at the same path (one
+        trained again, say) neither resumes nor merges."""
+        keyed = super().keyed_params()
+        if self._cfg_path is not None:
+            held = self.__dict__.get("_sae_digest")
+            if held is None:
+                held = self.__dict__["_sae_digest"] = tensors_digest(self.sae.state_dict())
+            keyed["sae_weights"] = held
+        return keyed
+
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.pop("_sae", None)  # read again from its file: checkpoints and worker copies stay small
+        state.pop("_sae", None)
+        state.pop("_sae_digest", None)  # read again from its file: checkpoints and worker copies stay small
         return state
 
     @property
