@@ -9,7 +9,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["atomic_path", "remove_leftovers", "write_text_atomic"]
+__all__ = ["atomic_path", "process_alive", "remove_leftovers", "write_text_atomic"]
 
 
 @contextlib.contextmanager
@@ -37,7 +37,8 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 _LEFTOVER = re.compile(r"^\.(?:.+\.(?P<pid>\d+)\.tmp(?:\.[^.]+)?|staging-(?P<owner>\d+)-[0-9a-f]+)$")
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this machine is running (a process of another user counts as running)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -69,7 +70,7 @@ def remove_leftovers(folder: str | os.PathLike, stale_pids: frozenset[int] = fro
             continue
         try:
             pid = int(match.group("pid") or match.group("owner"))
-            live = pid not in stale_pids and _alive(pid)
+            live = pid not in stale_pids and process_alive(pid)
         except (OverflowError, ValueError):  # not an id this machine could have given
             live = False
         if live:

@@ -8,10 +8,11 @@ reached, then appended to raw files of an open *shard* on disk and read back as 
 Sharing rule (what makes ``merge``, pickling and ``state_dict`` safe): a shard is *sealed* before any
 other object may reference it (:meth:`seal` runs on pickling and on :meth:`extend`), and sealed shards are
 never written again; later spills open a new shard. Shards live in ``workdir`` (default: a private
-temporary folder removed when the process exits; pass a persistent folder to resume a run in another
-process). A store deletes files only when asked (:meth:`release`), and then only the shards it wrote itself
-in a private folder: a copy (pickled, deep-copied, extended into another store) never deletes anything, and
-:meth:`linked_copy` gives a store its own hard links to another's rows, so that either may then release.
+temporary folder removed when the process exits, :mod:`vitscope.cache.row_folders`; pass a persistent folder to
+resume a run in another process). A store deletes files only when asked (:meth:`release`), and then only the
+shards it wrote itself in a private folder: a copy (pickled, deep-copied, extended into another store) never
+deletes anything, and :meth:`linked_copy` gives a store its own hard links to another's rows, so that either may
+then release.
 
 Row order is append order within one store but unspecified after :meth:`extend`: consumers sort by a key
 column (the dataset index), which also makes ``merge(A(x1), A(x2))`` equal ``A(x1 + x2)``.
@@ -19,13 +20,7 @@ column (the dataset index), which also makes ``merge(A(x1), A(x2))`` equal ``A(x
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import glob
-import os
 import shutil
-import socket
-import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -35,70 +30,17 @@ import numpy as np
 import torch
 
 from vitscope.cache.host_copy import HostCopies, numpy_dtype, start_host_copy, torch_dtype
+from vitscope.cache.row_folders import (
+    export_folder,
+    exported_when_pickled,
+    is_private,
+    link_or_copy,
+    private_folder,
+    private_rows_under,
+)
 from vitscope.errors import VitscopeFileNotFoundError, VitscopeKeyError, VitscopeValueError
 
 __all__ = ["RowStore", "exported_when_pickled", "private_rows_under"]
-
-_TEMP_DIRS: list[str] = []  # private folders: their rows do not outlive the process that made them
-_MADE_BY: dict[str, int] = {}  # private folder -> the process that made it (only it removes the folder)
-_PRIVATE_ROOTS: list[str] = []  # where private folders go (innermost last; none: the system's temporary folder)
-_PRIVATE: dict[tuple[str | None, int], str] = {}  # (root, process) -> that process's private folder there
-_EXPORT_TO: list[str] = []  # folders stores are exported to when pickled (innermost last)
-
-
-@contextlib.contextmanager
-def exported_when_pickled(folder: str | Path) -> Iterator[None]:
-    """Inside, a pickled :class:`RowStore` (wherever it sits in the pickled object) writes its rows to one shard
-    file under ``folder`` and pickles only that file's path: how processes hand each other rows through a
-    folder they share instead of through a process group."""
-    _EXPORT_TO.append(str(folder))
-    try:
-        yield
-    finally:
-        _EXPORT_TO.pop()
-
-
-@contextlib.contextmanager
-def private_rows_under(folder: str | Path) -> Iterator[None]:
-    """Inside, stores without a ``workdir`` spill into one folder of this process under ``folder`` (a run puts it
-    beside its state file: on that file system saving links rows instead of copying them, and rows never land
-    in a RAM-backed ``/tmp``). Such folders that a killed process of this machine left there are removed first.
-    """
-    root = Path(folder)
-    root.mkdir(parents=True, exist_ok=True)
-    host = _host()
-    for stale in root.glob(f".vitscope-rows-{glob.escape(host)}-*"):
-        pid = stale.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-            shutil.rmtree(stale, ignore_errors=True)
-    _PRIVATE_ROOTS.append(str(root))
-    try:
-        yield
-    finally:
-        _PRIVATE_ROOTS.pop()
-
-
-def _host() -> str:
-    return "".join(c if c.isalnum() else "_" for c in socket.gethostname()) or "host"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _cleanup_temp_dirs() -> None:
-    for d in _TEMP_DIRS:
-        if _MADE_BY.get(d) == os.getpid():  # never a folder a forked parent still uses
-            shutil.rmtree(d, ignore_errors=True)
-
-
-atexit.register(_cleanup_temp_dirs)
 
 
 class RowStore:
@@ -165,7 +107,7 @@ class RowStore:
 
     def _folder(self) -> Path:
         if self.workdir is None:
-            self.workdir = _private_folder()
+            self.workdir = private_folder()
         root = Path(self.workdir)
         root.mkdir(parents=True, exist_ok=True)
         return root
@@ -196,7 +138,7 @@ class RowStore:
     def persistent(self) -> bool:
         """Whether the shards live in a folder the caller chose (which outlives the process), not a private
         temporary one."""
-        return self.workdir is not None and self.workdir not in _TEMP_DIRS
+        return self.workdir is not None and not is_private(self.workdir)
 
     def flush(self) -> None:
         """Move the rows held in memory to disk and seal the shard: afterwards the store is only its shards."""
@@ -287,14 +229,14 @@ class RowStore:
         """
         self.seal()
         self._copies.wait()
-        out = RowStore(workdir=_private_folder() if folder is None else folder, spill_bytes=self.spill_bytes)
+        out = RowStore(workdir=private_folder() if folder is None else folder, spill_bytes=self.spill_bytes)
         out.schema = dict(self.schema)
         root = out._folder()
         for shard, rows in self.shards():
             target = root / f"shard-{uuid.uuid4().hex}"
             target.mkdir()
             for name in self.schema:
-                _link_or_copy(Path(shard) / f"{name}.bin", target / f"{name}.bin")
+                link_or_copy(Path(shard) / f"{name}.bin", target / f"{name}.bin")
             out._sealed.append((str(target), int(rows)))
             out._own.add(str(target))
             out.rows += int(rows)
@@ -377,8 +319,9 @@ class RowStore:
 
     # -- pickling ----------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
-        if _EXPORT_TO:  # for another process: every row in one shard file, nothing in the pickle
-            return dict(self.export(Path(_EXPORT_TO[-1]) / f"rows-{uuid.uuid4().hex}").__dict__, _own=set())
+        export_to = export_folder()
+        if export_to is not None:  # for another process: every row in one shard file, nothing in the pickle
+            return dict(self.export(Path(export_to) / f"rows-{uuid.uuid4().hex}").__dict__, _own=set())
         self.seal()  # a pickled copy may be resumed elsewhere: the shard must not change under it
         self._copies.wait()
         return dict(self.__dict__, _own=set(), _copies=HostCopies())  # a copy shares the files and never deletes them
@@ -393,28 +336,3 @@ def _dtype_str(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return numpy_dtype(value.dtype).str
     return np.asarray(value).dtype.str
-
-
-def _private_folder() -> str:
-    """This process's folder for spilled rows (one a root, :func:`private_rows_under`), removed at exit."""
-    root, pid = (_PRIVATE_ROOTS[-1] if _PRIVATE_ROOTS else None), os.getpid()
-    folder = _PRIVATE.get((root, pid))
-    if folder is None or not os.path.isdir(folder):
-        if root is None:
-            folder = tempfile.mkdtemp(prefix="vitscope-rows-")
-        else:
-            folder = str(Path(root) / f".vitscope-rows-{_host()}-{pid}")
-            os.makedirs(folder, exist_ok=True)
-        _PRIVATE[(root, pid)] = folder
-        _MADE_BY[folder] = pid
-        if folder not in _TEMP_DIRS:
-            _TEMP_DIRS.append(folder)
-    return folder
-
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    """Hard-link ``source`` to ``target``, or copy it when the file system cannot link (another device...)."""
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
