@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vitscope.data.formats.coco import CocoDataset, mask_to_polygons, write_coco
+from vitscope.data.formats.coco import CocoDataset
+from vitscope.data.formats.coco_writer import mask_to_polygons, write_coco
 from vitscope.data.formats.common import (
     DatasetFileNotFoundError,
     DatasetFormatError,

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vitscope.data.formats.coco import CocoDataset, write_coco_files
+from vitscope.data.formats.coco import CocoDataset
+from vitscope.data.formats.coco_writer import write_coco_files
 from vitscope.data.formats.common import DatasetFormatError, PathLike, image_suffix
 from vitscope.data.items import AnnotatedImage
 from vitscope.data.synthetic.scene import ClassSpec, Scene

@@ -54,7 +54,7 @@ def synthesize(out: str | Path, format: str, n: int = 100, size: int = 224, seed
         from vitscope.data.formats.imagenet_boxes import write_imagenet_boxes
         write_imagenet_boxes(scenes(n), root, names)
     elif format == "coco":
-        from vitscope.data.formats.coco import write_coco
+        from vitscope.data.formats.coco_writer import write_coco
         write_coco(scenes(n), root, names)
     elif format == "partimagenet":
         from vitscope.data.formats.partimagenet import write_partimagenet
