@@ -52,3 +52,80 @@ def test_annotated_data_fingerprint_covers_the_annotation_files(tmp_path):
     copy = shutil.copytree(root, tmp_path / "copy", copy_function=shutil.copy2)  # copy2 keeps mtimes
     assert data_fingerprint(as_source(f"{copy}::coco"))["digest"] == \
         data_fingerprint(as_source(f"{root}::coco"))["digest"]
+
+
+def _signature_of(entry: tuple[str, int, int], root) -> tuple[str, int, int]:
+    """The signature as ``pathlib`` spells the rule out: the file's resolved path relative to the resolved root
+    (absolute when outside it), and the size and time of what it points to (-1 when there is none)."""
+    from pathlib import Path
+
+    path, root = Path(entry), Path(root)
+    try:
+        rel = path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        rel = path.resolve().as_posix()
+    try:
+        st = path.stat()
+    except OSError:
+        return rel, -1, -1
+    return rel, st.st_size, st.st_mtime_ns
+
+
+def test_links_moved_roots_and_missing_files_sign_as_the_resolved_paths_do(tmp_path):
+    import hashlib
+
+    from vitscope.data.fingerprint import stat_digest
+
+    root = _folder(tmp_path / "root")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "e.png").write_bytes(b"abc")
+    os.symlink(tmp_path / "elsewhere" / "e.png", root / "link.png")  # a link leaving the root
+    os.symlink(root, tmp_path / "alias")  # a linked folder
+    os.symlink(tmp_path / "nowhere.png", root / "dangling.png")
+    paths = [str(root / "0.png"), str(tmp_path / "alias" / "1.png"), str(root / "link.png"), str(root / "dangling.png"),
+             str(root / "missing.png")]
+    for given_root in (root, tmp_path / "alias"):
+        expected = sorted(_signature_of(p, given_root) for p in paths)
+        h = hashlib.sha256()
+        for entry in expected:
+            h.update(repr(entry).encode("utf-8"))
+        assert stat_digest(paths, given_root) == (h.hexdigest(), len(paths))
+    assert any(e[0] == "1.png" for e in expected) and any(e[1] == 3 for e in expected)  # resolved, and followed
+
+
+def test_a_command_stats_the_files_once_and_a_session_sees_changes(tmp_path, monkeypatch):
+    from vitscope.data import fingerprint
+
+    a = _folder(tmp_path / "a")
+    source = as_source(str(a))
+    calls = []
+    real = fingerprint.stat_digest
+    monkeypatch.setattr(fingerprint, "stat_digest", lambda *args: calls.append(1) or real(*args))
+    with fingerprint.held_fingerprints():
+        first = data_fingerprint(source)
+        digest = first["digest"]
+        first["digest"] = "changed by a caller"  # a copy: the held one stays
+        with fingerprint.held_fingerprints():
+            assert data_fingerprint(source)["digest"] == digest
+    assert len(calls) == 1
+    path = a / "1.png"
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert data_fingerprint(source)["digest"] != digest  # outside a command every call reads the files again
+    assert len(calls) == 2
+
+
+def test_extract_features_fingerprints_its_data_once(tmp_path, monkeypatch):
+    import vitscope
+    from vitscope.cache.feature_cache import FeatureCache
+    from vitscope.cache.request import FeatureRequest
+    from vitscope.data import fingerprint
+    from vitscope.engine.extract import extract_features
+
+    a = _folder(tmp_path / "a", n=4)
+    calls = []
+    real = fingerprint.stat_digest
+    monkeypatch.setattr(fingerprint, "stat_digest", lambda *args: calls.append(1) or real(*args))
+    extract_features(vitscope.load_model("tiny-vit"), as_source(str(a)), [FeatureRequest("resid_post", "cls")],
+                     FeatureCache(tmp_path / "cache"), batch_size=2, device="cpu", resume=False, workers=0)
+    assert len(calls) == 1

@@ -12,38 +12,78 @@ source's content (:meth:`vitscope.data.source.Source.content_digest`: decoded pi
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import os
-from collections.abc import Iterable
+import stat
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CONTENT_METHOD", "FINGERPRINT_METHOD", "data_fingerprint", "stat_digest"]
+__all__ = ["CONTENT_METHOD", "FINGERPRINT_METHOD", "data_fingerprint", "held_fingerprints", "stat_digest"]
 
 FINGERPRINT_METHOD = "stat: sha256 of sorted (relative path, size, mtime_ns); contents not read"
 CONTENT_METHOD = "content: sha256 of the decoded images (no files)"
 
 
-def _signature(path: Path, root: Path) -> tuple[str, int, int]:
-    try:
-        rel = path.resolve().relative_to(root.resolve()).as_posix()
-    except ValueError:  # outside the root (a file list pointing elsewhere): keep the absolute path
-        rel = path.resolve().as_posix()
-    try:
-        st = path.stat()
-    except OSError:
-        return rel, -1, -1
-    return rel, int(st.st_size), int(st.st_mtime_ns)
+class _Signatures:
+    """``(relative path, size, mtime_ns)`` of files under one root: the root and every folder resolved once (a
+    ``realpath`` walks every component of a path), each file one ``lstat``, and a second ``stat`` only for a link."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = os.path.realpath(root)
+        self.folders: dict[str, str] = {}
+
+    def __call__(self, path: str | os.PathLike) -> tuple[str, int, int]:
+        path = os.fspath(path)
+        folder, name = os.path.split(os.path.abspath(path))
+        real_folder = self.folders.get(folder)
+        if real_folder is None:
+            real_folder = self.folders[folder] = os.path.realpath(folder)
+        try:
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                real = os.path.realpath(path)
+                st = os.stat(path)
+            else:
+                real = os.path.join(real_folder, name)
+        except OSError:  # missing, or a link to nothing
+            real, st = os.path.realpath(path), None
+        rel = os.path.relpath(real, self.root)
+        if rel == os.pardir or rel.startswith(os.pardir + os.sep):  # outside the root: keep the absolute path
+            rel = real
+        rel = Path(rel).as_posix()
+        return (rel, -1, -1) if st is None else (rel, int(st.st_size), int(st.st_mtime_ns))
 
 
 def stat_digest(paths: Iterable[str | os.PathLike], root: str | os.PathLike) -> tuple[str, int]:
     """``(sha256 hex, number of files)`` over the sorted stat signatures of ``paths`` relative to ``root``."""
-    root = Path(root)
-    entries = sorted(_signature(Path(p), root) for p in paths)
+    signature = _Signatures(Path(root))
+    entries = sorted(signature(p) for p in paths)
     h = hashlib.sha256()
     for entry in entries:
         h.update(repr(entry).encode("utf-8"))
     return h.hexdigest(), len(entries)
+
+
+_HELD: contextvars.ContextVar[dict[int, tuple[Any, dict[str, Any]]] | None] = contextvars.ContextVar(
+    "vitscope_fingerprints", default=None)
+
+
+@contextlib.contextmanager
+def held_fingerprints() -> Iterator[None]:
+    """Inside, each source is fingerprinted once: a command that reads a dataset in several passes (the probe's
+    extractions, a run after its cache lookup) stats a million files once, not once a pass. Outside, every call
+    reads the files again, so a long-lived session sees files that changed."""
+    if _HELD.get() is not None:  # nested: the outer command's
+        yield
+        return
+    token = _HELD.set({})
+    try:
+        yield
+    finally:
+        _HELD.reset(token)
 
 
 def data_fingerprint(source: Any) -> dict[str, Any]:
@@ -52,6 +92,16 @@ def data_fingerprint(source: Any) -> dict[str, Any]:
     Returns:
         ``{"method", "digest" (16 hex chars), "num_files"}``.
     """
+    held = _HELD.get()
+    if held is not None and id(source) in held and held[id(source)][0] is source:
+        return dict(held[id(source)][1])
+    found = _fingerprint(source)
+    if held is not None:
+        held[id(source)] = (source, found)
+    return dict(found)
+
+
+def _fingerprint(source: Any) -> dict[str, Any]:
     files = source.fingerprint_files()
     if files is not None:
         paths, root = files

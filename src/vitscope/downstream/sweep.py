@@ -19,6 +19,7 @@ from vitscope.analyses.probes.result import ProbeResult
 from vitscope.cache.feature_cache import CacheEntry, FeatureCache
 from vitscope.cache.request import FeatureRequest
 from vitscope.data.annotated_source import AnnotatedSource
+from vitscope.data.fingerprint import held_fingerprints
 from vitscope.data.open import as_source
 from vitscope.downstream.checks import require_blocks, tiling_scale
 from vitscope.downstream.davis import davis_probe
@@ -32,6 +33,7 @@ from vitscope.models.views import StandardView, TiledView, View
 __all__ = ["probe_sweep"]
 
 
+@held_fingerprints()  # every pass of the command stats the files once
 def probe_sweep(
     backbone: Backbone,
     cache: FeatureCache | None = None,

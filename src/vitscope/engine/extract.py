@@ -22,6 +22,7 @@ import torch
 
 from vitscope.cache.feature_cache import CacheEntry, FeatureCache
 from vitscope.cache.request import FeatureRequest
+from vitscope.data.fingerprint import held_fingerprints
 from vitscope.data.open import as_source
 from vitscope.engine.distributed import barrier, collectives, shard_for
 from vitscope.engine.feature_rows import FeatureRows
@@ -83,6 +84,7 @@ def _working_folder(cache: FeatureCache, name: str | None, shard: Any, log: Call
         dist.broadcast_object_list(chosen, src=0)
     return Path(chosen[0]), bool(chosen[1]), lock
 
+@held_fingerprints()  # every pass of the command stats the files once
 def extract_features(
     backbone: Backbone,
     source: Source | Any,

@@ -14,6 +14,7 @@ from vitscope.comparison.analyses import compare_not_run, shown_by_comparison
 from vitscope.comparison.names import file_safe, named_models
 from vitscope.comparison.outputs import comparison_sections
 from vitscope.comparison.result import ComparisonResult
+from vitscope.data.fingerprint import held_fingerprints
 from vitscope.data.open import as_source
 from vitscope.engine.distributed import is_main_process
 from vitscope.engine.provenance import model_identity
@@ -29,6 +30,7 @@ from vitscope.workflows.state_files import clear_state, resume_from
 __all__ = ["compare_command", "compare_models", "comparison_run"]
 
 
+@held_fingerprints()  # every pass of the command stats the files once
 def comparison_run(options: CompareOptions, progress: bool | None = None,
                    log: Callable[[str], None] | None = None, distributed: bool = False) -> RunResult:
     """Run each model once (resumably, state in ``options.out``) and compare them; returns what to write.

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from vitscope.data.fingerprint import held_fingerprints
 from vitscope.downstream.checks import require_classes, require_regions
 from vitscope.errors import DegenerateDataError, VitscopeValueError
 from vitscope.outputs import RunResult, prepare_output, write_run
@@ -141,6 +142,7 @@ def probe_command(options: ProbeOptions, log: Callable[[str], None] | None = Non
         return run_probe(options, log=me.log, distributed=me.distributed)
 
 
+@held_fingerprints()  # every pass of the command stats the files once
 def run_probe(options: ProbeOptions, log: Callable[[str], None] | None = None, distributed: bool = False
               ) -> Path | None:
     """Load the model and data, run the probes, write results.json, tables, figures and report.html.
