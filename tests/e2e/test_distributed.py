@@ -18,10 +18,12 @@ from golden.compare import differences, normalise
 from helpers.cli import ENV, cli
 from vitscope.data.synthetic.write import synthesize
 
-#: compare and probe over two processes run in `make distributed-check` (their merges are the analyses' and the feature
-#: rows' own, which the suite checks in one process; analyze over two processes stays here)
+#: compare and probe over two processes, and analyze killed and resumed rank by rank, run in `make distributed-check`
+#: (their merges are the analyses' and the feature rows' own, which the suite checks in one process; analyze over two
+#: processes stays here, and tests/e2e/test_plugin_everywhere.py stops and resumes two processes in the suite)
 EVERY_COMMAND = pytest.mark.skipif(os.environ.get("VITSCOPE_DISTRIBUTED_CHECK") != "1",
-                                   reason="make distributed-check runs compare and probe over two processes")
+                                   reason="make distributed-check runs compare, probe and a killed analyze over two "
+                                          "processes")
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +67,7 @@ def test_the_library_refuses_distributed_without_a_process_group() -> None:
         vitscope.run(backbone, "skimage", [], distributed=True)
 
 
+@EVERY_COMMAND
 def test_a_killed_two_process_run_resumes_rank_by_rank(coco, tmp_path) -> None:
     root, broken = coco
     common = ["analyze", "-m", "tiny-vit-sup", "-d", f"{root}::coco", "-a", "attention_distance,cka,knn_probe",
