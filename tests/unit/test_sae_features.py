@@ -186,3 +186,19 @@ def test_another_sae_at_the_same_path_keys_another_state(tmp_path) -> None:
     save(sae, tmp_path / "sae", hook=HOOK, model=SPEC.name)
     after = run_key("model", {}, {"digest": "d"}, [SAEFeatures(path=folder)])
     assert after != before and after["analyses"][0]["config"]["path"] == before["analyses"][0]["config"]["path"]
+
+
+def test_an_overcomplete_top_k_file_encodes_with_the_k_it_is_given(tmp_path, data) -> None:
+    """overcomplete's state dicts do not hold a TopKSAE's k: ``sae_k`` gives it (codes = the k largest of relu)."""
+    state = {"encoder.final_block.0.weight": torch.eye(4), "encoder.final_block.0.bias": torch.zeros(4),
+             "dictionary._weights": torch.eye(4), "dictionary.multiplier": torch.tensor(0.0)}
+    torch.save(state, tmp_path / "topk.pt")
+    x = torch.cat([r[HOOK] for r, _ in data])[:, 1:]  # the spatial tokens [5, 6, 4]
+    for sae_k, codes in ((None, x.relu()), (1, x.relu() * (x == x.amax(dim=-1, keepdim=True)))):
+        acc = SAEFeatures(path=str(tmp_path / "topk.pt"), hook=HOOK, sae_k=sae_k)
+        assert acc.why_unsupported(SPEC) is None
+        for record, batch in data:
+            acc.update(record, batch)
+        expected = (codes > 0).double().mean(dim=(0, 1))
+        torch.testing.assert_close(acc.compute().tensors["frequency"], expected)
+    assert "records its own" in SAEFeatures(path=_identity_sae(tmp_path / "sae"), sae_k=2).why_unsupported(SPEC)

@@ -67,6 +67,8 @@ class SAEFeatures(TopActivations):
             ``vitscope analyze`` (0: none; SAEs of spatial tokens only).
         hook: the canonical hook the SAE reads (None: the one its file names; other tools' files may name none, or
             a hook in their own words).
+        sae_k: the top-k of an overcomplete ``TopKSAE`` file, which does not hold it (None: it encodes as a ReLU
+            SAE); files that record their own k refuse it.
     """
 
     description = ("What each latent of a sparse autoencoder responds to: how often it fires, its mean activation "
@@ -77,7 +79,7 @@ class SAEFeatures(TopActivations):
 
     def __init__(self, path: str | Path | None = None, k: int = 8, latents: Sequence[int] | None = None,
                  maps_for: int | None = None, tokens_of: str | None = None, cards: int | Sequence[int] = 6,
-                 featviz_steps: int = 64, hook: str | None = None) -> None:
+                 featviz_steps: int = 64, hook: str | None = None, sae_k: int | None = None) -> None:
         super().__init__(hooks=None, k=k, channels=latents, maps_for=maps_for)
         if tokens_of is not None and tokens_of not in TOKENS_OF:
             raise VitscopeValueError(f"tokens_of must be one of {', '.join(TOKENS_OF)}, got {tokens_of!r}")
@@ -88,6 +90,9 @@ class SAEFeatures(TopActivations):
         self._cfg_cards = int(cards) if isinstance(cards, int) else tuple(int(c) for c in cards)
         self._cfg_featviz_steps = int(featviz_steps)
         self._cfg_hook = hook
+        if sae_k is not None and int(sae_k) < 1:
+            raise VitscopeValueError(f"sae_k must be >= 1, got {sae_k}")
+        self._cfg_sae_k = None if sae_k is None else int(sae_k)
         # per latent, over the tokens the SAE reads: how many it fired on, the sum of its codes
         self.add_state("fired", None, reduce="sum")
         self.add_state("code_sum", None, reduce="sum")
@@ -108,7 +113,10 @@ class SAEFeatures(TopActivations):
         if held is None:
             if self._cfg_path is None:
                 raise VitscopeValueError("sae_features needs an SAE: --param sae_features.path=DIR")
-            held = load(self._cfg_path).eval()
+            if self._cfg_sae_k is not None and not Path(self._cfg_path).is_file():
+                raise VitscopeValueError(f"sae_k is for overcomplete .pt files, which do not hold their k; the SAE at "
+                                         f"{self._cfg_path} records its own")
+            held = load(self._cfg_path, k=self._cfg_sae_k).eval()
             self.__dict__["_sae"] = held
         return held
 
