@@ -93,3 +93,46 @@ def test_the_command_line_records_it_in_results_json(tmp_path) -> None:
     assert result.exit_code == 0, result.output
     saved = json.loads((out / "results.json").read_text())
     assert saved["data"]["decode"] == "jpeg_draft" and saved["config"]["jpeg_draft"] is True
+
+
+def test_drafting_holds_in_its_own_thread_and_in_the_loading_thread_it_starts(tmp_path) -> None:
+    import threading
+
+    from vitscope.engine.batches import _in_a_thread
+
+    _jpeg(tmp_path / "big.jpg", 1600, 1200)
+    sizes: dict[str, tuple[int, int]] = {}
+    inside, drafted = threading.Event(), threading.Event()
+
+    def drafting() -> None:
+        with jpeg_drafting(lambda hw: (150, 200)):
+            inside.set()
+            sizes["drafting"] = load_rgb(tmp_path / "big.jpg").size
+            # the engine's loading thread decodes in a copy of this context
+            sizes["its loader"] = next(_in_a_thread(_Jobs(tmp_path / "big.jpg"))).size
+            drafted.wait(10)
+
+    def plain() -> None:
+        inside.wait(10)  # while the other thread is inside jpeg_drafting
+        sizes["plain"] = load_rgb(tmp_path / "big.jpg").size
+        drafted.set()
+
+    threads = [threading.Thread(target=drafting), threading.Thread(target=plain)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert sizes == {"drafting": (200, 150), "its loader": (200, 150), "plain": (1600, 1200)}
+
+
+class _Jobs:
+    """One job that decodes one file, shaped like the engine's batch jobs."""
+
+    def __init__(self, path) -> None:
+        self.path = path
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, k: int):
+        return load_rgb(self.path)

@@ -9,6 +9,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -231,8 +232,10 @@ def decode_rgb(file: str | BinaryIO, name: str) -> Image.Image:
         raise ImageLoadError(name, _short_reason(err)) from err
 
 
-#: inside :func:`jpeg_drafting`: ``(height, width) -> (height, width)``, the size an image is resized to next
-_DRAFT_TARGET: list[Callable[[tuple[int, int]], tuple[int, int]]] = []
+#: inside :func:`jpeg_drafting`: ``(height, width) -> (height, width)``, the size an image is resized to next (a
+#: context variable: two runs in threads of one process draft each by its own rule)
+_DRAFT_TARGET: ContextVar[Callable[[tuple[int, int]], tuple[int, int]] | None] = ContextVar("vitscope_jpeg_draft",
+                                                                                           default=None)
 _TRANSPOSED = frozenset({5, 6, 7, 8})  # EXIF orientations that swap width and height
 
 
@@ -241,18 +244,21 @@ def jpeg_drafting(resized_to: Callable[[tuple[int, int]], tuple[int, int]]) -> I
     """Inside, JPEGs decode at the smallest DCT scale (1/2, 1/4, 1/8: libjpeg's, through Pillow's ``draft``) that
     still gives at least the size the image is resized to next, ``resized_to((height, width))`` of the oriented
     image. Much faster for images far larger than the model's input; the pixels differ from a full decode (a
-    different downscaling filter), so runs record that they drafted. Worker processes forked inside inherit it.
+    different downscaling filter), so runs record that they drafted. It holds in this thread's context: worker
+    processes forked inside inherit it, and a thread decoding for it runs in a copy of the context
+    (``contextvars.copy_context().run``, as the engine's loading thread does).
     """
-    _DRAFT_TARGET.append(resized_to)
+    token = _DRAFT_TARGET.set(resized_to)
     try:
         yield
     finally:
-        _DRAFT_TARGET.pop()
+        _DRAFT_TARGET.reset(token)
 
 
 def _draft(img: Image.Image) -> None:
     """Ask a JPEG's decoder for a reduced scale when :func:`jpeg_drafting` is on (before ``load``)."""
-    if not _DRAFT_TARGET or img.format != "JPEG":
+    target = _DRAFT_TARGET.get()
+    if target is None or img.format != "JPEG":
         return
     height, width = img.height, img.width
     try:
@@ -261,7 +267,7 @@ def _draft(img: Image.Image) -> None:
         transposed = False
     if transposed:
         height, width = width, height
-    new_h, new_w = _DRAFT_TARGET[-1]((height, width))
+    new_h, new_w = target((height, width))
     if transposed:
         new_h, new_w = new_w, new_h
     img.draft("RGB", (max(int(new_w), 1), max(int(new_h), 1)))

@@ -9,6 +9,7 @@ the loader falls back to the thread.
 
 from __future__ import annotations
 
+import contextvars
 import signal
 import sys
 import time
@@ -182,12 +183,13 @@ def _in_workers(jobs: _BatchJobs, workers: int, pin: bool) -> Iterator[LoadedBat
 
 
 def _in_a_thread(jobs: _BatchJobs) -> Iterator[LoadedBatch]:
+    # each load runs in a copy of this thread's context: the decoding settings of the pass (data.images) hold there
     with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = pool.submit(jobs.__getitem__, 0)
+        pending = pool.submit(contextvars.copy_context().run, jobs.__getitem__, 0)
         for k in range(len(jobs)):
             batch = pending.result()
             if k + 1 < len(jobs):
-                pending = pool.submit(jobs.__getitem__, k + 1)
+                pending = pool.submit(contextvars.copy_context().run, jobs.__getitem__, k + 1)
             yield batch
 
 
