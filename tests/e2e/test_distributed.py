@@ -18,12 +18,12 @@ from golden.compare import differences, normalise
 from helpers.cli import ENV, cli
 from vitscope.data.synthetic.write import synthesize
 
-#: compare and probe over two processes, and analyze killed and resumed rank by rank, run in `make distributed-check`
-#: (their merges are the analyses' and the feature rows' own, which the suite checks in one process; analyze over two
-#: processes stays here, and tests/e2e/test_plugin_everywhere.py stops and resumes two processes in the suite)
+#: compare and probe over two processes, and analyze over every group and killed and resumed rank by rank, run in
+#: `make distributed-check` (their merges are the analyses' and the feature rows' own, which the suite checks in one
+#: process; the suite keeps two processes of analyze stopped, resumed and compared with one in
+#: tests/e2e/test_plugin_everywhere.py, over WebDataset shards, and a failing process here)
 EVERY_COMMAND = pytest.mark.skipif(os.environ.get("VITSCOPE_DISTRIBUTED_CHECK") != "1",
-                                   reason="make distributed-check runs compare, probe and a killed analyze over two "
-                                          "processes")
+                                   reason="make distributed-check runs every command and group over two processes")
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +40,7 @@ def _torchrun(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=300)
 
 
+@EVERY_COMMAND
 def test_two_processes_give_the_committed_numbers(tmp_path_factory, tmp_path) -> None:
     """The golden run with every analysis group, under torchrun, against its committed fixture."""
     from golden.execute import write_data
