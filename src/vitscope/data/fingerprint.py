@@ -67,6 +67,7 @@ def stat_digest(paths: Iterable[str | os.PathLike], root: str | os.PathLike) -> 
     return h.hexdigest(), len(entries)
 
 
+#: inside :func:`held_fingerprints`: id(source) -> (the source, held so that its id stays its own; its fingerprint)
 _HELD: contextvars.ContextVar[dict[int, tuple[Any, dict[str, Any]]] | None] = contextvars.ContextVar(
     "vitscope_fingerprints", default=None)
 
@@ -93,7 +94,7 @@ def data_fingerprint(source: Any) -> dict[str, Any]:
         ``{"method", "digest" (16 hex chars), "num_files"}``.
     """
     held = _HELD.get()
-    if held is not None and id(source) in held and held[id(source)][0] is source:
+    if held is not None and id(source) in held:
         return dict(held[id(source)][1])
     found = _fingerprint(source)
     if held is not None:

@@ -256,10 +256,8 @@ def run(
     with decoding(backbone, jpeg_draft, view):
         _hand_references(backbone, source, analyses, batch_size, dev, amp, strict)
         with _rows_beside(checkpoint):  # spilled rows on the state file's disk: saving links them
-            results = _pass(backbone, source, analyses, checkpoint, shard, dev, amp, batch_size, limit, strict,
-                            progress, view, hooks, total, described, workers, log, bool(compile_stats))
-    results.compile_stats = bool(compile_stats)
-    return results
+            return _pass(backbone, source, analyses, checkpoint, shard, dev, amp, batch_size, limit, strict,
+                         progress, view, hooks, total, described, workers, log, bool(compile_stats))
 
 
 def _hand_references(backbone: Backbone, source: Source, analyses: Sequence[Analysis], batch_size: int,
@@ -373,7 +371,8 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
     if shard.world > 1:
         with collectives(shard):
             barrier()  # every process has read the shared row shards before rank 0 may remove them at exit
-    return Results(results, seen, skipped, hooks, described, resumed, chosen, grid_counts(current.grids))
+    return Results(results, seen, skipped, hooks, described, resumed, chosen, grid_counts(current.grids),
+                   compile_stats)
 
 
 def _grids_over_ranks(grids: dict[tuple[int, int], int], shard: Any) -> dict[tuple[int, int], int]:
