@@ -70,7 +70,8 @@ def load(path: str | Path, k: int | None = None) -> SparseAutoencoder:
 
     Args:
         path: the folder or file.
-        k: the top-k of an overcomplete ``TopKSAE`` (its files do not hold it).
+        k: the top-k of an overcomplete ``TopKSAE`` (its files do not hold it; other layouts record their own and
+            refuse it).
 
     Raises:
         FileNotFoundError: nothing of these layouts there.
@@ -79,10 +80,13 @@ def load(path: str | Path, k: int | None = None) -> SparseAutoencoder:
     from vitscope.autoencoders.foreign import load_overcomplete, load_prisma, prisma_weights
 
     folder = Path(path)
-    if folder.is_file():
-        if (folder.parent / "config.json").is_file() and prisma_weights(folder.parent) == folder:
-            return load_prisma(folder.parent)
+    if folder.is_file() and not ((folder.parent / "config.json").is_file() and prisma_weights(folder.parent) == folder):
         return load_overcomplete(folder, k=k)
+    if k is not None:
+        raise VitscopeValueError(f"k is for overcomplete .pt files, which do not hold their k; the SAE at {path} "
+                                 "records its own")
+    if folder.is_file():
+        return load_prisma(folder.parent)
     cfg_path, weights_path = folder / CFG_FILE, folder / WEIGHTS_FILE
     if not cfg_path.is_file() and (folder / "config.json").is_file() and prisma_weights(folder) is not None:
         return load_prisma(folder)

@@ -113,9 +113,6 @@ class SAEFeatures(TopActivations):
         if held is None:
             if self._cfg_path is None:
                 raise VitscopeValueError("sae_features needs an SAE: --param sae_features.path=DIR")
-            if self._cfg_sae_k is not None and not Path(self._cfg_path).is_file():
-                raise VitscopeValueError(f"sae_k is for overcomplete .pt files, which do not hold their k; the SAE at "
-                                         f"{self._cfg_path} records its own")
             held = load(self._cfg_path, k=self._cfg_sae_k).eval()
             self.__dict__["_sae"] = held
         return held
