@@ -136,3 +136,35 @@ class _Jobs:
 
     def __getitem__(self, k: int):
         return load_rgb(self.path)
+
+
+def test_a_drafted_jpeg_keeps_the_grid_and_crop_of_its_full_decode(tmp_path) -> None:
+    """Under a token budget the grid follows the image's aspect ratio: a 133 x 100 JPEG drafted to 1/2 is 67 x 50,
+    whose own rule gives a 5 x 3 grid where the full image gives 4 x 4. Geometry follows the full decode's size."""
+    from helpers.hf_factories import make
+    from vitscope import wrap
+    from vitscope.data.images import full_size
+    from vitscope.models.input_size import keeping_aspect
+    from vitscope.models.preprocess import aspect_size, resample_filter, resize_crop
+
+    backbone = keeping_aspect(wrap(make("dinov2"), name="dinov2"))  # patches of 8, at most 16
+    (tmp_path / "data").mkdir()
+    _jpeg(tmp_path / "data" / "wide.jpg", 133, 100)
+    full = load_rgb(tmp_path / "data" / "wide.jpg")
+    with decoding(backbone, True):
+        drafted = load_rgb(tmp_path / "data" / "wide.jpg")
+    assert drafted.size == (67, 50) and full_size(drafted) == (100, 133) and full_size(full) == (100, 133)
+    assert aspect_size((50, 67), 8, 16) == (24, 40)  # what the drafted size alone would give
+    assert resize_crop(drafted, backbone.spec).size == resize_crop(full, backbone.spec).size == (32, 32)
+    runs = {draft: vitscope.run(backbone, str(tmp_path / "data"), ["attention_distance"], batch_size=1,
+                                progress=False, workers=0, jpeg_draft=draft) for draft in (False, True)}
+    assert runs[True].grids == runs[False].grids == {"4x4": 1}
+    # a model with one input size: a 307 x 300 JPEG is resized to 65 x 64 and cropped from column 0; drafted to
+    # 77 x 75, its own size would give 66 x 64 from column 1
+    square = vitscope.load_model("tiny-vit-sup")
+    _jpeg(tmp_path / "square.jpg", 307, 300)
+    with decoding(square, True):
+        drafted = load_rgb(tmp_path / "square.jpg")
+    assert drafted.size == (77, 75) and full_size(drafted) == (300, 307)
+    expected = drafted.resize((65, 64), resample_filter(square.spec.interpolation)).crop((0, 0, 64, 64))
+    assert np.array_equal(np.asarray(resize_crop(drafted, square.spec)), np.asarray(expected))

@@ -218,10 +218,13 @@ def decode_rgb(file: str | BinaryIO, name: str) -> Image.Image:
         with _reject_truncated_images(), Image.open(file) as img:
             fmt = img.format or fmt
             _warn_if_large(name, img)
-            _draft(img)
+            full = _draft(img)
             img.load()
             out = _to_rgb8(_apply_exif_orientation(img))
-            return out.copy() if out is img else out
+            out = out.copy() if out is img else out
+            if full is not None:
+                out.info[_FULL_SIZE] = full
+            return out
     except UnidentifiedImageError:
         raise ImageLoadError(name, "cannot identify image file") from None
     except Image.DecompressionBombError:
@@ -255,11 +258,26 @@ def jpeg_drafting(resized_to: Callable[[tuple[int, int]], tuple[int, int]]) -> I
         _DRAFT_TARGET.reset(token)
 
 
-def _draft(img: Image.Image) -> None:
-    """Ask a JPEG's decoder for a reduced scale when :func:`jpeg_drafting` is on (before ``load``)."""
+#: ``Image.info`` key of a drafted image: the oriented ``(height, width)`` a full decode would have had
+_FULL_SIZE = "vitscope_full_size"
+
+
+def full_size(image: Image.Image) -> tuple[int, int]:
+    """``(height, width)`` of ``image`` decoded in full: the size before a drafted decode shrank it, else its own.
+
+    Geometry (the resize, the crop, a keep-aspect grid) follows this size, so a drafted JPEG lands on the grid and
+    crop of its full decode; only the pixels differ.
+    """
+    size = image.info.get(_FULL_SIZE)
+    return (int(size[0]), int(size[1])) if size is not None else (image.height, image.width)
+
+
+def _draft(img: Image.Image) -> tuple[int, int] | None:
+    """Ask a JPEG's decoder for a reduced scale when :func:`jpeg_drafting` is on (before ``load``); returns the
+    oriented ``(height, width)`` of the full decode when a smaller scale was taken."""
     target = _DRAFT_TARGET.get()
     if target is None or img.format != "JPEG":
-        return
+        return None
     height, width = img.height, img.width
     try:
         transposed = img.getexif().get(0x0112) in _TRANSPOSED
@@ -271,3 +289,5 @@ def _draft(img: Image.Image) -> None:
     if transposed:
         new_h, new_w = new_w, new_h
     img.draft("RGB", (max(int(new_w), 1), max(int(new_h), 1)))
+    drafted = (img.width, img.height) if transposed else (img.height, img.width)
+    return (height, width) if drafted != (height, width) else None

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from vitscope.data.images import full_size
 from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
@@ -82,9 +83,10 @@ def frame_size(image_hw: tuple[int, int], spec: ModelSpec) -> tuple[int, int]:
 def resize_crop(image: Image.Image, spec: ModelSpec, resample: Image.Resampling | None = None) -> Image.Image:
     """Resize so the short side is ``spec.resize_size`` (default: the crop's long side), then centre crop.
 
-    The same function is used for masks (pass ``resample=NEAREST``) so geometry always agrees.
+    The same function is used for masks (pass ``resample=NEAREST``) so geometry always agrees. A drafted JPEG
+    follows the geometry of its full decode (:func:`~vitscope.data.images.full_size`).
     """
-    (new_h, new_w), left, top = resize_crop_geometry((image.height, image.width), spec)
+    (new_h, new_w), left, top = resize_crop_geometry(full_size(image), spec)
     out_h, out_w = (new_h, new_w) if spec.max_tokens else spec.image_size
     image = image.resize((new_w, new_h), resample if resample is not None else resample_filter(spec.interpolation))
     return image.crop((left, top, left + out_w, top + out_h))
