@@ -35,7 +35,8 @@ _POSITIONAL_FAMILIES = ("beit",)
 def with_test_time_register(backbone: Backbone) -> Backbone:
     """A copy of ``backbone`` with one more register token: zero, without position embedding, after its prefix
     tokens (spec: one more prefix token of kind ``"reg"``, name ``<name>+ttr``). A timm-layout ViT gets it as one
-    more ``reg_token``; a Hugging Face model from a hook on its embeddings (after their position embeddings).
+    more ``reg_token`` (or, when its position embeddings cover its prefix tokens, from a hook after them); a Hugging
+    Face model from a hook on its embeddings (after their position embeddings).
 
     Raises:
         ValueError: a CNN, or a family whose attention depends on the token's place (BEiT's relative position
@@ -51,8 +52,14 @@ def with_test_time_register(backbone: Backbone) -> Backbone:
     if spec.family.startswith(_POSITIONAL_FAMILIES):
         raise VitscopeValueError(f"{spec.name} ({spec.family}) adds a relative position bias sized for its own tokens: "
                                  "one more token does not fit it")
+    if timm and getattr(model, "no_embed_class", True) is False and not isinstance(getattr(model, "pos_drop", None),
+                                                                                  nn.Module):
+        raise VitscopeValueError(f"{spec.name}: its position embeddings cover its prefix tokens (no_embed_class=False) "
+                                 "and it has no pos_drop module after them to put a register at")
     out = copy.deepcopy(backbone)
-    if timm:
+    if timm and getattr(out.model, "no_embed_class", True) is False:
+        _PrefixAfterPositions(out.model).install()
+    elif timm:
         m = out.model
         zero = torch.zeros(1, 1, m.pos_embed.shape[-1], dtype=m.pos_embed.dtype, device=m.pos_embed.device)
         m.reg_token = nn.Parameter(zero if m.reg_token is None else torch.cat([m.reg_token.data, zero], dim=1),
@@ -68,6 +75,30 @@ def with_test_time_register(backbone: Backbone) -> Backbone:
     except RuntimeError as err:
         raise VitscopeValueError(f"{spec.name} cannot take one more token ({str(err).splitlines()[0]})") from None
     return out
+
+
+class _PrefixAfterPositions:
+    """A zero register for a timm ViT whose position embeddings cover its prefix tokens (``no_embed_class=False``:
+    timm's original ViT, DeiT): a ``reg_token`` would need a position embedding of its own, so the register is put
+    at the output of ``pos_drop``, after the position embeddings. The model counts its prefix tokens without the
+    register while it embeds (a dynamic input size resamples the position embeddings by that count) and with it
+    from then on (pooling skips it). Bound methods as hooks: a deep copy of the model gets hooks of its own."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.at = int(model.num_prefix_tokens)
+
+    def install(self) -> None:
+        self.model.patch_embed.register_forward_pre_hook(self.embedding)
+        self.model.pos_drop.register_forward_hook(self.embedded)
+        self.model.num_prefix_tokens = self.at + 1
+
+    def embedding(self, module: nn.Module, args: tuple) -> None:
+        self.model.num_prefix_tokens = self.at
+
+    def embedded(self, module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+        self.model.num_prefix_tokens = self.at + 1
+        return _inserting(self.at)(module, args, output)
 
 
 def _inserting(at: int):
@@ -124,7 +155,7 @@ def test_time_register(backbone: Backbone, neurons: Mapping[int, Sequence[int]],
             results = vitscope.run(registered, data, ["artifacts"])
 
     Args:
-        backbone: a timm-layout ViT (:func:`with_test_time_register`).
+        backbone: a ViT (:func:`with_test_time_register`).
         neurons: block -> register neurons (e.g. the ``register_neurons`` the artifacts analysis ranks first).
         scale: see :func:`register_neuron_edits`.
     """
