@@ -52,7 +52,8 @@ def _pass(backbone: Backbone, source: Any, edits: Mapping[str, EditFn], batch_si
 
 def artifact_ablations(backbone: Backbone, data: Any, found: Mapping[str, Any], controls: Sequence[str] = MODES,
                        images: int = 32, reference_images: int = 16, batch_size: int = 16,
-                       neurons: Mapping[int, Sequence[int]] | None = None) -> list[dict[str, Any]]:
+                       neurons: Mapping[int, Sequence[int]] | None = None,
+                       not_run: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Every ablation of the artifacts ``found`` (the artifacts analysis's meta), with its controls, and the
     test-time register, beside the unedited model.
 
@@ -63,7 +64,9 @@ def artifact_ablations(backbone: Backbone, data: Any, found: Mapping[str, Any], 
             data's first images).
         batch_size: of the passes.
         neurons: block -> register neurons for the test-time register (default: the first of
-            ``found["register_neurons"]``; none: no test-time register). Only for timm-layout ViTs.
+            ``found["register_neurons"]``; none: no test-time register).
+        not_run: filled with the edits the model cannot take, name -> reason (a model that takes no test-time
+            register: :func:`~vitscope.interventions.with_test_time_register`).
 
     Returns:
         One row per edit: ``target`` (``none``, ``outliers``, ``registers``, ``test_time_register``), ``control``,
@@ -101,8 +104,13 @@ def artifact_ablations(backbone: Backbone, data: Any, found: Mapping[str, Any], 
             add("registers", mode, ablate_tokens(registers, mode, hooks=hooks, reference=means))
     ranked = found.get("register_neurons") or []
     chosen = neurons if neurons is not None else ({ranked[0]["block"]: [ranked[0]["unit"]]} if ranked else None)
-    if chosen and hasattr(backbone.model, "reg_token"):
-        registered, edits = test_time_register(backbone, chosen)
+    if chosen:
+        try:
+            registered, edits = test_time_register(backbone, chosen)
+        except VitscopeValueError as err:  # BEiT's relative position bias, a pooling head sized for its tokens
+            if not_run is not None:
+                not_run["test_time_register"] = str(err)
+            return rows
         add("test_time_register", "register neurons " + ", ".join(
             f"{b}:{sorted(u)}" for b, u in sorted(chosen.items())), edits, registered)
     return rows

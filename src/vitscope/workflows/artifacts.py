@@ -59,7 +59,8 @@ def run_artifacts(model: str, data: str, out: Path, params: Mapping[str, Mapping
         if log:
             log("ablations: outliers and registers by zero, mean and another image's tokens; the test-time register")
         subset = source if limit is None else _first(source, limit)
-        rows = artifact_ablations(backbone, subset, found.meta, images=images, batch_size=batch_size)
+        rows = artifact_ablations(backbone, subset, found.meta, images=images, batch_size=batch_size,
+                                  not_run=not_run)
         table = pd.DataFrame(rows)
         written["artifact_ablations"] = SummaryResult(
             "artifact_ablations", {"rows": json.loads(table.to_json(orient="records"))},
