@@ -47,3 +47,29 @@ class OtherLoad:
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+class CompileRecord:
+    """Around the run that pays ``torch.compile``'s compilation: its seconds, and whether it fell back to op by op
+    (a ``CompileFallbackWarning``: no compiler on the machine), so a JSON never passes op-by-op numbers off as
+    compiled ones. ``as_dict()`` after the block."""
+
+    def __enter__(self) -> CompileRecord:
+        import warnings
+
+        from vitscope.functional.compiled import CompileFallbackWarning
+
+        self._caught = warnings.catch_warnings(record=True)
+        self._warnings = self._caught.__enter__()
+        warnings.simplefilter("always", CompileFallbackWarning)
+        self._category = CompileFallbackWarning
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.seconds = time.perf_counter() - self._t0
+        self._caught.__exit__(*exc)
+        self.fallbacks = [str(w.message) for w in self._warnings if issubclass(w.category, self._category)]
+
+    def as_dict(self) -> dict:
+        return {"compiled": not self.fallbacks, "warm_up_s": round(self.seconds, 2), "fallbacks": self.fallbacks}

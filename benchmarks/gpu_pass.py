@@ -45,6 +45,7 @@ import numpy as np
 import torch
 import transformers
 from _datasets import RESULTS_DIR, cpu_model
+from _timing import CompileRecord
 from PIL import Image
 
 CLASSES = 16
@@ -281,14 +282,18 @@ def main(argv: list[str] | None = None) -> int:
         vitscope_attention(backbone, str(data), bs, w, dev, limit=2 * bs)
         compiles = "compile_stats" in inspect.signature(vitscope.run).parameters
         if compiles:  # the compilation, once per process, is paid here
-            vitscope_attention(backbone, str(data), bs, w, dev, limit=2 * bs, compile_stats=True)
+            with CompileRecord() as compiling:
+                vitscope_attention(backbone, str(data), bs, w, dev, limit=2 * bs, compile_stats=True)
+            meta["compile"] = compiling.as_dict()
+            print(f"compile_stats: {meta['compile']}", flush=True)
         for r in range(args.rounds):
             row: dict[str, float] = {}
             for workers in sorted({0, w}):
                 row[f"decode_only[{workers}]"] = decode_only(files, bs, workers, dev)
                 row[f"plain_forward[{workers}]"] = plain_forward(model, files, bs, workers, dev)
                 row[f"plain_extract[{workers}]"] = plain_extract(model, files, bs, workers, dev)
-            row["vitscope_attention"], meta = vitscope_attention(backbone, str(data), bs, w, dev)
+            row["vitscope_attention"], ran = vitscope_attention(backbone, str(data), bs, w, dev)
+            meta.update(ran)
             if compiles:
                 row["vitscope_attention_compiled"], _ = vitscope_attention(backbone, str(data), bs, w, dev,
                                                                            compile_stats=True)
