@@ -96,6 +96,11 @@ def test_files_in_saelens_layout_load_and_encode_as_saelens_does(tmp_path) -> No
     assert (top.count_nonzero(dim=1) <= 2).all()
     kept = torch.topk(pre, 2, dim=1).values.relu()
     torch.testing.assert_close(top.sort(dim=1, descending=True).values[:, :2], kept.sort(dim=1, descending=True).values)
+    # SAELens before 6: a top-k SAE is "standard", its activation named apart, k in its keyword arguments
+    _saelens_folder(tmp_path / "topk5", "standard", {"activation_fn_str": "topk", "activation_fn_kwargs": {"k": 2}}, w)
+    old_top = load(tmp_path / "topk5")
+    assert old_top.kind == "topk" and old_top.k == 2
+    torch.testing.assert_close(old_top.encode(x), top)
     jump = load(tmp_path / "jump")
     torch.testing.assert_close(jump.encode(x), pre.relu() * (pre > threshold))
     torch.testing.assert_close(jump(x), jump.encode(x) @ w["W_dec"] + w["b_dec"])
@@ -112,6 +117,9 @@ def test_what_cannot_be_read_is_one_line(tmp_path) -> None:
     _saelens_folder(tmp_path / "bad", "standard", {}, {**w, "b_dec": torch.zeros(3)})
     with pytest.raises(ValueError, match="b_dec has shape"):
         load(tmp_path / "bad")
+    _saelens_folder(tmp_path / "tanh", "standard", {"activation_fn_str": "tanh-relu"}, w)
+    with pytest.raises(ValueError, match="activation 'tanh-relu'"):
+        load(tmp_path / "tanh")
     with pytest.raises(ValueError, match="kind must be"):
         SparseAutoencoder(4, 5, kind="gated")
 

@@ -99,6 +99,12 @@ def load(path: str | Path, k: int | None = None) -> SparseAutoencoder:
     if architecture not in ("standard", "topk", "jumprelu"):
         raise VitscopeValueError(f"{folder}: SAE architecture {architecture!r} is not one vitscope reads (standard, "
                                  "topk, jumprelu)")
+    # SAELens before 6 wrote a top-k SAE as "standard" with its activation named apart (k in its keyword arguments)
+    activation = cfg.get("activation_fn_str") or "relu"
+    if architecture == "standard" and activation not in ("relu", "topk"):
+        raise VitscopeValueError(f"{folder}: activation {activation!r}; vitscope reads relu and topk")
+    if architecture == "standard" and activation == "topk":
+        architecture = "topk"
     token_norm = "layer_norm" if cfg.get("normalize_activations") == "layer_norm" else None
     if cfg.get("normalize_activations", "none") not in ("none", None, "layer_norm"):
         raise VitscopeValueError(f"{folder}: activations normalised by {cfg['normalize_activations']!r}; fold the "
@@ -109,7 +115,7 @@ def load(path: str | Path, k: int | None = None) -> SparseAutoencoder:
         raise VitscopeValueError(f"{folder}: the weights lack {', '.join(missing)}")
     d_in, d_sae = weights["W_enc"].shape
     kind = ours.get("kind") or {"standard": "relu", "topk": "topk", "jumprelu": "jumprelu"}[architecture]
-    k = int(cfg.get("k") or ours.get("k") or min(32, d_sae))
+    k = int(cfg.get("k") or (cfg.get("activation_fn_kwargs") or {}).get("k") or ours.get("k") or min(32, d_sae))
     sae = SparseAutoencoder(int(d_in), int(d_sae), kind=kind, k=min(k, int(d_sae)), widths=ours.get("widths"),
                             b_dec_in_input=bool(cfg.get("apply_b_dec_to_input", True)), token_norm=token_norm)
     shapes = {"W_enc": (d_in, d_sae), "b_enc": (d_sae,), "W_dec": (d_sae, d_in), "b_dec": (d_in,)}
