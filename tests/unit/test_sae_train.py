@@ -127,3 +127,29 @@ def test_the_page_on_saes_runs_as_written(tmp_path, monkeypatch, capsys) -> None
     log, fvu = capsys.readouterr().out.splitlines()
     assert "'tokens': 4096" in log and 0.0 < float(fvu) < 1.0
     assert sorted(p.name for p in (tmp_path / "sae").iterdir()) == ["cfg.json", "sae_weights.safetensors"]
+
+
+def test_batch_top_ks_threshold_averages_from_the_first_batchs_smallest_kept_code() -> None:
+    """The inference threshold is a moving average (0.99) of every step's smallest kept code that starts at the
+    first step's value, as dictionary_learning's BatchTopK does: started from zero, a short run writes an SAE far
+    denser than its k."""
+    from vitscope.sae.trainer import Trainer
+
+    gen = torch.Generator().manual_seed(0)
+    cfg = SAETraining(kind="batchtopk", latents=32, k=2, tokens=512, buffer_tokens=256, batch_tokens=128, lr=1e-3)
+    trainer = Trainer(8, cfg, torch.device("cpu"), 256)
+    smallest: list[float] = []
+    count = trainer._count_firing
+
+    def spy(codes: torch.Tensor, total: int) -> None:
+        smallest.append(float(codes.detach()[codes > 0].min()))
+        count(codes, total)
+
+    trainer._count_firing = spy
+    while not trainer.done:
+        trainer.push(torch.randn(256, 8, generator=gen))
+    expected = smallest[0]
+    for value in smallest[1:]:
+        expected = 0.99 * expected + 0.01 * value
+    assert len(smallest) == trainer.step == 4
+    torch.testing.assert_close(trainer.sae.threshold, torch.full((32,), expected))

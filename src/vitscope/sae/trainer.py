@@ -196,7 +196,10 @@ class Trainer:
             fired, smallest = both[:-1] > 0, -both[-1]
             self.since_fired = torch.where(fired, torch.zeros_like(self.since_fired), self.since_fired + total)
             if self.cfg.kind in ("batchtopk", "matryoshka") and torch.isfinite(smallest):
-                sae.threshold.mul_(0.99).add_(0.01 * smallest)
+                # a moving average that starts at the first batch's value (from zero, a short run's threshold would
+                # stay far below the codes it keeps: 0.28 of them after 16 steps), as dictionary_learning's BatchTopK
+                started = sae.threshold > 0
+                sae.threshold.copy_(torch.where(started, sae.threshold * 0.99 + 0.01 * smallest, smallest))
 
     def _record(self, xs: torch.Tensor, recon: torch.Tensor, codes: torch.Tensor, loss: torch.Tensor,
                 total: int) -> None:
