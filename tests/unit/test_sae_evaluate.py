@@ -119,3 +119,32 @@ def test_steering_and_ablating_latents_beside_their_controls(setting) -> None:
     torch.testing.assert_close(ablated[..., 3:], plain[..., 3:])
     with pytest.raises(ValueError, match="not latents of this SAE"):
         steer_latent(sae, HOOK, 999, 1.0)
+
+
+def test_the_tokens_it_was_trained_on_are_those_measured_unless_told(setting) -> None:
+    world, backbone, x = setting
+    sae = _exact(128)
+    sae.tokens_of = "cls"  # as load() reads it from a file trained on the CLS tokens
+    found = evaluate(sae, backbone, world, hook=HOOK, images=2, knn=False)
+    assert found["tokens_of"] == "cls" and found["tokens"] == 6  # one per image
+    told = evaluate(sae, backbone, world, hook=HOOK, tokens_of="spatial", images=2, knn=False)
+    assert told["tokens_of"] == "spatial" and told["tokens"] == len(x)
+
+
+def test_the_pca_control_is_fitted_on_every_streamed_token() -> None:
+    """The control's basis: the top principal directions of the streamed tokens' covariance, so it reconstructs
+    tokens of a subspace of that dimension exactly and drops what lies across it."""
+    from vitscope.sae.evaluate import _replacements
+
+    gen = torch.Generator().manual_seed(0)
+    plane = torch.linalg.qr(torch.randn(6, 2, generator=gen)).Q  # [6, 2]: an orthonormal plane
+    centre = torch.randn(6, generator=gen)
+    tokens = (torch.randn(500, 2, generator=gen) * torch.tensor([3.0, 2.0])) @ plane.T + centre
+    mean = tokens.double().mean(dim=0)
+    covariance = tokens.double().T @ tokens.double() / len(tokens) - torch.outer(mean, mean)
+    pca = _replacements(_exact(128), mean.float(), covariance, components=2)["pca"]
+    torch.testing.assert_close(pca(tokens[:5]), tokens[:5], atol=1e-4, rtol=0)
+    across = torch.linalg.qr(torch.cat([plane, torch.randn(6, 1, generator=gen)], dim=1)).Q[:, 2]
+    torch.testing.assert_close(pca(tokens[:5] + across), tokens[:5], atol=1e-4, rtol=0)
+    first = _replacements(_exact(128), mean.float(), covariance, components=1)["pca"]
+    assert float(((first(tokens) - tokens) ** 2).sum()) < float(((tokens - tokens.mean(0)) ** 2).sum()) / 2

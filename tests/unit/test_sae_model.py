@@ -150,6 +150,12 @@ def test_a_vit_prisma_folder_loads_as_prisma_encodes(tmp_path) -> None:
     torch.testing.assert_close(sae.encode(x), codes)
     torch.testing.assert_close(sae(x), (codes @ w["W_dec"] + w["b_dec"]) * (std + 1e-5) + mu)
     assert (sae.hook, sae.model) == ("blocks.9.hook_resid_post", "open-clip:laion/CLIP-ViT-B-32")
+    assert sae.tokens_of == "all"  # neither cls_token_only nor use_patches_only: its runner read every token
+    for flag, tokens_of in (("cls_token_only", "cls"), ("use_patches_only", "spatial")):
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "cls_token_only": False, "use_patches_only": False,
+                                                        flag: True}))
+        assert load(folder).tokens_of == tokens_of
 
 
 def test_prismas_save_model_dict_reads_without_running_its_classes(tmp_path, monkeypatch) -> None:

@@ -6,7 +6,8 @@
   ``W_enc [d_in, d_sae]``, ``b_enc``, ``W_dec [d_sae, d_in]``, ``b_dec``; the decoder bias is subtracted before
   encoding; ``activation_fn_str`` ``relu`` or ``topk`` (``activation_fn_kwargs.k``); ``normalize_activations``
   ``layer_norm`` (the default when absent), ``none`` or ``constant_norm_rescale`` (refused: it depends on each
-  token's norm in a way a file cannot fold).
+  token's norm in a way a file cannot fold); the tokens it was trained on from ``cls_token_only`` (the CLS token)
+  and ``use_patches_only`` (every token after the first), else all of them.
 - **overcomplete** (``overcomplete.sae``): ``torch.save(model.state_dict())``: ``encoder.final_block.0.weight``
   ``[d_sae, d_in]`` (so ``W_enc`` is its transpose) and ``.bias``, ``dictionary._weights [d_sae, d_in]`` (normalised
   to unit rows and multiplied by ``exp(dictionary.multiplier)`` when read, as the library does), no decoder bias and
@@ -99,6 +100,8 @@ def load_prisma(folder: Path) -> SparseAutoencoder:
     sae.hook = cfg.get("hook_point") or (f"blocks.{layer}.{cfg.get('layer_subtype', 'ln2.hook_normalized')}"
                                          if layer is not None else None)
     sae.model = cfg.get("model_name")
+    # the tokens its runner trained on: the CLS alone, the patches (every token after the first), or all of them
+    sae.tokens_of = "cls" if cfg.get("cls_token_only") else ("spatial" if cfg.get("use_patches_only") else "all")
     return sae
 
 

@@ -72,7 +72,8 @@ def eval_command(
     model: str = typer.Option(..., "--model", "-m", help="The model it reads."),
     data: str = typer.Option(..., "--data", "-d", help="Held-out images: a folder or ROOT::FORMAT."),
     hook: str | None = typer.Option(None, "--hook", help="Where [the SAE's own hook]."),
-    tokens_of: str = typer.Option("spatial", "--tokens-of", help="spatial, cls, registers or all."),
+    tokens_of: str | None = typer.Option(None, "--tokens-of", help="spatial, cls, registers or all [those the SAE "
+                                         "was trained on, else spatial]."),
     images: int = typer.Option(32, "--images", min=1, help="Images the spliced-in cost is measured on."),
     batch_size: int = typer.Option(32, "--batch-size", "-b", min=1, help="Images per forward pass."),
 ) -> None:

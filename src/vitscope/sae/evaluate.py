@@ -29,8 +29,8 @@ __all__ = ["evaluate", "spliced"]
 
 
 class _Moments(Analysis):
-    """Streaming sums over the hook's selected tokens: of ``x``, ``||x||^2``, the squared error, the cosine, the L0
-    and each latent's firing count."""
+    """Streaming sums over the hook's selected tokens: of ``x``, ``||x||^2``, ``x^T x`` (the PCA control's
+    covariance), the squared error, the cosine, the L0 and each latent's firing count."""
 
     name = "sae_moments"
 
@@ -53,7 +53,7 @@ class _Moments(Analysis):
         codes = sae.encode(x)
         x_hat = sae(x)  # in the tokens' units (a per-token norm undone)
         add = {"n": torch.tensor(float(len(x)), dtype=torch.float64, device=x.device),
-               "x": x.double().sum(dim=0), "x2": (x.double() ** 2).sum(),
+               "x": x.double().sum(dim=0), "x2": (x.double() ** 2).sum(), "xx": (x.T @ x).double(),
                "error": ((x - x_hat).double() ** 2).sum(),
                "cosine": torch.nn.functional.cosine_similarity(x, x_hat, dim=-1).double().sum(),
                "l0": (codes > 0).sum().double(), "fired": (codes > 0).sum(dim=0).double()}
@@ -85,13 +85,14 @@ def spliced(hook: str, prefix_kinds: tuple[str, ...], tokens_of: str, replace: A
 
 
 def evaluate(sae: SparseAutoencoder, backbone: Backbone, data: Any, hook: str | None = None,
-             tokens_of: str = "spatial", images: int = 32, batch_size: int = 32, dense_above: float = 0.1,
+             tokens_of: str | None = None, images: int = 32, batch_size: int = 32, dense_above: float = 0.1,
              knn: bool = True) -> dict[str, Any]:
     """Reconstruction, sparsity and spliced-in cost of ``sae`` on ``data``.
 
     Args:
         sae: the autoencoder (:func:`vitscope.sae.load`); backbone: the model it reads.
-        data: held-out images; hook: where (default: the SAE's own ``hook``); tokens_of: which tokens.
+        data: held-out images; hook: where (default: the SAE's own ``hook``); tokens_of: which tokens (default:
+            those the SAE was trained on, as its file records them, else ``"spatial"``).
         images: images the spliced-in cost is measured on; batch_size: of the pass.
         dense_above: share of tokens above which a latent is dense.
         knn: with labelled data, also the k-NN accuracy of the last block's features (the probe's defaults) with the
@@ -99,7 +100,8 @@ def evaluate(sae: SparseAutoencoder, backbone: Backbone, data: Any, hook: str | 
 
     Returns:
         ``{"tokens", "fvu", "cosine", "l0", "dead", "dense", "spliced": {"sae" | "mean" | "pca": output change}}``
-        (:func:`~vitscope.models.outputs.output_change`; ``pca`` keeps ``round(l0)`` principal components); with
+        (:func:`~vitscope.models.outputs.output_change`; ``pca`` keeps the ``round(l0)`` principal components of every
+        token the pass streamed, as the SAE and the mean are fitted away from the scored images); with
         ``knn`` and labels, ``knn_accuracy`` (the model's) and each replacement's ``knn_accuracy`` and
         ``knn_change``.
 
@@ -107,6 +109,7 @@ def evaluate(sae: SparseAutoencoder, backbone: Backbone, data: Any, hook: str | 
         ValueError: no hook, a hook the model lacks, a width that is not the hook's, or an SAE of another model.
     """
     hook = hook or getattr(sae, "hook", None)
+    tokens_of = tokens_of or getattr(sae, "tokens_of", None) or "spatial"
     if not hook or hook not in set(backbone.hook_names()):
         raise VitscopeValueError(f"{backbone.spec.name} has no hook {hook!r} for this SAE (pass hook=...)")
     if tokens_of not in TOKENS_OF:
@@ -129,7 +132,8 @@ def evaluate(sae: SparseAutoencoder, backbone: Backbone, data: Any, hook: str | 
                            "fvu": float(s["error"]) / max(variance, 1e-30), "cosine": float(s["cosine"]) / n,
                            "l0": l0, "dead": int((s["fired"] == 0).sum()),
                            "dense": int((s["fired"] > dense_above * n).sum())}
-    replacements = _replacements(sae, backbone, source, hook, tokens_of, images, mean.float(), max(1, round(l0)))
+    covariance = s["xx"] / n - torch.outer(mean, mean)
+    replacements = _replacements(sae, mean.float(), covariance, max(1, round(l0)))
     out["spliced"] = _spliced_costs(backbone, source, hook, tokens_of, images, replacements)
     if knn and "label" in source.target_keys():
         kinds = tuple(backbone.spec.prefix_kinds)
@@ -151,21 +155,16 @@ def _knn(backbone: Backbone, source: Any, edits: Mapping[str, EditFn], batch_siz
     return float(result["accuracy"][-1]) if "accuracy" in result.tensors else float("nan")
 
 
-def _replacements(sae: SparseAutoencoder, backbone: Backbone, source: Any, hook: str, tokens_of: str, images: int,
-                  mean: torch.Tensor, components: int) -> dict[str, Any]:
+def _replacements(sae: SparseAutoencoder, mean: torch.Tensor, covariance: torch.Tensor, components: int
+                  ) -> dict[str, Any]:
     """What the hook's tokens are replaced by: the SAE's reconstruction, their mean, and their projection on the top
-    ``components`` principal directions (of the first ``images`` images' tokens)."""
-    pixels = backbone.preprocess(source.first_images(images))
-    kinds = tuple(backbone.spec.prefix_kinds)
-    with torch.no_grad(), backbone.record([hook]) as rec:
-        backbone(pixels.to(backbone.device))
-        tokens = selected_tokens(rec[hook].float(), kinds, tokens_of).cpu()
-    centre = tokens.mean(dim=0)
-    basis = torch.linalg.svd(tokens - centre, full_matrices=False).Vh[:components]  # [c, D]
+    ``components`` principal directions of the streamed tokens (``mean [D]``, ``covariance [D, D]``)."""
+    _, vectors = torch.linalg.eigh(covariance.double())  # eigenvalues ascending
+    basis = vectors[:, -components:].T.float().contiguous()  # [c, D]
     return {
         "sae": lambda x: sae.to(x.device)(x),
         "mean": lambda x: mean.to(x.device).expand_as(x),
-        "pca": lambda x: (x - centre.to(x.device)) @ basis.T.to(x.device) @ basis.to(x.device) + centre.to(x.device),
+        "pca": lambda x: (x - mean.to(x.device)) @ basis.T.to(x.device) @ basis.to(x.device) + mean.to(x.device),
     }
 
 
