@@ -248,3 +248,24 @@ def test_the_watch_sees_a_wait_for_a_copy_of_the_same_batch() -> None:
     waits = [k for k in _hits if k[1] == "waits for a host copy queued in the same batch"]
     assert len(waits) == 1 and _hits[waits[0]] == 1, _hits
     assert store.column("x").shape == (4, 3)
+
+
+def test_the_feature_caches_pass_never_waits_for_the_device(tmp_path) -> None:
+    """The feature cache's consumer of the pass (not a registered analysis) hands its pooled rows to the row stores
+    on the device: their copies are queued, never waited for in the batch."""
+    from vitscope.cache.request import FeatureRequest
+    from vitscope.engine.feature_rows import FeatureRows
+    from vitscope.models.views import StandardView
+
+    root = synthesize(tmp_path / "world", "coco", n=8, size=64, seed=4)
+    rows = FeatureRows([FeatureRequest("resid_post", pooling) for pooling in ("cls", "spatial_mean", "spatial")],
+                       StandardView(), workdir=tmp_path / "rows")
+    _watched(rows)
+    _hits.clear()
+    late = mock.patch.object(host_copy, "_copy_event", lambda cuda, device=None: _CopyEvent())
+    with _spied_methods(), _Watch(), late:
+        vitscope.run(vitscope.load_model("tiny-vit-sup"), f"{root}::coco", [rows], batch_size=4, progress=False,
+                     workers=0)
+    assert [len(rows.store(k)) for k in range(3)] == [8, 8, 8]
+    found = [f"{what} at {where} ({count}x)" for (name, what, where), count in _hits.items() if name == rows.name]
+    assert not found, "the feature cache's pass copies to the host in its hot loop:\n" + "\n".join(found)

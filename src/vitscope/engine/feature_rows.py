@@ -71,7 +71,7 @@ class FeatureRows(Analysis):
         for k, r in enumerate(self._cfg_requests):
             blocks = r.block_list(spec.num_blocks)
             cols: dict[str, Any] = {f"block{i}": pool_group(group, f"blocks.{i}.{r.site}", r.pooling, weights)
-                                    .float().cpu() for i in blocks}
+                                    .float() for i in blocks}  # copied to the host by the store, unwaited
             if r.pooling == "mask":
                 cols["index"] = np.repeat(index, [len(w) for w in weights])
                 cols["label"] = np.concatenate(labels) if labels else np.zeros(0, dtype=np.int64)
