@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -81,6 +82,54 @@ def test_strict_raises_the_unreadable_image_from_a_worker(folder) -> None:
     source = vitscope.data.as_source(str(folder))
     with pytest.raises(ImageLoadError, match="04.png"):
         _batches(source, 2, strict=True)
+
+
+def _children() -> list[int]:
+    """Processes whose parent is this one (the loader's workers), from /proc."""
+    import os
+
+    mine = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                mine.append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return mine
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads child processes from /proc")
+def test_the_workers_stop_when_the_pass_fails_even_while_its_error_is_kept(folder) -> None:
+    """An analysis that raises, or an unreadable image under strict, ends the pass: its worker processes stop
+    then, not when the error (kept by a notebook as sys.last_traceback) is collected."""
+    from vitscope.analyses.base import Analysis
+
+    class Failing(Analysis):
+        name = "failing"
+
+        def required_hooks(self, spec):
+            return ["blocks.0.resid_post"]
+
+        def update(self, record, batch):
+            if batch.indices[0] >= 3:
+                raise RuntimeError("an analysis fails")
+
+        def compute(self):
+            return {}
+
+    backbone = vitscope.load_model("tiny-vit")
+    before = set(_children())
+    kept = []
+    for analyses, strict in (([Failing()], False), (["attention_distance"], True)):
+        try:
+            vitscope.run(backbone, str(folder), analyses, batch_size=3, workers=2, progress=False, strict=strict)
+        except (RuntimeError, ImageLoadError) as err:
+            kept.append(err)  # the traceback, and the pass's frames with it, stay alive
+        deadline = time.monotonic() + 10
+        while set(_children()) - before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not set(_children()) - before, f"workers still running after {type(kept[-1]).__name__}"
+    assert len(kept) == 2
 
 
 def test_without_preprocessing_the_decoded_images_come_back(folder) -> None:

@@ -179,7 +179,13 @@ def _in_workers(jobs: _BatchJobs, workers: int, pin: bool) -> Iterator[LoadedBat
     loader = torch.utils.data.DataLoader(jobs, batch_size=None, shuffle=False, num_workers=workers,
                                          pin_memory=pin, prefetch_factor=2, multiprocessing_context="fork",
                                          worker_init_fn=_quiet_worker)
-    yield from loader
+    batches = iter(loader)
+    try:
+        yield from batches
+    finally:  # the workers stop with the pass (an error, Ctrl-C), not when a traceback holding it is collected
+        stop = getattr(batches, "_shutdown_workers", None)  # what the iterator's own __del__ calls
+        if stop is not None:
+            stop()
 
 
 def _in_a_thread(jobs: _BatchJobs) -> Iterator[LoadedBatch]:
@@ -208,6 +214,12 @@ class LoaderClock:
                 return
             self.waited += time.perf_counter() - start
             yield item
+
+    def close(self) -> None:
+        """Stop the batch iterator (its loading thread or worker processes) where the pass stopped."""
+        close = getattr(self._batches, "close", None)
+        if close is not None:
+            close()
 
     @property
     def elapsed(self) -> float:
@@ -281,5 +293,8 @@ def iter_batches(source: Source, batch_size: int, limit: int | None = None, star
     jobs = _BatchJobs(source, ranges, strict, regions, preprocess, transforms, images)
     forked = workers > 0 and sys.platform.startswith("linux")
     loaded = _in_workers(jobs, min(workers, len(ranges)), pin) if forked else _in_a_thread(jobs)
-    for r, batch in zip(ranges, loaded, strict=True):
-        yield r.stop, _received(batch, log)
+    try:
+        for r, batch in zip(ranges, loaded, strict=True):
+            yield r.stop, _received(batch, log)
+    finally:
+        loaded.close()

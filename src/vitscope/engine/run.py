@@ -336,17 +336,21 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
         clock = LoaderClock(iter_batches(source, batch_size, limit, start, strict, log, regions, preprocess,
                                          (shard.rank, shard.world), transforms, chosen, dev.type == "cuda",
                                          images))
-        for end, loaded in clock:
-            if loaded is not None:
-                for record, batch in current.batches(loaded):
-                    for a in analyses:
-                        a.update(record, batch)
-                        a.end_batch()
-                seen += len(loaded.indices)
-                rec.clear()
-            if checkpoint is not None:
-                checkpoint.after_batch(analyses, end, seen, log.skipped, guard.requested, grid_counts(current.grids))
-            bar.update(task, completed=end - part.start)  # after the batch: rate and time left count work done
+        try:
+            for end, loaded in clock:
+                if loaded is not None:
+                    for record, batch in current.batches(loaded):
+                        for a in analyses:
+                            a.update(record, batch)
+                            a.end_batch()
+                    seen += len(loaded.indices)
+                    rec.clear()
+                if checkpoint is not None:
+                    checkpoint.after_batch(analyses, end, seen, log.skipped, guard.requested,
+                                           grid_counts(current.grids))
+                bar.update(task, completed=end - part.start)  # after the batch: rate and time left count work done
+        finally:
+            clock.close()  # the loading thread or worker processes stop with the pass, however it ends
     note = loader_bound_note(clock.wait_fraction, clock.elapsed, chosen)
     if note and say is not None and shard.rank == 0:
         say(note)
