@@ -113,6 +113,50 @@ def test_cache_evicts_least_recently_used(tmp_path: Path) -> None:
     assert set(cache.keys()) == {keys[0], keys[2]}
 
 
+def test_entries_committed_together_all_stay(folder: Path, tmp_path: Path) -> None:
+    """A cache with room for one entry: the extraction of two requests returns both and keeps both (an entry
+    committed first is not evicted by the second), and evicts the older entries once, after the last commit."""
+    backbone = vitscope.load_model("tiny-vit")
+    source = DatasetSource(load_dataset(folder))
+    cache = FeatureCache(tmp_path)
+    extract_features(backbone, source, [FeatureRequest(pooling="all", blocks=(0,))], cache, batch_size=5)
+    cache.max_bytes = 1  # full already
+    cls, mean = FeatureRequest(pooling="cls", blocks=(-1,)), FeatureRequest(pooling="spatial_mean", blocks=(-1,))
+    found = extract_features(backbone, source, [cls, mean], cache, batch_size=5)
+    assert set(cache.keys()) == {found[cls].key, found[mean].key}  # both kept, the old entry gone
+    assert found[cls].block(5).shape == (10, 128) and found[mean].block(5).shape == (10, 128)
+
+
+def test_a_failed_pass_that_cannot_resume_leaves_no_rows(folder: Path, tmp_path: Path, monkeypatch) -> None:
+    """A pass with analyses riding along cannot resume: when it fails, its working folder and the rows spilled
+    there go with it."""
+    import functools
+
+    from vitscope.analyses.base import Analysis
+    from vitscope.engine import feature_rows
+
+    monkeypatch.setattr(feature_rows, "RowStore", functools.partial(RowStore, spill_bytes=1 << 10))  # spill at once
+
+    class Failing(Analysis):
+        name = "failing"
+
+        def required_hooks(self, spec):
+            return ["blocks.0.resid_post"]
+
+        def update(self, record, batch):
+            if batch.indices[0] >= 5:
+                raise RuntimeError("a riding analysis fails")
+
+        def compute(self):
+            return {}
+
+    source = DatasetSource(load_dataset(folder))
+    with pytest.raises(RuntimeError, match="riding"):
+        extract_features(vitscope.load_model("tiny-vit"), source, [FeatureRequest(pooling="cls")],
+                         FeatureCache(tmp_path), batch_size=5, analyses=[Failing()])
+    assert (tmp_path / "tmp").is_dir() and not list((tmp_path / "tmp").glob("pass-*"))
+
+
 # ------------------------------------------------------------------------------------------ extraction
 
 

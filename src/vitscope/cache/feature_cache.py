@@ -21,7 +21,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +112,8 @@ class FeatureCache:
             os.utime(path / "meta.json")
         return CacheEntry(path)
 
-    def commit(self, key: str, store: RowStore, meta: Mapping[str, Any], sort_by: str = "index") -> CacheEntry:
+    def commit(self, key: str, store: RowStore, meta: Mapping[str, Any], sort_by: str = "index",
+               evict: bool = True) -> CacheEntry:
         """Write every column of ``store`` sorted by ``sort_by`` and publish it atomically under ``key``.
 
         Memory stays bounded: rows are copied chunk by chunk into memory-mapped ``.npy`` files.
@@ -122,6 +123,8 @@ class FeatureCache:
             store: the rows (must hold a ``sort_by`` column).
             meta: JSON-able description stored as ``meta.json`` (``columns``, ``rows``, ``key`` are added).
             sort_by: column ordering the rows (stable).
+            evict: then fit the cache in ``max_bytes``, keeping this entry (a caller committing several entries that
+                must all stay evicts once after the last, keeping them all).
 
         Returns:
             The committed entry (an existing one if another process committed ``key`` first).
@@ -158,7 +161,7 @@ class FeatureCache:
                     raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        if self.max_bytes is not None:
+        if evict and self.max_bytes is not None:
             self.evict(keep=key)
         return CacheEntry(final)
 
@@ -176,14 +179,16 @@ class FeatureCache:
         """Bytes used by committed entries."""
         return sum(self._size(self._path(k)) for k in self.keys())
 
-    def evict(self, keep: str | None = None) -> list[str]:
-        """Remove least recently used entries (never ``keep``) until the cache fits ``max_bytes``.
+    def evict(self, keep: str | Collection[str] | None = None) -> list[str]:
+        """Remove least recently used entries (never those of ``keep``: a key or several) until the cache fits
+        ``max_bytes``.
 
         Returns:
             The removed keys.
         """
         if self.max_bytes is None:
             return []
+        kept = {keep} if isinstance(keep, str) else set(keep or ())
         entries = [(self._path(k), k) for k in self.keys()]
         info = sorted(((p / "meta.json").stat().st_mtime, self._size(p), k, p) for p, k in entries)
         total = sum(size for _, size, _, _ in info)
@@ -191,7 +196,7 @@ class FeatureCache:
         for _, size, k, p in info:
             if total <= self.max_bytes:
                 break
-            if k == keep:
+            if k in kept:
                 continue
             shutil.rmtree(p, ignore_errors=True)
             total -= size

@@ -180,12 +180,17 @@ def extract_features(
             shutil.rmtree(work, ignore_errors=True)
             raise VitscopeValueError(f"no readable image in {source.name} ({len(source)} files): nothing to "
                                      "extract") from None
+        except BaseException:  # a pass that cannot resume leaves no rows behind (a resumable one keeps them)
+            if not resumable:
+                shutil.rmtree(work, ignore_errors=True)
+            raise
         meta_base = {"model": spec.name, "view": view.describe(spec), "data": source.name, **rows.layout,
                      "grids": ran.grids}
         if shard.rank == 0:  # one process publishes; every process then reads the same entries
             for k, r in enumerate(missing):
                 meta = {**meta_base, "request": asdict(r), "blocks": r.block_list(spec.num_blocks)}
-                found[r] = cache.commit(keys[r], rows.store(k), meta)
+                found[r] = cache.commit(keys[r], rows.store(k), meta, evict=False)
+            cache.evict(keep=set(keys.values()))  # after the last commit: no entry this call returns goes
         if shard.world > 1:
             with collectives(shard):
                 barrier()
