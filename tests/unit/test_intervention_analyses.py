@@ -63,6 +63,23 @@ def test_head_importance_is_the_drop_of_the_labels_logit_under_each_control(mode
     assert {f.stem for f in result.figures()} == {f"head_importance_{c}" for c in ("zero", "mean", "resample")}
 
 
+def test_the_reference_set_stays_within_the_runs_limit(model, world):
+    """``limit`` bounds every image the run reads: a reference set of 16 asked on a run of 2 images is those 2 (the
+    numbers of a reference set of 2), and the resample control refuses a run of one image, which would take its
+    own output."""
+    from vitscope.errors import VitscopeValueError
+
+    runs = [vitscope.run(model, world, [ANALYSES["head_importance"](blocks=(2,), reference_images=r)], batch_size=2,
+                         limit=2, progress=False, workers=0)["head_importance"] for r in (16, 2)]
+    for control in ("mean", "resample"):
+        torch.testing.assert_close(runs[0].tensors[control], runs[1].tensors[control])
+    with pytest.raises(VitscopeValueError, match="two reference images"):
+        vitscope.run(model, world, [ANALYSES["head_importance"](blocks=(2,))], limit=1, progress=False, workers=0)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(VitscopeValueError, match="limit must be a whole number"):
+            vitscope.run(model, world, ["attention_distance"], limit=bad, progress=False, workers=0)
+
+
 def test_logit_lens_reads_every_block_with_the_models_own_head(model, world):
     result = vitscope.run(model, world, ["logit_lens"], batch_size=4, progress=False)["logit_lens"]
     x, y = images_and_labels(model, world)

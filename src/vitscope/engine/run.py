@@ -226,6 +226,9 @@ def run(
     """
     if batch_size < 1:
         raise VitscopeValueError("batch_size must be at least 1")
+    if limit is not None and (isinstance(limit, bool) or int(limit) != limit or limit < 1):
+        raise VitscopeValueError(f"limit must be a whole number of images, at least 1 (or None: every image), got "
+                                 f"{limit!r}")
     analyses = [get_analysis(a) if isinstance(a, str) else a for a in analyses]
     names = [a.name for a in analyses]
     if len(set(names)) != len(names):
@@ -254,16 +257,17 @@ def run(
     if checkpoint is not None and shard.world > 1:
         checkpoint.for_rank(shard.rank, shard.world)
     with decoding(backbone, jpeg_draft, view):
-        _hand_references(backbone, source, analyses, batch_size, dev, amp, strict)
+        _hand_references(backbone, source, analyses, batch_size, dev, amp, strict, limit)
         with _rows_beside(checkpoint):  # spilled rows on the state file's disk: saving links them
             return _pass(backbone, source, analyses, checkpoint, shard, dev, amp, batch_size, limit, strict,
                          progress, view, hooks, total, described, workers, log, bool(compile_stats))
 
 
 def _hand_references(backbone: Backbone, source: Source, analyses: Sequence[Analysis], batch_size: int,
-                     device: torch.device, dtype: torch.dtype | None, strict: bool) -> None:
+                     device: torch.device, dtype: torch.dtype | None, strict: bool, limit: int | None) -> None:
     """Record what analyses need of a reference set (:meth:`Analysis.reference_hooks`) on the first images of the
-    data, before the pass, and hand it to them: the same images in every process and on every resume."""
+    data (within the run's ``limit``), before the pass, and hand it to them: the same images in every process and
+    on every resume."""
     wanted = {a: a.reference_hooks(backbone.spec) for a in analyses}
     hooks = list(dict.fromkeys(h for names in wanted.values() for h in names))
     if not hooks:
@@ -271,6 +275,7 @@ def _hand_references(backbone: Backbone, source: Source, analyses: Sequence[Anal
     from vitscope.analyses.activations.hook_tensors import HookTensors
 
     images = max(int(a.reference_images) for a, names in wanted.items() if names)
+    images = images if limit is None else min(images, int(limit))
     kept = run(backbone, source, [HookTensors(hooks)], batch_size=batch_size, device=device, dtype=dtype,
                limit=images, strict=strict, progress=False, workers=0)["hook_tensors"].tensors
     for a, names in wanted.items():

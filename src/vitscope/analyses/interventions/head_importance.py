@@ -107,6 +107,15 @@ class HeadImportance(Analysis):
     def reference_hooks(self, spec: ModelSpec) -> list[str]:
         return [HEADS] if {"mean", "resample"} & set(self._cfg_controls) else []
 
+    def set_reference(self, activations: Mapping[str, torch.Tensor]) -> None:
+        """The reference set; ``resample`` refuses one of a single image (a run limited to one image), where every
+        image would take its own output."""
+        held = {len(t) for t in activations.values()}
+        if "resample" in self._cfg_controls and held and min(held) < 2:
+            raise VitscopeValueError("head_importance's resample control takes another image's head outputs: it needs "
+                                     "two reference images or more, and this run has one (a limit of 1?)")
+        super().set_reference(activations)
+
     def _blocks(self, spec: ModelSpec) -> list[int]:
         blocks = list(range(spec.num_blocks)) if self._cfg_blocks is None else list(self._cfg_blocks)
         bad = [b for b in blocks if not 0 <= b < spec.num_blocks]
