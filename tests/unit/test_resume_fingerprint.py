@@ -85,12 +85,36 @@ def test_links_moved_roots_and_missing_files_sign_as_the_resolved_paths_do(tmp_p
     paths = [str(root / "0.png"), str(tmp_path / "alias" / "1.png"), str(root / "link.png"), str(root / "dangling.png"),
              str(root / "missing.png")]
     for given_root in (root, tmp_path / "alias"):
-        expected = sorted(_signature_of(p, given_root) for p in paths)
+        expected = [_signature_of(p, given_root) for p in paths]  # in the given order
         h = hashlib.sha256()
         for entry in expected:
             h.update(repr(entry).encode("utf-8"))
         assert stat_digest(paths, given_root) == (h.hexdigest(), len(paths))
     assert any(e[0] == "1.png" for e in expected) and any(e[1] == 3 for e in expected)  # resolved, and followed
+
+
+def test_the_order_of_a_list_and_labels_given_in_memory_are_part_of_the_data(tmp_path):
+    """Images are addressed by position (the feature cache's rows, a resumed run's next image), so a path list in
+    another order, or other labels beside it, is another dataset; a folder keeps the digest of its sorted files."""
+    import hashlib
+
+    from vitscope.data.files import ImageFiles
+    from vitscope.data.fingerprint import _Signatures
+    from vitscope.data.memory import InMemoryImages
+
+    root = _folder(tmp_path / "root")
+    paths = sorted(str(p) for p in root.glob("*.png"))
+    digests = {data_fingerprint(ImageFiles(ps, labels=ls))["digest"] for ps, ls in (
+        (paths, None), (paths[::-1], None), (paths, [0] * len(paths)), (paths, [1] + [0] * (len(paths) - 1)))}
+    assert len(digests) == 4
+    assert data_fingerprint(ImageFiles(list(paths)))["digest"] == data_fingerprint(ImageFiles(paths))["digest"]
+    signature, h = _Signatures(root), hashlib.sha256()
+    for entry in sorted(signature(p) for p in paths):
+        h.update(repr(entry).encode("utf-8"))
+    assert data_fingerprint(as_source(str(root)))["digest"] == h.hexdigest()[:16]  # as before for a folder
+    images = [np.zeros((8, 8, 3), dtype=np.uint8)] * 2
+    assert data_fingerprint(InMemoryImages(images, labels=[0, 1]))["digest"] != \
+        data_fingerprint(InMemoryImages(images, labels=[1, 0]))["digest"]
 
 
 def test_a_command_stats_the_files_once_and_a_session_sees_changes(tmp_path, monkeypatch):

@@ -123,7 +123,7 @@ class AnnotatedSource(Source):
             return own()
         root = getattr(self.dataset, "root", None)
         if root is not None and Path(root).is_dir():  # every file under the root, annotations included
-            return [str(p) for p in Path(root).rglob("*") if p.is_file()], Path(root)
+            return sorted(str(p) for p in Path(root).rglob("*") if p.is_file()), Path(root)
         files = [str(p) for p in self.paths] + [str(f) for f in (getattr(self.dataset, a, None) for a in
                                                                  ("ann_file", "gnd_file")) if f is not None]
         return files, Path(root) if root is not None else Path(".")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -126,6 +127,9 @@ class ImageFiles(Source):
 
     def fingerprint_files(self) -> tuple[Sequence[str], Path] | None:
         return self.paths, self._root or Path(".")
+
+    def memory_targets_digest(self) -> str | None:
+        return None if self._labels is None else hashlib.sha256(self._labels.tobytes()).hexdigest()
 
     def describe(self) -> dict[str, Any]:
         """``{"name", "source", "num_files", "fingerprint"}``; the fingerprint is

@@ -1,13 +1,17 @@
 """The one data fingerprint: what resume, the feature cache and results.json use to recognise a dataset.
 
-Method ``"stat"`` (sources with files): SHA-256 over the sorted ``(relative path, size in bytes, modification
-time in ns)`` of every file the source reads (image files; for annotated formats every file under the dataset
-root, annotations included). File contents are not read, so fingerprinting a large dataset costs one ``stat``
+Method ``"stat"`` (sources with files): SHA-256 over the ``(relative path, size in bytes, modification time in
+ns)`` of every file the source reads, in the source's order (image files, whose order is the images' positions:
+a list given in another order is another dataset; for annotated formats every file under the dataset root,
+annotations included, sorted). File contents are not read, so fingerprinting a large dataset costs one ``stat``
 per file; a file rewritten in place with the same size and time keeps its fingerprint, and copying a dataset
 (new modification times) changes it. Paths are relative to the dataset root, so moving the root keeps it.
 
 Method ``"content"`` (sources without files: images in memory, the bundled sample photos): SHA-256 of the
 source's content (:meth:`vitscope.data.source.Source.content_digest`: decoded pixels, or what defines them).
+
+Either way, ground truth given in memory rather than read from a file (labels passed beside a path list or images)
+is hashed in too (:meth:`vitscope.data.source.Source.memory_targets_digest`).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 
 __all__ = ["CONTENT_METHOD", "FINGERPRINT_METHOD", "data_fingerprint", "held_fingerprints", "stat_digest"]
 
-FINGERPRINT_METHOD = "stat: sha256 of sorted (relative path, size, mtime_ns); contents not read"
+FINGERPRINT_METHOD = "stat: sha256 of (relative path, size, mtime_ns) in the source's order; contents not read"
 CONTENT_METHOD = "content: sha256 of the decoded images (no files)"
 
 
@@ -58,9 +62,10 @@ class _Signatures:
 
 
 def stat_digest(paths: Iterable[str | os.PathLike], root: str | os.PathLike) -> tuple[str, int]:
-    """``(sha256 hex, number of files)`` over the sorted stat signatures of ``paths`` relative to ``root``."""
+    """``(sha256 hex, number of files)`` over the stat signatures of ``paths`` relative to ``root``, in their order
+    (a source whose files have no order of their own lists them sorted)."""
     signature = _Signatures(Path(root))
-    entries = sorted(signature(p) for p in paths)
+    entries = [signature(p) for p in paths]
     h = hashlib.sha256()
     for entry in entries:
         h.update(repr(entry).encode("utf-8"))
@@ -107,5 +112,10 @@ def _fingerprint(source: Any) -> dict[str, Any]:
     if files is not None:
         paths, root = files
         digest, count = stat_digest(paths, root)
-        return {"method": FINGERPRINT_METHOD, "digest": digest[:16], "num_files": count}
-    return {"method": CONTENT_METHOD, "digest": source.content_digest()[:16], "num_files": len(source)}
+        method = FINGERPRINT_METHOD
+    else:
+        digest, count, method = source.content_digest(), len(source), CONTENT_METHOD
+    targets = source.memory_targets_digest()
+    if targets is not None:
+        digest = hashlib.sha256(f"{digest}:{targets}".encode()).hexdigest()
+    return {"method": method, "digest": digest[:16], "num_files": count}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,6 +44,9 @@ class InMemoryImages(Source):
 
     def targets(self, i: int) -> dict[str, Any]:
         return {} if self._labels is None else {"label": self._labels[i]}
+
+    def memory_targets_digest(self) -> str | None:
+        return None if self._labels is None else hashlib.sha256(repr(self._labels).encode()).hexdigest()
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "source": f"{len(self.images)} images in memory", "num_files": len(self.images)}

@@ -120,6 +120,11 @@ class Source(ABC):
         """``(files, root)`` whose stat signatures fingerprint this source, or None to hash its content."""
         return None
 
+    def memory_targets_digest(self) -> str | None:
+        """SHA-256 of the ground truth this source holds in memory rather than reads from its files (labels given
+        beside a path list), hashed into the fingerprint; None when it has none."""
+        return None
+
     def content_digest(self) -> str:
         """SHA-256 of the decoded pixels of every image (sources without files; costs one decode each)."""
         h = hashlib.sha256()
