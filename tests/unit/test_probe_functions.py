@@ -182,6 +182,32 @@ def test_linear_probe_is_deterministic_and_learns() -> None:
     assert math.isnan(linear_probe_accuracy(x, y, xt[:0], yt[:0]))
 
 
+def test_a_linear_probe_does_not_depend_on_the_features_offset_or_scale() -> None:
+    """Logistic regression's classes do not change under a per-feature affine map of the features; the probe
+    trains on standardised features (folded into the returned layer), so an offset common to every image (massive
+    activations) does not leave it at chance, and its logits are those of the raw features."""
+    x, y = _blobs(90, 0)
+    xt, yt = _blobs(30, 1)
+    gen = torch.Generator().manual_seed(5)
+    offset, scale = 50 * torch.randn(x.shape[1], generator=gen), torch.rand(x.shape[1], generator=gen) * 20 + 0.05
+    moved, moved_t = x * scale + offset, xt * scale + offset
+    assert linear_probe_accuracy(moved, y, moved_t, yt) == linear_probe_accuracy(x, y, xt, yt) == 1.0
+    probe, plain = train_linear_probe(moved, y, seed=3), train_linear_probe(x, y, seed=3)
+    torch.testing.assert_close(probe(moved_t), plain(xt), rtol=1e-3, atol=1e-3)  # one classifier, either units
+    constant = torch.cat([x, torch.full((len(x), 1), 7.0)], dim=1)  # a feature with no spread is left as it is
+    assert torch.isfinite(train_linear_probe(constant, y).weight).all()
+
+
+def test_batch_norms_statistics_at_evaluation_are_the_training_sets() -> None:
+    """A short training (20 steps here) leaves a moving average far from the statistics the probe trained with;
+    the probe evaluates with the average over every training minibatch."""
+    x, y = _blobs(90, 0)
+    x = x + 40.0
+    norm = train_linear_probe(x, y, batch_norm=True, batch_size=30)[0]
+    torch.testing.assert_close(norm.running_mean, x.mean(dim=0), rtol=1e-5, atol=1e-4)
+    assert float((norm.running_var - x.var(dim=0)).abs().max()) < 0.5 * float(x.var(dim=0).min())
+
+
 def test_holdout_mask_is_per_index() -> None:
     idx = np.arange(5000)
     test = holdout_mask(idx, 0.2, seed=0)

@@ -5,6 +5,13 @@ initialisation and the shuffling, so the same seed gives the same probe (on one 
 build). Logistic regression = one ``nn.Linear`` trained with cross-entropy; with ``batch_norm=True`` a
 ``BatchNorm1d(affine=False)`` comes first, as MAE's linear-probe recipe (paper 002 rows 4 and 5).
 Optimiser: Adam with a cosine learning-rate schedule over ``epochs`` passes of minibatches.
+
+The probe without batch norm trains on the features standardised by the training set's mean and deviation, and
+the standardisation is folded into the linear layer it returns (a linear classifier of the raw features, as
+before): without it a feature offset common to every image (residual streams with massive activations) leaves
+Adam's steps far too large for the logits, and on a few hundred images 20 epochs end at chance where logistic
+regression separates the classes. The batch norm's statistics at evaluation are the average over every training
+minibatch (``momentum=None``), not a moving average that a short training leaves far from them.
 """
 
 from __future__ import annotations
@@ -96,7 +103,11 @@ def train_linear_probe(
         bound = 1.0 / math.sqrt(x.shape[1])
         linear.weight.uniform_(-bound, bound, generator=gen)
         linear.bias.zero_()
-    probe = nn.Sequential(nn.BatchNorm1d(x.shape[1], affine=False, eps=1e-6), linear) if batch_norm else linear
+    if batch_norm:
+        probe: nn.Module = nn.Sequential(nn.BatchNorm1d(x.shape[1], affine=False, eps=1e-6, momentum=None), linear)
+        inputs = x
+    else:
+        probe, (inputs, centre, scale) = linear, _standardised(x)
     optimiser = torch.optim.Adam(probe.parameters(), lr=lr, weight_decay=weight_decay)
     steps_per_epoch = math.ceil(x.shape[0] / batch_size)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=epochs * steps_per_epoch)
@@ -108,12 +119,25 @@ def train_linear_probe(
                 idx = order[start : start + batch_size]
                 if batch_norm and idx.numel() < 2:
                     continue  # batch norm cannot train on a single example
-                loss = F.cross_entropy(probe(x[idx]), y[idx])
+                loss = F.cross_entropy(probe(inputs[idx]), y[idx])
                 optimiser.zero_grad()
                 loss.backward()
                 optimiser.step()
                 schedule.step()
+    if not batch_norm:  # the standardisation folded in: logits of the raw features
+        with torch.no_grad():
+            linear.weight.div_(scale)
+            linear.bias.sub_(linear.weight @ centre)
     return probe.eval()
+
+
+def _standardised(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``x [n, d]`` standardised per feature, with its ``centre [d]`` and ``scale [d]`` (a constant feature
+    keeps scale 1)."""
+    centre = x.mean(dim=0)
+    scale = x.std(dim=0, unbiased=False)
+    scale = torch.where(scale > 1e-12 * scale.max().clamp_min(1e-30), scale, torch.ones_like(scale))
+    return (x - centre) / scale, centre, scale
 
 
 def linear_probe_accuracy(
