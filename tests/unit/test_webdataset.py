@@ -81,3 +81,73 @@ def test_compare_reads_shards(shards, tmp_path) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     doc = json.loads((tmp_path / "results.json").read_text())
     assert set(doc["images_per_model"].values()) == {16} and doc["data"]["format"] == "webdataset"
+
+
+def _tar(path, members: list[tuple[str, bytes]]) -> None:
+    import tarfile
+
+    with tarfile.open(path, "w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_keys_with_their_own_extension_and_hidden_members(tmp_path) -> None:
+    """ImageNet's file names kept in the key (``n01440764_10026.JPEG.jpg``): the image and label are matched by the
+    extension's last part; macOS's ``._*`` and ``__MACOSX/`` members are no samples."""
+    (tmp_path / "s").mkdir()
+    _tar(tmp_path / "s" / "000000.tar", [
+        ("n01440764_10026.JPEG.jpg", sample_image(0)), ("n01440764_10026.JPEG.cls", b"7"),
+        ("._n01440764_10026.JPEG.jpg", b"\x00\x05\x16\x07"), ("__MACOSX/x.jpg", b"junk"),
+        ("n01440764_10027.JPEG.png", sample_image(1)), ("n01440764_10027.JPEG.json", b'{"label": 3}')])
+    source = as_source(f"{tmp_path / 's'}::webdataset")
+    assert source.paths == ["000000.tar/n01440764_10026", "000000.tar/n01440764_10027"]
+    assert source.labels().tolist() == [7, 3]
+    assert source.load(1).tobytes() == Image.open(io.BytesIO(sample_image(1))).convert("RGB").tobytes()
+
+
+def test_a_shard_cut_short_is_refused_by_name(tmp_path) -> None:
+    """A shard copied in part opens without error in tarfile (a cut between members reads as the end, a member cut
+    inside is still indexed): refused, naming the shard, rather than read with samples missing."""
+    whole = tmp_path / "whole.tar"
+    _tar(whole, [(f"s{i:03d}.{ext}", sample_image(i) if ext == "png" else str(i).encode())
+                 for i in range(6) for ext in ("png", "cls")])
+    import tarfile
+
+    data = whole.read_bytes()
+    assert len(as_source(f"{whole}::webdataset")) == 6
+    with tarfile.open(whole) as tar:
+        members = tar.getmembers()
+        end = tar.offset  # after the last member's data: the end-of-archive blocks follow
+    last = members[-1]
+    cuts = (members[6].offset,  # between two members: tarfile reads it as the end
+            last.offset_data + last.size // 2,  # inside the last member's data: still indexed
+            end)  # every member whole, the end-of-archive blocks gone
+    for cut in cuts:
+        (tmp_path / "cut").mkdir(exist_ok=True)
+        (tmp_path / "cut" / "000000.tar").write_bytes(data[:cut])
+        with pytest.raises(DatasetFormatError, match=r"000000.tar( is cut short|: unexpected end of data)"):
+            as_source(f"{tmp_path / 'cut'}::webdataset")
+
+
+def test_a_thousand_shards_keep_few_files_open(tmp_path, monkeypatch) -> None:
+    """Reading every shard in turn keeps at most a few open (ImageNet's 1,024 shards would exceed the usual limit
+    of open files); closing the source closes them."""
+    import os
+
+    from vitscope.data import webdataset
+
+    (tmp_path / "many").mkdir()
+    for s in range(20):
+        _tar(tmp_path / "many" / f"{s:06d}.tar", [(f"k{s}.png", sample_image(s)), (f"k{s}.cls", b"1")])
+    opened, closed = [], []
+    real_open, real_close = os.open, os.close
+    monkeypatch.setattr(webdataset.os, "open", lambda *a: opened.append(a[0]) or real_open(*a))
+    monkeypatch.setattr(webdataset.os, "close", lambda fd: closed.append(fd) or real_close(fd))
+    source = as_source(f"{tmp_path / 'many'}::webdataset")
+    for i in range(len(source)):
+        source.load(i)
+    assert len(opened) == 20 and len(opened) - len(closed) == webdataset._OPEN_SHARDS
+    source.close()
+    assert len(opened) == len(closed)

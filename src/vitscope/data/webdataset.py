@@ -3,8 +3,11 @@
 A shard is a plain tar file whose members are grouped into samples by key: the member's path up to the first dot
 of its file name (``n01440764/ILSVRC2012_val_00000293.jpg`` and ``.cls`` form one sample). A sample's image is its
 ``jpg``, ``jpeg``, ``png`` or ``webp`` member; its label the integer in its ``cls`` member, or the ``label`` (else
-``cls``) field of its ``json`` member. Shards are read in the order the pattern (or the folder's sorted listing)
-gives them, samples in the order they appear.
+``cls``) field of its ``json`` member. A member is matched by its extension, else by the extension's last part
+(``n01440764_10026.JPEG.jpg`` is a ``jpg``), as the ``webdataset`` package decodes. Hidden members (macOS's
+``._*`` and ``__MACOSX/``) are not samples. Shards are read in the order the pattern (or the folder's sorted
+listing) gives them, samples in the order they appear; a shard cut short (no end-of-archive blocks, or a member
+running past the end of the file) is refused by name rather than read in part.
 
 Nothing is unpacked: opening a source reads the tar headers only (the index of every member's offset and size),
 and an image is read by position with one ``pread`` at its offset, so a torchrun rank reads its contiguous part of
@@ -15,6 +18,7 @@ does not index them for reading by position). The fingerprint is the shards' siz
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -55,11 +59,38 @@ class _Member:
     size: int
 
 
-def _split_key(name: str) -> tuple[str, str]:
-    """``dir/base.ext.more`` -> ``("dir/base", "ext.more")`` (the WebDataset convention)."""
+#: open shards kept per process: reading is contiguous, and a thousand shards would exceed the open-file limit
+_OPEN_SHARDS = 8
+
+
+def _split_key(name: str) -> tuple[str, str] | None:
+    """``dir/base.ext.more`` -> ``("dir/base", "ext.more")`` (the WebDataset convention); None for a hidden member
+    (``._a.jpg``, ``__MACOSX/...``: no sample's)."""
     folder, _, base = name.rpartition("/")
     stem, _, ext = base.partition(".")
+    if not stem or base.startswith(".") or "__MACOSX" in folder.split("/"):
+        return None
     return (f"{folder}/{stem}" if folder else stem), ext.lower()
+
+
+def _part(parts: dict[str, _Member], wanted: str) -> _Member | None:
+    """The member of extension ``wanted``: exactly, else by the extension's last part (``jpeg.jpg`` is a jpg)."""
+    if wanted in parts:
+        return parts[wanted]
+    return next((m for ext, m in parts.items() if ext.rsplit(".", 1)[-1] == wanted), None)
+
+
+def _check_complete(tar: tarfile.TarFile, shard: str, last: str | None) -> None:
+    """Refuse a shard cut short: a member past the end of the file, or no end-of-archive blocks after the last."""
+    size = os.fstat(tar.fileobj.fileno()).st_size
+    for info in tar.getmembers():
+        if info.isfile() and info.offset_data + info.size > size:
+            raise DatasetFormatError(f"the WebDataset shard {shard} is cut short: {info.name} runs past the end of "
+                                     f"the file ({size} bytes); copy or download it again")
+    tar.fileobj.seek(tar.offset)
+    if tar.fileobj.read(2 * tarfile.BLOCKSIZE) != bytes(2 * tarfile.BLOCKSIZE):
+        raise DatasetFormatError(f"the WebDataset shard {shard} is cut short: no end-of-archive blocks after "
+                                 f"{last or 'its first member'} ({size} bytes); copy or download it again")
 
 
 class WebDatasetSource(Source):
@@ -82,17 +113,20 @@ class WebDatasetSource(Source):
             samples: dict[str, dict[str, _Member]] = {}
             try:
                 with tarfile.open(shard, mode="r:") as tar:  # headers only: data blocks are skipped
+                    last = None
                     for info in tar:
-                        if info.isfile():
-                            key, ext = _split_key(info.name)
-                            samples.setdefault(key, {})[ext] = _Member(k, info.offset_data, info.size)
+                        split = _split_key(info.name) if info.isfile() else None
+                        if split is not None:
+                            samples.setdefault(split[0], {})[split[1]] = _Member(k, info.offset_data, info.size)
+                        last = info.name
+                    _check_complete(tar, shard, last)
             except (OSError, tarfile.TarError) as err:
                 raise DatasetFormatError(f"cannot read the WebDataset shard {shard}: {err}") from None
             for key, parts in samples.items():
                 keys.append(f"{Path(shard).name}/{key}")
-                self._images.append(next((parts[e] for e in IMAGE_EXTENSIONS if e in parts), None))
-                kind = "cls" if "cls" in parts else "json" if "json" in parts else ""
-                self._labels.append(parts.get(kind) if kind else None)
+                self._images.append(next((m for m in (_part(parts, e) for e in IMAGE_EXTENSIONS) if m), None))
+                kind = "cls" if _part(parts, "cls") else "json" if _part(parts, "json") else ""
+                self._labels.append(_part(parts, kind) if kind else None)
                 self._label_kinds.append(kind)
         if not keys:
             raise DatasetFormatError(f"no samples in the WebDataset shards {', '.join(self.shards[:3])}")
@@ -100,25 +134,46 @@ class WebDatasetSource(Source):
         self._fds: dict[int, int] = {}
         self._pid = os.getpid()
 
-    def _read(self, member: _Member) -> bytes:
-        if self._pid != os.getpid():  # a forked loading worker opens its own files
+    def _read(self, member: _Member, i: int) -> bytes:
+        if self._pid != os.getpid():  # a forked loading worker opens its own files (the parent's stay its own)
             self._fds, self._pid = {}, os.getpid()
-        fd = self._fds.get(member.shard)
-        if fd is None:
-            fd = self._fds[member.shard] = os.open(self.shards[member.shard], os.O_RDONLY)
-        return os.pread(fd, member.size, member.offset)  # no shared file position: safe in threads and forks
+        try:
+            fd = self._fds.pop(member.shard, None)
+            if fd is None:
+                fd = os.open(self.shards[member.shard], os.O_RDONLY)
+            self._fds[member.shard] = fd  # the most recently read last
+            while len(self._fds) > _OPEN_SHARDS:
+                os.close(self._fds.pop(next(iter(self._fds))))
+            data = os.pread(fd, member.size, member.offset)  # no shared file position: safe in threads and forks
+        except OSError as err:
+            raise ImageLoadError(self.path(i), f"cannot read its shard: {err.strerror or err}") from None
+        if len(data) != member.size:
+            raise ImageLoadError(self.path(i), f"its shard ends {member.size - len(data)} bytes early")
+        return data
+
+    def close(self) -> None:
+        """Close the shards this process has open (reading again reopens them)."""
+        if self._pid == os.getpid():
+            for fd in self._fds.values():
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._fds = {}
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
 
     def load(self, i: int) -> Image.Image:
         member = self._images[i]
         if member is None:
             raise ImageLoadError(self.path(i), f"the sample has no image member ({', '.join(IMAGE_EXTENSIONS)})")
-        return decode_rgb(io.BytesIO(self._read(member)), self.path(i))
+        return decode_rgb(io.BytesIO(self._read(member, i)), self.path(i))
 
     def _label(self, i: int) -> int | None:
         member, kind = self._labels[i], self._label_kinds[i]
         if member is None:
             return None
-        text = self._read(member).decode("utf-8", errors="replace").strip()
+        text = self._read(member, i).decode("utf-8", errors="replace").strip()
         try:
             if kind == "cls":
                 return int(text)
