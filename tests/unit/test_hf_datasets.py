@@ -91,6 +91,44 @@ def test_the_fingerprint_reads_no_image(saved, monkeypatch) -> None:
     assert memory.fingerprint()["digest"] == as_source(_dataset(6)).fingerprint()["digest"]
 
 
+def test_another_selection_of_the_same_files_is_another_dataset(saved) -> None:
+    """``select`` (a subset, another order, a row twice) keeps a loaded dataset's Arrow files: its fingerprint
+    follows ``datasets``' own, so the feature cache and resume never take one selection for another."""
+    whole = datasets.load_from_disk(str(saved / "one"))
+    digests = [as_source(d).fingerprint()["digest"] for d in (
+        whole, whole.select(range(6)), whole.select(range(11, -1, -1)), whole.select([0] * 12))]
+    assert len(set(digests)) == 4
+    assert as_source(datasets.load_from_disk(str(saved / "one"))).fingerprint()["digest"] == digests[0]
+
+
+def test_parquet_shards_in_a_configurations_folder_keep_their_splits(tmp_path) -> None:
+    """The hub's ``<config>/<split>-00000-of-0000N.parquet`` (cifar10's ``plain_text/``): split by file name; one
+    split in the folders of two configurations is refused rather than merged."""
+    config = tmp_path / "cifar" / "plain_text"
+    config.mkdir(parents=True)
+    _dataset(10).to_parquet(str(config / "train-00000-of-00001.parquet"))
+    _dataset(4, 100).to_parquet(str(config / "test-00000-of-00001.parquet"))
+    assert len(as_source(f"{tmp_path / 'cifar'}::hf:train")) == 10
+    assert len(as_source(f"{tmp_path / 'cifar'}::hf")) == 4  # test, as no validation split exists
+    other = tmp_path / "cifar" / "other_config"
+    other.mkdir()
+    _dataset(3).to_parquet(str(other / "train-00000-of-00001.parquet"))
+    with pytest.raises(DatasetFormatError, match="split 'train' in several folders .*other_config.*plain_text"):
+        as_source(f"{tmp_path / 'cifar'}::hf")
+
+
+def test_the_label_column_named_label_else_the_first_in_the_features_order(tmp_path) -> None:
+    """CIFAR-100's features: img, fine_label (100 classes), coarse_label (20): the fine labels."""
+    features = datasets.Features({"img": datasets.Image(),
+                                  "fine_label": datasets.ClassLabel(names=[f"f{i}" for i in range(100)]),
+                                  "coarse_label": datasets.ClassLabel(names=[f"c{i}" for i in range(20)])})
+    rows = {"img": [{"bytes": _png(i), "path": None} for i in range(3)], "fine_label": [49, 33, 72],
+            "coarse_label": [10, 10, 0]}
+    source = as_source(datasets.Dataset.from_dict(rows, features=features))
+    assert source.label_column == "fine_label" and len(source.class_names) == 100
+    assert source.labels().tolist() == [49, 33, 72]
+
+
 def test_a_dataset_object_from_python_runs_through_vitscope_run() -> None:
     backbone = vitscope.load_model("tiny-vit")
     results = vitscope.run(backbone, datasets.DatasetDict({"validation": _dataset(9)}), ["knn_probe"], batch_size=4,

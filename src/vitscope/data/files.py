@@ -128,7 +128,7 @@ class ImageFiles(Source):
     def fingerprint_files(self) -> tuple[Sequence[str], Path] | None:
         return self.paths, self._root or Path(".")
 
-    def memory_targets_digest(self) -> str | None:
+    def memory_digest(self) -> str | None:
         return None if self._labels is None else hashlib.sha256(self._labels.tobytes()).hexdigest()
 
     def describe(self) -> dict[str, Any]:

@@ -10,8 +10,8 @@ per file; a file rewritten in place with the same size and time keeps its finger
 Method ``"content"`` (sources without files: images in memory, the bundled sample photos): SHA-256 of the
 source's content (:meth:`vitscope.data.source.Source.content_digest`: decoded pixels, or what defines them).
 
-Either way, ground truth given in memory rather than read from a file (labels passed beside a path list or images)
-is hashed in too (:meth:`vitscope.data.source.Source.memory_targets_digest`).
+Either way, what defines the items in memory rather than in a file (labels passed beside a path list or images, a
+``datasets`` object's selection of rows) is hashed in too (:meth:`vitscope.data.source.Source.memory_digest`).
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def _fingerprint(source: Any) -> dict[str, Any]:
         method = FINGERPRINT_METHOD
     else:
         digest, count, method = source.content_digest(), len(source), CONTENT_METHOD
-    targets = source.memory_targets_digest()
+    targets = source.memory_digest()
     if targets is not None:
         digest = hashlib.sha256(f"{digest}:{targets}".encode()).hexdigest()
     return {"method": method, "digest": digest[:16], "num_files": count}

@@ -9,17 +9,23 @@ Three layouts on disk, read lazily and without the network:
   ``train/*.parquet``): read row group by row group with ``pyarrow`` (``datasets`` would first copy them into its
   cache, 150 GB for ImageNet).
 
-The image column is the first ``Image`` feature (encoded bytes, decoded here with PIL), the label column the first
-``ClassLabel`` feature (its names are the class names; ``-1`` is "no label"). ``:SPLIT`` picks a split; without one
-the only split, else ``validation``/``val``/``test``, is read. The fingerprint reads no image: the Arrow or
-Parquet files' sizes and times (``datasets``' own fingerprint for an object in memory).
+The image column is the first ``Image`` feature (encoded bytes, decoded here with PIL), the label column the
+``ClassLabel`` feature named ``label`` (or ``labels``), else the first in the features' order (CIFAR-100's
+``fine_label`` before its ``coarse_label``); its names are the class names and ``-1`` is "no label". ``:SPLIT``
+picks a split; without one the only split, else ``validation``/``val``/``test``, is read. Parquet files are split
+by their names (``<split>-00000-of-00004.parquet``, as the hub writes them, in ``data/`` or a configuration's
+folder), else by their folder (``<split>/*.parquet``). The fingerprint reads no image: the Arrow or Parquet
+files' sizes and times, with ``datasets``' own fingerprint of an object (which follows ``select``, ``shuffle``,
+``filter``: another selection of the same files is another dataset).
 """
 
 from __future__ import annotations
 
 import bisect
+import hashlib
 import io
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -71,7 +77,7 @@ def _columns(features: Any) -> tuple[str, str | None, list[str] | None]:
     if not images:
         raise DatasetFormatError(f"no image column (an Image feature) among {', '.join(features)}")
     labels = sorted((n for n, f in features.items() if isinstance(f, datasets.ClassLabel)),
-                    key=lambda n: (n not in ("label", "labels"), n))
+                    key=lambda n: n not in ("label", "labels"))  # stable: the features' order otherwise
     label = labels[0] if labels else None
     return images[0], label, (list(features[label].names) if label else None)
 
@@ -124,13 +130,32 @@ def _parquet_features(schema: Any) -> Any:
     return datasets.Features.from_dict(json.loads(meta)["info"]["features"])
 
 
+#: the hub's shard names: ``train-00000-of-00294.parquet``
+_SHARD_NAME = re.compile(r"^(?P<split>[\w.]+?)-\d{5}-of-\d{5}\.parquet$")
+
+
 def _parquet_splits(root: Path) -> dict[str, list[Path]]:
-    """``split -> files`` of a folder of Parquet files: ``data/<split>-*.parquet`` or ``<split>/*.parquet``."""
+    """``split -> files`` of a folder of Parquet files: named ``<split>-00000-of-0000N.parquet`` (in ``data/`` or a
+    configuration's folder), else ``<split>/*.parquet``.
+
+    Raises:
+        DatasetFormatError: one split in several folders (configurations of one dataset): the root must be one.
+    """
     found: dict[str, list[Path]] = {}
+    folders: dict[str, set[Path]] = {}
     for f in sorted(root.rglob("*.parquet")):
         rel = f.relative_to(root).parts
-        split = rel[-2] if len(rel) >= 2 and rel[-2] != "data" else f.name.split("-", 1)[0]
+        named = _SHARD_NAME.match(f.name)
+        split = named["split"] if named else rel[-2] if len(rel) >= 2 and rel[-2] != "data" else \
+            f.name.split("-", 1)[0]
         found.setdefault(split, []).append(f)
+        folders.setdefault(split, set()).add(f.parent)
+    mixed = {split: sorted(str(p.relative_to(root)) for p in where) for split, where in folders.items()
+             if len(where) > 1}
+    if mixed:
+        split, where = next(iter(mixed.items()))
+        raise DatasetFormatError(f"{root} holds the split {split!r} in several folders ({', '.join(where)}): "
+                                 "configurations of one dataset; give the folder of one of them")
     return found
 
 
@@ -213,9 +238,15 @@ class HFDatasetSource(Source):
             return None
         return list(self._files), Path(self._files[0]).parent
 
+    def memory_digest(self) -> str | None:
+        """``datasets``' fingerprint of the object: which rows of its files, in which order (``select``...)."""
+        if self._fingerprint is None or not self._files:
+            return None
+        return hashlib.sha256(f"datasets:{self._fingerprint}".encode()).hexdigest()
+
     def content_digest(self) -> str:
         if self._fingerprint is not None:  # datasets' own hash of the object's history: no image is decoded
-            return f"datasets:{self._fingerprint}"
+            return hashlib.sha256(f"datasets:{self._fingerprint}".encode()).hexdigest()
         return super().content_digest()
 
     def describe(self) -> dict[str, Any]:
@@ -233,8 +264,7 @@ def _from_object(data: Any, split: str | None, name: str, strict: bool) -> HFDat
     image, _, _ = _columns(data.features)
     rows = data.cast_column(image, datasets.Image(decode=False))  # bytes: decoded here, by PIL
     files = [f["filename"] for f in data.cache_files] or None
-    return HFDatasetSource(rows, data.features, name, files=files, fingerprint=None if files else data._fingerprint,
-                           strict=strict)
+    return HFDatasetSource(rows, data.features, name, files=files, fingerprint=data._fingerprint, strict=strict)
 
 
 def open_hf(data: Any, split: str | None = None, strict: bool = False) -> HFDatasetSource:

@@ -45,7 +45,7 @@ class InMemoryImages(Source):
     def targets(self, i: int) -> dict[str, Any]:
         return {} if self._labels is None else {"label": self._labels[i]}
 
-    def memory_targets_digest(self) -> str | None:
+    def memory_digest(self) -> str | None:
         return None if self._labels is None else hashlib.sha256(repr(self._labels).encode()).hexdigest()
 
     def describe(self) -> dict[str, Any]:

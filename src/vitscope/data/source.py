@@ -120,9 +120,10 @@ class Source(ABC):
         """``(files, root)`` whose stat signatures fingerprint this source, or None to hash its content."""
         return None
 
-    def memory_targets_digest(self) -> str | None:
-        """SHA-256 of the ground truth this source holds in memory rather than reads from its files (labels given
-        beside a path list), hashed into the fingerprint; None when it has none."""
+    def memory_digest(self) -> str | None:
+        """SHA-256 of what defines this source's items in memory rather than in its files (labels given beside a
+        path list, a ``datasets`` object's selection of its files' rows), hashed into the fingerprint; None when
+        nothing does."""
         return None
 
     def content_digest(self) -> str:
