@@ -107,10 +107,11 @@ class _ParquetRows:
         import pyarrow.parquet as pq
 
         g = bisect.bisect_right(self._starts, i) - 1
-        if self._cached is None or self._cached[0] != g:  # the image and label columns together: read once
+        cached = self._cached  # read once: another thread may replace it between a check and a use
+        if cached is None or cached[0] != g:  # the image and label columns together: read once
             k, group = self._groups[g]
-            self._cached = (g, pq.ParquetFile(self.files[k]).read_row_group(group, columns=self.columns))
-        table = self._cached[1]
+            cached = self._cached = (g, pq.ParquetFile(self.files[k]).read_row_group(group, columns=self.columns))
+        table = cached[1]
         return {c: table.column(c)[i - self._starts[g]].as_py() for c in columns}
 
     def column(self, name: str) -> np.ndarray:
@@ -210,7 +211,10 @@ class HFDatasetSource(Source):
         value = self._row(i, [self.image_column])[self.image_column]
         data = value.get("bytes") if isinstance(value, dict) else None
         if data is None and isinstance(value, dict) and value.get("path"):
-            data = Path(value["path"]).read_bytes() if Path(value["path"]).is_file() else None
+            if not Path(value["path"]).is_file():
+                raise ImageLoadError(self.path(i), f"the row holds no image bytes, and its path {value['path']} is "
+                                     "not a file")
+            data = Path(value["path"]).read_bytes()
         if data is None:
             raise ImageLoadError(self.path(i), "the row holds no image bytes")
         return decode_rgb(io.BytesIO(data), self.path(i))
