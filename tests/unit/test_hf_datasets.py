@@ -17,6 +17,7 @@ import vitscope  # noqa: E402
 from helpers.cli import analyze_and_probe  # noqa: E402
 from vitscope.data import as_source  # noqa: E402
 from vitscope.data.formats.errors import DatasetFormatError  # noqa: E402
+from vitscope.data.images import ImageLoadError  # noqa: E402
 
 CLASSES = ["cat", "dog", "fox"]
 
@@ -144,6 +145,10 @@ def test_an_undecodable_row_is_skipped_and_named(tmp_path) -> None:
     results = vitscope.run(vitscope.load_model("tiny-vit"), f"{tmp_path / 'b'}::hf", ["attention_distance"],
                            batch_size=2, progress=False)
     assert results.num_images == 3 and [s.path for s in results.skipped] == ["b[2]"]
+    broken["image"][3] = {"bytes": None, "path": str(tmp_path / "gone.png")}  # a row pointing at a file
+    source = as_source(datasets.Dataset.from_dict(broken, features=features))
+    with pytest.raises(ImageLoadError, match=r"\[3\]: the row holds no image bytes, and its path .*gone.png"):
+        source.load(3)
 
 
 def test_analyze_and_probe_read_parquet_files(saved, tmp_path) -> None:
