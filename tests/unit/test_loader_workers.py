@@ -190,3 +190,13 @@ def test_run_tells_its_log_when_the_loader_set_the_pace(monkeypatch) -> None:
     images = [Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)) for _ in range(4)]
     vitscope.run(backbone, images, ["attention_distance"], batch_size=2, progress=False, log=said.append)
     assert any(line.startswith("the loader was the bottleneck") for line in said), said
+
+
+def test_a_run_says_how_many_workers_ran(folder) -> None:
+    """Four batches take four of eight workers asked: results (and results.json's run entry) say four."""
+    backbone = vitscope.load_model("tiny-vit")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ran = vitscope.run(backbone, str(folder), ["attention_distance"], batch_size=3, workers=8, progress=False)
+        alone = vitscope.run(backbone, str(folder), ["attention_distance"], batch_size=3, workers=0, progress=False)
+    assert ran.workers == 4 and alone.workers == 0

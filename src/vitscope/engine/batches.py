@@ -175,6 +175,12 @@ def _quiet_worker(_: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def workers_used(workers: int, batches: int) -> int:
+    """The worker processes a loader of ``batches`` batches starts for ``workers`` asked: none where processes
+    cannot be forked (a thread loads instead), and no more than one per batch."""
+    return min(workers, batches) if workers > 0 and sys.platform.startswith("linux") else 0
+
+
 def _in_workers(jobs: _BatchJobs, workers: int, pin: bool) -> Iterator[LoadedBatch]:
     loader = torch.utils.data.DataLoader(jobs, batch_size=None, shuffle=False, num_workers=workers,
                                          pin_memory=pin, prefetch_factor=2, multiprocessing_context="fork",
@@ -291,8 +297,8 @@ def iter_batches(source: Source, batch_size: int, limit: int | None = None, star
     if not ranges:
         return
     jobs = _BatchJobs(source, ranges, strict, regions, preprocess, transforms, images)
-    forked = workers > 0 and sys.platform.startswith("linux")
-    loaded = _in_workers(jobs, min(workers, len(ranges)), pin) if forked else _in_a_thread(jobs)
+    used = workers_used(workers, len(ranges))
+    loaded = _in_workers(jobs, used, pin) if used else _in_a_thread(jobs)
     try:
         for r, batch in zip(ranges, loaded, strict=True):
             yield r.stop, _received(batch, log)

@@ -30,7 +30,15 @@ from vitscope.analyses.sync import exchange_folder
 from vitscope.cache.rowstore import private_rows_under
 from vitscope.data.open import as_source
 from vitscope.data.source import Source
-from vitscope.engine.batches import LoadedBatch, LoaderClock, SkipLog, iter_batches, loader_bound_note, shard_range
+from vitscope.engine.batches import (
+    LoadedBatch,
+    LoaderClock,
+    SkipLog,
+    iter_batches,
+    loader_bound_note,
+    shard_range,
+    workers_used,
+)
 from vitscope.engine.decoding import decode_name, decoding
 from vitscope.engine.distributed import barrier, collectives, gather_lists, shard_for, sum_over_ranks
 from vitscope.engine.results import EmptyRunError, Results
@@ -336,8 +344,9 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
         task = bar.add_task(f"{backbone.spec.name}", total=len(part), completed=max(start - part.start, 0),
                             unit="images")
         current = _Pass(backbone, rec, dev, autocast, shared, workspace, view, plan, compile_stats, grids)
-        chosen = loader_workers(workers, len(part) - max(start - part.start, 0),
-                                int(os.environ.get("LOCAL_WORLD_SIZE", shard.world)))
+        remaining = len(part) - max(start - part.start, 0)
+        chosen = workers_used(loader_workers(workers, remaining, int(os.environ.get("LOCAL_WORLD_SIZE", shard.world))),
+                              -(-remaining // batch_size))  # what runs: Results.workers and the loader's note say it
         clock = LoaderClock(iter_batches(source, batch_size, limit, start, strict, log, regions, preprocess,
                                          (shard.rank, shard.world), transforms, chosen, dev.type == "cuda",
                                          images))
