@@ -290,6 +290,22 @@ def test_a_killed_extraction_continues_where_it_stopped(folder: Path, tmp_path: 
     assert not list((tmp_path / "cache" / "tmp").glob("pass-*"))  # the working folder goes once committed
 
 
+def test_a_stopped_extraction_resumed_under_strict_starts_over(folder: Path, tmp_path: Path, monkeypatch) -> None:
+    """The part done without ``strict`` may have skipped images a strict pass refuses: it is not continued."""
+    backbone = vitscope.load_model("tiny-vit")
+    calls = _counting(backbone)
+    source, request = DatasetSource(load_dataset(folder)), FeatureRequest(pooling="cls")
+    cache, messages = FeatureCache(tmp_path / "cache"), []
+    monkeypatch.setenv("VITSCOPE_STOP_AFTER_BATCHES", "2")
+    with pytest.raises(KeyboardInterrupt):
+        extract_features(backbone, source, [request], cache, batch_size=3, checkpoint_seconds=0)
+    monkeypatch.delenv("VITSCOPE_STOP_AFTER_BATCHES")
+    extract_features(backbone, source, [request], cache, batch_size=3, checkpoint_seconds=0, strict=True,
+                     log=messages.append)
+    assert calls == [3, 3, 3, 3, 3, 1]  # every batch again
+    assert any("changed: strict" in m for m in messages), messages
+
+
 def test_a_second_run_of_the_same_extraction_keeps_its_rows_apart(folder: Path, tmp_path: Path, monkeypatch) -> None:
     import vitscope.engine.extract as extract
 

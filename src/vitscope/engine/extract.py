@@ -169,7 +169,7 @@ def extract_features(
                                             log)
     try:  # the lock goes with the pass, also when it is interrupted (a re-run in this process then resumes)
         rows = FeatureRows(missing, view, workdir=work / f"rows-rank{shard.rank}-of-{shard.world}")
-        key = {"pass": pass_key, "format": CACHE_FORMAT}
+        key = {"pass": pass_key, "format": CACHE_FORMAT, **({"strict": True} if strict else {})}  # as a run's key
         checkpoint = Checkpoint(work / "state.pt", key, every_seconds=checkpoint_seconds, log=log) if resumable \
             else None
         try:
