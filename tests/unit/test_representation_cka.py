@@ -301,3 +301,36 @@ def test_cross_gram_and_row_norms_are_exact_float64_in_column_blocks() -> None:
                                atol=0)
     with pytest.raises(ValueError, match="width"):
         cross_gram(x, y[:, :5])
+
+
+def test_the_residual_norm_ratio_is_the_skip_over_the_branch_and_its_chart_says_so(tmp_path) -> None:
+    """The ratio of paper 002 fig. 23 is ||skip|| / ||branch|| per image (the attention branch of block 0 here,
+    recorded apart); the report's chart names it that way round."""
+    import vitscope
+    from vitscope.data.synthetic.write import synthesize
+
+    root = synthesize(tmp_path / "world", "coco", n=4, size=64, seed=2)
+    backbone = vitscope.load_model("tiny-vit-sup")
+    ratio = vitscope.run(backbone, f"{root}::coco", [ResidualCKA()], batch_size=4, progress=False,
+                         workers=0)["residual_cka"]
+    source = vitscope.data.as_source(f"{root}::coco")
+    with torch.no_grad(), backbone.record(["blocks.0.resid_pre", "blocks.0.attn_out"]) as rec:
+        backbone(backbone.preprocess([source.load(i) for i in range(4)]))
+        skip, branch = (rec[h].flatten(1).norm(dim=1) for h in ("blocks.0.resid_pre", "blocks.0.attn_out"))
+    assert float(ratio.tensors["attn_norm_ratio"][0]) == pytest.approx(float((skip / branch).mean()), rel=1e-4)
+    panel = next(f for f in ratio.figures() if f.chart is not None).chart.to_json()["panels"][1]
+    assert panel["y_label"] == "norm ratio (skip / branch)" and "skip over the norm of the branch" in panel["title"]
+
+
+def test_the_cls_token_of_a_model_without_one_is_refused_before_the_pass(tmp_path) -> None:
+    import vitscope
+    from vitscope.data.synthetic.write import synthesize
+    from vitscope.errors import VitscopeValueError
+
+    cnn = vitscope.load_model("tiny-resnet-sup")
+    for analysis in (BlockCKA(tokens="cls"), ResidualCKA(tokens="cls")):
+        assert "set " in (analysis.why_unsupported(cnn.spec) or "")
+    root = synthesize(tmp_path / "world", "coco", n=2, size=64, seed=2)
+    with pytest.raises(VitscopeValueError, match="reads the CLS token .* tiny-resnet-sup has none"):
+        vitscope.run(cnn, f"{root}::coco", [BlockCKA(tokens="cls")], progress=False, workers=0)
+    assert BlockCKA(tokens="cls").why_unsupported(vitscope.load_model("tiny-vit-sup").spec) is None

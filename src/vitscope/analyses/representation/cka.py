@@ -27,7 +27,7 @@ from vitscope.hooks.names import split_block_name
 from vitscope.hooks.tokens import grid_to_tokens
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["BlockCKA", "CKAResult", "cka_between", "cka_features", "cross_model_cka", "ragged_tokens_reason"]
+__all__ = ["BlockCKA", "CKAResult", "cka_between", "cka_features", "cross_model_cka", "token_choice_reason"]
 
 ESTIMATORS = ("minibatch", "full", "full_unbiased")
 TOKENS = ("all", "cls", "spatial", "spatial_mean")
@@ -49,10 +49,14 @@ def cka_features(x: torch.Tensor, num_prefix: int, tokens: str) -> torch.Tensor:
     return features_for_cka(x, num_prefix, tokens)  # type: ignore[arg-type]
 
 
-def ragged_tokens_reason(name: str, tokens: str, spec: ModelSpec) -> str | None:
-    """Why ``tokens`` cannot be a CKA feature on ``spec`` (None when it can): every token of an image flattened
-    (``"all"``, ``"spatial"``) has a length that depends on the image's grid, and under a token budget
-    (``spec.max_tokens``: each image keeps its aspect ratio) images have grids of their own."""
+def token_choice_reason(name: str, tokens: str, spec: ModelSpec) -> str | None:
+    """Why ``tokens`` cannot be a CKA feature on ``spec`` (None when it can), asked before the pass: ``"cls"`` on a
+    model without prefix tokens (a CNN, SigLIP), and every token of an image flattened (``"all"``, ``"spatial"``)
+    under a token budget (``spec.max_tokens``: each image keeps its aspect ratio and has a grid, so a length, of
+    its own)."""
+    if tokens == "cls" and spec.num_prefix_tokens < 1:
+        return (f"analysis '{name}' reads the CLS token (tokens='cls'), but {spec.name} has none; set "
+                f"{name}.tokens=spatial_mean")
     if spec.max_tokens and tokens in ("all", "spatial"):
         return (f"analysis '{name}' flattens every token of an image (tokens={tokens!r}), but images keep their "
                 f"aspect ratios here and have token grids of their own; set {name}.tokens=spatial_mean (or cls)")
@@ -172,7 +176,7 @@ class BlockCKA(Analysis):
         return [f"blocks.*.{self._cfg_site}"] if spec.is_transformer else ["stages.*"]
 
     def why_unsupported(self, spec: ModelSpec) -> str | None:
-        return ragged_tokens_reason(self.name, self._cfg_tokens, spec)
+        return token_choice_reason(self.name, self._cfg_tokens, spec)
 
     def _keys(self, record: Mapping[str, torch.Tensor], spec: ModelSpec) -> list[tuple[int, str]]:
         pattern = self.required_hooks(spec)[0]

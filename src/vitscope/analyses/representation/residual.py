@@ -24,7 +24,7 @@ from vitscope.analyses.representation.cka import (
     merge_hsic,
     new_hsic_state,
     prepared,
-    ragged_tokens_reason,
+    token_choice_reason,
 )
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.cka_grams import row_norms
@@ -80,9 +80,9 @@ class ResidualResult(Result):
             LinePanel("block", "CKA (skip, branch)", ticks, [curve("attention", t["attn_cka"], "attention"),
                                                              curve("MLP", t["mlp_cka"], "MLP")],
                       "CKA between the skip path and the branch", cka_range),
-            LinePanel("block", "norm ratio (branch / skip)", ticks,
+            LinePanel("block", "norm ratio (skip / branch)", ticks,
                       [curve("attention", t["attn_norm_ratio"], "attention"), curve("MLP", t["mlp_norm_ratio"], "MLP")],
-                      "Norm of the branch over the norm of the skip", log_toggle=True)])
+                      "Norm of the skip over the norm of the branch", log_toggle=True)])
         return [self.figure("", curves, "CKA between the skip path and the attention / MLP branches per block, and "
                             "their norm ratio.", paper, title=f"Residual paths of {what}", chart=lines)] + [
             self.figure(f"_{part}_matrix", matrix(part), f"CKA between every {label(part)} skip input (rows) and "
@@ -130,7 +130,7 @@ class ResidualCKA(Analysis):
         return [f"blocks.*.{s}" for s in _SITES]
 
     def why_unsupported(self, spec: ModelSpec) -> str | None:
-        return ragged_tokens_reason(self.name, self._cfg_tokens, spec)
+        return token_choice_reason(self.name, self._cfg_tokens, spec)
 
     def stream_hooks(self, spec: ModelSpec) -> list[str]:
         return self.required_hooks(spec)
