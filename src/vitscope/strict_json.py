@@ -27,13 +27,16 @@ NULL_REASONS = "null_reasons"
 
 def finite(doc: Any) -> Any:
     """A copy of ``doc`` with every number that is not finite replaced by None (mappings, lists and tuples are
-    walked; numpy scalars become Python numbers; anything else is kept as is)."""
+    walked; numpy arrays and scalars and torch tensors become Python lists and numbers, so their values are
+    written as numbers rather than as their text; anything else is kept as is)."""
     if isinstance(doc, Mapping):
         return {k: finite(v) for k, v in doc.items()}
     if isinstance(doc, (list, tuple)):
         return [finite(v) for v in doc]
     if isinstance(doc, (bool, int, str)) or doc is None:
         return doc
+    if hasattr(doc, "dtype") and callable(getattr(doc, "tolist", None)):  # numpy arrays and scalars, torch tensors
+        return finite(doc.tolist())
     if isinstance(doc, numbers.Integral):  # numpy integers
         return int(doc)
     if isinstance(doc, numbers.Real):  # float, numpy floats

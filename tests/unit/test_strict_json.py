@@ -28,6 +28,13 @@ def test_finite_replaces_every_number_that_is_not_finite_and_keeps_the_rest() ->
     assert math.isnan(doc["a"][1])  # the document itself is left as it was
 
 
+def test_arrays_tensors_and_numpy_bools_are_written_as_their_values() -> None:
+    doc = {"array": np.array([float("nan"), 1.0]), "tensor": torch.tensor([[2.0, float("inf")]]),
+           "scalar": torch.tensor(3), "bool": np.bool_(True), "ints": np.arange(2, dtype=np.int16)}
+    assert strict_loads(dumps(doc)) == {"array": [None, 1.0], "tensor": [[2.0, None]], "scalar": 3, "bool": True,
+                                        "ints": [0, 1]}
+
+
 def test_write_json_atomic_is_strict(tmp_path: Path) -> None:
     path = write_json_atomic(tmp_path / "x.json", {"v": float("nan")})
     assert strict_loads(path.read_text()) == {"v": None}
