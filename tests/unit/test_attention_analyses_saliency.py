@@ -130,6 +130,53 @@ def test_ground_truth_follows_the_image_geometry():
     assert not mask_to_grid(np.zeros((0, 8, 16), dtype=bool), spec, (4, 4)).any()
 
 
+def test_under_a_view_the_ground_truth_follows_the_views_geometry(tmp_path):
+    """An 8 x 16 image letterboxed (whole, scaled to 8 x 4, padded above and below) is not centre cropped: its
+    masks go the view's way (``Batch.frame``), which the engine sets for a run with a view."""
+    import vitscope
+    from vitscope.analyses.base import Analysis
+    from vitscope.models.views import LetterboxView
+
+    spec = ModelSpec(name="m", family="tiny-vit", kind="transformer", num_blocks=1, num_heads=1, embed_dim=8,
+                     mlp_dim=16, patch_size=2, grid=(4, 4), num_prefix_tokens=1, prefix_kinds=("cls",),
+                     image_size=(8, 8))
+    masks = np.zeros((1, 8, 16), dtype=bool)
+    masks[0, :, :4] = True  # the left quarter: cropped away by the model's own geometry, kept by the letterbox
+    view = LetterboxView()
+    batch = batch_of(spec, [masks])
+    batch.frame = lambda image, resample: view.transform(image, spec, resample)
+    got = SaliencyIoU()._ground_truth(batch).reshape(4, 4)
+    from PIL import Image
+
+    framed = view.transform(Image.fromarray(masks[0].astype(np.uint8) * 255), spec, None)
+    want = np.asarray(framed.resize((4, 4), Image.Resampling.BICUBIC)) > 0
+    assert want.any() and not mask_to_grid(masks, spec, (4, 4)).any()
+    np.testing.assert_array_equal(got, want)
+
+    class Frames(Analysis):  # what the engine hands over
+        name = "frames"
+
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def required_hooks(self, spec):
+            return ["blocks.0.resid_post"]
+
+        def update(self, record, batch):
+            self.seen.append(batch.frame)
+
+        def compute(self):
+            return {}
+
+    images = [np.zeros((16, 32, 3), dtype=np.uint8)]
+    for chosen in (None, view):
+        frames = Frames()
+        vitscope.run(vitscope.load_model("tiny-vit"), images, [frames], view=chosen, progress=False, workers=0)
+        assert (frames.seen[0] is None) == (chosen is None)
+    assert frames.seen[0](Image.new("L", (32, 16)), None).size == (64, 64)
+
+
 def test_missing_masks_are_a_clear_error():
     spec = spec_2x2()
     acc = SaliencyIoU()

@@ -61,6 +61,9 @@ class Batch:
             plan, :meth:`quantity` creates one when it is missing.
         model: runs the model again on altered inputs (:class:`ModelRunner`); the engine sets it, analyses that
             re-run the model (masking) read it.
+        frame: under a view (:mod:`vitscope.models.views`), how an original image, or a mask as a mode ``"L"``
+            image, becomes the model's input frame: ``frame(image, resample) -> image``; None: the model's own
+            resize and crop. Ground truth made from the original images follows it.
     """
 
     pixels: torch.Tensor
@@ -71,6 +74,7 @@ class Batch:
     targets: dict[str, Any] = field(default_factory=dict)
     shared: Any = field(default=None, repr=False)
     model: Any = field(default=None, repr=False)
+    frame: Callable[..., Any] | None = field(default=None, repr=False)
 
     @property
     def size(self) -> int:

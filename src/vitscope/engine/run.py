@@ -138,10 +138,11 @@ class _Pass:
                grid: tuple[int, int], record: Mapping[str, torch.Tensor]) -> Batch:
         every = len(positions) == len(loaded.indices)
         pick = (lambda values: list(values)) if every else (lambda values: [values[j] for j in positions])
+        frame = None if self.view is None else functools.partial(_view_frame, self.view, self.backbone.spec)
         return Batch(pixels=pixels, indices=pick(loaded.indices), paths=pick(loaded.paths), spec=spec, grid=grid,
                      targets={k: pick(v) for k, v in loaded.targets.items()},
                      shared=SharedQuantities(record, self.plan, self.workspace, self.compile_stats),
-                     model=ModelRunner(self.backbone, self.record))
+                     model=ModelRunner(self.backbone, self.record), frame=frame)
 
 
 def _restore(checkpoint: Checkpoint | None, analyses: Sequence[Analysis], log: SkipLog
@@ -269,6 +270,11 @@ def run(
         with _rows_beside(checkpoint):  # spilled rows on the state file's disk: saving links them
             return _pass(backbone, source, analyses, checkpoint, shard, dev, amp, batch_size, limit, strict,
                          progress, view, hooks, total, described, workers, log, bool(compile_stats))
+
+
+def _view_frame(view: Any, spec: ModelSpec, image: Any, resample: Any = None) -> Any:
+    """``Batch.frame`` under a view: the view's geometry from an original image to the model's frame."""
+    return view.transform(image, spec, resample)
 
 
 def _hand_references(backbone: Backbone, source: Source, analyses: Sequence[Analysis], batch_size: int,

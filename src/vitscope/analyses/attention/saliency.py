@@ -8,7 +8,7 @@ masks on the token grid (docs/methods.md, Attention, "Saliency IoU").
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,18 +33,20 @@ __all__ = ["SaliencyIoU", "SaliencyIoUResult", "mask_to_grid"]
 BEST_HEAD_RULES: tuple[str, ...] = ("image", "dataset")
 
 
-def mask_to_grid(masks: np.ndarray | Sequence[np.ndarray], spec: ModelSpec, grid: Sequence[int]) -> np.ndarray:
+def mask_to_grid(masks: np.ndarray | Sequence[np.ndarray], spec: ModelSpec, grid: Sequence[int],
+                 frame: Callable[..., Image.Image] | None = None) -> np.ndarray:
     """Ground truth on the token grid: union of the instance masks after the image's geometry.
 
     Each ``[H, W]`` instance mask becomes a uint8 0/255 image, goes through the image's own resize and
     centre crop (:func:`~vitscope.models.preprocess.resize_crop` with ``spec.interpolation``, as the
-    pixels), is resized to the ``h x w`` grid with PIL's bicubic filter and thresholded at > 0; the
-    union over instances is returned (docs/methods.md, Attention).
+    pixels; under a view, the view's geometry), is resized to the ``h x w`` grid with PIL's bicubic filter and
+    thresholded at > 0; the union over instances is returned (docs/methods.md, Attention).
 
     Args:
         masks: ``[n, H, W]`` bool (or 0/1) instance masks at the image's original size; ``n`` may be 0.
         spec: the model's ModelSpec (its ``image_size``, ``resize_size`` and ``interpolation``).
         grid: ``(h, w)`` token grid.
+        frame: the run's view's geometry (``Batch.frame``); None: the model's own resize and crop.
 
     Returns:
         ``[h, w]`` bool.
@@ -53,7 +55,7 @@ def mask_to_grid(masks: np.ndarray | Sequence[np.ndarray], spec: ModelSpec, grid
     out = np.zeros((h, w), dtype=bool)
     for m in np.asarray(masks):
         img = Image.fromarray(np.where(np.asarray(m) > 0, 255, 0).astype(np.uint8), mode="L")
-        img = resize_crop(img, spec).resize((w, h), Image.Resampling.BICUBIC)
+        img = (resize_crop(img, spec) if frame is None else frame(img, None)).resize((w, h), Image.Resampling.BICUBIC)
         out |= np.asarray(img) > 0
     return out
 
@@ -192,7 +194,8 @@ class SaliencyIoU(AttentionAccumulator):
         if len(masks) != batch.size:
             raise VitscopeValueError(f"{self.name}: {len(masks)} mask sets for {batch.size} images; every image needs "
                                      "one")
-        return np.stack([mask_to_grid(m, batch.spec, batch.grid) for m in masks]).reshape(batch.size, -1)
+        return np.stack([mask_to_grid(m, batch.spec, batch.grid, batch.frame) for m in masks]).reshape(batch.size,
+                                                                                                     -1)
 
     @staticmethod
     def _iou(pred: torch.Tensor, gt: torch.Tensor) -> torch.Tensor:

@@ -288,7 +288,7 @@ def _objects(batch: Batch) -> tuple[torch.Tensor, torch.Tensor] | None:
         if r is not None and tuple(r[0]) == tuple(batch.grid):
             grid = np.asarray(r[1]).reshape(-1)
         elif masks is not None and len(masks) == batch.size and masks[j] is not None:
-            grid = mask_to_grid(masks[j], batch.spec, batch.grid).reshape(-1)
+            grid = mask_to_grid(masks[j], batch.spec, batch.grid, batch.frame).reshape(-1)
         else:
             grid = None
         rows.append(np.zeros(k) if grid is None else grid.astype(np.float64))
