@@ -64,7 +64,10 @@ def target_of(b):
 
 
 def cls_row(r: torch.Tensor, spec) -> torch.Tensor:
-    return r[:, 0, spec.num_prefix_tokens:].reshape(-1, *spec.grid)
+    """The row of the token(s) the score reads: the CLS token's; the distilled DeiT classifier averages the heads of
+    its CLS and distillation tokens, so the mean of their two rows."""
+    reads = [0, 1] if spec.has_head and tuple(spec.prefix_kinds)[:2] == ("cls", "dist") else [0]
+    return r[:, reads, spec.num_prefix_tokens:].mean(dim=1).reshape(-1, *spec.grid)
 
 
 def close(got: torch.Tensor, want: torch.Tensor) -> None:
@@ -86,6 +89,27 @@ def test_chefer_equals_eager_autograd(kind: str) -> None:
         r = r + (g * a).clamp(min=0).mean(dim=1) @ r
     close(got, cls_row(r, b.spec).detach())
     assert float(got.abs().max()) > 0
+
+
+@pytest.mark.parametrize("kind", ["beit", "tiny-vit-metric"])
+def test_a_mean_pooling_classifier_is_explained_from_the_rows_it_reads(kind: str) -> None:
+    """BEiT's classifier and a timm ViT with global_pool="avg" read the mean of the spatial tokens: the score has no
+    gradient on the last block's CLS row, so the maps take the mean of the spatial rows (Chefer's R, rollout)."""
+    b, _, twin = models(kind)
+    x, target = pixels_of(b), target_of(b)
+    got = attribute(b, x, target, "chefer")
+    score, patterns, _ = eager_forward(kind, twin, x, target)
+    grads = torch.autograd.grad(score.sum(), patterns)
+    assert float(grads[-1][:, :, 0].abs().max()) == 0.0  # the CLS row of the last block is not read
+    n, p = patterns[0].shape[-1], b.spec.num_prefix_tokens
+    r = torch.eye(n).expand(x.shape[0], n, n)
+    for a, g in zip(patterns, grads):
+        r = r + (g * a).clamp(min=0).mean(dim=1) @ r
+    mean_row = lambda m: m[:, p:, p:].mean(dim=1).reshape(-1, *b.spec.grid).detach()
+    close(got, mean_row(r))
+    assert float((got - cls_row(r, b.spec).detach()).abs().max()) > 1e-3 * float(got.abs().max())
+    with torch.no_grad():
+        close(attribute(b, x, target, "attention"), mean_row(patterns[-1].mean(dim=1)))
 
 
 @pytest.mark.parametrize("kind", KINDS)

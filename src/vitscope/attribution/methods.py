@@ -1,9 +1,13 @@
 """The attribution methods: one function each, ``(backbone, pixels, score, **options) -> map``.
 
-Token methods return ``[B, gh, gw]`` on the token grid: the row of the CLS token to the spatial tokens, prefix
-columns (CLS, distillation, registers) dropped; a model without a CLS token (SigLIP, I-JEPA, AIMv2) takes the
-mean of the spatial tokens' rows instead, the token its pooled output reads. Pixel methods return ``[B, H, W]``,
-the attribution summed over colour channels, signed. Maps are raw: never normalised.
+Token methods return ``[B, gh, gw]`` on the token grid: the row of the token the score reads to the spatial
+tokens, prefix columns (CLS, distillation, registers) dropped. That is the CLS row when the output is read from
+the CLS token; the mean of the spatial tokens' rows when it is their mean (a classifier that mean-pools, as
+BEiT's and timm's ``global_pool="avg"``; an embedding pooled by ``"mean"``; a model without a CLS token); and the
+mean of the rows of each part it reads when it reads several (DINOv2's classifier: the CLS token and the patch
+mean; DeiT's distilled one: the CLS and distillation tokens). Which tokens a classifier reads is found from its
+head: the tokens whose gradient is not zero. Pixel methods return ``[B, H, W]``, the attribution summed over
+colour channels, signed. Maps are raw: never normalised.
 
 Attention gradients are exact under the model's own fused kernel: the patterns are those that multiply the values
 in vitscope's kernel (an identity edit of ``attn.pattern`` routes every block through it), so ``d score / d A``
@@ -43,12 +47,41 @@ def _forward(backbone: Backbone, pixels: torch.Tensor, score: Score, names: list
         return value, dict(rec)
 
 
-def _row(r: torch.Tensor, backbone: Backbone, pixels: torch.Tensor) -> torch.Tensor:
-    """``[B, N, N]`` -> ``[B, gh, gw]``: the CLS row (or the mean spatial row) over the spatial tokens."""
+def _reads(backbone: Backbone, pixels: torch.Tensor, score: Score) -> list[str]:
+    """The parts of the last tokens the score reads: ``"cls"``, ``"dist"`` (a prefix token each) and ``"mean"``
+    (the spatial tokens). An embedding's score says it (its pooling); a classifier's head is asked: the tokens
+    whose gradient through the head is not zero (random tokens, no parameter's gradient kept)."""
+    named = getattr(score, "reads", None)
+    if named is not None:
+        return ["cls" if named == "cls" else "mean"]
+    spec = backbone.spec
+    if not spec.has_head:
+        return ["cls" if embedding_pooling(spec) == "cls" else "mean"]
+    from vitscope.models.outputs import head_logits
+
+    n = spec.num_prefix_tokens + int(torch.tensor(spec.grid_for(*pixels.shape[-2:])).prod())
+    dtype = next(backbone.model.parameters()).dtype
+    tokens = torch.randn(1, n, spec.embed_dim, device=pixels.device, generator=torch.Generator(
+        device=pixels.device).manual_seed(0)).to(dtype).requires_grad_(True)
+    with torch.enable_grad():
+        (grad,) = torch.autograd.grad(head_logits(backbone, tokens).float().sum(), tokens)
+    read = grad[0].abs().sum(dim=-1) > 0
+    kinds = tuple(spec.prefix_kinds)
+    parts = [kind for i, kind in enumerate(kinds[:2]) if kind in ("cls", "dist") and bool(read[i])]
+    if bool(read[spec.num_prefix_tokens:].any()):
+        parts.append("mean")
+    return parts or ["cls" if embedding_pooling(spec) == "cls" else "mean"]
+
+
+def _row(r: torch.Tensor, backbone: Backbone, pixels: torch.Tensor, score: Score) -> torch.Tensor:
+    """``[B, N, N]`` -> ``[B, gh, gw]``: the row of the token(s) the score reads over the spatial tokens (the
+    mean of the rows of each part it reads)."""
     spec = backbone.spec
     p = spec.num_prefix_tokens
-    row = r[:, 0, p:] if embedding_pooling(spec) == "cls" else r[:, p:, p:].mean(dim=1)
-    return row.reshape(-1, *spec.grid_for(*pixels.shape[-2:]))
+    index = {kind: i for i, kind in enumerate(spec.prefix_kinds)}
+    rows = [r[:, p:, p:].mean(dim=1) if part == "mean" else r[:, index[part], p:]
+            for part in _reads(backbone, pixels, score)]
+    return torch.stack(rows).mean(dim=0).reshape(-1, *spec.grid_for(*pixels.shape[-2:]))
 
 
 def _patterns(rec: dict[str, torch.Tensor]) -> list[torch.Tensor]:
@@ -56,23 +89,25 @@ def _patterns(rec: dict[str, torch.Tensor]) -> list[torch.Tensor]:
 
 
 def attention(backbone: Backbone, pixels: torch.Tensor, score: Score) -> torch.Tensor:
-    """The last block's pattern, mean over heads, CLS row to the spatial tokens (not renormalised)."""
+    """The last block's pattern, mean over heads, the read token's row to the spatial tokens (not renormalised)."""
     last = f"blocks.{backbone.spec.num_blocks - 1}.attn.pattern"
     with torch.no_grad(), backbone.record(last) as rec:
         backbone(pixels)
-        return _row(rec[last].float().mean(dim=1), backbone, pixels)
+        return _row(rec[last].float().mean(dim=1), backbone, pixels, score)
 
 
 def rollout(backbone: Backbone, pixels: torch.Tensor, score: Score, discard_ratio: float = 0.0) -> torch.Tensor:
-    """Attention rollout (mean over heads, identity added, rows rescaled), CLS row to the spatial tokens."""
+    """Attention rollout (mean over heads, identity added, rows rescaled), the read token's row to the spatial
+    tokens."""
     with torch.no_grad(), backbone.record(ALL_PATTERNS) as rec:
         backbone(pixels)
-        return _row(attention_rollout(_patterns(rec), "mean", discard_ratio), backbone, pixels)
+        return _row(attention_rollout(_patterns(rec), "mean", discard_ratio), backbone, pixels, score)
 
 
 def chefer(backbone: Backbone, pixels: torch.Tensor, score: Score) -> torch.Tensor:
     """Chefer et al. 2021 (generic attention-model explainability, self-attention rule): ``R = I``; per block in
-    order ``A_bar = mean_heads((d score / d A) * A)^+``, ``R = R + A_bar R``; the map is R's CLS row."""
+    order ``A_bar = mean_heads((d score / d A) * A)^+``, ``R = R + A_bar R``; the map is R's row of the token the
+    score reads (the CLS token in the paper)."""
     value, rec = _forward(backbone, pixels, score, [ALL_PATTERNS], {ALL_PATTERNS: _same})
     patterns = _patterns(rec)
     grads = torch.autograd.grad(value.sum(), patterns)
@@ -81,7 +116,7 @@ def chefer(backbone: Backbone, pixels: torch.Tensor, score: Score) -> torch.Tens
     for a, g in zip(patterns, grads):
         cam = (g * a).clamp(min=0).mean(dim=1).detach()
         r = r + cam @ r
-    return _row(r, backbone, pixels)
+    return _row(r, backbone, pixels, score)
 
 
 def token_gradcam(backbone: Backbone, pixels: torch.Tensor, score: Score, hook: str | None = None) -> torch.Tensor:

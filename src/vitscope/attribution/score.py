@@ -57,4 +57,5 @@ def score_function(backbone: Backbone, target: Any, batch: int, pooling: str | N
             raise VitscopeValueError(f"the target embedding has width {wanted.shape[-1]}, but {spec.name}'s "
                                      f"embedding has width {emb.shape[-1]}")
         return torch.nn.functional.cosine_similarity(emb, wanted.to(emb.device, emb.dtype), dim=-1)
+    cosine.reads = pooling  # type: ignore[attr-defined]  # the token(s) the score reads: the token maps' row
     return cosine
