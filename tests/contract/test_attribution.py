@@ -216,3 +216,15 @@ def test_bad_input_is_one_line() -> None:
         attribute(embedding, pixels_of(embedding), torch.randn(5), "chefer")
     with torch.inference_mode(), pytest.raises(VitscopeError, match="inference_mode"):
         attribute(b, x, 0, "chefer")
+
+
+def test_a_frozen_model_is_explained_as_the_same_model_unfrozen() -> None:
+    """A backbone whose parameters need no gradient (a frozen probe setup) gives the same maps."""
+    for name, methods in (("tiny-vit-sup", ("chefer", "token_gradcam")), ("tiny-resnet-sup", ("gradcam",))):
+        b = vitscope.load_model(name)
+        x, target = pixels_of(b), target_of(b)
+        want = {m: attribute(b, x, target, m) for m in methods}
+        b.model.requires_grad_(False)
+        for m in methods:
+            torch.testing.assert_close(attribute(b, x, target, m), want[m], rtol=0, atol=0)
+        assert not any(p.requires_grad for p in b.model.parameters())

@@ -41,6 +41,8 @@ def _forward(backbone: Backbone, pixels: torch.Tensor, score: Score, names: list
     """``(score [B], {name: recorded tensor, in the graph})`` of one forward with gradients."""
     spec = backbone.spec
     wanted = list(dict.fromkeys(names + ([] if spec.has_head else ["final_norm"])))
+    if not pixels.requires_grad:  # a frozen model (no parameter needs a gradient) still builds the graph
+        pixels = pixels.detach().requires_grad_(True)
     with backbone.intervene(edits or {}), backbone.record(wanted, detach=False) as rec:
         out = backbone(pixels)
         value = score(logits_of(out) if spec.has_head else rec["final_norm"])
