@@ -192,3 +192,41 @@ def test_a_test_time_register_is_one_more_register_and_moves_the_chosen_units(ki
     act = seen["blocks.0.mlp.post"]
     assert torch.all(act[:, p + 1:, :2] == 0)  # the patches' activations moved ...
     assert torch.all(act[:, p, 0] == act[:, p, 1]) and torch.all(act[:, p, 0] != 0)  # ... onto the register
+
+
+@pytest.mark.parametrize("kind", ["vit-cls", "tiny-vit-sup"])
+def test_contexts_on_one_block_nest(kind: str) -> None:
+    """An intervention or a recording opened inside another on the same block keeps the outer one working: the
+    outer edit still applies inside and after, every recording sees the pattern the block used, and an attribution
+    (which records every pattern) may run inside a user's recording."""
+    from vitscope.attribution import attribute
+
+    b = backbone_of(kind)
+    x = pixels(b)
+
+    def first_key_dropped(t, name):
+        t = t.clone()
+        t[..., 0] = 0
+        return t
+
+    with torch.no_grad():
+        clean = main_output(b(x))
+        with b.intervene({"blocks.1.attn.pattern": first_key_dropped}):
+            edited = main_output(b(x))
+            with b.intervene({"blocks.1.attn.q": same}):
+                inner = main_output(b(x))
+            after = main_output(b(x))
+            with b.record("blocks.1.attn.pattern") as outer, b.record("blocks.1.attn.pattern") as nested:
+                b(x)
+                seen = (outer["blocks.1.attn.pattern"].clone(), nested["blocks.1.attn.pattern"].clone())
+    assert float((edited - clean).abs().max()) > 1e-4
+    torch.testing.assert_close(inner, edited)
+    torch.testing.assert_close(after, edited)
+    assert all(float(p[..., 0].abs().max()) == 0.0 for p in seen)  # the edited pattern, in both recordings
+    with b.record("blocks.*.attn.pattern") as rec:
+        attribute(b, x, 0 if b.spec.has_head else torch.randn(b.spec.embed_dim), "chefer")
+        with torch.no_grad():
+            torch.testing.assert_close(main_output(b(x)), clean)
+        assert rec["blocks.1.attn.pattern"].shape[-1] == b.spec.num_tokens
+    with torch.no_grad():
+        torch.testing.assert_close(main_output(b(x)), clean)  # every context gone

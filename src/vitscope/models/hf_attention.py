@@ -13,7 +13,8 @@ the mask), and the output differs from sdpa's only by kernel rounding. One pass,
 An intervention (``backbone.intervene``) edits ``attn.q|k|v|pattern`` in the same kernel: q, k and v as they enter
 it (then the model's own kernel runs on them), the pattern after the softmax (then this block runs the eager
 computation with the edited pattern multiplying the values). A recording open at the same time sees the edited
-tensors.
+tensors. Contexts nest: every open recording and intervention on a block holds its own entry (outer first), the
+edits apply in that order, every recording is filled, and leaving one context removes its entry alone.
 """
 
 from __future__ import annotations
@@ -32,10 +33,12 @@ from vitscope.hooks.record import CallbackRemovable, Record, Removable
 
 IMPL_NAME = "vitscope_record"
 
-# id(attention module) -> (callback(q, k, v, pattern or None), whether the pattern is wanted, original kernel)
-_ACTIVE: dict[int, tuple[Callable[..., None], bool, str]] = {}
-# id(attention module) -> (the intervention's edits, its block's name prefix, original kernel)
-_EDITING: dict[int, tuple[Edits, str, str]] = {}
+# id(attention module) -> the open recordings, outer first: (callback(q, k, v, pattern or None), pattern wanted)
+_ACTIVE: dict[int, list[tuple[Callable[..., None], bool]]] = {}
+# id(attention module) -> the open interventions, outer first: (their edits, the block's name prefix)
+_EDITING: dict[int, list[tuple[Edits, str]]] = {}
+# id(attention module) -> the model's own kernel, while any context routes the module to vitscope's
+_ORIGINAL: dict[int, str] = {}
 
 
 def _softmax(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, scaling: float) -> torch.Tensor:
@@ -72,30 +75,29 @@ def _recording_attention(
     dropout: float = 0.0,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    recording, editing = _ACTIVE.get(id(module)), _EDITING.get(id(module))
-    callback, want_pattern, original = recording if recording is not None else (None, False, editing[2])
-    edit_pattern = False
-    if editing is not None:  # the intervention's q, k, v first: recording and the kernel see the edited ones
-        edits, p, original = editing
+    recordings, editings = _ACTIVE.get(id(module), []), _EDITING.get(id(module), [])
+    original = _ORIGINAL.get(id(module), "eager")
+    for edits, p in editings:  # the interventions' q, k, v first: recordings and the kernel see the edited ones
         query, key, value = (edits.apply(p + site, t) for site, t in (("q", query), ("k", key), ("v", value)))
-        edit_pattern = edits.wants(p + "pattern")
-    if not (want_pattern or edit_pattern):  # no pattern needed: the model's own kernel runs
+    pattern_edits = [(edits, p) for edits, p in editings if edits.wants(p + "pattern")]
+    want_pattern = any(wanted for _, wanted in recordings)
+    if not (want_pattern or pattern_edits):  # no pattern needed: the model's own kernel runs
         fn = ALL_ATTENTION_FUNCTIONS.get_interface(original, None) if original != "eager" else None
         if fn is not None:
             out, weights = fn(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
-            if callback is not None:
+            for callback, _ in recordings:
                 callback(query, key, value, None)
             return out, weights
     if scaling is None:
         scaling = query.size(-1) ** -0.5
     pattern = _pattern(query, key, attention_mask, scaling)
-    if edit_pattern:  # used as returned: the values are mixed by the edited pattern, not renormalised
+    for edits, p in pattern_edits:  # used as returned: the values are mixed by the edited pattern, not renormalised
         pattern = edits.apply(p + "pattern", pattern)
     weights = pattern.to(query.dtype)
     weights = nn.functional.dropout(weights, p=dropout, training=module.training)
     out = torch.matmul(weights, value).transpose(1, 2).contiguous()
-    if callback is not None:
-        callback(query, key, value, pattern if want_pattern else None)
+    for callback, wanted in recordings:
+        callback(query, key, value, pattern if wanted else None)
     return out, weights
 
 
@@ -116,12 +118,28 @@ def _route(attn_module: nn.Module, original: str, cleanup: Callable[[], None]) -
             attn_module.register_forward_hook(post, with_kwargs=True), CallbackRemovable(cleanup)]
 
 
-def _original_kernel(attn_module: nn.Module) -> str:
-    """The model's own kernel, also while another context has routed the module to vitscope's."""
-    for held in (_ACTIVE.get(id(attn_module)), _EDITING.get(id(attn_module))):
-        if held is not None:
-            return held[-1]
-    return attn_module.config._attn_implementation or "eager"
+def _opened(attn_module: nn.Module, held: dict[int, list[Any]], entry: tuple) -> list[Removable]:
+    """Add ``entry`` (a recording's or an intervention's) to the module's open contexts and route the module to
+    vitscope's kernel; removing the hooks removes that entry alone, and the last context to go restores the model's
+    own kernel (also after an exception inside the forward)."""
+    key = id(attn_module)
+    config = attn_module.config
+    original = _ORIGINAL.setdefault(key, config._attn_implementation or "eager")
+    held.setdefault(key, []).append(entry)
+
+    def cleanup():
+        mine = held.get(key, [])
+        for i, other in enumerate(mine):
+            if other is entry:
+                del mine[i]
+                break
+        if not mine:
+            held.pop(key, None)
+        if key not in _ACTIVE and key not in _EDITING:
+            _ORIGINAL.pop(key, None)
+            config._attn_implementation = original
+
+    return _route(attn_module, original, cleanup)
 
 
 def edit_hf_attention(attn_module: nn.Module, block: int, edits: Edits) -> list[Removable]:
@@ -130,16 +148,7 @@ def edit_hf_attention(attn_module: nn.Module, block: int, edits: Edits) -> list[
     q, k and v are edited as they enter the kernel; the model's own kernel then runs on them, unless the pattern is
     edited, which makes this block run the eager-equivalent kernel (the pattern multiplies the values as returned).
     """
-    original = _original_kernel(attn_module)
-    config = attn_module.config
-    _EDITING[id(attn_module)] = (edits, f"blocks.{block}.attn.", original)
-
-    def cleanup():
-        _EDITING.pop(id(attn_module), None)
-        if id(attn_module) not in _ACTIVE:
-            config._attn_implementation = original  # also after an exception inside the forward
-
-    return _route(attn_module, original, cleanup)
+    return _opened(attn_module, _EDITING, (edits, f"blocks.{block}.attn."))
 
 
 def capture_hf_attention(attn_module: nn.Module, block: int, rec: Record) -> list[Removable]:
@@ -149,8 +158,6 @@ def capture_hf_attention(attn_module: nn.Module, block: int, rec: Record) -> lis
     ``blocks.{block}.attn.pattern`` (``[B, H, N, N]`` float32) when requested.
     """
     p = f"blocks.{block}.attn."
-    config = attn_module.config
-    original = _original_kernel(attn_module)
     want_pattern = rec.wants(p + "pattern")
 
     def on_attention(q, k, v, pattern):
@@ -160,11 +167,4 @@ def capture_hf_attention(attn_module: nn.Module, block: int, rec: Record) -> lis
         if pattern is not None:
             rec.put(p + "pattern", pattern)
 
-    _ACTIVE[id(attn_module)] = (on_attention, want_pattern, original)
-
-    def cleanup():
-        _ACTIVE.pop(id(attn_module), None)
-        if id(attn_module) not in _EDITING:
-            config._attn_implementation = original  # also after an exception inside the forward
-
-    return _route(attn_module, original, cleanup)
+    return _opened(attn_module, _ACTIVE, (on_attention, want_pattern))

@@ -201,7 +201,9 @@ class TimmLayoutBackbone(Backbone):
             rec.put(p + "q", q)
             rec.put(p + "k", k)
             rec.put(p + "v", seen["v"])
-            edited = _EDITED_PATTERNS.pop(id(attn), None)  # an intervention's pattern, as the block used it
+            # an intervention's pattern, as the block used it in this call (every recording open reads it; the
+            # edit sets it again in every call and removes it when it ends)
+            edited = _EDITED_PATTERNS.get(id(attn))
             if rec.wants(p + "pattern"):
                 if edited is not None:
                     rec.put(p + "pattern", edited.float())
