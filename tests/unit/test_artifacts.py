@@ -265,22 +265,24 @@ def test_every_compared_quantity_has_its_section_text_and_caption() -> None:
 
 def test_hugging_face_models_get_the_test_time_register_row_and_a_refusal_is_reported(tmp_path) -> None:
     """The register goes into a Hugging Face ViT through a hook on its embeddings, so the ablations run it there too;
-    BEiT (a relative position bias sized for its tokens) cannot take it, and says why instead of a row."""
+    BEiT (a relative position bias sized for its tokens) and DINOv2's classifier (it averages the patch tokens, the
+    register with them) cannot take it, and say why instead of a row."""
     from helpers.hf_factories import make
     from vitscope import wrap
     from vitscope.experiments.artifacts import artifact_ablations
 
     root = synthesize(tmp_path / "world", "coco", n=8, size=64, seed=3)
-    for kind in ("dinov2", "beit"):
+    refusals = {"beit": "relative position bias", "dinov2": "classifier pools the patch tokens"}
+    for kind in ("dinov2-reg", "beit", "dinov2"):
         backbone = wrap(make(kind), name=kind)
         found = {"first_block": None, "register_neurons": []}  # no outliers: the register alone beside the model
         not_run: dict[str, str] = {}
         rows = artifact_ablations(backbone, f"{root}::coco", found, controls=("zero",), images=4, reference_images=4,
                                   batch_size=8, neurons={0: [0]}, not_run=not_run)
         targets = [r["target"] for r in rows]
-        if kind == "dinov2":
+        if kind not in refusals:
             assert targets[-1] == "test_time_register" and not_run == {}
             assert rows[-1]["control"] == "register neurons 0:[0]" and 0.0 <= rows[-1]["knn_accuracy"] <= 1.0
         else:
             assert "test_time_register" not in targets
-            assert "relative position bias" in not_run["test_time_register"]
+            assert refusals[kind] in not_run["test_time_register"]

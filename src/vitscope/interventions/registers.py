@@ -74,7 +74,34 @@ def with_test_time_register(backbone: Backbone) -> Backbone:
             out(torch.zeros(1, 3, *spec.image_size, device=out.device))
     except RuntimeError as err:
         raise VitscopeValueError(f"{spec.name} cannot take one more token ({str(err).splitlines()[0]})") from None
+    if not timm and spec.has_head:
+        _refuse_a_head_that_pools_the_register(out)
     return out
+
+
+def _refuse_a_head_that_pools_the_register(registered: Backbone) -> None:
+    """A Hugging Face classifier counts its prefix tokens from its config: one that pools the patches (DINOv2's
+    patch mean, I-JEPA's mean of every token) takes the register in, so the outliers moved onto it would reach
+    the logits; refused (the model's own logits differ from the head's without the register, or the head reads it).
+    """
+    from vitscope.models.outputs import head_logits, logits_of
+
+    spec = registered.spec
+    last = f"blocks.{spec.num_blocks - 1}.resid_post"
+    x = torch.randn(2, 3, *spec.image_size, generator=torch.Generator().manual_seed(0)).to(registered.device)
+    with torch.no_grad(), registered.record(last) as rec:
+        own = logits_of(registered(x)).float()
+        tokens = rec[last].clone()
+    with torch.enable_grad():
+        tokens.requires_grad_(True)
+        ours = head_logits(registered, tokens).float()
+        (grad,) = torch.autograd.grad(ours.sum(), tokens)
+    reads_register = bool(grad[:, spec.num_prefix_tokens - 1].abs().sum() > 0)
+    if reads_register or not torch.allclose(own, ours.detach(), rtol=1e-4,
+                                            atol=1e-5 * float(own.abs().max().clamp_min(1.0))):
+        raise VitscopeValueError(f"{spec.name.removesuffix('+ttr')}'s classifier pools the patch tokens, so it would "
+                                 "take a test-time register in; load the model without its classifier (an embedding "
+                                 "model) for a test-time register")
 
 
 class _PrefixAfterPositions:
