@@ -63,6 +63,20 @@ def test_grid_and_rollout_figures_write_one_png_each(tmp_path) -> None:
         block_head_maps(maps[0], "bad", tmp_path / "bad")
 
 
+def test_rollout_overlays_keep_the_images_aspect_ratio(tmp_path, monkeypatch) -> None:
+    """A 40 x 96 image (a 5 x 12 grid under --keep-aspect) is drawn 75 x 180, its map over it the same size."""
+    from vitscope.viz import attention_maps
+
+    shapes = []
+    overlay = attention_maps.value_overlay
+    monkeypatch.setattr(attention_maps, "value_overlay",
+                        lambda photo, m, cmap: shapes.append((photo.shape[:2], m.shape)) or overlay(photo, m, cmap))
+    rng = np.random.default_rng(2)
+    photo = rng.integers(0, 255, (40, 96, 3), dtype=np.uint8)
+    rollout_figure(photo[None], rng.random((1, 5, 12)), [0], rng.random((5, 12)), None, "r", tmp_path / "r")
+    assert shapes == [((75, 180), (75, 180))]
+
+
 def test_a_grid_wider_than_the_first_guess_is_drawn_whole(tmp_path) -> None:
     rng = np.random.default_rng(1)
     maps = rng.random((24, 16, 14, 14))

@@ -156,11 +156,13 @@ def rollout_figure(
     side = 180
     panels = []  # (label, pixels) of each map, over its image where there is one
     for img, m, name in zip(imgs, maps, names):
-        photo = Image.fromarray(np.ascontiguousarray(img)).convert("RGB").resize((side, side), Image.BILINEAR)
+        h, w = np.asarray(img).shape[:2]  # the long side to ``side``, the image's own aspect ratio kept
+        size = (side, max(1, round(side * h / w))) if w >= h else (max(1, round(side * w / h)), side)
+        photo = Image.fromarray(np.ascontiguousarray(img)).convert("RGB").resize(size, Image.BILINEAR)
         top = np.nanmax(m) if np.isfinite(m).any() else 0.0
         label = f"image {name}" if isinstance(name, int) else short_name(str(name), 26)
         panels.append((label, value_overlay(np.asarray(photo), fit_nearest(m / top if top > 0 else m,
-                                                                           (side, side)), cmap)))
+                                                                           (size[1], size[0])), cmap)))
     extra = [("dataset mean", as_numpy(mean_map))]
     if random_map is not None:
         extra.append(("random attention", as_numpy(random_map)))
