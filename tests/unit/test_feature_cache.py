@@ -132,28 +132,15 @@ def test_a_failed_pass_that_cannot_resume_leaves_no_rows(folder: Path, tmp_path:
     there go with it."""
     import functools
 
-    from vitscope.analyses.base import Analysis
+    from helpers.failing import FailingAnalysis
     from vitscope.engine import feature_rows
 
     monkeypatch.setattr(feature_rows, "RowStore", functools.partial(RowStore, spill_bytes=1 << 10))  # spill at once
 
-    class Failing(Analysis):
-        name = "failing"
-
-        def required_hooks(self, spec):
-            return ["blocks.0.resid_post"]
-
-        def update(self, record, batch):
-            if batch.indices[0] >= 5:
-                raise RuntimeError("a riding analysis fails")
-
-        def compute(self):
-            return {}
-
     source = DatasetSource(load_dataset(folder))
     with pytest.raises(RuntimeError, match="riding"):
         extract_features(vitscope.load_model("tiny-vit"), source, [FeatureRequest(pooling="cls")],
-                         FeatureCache(tmp_path), batch_size=5, analyses=[Failing()])
+                         FeatureCache(tmp_path), batch_size=5, analyses=[FailingAnalysis(5, "a riding analysis fails")])
     assert (tmp_path / "tmp").is_dir() and not list((tmp_path / "tmp").glob("pass-*"))
 
 

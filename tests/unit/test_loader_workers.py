@@ -102,25 +102,12 @@ def _children() -> list[int]:
 def test_the_workers_stop_when_the_pass_fails_even_while_its_error_is_kept(folder) -> None:
     """An analysis that raises, or an unreadable image under strict, ends the pass: its worker processes stop
     then, not when the error (kept by a notebook as sys.last_traceback) is collected."""
-    from vitscope.analyses.base import Analysis
-
-    class Failing(Analysis):
-        name = "failing"
-
-        def required_hooks(self, spec):
-            return ["blocks.0.resid_post"]
-
-        def update(self, record, batch):
-            if batch.indices[0] >= 3:
-                raise RuntimeError("an analysis fails")
-
-        def compute(self):
-            return {}
+    from helpers.failing import FailingAnalysis
 
     backbone = vitscope.load_model("tiny-vit")
     before = set(_children())
     kept = []
-    for analyses, strict in (([Failing()], False), (["attention_distance"], True)):
+    for analyses, strict in (([FailingAnalysis(3)], False), (["attention_distance"], True)):
         try:
             vitscope.run(backbone, str(folder), analyses, batch_size=3, workers=2, progress=False, strict=strict)
         except (RuntimeError, ImageLoadError) as err:
