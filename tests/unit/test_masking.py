@@ -78,6 +78,18 @@ def test_foreground_follows_the_model_geometry(models) -> None:
     assert not foreground_pixel_mask(np.zeros((0, 64, 64), bool), spec).any()
 
 
+def test_a_box_the_crop_cuts_keeps_its_part_in_the_frame(models) -> None:
+    """A 32 x 64 image is resized to 32 x 64 and cropped to columns 16..47: a thin diagonal object spanning every
+    row has a box over every row of the frame, though its pixels left in the crop span rows 8 to 23 only."""
+    spec = models["vit"].spec
+    inst = np.zeros((1, 32, 64), dtype=bool)
+    for y in range(32):
+        inst[0, y, 2 * y] = True  # from the top-left corner to the bottom-right
+    box = foreground_pixel_mask(inst, spec, "box")
+    assert box.shape == (32, 32) and box.all()  # the object's box, x 0..63 and y 0..31, through the crop
+    assert not foreground_pixel_mask(inst, spec, "mask")[:8].any()  # its mask: rows 8..23 only
+
+
 def test_fill_modes() -> None:
     x = torch.randn(2, 3, 8, 8)
     mask = torch.zeros(2, 8, 8, dtype=torch.bool)

@@ -11,10 +11,10 @@ from PIL import Image
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.concept_tokens import token_coverage, token_region_labels
 from vitscope.functional.occlusion import boxes_pixel_mask, masks_bounding_boxes
-from vitscope.models.preprocess import frame_size, resize_crop
+from vitscope.models.preprocess import frame_size, resize_crop, resize_crop_geometry
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["REGIONS", "foreground_pixel_mask", "instance_masks_to_model", "token_regions"]
+__all__ = ["REGIONS", "boxes_to_model", "foreground_pixel_mask", "instance_masks_to_model", "token_regions"]
 
 REGIONS: tuple[str, ...] = ("box", "mask")
 
@@ -46,11 +46,28 @@ def foreground_pixel_mask(masks: np.ndarray | Sequence[np.ndarray], spec: ModelS
     """
     if region not in REGIONS:
         raise VitscopeValueError(f"region must be one of {REGIONS}, got {region!r}")
-    model_masks = instance_masks_to_model(masks, spec)
-    frame = tuple(model_masks.shape[-2:])
     if region == "mask":
+        model_masks = instance_masks_to_model(masks, spec)
+        frame = tuple(model_masks.shape[-2:])
         return model_masks.any(dim=0) if len(model_masks) else torch.zeros(frame, dtype=torch.bool)
-    return boxes_pixel_mask(masks_bounding_boxes(model_masks), frame)
+    masks = np.asarray(masks)
+    image_hw = tuple(masks.shape[-2:]) if masks.ndim == 3 else tuple(spec.image_size)
+    # the objects' boxes at the image's own size, taken through its resize and crop: a box the crop cuts keeps
+    # its part in the frame (the box of the cropped mask would shrink to the mask's surviving pixels)
+    boxes = masks_bounding_boxes(torch.from_numpy(masks)) if masks.ndim == 3 else torch.zeros(0, 4)
+    return boxes_pixel_mask(boxes_to_model(boxes, image_hw, spec), frame_size(image_hw, spec))
+
+
+def boxes_to_model(boxes: torch.Tensor, image_hw: Sequence[int], spec: ModelSpec) -> torch.Tensor:
+    """``[n, 4]`` boxes ``(x1, y1, x2, y2)`` in pixels of an ``image_hw`` image -> the same boxes in the model's
+    frame (the image's resize and crop, :func:`~vitscope.models.preprocess.resize_crop_geometry`), clipped to it."""
+    (new_h, new_w), left, top = resize_crop_geometry(tuple(int(v) for v in image_hw), spec)
+    out_h, out_w = frame_size(tuple(int(v) for v in image_hw), spec)
+    scale = torch.tensor([new_w / image_hw[1], new_h / image_hw[0]] * 2, dtype=torch.float64)
+    shift = torch.tensor([left, top] * 2, dtype=torch.float64)
+    moved = torch.as_tensor(boxes, dtype=torch.float64).reshape(-1, 4) * scale - shift
+    limit = torch.tensor([out_w, out_h] * 2, dtype=torch.float64)
+    return torch.minimum(moved.clamp(min=0.0), limit)
 
 
 def token_regions(masks: np.ndarray | Sequence[np.ndarray], labels: Sequence[int], spec: ModelSpec,
