@@ -80,7 +80,8 @@ def test_an_analysis_inside_the_package_is_one_file(tmp_path, monkeypatch):
     assert "token_count" not in ANALYSES
 
 
-ALL_TARGETS = frozenset({"label", "masks", "instance_labels"})
+#: every target a source gives (boxes: a format of boxes without masks, which foreground masking takes for masks)
+ALL_TARGETS = frozenset({"label", "masks", "instance_labels", "boxes"})
 
 
 @pytest.mark.parametrize("name", sorted(ANALYSES))

@@ -153,3 +153,24 @@ def test_frequency_filter() -> None:
     wave = torch.cos(2 * torch.pi * 4 * torch.arange(12) / 12).expand(1, 1, 16, 12)
     torch.testing.assert_close(frequency_filter(wave, 4.0, "low"), wave)
     assert frequency_filter(wave, 3.9, "low").abs().max() < 1e-6
+
+
+def test_foreground_masking_reads_imagenet_boxes_as_the_boxes_of_the_same_scenes(tmp_path) -> None:
+    """Paper 001 masks ImageNet's boxes: a dataset of boxes alone (no masks) gives region="box" the numbers of the
+    same scenes with their masks' boxes; region="mask" is refused before the pass."""
+    import vitscope
+    from vitscope.analyses.masking.foreground import ForegroundMasking
+    from vitscope.data.synthetic.write import synthesize
+    from vitscope.errors import VitscopeError
+
+    backbone = vitscope.load_model("tiny-vit-sup")
+    found = {}
+    for fmt in ("coco", "imagenet-boxes"):
+        root = synthesize(tmp_path / fmt, fmt, n=8, size=64, seed=3)
+        found[fmt] = vitscope.run(backbone, f"{root}::{fmt}", [ForegroundMasking(region="box")], batch_size=4,
+                                  progress=False, workers=0)["foreground_masking"]
+    assert found["coco"].meta["mean_foreground_fraction"] == found["imagenet-boxes"].meta["mean_foreground_fraction"]
+    assert torch.equal(found["coco"].tensors["accuracy"], found["imagenet-boxes"].tensors["accuracy"])
+    with pytest.raises(VitscopeError, match="masks"):
+        vitscope.run(backbone, f"{tmp_path / 'imagenet-boxes'}::imagenet-boxes", [ForegroundMasking(region="mask")],
+                     progress=False, workers=0)

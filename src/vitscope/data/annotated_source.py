@@ -10,7 +10,7 @@ import numpy as np
 from PIL import Image
 
 from vitscope.data.formats.errors import DatasetFormatError
-from vitscope.data.images import ImageLoadError, load_rgb
+from vitscope.data.images import ImageLoadError, load_rgb, oriented_size
 from vitscope.data.source import Source
 
 __all__ = ["AnnotatedSource", "region_masks"]
@@ -90,6 +90,8 @@ class AnnotatedSource(Source):
             out["instance_ids"] = item.instance_ids
         if getattr(item, "masks", None) is not None:  # [n, H, W] bool at the image's size (saliency_iou)
             out["masks"] = item.masks
+        elif getattr(item, "boxes", None) is not None:  # boxes alone (ImageNet's): with the size they are in
+            out["boxes"] = (np.asarray(item.boxes, dtype=np.float32).reshape(-1, 4), oriented_size(item.image_path))
         if self.regions_in_targets:
             regions = region_masks(item)
             if regions is not None:

@@ -272,6 +272,24 @@ def full_size(image: Image.Image) -> tuple[int, int]:
     return (int(size[0]), int(size[1])) if size is not None else (image.height, image.width)
 
 
+def oriented_size(path: PathLike) -> tuple[int, int]:
+    """``(height, width)`` of an image file as it is shown (its EXIF orientation applied), from its header alone.
+
+    Raises:
+        ImageLoadError: not an image.
+    """
+    try:
+        with Image.open(path) as img:
+            height, width = img.height, img.width
+            try:
+                turned = img.getexif().get(0x0112) in _TRANSPOSED
+            except Exception:  # malformed EXIF: oriented as stored
+                turned = False
+    except (OSError, UnidentifiedImageError) as err:
+        raise ImageLoadError(os.fspath(path), _short_reason(err)) from None
+    return (width, height) if turned else (height, width)
+
+
 def _draft(img: Image.Image) -> tuple[int, int] | None:
     """Ask a JPEG's decoder for a reduced scale when :func:`jpeg_drafting` is on (before ``load``); returns the
     oriented ``(height, width)`` of the full decode when a smaller scale was taken."""

@@ -14,7 +14,8 @@ from vitscope.functional.occlusion import boxes_pixel_mask, masks_bounding_boxes
 from vitscope.models.preprocess import frame_size, resize_crop, resize_crop_geometry
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["REGIONS", "boxes_to_model", "foreground_pixel_mask", "instance_masks_to_model", "token_regions"]
+__all__ = ["REGIONS", "boxes_foreground", "boxes_to_model", "foreground_pixel_mask", "instance_masks_to_model",
+           "token_regions"]
 
 REGIONS: tuple[str, ...] = ("box", "mask")
 
@@ -55,7 +56,14 @@ def foreground_pixel_mask(masks: np.ndarray | Sequence[np.ndarray], spec: ModelS
     # the objects' boxes at the image's own size, taken through its resize and crop: a box the crop cuts keeps
     # its part in the frame (the box of the cropped mask would shrink to the mask's surviving pixels)
     boxes = masks_bounding_boxes(torch.from_numpy(masks)) if masks.ndim == 3 else torch.zeros(0, 4)
-    return boxes_pixel_mask(boxes_to_model(boxes, image_hw, spec), frame_size(image_hw, spec))
+    return boxes_foreground(boxes, image_hw, spec)
+
+
+def boxes_foreground(boxes: np.ndarray | torch.Tensor, image_hw: Sequence[int], spec: ModelSpec) -> torch.Tensor:
+    """The union of ``[n, 4]`` boxes of an ``image_hw`` image at model resolution: ``[H, W]`` bool (a dataset of
+    boxes without masks, as ImageNet's)."""
+    hw = tuple(int(v) for v in image_hw)
+    return boxes_pixel_mask(boxes_to_model(torch.as_tensor(boxes), hw, spec), frame_size(hw, spec))
 
 
 def boxes_to_model(boxes: torch.Tensor, image_hw: Sequence[int], spec: ModelSpec) -> torch.Tensor:

@@ -18,25 +18,32 @@ import numpy as np
 import torch
 
 from vitscope.analyses.base import Batch, Figure, Result
+from vitscope.analyses.data_checks import missing_targets
 from vitscope.analyses.masking.base import ModelAccumulator, topk_correct
 from vitscope.analyses.registry import register_analysis
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.occlusion import FILLS
 from vitscope.models.spec import ModelSpec
 from vitscope.occlusion.forward import masked_logits
-from vitscope.occlusion.regions import REGIONS, foreground_pixel_mask
+from vitscope.occlusion.regions import REGIONS, boxes_foreground, foreground_pixel_mask
 from vitscope.strict_json import note_null
 
 __all__ = ["CONDITIONS", "ForegroundMasking", "ForegroundMaskingResult"]
 
 CONDITIONS: tuple[str, ...] = ("full", "foreground_only", "background_only")
-#: the target the loader adds: ``(region, [H, W] bool foreground at model resolution)`` per image
-FOREGROUND = "foreground_pixels"
+#: the targets the loader adds: ``(region, [H, W] bool foreground at model resolution)`` per image, from the
+#: masks, or from the boxes of a dataset that has boxes alone
+FOREGROUND, FOREGROUND_OF_BOXES = "foreground_pixels", "foreground_pixels_of_boxes"
 
 
 def _foreground(masks: Any, spec: ModelSpec, region: str) -> tuple[str, np.ndarray]:
     """``(region, [H, W] bool)``: one image's foreground at model resolution (host work, made by the loader)."""
     return region, foreground_pixel_mask(masks, spec, region).numpy()
+
+
+def _foreground_of_boxes(boxes: Any, spec: ModelSpec) -> tuple[str, np.ndarray]:
+    """``("box", [H, W] bool)`` from ``(boxes [n, 4], image (height, width))``: the source's ``boxes`` target."""
+    return "box", boxes_foreground(boxes[0], boxes[1], spec).numpy()
 
 
 class ForegroundMaskingResult(Result):
@@ -83,7 +90,7 @@ class ForegroundMasking(ModelAccumulator):
                    "masks), normalised by the full-image accuracy.")
     summary = "foreground-only / background-only accuracy"
 
-    required_targets = ("label", "masks")
+    required_targets = ("label",)  # and masks, or (region "box") boxes: why_unsupported_data
 
     def __init__(self, region: str = "box", fill: str = "zero", blur_sigma: float = 4.0,
                  topk: Sequence[int] = (1, 5)) -> None:
@@ -103,21 +110,35 @@ class ForegroundMasking(ModelAccumulator):
         self.add_state("correct", torch.zeros(len(CONDITIONS), len(self._cfg_topk), dtype=torch.float64))
         self.add_state("foreground_fraction", 0.0, reduce="sum")
 
+    def why_unsupported_data(self, data: Any) -> str | None:
+        """Labels, and the objects: masks, or for ``region="box"`` masks or boxes (ImageNet's)."""
+        missing = set(self.required_targets) - data.targets
+        if not missing and "masks" not in data.targets and (self._cfg_region == "mask" or "boxes" not in data.targets):
+            missing = {"masks"} if self._cfg_region == "mask" else {"masks or boxes"}
+        return missing_targets(self.name, missing) if missing else None
+
     def target_transforms(self, spec: ModelSpec) -> dict[str, tuple[str, Any]]:
         """The foreground at model resolution, made where images decode (the loader's workers)."""
-        return {FOREGROUND: ("masks", functools.partial(_foreground, spec=spec, region=self._cfg_region))}
+        made = {FOREGROUND: ("masks", functools.partial(_foreground, spec=spec, region=self._cfg_region))}
+        if self._cfg_region == "box":
+            made[FOREGROUND_OF_BOXES] = ("boxes", functools.partial(_foreground_of_boxes, spec=spec))
+        return made
 
     def _foregrounds(self, batch: Batch) -> np.ndarray:
         """``[B, H, W]`` bool foreground of every image (host data: the loader's, or made here)."""
-        ready = batch.targets.get(FOREGROUND)
-        if ready is not None and len(ready) == batch.size and all(
-                r is not None and r[0] == self._cfg_region and r[1].shape == tuple(batch.pixels.shape[-2:])
-                for r in ready):
-            return np.stack([r[1] for r in ready])
-        masks = batch.targets.get("masks")
-        if masks is None:
-            raise VitscopeValueError(f"analysis '{self.name}' needs object masks or boxes (batch.targets['masks'])")
-        return np.stack([_foreground(m, batch.spec, self._cfg_region)[1] for m in masks])
+        frame = tuple(batch.pixels.shape[-2:])
+        for key in (FOREGROUND, FOREGROUND_OF_BOXES):
+            ready = batch.targets.get(key)
+            if ready is not None and len(ready) == batch.size and all(
+                    r is not None and r[0] == self._cfg_region and r[1].shape == frame for r in ready):
+                return np.stack([r[1] for r in ready])
+        masks, boxes = batch.targets.get("masks"), batch.targets.get("boxes")
+        if masks is not None:
+            return np.stack([_foreground(m, batch.spec, self._cfg_region)[1] for m in masks])
+        if boxes is not None and self._cfg_region == "box":
+            return np.stack([_foreground_of_boxes(b, batch.spec)[1] for b in boxes])
+        raise VitscopeValueError(f"analysis '{self.name}' needs object masks or boxes (batch.targets['masks'] or "
+                                 "['boxes'])")
 
     def _update_counts(self, record: Mapping[str, torch.Tensor], batch: Batch, labels: torch.Tensor) -> None:
         foregrounds = self._foregrounds(batch)  # read with numpy: the decisions below wait for no device
