@@ -24,6 +24,7 @@ def test_methods_are_scored_beside_their_controls(world: str, tmp_path: Path) ->
     assert run.returncode == 0, run.stdout + run.stderr
     doc = json.loads((tmp_path / "out" / "results.json").read_text())
     summary = doc["analyses"]["explanations"]["summary"]
+    assert doc["num_images"] == summary["images"] == 4  # the images scored
     rows = summary["rows"]
     vit = [r for r in rows if r["model"] == "tiny-vit-sup-spurious"]
     cnn = "reads attention or tokens; the model is a CNN"

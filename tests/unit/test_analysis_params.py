@@ -40,6 +40,22 @@ def test_values_follow_the_constructor_annotations() -> None:
         convert(ANALYSES["cka"], "batch", "abc")
     with pytest.raises(ParameterError, match="must be an integer"):
         convert(knn, "k", "2.5")
+    # scientific notation, on the command line and in a YAML file (YAML 1.1 reads 1e-3 as a string)
+    assert convert(ANALYSES["artifacts"], "massive_relative", "1e3") == 1000.0
+    assert convert(ANALYSES["linear_probe"], "lr", "1e-3") == 0.001 and convert(knn, "k", "1e1") == 10
+    assert convert(ANALYSES["saliency_iou"], "mass", "5e-1") == 0.5
+    with pytest.raises(ParameterError, match="must be a number"):
+        convert(ANALYSES["linear_probe"], "lr", "fast")
+
+
+def test_a_path_option_expands_the_home_folder(tmp_path, monkeypatch) -> None:
+    from vitscope.outputs.folder import prepare_output
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cfg = tmp_path / "a.yaml"
+    cfg.write_text("model: m\ndata: d\nout: ~/from-yaml\n")
+    assert resolve_options(ANALYZE_OPTIONS, {}, cfg)["out"] == tmp_path / "from-yaml"
+    assert prepare_output("~/made") == tmp_path / "made" and (tmp_path / "made").is_dir()
 
 
 @pytest.mark.parametrize(("params", "message"), [

@@ -139,6 +139,11 @@ def _scalar(text: str) -> Any:
 
     if text.strip().lower() == "none":  # Python's spelling of YAML's null
         return None
+    for number in (int, float):  # YAML 1.1 reads 1e3 and 1e-3 as strings
+        try:
+            return number(text.strip())
+        except ValueError:
+            pass
     try:
         return yaml.safe_load(text) if text.strip() else ""
     except yaml.YAMLError:
@@ -156,6 +161,11 @@ def _as(kind: Any, value: Any, text: str | None) -> Any:
             raise VitscopeTypeError("an integer")
         return int(value)
     if kind is float:
+        if isinstance(value, str):  # a YAML file's 1e-3 (YAML 1.1 reads it as a string)
+            try:
+                return float(value)
+            except ValueError:
+                raise VitscopeTypeError("a number") from None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise VitscopeTypeError("a number")
         return float(value)

@@ -37,7 +37,7 @@ def prepare_output(out: str | os.PathLike) -> Path:
         OutputError: ``out`` is a file, or cannot be created or written (one line).
         VitscopeRuntimeError: the report's vendored chart library is not the pinned file.
     """
-    out = Path(out)
+    out = Path(out).expanduser()
     if out.exists() and not out.is_dir():
         raise OutputError(f"--out {out} is a file; give a folder (it is created when missing)")
     try:

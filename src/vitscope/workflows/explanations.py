@@ -84,11 +84,13 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
     settings = root / "synth.json"
     backgrounds = len(json.loads(settings.read_text()).get("backgrounds", [])) if settings.is_file() else None
     rows, identities, figures, skipped = [], [], [], {}
+    scored = 0
     for model_id in models:
         backbone = load_model(model_id)
         chosen, not_run = methods_for(backbone, methods)
         skipped.update({f"{m}@{model_id}": why for m, why in not_run.items()})
         bench = prepared(backbone, source, limit, backgrounds)
+        scored = len(bench.shown)  # the images the benchmark scores (no more than the data holds)
         model_rows, maps, curves = benchmark_model(backbone, model_id, bench, chosen, steps=steps, sanity=sanity,
                                                    say=log)
         rows += model_rows
@@ -107,7 +109,7 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
     table = pd.DataFrame([{"model": r.model, "method": r.method, "family": r.family, "metric": r.metric,
                            "value": r.value, **{f"control_{k}": v for k, v in r.controls.items()}, "note": r.note}
                           for r in rows])
-    summary = {"models": list(models), "methods": sorted({r.method for r in rows}), "images": limit,
+    summary = {"models": list(models), "methods": sorted({r.method for r in rows}), "images": scored,
                "steps": steps, "rows": json.loads(table.to_json(orient="records")), "not_run": skipped}
     result = SummaryResult("explanations", summary, tables={"explanations": table}, figures=figures,
                            intro="Every attribution method scored against ground truth: localisation, faithfulness "
@@ -116,7 +118,7 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
         "explanations", title=f"vitscope explanations: {', '.join(models)}",
         config={"command": "explanations", "models": list(models), "data": str(data),
                 "methods": list(methods or ["all"]), "limit": limit, "steps": steps, "sanity": sanity},
-        results={"explanations": result}, models=identities, data=source.describe(), num_images=limit))
+        results={"explanations": result}, models=identities, data=source.describe(), num_images=scored))
     return json.loads(Path(path).read_text())
 
 

@@ -69,7 +69,7 @@ def _coerce(option: Option, value: Any, source: str | None) -> Any:
         return _names(option, value, where)
     if not isinstance(value, (str, Path)) or (isinstance(value, str) and not value.strip()):
         raise ConfigError(f"'{option.name}'{where} must be a non-empty string, got {value!r}")
-    return Path(value) if kind == "path" else str(value)
+    return Path(value).expanduser() if kind == "path" else str(value)
 
 
 def _params(option: Option, value: Any, where: str) -> dict[str, dict[str, Any]] | None:
