@@ -54,3 +54,34 @@ def test_an_embedding_model_explains_its_cosine_to_another_image(images: list[Pa
     assert summary["shapes"] == {"chefer": [32, 32], "token_gradcam": [32, 32]}  # upsampled to the input
     with pytest.raises(VitscopeValueError, match="has no classifier head: give --like IMAGE"):
         write_attributions(str(tmp_path / "model"), images[:1], ["chefer"], tmp_path / "again")
+
+
+def test_a_metric_net_is_explained_by_the_cosine_of_its_projected_embeddings(images: list[Path],
+                                                                               tmp_path: Path) -> None:
+    """The zoo's metric ViT has a linear head that projects its embedding (128 numbers, not classes): it is scored
+    like an embedding model, through that projection, and refuses a class."""
+    import torch
+
+    import vitscope
+    from vitscope.attribution import attribute
+    from vitscope.errors import VitscopeValueError
+    from vitscope.workflows.attribute import write_attributions
+
+    doc = write_attributions("tiny-vit-metric", images[:1], ["chefer"], tmp_path / "out", like=images[1])
+    summary = doc["analyses"]["attributions"]["summary"]
+    assert summary["score"] == "cosine of the embedding to the --like image's" and "classes" not in summary
+    written = np.load(tmp_path / "out" / "arrays" / "attributions.npz")["chefer"]
+    metric = vitscope.load_model("tiny-vit-metric")
+    from PIL import Image as PILImage
+
+    pixels = metric.preprocess([PILImage.open(images[0]).convert("RGB")])
+    reference = metric.preprocess([PILImage.open(images[1]).convert("RGB")])
+    with torch.no_grad(), metric.record("final_norm") as rec:
+        metric(reference)
+        wanted = metric.model.head(rec["final_norm"][:, 1:].mean(dim=1))[0]  # the net's mean-pooled embedding
+    own = attribute(metric, pixels, wanted, "chefer", pooling="mean", projection=metric.model.head)
+    np.testing.assert_allclose(written, own.numpy(), rtol=1e-5, atol=1e-7)
+    with pytest.raises(VitscopeValueError, match="embedding model .* give --like IMAGE"):
+        write_attributions("tiny-vit-metric", images[:1], ["chefer"], tmp_path / "bad", target=3)
+    with pytest.raises(VitscopeValueError, match="one of --target and --like"):
+        write_attributions("tiny-vit-sup", images[:1], ["chefer"], tmp_path / "both", target=3, like=images[1])

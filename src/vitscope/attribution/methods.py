@@ -40,12 +40,13 @@ def _forward(backbone: Backbone, pixels: torch.Tensor, score: Score, names: list
              edits: dict | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """``(score [B], {name: recorded tensor, in the graph})`` of one forward with gradients."""
     spec = backbone.spec
-    wanted = list(dict.fromkeys(names + ([] if spec.has_head else ["final_norm"])))
+    tokens = getattr(score, "reads", None) is not None or not spec.has_head  # an embedding's score reads tokens
+    wanted = list(dict.fromkeys(names + (["final_norm"] if tokens else [])))
     if not pixels.requires_grad:  # a frozen model (no parameter needs a gradient) still builds the graph
         pixels = pixels.detach().requires_grad_(True)
     with backbone.intervene(edits or {}), backbone.record(wanted, detach=False) as rec:
         out = backbone(pixels)
-        value = score(logits_of(out) if spec.has_head else rec["final_norm"])
+        value = score(rec["final_norm"] if tokens else logits_of(out))
         return value, dict(rec)
 
 
@@ -161,7 +162,11 @@ def integrated_gradients(backbone: Backbone, pixels: torch.Tensor, score: Score,
 
     def score_for(x: torch.Tensor) -> Score:  # captum runs the images several times in one batch
         reps = x.shape[0] // pixels.shape[0]
-        return lambda out: _repeated(score, out, reps)
+
+        def repeated(out: torch.Tensor) -> torch.Tensor:
+            return _repeated(score, out, reps)
+        repeated.reads = getattr(score, "reads", None)  # type: ignore[attr-defined]
+        return repeated
 
     ig = IntegratedGradients(forward)
     attributions = ig.attribute(pixels.detach(), baselines=base, n_steps=int(steps), method="gausslegendre")

@@ -27,7 +27,7 @@ def score_function(backbone: Backbone, target: Any, batch: int, pooling: str | N
         VitscopeValueError: a class out of range, an embedding of the wrong width or number.
     """
     spec = backbone.spec
-    if spec.has_head:
+    if spec.has_head and projection is None:  # a head given as the projection is a metric net's embedding
         classes = torch.as_tensor(target).long().reshape(-1)
         if classes.numel() == 1:
             classes = classes.expand(batch)

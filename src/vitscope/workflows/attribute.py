@@ -47,6 +47,7 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
     from vitscope.attribution import METHODS, attribute
     from vitscope.data.images import load_rgb
     from vitscope.engine.provenance import model_identity
+    from vitscope.explain.pair_report import default_pooling, default_projection
     from vitscope.models.load import load_model
     from vitscope.models.outputs import embedding_of, embedding_pooling, logits_of
     from vitscope.models.preprocess import resize_crop
@@ -63,9 +64,15 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
     spec = backbone.spec
     pil = [load_rgb(p) for p in images]
     pixels = backbone.preprocess(pil)
+    projection = backbone.model.head if default_projection(model, backbone) == "head" else None  # a metric net
+    pooling = default_pooling(backbone) if projection is not None else None
+    if target is not None and (like is not None or projection is not None):
+        raise VitscopeValueError(f"--target names a class of a classifier; {spec.name} "
+                                 + ("is an embedding model (its head projects the embedding): give --like IMAGE"
+                                    if projection is not None else "is scored by one of --target and --like: give one"))
     with torch.no_grad():
         reference = backbone.preprocess([load_rgb(like)]) if like is not None else None
-        if spec.has_head:  # the given class, else the one predicted for --like, else each image's
+        if spec.has_head and projection is None:  # the given class, else the one predicted for --like, else each's
             if target is not None:
                 chosen: Any = torch.full((len(pil),), int(target), dtype=torch.long)
             else:
@@ -80,9 +87,10 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
                                          "each image's is compared with")
             with backbone.record("final_norm") as rec:
                 backbone(reference)
-                chosen = embedding_of(backbone, rec["final_norm"], embedding_pooling(spec))[0]
+                chosen = embedding_of(backbone, rec["final_norm"], pooling or embedding_pooling(spec), projection)[0]
             what = "cosine of the embedding to the --like image's"
-    maps = {m: attribute(backbone, pixels, chosen, m, upsample=upsample).cpu() for m in methods}
+    maps = {m: attribute(backbone, pixels, chosen, m, upsample=upsample, pooling=pooling, projection=projection).cpu()
+            for m in methods}
     shown = [np.asarray(resize_crop(im, spec), dtype=np.uint8) for im in pil]
     names = [Path(p).name for p in images]
 
@@ -94,7 +102,7 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
                     "maps are in arrays/attributions.npz.", "Chefer et al. 2021; Sundararajan et al. 2017")
     summary = {"methods": list(methods), "score": what, "images": names,
                "shapes": {m: list(t.shape[1:]) for m, t in maps.items()}}
-    if spec.has_head:
+    if spec.has_head and projection is None:
         summary["classes"] = [int(c) for c in chosen]
     result = AttributionMaps("attributions", summary, figures=[figure], tensors=maps,
                            intro="Where the model's output comes from, by each attribution method: raw maps, never "
