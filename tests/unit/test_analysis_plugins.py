@@ -48,6 +48,11 @@ def test_the_doc_commands_run_and_list_the_module_they_import(lab):
     doc = json.loads((lab / "runs" / "norms" / "results.json").read_text())
     assert list(doc["analyses"]) == ["token_norm"] and doc["hooks"] == ["blocks.3.resid_post"]
     assert doc["analyses"]["token_norm"]["summary"]["mean_norm"] == pytest.approx(mean_norm_by_hand(3), rel=1e-6)
+    import hashlib
+
+    (source,) = doc["config"]["imports"]  # the code that made the numbers, with the file's digest
+    assert source["analysis"] == "token_norm" and source["file"].endswith("token_norm.py")
+    assert source["sha256"] == hashlib.sha256(Path(source["file"]).read_bytes()).hexdigest()
 
     shown = cli(*listing[1:])  # the same file, now by its dotted name: one class, imported twice
     assert shown.returncode == 0, shown.stderr

@@ -12,16 +12,18 @@ import importlib
 import importlib.util
 import pkgutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vitscope.errors import VitscopeError
 
 if TYPE_CHECKING:  # pragma: no cover - importlib.metadata takes tens of ms: imported when entry points are read
     from importlib.metadata import EntryPoint
 
-__all__ = ["ENTRY_POINT_GROUP", "PluginImportError", "analysis_entry_points", "import_analyses", "import_builtins",
+__all__ = ["ENTRY_POINT_GROUP", "PluginImportError", "analysis_entry_points", "analysis_sources", "import_analyses",
+           "import_builtins",
            "import_entry_points"]
 
 #: entry-point group through which other packages add analyses: each entry point names a module (or an object in
@@ -152,3 +154,24 @@ def _import_dotted(name: str) -> ModuleType:
             raise PluginImportError(f"cannot import analyses from '{name}': no module named '{err.name}' (on "
                                     "Python's path or in the current folder)") from None
         raise
+
+
+def analysis_sources(analyses: Sequence[Any]) -> list[dict[str, Any]]:
+    """Where the analyses from outside vitscope come from (``--import``, ``import:``, entry points): one record per
+    such analysis with its ``module``, its ``file`` and the file's ``sha256``, so a run's results.json says which
+    code made its numbers (empty when every analysis is vitscope's own)."""
+    import hashlib
+    import inspect
+
+    out = []
+    for analysis in analyses:
+        cls = type(analysis)
+        if cls.__module__.split(".")[0] == "vitscope":
+            continue
+        try:
+            file = inspect.getsourcefile(cls)
+        except TypeError:  # defined where no source file is (an interactive session)
+            file = None
+        digest = hashlib.sha256(Path(file).read_bytes()).hexdigest() if file and Path(file).is_file() else None
+        out.append({"analysis": analysis.name, "module": cls.__module__, "file": file, "sha256": digest})
+    return out

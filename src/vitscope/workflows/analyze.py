@@ -10,6 +10,7 @@ from typing import Any
 from vitscope.analyses.base import Analysis
 from vitscope.analyses.data_checks import DataFacts
 from vitscope.analyses.params import build_analyses
+from vitscope.analyses.plugins import analysis_sources
 from vitscope.analyses.registry import (
     GROUPS,
     default_analyses,
@@ -169,8 +170,9 @@ def run_analyze(options: AnalyzeOptions, *, progress: bool | None = None, log: C
         finish_sae_cards(results, backbone, source, log)
     if out is not None and (not distributed or is_main_process()):
         data = options.data
+        outside = analysis_sources(chosen)  # plugin analyses: the code that made their numbers
         config = options.record(model=model_id, data=str(data) if isinstance(data, (str, Path)) else source.name,
-                                analyses=[a.name for a in chosen])
+                                analyses=[a.name for a in chosen], **({"imports": outside} if outside else {}))
         write_run(out, RunResult(
             "analyze", config=config, results=dict(results),
             models=[{**model_identity(model_id, backbone), "grids": results.grids}],
