@@ -78,5 +78,8 @@ def test_probe_takes_the_void_rule_from_the_command_line(tmp_path) -> None:
     assert doc["analyses"]["davis"]["summary"]["void"] == "ignore"
     bad = cli("probe", "-m", "tiny-vit-metric", "-d", f"{davis}::davis", "-o", str(tmp_path / "bad"),
               "--davis-void", "mask", "--cache", str(tmp_path / "cache"))
-    assert bad.returncode == 1
+    assert bad.returncode == 2  # bad usage
     assert bad.stderr.strip() == "error: --davis-void must be one of background, ignore, got 'mask'"
+    site = cli("probe", "-m", "tiny-vit-metric", "-d", f"{davis}::davis", "-o", str(tmp_path / "site"),
+               "--site", "bogus")
+    assert site.returncode == 2 and "--site must be one of resid_pre, norm1" in site.stderr

@@ -13,7 +13,7 @@ from vitscope.workflows.probe import run_probe
 
 
 def _options(data: str, out, test_data: str | None = None) -> ProbeOptions:
-    return ProbeOptions(model="tiny-vit-sup", data=data, out=out, test_data=test_data, site="block", batch_size=4,
+    return ProbeOptions(model="tiny-vit-sup", data=data, out=out, test_data=test_data, site="resid_post", batch_size=4,
                         device="cpu")
 
 

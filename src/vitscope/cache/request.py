@@ -15,6 +15,10 @@ __all__ = ["POOLINGS", "FeatureRequest", "pool_group"]
 POOLINGS = ("cls", "spatial_mean", "spatial", "all", "mask")
 
 
+#: the block sites whose tokens ``[B, N, D]`` a request pools
+TOKEN_SITES: tuple[str, ...] = ("resid_pre", "norm1", "attn_out", "resid_mid", "norm2", "mlp_out", "resid_post")
+
+
 @dataclass(frozen=True)
 class FeatureRequest:
     """Which features to keep for every image (one cache entry per request).

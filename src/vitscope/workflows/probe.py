@@ -163,16 +163,20 @@ def run_probe(options: ProbeOptions, log: Callable[[str], None] | None = None, d
     """
     from vitscope.analyses.probes.result import best_block_table
     from vitscope.cache.feature_cache import FeatureCache
+    from vitscope.cache.request import TOKEN_SITES
     from vitscope.downstream.checks import require_blocks
     from vitscope.downstream.davis import VOID_RULES
     from vitscope.downstream.sweep import probe_sweep
     from vitscope.engine.provenance import model_identity
     from vitscope.models.input_size import describe_input
     from vitscope.models.load import load_model
+    from vitscope.workflows.option_values import ConfigError
 
     void = options.davis_void or "background"
-    if void not in VOID_RULES:  # before any model or data is loaded
-        raise VitscopeValueError(f"--davis-void must be one of {', '.join(VOID_RULES)}, got {void!r}")
+    if void not in VOID_RULES:  # before any model or data is loaded: bad usage (exit status 2)
+        raise ConfigError(f"--davis-void must be one of {', '.join(VOID_RULES)}, got {void!r}")
+    if options.site not in TOKEN_SITES:
+        raise ConfigError(f"--site must be one of {', '.join(TOKEN_SITES)}, got {options.site!r}")
     out = prepare_output(options.out)
     backbone = load_model(options.model, image_size=options.image_size, keep_aspect=options.keep_aspect)
     require_blocks(backbone, "per-block")  # before any data is read: a CNN fails at once
