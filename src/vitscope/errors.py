@@ -8,7 +8,7 @@ vitscope and is shown with its traceback and a request to report it.
 from __future__ import annotations
 
 __all__ = ["DegenerateDataError", "VitscopeError", "VitscopeFileNotFoundError", "VitscopeKeyError",
-           "VitscopeRuntimeError", "VitscopeTypeError", "VitscopeValueError"]
+           "VitscopeRuntimeError", "VitscopeTypeError", "VitscopeUsageError", "VitscopeValueError"]
 
 
 class VitscopeError(Exception):
@@ -17,6 +17,11 @@ class VitscopeError(Exception):
 
 class VitscopeValueError(VitscopeError, ValueError):
     """A value given to vitscope is wrong: an option, a parameter, a tensor's shape, a data file's content."""
+
+
+class VitscopeUsageError(VitscopeValueError):
+    """A value the user gave that the command cannot take (an unknown device, dtype, analysis or parameter):
+    bad usage, which the command line answers with exit status 2."""
 
 
 class DegenerateDataError(VitscopeValueError):

@@ -79,8 +79,19 @@ def test_errors_are_one_line_with_status_1(tmp_path):
         assert "Traceback" not in proc.stderr
 
 
-def test_bad_usage_is_status_2():
+def test_bad_usage_is_status_2(tmp_path):
     assert vitscope("analyze", "--model", "tiny-vit").returncode == 2
+    from helpers.cli import cli
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    from PIL import Image
+
+    Image.new("RGB", (32, 32), (90, 20, 40)).save(folder / "a.png")
+    for wrong in (["--device", "foo"], ["--dtype", "fp64"], ["-a", "nonexistent"], ["-p", "attention_stats.x=1"],
+                  ["-a", "artifacts", "-p", "artifacts.massive_relative=abc"]):  # values the command cannot take
+        run = cli("analyze", "-m", "tiny-vit", "-d", str(folder), "-o", str(tmp_path / "out"), *wrong)
+        assert run.returncode == 2 and run.stderr.strip().splitlines()[-1].startswith("error: "), wrong
 
 
 def test_help_and_version_do_not_import_torch() -> None:

@@ -24,7 +24,7 @@ from typing import Any
 from vitscope.analyses.base import Analysis
 from vitscope.analyses.data_checks import DataFacts
 from vitscope.analyses.registry import ANALYSES, GROUPS, Obstacle, obstacle, unknown_analysis
-from vitscope.errors import VitscopeTypeError, VitscopeValueError
+from vitscope.errors import VitscopeTypeError, VitscopeUsageError, VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
 __all__ = ["ParameterError", "build_analyses", "describe_parameters", "parameters_of", "parse_param_assignments"]
@@ -33,7 +33,7 @@ __all__ = ["ParameterError", "build_analyses", "describe_parameters", "parameter
 HIDDEN = ("workdir",)
 
 
-class ParameterError(VitscopeValueError):
+class ParameterError(VitscopeUsageError):
     """A parameter that does not exist, cannot be converted, or that the analysis refuses (one line)."""
 
 

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from vitscope.analyses.base import Analysis
 from vitscope.analyses.data_checks import DataFacts
-from vitscope.errors import DegenerateDataError, VitscopeValueError
+from vitscope.errors import DegenerateDataError, VitscopeUsageError, VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
 __all__ = ["ANALYSES", "GROUPS", "Obstacle", "default_analyses", "get_analysis", "not_run_text", "obstacle",
@@ -169,7 +169,7 @@ def unknown_analysis(name: str, known: Collection[str] | None = None, groups: Co
     close = difflib.get_close_matches(str(name), names + group_names, n=1, cutoff=0.4)
     hint = f" Did you mean '{close[0]}'?" if close else ""
     listed = f" Groups: {', '.join(group_names)}." if group_names else ""
-    return VitscopeValueError(f"unknown analysis '{name}'.{hint} Known analyses: {', '.join(names)}.{listed}")
+    return VitscopeUsageError(f"unknown analysis '{name}'.{hint} Known analyses: {', '.join(names)}.{listed}")
 
 
 def get_analysis(name: str, **kwargs: Any) -> Analysis:

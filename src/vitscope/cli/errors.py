@@ -23,7 +23,7 @@ from typing import Any
 
 import typer
 
-from vitscope.errors import VitscopeError
+from vitscope.errors import VitscopeError, VitscopeUsageError
 from vitscope.workflows.options import ConfigError
 
 __all__ = ["one_line_errors", "one_line_warnings"]
@@ -77,7 +77,7 @@ def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except SystemExit:
             raise
-        except ConfigError as err:
+        except (ConfigError, VitscopeUsageError) as err:  # bad usage: a value the command cannot take
             print(f"error: {_first_line(err)}", file=sys.stderr)
             raise typer.Exit(2) from None
         except VitscopeError as err:

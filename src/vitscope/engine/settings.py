@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from vitscope.errors import VitscopeValueError
+from vitscope.errors import VitscopeUsageError, VitscopeValueError
 
 __all__ = ["MIN_IMAGES_FOR_WORKERS", "loader_workers", "progress_bar", "resolve_device", "resolve_dtype"]
 
@@ -46,7 +46,7 @@ def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype not in table:
-        raise VitscopeValueError(f"unknown dtype '{dtype}'; use fp32, bf16 or fp16")
+        raise VitscopeUsageError(f"unknown dtype '{dtype}'; use fp32, bf16 or fp16")
     return table[dtype]
 
 
@@ -61,7 +61,7 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     try:
         dev = torch.device(device)
     except RuntimeError:
-        raise VitscopeValueError(f"unknown device '{device}'; use cpu, cuda, cuda:N or mps") from None
+        raise VitscopeUsageError(f"unknown device '{device}'; use cpu, cuda, cuda:N or mps") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise VitscopeValueError("device 'cuda' requested but no CUDA GPU is available; use --device cpu")
     if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):

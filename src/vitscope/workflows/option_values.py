@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vitscope.errors import VitscopeValueError
+from vitscope.errors import VitscopeUsageError
 
 __all__ = ["IMPORT_KEY", "ConfigError", "Option", "load_config", "resolve_options"]
 
 
-class ConfigError(VitscopeValueError):
+class ConfigError(VitscopeUsageError):
     """The configuration file or the merged options are invalid (one line, says what to change)."""
 
 
