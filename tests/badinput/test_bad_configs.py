@@ -39,16 +39,17 @@ def test_config_file_missing(photos, tmp_path):
 
 def test_param_unknown(photos, tmp_path):
     one_error(analyze(photos, tmp_path / "out", "-p", "attention_distance.sample=3", analyses="attention_distance"),
-              "attention_distance has no parameter 'sample'; its parameters: seed, random_samples")
+              "attention_distance has no parameter 'sample'; its parameters: seed, random_samples", status=2)
 
 
 def test_param_wrong_type(photos, tmp_path):
     one_error(analyze(photos, tmp_path / "out", "-p", "attention_distance.random_samples=many",
-                      analyses="attention_distance"), "random_samples")
+                      analyses="attention_distance"), "random_samples", status=2)
 
 
 def test_param_for_an_analysis_not_run(photos, tmp_path):
-    one_error(analyze(photos, tmp_path / "out", "-p", "knn_probe.k=5"), "knn_probe is not among the analyses run")
+    one_error(analyze(photos, tmp_path / "out", "-p", "knn_probe.k=5"), "knn_probe is not among the analyses run",
+              status=2)
 
 
 def test_param_without_analysis_name(photos, tmp_path):
@@ -57,7 +58,7 @@ def test_param_without_analysis_name(photos, tmp_path):
 
 def test_analysis_unknown(photos, tmp_path):
     one_error(analyze(photos, tmp_path / "out", analyses="atention_stats"),
-              "unknown analysis 'atention_stats'. Did you mean 'attention_stats'?")
+              "unknown analysis 'atention_stats'. Did you mean 'attention_stats'?", status=2)
 
 
 def test_option_out_of_range(photos, tmp_path):
@@ -67,4 +68,5 @@ def test_option_out_of_range(photos, tmp_path):
 
 
 def test_dtype_unknown(photos, tmp_path):
-    one_error(analyze(photos, tmp_path / "out", "--dtype", "fp8"), "unknown dtype 'fp8'; use fp32, bf16 or fp16")
+    one_error(analyze(photos, tmp_path / "out", "--dtype", "fp8"), "unknown dtype 'fp8'; use fp32, bf16 or fp16",
+              status=2)

@@ -29,7 +29,7 @@ def test_device_cuda_without_cuda(photos, tmp_path):
 
 
 def test_device_unknown(photos, tmp_path):
-    one_error(analyze(photos, tmp_path / "out", "--device", "tpu"), "unknown device 'tpu'; use cpu, cuda")
+    one_error(analyze(photos, tmp_path / "out", "--device", "tpu"), "unknown device 'tpu'; use cpu, cuda", status=2)
 
 
 def test_out_of_memory_on_a_batch(photos, tmp_path, monkeypatch):

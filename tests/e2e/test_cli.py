@@ -69,8 +69,7 @@ def test_errors_are_one_line_with_status_1(tmp_path):
         ["analyze", "--model", "tiny-resnet", "--data", "skimage", "--out", str(tmp_path), "-a", "attention_stats"],
         ["analyze", "--model", "hf:acme/not-cached", "--data", "skimage", "--out", str(tmp_path)],
         ["analyze", "--model", "tiny-vit", "--data", str(tmp_path / "nowhere"), "--out", str(tmp_path)],
-        ["analyze", "--model", "tiny-vit", "--data", "skimage", "--out", str(tmp_path), "-a", "atention_stats"],
-    ]
+    ]  # an unknown analysis is bad usage (status 2): test_bad_usage_is_status_2
     for args in cases:
         proc = cli(*args)
         assert proc.returncode == 1, (args, proc.stderr)

@@ -84,7 +84,7 @@ def test_names_must_be_unique(coco: str, tmp_path: Path, models: str, needle: st
 def test_an_unknown_analysis_fails_before_any_model_loads(coco: str, tmp_path: Path) -> None:
     res = cli("compare", "--models", "a=no-such-model,b=tiny-vit", "--data", coco, "--out", str(tmp_path),
               "--analyses", "attention_stat")
-    assert res.returncode == 1 and "unknown analysis 'attention_stat'" in res.stderr, res.stderr
+    assert res.returncode == 2 and "unknown analysis 'attention_stat'" in res.stderr, res.stderr
 
 
 def test_compare_models_from_python_takes_a_mapping_of_names(coco: str, tmp_path: Path) -> None:

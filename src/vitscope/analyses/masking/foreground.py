@@ -112,10 +112,11 @@ class ForegroundMasking(ModelAccumulator):
 
     def why_unsupported_data(self, data: Any) -> str | None:
         """Labels, and the objects: masks, or for ``region="box"`` masks or boxes (ImageNet's)."""
-        missing = set(self.required_targets) - data.targets
-        if not missing and "masks" not in data.targets and (self._cfg_region == "mask" or "boxes" not in data.targets):
-            missing = {"masks"} if self._cfg_region == "mask" else {"masks or boxes"}
-        return missing_targets(self.name, missing) if missing else None
+        reason = super().why_unsupported_data(data)  # the labels, every image's
+        if reason is None and "masks" not in data.targets and (self._cfg_region == "mask"
+                                                               or "boxes" not in data.targets):
+            reason = missing_targets(self.name, {"masks"} if self._cfg_region == "mask" else {"masks or boxes"})
+        return reason
 
     def target_transforms(self, spec: ModelSpec) -> dict[str, tuple[str, Any]]:
         """The foreground at model resolution, made where images decode (the loader's workers)."""
