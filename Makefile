@@ -81,7 +81,8 @@ compile-check: $(STAMP)  # compile_stats with inductor's fused kernels, against 
 	VITSCOPE_COMPILE_CHECK=1 $(PY) -m pytest tests/unit/test_compiled_statistics.py
 
 zoo-check: $(STAMP)
-	VITSCOPE_ZOO_CHECK=1 $(PY) -m pytest tests/unit/test_zoo_shipped.py tests/validation/test_world_cues.py
+	VITSCOPE_ZOO_CHECK=1 $(PY) -m pytest tests/unit/test_zoo_shipped.py tests/validation/test_world_cues.py \
+	  tests/validation/test_zoo_robustness.py
 
 clean:
 	rm -rf $(VENV) demo_out .pytest_cache

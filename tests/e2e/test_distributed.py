@@ -21,7 +21,7 @@ from vitscope.data.synthetic.write import synthesize
 #: compare and probe over two processes, and analyze over every group and killed and resumed rank by rank, run in
 #: `make distributed-check` (their merges are the analyses' and the feature rows' own, which the suite checks in one
 #: process; the suite keeps two processes of analyze stopped, resumed and compared with one in
-#: tests/e2e/test_plugin_everywhere.py, over WebDataset shards, and a failing process here)
+#: tests/e2e/test_plugin_everywhere.py, and a failing process here)
 EVERY_COMMAND = pytest.mark.skipif(os.environ.get("VITSCOPE_DISTRIBUTED_CHECK") != "1",
                                    reason="make distributed-check runs every command and group over two processes")
 

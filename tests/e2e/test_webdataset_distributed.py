@@ -4,14 +4,20 @@ but where a part ends mid-shard; the index makes any position readable) and give
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+
+import pytest
 
 from golden.compare import differences
 from helpers.cli import ENV, cli
 from helpers.webdataset_shards import write_shards
 
 
+@pytest.mark.skipif(os.environ.get("VITSCOPE_DISTRIBUTED_CHECK") != "1",
+                    reason="make distributed-check runs WebDataset shards over two torchrun processes (6 s; the suite "
+                           "checks the shard rule and reading any position in one process)")
 def test_two_processes_over_shards_give_the_numbers_of_one(tmp_path) -> None:
     data = f"{write_shards(tmp_path / 'shards')}/{{000000..000002}}.tar::webdataset"
     common = ["analyze", "-m", "tiny-vit-sup", "-d", data, "-a", "attention_distance,cka,knn_probe", "-b", "4",

@@ -5,6 +5,8 @@ in the Fourier domain must behave as the world was built: the object carries the
 carries none (unless the world ties it to the class), and the coarse shape survives a strong low-pass.
 """
 
+import os
+
 import pytest
 
 import vitscope
@@ -13,6 +15,10 @@ from vitscope.analyses.masking.frequency import FrequencyFiltering
 from vitscope.data import load_dataset
 from vitscope.data.annotated_source import AnnotatedSource
 from vitscope.data.synthetic.write import synthesize
+
+pytestmark = pytest.mark.skipif(os.environ.get("VITSCOPE_ZOO_CHECK") != "1",
+                                reason="make zoo-check measures the zoo under masking and filtering (10 s; the "
+                                       "suite checks their geometry, limits and merges)")
 
 FRACTIONS = (0.05, 0.3)  # cut-off radius as a fraction of half the image side: 1.6 px and 9.6 px
 
