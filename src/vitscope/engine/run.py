@@ -10,19 +10,17 @@ state when due. At the end every analysis computes its result.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fnmatch
 import functools
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from vitscope.analyses.base import Analysis, Batch
-from vitscope.analyses.batch import ModelRunner, SharedQuantities, loader_work, union_plan
+from vitscope.analyses.base import Analysis
+from vitscope.analyses.batch import loader_work, union_plan
 from vitscope.analyses.data_checks import DataFacts
 from vitscope.analyses.grids import grid_counts, grid_of
 from vitscope.analyses.registry import get_analysis, refuse_what_cannot_run
@@ -30,8 +28,8 @@ from vitscope.analyses.sync import exchange_folder
 from vitscope.cache.rowstore import private_rows_under
 from vitscope.data.open import as_source
 from vitscope.data.source import Source
+from vitscope.engine.batch_forward import BatchForward
 from vitscope.engine.batches import (
-    LoadedBatch,
     LoaderClock,
     SkipLog,
     iter_batches,
@@ -44,12 +42,12 @@ from vitscope.engine.distributed import barrier, collectives, gather_lists, shar
 from vitscope.engine.results import EmptyRunError, Results
 from vitscope.engine.settings import loader_workers, progress_bar, resolve_device, resolve_dtype
 from vitscope.engine.state import Checkpoint, interrupt_guard, run_checkpoint
-from vitscope.engine.streaming import StreamPlan, in_block_order, stream_plan, warn_if_patterns_do_not_fit
+from vitscope.engine.streaming import stream_plan, warn_if_patterns_do_not_fit
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.attention_blocks import Workspace
 from vitscope.hooks.names import expand_names
 from vitscope.models.backbone import Backbone
-from vitscope.models.preprocess import normalise_pixels, pixel_groups, resized_pixels
+from vitscope.models.preprocess import pixel_groups, resized_pixels
 from vitscope.models.spec import ModelSpec
 from vitscope.models.views import StandardView
 
@@ -67,82 +65,6 @@ def required_hook_names(backbone: Backbone, analyses: Sequence[Analysis]) -> lis
             if n not in names:
                 names.append(n)
     return names
-
-
-@dataclass
-class _Pass:
-    """What every batch of one run shares: the model, its record, the device, the plan, the work buffers."""
-
-    backbone: Backbone
-    record: Any
-    device: torch.device
-    autocast: Any
-    plan: dict[str, frozenset[str]]
-    workspace: Workspace
-    view: Any
-    stream: StreamPlan  # what happens to each hook as the model makes it
-    compile_stats: bool = False  # the shared attention statistics through torch.compile
-    grids: dict[tuple[int, int], int] = field(default_factory=dict)  # token grid -> images of this process
-
-    def batches(self, loaded: LoadedBatch) -> Iterator[tuple[Mapping[str, torch.Tensor], Batch]]:
-        """``(record, batch)`` for every group of ``loaded`` that runs through the model together."""
-        spec = self.backbone.spec
-        if self.view is None:  # the model's own preprocessing: each input size of the batch at once
-            groups = loaded.pixels if isinstance(loaded.pixels, list) else [(range(len(loaded.indices)),
-                                                                              loaded.pixels)]
-            for positions, pixels in groups:
-                pixels = pixels.to(self.device, non_blocking=True)  # pinned when workers load for a GPU
-                if pixels.dtype == torch.uint8:  # resized by the loader, normalised here (the same bits)
-                    pixels = normalise_pixels(pixels, spec)
-                yield self.record, self._forward(pixels, loaded, positions)
-            return
-
-        def forward(pixels: torch.Tensor) -> dict[str, torch.Tensor]:
-            self.record.clear()
-            with self.autocast:
-                self.backbone(pixels.to(self.device))
-            return dict(self.record)
-
-        for group in self.view.tokens(loaded.images, spec, forward):  # grouped by frame size; tiles stitched
-            group_spec = spec if group.num_prefix == spec.num_prefix_tokens else dataclasses.replace(
-                spec, num_prefix_tokens=group.num_prefix, prefix_kinds=(), grid=tuple(group.grid))
-            pixels = group.pixels.to(self.device) if group.pixels is not None else None
-            batch = self._batch(pixels, loaded, group.positions, group_spec, tuple(group.grid), group.tokens)
-            self.grids[tuple(group.grid)] = self.grids.get(tuple(group.grid), 0) + len(group.positions)
-            for name in in_block_order(group.tokens):  # recorded whole here: streamed after the forward
-                for a in self.stream.streams.get(name, ()):
-                    a.update_hook(name, group.tokens[name], batch)
-            yield group.tokens, batch
-
-    def _forward(self, pixels: torch.Tensor, loaded: LoadedBatch, positions: Sequence[int]) -> Batch:
-        """Run the model on one group of the batch, feeding every hook to the analyses as the model makes it."""
-        spec = self.backbone.spec
-        grid = spec.grid_for(*pixels.shape[-2:])
-        batch = self._batch(pixels, loaded, positions, spec, grid, self.record)
-        self.grids[grid] = self.grids.get(grid, 0) + len(positions)
-
-        def reduce(name: str, tensor: torch.Tensor) -> None:  # one hook, the moment the model makes it
-            self._feed(name, tensor, batch)
-
-        with self.record.reducing(self.stream.reduced, reduce, self.stream.kept), self.autocast:
-            self.backbone(pixels)
-        return batch
-
-    def _feed(self, name: str, tensor: torch.Tensor, batch: Batch) -> None:
-        if name in self.stream.patterns:
-            batch.shared.add_block(self.stream.patterns[name], tensor, batch)
-        for a in self.stream.streams.get(name, ()):
-            a.update_hook(name, tensor, batch)
-
-    def _batch(self, pixels: torch.Tensor | None, loaded: LoadedBatch, positions: Sequence[int], spec: Any,
-               grid: tuple[int, int], record: Mapping[str, torch.Tensor]) -> Batch:
-        every = len(positions) == len(loaded.indices)
-        pick = (lambda values: list(values)) if every else (lambda values: [values[j] for j in positions])
-        frame = None if self.view is None else functools.partial(_view_frame, self.view, self.backbone.spec)
-        return Batch(pixels=pixels, indices=pick(loaded.indices), paths=pick(loaded.paths), spec=spec, grid=grid,
-                     targets={k: pick(v) for k, v in loaded.targets.items()},
-                     shared=SharedQuantities(record, self.plan, self.workspace, self.compile_stats),
-                     model=ModelRunner(self.backbone, self.record), frame=frame)
 
 
 def _restore(checkpoint: Checkpoint | None, analyses: Sequence[Analysis], log: SkipLog
@@ -272,11 +194,6 @@ def run(
                          progress, view, hooks, total, described, workers, log, bool(compile_stats))
 
 
-def _view_frame(view: Any, spec: ModelSpec, image: Any, resample: Any = None) -> Any:
-    """``Batch.frame`` under a view: the view's geometry from an original image to the model's frame."""
-    return view.transform(image, spec, resample)
-
-
 def _hand_references(backbone: Backbone, source: Source, analyses: Sequence[Analysis], batch_size: int,
                      device: torch.device, dtype: torch.dtype | None, strict: bool, limit: int | None) -> None:
     """Record what analyses need of a reference set (:meth:`Analysis.reference_hooks`) on the first images of the
@@ -299,9 +216,10 @@ def _hand_references(backbone: Backbone, source: Source, analyses: Sequence[Anal
 
 def loader_preprocessing(backbone: Backbone) -> Callable[[list[Any]], Any]:
     """What the loader does to a batch of images: the model's resize and crop to uint8 pixels (a quarter of the
-    bytes to send from a worker and to a GPU), normalised by :meth:`_Pass.batches` on the device; images that
-    keep their aspect ratio (``spec.max_tokens``) come in groups of one input size (:func:`pixel_groups`); a
-    backbone with preprocessing of its own gets it whole in the loader."""
+    bytes to send from a worker and to a GPU), normalised on the device
+    (:meth:`~vitscope.engine.batch_forward.BatchForward.batches`); images that keep their aspect ratio
+    (``spec.max_tokens``) come in groups of one input size (:func:`pixel_groups`); a backbone with preprocessing
+    of its own gets it whole in the loader."""
     if type(backbone).preprocess is not Backbone.preprocess:
         return backbone.preprocess
     if backbone.spec.max_tokens:
@@ -349,7 +267,7 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
         part = shard_range(total, shard.rank, shard.world)  # what this process reads
         task = bar.add_task(f"{backbone.spec.name}", total=len(part), completed=max(start - part.start, 0),
                             unit="images")
-        current = _Pass(backbone, rec, dev, autocast, shared, workspace, view, plan, compile_stats, grids)
+        current = BatchForward(backbone, rec, dev, autocast, shared, workspace, view, plan, compile_stats, grids)
         remaining = len(part) - max(start - part.start, 0)
         chosen = workers_used(loader_workers(workers, remaining, int(os.environ.get("LOCAL_WORLD_SIZE", shard.world))),
                               -(-remaining // batch_size))  # what runs: Results.workers and the loader's note say it
