@@ -24,7 +24,7 @@ import torch
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.rollout import rollout as attention_rollout
 from vitscope.models.backbone import Backbone
-from vitscope.models.outputs import embedding_pooling, logits_of
+from vitscope.models.outputs import embedding_pooling, logits_of, tokens_the_head_reads
 
 __all__ = ["METHODS", "TOKEN_METHODS"]
 
@@ -60,15 +60,11 @@ def _reads(backbone: Backbone, pixels: torch.Tensor, score: Score) -> list[str]:
     spec = backbone.spec
     if not spec.has_head:
         return ["cls" if embedding_pooling(spec) == "cls" else "mean"]
-    from vitscope.models.outputs import head_logits
-
     n = spec.num_prefix_tokens + int(torch.tensor(spec.grid_for(*pixels.shape[-2:])).prod())
     dtype = next(backbone.model.parameters()).dtype
-    tokens = torch.randn(1, n, spec.embed_dim, device=pixels.device, generator=torch.Generator(
-        device=pixels.device).manual_seed(0)).to(dtype).requires_grad_(True)
-    with torch.enable_grad():
-        (grad,) = torch.autograd.grad(head_logits(backbone, tokens).float().sum(), tokens)
-    read = grad[0].abs().sum(dim=-1) > 0
+    generator = torch.Generator(device=pixels.device).manual_seed(0)
+    probe = torch.randn(1, n, spec.embed_dim, device=pixels.device, generator=generator).to(dtype)
+    read = tokens_the_head_reads(backbone, probe)
     kinds = tuple(spec.prefix_kinds)
     parts = [kind for i, kind in enumerate(kinds[:2]) if kind in ("cls", "dist") and bool(read[i])]
     if bool(read[spec.num_prefix_tokens:].any()):

@@ -44,6 +44,15 @@ def head_logits(backbone: Any, tokens: torch.Tensor) -> torch.Tensor:
     return backbone.head(backbone.final_norm(tokens) if backbone.head_after_final_norm else tokens)
 
 
+def tokens_the_head_reads(backbone: Any, tokens: torch.Tensor) -> torch.Tensor:
+    """Which of a block's ``tokens [B, N, D]`` a classifier's logits depend on: ``[N]`` bool, the tokens whose
+    gradient through :func:`head_logits` is not zero (no parameter's gradient is kept)."""
+    tokens = tokens.detach().clone().requires_grad_(True)
+    with torch.enable_grad():
+        (grad,) = torch.autograd.grad(head_logits(backbone, tokens).float().sum(), tokens)
+    return grad.abs().sum(dim=(0, 2)) > 0
+
+
 def readout(backbone: Any, tokens: torch.Tensor) -> torch.Tensor:
     """The model's output read from a block's ``tokens [B, N, D]``: a classifier's logits ``[B, C]``, else the
     default embedding of the final-normed tokens ``[B, D]`` (:func:`embedding_pooling`); float32."""
