@@ -115,7 +115,7 @@ def _fingerprint(source: Any) -> dict[str, Any]:
         method = FINGERPRINT_METHOD
     else:
         digest, count, method = source.content_digest(), len(source), CONTENT_METHOD
-    targets = source.memory_digest()
-    if targets is not None:
-        digest = hashlib.sha256(f"{digest}:{targets}".encode()).hexdigest()
+    in_memory = source.memory_digest()
+    if in_memory is not None:
+        digest = hashlib.sha256(f"{digest}:{in_memory}".encode()).hexdigest()
     return {"method": method, "digest": digest[:16], "num_files": count}

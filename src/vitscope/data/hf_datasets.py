@@ -242,15 +242,17 @@ class HFDatasetSource(Source):
             return None
         return list(self._files), Path(self._files[0]).parent
 
-    def memory_digest(self) -> str | None:
-        """``datasets``' fingerprint of the object: which rows of its files, in which order (``select``...)."""
-        if self._fingerprint is None or not self._files:
-            return None
+    def _datasets_digest(self) -> str:
+        """SHA-256 of ``datasets``' own fingerprint of the object (its history: ``select``, ``shuffle``...)."""
         return hashlib.sha256(f"datasets:{self._fingerprint}".encode()).hexdigest()
 
+    def memory_digest(self) -> str | None:
+        """``datasets``' fingerprint of the object: which rows of its files, in which order (``select``...)."""
+        return self._datasets_digest() if self._fingerprint is not None and self._files else None
+
     def content_digest(self) -> str:
-        if self._fingerprint is not None:  # datasets' own hash of the object's history: no image is decoded
-            return hashlib.sha256(f"datasets:{self._fingerprint}".encode()).hexdigest()
+        if self._fingerprint is not None:  # an object without files: no image is decoded
+            return self._datasets_digest()
         return super().content_digest()
 
     def describe(self) -> dict[str, Any]:
