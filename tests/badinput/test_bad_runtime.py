@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from golden.compare import differences
-from helpers.bad_input import analyze, finished, one_error, picture
+from helpers.bad_input import analyze, cli, finished, one_error, picture
 
 
 @pytest.fixture
@@ -30,6 +30,18 @@ def test_device_cuda_without_cuda(photos, tmp_path):
 
 def test_device_unknown(photos, tmp_path):
     one_error(analyze(photos, tmp_path / "out", "--device", "tpu"), "unknown device 'tpu'; use cpu, cuda", status=2)
+
+
+@pytest.mark.parametrize("command", ["analyze", "compare", "probe"])
+@pytest.mark.parametrize("option, value", [("--device", "tpu"), ("--dtype", "fp8")])
+def test_placement_refused_before_loading(command, option, value, photos, tmp_path):
+    """Nothing is loaded or created before a bad device or dtype is refused: the error is all stderr says."""
+    models = ("-M", "tiny-vit,tiny-vit-sup") if command == "compare" else ("-m", "tiny-vit")
+    result = cli(command, *models, "-d", str(photos), "-o", str(tmp_path / "out"), option, value)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: unknown {option[2:]} '{value}'"), result.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_out_of_memory_on_a_batch(photos, tmp_path, monkeypatch):

@@ -64,6 +64,17 @@ def test_the_doc_commands_run_and_list_the_module_they_import(lab):
     assert list(listed)[-1] == "token_norm"  # without an order: after the built-ins
 
 
+def test_compare_records_the_source_of_the_plugin_analyses_each_model_ran(lab):
+    run = cli("compare", "--import", "my_lab/token_norm.py", "-M", "tiny-vit,sup=tiny-vit-sup", "-d", "photos/",
+              "-o", "runs/pair", "-a", "token_norm")
+    assert run.returncode == 0, run.stderr
+    doc = json.loads((lab / "runs" / "pair" / "results.json").read_text())
+    assert {"token_norm@tiny-vit", "token_norm@sup"} <= set(doc["analyses"])
+    (source,) = doc["config"]["imports"]  # one record: both models ran the same class
+    assert source["analysis"] == "token_norm" and source["module"] == "token_norm"  # imported from its file
+    assert source["file"].endswith("token_norm.py") and len(source["sha256"]) == 64
+
+
 def test_a_config_file_imports_the_modules_it_names(lab):
     config = fenced("yaml", "# norms.yaml: vitscope analyze --config norms.yaml")
     (lab / "norms.yaml").write_text(config)

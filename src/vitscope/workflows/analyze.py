@@ -144,6 +144,7 @@ def run_analyze(options: AnalyzeOptions, *, progress: bool | None = None, log: C
     Returns:
         The :class:`~vitscope.engine.results.Results` of the pass.
     """
+    options.check_placement()
     out = prepare_output(options.out) if options.out is not None else None
     model = options.model
     model_id = model if isinstance(model, str) else model.spec.name

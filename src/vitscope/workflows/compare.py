@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from vitscope.analyses.data_checks import DataFacts
+from vitscope.analyses.plugins import analysis_sources
 from vitscope.analyses.registry import not_run_text
 from vitscope.comparison import ModelRun, compare_analyses, compare_runs
 from vitscope.comparison.analyses import compare_not_run, shown_by_comparison
@@ -49,12 +50,13 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
     models = named_models(options.models)
     selection, params = options.analyses, options.params
     _check_selection(selection)
+    options.check_placement()
     out = prepare_output(options.out)
     source = as_source(options.data, strict=options.strict)  # one Source for every model's pass
     targets = source.target_keys()
     facts = DataFacts(source, targets, options.limit)  # a named analysis the data cannot feed: refused now
     runs, identities, counts, skipped, data, extra, not_run, notes = [], [], {}, {}, {}, {}, {}, []
-    workers = None
+    workers, ran = None, []  # ran: every analysis some model ran, once each (their sources are recorded)
     for name, model_id in models:  # one at a time: only one model is in memory (a failed name resumes cheaply)
         backbone = load_model(model_id, image_size=options.image_size, keep_aspect=options.keep_aspect)
         analyses, cannot = compare_analyses(backbone.spec, targets, selection, params, facts)
@@ -71,6 +73,7 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
         if not distributed or is_main_process():
             finish_sae_cards(results, backbone, source, log)
         workers = results.workers
+        ran.extend(a for a in analyses if a.name not in {r.name for r in ran})
         runs.append(ModelRun(model_id, backbone.spec, dict(results.items()), name))
         identities.append({**model_identity(model_id, backbone), "display_name": name,
                            "analyses": [a.name for a in analyses], "grids": results.grids})
@@ -85,7 +88,9 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
     comparison = compare_runs(runs, data=facts)
     comparison.notes += notes
     names = [name for name, _ in models]
-    return RunResult("compare", title=f"vitscope compare: {', '.join(names)}", config=options.record(),
+    outside = analysis_sources(ran)  # plugin analyses: the code that made their numbers
+    imports = {"imports": outside} if outside else {}
+    return RunResult("compare", title=f"vitscope compare: {', '.join(names)}", config=options.record(**imports),
                      results={"compare": ComparisonResult(comparison), **extra}, models=identities, data=data,
                      num_images=max(counts.values()), skipped=list(skipped.values()), skipped_analyses=not_run,
                      extra={"images_per_model": counts}, sections=comparison_sections(comparison, runs),

@@ -87,6 +87,18 @@ class PassOptions:
     jpeg_draft: bool = option("bool", False)  # JPEGs decoded at reduced DCT scales (engine.decoding)
     config_file: str | None = None
 
+    def check_placement(self) -> None:
+        """The device and the dtype exist and are available, checked before any model or data loads.
+
+        Raises:
+            VitscopeUsageError: an unknown device or dtype (exit status 2 on the command line).
+            VitscopeValueError: a device this machine does not have.
+        """
+        from vitscope.engine.settings import resolve_device, resolve_dtype
+
+        resolve_device(self.device)
+        resolve_dtype(self.dtype)
+
     def record(self, **resolved: Any) -> dict[str, Any]:
         """The options as results.json keeps them: in the table's order, paths as text, the device and dtype
         made explicit (``auto``, ``fp32``), ``config_file`` when a file was read, then ``resolved`` (choices

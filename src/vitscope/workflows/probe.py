@@ -177,6 +177,7 @@ def run_probe(options: ProbeOptions, log: Callable[[str], None] | None = None, d
         raise ConfigError(f"--davis-void must be one of {', '.join(VOID_RULES)}, got {void!r}")
     if options.site not in TOKEN_SITES:
         raise ConfigError(f"--site must be one of {', '.join(TOKEN_SITES)}, got {options.site!r}")
+    options.check_placement()
     out = prepare_output(options.out)
     backbone = load_model(options.model, image_size=options.image_size, keep_aspect=options.keep_aspect)
     require_blocks(backbone, "per-block")  # before any data is read: a CNN fails at once
