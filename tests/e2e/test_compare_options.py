@@ -41,7 +41,7 @@ def test_named_models_with_chosen_analyses_and_parameters(coco: str, tmp_path: P
     assert summary["cka_models"] == ["a", "b"] and summary["cka_reference"] == "a"
     assert {row["model"] for row in summary["best_blocks"]} == {"a", "b"}
     assert doc["config"]["analyses"] == ["attention_distance", "attention_stats"]
-    assert doc["config"]["params"] == {"attention_distance": {"seed": "5"}}
+    assert doc["config"]["params"] == {"attention_distance": {"seed": 5}}  # as the analysis took it
     for name, model in (("a", "tiny-vit"), ("b", "tiny-vit-p16")):  # the parameter took effect: seed 5's baseline
         seeded, default = (analyze(model, coco, ["attention_distance"], params={"attention_distance": {"seed": s}},
                                    batch_size=3, device="cpu", progress=False)["attention_distance"]

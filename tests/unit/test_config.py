@@ -103,3 +103,19 @@ def test_probe_options_resolve_as_the_others_do(tmp_path):
         resolve_options(PROBE_OPTIONS, {"blocks": "0,x"}, cfg)
     with pytest.raises(ConfigError, match="at most 0.99"):
         load_config(_yaml(tmp_path, "test_fraction: 1.5\n"), PROBE_OPTIONS)
+
+
+def test_the_record_types_parameters_alike_from_the_command_line_and_from_a_file(tmp_path):
+    from vitscope.workflows.options import AnalyzeOptions, resolve
+
+    cfg = _yaml(tmp_path, "model: tiny-vit\ndata: d\nout: o\n"
+                          "params: {attention_distance: {seed: 5}, attention: {mass: 0.5}}\n")
+    given = ["attention_distance.random_samples=2", "cka@cls.tokens=cls", "saliency_iou.mass=1e-1",
+             "cls_attention_maps.images=0,2"]
+    record = resolve(AnalyzeOptions, {"params": given}, cfg).record()
+    assert record["params"] == {"attention_distance": {"seed": 5, "random_samples": 2},
+                                "cls_attention_maps": {"images": [0, 2]},
+                                "attention": {"mass": 0.5}, "cka@cls": {"tokens": "cls"},
+                                "saliency_iou": {"mass": 0.1}}
+    from_file = _yaml(tmp_path, "model: tiny-vit\ndata: d\nout: o\nparams: {attention_distance: {seed: '5'}}\n")
+    assert resolve(AnalyzeOptions, {}, from_file).record()["params"] == {"attention_distance": {"seed": 5}}

@@ -27,7 +27,8 @@ from vitscope.analyses.registry import ANALYSES, GROUPS, Obstacle, obstacle, unk
 from vitscope.errors import VitscopeTypeError, VitscopeUsageError, VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["ParameterError", "build_analyses", "describe_parameters", "parameters_of", "parse_param_assignments"]
+__all__ = ["ParameterError", "build_analyses", "describe_parameters", "parameters_of", "parse_param_assignments",
+           "typed_params"]
 
 #: constructor arguments that are not analysis parameters (they say where work files go)
 HIDDEN = ("workdir",)
@@ -215,6 +216,23 @@ def convert(cls: type[Analysis], key: str, value: Any) -> Any:
             wanted.append(str(err))
     raise ParameterError(f"{cls.name}.{key} must be {' or '.join(dict.fromkeys(wanted)) or 'another value'}, "
                          f"got {value!r}")
+
+
+def typed_params(params: Mapping[str, Mapping[str, Any]] | None) -> dict[str, dict[str, Any]]:
+    """``params`` as the analyses take them, for a run's record: ``--param knn_probe.k=20`` and a YAML file's
+    ``{knn_probe: {k: 20}}`` both give ``{"knn_probe": {"k": 20}}`` (a list for a sequence). A group's parameter
+    is converted as its first member that takes it does; a key no analysis takes is kept as given (the run
+    refused it before any record is made)."""
+    out: dict[str, dict[str, Any]] = {}
+    for where, values in (params or {}).items():
+        base = where.partition("@")[0]
+        members = [ANALYSES[name] for name in GROUPS.get(base, (base,)) if name in ANALYSES]
+        out[where] = {}
+        for key, value in values.items():
+            cls = next((c for c in members if key in parameters_of(c)), None)
+            typed = convert(cls, key, value) if cls is not None else value
+            out[where][key] = list(typed) if isinstance(typed, tuple) else typed
+    return out
 
 
 def _instantiate(cls: type[Analysis], label: str, given: Mapping[str, tuple[str, Any]]) -> Analysis:

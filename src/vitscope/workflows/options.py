@@ -101,12 +101,17 @@ class PassOptions:
 
     def record(self, **resolved: Any) -> dict[str, Any]:
         """The options as results.json keeps them: in the table's order, paths as text, the device and dtype
-        made explicit (``auto``, ``fp32``), ``config_file`` when a file was read, then ``resolved`` (choices
-        made while running: the analyses chosen, the probe's task...) over them."""
+        made explicit (``auto``, ``fp32``), the analysis parameters typed as the analyses took them,
+        ``config_file`` when a file was read, then ``resolved`` (choices made while running: the analyses chosen,
+        the probe's task...) over them."""
         values = ((o.name, getattr(self, attribute)) for attribute, o in _declared(type(self)))
         record = {name: str(v) if isinstance(v, Path) else v for name, v in values}
         if self.config_file is not None:
             record["config_file"] = self.config_file
+        if record.get("params"):  # typed as the analyses took them, from the command line as from a file
+            from vitscope.analyses.params import typed_params
+
+            record["params"] = typed_params(record["params"])
         record["device"] = record.get("device") or "auto"
         record["dtype"] = record.get("dtype") or "fp32"
         record.update(resolved)
