@@ -138,6 +138,37 @@ def test_cka_constant_representation_is_nan() -> None:
     assert math.isnan(linear_cka(x, torch.ones(10, 3)))
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_a_representation_without_variance_is_nan_not_round_off(seed: int) -> None:
+    """A row repeated for every image (the CLS token at norm1 of block 0) with values that do not cancel
+    exactly: its self-HSIC is round-off, whose ratio was anything in [-1, 1]."""
+    from vitscope.functional.cka_grams import cka_from_hsic, hsic_matrix
+
+    g = _gen(seed)
+    x = torch.randn(1, 83, generator=g, dtype=torch.float64).expand(14, 83) * 3.7 + 0.1
+    y = torch.randn(14, 5, generator=g, dtype=torch.float64)
+    for unbiased in (False, True):
+        assert math.isnan(linear_cka(x, y, unbiased)) and math.isnan(linear_cka(x, x, unbiased))
+        k = torch.stack([x @ x.T, y @ y.T])
+        h = hsic_matrix(k, unbiased=unbiased)
+        cka = cka_from_hsic(h, h.diagonal(), h.diagonal())
+        assert torch.isnan(cka[0]).all() and cka[1, 1] == pytest.approx(1.0)
+    assert math.isnan(minibatch_cka(x, x, batch=7)) and math.isnan(minibatch_cka(x, y, batch=7))
+
+
+@pytest.mark.parametrize("unbiased", [False, True])
+def test_a_common_feature_offset_changes_nothing(unbiased: bool) -> None:
+    """CKA is invariant to adding one vector to every example; an offset 10^4 times the spread cancelled in the
+    sums of the uncentred Grams (0.27 instead of 0.64)."""
+    x, y = _correlated(64, d1=32, d2=16, seed=3)
+    g = _gen(4)
+    shift_x, shift_y = torch.randn(32, generator=g, dtype=torch.float64), torch.randn(16, generator=g,
+                                                                                       dtype=torch.float64)
+    exact = linear_cka(x, y, unbiased)
+    for offset in (1e2, 1e4):
+        assert linear_cka(x + offset * shift_x, y + offset * shift_y, unbiased) == pytest.approx(exact, rel=1e-6)
+
+
 def test_cka_row_count_mismatch() -> None:
     with pytest.raises(ValueError, match="same examples"):
         linear_cka(torch.randn(5, 2), torch.randn(6, 2))

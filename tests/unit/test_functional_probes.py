@@ -393,3 +393,15 @@ def test_davis_shape_mismatch() -> None:
         davis_j(np.zeros((3, 3)), np.zeros((3, 4)))
     with pytest.raises(ValueError, match="2-D"):
         davis_f(np.zeros((2, 3, 3)), np.zeros((2, 3, 3)))
+
+
+def test_knn_votes_at_a_small_temperature_keep_their_ratio() -> None:
+    """Cosine 0.99 to one class-1 example, 0.98 to two of class 0: at T = 0.001 class 1's vote is e^10 / 2 times
+    the other's, but exp(sim / T) overflowed float64 to inf for every vote and the tie went to class 0."""
+    def unit(c: float) -> list[float]:
+        return [c, (1 - c * c) ** 0.5]
+
+    train = torch.tensor([unit(0.99), unit(0.98), unit(0.98)], dtype=torch.float64)
+    test = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
+    for temperature, expected in ((0.001, 1), (0.5, 0)):  # a warm vote: two class-0 neighbours outweigh one
+        assert knn_classify(train, torch.tensor([1, 0, 0]), test, k=3, temperature=temperature).item() == expected

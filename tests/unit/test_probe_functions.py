@@ -54,6 +54,22 @@ def test_propagation_weights_are_softmax_over_top_k() -> None:
     torch.testing.assert_close(propagate_labels(target, context, labels, (1, 3), topk=2, chunk=1), out)
 
 
+def test_propagation_at_a_small_temperature_is_the_float64_softmax() -> None:
+    """exp(sim / T) overflowed float32 below T = 1/88.7: every soft label was NaN at T = 0.01."""
+    g = torch.Generator().manual_seed(0)
+    target = torch.randn(16, 8, generator=g)
+    context = (target + 0.3 * torch.randn(16, 8, generator=g))[None]
+    labels = torch.rand(1, 2, 16, generator=g)
+    out = propagate_labels(target, context, labels, (4, 4), topk=3, radius=1, temperature=0.01)
+    sims = torch.nn.functional.normalize(context[0].double(), dim=1) @ \
+        torch.nn.functional.normalize(target.double(), dim=1).T  # [context, target]
+    sims = sims.masked_fill(~neighborhood_mask((4, 4), 1), -math.inf)
+    top = sims.topk(3, dim=0)
+    weights = torch.zeros_like(sims).scatter(0, top.indices, (top.values / 0.01).softmax(dim=0))
+    assert not out.isnan().any()
+    torch.testing.assert_close(out.double(), labels[0].double() @ weights, atol=1e-5, rtol=1e-5)
+
+
 def test_first_frame_labels_and_mask_postprocessing() -> None:
     mask = np.zeros((4, 4), dtype=np.uint8)
     mask[:, 2:] = 2

@@ -5,7 +5,8 @@ whatever the input dtype; scalars come back as Python floats.
 
 Conventions (docs/methods.md, Representations):
 
-- Gram ``K = X X^T`` of the raw features (no feature centring: HSIC centres, or is invariant to it).
+- Gram ``K = X X^T`` of the raw features, double-centred before either estimator (both are invariant to it;
+  it keeps a large common offset of the features from cancelling in float64 sums).
 - Biased HSIC: ``tr(K H L H) / (n-1)^2`` with ``H = I - 1/n``.
 - Unbiased HSIC (Song et al. 2012): zero the diagonals of K and L, then
   ``[tr(K L) + 1^T K 1 * 1^T L 1 / ((n-1)(n-2)) - 2/(n-2) * 1^T K L 1] / (n (n-3))``.
@@ -24,6 +25,7 @@ import torch
 from vitscope.errors import VitscopeTypeError, VitscopeValueError
 
 __all__ = [
+    "centred_grams",
     "features_for_cka",
     "gram_linear",
     "hsic",
@@ -35,6 +37,8 @@ __all__ = [
 TokenSelection = Literal["all", "cls", "spatial", "spatial_mean"]
 _TOKEN_MODES = ("all", "cls", "spatial", "spatial_mean")
 _MIN_UNBIASED = 4  # the unbiased estimator divides by n (n - 3) and (n - 2)
+#: a centred Gram this small against its Gram is round-off: the representation has no variance over the examples
+_FLAT = 1e-10
 
 
 def _as_examples(x: torch.Tensor, name: str) -> torch.Tensor:
@@ -74,6 +78,25 @@ def _check_gram(k: torch.Tensor, name: str) -> torch.Tensor:
     return k.detach().to(torch.float64)
 
 
+def centred_grams(k: torch.Tensor) -> torch.Tensor:
+    """``H K H`` of each symmetric Gram, with ``H = I - 1/n``.
+
+    Both estimators are invariant to it (the unbiased one annihilates every ``a_i + a_j + c``), and it keeps a
+    large common offset of the features from cancelling inside their sums. A Gram whose centred part is under
+    ``1e-10`` of its Frobenius norm (a representation without variance across the examples, up to round-off)
+    becomes exactly zero, so its self-HSIC is 0 and its CKA NaN instead of round-off over round-off.
+
+    Args:
+        k: ``[..., n, n]`` float64 Grams.
+
+    Returns:
+        ``[..., n, n]`` float64, a new tensor.
+    """
+    kc = k - k.mean(dim=-2, keepdim=True) - k.mean(dim=-1, keepdim=True) + k.mean(dim=(-2, -1), keepdim=True)
+    flat = kc.flatten(-2).norm(dim=-1) <= _FLAT * k.flatten(-2).norm(dim=-1)
+    return kc.masked_fill(flat[..., None, None], 0.0)
+
+
 def hsic(k: torch.Tensor, l: torch.Tensor, unbiased: bool = False) -> float:  # noqa: E741
     """Hilbert-Schmidt independence criterion of two Gram matrices.
 
@@ -98,11 +121,11 @@ def hsic(k: torch.Tensor, l: torch.Tensor, unbiased: bool = False) -> float:  # 
     if k.shape != l.shape:
         raise VitscopeValueError(f"k and l must have the same shape, got {tuple(k.shape)} and {tuple(l.shape)}")
     n = k.shape[0]
+    if n < (_MIN_UNBIASED if unbiased else 2):
+        kind = "unbiased" if unbiased else "biased"
+        raise VitscopeValueError(f"{kind} HSIC needs at least {_MIN_UNBIASED if unbiased else 2} examples, got n={n}")
+    k, l = centred_grams(k), centred_grams(l)  # noqa: E741 - new tensors: the caller's are untouched
     if unbiased:
-        if n < _MIN_UNBIASED:
-            raise VitscopeValueError(f"unbiased HSIC needs at least {_MIN_UNBIASED} examples, got n={n}")
-        k = k.clone()
-        l = l.clone()  # noqa: E741
         k.fill_diagonal_(0.0)
         l.fill_diagonal_(0.0)
         trace_kl = (k * l.T).sum()  # tr(K L)
@@ -110,11 +133,7 @@ def hsic(k: torch.Tensor, l: torch.Tensor, unbiased: bool = False) -> float:  # 
         k_l_ones = k.sum(dim=0) @ l.sum(dim=1)  # 1^T K L 1
         value = (trace_kl + sum_k * sum_l / ((n - 1) * (n - 2)) - 2.0 / (n - 2) * k_l_ones) / (n * (n - 3))
         return float(value)
-    if n < 2:
-        raise VitscopeValueError(f"biased HSIC needs at least 2 examples, got n={n}")
-    # H K H: double centring; tr((HKH) L) = sum((HKH) * L^T).
-    kc = k - k.mean(dim=0, keepdim=True) - k.mean(dim=1, keepdim=True) + k.mean()
-    return float((kc * l.T).sum() / (n - 1) ** 2)
+    return float((k * l.T).sum() / (n - 1) ** 2)  # tr(HKH HLH) = tr(K H L H)
 
 
 def _cka_ratio(hsic_xy: float, hsic_xx: float, hsic_yy: float) -> float:

@@ -6,7 +6,7 @@ estimator), but for every pair of a stack of Grams with matrix products instead 
 
 - biased: ``tr(K H L H) = <H K H, H L H>_F``, so centre every Gram once and take one matrix product of
   the flattened centred Grams;
-- unbiased (diagonals zeroed): ``tr(K L) = <K, L>_F``, ``1^T K 1`` = the sum of K, and
+- unbiased (on the centred Grams, diagonals zeroed): ``tr(K L) = <K, L>_F``, ``1^T K 1`` = the sum of K, and
   ``1^T K L 1 = (K 1) . (L 1)``, so three products give every pair.
 
 Grams must be symmetric (linear Grams ``X X^T`` are). Arithmetic runs in float64.
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from vitscope.errors import VitscopeValueError
-from vitscope.functional.cka import _minmax_gram
+from vitscope.functional.cka import _minmax_gram, centred_grams
 
 __all__ = ["cka_from_hsic", "cross_gram", "grams", "hsic_matrix", "row_norms"]
 
@@ -128,21 +128,19 @@ def hsic_matrix(k: torch.Tensor, l: torch.Tensor | None = None, unbiased: bool =
         raise VitscopeValueError(f"k and l must hold Grams of the same n examples, got {tuple(k.shape)} and "
                                  f"{tuple(l.shape)}")
     n = k.shape[-1]
+    least = _MIN_UNBIASED if unbiased else 2
+    if n < least:
+        raise VitscopeValueError(f"{'unbiased' if unbiased else 'biased'} HSIC needs at least {least} examples, "
+                                 f"got n={n}")
+    kc = centred_grams(k)  # both estimators are invariant to it; flat Grams become zero (functional.cka)
+    lc = kc if l is k else centred_grams(l)
     if not unbiased:
-        if n < 2:
-            raise VitscopeValueError(f"biased HSIC needs at least 2 examples, got n={n}")
-
-        def centre(g: torch.Tensor) -> torch.Tensor:
-            return g - g.mean(dim=1, keepdim=True) - g.mean(dim=2, keepdim=True) + g.mean(dim=(1, 2), keepdim=True)
-
-        kc = centre(k).reshape(k.shape[0], -1)
-        lc = kc if l is k else centre(l).reshape(l.shape[0], -1)
-        return kc @ lc.T / (n - 1) ** 2
-    if n < _MIN_UNBIASED:
-        raise VitscopeValueError(f"unbiased HSIC needs at least {_MIN_UNBIASED} examples, got n={n}")
-    eye = torch.eye(n, dtype=torch.bool, device=k.device)
-    kz = k.masked_fill(eye, 0.0)
-    lz = kz if l is k else l.masked_fill(eye, 0.0)
+        return kc.reshape(k.shape[0], -1) @ lc.reshape(l.shape[0], -1).T / (n - 1) ** 2
+    kz = kc
+    kz.diagonal(dim1=-2, dim2=-1).zero_()  # a copy of the caller's Grams: zeroed in place
+    lz = kz if l is k else lc
+    if l is not k:
+        lz.diagonal(dim1=-2, dim2=-1).zero_()
     trace_kl = kz.reshape(kz.shape[0], -1) @ lz.reshape(lz.shape[0], -1).T  # tr(K L) for symmetric L
     rows_k, rows_l = kz.sum(dim=2), lz.sum(dim=2)  # K 1, L 1: [A, n], [B, n]
     sum_k, sum_l = rows_k.sum(dim=1), rows_l.sum(dim=1)  # 1^T K 1

@@ -94,7 +94,9 @@ def knn_classify(
         return torch.zeros(0, dtype=torch.int64, device=test_feats.device)
     # blocked search: chunk_size x bank_tile similarities at a time, never chunk_size x n_train
     top_sim, top_idx = knn_search(test, train, k, metric="ip", query_tile=int(chunk_size), bank_tile=bank_tile)
-    weights = (top_sim.to(torch.float64) / temperature).exp()  # [n_test, k]
+    # exp((sim - the query's best) / T): the same votes up to a factor per query, without overflow at small T
+    sims = top_sim.to(torch.float64)
+    weights = ((sims - sims.max(dim=1, keepdim=True).values) / temperature).exp()  # [n_test, k]
     votes = torch.zeros(top_sim.shape[0], num_classes, dtype=torch.float64, device=train.device)
     votes.scatter_add_(1, labels[top_idx], weights)
     return votes.argmax(dim=1).to(test_feats.device)  # first maximum -> lowest label on ties

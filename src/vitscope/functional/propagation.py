@@ -74,9 +74,11 @@ def propagate_labels(
     window = neighborhood_mask(grid, radius, tgt.device) if radius >= 0 else None
     out = []
     for start in range(0, k, chunk):
-        aff = torch.exp(src @ tgt[start : start + chunk].T / temperature)  # [C*K, q]
+        logits = src @ tgt[start : start + chunk].T / temperature  # [C*K, q]
         if window is not None:
-            aff = aff * window[:, start : start + chunk].repeat(c, 1)
+            logits = logits.masked_fill(~window[:, start : start + chunk].repeat(c, 1), float("-inf"))
+        # less each target token's best: the same normalised affinities, without overflow at small temperatures
+        aff = torch.exp(logits - logits.max(dim=0, keepdim=True).values)
         kth = aff.topk(min(topk, c * k), dim=0).values.min(dim=0).values  # [q]
         aff = torch.where(aff < kth, torch.zeros_like(aff), aff)
         aff = aff / aff.sum(dim=0, keepdim=True)
