@@ -64,6 +64,21 @@ def test_tokens_are_replaced_where_asked(model):
     assert torch.equal(noisy[0], noisy[1]) and not torch.equal(noisy[0][:, 1], clean[:, 1])
 
 
+def test_noise_takes_its_scale_from_the_reference_whatever_the_batch(model):
+    """Per token position and channel, the standard deviation of the reference images: the same scale for a
+    batch of one as for sixteen (a batch of one used |x|, five times the spread of the data)."""
+    reference = recorded(model, pixels(model, seed=7, n=32), "embed")[0]
+    target = reference["embed"].std(dim=0)[1]  # [D]: token 1's spread over the reference
+    for n in (1, 16):
+        x = pixels(model, seed=1, n=n)
+        noisy = torch.cat([recorded(model, x, "embed", ablate_tokens([1], mode="noise", seed=s,
+                                                                    reference=reference))[0]["embed"][:, 1]
+                           for s in range(200 // n + 1)])
+        assert torch.allclose(noisy.std(dim=0), target, rtol=0.35), n
+    with pytest.raises(VitscopeValueError, match="two images or more"):
+        recorded(model, pixels(model, seed=1, n=1), "embed", ablate_tokens([1], mode="noise"))
+
+
 def test_patching_the_last_block_gives_the_source_runs_output(model):
     clean_x, corrupted_x = pixels(model, seed=0), pixels(model, seed=5)
     last = f"blocks.{model.spec.num_blocks - 1}.resid_post"

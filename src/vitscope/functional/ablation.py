@@ -8,7 +8,8 @@ found zeroing costs tens of points where mean replacement costs about one):
 - ``"zero"``: the part set to 0;
 - ``"mean"``: the part set to its mean over a reference set (per token position);
 - ``"resample"``: the part taken from another image (by default the next image of the batch, cyclically);
-- ``"noise"`` (tokens): Gaussian noise with the part's own per-channel standard deviation over the batch.
+- ``"noise"`` (tokens): Gaussian noise with the standard deviation of every token position and channel over a
+  reference set of images (or, without one, over the batch, which must then hold two images or more).
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ def replaced(x: torch.Tensor, index: tuple, mode: str, mean: torch.Tensor | None
             ``[B, H, N, Dh]``).
         mode: one of :data:`TOKEN_MODES`.
         mean: ``"mean"``: the reference mean of one image's tensor, ``x.shape[1:]``.
-        other: ``"resample"``: the tensors to take the part from, ``x``'s shape (default :func:`rolled` ``x``).
+        other: ``"resample"``: the tensors to take the part from, ``x``'s shape (default :func:`rolled` ``x``);
+            ``"noise"``: ``[R, ...]`` reference images whose standard deviation over ``R`` scales the noise
+            (default: ``x``'s over its batch).
         generator: ``"noise"``: the random generator.
     """
     if mode not in TOKEN_MODES:
@@ -65,7 +68,12 @@ def replaced(x: torch.Tensor, index: tuple, mode: str, mean: torch.Tensor | None
             raise VitscopeValueError(f"resampled activations have shape {tuple(source.shape)}, not {tuple(x.shape)}")
         out[index] = source[index]
     else:
-        std = x.float().std(dim=0, keepdim=True).expand_as(x) if x.shape[0] > 1 else x.float().abs()
+        spread = x if other is None else other.to(x.device)
+        if spread.shape[0] < 2 or tuple(spread.shape[1:]) != tuple(x.shape[1:]):
+            raise VitscopeValueError(f"noise takes each token's standard deviation over two images or more (a "
+                                     f"reference recording [R, ...] of one image's shape {tuple(x.shape[1:])}, or "
+                                     f"the batch), got {tuple(spread.shape)}")
+        std = spread.float().std(dim=0, keepdim=True).expand_as(x)
         noise = torch.randn(x.shape, generator=generator, device="cpu").to(x.device) * std
         out[index] = noise.to(x.dtype)[index]
     return out

@@ -74,9 +74,11 @@ def ablate_tokens(tokens: Any, mode: str = "zero", hooks: Sequence[str] | str = 
     Args:
         tokens: positions in the sequence (a list), or a bool mask ``[N]`` (every image) or ``[B, N]``.
         mode: ``"zero"``, ``"mean"`` (per position, over a reference set), ``"resample"`` (another image's) or
-            ``"noise"`` (Gaussian with each channel's standard deviation over the batch, seeded).
+            ``"noise"`` (Gaussian with the standard deviation of each token position and channel over the
+            reference images, or over the batch without them; seeded).
         hooks: where (default ``embed``: the tokens entering block 0); names, not patterns.
-        reference: as for :func:`ablate_heads`, keyed by the hooks.
+        reference: as for :func:`ablate_heads`, keyed by the hooks; ``"noise"``: a recording ``[R, N, D]`` of other
+            images, so the noise's scale does not depend on the batch (without it a batch needs two images).
         seed: the noise's seed.
     """
     if mode not in TOKEN_MODES:
@@ -90,7 +92,7 @@ def ablate_tokens(tokens: Any, mode: str = "zero", hooks: Sequence[str] | str = 
 
     def edit(t: torch.Tensor, n: str) -> torch.Tensor:
         mean = reference[n] if mode == "mean" else None
-        other = _images_of(reference, n, t) if mode == "resample" else None
+        other = _images_of(reference, n, t) if mode in ("resample", "noise") else None
         return replaced(t, index, mode, mean=mean, other=other, generator=generator)
     return {name: edit for name in names}
 
