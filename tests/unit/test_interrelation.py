@@ -189,3 +189,19 @@ def test_random_interrelation_is_interrelation_of_the_seeded_random_heads() -> N
     assert torch.equal(again["KK"], got["KK"])
     other = random_interrelation(counts, GRID, 1, lam=0.5, rule="max", seed=4, samples=5)
     assert not torch.equal(other["KK"], got["KK"])
+
+
+@pytest.mark.parametrize("lam", [1.0, 1.5])
+def test_a_max_rule_threshold_that_selects_nothing_is_refused_everywhere(lam: float) -> None:
+    """``a > lam * max`` holds for no key once lam >= 1: every KK was NaN and the result blamed the keypoints."""
+    from vitscope.analyses.attention.interrelation import Interrelation
+    from vitscope.analyses.masking.interrelation import InterrelationMasking
+
+    pattern = torch.full((1, 1, 5, 5), 0.2)
+    for make in (lambda: interrelation(pattern, torch.ones(1, 2, 2), (2, 2), 1, lam=lam, rule="max"),
+                 lambda: Interrelation(lam=lam), lambda: InterrelationMasking(lam=lam)):
+        with pytest.raises(ValueError, match="lam must be below 1 under rule 'max'"):
+            make()
+    Interrelation(lam=lam, rule="uniform")  # keys above lam / K: some may be
+    with pytest.raises(ValueError, match="rise must be a fraction"):  # at once, not after the pass
+        Interrelation(rise=2.0)

@@ -177,13 +177,15 @@ def run_guided_mae(cfg: GuidedMAEConfig, out: str | Path, progress: bool | None 
                "convergence": convergence_summary(steps, curves)}
     result = SummaryResult("guided_mae", summary, tables={"guided_mae": table}, figures=[Figure(
         "guided_mae", draw, "Guided MAE", "k-NN accuracy of the mean token during pretraining, SIFT-guided masks "
-        "against random masks (rho: the share of guided masks).", "paper 003, fig. 9", chart=charts.Chart(
+        "against random masks (rho: the share of SIFT keypoint patches among the masked patches).",
+        "paper 003, fig. 9", chart=charts.Chart(
             charts.value_lines_chart([charts.curve(f"{t} masks", curves[t], t, x=epochs) for t in TWINS], "epoch",
                                      "k-NN accuracy (mean token)", "Random against guided (SIFT keypoint) masks",
                                      y_range=quantity_range("accuracy")).panels
             + charts.value_lines_chart([charts.curve("rho (guided)", rho, "", "dotted", epochs)], "epoch", "rho",
-                                       "Share of guided masks", y_range=(0.0, 1.0)).panels))],
-        intro="MAE pretraining with masks guided by the SIFT interrelation score against random masks.")
+                                       "Share of keypoint patches among the masked", y_range=(0.0, 1.0)).panels))],
+        intro="MAE pretraining with masks guided by SIFT keypoints (a share rho of the masked patches holds "
+              "keypoints, raised by a curriculum) against random masks.")
     path = write_run(out, RunResult(
         "experiment guided-mae", title="vitscope experiment guided-mae", config=asdict(cfg),
         results={"guided_mae": result},

@@ -11,9 +11,10 @@ docs/methods.md, SIFT patch interrelation:
 * ``KK`` = mean of ``P_i`` over keypoint queries (``n_i > 0``), ``NK`` = mean over non-keypoint queries,
   ``KN = 1 - KK``, ``NN = 1 - NK``.
 
-A query whose attended set is empty (a spatial row with no mass, or ``lam >= 1`` under ``"uniform"``) has
-``P_i = NaN`` and is left out of the means. :func:`random_interrelation` is the same on random attention (the
-baseline); the stages read from the KK curve are in :mod:`vitscope.functional.interrelation_stages`.
+A query whose attended set is empty (a spatial row with no mass) has ``P_i = NaN`` and is left out of the means;
+``lam >= 1`` under ``"max"`` would empty every set, and is refused. :func:`random_interrelation` is the same on
+random attention (the baseline); the stages read from the KK curve are in
+:mod:`vitscope.functional.interrelation_stages`.
 """
 
 from __future__ import annotations
@@ -27,17 +28,31 @@ from vitscope.errors import VitscopeValueError
 from vitscope.functional.attention import random_attention, spatial_attention
 from vitscope.functional.image_groups import images_per_group
 
-__all__ = ["RULES", "interrelation", "interrelation_patch_scores", "patch_interrelation", "random_interrelation"]
+__all__ = ["RULES", "check_detection", "interrelation", "interrelation_patch_scores", "patch_interrelation",
+           "random_interrelation"]
 
 RULES: tuple[str, ...] = ("max", "uniform")
 
 
-def _check(pattern: torch.Tensor, counts: torch.Tensor, grid: Sequence[int], num_prefix: int,
-           lam: float, rule: str) -> tuple[int, int]:
+def check_detection(lam: float, rule: str) -> None:
+    """The attended-set rule and its threshold can select keys: a known rule, ``lam >= 0``, and ``lam < 1`` under
+    ``"max"`` (no key has more than its row's maximum).
+
+    Raises:
+        ValueError: otherwise, naming the parameter.
+    """
     if rule not in RULES:
         raise VitscopeValueError(f"rule must be one of {RULES}, got {rule!r}")
     if not lam >= 0:
         raise VitscopeValueError(f"lam must be a non-negative number, got {lam}")
+    if rule == "max" and lam >= 1:
+        raise VitscopeValueError(f"lam must be below 1 under rule 'max' (keys above lam times the row's maximum: "
+                                 f"none above it), got {lam}; rule 'uniform' compares with lam / K")
+
+
+def _check(pattern: torch.Tensor, counts: torch.Tensor, grid: Sequence[int], num_prefix: int,
+           lam: float, rule: str) -> tuple[int, int]:
+    check_detection(lam, rule)
     if not isinstance(pattern, torch.Tensor) or pattern.dim() != 4 or pattern.shape[-1] != pattern.shape[-2]:
         raise VitscopeValueError(f"pattern must be [B, H, N, N], got {tuple(getattr(pattern, 'shape', ()))}")
     h, w = (int(v) for v in grid)

@@ -23,7 +23,7 @@ from vitscope.analyses.registry import register_analysis
 from vitscope.analyses.state import added, first_seen
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.attention_blocks import BlockStats
-from vitscope.functional.interrelation import RULES, interrelation, random_interrelation
+from vitscope.functional.interrelation import check_detection, interrelation, random_interrelation
 from vitscope.functional.interrelation_stages import BAND, interrelation_stages, outside_baseline
 from vitscope.models.spec import ModelSpec
 from vitscope.strict_json import NULL_REASONS, note_null
@@ -207,10 +207,9 @@ class Interrelation(AttentionAccumulator):
     def __init__(self, lam: float = 0.5, rule: str = "max", rise: float = 0.5, band: float = BAND,
                  images: tuple[int, ...] = (0, 1, 2, 3), seed: int = 0, random_samples: int = 4,
                  random_kind: str = "uniform") -> None:
-        if rule not in RULES:
-            raise VitscopeValueError(f"rule must be one of {RULES}, got {rule!r}")
-        if not lam >= 0:
-            raise VitscopeValueError(f"lam must be non-negative, got {lam}")
+        check_detection(lam, rule)
+        if not 0 <= rise <= 1:
+            raise VitscopeValueError(f"rise must be a fraction in [0, 1], got {rise}")
         if not band >= 0:
             raise VitscopeValueError(f"band must be a non-negative number of standard deviations, got {band}")
         self._cfg_lam, self._cfg_rule, self._cfg_rise, self._cfg_band = float(lam), rule, float(rise), float(band)

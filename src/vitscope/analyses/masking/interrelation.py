@@ -23,7 +23,7 @@ from vitscope.analyses.batch import SIFT_KEYPOINTS
 from vitscope.analyses.masking.base import ModelAccumulator, topk_correct
 from vitscope.analyses.registry import register_analysis
 from vitscope.errors import VitscopeValueError
-from vitscope.functional.interrelation import RULES, interrelation_patch_scores
+from vitscope.functional.interrelation import check_detection, interrelation_patch_scores
 from vitscope.functional.occlusion import FILLS, pixel_to_patch_mask, random_patch_mask, score_patch_mask
 from vitscope.models.spec import ModelSpec
 from vitscope.occlusion.forward import MODES, masked_logits
@@ -113,8 +113,9 @@ class InterrelationMasking(ModelAccumulator):
     def __init__(self, ratios: Sequence[float] = DEFAULT_RATIOS, block: int = -1, lam: float = 0.5,
                  rule: str = "max", mode: str = "pixel", fill: str = "mean", blur_sigma: float = 4.0,
                  seed: int = 0) -> None:
-        if rule not in RULES or mode not in MODES or fill not in FILLS:
-            raise VitscopeValueError(f"rule must be one of {RULES}, mode one of {MODES}, fill one of {FILLS}")
+        check_detection(lam, rule)
+        if mode not in MODES or fill not in FILLS:
+            raise VitscopeValueError(f"mode must be one of {MODES}, fill one of {FILLS}, got {mode!r} and {fill!r}")
         if not ratios or any(not 0 <= r <= 1 for r in ratios):
             raise VitscopeValueError(f"ratios must be fractions in [0, 1], got {list(ratios)}")
         self._cfg_ratios = tuple(float(r) for r in ratios)
