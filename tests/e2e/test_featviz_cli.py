@@ -65,6 +65,20 @@ def test_featviz_grid_across_blocks(tmp_path) -> None:
     assert [n.split(".")[1] for n in units] == [str(b) for b in range(6)]
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_featviz_grid_on_a_cnn_draws_each_stage_from_its_own_channels(tmp_path, seed) -> None:
+    """tiny-resnet-sup's stages have 16, 32, 64 and 128 channels: seed 0 drew channel 44 for stage 0."""
+    out = tmp_path / "grid"
+    res = runner.invoke(app, ["featviz", "--model", "tiny-resnet-sup", "--grid", "2", "--steps", "1", "--seed",
+                              str(seed), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    units = json.loads((out / "results.json").read_text())["analyses"]["featviz"]["summary"]["units"]
+    widths = {"stages.0": 16, "stages.1": 32, "stages.2": 64, "stages.3": 128}
+    drawn = [name.rpartition(":") for name in units]
+    assert sorted({site for site, _, _ in drawn}) == sorted(widths) and len(drawn) == 8
+    assert all(0 <= int(channel) < widths[site] for site, _, channel in drawn)
+
+
 @pytest.mark.parametrize(("args", "code", "message"), [
     (["--unit", "blocks.1.mlp.post"], 1, "SITE:CHANNEL"),
     (["--unit", "blocks.1.mlp.post:99999"], 1, "out of range"),
@@ -78,3 +92,11 @@ def test_featviz_bad_usage_is_one_line(tmp_path, args, code, message) -> None:
     assert res.exit_code == code, res.output
     lines = [line for line in res.output.strip().splitlines() if line.startswith("error")]
     assert len(lines) == 1 and message in lines[0]
+
+
+def test_spatial_information_on_a_cnn_is_refused_before_optimising(tmp_path) -> None:
+    res = runner.invoke(app, ["featviz", "--model", "tiny-resnet-sup", "--unit", "stages.0:1", "--steps", "400",
+                              "--spatial-information", "2", "--data", str(tmp_path), "--out", str(tmp_path / "o")])
+    lines = [line for line in res.output.strip().splitlines() if line.startswith("error")]
+    assert res.exit_code == 1 and len(lines) == 1 and "tiny-resnet-sup is a CNN" in lines[0], res.output
+    assert "optimising" not in res.output

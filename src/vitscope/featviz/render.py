@@ -174,7 +174,9 @@ def render(
 
     Loss of unit u per step: ``-mean_k obj_u(aug_k(x_u)) + lambda_tv * mean_k TV(aug_k(x_u))``; the total
     loss is the sum over units. Pixels start ``U[0, 1]``, Adam with a cosine schedule, clamped to [0, 1]
-    after each step; the model's normalisation is applied after the augmentations.
+    after each step; the model's normalisation is applied after the augmentations. Each unit draws its start and
+    its augmentations from a generator of its own seeded with ``config.seed``, so its image and numbers are those
+    of the unit rendered alone, whichever units share the run.
 
     Args:
         backbone: any Backbone (transformer or CNN); its weights are frozen during the run and restored.
@@ -194,9 +196,10 @@ def render(
     dev = torch.device(device) if device is not None else backbone.device
     size = tuple(image_size or backbone.spec.image_size)
     grid = _grid(backbone, size)
-    gen = torch.Generator().manual_seed(cfg.seed)
+    # every unit its own generator seeded alike: its image is the one it gets rendered alone, whatever else runs
+    gens = [torch.Generator().manual_seed(cfg.seed) for _ in objs]
     u, copies = len(objs), cfg.augment.copies
-    pixels = torch.rand(u, 3, *size, generator=gen).to(dev).requires_grad_(True)
+    pixels = torch.cat([torch.rand(1, 3, *size, generator=g) for g in gens]).to(dev).requires_grad_(True)
     opt = torch.optim.Adam([pixels], lr=cfg.lr, betas=cfg.betas)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg.steps, eta_min=0.0) \
         if cfg.schedule == "cosine" else None
@@ -206,7 +209,8 @@ def render(
     backbone.to(dev)
     with frozen(backbone.model), backbone.record(forward.hooks or ["embed"], detach=False) as rec:
         for step in range(cfg.steps):
-            batch = augment(pixels, step, cfg.steps, gen, cfg.augment)  # [U * copies, 3, H, W]
+            batch = torch.cat([augment(pixels[i : i + 1], step, cfg.steps, g, cfg.augment)
+                               for i, g in enumerate(gens)])  # [U * copies, 3, H, W], unit-major
             acts = forward(rec, batch)
             # each objective reads the whole batch; unit u keeps its own copies
             act = torch.stack([o(acts, backbone.spec, grid).view(u, copies)[i] for i, o in enumerate(objs)])

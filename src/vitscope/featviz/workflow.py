@@ -54,19 +54,30 @@ class FeatvizOptions:
     image_size: int | None = None  # None: the model's own preprocessing
 
 
-def grid_units(spec, per_block: int, seed: int = 0) -> list[Objective]:
-    """``per_block`` FFN channels of every block, drawn with ``seed`` (figs. 1 and 7: edges to objects)."""
+def grid_units(backbone, per_block: int, seed: int = 0) -> list[Objective]:
+    """``per_block`` channels of every block (a transformer's FFN, a CNN's stage output), drawn with ``seed`` among
+    the block's own channels (figs. 1 and 7: edges to objects)."""
+    spec = backbone.spec
     gen = torch.Generator().manual_seed(seed)
+    site = "blocks.{}.mlp.post" if spec.is_transformer else "stages.{}"
     if spec.is_transformer:
-        width, site = spec.mlp_dim, "blocks.{}.mlp.post"
-    else:
-        width, site = spec.embed_dim, "stages.{}"  # the last map's width bounds every stage's channels only loosely
-        width = min(width, 64)
+        widths = [spec.mlp_dim] * spec.num_blocks
+    else:  # a CNN's stages widen as they go: each draws from its own width
+        widths = _channels(backbone, [site.format(blk) for blk in range(spec.num_blocks)])
     units = []
-    for blk in range(spec.num_blocks):
+    for blk, width in enumerate(widths):
         chans = torch.randperm(width, generator=gen)[:per_block].sort().values.tolist()
         units += [ChannelObjective(site.format(blk), c) for c in chans]
     return units
+
+
+def _channels(backbone, sites: list[str]) -> list[int]:
+    """Channels of each site (dimension 1 of a CNN map ``[B, C, h, w]``, the last of tokens ``[B, N, C]``), from
+    one recorded forward of a blank image on the model's device."""
+    device = next(backbone.parameters()).device
+    with torch.no_grad(), backbone.record(sites) as rec:
+        backbone(torch.zeros(1, 3, *backbone.spec.image_size, device=device))
+    return [int(rec[s].shape[1] if rec[s].dim() == 4 else rec[s].shape[-1]) for s in sites]
 
 
 def _safe(name: str) -> str:
@@ -160,7 +171,8 @@ def _spatial_information(backbone, dataset, options: FeatvizOptions) -> Any:
                limit=limit, progress=False)[PreprocessedImages.name]
     images = _unnormalise(backbone, seen["pixels"])
     gen = torch.Generator().manual_seed(options.seed)
-    channels = torch.randperm(_mlp_width(backbone), generator=gen)[: options.spatial_information].tolist()
+    (width,) = _channels(backbone, ["blocks.0.mlp.post"])
+    channels = torch.randperm(width, generator=gen)[: options.spatial_information].tolist()
     res = spatial_information_by_block(backbone, images, channels, k=options.top_k, seed=options.seed)
     labels = [f"block {b}" for b in res["blocks"]]
 
@@ -182,14 +194,6 @@ def _unnormalise(backbone, pixels: torch.Tensor) -> torch.Tensor:
     mean = torch.tensor(backbone.spec.mean).view(1, 3, 1, 1)
     std = torch.tensor(backbone.spec.std).view(1, 3, 1, 1)
     return (pixels.cpu() * std + mean).clamp(0, 1)
-
-
-def _mlp_width(backbone) -> int:
-    """Channels of ``blocks.0.mlp.post`` (the FFN hidden width), from one recorded forward."""
-    size = backbone.spec.image_size
-    with torch.no_grad(), backbone.record(["blocks.0.mlp.post"]) as rec:
-        backbone(torch.zeros(1, 3, *size))
-    return int(rec["blocks.0.mlp.post"].shape[-1])
 
 
 def run_featviz(options: FeatvizOptions, log: Callable[[str], None] = lambda s: None) -> Path:
@@ -216,11 +220,14 @@ def featviz_run(options: FeatvizOptions, log: Callable[[str], None] = lambda s: 
         raise VitscopeValueError("give at least one --unit (e.g. blocks.5.mlp.post:31) or --grid N")
     objectives = [parse_objective(u) for u in options.units]
     backbone = load_model(options.model, image_size=options.image_size)
+    if options.spatial_information and not backbone.spec.is_transformer:  # before the optimisation, not after
+        raise VitscopeValueError(f"--spatial-information measures transformer FFN channels; {backbone.spec.name} is "
+                                 "a CNN")
     log(describe_input(backbone.spec))
     device = resolve_device(options.device)
     backbone.to(device).eval()
     if options.grid > 0:
-        objectives += grid_units(backbone.spec, options.grid, options.seed)
+        objectives += grid_units(backbone, options.grid, options.seed)
     cfg = FeatvizConfig(steps=options.steps, seed=options.seed, lambda_tv=options.lambda_tv,
                         augment=AugmentConfig(noise=options.noise, color_shift=options.color_shift))
     log(f"optimising {len(objectives)} units for {cfg.steps} steps on {device}")
