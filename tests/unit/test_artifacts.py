@@ -286,3 +286,49 @@ def test_hugging_face_models_get_the_test_time_register_row_and_a_refusal_is_rep
         else:
             assert "test_time_register" not in targets
             assert refusals[kind] in not_run["test_time_register"]
+
+
+def test_outlier_controls_put_the_reference_in_place_of_the_outliers_only() -> None:
+    """mean: each position's reference mean; resample inside a pass: image i takes reference image (i + 1) mod R;
+    only the tokens above the threshold change, never the prefix."""
+    from vitscope.hooks.edits import running_images
+    from vitscope.interventions import ablate_outliers
+
+    t = torch.ones(2, 5, 3)
+    t[0, 2], t[1, 4], t[0, 0] = 10.0, 10.0, 10.0  # two outliers and a high-norm CLS (prefix: kept)
+    mean = torch.arange(15.0).view(5, 3)
+    (edit,) = ablate_outliers("blocks.0.resid_post", 5.0, 1, "mean", reference={"blocks.0.resid_post": mean}).values()
+    out = edit(t, "blocks.0.resid_post")
+    assert torch.equal(out[0, 2], mean[2]) and torch.equal(out[1, 4], mean[4])
+    assert torch.equal(out[0, 0], t[0, 0]) and torch.equal(out[:, 1], t[:, 1])
+    images = torch.arange(4 * 5 * 3, dtype=torch.float32).view(4, 5, 3) / 100
+    (edit,) = ablate_outliers("h", 5.0, 1, "resample", reference={"h": images}).values()
+    with running_images([7, 2]):  # dataset images 7 and 2: reference images 0 and 3
+        out = edit(t, "h")
+    assert torch.equal(out[0, 2], images[0, 2]) and torch.equal(out[1, 4], images[3, 4])
+
+
+def test_resampled_controls_do_not_depend_on_the_batch_and_take_a_batch_of_one(tmp_path) -> None:
+    """Resampling rolled each batch: its rows moved with -b, and a batch of one image stopped the command."""
+    from vitscope.experiments.artifacts import artifact_ablations
+
+    root = synthesize(tmp_path / "world", "coco", n=7, size=64, seed=6)
+    planted, _, _ = planted_pair()
+    found = vitscope.run(planted, f"{root}::coco", [Artifacts()], batch_size=7, progress=False,
+                         workers=0)["artifacts"].meta
+    rows = [{r["target"]: r for r in artifact_ablations(planted, f"{root}::coco", found, controls=("resample",),
+                                                        images=3, reference_images=4, batch_size=b)
+             if r["control"] == "resample"} for b in (1, 3, 7)]
+    assert rows[0] and rows[0] == rows[1] == rows[2]
+
+
+def test_outliers_of_the_embedding_are_ablated_at_the_first_blocks_input() -> None:
+    """A first row with outliers that is the embedding's (a hand-set threshold below every norm) left out the
+    outlier ablations without a word, and measured the rest at the automatic threshold."""
+    from vitscope.experiments.artifacts import _outlier_site
+
+    assert _outlier_site({"first_block": "embedding", "thresholds": [8.0, 8.0, 8.0], "blocks": [0, 1]}) == (
+        "blocks.0.resid_pre", 8.0)
+    assert _outlier_site({"first_block": 1, "thresholds": [None, None, 30.0], "blocks": [0, 1]}) == (
+        "blocks.1.resid_post", 30.0)
+    assert _outlier_site({"first_block": None, "thresholds": [None, None], "blocks": [0]}) == (None, None)

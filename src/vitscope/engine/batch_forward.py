@@ -17,6 +17,7 @@ from vitscope.analyses.batch import ModelRunner, SharedQuantities
 from vitscope.engine.batches import LoadedBatch
 from vitscope.engine.streaming import StreamPlan, in_block_order
 from vitscope.functional.attention_blocks import Workspace
+from vitscope.hooks.edits import running_images
 from vitscope.models.backbone import Backbone
 from vitscope.models.preprocess import normalise_pixels
 from vitscope.models.spec import ModelSpec
@@ -79,7 +80,8 @@ class BatchForward:
         def reduce(name: str, tensor: torch.Tensor) -> None:  # one hook, the moment the model makes it
             self._feed(name, tensor, batch)
 
-        with self.record.reducing(self.stream.reduced, reduce, self.stream.kept), self.autocast:
+        with self.record.reducing(self.stream.reduced, reduce, self.stream.kept), self.autocast, \
+                running_images(batch.indices):  # edits that take another image's tensors choose it by index
             self.backbone(pixels)
         return batch
 

@@ -19,7 +19,7 @@ from vitscope.data.open import as_source
 from vitscope.engine.run import run
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.ablation import MODES
-from vitscope.hooks.edits import EditFn
+from vitscope.hooks.edits import EditFn, running_images
 from vitscope.interventions.artifacts import ablate_outliers
 from vitscope.interventions.edits import ablate_tokens
 from vitscope.interventions.reference import reference_means
@@ -48,6 +48,30 @@ def _pass(backbone: Backbone, source: Any, edits: Mapping[str, EditFn], batch_si
     if registers:
         out["cls_to_registers"] = float(art["sink_cls_prefix"][..., registers].sum(dim=-1).max())
     return out
+
+
+def _outlier_site(found: Mapping[str, Any]) -> tuple[str | None, float | None]:
+    """Where the first outliers are (``blocks.0.resid_pre`` for the embedding's, else the first block's output)
+    and their threshold, from the artifacts result's meta; ``(None, None)`` when it found none."""
+    first, thresholds = found.get("first_block"), found.get("thresholds") or []
+    if first == "embedding" and thresholds:
+        return "blocks.0.resid_pre", thresholds[0]
+    if isinstance(first, int):
+        return f"blocks.{first}.resid_post", thresholds[list(found["blocks"]).index(first) + 1]
+    return None, None
+
+
+def recorded_images(backbone: Backbone, source: Any, hooks: str | Sequence[str], images: int) -> dict[str, Any]:
+    """``{hook: [R, ...]}`` recorded on the data's first ``images`` images, on the CPU (resampling's reference)."""
+    import torch
+
+    names = [hooks] if isinstance(hooks, str) else list(hooks)
+    pixels = backbone.preprocess(source.first_images(images))
+    if len(pixels) < 2:
+        raise VitscopeValueError("resampling takes another image's tokens: it needs two reference images or more")
+    with torch.no_grad(), backbone.record(names) as rec:
+        backbone(pixels.to(backbone.device))
+        return {name: rec[name].detach().cpu() for name in names}
 
 
 def artifact_ablations(backbone: Backbone, data: Any, found: Mapping[str, Any], controls: Sequence[str] = MODES,
@@ -79,29 +103,39 @@ def artifact_ablations(backbone: Backbone, data: Any, found: Mapping[str, Any], 
     pixels = backbone.preprocess(source.first_images(images))
     clean_out = edited_readout(backbone, pixels, {})
     first = found.get("first_block")
-    threshold = found["thresholds"][list(found["blocks"]).index(first) + 1] if isinstance(first, int) else None
+    hook, threshold = _outlier_site(found)
     base = _pass(backbone, source, {}, batch_size, threshold)
     rows = [{"target": "none", "control": "none", **base, "knn_change": 0.0,
              **output_change(backbone, clean_out, clean_out)}]
 
     def add(target: str, control: str, edits: Mapping[str, EditFn], model: Backbone = backbone) -> None:
         measured = _pass(model, source, edits, batch_size, threshold)
+        with running_images(range(len(pixels))):  # the data's first images: resampled as in the pass
+            edited = edited_readout(model, pixels, edits)
         rows.append({"target": target, "control": control, **measured,
                      "knn_change": measured["knn_accuracy"] - base["knn_accuracy"],
-                     **output_change(backbone, clean_out, edited_readout(model, pixels, edits))})
+                     **output_change(backbone, clean_out, edited)})
+
+    def reference(hooks: str | list[str], mode: str) -> dict[str, Any] | None:
+        """The mean's reference set (its mean per position), or resampling's (its images: image ``i`` of a pass
+        takes reference image ``(i + 1) mod R``, whatever the batch)."""
+        if mode == "mean":
+            return reference_means(backbone, source, hooks, batch_size=batch_size, limit=reference_images)
+        if mode == "resample":
+            return recorded_images(backbone, source, hooks, reference_images)
+        return None
 
     p = backbone.spec.num_prefix_tokens
-    if threshold is not None:
-        hook = f"blocks.{first}.resid_post"
-        means = reference_means(backbone, source, hook, batch_size=batch_size, limit=reference_images)
+    if threshold is not None and hook is not None:
         for mode in controls:
-            add("outliers", mode, ablate_outliers(hook, threshold, p, mode, reference=means))
+            add("outliers", mode, ablate_outliers(hook, threshold, p, mode, reference=reference(hook, mode)))
+    elif first is not None and not_run is not None:
+        not_run["outlier_ablations"] = f"the outliers of {first} have no threshold to ablate them at"
     registers = [i for i, kind in enumerate(backbone.spec.prefix_kinds) if kind == "reg"]
     if registers:
         hooks = [f"blocks.{i}.resid_pre" for i in range(backbone.spec.num_blocks)]
-        means = reference_means(backbone, source, hooks, batch_size=batch_size, limit=reference_images)
         for mode in controls:
-            add("registers", mode, ablate_tokens(registers, mode, hooks=hooks, reference=means))
+            add("registers", mode, ablate_tokens(registers, mode, hooks=hooks, reference=reference(hooks, mode)))
     ranked = found.get("register_neurons") or []
     chosen = neurons if neurons is not None else ({ranked[0]["block"]: [ranked[0]["unit"]]} if ranked else None)
     if chosen:

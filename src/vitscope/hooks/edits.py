@@ -3,13 +3,34 @@ model makes that tensor, and checked so that a wrong edit fails in one line inst
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 
 import torch
 
 from vitscope.errors import VitscopeValueError
 
-__all__ = ["EditError", "EditFn", "Edits"]
+__all__ = ["EditError", "EditFn", "Edits", "images_running", "running_images"]
+
+_IMAGES: ContextVar[tuple[int, ...] | None] = ContextVar("vitscope_images_running", default=None)
+
+
+@contextlib.contextmanager
+def running_images(indices: Sequence[int]) -> Iterator[None]:
+    """Say which images (their dataset indices, in batch order) the model runs on inside the block: ``vitscope.run``
+    does for every batch, so an edit that takes another image's tensors can choose that image by index, and no
+    number depends on the batch."""
+    token = _IMAGES.set(tuple(int(i) for i in indices))
+    try:
+        yield
+    finally:
+        _IMAGES.reset(token)
+
+
+def images_running() -> tuple[int, ...] | None:
+    """The dataset indices of the images of the forward under way (:func:`running_images`), or None."""
+    return _IMAGES.get()
 
 #: ``fn(tensor, name) -> tensor``: ``name`` is the resolved canonical name; return the tensor itself to change nothing
 EditFn = Callable[[torch.Tensor, str], torch.Tensor]

@@ -13,6 +13,7 @@ import torch
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.ablation import MODES, replaced
 from vitscope.hooks.edits import EditFn
+from vitscope.interventions.edits import _images_of
 
 __all__ = ["ablate_outliers"]
 
@@ -27,7 +28,8 @@ def ablate_outliers(hook: str, threshold: float, num_prefix: int, mode: str = "z
         num_prefix: prefix tokens (never replaced: ablate registers with
             :func:`~vitscope.interventions.ablate_tokens`).
         mode: ``"zero"``, ``"mean"`` (each position's mean over ``reference[hook]`` ``[N, D]``) or ``"resample"``
-            (the same position of another image: the next of the batch, or ``reference[hook]`` ``[B, N, D]``).
+            (the same position of another image: the next of the batch, or of a recording ``reference[hook]``
+            ``[R, N, D]``, image ``i`` taking ``(i + 1) mod R`` inside ``vitscope.run``).
         reference: as for :func:`~vitscope.interventions.ablate_tokens`.
     """
     if mode not in MODES:
@@ -40,8 +42,7 @@ def ablate_outliers(hook: str, threshold: float, num_prefix: int, mode: str = "z
     def edit(t: torch.Tensor, name: str) -> torch.Tensor:
         outliers = t.float().norm(dim=-1) > threshold  # [B, N]
         outliers[:, :num_prefix] = False
-        held = reference.get(name) if reference is not None else None
-        mean = held if mode == "mean" else None
-        other = held if mode == "resample" and held is not None and held.dim() == t.dim() else None
+        mean = reference.get(name) if mode == "mean" and reference is not None else None
+        other = _images_of(reference, name, t) if mode == "resample" else None
         return replaced(t, (outliers,), mode, mean=mean, other=other)
     return {hook: edit}

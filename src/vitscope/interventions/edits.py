@@ -11,7 +11,7 @@ import torch
 
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.ablation import MODES, TOKEN_MODES, head_index, replaced
-from vitscope.hooks.edits import EditFn
+from vitscope.hooks.edits import EditFn, images_running
 
 __all__ = ["ablate_heads", "ablate_tokens", "patch", "steer"]
 
@@ -24,10 +24,23 @@ def _reference_of(reference: Mapping[str, torch.Tensor] | None, name: str, what:
 
 
 def _images_of(reference: Mapping[str, torch.Tensor] | None, name: str, t: torch.Tensor) -> torch.Tensor | None:
-    """Other images' tensors to resample from: ``reference[name]`` when it holds images (``[B, ...]`` like ``t``;
-    a mean, one image's shape, is not), else None (the next image of the batch)."""
+    """Other images' tensors to resample from, or None (the next image of the batch).
+
+    ``reference[name]`` counts when it holds images (``[R, ...]``; a mean, one image's shape, does not). Inside
+    ``vitscope.run`` (:func:`~vitscope.hooks.edits.images_running` knows the images' dataset indices) image ``i``
+    takes reference image ``(i + 1) mod R``, never itself when the reference is the data's first images, so no
+    number depends on the batch; elsewhere the reference is taken row for row, as the caller's batch.
+    """
     held = reference.get(name) if reference is not None else None
-    return held if held is not None and held.dim() == t.dim() else None
+    if held is None or held.dim() != t.dim():
+        return None
+    running = images_running()
+    if running is None or len(running) != t.shape[0]:
+        return held
+    if held.shape[0] < 2:
+        raise VitscopeValueError(f"resampling '{name}' takes another image's tensors: the reference holds one image; "
+                                 "give two or more")
+    return held[torch.as_tensor([(i + 1) % held.shape[0] for i in running])]
 
 
 def ablate_heads(heads: Mapping[int, Sequence[int]], mode: str = "zero",
