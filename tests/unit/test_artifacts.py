@@ -332,3 +332,26 @@ def test_outliers_of_the_embedding_are_ablated_at_the_first_blocks_input() -> No
     assert _outlier_site({"first_block": 1, "thresholds": [None, None, 30.0], "blocks": [0, 1]}) == (
         "blocks.1.resid_post", 30.0)
     assert _outlier_site({"first_block": None, "thresholds": [None, None], "blocks": [0]}) == (None, None)
+
+
+@pytest.mark.parametrize("spread", [0.25, 0.3])
+def test_a_small_high_norm_mode_above_a_broad_bulk_is_found(spread: float) -> None:
+    """Otsu splits a broad bulk near its middle before the 2 % mode above it (half the tokens above: not outliers);
+    the split is searched again within that upper class. The same bulk alone, or a far broader one, still has no
+    outliers (its last split's classes are too close)."""
+    gen = torch.Generator().manual_seed(1)
+    bins = NormBins()
+    bulk = 50 * torch.exp(spread * torch.randn(9800, generator=gen))
+    outliers = 300 * torch.exp(0.1 * torch.randn(200, generator=gen))
+
+    def histogram(norms: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(bins.count, dtype=torch.float64).index_add_(0, bins.of(norms),
+                                                                       torch.ones(len(norms), dtype=torch.float64))
+
+    edge = split_threshold(histogram(torch.cat([bulk, outliers])))
+    assert edge is not None
+    threshold = float(bins.edges()[edge])
+    above = torch.cat([bulk, outliers]) >= threshold
+    assert above[-200:].all() and int(above[:-200].sum()) <= 0.01 * len(bulk)  # the mode, and few of the bulk
+    assert split_threshold(histogram(bulk)) is None
+    assert split_threshold(histogram(50 * torch.exp(1.5 * torch.randn(20000, generator=gen)))) is None

@@ -59,7 +59,9 @@ def split_threshold(counts: torch.Tensor, max_share: float = 0.1, min_ratio: flo
     Otsu's split of the log-norm histogram (the edge that maximises the between-class variance); where several edges
     tie (the empty bins of a gap) the middle one. The split counts only when the upper class is a minority (at most
     ``max_share`` of the tokens: Darcet et al. 2024 find about 2 %) and its mean norm is at least ``min_ratio`` times
-    the lower class's (geometric means): a unimodal histogram is split near its middle and fails the first test.
+    the lower class's (geometric means). A split whose upper class holds more than ``max_share`` (a broad bulk is
+    split near its middle before a small mode above it) is searched again within its upper class, until the upper
+    class is small enough; a unimodal histogram then fails the ratio between the two classes of the last split.
 
     Args:
         counts: ``[NB]`` token counts per bin.
@@ -71,8 +73,22 @@ def split_threshold(counts: torch.Tensor, max_share: float = 0.1, min_ratio: flo
     """
     c = counts.double().cpu()
     total = float(c.sum())
-    if total <= 0:
-        return None
+    start = 0
+    while total > 0:
+        found = _otsu(c[start:])
+        if found is None:
+            return None
+        edge, upper, gap = start + found[0], found[1], found[2]
+        if upper <= max_share * total:
+            return edge if gap >= 0 and _enough(gap, min_ratio) else None
+        start = edge  # the outliers, if any, are a mode within the upper class
+    return None
+
+
+def _otsu(c: torch.Tensor) -> tuple[int, float, float] | None:
+    """Otsu's split of one histogram ``[NB]``: ``(edge, tokens above it, gap between the classes' means in bins)``,
+    None when no edge has tokens on both sides."""
+    total = float(c.sum())
     centre = torch.arange(c.numel(), dtype=torch.float64) + 0.5  # in bin widths
     below_n = torch.cumsum(c, 0)[:-1]  # tokens below edge e = 1..NB-1
     below_s = torch.cumsum(c * centre, 0)[:-1]
@@ -86,8 +102,8 @@ def split_threshold(counts: torch.Tensor, max_share: float = 0.1, min_ratio: flo
     tied = torch.nonzero(between >= best * (1 - 1e-12)).flatten()
     edge = int(tied[len(tied) // 2]) + 1
     upper = float(above_n[edge - 1])
-    gap = float(above_s[edge - 1] / upper - below_s[edge - 1] / below_n[edge - 1])  # in bin widths
-    return edge if upper <= max_share * total and gap >= 0 and _enough(gap, min_ratio) else None
+    gap = float(above_s[edge - 1] / upper - below_s[edge - 1] / below_n[edge - 1])
+    return edge, upper, gap
 
 
 def _enough(gap_bins: float, min_ratio: float, width: float = 0.1) -> bool:
