@@ -110,7 +110,7 @@ def bench(args: argparse.Namespace, device: torch.device) -> dict:
     for suite_member in attention_suite(spec, targets={"masks"}):  # ground truth the loader makes, as in a pass
         for key, (given, fn) in suite_member.target_transforms(spec).items():
             batch.targets[key] = [fn(v) for v in batch.targets[given]]
-    gt = torch.from_numpy(np.stack([mask_to_grid(m, spec, batch.grid).reshape(-1) for m in masks]))
+    gt = torch.from_numpy(np.stack([mask_to_grid(m, spec, batch.grid).reshape(-1) for m in masks])).to(device)
 
     def clock() -> float:
         sync(device)

@@ -47,6 +47,11 @@ def _pass(model_dir: str, images: int, out: str, batch_size: int, device: str) -
 
         from_torchrun(device)
         dist.barrier()  # every rank has loaded the model: time the pass alone
+    if device == "cuda":  # CUDA starts before the clock in both modes (torchrun's set_device starts it there)
+        import torch
+
+        torch.zeros(1, device=device)
+        torch.cuda.synchronize()
     start = time.perf_counter()
     results = vitscope.run(backbone, source, analyses, batch_size=batch_size, device=device, progress=False,
                            distributed=distributed)

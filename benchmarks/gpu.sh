@@ -24,28 +24,29 @@ fi
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$SCRATCH/card.txt" 2>&1
 status=0
-step() {  # step NAME COMMAND...: run, time and log one measurement; a failure is recorded, the rest still run
-  local name=$1; shift
+step() {  # step NAME SECONDS COMMAND...: run (stopped after SECONDS: a hang must not spend the device session),
+  # time and log one measurement; a failure is recorded, the rest still run
+  local name=$1 limit=$2; shift 2
   local start=$SECONDS
   echo "=== $name: $*"
-  "$@" 2>&1 | tee "$OUT_DIR/$name.log"
+  timeout "$limit" "$@" 2>&1 | tee "$OUT_DIR/$name.log"
   local rc=${PIPESTATUS[0]}
   echo "$name $rc $((SECONDS - start))" >> "$SCRATCH/steps.txt"
   [ "$rc" = 0 ] || status=1
 }
 : > "$SCRATCH/steps.txt"
 # Whole passes over JPEGs against plain DataLoader scripts (analyze's attention pass, probe's extraction).
-step gpu_pass $PY benchmarks/gpu_pass.py --images "$IMAGES" --batch-size "$BATCH" --workers "$WORKERS" \
+step gpu_pass 240 $PY benchmarks/gpu_pass.py --images "$IMAGES" --batch-size "$BATCH" --workers "$WORKERS" \
   --rounds "$ROUNDS" --device cuda --out "$OUT_DIR/gpu_pass.json"
 # From preprocessed batches in memory: bare forward, forward + record, the seven updates (and each alone).
-step attention_suite $PY benchmarks/attention_suite.py --device cuda --batch-size "$BATCH" --repeats 3 \
+step attention_suite 120 $PY benchmarks/attention_suite.py --device cuda --batch-size "$BATCH" --repeats 3 \
   --no-naive --per-analysis --out "$OUT_DIR/attention_suite.json"
 # The loader's uint8 pixels normalised on the GPU give the CPU's float32 bits (every byte value).
-step normalise $PY benchmarks/gpu_normalise_check.py
+step normalise 60 $PY benchmarks/gpu_normalise_check.py
 # CUDA's own count of host synchronisations in every analysis's hot loop (empty lists when clean).
-step sync $PY benchmarks/gpu_sync_check.py
+step sync 90 $PY benchmarks/gpu_sync_check.py
 # Two processes sharing the one GPU against one, and their numbers equal.
-step distributed $PY benchmarks/distributed.py --device cuda --images 1024 --batch-size "$BATCH" --rounds 1 \
+step distributed 120 $PY benchmarks/distributed.py --device cuda --images 1024 --batch-size "$BATCH" --rounds 1 \
   --out "$OUT_DIR/distributed.json"
 $PY - "$OUT_DIR" "$SCRATCH" <<'EOF'
 import json, pathlib, sys

@@ -30,22 +30,31 @@ def main() -> int:
 
     hits: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
 
+    def watch(owner, method: str, name: str) -> None:
+        original = getattr(owner, method)
+
+        def wrapped(*args, _original=original, _name=name, **kwargs):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
+                try:
+                    return _original(*args, **kwargs)
+                finally:
+                    torch.cuda.set_sync_debug_mode("default")
+                    for w in caught:
+                        if "synchroniz" in str(w.message):
+                            hits[_name][f"{Path(w.filename).name}:{w.lineno}"] += 1
+        setattr(owner, method, wrapped)
+
     def watched(analysis) -> None:
         for method in ("update", "update_hook", "end_batch"):
-            original = getattr(analysis, method)
+            watch(analysis, method, analysis.name)
 
-            def wrapped(*args, _original=original, _name=analysis.name, **kwargs):
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")
-                    torch.cuda.set_sync_debug_mode("warn")
-                    try:
-                        return _original(*args, **kwargs)
-                    finally:
-                        torch.cuda.set_sync_debug_mode("default")
-                        for w in caught:
-                            if "synchroniz" in str(w.message):
-                                hits[_name][f"{Path(w.filename).name}:{w.lineno}"] += 1
-            setattr(analysis, method, wrapped)
+    # the shared per-block attention statistics run during the forward, outside every analysis's methods
+    from vitscope.analyses.batch import SharedQuantities
+
+    watch(SharedQuantities, "add_block", "shared attention statistics")
+    hits.setdefault("shared attention statistics", collections.Counter())
 
     light = {"head_importance": {"blocks": (5,), "reference_images": 4}, "cka": {"batch": 8},
              "residual_cka": {"batch": 4}}

@@ -195,7 +195,8 @@ class LabelledFeatures(Analysis):
                    for j in have}
         keep = {j: w.sum(dim=1) > 0 for j, w in weights.items()}  # regions cropped away cover no token
         out: dict[str, object] = {
-            f"block{i}": torch.cat([mask_pool(record[k][j, p:], weights[j][keep[j]]) for j in have]).float()
+            f"block{i}": torch.cat([mask_pool(record[k][j, p:], weights[j][keep[j]].to(record[k].device))
+                                    for j in have]).float()
             for i, k in found}
         kept = {j: keep[j].numpy() for j in have}
         out["index"] = np.concatenate([np.full(int(kept[j].sum()), batch.indices[j]) for j in have]).astype(np.int64)
