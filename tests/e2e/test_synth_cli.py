@@ -31,9 +31,10 @@ def written(tmp_path_factory):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_format_is_detected_and_read(written, fmt):
     root = written / fmt
+    assert detect_format(root) == fmt  # the folder synth wrote (list: list.txt beside images/)
     if fmt == "list":
         root = root / "list.txt"
-    assert detect_format(root) == fmt
+        assert detect_format(root) == fmt
     ds = load_dataset(root)
     assert len(ds) > 0
     first, last = ds[0], ds[-1]

@@ -250,3 +250,39 @@ def test_path_list_bad_lines(tmp_path, text, match):
         PathListDataset(tmp_path / "list.txt")
     with pytest.raises(DatasetFormatError, match="nope.txt not found"):
         PathListDataset(tmp_path / "nope.txt")
+
+
+def test_path_list_paths_resolve_from_the_lists_folder(tmp_path, monkeypatch):
+    from vitscope.data.annotated_source import AnnotatedSource
+    from vitscope.workflows.probe import _labelled_split
+
+    scenes = [make_scene([{"inst": 1 + i % 2, "cls": i % 2, "rect": (0, 0, 9, 9)}], index=i) for i in range(8)]
+    list_file = write_path_list(scenes, tmp_path / "world")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # the list's paths mean nothing from here
+    ds = PathListDataset(Path("..") / "world" / "list.txt")
+    source = AnnotatedSource(ds)
+    assert list(source.paths) == [x.image_path for x in ds]
+    assert all(Path(p).is_file() for p in source.paths)
+    train, test = _labelled_split(ds, "list", 0.5, 0)
+    assert len(train) + len(test) == 8
+    assert all(Path(p).is_file() for part in (train, test) for p in part.paths)
+    assert list_file.parent == tmp_path / "world"
+
+
+def test_a_folder_holding_one_path_list_is_the_list_format(tmp_path):
+    from vitscope.data.load import detect_format, load_dataset
+
+    scenes = [make_scene([{"inst": 3, "cls": 0, "rect": (0, 0, 9, 9)}], index=i) for i in range(3)]
+    list_file = write_path_list(scenes, tmp_path / "world")  # world/list.txt beside world/images/
+    assert detect_format(tmp_path / "world") == "list"
+    for fmt in (None, "list"):
+        ds = load_dataset(tmp_path / "world", fmt)
+        assert ds.list_file == list_file and len(ds) == 3 and Path(ds[0].image_path).is_file()
+    (tmp_path / "world" / "README.txt").write_text("two lists: which one is meant is not for us to guess\n")
+    assert detect_format(tmp_path / "world") == "imagefolder"
+    with pytest.raises(DatasetFormatError, match="without one 'path label' list"):
+        PathListDataset(tmp_path / "world")
+    (tmp_path / "world" / "README.txt").unlink()
+    (tmp_path / "world" / "list.txt").write_text("missing/0.jpg 1\n")  # names no file of the folder
+    assert detect_format(tmp_path / "world") == "imagefolder"

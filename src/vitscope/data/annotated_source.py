@@ -37,6 +37,9 @@ def _listed_paths(dataset: Any) -> Sequence[str]:
     item decodes its masks); other readers answer lazily."""
     if hasattr(dataset, "samples"):  # ImageFolderDataset: (path, label) pairs
         return [str(p) for p, _ in dataset.samples]
+    listed = getattr(dataset, "image_paths", None)  # PathListDataset: its rows resolved from the list's folder
+    if isinstance(listed, list) and len(listed) == len(dataset):
+        return listed
     if isinstance(getattr(dataset, "_paths", None), list) and len(dataset._paths) == len(dataset):  # COCO family
         return [str(p) for p in dataset._paths]
     return _LazyPaths(dataset)

@@ -44,7 +44,10 @@ def format_of(reader: Any) -> str | None:
 
 
 def detect_format(root: str | Path) -> str:
-    """Guess the format from the layout (the files each official release has at its root)."""
+    """Guess the format from the layout (the files each official release has at its root; a list file, or a folder
+    holding one ``*.txt`` list of ``path label`` lines of its files, is ``list``)."""
+    from vitscope.data.formats.path_list import list_file_in
+
     r = Path(root)
     if r.is_file():
         return "list"
@@ -56,6 +59,7 @@ def detect_format(root: str | Path) -> str:
         ("imagenet-boxes", lambda: (r / "LOC_synset_mapping.txt").is_file()),
         ("partimagenet", lambda: (r / "annotations").is_dir() and (r / "images").is_dir()),
         ("coco", lambda: any((r / "annotations").glob("instances_*.json"))),
+        ("list", lambda: list_file_in(r) is not None),  # before imagefolder: the list's images/ is no class
         ("imagefolder", lambda: r.is_dir() and any(p.is_dir() for p in r.iterdir())),
     ]
     for name, check in checks:
@@ -116,7 +120,7 @@ def load_dataset(root: str | Path, format: str | None = None, **kwargs: Any) -> 
     """Open a dataset lazily (no image is decoded here).
 
     Args:
-        root: dataset root (a list file for ``format="list"``).
+        root: dataset root (for ``format="list"`` a list file, or a folder holding one list of its files).
         format: one of :data:`FORMATS`; None detects it from the layout.
         **kwargs: reader options (``split``, ``category``, ``name``...). Without a ``split``, a DAVIS, COCO or
             PartImageNet root that lacks the reader's default split is read at the one split it holds (DAVIS

@@ -20,7 +20,7 @@ from vitscope.data.formats.errors import DatasetFormatError, safe_join
 from vitscope.data.items import AnnotatedImage
 from vitscope.data.synthetic.scene import Scene
 
-__all__ = ["PathListDataset", "write_path_list"]
+__all__ = ["PathListDataset", "list_file_in", "write_path_list"]
 
 
 def write_path_list(
@@ -75,6 +75,36 @@ def _is_int(text: str) -> bool:
     return True
 
 
+def _first_entry(list_file: Path) -> str | None:
+    """The path of the first ``path label`` line of ``list_file``, or None (no such line, not UTF-8 text)."""
+    try:
+        with open(list_file, encoding="utf-8") as f:
+            for line in f:
+                text = line.strip()
+                if text and not text.startswith("#"):
+                    parts = text.rsplit(None, 1)
+                    return parts[0] if len(parts) == 2 else None
+    except (OSError, UnicodeDecodeError):
+        return None
+    return None
+
+
+def list_file_in(folder: str | os.PathLike) -> Path | None:
+    """The one ``*.txt`` directly in ``folder`` whose first ``path label`` line names a file under ``folder`` (the
+    layout ``vitscope synth --format list`` writes: ``list.txt`` beside ``images/``), or None (no such file, or
+    several ``*.txt``)."""
+    texts = sorted(Path(folder).glob("*.txt"))
+    if len(texts) != 1:
+        return None
+    first = _first_entry(texts[0])
+    if first is None:
+        return None
+    try:
+        return texts[0] if safe_join(Path(folder), first, texts[0].name).is_file() else None
+    except DatasetFormatError:  # a path that leaves the folder: not a list of this folder
+        return None
+
+
 class PathListDataset(LazyDataset):
     """Lazy reader of a ``path label`` list: a sequence of ``AnnotatedImage`` (``label`` set).
 
@@ -82,7 +112,8 @@ class PathListDataset(LazyDataset):
     are never decoded here). ``meta`` holds ``line`` and, for named labels, ``label_name``.
 
     Args:
-        list_file: the list.
+        list_file: the list, or a folder holding one ``*.txt`` list whose paths are relative to it
+            (:func:`list_file_in`).
         root: folder the paths are relative to; default the list file's folder.
 
     Raises:
@@ -91,6 +122,12 @@ class PathListDataset(LazyDataset):
 
     def __init__(self, list_file: str | os.PathLike, root: str | os.PathLike | None = None) -> None:
         self.list_file = Path(list_file)
+        if self.list_file.is_dir():
+            found = list_file_in(self.list_file)
+            if found is None:
+                raise DatasetFormatError(f"{self.list_file} is a folder without one 'path label' list (*.txt) of "
+                                         f"its files; name the list: --data {self.list_file}/LIST.txt::list")
+            self.list_file = found
         self.root = Path(root) if root is not None else self.list_file.parent
         self.name = self.list_file.stem
         if not self.list_file.is_file():
@@ -123,6 +160,11 @@ class PathListDataset(LazyDataset):
             index: dict[str, int] = {}
             self._labels = np.asarray([index.setdefault(r, len(index)) for r in raw], dtype=np.int64)
             self.class_names = list(index)
+
+    @property
+    def image_paths(self) -> list[str]:
+        """Every row's image path, resolved from :attr:`root` (the files need not exist)."""
+        return [str(self.root / p) for p in self._paths]
 
     @property
     def labels(self) -> np.ndarray:
