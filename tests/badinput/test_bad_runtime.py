@@ -34,7 +34,7 @@ def test_device_unknown(photos, tmp_path):
 
 @pytest.mark.parametrize("command", ["analyze", "compare", "probe"])
 @pytest.mark.parametrize("option, value", [("--device", "tpu"), ("--dtype", "fp8")])
-def test_placement_refused_before_loading(command, option, value, photos, tmp_path):
+def test_device_unknown_refused_before_loading(command, option, value, photos, tmp_path):
     """Nothing is loaded or created before a bad device or dtype is refused: the error is all stderr says."""
     models = ("-M", "tiny-vit,tiny-vit-sup") if command == "compare" else ("-m", "tiny-vit")
     result = cli(command, *models, "-d", str(photos), "-o", str(tmp_path / "out"), option, value)
@@ -116,3 +116,32 @@ def test_ctrl_c_twice_with_real_signals():
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)  # the second: stop now
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+
+def _sae_on_device(command, device, photos, tmp_path):
+    """``sae train`` or ``sae benchmark`` of the tiny models on ``device``, in this process."""
+    if command == "train":
+        args = ("-m", "tiny-vit", "--hook", "blocks.3.resid_post", "-d", str(photos), "--tokens", "100")
+    else:
+        args = ("-M", "tiny-vit", "--images", "4", "--heldout", "4")
+    return cli("sae", command, *args, "-o", str(tmp_path / "out"), "--device", device)
+
+
+@pytest.mark.parametrize("command", ["train", "benchmark"])
+def test_device_unknown_sae(command, photos, tmp_path):
+    """``sae train`` and ``sae benchmark`` check --device as analyze does: one line, nothing written."""
+    result = _sae_on_device(command, "tpu", photos, tmp_path)
+    one_error(result, "unknown device 'tpu'; use cpu, cuda", status=2)
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["train", "benchmark"])
+def test_device_cuda_without_cuda_sae(command, photos, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    result = _sae_on_device(command, "cuda", photos, tmp_path)
+    one_error(result, "no CUDA GPU is available; use --device cpu")
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (tmp_path / "out").exists()

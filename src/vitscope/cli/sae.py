@@ -48,10 +48,12 @@ def train_command(
     """Train a sparse autoencoder from passes over the data (no activation written): cfg.json and
     sae_weights.safetensors in --out. Under torchrun the processes share every pass and train one SAE; process 0
     writes it and speaks."""
+    from vitscope.engine.settings import resolve_device
     from vitscope.models.load import load_model
     from vitscope.sae.training import SAETraining, train
     from vitscope.workflows.launch import role
 
+    resolve_device(device)  # an unknown or absent device is one line, before the model loads
     config = SAETraining(kind=kind, latents=latents, k=k, tokens=int(tokens), buffer_tokens=buffer_tokens,
                          tokens_of=tokens_of, batch_tokens=batch_tokens, lr=lr, seed=seed)
     with role(lambda s: typer.echo(s, err=True)) as me:

@@ -32,7 +32,7 @@ from threadpoolctl import threadpool_limits
 from vitscope.analyses.base import Analysis, Batch
 from vitscope.autoencoders.model import KINDS, SparseAutoencoder
 from vitscope.data.synthetic.world import SyntheticWorld
-from vitscope.engine.run import run
+from vitscope.engine.run import resolve_device, run
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.concept_scores import auroc_table, best_f1_threshold, f1_at, ranked_units, units_needed
 from vitscope.models.backbone import Backbone
@@ -359,8 +359,11 @@ def benchmark(models: Sequence[str] = ZOO_MODELS, config: SAEBenchmark = SAEBenc
 
     Raises:
         ValueError: bad sizes, no model, a model not registered, a CNN, or a hook the model lacks (one line).
+        VitscopeUsageError: an unknown ``device``.
+        VitscopeValueError: a ``device`` this machine does not have.
     """
     config.check()
+    resolve_device(device)  # an unknown or absent device is one line, before any model loads
     models = list(dict.fromkeys(models))
     if not models:
         raise VitscopeValueError("name at least one model")
