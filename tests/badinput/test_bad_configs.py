@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.bad_input import analyze, folder_with_one_good_image, one_error
+from helpers.bad_input import analyze, cli, folder_with_one_good_image, one_error
 
 
 @pytest.fixture
@@ -70,3 +70,36 @@ def test_option_out_of_range(photos, tmp_path):
 def test_dtype_unknown(photos, tmp_path):
     one_error(analyze(photos, tmp_path / "out", "--dtype", "fp8"), "unknown dtype 'fp8'; use fp32, bf16 or fp16",
               status=2)
+
+
+@pytest.mark.parametrize(("command", "needle"), [
+    (("sae", "train", "-m", "tiny-vit", "--hook", "blocks.3.resid_post", "-d", "{photos}", "--kind", "foo"),
+     "--kind must be one of relu, topk, batchtopk, matryoshka, got 'foo'"),
+    (("sae", "train", "-m", "tiny-vit", "--hook", "blocks.3.resid_post", "-d", "{photos}", "--tokens-of", "foo"),
+     "--tokens-of must be one of spatial, cls, registers, all, got 'foo'"),
+    (("sae", "benchmark", "-M", "tiny-vit", "--kind", "foo"), "--kind must be one of relu, topk"),
+    (("attribute", "{image}", "-m", "tiny-vit-sup", "--method", "foo"),
+     "--method: unknown attribution method 'foo'; use some of attention, rollout"),
+    (("explain-pair", "-m", "tiny-vit-metric", "{image}", "{image}", "--projection", "foo"),
+     "--projection must be auto, head or none, got 'foo'"),
+    (("experiment", "robustness", "-M", "tiny-vit-sup", "-d", "{photos}", "--region", "foo"),
+     "--region must be one of box, mask, got 'foo'"),
+    (("synth", "-f", "foo"), "--format: unknown format 'foo'; choose one of imagefolder"),
+])
+def test_option_not_a_choice(command, needle, photos, tmp_path):
+    """A value outside an option's choices is bad usage, refused before anything loads or is written."""
+    fill = {"{photos}": str(photos), "{image}": str(photos / "good.png")}
+    result = cli(*(fill.get(a, a) for a in command), "-o", str(tmp_path / "out"))
+    one_error(result, needle, status=2)
+    assert "fill" not in result.stderr  # the robustness message named a fill the user never gave
+    assert not (tmp_path / "out").exists()
+
+
+def test_option_missing_or_not_for_the_data(photos, tmp_path):
+    from vitscope.data.synthetic.write import synthesize
+
+    one_error(cli("featviz", "-m", "tiny-vit", "-o", str(tmp_path / "fv"), "--steps", "1"),
+              "give at least one --unit (e.g. blocks.5.mlp.post:31) or --grid N", status=2)
+    synthesize(tmp_path / "roxf", "revisitop", n=6, size=32, seed=0)
+    one_error(cli("probe", "-m", "tiny-vit", "-d", f"{tmp_path / 'roxf'}::revisitop", "-o", str(tmp_path / "pr"),
+                  "--limit", "5"), "--limit does not apply to revisitop", status=2)

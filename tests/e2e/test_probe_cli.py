@@ -176,7 +176,7 @@ def test_probe_reads_a_config_file_and_limit_keeps_the_first_items(data: dict[st
     assert doc["num_images"] == knn["num_train"] + knn["num_test"] == 30 and doc["config"]["batch_size"] == 4
     refused = runner.invoke(app, ["probe", "--model", "tiny-vit", "--data", f"{data['revisitop']}::revisitop",
                                   "--out", str(tmp_path / "r2"), "--limit", "3"])
-    assert refused.exit_code == 1 and "--limit does not apply to revisitop" in refused.output
+    assert refused.exit_code == 2 and "--limit does not apply to revisitop" in refused.output  # bad usage
 
 
 def test_probe_strict_stops_at_an_unreadable_image(data: dict[str, Path], tmp_path: Path) -> None:

@@ -86,6 +86,6 @@ def test_bad_inputs(tmp_path):
     with pytest.raises(DatasetFormatError, match="cannot tell the format"):
         detect_format(tmp_path)
     res = runner.invoke(app, ["synth", "--out", str(tmp_path / "x"), "--format", "nope"])
-    assert res.exit_code == 1 and "unknown format" in res.output
+    assert res.exit_code == 2 and "unknown format" in res.output  # bad usage (docs/errors.md)
     res = runner.invoke(app, ["synth", "--out", str(tmp_path / "x"), "--format", "coco", "--spurious", "1.5"])
-    assert res.exit_code == 1
+    assert res.exit_code == 2 and "--spurious must be a probability" in res.output

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from typing import Any
 
@@ -26,7 +26,7 @@ import typer
 from vitscope.errors import VitscopeError, VitscopeUsageError
 from vitscope.workflows.options import ConfigError
 
-__all__ = ["one_line_errors", "one_line_warnings"]
+__all__ = ["one_line_errors", "one_line_warnings", "require_choice"]
 
 
 def _first_line(err: BaseException) -> str:
@@ -65,6 +65,17 @@ def out_of_memory_advice(pass_batch: int | None, batch_size: int | None = None) 
         return f"out of memory at a batch of {batch_size}; run again with a smaller batch (--batch-size / -b " \
                f"{batch_size // 2})"
     return "out of memory; run again with a smaller input (--image-size) where the command has it"
+
+
+def require_choice(option: str, value: str, allowed: Sequence[str]) -> str:
+    """``value`` when ``allowed`` holds it.
+
+    Raises:
+        VitscopeUsageError: another value (bad usage, exit status 2), naming ``option`` and the choices.
+    """
+    if value not in allowed:
+        raise VitscopeUsageError(f"{option} must be one of {', '.join(allowed)}, got {value!r}")
+    return value
 
 
 def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from vitscope.cli.errors import one_line_errors
+from vitscope.cli.errors import one_line_errors, require_choice
 from vitscope.cli.imports import CommandLine
 from vitscope.cli.torchrun import refuse_under_torchrun
 
@@ -48,11 +48,15 @@ def train_command(
     """Train a sparse autoencoder from passes over the data (no activation written): cfg.json and
     sae_weights.safetensors in --out. Under torchrun the processes share every pass and train one SAE; process 0
     writes it and speaks."""
+    from vitscope.autoencoders.model import KINDS
+    from vitscope.autoencoders.tokens import TOKENS_OF
     from vitscope.engine.settings import resolve_device
     from vitscope.models.load import load_model
     from vitscope.sae.training import SAETraining, train
     from vitscope.workflows.launch import role
 
+    require_choice("--kind", kind, KINDS)
+    require_choice("--tokens-of", tokens_of, TOKENS_OF)
     resolve_device(device)  # an unknown or absent device is one line, before the model loads
     config = SAETraining(kind=kind, latents=latents, k=k, tokens=int(tokens), buffer_tokens=buffer_tokens,
                          tokens_of=tokens_of, batch_tokens=batch_tokens, lr=lr, seed=seed)
@@ -81,10 +85,13 @@ def eval_command(
 ) -> None:
     """Measure an SAE on held-out images: FVU, cosine, L0, dead and dense latents, and the output's change with the
     hook replaced by the reconstruction, by its mean and by PCA of the same L0 (one JSON object)."""
+    from vitscope.autoencoders.tokens import TOKENS_OF
     from vitscope.models.load import load_model
     from vitscope.sae import evaluate, load
     from vitscope.strict_json import dumps
 
+    if tokens_of is not None:
+        require_choice("--tokens-of", tokens_of, TOKENS_OF)
     found = evaluate(load(sae), load_model(model), data, hook=hook, tokens_of=tokens_of, images=images,
                      batch_size=batch_size)
     typer.echo(dumps(found, indent=1))
@@ -118,8 +125,10 @@ def benchmark_command(
     """Score SAE latents, PCA, ICA, k-means, random directions and the MLP neurons as detectors of the synthetic
     world's concepts (class, part, background type, object or background, colour) on held-out tokens:
     benchmark.json, benchmark.md, auroc.png."""
+    from vitscope.autoencoders.model import KINDS
     from vitscope.sae.benchmark import SAEBenchmark, benchmark
 
+    require_choice("--kind", kind, KINDS)
     config = SAEBenchmark(hook=hook, images=images, heldout=heldout, kind=kind, latents=latents, k=k,
                           tokens=int(tokens), batch_tokens=batch_tokens, lr=lr, fit_tokens=fit_tokens, cap=cap,
                           min_tokens=min_tokens, seed=seed, world_seed=world_seed, batch_size=batch_size)

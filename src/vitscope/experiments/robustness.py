@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vitscope.analyses.result import Figure, Result
-from vitscope.errors import VitscopeValueError
+from vitscope.errors import VitscopeUsageError, VitscopeValueError
 
 __all__ = ["run_robustness"]
 
@@ -67,11 +67,14 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
     from vitscope.engine.run import run
     from vitscope.models.input_size import describe_input
     from vitscope.models.load import load_model
+    from vitscope.occlusion.regions import REGIONS
     from vitscope.outputs import RunResult, prepare_output, write_run
     from vitscope.viz.masking_charts import foreground_chart, frequency_chart
 
     if not models:
         raise VitscopeValueError("give at least one model (e.g. --models tiny-vit-sup,MY_CNN)")
+    if region not in REGIONS:  # before anything loads or is written
+        raise VitscopeUsageError(f"--region must be one of {', '.join(REGIONS)}, got {region!r}")
     out = prepare_output(out)
     source = as_source(data)
     with_masks = "masks" in source.target_keys()

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from vitscope.analyses.result import Figure, SummaryResult, png_path
-from vitscope.errors import VitscopeValueError
+from vitscope.errors import VitscopeUsageError
 
 __all__ = ["default_pooling", "default_projection", "write_pair_report"]
 
@@ -59,9 +59,9 @@ def write_pair_report(model: str, path_a: str | os.PathLike, path_b: str | os.Pa
     from vitscope.viz.explain_figures import even_share_scale, pair_figure, signed_map_picture
 
     if fmt not in ("npy", "csv"):
-        raise VitscopeValueError(f"--format must be npy or csv, got '{fmt}'")
+        raise VitscopeUsageError(f"--format must be npy or csv, got '{fmt}'")
     if projection not in ("auto", "head", "none"):
-        raise VitscopeValueError(f"--projection must be auto, head or none, got '{projection}'")
+        raise VitscopeUsageError(f"--projection must be auto, head or none, got '{projection}'")
     out = prepare_output(out)
     backbone = load_model(model, image_size=image_size, keep_aspect=keep_aspect)
     proj = default_projection(model, backbone) if projection == "auto" else (None if projection == "none" else "head")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from vitscope.analyses.result import Figure, SummaryResult, png_path
-from vitscope.errors import VitscopeValueError
+from vitscope.errors import VitscopeUsageError, VitscopeValueError
 from vitscope.featviz.augment import AugmentConfig
 from vitscope.featviz.objectives import ChannelObjective, Objective, parse_objective
 from vitscope.featviz.render import FeatvizConfig, FeatvizResult, StepInfo, evaluate, render
@@ -217,7 +217,7 @@ def featviz_run(options: FeatvizOptions, log: Callable[[str], None] = lambda s: 
     from vitscope.viz.featviz_figures import unit_grid_figure
 
     if not options.units and options.grid <= 0:
-        raise VitscopeValueError("give at least one --unit (e.g. blocks.5.mlp.post:31) or --grid N")
+        raise VitscopeUsageError("give at least one --unit (e.g. blocks.5.mlp.post:31) or --grid N")
     objectives = [parse_objective(u) for u in options.units]
     backbone = load_model(options.model, image_size=options.image_size)
     if options.spatial_information and not backbone.spec.is_transformer:  # before the optimisation, not after

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from vitscope.analyses.result import SummaryResult
-from vitscope.errors import VitscopeValueError
+from vitscope.errors import VitscopeUsageError, VitscopeValueError
 
 __all__ = ["AttributionMaps", "write_attributions"]
 
@@ -56,7 +56,8 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
 
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
-        raise VitscopeValueError(f"unknown attribution method {unknown[0]!r}; use some of {', '.join(METHODS)}")
+        raise VitscopeUsageError(f"--method: unknown attribution method {unknown[0]!r}; use some of "
+                                 f"{', '.join(METHODS)}")
     if not images:
         raise VitscopeValueError("give at least one image")
     out = prepare_output(out)

@@ -47,7 +47,7 @@ def _open(data: str, limit: int | None = None):
     if limit is None:
         return dataset, fmt
     if fmt == "revisitop":
-        raise VitscopeValueError("--limit does not apply to revisitop: every query is ranked against the whole "
+        raise ConfigError("--limit does not apply to revisitop: every query is ranked against the whole "
                                  "database, whose ground truth a cut would break; leave --limit out")
     return FirstItems(dataset, limit), fmt
 

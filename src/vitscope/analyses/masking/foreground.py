@@ -94,8 +94,10 @@ class ForegroundMasking(ModelAccumulator):
 
     def __init__(self, region: str = "box", fill: str = "zero", blur_sigma: float = 4.0,
                  topk: Sequence[int] = (1, 5)) -> None:
-        if region not in REGIONS or fill not in FILLS:
-            raise VitscopeValueError(f"region must be one of {REGIONS} and fill one of {FILLS}")
+        if region not in REGIONS:
+            raise VitscopeValueError(f"region must be one of {', '.join(REGIONS)}, got {region!r}")
+        if fill not in FILLS:
+            raise VitscopeValueError(f"fill must be one of {', '.join(FILLS)}, got {fill!r}")
         if not topk or any(int(k) < 1 for k in topk):
             raise VitscopeValueError(f"topk must be positive integers, got {list(topk)}")
         self._cfg_region, self._cfg_fill, self._cfg_blur = region, fill, float(blur_sigma)

@@ -8,7 +8,7 @@ from typing import Any
 
 from vitscope.atomic import write_text_atomic
 from vitscope.data.synthetic.world import SyntheticWorld
-from vitscope.errors import VitscopeValueError
+from vitscope.errors import VitscopeUsageError
 
 SYNTH_FORMATS = ("imagefolder", "imagenet-boxes", "coco", "partimagenet", "davis", "spair", "revisitop", "sop",
                  "list")
@@ -29,11 +29,11 @@ def synthesize(out: str | Path, format: str, n: int = 100, size: int = 224, seed
         ``out``, which also receives ``synth.json`` recording the generator settings.
     """
     if format not in SYNTH_FORMATS:
-        raise VitscopeValueError(f"unknown format '{format}'; choose one of {', '.join(SYNTH_FORMATS)}")
+        raise VitscopeUsageError(f"--format: unknown format '{format}'; choose one of {', '.join(SYNTH_FORMATS)}")
     if n < 1:
-        raise VitscopeValueError("--n must be at least 1")
+        raise VitscopeUsageError("--n must be at least 1")
     if spurious is not None and not 0.0 <= spurious <= 1.0:
-        raise VitscopeValueError("--spurious must be a probability in [0, 1]")
+        raise VitscopeUsageError("--spurious must be a probability in [0, 1]")
     retrieval = format in ("revisitop", "sop", "list")
     world = SyntheticWorld(num_classes=num_classes, size=size, seed=seed, spurious=spurious,
                            num_instances_per_class=4 if retrieval else 20, max_objects=max_objects)
