@@ -116,3 +116,44 @@ def test_other_commands_take_image_size(saved, tmp_path, command):
         assert doc["analyses"]["paired_similarity"]["summary"]["grid"] == [4, 4]
     else:
         assert Image.open(tmp_path / "figures" / "featviz_blocks_1_mlp_post_3.png").size == (32, 32)
+
+
+TINY_VIT_INPUT = ("tiny-vit: input 64x64 px (short side resized to 64 px, centre crop), token grid 8x8 (65 tokens); "
+                  "preprocessing: built-in (vitscope's tiny models)")
+
+
+@pytest.fixture(scope="module")
+def tiny_world(tmp_path_factory):
+    """A COCO-format synthetic world of 4 images at 32 px (masks and labels, for explanations)."""
+    from vitscope.data.synthetic.write import synthesize
+
+    root = tmp_path_factory.mktemp("tiny_world")
+    synthesize(root, "coco", n=4, size=32, seed=0)
+    return root
+
+
+@pytest.mark.parametrize("command", ["attribute", "artifacts", "explanations", "sae"])
+def test_every_command_that_loads_a_model_says_its_input(saved, tiny_world, tmp_path, command):
+    """The model's input line on stderr before the work (and in the summary where the command writes results.json):
+    the same line analyze prints."""
+    _, photos = saved
+    out = str(tmp_path / "out")
+    if command == "attribute":
+        runs = [("attribute", str(photos / "p0.png"), "-m", "tiny-vit", "-o", out, "--method", "attention")]
+    elif command == "artifacts":
+        runs = [("artifacts", "-m", "tiny-vit", "-d", str(photos), "-o", out, "--no-ablations")]
+    elif command == "explanations":
+        runs = [("explanations", "-M", "tiny-vit", "-d", f"{tiny_world}::coco", "-o", out, "--methods", "attention",
+                 "--limit", "2", "--steps", "2", "--no-sanity")]
+    else:
+        runs = [("sae", "train", "-m", "tiny-vit", "--hook", "blocks.1.resid_post", "-d", str(photos), "-o", out,
+                 "--tokens", "64", "--latents", "8", "--k", "2", "--batch-tokens", "16", "--buffer-tokens", "32"),
+                ("sae", "eval", "--sae", out, "-m", "tiny-vit", "-d", str(photos), "--images", "2")]
+    for args in runs:
+        proc = cli(*args)
+        assert proc.returncode == 0, proc.stderr
+        assert TINY_VIT_INPUT in proc.stderr.splitlines(), (args[:2], proc.stderr)
+        if command != "sae":  # results.json written: the summary says it too
+            assert TINY_VIT_INPUT in proc.stdout.splitlines(), proc.stdout
+    if command == "sae":
+        json.loads(proc.stdout)  # eval's stdout stays one JSON document

@@ -91,7 +91,8 @@ def test_the_command_prints_the_metrics(setting, tmp_path) -> None:
     result = CliRunner().invoke(app, ["sae", "eval", "--sae", str(tmp_path / "sae"), "--model", "tiny-vit-sup",
                                       "--data", world, "--images", "2"])
     assert result.exit_code == 0, result.output
-    found = json.loads(result.output)
+    found = json.loads(result.stdout)  # stdout is the JSON alone; the model's input line goes to stderr
+    assert result.stderr.startswith("tiny-vit-sup: input ")
     assert found["tokens"] == len(x) and found["fvu"] < 1e-10 and set(found["spliced"]) == {"sae", "mean", "pca"}
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors
 
 __all__ = ["artifacts"]
@@ -42,6 +43,7 @@ def artifacts(
         raise ConfigError(f"--param sets artifacts.KEY=VALUE here, not {', '.join(other)}")
     doc = run_artifacts(model, data, out, params, ablations=ablations, limit=limit, batch_size=batch_size,
                         images=images, log=lambda s: typer.echo(s, err=True))
+    echo_choices(doc)
     found = doc["analyses"]["artifacts"]["summary"]
     typer.echo(f"outliers from {found.get('first_block')}; sink heads {len(found.get('sink_heads', []))}; "
                f"-> {out / 'results.json'}")

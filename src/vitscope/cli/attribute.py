@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors
 from vitscope.cli.help_text import IMAGE_SIZE_HELP
 from vitscope.errors import VitscopeFileNotFoundError
@@ -35,7 +36,9 @@ def attribute(
         if not p.is_file():
             raise VitscopeFileNotFoundError(f"image {p} not found")
     doc = write_attributions(model, images, [m.strip() for m in method.split(",") if m.strip()], out, target=target,
-                             like=like, image_size=image_size, upsample=upsample)
+                             like=like, image_size=image_size, upsample=upsample,
+                             log=lambda s: typer.echo(s, err=True))
+    echo_choices(doc)
     summary = doc["analyses"]["attributions"]["summary"]
     typer.echo(f"{len(images)} image(s), methods {', '.join(summary['methods'])} ({summary['score']}) -> "
                f"{out / 'results.json'}")

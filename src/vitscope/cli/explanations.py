@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors
 
 __all__ = ["explanations"]
@@ -30,6 +31,7 @@ def explanations(
     doc = run_explanations([m.strip() for m in models.split(",") if m.strip()], data, out,
                            [m.strip() for m in methods.split(",") if m.strip()], limit=limit, steps=steps,
                            sanity=sanity, log=lambda s: typer.echo(s, err=True))
+    echo_choices(doc)
     summary = doc["analyses"]["explanations"]["summary"]
     typer.echo(f"{len(summary['models'])} model(s), {len(summary['methods'])} method(s), {len(summary['rows'])} "
                f"scores -> {out / 'results.json'}")

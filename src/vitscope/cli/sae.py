@@ -51,6 +51,7 @@ def train_command(
     from vitscope.autoencoders.model import KINDS
     from vitscope.autoencoders.tokens import TOKENS_OF
     from vitscope.engine.settings import resolve_device
+    from vitscope.models.input_size import describe_input
     from vitscope.models.load import load_model
     from vitscope.sae.training import SAETraining, train
     from vitscope.workflows.launch import role
@@ -62,6 +63,8 @@ def train_command(
                          tokens_of=tokens_of, batch_tokens=batch_tokens, lr=lr, seed=seed)
     with role(lambda s: typer.echo(s, err=True)) as me:
         backbone = load_model(model, device=device)
+        if me.log:
+            me.log(describe_input(backbone.spec))
         sae = train(backbone, hook, data, config, out=out, batch_size=batch_size, device=device, log=me.log,
                     distributed=me.distributed)
     if not me.main:  # another process of a torchrun launch: process 0 reports
@@ -86,13 +89,16 @@ def eval_command(
     """Measure an SAE on held-out images: FVU, cosine, L0, dead and dense latents, and the output's change with the
     hook replaced by the reconstruction, by its mean and by PCA of the same L0 (one JSON object)."""
     from vitscope.autoencoders.tokens import TOKENS_OF
+    from vitscope.models.input_size import describe_input
     from vitscope.models.load import load_model
     from vitscope.sae import evaluate, load
     from vitscope.strict_json import dumps
 
     if tokens_of is not None:
         require_choice("--tokens-of", tokens_of, TOKENS_OF)
-    found = evaluate(load(sae), load_model(model), data, hook=hook, tokens_of=tokens_of, images=images,
+    backbone = load_model(model)
+    typer.echo(describe_input(backbone.spec), err=True)  # stdout holds the JSON alone
+    found = evaluate(load(sae), backbone, data, hook=hook, tokens_of=tokens_of, images=images,
                      batch_size=batch_size)
     typer.echo(dumps(found, indent=1))
 

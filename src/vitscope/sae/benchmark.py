@@ -208,10 +208,12 @@ def _references(test_labels: np.ndarray, scored: np.ndarray, concepts: list[Conc
 def _model_scores(name: str, config: SAEBenchmark, world: SyntheticWorld, scenes: list, concepts: list[Concept],
                   out: Path | None, device: str | None, log: Callable[[str], None]) -> dict[str, Any]:
     """Every method's scores for one model."""
+    from vitscope.models.input_size import describe_input
     from vitscope.models.load import load_model
 
     backbone = load_model(name, device=device)
     spec = backbone.spec
+    log(describe_input(spec))
     if not spec.is_transformer:
         raise VitscopeValueError(f"{name} is a CNN: the SAE benchmark reads a ViT's tokens")
     hooks = set(backbone.hook_names())

@@ -28,6 +28,7 @@ def run_artifacts(model: str, data: str, out: Path, params: Mapping[str, Mapping
         ablations: run the ablations and the test-time register after the diagnosis.
         limit: images of the diagnosis and of the ablations' passes; batch_size: of every pass.
         images: images the ablations' output change is measured on.
+        log: receives one-line messages (the model's input: size, token grid, preprocessing; the ablations).
 
     Returns:
         The written results.json.
@@ -41,11 +42,14 @@ def run_artifacts(model: str, data: str, out: Path, params: Mapping[str, Mapping
     from vitscope.engine.provenance import model_identity
     from vitscope.engine.run import run
     from vitscope.experiments.artifacts import artifact_ablations
+    from vitscope.models.input_size import describe_input
     from vitscope.models.load import load_model
     from vitscope.outputs import RunResult, prepare_output, write_run
 
     out = prepare_output(out)
     backbone = load_model(model)
+    if log:
+        log(describe_input(backbone.spec))
     source = as_source(data)
     facts = DataFacts(source, limit=limit)
     chosen = build_analyses(["artifacts"], backbone.spec, facts.targets, params, data=facts)

@@ -4,7 +4,7 @@ outputs (results.json, arrays of the raw maps, a figure of the maps over the ima
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,8 @@ class AttributionMaps(SummaryResult):
 
 def write_attributions(model: str, images: Sequence[str | os.PathLike], methods: Sequence[str],
                        out: str | os.PathLike, target: int | None = None, like: str | os.PathLike | None = None,
-                       image_size: int | None = None, upsample: bool = False) -> dict[str, Any]:
+                       image_size: int | None = None, upsample: bool = False,
+                       log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Attribute ``model``'s output on every image with every method and write the run into ``out``.
 
     Args:
@@ -36,6 +37,7 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
             classifier, the class it predicts for that image).
         image_size: the input size (default: the model's).
         upsample: maps at the image's size.
+        log: receives one-line messages (the model's input: size, token grid, preprocessing).
 
     Returns:
         The ``results.json`` document.
@@ -48,6 +50,7 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
     from vitscope.data.images import load_rgb
     from vitscope.engine.provenance import model_identity
     from vitscope.explain.pair_report import default_pooling, default_projection
+    from vitscope.models.input_size import describe_input
     from vitscope.models.load import load_model
     from vitscope.models.outputs import embedding_of, embedding_pooling, logits_of
     from vitscope.models.preprocess import resize_crop
@@ -63,6 +66,8 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
     out = prepare_output(out)
     backbone = load_model(model, image_size=image_size)
     spec = backbone.spec
+    if log:
+        log(describe_input(spec))
     pil = [load_rgb(p) for p in images]
     pixels = backbone.preprocess(pil)
     projection = backbone.model.head if default_projection(model, backbone) == "head" else None  # a metric net

@@ -62,7 +62,7 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
         limit: images scored (the first with objects and labels).
         steps: points of the deletion and insertion curves.
         sanity: run the cascading randomisation check (transformers).
-        log: one-line progress messages.
+        log: one-line progress messages (each model's input first: size, token grid, preprocessing).
 
     Returns:
         The ``results.json`` document.
@@ -72,6 +72,7 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
     from vitscope.data.open import as_source
     from vitscope.engine.provenance import model_identity
     from vitscope.explain.benchmark import benchmark_model, methods_for, prepared, shortcut_rows
+    from vitscope.models.input_size import describe_input
     from vitscope.models.load import load_model
     from vitscope.outputs import RunResult, prepare_output, write_run
     from vitscope.viz.attribution_figures import attribution_grid
@@ -87,6 +88,8 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
     scored = 0
     for model_id in models:
         backbone = load_model(model_id)
+        if log:
+            log(describe_input(backbone.spec))
         chosen, not_run = methods_for(backbone, methods)
         skipped.update({f"{m}@{model_id}": why for m, why in not_run.items()})
         bench = prepared(backbone, source, limit, backgrounds)
@@ -131,6 +134,7 @@ def _segmentation(models: Sequence[str], path: Path, out: Path, methods: Sequenc
     from vitscope.engine.provenance import model_identity
     from vitscope.explain.benchmark import methods_for
     from vitscope.explain.segmentation_benchmark import segmentation_benchmark
+    from vitscope.models.input_size import describe_input
     from vitscope.models.load import load_model
     from vitscope.outputs import RunResult, write_run
 
@@ -138,6 +142,8 @@ def _segmentation(models: Sequence[str], path: Path, out: Path, methods: Sequenc
     rows, identities, skipped = [], [], {}
     for model_id in models:
         backbone = load_model(model_id)
+        if log:
+            log(describe_input(backbone.spec))
         chosen, not_run = methods_for(backbone, methods)
         skipped.update({f"{m}@{model_id}": why for m, why in not_run.items()})
         rows += segmentation_benchmark(backbone, model_id, data, chosen, limit=limit, say=log)
