@@ -119,3 +119,43 @@ def test_the_record_types_parameters_alike_from_the_command_line_and_from_a_file
                                 "saliency_iou": {"mass": 0.1}}
     from_file = _yaml(tmp_path, "model: tiny-vit\ndata: d\nout: o\nparams: {attention_distance: {seed: '5'}}\n")
     assert resolve(AnalyzeOptions, {}, from_file).record()["params"] == {"attention_distance": {"seed": 5}}
+
+
+def _given(o, tmp_path: Path):
+    """A value of option ``o`` that is not its default, as a Python caller passes it."""
+    values = {"bool": not o.default, "int": 3, "float": 7.5, "path": str(tmp_path / o.name),
+              "list": ["attention_stats"], "params": {"attention_stats": {"seed": 1}},
+              "models": ["tiny-vit", "tiny-vit-sup"], "str": f"{o.name}-given"}
+    return values[o.kind]
+
+
+@pytest.mark.parametrize("command", ["analyze", "compare_models"])
+def test_python_keywords_are_the_commands_options(command, tmp_path, monkeypatch):
+    """``vitscope.analyze`` and ``vitscope.compare_models`` take every option of their command (read from the
+    options dataclass, so a new option cannot be left out) and hand each one to the run unchanged."""
+    import inspect
+
+    import vitscope
+    from vitscope.workflows import analyze as analyze_module
+    from vitscope.workflows import compare as compare_module
+    from vitscope.workflows.options import AnalyzeOptions, CompareOptions, option_fields, option_table
+
+    kind, module, runner = {"analyze": (AnalyzeOptions, analyze_module, "run_analyze"),
+                            "compare_models": (CompareOptions, compare_module, "comparison_run")}[command]
+    function = getattr(vitscope, command)
+    keywords = set(inspect.signature(function).parameters)
+    missing = [name for name in option_fields(kind) if name not in keywords]
+    assert not missing, f"vitscope.{command} lacks the options {missing}"
+    given = {name: _given(o, tmp_path) for name, o in zip(option_fields(kind), option_table(kind), strict=True)}
+    seen = []
+
+    def capture(options, *args, **kwargs):
+        seen.append(options)
+        raise KeyboardInterrupt  # stop before any pass
+
+    monkeypatch.setattr(module, runner, capture)
+    with pytest.raises(KeyboardInterrupt):
+        function(**given)
+    for name, value in given.items():
+        got = getattr(seen[0], name)
+        assert (str(got) if isinstance(got, Path) else got) == value, (name, got, value)

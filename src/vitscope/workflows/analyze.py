@@ -91,7 +91,7 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
             batch_size: int = 16, device: str | None = None, dtype: str | None = None, limit: int | None = None,
             strict: bool = False, resume: bool = True, checkpoint_seconds: float = 60.0,
             progress: bool | None = None, log: Callable[[str], None] | None = None, distributed: bool = False,
-            figure_files: bool = False, image_size: int | tuple[int, int] | None = None,
+            figure_files: bool = False, image_size: int | tuple[int, int] | None = None, keep_aspect: bool = False,
             workers: int | None = None, jpeg_draft: bool = False, compile_stats: bool = False) -> Results:
     """Run analyses over a dataset in one pass; with ``out``, write results.json, tables, arrays, figures and
     report.html there (resumably: an interrupted call with the same arguments continues).
@@ -113,6 +113,7 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
         figure_files: also draw PNG and SVG files of the figures the report shows as charts.
         image_size: run the model at this input size (side, or ``(H, W)``) instead of its preprocessing's
             (:func:`vitscope.load_model`).
+        keep_aspect: each image at its own aspect ratio and token grid (:func:`vitscope.load_model`).
         workers: processes that decode the images (:func:`vitscope.run`; None: chosen from the CPUs).
         jpeg_draft: decode JPEGs at reduced DCT scales (:func:`vitscope.run`).
         compile_stats: the attention statistics through ``torch.compile`` (:func:`vitscope.run`).
@@ -125,8 +126,8 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
     options = AnalyzeOptions(model=model, data=data, analyses=analyses, out=Path(out) if out is not None else None,
                              params=params, batch_size=batch_size, device=device, dtype=dtype, limit=limit,
                              strict=strict, resume=resume, checkpoint_seconds=checkpoint_seconds,
-                             figure_files=figure_files, image_size=image_size, workers=workers,
-                             jpeg_draft=jpeg_draft, compile_stats=compile_stats)
+                             figure_files=figure_files, image_size=image_size, keep_aspect=keep_aspect,
+                             workers=workers, jpeg_draft=jpeg_draft, compile_stats=compile_stats)
     return run_analyze(options, progress=progress, log=log, distributed=distributed)
 
 

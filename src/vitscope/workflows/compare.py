@@ -140,7 +140,9 @@ def compare_models(models: Sequence[str] | Mapping[str, str], data: str | Path, 
                    resume: bool = True, progress: bool | None = None, figure_files: bool = False,
                    analyses: str | Sequence[str] | None = None,
                    params: Mapping[str, Mapping[str, Any]] | None = None,
-                   image_size: int | None = None) -> ComparisonResult:
+                   image_size: int | None = None, keep_aspect: bool = False, workers: int | None = None,
+                   jpeg_draft: bool = False, compile_stats: bool = False,
+                   checkpoint_seconds: float = 60.0) -> ComparisonResult:
     """``vitscope compare`` from Python (``vitscope.compare_models``): every model once over ``data``, the per-block
     curves on shared axes written to ``out`` (results.json, tables, report.html) and returned.
 
@@ -151,8 +153,8 @@ def compare_models(models: Sequence[str] | Mapping[str, str], data: str | Path, 
         data: a dataset path as ``vitscope compare --data`` takes it: a folder, a file list or
             ``ROOT::FORMAT[:SPLIT]`` (``ROOT::coco`` gives masks).
         out: output folder (it also keeps the resumable state while the models run).
-        batch_size, device, dtype, limit, strict, resume, progress, figure_files, image_size: as
-            ``vitscope compare``.
+        batch_size, device, dtype, limit, strict, resume, progress, figure_files, image_size, keep_aspect, workers,
+            jpeg_draft, compile_stats, checkpoint_seconds: as ``vitscope compare`` (and :func:`vitscope.analyze`).
         analyses: what each model runs besides the pooled features (names or groups, as ``vitscope analyze``;
             default: attention distance, maps and, with masks, saliency IoU).
         params: ``{analysis: {parameter: value}}`` for them.
@@ -165,7 +167,9 @@ def compare_models(models: Sequence[str] | Mapping[str, str], data: str | Path, 
         "models": dict(models) if isinstance(models, Mapping) else list(models), "data": str(data), "out": str(out),
         "analyses": analyses, "params": {k: dict(v) for k, v in params.items()} if params else None,
         "batch_size": batch_size, "device": device, "dtype": dtype, "limit": limit, "strict": strict,
-        "resume": resume, "figure_files": figure_files, "image_size": image_size})
+        "resume": resume, "figure_files": figure_files, "image_size": image_size, "keep_aspect": keep_aspect,
+        "workers": workers, "jpeg_draft": jpeg_draft, "compile_stats": compile_stats,
+        "checkpoint_seconds": checkpoint_seconds})
     result = comparison_run(options, progress)
     write_run(options.out, result, progress=progress, figure_files=options.figure_files)
     clear_state(options.out)
