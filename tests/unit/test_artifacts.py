@@ -355,3 +355,27 @@ def test_a_small_high_norm_mode_above_a_broad_bulk_is_found(spread: float) -> No
     assert above[-200:].all() and int(above[:-200].sum()) <= 0.01 * len(bulk)  # the mode, and few of the bulk
     assert split_threshold(histogram(bulk)) is None
     assert split_threshold(histogram(50 * torch.exp(1.5 * torch.randn(20000, generator=gen)))) is None
+
+
+def test_without_a_register_neuron_the_test_time_register_says_why_it_is_absent(tmp_path) -> None:
+    """tiny-vit-reg shows no outliers, so no register neuron is ranked: the command announces the test-time register
+    with the ablations, writes no row for it, and says why in skipped_analyses and its summary."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from vitscope.cli.main import app
+
+    root = synthesize(tmp_path / "world", "coco", n=8, size=64, seed=7)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["artifacts", "--model", "tiny-vit-reg", "--data", f"{root}::coco", "--out",
+                                      str(out), "--images", "4", "-b", "8"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "results.json").read_text())
+    summary = doc["analyses"]["artifacts"]["summary"]
+    assert summary["first_block"] is None and not summary.get("register_neurons")
+    targets = {r["target"] for r in doc["analyses"]["artifact_ablations"]["summary"]["rows"]}
+    assert targets == {"none", "registers"}
+    reason = "no outlier tokens were found, so there is no register neuron to move into a test-time register"
+    assert {s["analysis"]: s["reason"] for s in doc["skipped_analyses"]} == {"test_time_register": reason}
+    assert f"test_time_register skipped: {reason}" in result.stdout.splitlines()

@@ -89,8 +89,9 @@ def artifact_ablations(backbone: Backbone, data: Any, found: Mapping[str, Any], 
         batch_size: of the passes.
         neurons: block -> register neurons for the test-time register (default: the first of
             ``found["register_neurons"]``; none: no test-time register).
-        not_run: filled with the edits the model cannot take, name -> reason (a model that takes no test-time
-            register: :func:`~vitscope.interventions.with_test_time_register`).
+        not_run: filled with the edits not run, name -> reason (no register neuron to move when ``found`` ranks
+            none and ``neurons`` is not given; a model that takes no test-time register:
+            :func:`~vitscope.interventions.with_test_time_register`).
 
     Returns:
         One row per edit: ``target`` (``none``, ``outliers``, ``registers``, ``test_time_register``), ``control``,
@@ -138,6 +139,11 @@ def artifact_ablations(backbone: Backbone, data: Any, found: Mapping[str, Any], 
             add("registers", mode, ablate_tokens(registers, mode, hooks=hooks, reference=reference(hooks, mode)))
     ranked = found.get("register_neurons") or []
     chosen = neurons if neurons is not None else ({ranked[0]["block"]: [ranked[0]["unit"]]} if ranked else None)
+    if chosen is None and not_run is not None:  # the register is announced with the ablations: say why it is absent
+        not_run["test_time_register"] = (
+            "no outlier tokens were found, so there is no register neuron to move into a test-time register"
+            if first is None else "the artifacts analysis ranked no register neuron, so there is none to move into "
+                                  "a test-time register")
     if chosen:
         try:
             registered, edits = test_time_register(backbone, chosen)
