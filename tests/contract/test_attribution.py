@@ -177,6 +177,24 @@ def test_gradcam_of_a_cnn_equals_eager_autograd() -> None:
     assert attribute(b, x, target, "gradcam", upsample=True).shape == (2, *b.spec.image_size)
 
 
+def test_a_cnn_without_a_head_explains_the_cosine_of_its_mean_pooled_map() -> None:
+    """A headless BiT (its last map normed, then averaged as the model's own pooler does): the score is the cosine
+    of that embedding to the target, for Grad-CAM and the pixel methods."""
+    b = wrap(make("bit"), name="bit")
+    assert not b.spec.has_head and not b.spec.is_transformer
+    x = pixels_of(b)
+    target = torch.randn(2, b.spec.embed_dim, generator=torch.Generator().manual_seed(7))
+    last = f"stages.{b.spec.num_blocks - 1}"
+    xg = x.clone().requires_grad_(True)
+    with b.record(last, detach=False) as rec:
+        emb = b.model(pixel_values=xg).pooler_output.flatten(1)  # the model's own pooled embedding
+    score = torch.nn.functional.cosine_similarity(emb, target, dim=-1)
+    act = rec[last]
+    grad_act, grad_x = torch.autograd.grad(score.sum(), [act, xg])
+    close(attribute(b, x, target, "gradcam"), torch.relu((grad_act.mean((2, 3), keepdim=True) * act).sum(1)).detach())
+    close(attribute(b, x, target, "input_x_gradient"), (grad_x * x).sum(1))
+
+
 @pytest.mark.parametrize("kind", ["vit-cls", "tiny-vit-sup"])
 def test_the_model_is_left_as_found(kind: str) -> None:
     b, _, _ = models(kind)

@@ -45,3 +45,16 @@ def test_methods_are_scored_beside_their_controls(world: str, tmp_path: Path) ->
     assert {"maps_tiny-vit-sup-spurious", "maps_tiny-resnet-sup"} <= figures
     assert (tmp_path / "out" / "tables" / "explanations.csv").is_file()
     assert "explanations" in (tmp_path / "out" / "report.html").read_text()
+
+
+def test_a_cnn_without_a_head_is_scored_by_the_cosine_to_the_next_images_embedding(world: str,
+                                                                                    tmp_path: Path) -> None:
+    """A headless CNN's embedding is its last feature map averaged over positions: every score is computed."""
+    from helpers.hf_factories import make
+    from vitscope.workflows.explanations import run_explanations
+
+    make("bit").save_pretrained(tmp_path / "bit")
+    doc = run_explanations([str(tmp_path / "bit")], world, tmp_path / "out", ["gradcam"], limit=4, steps=2)
+    rows = doc["analyses"]["explanations"]["summary"]["rows"]
+    assert {r["metric"] for r in rows} >= {"pointing_game", "deletion_mean", "insertion_road", "background_share"}
+    assert all(r["method"] == "gradcam" for r in rows)

@@ -24,7 +24,7 @@ import torch
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.rollout import rollout as attention_rollout
 from vitscope.models.backbone import Backbone
-from vitscope.models.outputs import embedding_pooling, logits_of, tokens_the_head_reads
+from vitscope.models.outputs import embedding_hook, embedding_pooling, logits_of, tokens_the_head_reads
 
 __all__ = ["METHODS", "TOKEN_METHODS"]
 
@@ -41,12 +41,13 @@ def _forward(backbone: Backbone, pixels: torch.Tensor, score: Score, names: list
     """``(score [B], {name: recorded tensor, in the graph})`` of one forward with gradients."""
     spec = backbone.spec
     tokens = getattr(score, "reads", None) is not None or not spec.has_head  # an embedding's score reads tokens
-    wanted = list(dict.fromkeys(names + (["final_norm"] if tokens else [])))
+    source = embedding_hook(spec)
+    wanted = list(dict.fromkeys(names + ([source] if tokens else [])))
     if not pixels.requires_grad:  # a frozen model (no parameter needs a gradient) still builds the graph
         pixels = pixels.detach().requires_grad_(True)
     with backbone.intervene(edits or {}), backbone.record(wanted, detach=False) as rec:
         out = backbone(pixels)
-        value = score(rec["final_norm"] if tokens else logits_of(out))
+        value = score(rec[source] if tokens else logits_of(out))
         return value, dict(rec)
 
 

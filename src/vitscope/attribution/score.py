@@ -21,7 +21,9 @@ def score_function(backbone: Backbone, target: Any, batch: int, pooling: str | N
     """``score(model_output_or_tokens) -> [B]``: the logit of ``target`` (an int or ``[B]`` class indices) for a
     classifier, else the cosine of the embedding to ``target`` (``[D]`` or ``[B, D]``).
 
-    The returned function takes the model's output (classifier) or its final-normed tokens (embedding model).
+    The returned function takes the model's output (classifier) or what the embedding is read from (embedding
+    model): a transformer's final-normed tokens, a CNN's last feature map
+    (:func:`~vitscope.models.outputs.embedding_hook`).
 
     Raises:
         VitscopeValueError: a class out of range, an embedding of the wrong width or number.

@@ -33,7 +33,7 @@ from vitscope.attribution.score import score_function
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.explanation_scores import mask_auroc, pointing_game, relevance_mass
 from vitscope.models.backbone import Backbone
-from vitscope.models.outputs import embedding_of, embedding_pooling, logits_of
+from vitscope.models.outputs import embedding_hook, embedding_of, embedding_pooling, logits_of
 from vitscope.occlusion.regions import instance_masks_to_model
 
 __all__ = ["SHORTCUT_MARGIN", "BenchmarkData", "Row", "benchmark_model", "methods_for", "shortcut_rows"]
@@ -121,9 +121,10 @@ def _targets(backbone: Backbone, data: BenchmarkData) -> Any:
     """A classifier's labels; else each image's partner's embedding (the next image)."""
     if backbone.spec.has_head:
         return data.labels
-    with torch.no_grad(), backbone.record("final_norm") as rec:
+    source = embedding_hook(backbone.spec)
+    with torch.no_grad(), backbone.record(source) as rec:
         backbone(data.pixels)
-        return embedding_of(backbone, rec["final_norm"], embedding_pooling(backbone.spec)).roll(-1, 0)
+        return embedding_of(backbone, rec[source], embedding_pooling(backbone.spec)).roll(-1, 0)
 
 
 def _upsampled(maps: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
@@ -153,9 +154,9 @@ def benchmark_model(backbone: Backbone, name: str, data: BenchmarkData, methods:
         with torch.no_grad():
             if backbone.spec.has_head:
                 return score(logits_of(backbone(x)))
-            with backbone.record("final_norm") as rec:
+            with backbone.record(embedding_hook(backbone.spec)) as rec:
                 backbone(x)
-                return score(rec["final_norm"])
+                return score(rec[embedding_hook(backbone.spec)])
 
     rows: list[Row] = []
     all_maps: dict[str, torch.Tensor] = {}

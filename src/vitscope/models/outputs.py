@@ -7,10 +7,10 @@ from typing import Any
 
 import torch
 
-from vitscope.errors import VitscopeTypeError
+from vitscope.errors import VitscopeTypeError, VitscopeValueError
 
-__all__ = ["edited_readout", "embedding_of", "embedding_pooling", "head_logits", "logits_of", "output_change",
-           "readout"]
+__all__ = ["edited_readout", "embedding_hook", "embedding_of", "embedding_pooling", "head_logits", "logits_of",
+           "output_change", "readout"]
 
 
 def logits_of(output: Any) -> torch.Tensor:
@@ -29,11 +29,26 @@ def embedding_pooling(spec: Any) -> str:
     return "cls" if spec.num_prefix_tokens and tuple(spec.prefix_kinds)[:1] == ("cls",) else "mean"
 
 
+def embedding_hook(spec: Any) -> str:
+    """The recorded hook an embedding is read from (:func:`embedding_of`): a transformer's final-normed tokens
+    (``"final_norm"``), a CNN's last feature map (``"features"``)."""
+    return "final_norm" if spec.is_transformer else "features"
+
+
 def embedding_of(backbone: Any, tokens: torch.Tensor, pooling: str,
                  projection: torch.Tensor | torch.nn.Module | None = None) -> torch.Tensor:
     """The embedding of final-normed ``tokens [B, N, D]``: the CLS token (``"cls"``) or the mean of the spatial
-    tokens (``"mean"``), projected when a projection is given (a metric-learning net's head): ``[B, E]``."""
-    pooled = tokens[:, 0] if pooling == "cls" else tokens[:, backbone.spec.num_prefix_tokens:].mean(dim=1)
+    tokens (``"mean"``), projected when a projection is given (a metric-learning net's head): ``[B, E]``.
+
+    A CNN's feature map ``[B, C, h, w]`` (:func:`embedding_hook`) is pooled by the mean over its positions, as
+    paired similarity pools it.
+    """
+    if tokens.dim() == 4:
+        if pooling != "mean":
+            raise VitscopeValueError(f"a CNN's feature map is pooled by its mean, not {pooling!r}")
+        pooled = tokens.flatten(2).mean(dim=-1)
+    else:
+        pooled = tokens[:, 0] if pooling == "cls" else tokens[:, backbone.spec.num_prefix_tokens:].mean(dim=1)
     if projection is None:
         return pooled
     return projection(pooled) if isinstance(projection, torch.nn.Module) else pooled @ projection

@@ -52,7 +52,7 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
     from vitscope.explain.pair_report import default_pooling, default_projection
     from vitscope.models.input_size import describe_input
     from vitscope.models.load import load_model
-    from vitscope.models.outputs import embedding_of, embedding_pooling, logits_of
+    from vitscope.models.outputs import embedding_hook, embedding_of, embedding_pooling, logits_of
     from vitscope.models.preprocess import resize_crop
     from vitscope.outputs import RunResult, prepare_output, write_run
     from vitscope.viz.attribution_figures import attribution_grid
@@ -91,9 +91,10 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
             if reference is None:
                 raise VitscopeValueError(f"{spec.name} has no classifier head: give --like IMAGE, whose embedding "
                                          "each image's is compared with")
-            with backbone.record("final_norm") as rec:
+            with backbone.record(embedding_hook(spec)) as rec:
                 backbone(reference)
-                chosen = embedding_of(backbone, rec["final_norm"], pooling or embedding_pooling(spec), projection)[0]
+                chosen = embedding_of(backbone, rec[embedding_hook(spec)], pooling or embedding_pooling(spec),
+                                      projection)[0]
             what = "cosine of the embedding to the --like image's"
     maps = {m: attribute(backbone, pixels, chosen, m, upsample=upsample, pooling=pooling, projection=projection).cpu()
             for m in methods}
