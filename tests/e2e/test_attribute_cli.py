@@ -83,5 +83,15 @@ def test_a_metric_net_is_explained_by_the_cosine_of_its_projected_embeddings(ima
     np.testing.assert_allclose(written, own.numpy(), rtol=1e-5, atol=1e-7)
     with pytest.raises(VitscopeValueError, match="embedding model .* give --like IMAGE"):
         write_attributions("tiny-vit-metric", images[:1], ["chefer"], tmp_path / "bad", target=3)
+    # the metric CNN keeps its projection in ``fc``: scored through it, as paired similarity does
+    doc = write_attributions("tiny-resnet-metric", images[:1], ["gradcam"], tmp_path / "cnn", like=images[1])
+    assert doc["analyses"]["attributions"]["summary"]["score"] == "cosine of the embedding to the --like image's"
+    cnn = vitscope.load_model("tiny-resnet-metric")
+    with torch.no_grad():
+        wanted = cnn.model(cnn.preprocess([PILImage.open(images[1]).convert("RGB")]))[0]  # its projected embedding
+    own = attribute(cnn, cnn.preprocess([PILImage.open(images[0]).convert("RGB")]), wanted, "gradcam",
+                    projection=cnn.model.fc)
+    np.testing.assert_allclose(np.load(tmp_path / "cnn" / "arrays" / "attributions.npz")["gradcam"], own.numpy(),
+                               rtol=1e-5, atol=1e-7)
     with pytest.raises(VitscopeValueError, match="one of --target and --like"):
         write_attributions("tiny-vit-sup", images[:1], ["chefer"], tmp_path / "both", target=3, like=images[1])

@@ -70,3 +70,14 @@ def test_the_benchmark_scores_every_method_on_the_file(tmp_path):
     assert {(r["method"], r["metric"]) for r in rows} == {(m, k) for m in ("rollout", "input_x_gradient")
                                                           for k in ("pixel_accuracy", "miou", "map")}
     assert all(0.0 <= r["value"] <= 1.0 for r in rows)
+
+
+def test_a_metric_net_is_refused_in_one_line(tmp_path):
+    """A metric-learning net's linear head projects its embedding: there is no predicted class to explain."""
+    from vitscope.errors import VitscopeValueError
+    from vitscope.workflows.explanations import run_explanations
+
+    write_gtsegs(tmp_path / "gtsegs_ijcv.mat", [np.zeros((8, 8, 3), dtype=np.uint8)], [np.ones((8, 8), dtype=bool)])
+    with pytest.raises(VitscopeValueError, match="tiny-vit-metric is a metric-learning net") as err:
+        run_explanations(["tiny-vit-metric"], str(tmp_path / "gtsegs_ijcv.mat"), tmp_path / "out", ["rollout"])
+    assert "\n" not in str(err.value)

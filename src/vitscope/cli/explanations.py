@@ -15,7 +15,8 @@ __all__ = ["explanations"]
 @one_line_errors
 def explanations(
     models: str = typer.Option(..., "--models", "-M", help="Comma-separated models (classifiers score their label's "
-                                                            "logit; others the cosine to the next image's embedding)."),
+                                                            "logit; metric-learning nets and models without a head "
+                                                            "the cosine to the next image's embedding)."),
     data: str = typer.Option(..., "--data", "-d", help="A dataset with object masks and labels, e.g. WORLD::coco, or "
                                                         "the ImageNet segmentation benchmark's gtsegs_ijcv.mat."),
     out: Path = typer.Option(..., "--out", "-o", help="Output directory."),

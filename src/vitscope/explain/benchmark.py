@@ -13,8 +13,9 @@ Per model and method, on the images of a dataset with object masks and labels:
 - shortcut, where each image's background type is known (the synthetic world): the share of positive relevance
   on the background, in scenes whose background follows the class and in scenes where it does not.
 
-The score explained: a classifier's logit of the image's label; a model without a head, the cosine of the image's
-embedding to the next image's.
+The score explained: a classifier's logit of the image's label; a metric-learning net (its head projects the
+embedding) or a model without a head, the cosine of the image's embedding to the next image's
+(:func:`~vitscope.explain.pair_report.explained_embedding`).
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ from vitscope.attribution.faithfulness import faithfulness
 from vitscope.attribution.sanity import cascading_randomisation
 from vitscope.attribution.score import score_function
 from vitscope.errors import VitscopeValueError
+from vitscope.explain.pair_report import explained_embedding
 from vitscope.functional.explanation_scores import mask_auroc, pointing_game, relevance_mass
 from vitscope.models.backbone import Backbone
-from vitscope.models.outputs import embedding_hook, embedding_of, embedding_pooling, logits_of
+from vitscope.models.outputs import embedding_hook, embedding_of, logits_of
 from vitscope.occlusion.regions import instance_masks_to_model
 
 __all__ = ["SHORTCUT_MARGIN", "BenchmarkData", "Row", "benchmark_model", "methods_for", "shortcut_rows"]
@@ -117,14 +119,15 @@ def prepared(backbone: Backbone, source: Any, limit: int, num_backgrounds: int |
                          torch.as_tensor(agrees) if known else None, shown)
 
 
-def _targets(backbone: Backbone, data: BenchmarkData) -> Any:
-    """A classifier's labels; else each image's partner's embedding (the next image)."""
-    if backbone.spec.has_head:
+def _targets(backbone: Backbone, data: BenchmarkData, reading: tuple[str, Any] | None) -> Any:
+    """A classifier's labels (``reading`` None); else each image's partner's embedding (the next image), pooled and
+    projected as ``reading = (pooling, projection)`` says."""
+    if reading is None:
         return data.labels
     source = embedding_hook(backbone.spec)
     with torch.no_grad(), backbone.record(source) as rec:
         backbone(data.pixels)
-        return embedding_of(backbone, rec[source], embedding_pooling(backbone.spec)).roll(-1, 0)
+        return embedding_of(backbone, rec[source], *reading).roll(-1, 0)
 
 
 def _upsampled(maps: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
@@ -147,12 +150,18 @@ def benchmark_model(backbone: Backbone, name: str, data: BenchmarkData, methods:
                     ) -> tuple[list[Row], dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]:
     """Every score of every method on one model: ``(rows, maps by method, mean curves by method)``."""
     size = tuple(data.pixels.shape[-2:])
-    target = _targets(backbone, data)
-    score = score_function(backbone, target, len(data.pixels))
+    reading = explained_embedding(name, backbone)
+    pooling, projection = reading if reading is not None else (None, None)
+    target = _targets(backbone, data, reading)
+    score = score_function(backbone, target, len(data.pixels), pooling, projection)
+
+    def explain(b: Backbone, method: str) -> torch.Tensor:  # the projection is b's own head (a randomised copy's)
+        read = explained_embedding(name, b)
+        return attribute(b, data.pixels, target, method, pooling=pooling, projection=None if read is None else read[1])
 
     def model_score(x: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
-            if backbone.spec.has_head:
+            if reading is None:
                 return score(logits_of(backbone(x)))
             with backbone.record(embedding_hook(backbone.spec)) as rec:
                 backbone(x)
@@ -164,7 +173,7 @@ def benchmark_model(backbone: Backbone, name: str, data: BenchmarkData, methods:
     for method in methods:
         if say:
             say(f"{name}: {method}")
-        maps = attribute(backbone, data.pixels, target, method).cpu()
+        maps = explain(backbone, method).cpu()
         all_maps[method] = maps
         pixel_maps, other = _upsampled(maps, size), _upsampled(maps.roll(-1, 0), size)
         for metric, fn in (("pointing_game", lambda m: pointing_game(m, data.objects).double()),
@@ -182,7 +191,7 @@ def benchmark_model(backbone: Backbone, name: str, data: BenchmarkData, methods:
                                 "lower is better" if mode == "deletion" else "higher is better"))
                 curves.setdefault(method, {})[f"{mode}_{fill}"] = result.curves["map"][mode].mean(0)
         if sanity and backbone.spec.is_transformer:
-            check = cascading_randomisation(backbone, lambda b, m=method: attribute(b, data.pixels, target, m))
+            check = cascading_randomisation(backbone, lambda b, m=method: explain(b, m))
             rows.append(Row(name, method, "sanity", "spearman_after_randomising_all", check.final,
                             {"threshold": check.threshold}, "passes" if check.passes else
                             "fails: the map barely changes when the model is destroyed"))

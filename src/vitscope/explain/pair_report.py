@@ -19,7 +19,7 @@ import torch
 from vitscope.analyses.result import Figure, SummaryResult, png_path
 from vitscope.errors import VitscopeUsageError
 
-__all__ = ["default_pooling", "default_projection", "write_pair_report"]
+__all__ = ["default_pooling", "default_projection", "explained_embedding", "write_pair_report"]
 
 
 def default_projection(name: str, backbone: Any) -> str | None:
@@ -36,6 +36,25 @@ def default_pooling(backbone: Any) -> str:
     """The pooling the model itself uses where it says so (timm's ``global_pool``), else ``"mean"``."""
     pool = getattr(backbone.model, "global_pool", None)
     return "cls" if pool == "token" and "cls" in backbone.spec.prefix_kinds else "mean"
+
+
+def explained_embedding(name: str, backbone: Any) -> tuple[str, Any] | None:
+    """What an attribution of ``name``'s output explains: None for a classifier (the logit of a class); else the
+    ``(pooling, projection)`` of the embedding whose cosine it explains.
+
+    A metric-learning net (:func:`default_projection`) pools as the model does (:func:`default_pooling`) and
+    projects through its linear head (its head is no classifier); a model without a head pools by
+    :func:`~vitscope.models.outputs.embedding_pooling`, unprojected.
+    """
+    from vitscope.models.outputs import embedding_pooling
+
+    if default_projection(name, backbone) == "head":
+        from vitscope.explain.paired import _head_linear
+
+        return default_pooling(backbone), _head_linear(backbone)
+    if backbone.spec.has_head:
+        return None
+    return embedding_pooling(backbone.spec), None
 
 
 def write_pair_report(model: str, path_a: str | os.PathLike, path_b: str | os.PathLike, out: str | os.PathLike,

@@ -13,6 +13,7 @@ from vitscope.attribution import attribute
 from vitscope.data.formats.imagenet_seg import ImagenetSegmentation
 from vitscope.errors import VitscopeValueError
 from vitscope.explain.benchmark import Row
+from vitscope.explain.pair_report import explained_embedding
 from vitscope.functional.explanation_scores import segmentation_scores
 from vitscope.models.backbone import Backbone
 from vitscope.models.outputs import logits_of
@@ -27,11 +28,14 @@ def segmentation_benchmark(backbone: Backbone, name: str, data: ImagenetSegmenta
     """Rows ``(model, method, "segmentation", pixel_accuracy | miou | map)`` over the first ``limit`` images.
 
     Raises:
-        VitscopeValueError: a model without a classifier head (the benchmark explains the predicted class).
+        VitscopeValueError: a model that is no classifier (the benchmark explains the predicted class): without a
+            head, or a metric-learning net whose head projects its embedding.
     """
-    if not backbone.spec.has_head:
+    if explained_embedding(name, backbone) is not None:
+        why = "is a metric-learning net (its head projects the embedding; it has no classes)" \
+            if backbone.spec.has_head else "has no classifier head"
         raise VitscopeValueError(f"the ImageNet segmentation benchmark explains a classifier's predicted class; "
-                                 f"{backbone.spec.name} has no head")
+                                 f"{name} {why}")
     count = len(data) if limit is None else min(limit, len(data))
     maps: dict[str, list[torch.Tensor]] = {m: [] for m in methods}
     masks: list[torch.Tensor] = []

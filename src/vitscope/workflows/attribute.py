@@ -49,10 +49,10 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
     from vitscope.attribution import METHODS, attribute
     from vitscope.data.images import load_rgb
     from vitscope.engine.provenance import model_identity
-    from vitscope.explain.pair_report import default_pooling, default_projection
+    from vitscope.explain.pair_report import explained_embedding
     from vitscope.models.input_size import describe_input
     from vitscope.models.load import load_model
-    from vitscope.models.outputs import embedding_hook, embedding_of, embedding_pooling, logits_of
+    from vitscope.models.outputs import embedding_hook, embedding_of, logits_of
     from vitscope.models.preprocess import resize_crop
     from vitscope.outputs import RunResult, prepare_output, write_run
     from vitscope.viz.attribution_figures import attribution_grid
@@ -70,15 +70,15 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
         log(describe_input(spec))
     pil = [load_rgb(p) for p in images]
     pixels = backbone.preprocess(pil)
-    projection = backbone.model.head if default_projection(model, backbone) == "head" else None  # a metric net
-    pooling = default_pooling(backbone) if projection is not None else None
+    reading = explained_embedding(model, backbone)  # None: a classifier
+    pooling, projection = reading if reading is not None else (None, None)
     if target is not None and (like is not None or projection is not None):
         raise VitscopeValueError(f"--target names a class of a classifier; {spec.name} "
                                  + ("is an embedding model (its head projects the embedding): give --like IMAGE"
                                     if projection is not None else "is scored by one of --target and --like: give one"))
     with torch.no_grad():
         reference = backbone.preprocess([load_rgb(like)]) if like is not None else None
-        if spec.has_head and projection is None:  # the given class, else the one predicted for --like, else each's
+        if reading is None:  # the given class, else the one predicted for --like, else each's
             if target is not None:
                 chosen: Any = torch.full((len(pil),), int(target), dtype=torch.long)
             else:
@@ -93,8 +93,7 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
                                          "each image's is compared with")
             with backbone.record(embedding_hook(spec)) as rec:
                 backbone(reference)
-                chosen = embedding_of(backbone, rec[embedding_hook(spec)], pooling or embedding_pooling(spec),
-                                      projection)[0]
+                chosen = embedding_of(backbone, rec[embedding_hook(spec)], pooling, projection)[0]
             what = "cosine of the embedding to the --like image's"
     maps = {m: attribute(backbone, pixels, chosen, m, upsample=upsample, pooling=pooling, projection=projection).cpu()
             for m in methods}
@@ -109,7 +108,7 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
                     "maps are in arrays/attributions.npz.", "Chefer et al. 2021; Sundararajan et al. 2017")
     summary = {"methods": list(methods), "score": what, "images": names,
                "shapes": {m: list(t.shape[1:]) for m, t in maps.items()}}
-    if spec.has_head and projection is None:
+    if reading is None:
         summary["classes"] = [int(c) for c in chosen]
     result = AttributionMaps("attributions", summary, figures=[figure], tensors=maps,
                            intro="Where the model's output comes from, by each attribution method: raw maps, never "
