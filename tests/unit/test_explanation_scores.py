@@ -47,3 +47,65 @@ def test_segmentation_scores_by_hand():
     assert scores["miou"] == pytest.approx(1 / 3)
     # ranking 3 (object), 2 (not), 1 (object), 0: precision at the two objects 1/1 and 2/3 -> AP = (1 + 2/3) / 2
     assert scores["map"] == pytest.approx((1 + 2 / 3) / 2)
+
+
+def test_segmentation_map_ranks_both_channels_against_the_one_hot_mask_by_hand():
+    """Chefer et al.'s mAP scores ``(1 - map, map)`` against ``(background, object)``: one 1 x 3 image, map scaled to
+    [0, 1/2, 1], object the last pixel. Entries (score, positive): background (1, T), (1/2, T), (0, F); object
+    (0, F), (1/2, F), (1, T). At 1: 2 of 2 right, recall 2/3; at 1/2: 3 of 4, recall 1 -> AP = 2/3 + 1/3 * 3/4.
+    An image without object counts too: background (1, T), (1/2, T), (0, T), object all F: precision 1/2 at every
+    threshold -> AP 1/2. A flat map is 0 in both channels: every entry tied -> AP 1/2."""
+    maps = torch.tensor([[[0.0, 1.0, 2.0]], [[0.0, 1.0, 2.0]], [[3.0, 3.0, 3.0]]])
+    masks = torch.tensor([[[False, False, True]], [[False, False, False]], [[True, False, False]]])
+    assert segmentation_scores(maps[:1], masks[:1])["map"] == pytest.approx(11 / 12)
+    assert segmentation_scores(maps[1:2], masks[1:2])["map"] == pytest.approx(1 / 2)
+    assert segmentation_scores(maps[2:], masks[2:])["map"] == pytest.approx(1 / 2)
+    assert segmentation_scores(maps, masks)["map"] == pytest.approx((11 / 12 + 1 / 2 + 1 / 2) / 3)
+
+
+def _chefer_segmentation(maps: torch.Tensor, masks: torch.Tensor) -> dict[str, float]:
+    """Reference: Chefer et al. 2021, hila-chefer/Transformer-Explainability, baselines/ViT/imagenet_seg_eval.py
+    (``eval_batch``, one image per batch) with utils/metrices.py (``batch_pix_accuracy``,
+    ``batch_intersection_union``, ``get_ap_scores``), rewritten here per image in float32 as there."""
+    import numpy as np
+    from sklearn.metrics import average_precision_score
+
+    total_correct = total_label = 0
+    total_inter, total_union, total_ap = np.zeros(2), np.zeros(2), []
+    for res, labels in zip(maps.float(), masks.long()):
+        res = (res - res.min()) / (res.max() - res.min())  # 0/0 for a flat map: NaN, set to 0 below
+        res_1 = res.gt(res.mean()).float()
+        res_0 = res.le(res.mean()).float()
+        res_1_ap, res_0_ap = res.clone(), 1 - res
+        for t in (res_1, res_0, res_1_ap, res_0_ap):
+            t[t != t] = 0
+        output = torch.stack([res_0, res_1])  # [2, H, W]
+        output_ap = torch.stack([res_0_ap, res_1_ap])
+        predict = output.max(0).indices + 1  # batch_pix_accuracy / batch_intersection_union
+        target = labels + 1
+        total_correct += int((predict == target).sum())
+        total_label += int((target > 0).sum())
+        inter = predict * (predict == target)
+        area_inter = np.histogram(inter.numpy(), bins=2, range=(1, 2))[0]
+        area_pred = np.histogram(predict.numpy(), bins=2, range=(1, 2))[0]
+        area_lab = np.histogram(target.numpy(), bins=2, range=(1, 2))[0]
+        total_inter += area_inter
+        total_union += area_pred + area_lab - area_inter
+        one_hot = torch.zeros_like(output_ap).scatter_(0, labels[None], 1)  # get_ap_scores
+        total_ap.append(np.nan_to_num(average_precision_score(one_hot.numpy().reshape(-1),
+                                                              output_ap.numpy().reshape(-1))))
+    return {"pixel_accuracy": total_correct / total_label, "miou": float((total_inter / total_union).mean()),
+            "map": float(np.mean(total_ap))}
+
+
+def test_segmentation_scores_equal_chefer_et_als_evaluation():
+    gen = torch.Generator().manual_seed(0)
+    masks = torch.zeros(6, 24, 24, dtype=torch.bool)
+    masks[:, 6:16, 4:18] = True
+    masks[4] = False  # an image without object counts in the mean
+    maps = torch.rand(6, 24, 24, generator=gen) + 0.6 * masks.float()
+    maps[1] = (maps[1] * 5).floor() / 8  # ties within and across the channels, exact in float32 and float64
+    maps[1, 0, :2] = torch.tensor([0.0, 1.0])  # so that it is its own min-max scaling
+    maps[5] = 0.25  # a flat map
+    ours, reference = segmentation_scores(maps, masks), _chefer_segmentation(maps, masks)
+    assert ours == pytest.approx(reference, abs=1e-6)

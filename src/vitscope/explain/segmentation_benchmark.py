@@ -1,6 +1,7 @@
 """The ImageNet segmentation benchmark of Chefer et al. 2021 (``gtsegs_ijcv.mat``): each method's map of the
 model's predicted class against the object mask, scored by pixel accuracy, mean IoU and mean average precision
-(:func:`~vitscope.functional.explanation_scores.segmentation_scores`), at the model's input geometry."""
+as their evaluation computes them (:func:`~vitscope.functional.explanation_scores.segmentation_scores`), at the
+model's input geometry."""
 
 from __future__ import annotations
 

@@ -5,10 +5,12 @@
 - Relevance mass (Arras et al. 2022): the share of the map's positive relevance inside the object.
 - AUROC: how well the map's values rank object pixels above background pixels (0.5 = chance), by
   scikit-learn's ``roc_auc_score``.
-- Segmentation scores of the ImageNet-segmentation benchmark (Chefer et al. 2021, after Gur et al.): each map
-  min-max scaled to [0, 1] and thresholded at its mean gives a foreground prediction; pixel accuracy and the mean
-  IoU of the two classes (background, object) over the images' summed intersections and unions, and the mean
-  over images of the average precision of the scaled map as a score of the mask.
+- Segmentation scores of the ImageNet-segmentation benchmark (Chefer et al. 2021, after Gur et al.; their
+  ``imagenet_seg_eval.py`` and ``utils/metrices.py``): each map min-max scaled to [0, 1] and thresholded at its
+  mean gives a foreground prediction; pixel accuracy and the mean IoU of the two classes (background, object)
+  over the images' summed intersections and unions; the mean over all images of the average precision of the
+  two-channel prediction ``(1 - map, map)`` against the one-hot mask ``(background, object)``, both channels
+  ranked together (a flat map scores 0 in both channels, so 0.5).
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ def mask_auroc(maps: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
 
 
 def segmentation_scores(maps: torch.Tensor, masks: torch.Tensor) -> dict[str, float]:
-    """``{"pixel_accuracy", "miou", "map"}`` of maps against object masks (the module docstring's protocol).
+    """``{"pixel_accuracy", "miou", "map"}`` of maps against object masks (the module docstring's protocol, as
+    Chefer et al.'s evaluation computes it).
 
     Args:
         maps: ``[B, H, W]`` explanation maps at the masks' resolution.
@@ -80,8 +83,12 @@ def segmentation_scores(maps: torch.Tensor, masks: torch.Tensor) -> dict[str, fl
     correct = int((predicted == truth).sum())
     inter = [int((predicted & truth).sum()), int((~predicted & ~truth).sum())]  # object, background
     union = [int((predicted | truth).sum()), int((~predicted | ~truth).sum())]
-    ap = [average_precision_score(t.reshape(-1).numpy(), s.reshape(-1).numpy())
-          for s, t in zip(scaled, truth) if t.any()]
+    # 1 - scaled, written so that values the same distance from either end tie exactly (1 - 1/3 != 2/3 in floats);
+    # a flat map is the reference's 0/0: NaN in both channels, set to 0
+    below = torch.where(high > low, (high - m) / (high - low).clamp(min=1e-300), torch.zeros_like(m))
+    channels = torch.stack([below, scaled], dim=1)  # [B, 2, H, W]
+    onehot = torch.stack([~truth, truth], dim=1)
+    ap = [average_precision_score(t.reshape(-1).numpy(), s.reshape(-1).numpy()) for s, t in zip(channels, onehot)]
     return {"pixel_accuracy": correct / truth.numel(),
             "miou": float(np.mean([i / u for i, u in zip(inter, union) if u])),
-            "map": float(np.mean(ap)) if ap else float("nan")}
+            "map": float(np.mean(ap))}
