@@ -110,10 +110,10 @@ def write_pair_report(model: str, path_a: str | os.PathLike, path_b: str | os.Pa
                       "transformers, the output-agnostic rollout maps beside them.", paper),
                Figure("a_given_b", overlay_figure(shown[0], res.map_a[0], f"{names[0]} given {names[1]}"),
                       f"{names[0]} given {names[1]}", f"Which patches of {names[0]} make it similar to {names[1]} "
-                      "(red: more than an even share of the cosine; blue: less).", paper),
+                      "(red: more than an even share of the map; blue: less).", paper),
                Figure("b_given_a", overlay_figure(shown[1], res.map_b[0], f"{names[1]} given {names[0]}"),
                       f"{names[1]} given {names[0]}", f"Which patches of {names[1]} make it similar to {names[0]} "
-                      "(red: more than an even share of the cosine; blue: less).", paper)]
+                      "(red: more than an even share of the map; blue: less).", paper)]
     summary = {
         "score": float(res.score[0]), "grid": list(res.map_a.shape[-2:]), "grid_b": list(res.map_b.shape[-2:]),
         "raw_sum_a": float(res.raw_a[0].sum()), "raw_sum_b": float(res.raw_b[0].sum()),

@@ -1,8 +1,8 @@
 """The data of a paired-similarity explorer: a small gallery, each query's top hits per model and map kind,
 and both maps of every (query, hit) pair as tiny PNGs the browser enlarges over the thumbnails.
 
-Maps are coloured on the diverging map of :mod:`vitscope.viz.explain_figures` around their even share of the
-cosine (red: a patch adds more than an even share, blue: less), each on its own scale, at the token-grid
+Maps are coloured on the diverging map of :mod:`vitscope.viz.explain_figures` around their even share (the map's
+mean; red: a patch adds more than an even share, blue: less), each on its own scale, at the token-grid
 resolution (a few hundred bytes each).
 """
 

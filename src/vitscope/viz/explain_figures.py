@@ -1,8 +1,9 @@
 """Figures of paired similarity maps (paper 000 figures 5 to 10; matplotlib object API, no pyplot).
 
 Paired similarity maps decompose the cosine similarity over the patches: :func:`signed_overlay` upsamples a map
-bicubically and colours it on a diverging map around a pair's even share (``cosine / tokens``: red, a patch adds
-more than that; blue, less, or takes away), over a grey copy of the image, with the scale on a colour bar.
+bicubically and colours it on a diverging map around its even share (``sum / tokens``, the cosine's when the map
+keeps its sum: red, a patch adds more than that; blue, less, or takes away), over a grey copy of the image, with the
+scale on a colour bar.
 :func:`heat_overlay` shows the output-agnostic rollout maps, which are not signed: min-max normalised as the
 published code does, then coloured only where they are high (not the published jet blend, which tinted the
 whole image and drew blue strips along edges where a map was low).
@@ -67,7 +68,7 @@ def signed_overlay(image: torch.Tensor | np.ndarray, grid_map: torch.Tensor | np
         grid_map: the token map (any sign).
         limit: the distance from ``centre`` shown at full colour (default: the largest of this map); give one
             limit to the maps that should be compared (both images of a pair).
-        centre: the value shown white (0: sign; a pair's even share ``score / tokens``: above or below it).
+        centre: the value shown white (0: sign; a map's even share ``sum / tokens``: above or below it).
 
     Returns:
         The image in grey, each pixel blended towards the map's colour by ``|value - centre| / limit``.
@@ -183,7 +184,7 @@ def pair_figure(image_a, image_b, map_a: torch.Tensor, map_b: torch.Tensor, scor
             row.append((heat_overlay(image, rollout), "rollout"))
     cols = max(len(r) for r in rows)
     fig = Figure(figsize=(1.9 * cols, 4.4), layout="constrained")
-    fig.suptitle(f"cosine similarity {score:.3f}\npaired maps: red, a patch adds more than an even share of it; "
+    fig.suptitle(f"cosine similarity {score:.3f}\npaired maps: red, a patch adds more than an even share of the map; "
                  "blue, less", fontsize=8)
     axes = []
     for r, row in enumerate(rows):

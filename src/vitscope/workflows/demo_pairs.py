@@ -2,7 +2,7 @@
 
 Kept on its own so it can follow the explain package as it grows: it only calls
 ``vitscope.explain.PairedSimilarity(backbone, projection="head").explain(images_a, images_b)``.
-Maps: bicubic upsampling, a diverging colour map around each map's even share of the cosine, one colour bar
+Maps: bicubic upsampling, a diverging colour map around each map's even share (its mean), one colour bar
 per image; a retrieval explorer toggles models and redistributions.
 """
 
@@ -162,5 +162,5 @@ def retrieval_explorer(dataset: Any, names: Sequence[str], labels: Sequence[int]
                          [class_name(i) for i in range(n)], hits, queries,
                          caption=f"Each query's {k} most similar gallery images for the chosen model, with both "
                                  "paired maps over the images (red: a patch adds more than an even share of the "
-                                 "cosine, blue: less). The transformers' maps can be redistributed as the published "
+                                 "map, blue: less). The transformers' maps can be redistributed as the published "
                                  "code does (R gamma) or so that they keep the sum (R^T gamma).")
