@@ -136,12 +136,29 @@ def test_timm_layout_fused_equals_eager(kind):
         torch.testing.assert_close(fused[f"blocks.{i}.attn.pattern"], eager[i], atol=1e-5, rtol=0)
 
 
+def _recorded(b, x, names):
+    """The model's output on ``x`` and copies of the tensors recorded by its forward, the record closed: staged
+    calls made later record nothing over them."""
+    with torch.no_grad(), b.record(names) as rec:
+        out = b(x)
+        recorded = {name: t.clone() for name, t in rec.items()}
+    return out, recorded
+
+
+@pytest.mark.parametrize("grid", ["own", "same count"])
 @pytest.mark.parametrize("kind", TRANSFORMERS)
-def test_staged_execution_matches_forward(kind):
+def test_staged_execution_matches_forward(kind, grid):
+    """embed -> run_blocks -> final_norm (-> head) equals the forward, at the model's own grid and at another grid
+    of as many tokens (4x4 -> 2x8 patches), where blocks that placed tokens by their count would be wrong."""
     b = _backbone(kind)
     x = _pixels(b)
-    with torch.no_grad(), b.record(["embed", "blocks.1.resid_post", "final_norm"]) as rec:
-        out = b(x)
+    if grid == "same count":
+        if not b.resizable_input:
+            pytest.skip(f"{kind} runs at its own input size only")
+        (gh, gw), p = b.spec.grid, b.spec.patch_size
+        x = torch.randn(2, 3, gh // 2 * p, gw * 2 * p, generator=torch.Generator().manual_seed(0))
+    out, rec = _recorded(b, x, ["embed", "blocks.1.resid_post", "final_norm"])
+    with torch.no_grad():
         tokens = b.embed(x)
         torch.testing.assert_close(tokens, rec["embed"], atol=1e-5, rtol=0)
         mid = b.run_blocks(tokens, 0, 2)
@@ -181,8 +198,8 @@ def test_transformer_at_another_input_size(kind, one_thread):
     assert r.spec.image_size == (side, side) and r.spec.grid == (side // p, side // p)
     assert b.spec.image_size == (side - 2 * p,) * 2, "the given backbone is unchanged"
     x = _pixels(r)
-    with torch.no_grad(), r.record(["blocks.*.attn.pattern", "final_norm"]) as rec:
-        r(x)
+    _, rec = _recorded(r, x, ["blocks.*.attn.pattern", "final_norm"])
+    with torch.no_grad():
         staged = r.final_norm(r.run_blocks(r.embed(x)))
     n = r.spec.num_tokens
     assert tuple(rec["blocks.0.attn.pattern"].shape) == (2, r.spec.num_heads, n, n)

@@ -52,9 +52,9 @@ class Backbone(ABC):
 
     @property
     def positions_in_blocks(self) -> bool:
-        """Whether the blocks themselves place tokens (rotary position embeddings, DINOv3): a sequence with spatial
-        tokens left out must then say where the kept ones sit (:meth:`run_kept`); with position embeddings added
-        by :meth:`embed`, the kept tokens carry theirs."""
+        """Whether the blocks themselves place tokens (rotary position embeddings, DINOv3; BEiT's relative position
+        bias): a sequence with spatial tokens left out must then say where the kept ones sit (:meth:`run_kept`); with
+        position embeddings added by :meth:`embed`, the kept tokens carry theirs."""
         return False
 
     def run_kept(self, tokens: torch.Tensor, positions: torch.Tensor, start: int = 0,

@@ -14,6 +14,7 @@ looks families up: :func:`vitscope.models.families.get_family`), plus a test fac
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -90,6 +91,9 @@ class HFFamily:
         layer_kwargs: ``(backbone, tokens) -> keyword arguments`` of every block's forward (BEiT's bias).
         positions_in_blocks: the blocks receive the tokens' positions (rotary embeddings) through ``layer_kwargs``,
             which then takes ``positions`` (``[B, K]`` kept spatial tokens, or None for the whole grid).
+        kept_layers: for a family whose blocks add a bias between token places (BEiT), ``(backbone, tokens,
+            positions [B, K]) -> a context`` under which every block takes that bias at the kept tokens' places;
+            ``layer_kwargs`` then takes ``positions`` too. None: the blocks run any subset as it is.
         resizable: ``config -> bool``: the model takes other input sizes than its config's (its position
             embeddings are interpolated or computed for any grid).
         layout: where the blocks, norms, attention, MLP, layer scale and final norm live (the ViT names by
@@ -112,6 +116,7 @@ class HFFamily:
     forward_kwargs: Callable[[Any, Any, torch.Tensor], dict[str, Any]] = _no_kwargs
     layer_kwargs: Callable[[Any, torch.Tensor], dict[str, Any]] = _plain_layers
     positions_in_blocks: bool = False
+    kept_layers: Callable[[Any, torch.Tensor, torch.Tensor], AbstractContextManager[Any]] | None = None
     resizable: Callable[[Any], bool] = lambda config: True
     layout: HFLayout = HFLayout()
     pixel_values: Callable[[Any, torch.Tensor], torch.Tensor] = _same_pixels

@@ -59,7 +59,7 @@ class HFViTBackbone(Backbone):
         self.blocks = [block_modules(layer, layout, spec.num_heads) for layer in self.layers]
         self._final_norm, self._norm_on_sequence = final_norm_module(self.base, layout)
         self.head_after_final_norm = self.family.head_after_final_norm
-        self.last_input_hw = spec.image_size  # of the last embed() (blocks of some families need it)
+        self.last_input_hw = spec.image_size  # of the last embed() or forward (blocks of some families need it)
         #: the input size the position embeddings were made for (other sizes interpolate them)
         self.native_image_size = tuple(self.family.input_size(getattr(model.config, "vision_config", model.config)))
 
@@ -79,6 +79,7 @@ class HFViTBackbone(Backbone):
         if self.base is not self.model and _passes_kwargs(fn):
             fn = self.base.forward  # a classifier handing its keyword arguments to its vision model (CLIP)
         call = {**self._size_kwargs(fn, pixels), **kwargs}
+        self.last_input_hw = tuple(pixels.shape[-2:])  # staged blocks run on its recorded tokens read it too
         return self.model(pixel_values=self.family.pixel_values(self, pixels), **call)
 
     # -- staged execution -------------------------------------------------------------------
@@ -93,10 +94,13 @@ class HFViTBackbone(Backbone):
 
     @property
     def positions_in_blocks(self) -> bool:
-        return self.family.positions_in_blocks
+        return self.family.positions_in_blocks or self.family.kept_layers is not None
 
     def run_kept(self, tokens: torch.Tensor, positions: torch.Tensor, start: int = 0,
                  stop: int | None = None) -> torch.Tensor:
+        if self.family.kept_layers is not None:
+            with self.family.kept_layers(self, tokens, positions):
+                return self._run(tokens, start, stop, self.family.layer_kwargs(self, tokens, positions=positions))
         if not self.family.positions_in_blocks:
             return self.run_blocks(tokens, start, stop)
         return self._run(tokens, start, stop, self.family.layer_kwargs(self, tokens, positions=positions))
