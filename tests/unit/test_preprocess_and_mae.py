@@ -46,3 +46,25 @@ def test_mae_is_deterministic_and_unshuffled():
     assert torch.equal(a, c)
     assert tokens.shape[1] == 1 + 16, "no patch may be masked"
     torch.testing.assert_close(tokens[:, 1:], expected)
+
+
+def test_a_wrapped_mae_with_transformers_default_mask_ratio_sees_every_patch():
+    """A ViTMAEModel built by the user keeps transformers' ``mask_ratio`` 0.75 (three patches in four dropped at
+    random); wrapped, it runs as ``load_model`` runs it: every patch, the same output as a ratio of 0."""
+    import transformers as tf
+
+    from helpers.hf_factories import SMALL
+
+    model = tf.ViTMAEModel(tf.ViTMAEConfig(**SMALL)).eval()
+    assert model.config.mask_ratio == 0.75
+    unmasked = make("mae")  # the same weights (seeded), built with mask_ratio 0
+    model.load_state_dict(unmasked.state_dict())
+    b = vitscope.wrap(model)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad(), b.record(["blocks.0.attn.pattern", "final_norm"]) as rec:
+        b(x)
+    assert tuple(rec["final_norm"].shape) == (2, 17, 32)
+    assert tuple(rec["blocks.0.attn.pattern"].shape) == (2, 2, 17, 17)
+    with torch.no_grad():
+        torch.testing.assert_close(b(x).last_hidden_state, vitscope.wrap(unmasked)(x).last_hidden_state, atol=0,
+                                   rtol=0)

@@ -48,6 +48,10 @@ def _plain_layers(backbone: Any, tokens: torch.Tensor) -> dict[str, Any]:
     return {"attention_mask": None}
 
 
+def _nothing_to_prepare(model: nn.Module) -> None:
+    return None
+
+
 def _same_pixels(backbone: Any, pixels: torch.Tensor) -> torch.Tensor:
     return pixels
 
@@ -84,6 +88,8 @@ class HFFamily:
         preprocessing: mean, std and interpolation used when a checkpoint ships no ``preprocessor_config.json``.
         prefix: ``config -> prefix token kinds`` in canonical order (CLS, distillation, registers).
         load: ``(source, config, **hub) -> model`` (e.g. CLIP loads its vision tower only).
+        prepare: ``model -> None``: what a loaded or wrapped model must be set to for its forward to see the whole
+            image, the same way every time (ViT-MAE: ``config.mask_ratio`` 0, nothing masked).
         head: ``(backbone, tokens [B, N, D]) -> logits``: the pooling of the family's classifier.
         head_after_final_norm: the classifier reads final-normed tokens (CLIP pools before the norm).
         forward_kwargs: ``(backbone, fn, pixels) -> extra keyword arguments`` of the model's and the
@@ -111,6 +117,7 @@ class HFFamily:
     preprocessing: Mapping[str, Any] = field(default_factory=lambda: dict(IMAGENET))
     prefix: Callable[[Any], tuple[str, ...]] = _cls_prefix
     load: Callable[..., nn.Module] = load_auto
+    prepare: Callable[[nn.Module], None] = _nothing_to_prepare
     head: Callable[[Any, torch.Tensor], torch.Tensor] = _cls_head
     head_after_final_norm: bool = True
     forward_kwargs: Callable[[Any, Any, torch.Tensor], dict[str, Any]] = _no_kwargs

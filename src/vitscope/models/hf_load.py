@@ -69,7 +69,8 @@ def _instantiate(source: str, config: Any, **hub: Any) -> nn.Module:
 
 def wrap_hf(model: nn.Module, name: str, preprocessor: dict[str, Any] | None = None,
             overrides: dict[str, Any] | None = None) -> Backbone:
-    """Adapt an instantiated transformers model (vision transformer or ResNet/BiT/ConvNeXt)."""
+    """Adapt an instantiated transformers model (vision transformer or ResNet/BiT/ConvNeXt); the family's
+    ``prepare`` sets what its forward needs to see the whole image (ViT-MAE: ``config.mask_ratio`` 0)."""
     config = getattr(model, "config", None)
     if config is None:
         raise VitscopeTypeError(f"{type(model).__name__} has no transformers config")
@@ -88,6 +89,7 @@ def wrap_hf(model: nn.Module, name: str, preprocessor: dict[str, Any] | None = N
         spec = cnn_spec(name, family, layout.call, layout, image_size, layout.classifier is not None, **prep)
         return CNNBackbone(model, spec, layout)
     descriptor = get_family(family)
+    descriptor.prepare(model)
     prep = read_preprocessing(preprocessor, family, tuple(descriptor.input_size(vision)))
     prep.update(overrides or {})
     budget = prep.pop("max_tokens", None) or descriptor.token_budget(vision)

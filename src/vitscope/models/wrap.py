@@ -26,7 +26,8 @@ def _with_origin(overrides: dict[str, Any]) -> dict[str, Any]:
 def wrap(
     module: nn.Module, layout: str | CNNLayout = "auto", name: str | None = None, **spec_overrides: Any
 ) -> Backbone:
-    """Adapt ``module`` to the Backbone interface without copying or changing it.
+    """Adapt ``module`` to the Backbone interface without copying or changing it (put in eval mode; a ViT-MAE's
+    ``config.mask_ratio`` set to 0, so that its forward sees every patch, as :func:`~vitscope.load_model` does).
 
     Args:
         module: the model.

@@ -16,8 +16,16 @@ from vitscope.models.hf_pretrained import from_pretrained
 def _load(source: str, config: Any, **hub: Any):
     import transformers as tf
 
-    config.mask_ratio = 0.0  # deterministic: nothing masked (the forward also fixes the patch order)
     return from_pretrained(tf.ViTMAEModel, source, config=config, **hub)
+
+
+def _prepare(model: Any) -> None:
+    """Nothing masked: transformers' default ``mask_ratio`` 0.75 would drop three patches in four, at random, from
+    every forward (the forward also fixes the patch order). The embeddings read the ratio from their config."""
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if config is not None and hasattr(config, "mask_ratio"):
+            config.mask_ratio = 0.0
 
 
 def _forward_kwargs(backbone: Any, fn: Any, pixels: torch.Tensor) -> dict[str, Any]:
@@ -30,6 +38,7 @@ def _forward_kwargs(backbone: Any, fn: Any, pixels: torch.Tensor) -> dict[str, A
 FAMILY = register_family(HFFamily(
     name="vit_mae",
     load=_load,
+    prepare=_prepare,
     forward_kwargs=_forward_kwargs,
     aliases=(
         ModelEntry("mae-vitb16", "vit_mae", 12, 12, 768, 16, ("cls",), "facebook/vit-mae-base", DINO),
