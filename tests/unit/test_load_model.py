@@ -89,6 +89,24 @@ def test_an_image_text_checkpoint_loads_its_trained_vision_tower(tmp_path, whole
     assert b.spec.num_blocks == SMALL["num_hidden_layers"] and b.spec.embed_dim == SMALL["hidden_size"]
 
 
+@pytest.mark.parametrize("whole", [
+    lambda: tf.CLIPModel(tf.CLIPConfig(vision_config=dict(SMALL), text_config=TEXT, projection_dim=24)),
+    lambda: tf.MetaClip2Model(tf.MetaClip2Config(vision_config=dict(SMALL), text_config=TEXT, projection_dim=24)),
+])
+def test_an_image_text_checkpoint_keeps_its_own_projection_width(tmp_path, whole):
+    """A whole CLIP or MetaCLIP 2 checkpoint whose image projection is not transformers' default 512 wide (CLIP-L/14:
+    768) loads its vision tower with that projection: the image embeddings are the whole model's."""
+    torch.manual_seed(0)
+    model = whole().eval()
+    model.save_pretrained(tmp_path)
+    b = vitscope.load_model(str(tmp_path))
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        embeds = b(x).image_embeds
+        torch.testing.assert_close(embeds, model.get_image_features(pixel_values=x).pooler_output, atol=1e-6, rtol=0)
+    assert embeds.shape == (2, 24)
+
+
 def test_preprocessor_json_sets_the_spec(tmp_path):
     make("vit").save_pretrained(tmp_path)
     (tmp_path / "preprocessor_config.json").write_text(json.dumps({

@@ -18,6 +18,18 @@ CLIP = {"mean": (0.48145466, 0.4578275, 0.40821073), "std": (0.26862954, 0.26130
         "image_size": (224, 224), "resize_size": 224, "interpolation": "bicubic"}
 
 
+def vision_config_of(config: Any) -> Any:
+    """The vision config of a whole image-text checkpoint, with the image projection's width
+    (``projection_dim``), which transformers keeps in the top-level config only (a vision tower loaded with its
+    projection would otherwise expect transformers' default 512 and refuse CLIP-L/14's 768)."""
+    import copy
+
+    vision = copy.deepcopy(config.vision_config)
+    if getattr(config, "projection_dim", None) is not None:
+        vision.projection_dim = config.projection_dim
+    return vision
+
+
 def mean_token_head(backbone: Any, tokens: torch.Tensor) -> torch.Tensor:
     """The classifier on the mean of every token (a model without prefix tokens; no padding token exists)."""
     return backbone.model.classifier(tokens.mean(dim=1))

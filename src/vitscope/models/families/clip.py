@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from vitscope.models.entry import ModelEntry
-from vitscope.models.families._common import CLIP
+from vitscope.models.families._common import CLIP, vision_config_of
 from vitscope.models.family import HFFamily, load_auto, register_family
 from vitscope.models.hf_pretrained import from_pretrained
 from vitscope.models.layout_names import HFLayout
@@ -18,7 +18,7 @@ def _load(source: str, config: Any, **hub: Any):
     import transformers as tf
 
     if config.model_type == "clip":
-        return from_pretrained(tf.CLIPVisionModelWithProjection, source, **hub)
+        return from_pretrained(tf.CLIPVisionModelWithProjection, source, config=vision_config_of(config), **hub)
     return load_auto(source, config, **hub)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from vitscope.models.entry import ModelEntry
 from vitscope.models.families import clip
+from vitscope.models.families._common import vision_config_of
 from vitscope.models.family import load_auto, register_family
 from vitscope.models.hf_pretrained import from_pretrained
 
@@ -21,7 +22,7 @@ def _load(source: str, config: Any, **hub: Any):
     if any(a.endswith("ForImageClassification") for a in archs):
         return load_auto(source, config, **hub)
     if config.model_type == "metaclip_2":
-        return from_pretrained(tf.MetaClip2VisionModelWithProjection, source, **hub)
+        return from_pretrained(tf.MetaClip2VisionModelWithProjection, source, config=vision_config_of(config), **hub)
     vision = next((getattr(tf, a) for a in archs if a.startswith("MetaClip2Vision") and hasattr(tf, a)),
                   tf.MetaClip2VisionModel)
     return from_pretrained(vision, source, **hub)
