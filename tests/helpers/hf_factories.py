@@ -104,6 +104,12 @@ def _dinov2(kw: dict) -> torch.nn.Module:
                                                            layerscale_value=0.5, **kw))
 
 
+@factory("dinov2-swiglu")  # DINOv2 giant's gated MLP: mlp.post is 48 wide (2/3 of 64, up to a multiple of 8)
+def _dinov2_swiglu(kw: dict) -> torch.nn.Module:
+    return tf.Dinov2Model(tf.Dinov2Config(**_no_intermediate(), mlp_ratio=2, use_swiglu_ffn=True,
+                                          layerscale_value=0.5, **kw))
+
+
 @factory("dinov2-reg")
 def _dinov2_reg(kw: dict) -> torch.nn.Module:
     return tf.Dinov2WithRegistersModel(tf.Dinov2WithRegistersConfig(

@@ -11,6 +11,7 @@ from torch import nn
 from vitscope.errors import VitscopeValueError
 from vitscope.models.families import get_family
 from vitscope.models.family import family_of
+from vitscope.models.hf_layout import find_base, find_layers, find_module
 from vitscope.models.spec import ModelSpec
 
 #: where a Hugging Face model's preprocessing came from (``ModelSpec.preprocessing``)
@@ -83,13 +84,22 @@ def load_preprocessor_json(source: str, **hub_kwargs: Any) -> dict[str, Any] | N
     return json.loads(Path(path).read_text()) if path else None
 
 
+def _mlp_width(model: nn.Module, family: str) -> int:
+    """The width of ``mlp.post``: the input of the first block's MLP output projection, as built (a gated MLP's is
+    not ``hidden_size * mlp_ratio``: DINOv2's SwiGLU rounds two thirds of it up to a multiple of 8)."""
+    layout = get_family(family).layout
+    first = find_layers(find_base(model), layout)[0]
+    out = find_module(find_module(first, layout.mlp, "MLP"), layout.mlp_out, "MLP output projection")
+    return int(out.in_features)
+
+
 def transformer_spec(name: str, model: nn.Module, config: Any, preprocessing: dict[str, Any]) -> ModelSpec:
     """ModelSpec of an HF vision transformer; prefix tokens in canonical order."""
     family = family_of(config)
     patch = int(config.patch_size)
     image_size = tuple(preprocessing["image_size"])
     prefix = tuple(get_family(family).prefix(config))
-    mlp_dim = getattr(config, "intermediate_size", None) or int(config.hidden_size * getattr(config, "mlp_ratio", 4))
+    mlp_dim = _mlp_width(model, family)
     return ModelSpec(
         name=name, family=family, kind="transformer",
         num_blocks=int(config.num_hidden_layers), num_heads=int(config.num_attention_heads),
