@@ -1,8 +1,10 @@
-"""ModelSpec for Hugging Face models, from the config and the preprocessor JSON (no image-processor classes)."""
+"""ModelSpec for Hugging Face models, from the config and the preprocessor JSON (read as transformers' image
+processors read it, without running them)."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +34,54 @@ def _pair(x: Any) -> tuple[int, int]:
     return int(x), int(x)
 
 
+def _square_by_default(preprocessor: dict[str, Any]) -> bool:
+    """Whether the checkpoint's processor reads a bare number ``size`` (older checkpoints) as ``{height, width}``
+    (ViT, DeiT, BEiT...) rather than the short side (CLIP, BiT, ConvNeXt): its class's ``default_to_square``,
+    transformers' own default (True) when the class is unknown. Only this class attribute is read."""
+    name = str(preprocessor.get("image_processor_type") or preprocessor.get("feature_extractor_type") or "")
+    stem = re.sub(r"(ImageProcessor(Fast|Pil)?|FeatureExtractor)$", "", name)
+    if not stem:
+        return True
+    import transformers
+
+    from vitscope.models.hf_pretrained import quiet_transformers
+
+    for suffix in ("ImageProcessorPil", "ImageProcessor"):
+        try:
+            with quiet_transformers():
+                cls = getattr(transformers, stem + suffix, None)
+            if cls is not None:
+                return bool(getattr(cls, "default_to_square", True))
+        except (ImportError, RuntimeError, AttributeError):  # a class that needs a backend not installed
+            continue
+    return True
+
+
+def _size(preprocessor: dict[str, Any]) -> int | tuple[int, int] | None:
+    """The processor's resize, as transformers reads its ``size``: a number, the short side (the aspect ratio
+    kept); ``(height, width)``, the whole image resized to it (the aspect ratio not kept)."""
+    size = preprocessor.get("size")
+    if size is None or preprocessor.get("do_resize") is False:
+        return None
+    if isinstance(size, dict):
+        if "shortest_edge" in size:
+            return int(size["shortest_edge"])
+        if "height" in size:
+            return int(size["height"]), int(size["width"])
+        return None
+    if isinstance(size, (list, tuple)):
+        return (int(size[0]), int(size[-1])) if len(size) == 2 else int(size[0])
+    return (int(size), int(size)) if _square_by_default(preprocessor) else int(size)
+
+
 def read_preprocessing(preprocessor: dict[str, Any] | None, family: str, image_size: tuple[int, int]) -> dict[str, Any]:
-    """Mean, std, resize size, crop size and interpolation from a ``preprocessor_config.json`` dict, and where
-    they come from (``preprocessing``: :data:`CHECKPOINT_PROCESSOR` or :data:`FAMILY_DEFAULT`)."""
+    """Mean, std, resize, crop size and interpolation from a ``preprocessor_config.json`` dict, and where they come
+    from (``preprocessing``: :data:`CHECKPOINT_PROCESSOR` or :data:`FAMILY_DEFAULT`).
+
+    The resize follows transformers' processors: a ``size`` of height and width (or a bare number for processors
+    that read it so, ViT, DeiT, BEiT...) resizes the whole image to it, its aspect ratio not kept
+    (``resize_size=(h, w)``); a ``shortest_edge`` resizes the short side. A centre crop follows when the processor
+    does one (``do_center_crop``, ``crop_size``); without it the input is the resized image."""
     out = dict(get_family(family).preprocessing)  # the family's defaults, when the checkpoint says nothing
     out["image_size"] = image_size
     out["resize_size"] = max(image_size)
@@ -49,18 +96,16 @@ def read_preprocessing(preprocessor: dict[str, Any] | None, family: str, image_s
         out["interpolation"] = _PIL_RESAMPLE.get(int(preprocessor["resample"]), "bicubic")
     if "max_num_patches" in preprocessor:  # SigLIP 2 NaFlex: each image at its aspect ratio, this many patches
         out["max_tokens"] = int(preprocessor["max_num_patches"])
-    size = preprocessor.get("size")
     crop = preprocessor.get("crop_size") if preprocessor.get("do_center_crop", "crop_size" in preprocessor) else None
+    size = _size(preprocessor)
     if crop is not None:
         out["image_size"] = _pair(crop)
-    if size is not None:
-        if isinstance(size, dict) and "shortest_edge" in size:
-            out["resize_size"] = int(size["shortest_edge"])
-        else:
-            hw = _pair(size)
-            out["resize_size"] = max(hw)
-            if crop is None:
-                out["image_size"] = hw
+    if isinstance(size, tuple):
+        out["resize_size"] = size
+        if crop is None:
+            out["image_size"] = size
+    elif size is not None:
+        out["resize_size"] = size
     return out
 
 

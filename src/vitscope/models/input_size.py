@@ -59,7 +59,12 @@ def with_image_size(backbone: Backbone, image_size: int | Sequence[int]) -> Back
         if not backbone.resizable_input:
             raise VitscopeValueError(f"{spec.name} runs at {_size_text(spec.image_size)} only (its position "
                                      "embeddings are not interpolated); leave out the image size")
-    resize = round(spec.resize_size * max(size) / max(spec.image_size)) if spec.resize_size else None
+    resize: int | tuple[int, int] | None = None
+    if isinstance(spec.resize_size, (tuple, list)):  # the whole image to a fixed size: each side keeps its ratio
+        resize = (round(spec.resize_size[0] * size[0] / spec.image_size[0]),
+                  round(spec.resize_size[1] * size[1] / spec.image_size[1]))
+    elif spec.resize_size:
+        resize = round(spec.resize_size * max(size) / max(spec.image_size))
     resized = copy.copy(backbone)
     grid = tuple(backbone.grid_at(size))
     budget = grid[0] * grid[1] if spec.max_tokens else None  # images keeping their aspect: as many patches

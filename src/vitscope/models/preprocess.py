@@ -1,5 +1,5 @@
-"""Model preprocessing without torchvision: resize the short side, centre crop, normalise; or, under a token
-budget, keep each image's aspect ratio (SigLIP 2 NaFlex, ``--keep-aspect``)."""
+"""Model preprocessing without torchvision: resize the short side (or the whole image to a fixed size), centre
+crop, normalise; or, under a token budget, keep each image's aspect ratio (SigLIP 2 NaFlex, ``--keep-aspect``)."""
 
 from __future__ import annotations
 
@@ -62,11 +62,15 @@ def resize_crop_geometry(image_hw: tuple[int, int], spec: ModelSpec) -> tuple[tu
     """Where :func:`resize_crop` puts an ``image_hw`` image: ``((new_h, new_w), left, top)``.
 
     The image is resized to ``(new_h, new_w)`` and the crop starts at column ``left``, row ``top``. With a token
-    budget (``spec.max_tokens``) the whole image is resized to :func:`aspect_size` and nothing is cropped.
+    budget (``spec.max_tokens``) the whole image is resized to :func:`aspect_size` and nothing is cropped; with a
+    ``(h, w)`` ``spec.resize_size`` the whole image is resized to it, whatever its aspect ratio.
     """
     if spec.max_tokens:
         return aspect_size(image_hw, spec.patch_size, spec.max_tokens), 0, 0
     out_h, out_w = spec.image_size
+    if isinstance(spec.resize_size, (tuple, list)):
+        new_h, new_w = (int(v) for v in spec.resize_size)
+        return (new_h, new_w), (new_w - out_w) // 2, (new_h - out_h) // 2
     short = spec.resize_size or max(out_h, out_w)
     h, w = image_hw
     scale = short / min(w, h)
@@ -81,7 +85,8 @@ def frame_size(image_hw: tuple[int, int], spec: ModelSpec) -> tuple[int, int]:
 
 
 def resize_crop(image: Image.Image, spec: ModelSpec, resample: Image.Resampling | None = None) -> Image.Image:
-    """Resize so the short side is ``spec.resize_size`` (default: the crop's long side), then centre crop.
+    """Resize so the short side is ``spec.resize_size`` (default: the crop's long side; a ``(h, w)`` size: the whole
+    image to it), then centre crop.
 
     The same function is used for masks (pass ``resample=NEAREST``) so geometry always agrees. A drafted JPEG
     follows the geometry of its full decode (:func:`~vitscope.data.images.full_size`).

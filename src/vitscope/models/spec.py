@@ -30,7 +30,10 @@ class ModelSpec:
         mean: per-channel normalisation mean (RGB, pixels in [0, 1]).
         std: per-channel normalisation std.
         has_head: whether ``Backbone.head`` exists (a classifier).
-        resize_size: short side the image is resized to before the centre crop.
+        resize_size: a number: the short side the image is resized to (its aspect ratio kept) before the centre
+            crop (None: the crop's long side). ``(h, w)``: the whole image is resized to ``h x w`` (its aspect
+            ratio not kept), then centre-cropped to ``image_size`` (nothing cropped when they are equal), as Hugging
+            Face processors with a fixed ``size`` of height and width do.
         interpolation: PIL resampling used for the resize (``"bicubic"``, ``"bilinear"``, ...).
         preprocessing: where mean, std, resize and crop come from (the checkpoint's processor, the family's
             defaults, a registered alias, the user's image size...), shown in a run's output and report.
@@ -55,7 +58,7 @@ class ModelSpec:
     mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
     std: tuple[float, float, float] = (0.229, 0.224, 0.225)
     has_head: bool = False
-    resize_size: int | None = None
+    resize_size: int | tuple[int, int] | None = None
     interpolation: str = "bicubic"
     preprocessing: str = "ImageNet statistics (ModelSpec defaults)"
     max_tokens: int | None = None
@@ -93,8 +96,12 @@ def input_text(spec: Mapping[str, Any]) -> str:
     from :meth:`ModelSpec.to_dict` (or a model entry of results.json): ``518x518 px (short side resized to 518 px,
     centre crop), token grid 37x37 (1,370 tokens); preprocessing: family default (...)``."""
     (h, w), (gh, gw) = spec["image_size"], spec["grid"]
-    resize = f"short side resized to {spec['resize_size']} px, centre crop" if spec.get("resize_size") else \
-        "centre crop"
+    resize = "centre crop"
+    if isinstance(spec.get("resize_size"), (list, tuple)):  # the whole image, its aspect ratio not kept
+        rh, rw = spec["resize_size"]
+        resize = f"whole image resized to {rh}x{rw} px" + (", centre crop" if (rh, rw) != (h, w) else "")
+    elif spec.get("resize_size"):
+        resize = f"short side resized to {spec['resize_size']} px, centre crop"
     if spec.get("max_tokens"):
         return (f"aspect ratio kept, at most {spec['max_tokens']:,} patches of {spec['patch_size']} px per image "
                 f"(a square image: {h}x{w} px, token grid {gh}x{gw}); preprocessing: "

@@ -1,0 +1,94 @@
+"""A checkpoint's preprocessor_config.json gives the pixels its own transformers image processor gives: the same
+resize (the whole image to a fixed height and width, or the short side), crop and normalisation, checked against
+the processor classes themselves (their PIL backend) on a photo-sized gradient."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import transformers as tf
+from PIL import Image
+
+import vitscope
+from helpers.hf_factories import make
+
+
+def _gradient(w: int = 640, h: int = 427) -> Image.Image:
+    """Red follows the column, green the row: any shift, squash or crop of the image changes the pixels."""
+    yy, xx = np.mgrid[0:h, 0:w]
+    rgb = np.stack([xx * 255 / (w - 1), yy * 255 / (h - 1), np.full_like(xx, 128)], -1)
+    return Image.fromarray(rgb.astype(np.uint8))
+
+
+def _checkpoint(tmp_path, kind: str, processor: dict):
+    make(kind).save_pretrained(tmp_path)
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(processor))
+    return vitscope.load_model(str(tmp_path))
+
+
+def _same_pixels(b, proc, image: Image.Image) -> None:
+    ours = b.preprocess([image])
+    ref = proc(images=[image], return_tensors="pt")["pixel_values"]
+    assert ours.shape == ref.shape
+    torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
+
+
+# (processor class, the JSON a checkpoint ships): fixed height and width, with and without a crop after it
+FIXED = [
+    (tf.ViTImageProcessorPil, {"image_processor_type": "ViTImageProcessor", "size": {"height": 224, "width": 224},
+                               "image_mean": [0.5] * 3, "image_std": [0.5] * 3, "resample": 2}),
+    (tf.SiglipImageProcessorPil, {"image_processor_type": "SiglipImageProcessor", "do_resize": True,
+                                  "size": {"height": 64, "width": 96}, "image_mean": [0.5] * 3,
+                                  "image_std": [0.5] * 3, "resample": 3}),
+    (tf.DeiTImageProcessorPil, {"image_processor_type": "DeiTImageProcessor", "size": {"height": 256, "width": 256},
+                                "crop_size": {"height": 224, "width": 224}, "do_center_crop": True, "resample": 3,
+                                "image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]}),
+    (tf.BeitImageProcessorPil, {"image_processor_type": "BeitImageProcessor", "size": {"height": 224, "width": 224},
+                                "crop_size": {"height": 224, "width": 224}, "do_center_crop": False, "resample": 2,
+                                "image_mean": [0.5] * 3, "image_std": [0.5] * 3}),
+    # older checkpoints: a bare number, which these classes read as height and width (google/vit-base-patch16-224,
+    # facebook/deit-base-distilled-patch16-224)
+    (tf.ViTImageProcessorPil, {"feature_extractor_type": "ViTFeatureExtractor", "size": 224, "resample": 2,
+                               "image_mean": [0.5] * 3, "image_std": [0.5] * 3}),
+    (tf.DeiTImageProcessorPil, {"feature_extractor_type": "DeiTFeatureExtractor", "size": 256, "crop_size": 224,
+                                "do_center_crop": True, "resample": 3, "image_mean": [0.485, 0.456, 0.406],
+                                "image_std": [0.229, 0.224, 0.225]}),
+]
+
+
+@pytest.mark.parametrize(("cls", "processor"), FIXED, ids=["vit", "siglip-64x96", "deit", "beit", "vit-int",
+                                                           "deit-int"])
+def test_a_fixed_size_resizes_the_whole_image(tmp_path, cls, processor):
+    kw = {k: v for k, v in processor.items() if not k.endswith("_type")}
+    b = _checkpoint(tmp_path, "vit", processor)
+    size = processor["size"]
+    hw = (size["height"], size["width"]) if isinstance(size, dict) else (size, size)
+    assert b.spec.resize_size == hw
+    _same_pixels(b, cls(**kw), _gradient())
+    _same_pixels(b, cls(**kw), _gradient(300, 500))  # portrait
+
+
+def test_the_whole_image_is_seen_not_its_centre():
+    """A 640x427 image resized to 224x224 keeps its left and right columns: the processor squashes it."""
+    from vitscope.models.preprocess import resize_crop_geometry
+    from vitscope.models.spec import ModelSpec
+
+    spec = ModelSpec(name="m", family="vit", kind="transformer", num_blocks=1, num_heads=1, embed_dim=8, mlp_dim=8,
+                     patch_size=16, grid=(14, 14), num_prefix_tokens=1, prefix_kinds=("cls",), image_size=(224, 224),
+                     resize_size=(224, 224))
+    assert resize_crop_geometry((427, 640), spec) == ((224, 224), 0, 0)
+
+
+def test_a_fixed_size_is_said_and_moves_with_the_input_size(tmp_path):
+    from vitscope.models.input_size import describe_input, with_image_size
+
+    b = _checkpoint(tmp_path, "vit", {"image_processor_type": "DeiTImageProcessor",
+                                      "size": {"height": 40, "width": 40}, "crop_size": {"height": 32, "width": 32},
+                                      "do_center_crop": True})
+    assert "whole image resized to 40x40 px, centre crop" in describe_input(b.spec)
+    wide = with_image_size(b, (32, 64))
+    assert wide.spec.resize_size == (40, 80) and wide.spec.image_size == (32, 64)
+    assert tuple(wide.preprocess([_gradient()]).shape) == (1, 3, 32, 64)
