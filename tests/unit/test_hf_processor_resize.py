@@ -92,3 +92,54 @@ def test_a_fixed_size_is_said_and_moves_with_the_input_size(tmp_path):
     wide = with_image_size(b, (32, 64))
     assert wide.spec.resize_size == (40, 80) and wide.spec.image_size == (32, 64)
     assert tuple(wide.preprocess([_gradient()]).shape) == (1, 3, 32, 64)
+
+
+# ConvNeXt's processor (HF ResNet and ConvNeXt checkpoints): the short side to shortest_edge / crop_pct, then a
+# centre crop of shortest_edge; from 384 px, the whole image to shortest_edge x shortest_edge
+CROP_PCT = [
+    ({"image_processor_type": "ConvNextImageProcessor", "size": {"shortest_edge": 224}, "crop_pct": 0.875,
+      "resample": 3}, 256, (224, 224)),
+    ({"feature_extractor_type": "ConvNextFeatureExtractor", "size": 224, "crop_pct": 0.875, "resample": 3}, 256,
+     (224, 224)),  # microsoft/resnet-50: a bare number, the short side for this class
+    ({"image_processor_type": "ConvNextImageProcessor", "size": {"shortest_edge": 160}, "crop_pct": 0.95,
+      "resample": 2}, 168, (160, 160)),
+    ({"image_processor_type": "ConvNextImageProcessor", "size": {"shortest_edge": 384}, "crop_pct": 0.875,
+      "resample": 3}, (384, 384), (384, 384)),
+]
+
+
+@pytest.mark.parametrize(("processor", "resize", "crop"), CROP_PCT, ids=["224", "224-int", "160-0.95", "384"])
+def test_convnext_processors_resize_to_size_over_crop_pct(tmp_path, processor, resize, crop):
+    processor = {**processor, "image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]}
+    b = _checkpoint(tmp_path, "resnet", processor)
+    assert (b.spec.resize_size, b.spec.image_size) == (resize, crop)
+    kw = {k: v for k, v in processor.items() if not k.endswith("_type")}
+    _same_pixels(b, tf.ConvNextImageProcessorPil(**kw), _gradient(640, 480))  # 341.33 px wide at 256: no tie
+
+
+def _timm_module(**cfg):
+    from vitscope.models.tiny import TinyViT, TinyViTConfig
+
+    m = TinyViT(TinyViTConfig(num_classes=3))  # a 64 px input
+    m.pretrained_cfg = {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "interpolation": "bicubic",
+                        "input_size": (3, 64, 64), **cfg}
+    return m
+
+
+@pytest.mark.parametrize(("cfg", "resize"), [
+    ({"crop_pct": 0.875, "crop_mode": "center"}, 73),  # timm: floor(64 / 0.875) = 73, the short side, then crop 64
+    ({"crop_pct": 0.9}, 71),  # crop_mode center by default
+    ({"crop_pct": 0.875, "crop_mode": "squash"}, (73, 73)),  # every side to 73, then crop 64
+    ({"crop_pct": 1.0}, 64),
+    ({}, None),  # nothing said: the short side to the input size
+])
+def test_timm_pretrained_cfg_crop_pct(cfg, resize):
+    from vitscope.models.preprocess import resize_crop_geometry
+
+    b = vitscope.wrap(_timm_module(**cfg), "timm")
+    assert b.spec.resize_size == resize and b.spec.image_size == (64, 64)
+    new_hw, left, top = resize_crop_geometry((480, 640), b.spec)
+    if resize == 73:
+        assert (new_hw, left, top) == ((73, 97), 16, 4)
+    if resize == (73, 73):
+        assert (new_hw, left, top) == ((73, 73), 4, 4)

@@ -20,6 +20,9 @@ from vitscope.models.spec import ModelSpec
 CHECKPOINT_PROCESSOR = "checkpoint processor (preprocessor_config.json)"
 FAMILY_DEFAULT = "family default (no preprocessor_config.json; input size from config.json)"
 
+#: transformers' ConvNextImageProcessor default ``crop_pct`` (224 / 256)
+_CONVNEXT_CROP_PCT = 224 / 256
+
 _PIL_RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 
 
@@ -34,12 +37,17 @@ def _pair(x: Any) -> tuple[int, int]:
     return int(x), int(x)
 
 
+def _processor_stem(preprocessor: dict[str, Any]) -> str:
+    """``ViT`` of ``ViTImageProcessor``, ``ViTImageProcessorFast`` or ``ViTFeatureExtractor`` ("" when unnamed)."""
+    name = str(preprocessor.get("image_processor_type") or preprocessor.get("feature_extractor_type") or "")
+    return re.sub(r"(ImageProcessor(Fast|Pil)?|FeatureExtractor)$", "", name)
+
+
 def _square_by_default(preprocessor: dict[str, Any]) -> bool:
     """Whether the checkpoint's processor reads a bare number ``size`` (older checkpoints) as ``{height, width}``
     (ViT, DeiT, BEiT...) rather than the short side (CLIP, BiT, ConvNeXt): its class's ``default_to_square``,
     transformers' own default (True) when the class is unknown. Only this class attribute is read."""
-    name = str(preprocessor.get("image_processor_type") or preprocessor.get("feature_extractor_type") or "")
-    stem = re.sub(r"(ImageProcessor(Fast|Pil)?|FeatureExtractor)$", "", name)
+    stem = _processor_stem(preprocessor)
     if not stem:
         return True
     import transformers
@@ -80,8 +88,9 @@ def read_preprocessing(preprocessor: dict[str, Any] | None, family: str, image_s
 
     The resize follows transformers' processors: a ``size`` of height and width (or a bare number for processors
     that read it so, ViT, DeiT, BEiT...) resizes the whole image to it, its aspect ratio not kept
-    (``resize_size=(h, w)``); a ``shortest_edge`` resizes the short side. A centre crop follows when the processor
-    does one (``do_center_crop``, ``crop_size``); without it the input is the resized image."""
+    (``resize_size=(h, w)``); a ``shortest_edge`` resizes the short side (ConvNeXt's processor, which HF ResNets
+    use too, to ``shortest_edge / crop_pct`` before a crop of ``shortest_edge``). A centre crop follows when the
+    processor does one (``do_center_crop``, ``crop_size``); without it the input is the resized image."""
     out = dict(get_family(family).preprocessing)  # the family's defaults, when the checkpoint says nothing
     out["image_size"] = image_size
     out["resize_size"] = max(image_size)
@@ -98,6 +107,12 @@ def read_preprocessing(preprocessor: dict[str, Any] | None, family: str, image_s
         out["max_tokens"] = int(preprocessor["max_num_patches"])
     crop = preprocessor.get("crop_size") if preprocessor.get("do_center_crop", "crop_size" in preprocessor) else None
     size = _size(preprocessor)
+    if isinstance(size, int) and ("crop_pct" in preprocessor or _processor_stem(preprocessor) == "ConvNext"):
+        # ConvNeXt's processor (HF ResNet and ConvNeXt checkpoints): below 384 px, the short side to
+        # size / crop_pct, then a centre crop of size; from 384 px, the whole image to size x size
+        out["image_size"] = (size, size)
+        pct = preprocessor.get("crop_pct") or _CONVNEXT_CROP_PCT
+        size = int(size / pct) if size < 384 else (size, size)
     if crop is not None:
         out["image_size"] = _pair(crop)
     if isinstance(size, tuple):

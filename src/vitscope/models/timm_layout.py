@@ -9,6 +9,7 @@ fused kernel keeps running, and the model's output is unchanged bit for bit.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -49,6 +50,23 @@ def _pair(x: Any) -> tuple[int, int]:
     return (int(x[0]), int(x[1])) if isinstance(x, (tuple, list)) else (int(x), int(x))
 
 
+def _timm_eval_resize(cfg: dict[str, Any], image_size: tuple[int, int]) -> int | tuple[int, int] | None:
+    """The resize of timm's evaluation transform for a ``pretrained_cfg`` with a ``crop_pct``: each side
+    ``floor(side / crop_pct)``, then a centre crop of ``image_size``; the short side to it (``crop_mode`` center, a
+    square input), or the whole image (``squash``). None: nothing said, or a mode not followed (``border``'s
+    letterbox, a non-square input's ResizeKeepRatio), which keep the short side resized to the input."""
+    pct = cfg.get("crop_pct")
+    if not pct:
+        return None
+    scale = (math.floor(image_size[0] / pct), math.floor(image_size[1] / pct))
+    mode = cfg.get("crop_mode") or "center"
+    if mode == "squash":
+        return scale
+    if mode == "center" and scale[0] == scale[1]:
+        return scale[0]
+    return None
+
+
 def timm_spec(model: nn.Module, name: str, family: str = "timm", **overrides: Any) -> ModelSpec:
     """Read a ModelSpec off the module layout (timm's ``pretrained_cfg`` supplies mean/std when present)."""
     check_timm_layout(model)
@@ -76,6 +94,9 @@ def timm_spec(model: nn.Module, name: str, family: str = "timm", **overrides: An
     if "mean" in cfg:
         kwargs.update(mean=tuple(cfg["mean"]), std=tuple(cfg["std"]),
                       interpolation=cfg.get("interpolation", "bicubic"), preprocessing="timm pretrained_cfg")
+    resize = _timm_eval_resize(cfg, image_size)
+    if resize is not None:
+        kwargs.update(resize_size=resize, preprocessing="timm pretrained_cfg")
     kwargs.update(overrides)
     if "image_size" in overrides:  # the grid follows the input size
         kwargs["image_size"] = _pair(kwargs["image_size"])
