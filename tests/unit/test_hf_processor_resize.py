@@ -143,3 +143,53 @@ def test_timm_pretrained_cfg_crop_pct(cfg, resize):
         assert (new_hw, left, top) == ((73, 97), 16, 4)
     if resize == (73, 73):
         assert (new_hw, left, top) == ((73, 73), 4, 4)
+
+
+def test_the_short_side_resize_truncates_the_long_side_as_transformers_does(tmp_path):
+    """A 640x427 photo at a short side of 224 is 335 px wide for transformers (int(224 * 640 / 427) = int(335.7)),
+    so its crop starts at column 55; and so for every size a processor meets."""
+    from transformers.image_transforms import get_resize_output_image_size
+
+    from vitscope.models.preprocess import resize_crop_geometry
+
+    processor = {"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": 224},
+                 "crop_size": {"height": 224, "width": 224}, "do_center_crop": True, "resample": 3,
+                 "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711]}
+    b = _checkpoint(tmp_path, "clip", processor)
+    assert b.spec.resize_rule == "transformers"
+    assert resize_crop_geometry((427, 640), b.spec) == ((224, 335), 55, 0)
+    proc = tf.CLIPImageProcessorPil(**{k: v for k, v in processor.items() if not k.endswith("_type")})
+    _same_pixels(b, proc, _gradient(640, 427))
+    _same_pixels(b, proc, _gradient(427, 640))
+    for h, w in [(427, 640), (375, 500), (480, 1000), (333, 225), (1023, 767)]:
+        hf = get_resize_output_image_size(np.zeros((3, h, w)), 224, default_to_square=False,
+                                          input_data_format="channels_first")
+        assert resize_crop_geometry((h, w), b.spec)[0] == tuple(hf), (h, w)
+
+
+def test_convnext_on_a_photo_whose_width_would_round_up(tmp_path):
+    processor = {"image_processor_type": "ConvNextImageProcessor", "size": {"shortest_edge": 224}, "crop_pct": 0.875,
+                 "resample": 3, "image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]}
+    b = _checkpoint(tmp_path, "resnet", processor)
+    proc = tf.ConvNextImageProcessorPil(**{k: v for k, v in processor.items() if not k.endswith("_type")})
+    _same_pixels(b, proc, _gradient(640, 427))  # int(256 * 640 / 427) = int(383.7)
+
+
+def test_timm_rounds_as_torchvision():
+    """timm's Resize(73) truncates the long side and its CenterCrop rounds the offset: a 651x480 image becomes
+    99x73 (73 * 651 / 480 = 99.006), cropped from column round(17.5) = 18 where transformers would take 17."""
+    from vitscope.models.preprocess import resize_crop_geometry
+
+    b = vitscope.wrap(_timm_module(crop_pct=0.875), "timm")
+    assert b.spec.resize_rule == "torchvision"
+    assert resize_crop_geometry((480, 651), b.spec) == ((73, 99), 18, 4)
+    assert resize_crop_geometry((480, 640), b.spec) == ((73, 97), 16, 4)  # int(97.3); round(16.5) = 16 (to even)
+
+
+def test_vitscope_own_models_keep_their_rule():
+    """The tiny zoo was trained on vitscope's own resize, which rounds the long side: 64 * 640 / 427 = 95.9 -> 96."""
+    from vitscope.models.preprocess import resize_crop_geometry
+
+    spec = vitscope.load_model("tiny-vit").spec
+    assert spec.resize_rule == "vitscope" and "resize_rule" not in spec.to_dict()
+    assert resize_crop_geometry((427, 640), spec) == ((64, 96), 16, 0)

@@ -94,6 +94,7 @@ def read_preprocessing(preprocessor: dict[str, Any] | None, family: str, image_s
     out = dict(get_family(family).preprocessing)  # the family's defaults, when the checkpoint says nothing
     out["image_size"] = image_size
     out["resize_size"] = max(image_size)
+    out["resize_rule"] = "transformers"  # the long side truncated, as transformers' processors do
     if not preprocessor:
         out["preprocessing"] = FAMILY_DEFAULT
         return out
@@ -169,4 +170,5 @@ def transformer_spec(name: str, model: nn.Module, config: Any, preprocessing: di
         has_head=hasattr(model, "classifier") or hasattr(model, "cls_classifier"),
         resize_size=preprocessing["resize_size"], interpolation=preprocessing["interpolation"],
         preprocessing=preprocessing.get("preprocessing", FAMILY_DEFAULT), max_tokens=preprocessing.get("max_tokens"),
+        resize_rule=preprocessing.get("resize_rule", "transformers"),
     )

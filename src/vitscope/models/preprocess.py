@@ -63,18 +63,27 @@ def resize_crop_geometry(image_hw: tuple[int, int], spec: ModelSpec) -> tuple[tu
 
     The image is resized to ``(new_h, new_w)`` and the crop starts at column ``left``, row ``top``. With a token
     budget (``spec.max_tokens``) the whole image is resized to :func:`aspect_size` and nothing is cropped; with a
-    ``(h, w)`` ``spec.resize_size`` the whole image is resized to it, whatever its aspect ratio.
+    ``(h, w)`` ``spec.resize_size`` the whole image is resized to it, whatever its aspect ratio. Sizes and offsets
+    round as the model's library does (``spec.resize_rule``).
     """
     if spec.max_tokens:
         return aspect_size(image_hw, spec.patch_size, spec.max_tokens), 0, 0
     out_h, out_w = spec.image_size
     if isinstance(spec.resize_size, (tuple, list)):
         new_h, new_w = (int(v) for v in spec.resize_size)
-        return (new_h, new_w), (new_w - out_w) // 2, (new_h - out_h) // 2
-    short = spec.resize_size or max(out_h, out_w)
-    h, w = image_hw
-    scale = short / min(w, h)
-    new_w, new_h = max(out_w, round(w * scale)), max(out_h, round(h * scale))
+    else:
+        short = spec.resize_size or max(out_h, out_w)
+        h, w = image_hw
+        if spec.resize_rule == "vitscope":
+            scale = short / min(w, h)
+            new_w, new_h = round(w * scale), round(h * scale)
+        elif w <= h:  # transformers and torchvision: the short side exactly, the long one truncated
+            new_w, new_h = short, int(short * h / w)
+        else:
+            new_w, new_h = int(short * w / h), short
+        new_w, new_h = max(out_w, new_w), max(out_h, new_h)
+    if spec.resize_rule == "torchvision":
+        return (new_h, new_w), int(round((new_w - out_w) / 2.0)), int(round((new_h - out_h) / 2.0))
     return (new_h, new_w), (new_w - out_w) // 2, (new_h - out_h) // 2
 
 

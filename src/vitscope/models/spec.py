@@ -8,6 +8,9 @@ from typing import Any
 
 from vitscope.errors import VitscopeValueError
 
+#: the ways a resize and a centre crop round (:attr:`ModelSpec.resize_rule`)
+RESIZE_RULES = ("vitscope", "transformers", "torchvision")
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -35,6 +38,11 @@ class ModelSpec:
             ratio not kept), then centre-cropped to ``image_size`` (nothing cropped when they are equal), as Hugging
             Face processors with a fixed ``size`` of height and width do.
         interpolation: PIL resampling used for the resize (``"bicubic"``, ``"bilinear"``, ...).
+        resize_rule: how the resize and the crop round, after the library the model comes from: ``"vitscope"``
+            (the long side ``round(long * short / image short)``: vitscope's own models), ``"transformers"`` (the
+            long side truncated, ``int(...)``, the crop's offsets ``(size - crop) // 2``: Hugging Face image
+            processors) or ``"torchvision"`` (the long side truncated, the offsets ``round((size - crop) / 2)``:
+            timm's evaluation transform). Left out of :meth:`to_dict` when ``"vitscope"``.
         preprocessing: where mean, std, resize and crop come from (the checkpoint's processor, the family's
             defaults, a registered alias, the user's image size...), shown in a run's output and report.
         max_tokens: None: resize and centre crop to ``image_size`` (one grid for every image). A number: each
@@ -62,10 +70,13 @@ class ModelSpec:
     interpolation: str = "bicubic"
     preprocessing: str = "ImageNet statistics (ModelSpec defaults)"
     max_tokens: int | None = None
+    resize_rule: str = "vitscope"
 
     def __post_init__(self) -> None:
         if len(self.prefix_kinds) != self.num_prefix_tokens:
             raise VitscopeValueError("prefix_kinds must have one entry per prefix token")
+        if self.resize_rule not in RESIZE_RULES:
+            raise VitscopeValueError(f"resize_rule must be one of {', '.join(RESIZE_RULES)}, got {self.resize_rule!r}")
 
     @property
     def is_transformer(self) -> bool:
@@ -88,6 +99,8 @@ class ModelSpec:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
         if self.max_tokens is None:  # one grid per run: nothing to say
             del out["max_tokens"]
+        if self.resize_rule == "vitscope":  # vitscope's own rule: results and digests as they were before it was said
+            del out["resize_rule"]
         return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
 
 

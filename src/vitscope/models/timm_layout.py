@@ -97,6 +97,8 @@ def timm_spec(model: nn.Module, name: str, family: str = "timm", **overrides: An
     resize = _timm_eval_resize(cfg, image_size)
     if resize is not None:
         kwargs.update(resize_size=resize, preprocessing="timm pretrained_cfg")
+    if cfg:  # a timm model: its evaluation transform rounds as torchvision's Resize and CenterCrop
+        kwargs["resize_rule"] = "torchvision"
     kwargs.update(overrides)
     if "image_size" in overrides:  # the grid follows the input size
         kwargs["image_size"] = _pair(kwargs["image_size"])

@@ -13,7 +13,7 @@ from vitscope.models.timm_layout import TimmLayoutBackbone, check_timm_layout, t
 
 _TINY_PREPROCESS = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "interpolation": "bicubic",
                     "preprocessing": "built-in (vitscope's tiny models)"}
-_PREPROCESSING_FIELDS = ("mean", "std", "image_size", "resize_size", "interpolation")
+_PREPROCESSING_FIELDS = ("mean", "std", "image_size", "resize_size", "interpolation", "resize_rule")
 
 
 def _with_origin(overrides: dict[str, Any]) -> dict[str, Any]:
