@@ -65,6 +65,14 @@ def test_tampered_weights_are_refused(tmp_path):
         load_zoo_model("tiny-vit-sup", tmp_path)
 
 
+@pytest.mark.parametrize("text, why", [("{bad", "not a readable zoo manifest"), ("[1, 2]", "not a zoo manifest")])
+def test_a_damaged_manifest_is_one_error_naming_it(tmp_path, text, why):
+    _ship(tmp_path)
+    (tmp_path / "manifest.json").write_text(text)
+    with pytest.raises(ModelLoadError, match=why):
+        load_zoo_model("tiny-vit-sup", tmp_path)
+
+
 def test_unbuilt_and_unknown_names_say_what_to_do(tmp_path):
     with pytest.raises(ModelLoadError, match="vitscope zoo build tiny-vit-mae"):
         load_zoo_model("tiny-vit-mae", tmp_path)

@@ -236,7 +236,8 @@ def synth(
     n: int = typer.Option(100, "--n", min=1, help="Images (davis: sequences, spair: pairs)."),
     size: int = typer.Option(224, "--size", min=16, help="Image side in pixels."),
     seed: int = typer.Option(0, "--seed"),
-    spurious: float | None = typer.Option(None, "--spurious", help="P(background agrees with class)."),
+    spurious: float | None = typer.Option(None, "--spurious", help="P(the background type is tied to the class, "
+                                          "label mod 5; else drawn at random, so it agrees with P + (1 - P) / 5)."),
     num_classes: int = typer.Option(10, "--classes", min=2),
     max_objects: int = typer.Option(3, "--max-objects", min=1, help="Objects per scene (1 to this)."),
 ) -> None:

@@ -51,7 +51,14 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     path = directory / MANIFEST
     if not path.is_file():
         return {"format": 1, "files": {}, "models": {}}
-    return json.loads(path.read_text())
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ModelLoadError(f"{path} is not a readable zoo manifest ({type(err).__name__}: {err}); rebuild the "
+                             "zoo or reinstall vitscope") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        raise ModelLoadError(f"{path} is not a zoo manifest (no 'files' table); rebuild the zoo or reinstall vitscope")
+    return manifest
 
 
 def write_manifest(directory: Path, manifest: dict[str, Any]) -> None:

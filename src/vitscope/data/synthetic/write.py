@@ -21,7 +21,8 @@ def synthesize(out: str | Path, format: str, n: int = 100, size: int = 224, seed
 
     ``n`` counts images, except for ``davis`` (sequences of 8 frames), ``spair`` (pairs) and
     ``revisitop`` (database images; ``max(2, n // 10)`` queries are added). Retrieval formats use
-    few instances per class (4) so every query has matches.
+    few instances per class (4) so that queries have matches; below about 100 database images a query's instance
+    may appear in none (its positives are empty).
 
     ``max_objects`` bounds the objects per scene (1 gives single-object scenes, as saliency benchmarks).
 
