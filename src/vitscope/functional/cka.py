@@ -92,9 +92,13 @@ def centred_grams(k: torch.Tensor) -> torch.Tensor:
     Returns:
         ``[..., n, n]`` float64, a new tensor.
     """
-    kc = k - k.mean(dim=-2, keepdim=True) - k.mean(dim=-1, keepdim=True) + k.mean(dim=(-2, -1), keepdim=True)
+    kc = k.clone()  # one copy, centred in place: the Grams of a large n are what bounds memory
+    kc.sub_(k.mean(dim=-2, keepdim=True)).sub_(k.mean(dim=-1, keepdim=True)).add_(k.mean(dim=(-2, -1), keepdim=True))
     flat = kc.flatten(-2).norm(dim=-1) <= _FLAT * k.flatten(-2).norm(dim=-1)
-    return kc.masked_fill(flat[..., None, None], 0.0)
+    if flat.dim() == 0:
+        return kc.zero_() if bool(flat) else kc
+    kc[flat] = 0.0
+    return kc
 
 
 def hsic(k: torch.Tensor, l: torch.Tensor, unbiased: bool = False) -> float:  # noqa: E741
