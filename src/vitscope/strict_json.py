@@ -25,12 +25,26 @@ __all__ = ["NULL_REASONS", "dumps", "finite", "note_null", "write_json_atomic"]
 NULL_REASONS = "null_reasons"
 
 
+def _key(key: Any) -> Any:
+    """A mapping key JSON takes: text, a Python number or bool as they are; a numpy or torch scalar as its Python
+    number; a number that is not finite, or anything else, as its text."""
+    if isinstance(key, (str, bool)) or key is None:
+        return key
+    if hasattr(key, "dtype") and callable(getattr(key, "item", None)):
+        key = key.item()
+    if isinstance(key, numbers.Integral):
+        return int(key)
+    if isinstance(key, numbers.Real) and math.isfinite(key):
+        return float(key)
+    return str(key)
+
+
 def finite(doc: Any) -> Any:
     """A copy of ``doc`` with every number that is not finite replaced by None (mappings, lists and tuples are
     walked; numpy arrays and scalars and torch tensors become Python lists and numbers, so their values are
     written as numbers rather than as their text; anything else is kept as is)."""
     if isinstance(doc, Mapping):
-        return {k: finite(v) for k, v in doc.items()}
+        return {_key(k): finite(v) for k, v in doc.items()}
     if isinstance(doc, (list, tuple)):
         return [finite(v) for v in doc]
     if isinstance(doc, (bool, int, str)) or doc is None:

@@ -95,3 +95,15 @@ def test_compare_models_from_python_takes_a_mapping_of_names(coco: str, tmp_path
     assert set(result.comparison.curves["attention_distance"]) == {"first model", "p16"}
     doc = json.loads((tmp_path / "results.json").read_text())
     assert doc["config"]["models"] == {"first model": "tiny-vit", "p16": "tiny-vit-p16"}
+
+
+def test_a_model_named_model_writes_its_cka_matrix(coco: str, tmp_path: Path) -> None:
+    """The matrix's label column was called 'model' too: the writer stopped after every pass had run."""
+    out = tmp_path / "cmp"
+    res = cli("compare", "--models", "model=tiny-vit,b=tiny-vit-sup", "--data", coco, "--out", str(out), "-b", "6",
+              "--device", "cpu", "--analyses", "attention_stats")
+    assert res.returncode == 0, res.stderr
+    import pandas as pd
+
+    matrix = pd.read_csv(out / "tables" / "compare_cka_matrix.csv")
+    assert list(matrix.columns) == ["model", "model.1", "b"] and matrix.iloc[:, 0].tolist() == ["model", "b"]

@@ -204,3 +204,31 @@ def test_two_results_that_would_write_one_file_are_refused_before_anything_is_wr
                                                    "tables/knn_probe"):
         write_run(tmp_path / "out", run, progress=False)
     assert not (tmp_path / "out" / "results.json").exists() and not (tmp_path / "out" / "tables").exists()
+
+
+def test_a_table_without_columns_is_not_written_and_the_others_are(tmp_path) -> None:
+    """An analysis with nothing to tabulate (a probe that could not score) wrote a 1-byte CSV no reader opens."""
+    import pandas as pd
+
+    class _Empty(Result):
+        def tables(self) -> dict[str, pd.DataFrame]:
+            return {"nothing": pd.DataFrame(), "rows": pd.DataFrame({"a": [1, 2]})}
+
+    run = RunResult("analyze", config={}, results={"probe": _Empty("probe", {}, {})}, models=[{"id": "m"}],
+                    data={"name": "d"}, num_images=1)
+    path = write_run(tmp_path / "out", run)
+    doc = json.loads(path.read_text())
+    assert doc["analyses"]["probe"]["files"]["tables"] == ["tables/rows.csv", "tables/probe.json"]
+    assert not (tmp_path / "out" / "tables" / "nothing.csv").exists()
+    assert pd.read_csv(tmp_path / "out" / "tables" / "rows.csv")["a"].tolist() == [1, 2]
+
+
+def test_sections_whose_labels_slug_alike_get_ids_of_their_own(tmp_path) -> None:
+    results = {name: _Small(name, {"curve": torch.arange(4.0)}, {}, intro="intro")
+               for name in ("attention_stats@x", "attention_stats@X", "attention_stats@é", "attention_stats")}
+    run = RunResult("analyze", config={}, results=results, models=[{"id": "m"}], data={"name": "d"}, num_images=1)
+    html = (write_run(tmp_path / "out", run).parent / "report.html").read_text()
+    import re
+
+    ids = re.findall(r'<section id="([^"]*)"', html)
+    assert len(ids) == len(set(ids)) and len(ids) >= 4, ids

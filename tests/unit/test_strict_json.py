@@ -79,3 +79,9 @@ def test_the_reason_is_the_summary_s_and_is_shown_in_the_report(tmp_path: Path) 
     assert "no query has a positive under the easy protocol" in (out / "report.html").read_text()
     assert json.loads((out / "results.json").read_text())["analyses"]["retrieval"]["summary"]["mAP_easy"] == [None,
                                                                                                              None]
+
+
+def test_mapping_keys_of_numpy_torch_or_non_finite_numbers_are_written() -> None:
+    """np.unique's counts keyed by numpy integers stopped the writer after a whole pass."""
+    doc = {np.int64(3): 1.0, np.float32(0.5): 2, torch.tensor(7): 3, float("nan"): 4, "a": 5, 2: 6}
+    assert json.loads(dumps(doc)) == {"3": 1.0, "0.5": 2, "7": 3, "nan": 4, "a": 5, "2": 6}

@@ -68,8 +68,9 @@ class ComparisonResult(Result):
         out = {"compare_curves": pd.DataFrame(rows, columns=["quantity", "model", "block", "relative_depth", "value"]),
                "compare_best_blocks": pd.DataFrame(comp.best_blocks)}
         if comp.cka_matrix is not None:
-            out["compare_cka_matrix"] = pd.DataFrame(comp.cka_matrix.numpy(), index=comp.cka_models,
-                                                     columns=comp.cka_models).rename_axis("model").reset_index()
+            matrix = pd.DataFrame(comp.cka_matrix.numpy(), columns=comp.cka_models)
+            matrix.insert(0, "model", comp.cka_models, allow_duplicates=True)  # a model may be named "model"
+            out["compare_cka_matrix"] = matrix
         return out
 
     def arrays(self) -> dict[str, Any]:

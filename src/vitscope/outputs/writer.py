@@ -163,11 +163,12 @@ def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
 
             def tables_and_arrays() -> None:
                 for name, result in results.items():
-                    files = {"tables": [writer.table(stem, frame) for stem, frame in tables[name].items()],
+                    files = {"tables": [writer.table(stem, frame) for stem, frame in tables[name].items()
+                                        if len(frame.columns)],  # no columns: a file no CSV reader opens
                              "arrays": writer.arrays(name, arrays[name])}
                     files["tables"].append(writer.json(f"tables/{name}.json", result.to_json()))
                     written[name] = files
-                written[""] = {"tables": [writer.table(s, f) for s, f in run.tables.items()]}
+                written[""] = {"tables": [writer.table(s, f) for s, f in run.tables.items() if len(f.columns)]}
 
             drawn = iter(writer.figures(jobs, meanwhile=tables_and_arrays, figure_files=figure_files))
             entries = {}

@@ -59,6 +59,18 @@ def _chart_numbers(chart: Mapping[str, Any]) -> str | None:
                       default=str)
 
 
+def _unique_ids(sections: list[Section]) -> None:
+    """One id per section: labels that slug alike (``@x`` and ``@X``, ``a.b`` and ``a-b``, letters outside ASCII)
+    get ``-2``, ``-3``... in order, so every link of the navigation reaches its own section."""
+    seen: set[str] = set()
+    for section in sections:
+        base, n = section.id, 1
+        while section.id in seen:
+            n += 1
+            section.id = f"{base}-{n}"
+        seen.add(section.id)
+
+
 def _drop_repeated_tables(sections: list[Section]) -> None:
     """A table or chart whose numbers another section already shows (two analyses reporting the same mean
     entropy) is left out, with a line saying where it is; a section left with no figure, explorer or table of
@@ -128,6 +140,7 @@ def build_report(run: Any, doc: Mapping[str, Any], drawn: Mapping[str, list[tupl
     if doc.get("skipped"):
         notes.append(f"{len(doc['skipped'])} unreadable file(s) were skipped: see the section Skipped files.")
         sections.append(_skipped_section(doc["skipped"]))
+    _unique_ids(sections)
     models = ", ".join(str(m.get("id", m.get("name"))) for m in doc.get("models", []))
     title = run.title or f"vitscope {run.command}" + (f": {models}" if models else "")
     subtitle = run.subtitle or (f"data: {doc.get('data', {}).get('name', '')}" if doc.get("data") else "")
