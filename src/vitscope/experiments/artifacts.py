@@ -127,11 +127,9 @@ def artifact_ablations(backbone: Backbone, data: Any, found: Mapping[str, Any], 
         return None
 
     p = backbone.spec.num_prefix_tokens
-    if threshold is not None and hook is not None:
+    if hook is not None and threshold is not None:
         for mode in controls:
             add("outliers", mode, ablate_outliers(hook, threshold, p, mode, reference=reference(hook, mode)))
-    elif first is not None and not_run is not None:
-        not_run["outlier_ablations"] = f"the outliers of {first} have no threshold to ablate them at"
     registers = [i for i, kind in enumerate(backbone.spec.prefix_kinds) if kind == "reg"]
     if registers:
         hooks = [f"blocks.{i}.resid_pre" for i in range(backbone.spec.num_blocks)]

@@ -13,7 +13,7 @@ import torch
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.ablation import MODES, replaced
 from vitscope.hooks.edits import EditFn
-from vitscope.interventions.edits import _images_of
+from vitscope.interventions.edits import resample_source
 
 __all__ = ["ablate_outliers"]
 
@@ -43,6 +43,6 @@ def ablate_outliers(hook: str, threshold: float, num_prefix: int, mode: str = "z
         outliers = t.float().norm(dim=-1) > threshold  # [B, N]
         outliers[:, :num_prefix] = False
         mean = reference.get(name) if mode == "mean" and reference is not None else None
-        other = _images_of(reference, name, t) if mode == "resample" else None
+        other = resample_source(reference, name, t) if mode == "resample" else None
         return replaced(t, (outliers,), mode, mean=mean, other=other)
     return {hook: edit}

@@ -23,7 +23,7 @@ def _reference_of(reference: Mapping[str, torch.Tensor] | None, name: str, what:
     return reference[name]
 
 
-def _images_of(reference: Mapping[str, torch.Tensor] | None, name: str, t: torch.Tensor) -> torch.Tensor | None:
+def resample_source(reference: Mapping[str, torch.Tensor] | None, name: str, t: torch.Tensor) -> torch.Tensor | None:
     """Other images' tensors to resample from, or None (the next image of the batch).
 
     ``reference[name]`` counts when it holds images (``[R, ...]``; a mean, one image's shape, does not). Inside
@@ -67,7 +67,7 @@ def ablate_heads(heads: Mapping[int, Sequence[int]], mode: str = "zero",
 
         def edit(t: torch.Tensor, n: str, _heads: list[int] = chosen) -> torch.Tensor:
             mean = reference[n] if mode == "mean" else None
-            other = _images_of(reference, n, t) if mode == "resample" else None
+            other = resample_source(reference, n, t) if mode == "resample" else None
             return replaced(t, head_index(_heads, t.shape[1]), mode, mean=mean, other=other)
         edits[name] = edit
     return edits
@@ -105,7 +105,7 @@ def ablate_tokens(tokens: Any, mode: str = "zero", hooks: Sequence[str] | str = 
 
     def edit(t: torch.Tensor, n: str) -> torch.Tensor:
         mean = reference[n] if mode == "mean" else None
-        other = _images_of(reference, n, t) if mode in ("resample", "noise") else None
+        other = resample_source(reference, n, t) if mode in ("resample", "noise") else None
         return replaced(t, index, mode, mean=mean, other=other, generator=generator)
     return {name: edit for name in names}
 

@@ -121,6 +121,11 @@ def _refuse_shared_files(owners: list[tuple[str, str]]) -> None:
         seen[rel] = owner
 
 
+def _with_columns(tables: dict[str, Any]) -> dict[str, Any]:
+    """The tables that have columns: one without any would be a file no CSV reader opens."""
+    return {stem: frame for stem, frame in tables.items() if len(frame.columns)}
+
+
 def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
               log: Callable[[str], None] | None = None, figure_files: bool = False) -> Path:
     """Write every output of ``run`` into ``out`` (see the module docstring); returns results.json's path.
@@ -145,10 +150,11 @@ def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
     try:
         results = dict(run.results)
         figures = {name: r.figures() for name, r in results.items()}
-        tables = {name: r.tables() for name, r in results.items()}
+        tables = {name: _with_columns(r.tables()) for name, r in results.items()}
+        run_tables = _with_columns(run.tables)
         arrays = {name: r.arrays() for name, r in results.items()}
         total = sum(len(v) for v in figures.values()) + sum(len(v) for v in tables.values()) + \
-            sum(bool(v) for v in arrays.values()) + len(run.figures) + len(run.tables) + \
+            sum(bool(v) for v in arrays.values()) + len(run.figures) + len(run_tables) + \
             sum(isinstance(f, Figure) for s in run.sections for f in s.figures)
         with progress_bar(progress) as bar:
             task = bar.add_task("writing outputs", total=max(total, 1), unit="files")
@@ -158,17 +164,16 @@ def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
             jobs += [(f"section:{s.id}", fig) for s in run.sections for fig in s.figures if isinstance(fig, Figure)]
             _refuse_shared_files([(key, f"figures/{fig.stem}") for key, fig in jobs] +
                                  [(name, f"tables/{stem}") for name in results for stem in tables[name]] +
-                                 [("run", f"tables/{stem}") for stem in run.tables])
+                                 [("run", f"tables/{stem}") for stem in run_tables])
             written: dict[str, dict[str, Any]] = {}
 
             def tables_and_arrays() -> None:
                 for name, result in results.items():
-                    files = {"tables": [writer.table(stem, frame) for stem, frame in tables[name].items()
-                                        if len(frame.columns)],  # no columns: a file no CSV reader opens
+                    files = {"tables": [writer.table(stem, frame) for stem, frame in tables[name].items()],
                              "arrays": writer.arrays(name, arrays[name])}
                     files["tables"].append(writer.json(f"tables/{name}.json", result.to_json()))
                     written[name] = files
-                written[""] = {"tables": [writer.table(s, f) for s, f in run.tables.items() if len(f.columns)]}
+                written[""] = {"tables": [writer.table(s, f) for s, f in run_tables.items()]}
 
             drawn = iter(writer.figures(jobs, meanwhile=tables_and_arrays, figure_files=figure_files))
             entries = {}
