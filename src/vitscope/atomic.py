@@ -9,7 +9,23 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["atomic_path", "process_alive", "remove_leftovers", "write_text_atomic"]
+__all__ = ["atomic_path", "process_alive", "remove_leftovers", "staging_name", "temporary_path",
+           "write_text_atomic"]
+
+#: in every temporary name, so that cleaning a folder never touches a user's own ``.x.<number>.tmp`` files
+MARKER = "vitscope"
+
+
+def temporary_path(path: str | os.PathLike) -> Path:
+    """This process's temporary name for ``path``: ``.<stem>.vitscope-<pid>.tmp<suffix>`` in the same folder
+    (the suffix kept, so writers that infer the format from it still do)."""
+    path = Path(path)
+    return path.with_name(f".{path.stem}.{MARKER}-{os.getpid()}.tmp{path.suffix}")
+
+
+def staging_name(token: str) -> str:
+    """The name of this process's staging folder: ``.vitscope-staging-<pid>-<token>`` (``token``: hex digits)."""
+    return f".{MARKER}-staging-{os.getpid()}-{token}"
 
 
 @contextlib.contextmanager
@@ -18,7 +34,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     onto ``path`` when the block ends without an error and removed otherwise; the folder is created."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    tmp = temporary_path(path)
     try:
         yield tmp
         os.replace(tmp, path)
@@ -33,8 +49,9 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     return Path(path)
 
 
-#: temporary names of this module (``.name.<pid>.tmp[.suffix]``) and of staging folders (``.staging-<pid>-<hex>``)
-_LEFTOVER = re.compile(r"^\.(?:.+\.(?P<pid>\d+)\.tmp(?:\.[^.]+)?|staging-(?P<owner>\d+)-[0-9a-f]+)$")
+#: :func:`temporary_path` and :func:`staging_name`; nothing without the marker matches
+_LEFTOVER = re.compile(rf"^\.(?:.+\.{MARKER}-(?P<pid>\d+)\.tmp(?:\.[^.]+)?"
+                       rf"|{MARKER}-staging-(?P<owner>\d+)-[0-9a-f]+)$")
 
 
 def process_alive(pid: int) -> bool:

@@ -128,24 +128,40 @@ def test_leftovers_of_a_killed_writer_are_removed_and_a_live_ones_kept(tmp_path)
 
     dead = subprocess.Popen(["true"])
     dead.wait()
-    for name in (f".results.json.{dead.pid}.tmp", f".figure.{dead.pid}.tmp.png", f".results.json.{os.getpid()}.tmp",
-                 "results.json", ".vitscope-manifest.json"):
+    mine, theirs = f"vitscope-{os.getpid()}", f"vitscope-{dead.pid}"
+    for name in (f".results.json.{theirs}.tmp", f".figure.{theirs}.tmp.png", f".results.json.{mine}.tmp",
+                 "results.json", ".vitscope-manifest.json",
+                 f".notes.{dead.pid}.tmp", f".notes.{dead.pid}.tmp.txt"):  # a user's own files, no marker: kept
         (tmp_path / name).write_text("x")
-    (tmp_path / f".staging-{dead.pid}-0a1b").mkdir()
-    (tmp_path / f".staging-{dead.pid}-0a1b" / "report.html").write_text("half")
-    (tmp_path / f".staging-{os.getpid()}-0a1b").mkdir()
-    (tmp_path / f".huge.{'9' * 40}.tmp").write_text("x")  # no process has such an id
+    (tmp_path / f".vitscope-staging-{dead.pid}-0a1b").mkdir()
+    (tmp_path / f".vitscope-staging-{dead.pid}-0a1b" / "report.html").write_text("half")
+    (tmp_path / f".vitscope-staging-{os.getpid()}-0a1b").mkdir()
+    (tmp_path / f".staging-{dead.pid}-0a1b").mkdir()  # a user's
+    (tmp_path / f".huge.vitscope-{'9' * 40}.tmp").write_text("x")  # no process has such an id
     removed = remove_leftovers(tmp_path)
-    assert f".huge.{'9' * 40}.tmp" in removed
-    removed.remove(f".huge.{'9' * 40}.tmp")
-    assert sorted(removed) == sorted([f".results.json.{dead.pid}.tmp", f".figure.{dead.pid}.tmp.png",
-                                      f".staging-{dead.pid}-0a1b"])
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f".results.json.{os.getpid()}.tmp", "results.json",
-                                                                 ".vitscope-manifest.json",
-                                                                 f".staging-{os.getpid()}-0a1b"])
+    assert f".huge.vitscope-{'9' * 40}.tmp" in removed
+    removed.remove(f".huge.vitscope-{'9' * 40}.tmp")
+    assert sorted(removed) == sorted([f".results.json.{theirs}.tmp", f".figure.{theirs}.tmp.png",
+                                      f".vitscope-staging-{dead.pid}-0a1b"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([
+        f".results.json.{mine}.tmp", "results.json", ".vitscope-manifest.json", f".notes.{dead.pid}.tmp",
+        f".notes.{dead.pid}.tmp.txt", f".staging-{dead.pid}-0a1b", f".vitscope-staging-{os.getpid()}-0a1b"])
     # a container restarts its command with the same process id: before writing, a run clears its own id's
     assert sorted(remove_leftovers(tmp_path, stale_pids=frozenset({os.getpid()}))) == sorted(
-        [f".results.json.{os.getpid()}.tmp", f".staging-{os.getpid()}-0a1b"])
+        [f".results.json.{mine}.tmp", f".vitscope-staging-{os.getpid()}-0a1b"])
+
+
+def test_every_temporary_name_is_one_remove_leftovers_recognises(tmp_path, monkeypatch) -> None:
+    """The names the writers use (atomic files, staging folders, run state, checkpoints) are the ones cleaned."""
+    import os
+
+    from vitscope.atomic import _LEFTOVER, staging_name, temporary_path
+
+    for path in (tmp_path / "results.json", tmp_path / "state.pt", tmp_path / "model.safetensors",
+                 tmp_path / ".vitscope-manifest.json", tmp_path / "noext"):
+        match = _LEFTOVER.match(temporary_path(path).name)
+        assert match is not None and int(match.group("pid")) == os.getpid(), temporary_path(path).name
+    assert int(_LEFTOVER.match(staging_name("0a1b")).group("owner")) == os.getpid()
 
 
 @pytest.mark.parametrize("moves_before_the_kill", [0, 1, 2, 3])

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from vitscope.analyses.base import Analysis
+from vitscope.atomic import temporary_path
 from vitscope.engine.state_codec import StateCodecError, decode, encode
 
 __all__ = ["STOP_AFTER_ENV", "Checkpoint", "ResumePoint", "interrupt_guard", "remove_state", "run_checkpoint",
@@ -208,7 +209,7 @@ class Checkpoint:
         """
         self.path.parent.mkdir(parents=True, exist_ok=True)
         rows = self.path.with_name(f"{self.path.name}.rows-{uuid.uuid4().hex[:12]}")
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp = temporary_path(self.path)
         try:
             payload = {
                 "format": FORMAT,

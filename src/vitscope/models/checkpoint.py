@@ -9,6 +9,7 @@ from pathlib import Path
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from vitscope.atomic import temporary_path
 from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.models.errors import ModelLoadError
@@ -30,7 +31,7 @@ def save_checkpoint(backbone: Backbone, directory: str | Path, **metadata: objec
     meta = {"format": FORMAT_VERSION, "architecture": arch, "name": backbone.spec.name,
             "config": model.config.to_dict(), "metadata": metadata}
     # weights first, each file through a temporary name: a folder with vitscope.json always has whole weights
-    tmp = out / f".model.safetensors.{os.getpid()}.tmp"
+    tmp = temporary_path(out / "model.safetensors")
     try:
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp))
         os.replace(tmp, out / "model.safetensors")

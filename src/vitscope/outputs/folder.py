@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
-from vitscope.atomic import remove_leftovers
+from vitscope.atomic import remove_leftovers, staging_name, temporary_path
 from vitscope.errors import VitscopeValueError
 from vitscope.strict_json import dumps
 
@@ -68,7 +68,7 @@ class Staging:
 
     def __init__(self, out: Path) -> None:
         self.out = out
-        self.root = out / f".staging-{os.getpid()}-{uuid.uuid4().hex}"  # the pid: leftovers of a killed run
+        self.root = out / staging_name(uuid.uuid4().hex)  # the pid: leftovers of a killed run
         self.root.mkdir(parents=True)
 
     def path(self, rel: str) -> Path:
@@ -94,7 +94,7 @@ class Staging:
             stale = self.out / rel
             if stale.is_file() and self.out.resolve() in stale.resolve().parents:
                 stale.unlink()
-        manifest = self.out / f".{MANIFEST}.{os.getpid()}.tmp"
+        manifest = temporary_path(self.out / MANIFEST)
         manifest.write_text(dumps({"files": written}, indent=1))
         os.replace(manifest, self.out / MANIFEST)
         self.discard()

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from vitscope.atomic import atomic_path
 from vitscope.errors import VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.train.data import TensorImages
@@ -163,9 +164,8 @@ def _batches(n: int, batch_size: int, seed: int, start_step: int):
 
 
 def _save_state(path: Path, state: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
 
 
 def _progress(enabled: bool | None, description: str, total: int):

@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from vitscope.atomic import atomic_path, write_text_atomic
 from vitscope.errors import VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.models.errors import ModelLoadError
@@ -63,9 +64,7 @@ def read_manifest(directory: Path) -> dict[str, Any]:
 
 def write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
     """Write the manifest atomically (sorted, so rebuilding one model changes only its lines)."""
-    tmp = directory / (MANIFEST + ".tmp")
-    tmp.write_text(dumps(manifest, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, directory / MANIFEST)
+    write_text_atomic(directory / MANIFEST, dumps(manifest, indent=1, sort_keys=True) + "\n")
 
 
 def split_name(name: str) -> tuple[str, int | None]:
@@ -102,10 +101,8 @@ def wrap_zoo_model(model: nn.Module, name: str) -> Backbone:
 def save_weights(model: nn.Module, path: Path, name: str) -> str:
     """Save ``model``'s weights as fp16 safetensors (integer buffers unchanged); return the file's sha256."""
     state = {k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in model.state_dict().items()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    save_file(state, str(tmp), metadata={"name": name, "format": "vitscope-zoo-1"})
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        save_file(state, str(tmp), metadata={"name": name, "format": "vitscope-zoo-1"})
     return sha256(path)
 
 
