@@ -57,7 +57,8 @@ def test_tiled_view_tokens_are_the_tiles_tokens() -> None:
     hook = "blocks.2.resid_post"
     with torch.inference_mode(), backbone.record([hook]) as rec:
 
-        def forward(pixels: torch.Tensor) -> dict[str, torch.Tensor]:
+        def forward(pixels: torch.Tensor, positions) -> dict[str, torch.Tensor]:
+            assert list(positions) == [0] * len(pixels)  # every tile is the one image's
             backbone(pixels)
             return {hook: rec[hook].clone()}
 

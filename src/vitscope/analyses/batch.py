@@ -20,6 +20,7 @@ which pauses the recording meanwhile: the batch's record stays as the engine rec
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -32,6 +33,7 @@ import torch
 from vitscope.errors import VitscopeRuntimeError, VitscopeValueError
 from vitscope.functional.attention_blocks import QUANTITIES, BlockStats, Workspace, block_statistics
 from vitscope.functional.sift import sift_keypoint_counts
+from vitscope.hooks.edits import running_images
 from vitscope.hooks.names import split_block_name
 from vitscope.models.spec import ModelSpec
 
@@ -288,11 +290,15 @@ class ModelRunner:
     Args:
         backbone: the model the engine runs.
         record: the engine's record, paused during the extra forwards (None: nothing to pause).
+        indices: the dataset indices of the batch's images, in order: inside :meth:`run` they are
+            :func:`~vitscope.hooks.edits.images_running`, so a resampling edit picks its reference by image, not
+            by place in the batch (None: left as the caller set it).
     """
 
-    def __init__(self, backbone: Backbone, record: Any = None) -> None:
+    def __init__(self, backbone: Backbone, record: Any = None, indices: Sequence[int] | None = None) -> None:
         self.backbone = backbone
         self.record = record
+        self.indices = None if indices is None else tuple(int(i) for i in indices)
 
     @property
     def spec(self):
@@ -301,7 +307,8 @@ class ModelRunner:
     def run(self, fn: Callable[[Backbone], T]) -> T:
         """``fn(backbone)`` under ``torch.inference_mode`` with the recording paused."""
         paused = getattr(self.record, "paused", None)
-        with torch.inference_mode():
+        with torch.inference_mode(), \
+                running_images(self.indices) if self.indices is not None else contextlib.nullcontext():
             if paused is None:
                 return fn(self.backbone)
             with paused():

@@ -53,9 +53,9 @@ class BatchForward:
                 yield self.record, self._forward(pixels, loaded, positions)
             return
 
-        def forward(pixels: torch.Tensor) -> dict[str, torch.Tensor]:
+        def forward(pixels: torch.Tensor, positions: Sequence[int]) -> dict[str, torch.Tensor]:
             self.record.clear()
-            with self.autocast:
+            with self.autocast, running_images([loaded.indices[j] for j in positions]):  # a tile: its image's
                 self.backbone(pixels.to(self.device))
             return dict(self.record)
 
@@ -99,7 +99,7 @@ class BatchForward:
         return Batch(pixels=pixels, indices=pick(loaded.indices), paths=pick(loaded.paths), spec=spec, grid=grid,
                      targets={k: pick(v) for k, v in loaded.targets.items()},
                      shared=SharedQuantities(record, self.plan, self.workspace, self.compile_stats),
-                     model=ModelRunner(self.backbone, self.record), frame=frame)
+                     model=ModelRunner(self.backbone, self.record, pick(loaded.indices)), frame=frame)
 
 
 def view_frame(view: Any, spec: ModelSpec, image: Any, resample: Any = None) -> Any:

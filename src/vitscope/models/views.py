@@ -18,7 +18,7 @@ Every view's ``describe(spec)`` is part of the feature-cache key.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,7 +33,9 @@ from vitscope.models.spec import ModelSpec
 
 __all__ = ["FrameView", "LetterboxView", "LongSideView", "StandardView", "TiledView", "TokenGroup", "View"]
 
-Forward = Callable[[torch.Tensor], dict[str, torch.Tensor]]  # pixels [B, 3, H, W] -> {hook: [B, N, D]}
+#: ``(pixels [B, 3, H, W], positions) -> {hook: [B, N, D]}``; ``positions[j]``: the place in the batch given to
+#: ``View.tokens`` of the image row ``j`` comes from (a tiled image repeats its place once per tile)
+Forward = Callable[[torch.Tensor, Sequence[int]], dict[str, torch.Tensor]]
 
 
 @dataclass
@@ -103,8 +105,8 @@ class View(ABC):
         out = []
         for (h, w), positions in groups.items():
             pixels = normalise([frames[i] for i in positions], spec)
-            out.append(TokenGroup(positions, forward(pixels), spec.num_prefix_tokens, spec.grid_for(h, w), (h, w),
-                                  pixels))
+            out.append(TokenGroup(positions, forward(pixels, positions), spec.num_prefix_tokens,
+                                  spec.grid_for(h, w), (h, w), pixels))
         return out
 
     def mask_frame(self, masks: np.ndarray, spec: ModelSpec) -> np.ndarray:
@@ -265,7 +267,7 @@ class TiledView(View):
             plan = self._plan(base, spec)
             big = self.transform(image, spec)
             tiles = [big.crop((left, top, left + tw, top + th)) for top, left in plan.origins]
-            recorded = forward(normalise(tiles, spec))
+            recorded = forward(normalise(tiles, spec), [i] * len(tiles))
             dense = {}
             for hook, t in recorded.items():
                 grid = tokens_to_grid(t, spec.grid_for(th, tw), spec.num_prefix_tokens)  # [T, D, th/p, tw/p]
