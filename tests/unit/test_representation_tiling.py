@@ -67,7 +67,7 @@ def test_tiled_view_tokens_are_the_tiles_tokens() -> None:
         assert group.num_prefix == 0 and group.grid == (16, 24) and group.frame_hw == (128, 192)
         big = view.transform(image, spec)
         tile = big.crop((64, 64, 128, 128))  # the tile at row 1, column 1
-        direct = forward(normalise([tile], spec))[hook][0, 1:]  # [64, D] spatial tokens
+        direct = forward(normalise([tile], spec), [0])[hook][0, 1:]  # [64, D] spatial tokens
     dense = group.tokens[hook][0].reshape(16, 24, -1)
     torch.testing.assert_close(dense[8:16, 8:16].reshape(64, -1), direct)
 
