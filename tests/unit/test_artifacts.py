@@ -281,7 +281,8 @@ def test_hugging_face_models_get_the_test_time_register_row_and_a_refusal_is_rep
                                   batch_size=8, neurons={0: [0]}, not_run=not_run)
         targets = [r["target"] for r in rows]
         if kind not in refusals:
-            assert targets[-1] == "test_time_register" and not_run == {}
+            assert targets[-1] == "test_time_register" and not_run == {
+                "outlier_ablations": "no outlier tokens were found, so there are none to ablate"}
             assert rows[-1]["control"] == "register neurons 0:[0]" and 0.0 <= rows[-1]["knn_accuracy"] <= 1.0
         else:
             assert "test_time_register" not in targets
@@ -359,7 +360,8 @@ def test_a_small_high_norm_mode_above_a_broad_bulk_is_found(spread: float) -> No
 
 def test_without_a_register_neuron_the_test_time_register_says_why_it_is_absent(tmp_path) -> None:
     """tiny-vit-reg shows no outliers, so no register neuron is ranked: the command announces the test-time register
-    with the ablations, writes no row for it, and says why in skipped_analyses and its summary."""
+    with the ablations, writes no row for it, and says why in skipped_analyses and its summary, as for the outlier
+    ablations it cannot run."""
     import json
 
     from typer.testing import CliRunner
@@ -377,5 +379,8 @@ def test_without_a_register_neuron_the_test_time_register_says_why_it_is_absent(
     targets = {r["target"] for r in doc["analyses"]["artifact_ablations"]["summary"]["rows"]}
     assert targets == {"none", "registers"}
     reason = "no outlier tokens were found, so there is no register neuron to move into a test-time register"
-    assert {s["analysis"]: s["reason"] for s in doc["skipped_analyses"]} == {"test_time_register": reason}
+    none = "no outlier tokens were found, so there are none to ablate"
+    assert {s["analysis"]: s["reason"] for s in doc["skipped_analyses"]} == {"test_time_register": reason,
+                                                                            "outlier_ablations": none}
     assert f"test_time_register skipped: {reason}" in result.stdout.splitlines()
+    assert f"outlier_ablations skipped: {none}" in result.stdout.splitlines()

@@ -89,8 +89,9 @@ def artifact_ablations(backbone: Backbone, data: Any, found: Mapping[str, Any], 
         batch_size: of the passes.
         neurons: block -> register neurons for the test-time register (default: the first of
             ``found["register_neurons"]``; none: no test-time register).
-        not_run: filled with the edits not run, name -> reason (no register neuron to move when ``found`` ranks
-            none and ``neurons`` is not given; a model that takes no test-time register:
+        not_run: filled with the edits not run, name -> reason (``outlier_ablations``: no outliers found;
+            ``test_time_register``: no register neuron to move when ``found`` ranks none and ``neurons`` is not
+            given, or a model that takes no test-time register:
             :func:`~vitscope.interventions.with_test_time_register`).
 
     Returns:
@@ -130,6 +131,8 @@ def artifact_ablations(backbone: Backbone, data: Any, found: Mapping[str, Any], 
     if hook is not None and threshold is not None:
         for mode in controls:
             add("outliers", mode, ablate_outliers(hook, threshold, p, mode, reference=reference(hook, mode)))
+    elif controls and not_run is not None:
+        not_run["outlier_ablations"] = "no outlier tokens were found, so there are none to ablate"
     registers = [i for i, kind in enumerate(backbone.spec.prefix_kinds) if kind == "reg"]
     if registers:
         hooks = [f"blocks.{i}.resid_pre" for i in range(backbone.spec.num_blocks)]
