@@ -98,6 +98,42 @@ def test_isolating_cls(which, tiny, hf_vit, data) -> None:
         isolated_cls_logits(backbone, x, backbone.spec.num_blocks + 1)
 
 
+@pytest.mark.parametrize("mean_pooling", [False, True], ids=["cls-head", "mean-head"])
+def test_isolating_cls_in_beit_is_the_full_model_with_prefix_and_patches_blocked_from_each_other(mean_pooling) -> None:
+    """BEiT's blocks add a relative position bias between token places: the patches that run without the prefix
+    take the bias at their own places, which is the whole sequence with attention between the prefix and the
+    patches set to -inf in the blocks before L (the bias hooked on the unmodified model)."""
+    import transformers as tf
+
+    from helpers.hf_factories import SMALL
+
+    torch.manual_seed(0)
+    model = tf.BeitForImageClassification(tf.BeitConfig(**SMALL, use_relative_position_bias=True, num_labels=5,
+                                                        use_mean_pooling=mean_pooling, layer_scale_init_value=0.3))
+    backbone = vitscope.wrap(model.eval())
+    x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    p = backbone.spec.num_prefix_tokens
+
+    def blocked(module, args, bias):
+        bias = bias.clone()
+        bias[..., :p, p:] = float("-inf")
+        bias[..., p:, :p] = float("-inf")
+        return bias
+
+    for insert_at in range(backbone.spec.num_blocks + 1):
+        handles = [layer.relative_position_bias.register_forward_hook(blocked)
+                   for layer in backbone.layers[:insert_at]]
+        try:
+            with torch.no_grad():
+                want = model(x).logits
+        finally:
+            for handle in handles:
+                handle.remove()
+        torch.testing.assert_close(isolated_cls_logits(backbone, x, insert_at), want, rtol=1e-6, atol=1e-6)
+    never = isolated_cls_logits(backbone, x, backbone.spec.num_blocks)
+    assert torch.allclose(never, never[:1].expand_as(never)) != mean_pooling  # a CLS head never sees the image
+
+
 def test_counts_merge_exactly_and_accuracies_are_consistent(tiny, data) -> None:
     x, y = data
     whole = TokenMixing()

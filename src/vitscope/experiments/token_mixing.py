@@ -33,9 +33,6 @@ from vitscope.models.spec import ModelSpec
 
 __all__ = ["TokenMixing", "TokenMixingResult", "isolated_cls_logits", "per_token_logits", "token_mixing"]
 
-# blocks with a relative position bias sized for the full sequence cannot run on patches alone
-_UNSUPPORTED_ISOLATION = ("beit",)
-
 
 def _check(backbone: Backbone) -> None:
     spec = backbone.spec
@@ -88,9 +85,6 @@ def isolated_cls_logits(backbone: Backbone, pixels: torch.Tensor, insert_at: int
     spec = backbone.spec
     if not 0 <= insert_at <= spec.num_blocks:
         raise VitscopeValueError(f"insert_at must be in 0..{spec.num_blocks}, got {insert_at}")
-    if insert_at > 0 and spec.family in _UNSUPPORTED_ISOLATION:
-        raise VitscopeValueError(f"{spec.name}: {spec.family} blocks add a position bias sized for the full sequence, "
-                                 "so patches cannot run without CLS")
     tokens = backbone.embed(pixels)
     p = spec.num_prefix_tokens
     if insert_at > 0:
