@@ -123,6 +123,20 @@ def test_txt_list_with_relative_paths(tmp_path: Path) -> None:
     assert ds.get(2).image.getpixel((0, 0)) == (9, 8, 7)
 
 
+def test_lists_saved_with_a_byte_order_mark_are_read_whole(tmp_path: Path) -> None:
+    """Windows editors start UTF-8 files with U+FEFF: the first path (and label) must not carry it."""
+    from vitscope.data.load import load_dataset
+
+    a = save_rgb(tmp_path / "a.png", color=(1, 2, 3))
+    save_rgb(tmp_path / "b.png")
+    (tmp_path / "files.txt").write_text("a.png\nb.png\n", encoding="utf-8-sig")
+    (tmp_path / "labelled.txt").write_text("a.png 1\nb.png 0\n", encoding="utf-8-sig")
+    ds = ImageFiles(tmp_path / "files.txt")
+    assert Path(ds.paths[0]).resolve() == a.resolve() and ds.get(0).image.getpixel((0, 0)) == (1, 2, 3)
+    labelled = load_dataset(tmp_path / "labelled.txt", "list")
+    assert Path(labelled[0].image_path).resolve() == a.resolve() and list(labelled.labels) == [1, 0]
+
+
 def test_txt_list_with_only_comments_raises(tmp_path: Path) -> None:
     listing = tmp_path / "files.txt"
     listing.write_text("# nothing here\n\n")

@@ -168,3 +168,14 @@ def test_a_drafted_jpeg_keeps_the_grid_and_crop_of_its_full_decode(tmp_path) -> 
     assert drafted.size == (77, 75) and full_size(drafted) == (300, 307)
     expected = drafted.resize((65, 64), resample_filter(square.spec.interpolation)).crop((0, 0, 64, 64))
     assert np.array_equal(np.asarray(resize_crop(drafted, square.spec)), np.asarray(expected))
+
+
+def test_masks_of_a_drafted_jpeg_are_checked_against_its_full_size(tmp_path) -> None:
+    """COCO masks cover the full image; a JPEG drafted to a quarter of it is still read (it was skipped)."""
+    from vitscope.data.synthetic.write import synthesize
+
+    root = synthesize(tmp_path / "coco", "coco", n=3, size=256, seed=0)
+    assert sorted(p.suffix for p in (root / "val2017").iterdir()) == [".jpg"] * 3
+    runs = {draft: vitscope.run(vitscope.load_model("tiny-vit"), f"{root}::coco", ["saliency_iou"], batch_size=3,
+                                progress=False, workers=0, jpeg_draft=draft) for draft in (False, True)}
+    assert [(r.num_images, len(r.skipped)) for r in runs.values()] == [(3, 0), (3, 0)]

@@ -47,7 +47,7 @@ def _scan_folder(root: Path, extensions: tuple[str, ...]) -> list[str]:
 
 def _read_list_file(list_file: Path) -> list[str]:
     """Read one path per line; skip blank and ``#`` lines; resolve relative to the file's folder."""
-    entries = (line.strip() for line in list_file.read_text(encoding="utf-8").splitlines())
+    entries = (line.strip() for line in list_file.read_text(encoding="utf-8-sig").splitlines())
     paths = [Path(e).expanduser() for e in entries if e and not e.startswith("#")]
     return [os.path.normpath(p if p.is_absolute() else list_file.parent / p) for p in paths]
 

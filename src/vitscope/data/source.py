@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from vitscope.data.images import ImageItem, ImageLoadError, SkippedImage, SkippedImageWarning
+from vitscope.data.images import ImageItem, ImageLoadError, SkippedImage, SkippedImageWarning, full_size
 from vitscope.errors import VitscopeValueError
 
 __all__ = ["Source"]
@@ -33,7 +33,7 @@ def _check_mask_size(targets: dict[str, Any], image: Image.Image, path: str) -> 
     masks = targets.get("masks")
     if masks is None or np.ndim(masks) != 3:
         return
-    mask_hw, image_hw = tuple(np.shape(masks)[1:]), (image.height, image.width)
+    mask_hw, image_hw = tuple(np.shape(masks)[1:]), full_size(image)  # a drafted JPEG: the size it was decoded from
     if mask_hw != image_hw:
         raise ImageLoadError(path, f"its annotation masks are {mask_hw[1]}x{mask_hw[0]} but the image is "
                                    f"{image_hw[1]}x{image_hw[0]} (width x height)")

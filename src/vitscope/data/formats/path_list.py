@@ -78,7 +78,7 @@ def _is_int(text: str) -> bool:
 def _first_entry(list_file: Path) -> str | None:
     """The path of the first ``path label`` line of ``list_file``, or None (no such line, not UTF-8 text)."""
     try:
-        with open(list_file, encoding="utf-8") as f:
+        with open(list_file, encoding="utf-8-sig") as f:
             for line in f:
                 text = line.strip()
                 if text and not text.startswith("#"):
@@ -137,7 +137,7 @@ class PathListDataset(LazyDataset):
         raw: list[str] = []
         lineno: list[int] = []
         try:
-            with open(self.list_file, encoding="utf-8") as f:
+            with open(self.list_file, encoding="utf-8-sig") as f:
                 for n, line in enumerate(f, start=1):
                     text = line.strip()
                     if not text or text.startswith("#"):
