@@ -130,6 +130,20 @@ def test_the_label_column_named_label_else_the_first_in_the_features_order(tmp_p
     assert source.labels().tolist() == [49, 33, 72]
 
 
+def test_a_missing_label_is_unlabelled_on_disk_and_in_parquet_alike(tmp_path) -> None:
+    """A null in an integer column: Arrow to numpy made it NaN for Parquet files (labels() failed)."""
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=CLASSES)})
+    ds = datasets.Dataset.from_dict({"image": [{"bytes": _png(i), "path": None} for i in range(4)],
+                                     "label": [0, None, 2, 1]}, features=features)
+    ds.save_to_disk(str(tmp_path / "disk"))
+    (tmp_path / "pq" / "data").mkdir(parents=True)
+    ds.to_parquet(str(tmp_path / "pq" / "data" / "train-00000-of-00001.parquet"))
+    for root in ("disk", "pq"):
+        source = as_source(f"{tmp_path / root}::hf")
+        assert source.labels().tolist() == [0, -1, 2, 1], root
+        assert source.targets(1) == {} and source.targets(2) == {"label": 2}, root
+
+
 def test_a_dataset_object_from_python_runs_through_vitscope_run() -> None:
     backbone = vitscope.load_model("tiny-vit")
     results = vitscope.run(backbone, datasets.DatasetDict({"validation": _dataset(9)}), ["knn_probe"], batch_size=4,

@@ -286,3 +286,26 @@ def test_as_source_skimage() -> None:
     assert isinstance(two, SamplePhotos) and two.strict
     assert two.paths == ["skimage:astronaut", "skimage:chelsea"]
     assert two.describe()["fingerprint"] != ds.describe()["fingerprint"]
+
+
+def test_an_opened_image_and_an_array_give_the_pixels_of_their_file(tmp_path: Path) -> None:
+    """Transparent pixels go on white and 16 bits scale by 1/257 whether vitscope reads the file, holds the opened
+    image in memory or preprocesses it (a plain convert('RGB') kept the hidden colour and clipped 16 bits)."""
+    from vitscope.data.memory import InMemoryImages
+    from vitscope.models.preprocess import to_pil
+
+    rgba = np.zeros((4, 4, 4), dtype=np.uint8)
+    rgba[..., 0] = 255  # red, fully transparent: white when read from the file
+    rgba[0, 0, 3] = 255  # one opaque red pixel
+    Image.fromarray(rgba, "RGBA").save(tmp_path / "alpha.png")
+    Image.fromarray(np.full((4, 4), 51400, dtype=np.uint16)).save(tmp_path / "deep.png")
+    for name, want in (("alpha.png", [(255, 0, 0), (255, 255, 255)]), ("deep.png", [(200, 200, 200)] * 2)):
+        from_file = load_rgb(tmp_path / name)
+        assert [from_file.getpixel(xy) for xy in ((0, 0), (1, 1))] == want, name
+        with Image.open(tmp_path / name) as opened:
+            held = InMemoryImages([opened]).load(0)
+            converted = to_pil(opened)
+        for image in (held, converted):
+            assert image.mode == "RGB" and image.tobytes() == from_file.tobytes(), name
+    array = InMemoryImages([rgba]).load(0)
+    assert array.getpixel((1, 1)) == (255, 255, 255) and array.getpixel((0, 0)) == (255, 0, 0)

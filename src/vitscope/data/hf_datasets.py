@@ -117,8 +117,9 @@ class _ParquetRows:
     def column(self, name: str) -> np.ndarray:
         import pyarrow.parquet as pq
 
-        return np.concatenate([pq.ParquetFile(f).read(columns=[name]).column(name).to_numpy(zero_copy_only=False)
-                               for f in self.files]) if self.files else np.zeros(0)
+        # to_pylist keeps a null a None (numpy would make an integer column with nulls float, the null NaN)
+        values = [v for f in self.files for v in pq.ParquetFile(f).read(columns=[name]).column(name).to_pylist()]
+        return np.asarray(values, dtype=object)
 
 
 def _parquet_features(schema: Any) -> Any:

@@ -124,6 +124,9 @@ def _check_file(path: str) -> None:
         raise ImageLoadError(path, "empty file")
 
 
+_ORIENTATION = 0x0112  # the EXIF tag
+
+
 def _apply_exif_orientation(img: Image.Image) -> Image.Image:
     """Rotate/flip ``img`` per its EXIF Orientation; malformed EXIF leaves it as stored."""
     try:
@@ -172,6 +175,17 @@ def _to_rgb8(img: Image.Image) -> Image.Image:
     if img.mode == "P" or img.mode in _ALPHA_MODES or "transparency" in img.info:
         return _composite_on_white(img)
     return img.convert("RGB")  # L, 1, CMYK, YCbCr, ...; unsupported modes raise ValueError
+
+
+def as_rgb8(img: Image.Image) -> Image.Image:
+    """An image already opened (``PIL.Image.open``, or built in memory) as every file is read: EXIF-oriented,
+    alpha on white, 16-bit and float scaled to 8 bits, in mode ``"RGB"`` (an upright RGB image is returned as it
+    is, without a copy)."""
+    try:
+        turned = img.getexif().get(_ORIENTATION, 1) not in (1, None)
+    except Exception:  # malformed EXIF: left as stored, as a file's is
+        turned = False
+    return _to_rgb8(_apply_exif_orientation(img) if turned else img)
 
 
 def _warn_if_large(path: str, img: Image.Image) -> None:

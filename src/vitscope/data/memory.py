@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from vitscope.data.images import as_rgb8
 from vitscope.data.source import Source
 from vitscope.errors import VitscopeTypeError, VitscopeValueError
 
@@ -54,9 +55,9 @@ class InMemoryImages(Source):
 
 def _as_rgb(image: Any, i: int) -> Image.Image:
     if isinstance(image, Image.Image):
-        return image if image.mode == "RGB" else image.convert("RGB")
+        return as_rgb8(image)  # the pixels the same file would give
     arr = np.asarray(image)
     if arr.dtype != np.uint8 or arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[-1] not in (1, 3, 4)):
         raise VitscopeTypeError(f"image {i}: expected a PIL image or an H x W x 3 uint8 array, got "
                                 f"{type(image).__name__} {getattr(arr, 'dtype', '')} {getattr(arr, 'shape', '')}")
-    return Image.fromarray(arr.squeeze(-1) if arr.ndim == 3 and arr.shape[-1] == 1 else arr).convert("RGB")
+    return as_rgb8(Image.fromarray(arr.squeeze(-1) if arr.ndim == 3 and arr.shape[-1] == 1 else arr))

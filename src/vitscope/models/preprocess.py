@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from vitscope.data.images import full_size
+from vitscope.data.images import as_rgb8, full_size
 from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.models.spec import ModelSpec
 
@@ -107,13 +107,14 @@ def resize_crop(image: Image.Image, spec: ModelSpec, resample: Image.Resampling 
 
 
 def to_pil(image: Any) -> Image.Image:
-    """PIL image or ``[H, W, 3]`` / ``[H, W]`` uint8 array -> RGB PIL image."""
+    """PIL image or ``[H, W, 3]`` / ``[H, W]`` uint8 array -> RGB PIL image, converted as a file of it would be
+    (:func:`~vitscope.data.images.as_rgb8`)."""
     if isinstance(image, Image.Image):
-        return image if image.mode == "RGB" else image.convert("RGB")
+        return as_rgb8(image)
     arr = np.asarray(image)
     if arr.dtype != np.uint8:
         raise VitscopeTypeError(f"arrays must be uint8 HxWx3, got {arr.dtype} {arr.shape}")
-    return Image.fromarray(arr).convert("RGB")
+    return as_rgb8(Image.fromarray(arr))
 
 
 def preprocess_images(images: Sequence[Any], spec: ModelSpec) -> torch.Tensor:
