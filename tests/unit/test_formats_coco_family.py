@@ -130,6 +130,24 @@ def test_imagefolder_round_trip(tmp_path: Path, scenes: list[Scene]) -> None:
         ds[len(ds)]
 
 
+def test_imagefolder_reads_sub_folders_of_a_class_and_linked_folders(tmp_path: Path) -> None:
+    """As torchvision's ImageFolder: a class folder is walked whole (links to folders followed), hidden names
+    skipped, in its order within a class (folder path as a string, then file name)."""
+    import os
+
+    root = tmp_path / "root"
+    for rel in ("cat/z.png", "cat/sub/a.png", "cat/sub/deeper/b.jpg", "cat/.hidden/c.png", "dog/d.png",
+                "elsewhere/e.png"):
+        (tmp_path / ("" if rel.startswith("elsewhere") else "root") / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / ("" if rel.startswith("elsewhere") else "root") / rel).write_bytes(b"x")
+    os.symlink(tmp_path / "elsewhere", root / "dog" / "linked")
+    os.symlink(root / "cat", root / "cat" / "sub" / "loop")  # a link loop ends
+    ds = ImageFolderDataset(root)
+    assert [(Path(p).relative_to(root).as_posix(), label) for p, label in ds.samples] == [
+        ("cat/z.png", 0), ("cat/sub/a.png", 0), ("cat/sub/deeper/b.jpg", 0), ("dog/d.png", 1),
+        ("dog/linked/e.png", 1)]
+
+
 def test_imagefolder_lazy_and_missing(tmp_path: Path) -> None:
     for cls in ("b", "a"):
         (tmp_path / cls).mkdir()

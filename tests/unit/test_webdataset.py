@@ -28,6 +28,10 @@ def test_brace_patterns_expand_in_order_with_their_padding() -> None:
     assert expand_braces("s/{000008..000011}.tar") == [f"s/{i:06d}.tar" for i in range(8, 12)]
     assert expand_braces("a{1..2}-{0..1}.tar") == ["a1-0.tar", "a1-1.tar", "a2-0.tar", "a2-1.tar"]
     assert expand_braces("plain.tar") == ["plain.tar"]
+    # bash's rule: a leading zero on either end pads to the longer end; "0" alone is no padding
+    assert expand_braces("s/{0..0010}.tar")[:2] == ["s/0000.tar", "s/0001.tar"]
+    assert expand_braces("s/{1..010}.tar")[-1] == "s/010.tar" and expand_braces("s/{1..010}.tar")[0] == "s/001.tar"
+    assert expand_braces("s/{0..10}.tar")[:2] == ["s/0.tar", "s/1.tar"]
 
 
 def test_samples_images_and_labels_by_position(shards) -> None:

@@ -47,7 +47,9 @@ def expand_braces(pattern: str) -> list[str]:
     if match is None:
         return [pattern]
     first, last = match.group(1), match.group(2)
-    width = len(first) if first.startswith("0") else 0
+    # as bash and braceexpand: a leading zero on either end pads every number to the longer end's width
+    padded = any(len(end) > 1 and end.startswith("0") for end in (first, last))
+    width = max(len(first), len(last)) if padded else 0
     head, tail = pattern[:match.start()], pattern[match.end():]
     return [name for n in range(int(first), int(last) + 1) for name in expand_braces(f"{head}{n:0{width}d}{tail}")]
 

@@ -3,14 +3,17 @@
 Layout::
 
     root/<class_name>/<file>.png|.jpg|...
+    root/<class_name>/<any sub-folders>/<file>.png|...
 
-Classes are the sorted sub-folder names; an image's label is the index of its folder. Files whose
-suffix is not an image suffix (:data:`vitscope.data.images.IMAGE_EXTENSIONS`) and hidden files are
-ignored. Construction only lists folders; an item is checked for existence when accessed.
+Classes are the sorted sub-folder names; an image's label is the index of its folder. As torchvision's, a
+class folder is read whole, its sub-folders (and links to folders) included. Files whose suffix is not an image
+suffix (:data:`vitscope.data.images.IMAGE_EXTENSIONS`) and hidden files and folders are ignored. Construction
+only lists folders; an item is checked for existence when accessed.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -68,11 +71,26 @@ def write_imagefolder(
     return paths
 
 
+def _images_under(folder: Path, exts: tuple[str, ...]) -> list[Path]:
+    """The image files in ``folder`` and its sub-folders (links followed, hidden names skipped) in torchvision's
+    order: by folder path as a string, then by file name, so image ``i`` is torchvision's image ``i``."""
+    walked, seen = [], set()
+    for top, dirs, files in os.walk(folder, followlinks=True):
+        info = os.stat(top)
+        if (info.st_dev, info.st_ino) in seen:  # each real folder once, so a link loop ends
+            dirs[:] = []
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        walked.append((top, sorted(f for f in files if Path(f).suffix.lower() in exts and not f.startswith("."))))
+    return [Path(top) / f for top, files in sorted(walked) for f in files]
+
+
 class ImageFolderDataset(LazyDataset):
     """Reader of the class-per-folder layout.
 
     Items are :class:`AnnotatedImage` with ``image_path`` and ``label`` (index into :attr:`classes`), and
-    ``meta["class_name"]``. Order: classes sorted, files sorted within a class.
+    ``meta["class_name"]``. Order: classes sorted, then torchvision's order within a class (folder, file).
 
     Attributes:
         classes: sorted sub-folder names.
@@ -95,12 +113,7 @@ class ImageFolderDataset(LazyDataset):
         )
         self.samples: list[tuple[Path, int]] = []
         for label, name in enumerate(self.classes):
-            files = sorted(
-                p.name
-                for p in (self.root / name).iterdir()
-                if p.suffix.lower() in exts and not p.name.startswith(".") and not p.is_dir()
-            )
-            self.samples.extend((self.root / name / f, label) for f in files)
+            self.samples.extend((path, label) for path in _images_under(self.root / name, exts))
         if not self.samples:
             raise DatasetFormatError(
                 f"no images found in {self.root}: expected root/<class>/<image> with suffixes {', '.join(exts)}"
