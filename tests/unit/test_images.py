@@ -309,3 +309,19 @@ def test_an_opened_image_and_an_array_give_the_pixels_of_their_file(tmp_path: Pa
             assert image.mode == "RGB" and image.tobytes() == from_file.tobytes(), name
     array = InMemoryImages([rgba]).load(0)
     assert array.getpixel((1, 1)) == (255, 255, 255) and array.getpixel((0, 0)) == (255, 0, 0)
+
+
+def test_a_txt_of_path_label_lines_is_read_as_the_list_format(tmp_path: Path) -> None:
+    """What `vitscope synth --format list` writes: labels read, not glued onto the paths (every image was skipped
+    as 'file not found'); a plain list of paths, even with spaces in its names, stays a list of paths."""
+    from vitscope.data import as_source
+
+    a = save_rgb(tmp_path / "images" / "a.png", color=(1, 2, 3))
+    save_rgb(tmp_path / "images" / "b c.png")
+    (tmp_path / "labelled.txt").write_text("# path label\nimages/a.png 3\nimages/b c.png 1\n")
+    (tmp_path / "plain.txt").write_text("images/b c.png\nimages/a.png\n")
+    labelled = as_source(tmp_path / "labelled.txt")
+    assert len(labelled) == 2 and labelled.labels().tolist() == [3, 1] and labelled.get(0).image.getpixel((0, 0)) == (
+        1, 2, 3) and labelled.targets(1) == {"label": 1}
+    plain = as_source(str(tmp_path / "plain.txt"))
+    assert [Path(p).name for p in plain.paths] == ["b c.png", "a.png"] and Path(plain.paths[1]) == a

@@ -105,6 +105,26 @@ def list_file_in(folder: str | os.PathLike) -> Path | None:
         return None
 
 
+def is_labelled_list(list_file: str | os.PathLike) -> bool:
+    """Whether ``list_file``'s first entry is a ``path label`` line (its path part names a file, the whole line
+    does not), as ``vitscope synth --format list`` writes: such a ``.txt`` is read as ``::list``, not as a plain
+    list of paths."""
+    list_file = Path(list_file)
+    first = _first_line(list_file)
+    if first is None or (list_file.parent / first).expanduser().is_file():
+        return False
+    path = _first_entry(list_file)
+    return path is not None and (list_file.parent / path).expanduser().is_file()
+
+
+def _first_line(list_file: Path) -> str | None:
+    try:
+        with open(list_file, encoding="utf-8-sig") as f:
+            return next((t for t in (line.strip() for line in f) if t and not t.startswith("#")), None)
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 class PathListDataset(LazyDataset):
     """Lazy reader of a ``path label`` list: a sequence of ``AnnotatedImage`` (``label`` set).
 
