@@ -270,6 +270,32 @@ def test_path_list_paths_resolve_from_the_lists_folder(tmp_path, monkeypatch):
     assert list_file.parent == tmp_path / "world"
 
 
+def test_the_first_items_of_a_path_list_are_its_files_from_the_lists_folder(tmp_path, monkeypatch):
+    """``probe --limit`` on a list: the kept images are read, split and fingerprinted as the list's folder resolves
+    them, whatever the current directory."""
+    from vitscope.data.annotated_source import AnnotatedSource
+    from vitscope.data.fingerprint import data_fingerprint
+    from vitscope.data.first_items import FirstItems
+    from vitscope.workflows.probe import _labelled_split
+
+    scenes = [make_scene([{"inst": 1 + i % 2, "cls": i % 2, "rect": (0, 0, 9, 9)}], index=i) for i in range(8)]
+    write_path_list(scenes, tmp_path / "world")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    whole = PathListDataset(Path("..") / "world" / "list.txt")
+    kept = FirstItems(whole, 4)
+    source = AnnotatedSource(kept)
+    assert list(source.paths) == [whole[i].image_path for i in range(4)]
+    assert all(Path(p).is_file() for p in source.paths)
+    train, test = _labelled_split(kept, "list", 0.5, 0)
+    assert len(train) + len(test) == 4 and all(Path(p).is_file() for part in (train, test) for p in part.paths)
+    before = data_fingerprint(source)["digest"]
+    first = tmp_path / "world" / "images" / "000000.jpg"
+    st = first.stat()
+    os.utime(first, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # a kept image changes
+    assert data_fingerprint(AnnotatedSource(kept))["digest"] != before
+
+
 def test_a_folder_holding_one_path_list_is_the_list_format(tmp_path):
     from vitscope.data.load import detect_format, load_dataset
 

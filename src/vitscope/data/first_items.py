@@ -17,8 +17,9 @@ from vitscope.errors import VitscopeValueError
 
 __all__ = ["FirstItems"]
 
-#: attributes a reader lists per item, sliced with the items (the ImageFolder and COCO readers; their labels)
-_PER_ITEM = ("samples", "_paths", "labels")
+#: attributes a reader lists per item, sliced with the items (the ImageFolder, path-list and COCO readers; their
+#: labels); a path list's ``image_paths`` comes before its ``_paths``, which are relative to the list's folder
+_PER_ITEM = ("samples", "image_paths", "_paths", "labels")
 
 
 class FirstItems:
@@ -55,7 +56,7 @@ class FirstItems:
     def fingerprint_files(self) -> tuple[Sequence[str], Path]:
         """The files of the kept items (images, frames and their masks, pair images) and the reader's annotation
         files, relative to its root."""
-        listed = [getattr(self, attr) for attr in _PER_ITEM[:2] if attr in vars(self)]
+        listed = [getattr(self, attr) for attr in _PER_ITEM[:3] if attr in vars(self)]
         if listed:  # the reader lists them: no item is built (building a COCO item decodes its masks)
             files = [str(p if isinstance(p, (str, Path)) else p[0]) for p in listed[0]]
         else:
