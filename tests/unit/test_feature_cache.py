@@ -215,6 +215,27 @@ def test_key_changes_with_weights_data_view_and_site(folder: Path, tmp_path: Pat
     assert rewritten.key != changed.key
 
 
+def test_two_lists_in_one_folder_are_two_cache_entries(tmp_path: Path) -> None:
+    """A test list beside its train list in one folder is served its own features from a shared cache."""
+    root = synthesize(tmp_path / "lists", "list", n=8, size=32, seed=0)
+    rows = [line for line in (root / "list.txt").read_text().splitlines() if line and not line.startswith("#")]
+    (root / "list.txt").unlink()
+    (root / "train.txt").write_text("\n".join(rows[:4]) + "\n")
+    (root / "test.txt").write_text("\n".join(rows[4:]) + "\n")
+    backbone = vitscope.load_model("tiny-vit")
+    request = FeatureRequest(pooling="cls", blocks=(-1,))
+
+    def features(name: str, cache: FeatureCache) -> np.ndarray:
+        source = DatasetSource(load_dataset(root / name, "list"))
+        return np.asarray(extract_features(backbone, source, [request], cache, batch_size=4)[request].block(5))
+
+    shared = FeatureCache(tmp_path / "shared")
+    train = features("train.txt", shared)
+    test = features("test.txt", shared)
+    np.testing.assert_array_equal(test, features("test.txt", FeatureCache(tmp_path / "fresh")))
+    assert not np.allclose(train, test)
+
+
 def test_mask_pooling_rows_follow_the_regions(tmp_path: Path) -> None:
     root = synthesize(tmp_path / "coco", "coco", n=4, size=48, seed=1)
     dataset = load_dataset(root)

@@ -6,6 +6,7 @@ import os
 import shutil
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from vitscope.data.open import as_source
@@ -52,6 +53,64 @@ def test_annotated_data_fingerprint_covers_the_annotation_files(tmp_path):
     copy = shutil.copytree(root, tmp_path / "copy", copy_function=shutil.copy2)  # copy2 keeps mtimes
     assert data_fingerprint(as_source(f"{copy}::coco"))["digest"] == \
         data_fingerprint(as_source(f"{root}::coco"))["digest"]
+
+
+def _two_lists_in_one_folder(tmp_path):
+    """``lists/train.txt`` and ``lists/test.txt``: the halves of one synthetic list, beside each other."""
+    root = synthesize(tmp_path / "lists", "list", n=8, size=32, seed=0)
+    rows = [line for line in (root / "list.txt").read_text().splitlines() if line and not line.startswith("#")]
+    (root / "list.txt").unlink()
+    (root / "train.txt").write_text("\n".join(rows[:4]) + "\n")
+    (root / "test.txt").write_text("\n".join(rows[4:]) + "\n")
+    return root
+
+
+def test_each_split_or_list_under_one_root_signs_the_files_its_reader_selected(tmp_path):
+    """Two splits of one release, or two lists in one folder, are two datasets (the feature cache and resume are keyed
+    by the fingerprint): it signs the images the reader selected in item order, then its split or list file."""
+    from vitscope.data.fingerprint import stat_digest
+
+    sop = synthesize(tmp_path / "sop", "sop", n=12, size=32, seed=0)
+    lists = _two_lists_in_one_folder(tmp_path)
+    for spec, root, defining in ((f"{sop}::sop:train", sop, "Ebay_train.txt"),
+                                 (f"{sop}::sop:test", sop, "Ebay_test.txt"),
+                                 (f"{lists}/train.txt::list", lists, "train.txt"),
+                                 (f"{lists}/test.txt::list", lists, "test.txt")):
+        source = as_source(spec)
+        expected = [source.dataset[i].image_path for i in range(len(source))] + [str(root / defining)]
+        digest, count = stat_digest(expected, root)
+        assert data_fingerprint(source)["digest"] == digest[:16] and data_fingerprint(source)["num_files"] == count
+    digests = {data_fingerprint(as_source(spec))["digest"] for spec in (
+        f"{sop}::sop:train", f"{sop}::sop:test", f"{lists}/train.txt::list", f"{lists}/test.txt::list")}
+    assert len(digests) == 4
+
+
+@pytest.mark.parametrize(("fmt", "pattern"), [("imagenet-boxes", "boxes/*/*.xml"), ("imagenet-boxes", "LOC_*.txt"),
+                                              ("davis", "ImageSets/2017/*.txt"), ("davis", "Annotations/*/*/*.png"),
+                                              ("spair", "PairAnnotation/*/*.json")])
+def test_the_annotations_a_reader_reads_beside_its_images_are_signed(tmp_path, fmt, pattern):
+    """Box files, the class mapping, a split's list, masks and pair annotations are part of the data."""
+    root = synthesize(tmp_path / fmt, fmt, n=2, size=32, seed=0)
+    before = data_fingerprint(as_source(f"{root}::{fmt}"))["digest"]
+    annotation = sorted(root.glob(pattern))[0]
+    st = annotation.stat()
+    os.utime(annotation, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert data_fingerprint(as_source(f"{root}::{fmt}"))["digest"] != before
+
+
+def test_a_dataset_whose_class_folders_are_links_signs_the_files_behind_them(tmp_path):
+    store = synthesize(tmp_path / "store", "imagefolder", n=6, size=32, seed=0)
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    folders = sorted(p for p in store.iterdir() if p.is_dir())
+    for folder in folders:
+        os.symlink(folder, linked / folder.name)
+    source = as_source(f"{linked}::imagefolder")
+    before = data_fingerprint(source)
+    assert before["num_files"] == len(source) == 6
+    shutil.copy2(next(folders[0].iterdir()), folders[0] / "zz_new.png")
+    after = data_fingerprint(as_source(f"{linked}::imagefolder"))
+    assert after["num_files"] == 7 and after["digest"] != before["digest"]
 
 
 def _signature_of(entry: tuple[str, int, int], root) -> tuple[str, int, int]:

@@ -13,7 +13,7 @@ from vitscope.data.formats.errors import DatasetFormatError
 from vitscope.data.images import ImageLoadError, load_rgb, oriented_size
 from vitscope.data.source import Source
 
-__all__ = ["AnnotatedSource", "region_masks"]
+__all__ = ["AnnotatedSource", "reader_files", "region_masks"]
 
 
 class _LazyPaths(Sequence):
@@ -32,17 +32,61 @@ class _LazyPaths(Sequence):
             return f"<entry {i}: {err}>"
 
 
-def _listed_paths(dataset: Any) -> Sequence[str]:
-    """Every image path of a reader, without building items where the reader lists them (building a COCO
-    item decodes its masks); other readers answer lazily."""
-    if hasattr(dataset, "samples"):  # ImageFolderDataset: (path, label) pairs
-        return [str(p) for p, _ in dataset.samples]
-    listed = getattr(dataset, "image_paths", None)  # PathListDataset: its rows resolved from the list's folder
-    if isinstance(listed, list) and len(listed) == len(dataset):
-        return listed
-    if isinstance(getattr(dataset, "_paths", None), list) and len(dataset._paths) == len(dataset):  # COCO family
-        return [str(p) for p in dataset._paths]
-    return _LazyPaths(dataset)
+#: a reader's per-item lists of image paths, in the order they are looked for (ImageFolder and ImageNet: ``(path,
+#: label)`` pairs; a path list: its rows resolved from the list's folder; the COCO family: paths)
+_LISTED = ("samples", "image_paths", "_paths")
+#: a reader's attributes naming the files that define its items beside the images (annotations, lists, splits)
+_DEFINING_FILES = ("ann_file", "gnd_file", "list_file", "set_file", "mapping_file")
+
+
+def _listed_paths(dataset: Any) -> list[str] | None:
+    """Every image path of a reader in item order where the reader lists them, or None: no item is built (building
+    a COCO item decodes its masks)."""
+    for attr in _LISTED:
+        listed = getattr(dataset, attr, None)
+        if isinstance(listed, (list, tuple)) and len(listed) == len(dataset):
+            return [str(p[0] if isinstance(p, tuple) else p) for p in listed]
+    return None
+
+
+def _item_files(item: Any) -> list[str]:
+    """The files one item reads: an image, a sequence's frames and masks, a pair's two images."""
+    files = [getattr(item, a, None) for a in ("image_path", "src_path", "trg_path")]
+    files += list(getattr(item, "frame_paths", None) or ()) + list(getattr(item, "mask_paths", None) or ())
+    return [str(f) for f in files if f is not None]
+
+
+def reader_files(dataset: Any) -> tuple[list[str], Path]:
+    """The files a format reader reads, for the data fingerprint: item by item in its order, then the files that
+    define its items (an annotation, list or split file). Only what the reader selected is listed, so two splits or
+    two lists under one root are two datasets.
+
+    Listed image paths are taken as listed; other readers' items are built (a DAVIS sequence's frames and masks, an
+    SPair pair's images). A reader's ``annotation_file(i)`` (an image's box file, a pair's annotation) follows item
+    ``i``'s files. Nothing is read but what building an item reads.
+
+    Args:
+        dataset: a format reader (``len``, ``dataset[i]``), or :class:`~vitscope.data.first_items.FirstItems`.
+
+    Returns:
+        ``(files, root)``: the paths, and the root they are signed relative to.
+    """
+    root = Path(getattr(dataset, "root", None) or ".")
+    listed = _listed_paths(dataset)
+    annotation = getattr(dataset, "annotation_file", None)
+    files: list[str] = []
+    for i in range(len(dataset)):
+        if listed is not None:
+            files.append(listed[i])
+        else:
+            try:
+                files += _item_files(dataset[i])
+            except DatasetFormatError:  # a file it names is missing: a missing entry at its position
+                files.append(str(root / f"<entry {i}: unreadable>"))
+        if callable(annotation):
+            files.append(str(annotation(i)))
+    files += [str(f) for f in (getattr(dataset, a, None) for a in _DEFINING_FILES) if f is not None]
+    return files, root
 
 
 def region_masks(item: Any, skip_crowd: bool = True) -> tuple[np.ndarray, np.ndarray] | None:
@@ -75,7 +119,8 @@ class AnnotatedSource(Source):
         self.dataset = dataset
         self.regions_in_targets = bool(regions)
         self.name = getattr(dataset, "name", type(dataset).__name__)
-        self.paths = _listed_paths(dataset)
+        listed = _listed_paths(dataset)
+        self.paths: Sequence[str] = _LazyPaths(dataset) if listed is None else listed
 
     def load(self, i: int) -> Image.Image:
         try:
@@ -124,14 +169,9 @@ class AnnotatedSource(Source):
 
     def fingerprint_files(self) -> tuple[Sequence[str], Path] | None:
         own = getattr(self.dataset, "fingerprint_files", None)
-        if callable(own):  # a reader that keeps part of a dataset lists what it reads (FirstItems)
+        if callable(own):  # a reader that knows its files better
             return own()
-        root = getattr(self.dataset, "root", None)
-        if root is not None and Path(root).is_dir():  # every file under the root, annotations included
-            return sorted(str(p) for p in Path(root).rglob("*") if p.is_file()), Path(root)
-        files = [str(p) for p in self.paths] + [str(f) for f in (getattr(self.dataset, a, None) for a in
-                                                                 ("ann_file", "gnd_file")) if f is not None]
-        return files, Path(root) if root is not None else Path(".")
+        return reader_files(self.dataset)
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "source": str(getattr(self.dataset, "root", "")), "num_files": len(self),

@@ -2,10 +2,11 @@
 
 Method ``"stat"`` (sources with files): SHA-256 over the ``(relative path, size in bytes, modification time in
 ns)`` of every file the source reads, in the source's order (image files, whose order is the images' positions:
-a list given in another order is another dataset; for annotated formats every file under the dataset root,
-annotations included, sorted). File contents are not read, so fingerprinting a large dataset costs one ``stat``
-per file; a file rewritten in place with the same size and time keeps its fingerprint, and copying a dataset
-(new modification times) changes it. Paths are relative to the dataset root, so moving the root keeps it.
+a list given in another order is another dataset; for a format reader the files of the items it selected, its split
+or its list, in their order, then its annotation, list or split file, so two splits or lists under one root are two
+datasets). File contents are not read, so fingerprinting a large dataset costs one ``stat`` per file; a file
+rewritten in place with the same size and time keeps its fingerprint, and copying a dataset (new modification times)
+changes it. Paths are relative to the dataset root, so moving the root keeps it.
 
 Method ``"content"`` (sources without files: images in memory, the bundled sample photos): SHA-256 of the
 source's content (:meth:`vitscope.data.source.Source.content_digest`: decoded pixels, or what defines them).

@@ -55,19 +55,7 @@ class FirstItems:
 
     def fingerprint_files(self) -> tuple[Sequence[str], Path]:
         """The files of the kept items (images, frames and their masks, pair images) and the reader's annotation
-        files, relative to its root."""
-        listed = [getattr(self, attr) for attr in _PER_ITEM[:3] if attr in vars(self)]
-        if listed:  # the reader lists them: no item is built (building a COCO item decodes its masks)
-            files = [str(p if isinstance(p, (str, Path)) else p[0]) for p in listed[0]]
-        else:
-            files = [str(f) for i in range(self.n) for f in _item_files(self.dataset[i])]
-        files += [str(f) for f in (getattr(self.dataset, a, None) for a in ("ann_file", "gnd_file")) if f is not None]
-        root = getattr(self.dataset, "root", None)
-        return files, Path(root) if root is not None else Path(".")
+        files, relative to its root (:func:`~vitscope.data.annotated_source.reader_files`)."""
+        from vitscope.data.annotated_source import reader_files
 
-
-def _item_files(item: Any) -> list[str]:
-    """The files one item reads: an image, a sequence's frames and masks, a pair's two images."""
-    files = [getattr(item, a, None) for a in ("image_path", "src_path", "trg_path")]
-    files += list(getattr(item, "frame_paths", None) or ()) + list(getattr(item, "mask_paths", None) or ())
-    return [str(f) for f in files if f is not None]
+        return reader_files(self)

@@ -182,10 +182,12 @@ class DavisDataset(LazyDataset):
         self.name = f"davis2017-{split}"
         if resolution not in _RESOLUTIONS:
             raise DatasetFormatError(f"unknown DAVIS resolution {resolution!r}; choose one of {_RESOLUTIONS}")
-        set_file = self.root / "ImageSets" / "2017" / f"{split}.txt"
-        if not set_file.is_file():
-            raise DatasetFormatError(f"DAVIS image-set file {set_file} not found (is {self.root} a DAVIS 2017 root?)")
-        seqs = [line.strip() for line in set_file.read_text().splitlines()]
+        #: the split's list of sequences
+        self.set_file = self.root / "ImageSets" / "2017" / f"{split}.txt"
+        if not self.set_file.is_file():
+            raise DatasetFormatError(f"DAVIS image-set file {self.set_file} not found (is {self.root} a DAVIS 2017 "
+                                     "root?)")
+        seqs = [line.strip() for line in self.set_file.read_text().splitlines()]
         self.sequence_names = [s for s in seqs if s]
         self._items = [self._scan(s) for s in self.sequence_names]
         first_only = [s for s, (frames, masks) in zip(self.sequence_names, self._items) if len(masks) < len(frames)]

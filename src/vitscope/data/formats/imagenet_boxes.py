@@ -161,7 +161,9 @@ class ImageNetBoxesDataset(LazyDataset):
             DatasetFormatError: a class folder is not in the mapping, or the split holds no image.
         """
         super().__init__(root, name=f"imagenet_boxes:{split}")
-        self.wnids, self.classes = read_synset_mapping(self.root / SYNSET_MAPPING)
+        #: the synset mapping: class folders to labels
+        self.mapping_file = self.root / SYNSET_MAPPING
+        self.wnids, self.classes = read_synset_mapping(self.mapping_file)
         index = {w: i for i, w in enumerate(self.wnids)}
         split_dir = self.root / split
         if not split_dir.is_dir():
@@ -210,11 +212,17 @@ class ImageNetBoxesDataset(LazyDataset):
             labels.append(self._index[name])
         return np.asarray(boxes, dtype=np.float32).reshape(-1, 4), np.asarray(labels, dtype=np.int64)
 
+    def annotation_file(self, index: int) -> Path:
+        """Where the boxes of image ``index`` are (``<boxes_dir>/<wnid>/<image stem>.xml``; an image without boxes
+        has none there); nothing is read."""
+        path, label = self.samples[index]
+        return self._boxes_dir / self.wnids[label] / f"{path.stem}.xml"
+
     def _get(self, index: int) -> AnnotatedImage:
         path, label = self.samples[index]
         require_file(path, f"{self.name} item {index}")
         wnid = self.wnids[label]
-        xml_path = self._boxes_dir / wnid / f"{path.stem}.xml"
+        xml_path = self.annotation_file(index)
         if xml_path.is_file():
             boxes, labels = self._read_boxes(xml_path)
         else:

@@ -214,6 +214,10 @@ class SPairDataset(LazyDataset):
     def __len__(self) -> int:
         return len(self._files)
 
+    def annotation_file(self, index: int) -> Path:
+        """The annotation (JSON) of pair ``index``; nothing is read."""
+        return self._files[index]
+
     def _image(self, category: str, imname: object, path: Path) -> str:
         if not isinstance(imname, str):
             raise DatasetFormatError(f"{path}: image names must be strings, got {imname!r}")
@@ -223,7 +227,7 @@ class SPairDataset(LazyDataset):
         return str(img)
 
     def _get(self, i: int) -> ImagePair:
-        path = self._files[i]
+        path = self.annotation_file(i)
         try:
             ann = json.loads(path.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
