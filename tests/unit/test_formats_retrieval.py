@@ -229,9 +229,9 @@ def test_path_list_hand_written_fixture(tmp_path):
         "train/my photos/0003.jpg landmark_7\n# trailing comment\n"
     )
     ds = PathListDataset(tmp_path / "train.txt", root=tmp_path / "images")
-    assert len(ds) == 3 and ds.class_names == ["landmark_7", "12"] and ds.labels.tolist() == [0, 1, 0]
+    assert len(ds) == 3 and ds.class_names == ["12", "landmark_7"] and ds.labels.tolist() == [1, 0, 1]  # sorted
     touch_images([tmp_path / "images/train/my photos/0003.jpg"])
-    assert ds[-1].label == 0 and ds[-1].meta == {"line": 5, "label_name": "landmark_7"}
+    assert ds[-1].label == 1 and ds[-1].meta == {"line": 5, "label_name": "landmark_7"}
     with pytest.raises(DatasetFormatError, match="0001.jpg \\(line 3 of train.txt\\) not found"):
         ds[0]
 

@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from vitscope.data.synthetic.write import synthesize
-from vitscope.downstream.checks import require_classes
+from vitscope.downstream.checks import require_classes, train_numbered_labels
 from vitscope.workflows.options import ProbeOptions
 from vitscope.workflows.probe import run_probe
 
@@ -67,3 +67,66 @@ def test_clustering_warns_when_every_row_gets_a_cluster_of_its_own() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         clustering_scores([0], lambda b: np.repeat(feats, 2, axis=0), np.repeat(labels, 2))  # 8 rows: no warning
+
+
+def _class_folders(root, classes: dict[str, int]):
+    for name, count in classes.items():
+        (root / name).mkdir(parents=True)
+        for i in range(count):
+            Image.new("RGB", (16, 16), (i * 30, 0, 0)).save(root / name / f"{i}.png")
+    return root
+
+
+class _Labels(Exception):
+    """What the k-NN probe was handed (raised in its place: no feature is needed to check the labels)."""
+
+
+def _probe_labels(monkeypatch, train, test, passes: list | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The train and test labels probe_sweep hands its k-NN probe (no forward pass: the extraction is stubbed and
+    the sources it was asked for go to ``passes``)."""
+    import vitscope
+    from vitscope.downstream import sweep
+
+    def knn(e_tr, y_tr, e_te, y_te, **kwargs):
+        raise _Labels(np.asarray(y_tr), np.asarray(y_te))
+
+    def extract(backbone, source, requests, *args, **kwargs):
+        (passes if passes is not None else []).append(source)
+        return dict.fromkeys(requests)
+
+    monkeypatch.setattr(sweep, "extract_features", extract)
+    monkeypatch.setattr(sweep, "knn_probe", knn)
+    with pytest.raises(_Labels) as seen:
+        sweep.probe_sweep(vitscope.load_model("tiny-vit"), train=train, test=test, tokens=("cls",), batch_norm=())
+    return seen.value.args
+
+
+def test_test_classes_are_numbered_as_the_train_data_names_them(tmp_path, monkeypatch) -> None:
+    """Two folders (or lists) of one task number their classes each by its own names: the probe scores the test
+    images against the train data's numbering of the same names."""
+    from vitscope.data.load import load_dataset
+
+    train = _class_folders(tmp_path / "train", {"ant": 2, "bee": 2, "cat": 2})
+    test = _class_folders(tmp_path / "test", {"ant": 1, "cat": 2})  # its own numbering: ant 0, cat 1
+    y_tr, y_te = _probe_labels(monkeypatch, f"{train}::imagefolder", f"{test}::imagefolder")
+    assert y_tr.tolist() == [0, 0, 1, 1, 2, 2] and y_te.tolist() == [0, 2, 2]
+    assert train_numbered_labels(np.array([1, -1, 0]), ["ant", "bee", "cat"], ["cat", "ant"]).tolist() == [0, -1, 2]
+    (tmp_path / "train.txt").write_text("train/cat/0.png cat\ntrain/ant/0.png ant\ntrain/bee/0.png bee\n"
+                                        "train/cat/1.png cat\n")
+    (tmp_path / "test.txt").write_text("test/ant/0.png ant\ntest/cat/0.png cat\n")
+    listed_train = load_dataset(tmp_path / "train.txt", "list")
+    assert listed_train.class_names == ["ant", "bee", "cat"]  # sorted, as the class folders are
+    y_tr, y_te = _probe_labels(monkeypatch, listed_train, load_dataset(tmp_path / "test.txt", "list"))
+    assert y_tr.tolist() == [2, 0, 1, 2] and y_te.tolist() == [0, 2]
+
+
+def test_a_test_class_the_train_data_lacks_is_refused_before_any_pass(tmp_path, monkeypatch) -> None:
+    from vitscope.errors import DegenerateDataError
+
+    train = _class_folders(tmp_path / "train", {"ant": 2, "bee": 2})
+    test = _class_folders(tmp_path / "test", {"ant": 1, "cow": 1, "dog": 1})
+    passes: list = []
+    with pytest.raises(DegenerateDataError, match=r"the test data has 2 class\(es\) the train data lacks \(cow, "
+                                                  r"dog\): a probe trained on the train data's 2 classes"):
+        _probe_labels(monkeypatch, f"{train}::imagefolder", f"{test}::imagefolder", passes)
+    assert passes == []

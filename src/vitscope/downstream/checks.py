@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from vitscope.analyses.data_checks import annotated_regions, class_names, class_problem, layout_hint, region_problem
 from vitscope.errors import DegenerateDataError, VitscopeValueError
 from vitscope.models.backbone import Backbone
 
-__all__ = ["layout_hint", "require_blocks", "require_classes", "require_regions", "tiling_scale"]
+__all__ = ["class_keys", "layout_hint", "require_blocks", "require_classes", "require_regions", "tiling_scale",
+           "train_numbered_labels"]
 
 
 def require_blocks(backbone: Backbone, task: str) -> None:
@@ -69,3 +72,48 @@ def require_regions(dataset: Any, fmt: str) -> None:
     problem = region_problem(found[0], found[1], f"{fmt} data", found[2]) if found else None
     if problem:
         raise DegenerateDataError(problem)
+
+
+def class_keys(source: Any) -> list[str]:
+    """What names each label of a source, where something does (``[]`` for bare integer labels): an ImageNet layout's
+    wnids (its class names repeat), else a reader's class folders or a list's label names, else a ``datasets``
+    column's class names."""
+    reader = getattr(source, "dataset", None)
+    for attr in ("wnids", "classes", "class_names"):
+        for holder in (source, reader):
+            names = getattr(holder, attr, None) if holder is not None else None
+            if names is not None and len(names):
+                return [str(n) for n in names]
+    return []
+
+
+def train_numbered_labels(test_labels: np.ndarray, train_names: list[str], test_names: list[str]) -> np.ndarray:
+    """``[N]`` test labels renumbered as the train data numbers the same class names (two folders or lists of one
+    task number their classes each by its own names); unchanged where either side has no names.
+
+    Args:
+        test_labels: ``[N]`` int64 labels of the test data (-1: unlabelled).
+        train_names, test_names: :func:`class_keys` of each side (``names[k]`` names label ``k``).
+
+    Raises:
+        DegenerateDataError: a test image's class the train data does not have (no probe trained on it can
+            predict it), naming them.
+    """
+    test_labels = np.asarray(test_labels, dtype=np.int64)
+    labelled = test_labels >= 0
+    if not train_names or not test_names or list(train_names) == list(test_names):
+        return test_labels
+    if labelled.any() and test_labels[labelled].max() >= len(test_names):  # names that do not cover the labels
+        return test_labels
+    index = {name: k for k, name in enumerate(train_names)}
+    used = [test_names[k] for k in np.unique(test_labels[labelled])]
+    missing = [name for name in used if name not in index]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise DegenerateDataError(f"the test data has {len(missing)} class(es) the train data lacks ({shown}): a probe "
+                                  f"trained on the train data's {len(train_names)} classes cannot predict them; give "
+                                  "test data of the train data's classes")
+    to_train = np.asarray([index.get(name, -1) for name in test_names], dtype=np.int64)
+    out = test_labels.copy()
+    out[labelled] = to_train[test_labels[labelled]]
+    return out

@@ -21,7 +21,7 @@ from vitscope.cache.request import FeatureRequest
 from vitscope.data.annotated_source import AnnotatedSource
 from vitscope.data.fingerprint import held_fingerprints
 from vitscope.data.open import as_source
-from vitscope.downstream.checks import require_blocks, tiling_scale
+from vitscope.downstream.checks import class_keys, require_blocks, tiling_scale, train_numbered_labels
 from vitscope.downstream.davis import davis_probe
 from vitscope.downstream.keypoints import keypoint_probe
 from vitscope.downstream.retrieval import retrieval_probe
@@ -150,8 +150,10 @@ def probe_sweep(
     if (train is None) != (test is None):
         raise VitscopeValueError("k-NN and linear probes need both a train and a test set")
     if train is not None:
-        (src_tr, e_tr), (src_te, e_te) = entries(train), entries(test)
-        y_tr, y_te = src_tr.labels(), src_te.labels()
+        src_tr, src_te = as_source(train), as_source(test)
+        y_tr = src_tr.labels()  # before any pass: test classes the train data lacks are refused at once
+        y_te = train_numbered_labels(src_te.labels(), class_keys(src_tr), class_keys(src_te))
+        (_, e_tr), (_, e_te) = entries(src_tr), entries(src_te)
         for r in requests:
             out[f"knn_{r.pooling}"] = tag(knn_probe(e_tr[r], y_tr, e_te[r], y_te, seed=seed, random_kind=random_kind,
                                                     model=name), r, e_tr[r], e_te[r])

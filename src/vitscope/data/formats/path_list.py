@@ -3,7 +3,8 @@
 One ``relative/path.jpg <label>`` per line; the label is the last whitespace-separated field (so
 paths may contain spaces). Blank lines and lines starting with ``#`` are ignored. Labels: if every
 label is an integer they are used as they are (``class_names = None``); otherwise every label is a
-name, mapped to 0, 1, ... in order of first appearance (``class_names[k]`` is the name of label k).
+name, the names numbered 0, 1, ... in sorted order as ImageFolder numbers its folders (``class_names[k]`` is the name
+of label k), so a train and a test list of the same classes number them alike.
 """
 
 from __future__ import annotations
@@ -177,9 +178,9 @@ class PathListDataset(LazyDataset):
             self.class_names: list[str] | None = None
             self._labels = np.asarray([int(r) for r in raw], dtype=np.int64)
         else:
-            index: dict[str, int] = {}
-            self._labels = np.asarray([index.setdefault(r, len(index)) for r in raw], dtype=np.int64)
-            self.class_names = list(index)
+            self.class_names = sorted(set(raw))
+            index = {name: k for k, name in enumerate(self.class_names)}
+            self._labels = np.asarray([index[r] for r in raw], dtype=np.int64)
 
     @property
     def image_paths(self) -> list[str]:
