@@ -22,9 +22,9 @@ def as_source(data: Any, strict: bool = False) -> Source:
         data: a Source (returned as is); ``"ROOT::FORMAT"`` (a format reader; ``ROOT::`` detects the format;
             ``ROOT::hf[:SPLIT]`` a Hugging Face dataset on disk, ``'shards/{000000..000127}.tar::webdataset'``
             WebDataset shards); a ``datasets.Dataset`` / ``DatasetDict``;
-            ``"skimage"`` / ``"skimage:name1,name2"`` (the bundled sample photos); a folder, a ``.txt`` list or one
-            image file; a list of paths; a list of PIL images or ``H x W x 3`` uint8 arrays; or a reader returned
-            by :func:`vitscope.data.load_dataset`.
+            ``"skimage"`` / ``"skimage:name1,name2"`` (the bundled sample photos); a folder, a ``.txt`` list (of
+            paths; of ``path label`` lines: read as ``::list``) or one image file; a list of paths; a list of PIL
+            images or ``H x W x 3`` uint8 arrays; or a reader returned by :func:`vitscope.data.load_dataset`.
         strict: for sources opened here, :meth:`~vitscope.data.source.Source.get` raises on unreadable images.
 
     Raises:
@@ -55,7 +55,13 @@ def as_source(data: Any, strict: bool = False) -> Source:
         return SamplePhotos(names=names or None, strict=strict)
     if isinstance(data, (str, os.PathLike)):
         from vitscope.data.files import ImageFiles
+        from vitscope.data.formats.path_list import is_labelled_list
 
+        if str(data).lower().endswith(".txt") and is_labelled_list(data):  # "path label" lines: the list format
+            from vitscope.data.annotated_source import AnnotatedSource
+            from vitscope.data.load import load_dataset
+
+            return AnnotatedSource(load_dataset(data, "list"), strict=strict)
         return ImageFiles(data, strict=strict)
     if isinstance(data, Sequence) and len(data) and all(isinstance(d, (str, os.PathLike)) for d in data):
         from vitscope.data.files import ImageFiles
