@@ -219,6 +219,20 @@ def test_an_overcomplete_state_dict_loads_as_overcomplete_encodes(tmp_path) -> N
         load(tmp_path / "module.pt")
 
 
+def test_a_tied_overcomplete_encoder_keeps_its_bias(tmp_path) -> None:
+    """``SAE.tied(bias=True)``: no encoder weight (the dictionary's transpose encodes) but an ``encoder.bias``."""
+    gen = torch.Generator().manual_seed(4)
+    raw, bias = torch.randn(6, 4, generator=gen), torch.randn(6, generator=gen)
+    torch.save({"dictionary._weights": raw, "dictionary.multiplier": torch.tensor(0.0), "encoder.bias": bias,
+                "encoder.tied_to._weights": raw, "encoder.tied_to.multiplier": torch.tensor(0.0)}, tmp_path / "tied.pt")
+    dictionary = raw / (raw.norm(dim=1, keepdim=True) + 1e-8)
+    x = torch.randn(5, 4, generator=gen)
+    codes = (x @ dictionary.T + bias).relu()
+    sae = load(tmp_path / "tied.pt")
+    torch.testing.assert_close(sae.encode(x), codes)
+    torch.testing.assert_close(sae(x), codes @ dictionary)
+
+
 def test_a_token_normalised_sae_keeps_its_norm_through_a_save(tmp_path) -> None:
     sae = SparseAutoencoder(6, 8, kind="topk", k=3, seed=4, token_norm="layer_norm")
     save(sae, tmp_path / "sae")

@@ -11,8 +11,10 @@
 - **overcomplete** (``overcomplete.sae``): ``torch.save(model.state_dict())``: ``encoder.final_block.0.weight``
   ``[d_sae, d_in]`` (so ``W_enc`` is its transpose) and ``.bias``, ``dictionary._weights [d_sae, d_in]`` (normalised
   to unit rows and multiplied by ``exp(dictionary.multiplier)`` when read, as the library does), no decoder bias and
-  no centring; ``thresholds`` (log-thresholds) make a JumpReLU SAE. ``k`` is not in the file: pass it for a top-k
-  SAE. A whole pickled module is refused (it would run the library's code): save its ``state_dict()``.
+  no centring; a tied encoder (``SAE.tied()``: no encoder weight) encodes with the dictionary's transpose plus its
+  ``encoder.bias`` when it has one; ``thresholds`` (log-thresholds) make a JumpReLU SAE. ``k`` is not in the file:
+  pass it for a top-k SAE. A whole pickled module is refused (it would run the library's code): save its
+  ``state_dict()``.
 """
 
 from __future__ import annotations
@@ -123,8 +125,8 @@ def load_overcomplete(path: Path, k: int | None = None) -> SparseAutoencoder:
     elif "encoder.weight" in state:
         w_enc = state["encoder.weight"].float().T
         b_enc = state.get("encoder.bias", torch.zeros(w_enc.shape[1])).float()
-    else:
-        w_enc, b_enc = w_dec.T.clone(), torch.zeros(w_dec.shape[0])
+    else:  # tied: the encoder is the dictionary's transpose, its bias (if any) its own
+        w_enc, b_enc = w_dec.T.clone(), state.get("encoder.bias", torch.zeros(w_dec.shape[0])).float()
     d_sae, d_in = w_dec.shape
     jump = "thresholds" in state
     kind = "jumprelu" if jump else ("topk" if k is not None else "relu")
