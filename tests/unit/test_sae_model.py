@@ -158,6 +158,19 @@ def test_a_vit_prisma_folder_loads_as_prisma_encodes(tmp_path) -> None:
         assert load(folder).tokens_of == tokens_of
 
 
+def test_each_checkpoint_of_a_vit_prisma_folder_loads_by_name(tmp_path) -> None:
+    """A folder reads its last ``n_images_<N>.pt``; naming an earlier one reads that one, not the last."""
+    folder = tmp_path / "prisma"
+    folder.mkdir()
+    early, late = _weights(seed=1), _weights(seed=2)
+    torch.save(early, folder / "n_images_100.pt")
+    torch.save(late, folder / "n_images_2000.pt")
+    (folder / "config.json").write_text(json.dumps({"d_in": 4, "normalize_activations": "none"}))
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(3))
+    for path, w in ((folder, late), (folder / "n_images_2000.pt", late), (folder / "n_images_100.pt", early)):
+        torch.testing.assert_close(load(path).encode(x), ((x - w["b_dec"]) @ w["W_enc"] + w["b_enc"]).relu())
+
+
 def test_prismas_save_model_dict_reads_without_running_its_classes(tmp_path, monkeypatch) -> None:
     """``save_model`` pickles its config as a vit_prisma dataclass: read as a plain record by the weights-only
     unpickler, never importing or running vit_prisma."""

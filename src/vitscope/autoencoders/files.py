@@ -65,8 +65,8 @@ def load(path: str | Path, k: int | None = None) -> SparseAutoencoder:
     does not say).
 
     Layouts: a folder in SAELens's layout (``cfg.json`` + ``sae_weights.safetensors``: vitscope's and SAELens's),
-    a ViT-Prisma folder (``config.json`` + ``weights.pt`` or ``n_images_<N>.pt``), or an overcomplete
-    ``state_dict`` file (``.pt``; :mod:`vitscope.autoencoders.foreign`).
+    a ViT-Prisma folder (``config.json`` + ``weights.pt`` or ``n_images_<N>.pt``: the last, unless ``path`` names
+    one of them), or an overcomplete ``state_dict`` file (``.pt``; :mod:`vitscope.autoencoders.foreign`).
 
     Args:
         path: the folder or file.
@@ -77,16 +77,16 @@ def load(path: str | Path, k: int | None = None) -> SparseAutoencoder:
         FileNotFoundError: nothing of these layouts there.
         ValueError: an architecture or a normalisation vitscope does not read, or weights of the wrong shapes.
     """
-    from vitscope.autoencoders.foreign import load_overcomplete, load_prisma, prisma_weights
+    from vitscope.autoencoders.foreign import is_prisma_file, load_overcomplete, load_prisma, prisma_weights
 
     folder = Path(path)
-    if folder.is_file() and not ((folder.parent / "config.json").is_file() and prisma_weights(folder.parent) == folder):
+    if folder.is_file() and not is_prisma_file(folder):
         return load_overcomplete(folder, k=k)
     if k is not None:
         raise VitscopeValueError(f"k is for overcomplete .pt files, which do not hold their k; the SAE at {path} "
                                  "records its own")
-    if folder.is_file():
-        return load_prisma(folder.parent)
+    if folder.is_file():  # one of a ViT-Prisma folder's checkpoints: that one
+        return load_prisma(folder.parent, folder)
     cfg_path, weights_path = folder / CFG_FILE, folder / WEIGHTS_FILE
     if not cfg_path.is_file() and (folder / "config.json").is_file() and prisma_weights(folder) is not None:
         return load_prisma(folder)

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,14 @@ import torch
 from vitscope.autoencoders.model import SparseAutoencoder
 from vitscope.errors import VitscopeFileNotFoundError, VitscopeValueError
 
-__all__ = ["load_overcomplete", "load_prisma", "prisma_weights"]
+__all__ = ["is_prisma_file", "load_overcomplete", "load_prisma", "prisma_weights"]
+
+
+def is_prisma_file(path: Path) -> bool:
+    """Whether ``path`` is a ViT-Prisma weights file (``weights.pt`` or ``n_images_<N>.pt`` beside a
+    ``config.json``): any of a folder's checkpoints, not only the one :func:`prisma_weights` picks."""
+    named = path.name == "weights.pt" or re.fullmatch(r"n_images_\d+\.pt", path.name) is not None
+    return named and path.is_file() and (path.parent / "config.json").is_file()
 
 
 def prisma_weights(folder: Path) -> Path | None:
@@ -72,9 +80,10 @@ def _set(sae: SparseAutoencoder, weights: dict[str, torch.Tensor], where: Path) 
     return sae.eval()
 
 
-def load_prisma(folder: Path) -> SparseAutoencoder:
-    """A ViT-Prisma SAE folder (see the module docstring)."""
-    weights_path = prisma_weights(folder)
+def load_prisma(folder: Path, weights_path: Path | None = None) -> SparseAutoencoder:
+    """A ViT-Prisma SAE folder (see the module docstring); ``weights_path``: one of its checkpoints (default: the
+    one :func:`prisma_weights` picks)."""
+    weights_path = weights_path or prisma_weights(folder)
     if weights_path is None:
         raise VitscopeFileNotFoundError(f"{folder} holds no ViT-Prisma weights (weights.pt or n_images_<N>.pt)")
     loaded = _torch_file(weights_path)
