@@ -61,6 +61,23 @@ def test_the_cls_tokens_alone_and_bad_input_in_one_line(world: str, backbone) ->
         train(backbone, "blocks.1.resid_post", world, SAETraining(**{**SMALL, "buffer_tokens": 100}))
 
 
+def test_tokens_the_model_does_not_have_are_refused_before_any_pass(world: str, backbone, tmp_path) -> None:
+    """Registers on a ViT without them, the class token on a CNN: one line, no pass, no SAE written."""
+    from typer.testing import CliRunner
+
+    from vitscope.cli.main import app
+
+    with pytest.raises(ValueError, match="tiny-vit-sup has no registers: tokens_of 'registers' selects no token"):
+        train(backbone, "blocks.1.resid_post", world, SAETraining(tokens_of="registers", **SMALL))
+    with pytest.raises(ValueError, match="tiny-resnet has no class token"):
+        train(vitscope.load_model("tiny-resnet"), "stages.2", world, SAETraining(tokens_of="cls", **SMALL))
+    bad = CliRunner().invoke(app, ["sae", "train", "--model", "tiny-vit-sup", "--hook", "blocks.1.resid_post",
+                                   "--data", world, "--out", str(tmp_path / "sae"), "--tokens-of", "registers",
+                                   "--tokens", "64", "--buffer-tokens", "64", "--batch-tokens", "16"])
+    assert bad.exit_code == 2 and "has no registers" in bad.output
+    assert not (tmp_path / "sae").exists()
+
+
 def test_the_command_trains_and_writes_the_sae(world: str, tmp_path) -> None:
     from typer.testing import CliRunner
 

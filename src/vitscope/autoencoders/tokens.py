@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["TOKENS_OF", "selected_tokens"]
+from vitscope.errors import VitscopeUsageError
+
+__all__ = ["TOKENS_OF", "check_selects", "selected_tokens"]
 
 #: which tokens of a hook an SAE sees
 TOKENS_OF = ("spatial", "cls", "registers", "all")
@@ -19,3 +21,16 @@ def selected_tokens(x: torch.Tensor, kinds: tuple[str, ...], tokens_of: str) -> 
         return x[:, p:].reshape(-1, x.shape[-1])
     wanted = [i for i, kind in enumerate(kinds) if kind == ("cls" if tokens_of == "cls" else "reg")]
     return x[:, wanted].reshape(-1, x.shape[-1])
+
+
+def check_selects(kinds: tuple[str, ...], tokens_of: str, model: str) -> None:
+    """Refuse a choice of tokens that a model with prefix tokens ``kinds`` never has (a class token or registers it
+    lacks), before any pass: an SAE would read nothing.
+
+    Raises:
+        VitscopeUsageError: ``cls`` without a class token, ``registers`` without registers (one line).
+    """
+    if tokens_of in ("cls", "registers") and ("cls" if tokens_of == "cls" else "reg") not in kinds:
+        what = "class token" if tokens_of == "cls" else "registers"
+        raise VitscopeUsageError(f"{model} has no {what}: tokens_of {tokens_of!r} selects no token (spatial or all "
+                                 "read its tokens)")

@@ -34,7 +34,7 @@ from vitscope.analyses.base import Analysis, Batch
 from vitscope.atomic import atomic_path
 from vitscope.autoencoders.files import save
 from vitscope.autoencoders.model import SparseAutoencoder
-from vitscope.autoencoders.tokens import selected_tokens
+from vitscope.autoencoders.tokens import check_selects, selected_tokens
 from vitscope.data.open import as_source
 from vitscope.data.source_part import SourcePart
 from vitscope.engine.batches import shard_range
@@ -179,13 +179,15 @@ def train(backbone: Backbone, hook: str, data: Any, config: SAETraining = SAETra
         The trained SAE (``training_log``: its metrics along the way).
 
     Raises:
-        ValueError: a bad configuration, or a hook the model does not have (one line).
+        ValueError: a bad configuration, a hook the model does not have, or ``tokens_of`` naming a class token or
+            registers it does not have (one line).
         RuntimeError: ``distributed`` without a process group or ``torchrun``; another process stopped.
     """
     config.check()
     if hook not in set(backbone.hook_names()):
         raise VitscopeValueError(f"{backbone.spec.name} has no hook {hook!r}: name one canonical hook, e.g. "
                                  f"blocks.{backbone.spec.num_blocks - 1}.resid_post")
+    check_selects(tuple(backbone.spec.prefix_kinds), config.tokens_of, backbone.spec.name)
     source = as_source(data)
     where = resolve_device(device)
     shard = shard_for(distributed, where.type)
@@ -207,6 +209,8 @@ def train(backbone: Backbone, hook: str, data: Any, config: SAETraining = SAETra
 
     def feed(tokens: torch.Tensor) -> None:
         nonlocal trainer
+        if not len(tokens):  # nothing selected: no trainer from it (no token at all is refused at the pass's end)
+            return
         if trainer is None:
             trainer = make(tokens.shape[1])
         trainer.push(tokens)
