@@ -132,6 +132,12 @@ def test_the_tokens_it_was_trained_on_are_those_measured_unless_told(setting) ->
     assert told["tokens_of"] == "spatial" and told["tokens"] == len(x)
 
 
+def test_tokens_the_model_does_not_have_are_one_line(setting) -> None:
+    world, backbone, _ = setting
+    with pytest.raises(ValueError, match="tiny-vit-sup has no registers: tokens_of 'registers' selects no token"):
+        evaluate(_exact(128), backbone, world, hook=HOOK, tokens_of="registers", images=2, knn=False)
+
+
 def test_the_pca_control_is_fitted_on_every_streamed_token() -> None:
     """The control's basis: the top principal directions of the streamed tokens' covariance, so it reconstructs
     tokens of a subspace of that dimension exactly and drops what lies across it."""

@@ -17,7 +17,7 @@ import torch
 
 from vitscope.analyses.base import Analysis, Batch
 from vitscope.autoencoders.model import SparseAutoencoder
-from vitscope.autoencoders.tokens import TOKENS_OF, selected_tokens
+from vitscope.autoencoders.tokens import TOKENS_OF, check_selects, selected_tokens
 from vitscope.data.open import as_source
 from vitscope.engine.run import run
 from vitscope.errors import VitscopeValueError
@@ -106,7 +106,8 @@ def evaluate(sae: SparseAutoencoder, backbone: Backbone, data: Any, hook: str | 
         ``knn_change``.
 
     Raises:
-        ValueError: no hook, a hook the model lacks, a width that is not the hook's, or an SAE of another model.
+        ValueError: no hook, a hook the model lacks, a width that is not the hook's, an SAE of another model, or
+            ``tokens_of`` naming a class token or registers the model does not have.
     """
     hook = hook or getattr(sae, "hook", None)
     tokens_of = tokens_of or getattr(sae, "tokens_of", None) or "spatial"
@@ -114,6 +115,7 @@ def evaluate(sae: SparseAutoencoder, backbone: Backbone, data: Any, hook: str | 
         raise VitscopeValueError(f"{backbone.spec.name} has no hook {hook!r} for this SAE (pass hook=...)")
     if tokens_of not in TOKENS_OF:
         raise VitscopeValueError(f"tokens_of must be one of {', '.join(TOKENS_OF)}, got {tokens_of!r}")
+    check_selects(tuple(backbone.spec.prefix_kinds), tokens_of, backbone.spec.name)
     trained_on = getattr(sae, "model", None)
     if trained_on and trained_on != backbone.spec.name:
         raise VitscopeValueError(f"this SAE was trained on {trained_on}, not {backbone.spec.name}")
@@ -122,8 +124,8 @@ def evaluate(sae: SparseAutoencoder, backbone: Backbone, data: Any, hook: str | 
     with torch.no_grad():
         run(backbone, source, [moments], batch_size=batch_size, progress=False, workers=0)
     s = {k: v.cpu() for k, v in moments.sums.items()}
-    if not s:
-        raise VitscopeValueError(f"no token of {hook!r} came from {source.name}")
+    if not s or not float(s["n"]):
+        raise VitscopeValueError(f"no token of {hook!r} came from {source.name} ({tokens_of} tokens)")
     n = float(s["n"])
     mean = s["x"] / n
     variance = float(s["x2"]) - n * float((mean ** 2).sum())
