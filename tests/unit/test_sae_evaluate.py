@@ -138,6 +138,26 @@ def test_tokens_the_model_does_not_have_are_one_line(setting) -> None:
         evaluate(_exact(128), backbone, world, hook=HOOK, tokens_of="registers", images=2, knn=False)
 
 
+def test_ablating_edits_the_tokens_the_sae_was_trained_on_unless_told(setting) -> None:
+    from vitscope.sae.edits import ablate_latents
+
+    _, backbone, _ = setting
+    sae = _exact(128)
+    sae.tokens_of = "cls"  # as load() reads it from a file trained on the CLS tokens
+    pixels = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad(), backbone.record([HOOK]) as rec:
+        backbone(pixels)
+        plain = rec[HOOK].clone()
+    for told, edited in ((None, slice(0, 1)), ("spatial", slice(1, None))):
+        with torch.no_grad(), backbone.intervene(ablate_latents(sae, HOOK, [0, 1, 2], ("cls",), tokens_of=told)), \
+                backbone.record([HOOK]) as rec:
+            backbone(pixels)
+            ablated = rec[HOOK].clone()
+        expected = plain.clone()
+        expected[:, edited, :3] = plain[:, edited, :3].clamp(max=0)  # the exact SAE's latents 0-2: channels 0-2 > 0
+        torch.testing.assert_close(ablated, expected)
+
+
 def test_the_pca_control_is_fitted_on_every_streamed_token() -> None:
     """The control's basis: the top principal directions of the streamed tokens' covariance, so it reconstructs
     tokens of a subspace of that dimension exactly and drops what lies across it."""

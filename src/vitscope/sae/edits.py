@@ -54,12 +54,20 @@ def random_direction(sae: SparseAutoencoder, latent: int, seed: int = 0) -> torc
 
 
 def ablate_latents(sae: SparseAutoencoder, hook: str, latents: Sequence[int], prefix_kinds: Sequence[str],
-                   tokens_of: str = "spatial") -> dict[str, EditFn]:
+                   tokens_of: str | None = None) -> dict[str, EditFn]:
     """Replace the SAE's tokens at ``hook`` by ``x - decode(codes) + decode(codes with latents zeroed)``: the
     latents' contribution removed, everything the SAE does not explain kept. With no latent active the tokens are
-    unchanged (the control is the same edit with other latents, or none)."""
+    unchanged (the control is the same edit with other latents, or none).
+
+    Args:
+        sae: the autoencoder; hook: where it reads; latents: those to remove.
+        prefix_kinds: the model's prefix tokens (``backbone.spec.prefix_kinds``).
+        tokens_of: which tokens are edited (default: those the SAE was trained on, as its file records them, else
+            ``"spatial"``).
+    """
     chosen = _check(sae, latents)
     kinds = tuple(prefix_kinds)
+    tokens_of = tokens_of or getattr(sae, "tokens_of", None) or "spatial"
 
     def edit(t: torch.Tensor, name: str) -> torch.Tensor:
         out = t.clone()
