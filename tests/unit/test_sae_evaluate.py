@@ -158,6 +158,48 @@ def test_ablating_edits_the_tokens_the_sae_was_trained_on_unless_told(setting) -
         torch.testing.assert_close(ablated, expected)
 
 
+def test_an_sae_of_a_cnn_map_reads_edits_and_measures_every_position(setting) -> None:
+    """A CNN's ``[B, C, H, W]`` map is a token of C channels per position, as the SAE was trained on it."""
+    from vitscope.models.outputs import edited_readout, output_change
+    from vitscope.sae.edits import ablate_latents, steer_latent
+
+    world = setting[0]
+    cnn = vitscope.load_model("tiny-resnet")
+    maps = vitscope.run(cnn, world, [HookTensors(["stages.2"])], batch_size=3, progress=False,
+                        workers=0)["hook_tensors"].tensors["stages.2"]
+    x = maps.flatten(2).transpose(1, 2).reshape(-1, maps.shape[1]).double()  # [images * H * W, 128]
+    sae = SparseAutoencoder(128, 64, kind="topk", k=4, seed=3)
+    with torch.no_grad():
+        sae.b_dec.copy_(x.mean(dim=0).float())
+        x_hat = sae(x.float()).double()
+    found = evaluate(sae, cnn, world, hook="stages.2", images=2, knn=False)
+    assert found["tokens"] == len(x) and found["l0"] == 4.0
+    assert found["fvu"] == pytest.approx(float(((x - x_hat) ** 2).sum() / ((x - x.mean(dim=0)) ** 2).sum()), rel=1e-5)
+    exact = evaluate(_exact(128), cnn, world, hook="stages.2", images=2, knn=False)
+    assert exact["fvu"] < 1e-10 and exact["spliced"]["sae"]["output_kl"] < 1e-6
+    assert exact["spliced"]["sae"]["top1_kept"] == 1.0 and exact["spliced"]["mean"]["output_kl"] > 0
+    pixels = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(5))
+    torch.testing.assert_close(edited_readout(cnn, pixels), cnn(pixels).float())  # its own logits
+    assert output_change(cnn, edited_readout(cnn, pixels),
+                         edited_readout(cnn, pixels, {"features": lambda t, name: t * 0}))["output_kl"] > 0
+    with torch.no_grad(), cnn.record(["stages.2"]) as rec:
+        cnn(pixels)
+        plain = rec["stages.2"].clone()
+    with torch.no_grad(), cnn.intervene(ablate_latents(_exact(128), "stages.2", [0, 1, 2], ())), \
+            cnn.record(["stages.2"]) as rec:
+        cnn(pixels)
+        ablated = rec["stages.2"].clone()
+    torch.testing.assert_close(ablated[:, :3], plain[:, :3].clamp(max=0))  # every position's channels 0-2
+    torch.testing.assert_close(ablated[:, 3:], plain[:, 3:])
+    with torch.no_grad(), cnn.intervene(steer_latent(_exact(128), "stages.2", 5, 20.0)), \
+            cnn.record(["stages.2"]) as rec:
+        cnn(pixels)
+        steered = rec["stages.2"].clone()
+    expected = plain.clone()
+    expected[:, 5] += 20.0  # the exact SAE's latent 5 decodes to channel 5
+    torch.testing.assert_close(steered, expected)
+
+
 def test_the_pca_control_is_fitted_on_every_streamed_token() -> None:
     """The control's basis: the top principal directions of the streamed tokens' covariance, so it reconstructs
     tokens of a subspace of that dimension exactly and drops what lies across it."""

@@ -6,7 +6,7 @@ import torch
 
 from vitscope.errors import VitscopeUsageError
 
-__all__ = ["TOKENS_OF", "check_selects", "selected_tokens"]
+__all__ = ["TOKENS_OF", "as_tokens", "check_selects", "is_map", "map_back", "selected_tokens"]
 
 #: which tokens of a hook an SAE sees
 TOKENS_OF = ("spatial", "cls", "registers", "all")
@@ -21,6 +21,22 @@ def selected_tokens(x: torch.Tensor, kinds: tuple[str, ...], tokens_of: str) -> 
         return x[:, p:].reshape(-1, x.shape[-1])
     wanted = [i for i, kind in enumerate(kinds) if kind == ("cls" if tokens_of == "cls" else "reg")]
     return x[:, wanted].reshape(-1, x.shape[-1])
+
+
+def as_tokens(x: torch.Tensor) -> torch.Tensor:
+    """A CNN's map ``[B, C, H, W]`` as tokens ``[B, H*W, C]``: every position is a token of ``C`` channels."""
+    return x.flatten(2).transpose(1, 2)
+
+
+def map_back(tokens: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Tokens ``[B, H*W, C]`` (:func:`as_tokens`) back into the layout of the map ``like`` ``[B, C, H, W]``."""
+    return tokens.transpose(1, 2).reshape(like.shape)
+
+
+def is_map(x: torch.Tensor, d_in: int) -> bool:
+    """Whether an edited tensor is a CNN's map ``[B, C, H, W]`` of an SAE's ``d_in`` channels rather than tokens
+    ``[..., d_in]`` (an edit is not told the model: its channels decide)."""
+    return x.dim() == 4 and x.shape[1] == d_in and x.shape[-1] != d_in
 
 
 def check_selects(kinds: tuple[str, ...], tokens_of: str, model: str) -> None:

@@ -78,14 +78,20 @@ def readout(backbone: Any, tokens: torch.Tensor) -> torch.Tensor:
 
 def edited_readout(backbone: Any, pixels: torch.Tensor, edits: Any = None) -> torch.Tensor:
     """The model's :func:`readout` of ``pixels`` under ``edits`` (a ``{hook: fn}`` mapping for
-    ``backbone.intervene``; None: the model as it is): ``[n, C]`` float32 on the CPU."""
+    ``backbone.intervene``; None: the model as it is): ``[n, C]`` float32 on the CPU. A CNN's is read from its
+    ``features`` map (its classifier's logits, else the map's mean), so that an edit of any stage reaches it."""
     import contextlib
 
-    last = f"blocks.{backbone.spec.num_blocks - 1}.resid_post"
+    cnn = not backbone.spec.is_transformer
+    last = "features" if cnn else f"blocks.{backbone.spec.num_blocks - 1}.resid_post"
     edit = backbone.intervene(dict(edits)) if edits else contextlib.nullcontext()
     with torch.no_grad(), edit, backbone.record([last]) as rec:
         backbone(pixels.to(backbone.device))
-        return readout(backbone, rec[last]).float().cpu()
+        if not cnn:
+            return readout(backbone, rec[last]).float().cpu()
+        features = rec[last]  # already past the final norm: the head pools and classifies it
+        found = backbone.head(features) if backbone.spec.has_head else embedding_of(backbone, features, "mean")
+        return found.float().cpu()
 
 
 def output_change(backbone: Any, clean: torch.Tensor, edited: torch.Tensor) -> dict[str, float]:

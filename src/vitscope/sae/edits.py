@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import torch
 
 from vitscope.autoencoders.model import SparseAutoencoder
-from vitscope.autoencoders.tokens import selected_tokens
+from vitscope.autoencoders.tokens import as_tokens, is_map, map_back, selected_tokens
 from vitscope.errors import VitscopeValueError
 from vitscope.hooks.edits import EditFn
 
@@ -26,7 +26,8 @@ def _check(sae: SparseAutoencoder, latents: Sequence[int]) -> list[int]:
 
 def steer_latent(sae: SparseAutoencoder, hook: str, latent: int, scale: float,
                  direction: torch.Tensor | None = None) -> dict[str, EditFn]:
-    """Add ``scale * W_dec[latent]`` (in the activations' units; or ``scale * direction``) to every token at ``hook``.
+    """Add ``scale * W_dec[latent]`` (in the activations' units; or ``scale * direction``) to every token at ``hook``
+    (of a CNN's ``[B, C, H, W]`` map: to every position's channels).
 
     Args:
         sae: the autoencoder; hook: where it reads.
@@ -42,7 +43,8 @@ def steer_latent(sae: SparseAutoencoder, hook: str, latent: int, scale: float,
         raise VitscopeValueError(f"a direction of {sae.d_in} values is needed, got {tuple(vector.shape)}")
 
     def edit(t: torch.Tensor, name: str) -> torch.Tensor:
-        return t + (scale * vector).to(t.device, t.dtype)
+        step = (scale * vector).to(t.device, t.dtype)
+        return t + (step[:, None, None] if is_map(t, sae.d_in) else step)
     return {hook: edit}
 
 
@@ -61,7 +63,8 @@ def ablate_latents(sae: SparseAutoencoder, hook: str, latents: Sequence[int], pr
 
     Args:
         sae: the autoencoder; hook: where it reads; latents: those to remove.
-        prefix_kinds: the model's prefix tokens (``backbone.spec.prefix_kinds``).
+        prefix_kinds: the model's prefix tokens (``backbone.spec.prefix_kinds``; none for a CNN, whose
+            ``[B, C, H, W]`` map has a token per position).
         tokens_of: which tokens are edited (default: those the SAE was trained on, as its file records them, else
             ``"spatial"``).
     """
@@ -70,6 +73,11 @@ def ablate_latents(sae: SparseAutoencoder, hook: str, latents: Sequence[int], pr
     tokens_of = tokens_of or getattr(sae, "tokens_of", None) or "spatial"
 
     def edit(t: torch.Tensor, name: str) -> torch.Tensor:
+        if is_map(t, sae.d_in):
+            return map_back(on_tokens(as_tokens(t)), t)
+        return on_tokens(t)
+
+    def on_tokens(t: torch.Tensor) -> torch.Tensor:
         out = t.clone()
         x = selected_tokens(t.float(), kinds, tokens_of)
         model = sae.to(t.device)

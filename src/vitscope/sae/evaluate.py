@@ -17,7 +17,7 @@ import torch
 
 from vitscope.analyses.base import Analysis, Batch
 from vitscope.autoencoders.model import SparseAutoencoder
-from vitscope.autoencoders.tokens import TOKENS_OF, check_selects, selected_tokens
+from vitscope.autoencoders.tokens import TOKENS_OF, as_tokens, check_selects, map_back, selected_tokens
 from vitscope.data.open import as_source
 from vitscope.engine.run import run
 from vitscope.errors import VitscopeValueError
@@ -46,6 +46,8 @@ class _Moments(Analysis):
         return [self.hook]
 
     def update_hook(self, name: str, tensor: torch.Tensor, batch: Batch) -> None:
+        if tensor.dim() == 4 and not batch.spec.is_transformer:  # a CNN map: every position is a token, as trained
+            tensor = as_tokens(tensor)
         x = selected_tokens(tensor.detach().float(), tuple(batch.spec.prefix_kinds), self.tokens_of)
         if x.shape[-1] != self.sae.d_in:
             raise VitscopeValueError(f"{name} has {x.shape[-1]} channels but the SAE reads {self.sae.d_in}")
@@ -67,9 +69,21 @@ class _Moments(Analysis):
         return {}
 
 
-def spliced(hook: str, prefix_kinds: tuple[str, ...], tokens_of: str, replace: Any) -> dict[str, EditFn]:
-    """Edits that put ``replace(tokens [n, D]) -> [n, D]`` in place of the selected tokens at ``hook``."""
+def spliced(hook: str, prefix_kinds: tuple[str, ...], tokens_of: str, replace: Any, maps: bool = False
+            ) -> dict[str, EditFn]:
+    """Edits that put ``replace(tokens [n, D]) -> [n, D]`` in place of the selected tokens at ``hook``.
+
+    Args:
+        hook: where; prefix_kinds: the model's prefix tokens; tokens_of: which tokens (``TOKENS_OF``).
+        replace: the replacement of ``[n, D]`` tokens.
+        maps: the hook is a CNN's ``[B, D, H, W]`` map (every position a token), not tokens ``[B, T, D]``.
+    """
     def edit(t: torch.Tensor, name: str) -> torch.Tensor:
+        if maps and t.dim() == 4:
+            return map_back(on_tokens(as_tokens(t)), t)
+        return on_tokens(t)
+
+    def on_tokens(t: torch.Tensor) -> torch.Tensor:
         out = t.clone()
         p = len(prefix_kinds)
         if tokens_of == "all":
@@ -138,10 +152,10 @@ def evaluate(sae: SparseAutoencoder, backbone: Backbone, data: Any, hook: str | 
     replacements = _replacements(sae, mean.float(), covariance, max(1, round(l0)))
     out["spliced"] = _spliced_costs(backbone, source, hook, tokens_of, images, replacements)
     if knn and "label" in source.target_keys():
-        kinds = tuple(backbone.spec.prefix_kinds)
+        kinds, maps = tuple(backbone.spec.prefix_kinds), not backbone.spec.is_transformer
         out["knn_accuracy"] = _knn(backbone, source, {}, batch_size)
         for name, fn in replacements.items():
-            accuracy = _knn(backbone, source, spliced(hook, kinds, tokens_of, fn), batch_size)
+            accuracy = _knn(backbone, source, spliced(hook, kinds, tokens_of, fn, maps), batch_size)
             out["spliced"][name].update(knn_accuracy=accuracy, knn_change=accuracy - out["knn_accuracy"])
     return out
 
@@ -174,8 +188,8 @@ def _spliced_costs(backbone: Backbone, source: Any, hook: str, tokens_of: str, i
                    replacements: Mapping[str, Any]) -> dict[str, dict[str, float]]:
     """The output change on the first ``images`` images with the hook's tokens replaced by each replacement."""
     pixels = backbone.preprocess(source.first_images(images))
-    kinds = tuple(backbone.spec.prefix_kinds)
+    kinds, maps = tuple(backbone.spec.prefix_kinds), not backbone.spec.is_transformer
     clean = edited_readout(backbone, pixels)
     return {name: output_change(backbone, clean, edited_readout(backbone, pixels,
-                                                                spliced(hook, kinds, tokens_of, fn)))
+                                                                spliced(hook, kinds, tokens_of, fn, maps)))
             for name, fn in replacements.items()}

@@ -34,7 +34,7 @@ from vitscope.analyses.base import Analysis, Batch
 from vitscope.atomic import atomic_path
 from vitscope.autoencoders.files import save
 from vitscope.autoencoders.model import SparseAutoencoder
-from vitscope.autoencoders.tokens import check_selects, selected_tokens
+from vitscope.autoencoders.tokens import as_tokens, check_selects, selected_tokens
 from vitscope.data.open import as_source
 from vitscope.data.source_part import SourcePart
 from vitscope.engine.batches import shard_range
@@ -70,7 +70,7 @@ class _Stream(Analysis):
 
     def update_hook(self, name: str, tensor: torch.Tensor, batch: Batch) -> None:
         if tensor.dim() == 4 and not batch.spec.is_transformer:  # a CNN map: every position is a token
-            tensor = tensor.flatten(2).transpose(1, 2)
+            tensor = as_tokens(tensor)
         self.feed(selected_tokens(tensor.detach().float(), tuple(batch.spec.prefix_kinds), self.tokens_of))
 
     def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
