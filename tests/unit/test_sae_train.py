@@ -133,6 +133,43 @@ def test_killed_after_a_pass_the_same_call_resumes_to_the_same_weights(world: st
     assert not lines[0].startswith("resumed")
 
 
+def test_a_buffer_sized_from_free_memory_is_kept_on_resume_and_recorded(world: str, backbone, tmp_path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default buffer is sized from the memory free when the run starts: a resume under another reading keeps
+    the first run's buffer (its shuffles, so its weights), and the file records it."""
+    import json
+
+    import vitscope.sae.training as training
+
+    config = SAETraining(kind="topk", **{**SMALL, "buffer_tokens": None})  # two passes of 2,048 tokens
+
+    def free_for(tokens: int) -> None:  # an eighth of free memory holds ``tokens`` float32 tokens of 128 channels
+        monkeypatch.setattr(training, "available_bytes", lambda device: 8 * 4 * 128 * tokens)
+
+    free_for(768)
+    whole = train(backbone, "blocks.3.resid_post", world, config, out=tmp_path / "whole")
+    assert json.loads((tmp_path / "whole" / "cfg.json").read_text())["vitscope"]["training"]["buffers"] == [768]
+    real, calls = training.run, []
+
+    def dies_in_the_second_pass(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(training, "run", dies_in_the_second_pass)
+    with pytest.raises(KeyboardInterrupt):
+        train(backbone, "blocks.3.resid_post", world, config, out=tmp_path / "again")
+    monkeypatch.setattr(training, "run", real)
+    free_for(1536)  # more memory free now: a fresh run would take a larger buffer
+    resumed = train(backbone, "blocks.3.resid_post", world, config, out=tmp_path / "again")
+    for name, value in whole.state_dict().items():
+        assert torch.equal(resumed.state_dict()[name], value), name
+    assert json.loads((tmp_path / "again" / "cfg.json").read_text())["vitscope"]["training"]["buffers"] == [768]
+    fresh = train(backbone, "blocks.3.resid_post", world, config)
+    assert not torch.equal(fresh.W_dec, whole.W_dec)  # the buffer shapes the weights: why it is kept
+
+
 def test_the_page_on_saes_runs_as_written(tmp_path, monkeypatch, capsys) -> None:
     from helpers.doc_examples import DOC, python_blocks
 

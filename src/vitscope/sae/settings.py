@@ -18,7 +18,8 @@ class SAETraining:
     Attributes:
         kind, latents, k: the SAE (:class:`~vitscope.autoencoders.model.SparseAutoencoder`).
         tokens: tokens to train on (passes over the data repeat until they are seen, at most ``max_epochs``).
-        buffer_tokens: the shuffle buffer of each process (None: sized from free memory, at most 2**22 tokens).
+        buffer_tokens: the shuffle buffer of each process (None: sized from the memory free when the run starts, at
+            most 2**22 tokens; a resume keeps the first run's size and the file records it under ``buffers``).
         batch_tokens: minibatch size (over all processes of a distributed run: each brings its share); lr: Adam's
             peak learning rate; l1: ``relu``'s sparsity coefficient.
         aux_k: dead latents asked to reconstruct the error (Gao et al.: 512, capped at half the latents);

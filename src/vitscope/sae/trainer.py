@@ -71,13 +71,17 @@ class Trainer:
     def done(self) -> bool:
         return self.step >= self.steps
 
+    def buffer_sizes(self) -> list[int]:
+        """Every process's buffer, in tokens, in rank order (a collective: every process calls it)."""
+        return [int(n) for n in self.replicas.gather(torch.tensor([len(self.buffer)], device=self.buffer.device))]
+
     def state(self) -> dict[str, Any]:
         """What a pass's end leaves (the buffers are empty then): weights, optimiser, counters, and the random state
-        of every process (a collective: every process calls it)."""
+        and buffer size of every process (a collective: every process calls it)."""
         gens = self.replicas.gather(self.gen.get_state())
         return {"sae": self.sae.state_dict(), "opt": self.opt.state_dict(), "step": self.step, "seen": self.seen,
                 "since_fired": self.since_fired.cpu(), "gens": gens, "started": self.started,
-                "log": [[e[k] for k in LOG_KEYS] for e in self.log]}
+                "buffers": self.buffer_sizes(), "log": [[e[k] for k in LOG_KEYS] for e in self.log]}
 
     def restore(self, state: dict[str, Any]) -> None:
         self.sae.load_state_dict(state["sae"])

@@ -203,9 +203,9 @@ def train(backbone: Backbone, hook: str, data: Any, config: SAETraining = SAETra
     saved = _saved(folder, key)
     trainer: Trainer | None = None
 
-    def make(d_in: int) -> Trainer:
+    def make(d_in: int, buffer: int | None = None) -> Trainer:
         with torch.inference_mode(False):  # the pass runs in inference mode; the SAE's tensors must not
-            return Trainer(d_in, config, where, _buffer_size(config, d_in, where), replicas)
+            return Trainer(d_in, config, where, buffer or _buffer_size(config, d_in, where), replicas)
 
     def feed(tokens: torch.Tensor) -> None:
         nonlocal trainer
@@ -217,7 +217,9 @@ def train(backbone: Backbone, hook: str, data: Any, config: SAETraining = SAETra
 
     first = 0
     if saved is not None:
-        trainer = make(int(saved["d_in"]))  # where the pass will run, as the first run
+        # the buffer the first run sized (from the memory free then): its shuffles, so its weights
+        buffers = saved["trainer"].get("buffers")
+        trainer = make(int(saved["d_in"]), int(buffers[shard.rank]) if buffers else None)
         with torch.inference_mode(False):
             trainer.restore(saved["trainer"])
         first = int(saved["epoch"])
@@ -258,10 +260,11 @@ def train(backbone: Backbone, hook: str, data: Any, config: SAETraining = SAETra
     sae = trainer.sae.eval()
     sae.hook, sae.model = hook, backbone.spec.name
     sae.training_log = list(trainer.log)
+    buffers = trainer.buffer_sizes() if out is not None else []  # a collective: every process writes or none
     if out is not None and shard.rank == 0:
         save(sae, out, hook=hook, model=backbone.spec.name,
-             extra={"training": {**asdict(config), "tokens_seen": trainer.seen, "steps": trainer.step,
-                                 "log": trainer.log}})
+             extra={"training": {**asdict(config), "buffers": buffers, "tokens_seen": trainer.seen,
+                                 "steps": trainer.step, "log": trainer.log}})
         shutil.rmtree(folder, ignore_errors=True)
     if shard.world > 1:
         with collectives(shard):
