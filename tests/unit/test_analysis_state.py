@@ -129,6 +129,15 @@ def test_same_takes_the_filled_side_and_refuses_a_difference() -> None:
         _merge(spec, [0, 1], [0, 2])
 
 
+def test_a_same_dict_merges_key_by_key_and_refuses_a_difference_at_a_shared_key() -> None:
+    """frequency_filtering keeps radii per input size: two processes that saw different sizes hold the union."""
+    spec = StateSpec("radii", {}, "same")
+    merged = _merge(spec, {"32x64": [1.0, 2.0]}, {"64x32": [1.0, 3.0], "32x64": [1.0, 2.0]})["radii"]
+    assert merged == {"32x64": [1.0, 2.0], "64x32": [1.0, 3.0]}
+    with pytest.raises(StateMergeError, match="32x64"):
+        _merge(spec, {"32x64": [1.0, 2.0]}, {"32x64": [1.0, 2.5]})
+
+
 def test_callable_reduce_and_first_seen() -> None:
     merged = _merge(StateSpec("chosen", {}, first_seen), {1: "a"}, {1: "b", 2: "c"})["chosen"]
     assert merged == {1: "a", 2: "c"}

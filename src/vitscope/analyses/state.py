@@ -202,9 +202,7 @@ def _is_container(spec: StateSpec, value: Any) -> bool:
 
 
 def _merge(spec: StateSpec, mine: Any, theirs: Any, companions: Mapping[str, tuple[Any, Any]], where: str) -> Any:
-    if _is_container(spec, mine) or _is_container(spec, theirs):
-        if spec.reduce == "same":
-            return _leaf(spec, mine, theirs, companions, where)
+    if _is_container(spec, mine) or _is_container(spec, theirs):  # "same" too: the keys both sides hold agree
         mine, theirs = mine if mine is not None else {}, theirs if theirs is not None else {}
         out = dict(mine)
         for key, value in theirs.items():
