@@ -9,6 +9,7 @@ from PIL import Image
 
 import vitscope
 from vitscope.errors import VitscopeValueError
+from vitscope.hooks.edits import running_images
 from vitscope.interventions import ablate_heads, ablate_tokens, patch, reference_means, steer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -77,6 +78,36 @@ def test_noise_takes_its_scale_from_the_reference_whatever_the_batch(model):
         assert torch.allclose(noisy.std(dim=0), target, rtol=0.35), n
     with pytest.raises(VitscopeValueError, match="two images or more"):
         recorded(model, pixels(model, seed=1, n=1), "embed", ablate_tokens([1], mode="noise"))
+
+
+def test_noise_inside_a_run_depends_on_the_image_not_the_batch(model):
+    """With the images' dataset indices known (as in vitscope.run), an image's noise is the same in a batch of
+    four, two of two, one by one and on a second forward, and its scale is every reference image's spread."""
+    reference = recorded(model, pixels(model, seed=7, n=32), "embed")[0]
+    x = pixels(model, seed=1, n=4)
+
+    def noisy(parts, twice=False):
+        out = []
+        with torch.no_grad(), model.intervene(ablate_tokens([1], mode="noise", seed=2, reference=reference)), \
+                model.record("embed") as rec:
+            for part in parts:
+                with running_images([10 + j for j in part]):
+                    for _ in range(2 if twice else 1):
+                        model(x[part])
+                out.append(rec["embed"][:, 1].clone())
+        return torch.cat(out)
+    whole = noisy([[0, 1, 2, 3]])
+    torch.testing.assert_close(noisy([[0, 1], [2, 3]]), whole, rtol=0, atol=0)
+    torch.testing.assert_close(noisy([[0], [1], [2], [3]], twice=True), whole, rtol=0, atol=0)
+    target = reference["embed"].std(dim=0)[1]
+    draws = []
+    with torch.no_grad(), model.intervene(ablate_tokens([1], mode="noise", seed=2, reference=reference)), \
+            model.record("embed") as rec:
+        for i in range(64):  # one image at a time: the spread is the reference's, not a batch partner's
+            with running_images([i]):
+                model(x[:1])
+            draws.append(rec["embed"][0, 1].clone())
+    assert torch.allclose(torch.stack(draws).std(dim=0), target, rtol=0.35)
 
 
 def test_patching_the_last_block_gives_the_source_runs_output(model):

@@ -36,7 +36,8 @@ def rolled(x: torch.Tensor) -> torch.Tensor:
 
 
 def replaced(x: torch.Tensor, index: tuple, mode: str, mean: torch.Tensor | None = None,
-             other: torch.Tensor | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+             other: torch.Tensor | None = None, generator: torch.Generator | None = None,
+             draws: torch.Tensor | None = None) -> torch.Tensor:
     """``x`` with ``x[index]`` replaced by the ``mode``'s values (a new tensor; ``x`` is untouched).
 
     Args:
@@ -48,7 +49,8 @@ def replaced(x: torch.Tensor, index: tuple, mode: str, mean: torch.Tensor | None
         other: ``"resample"``: the tensors to take the part from, ``x``'s shape (default :func:`rolled` ``x``);
             ``"noise"``: ``[R, ...]`` reference images whose standard deviation over ``R`` scales the noise
             (default: ``x``'s over its batch).
-        generator: ``"noise"``: the random generator.
+        generator: ``"noise"``: the random generator (unless ``draws`` are given).
+        draws: ``"noise"``: standard normal values of ``x``'s shape to scale (default drawn from ``generator``).
     """
     if mode not in TOKEN_MODES:
         raise VitscopeValueError(f"ablation mode must be one of {', '.join(TOKEN_MODES)}, got {mode!r}")
@@ -74,7 +76,11 @@ def replaced(x: torch.Tensor, index: tuple, mode: str, mean: torch.Tensor | None
                                      f"reference recording [R, ...] of one image's shape {tuple(x.shape[1:])}, or "
                                      f"the batch), got {tuple(spread.shape)}")
         std = spread.float().std(dim=0, keepdim=True).expand_as(x)
-        noise = torch.randn(x.shape, generator=generator, device="cpu").to(x.device) * std
+        if draws is None:
+            draws = torch.randn(x.shape, generator=generator, device="cpu")
+        elif tuple(draws.shape) != tuple(x.shape):
+            raise VitscopeValueError(f"noise draws have shape {tuple(draws.shape)}, not {tuple(x.shape)}")
+        noise = draws.to(x.device) * std
         out[index] = noise.to(x.dtype)[index]
     return out
 

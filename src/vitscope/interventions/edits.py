@@ -4,6 +4,7 @@ the ``{hook: fn(tensor, name) -> tensor}`` mapping :meth:`vitscope.Backbone.inte
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -41,6 +42,23 @@ def resample_source(reference: Mapping[str, torch.Tensor] | None, name: str, t: 
         raise VitscopeValueError(f"resampling '{name}' takes another image's tensors: the reference holds one image; "
                                  "give two or more")
     return held[torch.as_tensor([(i + 1) % held.shape[0] for i in running])]
+
+
+def _noise_spread(reference: Mapping[str, torch.Tensor] | None, name: str, t: torch.Tensor) -> torch.Tensor | None:
+    """The images whose spread scales the noise: every reference image ``[R, ...]``, or None (the batch)."""
+    held = reference.get(name) if reference is not None else None
+    return held if held is not None and held.dim() == t.dim() else None
+
+
+def _image_draws(seed: int, name: str, indices: Sequence[int], shape: torch.Size) -> torch.Tensor:
+    """Standard normal draws ``[B, ...]``, image ``i``'s from a generator of its own seeded by (seed, hook, dataset
+    index), so an image's noise is the same whatever batch it comes in and however many forwards ran before."""
+    rows = []
+    for i in indices:
+        key = hashlib.blake2b(f"{int(seed)}:{name}:{int(i)}".encode(), digest_size=8).digest()
+        generator = torch.Generator().manual_seed(int.from_bytes(key, "little") & (2 ** 63 - 1))
+        rows.append(torch.randn(tuple(shape[1:]), generator=generator))
+    return torch.stack(rows)
 
 
 def ablate_heads(heads: Mapping[int, Sequence[int]], mode: str = "zero",
@@ -87,8 +105,11 @@ def ablate_tokens(tokens: Any, mode: str = "zero", hooks: Sequence[str] | str = 
     Args:
         tokens: positions in the sequence (a list), or a bool mask ``[N]`` (every image) or ``[B, N]``.
         mode: ``"zero"``, ``"mean"`` (per position, over a reference set), ``"resample"`` (another image's) or
-            ``"noise"`` (Gaussian with the standard deviation of each token position and channel over the
-            reference images, or over the batch without them; seeded).
+            ``"noise"`` (Gaussian with the standard deviation of each token position and channel over all the
+            reference images, or over the batch without them; seeded: inside ``vitscope.run``, where
+            :func:`~vitscope.hooks.edits.images_running` knows the images, each image's draws come from ``seed``,
+            the hook and its dataset index, so they depend on neither the batch nor earlier forwards; elsewhere
+            from one generator seeded once, drawn on at every forward).
         hooks: where (default ``embed``: the tokens entering block 0); names, not patterns.
         reference: as for :func:`ablate_heads`, keyed by the hooks; ``"noise"``: a recording ``[R, N, D]`` of other
             images, so the noise's scale does not depend on the batch (without it a batch needs two images).
@@ -105,8 +126,13 @@ def ablate_tokens(tokens: Any, mode: str = "zero", hooks: Sequence[str] | str = 
 
     def edit(t: torch.Tensor, n: str) -> torch.Tensor:
         mean = reference[n] if mode == "mean" else None
-        other = resample_source(reference, n, t) if mode in ("resample", "noise") else None
-        return replaced(t, index, mode, mean=mean, other=other, generator=generator)
+        if mode != "noise":
+            other = resample_source(reference, n, t) if mode == "resample" else None
+            return replaced(t, index, mode, mean=mean, other=other)
+        running = images_running()
+        draws = (_image_draws(seed, n, running, t.shape) if running is not None and len(running) == t.shape[0]
+                 else None)
+        return replaced(t, index, mode, other=_noise_spread(reference, n, t), generator=generator, draws=draws)
     return {name: edit for name in names}
 
 
