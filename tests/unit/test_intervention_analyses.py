@@ -100,3 +100,51 @@ def test_logit_lens_reads_every_block_with_the_models_own_head(model, world):
     embedding = vitscope.run(vitscope.wrap(make("dinov2-reg"), name="dinov2-reg"), world, ["logit_lens"],
                              batch_size=4, progress=False)["logit_lens"]  # no classifier: its pooled CLS token
     assert embedding.meta["mode"] == "embedding" and float(embedding.tensors["cosine"][-1]) == pytest.approx(1.0)
+
+
+def test_an_image_without_a_label_is_scored_by_its_prediction_whatever_the_batch(model, tmp_path):
+    """Labels are read image by image: an unlabelled image (-1) takes its predicted class in head_importance and
+    is left out of logit_lens's accuracy, and its batch's labelled images count as any others, at every batch
+    size."""
+    import numpy as np
+    from PIL import Image
+
+    from vitscope.data.files import ImageFiles
+
+    rng = np.random.default_rng(3)
+    paths = []
+    for i in range(6):
+        paths.append(tmp_path / f"{i}.png")
+        Image.fromarray(rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(paths[-1])
+    x = model.preprocess([Image.open(p) for p in paths])
+    with torch.no_grad():
+        final = model(x)
+    predicted, classes = final.argmax(-1), final.shape[-1]
+    labels = [int(predicted[0]), (int(predicted[1]) + 1) % classes, -1, int(predicted[3]),
+              (int(predicted[4]) + 1) % classes, int(predicted[5])]
+    target = torch.as_tensor([v if v >= 0 else int(predicted[j]) for j, v in enumerate(labels)])
+    with torch.no_grad():
+        clean = final.gather(1, target[:, None])[:, 0]
+        zero = []
+        for head in range(model.spec.num_heads):
+            with model.intervene(ablate_heads({2: [head]}, mode="zero")):
+                zero.append(float((clean - model(x).gather(1, target[:, None])[:, 0]).mean()))
+        blocks = [f"blocks.{i}.resid_post" for i in range(model.spec.num_blocks)]
+        with model.record(blocks) as rec:
+            model(x)
+            per_block = [model.head(model.final_norm(rec[name])).argmax(-1) for name in blocks]
+    have = [j for j, v in enumerate(labels) if v >= 0]
+    accuracy = torch.stack([(p[have] == torch.as_tensor(labels)[have]).double().mean() for p in per_block])
+    assert float(accuracy[-1]) == pytest.approx(0.6)
+    for batch_size in (4, 2):
+        got = vitscope.run(model, ImageFiles([str(p) for p in paths], labels=labels),
+                           [ANALYSES["head_importance"](controls=("zero",), blocks=(2,), reference_images=2),
+                            "logit_lens"], batch_size=batch_size, progress=False, workers=0)
+        heads, lens = got["head_importance"], got["logit_lens"]
+        torch.testing.assert_close(heads.tensors["zero"][0], torch.as_tensor(zero, dtype=torch.float64),
+                                   atol=1e-5, rtol=1e-5, msg=str(batch_size))
+        assert float(heads.tensors["clean_output"]) == pytest.approx(float(clean.mean()), abs=1e-5)
+        assert (heads.meta["labelled_images"], heads.meta["predicted_images"]) == (5, 1)
+        assert heads.meta["output"] == "logit of the label (of the predicted class for images without one)"
+        torch.testing.assert_close(lens.tensors["accuracy"], accuracy, msg=str(batch_size))
+        assert lens.meta["labelled_images"] == 5

@@ -55,8 +55,9 @@ class HeadImportance(Analysis):
     For every block ``i`` and head ``h``, the block's input (``resid_pre``, recorded) runs through blocks ``i`` on
     with head ``h``'s output (``blocks.{i}.attn.heads``) replaced, then the final norm and the readout: one
     batched forward of the remaining blocks per (block, head, control). The output is, for a classifier, the logit
-    of the label (of the predicted class when the data has no labels) and the effect its drop; for an embedding
-    model (no head), the pooled token's cosine to the unedited one and the effect ``1 - cosine``. Controls:
+    of the image's label (of its predicted class when the image has no label: decided image by image, so no number
+    depends on the batch) and the effect its drop; for an embedding model (no head), the pooled token's cosine to
+    the unedited one and the effect ``1 - cosine``. Controls:
     ``zero``; ``mean``: the head's mean output per token over the reference images (the first
     ``reference_images`` of the data); ``resample``: the head's output on a reference image, image ``j`` taking
     reference ``(j + 1) mod R`` (never itself), so no number depends on the batch.
@@ -66,7 +67,8 @@ class HeadImportance(Analysis):
         reference_images: the reference set's size (its first images of the data).
         blocks: the blocks whose heads are ablated (default all).
 
-    State: ``num_images`` and ``effect`` sums ``[L, H]`` per control (float64).
+    State: ``num_images``, the images scored by their label (``labelled``) and by their prediction
+    (``predicted``), and ``effect`` sums ``[L, H]`` per control (float64).
     """
 
     description = ("Head importance: every head ablated in turn, with the zero, mean and resample controls side by "
@@ -90,7 +92,9 @@ class HeadImportance(Analysis):
         self.add_state("num_images", 0, reduce="sum")
         self.add_state("effect", {}, reduce="sum")  # control -> [L, H] float64
         self.add_state("clean", None, reduce="sum")  # sum of the unedited output
-        self.add_state("output", "", reduce="same")
+        self.add_state("labelled", 0, reduce="sum")  # classifier: images scored by their label's logit
+        self.add_state("predicted", 0, reduce="sum")  # ... and by their predicted class's (no label)
+        self.add_state("output", "", reduce="same")  # "logit" or the embedding's score
 
     def why_unsupported(self, spec: ModelSpec) -> str | None:
         if spec.max_tokens:
@@ -131,7 +135,8 @@ class HeadImportance(Analysis):
                                        "vitscope.run, which hands every batch its model")
         spec = batch.spec
         labels = batch.targets.get("label") if batch.targets else None
-        labelled = labels is not None and all(v is not None and int(v) >= 0 for v in labels)
+        # per image, so an unlabelled image changes only its own score, whatever batch it comes in
+        known = [v is not None and int(v) >= 0 for v in labels] if labels is not None else [False] * batch.size
         blocks = self._blocks(spec)
 
         def measure(b, block: int, edit=None) -> torch.Tensor:  # [B]: the output for one ablation
@@ -149,11 +154,13 @@ class HeadImportance(Analysis):
             clean_out = measure(b, blocks[0])
             target = None
             if spec.has_head:
-                target = (torch.as_tensor([int(v) for v in labels], device=clean_out.device) if labelled
-                          else clean_out.argmax(-1))
+                given = torch.as_tensor([int(labels[j]) if k else 0 for j, k in enumerate(known)],
+                                        device=clean_out.device)
+                target = torch.where(torch.as_tensor(known, device=clean_out.device), given, clean_out.argmax(-1))
+                self.labelled += sum(known)
+                self.predicted += len(known) - sum(known)
             clean = score(clean_out, clean_out, target).double()
-            self.output = ("logit of the label" if labelled else "logit of the predicted class") if spec.has_head \
-                else "cosine to the unedited embedding"
+            self.output = "logit" if spec.has_head else "cosine to the unedited embedding"
             self.clean = added(self.clean, clean.sum())
             partners = torch.as_tensor([(int(i) + 1) % self.reference_images for i in batch.indices])
             for control in self._cfg_controls:
@@ -175,9 +182,16 @@ class HeadImportance(Analysis):
         self.num_images += batch.size
 
     def compute(self) -> HeadImportanceResult:
-        meta = {"num_images": self.num_images, "controls": list(self._cfg_controls), "output": self.output,
+        output = self.output
+        if output == "logit":
+            output = ("logit of the predicted class" if not self.labelled
+                      else "logit of the label" if not self.predicted
+                      else "logit of the label (of the predicted class for images without one)")
+        meta = {"num_images": self.num_images, "controls": list(self._cfg_controls), "output": output,
                 "reference_images": self.reference_images,
                 "blocks": None if self._cfg_blocks is None else list(self._cfg_blocks)}
+        if self.output == "logit":
+            meta.update(labelled_images=self.labelled, predicted_images=self.predicted)
         tensors = {}
         if self.num_images:
             tensors = {control: self.effect[control] / self.num_images for control in self._cfg_controls}

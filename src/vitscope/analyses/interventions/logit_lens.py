@@ -70,7 +70,8 @@ class LogitLens(Analysis):
     """The model's readout after every block.
 
     A classifier's head (after the final norm, as the model applies it) on each block's output: per block, top-1
-    agreement with the final prediction, top-1 accuracy against the labels when the data has them, and the mean
+    agreement with the final prediction, top-1 accuracy over the images that have a label (counted image by image,
+    so no number depends on the batch), and the mean
     KL divergence KL(final || block) of the softmax distributions. An embedding model (no head): the pooled token
     of each block's final-normed output (the CLS token, or the mean of the spatial tokens without one) and its
     cosine to the last block's, mean over images.
@@ -130,10 +131,11 @@ class LogitLens(Analysis):
             log_final, log_block = final.log_softmax(-1), out.log_softmax(-1)
             sums["kl"] = (log_final.exp() * (log_final - log_block)).sum(-1).double().sum(-1)
             labels = batch.targets.get("label") if batch.targets else None
-            if labels is not None and all(v is not None and int(v) >= 0 for v in labels):
-                y = torch.as_tensor([int(v) for v in labels], device=out.device)
-                sums["correct"] = (out.argmax(-1) == y).double().sum(-1)
-                self.labelled += batch.size
+            known = [j for j, v in enumerate(labels) if v is not None and int(v) >= 0] if labels is not None else []
+            if known:  # accuracy over the labelled images only, whichever batch holds them
+                y = torch.as_tensor([int(labels[j]) for j in known], device=out.device)
+                sums["correct"] = (out[:, known].argmax(-1) == y).double().sum(-1)
+                self.labelled += len(known)
         else:
             self.mode = "embedding"
             sums["cosine"] = torch.nn.functional.cosine_similarity(out, final.unsqueeze(0), dim=-1).double().sum(-1)
