@@ -142,3 +142,17 @@ def test_reference_means_in_one_pass_over_a_folder(model, tmp_path):
     torch.testing.assert_close(means["blocks.0.resid_post"],
                                recorded(model, images, "blocks.0.resid_post")[0]["blocks.0.resid_post"].mean(0),
                                atol=1e-5, rtol=1e-5)
+
+
+def test_reference_means_of_a_tensor_take_the_limit_and_the_device(model):
+    """Given pixels, ``limit`` keeps the first images and ``device`` is resolved as by vitscope.run (they were
+    ignored: the mean of every image, on whatever device the model was)."""
+    from vitscope.errors import VitscopeUsageError
+
+    reference = pixels(model, n=6, seed=1)
+    got = reference_means(model, reference, "embed", limit=2, device="cpu", batch_size=4)["embed"]
+    torch.testing.assert_close(got, recorded(model, reference[:2], "embed")[0]["embed"].mean(0))
+    with pytest.raises(VitscopeUsageError, match="unknown device 'nope'"):
+        reference_means(model, reference, "embed", device="nope")
+    with pytest.raises(VitscopeValueError, match="limit must be a whole number"):
+        reference_means(model, reference, "embed", limit=0)

@@ -9,6 +9,8 @@ import torch
 
 from vitscope.analyses.activations.hook_tensors import HookMeans
 from vitscope.engine.run import run
+from vitscope.engine.settings import resolve_device
+from vitscope.errors import VitscopeValueError
 from vitscope.models.backbone import Backbone
 
 __all__ = ["reference_means"]
@@ -24,9 +26,15 @@ def reference_means(backbone: Backbone, data: Any, hooks: Sequence[str] | str, b
         data: anything :func:`vitscope.run` reads (a folder, ``ROOT::FORMAT``, a Source...) or a tensor
             ``[R, 3, H, W]`` of preprocessed pixels.
         hooks: canonical names or glob patterns.
-        batch_size, limit, device: as for :func:`vitscope.run`.
+        batch_size, limit, device: as for :func:`vitscope.run` (for a tensor too: its first ``limit`` images, the
+            model moved to ``device``).
     """
     if isinstance(data, torch.Tensor):
+        if limit is not None and (isinstance(limit, bool) or int(limit) != limit or limit < 1):
+            raise VitscopeValueError(f"limit must be a whole number of images, at least 1 (or None: every image), "
+                                     f"got {limit!r}")
+        data = data if limit is None else data[:int(limit)]
+        backbone.to(resolve_device(device)).eval()
         means = HookMeans(hooks)
         with torch.no_grad(), backbone.record(means.required_hooks(backbone.spec)) as rec:
             for i in range(0, len(data), batch_size):
