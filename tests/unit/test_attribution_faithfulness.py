@@ -46,3 +46,20 @@ def test_road_fills_a_constant_image_with_the_constant():
         faithfulness(lambda x: x.sum(), pixels, maps, fill="blur")
     with pytest.raises(VitscopeValueError, match="does not tile"):
         faithfulness(lambda x: x.sum(), pixels, torch.rand(2, 3, 3))
+
+
+def test_areas_are_over_the_share_of_patches_actually_removed():
+    """4 patches in 3 steps remove 0, 1, 3 and 4 patches (round(t * 4 / 3)): the fractions are 0, 1/4, 3/4 and 1,
+    and the trapezoids are taken over them (evenly spaced thirds gave 12 and 4 instead of 10.5 and 3)."""
+    weights = torch.zeros(2, 3, 4, 4)
+    weights[0, :, :2, :2], weights[0, :, 2:, 2:] = 3.0, 1.0
+    weights[1, :, :2, 2:] = 2.0
+    exact = torch.tensor([[[36.0, 0.0], [0.0, 12.0]], [[0.0, 24.0], [0.0, 0.0]]])
+    out = faithfulness(linear_score(weights), torch.ones(2, 3, 4, 4), exact, steps=3, fill="mean")
+    assert out.fractions.tolist() == [0.0, 0.25, 0.75, 1.0]
+    torch.testing.assert_close(out.curves["map"]["deletion"], torch.tensor(
+        [[48.0, 12.0, 0.0, 0.0], [24.0, 0.0, 0.0, 0.0]], dtype=torch.float64))
+    # (48 + 12) / 2 * 1/4 + (12 + 0) / 2 * 1/2 = 10.5; 24 / 2 * 1/4 = 3
+    torch.testing.assert_close(out.areas["map"]["deletion"], torch.tensor([10.5, 3.0], dtype=torch.float64))
+    # insertion reveals 0, 36, 48, 48: 36 / 2 * 1/4 + (36 + 48) / 2 * 1/2 + 48 * 1/4 = 37.5
+    assert float(out.areas["map"]["insertion"][0]) == pytest.approx(37.5)

@@ -90,3 +90,17 @@ def test_curves_on_a_real_model_start_and_end_at_the_pair_score():
         assert torch.allclose(d[:, -1], i[:, 0], atol=1e-6)  # both are the all-baseline image
     with pytest.raises(ValueError, match="at least one map"):
         faithfulness_curves(ps, x[:2], x[2:], {})
+
+
+def test_areas_over_uneven_fractions():
+    from vitscope.errors import VitscopeValueError
+    from vitscope.functional.faithfulness import step_fractions
+
+    assert step_fractions(4, 3).tolist() == [0.0, 0.25, 0.75, 1.0]
+    assert step_fractions(8, 4).tolist() == [0.0, 0.25, 0.5, 0.75, 1.0]  # steps dividing K: t / steps
+    curve = torch.tensor([[4.0, 2.0, 2.0, 0.0]])
+    assert curve_area(curve, step_fractions(4, 3)).item() == pytest.approx(3 * 0.25 + 2 * 0.5 + 1 * 0.25)
+    even = torch.rand(3, 5, generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(curve_area(even, step_fractions(8, 4)), curve_area(even))
+    with pytest.raises(VitscopeValueError, match="increasing from 0 to 1"):
+        curve_area(curve, torch.tensor([0.0, 0.5, 0.25, 1.0]))

@@ -21,6 +21,7 @@ from vitscope.functional.faithfulness import (
     patch_pixel_mask,
     perturbation_schedule,
     random_order,
+    step_fractions,
 )
 from vitscope.functional.imputation import noisy_linear_imputation
 
@@ -85,7 +86,7 @@ def faithfulness(score: Callable[[torch.Tensor], torch.Tensor], pixels: torch.Te
     orders = {"map": order, "random": random_order(b, k, torch.Generator().manual_seed(seed)),
               "other_image": order.roll(-1, 0)}
     generator = torch.Generator().manual_seed(seed)
-    out = Faithfulness(torch.arange(steps + 1, dtype=torch.float64) / steps)
+    out = Faithfulness(step_fractions(k, steps))
     for name, o in orders.items():
         out.curves[name], out.areas[name] = {}, {}
         for mode in modes:
@@ -98,5 +99,5 @@ def faithfulness(score: Callable[[torch.Tensor], torch.Tensor], pixels: torch.Te
                 perturbed = noisy_linear_imputation(images, shown[:, 0] < 0.5, noise, generator)
             by_step = perturbed.view(b, steps + 1, *perturbed.shape[1:]).transpose(0, 1)  # one copy of each image
             curve = torch.stack([score(step) for step in by_step], dim=1).double()  # [B, S+1]
-            out.curves[name][mode], out.areas[name][mode] = curve, curve_area(curve)
+            out.curves[name][mode], out.areas[name][mode] = curve, curve_area(curve, out.fractions)
     return out

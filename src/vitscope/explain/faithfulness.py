@@ -25,6 +25,7 @@ from vitscope.functional.faithfulness import (
     patch_pixel_mask,
     perturbation_schedule,
     random_order,
+    step_fractions,
 )
 
 __all__ = ["FaithfulnessCurves", "faithfulness_curves"]
@@ -65,7 +66,7 @@ def faithfulness_curves(
     orders = {name: patch_order(m.reshape(len(xa), *grid)) for name, m in maps.items()}
     orders["random"] = random_order(len(xa), k, torch.Generator().manual_seed(random_seed))
     eb = explainer.embed(xb)  # [B, E]
-    result = FaithfulnessCurves(torch.arange(steps + 1, dtype=torch.float64) / steps)
+    result = FaithfulnessCurves(step_fractions(k, steps))
     for name, order in orders.items():
         result.curves[name], result.areas[name] = {}, {}
         for mode in modes:
@@ -75,5 +76,5 @@ def faithfulness_curves(
             ea = explainer.embed(perturbed)
             curve = torch.cosine_similarity(ea, eb.repeat_interleave(steps + 1, 0), dim=-1).view(len(xa), steps + 1)
             result.curves[name][mode] = curve
-            result.areas[name][mode] = curve_area(curve).float()
+            result.areas[name][mode] = curve_area(curve, result.fractions).float()
     return result
