@@ -236,6 +236,28 @@ def test_bad_input_is_one_line() -> None:
         attribute(b, x, 0, "chefer")
 
 
+def test_targets_and_baselines_are_checked_in_one_line() -> None:
+    """The class out of range is the one named (not the largest), a class that is not an integer is refused (2.7
+    was cut to 2), and integrated gradients' baseline is a number or one image's or every image's pixels."""
+    b = vitscope.load_model("tiny-vit-sup")
+    x = pixels_of(b)
+    cases = [(lambda: attribute(b, x, [3, -1], "chefer"), r"target class -1 is out of range"),
+             (lambda: attribute(b, x, 2.7, "chefer"), r"a class index \(an int, or one per image\), got 2.7"),
+             (lambda: attribute(b, x, torch.tensor([1.0, 2.0]), "chefer"), "a class index"),
+             (lambda: attribute(b, x, "cat", "chefer"), "a class index"),
+             (lambda: attribute(b, x, 0, "integrated_gradients", steps=2, baseline=torch.zeros(3, *x.shape[1:])),
+              r"matching the pixels \(2, 3, 64, 64\), got a tensor of shape \(3, 3, 64, 64\)"),
+             (lambda: attribute(b, x, 0, "integrated_gradients", steps=2, baseline=[0.1, 0.2, 0.3]),
+              r"baseline must be a number or a tensor .* got \[0.1, 0.2, 0.3\]")]
+    for call, message in cases:
+        with pytest.raises(VitscopeError, match=message) as err:
+            call()
+        assert "\n" not in str(err.value)
+    whole = attribute(b, x, 0, "integrated_gradients", steps=2, baseline=torch.full_like(x, 0.5))
+    for same in (0.5, torch.full(x.shape[1:], 0.5), torch.full((1, *x.shape[1:]), 0.5), torch.tensor(0.5)):
+        torch.testing.assert_close(attribute(b, x, 0, "integrated_gradients", steps=2, baseline=same), whole)
+
+
 def test_a_frozen_model_is_explained_as_the_same_model_unfrozen() -> None:
     """A backbone whose parameters need no gradient (a frozen probe setup) gives the same maps."""
     for name, methods in (("tiny-vit-sup", ("chefer", "token_gradcam")), ("tiny-resnet-sup", ("gradcam",))):

@@ -156,3 +156,24 @@ def test_reference_means_of_a_tensor_take_the_limit_and_the_device(model):
         reference_means(model, reference, "embed", device="nope")
     with pytest.raises(VitscopeValueError, match="limit must be a whole number"):
         reference_means(model, reference, "embed", limit=0)
+
+
+def test_token_positions_and_masks_are_checked_in_one_line(model):
+    """A position past the sequence, one that is not an integer or a mask of another length is a
+    VitscopeValueError naming it, when built or when the edit runs (it was an IndexError inside the forward, or a
+    position cut to a whole one)."""
+    x = pixels(model, n=2)
+    n = recorded(model, x, "embed")[0]["embed"].shape[1]
+    for edits in (ablate_tokens([1, 100]), ablate_tokens([1, 100], mode="resample"),
+                  steer("embed", torch.ones(model.spec.embed_dim), tokens=[100])):
+        with pytest.raises(VitscopeValueError, match=rf"token positions \[100\] do not exist: 'embed' has {n} tokens"):
+            recorded(model, x, "embed", edits)
+    with pytest.raises(VitscopeValueError, match="needs"):
+        recorded(model, x, "embed", ablate_tokens(torch.ones(n + 1, dtype=torch.bool)))
+    for bad in ([1.5], torch.tensor([1.0])):
+        with pytest.raises(VitscopeValueError, match="token positions are integers"):
+            ablate_tokens(bad)
+    with pytest.raises(VitscopeValueError, match="list of positions"):
+        ablate_tokens(3)
+    last = recorded(model, x, "embed", ablate_tokens(torch.tensor([n - 1, 2])))[0]["embed"]  # the last one exists
+    assert float(last[:, [2, n - 1]].abs().max()) == 0.0

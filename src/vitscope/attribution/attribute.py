@@ -41,7 +41,8 @@ def attribute(backbone: Backbone, pixels: torch.Tensor, target: Any, method: str
 
     Raises:
         VitscopeValueError: an unknown method or option, a method the model cannot give (attention of a CNN),
-            a target out of range or of the wrong width.
+            a class that is not an integer or out of range, an embedding of the wrong width, an integrated
+            gradients baseline that is neither a number nor ``[3, H, W]`` / ``[B, 3, H, W]``.
         VitscopeRuntimeError: called inside ``torch.inference_mode`` (no gradient can exist there).
     """
     if method not in METHODS:

@@ -16,6 +16,7 @@ is the gradient an eager model would give (tested to 1e-5 against eager attentio
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -151,8 +152,7 @@ def integrated_gradients(backbone: Backbone, pixels: torch.Tensor, score: Score,
 
     if int(steps) < 1:
         raise VitscopeValueError(f"steps must be at least 1, got {steps}")
-    base = baseline if isinstance(baseline, torch.Tensor) else torch.full_like(pixels, float(baseline))
-    base = base.to(pixels.device, pixels.dtype).expand_as(pixels)
+    base = _baseline(baseline, pixels)
 
     def forward(x: torch.Tensor) -> torch.Tensor:
         return _forward(backbone, x, score_for(x), [])[0]
@@ -168,6 +168,25 @@ def integrated_gradients(backbone: Backbone, pixels: torch.Tensor, score: Score,
     ig = IntegratedGradients(forward)
     attributions = ig.attribute(pixels.detach(), baselines=base, n_steps=int(steps), method="gausslegendre")
     return attributions.sum(dim=1).detach()
+
+
+def _baseline(baseline: Any, pixels: torch.Tensor) -> torch.Tensor:
+    """Integrated gradients' baseline as ``pixels``' shape ``[B, 3, H, W]``: a number, or a tensor ``[]``,
+    ``[3, H, W]``, ``[1, 3, H, W]`` or ``[B, 3, H, W]``; anything else refused in one line."""
+    if isinstance(baseline, numbers.Real) and not isinstance(baseline, bool):
+        return torch.full_like(pixels, float(baseline))
+    one = tuple(pixels.shape[1:])
+    if not isinstance(baseline, torch.Tensor) or tuple(baseline.shape) not in ((), one, (1, *one), tuple(pixels.shape)):
+        raise VitscopeValueError(f"baseline must be a number or a tensor [3, H, W] or [B, 3, H, W] matching the "
+                                 f"pixels {tuple(pixels.shape)}, got {_described(baseline)}")
+    return baseline.to(pixels.device, pixels.dtype).expand_as(pixels)
+
+
+def _described(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _repeated(score: Score, out: torch.Tensor, reps: int) -> torch.Tensor:

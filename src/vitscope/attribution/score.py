@@ -26,11 +26,12 @@ def score_function(backbone: Backbone, target: Any, batch: int, pooling: str | N
     (:func:`~vitscope.models.outputs.embedding_hook`).
 
     Raises:
-        VitscopeValueError: a class out of range, an embedding of the wrong width or number.
+        VitscopeValueError: a class that is not a whole number or out of range, an embedding of the wrong width or
+            number.
     """
     spec = backbone.spec
     if spec.has_head and projection is None:  # a head given as the projection is a metric net's embedding
-        classes = torch.as_tensor(target).long().reshape(-1)
+        classes = _class_indices(target)
         if classes.numel() == 1:
             classes = classes.expand(batch)
         if classes.numel() != batch:
@@ -38,8 +39,9 @@ def score_function(backbone: Backbone, target: Any, batch: int, pooling: str | N
                                      "one per image")
 
         def logit(logits: torch.Tensor) -> torch.Tensor:
-            if int(classes.max()) >= logits.shape[-1] or int(classes.min()) < 0:
-                raise VitscopeValueError(f"target class {int(classes.max())} is out of range: {spec.name} has "
+            bad = classes[(classes < 0) | (classes >= logits.shape[-1])]
+            if bad.numel():
+                raise VitscopeValueError(f"target class {int(bad[0])} is out of range: {spec.name} has "
                                          f"{logits.shape[-1]} classes (0 to {logits.shape[-1] - 1})")
             return logits.gather(1, classes.to(logits.device)[:, None])[:, 0]
         return logit
@@ -61,3 +63,17 @@ def score_function(backbone: Backbone, target: Any, batch: int, pooling: str | N
         return torch.nn.functional.cosine_similarity(emb, wanted.to(emb.device, emb.dtype), dim=-1)
     cosine.reads = pooling  # type: ignore[attr-defined]  # the token(s) the score reads: the token maps' row
     return cosine
+
+
+def _class_indices(target: Any) -> torch.Tensor:
+    """``target`` as class indices ``[n]`` int64; a float (2.7 would have been cut to 2), a bool or a string is
+    refused in one line."""
+    try:
+        classes = torch.as_tensor(target)
+    except (TypeError, ValueError, RuntimeError):
+        classes = None
+    if classes is None or classes.dtype == torch.bool or classes.is_floating_point() or classes.is_complex():
+        shown = repr(target) if len(repr(target)) <= 60 else repr(target)[:57] + "..."
+        raise VitscopeValueError(f"target: a classifier's target is a class index (an int, or one per image), got "
+                                 f"{shown}")
+    return classes.long().reshape(-1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -92,10 +93,36 @@ def ablate_heads(heads: Mapping[int, Sequence[int]], mode: str = "zero",
 
 
 def _token_index(tokens: Any) -> tuple:
-    """Token indices (a list, or a bool mask ``[N]`` / ``[B, N]``) as an index of ``[B, N, ...]``."""
+    """Token indices (a list, or a bool mask ``[N]`` / ``[B, N]``) as an index of ``[B, N, ...]``; positions that
+    are not integers (1.5 would be cut to 1), or a mask of more than two dimensions, are refused in one line."""
     if isinstance(tokens, torch.Tensor) and tokens.dtype == torch.bool:
+        if tokens.dim() not in (1, 2):
+            raise VitscopeValueError(f"a token mask is [N] or [B, N], got shape {tuple(tokens.shape)}")
         return (tokens,) if tokens.dim() == 2 else (slice(None), tokens)
-    return (slice(None), [int(i) for i in (tokens.tolist() if isinstance(tokens, torch.Tensor) else tokens)])
+    try:
+        listed = tokens.reshape(-1).tolist() if isinstance(tokens, torch.Tensor) else list(tokens)
+    except TypeError:
+        raise VitscopeValueError(f"tokens are a list of positions or a bool mask, got {tokens!r}") from None
+    bad = [i for i in listed if isinstance(i, bool) or not isinstance(i, numbers.Integral)]
+    if bad:
+        raise VitscopeValueError(f"token positions are integers (or a bool mask), got {bad[0]!r}")
+    return (slice(None), [int(i) for i in listed])
+
+
+def _checked(index: tuple, t: torch.Tensor, name: str) -> tuple:
+    """``index`` (of :func:`_token_index`) checked against the tensor it edits, ``[B, N, ...]``."""
+    n = t.shape[1]
+    if isinstance(index[-1], list):
+        bad = [i for i in index[-1] if not -n <= i < n]
+        if bad:
+            raise VitscopeValueError(f"token positions {bad} do not exist: '{name}' has {n} tokens (0 to {n - 1})")
+    else:
+        mask = index[-1]
+        want = (n,) if len(index) == 2 else (t.shape[0], n)
+        if tuple(mask.shape) != want:
+            raise VitscopeValueError(f"the token mask has shape {tuple(mask.shape)}, but '{name}' needs "
+                                     f"{list(want)} (its batch of {t.shape[0]} images, {n} tokens)")
+    return index
 
 
 def ablate_tokens(tokens: Any, mode: str = "zero", hooks: Sequence[str] | str = "embed",
@@ -103,7 +130,8 @@ def ablate_tokens(tokens: Any, mode: str = "zero", hooks: Sequence[str] | str = 
     """Replace some tokens of the residual stream (every position of the sequence counts: prefix tokens first).
 
     Args:
-        tokens: positions in the sequence (a list), or a bool mask ``[N]`` (every image) or ``[B, N]``.
+        tokens: positions in the sequence (a list of integers), or a bool mask ``[N]`` (every image) or ``[B, N]``;
+            checked against the edited tensor when the edit runs.
         mode: ``"zero"``, ``"mean"`` (per position, over a reference set), ``"resample"`` (another image's) or
             ``"noise"`` (Gaussian with the standard deviation of each token position and channel over all the
             reference images, or over the batch without them; seeded: inside ``vitscope.run``, where
@@ -126,13 +154,14 @@ def ablate_tokens(tokens: Any, mode: str = "zero", hooks: Sequence[str] | str = 
 
     def edit(t: torch.Tensor, n: str) -> torch.Tensor:
         mean = reference[n] if mode == "mean" else None
+        at = _checked(index, t, n)
         if mode != "noise":
             other = resample_source(reference, n, t) if mode == "resample" else None
-            return replaced(t, index, mode, mean=mean, other=other)
+            return replaced(t, at, mode, mean=mean, other=other)
         running = images_running()
         draws = (_image_draws(seed, n, running, t.shape) if running is not None and len(running) == t.shape[0]
                  else None)
-        return replaced(t, index, mode, other=_noise_spread(reference, n, t), generator=generator, draws=draws)
+        return replaced(t, at, mode, other=_noise_spread(reference, n, t), generator=generator, draws=draws)
     return {name: edit for name in names}
 
 
@@ -163,13 +192,14 @@ def steer(hook: str, direction: torch.Tensor, scale: float = 1.0, tokens: Any = 
         tokens: only these positions (a list or a bool mask, as :func:`ablate_tokens`); default every token.
     """
     direction = direction.detach()
+    index = None if tokens is None else _token_index(tokens)
 
     def edit(t: torch.Tensor, n: str) -> torch.Tensor:
         add = (scale * direction).to(t.device, t.dtype).expand_as(t)
-        if tokens is None:
+        if index is None:
             return t + add
         out = t.clone()
-        index = _token_index(tokens)
-        out[index] = t[index] + add[index]
+        at = _checked(index, t, n)
+        out[at] = t[at] + add[at]
         return out
     return {hook: edit}
