@@ -60,3 +60,24 @@ def test_robustness_vit_beside_cnn(tmp_path):
     bad = CliRunner().invoke(app, ["experiment", "robustness", "--models", "tiny-vit-mae", "--data", f"{coco}::coco",
                                    "--out", str(tmp_path / "bad")])
     assert bad.exit_code == 1 and "classifier head" in bad.stderr
+
+
+def test_robustness_runs_the_foreground_test_on_boxes_alone(tmp_path):
+    """ImageNet's boxes (no masks) are the paper's protocol: region "box" scores them as `analyze` does; region
+    "mask" lists the test as not run."""
+    import vitscope
+    from vitscope.analyses.masking.foreground import ForegroundMasking
+    from vitscope.experiments.robustness import run_robustness
+
+    boxes = synthesize(tmp_path / "inb", "imagenet-boxes", n=6, size=64, seed=3)
+    data = f"{boxes}::imagenet-boxes"
+    doc = run_robustness(["tiny-vit-sup"], data, tmp_path / "rob", batch_size=4, device="cpu", progress=False)
+    summary = doc["analyses"]["foreground_masking"]["summary"]["tiny-vit-sup"]
+    alone = vitscope.run(vitscope.load_model("tiny-vit-sup"), data, [ForegroundMasking(region="box")], batch_size=4,
+                         device="cpu", progress=False, workers=0)["foreground_masking"]
+    assert summary["images_used"] == 6
+    assert summary["accuracy"] == alone.tensors["accuracy"].tolist()
+    masks = run_robustness(["tiny-vit-sup"], data, tmp_path / "robm", batch_size=4, device="cpu", region="mask",
+                           progress=False)
+    assert "foreground_masking" not in masks["analyses"]
+    assert [s["analysis"] for s in masks["skipped_analyses"]] == ["foreground_masking"]

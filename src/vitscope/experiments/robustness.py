@@ -3,7 +3,8 @@
 Paper 001 section 5 compares ViTs with CNNs; this runs :class:`~vitscope.analyses.masking.foreground.ForegroundMasking`
 and :class:`~vitscope.analyses.masking.frequency.FrequencyFiltering` on every model (one pass each) and
 draws one figure per measurement with every model in it. Any classifier backbone works (a ViT or a CNN with
-a head); the data must give labels in the models' label space (and object masks for the foreground test).
+a head); the data must give labels in the models' label space (and, for the foreground test, object masks, or
+boxes with ``region="box"``).
 """
 
 from __future__ import annotations
@@ -47,18 +48,20 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
 
     Args:
         models: model names (``vitscope.load_model``), at least one.
-        data: dataset (``ROOT::coco``, ``ROOT::imagenet-boxes``, ...); foreground masking runs when it has masks.
+        data: dataset (``ROOT::coco``, ``ROOT::imagenet-boxes``, ...); foreground masking runs when it has masks,
+            or boxes with ``region="box"``.
         out: output folder.
         batch_size, device, limit: as ``vitscope analyze``.
         region: foreground region, ``"box"`` or ``"mask"``.
         progress: progress bars.
         figure_files: also write the figures as PNG and SVG (the report draws them in the browser).
         image_size: run every model at this input side (None: each model's own preprocessing).
-        log: receives one-line messages (each model's input, foreground masking left out without masks).
+        log: receives one-line messages (each model's input, foreground masking left out without its regions).
 
     Returns:
         The ``results.json`` document.
     """
+    from vitscope.analyses.data_checks import DataFacts
     from vitscope.analyses.masking.foreground import ForegroundMasking
     from vitscope.analyses.masking.frequency import FrequencyFiltering
     from vitscope.analyses.registry import not_run_text, why_skipped
@@ -77,7 +80,9 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
         raise VitscopeUsageError(f"--region must be one of {', '.join(REGIONS)}, got {region!r}")
     out = prepare_output(out)
     source = as_source(data)
-    with_masks = "masks" in source.target_keys()
+    # the analysis decides: region "box" takes boxes alone (ImageNet's) as well as masks
+    facts = DataFacts(targets=source.target_keys())
+    with_foreground = ForegroundMasking(region=region).why_unsupported_data(facts) is None
     per_model: dict[str, dict[str, Result]] = {}
     identities, described, not_run = [], {}, {}
     for name in models:
@@ -85,20 +90,20 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
         identities.append(model_identity(name, backbone))
         if log:
             log(describe_input(backbone.spec))
-        if not with_masks and not not_run:
+        if not with_foreground and not not_run:
             not_run["foreground_masking"] = why_skipped(ForegroundMasking(region=region), backbone.spec,
                                                         source.target_keys()) or "the data has no object masks"
             if log:
                 log(f"not run: {not_run_text(not_run)}")
         analyses = [FrequencyFiltering()]
-        if with_masks:
+        if with_foreground:
             analyses.insert(0, ForegroundMasking(region=region))
         results = run(backbone, source, analyses, batch_size=batch_size, device=device, limit=limit,
                       progress=progress)
         per_model[name] = dict(results.items())
         described = results.data
     results: dict[str, Result] = {}
-    if with_masks:
+    if with_foreground:
         fg = {m: r["foreground_masking"]["normalised_accuracy"] for m, r in per_model.items()}
         topk = next(iter(per_model.values()))["foreground_masking"].meta["topk"]  # the same k for every model
 
