@@ -181,3 +181,32 @@ def test_result_plots(tiny, images, tmp_path) -> None:
     assert res["isolate_cls_accuracy"].shape == (2,)
     files = res.plot(tmp_path)
     assert len(files) == 2 and all(p.stat().st_size > 0 for p in files)
+
+
+def test_images_of_several_token_grids_keep_their_token_counts_per_grid(world) -> None:
+    """With keep_aspect a position is a different place on each grid: the counts of each grid are those of its own
+    images, each run alone; CLS and the patch average are over every image."""
+    from PIL import Image
+
+    backbone = vitscope.load_model("tiny-vit-sup", keep_aspect=True)
+    sizes = ((64, 32), (32, 64), (48, 48))  # (width, height): grids 5x10, 10x5 (as many tokens) and 8x8
+    pictures = [Image.fromarray(world.images[i].permute(1, 2, 0).numpy()).resize(sizes[i % 3]) for i in range(10)]
+    labels = world.labels[:10].tolist()
+    res = token_mixing(backbone, InMemoryImages(pictures, labels=labels), insert_blocks=[0], batch_size=4)
+    correct, images, patch_accuracies = {}, {}, []
+    for picture, label in zip(pictures, labels):  # each image alone: its own grid, nothing mixed
+        pixels = backbone.preprocess([picture])
+        hits = (per_token_logits(backbone, pixels)[0].argmax(-1) == label).double()
+        grid = backbone.spec.grid_for(*pixels.shape[-2:])
+        key = f"{grid[0]}x{grid[1]}"
+        correct[key] = correct.get(key, 0) + hits
+        images[key] = images.get(key, 0) + 1
+        patch_accuracies.append(float(hits[1:].mean()))
+    assert res.meta["grids"] == {"5x10": 4, "8x8": 3, "10x5": 3}  # most images first, ties by the smaller grid
+    for j, (key, n) in enumerate(res.meta["grids"].items()):
+        suffix = "" if j == 0 else f"@{key}"
+        torch.testing.assert_close(res[f"token_accuracy{suffix}"], correct[key] / n, rtol=0, atol=1e-12)
+        assert res[f"token_accuracy_grid{suffix}"].shape == tuple(int(v) for v in key.split("x"))
+    assert res.meta["cls_token_accuracy"] == pytest.approx(sum(float(c[0]) for c in correct.values()) / 10)
+    assert res.meta["patch_average"] == pytest.approx(sum(patch_accuracies) / 10)
+    assert res.meta["patch_maximum"] == float(res["token_accuracy_grid"].max())

@@ -13,7 +13,8 @@ Two interventions on a classifier, through the backbone's staged execution:
   usual. ``L = 0`` is the unmodified model; ``L = num_blocks`` means CLS never sees the image.
 
 Counts are sums declared as state (:class:`TokenMixing`), so two partial runs merge exactly; the pass is
-:func:`vitscope.run`'s, with the extra forwards through ``batch.model``.
+:func:`vitscope.run`'s, with the extra forwards through ``batch.model``. Images of several token grids
+(``keep_aspect``) keep their per-token counts per grid: a position means a different place on each grid.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import torch
 
 from vitscope.analyses.base import Batch, Figure, Result
+from vitscope.analyses.grids import by_images, grid_key, grid_of
 from vitscope.analyses.masking.base import ModelAccumulator
 from vitscope.analyses.result import png_path
 from vitscope.errors import VitscopeValueError
@@ -107,9 +109,10 @@ class TokenMixing(ModelAccumulator):
     Args:
         insert_blocks: CLS insertion blocks to evaluate (default: every ``0..num_blocks``).
 
-    State: ``num_images``; ``correct_token`` ``[N]`` (the head on each token), ``correct_model`` (the
-    unmodified model), ``correct_isolated`` ``[len(insert_blocks)]``, all sums; the token ``grid``, the number of
-    prefix tokens and the insertion blocks (the same in every batch).
+    State: ``num_images``; ``correct_token`` ``{"HxW": [N]}`` (the head on each token, per token grid) and
+    ``grid_images`` ``{"HxW": images}``, ``correct_model`` (the unmodified model), ``correct_isolated``
+    ``[len(insert_blocks)]``, all sums; the number of prefix tokens and the insertion blocks (the same in every
+    batch).
     """
 
     name = "token_mixing"
@@ -122,10 +125,10 @@ class TokenMixing(ModelAccumulator):
         self.insert_blocks = None if insert_blocks is None else [int(b) for b in insert_blocks]
 
     def _declare_counts(self) -> None:
-        self.add_state("correct_token", None, reduce="sum")
+        self.add_state("correct_token", {}, reduce="sum")  # "HxW" grid -> [N] long
+        self.add_state("grid_images", {}, reduce="sum")  # "HxW" grid -> images seen at that grid
         self.add_state("correct_model", 0, reduce="sum")
         self.add_state("correct_isolated", None, reduce="sum")
-        self.add_state("grid", None, reduce="same")
         self.add_state("num_prefix", None, reduce="same")
         self.add_state("blocks", None, reduce="same")
 
@@ -152,26 +155,42 @@ class TokenMixing(ModelAccumulator):
             return tok, model, iso
 
         tok, model, iso = self._run(counts, batch)
-        self.correct_token = tok if self.correct_token is None else self.correct_token + tok
+        key = grid_key(batch.grid)  # position i is a different place on another grid
+        self.correct_token[key] = tok if key not in self.correct_token else self.correct_token[key] + tok
+        self.grid_images[key] = self.grid_images.get(key, 0) + batch.size
         self.correct_isolated = iso if self.correct_isolated is None else self.correct_isolated + iso
         self.correct_model += model
-        self.grid, self.num_prefix, self.blocks = tuple(batch.grid), spec.num_prefix_tokens, blocks
+        self.num_prefix, self.blocks = spec.num_prefix_tokens, blocks
 
     def compute(self) -> TokenMixingResult:
-        if self.correct_token is None or self.num_images == 0:
+        """Accuracies; per-token ones per grid, the grid of most images under the plain names, others ``@HxW``.
+
+        ``cls_token_accuracy`` and ``patch_average`` (each image's patches averaged on its own grid) are over every
+        image; ``patch_maximum``, ``patch_minimum`` and ``best_patch`` name positions of the main grid.
+        """
+        if not self.correct_token or self.num_images == 0:
             return TokenMixingResult(self.name, {}, {"num_images": 0})
-        total = self.num_images
-        acc = self.correct_token.double() / total
-        p, (h, w) = self.num_prefix, self.grid
-        spatial = acc[p:]
-        tensors = {"token_accuracy": acc, "token_accuracy_grid": spatial.reshape(h, w),
-                   "isolate_cls_accuracy": self.correct_isolated.double() / total,
-                   "isolate_cls_block": torch.tensor(self.blocks, dtype=torch.long)}
+        total, p = self.num_images, self.num_prefix
+        grids = by_images(self.grid_images.items())
+        tensors: dict[str, torch.Tensor] = {}
+        cls_correct, patch_sum = 0, 0.0
+        for j, (key, n) in enumerate(grids):
+            acc = self.correct_token[key].double() / n
+            suffix = "" if j == 0 else f"@{key}"
+            tensors[f"token_accuracy{suffix}"] = acc
+            tensors[f"token_accuracy_grid{suffix}"] = acc[p:].reshape(grid_of(key))
+            cls_correct += int(self.correct_token[key][0])
+            patch_sum += float(acc[p:].mean()) * n
+        spatial = tensors["token_accuracy"][p:]
+        tensors |= {"isolate_cls_accuracy": self.correct_isolated.double() / total,
+                    "isolate_cls_block": torch.tensor(self.blocks, dtype=torch.long)}
         meta = {**self._meta(), "model_accuracy": self.correct_model / total,
-                "cls_token_accuracy": float(acc[0]), "patch_average": float(spatial.mean()),
+                "cls_token_accuracy": cls_correct / total, "patch_average": patch_sum / total,
                 "patch_maximum": float(spatial.max()), "patch_minimum": float(spatial.min()),
                 "best_patch": int(spatial.argmax()),
                 "isolate_cls": {str(b): float(a) for b, a in zip(self.blocks, tensors["isolate_cls_accuracy"])}}
+        if len(grids) > 1:
+            meta["grids"] = {key: int(n) for key, n in grids}
         return TokenMixingResult(self.name, tensors, meta)
 
 
@@ -184,7 +203,8 @@ def _model_logits(backbone: Backbone, pixels: torch.Tensor) -> torch.Tensor:
 class TokenMixingResult(Result):
     """Accuracies of the token-mixing experiments (table 1 rows in ``meta``, figure 6 in ``figures``)."""
 
-    DIMS = {"token_accuracy": ("token",), "token_accuracy_grid": ("row", "column"),
+    DIMS = {"token_accuracy": ("token",), "token_accuracy@*": ("token",), "token_accuracy_grid": ("row", "column"),
+            "token_accuracy_grid@*": ("row", "column"),
             "isolate_cls_*": ("block",)}
 
     def figures(self) -> list[Figure]:
@@ -243,9 +263,10 @@ def token_mixing(
         progress: show a progress bar.
 
     Returns:
-        A :class:`TokenMixingResult`: ``token_accuracy [N]``, ``token_accuracy_grid [h, w]``,
-        ``isolate_cls_accuracy [len(insert_blocks)]``; meta holds the model, CLS, patch-average and
-        patch-maximum accuracies.
+        A :class:`TokenMixingResult`: ``token_accuracy [N]``, ``token_accuracy_grid [h, w]`` (of the grid of most
+        images; with several grids the others' as ``token_accuracy@HxW`` and ``token_accuracy_grid@HxW``, and
+        ``meta["grids"]``), ``isolate_cls_accuracy [len(insert_blocks)]``; meta holds the model, CLS,
+        patch-average and patch-maximum accuracies.
     """
     from vitscope.engine.run import run
 
