@@ -60,6 +60,14 @@ def test_a_path_option_expands_the_home_folder(tmp_path, monkeypatch) -> None:
 
 @pytest.mark.parametrize(("params", "message"), [
     (["knn_probe.k=0"], r"--param knn_probe.k=0: k must be a positive integer"),
+    # checked when the probes are configured: after the pass they would cost the whole run
+    (["linear_probe.epochs=0"], r"--param linear_probe.epochs=0: epochs must be a positive integer"),
+    (["linear_probe.batch_size=0"], r"--param linear_probe.batch_size=0: batch_size must be a positive integer"),
+    (["linear_probe.lr=-1"], r"--param linear_probe.lr=-1: lr must be a positive learning rate"),
+    (["linear_probe.lr=0"], r"lr must be a positive learning rate"),
+    (["knn_probe.random_kind=foo"], r"--param knn_probe.random_kind=foo: random_kind must be 'uniform' or 'gaussian'"),
+    (["clustering.random_kind=foo"], r"random_kind must be 'uniform' or 'gaussian', or none"),
+    (["linear_probe.random_kind=foo"], r"random_kind must be 'uniform' or 'gaussian', or none"),
     (["knn_probe.kk=3"], r"--param knn_probe.kk: knn_probe has no parameter 'kk'; its parameters: site, tokens, k"),
     (["cka.k=3"], r"cka is not among the analyses run"),
     (["probes.nothing=1"], r"no analysis of the 'probes' group has a parameter 'nothing'"),

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 import torch
 
-from vitscope.analyses.attention.base import has_cls_token
+from vitscope.analyses.attention.base import RANDOM_KINDS, has_cls_token
 from vitscope.analyses.base import Analysis, Batch
 from vitscope.analyses.data_checks import DataFacts, class_problem, no_labels, no_regions, region_problem
 from vitscope.analyses.probes.result import ProbeResult
@@ -37,7 +37,7 @@ from vitscope.models.views import StandardView
 if TYPE_CHECKING:  # the cache imports the analyses package lazily; annotations only
     from vitscope.cache.feature_cache import CacheEntry
 
-__all__ = ["LabelledFeatures", "cached_labelled_pair", "holdout_mask"]
+__all__ = ["LabelledFeatures", "cached_labelled_pair", "check_random_kind", "holdout_mask"]
 
 LEVELS = ("image", "object", "part")
 
@@ -56,6 +56,18 @@ def holdout_mask(indices: np.ndarray, test_fraction: float, seed: int = 0) -> np
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         z = z ^ (z >> np.uint64(31))
     return (z >> np.uint64(11)).astype(np.float64) / float(1 << 53) < test_fraction
+
+
+def check_random_kind(random_kind: str | None) -> str | None:
+    """``random_kind`` if it names a random baseline (``"uniform"``, ``"gaussian"``, or None for none).
+
+    Raises:
+        VitscopeValueError: anything else, when the probe is configured rather than after the pass.
+    """
+    if random_kind is not None and random_kind not in RANDOM_KINDS:
+        raise VitscopeValueError(f"random_kind must be {' or '.join(map(repr, RANDOM_KINDS))}, or none for no random "
+                                 f"baseline, got {random_kind!r}")
+    return random_kind
 
 
 #: image-level poolings of the probes ("auto": the CLS token where the model has one, else the spatial mean)

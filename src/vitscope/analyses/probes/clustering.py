@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vitscope.analyses.probes.base import LabelledFeatures
+from vitscope.analyses.probes.base import LabelledFeatures, check_random_kind
 from vitscope.analyses.probes.result import ProbeResult, probe_result
 from vitscope.analyses.registry import register_analysis
 from vitscope.cache.feature_cache import CacheEntry
@@ -101,7 +101,7 @@ class Clustering(LabelledFeatures):
         super().__init__(site, tokens, level, workdir)
         if k is not None and (int(k) != k or k < 1):
             raise VitscopeValueError(f"k must be a positive integer, got {k!r}")
-        self._cfg_k, self._cfg_seed, self._cfg_random = k, int(seed), random_kind
+        self._cfg_k, self._cfg_seed, self._cfg_random = k, int(seed), check_random_kind(random_kind)
 
     def compute(self) -> ProbeResult:
         meta = self.base_meta()

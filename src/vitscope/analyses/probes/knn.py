@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from vitscope.analyses.data_checks import split_problem
-from vitscope.analyses.probes.base import LabelledFeatures, cached_labelled_pair, holdout_mask
+from vitscope.analyses.probes.base import LabelledFeatures, cached_labelled_pair, check_random_kind, holdout_mask
 from vitscope.analyses.probes.result import ProbeResult, probe_result
 from vitscope.analyses.registry import register_analysis
 from vitscope.cache.feature_cache import CacheEntry
@@ -104,7 +104,7 @@ class KnnProbe(LabelledFeatures):
         if not 0 < test_fraction < 1:
             raise VitscopeValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
         self._cfg_k, self._cfg_t, self._cfg_fraction = int(k), float(temperature), float(test_fraction)
-        self._cfg_seed, self._cfg_random = int(seed), random_kind
+        self._cfg_seed, self._cfg_random = int(seed), check_random_kind(random_kind)
 
     def split_problem(self, index: np.ndarray) -> str | None:
         """Why the held-out split leaves the train or the test side empty (:func:`.data_checks.split_problem`)."""

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from vitscope.analyses.data_checks import split_problem
-from vitscope.analyses.probes.base import LabelledFeatures, cached_labelled_pair, holdout_mask
+from vitscope.analyses.probes.base import LabelledFeatures, cached_labelled_pair, check_random_kind, holdout_mask
 from vitscope.analyses.probes.result import ProbeResult, probe_result
 from vitscope.analyses.registry import register_analysis
 from vitscope.cache.feature_cache import CacheEntry
@@ -92,9 +92,14 @@ class LinearProbe(LabelledFeatures):
         super().__init__(site, tokens, "image", workdir)
         if not 0 < test_fraction < 1:
             raise VitscopeValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+        for key, value in (("epochs", epochs), ("batch_size", batch_size)):
+            if isinstance(value, bool) or int(value) != value or value < 1:
+                raise VitscopeValueError(f"{key} must be a positive integer, got {value!r}")
+        if not 0 < lr < float("inf"):
+            raise VitscopeValueError(f"lr must be a positive learning rate, got {lr!r}")
         self._cfg_opts = {"batch_norm": bool(batch_norm), "epochs": int(epochs), "lr": float(lr),
                           "batch_size": int(batch_size), "seed": int(seed)}
-        self._cfg_fraction, self._cfg_random = float(test_fraction), random_kind
+        self._cfg_fraction, self._cfg_random = float(test_fraction), check_random_kind(random_kind)
 
     def split_problem(self, index: np.ndarray) -> str | None:
         """Why the held-out split leaves the train or the test side empty (:func:`.data_checks.split_problem`)."""
