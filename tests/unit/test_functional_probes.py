@@ -96,6 +96,8 @@ def test_kmeans_labels_recovers_separated_blobs_deterministically() -> None:
     assert isinstance(labels, np.ndarray) and labels.dtype == np.int64 and labels.shape == (60,)
     assert cluster_scores(truth, labels) == pytest.approx({"purity": 1.0, "nmi": 1.0, "ari": 1.0})
     assert np.array_equal(labels, kmeans_labels(feats.numpy(), 3, seed=0))
+    # any integer seed: scikit-learn's random_state is the seed modulo 2**32
+    assert np.array_equal(kmeans_labels(feats, 3, seed=-1), kmeans_labels(feats, 3, seed=2**32 - 1))
     with pytest.raises(ValueError, match="k must be"):
         kmeans_labels(feats, 61)
 

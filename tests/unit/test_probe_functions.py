@@ -232,6 +232,23 @@ def test_holdout_mask_is_per_index() -> None:
     assert (holdout_mask(idx, 0.2, seed=1) != test).any()
 
 
+def _splitmix_reference(index: int, seed: int) -> float:
+    """splitmix64 of (seed, index) in Python integers, mapped to [0, 1)."""
+    m = 2**64
+    z = (index + seed * 0x9E3779B97F4A7C15 + 0x9E3779B97F4A7C15) % m
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % m
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % m
+    return ((z ^ (z >> 31)) >> 11) / 2**53
+
+
+@pytest.mark.parametrize("seed", [0, 7, -1, -12345, 2**64 + 3])
+def test_holdout_mask_takes_any_integer_seed_modulo_two_to_the_64(seed) -> None:
+    """A negative seed (``probe --seed -1``) splits as seed mod 2**64; non-negative seeds split as they did."""
+    idx = np.arange(300)
+    want = np.array([_splitmix_reference(int(i), seed % 2**64) < 0.3 for i in idx])
+    np.testing.assert_array_equal(holdout_mask(idx, 0.3, seed=seed), want)
+
+
 # ------------------------------------------------------------------------------------------ scoring
 
 

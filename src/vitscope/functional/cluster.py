@@ -88,7 +88,8 @@ def kmeans_labels(features: ArrayLike, k: int, seed: int = 0) -> np.ndarray:
     Args:
         features: ``[n, d]`` features (numpy or torch). float32 stays float32, anything else becomes float64.
         k: number of clusters, 1 <= k <= n (docs/methods.md default: the number of distinct labels).
-        seed: passed as ``random_state`` (default 0, as the 002 code).
+        seed: passed as ``random_state`` (default 0, as the 002 code), taken modulo 2**32 (scikit-learn's range), so
+            any integer works (``-1`` seeds as ``2**32 - 1``).
 
     Returns:
         ``[n]`` int64 numpy array of cluster ids in ``[0, k)``.
@@ -106,5 +107,5 @@ def kmeans_labels(features: ArrayLike, k: int, seed: int = 0) -> np.ndarray:
         raise VitscopeValueError(f"k must be an integer in [1, n={x.shape[0]}], got {k!r}")
     from sklearn.cluster import KMeans
 
-    model = KMeans(n_clusters=int(k), n_init=10, random_state=seed)
+    model = KMeans(n_clusters=int(k), n_init=10, random_state=int(seed) % 2**32)
     return model.fit_predict(x).astype(np.int64)

@@ -47,10 +47,18 @@ def holdout_mask(indices: np.ndarray, test_fraction: float, seed: int = 0) -> np
 
     A splitmix64 hash of ``(seed, index)`` mapped to [0, 1) is compared with ``test_fraction``, so the split
     of an image never depends on which other images are present (merge-exact) and the same seed gives the
-    same split.
+    same split. Any integer seed works: it is taken modulo 2**64 (``-1`` splits as ``2**64 - 1``).
+
+    Args:
+        indices: ``[n]`` dataset indices (non-negative integers).
+        test_fraction: share of images held out, in (0, 1).
+        seed: the split's seed.
+
+    Returns:
+        ``[n]`` bool.
     """
     with np.errstate(over="ignore"):
-        z = (np.asarray(indices, dtype=np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
+        z = (np.asarray(indices, dtype=np.uint64) + np.uint64(int(seed) % 2**64) * np.uint64(0x9E3779B97F4A7C15)
              + np.uint64(0x9E3779B97F4A7C15))
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
