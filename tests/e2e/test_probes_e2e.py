@@ -150,3 +150,21 @@ def test_engine_run_with_representation_analyses(data, backbone) -> None:
     entry = extract_features(backbone, AnnotatedSource(load_dataset(data["coco"])), [FeatureRequest(pooling="mask")],
                              FeatureCache(Path(dataset.dataset.root) / "cache"))[FeatureRequest(pooling="mask")]
     torch.testing.assert_close(clustering_probe(entry)["purity"], regions["purity"])
+
+
+def test_object_level_clustering_reads_the_regions_of_data_opened_as_analyze_opens_it(data, backbone) -> None:
+    """`analyze -p clustering.level=object --data ROOT::coco` opens the data plainly: the engine loads its region
+    masks and labels, so the rows are those of a source opened with regions=True; data without regions is refused."""
+    from vitscope.errors import VitscopeError
+
+    def clustered(source):
+        return vitscope.run(backbone, source, [Clustering(level="object")], batch_size=4, device="cpu",
+                            progress=False)["clustering"]
+
+    plain = clustered(f"{data['coco']}::coco")
+    regions = clustered(AnnotatedSource(load_dataset(data["coco"]), regions=True))
+    assert plain.meta["level"] == "object" and plain.meta["num_rows"] == regions.meta["num_rows"] > 6
+    for metric in ("purity", "nmi", "ari"):
+        assert torch.equal(plain[metric], regions[metric]), metric
+    with pytest.raises(VitscopeError, match=r"object-level rows need region masks .* \(--data ROOT::coco"):
+        clustered(f"{data['train']}::imagefolder")

@@ -39,9 +39,9 @@ def no_labels(data: str) -> str:
 
 
 def no_regions(analysis: str, level: str) -> str:
-    """Object- or part-level rows need region masks with their labels in the batch targets."""
-    return (f"{analysis}: {level}-level rows need region masks and their labels; open the dataset with "
-            "vitscope.data.annotated_source.AnnotatedSource(reader, regions=True) (coco, partimagenet)")
+    """Object- or part-level rows need region masks with their labels (the source's ``regions``)."""
+    return (f"{analysis}: {level}-level rows need region masks and their labels, which this data does not give; use "
+            "a dataset with instance or part masks (--data ROOT::coco or ROOT::partimagenet)")
 
 
 def class_problem(labels: np.ndarray, data: str = "the data", names: Sequence[str] = (), hint: str = ""
@@ -187,6 +187,20 @@ class DataFacts:
     def hint(self) -> str:
         """:func:`layout_hint` of the source's folder."""
         return layout_hint(_reader(self.source), _format(self.source))
+
+    @functools.cached_property
+    def has_regions(self) -> bool:
+        """Whether the source gives region masks with their labels (``Source.regions``, which the engine loads for
+        analyses that require ``regions``), asked of its first readable entries; False without a source."""
+        if self.source is None:
+            return False
+        for i in range(min(len(self.source), 3)):
+            try:
+                self.source.regions(i)
+                return True
+            except Exception:  # none here (an unreadable entry, or a source without regions): try the next one
+                continue
+        return False
 
     @functools.cached_property
     def regions(self) -> tuple[int, int, str] | None:

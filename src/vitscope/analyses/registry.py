@@ -206,7 +206,8 @@ class Obstacle:
 
 
 #: what each kind of ground truth is called in the list of analyses not run
-_TARGET_WORDS = {"label": "image labels", "masks": "object masks", "instance_labels": "labels of its masks"}
+_TARGET_WORDS = {"label": "image labels", "masks": "object masks", "instance_labels": "labels of its masks",
+                 "regions": "region masks"}
 
 
 def obstacle(analysis: Analysis, spec: ModelSpec, data: DataFacts) -> Obstacle | None:

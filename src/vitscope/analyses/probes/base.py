@@ -3,7 +3,8 @@
 Rows (one per image, or one per region mask at the object / part level) go to a disk-backed
 :class:`~vitscope.cache.rowstore.RowStore` with their dataset index and label; ``compute`` reads them
 back sorted by index, so a merged accumulator scores exactly what one accumulator over all images would.
-Labels come from ``batch.targets`` (``label`` per image; ``masks`` and ``instance_labels`` for regions, as
+Labels come from ``batch.targets`` (``label`` per image; for regions the ``regions`` the engine loads from the
+source, ``(masks, labels)`` per image, or else ``masks`` and ``instance_labels``, as
 :class:`vitscope.data.annotated_source.AnnotatedSource` with ``regions=True`` provides). Data these analyses
 cannot score (no labels, one class, one image per class, no train/test split, regions of one class) is refused
 before the pass (:meth:`LabelledFeatures.why_unsupported_data`, messages of :mod:`vitscope.analyses.data_checks`);
@@ -107,6 +108,8 @@ class LabelledFeatures(Analysis):
         if level not in LEVELS:
             raise VitscopeValueError(f"level must be one of {LEVELS}, got {level!r}")
         self._cfg_site, self._cfg_tokens, self._cfg_level, self._cfg_workdir = site, tokens, level, workdir
+        if level != "image":  # the engine loads the source's region masks and labels for analyses that require them
+            self.required_targets = ("regions",)
         self.add_state("store", functools.partial(RowStore, workdir=workdir), reduce="cat")  # rows, on disk
         self.add_state("blocks", [], reduce="same")
         self.add_state("unlabelled", 0, reduce="sum")  # images without the ground truth this analysis needs
@@ -138,7 +141,7 @@ class LabelledFeatures(Analysis):
         """No labels, one class, one image per class, no train/test split (image level); no region masks or
         regions of one class (object and part levels): the messages of :mod:`vitscope.analyses.data_checks`."""
         if self._cfg_level != "image":
-            if not {"masks", "instance_labels"} <= data.targets:
+            if not ({"masks", "instance_labels"} <= data.targets or data.has_regions):
                 return no_regions(self.name, self._cfg_level)
             return data.region_problem()
         problem = data.class_problem()
@@ -205,7 +208,12 @@ class LabelledFeatures(Analysis):
             return {**rows, "index": np.asarray(batch.indices, dtype=np.int64)[have],
                     "label": np.asarray([labels[j] for j in have], dtype=np.int64),
                     "region": np.zeros(len(have), dtype=np.int64)}, batch.size - len(have)
-        masks, mask_labels = batch.targets.get("masks"), batch.targets.get("instance_labels")
+        regions = batch.targets.get("regions")
+        if regions is not None and len(regions) == batch.size:  # the engine's: (masks, labels) or None per image
+            masks = [None if r is None else r[0] for r in regions]
+            mask_labels = [None if r is None else r[1] for r in regions]
+        else:
+            masks, mask_labels = batch.targets.get("masks"), batch.targets.get("instance_labels")
         if masks is None or mask_labels is None or len(masks) != batch.size or len(mask_labels) != batch.size:
             return None, batch.size
         have = [j for j in range(batch.size) if masks[j] is not None and mask_labels[j] is not None]

@@ -80,8 +80,9 @@ class Clustering(LabelledFeatures):
         site: block site (default ``resid_post``, the block output).
         tokens: image level: ``"auto"`` (default: the CLS token where the model has
             one, else the spatial mean), ``"cls"`` or ``"spatial_mean"``.
-        level: ``"image"`` (batch targets ``label``), ``"object"`` or ``"part"`` (targets ``masks`` and
-            ``instance_labels``, see :class:`vitscope.data.annotated_source.AnnotatedSource` with ``regions=True``).
+        level: ``"image"`` (batch targets ``label``), ``"object"`` or ``"part"`` (one row per region mask: the
+            data's region masks and their labels, which the engine loads, e.g. ``--data ROOT::coco`` or
+            ``ROOT::partimagenet``).
         k: number of clusters (default: the number of distinct labels).
         seed: k-means ``random_state`` and seed of the random baseline.
         random_kind: random-chance features, ``"uniform"`` (default), ``"gaussian"`` or None.
