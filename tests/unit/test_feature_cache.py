@@ -330,3 +330,27 @@ def test_a_second_run_of_the_same_extraction_keeps_its_rows_apart(folder: Path, 
     assert len(entry) == 10
     shared = [p for p in (tmp_path / "tmp").glob("pass-*") if p.is_dir()]
     assert all(not list(p.glob("state*.pt")) and not list(p.glob("rows-*")) for p in shared)  # the other's, untouched
+
+
+def test_an_intervention_neither_reads_nor_fills_the_shared_cache(folder: Path, tmp_path: Path) -> None:
+    """Features extracted under backbone.intervene are the edited model's (not the clean entry's), are not stored
+    under the clean key, are shared by the calls inside the intervention and go when it ends."""
+    backbone = vitscope.load_model("tiny-vit")
+    calls = _counting(backbone)
+    cache, logs = FeatureCache(tmp_path), []
+    source = DatasetSource(load_dataset(folder))
+    request = FeatureRequest(pooling="cls", blocks=(5,))
+    clean = np.array(extract_features(backbone, source, [request], cache, batch_size=5)[request].block(5))
+    n = len(calls)
+    with backbone.intervene({"blocks.5.resid_post": lambda t, name: t * 0 + 1}):
+        edited = extract_features(backbone, source, [request], cache, batch_size=5, log=logs.append)[request]
+        np.testing.assert_array_equal(edited.block(5), np.ones((10, 128), np.float32))
+        assert len(calls) == n + 2 and len(logs) == 1 and "intervene" in logs[0]
+        again = extract_features(backbone, source, [request], cache, batch_size=5, log=logs.append)[request]
+        assert len(calls) == n + 2 and again.path == edited.path and len(logs) == 1  # shared inside, logged once
+        assert edited.path.is_relative_to(tmp_path / "tmp")
+        private = edited.path
+    assert not private.exists() and not list((tmp_path / "tmp").iterdir())  # gone with the intervention
+    assert len(cache.keys()) == 1
+    after = extract_features(backbone, source, [request], cache, batch_size=5)[request]
+    np.testing.assert_array_equal(after.block(5), clean)

@@ -177,3 +177,25 @@ def test_token_positions_and_masks_are_checked_in_one_line(model):
         ablate_tokens(3)
     last = recorded(model, x, "embed", ablate_tokens(torch.tensor([n - 1, 2])))[0]["embed"]  # the last one exists
     assert float(last[:, [2, n - 1]].abs().max()) == 0.0
+
+
+def test_active_edits_name_the_open_interventions_innermost_last(model):
+    def keep(t, name):
+        return t
+
+    assert model.active_edits == ()
+    with model.intervene({}):
+        assert model.active_edits == ()  # nothing edited
+    with model.intervene({"blocks.0.resid_post": keep}):
+        outer = model.active_edits
+        assert len(outer) == 1 and outer[0].names == {"blocks.0.resid_post"}
+        with pytest.raises(RuntimeError, match="inside"), model.intervene({"blocks.1.attn.heads": keep}):
+            assert model.active_edits[0] is outer[0] and model.active_edits[1].names == {"blocks.1.attn.heads"}
+            raise RuntimeError("raised inside")
+        assert model.active_edits == outer
+    assert model.active_edits == ()
+    from vitscope.models.tiled import TiledBackbone
+
+    tiled = TiledBackbone(model)
+    with model.intervene({"blocks.0.resid_post": keep}):
+        assert tiled.active_edits == model.active_edits != ()  # the tiles run the edited model

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -30,6 +31,7 @@ from vitscope.engine.results import EmptyRunError
 from vitscope.engine.run import resolve_device, resolve_dtype, run
 from vitscope.engine.state import Checkpoint
 from vitscope.errors import VitscopeRuntimeError, VitscopeValueError
+from vitscope.hooks.edits import Edits
 from vitscope.models.backbone import Backbone
 from vitscope.models.digest import CACHE_FORMAT, digest, model_fingerprint
 from vitscope.models.views import StandardView, TiledView, View
@@ -84,6 +86,35 @@ def _working_folder(cache: FeatureCache, name: str | None, shard: Any, log: Call
         dist.broadcast_object_list(chosen, src=0)
     return Path(chosen[0]), bool(chosen[1]), lock
 
+# intervention -> {shared cache root: the intervention's own cache under it}; an entry goes with its intervention
+_EDITED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _edited_cache(cache: FeatureCache, edits: Edits, shard: Any, log: Callable[[str], None] | None) -> FeatureCache:
+    """A cache of the open intervention's own, in ``<cache>/tmp/edited-*``, deleted when the intervention ends.
+
+    Edits are functions and have no fingerprint: features computed under them must neither be served from the
+    shared cache nor stored there under the unedited model's key. Calls within one intervention share this cache
+    (DAVIS extracts each sequence in a call of its own).
+    """
+    mine = _EDITED.setdefault(edits, {})
+    private = mine.get(cache.root)
+    if private is not None:
+        return private
+    chosen = [str(cache.root / "tmp" / f"edited-{uuid.uuid4().hex}")]
+    if shard.world > 1:  # every process reads the entries rank 0 commits there
+        import torch.distributed as dist
+
+        dist.broadcast_object_list(chosen, src=0)
+    private = mine[cache.root] = FeatureCache(chosen[0])
+    if shard.rank == 0:
+        weakref.finalize(edits, shutil.rmtree, chosen[0], True)
+        if log:
+            log("the model runs under backbone.intervene(...): its features are extracted afresh and kept apart "
+                "from the feature cache until the intervention ends")
+    return private
+
+
 @held_fingerprints()  # every pass of the command stats the files once
 def extract_features(
     backbone: Backbone,
@@ -133,6 +164,10 @@ def extract_features(
         workers: processes that decode the images (:func:`vitscope.run`; None: chosen from the CPUs).
         jpeg_draft: decode JPEGs at reduced DCT scales (:func:`vitscope.run`; part of the key).
 
+    Under :meth:`Backbone.intervene <vitscope.models.backbone.Backbone.intervene>` (edits have no fingerprint) the
+    shared cache is neither read nor written: the features are extracted into a cache of the intervention's own,
+    shared by the calls made inside it and deleted when it ends (``log`` says so once).
+
     Returns:
         ``{request: CacheEntry}``; each entry has ``index`` ``[rows]`` (image position), ``block{i}`` per
         kept block (float32), and for mask pooling ``label`` and ``region`` (mask number in its image).
@@ -148,6 +183,9 @@ def extract_features(
     source = as_source(source)
     cache = cache if cache is not None else FeatureCache()
     view = view if view is not None else StandardView()
+    edits = backbone.active_edits
+    if edits:  # the innermost intervention ends first: its cache goes with it
+        cache = _edited_cache(cache, edits[-1], shard_for(distributed, resolve_device(device).type), log)
     spec = backbone.spec
     amp = resolve_dtype(dtype)
     model_fp = model_fingerprint(backbone)
@@ -164,9 +202,9 @@ def extract_features(
     # the pass's working folder, keyed by what it computes: a killed pass restarted with the same request finds
     # its state there (rows are committed to disk shard by shard as it goes, the state file names them)
     pass_key = digest({"entries": [keys[r] for r in missing]})  # rows do not depend on the batch size
-    # analyses riding along are not keyed here, so such a pass is not resumable
-    work, resumable, lock = _working_folder(cache, f"pass-{pass_key}" if resume and not analyses else None, shard,
-                                            log)
+    # analyses riding along are not keyed here, nor are edits (their folder goes with the intervention)
+    resumable_name = f"pass-{pass_key}" if resume and not analyses and not edits else None
+    work, resumable, lock = _working_folder(cache, resumable_name, shard, log)
     try:  # the lock goes with the pass, also when it is interrupted (a re-run in this process then resumes)
         rows = FeatureRows(missing, view, workdir=work / f"rows-rank{shard.rank}-of-{shard.world}")
         key = {"pass": pass_key, "format": CACHE_FORMAT, **({"strict": True} if strict else {})}  # as a run's key

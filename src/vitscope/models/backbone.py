@@ -154,12 +154,28 @@ class Backbone(ABC):
             for name in expand_names([pattern], self.hook_names(), self.spec.name):
                 resolved[name] = fn
         handles: list[Removable] = []
+        installed = Edits(resolved)
+        open_edits = self.__dict__.setdefault("_open_edits", [])
         try:
-            handles = self._install_edits(Edits(resolved))
+            handles = self._install_edits(installed)
+            if resolved:  # an empty intervention leaves the model as it is
+                open_edits.append(installed)
             yield
         finally:
+            if installed in open_edits:
+                open_edits.remove(installed)
             for handle in reversed(handles):
                 handle.remove()
+
+    @property
+    def active_edits(self) -> tuple[Edits, ...]:
+        """The edits of every open :meth:`intervene` context, outermost first (empty: the model runs as loaded).
+
+        Edits are functions, so what they compute has no fingerprint: whatever outlives a forward (the feature
+        cache) must tell edited runs apart by these objects. Each is a fresh object per context, released when its
+        context ends.
+        """
+        return tuple(self.__dict__.get("_open_edits", ()))
 
     def _install_edits(self, edits: Edits) -> list[Removable]:
         """Register the hooks that apply ``edits``; return everything that must be removed."""

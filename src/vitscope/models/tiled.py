@@ -38,6 +38,7 @@ import torch
 
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.tiling import TilingPlan, frame_plan, stitch_tiles
+from vitscope.hooks.edits import Edits
 from vitscope.hooks.names import ATTENTION_INTERNALS, expand_names, split_block_name
 from vitscope.hooks.record import CallbackRemovable, Record, Removable
 from vitscope.hooks.tokens import grid_to_tokens, tokens_to_grid
@@ -101,6 +102,11 @@ class TiledBackbone(Backbone):
         self.inner = inner
         self.scale = float(scale)
         self._active: list[tuple[Record, Record]] = []  # (inner record, stitched record) per open context
+
+    @property
+    def active_edits(self) -> tuple[Edits, ...]:
+        """The open interventions of the wrapped backbone, whose model runs every tile."""
+        return self.inner.active_edits
 
     # -- running -------------------------------------------------------------------------
     def forward(self, pixels: torch.Tensor, **kwargs: Any) -> Any:
