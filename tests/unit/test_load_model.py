@@ -247,3 +247,26 @@ def test_where_preprocessing_came_from_does_not_change_the_model_digest():
     assert model_fingerprint(a) == model_fingerprint(b)
     b.spec = replace(b.spec, image_size=(32, 32), grid=(4, 4))
     assert model_fingerprint(a) != model_fingerprint(b)
+
+
+def test_weights_changed_through_data_change_the_model_digest(monkeypatch):
+    """Torch's version counters miss changes made through ``.data`` (EMA teachers): the remembered digest must not.
+    Unchanged weights are hashed once."""
+    from vitscope.models import digest
+
+    model = vitscope.load_model("tiny-vit")
+    first = digest.model_fingerprint(model)
+    hashed = []
+    plain = digest._hash_tensors
+    monkeypatch.setattr(digest, "_hash_tensors", lambda h, t: (hashed.append(1), plain(h, t)))
+    assert digest.model_fingerprint(model) == first and not hashed  # remembered
+    fc1 = model.model.blocks[0].mlp.fc1.weight
+    seen = {first}
+    for change in (lambda w: w.mul_(0.5),  # every value
+                   lambda w: w[3].add_(w[3].abs().max() * 1e-3),  # one row, a little
+                   lambda w: w.copy_(w[:, torch.arange(w.shape[1]).roll(1)])):  # columns permuted
+        change(fc1.data)
+        now = digest.model_fingerprint(model)
+        assert now not in seen
+        seen.add(now)
+    assert len(hashed) == 3
