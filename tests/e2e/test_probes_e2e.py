@@ -117,6 +117,26 @@ def test_davis_probe(data, backbone, tmp_path: Path, tiling: bool) -> None:
     assert 0 <= res["random_J&F"].item() <= 1
 
 
+def test_probes_read_every_entry_they_use_from_a_cache_with_room_for_one(data, backbone, tmp_path: Path) -> None:
+    """A bounded cache keeps the entries a probe reads together (DAVIS's sequences; the train and test features)
+    until the probe is done, then fits its bound: the scores are those of an unbounded cache."""
+    davis = load_dataset(synthesize(tmp_path / "davis2", "davis", n=2, size=48, seed=4))
+    free = FeatureCache(tmp_path / "free")
+    want = davis_probe(backbone, davis, free, blocks=(5,), random_kind=None)
+    bound = free.size_bytes() * 3 // 4  # one of the two sequences
+    got = davis_probe(backbone, davis, FeatureCache(tmp_path / "bounded", max_bytes=bound), blocks=(5,),
+                      random_kind=None)
+    torch.testing.assert_close(got.tensors, want.tensors)
+    assert 0 < FeatureCache(tmp_path / "bounded").size_bytes() <= bound
+    kw = {"train": load_dataset(data["train"]), "test": load_dataset(data["test"]), "tokens": ("cls",),
+          "batch_norm": (False,), "blocks": (5,), "random_kind": None}
+    want = probe_sweep(backbone, FeatureCache(tmp_path / "free2"), **kw)
+    got = probe_sweep(backbone, FeatureCache(tmp_path / "bounded2", max_bytes=1), **kw)
+    for name, res in want.items():
+        torch.testing.assert_close(got[name].tensors, res.tensors)
+    assert FeatureCache(tmp_path / "bounded2").keys() == []
+
+
 def test_keypoint_probe(data, backbone, tmp_path: Path) -> None:
     dataset = load_dataset(data["spair"])
     res = keypoint_probe(backbone, dataset, FeatureCache(tmp_path), blocks=(1, 3), pairs_per_category=3)

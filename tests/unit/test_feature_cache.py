@@ -127,6 +127,30 @@ def test_entries_committed_together_all_stay(folder: Path, tmp_path: Path) -> No
     assert found[cls].block(5).shape == (10, 128) and found[mean].block(5).shape == (10, 128)
 
 
+def test_entries_in_use_inside_a_hold_are_not_evicted_until_it_ends(tmp_path: Path) -> None:
+    """Entries served or committed inside held_entries (by several callers, nested holds too) stay while it is open;
+    at its end the cache is fitted once, least recently used first."""
+    from vitscope.cache.feature_cache import held_entries
+
+    cache = FeatureCache(tmp_path)
+    keys = ["1" * 64, "2" * 64, "3" * 64, "4" * 64]
+    store = RowStore()
+    store.append(_rows(0, 50))
+    cache.commit(keys[0], store, {})
+    cache.max_bytes = cache.size_bytes() * 3 // 2  # room for one entry
+    with held_entries():
+        cache.get(keys[0])
+        with held_entries():
+            FeatureCache(tmp_path, max_bytes=cache.max_bytes).commit(keys[1], store, {})  # another caller's
+        cache.commit(keys[2], store, {})
+        assert set(cache.keys()) == set(keys[:3])
+        for age, key in enumerate(keys[:2]):  # older than keys[2] whatever the file system's clock resolution
+            os.utime(cache._path(key) / "meta.json", (age + 1, age + 1))
+    assert cache.keys() == [keys[2]]  # the last used
+    cache.commit(keys[3], store, {})  # outside a hold, a commit keeps only itself
+    assert cache.keys() == [keys[3]]
+
+
 def test_a_failed_pass_that_cannot_resume_leaves_no_rows(folder: Path, tmp_path: Path, monkeypatch) -> None:
     """A pass with analyses riding along cannot resume: when it fails, its working folder and the rows spilled
     there go with it."""

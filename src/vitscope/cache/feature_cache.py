@@ -10,18 +10,20 @@ a consumer touches.
 The key (:func:`vitscope.models.digest.digest` of a dict) covers the model weights, the data files,
 the view (preprocessing), the hook site and the pooling, so an entry is reused across runs exactly when
 none of them changed. ``max_bytes`` bounds the cache on disk: after each commit the least recently used
-entries are removed until the total fits.
+entries are removed until the total fits, except the entries in use (those of the extraction under way, and inside
+:func:`held_entries` every entry served or committed since it opened).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import os
 import shutil
 import time
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,31 @@ from vitscope.cache.rowstore import RowStore
 from vitscope.errors import VitscopeKeyError, VitscopeValueError
 from vitscope.strict_json import dumps
 
-__all__ = ["CacheEntry", "FeatureCache", "default_cache_root"]
+__all__ = ["CacheEntry", "FeatureCache", "default_cache_root", "held_entries"]
+
+#: inside :func:`held_entries`: the keys served or committed so far, and the bounded caches that served them
+_HELD: contextvars.ContextVar[tuple[set[str], dict[Path, FeatureCache]] | None] = contextvars.ContextVar(
+    "vitscope_held_entries", default=None)
+
+
+@contextlib.contextmanager
+def held_entries() -> Iterator[None]:
+    """Inside, no entry a feature cache serves or commits is evicted: a probe that reads the entries of several
+    extractions together (DAVIS's sequences, the k-NN probe's train and test features) keeps them all, as one
+    extraction keeps its own. When the outermost hold ends, every bounded cache it used is fitted to its
+    ``max_bytes`` once (meanwhile the entries in use may exceed it)."""
+    if _HELD.get() is not None:  # nested: the outer hold keeps them
+        yield
+        return
+    held: tuple[set[str], dict[Path, FeatureCache]] = (set(), {})
+    token = _HELD.set(held)
+    try:
+        yield
+    finally:
+        _HELD.reset(token)
+        for cache in held[1].values():
+            with contextlib.suppress(OSError):  # a read-only cache keeps its size
+                cache.evict()
 
 
 def default_cache_root() -> Path:
@@ -91,7 +117,8 @@ class FeatureCache:
 
     Args:
         root: cache folder (created on first write); default :func:`default_cache_root`.
-        max_bytes: if set, least recently used entries are removed after a commit until the cache fits.
+        max_bytes: if set, least recently used entries are removed after a commit until the cache fits (not those
+            in use: :func:`held_entries`).
     """
 
     def __init__(self, root: str | os.PathLike | None = None, max_bytes: int | None = None) -> None:
@@ -110,7 +137,15 @@ class FeatureCache:
             return None
         with contextlib.suppress(OSError):  # a read-only cache still serves hits
             os.utime(path / "meta.json")
+        self._hold(key)
         return CacheEntry(path)
+
+    def _hold(self, key: str) -> None:
+        held = _HELD.get()
+        if held is not None:
+            held[0].add(key)
+            if self.max_bytes is not None:
+                held[1][self.root] = self
 
     def commit(self, key: str, store: RowStore, meta: Mapping[str, Any], sort_by: str = "index",
                evict: bool = True) -> CacheEntry:
@@ -130,6 +165,7 @@ class FeatureCache:
             The committed entry (an existing one if another process committed ``key`` first).
         """
         final = self._path(key)
+        self._hold(key)
         if (final / "meta.json").is_file():
             return CacheEntry(final)
         if store.rows and sort_by not in store.schema:
@@ -180,8 +216,8 @@ class FeatureCache:
         return sum(self._size(self._path(k)) for k in self.keys())
 
     def evict(self, keep: str | Collection[str] | None = None) -> list[str]:
-        """Remove least recently used entries (never those of ``keep``: a key or several) until the cache fits
-        ``max_bytes``.
+        """Remove least recently used entries (never those of ``keep``: a key or several, nor those in use inside
+        :func:`held_entries`) until the cache fits ``max_bytes``.
 
         Returns:
             The removed keys.
@@ -189,6 +225,8 @@ class FeatureCache:
         if self.max_bytes is None:
             return []
         kept = {keep} if isinstance(keep, str) else set(keep or ())
+        held = _HELD.get()
+        kept |= held[0] if held is not None else set()
         entries = [(self._path(k), k) for k in self.keys()]
         info = sorted(((p / "meta.json").stat().st_mtime, self._size(p), k, p) for p, k in entries)
         total = sum(size for _, size, _, _ in info)

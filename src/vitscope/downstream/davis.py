@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from vitscope.analyses.probes.result import ProbeResult, probe_result
-from vitscope.cache.feature_cache import FeatureCache
+from vitscope.cache.feature_cache import FeatureCache, held_entries
 from vitscope.cache.request import FeatureRequest
 from vitscope.data.files import ImageFiles
 from vitscope.downstream.checks import require_blocks, tiling_scale
@@ -163,6 +163,7 @@ def _sequence_features(backbone: Backbone, dataset: Any, request: FeatureRequest
     return entries, sequences
 
 
+@held_entries()  # every sequence's entry stays until the last is scored
 def davis_predictions(backbone: Backbone, dataset: Any, block: int, cache: FeatureCache | None = None,
                       site: str = "resid_post", short_side: int | None = None, tiling: bool | float = False,
                       num_context: int = 7, topk: int = 5, radius: int = 12, temperature: float = 0.1,
@@ -207,6 +208,7 @@ def davis_predictions(backbone: Backbone, dataset: Any, block: int, cache: Featu
     return files
 
 
+@held_entries()  # every sequence's entry stays until the last is scored
 def davis_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, site: str = "resid_post",
                 blocks: Sequence[int] | None = None, short_side: int | None = None, tiling: bool | float = False,
                 num_context: int = 7, topk: int = 5, radius: int = 12, temperature: float = 0.1, seed: int = 0,

@@ -16,7 +16,7 @@ from vitscope.analyses.probes.clustering import clustering_probe
 from vitscope.analyses.probes.knn import knn_probe
 from vitscope.analyses.probes.linear import linear_probe
 from vitscope.analyses.probes.result import ProbeResult
-from vitscope.cache.feature_cache import CacheEntry, FeatureCache
+from vitscope.cache.feature_cache import CacheEntry, FeatureCache, held_entries
 from vitscope.cache.request import FeatureRequest
 from vitscope.data.annotated_source import AnnotatedSource
 from vitscope.data.fingerprint import held_fingerprints
@@ -34,6 +34,7 @@ __all__ = ["probe_sweep"]
 
 
 @held_fingerprints()  # every pass of the command stats the files once
+@held_entries()  # a probe reads the entries of several extractions (train and test) together
 def probe_sweep(
     backbone: Backbone,
     cache: FeatureCache | None = None,
