@@ -106,6 +106,19 @@ def test_retrieval_probe(data, backbone, tmp_path: Path) -> None:
     assert res["mAP_medium"][1].item() == pytest.approx(revisited_map(x[:nq] @ x[nq:].T, dataset.gnd, "medium"))
 
 
+def test_retrieval_of_a_model_without_cls_ranks_the_spatial_mean(data, tmp_path: Path) -> None:
+    """The sweep's retrieval pools as its k-NN requests do: the spatial mean where the model has no CLS token."""
+    from helpers.hf_factories import make
+
+    make("ijepa").save_pretrained(tmp_path / "ijepa")
+    model = vitscope.load_model(str(tmp_path / "ijepa"))
+    dataset, cache = load_dataset(data["revisitop"]), FeatureCache(tmp_path / "cache")
+    res = probe_sweep(model, cache, retrieval=dataset, random_kind=None)["retrieval"]
+    assert res.meta["pooling"] == "spatial_mean"
+    direct = retrieval_probe(model, dataset, cache, pooling="spatial_mean", random_kind=None)
+    torch.testing.assert_close(res.tensors, direct.tensors, equal_nan=True)
+
+
 @pytest.mark.parametrize("tiling", [False, True])
 def test_davis_probe(data, backbone, tmp_path: Path, tiling: bool) -> None:
     res = davis_probe(backbone, load_dataset(data["davis"]), FeatureCache(tmp_path), blocks=(0, 5), tiling=tiling)

@@ -178,8 +178,9 @@ def probe_sweep(
         out["clustering_regions"] = tag(clustering_probe(entry, seed=seed, random_kind=random_kind, model=name),
                                         request, entry)
     if retrieval is not None:
-        out["retrieval"] = retrieval_probe(backbone, retrieval, cache, site=site, blocks=chosen, seed=seed,
-                                           random_kind=random_kind, workers=workers, **common)
+        pooling = "cls" if has_cls_token(backbone.spec) else "spatial_mean"  # as the requests above
+        out["retrieval"] = retrieval_probe(backbone, retrieval, cache, pooling=pooling, site=site, blocks=chosen,
+                                           seed=seed, random_kind=random_kind, workers=workers, **common)
     if davis is not None:
         out["davis"] = davis_probe(backbone, davis, cache, site=site, blocks=chosen, tiling=scale or False,
                                    seed=seed, random_kind=random_kind, void=davis_void, **common)
