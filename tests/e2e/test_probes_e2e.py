@@ -24,6 +24,7 @@ from vitscope.downstream.keypoints import keypoint_probe
 from vitscope.downstream.retrieval import retrieval_probe
 from vitscope.downstream.sweep import probe_sweep
 from vitscope.engine.extract import extract_features
+from vitscope.errors import VitscopeValueError
 from vitscope.functional import knn_classify, revisited_map
 from vitscope.models.views import LongSideView
 from vitscope.viz.probe_figures import models_probe_curves
@@ -159,6 +160,105 @@ def test_keypoint_probe(data, backbone, tmp_path: Path) -> None:
     assert (p1 >= p05).all() and (p05 >= p01).all() and ((p1 >= 0) & (p1 <= 1)).all()
     again = keypoint_probe(backbone, dataset, FeatureCache(tmp_path), blocks=(1, 3), pairs_per_category=3)
     torch.testing.assert_close(again.tensors, res.tensors)  # seeded pair sampling
+
+
+def _stored_turned(original: Path, root: Path, orientations: tuple[int, ...]) -> tuple[Path, Path]:
+    """Two copies of an SPair folder that show the same pictures: ``plain`` stores each image (cropped to 48x40, so
+    that a quarter turn changes its letterbox) as shown, ``tagged`` stores it turned back with an EXIF orientation
+    tag, its keypoints annotated on those stored pixels. Keypoints are whole pixels, images lossless PNG bytes."""
+    import json
+    import shutil
+
+    from PIL import Image
+
+    from vitscope.data.orientation import orient_array, orient_points
+
+    plain, tagged = root / "plain", root / "tagged"
+    for copy in (plain, tagged):
+        shutil.copytree(original, copy)
+    shown, turns = {}, {}
+    for k, jpg in enumerate(sorted((original / "JPEGImages").rglob("*.jpg"))):
+        rel, o = jpg.relative_to(original), orientations[k % len(orientations)]
+        shown[rel.name] = pixels = np.asarray(Image.open(jpg).convert("RGB"))[:, :40]
+        turns[rel.name] = o
+        Image.fromarray(pixels).save(plain / rel, format="PNG")
+        stored = orient_array(pixels.transpose(2, 0, 1), o, inverse=True).transpose(1, 2, 0)
+        exif = Image.Exif()
+        exif[0x0112] = o
+        Image.fromarray(np.ascontiguousarray(stored)).save(tagged / rel, format="PNG", exif=exif.tobytes())
+    inverse = {6: 8, 8: 6}
+    for pair in (original / "PairAnnotation").rglob("*.json"):
+        ann = json.loads(pair.read_text())
+        src, trg = np.rint(ann["src_kps"]), np.rint(ann["trg_kps"])
+        keep = (src[:, 0] < 40) & (trg[:, 0] < 40)
+        src, trg = src[keep], trg[keep]
+        (plain / pair.relative_to(original)).write_text(json.dumps({**ann, "src_kps": src.tolist(),
+                                                                    "trg_kps": trg.tolist()}))
+        moved = {side: orient_points(xy, shown[ann[f"{side}_imname"]].shape[:2],
+                                     inverse.get(turns[ann[f"{side}_imname"]], turns[ann[f"{side}_imname"]]))
+                 for side, xy in (("src", src), ("trg", trg))}
+        (tagged / pair.relative_to(original)).write_text(json.dumps({**ann, "src_kps": moved["src"].tolist(),
+                                                                     "trg_kps": moved["trg"].tolist()}))
+    return plain, tagged
+
+
+def test_keypoints_annotated_on_stored_pixels_follow_the_exif_orientation(data, backbone, tmp_path: Path) -> None:
+    """Images stored turned with an EXIF tag (keypoints on the stored pixels) score as the same pictures stored
+    upright: the model sees the oriented pictures, and the keypoints are taken where those show them."""
+    plain, tagged = _stored_turned(data["spair"], tmp_path, (6, 3, 8, 5, 2, 7, 4))
+    kw = {"blocks": (1, 5), "pairs_per_category": None, "random_kind": None}
+    want = keypoint_probe(backbone, load_dataset(plain, "spair"), FeatureCache(tmp_path / "a"), **kw)
+    got = keypoint_probe(backbone, load_dataset(tagged, "spair"), FeatureCache(tmp_path / "b"), **kw)
+    torch.testing.assert_close(got.tensors, want.tensors)
+    assert want["PCK@0.1"].max() > 0
+
+
+def test_davis_annotations_on_stored_frames_follow_the_exif_orientation(backbone, tmp_path: Path) -> None:
+    """Frames stored turned with an EXIF tag, their masks on the stored pixels (as DAVIS annotates), give the masks
+    the same pictures stored upright give, written on the stored pixels, and score as them."""
+    import io
+    import shutil
+
+    from PIL import Image
+
+    from vitscope.data.formats.davis import palette_png, read_davis_mask
+    from vitscope.data.orientation import orient_array
+    from vitscope.downstream.davis import davis_predictions
+
+    original = synthesize(tmp_path / "davis", "davis", n=2, size=48, seed=4)
+    plain, tagged = tmp_path / "plain", tmp_path / "tagged"
+    for copy in (plain, tagged):
+        shutil.copytree(original, copy)
+    turns = {}
+    for frame in sorted((original / "JPEGImages").rglob("*.jpg")):
+        rel = frame.relative_to(original)
+        turn = turns.setdefault(rel.parent.name, (6, 3)[len(turns) % 2])  # one orientation per sequence
+        pixels = np.asarray(Image.open(frame).convert("RGB"))[:, :40]  # 48x40: a quarter turn changes the grid
+        mask = read_davis_mask(original / "Annotations" / rel.parent.relative_to("JPEGImages") / f"{frame.stem}.png")
+        Image.fromarray(pixels).save(plain / rel, format="PNG")  # lossless, under the .jpg name
+        palette_png(mask[:, :40], plain / "Annotations" / rel.parent.relative_to("JPEGImages") / f"{frame.stem}.png")
+        exif = Image.Exif()
+        exif[0x0112] = turn
+        stored = orient_array(pixels.transpose(2, 0, 1), turn, inverse=True).transpose(1, 2, 0)
+        Image.fromarray(stored).save(tagged / rel, format="PNG", exif=exif.tobytes())
+        palette_png(orient_array(mask[:, :40], turn, inverse=True),
+                    tagged / "Annotations" / rel.parent.relative_to("JPEGImages") / f"{frame.stem}.png")
+    kw = {"blocks": (1, 5), "random_kind": None}
+    want = davis_probe(backbone, load_dataset(plain, "davis"), FeatureCache(tmp_path / "a"), **kw)
+    got = davis_probe(backbone, load_dataset(tagged, "davis"), FeatureCache(tmp_path / "b"), **kw)
+    torch.testing.assert_close(got["J"], want["J"])  # F's boundaries are found on the stored pixels: close, not equal
+    torch.testing.assert_close(got["F"], want["F"], atol=0.01, rtol=0)
+    assert want["J"].min() > 0
+    upright = davis_predictions(backbone, load_dataset(plain, "davis"), 5, FeatureCache(tmp_path / "a"))
+    stored = davis_predictions(backbone, load_dataset(tagged, "davis"), 5, FeatureCache(tmp_path / "b"))
+    assert upright.keys() == stored.keys() and len(turns) == 2
+    for name, png in upright.items():
+        shown, written = (np.asarray(Image.open(io.BytesIO(b))) for b in (png, stored[name]))
+        np.testing.assert_array_equal(written, orient_array(shown, turns[name.split("/")[0]], inverse=True))
+    frame = next((tagged / "JPEGImages").rglob("00001.jpg"))
+    Image.open(frame).save(frame, format="PNG")  # untagged now: one frame shown another way than the others
+    with pytest.raises(VitscopeValueError, match="different EXIF orientations"):
+        davis_probe(backbone, load_dataset(tagged, "davis"), FeatureCache(tmp_path / "b"), **kw)
 
 
 def test_region_clustering_with_tiled_features(data, backbone, tmp_path: Path) -> None:

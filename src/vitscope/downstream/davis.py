@@ -30,6 +30,7 @@ from vitscope.analyses.probes.result import ProbeResult, probe_result
 from vitscope.cache.feature_cache import FeatureCache, held_entries
 from vitscope.cache.request import FeatureRequest
 from vitscope.data.files import ImageFiles
+from vitscope.data.orientation import exif_orientation, orient_array, oriented_hw
 from vitscope.downstream.checks import require_blocks, tiling_scale
 from vitscope.engine.extract import extract_features
 from vitscope.errors import VitscopeValueError
@@ -112,11 +113,20 @@ def evaluate_sequence(preds: Sequence[np.ndarray], truth: np.ndarray, void: str 
     return j_scores, f_scores
 
 
+def _propagate(feats: np.ndarray, truth: np.ndarray, layout: dict, options: dict) -> list[np.ndarray]:
+    """:func:`propagate_sequence` on the frames as decoded (EXIF-oriented, as their features are), the predictions
+    taken back to the stored pixels the annotations are on."""
+    turn = layout["orientation"]
+    preds = propagate_sequence(feats, orient_array(truth[0], turn), layout["grid"], layout["patch"],
+                               oriented_hw(truth.shape[1:], turn), **options)
+    return [orient_array(p, turn, inverse=True) for p in preds]
+
+
 def _scores(sequences: list[tuple[np.ndarray, dict]], features: Callable[[int], np.ndarray], options: dict,
             void: str = "background") -> dict[str, float]:
     j_all, f_all = [], []
     for s, (truth, layout) in enumerate(sequences):
-        preds = propagate_sequence(features(s), truth[0], layout["grid"], layout["patch"], truth.shape[1:], **options)
+        preds = _propagate(features(s), truth, layout, options)
         j, f = evaluate_sequence(preds, truth, void)
         j_all += j
         f_all += f
@@ -144,12 +154,17 @@ def _sequence_features(backbone: Backbone, dataset: Any, request: FeatureRequest
                        view: Any, batch_size: int, device: str | None, dtype: str | None, distributed: bool,
                        log: Callable[[str], None] | None, extraction: dict[str, Any]
                        ) -> tuple[list[Any], list[tuple[np.ndarray, dict]]]:
-    """Every sequence's cached features and ``(annotations [T or 1, H, W], {"grid", "patch"})``; ``extraction``:
-    strict, resume and checkpoint_seconds of each sequence's pass."""
+    """Every sequence's cached features and ``(annotations [T or 1, H, W], {"grid", "patch", "orientation"})``
+    (the frames' EXIF orientation: features are of the oriented frames, annotations of the stored pixels);
+    ``extraction``: strict, resume and checkpoint_seconds of each sequence's pass."""
     require_blocks(backbone, "DAVIS")
     entries, sequences = [], []
     for s in range(len(dataset)):
         seq = dataset[s]
+        turns = sorted({exif_orientation(p) for p in seq.frame_paths})
+        if len(turns) > 1:
+            raise VitscopeValueError(f"sequence {seq.name}: its frames carry different EXIF orientations {turns}; "
+                                     "propagation needs every frame turned the same way")
         source = ImageFiles(list(seq.frame_paths), name=f"davis:{seq.name}")
         entry = extract_features(backbone, source, [request], cache, view, batch_size, device, dtype,
                                  distributed=distributed, log=log, **extraction)[request]
@@ -159,7 +174,7 @@ def _sequence_features(backbone: Backbone, dataset: Any, request: FeatureRequest
         grid = tuple(entry.meta["grid"])
         patch = entry.meta["frame_hw"][0] // grid[0]
         entries.append(entry)
-        sequences.append((seq.masks(), {"grid": grid, "patch": patch}))
+        sequences.append((seq.masks(), {"grid": grid, "patch": patch, "orientation": turns[0] if turns else 1}))
     return entries, sequences
 
 
@@ -199,8 +214,7 @@ def davis_predictions(backbone: Backbone, dataset: Any, block: int, cache: Featu
     files: dict[str, bytes] = {}
     for s, (entry, (truth, layout)) in enumerate(zip(entries, sequences)):
         seq = dataset[s]
-        preds = propagate_sequence(np.asarray(entry.block(int(block))), truth[0], layout["grid"], layout["patch"],
-                                   truth.shape[1:], **options)
+        preds = _propagate(np.asarray(entry.block(int(block))), truth, layout, options)
         for frame, pred in zip(seq.frame_paths, preds):
             buffer = io.BytesIO()
             palette_png(pred, buffer)

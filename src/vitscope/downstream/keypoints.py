@@ -22,6 +22,7 @@ from vitscope.analyses.probes.result import ProbeResult, probe_result
 from vitscope.cache.feature_cache import FeatureCache
 from vitscope.cache.request import FeatureRequest
 from vitscope.data.files import ImageFiles
+from vitscope.data.orientation import exif_orientation, orient_points, oriented_hw
 from vitscope.downstream.checks import require_blocks, tiling_scale
 from vitscope.engine.extract import extract_features
 from vitscope.errors import VitscopeValueError
@@ -80,6 +81,15 @@ def _pck(pairs: list[dict], tokens: Callable[[str], torch.Tensor], canvas: tuple
     return out
 
 
+def _shown(path: str, kps: np.ndarray) -> tuple[tuple[int, int], np.ndarray]:
+    """``(height, width)`` of the image as decoded (EXIF-oriented, as its features are) and ``kps [n, 2]``, annotated
+    on the stored pixels, where that image shows them."""
+    with Image.open(path) as im:
+        stored = (im.height, im.width)
+    orientation = exif_orientation(path)
+    return oriented_hw(stored, orientation), orient_points(np.asarray(kps).reshape(-1, 2), stored, orientation)
+
+
 def keypoint_probe(backbone: Backbone, dataset, cache: FeatureCache | None = None, site: str = "resid_post",
                    blocks: Sequence[int] | None = None, pairs_per_category: int | None = 20, seed: int = 42,
                    alphas: Sequence[float] = ALPHAS, normaliser: str = "bbox", tiling: bool | float = False,
@@ -125,15 +135,14 @@ def keypoint_probe(backbone: Backbone, dataset, cache: FeatureCache | None = Non
     pairs = []
     for i in chosen:
         it = items[i]
-        with Image.open(it.src_path) as src_im, Image.open(it.trg_path) as trg_im:
-            src_box = letterbox_geometry((src_im.height, src_im.width), canvas)
-            trg_box = letterbox_geometry((trg_im.height, trg_im.width), canvas)
+        src_hw, src_xy = _shown(it.src_path, it.src_kps)
+        trg_hw, trg_xy = _shown(it.trg_path, it.trg_kps)
+        src_box, trg_box = letterbox_geometry(src_hw, canvas), letterbox_geometry(trg_hw, canvas)
         box = np.asarray(it.trg_box, dtype=np.float64)
-        bbox_side = max(box[2] - box[0], box[3] - box[1]) * trg_box.scale
+        bbox_side = max(box[2] - box[0], box[3] - box[1]) * trg_box.scale  # a turn swaps the sides, keeps the longer
         size = bbox_side if normaliser == "bbox" else max(trg_box.new_size)
         pairs.append({"pair": i, "src": it.src_path, "trg": it.trg_path, "category": it.category,
-                      "threshold": float(size), "src_xy": src_box.apply(it.src_kps),
-                      "trg_xy": trg_box.apply(it.trg_kps)})
+                      "threshold": float(size), "src_xy": src_box.apply(src_xy), "trg_xy": trg_box.apply(trg_xy)})
     view = TiledView(LetterboxView(), scale) if scale else LetterboxView()
     request = FeatureRequest(site, "spatial", None if blocks is None else tuple(blocks))
     entry = extract_features(backbone, ImageFiles(paths, name=getattr(dataset, "name", "spair")), [request], cache,
