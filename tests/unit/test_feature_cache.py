@@ -151,6 +151,15 @@ def test_entries_in_use_inside_a_hold_are_not_evicted_until_it_ends(tmp_path: Pa
     assert cache.keys() == [keys[3]]
 
 
+def test_a_block_named_twice_is_kept_once_and_only_blocks_outside_are_refused() -> None:
+    assert FeatureRequest(blocks=(5, -1)).block_list(6) == [5]  # -1 is block 5 of six
+    assert FeatureRequest(blocks=(3, 0, -6, 3)).block_list(6) == [0, 3]
+    with pytest.raises(ValueError, match=r"^block 6 outside 0\.\.5 \(or -6\.\.-1 counting from the last\)$"):
+        FeatureRequest(blocks=(5, 6)).block_list(6)
+    with pytest.raises(ValueError, match=r"^blocks 7, -7 outside 0\.\.5"):
+        FeatureRequest(blocks=(7, -1, -7)).block_list(6)
+
+
 def test_a_failed_pass_that_cannot_resume_leaves_no_rows(folder: Path, tmp_path: Path, monkeypatch) -> None:
     """A pass with analyses riding along cannot resume: when it fails, its working folder and the rows spilled
     there go with it."""

@@ -43,13 +43,15 @@ class FeatureRequest:
             object.__setattr__(self, "blocks", tuple(int(b) for b in self.blocks))
 
     def block_list(self, num_blocks: int) -> list[int]:
-        """The blocks this request keeps on a model with ``num_blocks`` blocks (negative indices count back)."""
+        """The blocks this request keeps on a model with ``num_blocks`` blocks (negative indices count back; a block
+        named twice, as ``5`` and ``-1`` of six, is kept once)."""
         if self.blocks is None:
             return list(range(num_blocks))
-        out = sorted({b % num_blocks for b in self.blocks if -num_blocks <= b < num_blocks})
-        if len(out) != len(set(self.blocks)):
-            raise VitscopeValueError(f"blocks {self.blocks} outside 0..{num_blocks - 1}")
-        return out
+        outside = [b for b in self.blocks if not -num_blocks <= b < num_blocks]
+        if outside:
+            raise VitscopeValueError(f"block{'s' if len(outside) > 1 else ''} {', '.join(map(str, outside))} outside "
+                                     f"0..{num_blocks - 1} (or -{num_blocks}..-1 counting from the last)")
+        return sorted({b % num_blocks for b in self.blocks})
 
     def hooks(self, num_blocks: int) -> list[str]:
         return [f"blocks.{i}.{self.site}" for i in self.block_list(num_blocks)]
