@@ -46,3 +46,20 @@ def test_the_shell_blocks_run_as_written(tmp_path, monkeypatch):
 def test_the_python_blocks_run_as_written(index, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     exec(compile(_blocks("python")[index], f"README.md python block {index}", "exec"), {"__name__": "__readme__"})
+
+
+def test_the_probe_synopsis_offers_only_options_its_data_takes(tmp_path):
+    """Each ``vitscope probe`` line of the synopsis runs on a small world of its format with its ``--tiling`` and
+    ``--blocks`` options (the probe refuses tiling on revisitop: the synopsis must not offer it there)."""
+    from vitscope.data.synthetic.write import synthesize
+
+    lines = [line for block in _blocks("text") for line in block.splitlines() if line.startswith("vitscope probe ")]
+    assert lines
+    for k, line in enumerate(lines):
+        model = re.search(r"--model (\S+)", line).group(1)
+        fmt = re.search(r"--data \S*::(\w+)", line).group(1)
+        options = [word for option in re.findall(r"\[(--(?:tiling|blocks) [^\]]+)\]", line) for word in option.split()]
+        root = synthesize(tmp_path / f"world{k}", fmt, n=2 if fmt == "davis" else 6, size=48, seed=k)
+        result = cli("probe", "--model", model, "--data", f"{root}::{fmt}", "--out", str(tmp_path / f"probe{k}"),
+                     "--device", "cpu", "--no-resume", *options)
+        assert result.returncode == 0, f"{line}\n{result.stderr}"
