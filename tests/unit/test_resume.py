@@ -212,3 +212,90 @@ def test_saving_a_state_writes_nothing_into_the_live_store(tmp_path):
     twin = Rows()
     assert Checkpoint(tmp_path / "s.pt", {"k": 1}).restore([twin]) is not None
     np.testing.assert_array_equal(twin.rows.column("x"), a.rows.column("x"))
+
+
+def _mean_of_last_block(results) -> torch.Tensor:
+    return results["mean_activation"].tensors["blocks.1.resid_post.mean"]
+
+
+def test_a_state_saved_under_a_view_is_not_resumed_by_a_run_without_it(tmp_path, monkeypatch):
+    """The view decides the pixels, so it keys the state: a letterboxed run's state is ignored by a plain run."""
+    from PIL import Image
+
+    from vitscope.engine.state import STOP_AFTER_ENV
+    from vitscope.models.views import LetterboxView, StandardView
+
+    backbone = vitscope.load_model("tiny-vit")
+    rng = np.random.default_rng(0)
+    data = [Image.fromarray(rng.integers(0, 256, (40, 80, 3), dtype=np.uint8)) for _ in range(12)]  # wide
+
+    def go(view, **kw):
+        return vitscope.run(backbone, data, ["mean_activation"], batch_size=4, device="cpu", progress=False,
+                            view=view, **kw)
+
+    plain = _mean_of_last_block(go(None))
+    assert not torch.equal(_mean_of_last_block(go(LetterboxView())), plain)  # the view changes the numbers
+    state = tmp_path / "state.pt"
+    monkeypatch.setenv(STOP_AFTER_ENV, "2")
+    with pytest.raises(KeyboardInterrupt):
+        go(LetterboxView(), resume=state)
+    monkeypatch.delenv(STOP_AFTER_ENV)
+    said: list[str] = []
+    resumed = go(None, resume=state, log=said.append)
+    assert resumed.resumed_images == 0 and any("changed: view" in m for m in said), said
+    assert torch.equal(_mean_of_last_block(resumed), plain)
+    # the standard view is the model's own preprocessing: its state resumes a run without a view
+    monkeypatch.setenv(STOP_AFTER_ENV, "2")
+    with pytest.raises(KeyboardInterrupt):
+        go(StandardView(), resume=tmp_path / "standard.pt")
+    monkeypatch.delenv(STOP_AFTER_ENV)
+    again = go(None, resume=tmp_path / "standard.pt")
+    assert again.resumed_images == 8 and torch.equal(_mean_of_last_block(again), plain)
+
+
+def test_active_edits_of_a_tiled_backbone_are_the_wrapped_ones():
+    backbone = vitscope.load_model("tiny-vit")
+    from vitscope.models.tiled import wrap_tiled
+
+    tiled = wrap_tiled(backbone)
+    keep = {"blocks.0.resid_post": lambda t, name: t}
+    with backbone.intervene(keep):
+        assert len(tiled.active_edits) == 1  # the wrapped model's edits run on every tile
+    assert tiled.active_edits == () and backbone.active_edits == ()
+
+
+def test_no_state_is_resumed_or_saved_while_edits_are_installed(coco, tmp_path, monkeypatch):
+    """Edit functions cannot be keyed: an edited run neither continues a saved state nor leaves one behind."""
+    from vitscope.engine.state import STOP_AFTER_ENV
+    from vitscope.interventions import ablate_heads
+
+    backbone = vitscope.load_model("tiny-vit")
+    data = f"{coco}::coco"
+    edit = ablate_heads({b: list(range(backbone.spec.num_heads)) for b in range(backbone.spec.num_blocks)},
+                        mode="zero")
+
+    def go(**kw):
+        return vitscope.run(backbone, data, ["mean_activation"], batch_size=4, device="cpu", progress=False, **kw)
+
+    clean = _mean_of_last_block(go())
+    with backbone.intervene(edit):
+        ablated = _mean_of_last_block(go())
+    assert not torch.allclose(ablated, clean)
+    state = tmp_path / "state.pt"
+    said: list[str] = []
+    monkeypatch.setenv(STOP_AFTER_ENV, "2")
+    with backbone.intervene(edit):
+        try:
+            edited = go(resume=state, log=said.append)  # no checkpoint: nothing stops it, nothing is saved
+        except KeyboardInterrupt:
+            pytest.fail("the edited run kept a resumable state (it stopped to save one)")
+    assert not state.exists() and edited.resumed_images == 0 and torch.equal(_mean_of_last_block(edited), ablated)
+    assert any("not resuming" in m and "backbone.intervene" in m for m in said), said
+    with pytest.raises(KeyboardInterrupt):
+        go(resume=state)  # a clean run stopped with its state saved
+    monkeypatch.delenv(STOP_AFTER_ENV)
+    with backbone.intervene(edit):
+        edited = go(resume=state)
+    assert edited.resumed_images == 0 and torch.equal(_mean_of_last_block(edited), ablated)
+    finished = go(resume=state)  # the clean state was left as it was
+    assert finished.resumed_images == 8 and torch.equal(_mean_of_last_block(finished), clean)

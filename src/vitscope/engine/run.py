@@ -119,9 +119,11 @@ def run(
             it matches this run, saved while running and once at the end; Ctrl-C then stops after the batch in
             flight with the state saved.
         resume: a state file: the same as a checkpoint keyed by everything that decides the numbers (model
-            weights, data fingerprint, analyses and their parameters, limit, device, dtype): a re-run with the
-            same arguments continues where an interrupted one stopped, whatever its batch size (no number
-            depends on it); anything else starts over.
+            weights, data fingerprint, analyses and their parameters, limit, device, dtype, view): a re-run with
+            the same arguments continues where an interrupted one stopped, whatever its batch size (no number
+            depends on it); anything else starts over. While edits are installed on the model (inside
+            ``backbone.intervene``: :attr:`~vitscope.models.backbone.Backbone.active_edits`) no key can describe them,
+            so the run neither resumes nor saves a state, and says so to ``log``.
         view: how images become model inputs (:mod:`vitscope.models.views`); None: the model's own
             preprocessing. Views group images by frame size, and tiled views stitch tiles into dense grids.
         distributed: share the pass with the other processes of the ``torch.distributed`` group (joined from
@@ -179,12 +181,19 @@ def run(
     hooks = required_hook_names(backbone, analyses)
     total = len(source) if limit is None else min(limit, len(source))
     described = {**source.describe(), "fingerprint": source.fingerprint(), "decode": decode_name(jpeg_draft)}
-    if checkpoint is None and resume is not None:
+    if checkpoint is None and resume is not None and backbone.active_edits:
+        if log is not None and shard.rank == 0:  # edit functions have no fingerprint: no key could tell edits apart
+            log(f"not resuming from or saving {resume}: edits are installed on {backbone.spec.name} "
+                "(backbone.intervene), which a state file's key cannot describe; the pass runs whole")
+    elif checkpoint is None and resume is not None:
         drafted = {"decode": described["decode"]} if jpeg_draft else {}  # keys of full decodes stay as they were
         compiled = {"compile_stats": True} if compile_stats else {}  # likewise: keys of op-by-op runs unchanged
+        # the model's own preprocessing is the standard view's: their keys stay as they were
+        viewed = {"view": view.describe(backbone.spec)} if view is not None and type(view) is not StandardView \
+            else {}
         checkpoint = run_checkpoint(resume, backbone, described["fingerprint"], analyses,
                                     every_seconds=checkpoint_seconds, log=log, limit=limit, strict=strict,
-                                    device=dev.type, dtype=str(dtype or "fp32"), **drafted, **compiled)
+                                    device=dev.type, dtype=str(dtype or "fp32"), **drafted, **compiled, **viewed)
     if checkpoint is not None and shard.world > 1:
         checkpoint.for_rank(shard.rank, shard.world)
     with decoding(backbone, jpeg_draft, view):
