@@ -299,3 +299,69 @@ def test_no_state_is_resumed_or_saved_while_edits_are_installed(coco, tmp_path, 
     assert edited.resumed_images == 0 and torch.equal(_mean_of_last_block(edited), ablated)
     finished = go(resume=state)  # the clean state was left as it was
     assert finished.resumed_images == 8 and torch.equal(_mean_of_last_block(finished), clean)
+
+
+_SCALED_NORM = '''
+import torch
+import vitscope
+
+
+class ScaledNorm(vitscope.Analysis):
+    name = "scaled_norm"
+
+    def __init__(self):
+        super().__init__()
+        self.add_state("total", torch.zeros((), dtype=torch.float64), reduce="sum")
+
+    def required_hooks(self, spec):
+        return ["blocks.0.resid_post"]
+
+    def update(self, record, batch):
+        self.total += record["blocks.0.resid_post"].double().norm(dim=-1).sum() * SCALE
+
+    def compute(self):
+        return {"total": self.total}
+'''
+
+
+def _plugin(folder: Path, scale: float, monkeypatch):
+    """A fresh import of ``scaled_norm_plugin.py`` written with ``SCALE = scale`` (as a new process would)."""
+    import importlib.util
+    import sys
+
+    file = folder / "scaled_norm_plugin.py"
+    file.write_text(f"SCALE = {scale}\n{_SCALED_NORM}")
+    spec = importlib.util.spec_from_file_location("scaled_norm_plugin", file)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "scaled_norm_plugin", module)  # as an import does (--import too)
+    spec.loader.exec_module(module)
+    return module.ScaledNorm()
+
+
+def test_a_plugin_edited_between_a_stop_and_its_resume_starts_over(coco, tmp_path, monkeypatch):
+    """The file of an analysis from outside vitscope keys the state, as results.json names its digest."""
+    from vitscope.engine.state import STOP_AFTER_ENV
+
+    backbone = vitscope.load_model("tiny-vit")
+    data = f"{coco}::coco"
+
+    def go(analysis, **kw):
+        return vitscope.run(backbone, data, [analysis], batch_size=4, device="cpu", progress=False, **kw)
+
+    state = tmp_path / "state.pt"
+    monkeypatch.setenv(STOP_AFTER_ENV, "2")
+    with pytest.raises(KeyboardInterrupt):
+        go(_plugin(tmp_path, 1.0, monkeypatch), resume=state)
+    monkeypatch.delenv(STOP_AFTER_ENV)
+    want = go(_plugin(tmp_path, 1000.0, monkeypatch))["scaled_norm"].tensors["total"]
+    said: list[str] = []
+    got = go(_plugin(tmp_path, 1000.0, monkeypatch), resume=state, log=said.append)  # the file changed
+    assert got.resumed_images == 0 and any("changed: sources" in m for m in said), said
+    assert torch.equal(got["scaled_norm"].tensors["total"], want)
+    monkeypatch.setenv(STOP_AFTER_ENV, "2")
+    with pytest.raises(KeyboardInterrupt):
+        go(_plugin(tmp_path, 1000.0, monkeypatch), resume=tmp_path / "same.pt")
+    monkeypatch.delenv(STOP_AFTER_ENV)
+    again = go(_plugin(tmp_path, 1000.0, monkeypatch), resume=tmp_path / "same.pt")  # the same file: resumed
+    assert again.resumed_images == 8
+    torch.testing.assert_close(again["scaled_norm"].tensors["total"], want, rtol=1e-12, atol=0)

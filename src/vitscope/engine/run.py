@@ -119,11 +119,12 @@ def run(
             it matches this run, saved while running and once at the end; Ctrl-C then stops after the batch in
             flight with the state saved.
         resume: a state file: the same as a checkpoint keyed by everything that decides the numbers (model
-            weights, data fingerprint, analyses and their parameters, limit, device, dtype, view): a re-run with
-            the same arguments continues where an interrupted one stopped, whatever its batch size (no number
-            depends on it); anything else starts over. While edits are installed on the model (inside
-            ``backbone.intervene``: :attr:`~vitscope.models.backbone.Backbone.active_edits`) no key can describe them,
-            so the run neither resumes nor saves a state, and says so to ``log``.
+            weights, data fingerprint, analyses and their parameters, the file of an analysis from outside
+            vitscope, limit, device, dtype, view): a re-run with the same arguments continues where an
+            interrupted one stopped, whatever its batch size (no number depends on it); anything else starts
+            over. While edits are installed on the model (inside ``backbone.intervene``:
+            :attr:`~vitscope.models.backbone.Backbone.active_edits`) no key can describe them, so the run neither
+            resumes nor saves a state, and says so to ``log``.
         view: how images become model inputs (:mod:`vitscope.models.views`); None: the model's own
             preprocessing. Views group images by frame size, and tiled views stitch tiles into dense grids.
         distributed: share the pass with the other processes of the ``torch.distributed`` group (joined from

@@ -5,8 +5,9 @@ flight), the state of every analysis plus the dataset position reached. Re-runni
 it and continues from that position; because batches are the same ranges of the dataset in the same order
 and the state is restored exactly (float64 sums bit for bit), the results equal those of an uninterrupted
 run. A state file is keyed by a digest of everything that decides the numbers (model weights and spec,
-data fingerprint, analyses and their configuration, limit, device, dtype, vitscope version; not the batch
-size, on which no number depends): a file written under another key is ignored with a message, never merged.
+data fingerprint, analyses and their configuration, the files of analyses from outside vitscope, view, limit,
+device, dtype, vitscope version; not the batch size, on which no number depends): a file written under
+another key is ignored with a message, never merged.
 
 Files are written atomically (temporary file + ``os.replace``) with ``torch.save`` of a tree of tensors,
 numbers and strings (:mod:`~vitscope.engine.state_codec`), and read with ``torch.load(weights_only=True)``,
@@ -66,11 +67,15 @@ def run_key(model_fingerprint: str, spec: dict[str, Any], data_fingerprint: dict
     Args:
         model_fingerprint: digest of the model's weights; spec: its ``ModelSpec.to_dict()``.
         data_fingerprint: :func:`~vitscope.engine.provenance.data_fingerprint` of the dataset.
-        analyses: the analyses (names, classes and constructor arguments are keyed).
+        analyses: the analyses (names, classes and constructor arguments are keyed; for analyses from outside
+            vitscope also their module and the sha256 of its file, the code that makes their numbers).
         settings: limit, device, dtype, ... (JSON-able; not the batch size, on which no number depends).
     """
     from vitscope._version import __version__
+    from vitscope.analyses.plugins import analysis_sources
 
+    # vitscope's own code is keyed by its version; a plugin's file may change between a stop and its resume
+    sources = [[s["module"], s["sha256"]] for s in analysis_sources(analyses)]
     return {
         "format": FORMAT,
         "vitscope": __version__,
@@ -79,6 +84,7 @@ def run_key(model_fingerprint: str, spec: dict[str, Any], data_fingerprint: dict
         "data": data_fingerprint.get("digest"),
         "analyses": [{"name": a.name, "class": f"{type(a).__module__}.{type(a).__qualname__}",
                       "config": _analysis_config(a)} for a in analyses],
+        **({"sources": sources} if sources else {}),  # keys of runs of vitscope's analyses stay as they were
         **settings,
     }
 
