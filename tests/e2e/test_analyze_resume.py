@@ -47,6 +47,19 @@ def test_interrupted_run_resumes_to_the_same_numbers(coco, tmp_path):
     assert (resumed / "report.html").stat().st_size > 0
 
 
+def test_an_interrupted_compare_records_the_images_it_resumed(coco, tmp_path):
+    """compare resumes each model's pass from its own state; results.json adds up what the states held."""
+    base = ("compare", "--models", "sup=tiny-vit-sup,met=tiny-vit-metric", "-d", f"{coco}::coco", "-o",
+            str(tmp_path / "out"), "--device", "cpu", "--checkpoint-seconds", "0")
+    proc = vitscope(*base, "-b", "4", env={**ENV, "VITSCOPE_STOP_AFTER_BATCHES": "2"})  # stops in the first model
+    assert proc.returncode == 130 and "state saved" in proc.stderr, proc.stderr
+    proc = cli(*base, "-b", "6")
+    assert proc.returncode == 0, proc.stderr
+    assert "resuming from saved state: 8 images already done" in proc.stderr
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert doc["run"]["resumed_images"] == 8 and doc["images_per_model"] == {"sup": 20, "met": 20}
+
+
 def test_state_from_other_settings_is_not_merged_but_another_batch_size_resumes(coco, tmp_path):
     out = tmp_path / "o"
     base = ["analyze", "-m", "tiny-vit", "-d", f"{coco}::coco", "-a", "attention_distance,cka", "-o", str(out),

@@ -150,6 +150,8 @@ def test_a_killed_probe_continues_where_it_stopped(data: dict[str, Path], tmp_pa
     a, b = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("a", "b"))
     for task in ("knn_cls", "linear_cls"):
         assert a["analyses"][task]["summary"] == b["analyses"][task]["summary"], task
+    # results.json says what the cache's passes did, as analyze's does: 30 images decode in a thread
+    assert a["run"] == {"resumed_images": 8, "workers": 0} and b["run"] == {"resumed_images": 0, "workers": 0}
 
 
 def _doc(out: Path) -> dict:

@@ -13,7 +13,9 @@ import contextlib
 import fnmatch
 import functools
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +53,44 @@ from vitscope.models.preprocess import pixel_groups, resized_pixels
 from vitscope.models.spec import ModelSpec
 from vitscope.models.views import StandardView
 
-__all__ = ["loader_preprocessing", "required_hook_names", "resolve_device",
-           "resolve_dtype", "run"]
+__all__ = ["PassTally", "loader_preprocessing", "required_hook_names", "resolve_device",
+           "resolve_dtype", "run", "tally_passes"]
+
+
+@dataclass
+class PassTally:
+    """What the passes of :func:`run` made inside :func:`tally_passes` did, for a command whose passes are made
+    on its behalf (the feature cache's): results.json's ``run``.
+
+    Attributes:
+        resumed_images: images their restored states already held, added up.
+        workers: the most processes any of them decoded images in (None: no pass ran, every feature was cached).
+    """
+
+    resumed_images: int = 0
+    workers: int | None = None
+
+    def add(self, results: Results) -> None:
+        self.resumed_images += int(results.resumed_images)
+        self.workers = max(self.workers or 0, int(results.workers))
+
+
+_TALLIES: ContextVar[tuple[PassTally, ...]] = ContextVar("vitscope_pass_tallies", default=())
+
+
+@contextlib.contextmanager
+def tally_passes() -> Iterator[PassTally]:
+    """Count what every pass of :func:`run` finished inside the block did (nested blocks each count them).
+
+    Yields:
+        The :class:`PassTally`, filled as passes finish.
+    """
+    tally = PassTally()
+    token = _TALLIES.set((*_TALLIES.get(), tally))
+    try:
+        yield tally
+    finally:
+        _TALLIES.reset(token)
 
 
 def required_hook_names(backbone: Backbone, analyses: Sequence[Analysis]) -> list[str]:
@@ -323,8 +361,10 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
     if shard.world > 1:
         with collectives(shard):
             barrier()  # every process has read the shared row shards before rank 0 may remove them at exit
-    return Results(results, seen, skipped, hooks, described, resumed, chosen, grid_counts(current.grids),
-                   compile_stats)
+    ran = Results(results, seen, skipped, hooks, described, resumed, chosen, grid_counts(current.grids), compile_stats)
+    for tally in _TALLIES.get():
+        tally.add(ran)
+    return ran
 
 
 def _grids_over_ranks(grids: dict[tuple[int, int], int], shard: Any) -> dict[tuple[int, int], int]:

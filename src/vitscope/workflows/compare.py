@@ -57,6 +57,7 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
     facts = DataFacts(source, targets, options.limit)  # a named analysis the data cannot feed: refused now
     runs, identities, counts, skipped, data, extra, not_run, notes = [], [], {}, {}, {}, {}, {}, []
     workers, ran = None, []  # ran: every analysis some model ran, once each (their sources are recorded)
+    resumed = 0  # images the models' restored states already held, over every pass
     for name, model_id in models:  # one at a time: only one model is in memory (a failed name resumes cheaply)
         backbone = load_model(model_id, image_size=options.image_size, keep_aspect=options.keep_aspect)
         analyses, cannot = compare_analyses(backbone.spec, targets, selection, params, facts)
@@ -73,6 +74,7 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
         if not distributed or is_main_process():
             finish_sae_cards(results, backbone, source, log)
         workers = results.workers
+        resumed += results.resumed_images
         ran.extend(a for a in analyses if a.name not in {r.name for r in ran})
         runs.append(ModelRun(model_id, backbone.spec, dict(results.items()), name))
         identities.append({**model_identity(model_id, backbone), "display_name": name,
@@ -94,7 +96,8 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
                      results={"compare": ComparisonResult(comparison), **extra}, models=identities, data=data,
                      num_images=max(counts.values()), skipped=list(skipped.values()), skipped_analyses=not_run,
                      extra={"images_per_model": counts}, sections=comparison_sections(comparison, runs),
-                     notes=list(comparison.notes), own_sections={"compare"}, workers=workers)
+                     notes=list(comparison.notes), own_sections={"compare"}, workers=workers,
+                     resumed_images=resumed)
 
 
 def _check_selection(selection: Sequence[str] | None) -> None:

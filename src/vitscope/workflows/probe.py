@@ -168,6 +168,7 @@ def run_probe(options: ProbeOptions, log: Callable[[str], None] | None = None, d
     from vitscope.downstream.davis import VOID_RULES
     from vitscope.downstream.sweep import probe_sweep
     from vitscope.engine.provenance import model_identity
+    from vitscope.engine.run import tally_passes
     from vitscope.models.input_size import describe_input
     from vitscope.models.load import load_model
     from vitscope.workflows.option_values import ConfigError
@@ -206,10 +207,11 @@ def run_probe(options: ProbeOptions, log: Callable[[str], None] | None = None, d
         return _davis_first_frames(options, backbone, dataset, blocks, cache, out, log, distributed)
     if log:
         log(f"probing {backbone.spec.name} on {fmt} ({task}) ...")
-    results = probe_sweep(backbone, cache, **data, tiling=options.tiling or False, blocks=blocks,
-                          site=options.site, seed=options.seed, batch_size=options.batch_size, device=options.device,
-                          dtype=options.dtype, distributed=distributed, log=log, davis_void=void,
-                          workers=options.workers, **_extraction(options))
+    with tally_passes() as passes:  # the feature cache makes the passes: what they resumed, how they decoded
+        results = probe_sweep(backbone, cache, **data, tiling=options.tiling or False, blocks=blocks,
+                              site=options.site, seed=options.seed, batch_size=options.batch_size,
+                              device=options.device, dtype=options.dtype, distributed=distributed, log=log,
+                              davis_void=void, workers=options.workers, **_extraction(options))
     if distributed:
         from vitscope.engine.distributed import is_main_process
 
@@ -222,8 +224,8 @@ def run_probe(options: ProbeOptions, log: Callable[[str], None] | None = None, d
         config=options.record(format=fmt, task=task, blocks=None if blocks is None else list(blocks)),
         results=dict(results), models=[model_identity(options.model, backbone)],
         data=_describe(dataset, fmt, options.data), num_images=num_images, tables={"best_blocks": table},
-        extra={"best_blocks": {"file": "tables/best_blocks.csv", "rows": table.to_dict(orient="records")}}),
-        figure_files=options.figure_files)
+        extra={"best_blocks": {"file": "tables/best_blocks.csv", "rows": table.to_dict(orient="records")}},
+        resumed_images=passes.resumed_images, workers=passes.workers), figure_files=options.figure_files)
 
 
 def _davis_first_frames(options: ProbeOptions, backbone: Any, dataset: Any, blocks: Any, cache: Any, out: Path,
@@ -232,6 +234,7 @@ def _davis_first_frames(options: ProbeOptions, backbone: Any, dataset: Any, bloc
     official evaluation takes them (``predictions/<sequence>/<frame>.png``); no J or F can be computed here."""
     from vitscope.downstream.davis import davis_predictions
     from vitscope.engine.provenance import model_identity
+    from vitscope.engine.run import tally_passes
 
     blocks = [backbone.spec.num_blocks - 1] if blocks is None else list(blocks)
     if len(blocks) != 1:
@@ -244,9 +247,11 @@ def _davis_first_frames(options: ProbeOptions, backbone: Any, dataset: Any, bloc
         raise VitscopeValueError("--jpeg-draft follows the model's own resize, but DAVIS frames are resized their own "
                                  "way; run the DAVIS probe without it")
     extraction = {k: v for k, v in _extraction(options).items() if k != "jpeg_draft"}
-    files = davis_predictions(backbone, dataset, block, cache, site=options.site, tiling=options.tiling or False,
-                              batch_size=options.batch_size, device=options.device, dtype=options.dtype,
-                              distributed=distributed, log=log, **extraction)
+    with tally_passes() as passes:
+        files = davis_predictions(backbone, dataset, block, cache, site=options.site,
+                                  tiling=options.tiling or False, batch_size=options.batch_size,
+                                  device=options.device, dtype=options.dtype, distributed=distributed, log=log,
+                                  **extraction)
     if distributed:
         from vitscope.engine.distributed import is_main_process
 
@@ -265,4 +270,5 @@ def _davis_first_frames(options: ProbeOptions, backbone: Any, dataset: Any, bloc
         num_images=_num_images(dataset, "davis"), notes=[reason],
         extra={"davis": {"scored": False, "reason": reason, "block": block, "predictions": "predictions/",
                          "sequences": len(dataset), "frames": len(files)}},
-        files={f"predictions/{rel}": content for rel, content in files.items()}))
+        files={f"predictions/{rel}": content for rel, content in files.items()},
+        resumed_images=passes.resumed_images, workers=passes.workers))
