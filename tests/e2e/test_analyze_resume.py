@@ -58,6 +58,7 @@ def test_an_interrupted_compare_records_the_images_it_resumed(coco, tmp_path):
     assert "resuming from saved state: 8 images already done" in proc.stderr
     doc = json.loads((tmp_path / "out" / "results.json").read_text())
     assert doc["run"]["resumed_images"] == 8 and doc["images_per_model"] == {"sup": 20, "met": 20}
+    assert doc["config"]["device"] == "cpu" and doc["run"]["device"] == {"device": "cpu"}
 
 
 def test_state_from_other_settings_is_not_merged_but_another_batch_size_resumes(coco, tmp_path):

@@ -151,7 +151,9 @@ def test_a_killed_probe_continues_where_it_stopped(data: dict[str, Path], tmp_pa
     for task in ("knn_cls", "linear_cls"):
         assert a["analyses"][task]["summary"] == b["analyses"][task]["summary"], task
     # results.json says what the cache's passes did, as analyze's does: 30 images decode in a thread
-    assert a["run"] == {"resumed_images": 8, "workers": 0} and b["run"] == {"resumed_images": 0, "workers": 0}
+    assert (a["run"]["resumed_images"], a["run"]["workers"], b["run"]["resumed_images"], b["run"]["workers"]) == \
+        (8, 0, 0, 0)
+    assert a["config"]["device"] == "auto" and a["run"]["device"]["device"] in ("cpu", "mps", "cuda:0")
 
 
 def _doc(out: Path) -> dict:

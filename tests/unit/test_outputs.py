@@ -248,3 +248,42 @@ def test_sections_whose_labels_slug_alike_get_ids_of_their_own(tmp_path) -> None
 
     ids = re.findall(r'<section id="([^"]*)"', html)
     assert len(ids) == len(set(ids)) and len(ids) >= 4, ids
+
+
+def test_the_environment_names_the_libraries_that_decide_the_numbers() -> None:
+    """Decoding and resizing (Pillow, OpenCV), the arithmetic around them (numpy) and the probes (scikit-learn)."""
+    import platform
+
+    import cv2
+    import numpy
+    import PIL
+    import sklearn
+
+    from vitscope.outputs.writer import environment
+
+    env = environment()
+    assert env["python"] == platform.python_version() and env["torch"] == torch.__version__
+    assert env["numpy"] == numpy.__version__ and env["pillow"] == PIL.__version__
+    assert env["scikit-learn"] == sklearn.__version__
+    assert env["opencv"].startswith(cv2.__version__)  # the wheel's version adds a build number: 4.10.0.84
+
+
+def test_the_device_that_ran_is_recorded_beside_the_one_asked_for(tmp_path, monkeypatch) -> None:
+    import vitscope
+    from helpers.images import random_pngs
+    from vitscope.engine.settings import describe_device
+
+    photos = random_pngs(tmp_path / "photos", [(40, 40)] * 3)
+    vitscope.analyze("tiny-vit", photos, ["mean_activation"], out=tmp_path / "out", device="cpu", progress=False)
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert doc["config"]["device"] == "cpu" and doc["run"]["device"] == {"device": "cpu"}
+    if not torch.cuda.is_available():
+        assert describe_device(None) == {"device": "cpu"} or torch.backends.mps.is_available()
+        # on a GPU "auto" and a bare "cuda" name the GPU that ran: its index, name and CUDA version
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: f"GPU number {index}")
+        monkeypatch.setattr(torch.version, "cuda", "12.4")
+        want = {"device": "cuda:1", "name": "GPU number 1", "cuda": "12.4"}
+        assert describe_device(None) == want and describe_device("cuda") == want
+        assert describe_device("cuda:0") == {"device": "cuda:0", "name": "GPU number 0", "cuda": "12.4"}

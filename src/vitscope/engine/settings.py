@@ -8,7 +8,8 @@ import torch
 
 from vitscope.errors import VitscopeUsageError, VitscopeValueError
 
-__all__ = ["MIN_IMAGES_FOR_WORKERS", "loader_workers", "progress_bar", "resolve_device", "resolve_dtype"]
+__all__ = ["MIN_IMAGES_FOR_WORKERS", "describe_device", "loader_workers", "progress_bar", "resolve_device",
+           "resolve_dtype"]
 
 #: a pass over fewer images decodes in a thread: starting worker processes would cost more than they save
 MIN_IMAGES_FOR_WORKERS = 256
@@ -67,6 +68,25 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         raise VitscopeValueError("device 'mps' requested but MPS is not available; use --device cpu")
     return dev
+
+
+def describe_device(device: str | torch.device | None) -> dict[str, str]:
+    """The device a pass given ``device`` runs on, as results.json records it beside the one asked for.
+
+    Returns:
+        ``{"device": "cpu"}`` (or ``"mps"``); on a GPU ``{"device": "cuda:N", "name": ..., "cuda": ...}``: the
+        GPU's name and the CUDA version torch was built with (``"hip"`` on ROCm), which decide its kernels.
+    """
+    dev = resolve_device(device)
+    if dev.type != "cuda":
+        return {"device": str(dev)}
+    index = dev.index if dev.index is not None else torch.cuda.current_device()  # where a bare "cuda" runs
+    out = {"device": f"cuda:{index}", "name": torch.cuda.get_device_name(index)}
+    if torch.version.cuda:
+        out["cuda"] = str(torch.version.cuda)
+    elif getattr(torch.version, "hip", None):
+        out["hip"] = str(torch.version.hip)
+    return out
 
 
 def progress_bar(enabled: bool | None):

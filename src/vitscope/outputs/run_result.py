@@ -36,6 +36,8 @@ class RunResult:
         notes: warnings worth showing in the report.
         resumed_images: images a restored state already held (results.json ``run``).
         workers: processes that decoded the images (results.json ``run``; None: not known to this command).
+        device: the device that ran (results.json ``run``; the GPU's name and CUDA version on a GPU:
+            :func:`~vitscope.engine.settings.describe_device`); None: not recorded by this command.
         files: other files, relative path -> contents (e.g. DAVIS palette PNGs under ``predictions/``).
     """
 
@@ -56,6 +58,7 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
     resumed_images: int = 0
     workers: int | None = None
+    device: dict[str, str] | None = None
     own_sections: set[str] = field(default_factory=set)
     files: dict[str, bytes] = field(default_factory=dict)
 

@@ -34,11 +34,31 @@ from vitscope.strict_json import dumps
 __all__ = ["environment", "write_run"]
 
 
+#: libraries whose versions decide the numbers (decoding, resizing, SIFT, probes), by their installed distributions
+_LIBRARIES = {
+    "numpy": ("numpy",),
+    "pillow": ("pillow",),
+    "opencv": ("opencv-python-headless", "opencv-python", "opencv-contrib-python-headless", "opencv-contrib-python"),
+    "scikit-learn": ("scikit-learn",),
+}
+
+
 def environment() -> dict[str, str]:
-    """Versions that decide the numbers (results.json ``environment``)."""
+    """Versions that decide the numbers (results.json ``environment``): Python, torch, and those of numpy, Pillow,
+    OpenCV and scikit-learn that are installed (read from their distributions: nothing is imported)."""
+    from importlib.metadata import PackageNotFoundError, version
+
     import torch
 
-    return {"python": platform.python_version(), "torch": torch.__version__}
+    found = {"python": platform.python_version(), "torch": torch.__version__}
+    for name, distributions in _LIBRARIES.items():
+        for distribution in distributions:
+            try:
+                found[name] = version(distribution)
+                break
+            except PackageNotFoundError:
+                continue
+    return found
 
 
 class _Writer:
@@ -204,6 +224,8 @@ def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
         doc["run"] = {"resumed_images": run.resumed_images}
         if run.workers is not None:
             doc["run"]["workers"] = run.workers
+        if run.device is not None:  # config.device is as given ("auto"): this is what it chose
+            doc["run"]["device"] = run.device
         writer.json("results.json", doc)
         report = build_report(run, doc, writer.drawn, sections)
         staging.path("report.html").write_text(render_html(report), encoding="utf-8")

@@ -24,6 +24,7 @@ from vitscope.engine.distributed import is_main_process
 from vitscope.engine.provenance import model_identity
 from vitscope.engine.results import Results
 from vitscope.engine.run import run
+from vitscope.engine.settings import describe_device
 from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.models.input_size import describe_input, keeping_aspect, with_image_size
@@ -179,7 +180,8 @@ def run_analyze(options: AnalyzeOptions, *, progress: bool | None = None, log: C
             "analyze", config=config, results=dict(results),
             models=[{**model_identity(model_id, backbone), "grids": results.grids}],
             data=results.data, num_images=results.num_images, skipped=results.skipped, skipped_analyses=not_run,
-            extra={"hooks": results.hooks}, resumed_images=results.resumed_images, workers=results.workers),
+            extra={"hooks": results.hooks}, resumed_images=results.resumed_images, workers=results.workers,
+            device=describe_device(options.device)),
             progress=progress, log=log, figure_files=options.figure_files)
         clear_state(out)
     return results

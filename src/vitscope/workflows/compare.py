@@ -20,6 +20,7 @@ from vitscope.data.open import as_source
 from vitscope.engine.distributed import is_main_process
 from vitscope.engine.provenance import model_identity
 from vitscope.engine.run import run
+from vitscope.engine.settings import describe_device
 from vitscope.models.input_size import describe_input
 from vitscope.models.load import load_model
 from vitscope.outputs import RunResult, prepare_output, write_run
@@ -97,7 +98,7 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
                      num_images=max(counts.values()), skipped=list(skipped.values()), skipped_analyses=not_run,
                      extra={"images_per_model": counts}, sections=comparison_sections(comparison, runs),
                      notes=list(comparison.notes), own_sections={"compare"}, workers=workers,
-                     resumed_images=resumed)
+                     resumed_images=resumed, device=describe_device(options.device))
 
 
 def _check_selection(selection: Sequence[str] | None) -> None:

@@ -169,6 +169,7 @@ def run_probe(options: ProbeOptions, log: Callable[[str], None] | None = None, d
     from vitscope.downstream.sweep import probe_sweep
     from vitscope.engine.provenance import model_identity
     from vitscope.engine.run import tally_passes
+    from vitscope.engine.settings import describe_device
     from vitscope.models.input_size import describe_input
     from vitscope.models.load import load_model
     from vitscope.workflows.option_values import ConfigError
@@ -225,7 +226,8 @@ def run_probe(options: ProbeOptions, log: Callable[[str], None] | None = None, d
         results=dict(results), models=[model_identity(options.model, backbone)],
         data=_describe(dataset, fmt, options.data), num_images=num_images, tables={"best_blocks": table},
         extra={"best_blocks": {"file": "tables/best_blocks.csv", "rows": table.to_dict(orient="records")}},
-        resumed_images=passes.resumed_images, workers=passes.workers), figure_files=options.figure_files)
+        resumed_images=passes.resumed_images, workers=passes.workers, device=describe_device(options.device)),
+        figure_files=options.figure_files)
 
 
 def _davis_first_frames(options: ProbeOptions, backbone: Any, dataset: Any, blocks: Any, cache: Any, out: Path,
@@ -235,6 +237,7 @@ def _davis_first_frames(options: ProbeOptions, backbone: Any, dataset: Any, bloc
     from vitscope.downstream.davis import davis_predictions
     from vitscope.engine.provenance import model_identity
     from vitscope.engine.run import tally_passes
+    from vitscope.engine.settings import describe_device
 
     blocks = [backbone.spec.num_blocks - 1] if blocks is None else list(blocks)
     if len(blocks) != 1:
@@ -271,4 +274,4 @@ def _davis_first_frames(options: ProbeOptions, backbone: Any, dataset: Any, bloc
         extra={"davis": {"scored": False, "reason": reason, "block": block, "predictions": "predictions/",
                          "sequences": len(dataset), "frames": len(files)}},
         files={f"predictions/{rel}": content for rel, content in files.items()},
-        resumed_images=passes.resumed_images, workers=passes.workers))
+        resumed_images=passes.resumed_images, workers=passes.workers, device=describe_device(options.device)))
