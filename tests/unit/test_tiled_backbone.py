@@ -13,6 +13,7 @@ import vitscope
 from vitscope.analyses.attention.stats import AttentionStats
 from vitscope.analyses.probes.clustering import Clustering, clustering_probe
 from vitscope.analyses.probes.knn import KnnProbe
+from vitscope.analyses.registry import get_analysis
 from vitscope.analyses.representation.cka import BlockCKA
 from vitscope.cache import FeatureCache, FeatureRequest
 from vitscope.data import load_dataset
@@ -136,6 +137,8 @@ def test_attention_or_cls_analyses_with_tiling_name_the_analysis(vit, coco) -> N
         run_tiled(vit, dataset, [AttentionStats()], device="cpu", progress=False)
     with pytest.raises(TilingError, match="analysis 'knn_probe' reads the CLS token"):
         run_tiled(vit, dataset, [KnnProbe(tokens="cls")], device="cpu", progress=False)
+    with pytest.raises(TilingError, match="analysis 'attention_stats' reads attention"):  # by name, as run takes it
+        run_tiled(vit, dataset, ["attention_stats"], device="cpu", progress=False)
     # straight through vitscope.run the wrapper itself refuses: attention hooks, and CLS readers by name
     with pytest.raises(TilingError, match="attention"):
         vitscope.run(wrap_tiled(vit), dataset, [AttentionStats()], device="cpu", progress=False)
@@ -161,3 +164,14 @@ def test_spatial_analyses_run_tiled_end_to_end(vit, coco, tmp_path: Path) -> Non
                              TiledView())[request]
     assert entry.meta["grid"] == [16, 16] and regions.meta["num_rows"] == len(entry)
     torch.testing.assert_close(clustering_probe(entry)["purity"], regions["purity"])
+
+
+def test_run_tiled_takes_registered_names_as_vitscope_run_does(vit, coco) -> None:
+    dataset = AnnotatedSource(load_dataset(coco), regions=True)
+    by_name = run_tiled(vit, dataset, ["mean_activation"], batch_size=4, device="cpu", progress=False)
+    by_instance = run_tiled(vit, dataset, [get_analysis("mean_activation")], batch_size=4, device="cpu",
+                            progress=False)
+    got, want = by_name["mean_activation"].tensors, by_instance["mean_activation"].tensors
+    assert by_name.num_images == 6 and want and set(got) == set(want)
+    for key, value in want.items():
+        assert torch.equal(got[key], value), key

@@ -12,6 +12,7 @@ from typing import Any
 from typing import Any as Dataset  # anything vitscope.run reads (a Source, a folder...)
 
 from vitscope.analyses.base import Analysis
+from vitscope.analyses.registry import get_analysis
 from vitscope.engine.results import Results
 from vitscope.engine.run import run
 from vitscope.models.backbone import Backbone
@@ -20,7 +21,7 @@ from vitscope.models.tiled import TiledBackbone, check_tiling, wrap_tiled
 __all__ = ["run_tiled"]
 
 
-def run_tiled(backbone: Backbone, dataset: Dataset | str, analyses: Sequence[Analysis], scale: float = 2.0,
+def run_tiled(backbone: Backbone, dataset: Dataset | str, analyses: Sequence[Analysis | str], scale: float = 2.0,
               **run_options: Any) -> Results:
     """One pass of ``analyses`` over ``dataset`` on tiled dense features.
 
@@ -32,7 +33,8 @@ def run_tiled(backbone: Backbone, dataset: Dataset | str, analyses: Sequence[Ana
         backbone: the model (untiled, or already wrapped by :func:`~vitscope.models.tiled.wrap_tiled`, in which
             case ``scale`` is ignored).
         dataset: as for :func:`vitscope.run`.
-        analyses: accumulator instances; none may read attention or the CLS token.
+        analyses: analysis instances, or registered names (their default configuration), as for
+            :func:`vitscope.run`; none may read attention or the CLS token.
         scale: frame side / model input side (the paper: 2).
         **run_options: passed to :func:`vitscope.run` (``batch_size``, ``device``, ``dtype``, ``limit``, ...).
 
@@ -42,6 +44,7 @@ def run_tiled(backbone: Backbone, dataset: Dataset | str, analyses: Sequence[Ana
     Raises:
         TilingError: an analysis reads attention or the CLS token (the message names it).
     """
+    analyses = [get_analysis(a) if isinstance(a, str) else a for a in analyses]  # checked as vitscope.run takes them
     tiled = backbone if isinstance(backbone, TiledBackbone) else wrap_tiled(backbone, scale)
     check_tiling(analyses, tiled.inner.spec)
     return run(tiled, dataset, analyses, **run_options)
