@@ -80,6 +80,26 @@ def test_the_reference_set_stays_within_the_runs_limit(model, world):
             vitscope.run(model, world, ["attention_distance"], limit=bad, progress=False, workers=0)
 
 
+def test_the_reference_set_is_made_into_inputs_by_the_runs_view(model, world):
+    """Under a view the reference head outputs are those of the images as the pass preprocesses them (they were
+    recorded with the model's own preprocessing)."""
+    from vitscope.analyses.activations.hook_tensors import HookTensors
+    from vitscope.models.views import FrameView
+
+    class Kept(ANALYSES["head_importance"]):
+        def set_reference(self, activations):
+            self.kept = {k: v.clone() for k, v in activations.items()}
+            super().set_reference(activations)
+
+    view, hook = FrameView(short_side=48, multiple=16), "blocks.2.attn.heads"  # 64 px scenes at 48 px
+    spy = Kept(controls=("mean",), reference_images=3, blocks=(2,))
+    vitscope.run(model, world, [spy], batch_size=3, view=view, progress=False, workers=0, limit=4)
+    seen = {v: vitscope.run(model, world, [HookTensors([hook])], batch_size=3, view=v, progress=False, workers=0,
+                            limit=3)["hook_tensors"].tensors[hook] for v in (view, None)}
+    assert seen[view].shape != seen[None].shape  # the view changes the inputs
+    torch.testing.assert_close(spy.kept[hook], seen[view], rtol=0, atol=1e-6)
+
+
 def test_logit_lens_reads_every_block_with_the_models_own_head(model, world):
     result = vitscope.run(model, world, ["logit_lens"], batch_size=4, progress=False)["logit_lens"]
     x, y = images_and_labels(model, world)

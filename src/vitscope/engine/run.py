@@ -236,17 +236,18 @@ def run(
     if checkpoint is not None and shard.world > 1:
         checkpoint.for_rank(shard.rank, shard.world)
     with decoding(backbone, jpeg_draft, view):
-        _hand_references(backbone, source, analyses, batch_size, dev, amp, strict, limit)
+        _hand_references(backbone, source, analyses, batch_size, dev, amp, strict, limit, view)
         with _rows_beside(checkpoint):  # spilled rows on the state file's disk: saving links them
             return _pass(backbone, source, analyses, checkpoint, shard, dev, amp, batch_size, limit, strict,
                          progress, view, hooks, total, described, workers, log, bool(compile_stats))
 
 
 def _hand_references(backbone: Backbone, source: Source, analyses: Sequence[Analysis], batch_size: int,
-                     device: torch.device, dtype: torch.dtype | None, strict: bool, limit: int | None) -> None:
+                     device: torch.device, dtype: torch.dtype | None, strict: bool, limit: int | None,
+                     view: Any = None) -> None:
     """Record what analyses need of a reference set (:meth:`Analysis.reference_hooks`) on the first images of the
     data (within the run's ``limit``), before the pass, and hand it to them: the same images in every process and
-    on every resume."""
+    on every resume, made into model inputs by the pass's ``view``."""
     wanted = {a: a.reference_hooks(backbone.spec) for a in analyses}
     hooks = list(dict.fromkeys(h for names in wanted.values() for h in names))
     if not hooks:
@@ -256,7 +257,7 @@ def _hand_references(backbone: Backbone, source: Source, analyses: Sequence[Anal
     images = max(int(a.reference_images) for a, names in wanted.items() if names)
     images = images if limit is None else min(images, int(limit))
     kept = run(backbone, source, [HookTensors(hooks)], batch_size=batch_size, device=device, dtype=dtype,
-               limit=images, strict=strict, progress=False, workers=0)["hook_tensors"].tensors
+               limit=images, strict=strict, progress=False, workers=0, view=view)["hook_tensors"].tensors
     for a, names in wanted.items():
         if names:
             a.set_reference({n: t for n, t in kept.items() if any(fnmatch.fnmatchcase(n, p) for p in names)})
