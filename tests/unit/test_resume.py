@@ -365,3 +365,26 @@ def test_a_plugin_edited_between_a_stop_and_its_resume_starts_over(coco, tmp_pat
     again = go(_plugin(tmp_path, 1000.0, monkeypatch), resume=tmp_path / "same.pt")  # the same file: resumed
     assert again.resumed_images == 8
     torch.testing.assert_close(again["scaled_norm"].tensors["total"], want, rtol=1e-12, atol=0)
+
+
+def test_a_run_with_another_number_of_processes_says_it_starts_over_one_process_included(tmp_path):
+    """The state of one process and the per-rank files of several do not apply to each other: both directions
+    say so (going from 2 processes to 1, or from 1 to 2, started over without a word)."""
+    from vitscope.engine.state import Checkpoint
+
+    said: list[str] = []
+    (tmp_path / "run.rank0-of-2.pt").write_bytes(b"x")
+    one = Checkpoint(tmp_path / "run.pt", {"k": 1}, log=said.append)
+    one.for_rank(0, 1)
+    assert one.path == tmp_path / "run.pt" and one.key == {"k": 1}  # one process keeps its name and key
+    assert said == ["ignoring saved state of a run with 2 processes (this one has 1); starting over"]
+    said.clear()
+    (tmp_path / "run.rank0-of-2.pt").unlink()
+    (tmp_path / "run.pt").write_bytes(b"x")
+    two = Checkpoint(tmp_path / "run.pt", {"k": 1}, log=said.append)
+    two.for_rank(0, 2)
+    assert two.path == tmp_path / "run.rank0-of-2.pt"
+    assert said == ["ignoring saved state of a run with 1 processes (this one has 2); starting over"]
+    quiet = Checkpoint(tmp_path / "run.pt", {"k": 1}, log=said.append)
+    quiet.for_rank(1, 2)  # only rank 0 speaks
+    assert len(said) == 1

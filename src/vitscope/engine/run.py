@@ -233,7 +233,7 @@ def run(
         checkpoint = run_checkpoint(resume, backbone, described["fingerprint"], analyses,
                                     every_seconds=checkpoint_seconds, log=log, limit=limit, strict=strict,
                                     device=dev.type, dtype=str(dtype or "fp32"), **drafted, **compiled, **viewed)
-    if checkpoint is not None and shard.world > 1:
+    if checkpoint is not None:
         checkpoint.for_rank(shard.rank, shard.world)
     with decoding(backbone, jpeg_draft, view):
         _hand_references(backbone, source, analyses, batch_size, dev, amp, strict, limit, view)

@@ -147,14 +147,20 @@ class Checkpoint:
         """Keep this process's state in a file of its own, keyed by its rank and the number of processes.
 
         A restart with the same number of processes continues rank by rank; with another number the saved
-        files do not apply (each rank read other batches), which rank 0 says before starting over.
+        files do not apply (each rank read other batches), which rank 0 says before starting over. One process
+        keeps its file as it is named (and its key), and says the same of the files of several processes.
         """
         stem, suffix = self.path.stem, self.path.suffix
-        others = sorted({p.name.rsplit("-of-", 1)[1].removesuffix(suffix)
-                         for p in self.path.parent.glob(f"{stem}.rank*-of-*{suffix}")} - {str(world)})
+        others = {p.name.rsplit("-of-", 1)[1].removesuffix(suffix)
+                  for p in self.path.parent.glob(f"{stem}.rank*-of-*{suffix}")}
+        if world > 1 and self.path.exists():  # the state of a run of one process
+            others.add("1")
+        others = sorted(others - {str(world)}, key=lambda n: (len(n), n))
         if others and rank == 0:
             self.log(f"ignoring saved state of a run with {', '.join(others)} processes (this one has {world}); "
                      "starting over")
+        if world == 1:
+            return
         self.path = self.path.with_name(f"{stem}.rank{rank}-of-{world}{suffix}")
         self.key = {**self.key, "rank": rank, "processes": world}
 
