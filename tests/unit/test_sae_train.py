@@ -95,6 +95,19 @@ def test_the_command_trains_and_writes_the_sae(world: str, tmp_path) -> None:
     assert bad.exit_code == 1 and "has no hook 'blocks.2.mlp_pre_act'" in bad.output
 
 
+def _dies_in_the_second_pass(real):
+    """``training.run`` that raises KeyboardInterrupt (a kill) when the second pass starts."""
+    calls = []
+
+    def run(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    return run
+
+
 def test_killed_after_a_pass_the_same_call_resumes_to_the_same_weights(world: str, backbone, tmp_path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The state at each pass's end is all weights and counters (never a token): a rerun continues from it and ends
@@ -103,15 +116,8 @@ def test_killed_after_a_pass_the_same_call_resumes_to_the_same_weights(world: st
 
     config = SAETraining(kind="batchtopk", **SMALL)  # two passes of 2,048 tokens
     whole = train(backbone, "blocks.3.resid_post", world, config, out=tmp_path / "whole")
-    real, calls = training.run, []
-
-    def dies_in_the_second_pass(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(training, "run", dies_in_the_second_pass)
+    real = training.run
+    monkeypatch.setattr(training, "run", _dies_in_the_second_pass(real))
     with pytest.raises(KeyboardInterrupt):
         train(backbone, "blocks.3.resid_post", world, config, out=tmp_path / "again")
     assert (tmp_path / "again" / ".training" / "training_state.pt").is_file()
@@ -123,8 +129,7 @@ def test_killed_after_a_pass_the_same_call_resumes_to_the_same_weights(world: st
         assert torch.equal(resumed.state_dict()[name], value), name
     assert not (tmp_path / "again" / ".training").exists()
     other = SAETraining(kind="batchtopk", **{**SMALL, "lr": 1e-3})  # another run: starts over
-    monkeypatch.setattr(training, "run", dies_in_the_second_pass)
-    calls.clear()
+    monkeypatch.setattr(training, "run", _dies_in_the_second_pass(real))
     with pytest.raises(KeyboardInterrupt):
         train(backbone, "blocks.3.resid_post", world, config, out=tmp_path / "third")
     monkeypatch.setattr(training, "run", real)
@@ -149,15 +154,8 @@ def test_a_buffer_sized_from_free_memory_is_kept_on_resume_and_recorded(world: s
     free_for(768)
     whole = train(backbone, "blocks.3.resid_post", world, config, out=tmp_path / "whole")
     assert json.loads((tmp_path / "whole" / "cfg.json").read_text())["vitscope"]["training"]["buffers"] == [768]
-    real, calls = training.run, []
-
-    def dies_in_the_second_pass(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(training, "run", dies_in_the_second_pass)
+    real = training.run
+    monkeypatch.setattr(training, "run", _dies_in_the_second_pass(real))
     with pytest.raises(KeyboardInterrupt):
         train(backbone, "blocks.3.resid_post", world, config, out=tmp_path / "again")
     monkeypatch.setattr(training, "run", real)
