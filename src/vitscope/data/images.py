@@ -16,6 +16,7 @@ from typing import BinaryIO
 import numpy as np
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
+from vitscope.data.orientation import TRANSPOSED, image_orientation
 from vitscope.errors import VitscopeError, VitscopeValueError
 
 PathLike = str | os.PathLike
@@ -124,9 +125,6 @@ def _check_file(path: str) -> None:
         raise ImageLoadError(path, "empty file")
 
 
-_ORIENTATION = 0x0112  # the EXIF tag
-
-
 def _apply_exif_orientation(img: Image.Image) -> Image.Image:
     """Rotate/flip ``img`` per its EXIF Orientation; malformed EXIF leaves it as stored."""
     try:
@@ -181,11 +179,7 @@ def as_rgb8(img: Image.Image) -> Image.Image:
     """An image already opened (``PIL.Image.open``, or built in memory) as every file is read: EXIF-oriented,
     alpha on white, 16-bit and float scaled to 8 bits, in mode ``"RGB"`` (an upright RGB image is returned as it
     is, without a copy)."""
-    try:
-        turned = img.getexif().get(_ORIENTATION, 1) not in (1, None)
-    except Exception:  # malformed EXIF: left as stored, as a file's is
-        turned = False
-    return _to_rgb8(_apply_exif_orientation(img) if turned else img)
+    return _to_rgb8(_apply_exif_orientation(img) if image_orientation(img) != 1 else img)
 
 
 def _warn_if_large(path: str, img: Image.Image) -> None:
@@ -253,7 +247,6 @@ def decode_rgb(file: str | BinaryIO, name: str) -> Image.Image:
 #: context variable: two runs in threads of one process draft each by its own rule)
 _DRAFT_TARGET: ContextVar[Callable[[tuple[int, int]], tuple[int, int]] | None] = ContextVar("vitscope_jpeg_draft",
                                                                                            default=None)
-_TRANSPOSED = frozenset({5, 6, 7, 8})  # EXIF orientations that swap width and height
 
 
 @contextmanager
@@ -295,10 +288,7 @@ def oriented_size(path: PathLike) -> tuple[int, int]:
     try:
         with Image.open(path) as img:
             height, width = img.height, img.width
-            try:
-                turned = img.getexif().get(0x0112) in _TRANSPOSED
-            except Exception:  # malformed EXIF: oriented as stored
-                turned = False
+            turned = image_orientation(img) in TRANSPOSED
     except (OSError, UnidentifiedImageError) as err:
         raise ImageLoadError(os.fspath(path), _short_reason(err)) from None
     return (width, height) if turned else (height, width)
@@ -311,10 +301,7 @@ def _draft(img: Image.Image) -> tuple[int, int] | None:
     if target is None or img.format != "JPEG":
         return None
     height, width = img.height, img.width
-    try:
-        transposed = img.getexif().get(0x0112) in _TRANSPOSED
-    except Exception:  # malformed EXIF: oriented as stored
-        transposed = False
+    transposed = image_orientation(img) in TRANSPOSED
     if transposed:
         height, width = width, height
     new_h, new_w = target((height, width))

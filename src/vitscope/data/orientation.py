@@ -14,28 +14,38 @@ import os
 import numpy as np
 from PIL import Image
 
-__all__ = ["exif_orientation", "orient_array", "orient_points", "oriented_hw"]
+__all__ = ["TRANSPOSED", "exif_orientation", "image_orientation", "orient_array", "orient_points", "oriented_hw"]
 
 _TAG = 0x0112
 _INVERSE = {6: 8, 8: 6}  # the two quarter turns undo each other; the flips and the half turn undo themselves
-_TRANSPOSED = frozenset({5, 6, 7, 8})
+#: EXIF orientations that swap width and height
+TRANSPOSED = frozenset({5, 6, 7, 8})
+
+
+def image_orientation(img: Image.Image) -> int:
+    """The EXIF orientation (1..8) of an opened image, as the decoder applies it: 1 without a tag or with a
+    malformed one (the image is then shown as stored)."""
+    try:
+        value = img.getexif().get(_TAG, 1)
+    except Exception:  # malformed EXIF
+        return 1
+    return value if isinstance(value, int) and 1 <= value <= 8 else 1
 
 
 def exif_orientation(path: str | os.PathLike) -> int:
-    """The EXIF orientation (1..8) the decoder applies to an image file: 1 without a tag, with a malformed one or
-    for a file that is not an image (it then fails where it is decoded)."""
+    """:func:`image_orientation` of an image file; 1 for a file that is not an image (it then fails where it is
+    decoded)."""
     try:
         with Image.open(path) as img:
-            value = img.getexif().get(_TAG, 1)
-    except Exception:  # not an image (it fails where it is decoded), or malformed EXIF (kept as stored)
+            return image_orientation(img)
+    except Exception:  # not an image
         return 1
-    return value if isinstance(value, int) and 1 <= value <= 8 else 1
 
 
 def oriented_hw(stored_hw: tuple[int, int], orientation: int) -> tuple[int, int]:
     """``(height, width)`` of the oriented image whose stored pixels are ``stored_hw``."""
     h, w = stored_hw
-    return (w, h) if orientation in _TRANSPOSED else (h, w)
+    return (w, h) if orientation in TRANSPOSED else (h, w)
 
 
 def orient_points(xy: np.ndarray, stored_hw: tuple[int, int], orientation: int) -> np.ndarray:

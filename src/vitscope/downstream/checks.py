@@ -76,14 +76,17 @@ def require_regions(dataset: Any, fmt: str) -> None:
 
 def class_keys(source: Any) -> list[str]:
     """What names each label of a source, where something does (``[]`` for bare integer labels): an ImageNet layout's
-    wnids (its class names repeat), else a reader's class folders or a list's label names, else a ``datasets``
-    column's class names."""
-    reader = getattr(source, "dataset", None)
-    for attr in ("wnids", "classes", "class_names"):
-        for holder in (source, reader):
-            names = getattr(holder, attr, None) if holder is not None else None
-            if names is not None and len(names):
-                return [str(n) for n in names]
+    wnids (its class names repeat), else the names :func:`class_names` finds on the source (a ``datasets`` column's)
+    or its reader (class folders, a list's label names)."""
+    holders = [h for h in (source, getattr(source, "dataset", None)) if h is not None]
+    for holder in holders:
+        wnids = getattr(holder, "wnids", None)
+        if wnids is not None and len(wnids):
+            return [str(n) for n in wnids]
+    for holder in holders:
+        names = class_names(holder)
+        if len(names):
+            return [str(n) for n in names]
     return []
 
 
