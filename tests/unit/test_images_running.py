@@ -9,7 +9,7 @@ import torch
 
 import vitscope
 from vitscope.analyses.base import Analysis
-from vitscope.hooks.edits import images_running
+from vitscope.hooks.edits import images_running, running_images, tiles_running
 from vitscope.interventions import ablate_tokens
 from vitscope.models.views import FrameView, TiledView
 
@@ -106,3 +106,31 @@ def test_resampled_token_ablation_under_a_view_does_not_depend_on_the_batch() ->
         assert not torch.allclose(rows[0][i], unedited.rows[0])
     torch.testing.assert_close(rows[0], rows[1], rtol=0, atol=1e-6)
     torch.testing.assert_close(rows[0], rows[2], rtol=0, atol=1e-6)
+
+
+def test_tiles_of_one_image_are_told_apart_and_draw_their_own_noise() -> None:
+    """A tiled view tells each row its tile; noise ablation seeds each tile by (image, tile), so two tiles of one
+    image never share their noise, and an image's tiles draw the same noise at any batch size."""
+    backbone = vitscope.load_model("tiny-vit")
+    told: list[tuple[int, ...] | None] = []
+
+    def watch(t: torch.Tensor, name: str) -> torch.Tensor:
+        told.append(tiles_running())
+        return t
+
+    data = images()
+    with backbone.intervene({"embed": watch}):
+        vitscope.run(backbone, data, [Keep()], batch_size=5, view=TiledView(scale=1.0), progress=False, workers=0)
+    assert told == [(0,), (0, 1), (0,), (0, 1), (0,)]
+
+    name = "blocks.1.resid_pre"
+    reference = {name: torch.randn(4, 5, 8, generator=torch.Generator().manual_seed(1))}
+    edit = ablate_tokens([1, 2], "noise", hooks=[name], reference=reference, seed=3)[name]
+    same = torch.zeros(2, 5, 8)  # two tiles whose tokens are equal: only the draws can tell them apart
+    with running_images([7, 7], [0, 1]):
+        tiled = edit(same, name)
+    with running_images([7, 7]):
+        untiled = edit(same, name)
+    assert not torch.allclose(tiled[0, 1:3], tiled[1, 1:3])
+    torch.testing.assert_close(untiled[0], untiled[1], rtol=0, atol=0)  # one image told twice: one draw
+    torch.testing.assert_close(tiled[0], untiled[0], rtol=0, atol=0)  # tile 0 draws as the whole image does

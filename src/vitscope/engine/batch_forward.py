@@ -55,7 +55,7 @@ class BatchForward:
 
         def forward(pixels: torch.Tensor, positions: Sequence[int]) -> dict[str, torch.Tensor]:
             self.record.clear()
-            with self.autocast, running_images([loaded.indices[j] for j in positions]):  # a tile: its image's
+            with self.autocast, running_images([loaded.indices[j] for j in positions], _tile_numbers(positions)):
                 self.backbone(pixels.to(self.device))
             return dict(self.record)
 
@@ -105,3 +105,13 @@ class BatchForward:
 def view_frame(view: Any, spec: ModelSpec, image: Any, resample: Any = None) -> Any:
     """``Batch.frame`` under a view: the view's geometry from an original image to the model's frame."""
     return view.transform(image, spec, resample)
+
+
+def _tile_numbers(positions: Sequence[int]) -> list[int]:
+    """Each row's tile of its image: the tiles of one image repeat its position and come in one forward."""
+    seen: dict[int, int] = {}
+    out = []
+    for j in positions:
+        out.append(seen.get(j, 0))
+        seen[j] = out[-1] + 1
+    return out

@@ -11,26 +11,39 @@ import torch
 
 from vitscope.errors import VitscopeValueError
 
-__all__ = ["EditError", "EditFn", "Edits", "images_running", "running_images"]
+__all__ = ["EditError", "EditFn", "Edits", "images_running", "running_images", "tiles_running"]
 
 _IMAGES: ContextVar[tuple[int, ...] | None] = ContextVar("vitscope_images_running", default=None)
+_TILES: ContextVar[tuple[int, ...] | None] = ContextVar("vitscope_tiles_running", default=None)
 
 
 @contextlib.contextmanager
-def running_images(indices: Sequence[int]) -> Iterator[None]:
+def running_images(indices: Sequence[int], tiles: Sequence[int] | None = None) -> Iterator[None]:
     """Say which images (their dataset indices, in batch order) the model runs on inside the block: ``vitscope.run``
     does for every batch, so an edit that takes another image's tensors can choose that image by index, and no
-    number depends on the batch."""
+    number depends on the batch.
+
+    Args:
+        indices: each row's dataset index; the tiles of a tiled view repeat their image's.
+        tiles: each row's tile of its image (0, 1, ...), where a view cuts images into tiles; None: one row an image.
+    """
     token = _IMAGES.set(tuple(int(i) for i in indices))
+    tile_token = _TILES.set(tuple(int(t) for t in tiles) if tiles is not None else None)
     try:
         yield
     finally:
+        _TILES.reset(tile_token)
         _IMAGES.reset(token)
 
 
 def images_running() -> tuple[int, ...] | None:
     """The dataset indices of the images of the forward under way (:func:`running_images`), or None."""
     return _IMAGES.get()
+
+
+def tiles_running() -> tuple[int, ...] | None:
+    """Each row's tile of its image in the forward under way (:func:`running_images`), or None (a row an image)."""
+    return _TILES.get()
 
 #: ``fn(tensor, name) -> tensor``: ``name`` is the resolved canonical name; return the tensor itself to change nothing
 EditFn = Callable[[torch.Tensor, str], torch.Tensor]

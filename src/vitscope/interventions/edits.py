@@ -13,7 +13,7 @@ import torch
 
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.ablation import MODES, TOKEN_MODES, head_index, replaced
-from vitscope.hooks.edits import EditFn, images_running
+from vitscope.hooks.edits import EditFn, images_running, tiles_running
 
 __all__ = ["ablate_heads", "ablate_tokens", "patch", "steer"]
 
@@ -51,12 +51,16 @@ def _noise_spread(reference: Mapping[str, torch.Tensor] | None, name: str, t: to
     return held if held is not None and held.dim() == t.dim() else None
 
 
-def _image_draws(seed: int, name: str, indices: Sequence[int], shape: torch.Size) -> torch.Tensor:
+def _image_draws(seed: int, name: str, indices: Sequence[int], shape: torch.Size,
+                 tiles: Sequence[int] | None = None) -> torch.Tensor:
     """Standard normal draws ``[B, ...]``, image ``i``'s from a generator of its own seeded by (seed, hook, dataset
-    index), so an image's noise is the same whatever batch it comes in and however many forwards ran before."""
+    index, and its tile where a view cuts images into tiles), so an image's noise is the same whatever batch it
+    comes in and however many forwards ran before, and no two tiles of an image share their noise."""
     rows = []
-    for i in indices:
-        key = hashlib.blake2b(f"{int(seed)}:{name}:{int(i)}".encode(), digest_size=8).digest()
+    for row, i in enumerate(indices):
+        tile = tiles[row] if tiles is not None else 0
+        text = f"{int(seed)}:{name}:{int(i)}" + (f":{int(tile)}" if tile else "")
+        key = hashlib.blake2b(text.encode(), digest_size=8).digest()
         generator = torch.Generator().manual_seed(int.from_bytes(key, "little") & (2 ** 63 - 1))
         rows.append(torch.randn(tuple(shape[1:]), generator=generator))
     return torch.stack(rows)
@@ -159,8 +163,9 @@ def ablate_tokens(tokens: Any, mode: str = "zero", hooks: Sequence[str] | str = 
             other = resample_source(reference, n, t) if mode == "resample" else None
             return replaced(t, at, mode, mean=mean, other=other)
         running = images_running()
-        draws = (_image_draws(seed, n, running, t.shape) if running is not None and len(running) == t.shape[0]
-                 else None)
+        tiles = tiles_running()
+        draws = (_image_draws(seed, n, running, t.shape, tiles if tiles and len(tiles) == len(running) else None)
+                 if running is not None and len(running) == t.shape[0] else None)
         return replaced(t, at, mode, other=_noise_spread(reference, n, t), generator=generator, draws=draws)
     return {name: edit for name in names}
 
