@@ -66,3 +66,21 @@ def test_the_colour_bar_says_how_far_its_ends_are_from_the_even_share():
     assert ef.spread_text(0.01, 0.0001) == "ends \u00b11 % of it"
     assert ef.spread_text(-0.01, 0.062) == "ends \u00b1620 % of it"  # never 6.2e+02
     assert ef.spread_text(0.0, 1.0) == "centre 0"
+
+
+def test_faithfulness_legend_area_is_over_the_shares_the_steps_removed(monkeypatch, tmp_path):
+    drawn = []
+    monkeypatch.setattr(ef, "save_figure", lambda fig, path, **kw: drawn.append(fig) or [path])
+    curve = torch.tensor([[1.0, 0.0, 0.0]])  # the score falls to 0 once a tenth of the patches are gone
+    ef.faithfulness_figure(torch.tensor([0.0, 0.1, 1.0]), {"map": {"deletion": curve}}, tmp_path / "f.png")
+    labels = [t.get_text() for t in drawn[0].axes[0].get_legend().get_texts()]
+    assert labels == ["map (area 0.050)"]  # evenly spaced steps would say 0.250
+
+
+def test_deletion_chart_ticks_are_the_exact_shares_removed():
+    from vitscope.workflows.explanations import _curves_figure
+
+    figure = _curves_figure("m", {"attention": {"deletion_mean": torch.rand(9)}}, 8, 196)
+    ticks = figure.chart.panels[0].x_ticks
+    assert ticks[:3] == ["0.000", "0.122", "0.250"]  # round(196 / 8) = 24 of 196 patches, not 1/8
+    assert ticks[-1] == "1.000"

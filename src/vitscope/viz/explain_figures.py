@@ -19,6 +19,7 @@ import torch
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
+from vitscope.functional.faithfulness import curve_area
 from vitscope.functional.similarity import display_map, upsample_maps
 from vitscope.viz.save import outside_legend, save_figure
 
@@ -277,9 +278,9 @@ def faithfulness_figure(fractions: torch.Tensor, curves: Mapping[str, Mapping[st
         ax = fig.add_subplot(1, len(modes), i + 1)
         for order, c in curves.items():
             if mode in c:
-                mean = c[mode].double().mean(0).numpy()
-                area = float(((mean[1:] + mean[:-1]) / 2).mean())
-                ax.plot(fractions.numpy(), mean, label=f"{order} (area {area:.3f})")
+                mean = c[mode].double().mean(0)
+                area = float(curve_area(mean[None], fractions)[0])  # over the shares the steps removed
+                ax.plot(fractions.numpy(), mean.numpy(), label=f"{order} (area {area:.3f})")
         ax.set_xlabel("fraction of patches " + ("removed" if mode == "deletion" else "revealed"))
         ax.set_ylabel("cosine similarity")
         ax.set_title(mode, fontsize=9)

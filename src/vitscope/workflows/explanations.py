@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -26,12 +27,13 @@ def _grid(draw: Callable, shown: list, maps: dict, names: list, title: str, path
     return draw(shown, maps, names, title, path)
 
 
-def _curves_figure(name: str, curves: dict[str, dict[str, Any]], steps: int) -> Figure | None:
+def _curves_figure(name: str, curves: dict[str, dict[str, Any]], steps: int, num_patches: int) -> Figure | None:
+    from vitscope.functional.faithfulness import step_fractions
     from vitscope.viz.charts import block_lines_chart, curve
 
     if not curves:
         return None
-    fractions = [f"{k / steps:.2f}" for k in range(steps + 1)]
+    fractions = [f"{f:.3f}" for f in step_fractions(num_patches, steps).tolist()]  # the share each step removed
     series = [curve(f"{method} {kind.replace('_', ', ')}", values, method, "dashed" if "road" in kind else "line")
               for method, kinds in curves.items() for kind, values in kinds.items() if kind.startswith("deletion")]
     chart = block_lines_chart(series, "score", steps + 1, fractions, f"{name}: deletion curves (dashed: ROAD fill)",
@@ -105,7 +107,7 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
                               "Each method's map over the first images (colours per map for display; the scores use "
                               "the raw maps).",
                               "Chefer et al. 2021"))
-        curve_figure = _curves_figure(model_id, curves, steps)
+        curve_figure = _curves_figure(model_id, curves, steps, math.prod(backbone.spec.grid))
         if curve_figure is not None:
             figures.append(curve_figure)
     rows += shortcut_rows(rows)
