@@ -168,3 +168,26 @@ def test_an_image_without_a_label_is_scored_by_its_prediction_whatever_the_batch
         assert heads.meta["output"] == "logit of the label (of the predicted class for images without one)"
         torch.testing.assert_close(lens.tensors["accuracy"], accuracy, msg=str(batch_size))
         assert lens.meta["labelled_images"] == 5
+
+
+@pytest.mark.parametrize(("output", "effect"), [
+    ("logit of the label", "drop of the logit of the label"),
+    ("cosine to the unedited embedding", "1 - cosine to the unedited embedding"),
+])
+def test_head_importance_maps_name_what_their_cells_hold(monkeypatch, tmp_path, output, effect):
+    """Each cell is ``clean - ablated`` (the drop), not the output itself: the title, the hover's and the colour
+    bar's labels say so."""
+    from vitscope.analyses.interventions.head_importance import HeadImportanceResult
+
+    drop = torch.tensor([[0.25, -0.5]], dtype=torch.float64)
+    result = HeadImportanceResult("head_importance", {"zero": drop}, {"output": output, "controls": ["zero"],
+                                                                      "num_images": 8, "blocks": [3]})
+    (figure,) = result.figures()
+    (panel,) = figure.chart.panels
+    assert panel.value_label == effect and panel.title == f"Head ablation (zero): {effect}, 8 images"
+    assert panel.values == [[0.25, -0.5]]
+    drawn = []
+    monkeypatch.setattr("vitscope.viz.heatmaps.save_figure", lambda fig, *a, **k: drawn.append(fig) or [])
+    figure.draw(tmp_path / "f")
+    (bar,) = [ax for ax in drawn[0].axes if ax.get_label() == "<colorbar>"]
+    assert bar.get_ylabel() == effect and " ".join(drawn[0].axes[0].get_title().split()) == panel.title

@@ -20,6 +20,14 @@ __all__ = ["HeadImportance", "HeadImportanceResult"]
 
 HEADS = "blocks.*.attn.heads"
 RESIDUALS = "blocks.*.resid_pre"
+#: an embedding model's output (its effect is ``1 - cosine``: the unedited embedding scores 1)
+COSINE = "cosine to the unedited embedding"
+
+
+def _effect_label(output: str) -> str:
+    """What a cell of the maps holds, given the output it is the drop of: ``1 - cosine ...`` for an embedding
+    model, else ``drop of the <output>`` (the maps hold ``clean - ablated``, never the output itself)."""
+    return f"1 - {output}" if output == COSINE else f"drop of the {output}"
 
 
 class HeadImportanceResult(Result):
@@ -30,6 +38,7 @@ class HeadImportanceResult(Result):
     def figures(self) -> list[Figure]:
         """``<name>_<control>``: the effect of ablating each head, blocks x heads, one heat map per control."""
         unit, n = self.meta.get("output", ""), self.meta.get("num_images", 0)
+        effect = _effect_label(unit)
         figures = []
         for control in self.meta.get("controls", []):
             if control not in self.tensors:
@@ -37,8 +46,9 @@ class HeadImportanceResult(Result):
             caption = (f"The drop of the model's output ({unit}) when one head's output is replaced ({control} "
                        f"control: {CONTROL_TEXT[control]}); read every control beside the others: zeroing alone "
                        "overstates what a head does.")
+            title = f"Head ablation ({control}): {effect}, {n} images"
             figures.append(self.heatmap_figure(
-                f"_{control}", self.tensors[control], f"Head ablation ({control}): {unit}, {n} images", unit, caption,
+                f"_{control}", self.tensors[control], title, effect, caption,
                 "head ablation (Michel et al. 2019); controls after Heimersheim and Nanda 2024",
                 block_labels=self.meta.get("blocks")))
         return figures
@@ -160,7 +170,7 @@ class HeadImportance(Analysis):
                 self.labelled += sum(known)
                 self.predicted += len(known) - sum(known)
             clean = score(clean_out, clean_out, target).double()
-            self.output = "logit" if spec.has_head else "cosine to the unedited embedding"
+            self.output = "logit" if spec.has_head else COSINE
             self.clean = added(self.clean, clean.sum())
             partners = torch.as_tensor([(int(i) + 1) % self.reference_images for i in batch.indices])
             for control in self._cfg_controls:
