@@ -64,9 +64,9 @@ def _check_paper_sections(out, doc, html) -> None:
     sections = ("featviz", "token_mixing", "interrelation", "interrelation_masking")
     analyses = doc["analyses"]
     assert set(sections) <= set(analyses), sorted(analyses)
-    positions = [html.find(f'id="{name.replace("_", "-")}"') for name in sections]
+    positions = [html.find(f'id="s-{name.replace("_", "-")}"') for name in sections]
     assert -1 not in positions and positions == sorted(positions), positions  # in order, after the comparison
-    assert positions[0] > html.find('id="paired-similarity"')
+    assert positions[0] > html.find('id="s-paired-similarity"')
     from vitscope.workflows.demo_papers import PAPER_MODEL, PAPER_SECTIONS, paper_settings
 
     assert sections == PAPER_SECTIONS

@@ -36,7 +36,7 @@ def test_guided_mae_few_steps(tmp_path):
     assert chart["panels"][1]["curves"][0]["values"] == pytest.approx(entry["rho"])
     assert not (out / "figures" / "guided_mae.png").exists()  # drawn only with --figure-files
     assert (out / "tables" / "guided_mae.csv").read_text().startswith("step,epoch,rho,random,guided")
-    assert 'id="guided-mae"' in (out / "report.html").read_text()
+    assert 'id="s-guided-mae"' in (out / "report.html").read_text()
 
 
 def test_robustness_vit_beside_cnn(tmp_path):
@@ -56,7 +56,7 @@ def test_robustness_vit_beside_cnn(tmp_path):
     assert "figures/frequency_filtering.png" in freq["files"]["figures"]
     bars = json.loads((out / "charts" / "foreground_masking.json").read_text())["panels"][0]["curves"]
     assert [b["colour"] for b in bars] == ["tiny-vit-sup", "tiny-vit-sup", cnn, cnn, ""]  # a colour per model
-    assert 'id="frequency-filtering"' in (out / "report.html").read_text()
+    assert 'id="s-frequency-filtering"' in (out / "report.html").read_text()
     bad = CliRunner().invoke(app, ["experiment", "robustness", "--models", "tiny-vit-mae", "--data", f"{coco}::coco",
                                    "--out", str(tmp_path / "bad")])
     assert bad.exit_code == 1 and "classifier head" in bad.stderr

@@ -69,7 +69,7 @@ def test_interrelation_and_masking_in_one_pass(coco, tmp_path):
     assert charts["frequency_filtering"]["curves"][1]["values"] == pytest.approx(freq["accuracy"][1])
     report = (out / "report.html").read_text()
     for section in ("interrelation", "interrelation-masking", "foreground-masking", "frequency-filtering"):
-        assert f'id="{section}"' in report
+        assert f'id="s-{section}"' in report
     assert report.count("<img") >= 1 and report.count("data-chart data-stem=") >= 9  # pictures and charts
 
 

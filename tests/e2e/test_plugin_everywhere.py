@@ -60,4 +60,4 @@ def test_two_processes_stopped_and_resumed_give_the_one_process_numbers(lab) -> 
     a, b = (json.loads((lab / d / "results.json").read_text())["analyses"]["token_norm"] for d in ("one", "two"))
     assert a["summary"]["mean_norm"] == pytest.approx(b["summary"]["mean_norm"], rel=1e-6)
     assert a["summary"] == pytest.approx(b["summary"], rel=1e-6)
-    assert 'id="token-norm"' in (lab / "two" / "report.html").read_text()
+    assert 'id="s-token-norm"' in (lab / "two" / "report.html").read_text()

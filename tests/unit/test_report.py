@@ -257,6 +257,23 @@ def test_top_activation_figures_draw_each_map_over_its_image(tmp_path) -> None:
     assert picture_grey(drawn) > 500 and picture_grey(alone) < 50  # the pictures show, in grey, under the maps
 
 
+def test_a_section_of_any_name_has_an_id_of_its_own_that_its_navigation_link_reaches() -> None:
+    """Sections named as the page's own elements (an analysis called ``summary``) take none of their ids."""
+    names = ["summary", "references", "paper-002", "vs-colour-keys"]
+    html = render_html(Report("t", sections=[
+        Section(name, f"Section {name}", "", figures=[FigureItem(None, "F", "A caption.", "paper 002, fig. 4",
+                                                                  {"panels": []}, f"f{i}")])
+        for i, name in enumerate(names)]))
+    ids = re.findall(r'\sid="([^"]+)"', html)
+    assert len(ids) == len(set(ids)) and {"summary", "references", "paper-002", "vs-colour-keys"} <= set(ids), ids
+    nav = re.search(r"<nav[^>]*>(.*?)</nav>", html, re.S).group(1)
+    links = re.findall(r'<a href="#([^"]+)">([^<]+)</a>', nav)
+    assert [title for _, title in links] == ["Summary", *(f"Section {name}" for name in names), "References"]
+    for target, title in links:  # each link lands on the section of its own title
+        heading = re.search(r"<h2>([^<]*)", html[html.index(f'<section id="{target}">'):]).group(1)
+        assert heading.strip() == title, (target, heading)
+
+
 def test_paper_badges_link_to_the_references_the_page_cites_and_the_readme_lists_them_all() -> None:
     from pathlib import Path
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ExplorerGrid", "Explorer", "FigureItem", "Report", "Section", "Table", "figure_item"]
+__all__ = ["SECTION_ID_PREFIX", "ExplorerGrid", "Explorer", "FigureItem", "Report", "Section", "Table", "figure_item"]
 
 
 @dataclass
@@ -100,9 +100,17 @@ class PairExplorer:
     paper: str = ""
 
 
+#: what every section's HTML id starts with: the page's own ids (``summary``, ``references``, ``paper-N``,
+#: ``vs-...``) never do, so a section of any name (an analysis called ``summary``) cannot take one of them
+SECTION_ID_PREFIX = "s-"
+
+
 @dataclass
 class Section:
-    """One analysis (or one comparison quantity): text, figures, tables and explorers."""
+    """One analysis (or one comparison quantity): text, figures, tables and explorers.
+
+    ``id`` is the section's key (a slug, unique in its report); its element in the page is :attr:`anchor`.
+    """
 
     id: str
     title: str
@@ -113,6 +121,11 @@ class Section:
     pair_explorers: list[PairExplorer] = field(default_factory=list)
     folded: bool = False  # nothing to look at beyond a few settings: shown closed
     figure_links: list[tuple[str, str]] = field(default_factory=list)  # (title, relative path) not embedded
+
+    @property
+    def anchor(self) -> str:
+        """The section's HTML id, which the navigation links to (``s-`` and its :attr:`id`)."""
+        return SECTION_ID_PREFIX + self.id
 
 
 @dataclass
