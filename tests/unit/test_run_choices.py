@@ -93,12 +93,27 @@ def test_compare_takes_image_size_and_lists_what_each_model_cannot_give(saved, t
     out = proc.stdout.splitlines()
     assert "tiny-vit: input 32x32 px (short side resized to 32 px, centre crop), token grid 4x4 (17 tokens); " \
            "preprocessing: built-in (vitscope's tiny models); input size 32 px set by the user" in out
-    assert "saliency_iou skipped: the data has no object masks" in out
-    assert "attention_distance skipped: needs attention patterns, but tiny-resnet is a CNN and has no attention" in out
+    cnn = "needs attention patterns, but tiny-resnet is a CNN and has no attention"
+    assert f"saliency_iou skipped: tiny-vit: the data has no object masks; tiny-resnet: {cnn}" in out  # each model's
+    assert f"attention_distance skipped: tiny-resnet: {cnn}" in out  # tiny-vit ran it
     doc = json.loads((tmp_path / "results.json").read_text())
     assert [m["grid"] for m in doc["models"]] == [[4, 4], [2, 2]] and doc["config"]["image_size"] == 32
     assert {s["analysis"] for s in doc["skipped_analyses"]} == {"saliency_iou", "attention_distance",
                                                                 "spatial_average_maps"}
+
+
+def test_compare_gives_the_reason_of_every_model_that_did_not_run_an_analysis():
+    from vitscope.workflows.compare import _not_run_reason
+
+    models = ["vit", "cnn_a", "cnn_b"]
+    everyone = {"vit": "the data has no object masks", "cnn_a": "the data has no object masks",
+                "cnn_b": "the data has no object masks"}
+    assert _not_run_reason(everyone, models) == "the data has no object masks"  # the data's lack: said once
+    assert _not_run_reason({"cnn_a": "a CNN", "cnn_b": "a CNN"}, models) == "cnn_a, cnn_b: a CNN"  # vit ran it
+    assert _not_run_reason({"cnn_a": "cnn_a is a CNN", "cnn_b": "cnn_b is a CNN"}, models[1:]) == \
+        "cnn_a: cnn_a is a CNN; cnn_b: cnn_b is a CNN"
+    assert _not_run_reason({"vit": "no masks", "cnn_a": "a CNN", "cnn_b": "no masks"}, models) == \
+        "vit, cnn_b: no masks; cnn_a: a CNN"
 
 
 @pytest.mark.parametrize("command", ["explain-pair", "featviz"])

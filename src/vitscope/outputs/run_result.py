@@ -25,7 +25,8 @@ class RunResult:
         num_images: images analysed (None when it does not apply).
         skipped: unreadable files (``SkippedImage`` records or ``{"path", "reason"}`` dicts).
         skipped_analyses: analyses of the chosen set (the defaults, a group) that could not run on the model
-            and data: name -> reason (results.json ``skipped_analyses``, the report's "Analyses not run").
+            and data: name -> reason (results.json ``skipped_analyses``, the report's "Analyses not run"); over
+            several models, the reason names every model that left it out (one reason every model gave is said once).
         extra: further top-level results.json entries (JSON-able), e.g. ``hooks`` or ``best_blocks``.
         figures: figures that belong to the run rather than one result (drawn into ``figures/``), with the report
             section they go to (``(section title, Figure)``).

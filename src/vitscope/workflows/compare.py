@@ -56,7 +56,8 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
     source = as_source(options.data, strict=options.strict)  # one Source for every model's pass
     targets = source.target_keys()
     facts = DataFacts(source, targets, options.limit)  # a named analysis the data cannot feed: refused now
-    runs, identities, counts, skipped, data, extra, not_run, notes = [], [], {}, {}, {}, {}, {}, []
+    runs, identities, counts, skipped, data, extra, notes = [], [], {}, {}, {}, {}, []
+    left: dict[str, dict[str, str]] = {}  # analysis -> {model name: why that model does not run it}
     workers, ran = None, []  # ran: every analysis some model ran, once each (their sources are recorded)
     resumed = 0  # images the models' restored states already held, over every pass
     for name, model_id in models:  # one at a time: only one model is in memory (a failed name resumes cheaply)
@@ -64,7 +65,7 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
         analyses, cannot = compare_analyses(backbone.spec, targets, selection, params, facts)
         left_out = cannot if selection else compare_not_run(backbone.spec, targets)
         for analysis, reason in left_out.items():
-            not_run.setdefault(analysis, reason)  # the first model's reason (the data's lack is everyone's)
+            left.setdefault(analysis, {})[name] = reason
         if log:
             log(describe_input(backbone.spec) + (f"; not run: {not_run_text(left_out)}" if left_out else ""))
         results = run(backbone, source, analyses, batch_size=options.batch_size, device=options.device,
@@ -91,6 +92,7 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
     comparison = compare_runs(runs, data=facts)
     comparison.notes += notes
     names = [name for name, _ in models]
+    not_run = {analysis: _not_run_reason(reasons, names) for analysis, reasons in left.items()}
     outside = analysis_sources(ran)  # plugin analyses: the code that made their numbers
     imports = {"imports": outside} if outside else {}
     return RunResult("compare", title=f"vitscope compare: {', '.join(names)}", config=options.record(**imports),
@@ -99,6 +101,25 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
                      extra={"images_per_model": counts}, sections=comparison_sections(comparison, runs),
                      notes=list(comparison.notes), own_sections={"compare"}, workers=workers,
                      resumed_images=resumed, device=describe_device(options.device))
+
+
+def _not_run_reason(reasons: Mapping[str, str], names: Sequence[str]) -> str:
+    """Why an analysis was not run, over every model of the comparison.
+
+    Args:
+        reasons: ``{model name: reason}`` of the models that did not run it.
+        names: every model of the comparison.
+
+    Returns:
+        The reason alone when every model gave it (the data's lack is everyone's); else each reason after the
+        models that gave it (``"a, b: reason; c: other reason"``), so no model is taken for one that ran it.
+    """
+    by_reason: dict[str, list[str]] = {}
+    for name, reason in reasons.items():
+        by_reason.setdefault(reason, []).append(name)
+    if len(by_reason) == 1 and len(reasons) == len(names):
+        return next(iter(by_reason))
+    return "; ".join(f"{', '.join(models)}: {reason}" for reason, models in by_reason.items())
 
 
 def _check_selection(selection: Sequence[str] | None) -> None:
