@@ -94,6 +94,49 @@ def test_a_fixed_size_is_said_and_moves_with_the_input_size(tmp_path):
     assert tuple(wide.preprocess([_gradient()]).shape) == (1, 3, 32, 64)
 
 
+# a JSON that leaves do_center_crop out (transformers 5 saves an unset one so) or sets it to null: the processor
+# class's default decides, no crop for ViT, SigLIP and BEiT, a crop for DeiT and CLIP (of its default 224 px when
+# crop_size is left out too)
+CLASS_DEFAULT_CROP = [
+    (tf.ViTImageProcessorPil, {"image_processor_type": "ViTImageProcessor", "size": {"height": 40, "width": 40},
+                               "crop_size": {"height": 32, "width": 32}}, (40, 40)),
+    (tf.ViTImageProcessorPil, {"image_processor_type": "ViTImageProcessor", "size": {"height": 40, "width": 40},
+                               "crop_size": {"height": 32, "width": 32}, "do_center_crop": None}, (40, 40)),
+    (tf.SiglipImageProcessorPil, {"image_processor_type": "SiglipImageProcessor", "size": {"height": 40, "width": 48},
+                                  "crop_size": {"height": 32, "width": 32}}, (40, 48)),
+    (tf.BeitImageProcessorPil, {"image_processor_type": "BeitImageProcessor", "size": {"height": 40, "width": 40},
+                                "crop_size": {"height": 32, "width": 32}}, (40, 40)),
+    (tf.DeiTImageProcessorPil, {"image_processor_type": "DeiTImageProcessor", "size": {"height": 40, "width": 40},
+                                "crop_size": {"height": 32, "width": 32}}, (32, 32)),
+    (tf.CLIPImageProcessorPil, {"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": 40},
+                                "crop_size": {"height": 32, "width": 32}, "do_center_crop": None}, (32, 32)),
+    (tf.CLIPImageProcessorPil, {"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": 256},
+                                "do_center_crop": True}, (224, 224)),
+]
+
+
+@pytest.mark.parametrize(("cls", "processor", "input_hw"), CLASS_DEFAULT_CROP,
+                         ids=["vit", "vit-null", "siglip", "beit", "deit", "clip-null", "clip-no-crop-size"])
+def test_a_setting_left_out_is_the_processor_class_default(tmp_path, cls, processor, input_hw):
+    processor = {**processor, "resample": 3, "image_mean": [0.5] * 3, "image_std": [0.5] * 3}
+    b = _checkpoint(tmp_path, "vit", processor)
+    assert b.spec.image_size == input_hw
+    kw = {k: v for k, v in processor.items() if not k.endswith("_type") and v is not None}
+    _same_pixels(b, cls(**kw), _gradient())
+
+
+def test_a_saved_processor_without_do_center_crop_is_not_cropped(tmp_path):
+    """What transformers itself writes: ViTImageProcessor's save_pretrained leaves out an unset do_center_crop."""
+    make("vit").save_pretrained(tmp_path)
+    proc = tf.ViTImageProcessorPil(size={"height": 40, "width": 40}, crop_size={"height": 32, "width": 32},
+                                   image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    proc.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "preprocessor_config.json").read_text()).get("do_center_crop") is None
+    b = vitscope.load_model(str(tmp_path))
+    assert (b.spec.image_size, b.spec.grid) == ((40, 40), (5, 5))
+    _same_pixels(b, tf.ViTImageProcessorPil.from_pretrained(tmp_path), _gradient())
+
+
 # ConvNeXt's processor (HF ResNet and ConvNeXt checkpoints): the short side to shortest_edge / crop_pct, then a
 # centre crop of shortest_edge; from 384 px, the whole image to shortest_edge x shortest_edge
 CROP_PCT = [

@@ -43,13 +43,13 @@ def _processor_stem(preprocessor: dict[str, Any]) -> str:
     return re.sub(r"(ImageProcessor(Fast|Pil)?|FeatureExtractor)$", "", name)
 
 
-def _square_by_default(preprocessor: dict[str, Any]) -> bool:
-    """Whether the checkpoint's processor reads a bare number ``size`` (older checkpoints) as ``{height, width}``
-    (ViT, DeiT, BEiT...) rather than the short side (CLIP, BiT, ConvNeXt): its class's ``default_to_square``,
-    transformers' own default (True) when the class is unknown. Only this class attribute is read."""
+def _class_default(preprocessor: dict[str, Any], name: str, fallback: Any) -> Any:
+    """The class attribute ``name`` of the checkpoint's processor class, which transformers uses for a setting the
+    JSON leaves out or sets to null; ``fallback`` (transformers' own default) when the class is unknown or does not
+    set it. Only the class attribute is read: nothing is instantiated."""
     stem = _processor_stem(preprocessor)
     if not stem:
-        return True
+        return fallback
     import transformers
 
     from vitscope.models.hf_pretrained import quiet_transformers
@@ -59,10 +59,24 @@ def _square_by_default(preprocessor: dict[str, Any]) -> bool:
             with quiet_transformers():
                 cls = getattr(transformers, stem + suffix, None)
             if cls is not None:
-                return bool(getattr(cls, "default_to_square", True))
+                return getattr(cls, name, fallback)
         except (ImportError, RuntimeError, AttributeError):  # a class that needs a backend not installed
             continue
-    return True
+    return fallback
+
+
+def _setting(preprocessor: dict[str, Any], name: str, fallback: Any) -> Any:
+    """A processor setting as transformers reads it: the JSON's value, else (missing or null) its class's
+    default (:func:`_class_default`)."""
+    value = preprocessor.get(name)
+    return _class_default(preprocessor, name, fallback) if value is None else value
+
+
+def _square_by_default(preprocessor: dict[str, Any]) -> bool:
+    """Whether the checkpoint's processor reads a bare number ``size`` (older checkpoints) as ``{height, width}``
+    (ViT, DeiT, BEiT...) rather than the short side (CLIP, BiT, ConvNeXt): its class's ``default_to_square``,
+    transformers' own default (True) when the class is unknown."""
+    return bool(_class_default(preprocessor, "default_to_square", True))
 
 
 def _size(preprocessor: dict[str, Any]) -> int | tuple[int, int] | None:
@@ -90,7 +104,9 @@ def read_preprocessing(preprocessor: dict[str, Any] | None, family: str, image_s
     that read it so, ViT, DeiT, BEiT...) resizes the whole image to it, its aspect ratio not kept
     (``resize_size=(h, w)``); a ``shortest_edge`` resizes the short side (ConvNeXt's processor, which HF ResNets
     use too, to ``shortest_edge / crop_pct`` before a crop of ``shortest_edge``). A centre crop follows when the
-    processor does one (``do_center_crop``, ``crop_size``); without it the input is the resized image."""
+    processor does one (``do_center_crop``, ``crop_size``); without it the input is the resized image. A setting the
+    JSON leaves out (or sets to null) is its processor class's default, as transformers reads it: ViT, SigLIP and BEiT
+    processors do not crop unless told to, CLIP, DeiT and BiT processors do."""
     out = dict(get_family(family).preprocessing)  # the family's defaults, when the checkpoint says nothing
     out["image_size"] = image_size
     out["resize_size"] = max(image_size)
@@ -106,7 +122,7 @@ def read_preprocessing(preprocessor: dict[str, Any] | None, family: str, image_s
         out["interpolation"] = _PIL_RESAMPLE.get(int(preprocessor["resample"]), "bicubic")
     if "max_num_patches" in preprocessor:  # SigLIP 2 NaFlex: each image at its aspect ratio, this many patches
         out["max_tokens"] = int(preprocessor["max_num_patches"])
-    crop = preprocessor.get("crop_size") if preprocessor.get("do_center_crop", "crop_size" in preprocessor) else None
+    crop = _setting(preprocessor, "crop_size", None) if _setting(preprocessor, "do_center_crop", None) else None
     size = _size(preprocessor)
     if isinstance(size, int) and ("crop_pct" in preprocessor or _processor_stem(preprocessor) == "ConvNext"):
         # ConvNeXt's processor (HF ResNet and ConvNeXt checkpoints): below 384 px, the short side to
