@@ -137,6 +137,32 @@ def test_a_saved_processor_without_do_center_crop_is_not_cropped(tmp_path):
     _same_pixels(b, tf.ViTImageProcessorPil.from_pretrained(tmp_path), _gradient())
 
 
+# do_normalize, do_rescale and rescale_factor: the model gets (x * rescale_factor - mean) / std, as from the processor
+SCALES = [
+    ({"do_normalize": False}, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0), "; not normalised (do_normalize false)"),
+    ({"do_rescale": False}, (0.5 / 255,) * 3, (0.25 / 255,) * 3, "; pixels 0-255 (do_rescale false)"),
+    ({"rescale_factor": 1 / 127.5}, (0.25,) * 3, (0.125,) * 3, "; pixels times 0.00784314 (rescale_factor)"),
+    ({"do_normalize": False, "rescale_factor": 1 / 127.5}, (0.0,) * 3, (0.5,) * 3,
+     "; not normalised (do_normalize false); pixels times 0.00784314 (rescale_factor)"),
+    ({"rescale_factor": 0.00392156862745098}, (0.5,) * 3, (0.25,) * 3, ""),  # 1 / 255 as transformers writes it
+    ({"do_normalize": None, "do_rescale": None}, (0.5,) * 3, (0.25,) * 3, ""),  # null: the class's default, on
+]
+
+
+@pytest.mark.parametrize(("flags", "mean", "std", "note"), SCALES,
+                         ids=["no-normalize", "no-rescale", "rescale-2", "both", "default-factor", "null"])
+def test_rescale_and_normalize_flags_are_followed(tmp_path, flags, mean, std, note):
+    processor = {"image_processor_type": "ViTImageProcessor", "size": {"height": 32, "width": 32}, "resample": 2,
+                 "image_mean": [0.5] * 3, "image_std": [0.25] * 3, **flags}
+    b = _checkpoint(tmp_path, "vit", processor)
+    assert b.spec.preprocessing == "checkpoint processor (preprocessor_config.json)" + note
+    torch.testing.assert_close(b.spec.mean, mean, atol=1e-12, rtol=0)
+    torch.testing.assert_close(b.spec.std, std, atol=1e-12, rtol=0)
+    kw = {k: v for k, v in processor.items() if not k.endswith("_type") and v is not None}
+    ref = tf.ViTImageProcessorPil(**kw)(images=[_gradient()], return_tensors="pt")["pixel_values"]
+    torch.testing.assert_close(b.preprocess([_gradient()]), ref, atol=1e-5 * float(ref.abs().max()), rtol=0)
+
+
 # ConvNeXt's processor (HF ResNet and ConvNeXt checkpoints): the short side to shortest_edge / crop_pct, then a
 # centre crop of shortest_edge; from 384 px, the whole image to shortest_edge x shortest_edge
 CROP_PCT = [

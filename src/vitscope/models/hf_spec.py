@@ -4,6 +4,7 @@ processors read it, without running them)."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -45,8 +46,8 @@ def _processor_stem(preprocessor: dict[str, Any]) -> str:
 
 def _class_default(preprocessor: dict[str, Any], name: str, fallback: Any) -> Any:
     """The class attribute ``name`` of the checkpoint's processor class, which transformers uses for a setting the
-    JSON leaves out or sets to null; ``fallback`` (transformers' own default) when the class is unknown or does not
-    set it. Only the class attribute is read: nothing is instantiated."""
+    JSON leaves out or sets to null; ``fallback`` when the class is unknown or does not set it. Only the class
+    attribute is read: nothing is instantiated."""
     stem = _processor_stem(preprocessor)
     if not stem:
         return fallback
@@ -96,6 +97,32 @@ def _size(preprocessor: dict[str, Any]) -> int | tuple[int, int] | None:
     return (int(size), int(size)) if _square_by_default(preprocessor) else int(size)
 
 
+def _input_scale(preprocessor: dict[str, Any], mean: tuple[float, ...], std: tuple[float, ...]
+                 ) -> tuple[tuple[float, ...], tuple[float, ...], str]:
+    """``mean`` and ``std`` with the processor's ``do_rescale``, ``rescale_factor`` and ``do_normalize`` folded in,
+    and a note saying which differ from transformers' usual ``(x / 255 - mean) / std`` ("" when none does).
+
+    transformers gives the model ``(x * rescale_factor - mean) / std`` for uint8 ``x`` (``rescale_factor`` 1 without
+    ``do_rescale``, mean 0 and std 1 without ``do_normalize``); vitscope computes ``(x / 255 - mean') / std'``, the
+    same input when ``mean' = mean / (255 rescale_factor)`` and ``std' = std / (255 rescale_factor)``. A setting the
+    JSON leaves out is its class's default, on (and 1 / 255) when the class is unknown, as every transformers image
+    processor sets them."""
+    notes = []
+    normalise, rescale = _setting(preprocessor, "do_normalize", True), _setting(preprocessor, "do_rescale", True)
+    factor = float(_setting(preprocessor, "rescale_factor", 1 / 255)) if rescale else 1.0
+    if not normalise:
+        mean, std = (0.0,) * len(mean), (1.0,) * len(std)
+        notes.append("not normalised (do_normalize false)")
+    if not rescale:
+        notes.append("pixels 0-255 (do_rescale false)")
+    elif not math.isclose(factor, 1 / 255, rel_tol=1e-6):
+        notes.append(f"pixels times {factor:g} (rescale_factor)")
+    scale = 255 * factor
+    if not math.isclose(scale, 1.0, rel_tol=1e-6):  # a factor of 1 / 255 written to fewer digits changes nothing
+        mean, std = tuple(m / scale for m in mean), tuple(v / scale for v in std)
+    return mean, std, "".join(f"; {n}" for n in notes)
+
+
 def read_preprocessing(preprocessor: dict[str, Any] | None, family: str, image_size: tuple[int, int]) -> dict[str, Any]:
     """Mean, std, resize, crop size and interpolation from a ``preprocessor_config.json`` dict, and where they come
     from (``preprocessing``: :data:`CHECKPOINT_PROCESSOR` or :data:`FAMILY_DEFAULT`).
@@ -106,7 +133,8 @@ def read_preprocessing(preprocessor: dict[str, Any] | None, family: str, image_s
     use too, to ``shortest_edge / crop_pct`` before a crop of ``shortest_edge``). A centre crop follows when the
     processor does one (``do_center_crop``, ``crop_size``); without it the input is the resized image. A setting the
     JSON leaves out (or sets to null) is its processor class's default, as transformers reads it: ViT, SigLIP and BEiT
-    processors do not crop unless told to, CLIP, DeiT and BiT processors do."""
+    processors do not crop unless told to, CLIP, DeiT and BiT processors do. ``do_rescale``, ``rescale_factor`` and
+    ``do_normalize`` are folded into the mean and std (:func:`_input_scale`), and ``preprocessing`` says so."""
     out = dict(get_family(family).preprocessing)  # the family's defaults, when the checkpoint says nothing
     out["image_size"] = image_size
     out["resize_size"] = max(image_size)
@@ -118,6 +146,8 @@ def read_preprocessing(preprocessor: dict[str, Any] | None, family: str, image_s
     if "image_mean" in preprocessor:
         out["mean"] = tuple(float(v) for v in preprocessor["image_mean"])
         out["std"] = tuple(float(v) for v in preprocessor["image_std"])
+    out["mean"], out["std"], note = _input_scale(preprocessor, tuple(out["mean"]), tuple(out["std"]))
+    out["preprocessing"] += note
     if "resample" in preprocessor:
         out["interpolation"] = _PIL_RESAMPLE.get(int(preprocessor["resample"]), "bicubic")
     if "max_num_patches" in preprocessor:  # SigLIP 2 NaFlex: each image at its aspect ratio, this many patches

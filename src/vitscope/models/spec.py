@@ -30,7 +30,9 @@ class ModelSpec:
         num_prefix_tokens: CLS + distillation + register tokens before the spatial tokens.
         prefix_kinds: one entry per prefix token, canonical order, e.g. ``("cls", "reg", "reg")``.
         image_size: ``(H, W)`` model input in pixels.
-        mean: per-channel normalisation mean (RGB, pixels in [0, 1]).
+        mean: per-channel normalisation mean (RGB, pixels in [0, 1]): the model's input is ``(x / 255 - mean) / std``
+            for uint8 pixels ``x``. A processor that does not normalise has mean 0 and std 1; one that rescales by
+            another factor than 1 / 255 has that factor folded into mean and std.
         std: per-channel normalisation std.
         has_head: whether ``Backbone.head`` exists (a classifier).
         resize_size: a number: the short side the image is resized to (its aspect ratio kept) before the centre
