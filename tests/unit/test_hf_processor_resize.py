@@ -163,6 +163,26 @@ def test_rescale_and_normalize_flags_are_followed(tmp_path, flags, mean, std, no
     torch.testing.assert_close(b.preprocess([_gradient()]), ref, atol=1e-5 * float(ref.abs().max()), rtol=0)
 
 
+@pytest.mark.parametrize("resample", [0, 1, 2, 3, 4, 5])
+def test_every_pil_filter_a_processor_names_resizes_as_it_does(tmp_path, resample):
+    """0-5: nearest, lanczos, bilinear, bicubic, box and hamming, all of which transformers' processors accept."""
+    processor = {"image_processor_type": "ViTImageProcessor", "size": {"height": 40, "width": 48},
+                 "resample": resample, "image_mean": [0.5] * 3, "image_std": [0.5] * 3}
+    b = _checkpoint(tmp_path, "vit", processor)
+    kw = {k: v for k, v in processor.items() if not k.endswith("_type")}
+    _same_pixels(b, tf.ViTImageProcessorPil(**kw), _gradient())
+
+
+def test_an_unknown_interpolation_is_refused_when_the_model_is_made():
+    from dataclasses import replace
+
+    from vitscope.errors import VitscopeValueError
+
+    spec = vitscope.load_model("tiny-vit").spec
+    with pytest.raises(VitscopeValueError, match=r"unknown interpolation 'cubic' for tiny-vit; use one of nearest, "):
+        replace(spec, interpolation="cubic")
+
+
 # ConvNeXt's processor (HF ResNet and ConvNeXt checkpoints): the short side to shortest_edge / crop_pct, then a
 # centre crop of shortest_edge; from 384 px, the whole image to shortest_edge x shortest_edge
 CROP_PCT = [

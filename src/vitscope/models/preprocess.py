@@ -13,15 +13,9 @@ from PIL import Image
 
 from vitscope.data.images import as_rgb8, full_size
 from vitscope.errors import VitscopeTypeError, VitscopeValueError
-from vitscope.models.spec import ModelSpec
+from vitscope.models.spec import INTERPOLATIONS, ModelSpec
 
-_RESAMPLE = {
-    "nearest": Image.Resampling.NEAREST,
-    "bilinear": Image.Resampling.BILINEAR,
-    "bicubic": Image.Resampling.BICUBIC,
-    "lanczos": Image.Resampling.LANCZOS,
-    "box": Image.Resampling.BOX,
-}
+_RESAMPLE = {name: Image.Resampling[name.upper()] for name in INTERPOLATIONS}
 
 
 def resample_filter(name: str) -> Image.Resampling:

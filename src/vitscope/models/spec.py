@@ -10,6 +10,8 @@ from vitscope.errors import VitscopeValueError
 
 #: the ways a resize and a centre crop round (:attr:`ModelSpec.resize_rule`)
 RESIZE_RULES = ("vitscope", "transformers", "torchvision")
+#: PIL's resampling filters, by the names :attr:`ModelSpec.interpolation` takes
+INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,8 @@ class ModelSpec:
             crop (None: the crop's long side). ``(h, w)``: the whole image is resized to ``h x w`` (its aspect
             ratio not kept), then centre-cropped to ``image_size`` (nothing cropped when they are equal), as Hugging
             Face processors with a fixed ``size`` of height and width do.
-        interpolation: PIL resampling used for the resize (``"bicubic"``, ``"bilinear"``, ...).
+        interpolation: PIL resampling used for the resize, one of :data:`INTERPOLATIONS` (``"bicubic"``,
+            ``"bilinear"``, ...).
         resize_rule: how the resize and the crop round, after the library the model comes from: ``"vitscope"``
             (the long side ``round(long * short / image short)``: vitscope's own models), ``"transformers"`` (the
             long side truncated, ``int(...)``, the crop's offsets ``(size - crop) // 2``: Hugging Face image
@@ -79,6 +82,9 @@ class ModelSpec:
             raise VitscopeValueError("prefix_kinds must have one entry per prefix token")
         if self.resize_rule not in RESIZE_RULES:
             raise VitscopeValueError(f"resize_rule must be one of {', '.join(RESIZE_RULES)}, got {self.resize_rule!r}")
+        if self.interpolation not in INTERPOLATIONS:  # refused when the model loads, not at its first image
+            raise VitscopeValueError(f"unknown interpolation {self.interpolation!r} for {self.name}; use one of "
+                                     f"{', '.join(INTERPOLATIONS)}")
 
     @property
     def is_transformer(self) -> bool:
