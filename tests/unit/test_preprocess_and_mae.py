@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from PIL import Image
 
 import vitscope
 from helpers.hf_factories import make
+from vitscope.errors import VitscopeTypeError
 from vitscope.models.preprocess import resize_crop
 
 
@@ -30,6 +32,19 @@ def test_normalisation_matches_hand_computation():
     for c in range(3):
         torch.testing.assert_close(x[0, c, 0, 0].item(), (128 / 255 - mean[c]) / std[c], rtol=0, atol=1e-6)
     assert x.shape == (1, 3, 64, 64) and x.dtype == torch.float32
+
+
+def test_a_batch_array_is_its_images_and_other_arrays_are_refused_in_one_line():
+    b = vitscope.load_model("tiny-vit")
+    batch = np.random.default_rng(0).integers(0, 256, (2, 64, 64, 3), dtype=np.uint8)
+    one_by_one = b.preprocess(list(batch))
+    assert torch.equal(b.preprocess(batch), one_by_one)
+    assert torch.equal(b.preprocess(torch.from_numpy(batch)), one_by_one)
+    assert torch.equal(b.preprocess(torch.from_numpy(batch[0])), one_by_one[:1])  # one image, not its 64 rows
+    for bad in (np.zeros((3, 64, 64), np.uint8), torch.zeros(3, 64, 64, dtype=torch.uint8),
+                np.zeros((1, 2, 64, 64, 3), np.uint8), np.zeros((64, 64, 3))):
+        with pytest.raises(VitscopeTypeError, match=r"uint8 arrays \[H, W, 3\] .*, got a \w+ array of shape \["):
+            b.preprocess(bad)
 
 
 def test_mae_is_deterministic_and_unshuffled():

@@ -68,7 +68,8 @@ class Backbone(ABC):
         return self.spec.grid_for(*image_size)
 
     def preprocess(self, images: Sequence[Any]) -> torch.Tensor:
-        """PIL images (or HxWx3 uint8 arrays) -> ``[B, 3, H, W]`` float32 in the model's normalisation."""
+        """PIL images (or HxWx3 uint8 arrays, or one ``[B, H, W, 3]`` uint8 array) -> ``[B, 3, H, W]`` float32 in the
+        model's normalisation (:func:`~vitscope.models.preprocess.preprocess_images`)."""
         return preprocess_images(images, self.spec)
 
     # -- staged execution ---------------------------------------------------------------

@@ -101,20 +101,29 @@ def resize_crop(image: Image.Image, spec: ModelSpec, resample: Image.Resampling 
 
 
 def to_pil(image: Any) -> Image.Image:
-    """PIL image or ``[H, W, 3]`` / ``[H, W]`` uint8 array -> RGB PIL image, converted as a file of it would be
-    (:func:`~vitscope.data.images.as_rgb8`)."""
+    """PIL image or uint8 array ``[H, W, 3]`` (``[H, W]`` grey, ``[H, W, 4]`` with alpha) -> RGB PIL image,
+    converted as a file of it would be (:func:`~vitscope.data.images.as_rgb8`).
+
+    Raises:
+        VitscopeTypeError: an array of another dtype or shape (channels first, a batch...).
+    """
     if isinstance(image, Image.Image):
         return as_rgb8(image)
     arr = np.asarray(image)
-    if arr.dtype != np.uint8:
-        raise VitscopeTypeError(f"arrays must be uint8 HxWx3, got {arr.dtype} {arr.shape}")
+    if arr.dtype != np.uint8 or not (arr.ndim == 2 or (arr.ndim == 3 and arr.shape[-1] in (3, 4))):
+        raise VitscopeTypeError(f"images must be PIL images or uint8 arrays [H, W, 3] (or [H, W], [H, W, 4]; a "
+                                f"batch: [B, H, W, 3]), got a {arr.dtype} array of shape {list(arr.shape)}")
     return as_rgb8(Image.fromarray(arr))
 
 
 def preprocess_images(images: Sequence[Any], spec: ModelSpec) -> torch.Tensor:
     """Images -> ``[B, 3, H, W]`` float32, normalised with ``spec.mean`` / ``spec.std``.
 
+    ``images``: a sequence of PIL images or uint8 ``[H, W, 3]`` arrays (:func:`to_pil`), one of them alone, or a
+    ``[B, H, W, 3]`` uint8 array or tensor (a batch of ``B`` images).
+
     Raises:
+        VitscopeTypeError: an array that is not such an image (:func:`to_pil`).
         VitscopeValueError: with a token budget (``spec.max_tokens``), images whose grids differ (they cannot be
             one tensor: :func:`pixel_groups` groups them, as ``vitscope.run`` does).
     """
@@ -122,7 +131,11 @@ def preprocess_images(images: Sequence[Any], spec: ModelSpec) -> torch.Tensor:
 
 
 def _frames(images: Sequence[Any], spec: ModelSpec) -> list[np.ndarray]:
-    if isinstance(images, (Image.Image, np.ndarray)):
+    if isinstance(images, torch.Tensor):  # as the array it holds: iterating one image would give its rows
+        images = images.detach().cpu().numpy()
+    if isinstance(images, np.ndarray):
+        images = list(images) if images.ndim == 4 else [images]  # [B, H, W, 3]: a batch; else one image
+    elif isinstance(images, Image.Image):
         images = [images]
     if len(images) == 0:
         raise VitscopeValueError("preprocess got no images")
