@@ -211,6 +211,30 @@ def test_spec_says_where_its_preprocessing_comes_from(tmp_path, monkeypatch):
     assert vitscope.load_model("tiny-vit").spec.preprocessing.startswith("built-in")
 
 
+def test_paper_aliases_crop_as_their_torchvision_code(tmp_path, monkeypatch):
+    """DINO's Resize(256) + CenterCrop(224): a 640x427 photo is 383x256 px, cropped from column round(79.5) = 80;
+    the checkpoint's own preprocessor_config.json keeps transformers' floor, 79."""
+    from vitscope.models import ModelEntry, register_model
+    from vitscope.models.families._common import DINO
+    from vitscope.models.preprocess import resize_crop_geometry
+
+    make("vit").save_pretrained(tmp_path)
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "ViTImageProcessor", "size": {"shortest_edge": 256},
+        "crop_size": {"height": 224, "width": 224}, "do_center_crop": True}))
+    monkeypatch.setattr("vitscope.models.registry._REGISTRY", dict(registry()))  # the alias lives in this test only
+    register_model(ModelEntry("test-dino", "vit", 2, 2, 32, 8, ("cls",), str(tmp_path), DINO))
+    alias = vitscope.load_model("test-dino").spec
+    assert alias.resize_rule == "torchvision"
+    assert resize_crop_geometry((427, 640), alias) == ((256, 383), 80, 16)
+    own = vitscope.load_model(str(tmp_path)).spec
+    assert own.resize_rule == "transformers"
+    assert resize_crop_geometry((427, 640), own) == ((256, 383), 79, 16)
+    papers = ["dino-vits16", "dinov2-vits14", "dinov2-vits14-reg", "mae-vitb16", "deit-b16", "clip-vitb16",
+              "convnext-tiny", "resnet50"]
+    assert {n: registry()[n].preprocessing.get("resize_rule") for n in papers} == dict.fromkeys(papers, "torchvision")
+
+
 def test_image_size_moves_crop_resize_and_grid_together(tmp_path, one_thread):
     """``load_model(..., image_size=)``: the crop becomes that size, the resize keeps its ratio to the crop, the grid
     follows (a CNN's measured), and a size the patches do not tile is refused in one line."""

@@ -47,7 +47,8 @@ class ModelSpec:
             (the long side ``round(long * short / image short)``: vitscope's own models), ``"transformers"`` (the
             long side truncated, ``int(...)``, the crop's offsets ``(size - crop) // 2``: Hugging Face image
             processors) or ``"torchvision"`` (the long side truncated, the offsets ``round((size - crop) / 2)``:
-            timm's evaluation transform). Left out of :meth:`to_dict` when ``"vitscope"``.
+            timm's evaluation transform, and the aliases of papers whose code used torchvision's ``Resize`` and
+            ``CenterCrop``). Left out of :meth:`to_dict` when ``"vitscope"``.
         preprocessing: where mean, std, resize and crop come from (the checkpoint's processor, the family's
             defaults, a registered alias, the user's image size...), shown in a run's output and report.
         max_tokens: None: resize and centre crop to ``image_size`` (one grid for every image). A number: each

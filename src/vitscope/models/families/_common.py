@@ -9,13 +9,16 @@ import torch
 
 from vitscope.models.family import IMAGENET
 
-#: DINO, DINOv2, MAE and DeiT evaluation: resize 256, centre crop 224, bicubic, ImageNet statistics
-DINO = {**IMAGENET, "image_size": (224, 224), "resize_size": 256, "interpolation": "bicubic"}
+#: DINO, DINOv2, MAE and DeiT evaluation: resize 256, centre crop 224, bicubic, ImageNet statistics, rounded as
+#: the torchvision Resize and CenterCrop of their code round (the crop's offsets rounded, not floored)
+DINO = {**IMAGENET, "image_size": (224, 224), "resize_size": 256, "interpolation": "bicubic",
+        "resize_rule": "torchvision"}
 #: Inception-style statistics of the original ViT and BEiT checkpoints
 INCEPTION = {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "image_size": (224, 224), "resize_size": 224,
              "interpolation": "bilinear"}
+#: OpenAI CLIP's preprocessing: torchvision's Resize(224) and CenterCrop(224), bicubic, CLIP's statistics
 CLIP = {"mean": (0.48145466, 0.4578275, 0.40821073), "std": (0.26862954, 0.26130258, 0.27577711),
-        "image_size": (224, 224), "resize_size": 224, "interpolation": "bicubic"}
+        "image_size": (224, 224), "resize_size": 224, "interpolation": "bicubic", "resize_rule": "torchvision"}
 
 
 def vision_config_of(config: Any) -> Any:
