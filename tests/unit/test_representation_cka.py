@@ -334,3 +334,19 @@ def test_the_cls_token_of_a_model_without_one_is_refused_before_the_pass(tmp_pat
     with pytest.raises(VitscopeValueError, match="reads the CLS token .* tiny-resnet-sup has none"):
         vitscope.run(cnn, f"{root}::coco", [BlockCKA(tokens="cls")], progress=False, workers=0)
     assert BlockCKA(tokens="cls").why_unsupported(vitscope.load_model("tiny-vit-sup").spec) is None
+
+
+def test_the_cls_token_of_a_model_with_registers_only_is_refused() -> None:
+    """Token 0 of a ViT without a class token (timm's ``*_reg4_gap_*``) is a register, not a CLS token."""
+    import dataclasses
+
+    from vitscope.errors import VitscopeValueError
+
+    spec = dataclasses.replace(fake_spec(), prefix_kinds=("reg",))
+    for analysis in (BlockCKA(tokens="cls"), ResidualCKA(tokens="cls")):
+        assert "reads the CLS token" in (analysis.why_unsupported(spec) or "")
+    acc = BlockCKA(tokens="cls", estimator="full")
+    record, batch = fake_record(spec, acc.required_hooks(spec), 6, _gen(0))
+    with pytest.raises(VitscopeValueError, match="needs a CLS token, but fake-vit has none"):
+        acc.update(record, batch)
+    assert BlockCKA(tokens="spatial_mean").why_unsupported(spec) is None

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from vitscope.analyses.attention.base import has_cls_token
 from vitscope.analyses.base import Analysis, Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
 from vitscope.analyses.representation.hsic import FullHSIC, MinibatchHSIC, chunked_gram
@@ -33,17 +34,24 @@ ESTIMATORS = ("minibatch", "full", "full_unbiased")
 TOKENS = ("all", "cls", "spatial", "spatial_mean")
 
 
-def cka_features(x: torch.Tensor, num_prefix: int, tokens: str) -> torch.Tensor:
+def cka_features(x: torch.Tensor, spec: ModelSpec, tokens: str) -> torch.Tensor:
     """One CKA feature vector per image from a recorded tensor (docs/methods.md "Features for CKA").
 
     Args:
         x: ``[B, N, D]`` tokens, or a CNN map ``[B, C, h, w]`` (its h*w positions are the spatial tokens).
-        num_prefix: prefix tokens of ``x`` (0 for CNN maps).
+        spec: the model of the batch (its prefix tokens; CNN maps have none).
         tokens: ``"all"``, ``"cls"``, ``"spatial"`` or ``"spatial_mean"``.
 
     Returns:
         ``[B, F]``.
+
+    Raises:
+        VitscopeValueError: ``tokens="cls"`` on a model whose first token is not a CLS token (registers only).
     """
+    if tokens == "cls" and not has_cls_token(spec):  # token 0 of a register-only model is a register
+        raise VitscopeValueError(f"tokens='cls' needs a CLS token, but {spec.name} has none (prefix tokens "
+                                 f"{list(spec.prefix_kinds)}); use 'spatial_mean' instead")
+    num_prefix = spec.num_prefix_tokens
     if x.dim() == 4:
         x, num_prefix = grid_to_tokens(x), 0
     return features_for_cka(x, num_prefix, tokens)  # type: ignore[arg-type]
@@ -51,10 +59,10 @@ def cka_features(x: torch.Tensor, num_prefix: int, tokens: str) -> torch.Tensor:
 
 def token_choice_reason(name: str, tokens: str, spec: ModelSpec) -> str | None:
     """Why ``tokens`` cannot be a CKA feature on ``spec`` (None when it can), asked before the pass: ``"cls"`` on a
-    model without prefix tokens (a CNN, SigLIP), and every token of an image flattened (``"all"``, ``"spatial"``)
-    under a token budget (``spec.max_tokens``: each image keeps its aspect ratio and has a grid, so a length, of
-    its own)."""
-    if tokens == "cls" and spec.num_prefix_tokens < 1:
+    model without a CLS token (a CNN, SigLIP, a ViT with registers only), and every token of an image flattened
+    (``"all"``, ``"spatial"``) under a token budget (``spec.max_tokens``: each image keeps its aspect ratio and has
+    a grid, so a length, of its own)."""
+    if tokens == "cls" and not has_cls_token(spec):
         return (f"analysis '{name}' reads the CLS token (tokens='cls'), but {spec.name} has none; set "
                 f"{name}.tokens=spatial_mean")
     if spec.max_tokens and tokens in ("all", "spatial"):
@@ -203,8 +211,7 @@ class BlockCKA(Analysis):
     def reduce_hook(self, name: str, tensor: torch.Tensor, batch: Batch) -> Any:
         """The CKA features of one block (:func:`cka_features`), reduced to minibatch Grams when the estimator
         allows (the features of every block would otherwise stay alive until :meth:`update`)."""
-        return prepared(self.state, batch.indices, cka_features(tensor, batch.spec.num_prefix_tokens,
-                                                                self._cfg_tokens))
+        return prepared(self.state, batch.indices, cka_features(tensor, batch.spec, self._cfg_tokens))
 
     def compute(self) -> CKAResult:
         meta = {"model": self.model, "site": self._cfg_site, "tokens": self._cfg_tokens,
