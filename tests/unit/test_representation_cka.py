@@ -350,3 +350,19 @@ def test_the_cls_token_of_a_model_with_registers_only_is_refused() -> None:
     with pytest.raises(VitscopeValueError, match="needs a CLS token, but fake-vit has none"):
         acc.update(record, batch)
     assert BlockCKA(tokens="spatial_mean").why_unsupported(spec) is None
+
+
+@pytest.mark.parametrize("site", ["attn.q", "attn.pattern"])
+def test_per_head_sites_are_refused_not_read_as_cnn_maps(site: str) -> None:
+    """``[B, H, N, Dh]`` and ``[B, H, N, N]`` are not token features: refused before the pass, and at the first batch
+    when ``update`` is called directly (a CNN map ``[B, C, h, w]`` would otherwise be read from them)."""
+    from vitscope.errors import VitscopeValueError
+
+    spec = fake_spec()
+    acc = BlockCKA(site=site, tokens="spatial_mean", estimator="full")
+    assert "holds one tensor per head" in (acc.why_unsupported(spec) or "")
+    record, batch = fake_record(spec, acc.required_hooks(spec), 6, _gen(0))
+    assert record[f"blocks.0.{site}"].dim() == 4
+    with pytest.raises(VitscopeValueError, match=rf"blocks.0.{site} of fake-vit is \[6, 2, 13"):
+        acc.update(record, batch)
+    assert BlockCKA(site="mlp_out").why_unsupported(spec) is None

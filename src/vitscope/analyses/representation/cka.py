@@ -28,33 +28,49 @@ from vitscope.hooks.names import split_block_name
 from vitscope.hooks.tokens import grid_to_tokens
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["BlockCKA", "CKAResult", "cka_between", "cka_features", "cross_model_cka", "token_choice_reason"]
+__all__ = ["BlockCKA", "CKAResult", "cka_between", "cka_features", "cross_model_cka", "site_choice_reason",
+           "token_choice_reason"]
 
 ESTIMATORS = ("minibatch", "full", "full_unbiased")
 TOKENS = ("all", "cls", "spatial", "spatial_mean")
 
 
-def cka_features(x: torch.Tensor, spec: ModelSpec, tokens: str) -> torch.Tensor:
+def cka_features(x: torch.Tensor, spec: ModelSpec, tokens: str, name: str = "") -> torch.Tensor:
     """One CKA feature vector per image from a recorded tensor (docs/methods.md "Features for CKA").
 
     Args:
-        x: ``[B, N, D]`` tokens, or a CNN map ``[B, C, h, w]`` (its h*w positions are the spatial tokens).
+        x: ``[B, N, D]`` tokens of a transformer, or a CNN map ``[B, C, h, w]`` (its h*w positions are the spatial
+            tokens).
         spec: the model of the batch (its prefix tokens; CNN maps have none).
         tokens: ``"all"``, ``"cls"``, ``"spatial"`` or ``"spatial_mean"``.
+        name: the hook ``x`` was recorded at, for the messages.
 
     Returns:
         ``[B, F]``.
 
     Raises:
-        VitscopeValueError: ``tokens="cls"`` on a model whose first token is not a CLS token (registers only).
+        VitscopeValueError: a transformer tensor that is not ``[B, N, D]`` (a per-head site), or ``tokens="cls"`` on
+            a model whose first token is not a CLS token (registers only).
     """
+    if spec.is_transformer and x.dim() != 3:  # [B, H, N, Dh] would otherwise pass for a CNN map [B, C, h, w]
+        raise VitscopeValueError(f"CKA compares token features [B, N, D], but {name or 'the site'} of {spec.name} is "
+                                 f"{list(x.shape)}; choose a residual site (resid_post, norm1, norm2, ...)")
     if tokens == "cls" and not has_cls_token(spec):  # token 0 of a register-only model is a register
         raise VitscopeValueError(f"tokens='cls' needs a CLS token, but {spec.name} has none (prefix tokens "
                                  f"{list(spec.prefix_kinds)}); use 'spatial_mean' instead")
     num_prefix = spec.num_prefix_tokens
-    if x.dim() == 4:
+    if not spec.is_transformer:
         x, num_prefix = grid_to_tokens(x), 0
     return features_for_cka(x, num_prefix, tokens)  # type: ignore[arg-type]
+
+
+def site_choice_reason(name: str, site: str, spec: ModelSpec) -> str | None:
+    """Why ``blocks.*.<site>`` cannot be a CKA feature on ``spec`` (None when it can), asked before the pass: the
+    ``attn.*`` sites hold one tensor per head (``[B, H, N, Dh]``, the pattern ``[B, H, N, N]``), not tokens."""
+    if spec.is_transformer and site.startswith("attn."):
+        return (f"analysis '{name}' compares token features [B, N, D], but blocks.*.{site} holds one tensor per "
+                f"head; set {name}.site to a residual site (resid_post, norm1, norm2, attn_out, mlp_out...)")
+    return None
 
 
 def token_choice_reason(name: str, tokens: str, spec: ModelSpec) -> str | None:
@@ -140,8 +156,8 @@ class BlockCKA(Analysis):
 
     Args:
         site: block site whose output is compared: ``"resid_post"`` (block output, default), ``"norm1"``,
-            ``"norm2"`` (the 002 code's sites for block-by-block CKA), or any ``[B, N, D]`` site. CNNs always
-            use ``stages.*``.
+            ``"norm2"`` (the 002 code's sites for block-by-block CKA), or any ``[B, N, D]`` site (the per-head
+            ``attn.*`` sites are refused). CNNs always use ``stages.*``.
         tokens: features per image: ``"all"`` (every token flattened, the 002 code's default and the
             default here), ``"cls"``, ``"spatial"``, ``"spatial_mean"``.
         estimator: ``"minibatch"`` (unbiased minibatch CKA, streaming, default), ``"full"`` (biased
@@ -184,7 +200,8 @@ class BlockCKA(Analysis):
         return [f"blocks.*.{self._cfg_site}"] if spec.is_transformer else ["stages.*"]
 
     def why_unsupported(self, spec: ModelSpec) -> str | None:
-        return token_choice_reason(self.name, self._cfg_tokens, spec)
+        return site_choice_reason(self.name, self._cfg_site, spec) or token_choice_reason(self.name, self._cfg_tokens,
+                                                                                          spec)
 
     def _keys(self, record: Mapping[str, torch.Tensor], spec: ModelSpec) -> list[tuple[int, str]]:
         pattern = self.required_hooks(spec)[0]
@@ -211,7 +228,7 @@ class BlockCKA(Analysis):
     def reduce_hook(self, name: str, tensor: torch.Tensor, batch: Batch) -> Any:
         """The CKA features of one block (:func:`cka_features`), reduced to minibatch Grams when the estimator
         allows (the features of every block would otherwise stay alive until :meth:`update`)."""
-        return prepared(self.state, batch.indices, cka_features(tensor, batch.spec, self._cfg_tokens))
+        return prepared(self.state, batch.indices, cka_features(tensor, batch.spec, self._cfg_tokens, name))
 
     def compute(self) -> CKAResult:
         meta = {"model": self.model, "site": self._cfg_site, "tokens": self._cfg_tokens,

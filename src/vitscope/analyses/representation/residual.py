@@ -138,7 +138,7 @@ class ResidualCKA(Analysis):
     def reduce_hook(self, name: str, tensor: torch.Tensor, batch: Batch) -> tuple[Any, torch.Tensor]:
         """One site of one block: what the HSIC state needs of its CKA features (:func:`prepared`) and the
         features' row norms ``[B]``."""
-        x = cka_features(tensor, batch.spec, self._cfg_tokens)
+        x = cka_features(tensor, batch.spec, self._cfg_tokens, name)
         return prepared(self.state, batch.indices, x), row_norms(x)
 
     def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
