@@ -366,3 +366,16 @@ def test_per_head_sites_are_refused_not_read_as_cnn_maps(site: str) -> None:
     with pytest.raises(VitscopeValueError, match=rf"blocks.0.{site} of fake-vit is \[6, 2, 13"):
         acc.update(record, batch)
     assert BlockCKA(site="mlp_out").why_unsupported(spec) is None
+
+
+def test_a_cnn_records_the_site_it_reads() -> None:
+    """A CNN's CKA reads its stages whatever site was asked for, and its result says so."""
+    spec = fake_spec("cnn")
+    acc = BlockCKA(site="norm1", tokens="spatial_mean", estimator="full")
+    assert acc.required_hooks(spec) == ["stages.*"]
+    acc.update(*fake_record(spec, acc.required_hooks(spec), 6, _gen(0)))
+    assert acc.compute().meta["site"] == "stages"
+    vit = fake_spec()
+    acc = BlockCKA(site="norm1", tokens="spatial_mean", estimator="full")
+    acc.update(*fake_record(vit, acc.required_hooks(vit), 6, _gen(0)))
+    assert acc.compute().meta["site"] == "norm1"

@@ -157,7 +157,8 @@ class BlockCKA(Analysis):
     Args:
         site: block site whose output is compared: ``"resid_post"`` (block output, default), ``"norm1"``,
             ``"norm2"`` (the 002 code's sites for block-by-block CKA), or any ``[B, N, D]`` site (the per-head
-            ``attn.*`` sites are refused). CNNs always use ``stages.*``.
+            ``attn.*`` sites are refused). CNNs always use ``stages.*``, and their ``meta["site"]`` says
+            ``"stages"``.
         tokens: features per image: ``"all"`` (every token flattened, the 002 code's default and the
             default here), ``"cls"``, ``"spatial"``, ``"spatial_mean"``.
         estimator: ``"minibatch"`` (unbiased minibatch CKA, streaming, default), ``"full"`` (biased
@@ -195,9 +196,14 @@ class BlockCKA(Analysis):
                                                   workdir), reduce=merge_hsic)
         self.add_state("blocks", [], reduce="same")
         self.add_state("model", "", reduce="same")
+        self.add_state("site", "", reduce="same")  # the site read: "stages" on a CNN, whatever was asked
 
     def required_hooks(self, spec: ModelSpec) -> list[str]:
         return [f"blocks.*.{self._cfg_site}"] if spec.is_transformer else ["stages.*"]
+
+    def read_site(self, spec: ModelSpec) -> str:
+        """The site whose CKA is computed on ``spec``: the configured one, ``"stages"`` on a CNN."""
+        return self._cfg_site if spec.is_transformer else "stages"
 
     def why_unsupported(self, spec: ModelSpec) -> str | None:
         return site_choice_reason(self.name, self._cfg_site, spec) or token_choice_reason(self.name, self._cfg_tokens,
@@ -219,7 +225,7 @@ class BlockCKA(Analysis):
             raise VitscopeValueError(f"cka: blocks {blocks} differ from the blocks seen before {self.blocks}")
         if batch.size == 0:
             return
-        self.blocks, self.model = blocks, batch.spec.name
+        self.blocks, self.model, self.site = blocks, batch.spec.name, self.read_site(batch.spec)
         self.state.add(batch.indices, [self.reduced(k, record, batch) for _, k in found])
 
     def stream_hooks(self, spec: ModelSpec) -> list[str]:
@@ -231,7 +237,7 @@ class BlockCKA(Analysis):
         return prepared(self.state, batch.indices, cka_features(tensor, batch.spec, self._cfg_tokens, name))
 
     def compute(self) -> CKAResult:
-        meta = {"model": self.model, "site": self._cfg_site, "tokens": self._cfg_tokens,
+        meta = {"model": self.model, "site": self.site or self._cfg_site, "tokens": self._cfg_tokens,
                 "estimator": self._cfg_estimator, "batch": self._cfg_batch, "gram_minmax": self._cfg_minmax,
                 "num_images": self.state.count, "blocks": list(self.blocks)}
         cka = hsic_state_cka(self.state, self._cfg_estimator) if self.state.count else None
