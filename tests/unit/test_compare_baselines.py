@@ -1,4 +1,5 @@
-"""compare gives every model its own random baseline: random attention depends on the token grid."""
+"""compare gives every model its own random baseline: random attention depends on the token grid; and the CKA
+between models is about 0 for unrelated features."""
 
 from __future__ import annotations
 
@@ -66,3 +67,38 @@ def test_a_quantity_without_baselines_has_no_random_column() -> None:
     assert cka.columns == ["model", "block 0", "block 1"] and cka.rows == [["a", "0.5", "0.6"]]
     dist = _values_table("attention_distance", comp)
     assert dist.columns[-1] == "random" and [r[-1] for r in dist.rows] == ["0.59", ""]
+
+
+def _pooled_run(name: str, n: int, width: int, seed: int):
+    """A model whose pooled features at its 3 blocks are Gaussian noise of its own (unrelated to any other)."""
+    import torch
+
+    from vitscope.comparison.curves import ModelRun
+    from vitscope.comparison.pooled import PooledFeaturesResult
+
+    g = torch.Generator().manual_seed(seed)
+    tensors = {f"mean_{b}": torch.randn(n, width, generator=g) for b in range(3)}
+    tensors.update(index=torch.arange(n), label=torch.full((n,), -1))
+    meta = {"blocks": [0, 1, 2], "has_cls": False, "model": name}
+    return ModelRun(name, None, {"pooled_features": PooledFeaturesResult("pooled_features", tensors, meta)}, name)
+
+
+def test_cka_between_unrelated_models_is_about_zero_and_says_its_estimator() -> None:
+    """The biased estimator scores two independent 128-wide representations of 40 images near 0.8; the unbiased
+    one, compare's default, near 0. results.json's compare entry names the estimator."""
+    from vitscope.comparison.curves import compare_runs
+    from vitscope.errors import VitscopeValueError
+    from vitscope.functional.cka import linear_cka
+
+    runs = [_pooled_run("a", 40, 128, 0), _pooled_run("b", 40, 128, 1)]
+    x, y = (r.results["pooled_features"].tensors["mean_2"].double() for r in runs)
+    comp = compare_runs(runs)
+    assert comp.cka_matrix[0, 1].item() == pytest.approx(linear_cka(x, y, unbiased=True), abs=1e-12)
+    assert abs(comp.cka_matrix[0, 1].item()) < 0.1 and comp.cka_matrix[0, 0].item() == pytest.approx(1.0)
+    assert comp.curves["cka_to_reference"]["b"].values[2] == pytest.approx(comp.cka_matrix[1, 0].item(), abs=1e-12)
+    assert ComparisonResult(comp).to_json()["cka"]["estimator"] == "full_unbiased"
+    biased = compare_runs(runs, cka_estimator="full")
+    assert biased.cka_matrix[0, 1].item() == pytest.approx(linear_cka(x, y), abs=1e-12)
+    assert biased.cka_matrix[0, 1].item() > 0.5 and biased.cka["estimator"] == "full"
+    with pytest.raises(VitscopeValueError, match="cka_estimator"):
+        compare_runs(runs, cka_estimator="minibatch")

@@ -193,6 +193,9 @@ def compare(
     workers: int | None = typer.Option(None, "--workers", min=0, help=WORKERS_HELP),
     jpeg_draft: bool | None = typer.Option(None, "--jpeg-draft/--no-jpeg-draft", help=JPEG_DRAFT_HELP),
     compile_stats: bool | None = typer.Option(None, "--compile-stats/--no-compile-stats", help=COMPILE_STATS_HELP),
+    cka_estimator: str | None = typer.Option(None, "--cka-estimator", help="CKA between models: full_unbiased "
+                                             "(default; about 0 for unrelated features) or full (biased: unrelated "
+                                             "features score well above 0 with few images or wide features)."),
     config: Path | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
 ) -> None:
     """Compare models per block on shared axes (paper 002): one pass per model; figures, tables, report.html."""

@@ -4,10 +4,10 @@ Every model has been run once over the same data (:func:`vitscope.comparison.run
 module reads its results: attention distance and saliency IoU from the attention analyses (transformers
 only: CNNs simply have no such curve), the share of high-norm outliers from the artifacts analysis, clustering
 purity and k-NN accuracy from the pooled features (CLS when the model has one, else the spatial mean;
-docs/methods.md sections 2 and 3), and linear CKA between
-models from the spatial-mean features of the block outputs. Blocks are placed at their relative depth
-``b / (L - 1)`` so models of different depth share the x axis; CKA between models pairs each block with
-the reference model's block nearest in relative depth.
+docs/methods.md sections 2 and 3), and full-batch linear CKA between models (unbiased by default) from the
+spatial-mean features of the block outputs. Blocks are placed at their relative depth ``b / (L - 1)`` so models
+of different depth share the x axis; CKA between models pairs each block with the reference model's block nearest
+in relative depth.
 """
 
 from __future__ import annotations
@@ -24,9 +24,18 @@ from vitscope.analyses.data_checks import DataFacts, class_problem, split_proble
 from vitscope.analyses.probes.base import holdout_mask
 from vitscope.analyses.probes.clustering import clustering_scores
 from vitscope.analyses.probes.knn import knn_scores
+from vitscope.errors import VitscopeValueError
 from vitscope.functional.cka import linear_cka
 
-__all__ = ["QUANTITIES", "Comparison", "Curve", "ModelRun", "compare_runs", "relative_depth"]
+__all__ = ["CKA_ESTIMATORS", "QUANTITIES", "Comparison", "Curve", "ModelRun", "compare_runs", "relative_depth"]
+
+#: estimators of the CKA between models: full-batch unbiased HSIC (the default: about 0 for unrelated features
+#: whatever the number of images and the widths) or full-batch biased HSIC (unrelated features score well above 0
+#: with few images or wide features)
+CKA_ESTIMATORS: tuple[str, ...] = ("full_unbiased", "full")
+#: what the CKA between models compares, as results.json records it
+CKA_FEATURES = ("mean of the spatial tokens of every block output (blocks.*.resid_post, prefix tokens left out; "
+                "a CNN: of every stages.* map), over the images both models read")
 
 #: quantity -> (axis label, higher is better: part of the best-block table)
 QUANTITIES: dict[str, tuple[str, bool]] = {
@@ -73,6 +82,7 @@ class Comparison:
             attention depends on the token grid (a p16 and a p8 model have different random distances and IoUs).
         cka_models: model order of ``cka_matrix``; cka_matrix: ``[M, M]`` CKA of the final blocks.
         reference: the model the ``cka_to_reference`` curves compare with.
+        cka: how the CKA between models was computed: ``estimator`` (:data:`CKA_ESTIMATORS`) and ``features``.
         best_blocks: rows of the best-block table.
         notes: why a quantity is missing (no labels, no masks...).
     """
@@ -82,6 +92,7 @@ class Comparison:
     cka_models: list[str] = field(default_factory=list)
     cka_matrix: torch.Tensor | None = None
     reference: str = ""
+    cka: dict[str, str] = field(default_factory=dict)
     best_blocks: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -169,22 +180,26 @@ def _aligned(a: tuple, b: tuple) -> tuple[np.ndarray, np.ndarray]:
     return np.searchsorted(a[2], common), np.searchsorted(b[2], common)
 
 
-def _cka(x: np.ndarray, y: np.ndarray) -> float:
-    return linear_cka(torch.from_numpy(x).double(), torch.from_numpy(y).double()) if len(x) >= 2 else math.nan
+def _cka(x: np.ndarray, y: np.ndarray, unbiased: bool) -> float:
+    """Full-batch linear CKA of two models' rows ``[n, D]``; NaN under 4 images (unbiased) or 2 (biased)."""
+    if len(x) < (4 if unbiased else 2):
+        return math.nan
+    return linear_cka(torch.from_numpy(x).double(), torch.from_numpy(y).double(), unbiased=unbiased)
 
 
-def _cka_between_models(runs: Sequence[ModelRun], comp: Comparison) -> None:
+def _cka_between_models(runs: Sequence[ModelRun], comp: Comparison, estimator: str) -> None:
     feats = {r.label: _features(r, "spatial") for r in runs}
     feats = {k: v for k, v in feats.items() if v is not None}
     if len(feats) < 2:
         return
-    names = list(feats)
+    names, unbiased = list(feats), estimator == "full_unbiased"
+    comp.cka = {"estimator": estimator, "features": CKA_FEATURES}
     comp.reference, ref = names[0], feats[names[0]]
     ref_depth = np.asarray(relative_depth(ref[0]))
     for name in names:
         blocks, fm = feats[name][0], feats[name][1]
         ra, rb = _aligned(feats[name], ref)
-        values = [_cka(fm[b][ra], ref[1][ref[0][int(np.abs(ref_depth - d).argmin())]][rb])
+        values = [_cka(fm[b][ra], ref[1][ref[0][int(np.abs(ref_depth - d).argmin())]][rb], unbiased)
                   for b, d in zip(blocks, relative_depth(blocks))]
         comp.curves.setdefault("cka_to_reference", {})[name] = _curve(blocks, values)
     matrix = torch.full((len(names), len(names)), math.nan, dtype=torch.float64)
@@ -192,7 +207,7 @@ def _cka_between_models(runs: Sequence[ModelRun], comp: Comparison) -> None:
         for j, b in enumerate(names):
             ra, rb = _aligned(feats[a], feats[b])
             fa, fb = feats[a], feats[b]
-            matrix[i, j] = _cka(fa[1][fa[0][-1]][ra], fb[1][fb[0][-1]][rb])
+            matrix[i, j] = _cka(fa[1][fa[0][-1]][ra], fb[1][fb[0][-1]][rb], unbiased)
     comp.cka_models, comp.cka_matrix = names, matrix
 
 
@@ -214,7 +229,7 @@ def _best_blocks(comp: Comparison) -> list[dict[str, Any]]:
 
 
 def compare_runs(runs: Sequence[ModelRun], seed: int = 0, test_fraction: float = 0.2,
-                 data: DataFacts | None = None) -> Comparison:
+                 data: DataFacts | None = None, cka_estimator: str = "full_unbiased") -> Comparison:
     """Curves, CKA between models and the best-block table of several models' passes.
 
     Args:
@@ -223,13 +238,17 @@ def compare_runs(runs: Sequence[ModelRun], seed: int = 0, test_fraction: float =
         test_fraction: share of images held out for k-NN (by a seeded hash of the dataset index).
         data: the data the models saw (names it, and its classes, in the note saying why clustering and k-NN
             are left out: no labels, one class...).
+        cka_estimator: ``"full_unbiased"`` (default) or ``"full"`` (biased) full-batch linear CKA between models
+            (:data:`CKA_ESTIMATORS`).
     """
+    if cka_estimator not in CKA_ESTIMATORS:
+        raise VitscopeValueError(f"cka_estimator must be one of {', '.join(CKA_ESTIMATORS)}, got {cka_estimator!r}")
     comp = Comparison()
     data = data if data is not None else DataFacts()
     for run in runs:
         _attention_curves(run, comp)
         _artifact_curves(run, comp)
         _probe_curves(run, comp, seed, test_fraction, data)
-    _cka_between_models(runs, comp)
+    _cka_between_models(runs, comp, cka_estimator)
     comp.best_blocks = _best_blocks(comp)
     return comp

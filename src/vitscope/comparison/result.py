@@ -53,6 +53,7 @@ class ComparisonResult(Result):
             "curves": {q: {m: {"blocks": c.blocks, "relative_depth": c.x, "values": c.values} for m, c in pm.items()}
                        for q, pm in comp.curves.items()},
             "random": comp.random,
+            "cka": comp.cka,
             "cka_reference": comp.reference,
             "cka_models": comp.cka_models,
             "cka_matrix": None if comp.cka_matrix is None else comp.cka_matrix.tolist(),

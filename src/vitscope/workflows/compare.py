@@ -12,6 +12,7 @@ from vitscope.analyses.plugins import analysis_sources
 from vitscope.analyses.registry import not_run_text
 from vitscope.comparison import ModelRun, compare_analyses, compare_runs
 from vitscope.comparison.analyses import compare_not_run, shown_by_comparison
+from vitscope.comparison.curves import CKA_ESTIMATORS
 from vitscope.comparison.names import file_safe, named_models
 from vitscope.comparison.outputs import comparison_sections
 from vitscope.comparison.result import ComparisonResult
@@ -25,7 +26,7 @@ from vitscope.models.input_size import describe_input
 from vitscope.models.load import load_model
 from vitscope.outputs import RunResult, prepare_output, write_run
 from vitscope.workflows.launch import role
-from vitscope.workflows.options import CompareOptions, resolve
+from vitscope.workflows.options import CompareOptions, ConfigError, resolve
 from vitscope.workflows.sae_cards import finish_sae_cards
 from vitscope.workflows.state_files import clear_state, resume_from
 
@@ -51,6 +52,8 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
     models = named_models(options.models)
     selection, params = options.analyses, options.params
     _check_selection(selection)
+    if options.cka_estimator not in CKA_ESTIMATORS:  # before any model loads
+        raise ConfigError(f"--cka-estimator must be one of {', '.join(CKA_ESTIMATORS)}, got {options.cka_estimator!r}")
     options.check_placement()
     out = prepare_output(options.out)
     source = as_source(options.data, strict=options.strict)  # one Source for every model's pass
@@ -89,7 +92,7 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
             notes += [f"not run on {name}: {analysis} ({reason})" for analysis, reason in cannot.items()]
         del backbone
         gc.collect()
-    comparison = compare_runs(runs, data=facts)
+    comparison = compare_runs(runs, data=facts, cka_estimator=options.cka_estimator)
     comparison.notes += notes
     names = [name for name, _ in models]
     not_run = {analysis: _not_run_reason(reasons, names) for analysis, reasons in left.items()}
@@ -167,7 +170,7 @@ def compare_models(models: Sequence[str] | Mapping[str, str], data: str | Path, 
                    params: Mapping[str, Mapping[str, Any]] | None = None,
                    image_size: int | None = None, keep_aspect: bool = False, workers: int | None = None,
                    jpeg_draft: bool = False, compile_stats: bool = False,
-                   checkpoint_seconds: float = 60.0) -> ComparisonResult:
+                   checkpoint_seconds: float = 60.0, cka_estimator: str = "full_unbiased") -> ComparisonResult:
     """``vitscope compare`` from Python (``vitscope.compare_models``): every model once over ``data``, the per-block
     curves on shared axes written to ``out`` (results.json, tables, report.html) and returned.
 
@@ -183,6 +186,8 @@ def compare_models(models: Sequence[str] | Mapping[str, str], data: str | Path, 
         analyses: what each model runs besides the pooled features (names or groups, as ``vitscope analyze``;
             default: attention distance, maps and, with masks, saliency IoU).
         params: ``{analysis: {parameter: value}}`` for them.
+        cka_estimator: the CKA between models, ``"full_unbiased"`` (default) or ``"full"`` (biased), as
+            ``vitscope compare --cka-estimator``.
 
     Returns:
         The comparison: curves, best blocks and the model x model CKA; in a notebook it shows as the report's
@@ -194,7 +199,7 @@ def compare_models(models: Sequence[str] | Mapping[str, str], data: str | Path, 
         "batch_size": batch_size, "device": device, "dtype": dtype, "limit": limit, "strict": strict,
         "resume": resume, "figure_files": figure_files, "image_size": image_size, "keep_aspect": keep_aspect,
         "workers": workers, "jpeg_draft": jpeg_draft, "compile_stats": compile_stats,
-        "checkpoint_seconds": checkpoint_seconds})
+        "checkpoint_seconds": checkpoint_seconds, "cka_estimator": cka_estimator})
     result = comparison_run(options, progress)
     write_run(options.out, result, progress=progress, figure_files=options.figure_files)
     clear_state(options.out)

@@ -139,6 +139,7 @@ class CompareOptions(PassOptions):
     analyses: Sequence[str] | None = option("list")
     params: Mapping[str, Mapping[str, Any]] | None = option("params")
     compile_stats: bool = option("bool", False)
+    cka_estimator: str = option("str", "full_unbiased")  # CKA between models (comparison.curves.CKA_ESTIMATORS)
 
 
 @dataclass(frozen=True, kw_only=True)
