@@ -10,7 +10,7 @@ import torch
 
 from contract.fake_records import fake_record, fake_spec
 from vitscope.analyses.representation.cka import BlockCKA, cka_between, cross_model_cka
-from vitscope.analyses.representation.hsic import MinibatchHSIC
+from vitscope.analyses.representation.hsic import MinibatchHSIC, ShuffledHSIC, shuffled_positions
 from vitscope.analyses.representation.residual import ResidualCKA
 from vitscope.cache.feature_cache import FeatureCache
 from vitscope.cache.rowstore import RowStore
@@ -162,6 +162,81 @@ def test_minibatch_cka_does_not_depend_on_the_engine_batches(sizes: list[int]) -
     assert state.cka()[0, 0].item() == pytest.approx(minibatch_cka(x.float(), y.float(), batch=8), abs=1e-9)
 
 
+def _sorted_classes(n: int = 256, classes: int = 4, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two representations of n images sorted by class (as an imagefolder lists them): they share the classes'
+    structure and nothing else, so their CKA within a class is about 0 and over the whole data high."""
+    g = _gen(seed)
+    label = torch.arange(n) * classes // n
+    means = 4 * torch.randn(classes, 12, generator=g, dtype=torch.float64)
+    x = means[label] + torch.randn(n, 12, generator=g, dtype=torch.float64)
+    y = (means @ _orthogonal(12, seed)[:, :9])[label] + torch.randn(n, 9, generator=g, dtype=torch.float64)
+    return x, y
+
+
+def test_shuffled_minibatches_estimate_the_dataset_cka_on_data_sorted_by_class() -> None:
+    """Minibatches of consecutive indices of class-sorted data each hold one class: a within-class CKA (about 0
+    here). Shuffled ones estimate the CKA over the data, as the full-batch estimate."""
+    x, y = _sorted_classes()
+    full = linear_cka(x, y, unbiased=True)
+    ordered = MinibatchHSIC(batch=16, symmetric=False)
+    ordered.add(range(256), [x], [y])
+    shuffled = ShuffledHSIC(batch=16, symmetric=False)
+    shuffled.add(range(256), [x], [y])
+    assert full > 0.8 and abs(ordered.cka()[0, 0].item()) < 0.2
+    assert shuffled.cka()[0, 0].item() == pytest.approx(full, abs=0.05)
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_shuffled_minibatches_are_ranks_of_a_seeded_shuffle_whatever_the_batches_and_merges(seed: int,
+                                                                                           tmp_path: Path) -> None:
+    """Minibatch k holds ranks k * batch .. (k + 1) * batch - 1 of the seeded shuffle of the indices read (the last,
+    5 images, kept): the functional estimate over the shuffled rows, whatever the engine batches, their order, a
+    state file, or the merges of the processes' states."""
+    from vitscope.engine.state_codec import decode, encode
+
+    x, y, _ = _reps(45, seed=9)
+    index = np.arange(100, 145)  # any indices (a process's share, a limit...)
+    order = shuffled_positions(index, seed)
+    assert sorted(order.tolist()) == list(range(45)) and order.tolist() != list(range(45))
+    want = minibatch_cka(x[order].float(), y[order].float(), batch=8)
+    parts = [ShuffledHSIC(batch=8, symmetric=False, seed=seed) for _ in range(3)]
+    arrival = torch.randperm(45, generator=_gen(seed)).numpy()
+    for k, ids in enumerate(np.array_split(arrival, 7)):
+        parts[k % 3].add(index[ids], [x[ids].float()], [y[ids].float()])
+    parts[1] = decode(encode(parts[1], rows_folder=tmp_path / "rows"))  # resumed from a state file
+    merged = parts[0].merge(parts[1]).merge(parts[2])
+    assert merged.count == 45
+    assert merged.cka()[0, 0].item() == pytest.approx(want, abs=1e-9)
+    whole = ShuffledHSIC(batch=8, symmetric=False, seed=seed)
+    whole.add(index, [x.float()], [y.float()])
+    torch.testing.assert_close(merged.cka(), whole.cka(), rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match="seed"):
+        whole.merge(ShuffledHSIC(batch=8, symmetric=False, seed=seed + 1))
+
+
+def test_block_cka_order_is_an_option_recorded_in_its_result() -> None:
+    """``order`` reaches the state and results.json; the default keeps the dataset's order (the 002 code's)."""
+    spec = fake_spec()
+    record, batch = fake_record(spec, BlockCKA().required_hooks(spec), 12, _gen(4))
+    results = {}
+    for order in ("dataset", "shuffled"):
+        acc = BlockCKA(tokens="cls", batch=4, order=order, seed=2)
+        acc.update(record, batch)
+        results[order] = acc.compute()
+    feats = [record[f"blocks.{i}.resid_post"][:, 0] for i in (0, 2)]
+    shuffled = shuffled_positions(np.asarray(batch.indices), 2)
+    assert results["dataset"]["cka"][0, 2].item() == pytest.approx(minibatch_cka(*feats, batch=4), abs=1e-9)
+    assert results["shuffled"]["cka"][0, 2].item() == pytest.approx(
+        minibatch_cka(feats[0][shuffled], feats[1][shuffled], batch=4), abs=1e-9)
+    assert results["dataset"].meta["order"] == "dataset" and "seed" not in results["dataset"].meta
+    assert (results["shuffled"].meta["order"], results["shuffled"].meta["seed"]) == ("shuffled", 2)
+    assert "order" not in BlockCKA(estimator="full").compute().meta and BlockCKA().params["order"] == "dataset"
+    with pytest.raises(ValueError, match="order must be one of"):
+        BlockCKA(order="random")
+    with pytest.raises(ValueError, match="minibatch estimator"):
+        ResidualCKA(estimator="full_unbiased", order="shuffled")
+
+
 def test_waiting_rows_go_to_disk_and_are_deleted_when_their_minibatch_completes() -> None:
     """Large pieces wait on disk (not in memory) and their files go once the minibatch is reduced."""
     g = _gen(11)
@@ -278,6 +353,18 @@ def test_cka_between_cached_models_matches_direct(tmp_path: Path) -> None:
                                                             batch=8), abs=1e-7)
     matrix = cross_model_cka({"A": a, "B": b}, block={"A": 1, "B": 5}, estimator="full")
     assert matrix[0, 1].item() == pytest.approx(1.0, abs=1e-6)
+
+
+def test_cka_between_cached_models_in_shuffled_minibatches(tmp_path: Path) -> None:
+    reps = [r.float().numpy() for r in _reps(30, seed=13)]
+    cache = FeatureCache(tmp_path)
+    idx = np.arange(30)
+    a = _entry(cache, {0: reps[0]}, idx, "e" * 64)
+    b = _entry(cache, {0: reps[1]}, idx, "f" * 64)
+    order = shuffled_positions(idx, 5)
+    got = cka_between(a, b, estimator="minibatch", batch=8, order="shuffled", seed=5)
+    assert got[0, 0].item() == pytest.approx(minibatch_cka(torch.from_numpy(reps[0][order]),
+                                                           torch.from_numpy(reps[1][order]), batch=8), abs=1e-7)
 
 
 def test_cka_between_needs_common_images(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from vitscope.analyses.data_checks import DataFacts, class_problem, no_labels, n
 from vitscope.analyses.probes.result import ProbeResult
 from vitscope.cache.rowstore import RowStore
 from vitscope.errors import VitscopeValueError
+from vitscope.functional.index_hash import index_hash
 from vitscope.functional.pooling import mask_pool, mask_weights
 from vitscope.hooks.names import split_block_name
 from vitscope.models.spec import ModelSpec
@@ -58,13 +59,7 @@ def holdout_mask(indices: np.ndarray, test_fraction: float, seed: int = 0) -> np
     Returns:
         ``[n]`` bool.
     """
-    with np.errstate(over="ignore"):
-        z = (np.asarray(indices, dtype=np.uint64) + np.uint64(int(seed) % 2**64) * np.uint64(0x9E3779B97F4A7C15)
-             + np.uint64(0x9E3779B97F4A7C15))
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
-    return (z >> np.uint64(11)).astype(np.float64) / float(1 << 53) < test_fraction
+    return (index_hash(indices, seed) >> np.uint64(11)).astype(np.float64) / float(1 << 53) < test_fraction
 
 
 def check_random_kind(random_kind: str | None) -> str | None:

@@ -19,7 +19,13 @@ import torch
 from vitscope.analyses.attention.base import has_cls_token
 from vitscope.analyses.base import Analysis, Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
-from vitscope.analyses.representation.hsic import FullHSIC, MinibatchHSIC, chunked_gram
+from vitscope.analyses.representation.hsic import (
+    FullHSIC,
+    MinibatchHSIC,
+    ShuffledHSIC,
+    chunked_gram,
+    shuffled_positions,
+)
 from vitscope.cache.feature_cache import CacheEntry
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.cka import features_for_cka
@@ -33,6 +39,9 @@ __all__ = ["BlockCKA", "CKAResult", "cka_between", "cka_features", "cross_model_
 
 ESTIMATORS = ("minibatch", "full", "full_unbiased")
 TOKENS = ("all", "cls", "spatial", "spatial_mean")
+#: how the minibatch estimator cuts the images into minibatches: ``dataset`` (consecutive dataset indices, the 002
+#: code's loader over the data in order) or ``shuffled`` (a seeded shuffle of the images: :class:`ShuffledHSIC`)
+ORDERS = ("dataset", "shuffled")
 
 
 def cka_features(x: torch.Tensor, spec: ModelSpec, tokens: str, name: str = "") -> torch.Tensor:
@@ -87,38 +96,58 @@ def token_choice_reason(name: str, tokens: str, spec: ModelSpec) -> str | None:
     return None
 
 
-def prepared(state: MinibatchHSIC | FullHSIC, indices: Sequence[int], rep: torch.Tensor) -> Any:
+def prepared(state: HSICState, indices: Sequence[int], rep: torch.Tensor) -> Any:
     """What ``state.add`` needs of one representation (:meth:`MinibatchHSIC.prepare`; the rows for the full
     estimator)."""
     return state.prepare(indices, rep) if isinstance(state, MinibatchHSIC) else rep
 
 
-def check_cka_options(tokens: str, estimator: str, batch: int) -> None:
-    """Raise ValueError on an unknown token selection or estimator, or a minibatch size below 4."""
+HSICState = MinibatchHSIC | ShuffledHSIC | FullHSIC
+
+
+def check_cka_options(tokens: str, estimator: str, batch: int, order: str = "dataset") -> None:
+    """Raise ValueError on an unknown token selection, estimator or minibatch order, a minibatch size below 4, or a
+    shuffled order for a full estimator (which has no minibatches)."""
     if tokens not in TOKENS:
         raise VitscopeValueError(f"tokens must be one of {TOKENS}, got {tokens!r}")
     if estimator not in ESTIMATORS:
         raise VitscopeValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
     if int(batch) != batch or batch < 4:
         raise VitscopeValueError(f"batch must be an integer >= 4, got {batch!r}")
+    if order not in ORDERS:
+        raise VitscopeValueError(f"order must be one of {ORDERS}, got {order!r}")
+    if order != "dataset" and estimator != "minibatch":
+        raise VitscopeValueError(f"order={order!r} chooses the minibatches of the minibatch estimator; the "
+                                 f"{estimator} estimator uses every image at once (leave order at 'dataset')")
 
 
-def new_hsic_state(estimator: str, batch: int, gram_minmax: bool, symmetric: bool,
-                   workdir: str | Path | None) -> MinibatchHSIC | FullHSIC:
-    """The HSIC state of an estimator: streaming minibatch sums, or every image's features on disk."""
+def new_hsic_state(estimator: str, batch: int, gram_minmax: bool, symmetric: bool, workdir: str | Path | None,
+                   order: str = "dataset", seed: int = 0) -> HSICState:
+    """The HSIC state of an estimator: streaming minibatch sums (minibatches of consecutive dataset indices), or
+    every image's features on disk (shuffled minibatches, the full estimators)."""
+    if estimator == "minibatch" and order == "shuffled":
+        return ShuffledHSIC(batch, gram_minmax, symmetric, seed, workdir)
     if estimator == "minibatch":
         return MinibatchHSIC(batch, gram_minmax, symmetric)
     return FullHSIC(symmetric, workdir)
 
 
-def merge_hsic(mine: MinibatchHSIC | FullHSIC, theirs: MinibatchHSIC | FullHSIC) -> MinibatchHSIC | FullHSIC:
+def merge_hsic(mine: HSICState, theirs: HSICState) -> HSICState:
     """Declared-state reduce of the HSIC states (``theirs`` is left unchanged)."""
-    return mine.merge(theirs)  # raises on different estimator settings
+    return mine.merge(theirs)  # type: ignore[arg-type]  # one kind per configuration; raises on other settings
 
 
-def hsic_state_cka(state: MinibatchHSIC | FullHSIC, estimator: str) -> torch.Tensor | None:
+def hsic_state_cka(state: HSICState, estimator: str) -> torch.Tensor | None:
     """``[A, B]`` CKA of an HSIC state (None when too few images)."""
-    return state.cka() if isinstance(state, MinibatchHSIC) else state.cka(unbiased=estimator == "full_unbiased")
+    return state.cka(unbiased=estimator == "full_unbiased") if isinstance(state, FullHSIC) else state.cka()
+
+
+def minibatch_meta(estimator: str, order: str, seed: int) -> dict[str, Any]:
+    """What results.json records of the minibatches: their ``order`` (and the shuffle's ``seed``); nothing for the
+    full estimators."""
+    if estimator != "minibatch":
+        return {}
+    return {"order": order, "seed": seed} if order == "shuffled" else {"order": order}
 
 
 class CKAResult(Result):
@@ -163,20 +192,28 @@ class BlockCKA(Analysis):
             default here), ``"cls"``, ``"spatial"``, ``"spatial_mean"``.
         estimator: ``"minibatch"`` (unbiased minibatch CKA, streaming, default), ``"full"`` (biased
             full-batch linear CKA) or ``"full_unbiased"``; the full estimators keep features on disk.
-        batch: minibatch size of the minibatch estimator (default 64): image ``i`` of the dataset is in
-            minibatch ``i // batch`` whatever the engine's batch size, number of processes or resume point.
+        batch: minibatch size of the minibatch estimator (default 64).
         gram_minmax: min-max rescale every minibatch Gram, as the 002 code.
-        workdir: folder for the full estimators' spilled features (default: a temporary folder).
+        workdir: folder for spilled features (the full estimators', the shuffled minibatches'; default: a
+            temporary folder).
+        order: the minibatch estimator's minibatches. ``"dataset"`` (default, the 002 code's): image ``i`` of the
+            dataset is in minibatch ``i // batch``, whatever the engine's batch size, number of processes or resume
+            point; on data sorted by class (every ``imagefolder``) a minibatch then holds one or two classes and the
+            estimate is a within-class CKA. ``"shuffled"``: minibatches of images drawn by a seeded shuffle
+            (:class:`~vitscope.analyses.representation.hsic.ShuffledHSIC`), the same whatever the data's order,
+            but every image's features wait on disk until the end of the pass, as the full estimators'.
+        seed: the shuffle's seed (``order="shuffled"``).
 
-    Memory (why these defaults): a minibatch that an engine batch holds whole is reduced to its Grams at once
-    (``--batch-size 64`` or a multiple keeps nothing between batches); the rows of a minibatch that arrives in
-    pieces wait on disk until it is complete (:mod:`vitscope.analyses.representation.hsic`), so a smaller
-    engine batch never costs more memory. Grams are built one representation at a time from float64 blocks
-    of a few columns. The disk holds at most ``batch - 1`` images of ``L x F`` float32 features (``F`` =
+    Memory (why these defaults): with ``order="dataset"`` a minibatch that an engine batch holds whole is reduced
+    to its Grams at once (``--batch-size 64`` or a multiple keeps nothing between batches); the rows of a minibatch
+    that arrives in pieces wait on disk until it is complete (:mod:`vitscope.analyses.representation.hsic`), so a
+    smaller engine batch never costs more memory. Grams are built one representation at a time from float64
+    blocks of a few columns. The disk holds at most ``batch - 1`` images of ``L x F`` float32 features (``F`` =
     tokens x width with ``tokens="all"``: 7.3 MB an image for a ViT-B/16 at 224 px). ``tokens="all"`` stays
     the default because the paper's CKA figures used it (the 002 code's ``mode="all"``); ``"cls"`` /
-    ``"spatial_mean"`` make every cost 197x smaller. The full estimators keep every image's features on disk
-    and need ``L`` float64 ``n x n`` Grams at the end.
+    ``"spatial_mean"`` make every cost 197x smaller. ``order="shuffled"`` and the full estimators keep every
+    image's features on disk (with ``tokens="all"``, 7.3 MB an image for a ViT-B/16: pair it with ``"cls"`` or
+    ``"spatial_mean"``); the full estimators also need ``L`` float64 ``n x n`` Grams at the end.
 
     Result tensors: ``cka`` ``[L, L]`` (rows and columns follow ``meta["blocks"]``).
     """
@@ -187,13 +224,15 @@ class BlockCKA(Analysis):
 
 
     def __init__(self, site: str = "resid_post", tokens: str = "all", estimator: str = "minibatch", batch: int = 64,
-                 gram_minmax: bool = False, workdir: str | Path | None = None) -> None:
+                 gram_minmax: bool = False, workdir: str | Path | None = None, order: str = "dataset",
+                 seed: int = 0) -> None:
         super().__init__()
-        check_cka_options(tokens, estimator, batch)
+        check_cka_options(tokens, estimator, batch, order)
         self._cfg_site, self._cfg_tokens, self._cfg_estimator = site, tokens, estimator
         self._cfg_batch, self._cfg_minmax, self._cfg_workdir = int(batch), bool(gram_minmax), workdir
+        self._cfg_order, self._cfg_seed = order, int(seed)
         self.add_state("state", functools.partial(new_hsic_state, estimator, int(batch), bool(gram_minmax), True,
-                                                  workdir), reduce=merge_hsic)
+                                                  workdir, order, int(seed)), reduce=merge_hsic)
         self.add_state("blocks", [], reduce="same")
         self.add_state("model", "", reduce="same")
         self.add_state("site", "", reduce="same")  # the site read: "stages" on a CNN, whatever was asked
@@ -239,6 +278,7 @@ class BlockCKA(Analysis):
     def compute(self) -> CKAResult:
         meta = {"model": self.model, "site": self.site or self._cfg_site, "tokens": self._cfg_tokens,
                 "estimator": self._cfg_estimator, "batch": self._cfg_batch, "gram_minmax": self._cfg_minmax,
+                **minibatch_meta(self._cfg_estimator, self._cfg_order, self._cfg_seed),
                 "num_images": self.state.count, "blocks": list(self.blocks)}
         cka = hsic_state_cka(self.state, self._cfg_estimator) if self.state.count else None
         if cka is None:
@@ -263,12 +303,16 @@ def _common_rows(entries: Sequence[CacheEntry]) -> list[np.ndarray]:
 
 
 def _cka_of_reps(reps: list[tuple[CacheEntry, int, np.ndarray]], split: int | None, estimator: str, batch: int,
-                 gram_minmax: bool, chunk: int = 4096) -> torch.Tensor:
+                 gram_minmax: bool, order: str = "dataset", seed: int = 0, chunk: int = 4096) -> torch.Tensor:
     """CKA between representations given as ``(entry, block, rows)``; ``split`` = number of X reps (None: all
     against all)."""
-    check_cka_options("all", estimator, batch)
+    check_cka_options("all", estimator, batch, order)
     symmetric = split is None
     index = reps[0][0].index[reps[0][2]]
+    if order == "shuffled":  # the rows in shuffled order, numbered by rank: minibatch = rank // batch
+        shuffled = shuffled_positions(index, seed)
+        reps = [(e, b, rows[shuffled]) for e, b, rows in reps]
+        index = np.arange(index.size)
     if estimator == "minibatch":
         state = MinibatchHSIC(batch, gram_minmax, symmetric)
         for start in range(0, index.size, chunk):
@@ -296,7 +340,7 @@ def _cka_of_reps(reps: list[tuple[CacheEntry, int, np.ndarray]], split: int | No
 
 def cka_between(a: CacheEntry, b: CacheEntry, blocks_a: Sequence[int] | None = None,
                 blocks_b: Sequence[int] | None = None, estimator: str = "minibatch", batch: int = 64,
-                gram_minmax: bool = False) -> torch.Tensor:
+                gram_minmax: bool = False, order: str = "dataset", seed: int = 0) -> torch.Tensor:
     """CKA between the blocks of two models whose features were cached in separate passes.
 
     Rows are matched by image index (images missing from either entry are left out). Both entries must use
@@ -307,6 +351,8 @@ def cka_between(a: CacheEntry, b: CacheEntry, blocks_a: Sequence[int] | None = N
         blocks_a: blocks of A (default: every cached block); blocks_b likewise.
         estimator: ``"minibatch"``, ``"full"`` or ``"full_unbiased"``.
         batch: minibatch size; gram_minmax: the 002 code's Gram rescaling.
+        order, seed: the minibatches, as :class:`BlockCKA`'s (``"dataset"``: consecutive dataset indices;
+            ``"shuffled"``: a seeded shuffle of the common images).
 
     Returns:
         ``[len(blocks_a), len(blocks_b)]`` float64 CKA.
@@ -315,11 +361,12 @@ def cka_between(a: CacheEntry, b: CacheEntry, blocks_a: Sequence[int] | None = N
     ba = list(blocks_a) if blocks_a is not None else a.blocks
     bb = list(blocks_b) if blocks_b is not None else b.blocks
     reps = [(a, i, ra) for i in ba] + [(b, j, rb) for j in bb]
-    return _cka_of_reps(reps, len(ba), estimator, batch, gram_minmax)
+    return _cka_of_reps(reps, len(ba), estimator, batch, gram_minmax, order, seed)
 
 
 def cross_model_cka(entries: Mapping[str, CacheEntry], block: int | Mapping[str, int] = -1,
-                    estimator: str = "minibatch", batch: int = 64, gram_minmax: bool = False) -> torch.Tensor:
+                    estimator: str = "minibatch", batch: int = 64, gram_minmax: bool = False, order: str = "dataset",
+                    seed: int = 0) -> torch.Tensor:
     """CKA between several models at one block each (paper 002 figures 6 and 19): ``[M, M]``.
 
     Each model's features were cached once; every pair is computed from them (each model's Gram is built
@@ -330,6 +377,7 @@ def cross_model_cka(entries: Mapping[str, CacheEntry], block: int | Mapping[str,
         block: block index for every model (negative counts from its last cached block), or one per model.
         estimator: ``"minibatch"``, ``"full"`` or ``"full_unbiased"``.
         batch: minibatch size; gram_minmax: the 002 code's Gram rescaling.
+        order, seed: the minibatches (:func:`cka_between`).
 
     Returns:
         ``[M, M]`` float64 CKA in the order of ``entries``.
@@ -341,4 +389,4 @@ def cross_model_cka(entries: Mapping[str, CacheEntry], block: int | Mapping[str,
         b = block[n] if isinstance(block, Mapping) else block
         cached = entries[n].blocks
         reps.append((entries[n], cached[b] if b < 0 else b, r))
-    return _cka_of_reps(reps, None, estimator, batch, gram_minmax)
+    return _cka_of_reps(reps, None, estimator, batch, gram_minmax, order, seed)

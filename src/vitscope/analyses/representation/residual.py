@@ -22,6 +22,7 @@ from vitscope.analyses.representation.cka import (
     cka_features,
     hsic_state_cka,
     merge_hsic,
+    minibatch_meta,
     new_hsic_state,
     prepared,
     token_choice_reason,
@@ -99,7 +100,9 @@ class ResidualCKA(Analysis):
             norm ratio uses the same selection.
         estimator: ``"minibatch"`` (default), ``"full"`` or ``"full_unbiased"`` (see :class:`BlockCKA`).
         batch: minibatch size; gram_minmax: the 002 code's Gram rescaling.
-        workdir: folder for the full estimators' features.
+        workdir: folder for spilled features.
+        order, seed: the minibatch estimator's minibatches, ``"dataset"`` (default) or ``"shuffled"`` (see
+            :class:`BlockCKA`: on data sorted by class, dataset-order minibatches give a within-class CKA).
 
     Memory: as :class:`BlockCKA` (minibatches by dataset index, waiting rows on disk), with ``4 L``
     representations (skips and branches) instead of ``L``.
@@ -115,13 +118,14 @@ class ResidualCKA(Analysis):
     needs_transformer = True  # skip and branch of the attention and MLP sublayers
 
     def __init__(self, tokens: str = "all", estimator: str = "minibatch", batch: int = 64, gram_minmax: bool = False,
-                 workdir: str | Path | None = None) -> None:
+                 workdir: str | Path | None = None, order: str = "dataset", seed: int = 0) -> None:
         super().__init__()
-        check_cka_options(tokens, estimator, batch)
+        check_cka_options(tokens, estimator, batch, order)
         self._cfg_tokens, self._cfg_estimator, self._cfg_batch = tokens, estimator, int(batch)
         self._cfg_minmax, self._cfg_workdir = bool(gram_minmax), workdir
+        self._cfg_order, self._cfg_seed = order, int(seed)
         self.add_state("state", functools.partial(new_hsic_state, estimator, int(batch), bool(gram_minmax), False,
-                                                  workdir), reduce=merge_hsic)
+                                                  workdir, order, int(seed)), reduce=merge_hsic)
         self.add_state("ratio_sum", None, reduce="sum")  # [2, L] sums over images of ||skip|| / ||branch||
         self.add_state("blocks", [], reduce="same")
         self.add_state("model", "", reduce="same")
@@ -169,6 +173,7 @@ class ResidualCKA(Analysis):
         n = self.state.count
         meta = {"model": self.model, "tokens": self._cfg_tokens, "estimator": self._cfg_estimator,
                 "batch": self._cfg_batch, "gram_minmax": self._cfg_minmax,
+                **minibatch_meta(self._cfg_estimator, self._cfg_order, self._cfg_seed),
                 "num_images": n, "blocks": list(self.blocks)}
         cka = hsic_state_cka(self.state, self._cfg_estimator) if n else None
         if cka is None:
