@@ -134,3 +134,25 @@ def test_cls_pooling_maps_sum_to_the_score(cls_vit, pixels):
     assert torch.allclose(out.rollout_a.sum((1, 2)), torch.ones(2), atol=1e-5)
     swapped = ps.explain(pixels[2:], pixels[:2])
     assert torch.allclose(out.map_a, swapped.map_b, atol=1e-6)
+
+
+def test_auto_pooling_is_the_pooling_attribute_and_explanations_explain():
+    from helpers.hf_factories import make
+    from vitscope.explain.pair_report import default_pooling, explained_embedding
+    from vitscope.models.hf_load import wrap_hf
+    from vitscope.models.outputs import embedding_of
+
+    headless_cls = wrap_hf(make("vit"), "vit")  # no head, a CLS token: its embedding is the CLS token
+    assert default_pooling(headless_cls) == explained_embedding("vit", headless_cls)[0] == "cls"
+    headless_avg = build_tiny_vit("a", image_size=32, depth=1, embed_dim=16, num_heads=2, num_classes=0,
+                                  global_pool="avg")  # no head, pools its spatial mean although it has a CLS token
+    assert default_pooling(headless_avg) == explained_embedding("a", headless_avg)[0] == "mean"
+    classifier = wrap_hf(make("vit-cls"), "vit-cls")
+    assert explained_embedding("vit-cls", classifier) is None and default_pooling(classifier) == "mean"
+
+    x = torch.randn(4, 3, *headless_cls.spec.image_size, generator=torch.Generator().manual_seed(1))
+    out = PairedSimilarity(headless_cls, pooling=default_pooling(headless_cls)).explain(x[:2], x[2:])
+    with torch.no_grad(), headless_cls.record("final_norm") as rec:
+        headless_cls(x)
+        emb = embedding_of(headless_cls, rec["final_norm"], "cls")
+    assert torch.allclose(out.score, torch.cosine_similarity(emb[:2], emb[2:]), atol=1e-5)

@@ -22,7 +22,9 @@ def explain_pair(
     model: str = typer.Option(..., "--model", "-m", help="Registered name, hf:<id or dir>, or a directory."),
     out: Path = typer.Option(..., "--out", "-o", help="Output directory."),
     projection: str = typer.Option("auto", "--projection", help="auto (the head of metric zoo models), head, none."),
-    pooling: str = typer.Option("auto", "--pooling", help="auto, mean or cls (transformers)."),
+    pooling: str = typer.Option("auto", "--pooling", help="auto, mean or cls (transformers). auto: the model's own "
+                                "(timm's global_pool), else the CLS token of a model without head (what attribute and "
+                                "explanations explain), else the mean of the spatial tokens."),
     rollout: bool = typer.Option(True, "--rollout/--no-rollout", help="Redistribute with attention rollout."),
     transpose: bool = typer.Option(False, "--transpose", help="Use R^T (preserves the sum) instead of R."),
     fmt: str = typer.Option("npy", "--format", help="Raw maps as npy or csv."),

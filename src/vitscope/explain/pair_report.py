@@ -33,28 +33,40 @@ def default_projection(name: str, backbone: Any) -> str | None:
 
 
 def default_pooling(backbone: Any) -> str:
-    """The pooling the model itself uses where it says so (timm's ``global_pool``), else ``"mean"``."""
+    """The pooling an explanation of ``backbone``'s embedding uses unless told (``explain-pair``'s ``auto``,
+    ``attribute`` and ``explanations`` alike).
+
+    The model's own where it says so (timm's and the tiny ViT's ``global_pool``: ``"token"`` the CLS token,
+    ``"avg"`` the spatial mean); else, for a model without a head, its default embedding's
+    (:func:`~vitscope.models.outputs.embedding_pooling`: the CLS token, else the spatial mean), which is what
+    ``attribute`` and ``explanations`` explain; else (a classifier, which they score by a logit) the spatial
+    mean, paper 000's pooling.
+    """
+    from vitscope.models.outputs import embedding_pooling
+
     pool = getattr(backbone.model, "global_pool", None)
-    return "cls" if pool == "token" and "cls" in backbone.spec.prefix_kinds else "mean"
+    if pool == "token" and "cls" in backbone.spec.prefix_kinds:
+        return "cls"
+    if pool == "avg" or backbone.spec.has_head:
+        return "mean"
+    return embedding_pooling(backbone.spec)
 
 
 def explained_embedding(name: str, backbone: Any) -> tuple[str, Any] | None:
     """What an attribution of ``name``'s output explains: None for a classifier (the logit of a class); else the
     ``(pooling, projection)`` of the embedding whose cosine it explains.
 
-    A metric-learning net (:func:`default_projection`) pools as the model does (:func:`default_pooling`) and
-    projects through its linear head (its head is no classifier); a model without a head pools by
-    :func:`~vitscope.models.outputs.embedding_pooling`, unprojected.
+    Both pool by :func:`default_pooling`, as ``explain-pair`` does: a metric-learning net
+    (:func:`default_projection`) then projects through its linear head (its head is no classifier); a model
+    without a head is unprojected.
     """
-    from vitscope.models.outputs import embedding_pooling
-
     if default_projection(name, backbone) == "head":
         from vitscope.explain.paired import _head_linear
 
         return default_pooling(backbone), _head_linear(backbone)
     if backbone.spec.has_head:
         return None
-    return embedding_pooling(backbone.spec), None
+    return default_pooling(backbone), None
 
 
 def write_pair_report(model: str, path_a: str | os.PathLike, path_b: str | os.PathLike, out: str | os.PathLike,
