@@ -156,3 +156,24 @@ def test_auto_pooling_is_the_pooling_attribute_and_explanations_explain():
         headless_cls(x)
         emb = embedding_of(headless_cls, rec["final_norm"], "cls")
     assert torch.allclose(out.score, torch.cosine_similarity(emb[:2], emb[2:]), atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["resnet", "bit", "convnext"])
+def test_cnn_score_is_the_models_own_embedding_cosine(kind):
+    from helpers.hf_factories import make
+    from vitscope.models.hf_load import wrap_hf
+    from vitscope.models.outputs import embedding_of
+
+    model = make(kind)
+    cnn = wrap_hf(model, kind)
+    x = torch.randn(4, 3, *cnn.spec.image_size, generator=torch.Generator().manual_seed(2))
+    out = PairedSimilarity(cnn).explain(x[:2], x[2:])
+    with torch.no_grad():  # the model's own pooled embedding (ConvNeXt: LayerNorm of the mean of its map)
+        own = getattr(model, model.base_model_prefix, model)(pixel_values=x).pooler_output.flatten(1)
+        with cnn.record("features") as rec:
+            cnn(x)
+            read = embedding_of(cnn, rec["features"], "mean")  # what attribute and explanations score
+    assert torch.allclose(out.score, torch.cosine_similarity(own[:2], own[2:]), atol=1e-5)
+    assert torch.allclose(read, own, atol=1e-5)
+    assert torch.allclose(out.raw_a.sum((1, 2)) + out.residual_a, out.score, atol=1e-5)
+    assert torch.allclose(out.map_b.sum((1, 2)), out.score, atol=1e-5)

@@ -140,3 +140,19 @@ def test_display_map_shows_a_map_flat_to_float_rounding_and_one_with_nan_as_flat
     holed = torch.rand(1, 4, 4)
     holed[0, 1, 1] = float("nan")
     assert torch.equal(display_map(holed, (8, 8)), torch.zeros(1, 8, 8))
+
+
+def test_frozen_layer_norm_shares_add_up_to_the_norm_less_its_bias():
+    from vitscope.functional.similarity import frozen_layer_norm
+
+    parts = _tokens(3, 5, 8, 10)
+    total = parts.sum(1)
+    norm = torch.nn.LayerNorm(8, eps=1e-6).double()
+    with torch.no_grad():
+        norm.weight.copy_(torch.linspace(0.5, 2.0, 8))
+        norm.bias.copy_(torch.linspace(-1.0, 1.0, 8))
+        shares = frozen_layer_norm(parts, total, norm.weight, norm.eps)
+        assert torch.allclose(shares.sum(1), norm(total) - norm.bias, atol=1e-12)
+    sigma = torch.sqrt(total.var(-1, unbiased=False) + 1e-6)  # one share by hand
+    x = parts[1, 2]
+    assert torch.allclose(shares[1, 2], norm.weight.detach() * (x - x.mean()) / sigma[1], atol=1e-12)

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from vitscope.errors import VitscopeValueError
-from vitscope.functional.similarity import project_tokens
+from vitscope.functional.similarity import frozen_layer_norm, project_tokens
 from vitscope.models.backbone import Backbone
 
 __all__ = ["ClsParts", "cls_parts"]
@@ -99,9 +99,7 @@ def cls_parts(backbone: Backbone, pixels: torch.Tensor, projection: Any = None) 
     b, heads, k = a.shape
     u = (a.unsqueeze(-1) * v[:, :, p:]).permute(0, 2, 1, 3).reshape(b, k, -1)  # [B, K, D] per-token values
     c = scale(u @ proj.weight.float().T)  # [B, K, D]: bias excluded (it belongs to the rest)
-    sigma = torch.sqrt(h.var(-1, unbiased=False) + norm.eps)  # [B] the frozen LayerNorm scale
-    weight = norm.weight.float() if norm.weight is not None else torch.ones_like(h[0])
-    lin = weight * (c - c.mean(-1, keepdim=True)) / sigma[:, None, None]  # linear part of the norm
+    lin = frozen_layer_norm(c, h, norm.weight, norm.eps)  # the final norm's linear part, statistics of h
     z = norm(h).float()  # [B, D] the final-norm CLS token
     linear_proj = projection.weight if isinstance(projection, nn.Linear) else projection
     parts = project_tokens(lin, linear_proj)  # no bias on parts: it belongs to the rest

@@ -3,7 +3,8 @@
 Transformers: the final-norm spatial tokens, through the optional projection, decomposed exactly
 (:func:`vitscope.functional.paired_similarity`), then redistributed over the input patches with the
 attention rollout (docs/methods.md, Paired image similarity). CNNs: the same decomposition over the positions of
-the last feature map (the projection acts as a 1x1 convolution), without rollout. Images are encoded once
+the last feature map (the projection acts as a 1x1 convolution; ConvNeXt's LayerNorm after the mean with its
+statistics frozen), without rollout. Images are encoded once
 (:meth:`PairedSimilarity.encode`: embedding parts, rollout and output-agnostic map cached); explaining any
 pair of encoded images is a few matrix products, never a forward pass.
 """
@@ -20,7 +21,7 @@ from torch import nn
 from vitscope.errors import VitscopeValueError
 from vitscope.explain.cls_pooling import cls_parts
 from vitscope.functional.rollout import rollout as attention_rollout
-from vitscope.functional.similarity import decomposed_similarity, project_tokens, redistribute
+from vitscope.functional.similarity import decomposed_similarity, frozen_layer_norm, project_tokens, redistribute
 from vitscope.models.backbone import Backbone
 from vitscope.train.data import normalise
 
@@ -35,9 +36,10 @@ class Encoded:
         parts: ``[B, K, E]`` per-token parts of the embedding (mean pooling: projected tokens / K; CNN:
             map positions, row-major).
         grid: ``(h, w)`` token grid.
-        rest: ``[B, E]`` part of the embedding no token owns (CLS pooling), or None.
+        rest: ``[B, E]`` part of the embedding no token owns (CLS pooling; ConvNeXt: its pooled norm's bias), or
+            None.
         rest_weights: ``[B, K]`` how the rest's contribution is spread over the tokens (CLS pooling: the
-            last block's CLS attention), or None.
+            last block's CLS attention; ConvNeXt: evenly), or None.
         rollout: ``[B, K, K]`` rollout over spatial tokens (``R[q, k]``: flow from input k to output q), or
             None (CNNs, or rollout off).
         agnostic: ``[B, K]`` output-agnostic rollout map (flow from each input patch to the pooled
@@ -86,11 +88,11 @@ class PairExplanation:
 
     Attributes:
         score: ``[B]`` cosine similarity of the embeddings.
-        map_a, map_b: ``[B, h, w]`` contributions after rollout redistribution (equal to ``raw_*``
-            without rollout); with ``transpose=True`` each sums to ``score``.
+        map_a, map_b: ``[B, h, w]`` contributions after rollout redistribution (``raw_*`` plus the spread
+            residual without rollout); with ``transpose=True`` or without rollout each sums to ``score``.
         raw_a, raw_b: ``[B, h, w]`` token contributions; each sums exactly to ``score - residual``.
         residual_a, residual_b: ``[B]`` contribution of the embedding part no token owns (0 for mean
-            pooling and CNNs; CLS pooling: spread over the tokens in ``map_*``).
+            pooling and CNNs but ConvNeXt; CLS pooling and ConvNeXt: spread over the tokens in ``map_*``).
         rollout_a, rollout_b: ``[B, h, w]`` output-agnostic rollout maps, or None.
     """
 
@@ -111,7 +113,10 @@ class PairedSimilarity:
     What is exact and what is approximate:
 
     * ``pooling="mean"`` (paper 000's networks, and CNNs): the raw maps are exact, each sums to the cosine
-      score (float rounding aside), and swapping the pair swaps the maps.
+      score (float rounding aside), and swapping the pair swaps the maps. ConvNeXt normalises the mean with a
+      LayerNorm: each position's share goes through it with the norm's statistics frozen at their actual
+      values (exact for these inputs); the norm's bias is the residual, spread evenly over the positions in
+      ``map``.
     * ``pooling="cls"``: the CLS embedding is decomposed through the last block
       (:mod:`vitscope.explain.cls_pooling`): each spatial token's value path through the last attention,
       the final LayerNorm with its statistics frozen at their actual values, and the projection, which is
@@ -183,9 +188,7 @@ class PairedSimilarity:
         pixels = pixels.to(b.device)
         if self.is_cnn:
             fmap = b.final_norm(b.run_blocks(b.embed(pixels), 0, spec.num_blocks)).float()  # [B, C, h, w]
-            tokens = fmap.flatten(2).transpose(1, 2)  # [B, K, C]
-            parts = project_tokens(tokens, self.projection) / tokens.shape[1]
-            return Encoded(parts.cpu(), (fmap.shape[2], fmap.shape[3]))
+            return self._cnn_parts(fmap.flatten(2).transpose(1, 2), (fmap.shape[2], fmap.shape[3]))
         grid = tuple(spec.grid_for(pixels.shape[-2], pixels.shape[-1]))
         p = spec.num_prefix_tokens
         if self.pooling == "cls":
@@ -210,6 +213,22 @@ class PairedSimilarity:
             enc.rollout = self._rollout(patterns, p)
             enc.agnostic = enc.rollout.mean(1)  # column means: flow from each input to the mean-pooled output
         return enc
+
+    def _cnn_parts(self, positions: torch.Tensor, grid: tuple[int, int]) -> Encoded:
+        """A CNN's embedding split over the positions ``[B, K, C]`` of its last map: each position's share of the
+        mean; through the LayerNorm after the mean (ConvNeXt), with the norm's statistics frozen at their actual
+        values, the bias (and the projection's) left in the rest and its contribution spread evenly."""
+        k = positions.shape[1]
+        norm = getattr(self.backbone, "pooled_norm", None)
+        if norm is None:
+            return Encoded((project_tokens(positions, self.projection) / k).cpu(), grid)
+        pooled = positions.mean(1)  # [B, C]
+        linear = frozen_layer_norm(positions / k, pooled, norm.weight, norm.eps)
+        weight = self.projection.weight if isinstance(self.projection, nn.Linear) else self.projection
+        parts = project_tokens(linear, weight)  # no bias on parts: it belongs to the rest
+        embedding = project_tokens(norm(pooled).float().unsqueeze(1), self.projection).squeeze(1)
+        even = torch.full((len(positions), k), 1.0 / k)
+        return Encoded(parts.cpu(), grid, (embedding - parts.sum(1)).cpu(), even)
 
     def _rollout(self, patterns: list[torch.Tensor], num_prefix: int | None) -> torch.Tensor:
         return attention_rollout(patterns, self.head_fusion, self.discard_ratio, num_prefix=num_prefix).cpu()

@@ -59,6 +59,7 @@ from vitscope.functional.similarity import (
     cosine_topk,
     decomposed_similarity,
     display_map,
+    frozen_layer_norm,
     paired_similarity,
     project_tokens,
     redistribute,
@@ -78,7 +79,8 @@ __all__ = [
     "hsic_matrix", "letterbox_geometry", "linear_probe_accuracy", "mask_pool", "mask_weights", "propagate_labels",
     "random_features", "stitch_tiles", "tiling_plan", "train_linear_probe", "transfer_keypoints",
     # paired similarity and explanations
-    "class_histograms", "cosine_topk", "curve_area", "decomposed_similarity", "display_map", "paired_similarity",
+    "class_histograms", "cosine_topk", "curve_area", "decomposed_similarity", "display_map", "frozen_layer_norm",
+    "paired_similarity",
     "patch_order", "patch_pixel_mask", "perturbation_schedule", "pose_similarity", "project_tokens",
     "random_order", "redistribute", "retrieval_metrics",
     # SIFT interrelation and masking

@@ -15,8 +15,8 @@ from torch import nn
 from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.functional.retrieval_scores import recall_at_k_map_at_r
 
-__all__ = ["cosine_topk", "decomposed_similarity", "display_map", "paired_similarity", "project_tokens",
-           "redistribute", "retrieval_metrics"]
+__all__ = ["cosine_topk", "decomposed_similarity", "display_map", "frozen_layer_norm", "paired_similarity",
+           "project_tokens", "redistribute", "retrieval_metrics"]
 
 
 def project_tokens(tokens: torch.Tensor, projection: torch.Tensor | nn.Linear | None) -> torch.Tensor:
@@ -38,6 +38,29 @@ def project_tokens(tokens: torch.Tensor, projection: torch.Tensor | nn.Linear | 
         return tokens @ projection.to(tokens).T
     raise VitscopeTypeError("projection must be None, a [E, D] tensor or an nn.Linear, got "
                             f"{type(projection).__name__}")
+
+
+def frozen_layer_norm(parts: torch.Tensor, total: torch.Tensor, weight: torch.Tensor | None,
+                      eps: float) -> torch.Tensor:
+    """Each part's share of ``LayerNorm(total)``, the norm's statistics frozen at ``total``'s actual values.
+
+    With ``sigma = sqrt(var(total) + eps)`` fixed, the norm is linear in its input:
+    ``x -> weight * (x - mean(x)) / sigma``; a part's share is that map of the part. The shares of parts that add
+    up to ``total`` add up to ``LayerNorm(total)`` less the norm's bias, exactly.
+
+    Args:
+        parts: ``[B, K, D]`` parts of the norm's input (per token or position).
+        total: ``[B, D]`` the norm's whole input (its statistics are read from it).
+        weight: ``[D]`` the norm's scale, or None (1).
+        eps: the norm's epsilon.
+
+    Returns:
+        ``[B, K, D]``.
+    """
+    sigma = torch.sqrt(total.var(-1, unbiased=False) + eps)  # [B]
+    centred = parts - parts.mean(-1, keepdim=True)
+    scaled = centred / sigma[:, None, None]
+    return scaled if weight is None else weight.to(scaled) * scaled
 
 
 def paired_similarity(

@@ -31,6 +31,7 @@ class CNNLayout:
         pool: ``features [B, C, h, w] -> [B, C]`` (or ``[B, C, 1, 1]``) as the model pools.
         classifier: module from the pooled vector to logits, or None.
         call: how to run the whole model on pixels.
+        pooled_norm: the LayerNorm ``pool`` applies after the mean over positions (ConvNeXt's), or None.
     """
 
     stem: nn.Module
@@ -39,6 +40,7 @@ class CNNLayout:
     pool: Callable[[torch.Tensor], torch.Tensor]
     classifier: nn.Module | None
     call: Callable[[torch.Tensor], Any]
+    pooled_norm: nn.LayerNorm | None = None
 
 
 class CNNBackbone(Backbone):
@@ -66,6 +68,11 @@ class CNNBackbone(Backbone):
     def final_norm(self, tokens: torch.Tensor) -> torch.Tensor:
         """The map after the last stage's post-processing (``features``)."""
         return self.layout.post(tokens) if self.layout.post is not None else tokens
+
+    @property
+    def pooled_norm(self) -> nn.LayerNorm | None:
+        """The LayerNorm the model applies to the mean of its ``features`` (ConvNeXt's), or None."""
+        return self.layout.pooled_norm
 
     def head(self, tokens: torch.Tensor) -> torch.Tensor:
         if self.layout.classifier is None:
@@ -149,15 +156,16 @@ def hf_cnn_layout(model: nn.Module) -> CNNLayout:
             base = getattr(model, attr)
     stem = getattr(base, "embedder", None) or base.embeddings
     family = type(base).__name__.lower()
-    if "convnext" in family:
+    pooled_norm = base.layernorm if "convnext" in family else None
+    if pooled_norm is not None:
         def pool(x: torch.Tensor) -> torch.Tensor:
-            return base.layernorm(x.mean([-2, -1]))
+            return pooled_norm(x.mean([-2, -1]))
     else:
         pool = base.pooler
     post = base.norm if "bit" in family and isinstance(getattr(base, "norm", None), nn.Module) else None
     return CNNLayout(stem=stem, stages=list(base.encoder.stages), post=post, pool=pool,
                      classifier=getattr(model, "classifier", None),
-                     call=lambda pixels, **kw: model(pixel_values=pixels, **kw))
+                     call=lambda pixels, **kw: model(pixel_values=pixels, **kw), pooled_norm=pooled_norm)
 
 
 def tiny_resnet_layout(model: nn.Module) -> CNNLayout:

@@ -40,13 +40,16 @@ def embedding_of(backbone: Any, tokens: torch.Tensor, pooling: str,
     """The embedding of final-normed ``tokens [B, N, D]``: the CLS token (``"cls"``) or the mean of the spatial
     tokens (``"mean"``), projected when a projection is given (a metric-learning net's head): ``[B, E]``.
 
-    A CNN's feature map ``[B, C, h, w]`` (:func:`embedding_hook`) is pooled by the mean over its positions, as
-    paired similarity pools it.
+    A CNN's feature map ``[B, C, h, w]`` (:func:`embedding_hook`) is pooled by the mean over its positions, then
+    the LayerNorm the model applies to that mean where it has one (ConvNeXt's ``pooled_norm``), as the model and
+    paired similarity pool it.
     """
     if tokens.dim() == 4:
         if pooling != "mean":
             raise VitscopeValueError(f"a CNN's feature map is pooled by its mean, not {pooling!r}")
         pooled = tokens.flatten(2).mean(dim=-1)
+        norm = getattr(backbone, "pooled_norm", None)
+        pooled = pooled if norm is None else norm(pooled)
     else:
         pooled = tokens[:, 0] if pooling == "cls" else tokens[:, backbone.spec.num_prefix_tokens:].mean(dim=1)
     if projection is None:
