@@ -58,3 +58,22 @@ def test_a_cnn_without_a_head_is_scored_by_the_cosine_to_the_next_images_embeddi
     rows = doc["analyses"]["explanations"]["summary"]["rows"]
     assert {r["metric"] for r in rows} >= {"pointing_game", "deletion_mean", "insertion_road", "background_share"}
     assert all(r["method"] == "gradcam" for r in rows)
+
+
+def test_steps_beyond_a_models_patches_stop_the_run_before_anything_is_scored(world: str, tmp_path: Path,
+                                                                                monkeypatch) -> None:
+    import vitscope.explain.benchmark as benchmark
+    from vitscope.errors import VitscopeUsageError
+    from vitscope.workflows.explanations import run_explanations
+
+    def scored(*args, **kwargs):
+        raise AssertionError("a model was scored before --steps was checked against every model")
+
+    monkeypatch.setattr(benchmark, "benchmark_model", scored)
+    # tiny-vit-sup has 64 patches and comes first; tiny-resnet-sup's 4x4 map has 16
+    with pytest.raises(VitscopeUsageError, match=r"--steps 20 is more than the patches of tiny-resnet-sup \(16\).*"
+                                                 r"--steps 16 or fewer"):
+        run_explanations(["tiny-vit-sup", "tiny-resnet-sup"], world, tmp_path / "out", ["attention", "gradcam"],
+                         limit=2, steps=20, sanity=False)
+    assert not (tmp_path / "out" / "results.json").exists()
+

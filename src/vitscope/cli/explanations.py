@@ -22,7 +22,9 @@ def explanations(
     out: Path = typer.Option(..., "--out", "-o", help="Output directory."),
     methods: str = typer.Option("all", "--methods", help="Comma-separated attribution methods, or all."),
     limit: int = typer.Option(32, "--limit", min=2, help="Images scored."),
-    steps: int = typer.Option(8, "--steps", min=1, help="Points of the deletion and insertion curves."),
+    steps: int = typer.Option(8, "--steps", min=1, help="Points of the deletion and insertion curves; at "
+                                                         "most every model's number of patches (checked before "
+                                                         "any model is scored)."),
     sanity: bool = typer.Option(True, "--sanity/--no-sanity", help="The cascading randomisation check."),
 ) -> None:
     """Score attribution methods against ground truth, every number beside its control: results.json, a table,

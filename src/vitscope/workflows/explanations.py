@@ -50,6 +50,48 @@ def _curves_figure(name: str, curves: dict[str, dict[str, Any]], steps: int, num
                   "map falls fast.", "Rong et al. 2022 (ROAD)", chart=chart)
 
 
+def _planned(models: Sequence[str], methods: Sequence[str] | None, steps: int | None,
+             log: Callable[[str], None] | None) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """The methods each model runs and those left out (``method@model`` -> why), decided before anything is scored,
+    so that a run that cannot finish stops before the slow part, not after the models before the one that fails.
+
+    Each model is loaded here and again to be scored: only one is in memory at a time. Every model's input goes to
+    ``log``.
+
+    Args:
+        models: model names or folders.
+        methods: the methods asked for, or None / ``["all"]``.
+        steps: points of the deletion and insertion curves (at most one a patch), or None (no curves).
+        log: one-line messages.
+
+    Raises:
+        VitscopeUsageError: ``steps`` above the number of patches of a model that runs a method.
+    """
+    from vitscope.errors import VitscopeUsageError
+    from vitscope.explain.benchmark import methods_for
+    from vitscope.models.input_size import describe_input
+    from vitscope.models.load import load_model
+
+    chosen: dict[str, list[str]] = {}
+    skipped: dict[str, str] = {}
+    patches: dict[str, int] = {}
+    for model_id in models:
+        backbone = load_model(model_id)
+        chosen[model_id], not_run = methods_for(backbone, methods)
+        if log:
+            log(describe_input(backbone.spec))
+        skipped.update({f"{m}@{model_id}": why for m, why in not_run.items()})
+        patches[model_id] = math.prod(backbone.spec.grid)
+        del backbone
+    few = {m: k for m, k in patches.items() if chosen[m] and steps is not None and steps > k}
+    if few:
+        raise VitscopeUsageError(f"--steps {steps} is more than the patches of "
+                                 f"{', '.join(f'{m} ({k})' for m, k in few.items())}: each point of the deletion and "
+                                 f"insertion curves removes at least one patch; give --steps {min(few.values())} "
+                                 "or fewer")
+    return chosen, skipped
+
+
 def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, methods: Sequence[str] | None = None,
                      limit: int = 32, steps: int = 8, sanity: bool = True,
                      log: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -68,13 +110,15 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
 
     Returns:
         The ``results.json`` document.
+
+    Raises:
+        VitscopeUsageError: ``steps`` above a model's number of patches, before anything is scored.
     """
     import pandas as pd
 
     from vitscope.data.open import as_source
     from vitscope.engine.provenance import model_identity
-    from vitscope.explain.benchmark import benchmark_model, methods_for, prepared, shortcut_rows
-    from vitscope.models.input_size import describe_input
+    from vitscope.explain.benchmark import benchmark_model, prepared, shortcut_rows
     from vitscope.models.load import load_model
     from vitscope.outputs import RunResult, prepare_output, write_run
     from vitscope.viz.attribution_figures import attribution_grid
@@ -86,18 +130,15 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
     root = Path(str(data).split("::", 1)[0])
     settings = root / "synth.json"
     backgrounds = len(json.loads(settings.read_text()).get("backgrounds", [])) if settings.is_file() else None
-    rows, identities, figures, skipped = [], [], [], {}
+    plan, skipped = _planned(models, methods, steps, log)
+    rows, identities, figures = [], [], []
     scored = 0
     for model_id in models:
         backbone = load_model(model_id)
-        if log:
-            log(describe_input(backbone.spec))
-        chosen, not_run = methods_for(backbone, methods)
-        skipped.update({f"{m}@{model_id}": why for m, why in not_run.items()})
         bench = prepared(backbone, source, limit, backgrounds)
         scored = len(bench.shown)  # the images the benchmark scores (no more than the data holds)
-        model_rows, maps, curves = benchmark_model(backbone, model_id, bench, chosen, steps=steps, sanity=sanity,
-                                                   say=log)
+        model_rows, maps, curves = benchmark_model(backbone, model_id, bench, plan[model_id], steps=steps,
+                                                   sanity=sanity, say=log)
         rows += model_rows
         identities.append(model_identity(model_id, backbone))
         shown, names = bench.shown[:4], [f"image {i}" for i in range(min(4, len(bench.shown)))]
@@ -134,21 +175,16 @@ def _segmentation(models: Sequence[str], path: Path, out: Path, methods: Sequenc
 
     from vitscope.data.formats.imagenet_seg import ImagenetSegmentation
     from vitscope.engine.provenance import model_identity
-    from vitscope.explain.benchmark import methods_for
     from vitscope.explain.segmentation_benchmark import segmentation_benchmark
-    from vitscope.models.input_size import describe_input
     from vitscope.models.load import load_model
     from vitscope.outputs import RunResult, write_run
 
     data = ImagenetSegmentation(path)
-    rows, identities, skipped = [], [], {}
+    plan, skipped = _planned(models, methods, None, log)
+    rows, identities = [], []
     for model_id in models:
         backbone = load_model(model_id)
-        if log:
-            log(describe_input(backbone.spec))
-        chosen, not_run = methods_for(backbone, methods)
-        skipped.update({f"{m}@{model_id}": why for m, why in not_run.items()})
-        rows += segmentation_benchmark(backbone, model_id, data, chosen, limit=limit, say=log)
+        rows += segmentation_benchmark(backbone, model_id, data, plan[model_id], limit=limit, say=log)
         identities.append(model_identity(model_id, backbone))
     table = pd.DataFrame([{"model": r.model, "method": r.method, "metric": r.metric, "value": r.value}
                           for r in rows])
