@@ -31,6 +31,9 @@ def test_methods_are_scored_beside_their_controls(world: str, tmp_path: Path) ->
     assert {r["method"] for r in vit} == {"rollout"} and summary["not_run"] == {
         "gradcam@tiny-vit-sup-spurious": "is for CNNs", "gradcam@tiny-vit-sup": "is for CNNs",
         "rollout@tiny-resnet-sup": cnn}
+    assert {s["analysis"]: s["reason"] for s in doc["skipped_analyses"]} == summary["not_run"]
+    assert "gradcam@tiny-vit-sup skipped: is for CNNs" in run.stdout  # what was left out, and why, is printed
+    assert f"rollout@tiny-resnet-sup skipped: {cnn}" in run.stdout
     families = {(r["family"], r["metric"]) for r in vit}
     assert {("localisation", "pointing_game"), ("faithfulness", "deletion_road"), ("sanity",
             "spearman_after_randomising_all"), ("shortcut", "background_share_agreeing")} <= families
@@ -77,3 +80,15 @@ def test_steps_beyond_a_models_patches_stop_the_run_before_anything_is_scored(wo
                          limit=2, steps=20, sanity=False)
     assert not (tmp_path / "out" / "results.json").exists()
 
+
+def test_a_run_in_which_no_method_fits_any_model_is_refused(world: str, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from vitscope.cli.main import app
+
+    res = CliRunner().invoke(app, ["explanations", "--models", "tiny-vit-sup", "-d", world, "-o", str(tmp_path / "o"),
+                                   "--methods", "gradcam", "--limit", "2", "--steps", "2", "--no-sanity"])
+    assert res.exit_code == 2, res.output  # a value the models cannot take: bad usage, as README says
+    assert "no method asked for runs on tiny-vit-sup" in res.output and "gradcam@tiny-vit-sup (is for CNNs)" in \
+        res.output
+    assert not (tmp_path / "o" / "results.json").exists()

@@ -55,8 +55,8 @@ def _planned(models: Sequence[str], methods: Sequence[str] | None, steps: int | 
     """The methods each model runs and those left out (``method@model`` -> why), decided before anything is scored,
     so that a run that cannot finish stops before the slow part, not after the models before the one that fails.
 
-    Each model is loaded here and again to be scored: only one is in memory at a time. Every model's input goes to
-    ``log``.
+    Each model is loaded here and again to be scored: only one is in memory at a time. Every model's input and the
+    methods it leaves out go to ``log``.
 
     Args:
         models: model names or folders.
@@ -65,8 +65,10 @@ def _planned(models: Sequence[str], methods: Sequence[str] | None, steps: int | 
         log: one-line messages.
 
     Raises:
-        VitscopeUsageError: ``steps`` above the number of patches of a model that runs a method.
+        VitscopeUsageError: ``steps`` above the number of patches of a model that runs a method, or no method that
+            runs on any model.
     """
+    from vitscope.analyses.registry import not_run_text
     from vitscope.errors import VitscopeUsageError
     from vitscope.explain.benchmark import methods_for
     from vitscope.models.input_size import describe_input
@@ -79,10 +81,14 @@ def _planned(models: Sequence[str], methods: Sequence[str] | None, steps: int | 
         backbone = load_model(model_id)
         chosen[model_id], not_run = methods_for(backbone, methods)
         if log:
-            log(describe_input(backbone.spec))
+            log(describe_input(backbone.spec) + (f"; not run: {not_run_text(not_run)}" if not_run else ""))
         skipped.update({f"{m}@{model_id}": why for m, why in not_run.items()})
         patches[model_id] = math.prod(backbone.spec.grid)
         del backbone
+    if not any(chosen.values()):
+        raise VitscopeUsageError(f"--methods: no method asked for runs on {', '.join(models)}, so nothing would be "
+                                 f"scored: {'; '.join(f'{k} ({why})' for k, why in skipped.items())}; give methods "
+                                 "that fit the models, or all")
     few = {m: k for m, k in patches.items() if chosen[m] and steps is not None and steps > k}
     if few:
         raise VitscopeUsageError(f"--steps {steps} is more than the patches of "
@@ -106,13 +112,15 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
         limit: images scored (the first with objects and labels).
         steps: points of the deletion and insertion curves.
         sanity: run the cascading randomisation check (transformers).
-        log: one-line progress messages (each model's input first: size, token grid, preprocessing).
+        log: one-line progress messages (each model's input first: size, token grid, preprocessing, the methods
+            it leaves out).
 
     Returns:
-        The ``results.json`` document.
+        The ``results.json`` document; ``skipped_analyses`` holds the methods left out (``method@model``).
 
     Raises:
-        VitscopeUsageError: ``steps`` above a model's number of patches, before anything is scored.
+        VitscopeUsageError: ``steps`` above a model's number of patches, or no method asked for that runs on any
+            model; both before anything is scored.
     """
     import pandas as pd
 
@@ -134,6 +142,8 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
     rows, identities, figures = [], [], []
     scored = 0
     for model_id in models:
+        if not plan[model_id]:  # nothing to score on it (skipped_analyses says why)
+            continue
         backbone = load_model(model_id)
         bench = prepared(backbone, source, limit, backgrounds)
         scored = len(bench.shown)  # the images the benchmark scores (no more than the data holds)
@@ -164,7 +174,8 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
         "explanations", title=f"vitscope explanations: {', '.join(models)}",
         config={"command": "explanations", "models": list(models), "data": str(data),
                 "methods": list(methods or ["all"]), "limit": limit, "steps": steps, "sanity": sanity},
-        results={"explanations": result}, models=identities, data=source.describe(), num_images=scored))
+        results={"explanations": result}, models=identities, data=source.describe(), num_images=scored,
+        skipped_analyses=skipped))
     return json.loads(Path(path).read_text())
 
 
@@ -183,6 +194,8 @@ def _segmentation(models: Sequence[str], path: Path, out: Path, methods: Sequenc
     plan, skipped = _planned(models, methods, None, log)
     rows, identities = [], []
     for model_id in models:
+        if not plan[model_id]:  # nothing to score on it (skipped_analyses says why)
+            continue
         backbone = load_model(model_id)
         rows += segmentation_benchmark(backbone, model_id, data, plan[model_id], limit=limit, say=log)
         identities.append(model_identity(model_id, backbone))
@@ -199,5 +212,6 @@ def _segmentation(models: Sequence[str], path: Path, out: Path, methods: Sequenc
         config={"command": "explanations", "models": list(models), "data": str(path),
                 "methods": list(methods or ["all"]), "limit": limit},
         results={"explanations": result}, models=identities,
-        data={"name": path.name, "path": str(path.resolve()), "images": len(data)}, num_images=summary["images"]))
+        data={"name": path.name, "path": str(path.resolve()), "images": len(data)}, num_images=summary["images"],
+        skipped_analyses=skipped))
     return json.loads(Path(written).read_text())
