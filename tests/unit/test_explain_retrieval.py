@@ -98,3 +98,19 @@ def test_models_side_by_side(vit, images):
     for name, ps_model in (("v", vit), ("r", cnn)):
         ps = PairedSimilarity(ps_model, projection="head")
         assert torch.equal(ranked[name].indices, explain_retrieval(ps, ps.encode(images), LABELS, 2, [0, 3]).indices)
+
+
+def test_no_queries_give_empty_results_and_no_images_a_clear_error(vit, images):
+    from vitscope.errors import VitscopeValueError
+
+    ps = PairedSimilarity(vit, projection="head")
+    gallery = ps.encode(images[:4])
+    maps, counts = class_similarity_maps(ps, gallery, LABELS[:4], [])
+    assert maps.shape == (0, 4, 4) and counts.shape == (0,)
+    res = explain_retrieval(ps, gallery, LABELS[:4], k=2, queries=[])
+    assert res.query_maps.shape == res.gallery_maps.shape == (0, 2, 4, 4) and res.indices.shape == (0, 2)
+    assert res.query_rollout.shape == (0, 4, 4) and res.metrics  # the gallery's metrics need no query
+    with pytest.raises(VitscopeValueError, match="at least one image"):
+        ps.encode(images[:0])
+    with pytest.raises(VitscopeValueError, match="at least one image"):
+        ps.encode([])

@@ -31,11 +31,12 @@ def class_similarity_maps(
 
     Returns:
         ``maps [Q, h, w]`` and ``counts [Q]`` (number of maps summed; a query alone in its class gets a
-        zero map and count 0).
+        zero map and count 0; no queries: ``[0, h, w]`` and ``[0]``).
     """
     labels = torch.as_tensor(labels).long().cpu()
-    q = torch.as_tensor(queries, dtype=torch.long)
-    pair_q, pair_g = [], []
+    q = torch.as_tensor(queries, dtype=torch.long).reshape(-1)
+    empty = torch.zeros(0, dtype=torch.long)
+    pair_q, pair_g = [empty], [empty]  # no queries: no pairs
     for i, qi in enumerate(q.tolist()):
         same = torch.nonzero(labels == labels[qi]).flatten()
         same = same[same != qi]

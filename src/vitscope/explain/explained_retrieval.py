@@ -59,7 +59,7 @@ def explain_retrieval(
         gallery: ``G`` encoded images.
         labels: ``[G]`` class labels (a retrieval is correct when labels match).
         k: retrieved images per query.
-        queries: gallery indices used as queries (default: all).
+        queries: gallery indices used as queries (default: all; none: every per-query field has ``Q = 0``).
         ks: the k of the Recall@k reported in ``metrics``.
         chunk: pairs explained per batch (bounds memory; no forward pass either way).
 
@@ -69,7 +69,7 @@ def explain_retrieval(
     labels = torch.as_tensor(labels).long().cpu()
     if len(labels) != len(gallery):
         raise VitscopeValueError(f"{len(gallery)} gallery images but {len(labels)} labels")
-    q = torch.arange(len(gallery)) if queries is None else torch.as_tensor(queries, dtype=torch.long)
+    q = torch.arange(len(gallery)) if queries is None else torch.as_tensor(queries, dtype=torch.long).reshape(-1)
     emb = gallery.embeddings
     scores, indices = cosine_topk(emb[q], emb, k, exclude=q)
     flat_q, flat_g = q.repeat_interleave(k), indices.flatten()
@@ -79,10 +79,14 @@ def explain_retrieval(
         qmaps.append(out.map_a)
         gmaps.append(out.map_b)
     grid = gallery.grid
+
+    def stacked(maps: list[torch.Tensor]) -> torch.Tensor:  # [Q, k, h, w], also for no queries
+        return (torch.cat(maps) if maps else torch.zeros(0, *grid)).reshape(len(q), k, *grid)
+
     ks = tuple(x for x in ks if x < len(gallery)) or (1,)
     return RetrievalExplanation(
         queries=q, indices=indices, scores=scores, correct=labels[indices] == labels[q].unsqueeze(1),
-        query_maps=torch.cat(qmaps).reshape(len(q), k, *grid), gallery_maps=torch.cat(gmaps).reshape(len(q), k, *grid),
+        query_maps=stacked(qmaps), gallery_maps=stacked(gmaps),
         query_rollout=None if gallery.agnostic is None else gallery.agnostic[q].reshape(len(q), *grid),
         metrics=retrieval_metrics(emb, labels, ks=ks))
 

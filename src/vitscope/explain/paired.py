@@ -168,7 +168,13 @@ class PairedSimilarity:
         Args:
             images: ``[B, 3, H, W]`` preprocessed float pixels, ``[B, 3, H, W]`` uint8 pixels at the model's
                 input size (normalised here), or a list of PIL images / ``HxWx3`` uint8 arrays.
+
+        Raises:
+            VitscopeValueError: no image (an encoding's widths come from the model's output).
         """
+        images = images if isinstance(images, torch.Tensor) else list(images)
+        if len(images) == 0:
+            raise VitscopeValueError("need at least one image to encode")
         pixels = self.pixels(images)
         chunks = [self._encode(pixels[i:i + self.batch_size]) for i in range(0, len(pixels), self.batch_size)]
         return Encoded.cat(chunks)
