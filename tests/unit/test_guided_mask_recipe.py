@@ -59,3 +59,26 @@ def test_eval_steps_and_convergence_summary() -> None:
     assert convergence_summary([0, 5], {"a": [0.1, 0.9], "b": [0.1, 0.9]})["faster"] == "tie"
     with pytest.raises(ValueError, match="at least one batch"):
         GuidedMAEConfig(train_images=8, batch_size=16)
+
+
+def test_twins_train_on_the_same_crops(data, monkeypatch, one_thread) -> None:
+    # the guided mask draws two permutations per image, the random one a row of noise: with one generator for
+    # crops and masks the twins' crops would part from the second step on
+    import vitscope.train.mae as mae_module
+    from vitscope.experiments.guided_mae import _model, _twin_recipe
+
+    crop, seen = mae_module.random_resized_crop, []
+    monkeypatch.setattr(mae_module, "random_resized_crop", lambda *a, **k: seen.append(crop(*a, **k)) or seen[-1])
+    cfg = GuidedMAEConfig(steps=3, batch_size=8, train_images=16, image_size=32, embed_dim=16, depth=1, num_heads=2)
+    for twin in ("random", "guided"):
+        fit(_twin_recipe(twin, _model(cfg)[1], cfg), data, LoopConfig(steps=3, batch_size=8, seed=0, progress=False))
+    assert len(seen) == 6 and all(torch.equal(a, b) for a, b in zip(seen[:3], seen[3:], strict=True))
+
+
+def test_own_mask_generator_is_seeded_by_step() -> None:
+    shared = torch.Generator()
+    assert _recipe().mask_generator(5, shared) is shared  # MAE's default: the loop's generator
+    own = GuidedMAERecipe(_recipe().backbone(), MAEConfig(mask_seed=-1)).mask_generator(5, shared)
+    assert own.initial_seed() == (-1_000_003 + 5) % 2**64  # any integer: taken modulo 2**64
+    big = GuidedMAERecipe(_recipe().backbone(), MAEConfig(mask_seed=2**70)).mask_generator(0, shared)
+    assert big.initial_seed() == 2**70 * 1_000_003 % 2**64

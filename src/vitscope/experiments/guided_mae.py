@@ -1,11 +1,14 @@
 """Random-mask vs guided-mask MAE twins on the synthetic world (paper 003 section 5.2, figure 9).
 
-Two tiny ViTs with the same initial weights, data, batch order and MAE hyper-parameters are pretrained,
-one with MAE's uniform random masks and one with SIFT-guided masks whose keypoint share ``rho`` climbs a
-curriculum (:class:`~vitscope.train.guided_masking.GuidedMAERecipe`). Weights are snapshotted at evenly
-spaced steps and scored by the zoo's MAE probe (k-NN accuracy of the mean spatial token, a bank of
-training scenes against held-out scenes); the curves say which twin converges faster. The training
-length is a parameter: the published comparison needs long runs, tests use a few steps.
+Two tiny ViTs with the same initial weights, data, batch order, crops and flips, and MAE hyper-parameters
+are pretrained, one with MAE's uniform random masks and one with SIFT-guided masks whose keypoint share
+``rho`` climbs a curriculum (:class:`~vitscope.train.guided_masking.GuidedMAERecipe`). The masks draw from
+a generator of their own (``MAEConfig.mask_seed``): the two mask functions use different amounts of
+randomness, and sharing the crops' generator would give the twins different crops from the second step
+on. Weights are snapshotted at evenly spaced steps and scored by the zoo's MAE probe (k-NN accuracy of the
+mean spatial token, a bank of training scenes against held-out scenes); the curves say which twin
+converges faster. The training length is a parameter: the published comparison needs long runs, tests use
+a few steps.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ class GuidedMAEConfig:
         image_size, patch_size, embed_dim, depth, num_heads: the tiny ViT.
         mask_ratio: MAE mask ratio.
         every_epochs: epochs per curriculum level; levels: the ``rho`` values climbed.
-        seed: world, initial weights and batch order (both twins share it).
+        seed: world, initial weights, batch order, crops and masks (both twins share it).
         autocast: ``"bf16"`` or None (float32), passed to the training loop.
     """
 
@@ -88,6 +91,14 @@ def _model(cfg: GuidedMAEConfig):
                          depth=cfg.depth, num_heads=cfg.num_heads, num_classes=0, seed=cfg.seed)
     model = TinyViT(arch)
     return model, wrap_tiny_vit(model, "mae-twin")
+
+
+def _twin_recipe(twin: str, backbone, cfg: GuidedMAEConfig) -> MAERecipe:
+    """The MAE recipe of one twin; both draw their masks from a generator of their own (``mask_seed``)."""
+    mae = MAEConfig(mask_ratio=cfg.mask_ratio, seed=cfg.seed, mask_seed=cfg.seed)
+    if twin == "random":
+        return MAERecipe(backbone, mae)
+    return GuidedMAERecipe(backbone, mae, cfg.steps_per_epoch, cfg.every_epochs, cfg.levels)
 
 
 def _knn(model, cfg: GuidedMAEConfig, bank, test) -> float:
@@ -145,7 +156,6 @@ def run_guided_mae(cfg: GuidedMAEConfig, out: str | Path, progress: bool | None 
     bank = data.subset(torch.arange(min(cfg.bank_images, len(data))))
     test = synthetic_split(cfg.test_images, cfg.seed + 10_000, size=cfg.image_size)
     steps = cfg.eval_steps()
-    mae = MAEConfig(mask_ratio=cfg.mask_ratio, seed=cfg.seed)
     loop = LoopConfig(steps=cfg.steps, batch_size=cfg.batch_size, seed=cfg.seed, progress=progress,
                       snapshot_steps=tuple(s for s in steps if s > 0), autocast=cfg.autocast)
     curves: dict[str, list[float]] = {}
@@ -154,16 +164,14 @@ def run_guided_mae(cfg: GuidedMAEConfig, out: str | Path, progress: bool | None 
     for twin in TWINS:
         model, backbone = _model(cfg)
         initial = initial if initial is not None else _knn(model, cfg, bank, test)
-        recipe = (MAERecipe(backbone, mae) if twin == "random" else
-                  GuidedMAERecipe(backbone, mae, cfg.steps_per_epoch, cfg.every_epochs, cfg.levels))
-        result = fit(recipe, data, loop)
+        result = fit(_twin_recipe(twin, backbone, cfg), data, loop)
         curve = [initial]
         for step in steps[1:]:
             snap, _ = _model(cfg)
             snap.load_state_dict(result.snapshots[step])
             curve.append(_knn(snap, cfg, bank, test))
         curves[twin], losses[twin] = curve, result.losses
-    guide = GuidedMAERecipe(_model(cfg)[1], mae, cfg.steps_per_epoch, cfg.every_epochs, cfg.levels)
+    guide = _twin_recipe("guided", _model(cfg)[1], cfg)
     epochs = [s / cfg.steps_per_epoch for s in steps]
     rho = [guide.rho_at(max(s - 1, 0)) for s in steps]  # the rho of the last step trained before each point
     def draw(path: Path) -> list[Path]:

@@ -60,6 +60,10 @@ class MAEConfig:
             every pixel, MAE; the patch size: its mean colour, which ``norm_pix_loss`` reduces to its
             direction about grey, i.e. its hue, amplifying near-grey patches). Must divide the patch size.
         seed: initialises the decoder.
+        mask_seed: None (MAE): the masks are drawn from the training loop's generator, after the crop's
+            draws; an integer: each step's masks come from a generator of their own seeded by
+            ``(mask_seed, step)``, so the crops and flips the loop's generator draws do not depend on how much
+            randomness the mask function uses (twins with different mask functions see the same images).
     """
 
     mask_ratio: float = 0.75
@@ -76,6 +80,7 @@ class MAEConfig:
     decoder_input: Literal["tokens", "cls"] = "tokens"
     target_pool: int = 1
     seed: int = 0
+    mask_seed: int | None = None
 
     def __post_init__(self) -> None:
         if self.decoder_input not in ("tokens", "cls"):
@@ -205,6 +210,15 @@ class MAERecipe(Recipe):
     def scheduler(self, optimizer, steps):
         return cosine_schedule(optimizer, steps, min(self.config.warmup, steps // 5 + 1))
 
+    def mask_generator(self, step: int, gen: torch.Generator) -> torch.Generator:
+        """The generator the masks of step ``step`` draw from: ``gen`` (the loop's), or their own (``mask_seed``).
+
+        The seed is taken modulo 2**64 (torch's range), so any integer works; resumed runs need no saved state.
+        """
+        if self.config.mask_seed is None:
+            return gen
+        return torch.Generator().manual_seed((self.config.mask_seed * 1_000_003 + step) % 2**64)
+
     def encode_visible(self, pixels: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Encode a random visible subset of patches.
 
@@ -234,7 +248,7 @@ class MAERecipe(Recipe):
         x = random_resized_crop(x, spec.image_size[0], self.config.crop_scale, gen)
         x, fg = x[:, :3], x[:, 3:]
         x = normalise(x, spec.mean, spec.std)
-        latent, ids_keep = self.encode_visible(x, gen)
+        latent, ids_keep = self.encode_visible(x, self.mask_generator(step, gen))
         target = pooled_patches(x, self.patch, self.config.target_pool)
         if self.config.decoder_input == "cls":  # no visible patch, no register: the CLS is the bottleneck
             pred = self.decoder(latent[:, :1], ids_keep[:, :0], target.shape[1], 1)
