@@ -33,7 +33,10 @@ def test_guided_mae_few_steps(tmp_path):
     assert entry["convergence"]["faster"] in {"random", "guided", "tie", "neither"}
     chart = json.loads((out / "charts" / "guided_mae.json").read_text())
     assert chart["panels"][0]["curves"][1]["values"] == pytest.approx(entry["accuracy"]["guided"])
-    assert chart["panels"][1]["curves"][0]["values"] == pytest.approx(entry["rho"])
+    # the curriculum as a staircase (2 steps an epoch, a level an epoch): 0 up to epoch 1, then 0.25
+    assert entry["curriculum"] == {"epochs": [0.0, 1.0, 1.0, 2.0], "rho": [0.0, 0.0, 0.25, 0.25]}
+    rho = chart["panels"][1]["curves"][0]
+    assert rho["x"] == entry["curriculum"]["epochs"] and rho["values"] == entry["curriculum"]["rho"]
     assert not (out / "figures" / "guided_mae.png").exists()  # drawn only with --figure-files
     assert (out / "tables" / "guided_mae.csv").read_text().startswith("step,epoch,rho,random,guided")
     assert 'id="s-guided-mae"' in (out / "report.html").read_text()

@@ -82,3 +82,18 @@ def test_own_mask_generator_is_seeded_by_step() -> None:
     assert own.initial_seed() == (-1_000_003 + 5) % 2**64  # any integer: taken modulo 2**64
     big = GuidedMAERecipe(_recipe().backbone(), MAEConfig(mask_seed=2**70)).mask_generator(0, shared)
     assert big.initial_seed() == 2**70 * 1_000_003 % 2**64
+
+
+def test_rho_staircase_draws_every_level_where_it_starts(tmp_path, monkeypatch) -> None:
+    from vitscope.experiments.guided_mae import rho_staircase
+    from vitscope.viz import masking_figures
+
+    # 2 steps per epoch, a level every epoch: rho 0 for steps 0-1, 0.5 for 2-3, 1 from step 4
+    epochs, rho = rho_staircase(_recipe(levels=(0.0, 0.5, 1.0)), 7)
+    assert epochs == [0.0, 1.0, 1.0, 2.0, 2.0, 3.5] and rho == [0.0, 0.0, 0.5, 0.5, 1.0, 1.0]
+    assert rho_staircase(_recipe(levels=(0.0, 0.5, 1.0)), 2) == ([0.0, 1.0], [0.0, 0.0])
+    drawn = []
+    monkeypatch.setattr(masking_figures, "save_figure", lambda fig, stem: drawn.append(fig) or [])
+    masking_figures.guided_mae_figure([0.0, 3.5], {"random": [0.1, 0.2]}, "acc", tmp_path / "f", (epochs, rho))
+    line = drawn[0].axes[1].lines[0]  # the twin axis: rho
+    assert list(line.get_xdata()) == epochs and list(line.get_ydata()) == rho

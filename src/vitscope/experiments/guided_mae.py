@@ -27,7 +27,7 @@ from vitscope.train.guided_masking import DEFAULT_LEVELS, GuidedMAERecipe
 from vitscope.train.loop import LoopConfig, fit
 from vitscope.train.mae import MAEConfig, MAERecipe
 
-__all__ = ["GuidedMAEConfig", "convergence_summary", "run_guided_mae"]
+__all__ = ["GuidedMAEConfig", "convergence_summary", "rho_staircase", "run_guided_mae"]
 
 TWINS: tuple[str, ...] = ("random", "guided")
 
@@ -101,6 +101,29 @@ def _twin_recipe(twin: str, backbone, cfg: GuidedMAEConfig) -> MAERecipe:
     return GuidedMAERecipe(backbone, mae, cfg.steps_per_epoch, cfg.every_epochs, cfg.levels)
 
 
+def rho_staircase(recipe: GuidedMAERecipe, steps: int) -> tuple[list[float], list[float]]:
+    """The curriculum's ``rho`` over training as the vertices of a staircase, in epochs.
+
+    Joined by straight lines the vertices draw ``rho`` exactly: every level change is a vertical step at the
+    epoch it starts, so levels that hold between evaluation points are drawn too.
+
+    Args:
+        recipe: the guided recipe (its curriculum and steps per epoch).
+        steps: optimisation steps trained.
+
+    Returns:
+        ``(epochs, rho)``, equally long: from epoch 0 to ``steps / steps_per_epoch``.
+    """
+    per_epoch = recipe.steps_per_epoch
+    epochs, rho = [0.0], [recipe.rho_at(0)]
+    for step in range(1, steps):
+        level = recipe.rho_at(step)
+        if level != rho[-1]:  # the old level up to the change, the new one from it
+            epochs += [step / per_epoch, step / per_epoch]
+            rho += [rho[-1], level]
+    return epochs + [steps / per_epoch], rho + [rho[-1]]
+
+
 def _knn(model, cfg: GuidedMAEConfig, bank, test) -> float:
     from vitscope.models.wrap import wrap_tiny_vit
 
@@ -171,16 +194,19 @@ def run_guided_mae(cfg: GuidedMAEConfig, out: str | Path, progress: bool | None 
             snap.load_state_dict(result.snapshots[step])
             curve.append(_knn(snap, cfg, bank, test))
         curves[twin], losses[twin] = curve, result.losses
-    guide = _twin_recipe("guided", _model(cfg)[1], cfg)
+    guide = GuidedMAERecipe(_model(cfg)[1], MAEConfig(), cfg.steps_per_epoch, cfg.every_epochs, cfg.levels)
     epochs = [s / cfg.steps_per_epoch for s in steps]
     rho = [guide.rho_at(max(s - 1, 0)) for s in steps]  # the rho of the last step trained before each point
+    curriculum = rho_staircase(guide, cfg.steps)
+
     def draw(path: Path) -> list[Path]:
         from vitscope.viz.masking_figures import guided_mae_figure
 
-        return guided_mae_figure(epochs, curves, "k-NN accuracy (mean token)", path, rho)
+        return guided_mae_figure(epochs, curves, "k-NN accuracy (mean token)", path, curriculum)
 
     table = pd.DataFrame({"step": steps, "epoch": epochs, "rho": rho, **{t: curves[t] for t in TWINS}})
     summary = {"steps": steps, "epochs": epochs, "rho": rho, "accuracy": curves,
+               "curriculum": {"epochs": curriculum[0], "rho": curriculum[1]},
                "final_loss": {t: sum(v[-10:]) / len(v[-10:]) for t, v in losses.items()},
                "convergence": convergence_summary(steps, curves)}
     result = SummaryResult("guided_mae", summary, tables={"guided_mae": table}, figures=[Figure(
@@ -190,7 +216,8 @@ def run_guided_mae(cfg: GuidedMAEConfig, out: str | Path, progress: bool | None 
             charts.value_lines_chart([charts.curve(f"{t} masks", curves[t], t, x=epochs) for t in TWINS], "epoch",
                                      "k-NN accuracy (mean token)", "Random against guided (SIFT keypoint) masks",
                                      y_range=quantity_range("accuracy")).panels
-            + charts.value_lines_chart([charts.curve("rho (guided)", rho, "", "dotted", epochs)], "epoch", "rho",
+            + charts.value_lines_chart([charts.curve("rho (guided)", curriculum[1], "", "dotted",
+                                                                     curriculum[0])], "epoch", "rho",
                                        "Share of keypoint patches among the masked", y_range=(0.0, 1.0)).panels))],
         intro="MAE pretraining with masks guided by SIFT keypoints (a share rho of the masked patches holds "
               "keypoints, raised by a curriculum) against random masks.")

@@ -111,14 +111,16 @@ def frequency_figure(accuracy: Mapping[str, torch.Tensor], fractions: Sequence[f
 
 
 def guided_mae_figure(epochs: Sequence[float], curves: Mapping[str, Sequence[float]], ylabel: str,
-                      stem: str | Path, rho: Sequence[float] | None = None) -> list[Path]:
+                      stem: str | Path, rho: tuple[Sequence[float], Sequence[float]] | None = None) -> list[Path]:
     """Figure 9: probe accuracy against training epochs for random-mask and guided-mask pretraining.
 
     Args:
         epochs: evaluation points (epochs, fractional allowed).
         curves: twin name -> accuracy at each point.
         ylabel: what the accuracy is (e.g. "k-NN accuracy").
-        rho: the guided twin's keypoint share at each point (second axis), if given.
+        rho: the guided twin's keypoint share over training (second axis), if given: ``(epochs, values)``
+            joined by straight lines, the vertices of its staircase
+            (:func:`~vitscope.experiments.guided_mae.rho_staircase`).
     """
     fig = Figure(figsize=(5.8, 3.6), layout="constrained")
     ax = fig.subplots()
@@ -131,7 +133,7 @@ def guided_mae_figure(epochs: Sequence[float], curves: Mapping[str, Sequence[flo
     ax.set_title("MAE pretraining: random vs guided (SIFT keypoint) masking", fontsize=9)
     if rho is not None:
         twin = ax.twinx()
-        twin.step(epochs, rho, where="post", color="gray", ls=":", label="rho (guided)")
+        twin.plot(*rho, color="gray", ls=":", label="rho (guided)")
         twin.set_ylabel("rho")
         twin.set_ylim(-0.05, 1.05)
     outside_legend(ax, fontsize=7)
