@@ -16,6 +16,7 @@ from vitscope.analyses.masking.frequency import FrequencyFiltering
 from vitscope.analyses.masking.interrelation import InterrelationMasking
 from vitscope.analyses.params import build_analyses
 from vitscope.data.synthetic.world import SyntheticWorld
+from vitscope.functional import random_patch_mask
 from vitscope.models.wrap import build_tiny_resnet, build_tiny_vit
 from vitscope.occlusion import logits_of
 
@@ -119,6 +120,17 @@ def test_interrelation_masking_limits(vit, scenes, one_thread) -> None:
                                                               result.meta["background_share_of_all_patches"])
     torch.testing.assert_close(share[:, 2], torch.full((2,), result.meta["background_share_of_all_patches"],
                                                        dtype=torch.float64))
+
+
+@pytest.mark.parametrize("seed", [3, -2, 2**70, -(2**70)])
+def test_random_baseline_takes_any_integer_seed(vit, scenes, seed, one_thread) -> None:
+    batch = make_batches(vit, scenes, [2])[0]
+    masks = InterrelationMasking(seed=seed)._random_masks(batch, 0.5)
+    want = [random_patch_mask(1, batch.grid, 0.5, torch.Generator().manual_seed((seed * 1_000_003 + i) % 2**64))
+            for i in batch.indices]  # small seeds, negative ones too, draw as torch seeds them unreduced
+    assert torch.equal(masks, torch.cat(want))
+    result = feed(InterrelationMasking(ratios=(0.5,), seed=seed), vit, [batch]).compute()
+    assert result.meta["seed"] == seed and 0 <= float(result["accuracy"][2, 0]) <= 1
 
 
 def test_foreground_and_frequency_limits(vit, scenes, one_thread) -> None:

@@ -93,7 +93,8 @@ class InterrelationMasking(ModelAccumulator):
         lam, rule: interrelation detection line (docs/methods.md, SIFT patch interrelation).
         mode: ``"pixel"`` (fill the masked patches) or ``"drop"`` (drop their tokens).
         fill, blur_sigma: pixel filling.
-        seed: random-mask baseline (image ``i`` draws from ``seed * 1000003 + i``, whatever the batching).
+        seed: random-mask baseline (image ``i`` draws from ``seed * 1000003 + i`` modulo 2**64, whatever the
+            batching, so any integer works).
 
     Result meta ``flagged_on_background`` (with segmentation masks): whether the Top / Bottom masked patches at
     the small ratios (<= 20%) lie on the background more often than patches do overall
@@ -157,7 +158,8 @@ class InterrelationMasking(ModelAccumulator):
         self.add_state("block", None, reduce="same")
 
     def _random_masks(self, batch: Batch, ratio: float) -> torch.Tensor:
-        gens = [torch.Generator().manual_seed(self._cfg_seed * 1_000_003 + int(i)) for i in batch.indices]
+        # modulo torch's 64-bit seed range; torch itself maps negative seeds the same way
+        gens = [torch.Generator().manual_seed((self._cfg_seed * 1_000_003 + int(i)) % 2**64) for i in batch.indices]
         return torch.cat([random_patch_mask(1, batch.grid, ratio, g) for g in gens])
 
     def _update_counts(self, record: Mapping[str, torch.Tensor], batch: Batch, labels: torch.Tensor) -> None:
