@@ -133,6 +133,16 @@ def test_random_baseline_takes_any_integer_seed(vit, scenes, seed, one_thread) -
     assert result.meta["seed"] == seed and 0 <= float(result["accuracy"][2, 0]) <= 1
 
 
+def test_labels_beyond_the_head_are_refused(vit, scenes, one_thread) -> None:
+    batch = make_batches(vit, scenes, [3])[0]  # 5 classes: label 5 is none of them
+    batch.targets["label"] = [0, 5, 1]
+    for acc in _analyses(vit):
+        with pytest.raises(ValueError, match="label 5 is not one of vit's 5 classes"):
+            feed(acc, vit, [batch])
+    batch.targets["label"] = [4, 4, 0]  # the last class is one
+    assert all(feed(acc, vit, [batch]).compute().meta["num_images"] == 3 for acc in _analyses(vit))
+
+
 def test_foreground_and_frequency_limits(vit, scenes, one_thread) -> None:
     batches = make_batches(vit, scenes, [6])
     whole = np.ones((1, 32, 32), dtype=bool)

@@ -176,6 +176,12 @@ def test_unlabelled_data_and_headless_models_are_refused(tiny, images) -> None:
     assert "classifier" in TokenMixing().why_unsupported(vitscope.load_model("tiny-vit-mae").spec)
 
 
+def test_labels_beyond_the_head_are_refused(tiny, data) -> None:
+    x, y = data
+    with pytest.raises(ValueError, match="label 10 is not one of tiny-vit-sup's 10 classes"):
+        TokenMixing(insert_blocks=[0]).update({}, _batch(tiny, x[:2], torch.tensor([3, 10])))
+
+
 def test_result_plots(tiny, images, tmp_path) -> None:
     res = token_mixing(tiny, images, insert_blocks=[0, 5], limit=8, batch_size=8)
     assert res["isolate_cls_accuracy"].shape == (2,)

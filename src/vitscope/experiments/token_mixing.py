@@ -148,8 +148,10 @@ class TokenMixing(ModelAccumulator):
         def counts(backbone: Backbone) -> tuple[torch.Tensor, int, torch.Tensor]:
             _check(backbone)
             pixels, y = batch.pixels, labels.to(batch.pixels.device)
+            full = _model_logits(backbone, pixels)
+            self._check_label_range(batch, full.shape[-1])
+            model = int((full.argmax(-1) == y).sum())
             tok = (per_token_logits(backbone, pixels).argmax(-1) == y[:, None]).sum(0).long().cpu()
-            model = int((_model_logits(backbone, pixels).argmax(-1) == y).sum())
             iso = torch.tensor([int((isolated_cls_logits(backbone, pixels, b).argmax(-1) == y).sum())
                                 for b in blocks], dtype=torch.long)
             return tok, model, iso

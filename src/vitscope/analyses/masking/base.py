@@ -42,7 +42,8 @@ class ModelAccumulator(Analysis):
     """An analysis that classifies altered copies of each batch with the model of the pass (``batch.model``).
 
     Subclasses declare their counts in ``_declare_counts`` and implement ``_update_counts`` and ``compute``.
-    Reads ``batch.targets["label"]`` (class index per image, in the model's label space).
+    Reads ``batch.targets["label"]`` (class index per image, in the model's label space); the first forward of
+    each batch (:meth:`_full_logits`) refuses a label beyond the head's classes.
     """
 
     required_targets: ClassVar[tuple[str, ...]] = ("label",)
@@ -101,6 +102,24 @@ class ModelAccumulator(Analysis):
     def _run(self, fn: Callable[[Backbone], T], batch: Batch) -> T:
         """``fn(backbone)`` with nothing recorded meanwhile."""
         return self._runner(batch).run(fn)
+
+    def _full_logits(self, pixels: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """The model's logits on the unaltered ``pixels``, once every label of the batch is known to be a class."""
+        logits = self._logits(pixels, batch)
+        self._check_label_range(batch, logits.shape[-1])
+        return logits
+
+    def _check_label_range(self, batch: Batch, classes: int) -> None:
+        """Refuse labels that are not class indices of the head (``classes`` logits): they would score 0 silently.
+
+        Reads the loader's host labels (plain integers), so nothing waits for the device.
+        """
+        top = max(int(v) for v in batch.targets["label"])
+        if top >= classes:
+            raise VitscopeValueError(
+                f"analysis '{self.name}' scores each image's label as a class of the model's head, but label {top} "
+                f"is not one of {batch.spec.name}'s {classes} classes (0 to {classes - 1}); use labels in the "
+                "model's label space (data labelled for its classes)")
 
     def _labels(self, batch: Batch) -> torch.Tensor:
         labels = batch.targets.get("label")

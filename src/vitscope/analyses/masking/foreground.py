@@ -158,7 +158,7 @@ class ForegroundMasking(ModelAccumulator):
         self.correct = self.correct.to(device)
         for i, condition in enumerate(CONDITIONS):
             if condition == "full":
-                logits = self._logits(pixels, batch)
+                logits = self._full_logits(pixels, batch)
             else:
                 hide = ~fg if condition == "foreground_only" else fg
                 logits = self._run(lambda b, hide=hide: masked_logits(

@@ -90,7 +90,7 @@ class FrequencyFiltering(ModelAccumulator):
         half = min(batch.pixels.shape[-2:]) / 2
         radii = [f * half for f in self._cfg_fractions]
         self.radii["x".join(str(int(v)) for v in batch.pixels.shape[-2:])] = radii
-        full = topk_correct(self._logits(batch.pixels, batch), labels, 1).sum().to(torch.float64)
+        full = topk_correct(self._full_logits(batch.pixels, batch), labels, 1).sum().to(torch.float64)
         self.full_correct = added(self.full_correct, full)  # counts stay on the batch's device
         self.correct = self.correct.to(full.device)
         for i, kind in enumerate(KINDS):

@@ -169,6 +169,7 @@ class InterrelationMasking(ModelAccumulator):
         spec, grid, device = batch.spec, tuple(batch.grid), batch.pixels.device
         labels = labels.to(device, non_blocking=True)  # once, not at every comparison
         self.block = self._block(spec)
+        full = self._full_logits(batch.pixels, batch)  # first: it refuses labels the head does not have
         pattern = record[f"blocks.{self.block}.attn.pattern"]
         counts = batch_keypoint_counts(batch, record).to(pattern.device, non_blocking=True)
         scores = interrelation_patch_scores(pattern, counts, grid, spec.num_prefix_tokens, self._cfg_lam,
@@ -181,7 +182,6 @@ class InterrelationMasking(ModelAccumulator):
             return self._run(lambda b: masked_logits(b, batch.pixels, mask, self._cfg_mode, self._cfg_fill,
                                                      self._cfg_blur), batch)
 
-        full = self._logits(batch.pixels, batch)
         self.full_correct += topk_correct(full, labels, 1).sum()
         for j, ratio in enumerate(self._cfg_ratios):
             for i, order in enumerate(ORDERS):
