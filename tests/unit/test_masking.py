@@ -174,3 +174,20 @@ def test_foreground_masking_reads_imagenet_boxes_as_the_boxes_of_the_same_scenes
     with pytest.raises(VitscopeError, match="masks"):
         vitscope.run(backbone, f"{tmp_path / 'imagenet-boxes'}::imagenet-boxes", [ForegroundMasking(region="mask")],
                      progress=False, workers=0)
+
+
+def test_dropping_every_token_of_a_model_without_prefix_is_refused(models) -> None:
+    import dataclasses
+
+    from vitscope.occlusion.forward import drop_tokens_logits
+
+    class MeanPooled:  # as I-JEPA's and SigLIP's classifiers: patch tokens only, no CLS
+        spec = dataclasses.replace(models["vit"].spec, num_prefix_tokens=0, prefix_kinds=())
+
+        def embed(self, pixels: torch.Tensor) -> torch.Tensor:
+            return torch.zeros(len(pixels), 16, 32)
+
+    mask = torch.zeros(2, 4, 4, dtype=torch.bool)
+    mask[1] = True  # the second image loses every patch
+    with pytest.raises(ValueError, match="no token"):
+        drop_tokens_logits(MeanPooled(), torch.zeros(2, 3, 32, 32), mask)

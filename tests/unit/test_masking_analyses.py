@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 
 import numpy as np
@@ -141,6 +142,18 @@ def test_labels_beyond_the_head_are_refused(vit, scenes, one_thread) -> None:
             feed(acc, vit, [batch])
     batch.targets["label"] = [4, 4, 0]  # the last class is one
     assert all(feed(acc, vit, [batch]).compute().meta["num_images"] == 3 for acc in _analyses(vit))
+
+
+def test_drop_mode_refuses_ratios_that_leave_no_token(vit) -> None:
+    # as I-JEPA's and SigLIP's classifiers: no prefix token (the head averages the patches); 16 patches
+    mean_pooled = dataclasses.replace(vit.spec, num_prefix_tokens=0, prefix_kinds=())
+    assert mean_pooled.grid == (4, 4)
+    drop = lambda *ratios: InterrelationMasking(ratios=ratios, mode="drop")
+    assert "at ratio 1.0 (16 of 16 patches)" in drop(0.5, 1.0).why_unsupported(mean_pooled)
+    assert "at ratio 0.97" in drop(0.97).why_unsupported(mean_pooled)  # floor(0.97 * 16 + 0.5) = 16
+    assert drop(0.96).why_unsupported(mean_pooled) is None  # 15 of 16
+    assert InterrelationMasking(ratios=(1.0,)).why_unsupported(mean_pooled) is None  # pixel mode fills instead
+    assert drop(1.0).why_unsupported(vit.spec) is None  # the CLS token stays
 
 
 def test_foreground_and_frequency_limits(vit, scenes, one_thread) -> None:

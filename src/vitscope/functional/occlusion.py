@@ -22,6 +22,7 @@ __all__ = [
     "boxes_pixel_mask",
     "fill_pixels",
     "gaussian_blur",
+    "masked_count",
     "masks_bounding_boxes",
     "patch_to_pixel_mask",
     "pixel_to_patch_mask",
@@ -33,7 +34,8 @@ FILLS: tuple[str, ...] = ("zero", "mean", "blur")
 ORDERS: tuple[str, ...] = ("top", "bottom")
 
 
-def _count(ratio: float, k: int) -> int:
+def masked_count(ratio: float, k: int) -> int:
+    """How many of ``k`` patches a mask ratio hides: ``floor(ratio * k + 0.5)``."""
     if not 0.0 <= ratio <= 1.0:
         raise VitscopeValueError(f"mask ratio must be in [0, 1], got {ratio}")
     return int(ratio * k + 0.5)  # floor(ratio * K + 0.5), as docs/methods.md, SIFT patch interrelation
@@ -57,7 +59,7 @@ def score_patch_mask(scores: torch.Tensor, ratio: float, order: str = "top") -> 
     if scores.dim() != 3:
         raise VitscopeValueError(f"scores must be [B, h, w], got {tuple(scores.shape)}")
     b, h, w = scores.shape
-    m = _count(ratio, h * w)
+    m = masked_count(ratio, h * w)
     ranked = torch.sort(scores.reshape(b, -1), dim=-1, descending=order == "top", stable=True).indices
     mask = torch.zeros(b, h * w, dtype=torch.bool, device=scores.device)
     mask.scatter_(1, ranked[:, :m], True)
@@ -67,7 +69,7 @@ def score_patch_mask(scores: torch.Tensor, ratio: float, order: str = "top") -> 
 def random_patch_mask(batch: int, grid: Sequence[int], ratio: float, generator: torch.Generator) -> torch.Tensor:
     """``[batch, h, w]`` bool masks of ``floor(ratio * K + 0.5)`` uniformly random patches per image."""
     h, w = (int(v) for v in grid)
-    m = _count(ratio, h * w)
+    m = masked_count(ratio, h * w)
     ranked = torch.rand(batch, h * w, generator=generator).argsort(dim=-1)
     mask = torch.zeros(batch, h * w, dtype=torch.bool)
     mask.scatter_(1, ranked[:, :m], True)

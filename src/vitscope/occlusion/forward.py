@@ -17,7 +17,8 @@ MODES: tuple[str, ...] = ("pixel", "drop")
 def drop_tokens_logits(backbone: Backbone, pixels: torch.Tensor, patch_mask: torch.Tensor) -> torch.Tensor:
     """Logits with the masked patch tokens removed from the sequence after the embedding.
 
-    Prefix tokens are always kept; the kept spatial tokens keep their positions (position embeddings added by
+    Prefix tokens are always kept; a model without them (a mean-pooling head) needs one patch kept per image.
+    The kept spatial tokens keep their positions (position embeddings added by
     ``embed``, or, for rotary embeddings inside the blocks, each kept token's own rotation:
     :meth:`~vitscope.models.backbone.Backbone.run_kept`). Images with the same number of kept tokens run together.
 
@@ -28,6 +29,10 @@ def drop_tokens_logits(backbone: Backbone, pixels: torch.Tensor, patch_mask: tor
 
     Returns:
         ``[B, classes]`` logits.
+
+    Raises:
+        VitscopeValueError: a CNN; a mask of another grid; or an image left with no token at all (every patch
+            dropped and no prefix token).
     """
     spec = backbone.spec
     if not spec.is_transformer:
@@ -40,7 +45,12 @@ def drop_tokens_logits(backbone: Backbone, pixels: torch.Tensor, patch_mask: tor
                                  "tokens")
     out: torch.Tensor | None = None
     sizes = keep.sum(dim=1)
-    for size in sizes.unique().tolist():
+    kept = sizes.unique().tolist()
+    if p == 0 and 0 in kept:  # an empty sequence: the model would fail inside its attention
+        raise VitscopeValueError(f"token dropping would leave {spec.name} no token: the mask drops every patch of an "
+                                 "image and the model has no prefix token (CLS) to keep; mask fewer patches or use "
+                                 "mode='pixel'")
+    for size in kept:
         rows = (sizes == size).nonzero().flatten()
         ids = keep[rows].nonzero()[:, 1].reshape(len(rows), int(size))  # ascending positions per row
         spatial = torch.gather(tokens[rows, p:], 1, ids.unsqueeze(-1).expand(-1, -1, tokens.shape[-1]))

@@ -24,7 +24,13 @@ from vitscope.analyses.masking.base import ModelAccumulator, topk_correct
 from vitscope.analyses.registry import register_analysis
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.interrelation import check_detection, interrelation_patch_scores
-from vitscope.functional.occlusion import FILLS, pixel_to_patch_mask, random_patch_mask, score_patch_mask
+from vitscope.functional.occlusion import (
+    FILLS,
+    masked_count,
+    pixel_to_patch_mask,
+    random_patch_mask,
+    score_patch_mask,
+)
 from vitscope.models.spec import ModelSpec
 from vitscope.occlusion.forward import MODES, masked_logits
 from vitscope.occlusion.regions import foreground_pixel_mask
@@ -91,7 +97,8 @@ class InterrelationMasking(ModelAccumulator):
         ratios: mask ratios (fractions of the patches, each masks ``floor(ratio * K + 0.5)``).
         block: block whose attention gives the scores (negative counts from the end; default the last).
         lam, rule: interrelation detection line (docs/methods.md, SIFT patch interrelation).
-        mode: ``"pixel"`` (fill the masked patches) or ``"drop"`` (drop their tokens).
+        mode: ``"pixel"`` (fill the masked patches) or ``"drop"`` (drop their tokens; on a model without prefix
+            tokens every ratio must keep a patch).
         fill, blur_sigma: pixel filling.
         seed: random-mask baseline (image ``i`` draws from ``seed * 1000003 + i`` modulo 2**64, whatever the
             batching, so any integer works).
@@ -129,6 +136,12 @@ class InterrelationMasking(ModelAccumulator):
         if not spec.is_transformer:
             return (f"analysis '{self.name}' scores patches by their attention, but {spec.name} is a CNN; use "
                     "foreground_masking and frequency_filtering for CNNs")
+        k = spec.grid[0] * spec.grid[1]
+        every = [r for r in self._cfg_ratios if masked_count(r, k) == k]
+        if self._cfg_mode == "drop" and spec.num_prefix_tokens == 0 and every:
+            return (f"analysis '{self.name}' with mode='drop' would drop every token of {spec.name}, which has no "
+                    f"prefix token (CLS) to keep, at ratio {every[0]} ({k} of {k} patches); use ratios that keep a "
+                    "patch or mode='pixel'")
         return super().why_unsupported(spec)
 
     def _block(self, spec: ModelSpec) -> int:
