@@ -90,6 +90,28 @@ def test_a_box_the_crop_cuts_keeps_its_part_in_the_frame(models) -> None:
     assert not foreground_pixel_mask(inst, spec, "mask")[:8].any()  # its mask: rows 8..23 only
 
 
+@pytest.mark.parametrize("region", ["mask", "box"])
+def test_foreground_follows_a_views_geometry(models, region: str) -> None:
+    """A 32 x 64 image letterboxed into the 32 x 32 input: halved, 8 black rows above and below. Its left half
+    lands on rows 8..23, columns 0..15 (the model's own resize and crop would give every row, columns 0..15)."""
+    from vitscope.analyses.masking.interrelation import background_patches
+    from vitscope.models.views import LetterboxView
+
+    spec = models["vit"].spec
+    frame = lambda image, resample: LetterboxView().transform(image, spec, resample)  # Batch.frame
+    inst = np.zeros((1, 32, 64), dtype=bool)
+    inst[0, :, :32] = True
+    want = torch.zeros(32, 32, dtype=torch.bool)
+    want[8:24, :16] = True
+    assert torch.equal(foreground_pixel_mask(inst, spec, region, frame), want)
+    assert int(foreground_pixel_mask(inst, spec, region).sum()) == 32 * 16  # without the view: the crop's
+    background = np.ones((4, 4), dtype=bool)
+    background[1:3, :2] = False  # the 8 x 8 patches on the object
+    assert np.array_equal(background_patches(inst, spec, (4, 4), frame), background)
+    empty = foreground_pixel_mask(np.zeros((0, 32, 64), dtype=bool), spec, region, frame)
+    assert empty.shape == (32, 32) and not empty.any()
+
+
 def test_fill_modes() -> None:
     x = torch.randn(2, 3, 8, 8)
     mask = torch.zeros(2, 8, 8, dtype=torch.bool)

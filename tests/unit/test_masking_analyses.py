@@ -8,6 +8,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from vitscope.analyses.base import Batch
 from vitscope.analyses.batch import ModelRunner
@@ -18,6 +19,7 @@ from vitscope.analyses.masking.interrelation import InterrelationMasking
 from vitscope.analyses.params import build_analyses
 from vitscope.data.synthetic.world import SyntheticWorld
 from vitscope.functional import random_patch_mask
+from vitscope.models.views import normalise
 from vitscope.models.wrap import build_tiny_resnet, build_tiny_vit
 from vitscope.occlusion import logits_of
 
@@ -154,6 +156,35 @@ def test_drop_mode_refuses_ratios_that_leave_no_token(vit) -> None:
     assert drop(0.96).why_unsupported(mean_pooled) is None  # 15 of 16
     assert InterrelationMasking(ratios=(1.0,)).why_unsupported(mean_pooled) is None  # pixel mode fills instead
     assert drop(1.0).why_unsupported(vit.spec) is None  # the CLS token stays
+
+
+def test_under_a_view_the_foreground_is_placed_by_the_views_geometry(vit, scenes, one_thread) -> None:
+    from vitscope.models.views import LetterboxView
+
+    view = LetterboxView()
+    image = np.concatenate([scenes[0].image, scenes[1].image], axis=1)  # 32 x 64: letterboxed to 16 x 32
+    inst = np.zeros((1, 32, 64), dtype=bool)
+    inst[0, :, :32] = True  # its left half: rows 8..23, columns 0..15 of the input, a quarter of it
+    pixels = normalise([view.transform(Image.fromarray(image), vit.spec)], vit.spec)
+    batch = Batch(pixels=pixels, indices=[0], paths=["0"], spec=vit.spec, grid=vit.spec.grid,
+                  targets={"label": [0], "masks": [inst]},
+                  frame=lambda image, resample: view.transform(image, vit.spec, resample))
+    for region in ("mask", "box"):
+        result = feed(ForegroundMasking(region=region, topk=(1,)), vit, [batch]).compute()
+        assert result.meta["mean_foreground_fraction"] == 0.25  # without the view's geometry: 0.5
+    result = feed(InterrelationMasking(ratios=(0.5,)), vit, [batch]).compute()
+    assert result.meta["background_share_of_all_patches"] == 12 / 16  # 4 of the 16 patches on the object
+
+
+def test_a_view_without_pixels_is_refused_before_the_pass(vit, scenes) -> None:
+    import vitscope
+    from vitscope.data.memory import InMemoryImages
+    from vitscope.models.views import TiledView
+
+    data = InMemoryImages([s.image for s in scenes[:2]], labels=[0, 1])  # the view is refused before the data
+    for acc in _analyses(vit):
+        with pytest.raises(ValueError, match=f"analysis '{acc.name}' reads each batch's input pixels .* tiled view"):
+            vitscope.run(vit, data, [acc], batch_size=2, progress=False, workers=0, view=TiledView())
 
 
 def test_foreground_and_frequency_limits(vit, scenes, one_thread) -> None:

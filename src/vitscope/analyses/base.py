@@ -64,6 +64,8 @@ class Analysis(ABC):
     needs_transformer: ClassVar[bool] = False
     #: runs the model again during the pass (``batch.model``): masking, ablations, the logit lens
     reruns_model: ClassVar[bool] = False
+    #: reads the model's input pixels (``batch.pixels``): a view that gives none (tiled) is refused before the pass
+    needs_pixels: ClassVar[bool] = False
     #: ground-truth keys (``batch.targets``) the default configuration needs, e.g. ``("masks",)``
     required_targets: ClassVar[tuple[str, ...]] = ()
     #: constructor arguments that do not change the numbers (left out of the resume key and merge checks)

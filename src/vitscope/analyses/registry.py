@@ -266,6 +266,18 @@ def refuse_what_cannot_run(analyses: Sequence[Analysis], spec: ModelSpec, data: 
             raise found.error()
 
 
+def refuse_what_the_view_cannot_feed(analyses: Sequence[Analysis], view: Any) -> None:
+    """Raise for the first analysis that reads ``batch.pixels`` when ``view`` gives none (a tiled view)."""
+    if view is None or getattr(view, "gives_pixels", True):
+        return
+    for analysis in analyses:
+        if analysis.needs_pixels:
+            raise VitscopeValueError(
+                f"analysis '{analysis.name}' reads each batch's input pixels (batch.pixels), "
+                f"which the {getattr(view, 'name', 'given')} view does not give: its token grids are stitched from "
+                "several forwards per image; run it without that view")
+
+
 def skipped_defaults(spec: ModelSpec, targets: Collection[str] | None = None,
                      data: DataFacts | None = None) -> dict[str, str]:
     """Default analyses that cannot run on ``spec`` and the data: name -> short reason (:func:`why_skipped`), in

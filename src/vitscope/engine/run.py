@@ -25,7 +25,7 @@ from vitscope.analyses.base import Analysis
 from vitscope.analyses.batch import loader_work, union_plan
 from vitscope.analyses.data_checks import DataFacts
 from vitscope.analyses.grids import grid_counts, grid_of
-from vitscope.analyses.registry import get_analysis, refuse_what_cannot_run
+from vitscope.analyses.registry import get_analysis, refuse_what_cannot_run, refuse_what_the_view_cannot_feed
 from vitscope.analyses.sync import exchange_folder
 from vitscope.cache.rowstore import private_rows_under
 from vitscope.data.open import as_source
@@ -191,7 +191,8 @@ def run(
         :class:`Results` mapping each analysis's ``name`` to its Result.
 
     Raises:
-        ValueError: bad arguments, or an analysis the model cannot support.
+        ValueError: bad arguments, an analysis the model cannot support, or one that reads the input pixels under
+            a view that gives none (tiled).
         DegenerateDataError: data an analysis cannot score (k-NN on one class, saliency without masks...), before
             the pass.
         EmptyRunError: no readable image.
@@ -216,6 +217,7 @@ def run(
     amp = resolve_dtype(dtype)
     backbone.to(dev).eval()
     # what the batches will carry (the engine loads regions on request): refused now, not after a pass
+    refuse_what_the_view_cannot_feed(analyses, view)
     refuse_what_cannot_run(analyses, backbone.spec, DataFacts(source, source.target_keys() | {"regions"}, limit))
     hooks = required_hook_names(backbone, analyses)
     total = len(source) if limit is None else min(limit, len(source))

@@ -20,6 +20,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -83,6 +84,9 @@ class View(ABC):
     """Geometry from an original image to the token frame, and the forward passes that go with it."""
 
     name: str = "view"
+    #: whether its batches carry the model's input pixels (``Batch.pixels``); a tiled view's stitched grids come
+    #: from several forwards per image and carry none
+    gives_pixels: ClassVar[bool] = True
 
     @abstractmethod
     def describe(self, spec: ModelSpec) -> dict:
@@ -236,6 +240,7 @@ class TiledView(View):
     scale: float = 2.0
     resample: str = "bicubic"
     name: str = "tiled"
+    gives_pixels: ClassVar[bool] = False
 
     def describe(self, spec: ModelSpec) -> dict:
         inner = self.inner.describe(spec) if self.inner is not None else {"view": "original"}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -20,23 +20,43 @@ __all__ = ["REGIONS", "boxes_foreground", "boxes_to_model", "foreground_pixel_ma
 REGIONS: tuple[str, ...] = ("box", "mask")
 
 
-def instance_masks_to_model(masks: np.ndarray | Sequence[np.ndarray], spec: ModelSpec) -> torch.Tensor:
+#: a view's geometry from an original image (or a mask as a mode ``"L"`` image) to the model's frame:
+#: ``frame(image, resample) -> image`` (``Batch.frame``)
+Frame = Callable[[Image.Image, Image.Resampling | None], Image.Image]
+
+
+def _to_frame(mask: np.ndarray, spec: ModelSpec, frame: Frame | None) -> torch.Tensor:
+    """One ``[H0, W0]`` mask -> ``[H, W]`` bool in the model's frame, sampled nearest-neighbour."""
+    img = Image.fromarray(np.where(np.asarray(mask) > 0, 255, 0).astype(np.uint8), mode="L")
+    moved = resize_crop(img, spec, Image.Resampling.NEAREST) if frame is None else frame(img, Image.Resampling.NEAREST)
+    return torch.from_numpy(np.asarray(moved) > 127)
+
+
+def instance_masks_to_model(masks: np.ndarray | Sequence[np.ndarray], spec: ModelSpec,
+                            frame: Frame | None = None) -> torch.Tensor:
     """Instance masks at the image's size -> ``[n, H, W]`` bool at model resolution.
 
-    Each mask goes through the image's own resize and centre crop with nearest-neighbour sampling
-    (docs/methods.md, Shared rules: masks follow the pixels' geometric transform).
+    Each mask goes through the image's own resize and centre crop, or a view's geometry (``frame``), with
+    nearest-neighbour sampling (docs/methods.md, Shared rules: masks follow the pixels' geometric transform).
+
+    Args:
+        masks: ``[n, H0, W0]`` instance masks at the image's size.
+        spec: the model's ModelSpec (its resize and crop).
+        frame: the run's view's geometry (``Batch.frame``); None: the model's own resize and crop.
     """
-    out = []
     masks = np.asarray(masks)
-    for m in masks:
-        img = Image.fromarray(np.where(np.asarray(m) > 0, 255, 0).astype(np.uint8), mode="L")
-        out.append(torch.from_numpy(np.asarray(resize_crop(img, spec, Image.Resampling.NEAREST)) > 127))
-    h, w = frame_size(masks.shape[-2:], spec) if masks.ndim == 3 else spec.image_size  # no mask: its frame still
-    return torch.stack(out) if out else torch.zeros(0, h, w, dtype=torch.bool)
+    out = [_to_frame(m, spec, frame) for m in masks]
+    if out:
+        return torch.stack(out)
+    if masks.ndim == 3 and frame is not None:  # no mask: its frame still, the one the view makes of the image
+        h, w = _to_frame(np.zeros(masks.shape[-2:], dtype=bool), spec, frame).shape
+    else:
+        h, w = frame_size(masks.shape[-2:], spec) if masks.ndim == 3 else spec.image_size
+    return torch.zeros(0, h, w, dtype=torch.bool)
 
 
 def foreground_pixel_mask(masks: np.ndarray | Sequence[np.ndarray], spec: ModelSpec,
-                          region: str = "box") -> torch.Tensor:
+                          region: str = "box", frame: Frame | None = None) -> torch.Tensor:
     """Foreground of one image at model resolution: ``[H, W]`` bool.
 
     Args:
@@ -44,25 +64,33 @@ def foreground_pixel_mask(masks: np.ndarray | Sequence[np.ndarray], spec: ModelS
         spec: the model's ModelSpec (its resize and crop).
         region: ``"box"`` (union of the instances' bounding boxes, as paper 001 with ImageNet boxes) or
             ``"mask"`` (union of the segmentation masks).
+        frame: the run's view's geometry (``Batch.frame``); None: the model's own resize and crop.
     """
     if region not in REGIONS:
         raise VitscopeValueError(f"region must be one of {REGIONS}, got {region!r}")
     if region == "mask":
-        model_masks = instance_masks_to_model(masks, spec)
-        frame = tuple(model_masks.shape[-2:])
-        return model_masks.any(dim=0) if len(model_masks) else torch.zeros(frame, dtype=torch.bool)
+        model_masks = instance_masks_to_model(masks, spec, frame)
+        return model_masks.any(dim=0) if len(model_masks) else torch.zeros(model_masks.shape[-2:], dtype=torch.bool)
     masks = np.asarray(masks)
     image_hw = tuple(masks.shape[-2:]) if masks.ndim == 3 else tuple(spec.image_size)
     # the objects' boxes at the image's own size, taken through its resize and crop: a box the crop cuts keeps
     # its part in the frame (the box of the cropped mask would shrink to the mask's surviving pixels)
     boxes = masks_bounding_boxes(torch.from_numpy(masks)) if masks.ndim == 3 else torch.zeros(0, 4)
-    return boxes_foreground(boxes, image_hw, spec)
+    return boxes_foreground(boxes, image_hw, spec, frame)
 
 
-def boxes_foreground(boxes: np.ndarray | torch.Tensor, image_hw: Sequence[int], spec: ModelSpec) -> torch.Tensor:
+def boxes_foreground(boxes: np.ndarray | torch.Tensor, image_hw: Sequence[int], spec: ModelSpec,
+                     frame: Frame | None = None) -> torch.Tensor:
     """The union of ``[n, 4]`` boxes of an ``image_hw`` image at model resolution: ``[H, W]`` bool (a dataset of
-    boxes without masks, as ImageNet's)."""
+    boxes without masks, as ImageNet's).
+
+    Under a view (``frame``, ``Batch.frame``) the boxes are drawn at the image's size and that drawing goes
+    through the view's geometry, as the pixels do: a box the frame cuts keeps its part inside it.
+    """
     hw = tuple(int(v) for v in image_hw)
+    if frame is not None:
+        return _to_frame(boxes_pixel_mask(torch.as_tensor(boxes, dtype=torch.float64).reshape(-1, 4), hw), spec,
+                         frame)
     return boxes_pixel_mask(boxes_to_model(torch.as_tensor(boxes), hw, spec), frame_size(hw, spec))
 
 

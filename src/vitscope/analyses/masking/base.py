@@ -49,6 +49,7 @@ class ModelAccumulator(Analysis):
     required_targets: ClassVar[tuple[str, ...]] = ("label",)
     needs_head: ClassVar[bool] = True
     reruns_model: ClassVar[bool] = True
+    needs_pixels: ClassVar[bool] = True  # it alters them and classifies them again
     #: the error when a batch lacks labels: what the analysis needs and where to find it
     missing_labels: ClassVar[str] = ("the masking analyses need a class label per image (batch.targets['label']); use "
                                      "a labelled dataset (e.g. ROOT::coco or ROOT::imagenet-boxes)")

@@ -25,7 +25,7 @@ from vitscope.errors import VitscopeValueError
 from vitscope.functional.occlusion import FILLS
 from vitscope.models.spec import ModelSpec
 from vitscope.occlusion.forward import masked_logits
-from vitscope.occlusion.regions import REGIONS, boxes_foreground, foreground_pixel_mask
+from vitscope.occlusion.regions import REGIONS, Frame, boxes_foreground, foreground_pixel_mask
 from vitscope.strict_json import note_null
 
 __all__ = ["CONDITIONS", "ForegroundMasking", "ForegroundMaskingResult"]
@@ -36,14 +36,15 @@ CONDITIONS: tuple[str, ...] = ("full", "foreground_only", "background_only")
 FOREGROUND, FOREGROUND_OF_BOXES = "foreground_pixels", "foreground_pixels_of_boxes"
 
 
-def _foreground(masks: Any, spec: ModelSpec, region: str) -> tuple[str, np.ndarray]:
-    """``(region, [H, W] bool)``: one image's foreground at model resolution (host work, made by the loader)."""
-    return region, foreground_pixel_mask(masks, spec, region).numpy()
+def _foreground(masks: Any, spec: ModelSpec, region: str, frame: Frame | None = None) -> tuple[str, np.ndarray]:
+    """``(region, [H, W] bool)``: one image's foreground at model resolution (host work, made by the loader), or
+    in a view's frame (``Batch.frame``)."""
+    return region, foreground_pixel_mask(masks, spec, region, frame).numpy()
 
 
-def _foreground_of_boxes(boxes: Any, spec: ModelSpec) -> tuple[str, np.ndarray]:
+def _foreground_of_boxes(boxes: Any, spec: ModelSpec, frame: Frame | None = None) -> tuple[str, np.ndarray]:
     """``("box", [H, W] bool)`` from ``(boxes [n, 4], image (height, width))``: the source's ``boxes`` target."""
-    return "box", boxes_foreground(boxes[0], boxes[1], spec).numpy()
+    return "box", boxes_foreground(boxes[0], boxes[1], spec, frame).numpy()
 
 
 class ForegroundMaskingResult(Result):
@@ -128,7 +129,8 @@ class ForegroundMasking(ModelAccumulator):
         return made
 
     def _foregrounds(self, batch: Batch) -> np.ndarray:
-        """``[B, H, W]`` bool foreground of every image (host data: the loader's, or made here)."""
+        """``[B, H, W]`` bool foreground of every image (host data: the loader's, or made here in the geometry of
+        the run's view, ``batch.frame``, when the loader did not make it)."""
         frame = tuple(batch.pixels.shape[-2:])
         for key in (FOREGROUND, FOREGROUND_OF_BOXES):
             ready = batch.targets.get(key)
@@ -137,9 +139,9 @@ class ForegroundMasking(ModelAccumulator):
                 return np.stack([r[1] for r in ready])
         masks, boxes = batch.targets.get("masks"), batch.targets.get("boxes")
         if masks is not None:
-            return np.stack([_foreground(m, batch.spec, self._cfg_region)[1] for m in masks])
+            return np.stack([_foreground(m, batch.spec, self._cfg_region, batch.frame)[1] for m in masks])
         if boxes is not None and self._cfg_region == "box":
-            return np.stack([_foreground_of_boxes(b, batch.spec)[1] for b in boxes])
+            return np.stack([_foreground_of_boxes(b, batch.spec, batch.frame)[1] for b in boxes])
         raise VitscopeValueError(f"analysis '{self.name}' needs object masks or boxes (batch.targets['masks'] or "
                                  "['boxes'])")
 

@@ -33,7 +33,7 @@ from vitscope.functional.occlusion import (
 )
 from vitscope.models.spec import ModelSpec
 from vitscope.occlusion.forward import MODES, masked_logits
-from vitscope.occlusion.regions import foreground_pixel_mask
+from vitscope.occlusion.regions import Frame, foreground_pixel_mask
 from vitscope.strict_json import note_null
 
 __all__ = ["DEFAULT_RATIOS", "InterrelationMasking", "InterrelationMaskingResult"]
@@ -44,7 +44,8 @@ ORDERS: tuple[str, ...] = ("top", "bottom", "random")
 BACKGROUND = "background_patches"
 
 
-def background_patches(masks: Any, spec: ModelSpec, grid: tuple[int, int] | None = None) -> np.ndarray | None:
+def background_patches(masks: Any, spec: ModelSpec, grid: tuple[int, int] | None = None,
+                       frame: Frame | None = None) -> np.ndarray | None:
     """One image's background patches: ``[h, w]`` bool, a patch being foreground when half of its pixels lie on
     an object's segmentation mask; None for an image without objects (host work, made by the loader).
 
@@ -52,10 +53,11 @@ def background_patches(masks: Any, spec: ModelSpec, grid: tuple[int, int] | None
         masks: ``[n, H0, W0]`` instance masks at the image's size.
         spec: the model's spec (its resize and crop, and the patch size).
         grid: the token grid (None: the image's own, ``spec.grid_for`` of its size at model resolution).
+        frame: the run's view's geometry (``Batch.frame``); None: the model's own resize and crop.
     """
     if masks is None or len(masks) == 0:
         return None
-    fg = foreground_pixel_mask(masks, spec, "mask")
+    fg = foreground_pixel_mask(masks, spec, "mask", frame)
     grid = spec.grid_for(*fg.shape) if grid is None else grid
     return (~pixel_to_patch_mask(fg[None], grid, 0.5)[0]).numpy()
 
@@ -211,13 +213,14 @@ class InterrelationMasking(ModelAccumulator):
     def _background(self, batch: Batch, grid: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(images with masks [B, 1, 1] bool, their background patches [B, h, w] bool)`` on the batch's device
         (False for the images without masks), or None without masks. Counted on the host (numpy) from the
-        loader's :data:`BACKGROUND`, or from the masks here when the loader did not make it (a view)."""
+        loader's :data:`BACKGROUND`, or from the masks here, in the view's geometry (``batch.frame``), when the
+        loader did not make it (a view)."""
         masks = batch.targets.get("masks")
         if masks is None:
             return None
         patches = batch.targets.get(BACKGROUND)
         if patches is None or len(patches) != batch.size or any(p is not None and p.shape != grid for p in patches):
-            patches = [background_patches(m, batch.spec, grid) for m in masks]
+            patches = [background_patches(m, batch.spec, grid, batch.frame) for m in masks]
         have = np.array([p is not None for p in patches], dtype=bool)
         bg = np.stack([p if p is not None else np.zeros(grid, dtype=bool) for p in patches])
         self.background_patches += int(bg[have].sum())
