@@ -53,7 +53,7 @@ def test_robustness_vit_beside_cnn(tmp_path):
     fg, freq = doc["analyses"]["foreground_masking"], doc["analyses"]["frequency_filtering"]
     assert list(fg["summary"]) == list(freq["summary"]) == ["tiny-vit-sup", cnn]  # ViT beside CNN
     for model, res in fg["summary"].items():
-        assert res["images_used"] == 3 and len(res["accuracy"]) == 3
+        assert res["images_used"] == 3 and len(res["accuracy"]) == 3 and res["fill"] == "zero"
         assert len(freq["summary"][model]["accuracy"]) == 2
     assert "figures/foreground_masking.png" in fg["files"]["figures"]
     assert "figures/frequency_filtering.png" in freq["files"]["figures"]
@@ -63,6 +63,9 @@ def test_robustness_vit_beside_cnn(tmp_path):
     bad = CliRunner().invoke(app, ["experiment", "robustness", "--models", "tiny-vit-mae", "--data", f"{coco}::coco",
                                    "--out", str(tmp_path / "bad")])
     assert bad.exit_code == 1 and "classifier head" in bad.stderr
+    bad = CliRunner().invoke(app, ["experiment", "robustness", "--models", "tiny-vit-sup", "--data", f"{coco}::coco",
+                                   "--out", str(tmp_path / "bad"), "--fill", "noise"])
+    assert bad.exit_code == 2 and "--fill must be one of zero, mean, blur, got 'noise'" in bad.stderr
 
 
 def test_robustness_runs_the_foreground_test_on_boxes_alone(tmp_path):
@@ -74,11 +77,12 @@ def test_robustness_runs_the_foreground_test_on_boxes_alone(tmp_path):
 
     boxes = synthesize(tmp_path / "inb", "imagenet-boxes", n=6, size=64, seed=3)
     data = f"{boxes}::imagenet-boxes"
-    doc = run_robustness(["tiny-vit-sup"], data, tmp_path / "rob", batch_size=4, device="cpu", progress=False)
+    doc = run_robustness(["tiny-vit-sup"], data, tmp_path / "rob", batch_size=4, device="cpu", fill="mean",
+                         progress=False)
     summary = doc["analyses"]["foreground_masking"]["summary"]["tiny-vit-sup"]
-    alone = vitscope.run(vitscope.load_model("tiny-vit-sup"), data, [ForegroundMasking(region="box")], batch_size=4,
-                         device="cpu", progress=False, workers=0)["foreground_masking"]
-    assert summary["images_used"] == 6
+    alone = vitscope.run(vitscope.load_model("tiny-vit-sup"), data, [ForegroundMasking(region="box", fill="mean")],
+                         batch_size=4, device="cpu", progress=False, workers=0)["foreground_masking"]
+    assert summary["images_used"] == 6 and summary["fill"] == "mean" == doc["config"]["fill"]
     assert summary["accuracy"] == alone.tensors["accuracy"].tolist()
     masks = run_robustness(["tiny-vit-sup"], data, tmp_path / "robm", batch_size=4, device="cpu", region="mask",
                            progress=False)

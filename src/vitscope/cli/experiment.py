@@ -54,6 +54,8 @@ def robustness(
     data: str = typer.Option(..., "--data", "-d", help="Labelled dataset, e.g. ROOT::coco or ROOT::imagenet-boxes."),
     out: Path = typer.Option(..., "--out", "-o", help="Output directory."),
     region: str = typer.Option("box", "--region", help="Foreground: box or mask."),
+    fill: str = typer.Option("zero", "--fill", help="Hidden pixels of the foreground test: zero (black), mean (the "
+                             "dataset's mean, which shows a background shortcut that black boxes hide) or blur."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Use only the first N images."),
     batch_size: int = typer.Option(32, "--batch-size", "-b", min=1),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),
@@ -65,7 +67,8 @@ def robustness(
 
     names = [m.strip() for m in models.split(",") if m.strip()]
     doc = run_robustness(names, data, out, batch_size=batch_size, device=device, limit=limit, region=region,
-                         figure_files=figure_files, image_size=image_size, log=lambda s: typer.echo(s, err=True))
+                         fill=fill, figure_files=figure_files, image_size=image_size,
+                         log=lambda s: typer.echo(s, err=True))
     echo_choices(doc)
     analyses = doc["analyses"]
     for model, freq in analyses["frequency_filtering"]["summary"].items():

@@ -41,7 +41,7 @@ class ModelsResult(Result):
 
 
 def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size: int = 32,
-                   device: str | None = None, limit: int | None = None, region: str = "box",
+                   device: str | None = None, limit: int | None = None, region: str = "box", fill: str = "zero",
                    progress: bool | None = None, figure_files: bool = False, image_size: int | None = None,
                    log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run the robustness analyses on every model; write ``results.json``, tables, combined figures, report.html.
@@ -53,6 +53,9 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
         out: output folder.
         batch_size, device, limit: as ``vitscope analyze``.
         region: foreground region, ``"box"`` or ``"mask"``.
+        fill: how foreground masking fills the hidden pixels: ``"zero"`` (black, the default), ``"mean"`` (the
+            dataset's mean: on the spurious world it separates a background shortcut that black boxes hide,
+            docs/methods-masking.md) or ``"blur"``.
         progress: progress bars.
         figure_files: also write the figures as PNG and SVG (the report draws them in the browser).
         image_size: run every model at this input side (None: each model's own preprocessing).
@@ -68,6 +71,7 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
     from vitscope.data.open import as_source
     from vitscope.engine.provenance import model_identity
     from vitscope.engine.run import run
+    from vitscope.functional.occlusion import FILLS
     from vitscope.models.input_size import describe_input
     from vitscope.models.load import load_model
     from vitscope.occlusion.regions import REGIONS
@@ -78,6 +82,8 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
         raise VitscopeValueError("give at least one model (e.g. --models tiny-vit-sup,MY_CNN)")
     if region not in REGIONS:  # before anything loads or is written
         raise VitscopeUsageError(f"--region must be one of {', '.join(REGIONS)}, got {region!r}")
+    if fill not in FILLS:
+        raise VitscopeUsageError(f"--fill must be one of {', '.join(FILLS)}, got {fill!r}")
     out = prepare_output(out)
     source = as_source(data)
     # the analysis decides: region "box" takes boxes alone (ImageNet's) as well as masks
@@ -91,13 +97,13 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
         if log:
             log(describe_input(backbone.spec))
         if not with_foreground and not not_run:
-            not_run["foreground_masking"] = why_skipped(ForegroundMasking(region=region), backbone.spec,
+            not_run["foreground_masking"] = why_skipped(ForegroundMasking(region=region, fill=fill), backbone.spec,
                                                         source.target_keys()) or "the data has no object masks"
             if log:
                 log(f"not run: {not_run_text(not_run)}")
         analyses = [FrequencyFiltering()]
         if with_foreground:
-            analyses.insert(0, ForegroundMasking(region=region))
+            analyses.insert(0, ForegroundMasking(region=region, fill=fill))
         results = run(backbone, source, analyses, batch_size=batch_size, device=device, limit=limit,
                       progress=progress)
         per_model[name] = dict(results.items())
@@ -132,7 +138,8 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
         "frequency_filtering", curves, "Frequency filtering", "Accuracy of every model against the cut-off radius "
         "of low-pass (solid) and high-pass (dashed) filters; thin lines: unfiltered accuracy.", "paper 001, section 5",
         chart=frequency_chart(accuracy, first.meta["fractions"], full)))
-    config = {"models": list(models), "data": data, "region": region, "limit": limit, "image_size": image_size}
+    config = {"models": list(models), "data": data, "region": region, "fill": fill, "limit": limit,
+              "image_size": image_size}
     path = write_run(out, RunResult("experiment robustness", title=f"vitscope experiment robustness: "
                                     f"{', '.join(models)}", config=config, results=results, models=identities,
                                     data=described, extra={"experiment": "robustness"},
