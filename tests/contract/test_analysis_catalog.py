@@ -116,3 +116,9 @@ def test_a_declaration_that_is_not_a_literal_is_named(tmp_path, monkeypatch):
             declared.declared_analyses()
     finally:
         declared._tree.cache_clear()
+
+
+def test_no_two_builtins_share_a_place():
+    """Ties are broken by import order, which a user's imports can change: each built-in has its own ``order``."""
+    orders = [cls.order for cls in ANALYSES.values() if cls.__module__.startswith("vitscope.")]
+    assert None not in orders and len(set(orders)) == len(orders), sorted(orders)

@@ -47,7 +47,7 @@ def _regions_of(regions: tuple[Any, Any], spec: ModelSpec) -> tuple[tuple[int, i
     return token_regions(masks, [int(v) for v in labels], spec)
 
 
-@register_analysis("sae_features", groups=("sae",), default=False, order=160)
+@register_analysis("sae_features", groups=("sae",), default=False, order=230)
 class SAEFeatures(TopActivations):
     """Firing frequency, mean activation per class and per region, and top images with patch maps of every latent
     of a sparse autoencoder.
