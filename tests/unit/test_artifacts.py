@@ -86,7 +86,7 @@ def test_the_planted_sink_head_massive_dims_and_register_neuron(planted_runs) ->
     runs, truth = planted_runs
     r = runs["planted"]
     assert [(s["block"], s["head"]) for s in r.meta["sink_heads"]] == [(truth.sink_block, truth.sink_head)]
-    assert r.meta["sink_heads"][0]["cls_share"] > 0.99
+    assert r.meta["sink_heads"][0]["cls_share"] > 0.99 and r.meta["sink_criterion"] == "cls_share"
     others = r["sink_cls_outliers"].clone()
     others[truth.sink_block, truth.sink_head] = 0.0
     assert float(others.max()) < 0.3
@@ -212,7 +212,7 @@ def test_the_command_diagnoses_then_ablates_and_writes_a_report(tmp_path) -> Non
     result = CliRunner().invoke(app, ["artifacts", "--model", "tiny-vit-planted", "--data", f"{root}::coco", "--out",
                                       str(out), "--images", "4", "-b", "10"])
     assert result.exit_code == 0, result.output
-    assert "outliers from 2; sink heads 1" in result.output
+    assert "outliers from 2; sink heads 1 (by cls_share)" in result.output
     doc = json.loads((out / "results.json").read_text())
     assert doc["analyses"]["artifacts"]["summary"]["first_block"] == 2
     targets = [(r["target"], r["control"]) for r in doc["analyses"]["artifact_ablations"]["summary"]["rows"]]
@@ -253,6 +253,41 @@ def test_the_analysis_reads_models_with_registers_and_without_a_cls_token(kind: 
     assert bool(torch.isnan(r["sink_cls_prefix"]).all()) != has_cls
     received = r["sink_all_prefix"].sum(dim=-1)  # the mean attention the prefix gets, and the patches the rest
     assert bool(((received >= 0) & (received <= 1 + 1e-6)).all())
+
+
+def test_without_a_cls_token_sink_heads_are_listed_by_the_attention_of_every_query(tmp_path) -> None:
+    """SigLIP has no prefix token: with a threshold below every norm, every patch is an outlier, so every query
+    gives all of its attention to the outliers. Every head is a sink by Gu et al.'s mean over the queries, and the
+    CLS share, which no query measures, stays NaN: in the result and in every row of the ablations (null, with its
+    reason, in the written summary), edited rows included."""
+    import json
+
+    import pandas as pd
+
+    from helpers.hf_factories import make
+    from vitscope.experiments.artifacts import artifact_ablations
+    from vitscope.strict_json import dumps
+    from vitscope.workflows.artifacts import _note_nulls
+
+    backbone = vitscope.wrap(make("siglip"), name="siglip")
+    root = synthesize(tmp_path / "world", "coco", n=4, size=64, seed=9)
+    r = vitscope.run(backbone, f"{root}::coco", [Artifacts(threshold=0.02)], batch_size=4, progress=False,
+                     workers=0)["artifacts"]
+    layers, heads = backbone.spec.num_blocks, backbone.spec.num_heads
+    assert r.meta["sink_criterion"] == "all_share" and bool(torch.isnan(r["sink_cls_outliers"]).all())
+    listed = {(s["block"], s["head"]): s["all_share"] for s in r.meta["sink_heads"]}
+    assert set(listed) == {(b, h) for b in range(layers) for h in range(heads)}
+    assert all(v == pytest.approx(1.0, abs=1e-6) for v in listed.values())
+    rows = artifact_ablations(backbone, f"{root}::coco", r.meta, controls=("zero",), images=2, reference_images=2,
+                              batch_size=4)
+    assert [x["target"] for x in rows] == ["none", "outliers", "test_time_register"]
+    assert all(math.isnan(x["cls_to_outliers"]) for x in rows)
+    table = pd.DataFrame(rows)
+    summary = {"rows": json.loads(table.to_json(orient="records"))}
+    _note_nulls(summary, table, backbone.spec.prefix_kinds)
+    written = json.loads(dumps(summary))
+    assert [x["cls_to_outliers"] for x in written["rows"]] == [None] * 3
+    assert written["null_reasons"]["rows.cls_to_outliers"] == "the model has no CLS token"
 
 
 def test_every_compared_quantity_has_its_section_text_and_caption() -> None:

@@ -45,5 +45,6 @@ def artifacts(
                         images=images, log=lambda s: typer.echo(s, err=True))
     echo_choices(doc)
     found = doc["analyses"]["artifacts"]["summary"]
-    typer.echo(f"outliers from {found.get('first_block')}; sink heads {len(found.get('sink_heads', []))}; "
+    by = f" (by {found['sink_criterion']})" if "sink_criterion" in found else ""
+    typer.echo(f"outliers from {found.get('first_block')}; sink heads {len(found.get('sink_heads', []))}{by}; "
                f"-> {out / 'results.json'}")

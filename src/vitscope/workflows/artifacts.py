@@ -66,9 +66,10 @@ def run_artifacts(model: str, data: str, out: Path, params: Mapping[str, Mapping
         rows = artifact_ablations(backbone, subset, found.meta, images=images, batch_size=batch_size,
                                   not_run=not_run)
         table = pd.DataFrame(rows)
-        written["artifact_ablations"] = SummaryResult(
-            "artifact_ablations", {"rows": json.loads(table.to_json(orient="records"))},
-            tables={"artifact_ablations": table}, intro=ABLATIONS_INTRO)
+        summary = {"rows": json.loads(table.to_json(orient="records"))}
+        _note_nulls(summary, table, tuple(backbone.spec.prefix_kinds))
+        written["artifact_ablations"] = SummaryResult("artifact_ablations", summary,
+                                                      tables={"artifact_ablations": table}, intro=ABLATIONS_INTRO)
     path = write_run(out, RunResult(
         "artifacts", title=f"vitscope artifacts: {model}",
         config={"command": "artifacts", "model": model, "data": str(data), "params": {k: dict(v) for k, v in (
@@ -77,6 +78,20 @@ def run_artifacts(model: str, data: str, out: Path, params: Mapping[str, Mapping
         results=written, models=[{**model_identity(model, backbone), "grids": results.grids}], data=results.data,
         num_images=results.num_images, skipped=results.skipped, skipped_analyses=not_run))
     return json.loads(Path(path).read_text())
+
+
+def _note_nulls(summary: dict[str, Any], table: Any, prefix_kinds: tuple[str, ...]) -> None:
+    """Say in ``summary`` why columns of the ablations ``table`` hold nulls: a model without a CLS token has no CLS
+    attention to measure; a row of a model without registers has none to receive it (but the test-time
+    register's)."""
+    from vitscope.strict_json import note_null
+
+    has_cls = prefix_kinds[:1] == ("cls",)
+    if not has_cls:
+        note_null(summary, "rows.cls_to_outliers", "the model has no CLS token")
+    if "cls_to_registers" in table and table["cls_to_registers"].isna().any():
+        note_null(summary, "rows.cls_to_registers", "the model has no register tokens" if has_cls
+                  else "the model has no CLS token")
 
 
 def _first(source: Any, limit: int) -> Any:

@@ -47,7 +47,8 @@ class Artifacts(Analysis):
         massive_absolute, massive_relative: a massive activation exceeds both ``massive_absolute`` and
             ``massive_relative`` times the median magnitude of its hidden state (Sun et al. 2024: 100, 1,000).
         sink_share: a head is a sink head where its CLS attention to the outliers is at least this share (Gu et
-            al. 2024 call a token a sink above 0.3).
+            al. 2024 call a token a sink above 0.3); without a CLS token, where the mean attention the outliers
+            receive over all queries is (Gu et al.'s own score; meta ``sink_criterion`` says which).
         top_neurons: register neurons listed (Jiang et al. 2025 use 10 to 50).
         images: dataset indices whose norm maps are kept for the outlier-map figure.
 
@@ -60,7 +61,8 @@ class Artifacts(Analysis):
     ``massive_max`` ``[L]``, ``massive_top3`` ``[L, 3]``, ``massive_median`` ``[L]``, ``massive_ratio_by_dim``
     ``[L, D]``, ``massive_count_by_token`` ``[L, P + 1]`` (each prefix token, then all patches),
     ``neuron_outlier_mean``, ``neuron_concentration`` ``[L, Dm]``; ``norm_maps`` ``[n, R, h, w]`` and ``pictures``
-    for the kept images. meta: ``first_block``, ``thresholds``, ``sink_heads``, ``register_neurons``...
+    for the kept images. meta: ``first_block``, ``thresholds``, ``sink_heads`` and ``sink_criterion``,
+    ``register_neurons``...
     """
 
     description = ("Artifacts: high-norm outlier tokens per block (where they sit, from which block), the attention "

@@ -19,6 +19,19 @@ PAPERS = ("Darcet et al. 2024, Vision Transformers Need Registers; Sun et al. 20
           "Language Models; Jiang et al. 2025, Vision Transformers Don't Need Trained Registers")
 
 
+#: the sink score of each criterion (:func:`_sink_criterion`): ``[L, H]`` result tensors
+_SINK_SCORES = {"cls_share": "sink_cls_outliers", "all_share": "sink_all_outliers"}
+#: the sink heat map's title, unit and caption under each criterion
+_SINK_FIGURES = {
+    "cls_share": ("CLS attention to the outlier tokens", "share of the CLS row",
+                  "Share of the CLS query's attention that goes to the outlier tokens of each block's input, per head "
+                  "(sink heads are bright)."),
+    "all_share": ("Attention the outlier tokens receive", "mean share over the queries",
+                  "Share of the attention that goes to the outlier tokens of each block's input, averaged over all "
+                  "queries, per head (the model has no CLS token; sink heads are bright)."),
+}
+
+
 class ArtifactsResult(Result):
     """Result of :class:`~vitscope.analyses.diagnostics.artifacts.Artifacts`."""
 
@@ -46,10 +59,10 @@ class ArtifactsResult(Result):
                                    "Patch-token norms over the kept images at the row with the most outliers "
                                    "(bright: high norm); outliers are marked.", PAPERS))
         if "sink_cls_outliers" in t:
-            out.append(self.heatmap_figure(
-                "_sinks", t["sink_cls_outliers"], "CLS attention to the outlier tokens", "share of the CLS row",
-                "Share of the CLS query's attention that goes to the outlier tokens of each block's input, per "
-                "head (sink heads are bright).", PAPERS, block_labels=m.get("blocks"), quantity="cls_share"))
+            criterion = _sink_criterion(m.get("prefix_kinds", []))
+            title, unit, caption = _SINK_FIGURES[criterion]
+            out.append(self.heatmap_figure("_sinks", t[_SINK_SCORES[criterion]], title, unit, caption, PAPERS,
+                                           block_labels=m.get("blocks"), quantity=criterion))
         if m.get("register_neurons"):
             out.append(self.figure("_neurons", lambda path: _neurons(m, path),
                                    "MLP units ranked by their mean activation on the outlier tokens of their "
@@ -106,6 +119,8 @@ def summarise(analysis: Any) -> ArtifactsResult:
             t[f"sink_{source}_outliers"] = torch.stack([above(s[f"sink_{source}"][i], i) for i in range(len(blocks))
                                                         ]) / n
             t[f"sink_{source}_prefix"] = s[f"sink_{source}_prefix"] / n
+        if not _has_cls(analysis.prefix_kinds):  # no CLS query: its share is unmeasured, not 0 where no bin is
+            t["sink_cls_outliers"] = torch.full_like(t["sink_cls_outliers"], float("nan"))
     t.update(_massive(s, mx, n))
     if "neuron_sum" in s:  # block i writes row i + 1
         t.update(_neurons_of(s["neuron_sum"], hist, cuts))
@@ -163,11 +178,7 @@ def _findings(t: dict, meta: dict, cuts: list[int | None]) -> dict[str, Any]:
                                                        else blocks[with_outliers[0] - 1]),
     }
     if "sink_cls_outliers" in t:
-        share = t["sink_cls_outliers"]
-        heads = [(blocks[i], h, float(share[i, h])) for i in range(share.shape[0])
-                 for h in range(share.shape[1]) if float(share[i, h]) >= meta["sink_share"]]
-        found["sink_heads"] = [{"block": b, "head": h, "cls_share": v}
-                               for b, h, v in sorted(heads, key=lambda x: -x[2])]
+        found.update(_sink_heads(t, meta))
     if "massive_count" in t:
         ratio = t["massive_max_ratio"]
         top = int(torch.argmax(ratio))
@@ -185,6 +196,30 @@ def _findings(t: dict, meta: dict, cuts: list[int | None]) -> dict[str, Any]:
              "concentration": float(t["neuron_concentration"].flatten()[k])}
             for k in order if float(score.flatten()[k]) >= 0]
     return found
+
+
+def _has_cls(prefix_kinds: list[str] | tuple[str, ...]) -> bool:
+    """Whether the model's first prefix token is a CLS token."""
+    return tuple(prefix_kinds)[:1] == ("cls",)
+
+
+def _sink_criterion(prefix_kinds: list[str] | tuple[str, ...]) -> str:
+    """Which share lists the sink heads: the CLS query's (``"cls_share"``) where the model has a CLS token, else
+    the mean over all queries (``"all_share"``, Gu et al. 2024's per-key score): a model without one (SigLIP,
+    I-JEPA, AIMv2 pool the mean) has no query that stands for the image."""
+    return "cls_share" if _has_cls(prefix_kinds) else "all_share"
+
+
+def _sink_heads(t: dict, meta: dict) -> dict[str, Any]:
+    """``sink_heads``: the heads giving at least ``sink_share`` of their attention to the outliers, largest first,
+    each with its share under the criterion's name; ``sink_criterion``: that name (:func:`_sink_criterion`)."""
+    criterion = _sink_criterion(meta["prefix_kinds"])
+    share = t[_SINK_SCORES[criterion]]  # [L, H]
+    blocks = meta["blocks"]
+    heads = [(blocks[i], h, float(share[i, h])) for i in range(share.shape[0])
+             for h in range(share.shape[1]) if float(share[i, h]) >= meta["sink_share"]]
+    return {"sink_criterion": criterion,
+            "sink_heads": [{"block": b, "head": h, criterion: v} for b, h, v in sorted(heads, key=lambda x: -x[2])]}
 
 
 def _histograms(t: dict, rows: list[str], path: Path) -> list[Path]:
