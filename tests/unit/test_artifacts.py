@@ -140,6 +140,21 @@ def test_planting_refuses_what_it_cannot_edit() -> None:
         plant_artifacts(torch.nn.Linear(2, 2))
 
 
+@pytest.mark.parametrize(("where", "match"), [({"sink_head": 4}, "sink_head < 4"), ({"sink_head": -1}, "sink_head"),
+                                              ({"unit": 512}, "unit < 512"), ({"unit": -1}, "unit"),
+                                              ({"massive_dims": ()}, "at least one massive")])
+def test_planting_refuses_a_head_unit_or_dimension_the_model_lacks_and_leaves_it_unedited(where, match) -> None:
+    """tiny-vit-sup has 4 heads and 512 MLP units a block: a head or unit outside them (a negative one would be
+    read from the end, and the truth would name a head the model does not have) or no massive dimension is
+    refused before any weight changes."""
+    backbone = vitscope.load_model("tiny-vit-sup")
+    before = {k: v.clone() for k, v in backbone.model.state_dict().items()}
+    with pytest.raises(ValueError, match=match):
+        plant_artifacts(backbone.model, PlantedArtifacts(**where))
+    after = backbone.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
 def test_a_test_time_register_takes_the_planted_outliers_and_the_sink(tmp_path) -> None:
     """Jiang et al. 2025 on ground truth: the register neuron's activation moved onto an extra token removes every
     patch outlier; the register gets the high norm and the sink head's CLS attention."""

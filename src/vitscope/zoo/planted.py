@@ -57,6 +57,8 @@ class PlantedArtifacts:
 
 
 def _check(model: nn.Module, truth: PlantedArtifacts) -> None:
+    """Refuse what cannot be planted in ``model``, before any edit so that a refused model is left as it was
+    (negative indices included: Python would read them from the end, and the truth would not say where)."""
     blocks = getattr(model, "blocks", None)
     if blocks is None or not hasattr(model, "pos_embed") or not hasattr(blocks[0], "mlp"):
         raise VitscopeValueError("plant_artifacts edits a timm-layout ViT (pos_embed, blocks[i].attn.qkv, "
@@ -64,9 +66,16 @@ def _check(model: nn.Module, truth: PlantedArtifacts) -> None:
     depth, dim = len(blocks), model.pos_embed.shape[-1]
     if not 0 <= truth.block < truth.sink_block < depth:
         raise VitscopeValueError(f"need 0 <= block < sink_block < {depth}, got {truth.block}, {truth.sink_block}")
+    heads, units = blocks[truth.sink_block].attn.num_heads, blocks[truth.block].mlp.fc1.out_features
+    if not 0 <= truth.sink_head < heads:
+        raise VitscopeValueError(f"need 0 <= sink_head < {heads} (the heads of block {truth.sink_block}), got "
+                                 f"{truth.sink_head}")
+    if not 0 <= truth.unit < units:
+        raise VitscopeValueError(f"need 0 <= unit < {units} (the MLP units of block {truth.block}), got {truth.unit}")
     dims = (truth.tag_dim, *truth.massive_dims)
-    if len(set(dims)) != len(dims) or not all(0 <= d < dim for d in dims):
-        raise VitscopeValueError(f"tag_dim and massive_dims must be distinct dimensions below {dim}, got {dims}")
+    if not truth.massive_dims or len(set(dims)) != len(dims) or not all(0 <= d < dim for d in dims):
+        raise VitscopeValueError(f"tag_dim and at least one massive dimension must be distinct dimensions below "
+                                 f"{dim}, got tag_dim {truth.tag_dim} and massive_dims {truth.massive_dims}")
     patches = model.pos_embed.shape[1] - 1
     if not truth.positions or not all(0 <= p < patches for p in truth.positions):
         raise VitscopeValueError(f"positions must be patch indices below {patches}, got {truth.positions}")
