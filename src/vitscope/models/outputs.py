@@ -102,11 +102,16 @@ def output_change(backbone: Any, clean: torch.Tensor, edited: torch.Tensor) -> d
     (``top1_kept``) and the mean KL divergence ``KL(clean || edited)`` of the class distributions (``output_kl``,
     nats); for an embedding model the mean cosine of the edited embedding to the clean one (``output_cosine``).
 
+    The KL divergence is summed in float64 from float64 log-probabilities, each image's clamped at 0: an edit that
+    barely moves the logits (a control that puts back nearly the same tokens: KL about 1e-8) is read as it is,
+    where a float32 sum's rounding is as large and of either sign.
+
     Args:
         clean, edited: :func:`readout` of the same images ``[n, C]``.
     """
     if backbone.spec.has_head:
-        p, q = clean.log_softmax(dim=-1), edited.log_softmax(dim=-1)
+        p, q = clean.double().log_softmax(dim=-1), edited.double().log_softmax(dim=-1)
+        kl = (p.exp() * (p - q)).sum(dim=-1).clamp_min(0.0)  # [n]; >= 0 but for the sum's rounding
         return {"top1_kept": float((clean.argmax(-1) == edited.argmax(-1)).double().mean()),
-                "output_kl": float((p.exp() * (p - q)).sum(dim=-1).mean())}
+                "output_kl": float(kl.mean())}
     return {"output_cosine": float(torch.nn.functional.cosine_similarity(clean, edited, dim=-1).mean())}
