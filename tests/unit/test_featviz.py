@@ -224,6 +224,22 @@ def test_channel_objective_on_any_site_reads_the_record(tiny) -> None:
     torch.testing.assert_close(evaluate(tiny, obj, images), want, rtol=1e-5, atol=1e-6)
 
 
+def test_objectives_on_the_final_norm_read_the_normed_tokens(tiny) -> None:
+    """The truncated forward read the record before running the final norm, so no final_norm objective ran."""
+    images = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    x = (images - torch.tensor(tiny.spec.mean).view(1, 3, 1, 1)) / torch.tensor(tiny.spec.std).view(1, 3, 1, 1)
+    with torch.no_grad(), tiny.record(["final_norm"]) as rec:
+        tiny(x)
+        normed = rec["final_norm"][:, 1:].double()  # [B, K, D], prefix dropped
+    vector = torch.randn(tiny.spec.embed_dim, generator=torch.Generator().manual_seed(1))
+    objs = [parse_objective("final_norm:3"), Direction("final_norm", vector, label="latent")]
+    got = evaluate(tiny, objs, images)
+    want = torch.stack([normed[..., 3].mean(1), (normed @ (vector / vector.norm()).double()).mean(1)], dim=1)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    res = render(tiny, objs, FeatvizConfig(steps=2, augment=PLAIN))
+    assert torch.isfinite(res.activation).all()
+
+
 def test_a_unit_below_its_best_dataset_image_is_a_warning_and_a_note() -> None:
     from vitscope.featviz.workflow import WeakFeatureVisualisationWarning, _weak_units
 

@@ -150,11 +150,14 @@ class StagedForward:
         b = self.backbone
         x = (pixels01 - self.mean.to(pixels01)) / self.std.to(pixels01)  # the model's normalisation, last
         tokens = b.run_blocks(b.embed(x), 0, self.stop)
-        acts = {name: rec[name] for name in self.hooks}
-        if self.need_norm:
+        logits = None
+        if self.need_norm:  # before reading the record: the norm's own hook (final_norm, features) fills it
             normed = b.final_norm(tokens)
             if self.needs_logits:
-                acts["logits"] = b.head(normed if b.head_after_final_norm else tokens)
+                logits = b.head(normed if b.head_after_final_norm else tokens)
+        acts = {name: rec[name] for name in self.hooks}
+        if logits is not None:
+            acts["logits"] = logits
         return acts
 
 
