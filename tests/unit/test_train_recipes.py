@@ -285,12 +285,28 @@ def test_fit_is_deterministic_and_resumes_exactly(data, tmp_path):
     assert set(whole.snapshots) == {2}
 
 
-def test_checkpoint_of_another_run_is_refused(data, tmp_path):
-    recipe = SupervisedRecipe(_small_vit(num_classes=10))
-    fit(recipe, data, LoopConfig(steps=2, batch_size=16, checkpoint_dir=tmp_path, progress=False))
-    with pytest.raises(ValueError, match="another run"):
-        fit(SupervisedRecipe(_small_vit(num_classes=10)), data,
-            LoopConfig(steps=3, batch_size=16, checkpoint_dir=tmp_path, progress=False))
+@pytest.mark.parametrize("change, named", [
+    ({"seed": 4}, "loop.seed"), ({"batch_size": 8}, "loop.batch_size"), ({"steps": 2}, "loop.steps"),
+    ({"lr": 0.5}, "recipe.config.lr"), ({"num_heads": 4}, "spec.num_heads"), ({"reverse": True}, "data.digest"),
+])
+def test_checkpoint_of_another_run_is_ignored_and_the_run_starts_over(data, tmp_path, capsys, change, named):
+    """A checkpoint was resumed whenever the recipe's name and the step count matched: another seed, batch size,
+    learning rate, model or training set continued the old run's weights and returned its losses."""
+    def run(ckpt, seed=3, batch_size=16, steps=1, lr=1e-3, num_heads=2, reverse=False):
+        backbone = build_tiny_vit("t", image_size=32, depth=2, embed_dim=32, num_heads=num_heads)
+        images = data.subset(torch.arange(len(data)).flip(0)) if reverse else data  # same size, another order
+        return fit(SupervisedRecipe(backbone, SupervisedConfig(lr=lr, warmup=1)), images, LoopConfig(
+            steps=steps, batch_size=batch_size, seed=seed, checkpoint_dir=ckpt, progress=False))
+
+    run(tmp_path)
+    capsys.readouterr()
+    again = run(tmp_path, **change)
+    message = capsys.readouterr().err
+    assert again.resumed_from == 0 and again.losses == run(None, **change).losses
+    assert "belongs to a different run" in message and "starting over" in message
+    assert message.split("changed: ")[1].split(")")[0] == named, message
+    if named == "loop.seed":  # the new run's own checkpoint resumes
+        assert run(tmp_path, **change).resumed_from == len(again.losses)
 
 
 def test_too_small_dataset_is_explained(data):

@@ -11,6 +11,7 @@ keypoint patches among the masked ones follows :func:`~vitscope.functional.curri
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -78,6 +79,10 @@ class GuidedMAERecipe(MAERecipe):
         self.steps_per_epoch, self.every_epochs, self.levels = int(steps_per_epoch), int(every_epochs), tuple(levels)
         curriculum_rho(0, self.every_epochs, self.levels)  # validates the curriculum now, not at step 1
         self._step = 0
+
+    def settings(self) -> dict[str, Any]:
+        return {**super().settings(), "curriculum": {"steps_per_epoch": self.steps_per_epoch,
+                                                     "every_epochs": self.every_epochs, "levels": list(self.levels)}}
 
     def rho_at(self, step: int) -> float:
         """The curriculum's ``rho`` at optimisation step ``step``."""

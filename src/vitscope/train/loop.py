@@ -3,12 +3,16 @@
 A recipe (:class:`Recipe`) says what to optimise; :func:`fit` runs it for a number of steps. Batches come
 from a per-epoch permutation seeded by ``(seed, epoch)`` and augmentations from one generator whose
 state is checkpointed, so a run resumed from a checkpoint continues exactly as the uninterrupted run
-(same thread count, CPU). Checkpoints hold tensors and plain values only and are read back with
-``torch.load(weights_only=True)``; they are written to a temporary file and renamed (atomic).
+(same thread count, CPU). A checkpoint is keyed by everything that decides the numbers (:func:`train_key`: the
+recipe and its settings, the loop's settings, the model's spec and starting weights, the training set); one
+written under another key is ignored with a message and training starts over, never continued. Checkpoints
+hold tensors and plain values only and are read back with ``torch.load(weights_only=True)``; they are written
+to a temporary file and renamed (atomic).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
@@ -16,21 +20,24 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from vitscope._version import __version__
 from vitscope.atomic import atomic_path
 from vitscope.errors import VitscopeValueError
 from vitscope.models.backbone import Backbone
+from vitscope.models.digest import digest, tensors_digest
 from vitscope.train.data import TensorImages
 
-__all__ = ["LoopConfig", "Recipe", "TrainResult", "cosine_schedule", "fit"]
+__all__ = ["LoopConfig", "Recipe", "TrainResult", "cosine_schedule", "fit", "train_key"]
 
 CHECKPOINT_NAME = "train_state.pt"
+KEY_FORMAT = 1
 
 
 @dataclass
@@ -41,7 +48,8 @@ class LoopConfig:
         steps: optimisation steps.
         batch_size: images per step.
         seed: seeds batch order and augmentations (model initialisation is seeded by the model config).
-        checkpoint_dir: where to keep the resumable state (None: no checkpoints).
+        checkpoint_dir: where to keep the resumable state (None: no checkpoints); a state saved there by a
+            run with other settings, model or data is ignored with a message (:func:`train_key`).
         checkpoint_every: steps between checkpoints.
         snapshot_steps: steps after which a copy of the trained model's weights is kept (training curves).
         progress: show a progress bar (default: when stderr is a terminal; otherwise, as in batch-job
@@ -135,6 +143,16 @@ class Recipe(ABC):
         """The module whose weights are snapshotted (default: the backbone's model)."""
         return self.backbone().model
 
+    def settings(self) -> dict[str, Any]:
+        """What decides this recipe's numbers beyond its modules' weights, JSON-able (keys its checkpoints).
+
+        The default is the recipe's name and class and its ``config`` dataclass; a recipe with other arguments
+        (a mask function, a curriculum) adds them.
+        """
+        config = getattr(self, "config", None)
+        return {"name": self.name, "class": f"{type(self).__module__}.{type(self).__qualname__}",
+                "config": asdict(config) if is_dataclass(config) else repr(config)}
+
 
 def cosine_schedule(optimizer: torch.optim.Optimizer, steps: int, warmup: int,
                     final_fraction: float = 0.0) -> torch.optim.lr_scheduler.LambdaLR:
@@ -161,6 +179,71 @@ def _batches(n: int, batch_size: int, seed: int, start_step: int):
         for p in range(pos, per_epoch):
             yield step, perm[p * batch_size:(p + 1) * batch_size]
             step += 1
+
+
+def train_key(recipe: Recipe, modules: dict[str, nn.Module], data: TensorImages,
+              config: LoopConfig) -> dict[str, Any]:
+    """Everything that decides a training run's numbers, as a JSON-able dict (its checkpoint must match it).
+
+    Args:
+        recipe: the objective: its :meth:`Recipe.settings` and its backbone's spec (the number of heads changes
+            no weight's shape).
+        modules: ``recipe.modules()`` before training (their starting weights and which parameters train).
+        data: the training set (a digest of its images and labels, and of the masks when the recipe reads them).
+        config: the loop's settings that change numbers (not the checkpoint folder, interval or progress).
+    """
+    weights = {f"{k}.{n}": t for k, m in modules.items() for n, t in m.state_dict().items()}
+    trainable = sorted(f"{k}.{n}" for k, m in modules.items() for n, p in m.named_parameters() if p.requires_grad)
+    tensors = {"images": data.images, "labels": data.labels}
+    if recipe.needs_foreground and data.foreground is not None:
+        tensors["foreground"] = data.foreground
+    spec = {k: v for k, v in recipe.backbone().spec.to_dict().items() if k != "name"}  # the name changes nothing
+    return {
+        "format": KEY_FORMAT,
+        "vitscope": __version__,
+        "recipe": recipe.settings(),
+        "loop": {"steps": config.steps, "batch_size": config.batch_size, "seed": config.seed,
+                 "snapshot_steps": sorted(config.snapshot_steps), "autocast": config.autocast,
+                 "math_attention": config.math_attention},  # the kernels differ in the last bits
+        "spec": spec,
+        "weights": tensors_digest(weights),
+        "trainable": digest(trainable),
+        "data": {"images": len(data), "digest": tensors_digest(tensors)},
+    }
+
+
+def _key_text(key: Any) -> str:
+    return json.dumps(key, sort_keys=True, default=str, separators=(",", ":"))
+
+
+def _flat(key: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """Dotted path -> JSON text of every leaf (``recipe.config.lr``), to name what changed."""
+    out: dict[str, str] = {}
+    for k, v in key.items():
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = _key_text(v)
+    return out
+
+
+def _changed(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    a, b = _flat(old), _flat(new)
+    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+
+
+def _resumable(path: Path, key: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """The state saved at ``path`` when it was saved under ``key``; otherwise None, said on stderr."""
+    if not path.exists():
+        return None
+    state = torch.load(path, weights_only=True)
+    if state.get("key") == _key_text(key):
+        return state
+    saved = json.loads(state["key"]) if "key" in state else {}
+    changed = ", ".join(_changed(saved, key)) if saved else "key (saved without one by an older vitscope)"
+    print(f"{name}: ignoring training state {path}: it belongs to a different run (changed: {changed}); "
+          "starting over", file=sys.stderr, flush=True)
+    return None
 
 
 def _save_state(path: Path, state: dict[str, Any]) -> None:
@@ -203,6 +286,10 @@ def fit(recipe: Recipe, data: TensorImages, config: LoopConfig) -> TrainResult:
     Returns:
         The trained backbone (eval mode), per-step losses and the requested snapshots.
 
+    A checkpoint in ``config.checkpoint_dir`` is resumed when :func:`train_key` is unchanged; one of another run
+    (other recipe settings, seed, batch size, steps, model or data) is ignored with a message on stderr, and the
+    run starts over (its first save replaces it).
+
     Raises:
         ValueError: the recipe needs foreground masks and ``data`` has none.
     """
@@ -218,13 +305,11 @@ def fit(recipe: Recipe, data: TensorImages, config: LoopConfig) -> TrainResult:
     snapshots: dict[int, dict[str, torch.Tensor]] = {}
     start = 0
     ckpt = Path(config.checkpoint_dir) / CHECKPOINT_NAME if config.checkpoint_dir else None
-    if ckpt is not None and ckpt.exists():
-        state = torch.load(ckpt, weights_only=True)
-        if state["recipe"] != recipe.name or state["total_steps"] != config.steps:
-            raise VitscopeValueError(f"{ckpt} belongs to another run ({state['recipe']}, {state['total_steps']} "
-                                     "steps); remove it or choose another checkpoint directory")
-        for key, module in modules.items():
-            module.load_state_dict(state["modules"][key])
+    key = train_key(recipe, modules, data, config) if ckpt is not None else {}
+    state = _resumable(ckpt, key, recipe.name) if ckpt is not None else None
+    if state is not None:
+        for name, module in modules.items():
+            module.load_state_dict(state["modules"][name])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         gen.set_state(state["generator"])
@@ -266,7 +351,7 @@ def fit(recipe: Recipe, data: TensorImages, config: LoopConfig) -> TrainResult:
                       f"({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
             if ckpt is not None and (done % config.checkpoint_every == 0 or done == config.steps):
                 ckpt.parent.mkdir(parents=True, exist_ok=True)
-                _save_state(ckpt, {"recipe": recipe.name, "total_steps": config.steps, "step": done,
+                _save_state(ckpt, {"key": _key_text(key), "step": done,
                                    "modules": {k: m.state_dict() for k, m in modules.items()},
                                    "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                                    "generator": gen.get_state(), "losses": losses, "snapshots": snapshots})

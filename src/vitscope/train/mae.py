@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -218,6 +218,11 @@ class MAERecipe(Recipe):
         if self.config.mask_seed is None:
             return gen
         return torch.Generator().manual_seed((self.config.mask_seed * 1_000_003 + step) % 2**64)
+
+    def settings(self) -> dict[str, Any]:
+        fn = self.mask_fn  # a function, or an object with a __call__ (GuidedMaskFn)
+        name = getattr(fn, "__qualname__", type(fn).__qualname__)
+        return {**super().settings(), "mask_fn": f"{getattr(fn, '__module__', '')}.{name}"}
 
     def encode_visible(self, pixels: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Encode a random visible subset of patches.

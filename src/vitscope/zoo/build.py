@@ -116,7 +116,8 @@ def build(
         name: zoo name (``vitscope zoo list``), or an entry of your own.
         directory: where weights, manifest and cards go (default: the zoo directory).
         workdir: where resumable training state is kept (default: ``<directory>/.build``); an interrupted
-            build resumes from there and the state is removed after success.
+            build resumes from there when the entry is unchanged (otherwise it says what changed and starts
+            over), and the state is removed after success.
         progress: progress bars (default: when stderr is a terminal).
         steps: override the entry's step count (quick checks; the record says so).
     """
