@@ -1,6 +1,7 @@
 """Zoo weights: fp16 files checked against the manifest, clear errors, names, and a whole tiny build."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -63,6 +64,32 @@ def test_tampered_weights_are_refused(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(ModelLoadError, match="checksum"):
         load_zoo_model("tiny-vit-sup", tmp_path)
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_an_entry_of_another_architecture_is_refused(tmp_path, recorded):
+    """The checksum proved only the file's bytes: 8 heads for a 4-head file loaded silently (other logits), and
+    another depth or no head stopped with a bare KeyError."""
+    sup = get_entry("tiny-vit-sup")
+    _ship(tmp_path)
+    if recorded:  # what a build writes: the entry the file was built from
+        manifest = read_manifest(tmp_path)
+        manifest["models"]["tiny-vit-sup"] = {"entry": sup.to_dict()}
+        write_manifest(tmp_path, manifest)
+    cases = [({"depth": 4}, "depth 6 (built) != 4" if recorded else "unexpected blocks.4.attn.proj.bias"),
+             ({"num_classes": 0}, "num_classes 10 (built) != 0" if recorded else "unexpected head.bias, head.weight"),
+             ({"embed_dim": 64}, "embed_dim 128 (built) != 64" if recorded else "proj.bias (128,) (file) != (64,)")]
+    if recorded:  # no tensor's shape depends on it: only the record tells
+        cases.append(({"num_heads": 8}, "num_heads 4 (built) != 8"))
+
+    def entry(**change):
+        return ZooEntry(**{**sup.to_dict(), "model": {**sup.model, **change}})
+
+    for change, why in cases:
+        with pytest.raises(ModelLoadError, match=re.escape(why)):
+            load_zoo_model("tiny-vit-sup", tmp_path, entry=entry(**change))
+    same = entry(mlp_ratio=4.0, seed=5)  # a default written out, another initial seed: the same model once loaded
+    assert load_zoo_model("tiny-vit-sup", tmp_path, entry=same).spec.num_heads == 4
 
 
 @pytest.mark.parametrize("text, why", [("{bad", "not a readable zoo manifest"), ("[1, 2]", "not a zoo manifest")])

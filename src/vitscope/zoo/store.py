@@ -2,7 +2,8 @@
 
 The shipped weights are in the package (``vitscope/zoo/weights``); ``VITSCOPE_ZOO_DIR`` points loading
 and ``vitscope zoo build`` at another directory. ``manifest.json`` holds, per file, its sha256, and per
-model its build record (recipe, data seed, parameter count, held-out score and baselines).
+model its build record (the entry it was built from, recipe, data seed, parameter count, held-out score and
+baselines). Loading checks the file's sha256 and that the entry's architecture is the one it was built with.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +27,8 @@ from vitscope.models.errors import ModelLoadError
 from vitscope.strict_json import dumps
 from vitscope.zoo.catalog import ZooEntry, get_entry
 
-__all__ = ["MANIFEST", "build_model", "is_built", "load_zoo_model", "read_manifest", "roundtrip_fp16", "save_weights",
-           "sha256", "split_name", "wrap_zoo_model", "write_manifest", "zoo_dir"]
+__all__ = ["MANIFEST", "build_model", "is_built", "load_zoo_model", "model_config", "read_manifest", "roundtrip_fp16",
+           "save_weights", "sha256", "split_name", "wrap_zoo_model", "write_manifest", "zoo_dir"]
 
 MANIFEST = "manifest.json"
 _PACKAGED = Path(__file__).resolve().parent / "weights"
@@ -77,18 +80,26 @@ def split_name(name: str) -> tuple[str, int | None]:
     return base, int(step)
 
 
+def model_config(arch: str, model: Mapping[str, Any]) -> Any:
+    """The ``TinyViTConfig`` or ``TinyResNetConfig`` of architecture ``arch`` with arguments ``model``."""
+    from vitscope.models.tiny import TinyResNetConfig, TinyViTConfig
+
+    if arch == "tiny-vit":
+        return TinyViTConfig(**model)
+    if arch == "tiny-resnet":
+        cfg = dict(model)
+        if "widths" in cfg:  # a list when read from JSON
+            cfg["widths"] = tuple(cfg["widths"])
+        return TinyResNetConfig(**cfg)
+    raise VitscopeValueError(f"unknown zoo architecture '{arch}'")
+
+
 def build_model(entry: ZooEntry) -> nn.Module:
     """The entry's architecture with its seeded initial weights (the randomly initialised twin)."""
-    from vitscope.models.tiny import TinyResNet, TinyResNetConfig, TinyViT, TinyViTConfig
+    from vitscope.models.tiny import TinyResNet, TinyViT
 
-    if entry.arch == "tiny-vit":
-        return TinyViT(TinyViTConfig(**entry.model))
-    if entry.arch == "tiny-resnet":
-        cfg = dict(entry.model)
-        if "widths" in cfg:
-            cfg["widths"] = tuple(cfg["widths"])
-        return TinyResNet(TinyResNetConfig(**cfg))
-    raise VitscopeValueError(f"unknown zoo architecture '{entry.arch}'")
+    config = model_config(entry.arch, entry.model)
+    return TinyViT(config) if entry.arch == "tiny-vit" else TinyResNet(config)
 
 
 def wrap_zoo_model(model: nn.Module, name: str) -> Backbone:
@@ -125,7 +136,9 @@ def load_zoo_model(name: str, directory: str | os.PathLike | None = None, entry:
         entry: the catalogue entry (default: looked up by name; pass your own for models you built).
 
     Raises:
-        ModelLoadError: not built in this directory, or the file does not match the manifest.
+        ModelLoadError: not built in this directory, the file does not match the manifest, or ``entry``'s
+            architecture is not the one the file was built with (the manifest's record of it, then the file's
+            tensor names and shapes).
     """
     base, step = split_name(name)
     try:
@@ -136,19 +149,61 @@ def load_zoo_model(name: str, directory: str | os.PathLike | None = None, entry:
         return wrap_zoo_model(build_model(entry).eval(), name)
     d = zoo_dir(directory)
     fname = f"{name}.safetensors"
-    expected = read_manifest(d)["files"].get(fname)
+    manifest = read_manifest(d)
+    expected = manifest["files"].get(fname)
     path = d / fname
     if expected is None or not path.is_file():
         raise ModelLoadError(f"zoo model '{name}' is not built in {d}; run `vitscope zoo build {base}`")
     if sha256(path) != expected:
         raise ModelLoadError(f"{path} does not match its checksum in {d / MANIFEST} (corrupted or replaced); "
                              f"restore it or rebuild with `vitscope zoo build {base}`")
+    record = manifest.get("models", {}).get(base, {}).get("entry")
+    if isinstance(record, dict):  # files shipped without a build record are checked by their tensors alone
+        _check_architecture(entry, record, path)
     model = build_model(entry)
-    state = load_file(str(path))
-    reference = model.state_dict()
-    model.load_state_dict({k: v.to(reference[k].dtype) for k, v in state.items()})
+    _load_weights(model, load_file(str(path)), path)
     model.eval()
     return wrap_zoo_model(model, name)
+
+
+def _check_architecture(entry: ZooEntry, record: Mapping[str, Any], path: Path) -> None:
+    """Refuse ``entry`` when its architecture is not the recorded one the file was built with.
+
+    The number of heads, for one, changes no tensor's shape: such a file would load and compute other numbers.
+    """
+    try:
+        built = asdict(model_config(record["arch"], record["model"]))
+    except (KeyError, TypeError, VitscopeValueError) as err:
+        raise ModelLoadError(f"the manifest's build record of {path.name} names an architecture this vitscope cannot "
+                             f"read ({type(err).__name__}: {err}); rebuild it with `vitscope zoo build`") from None
+    if record["arch"] != entry.arch:
+        raise ModelLoadError(f"{path} was built as a {record['arch']}, not the {entry.arch} of the entry given; "
+                             "load it with the entry it was built from (its record in the manifest)")
+    given = asdict(model_config(entry.arch, entry.model))
+    # the initial weights' seed is replaced by the file's weights: it changes no number of the loaded model
+    differ = [f"{k} {built[k]!r} (built) != {given[k]!r} (entry)" for k in built
+              if k != "seed" and built[k] != given[k]]
+    if differ:
+        raise ModelLoadError(f"{path} was built with another architecture than the entry given: {'; '.join(differ)}; "
+                             "load it with the entry it was built from (its record in the manifest) or rebuild it")
+
+
+def _load_weights(model: nn.Module, state: dict[str, torch.Tensor], path: Path) -> None:
+    """Load ``state`` into ``model`` in the model's dtypes, or a ModelLoadError naming the tensors that do not fit."""
+    reference = model.state_dict()
+    problems = [f"{what} {_few(names)}" for what, names in (("missing", reference.keys() - state.keys()),
+                                                             ("unexpected", state.keys() - reference.keys())) if names]
+    problems += [f"{k} {tuple(state[k].shape)} (file) != {tuple(reference[k].shape)} (model)"
+                 for k in sorted(state.keys() & reference.keys()) if state[k].shape != reference[k].shape][:3]
+    if problems:
+        raise ModelLoadError(f"{path} does not fit the entry's architecture ({'; '.join(problems)}); load it with the "
+                             "entry it was built from or rebuild it")
+    model.load_state_dict({k: v.to(reference[k].dtype) for k, v in state.items()})
+
+
+def _few(names: set[str], most: int = 3) -> str:
+    listed = sorted(names)
+    return ", ".join(listed[:most]) + (f" and {len(listed) - most} more" if len(listed) > most else "")
 
 
 def roundtrip_fp16(model: nn.Module) -> None:
