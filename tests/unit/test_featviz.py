@@ -86,6 +86,27 @@ def test_combination_is_the_weighted_sum_of_its_terms(tiny) -> None:
         FFNChannel(1, 9999)(acts, spec, spec.grid)
 
 
+def test_a_direction_on_an_attention_site_lives_in_the_concatenated_heads(tiny) -> None:
+    """On [B, H, N, Dh] the direction took H entries and mixed heads over every token (CLS included) and every
+    Dh position; a direction of the H * Dh channels ChannelObjective uses was refused."""
+    spec = tiny.spec
+    gen = torch.Generator().manual_seed(0)
+    k = torch.randn(3, spec.num_heads, spec.num_tokens, 32, generator=gen)  # [B, H, N, Dh]
+    acts = {"blocks.2.attn.k": k}
+    for channel in (0, 37, 127):  # a one-hot direction is that channel (head channel // 32, dim channel % 32)
+        one_hot = torch.zeros(spec.num_heads * 32)
+        one_hot[channel] = 2.0
+        torch.testing.assert_close(Direction("blocks.2.attn.k", one_hot)(acts, spec, spec.grid),
+                                   Key(2, channel)(acts, spec, spec.grid))
+    v = torch.randn(spec.num_heads * 32, generator=gen)
+    concatenated = k[:, :, 1:].permute(0, 2, 1, 3).reshape(3, spec.num_tokens - 1, -1)  # [B, K, H * Dh], CLS dropped
+    want = concatenated @ (v / v.norm())
+    torch.testing.assert_close(Direction("blocks.2.attn.k", v)(acts, spec, spec.grid), want.mean(1))
+    torch.testing.assert_close(Direction("blocks.2.attn.k", v, token=(1, 2))(acts, spec, spec.grid), want[:, 10])
+    with pytest.raises(ValueError, match="4 entries, the site 128 channels"):
+        Direction("blocks.2.attn.k", torch.ones(spec.num_heads))(acts, spec, spec.grid)
+
+
 def test_parse_objective() -> None:
     assert parse_objective("blocks.5.mlp.post:31") == FFNChannel(5, 31)
     assert parse_objective("blocks.5.mlp.post:31@2,3") == FFNChannel(5, 31, token=(2, 3))

@@ -144,6 +144,24 @@ def spatial_channel(x: torch.Tensor, channel: int, spec: ModelSpec, name: str) -
     raise VitscopeValueError(f"{name}: cannot take a channel of a tensor of shape {tuple(x.shape)}")
 
 
+def spatial_units(x: torch.Tensor, spec: ModelSpec, name: str) -> torch.Tensor:
+    """Every channel of a recorded site at its spatial positions: ``-> [B, K, C]`` (row-major).
+
+    The layouts of :func:`spatial_channel`: tokens ``[B, N, D]`` (prefix tokens dropped, ``C = D``), attention
+    tensors ``[B, H, N, Dh]`` (prefix tokens dropped, channels the concatenated heads, ``C = H * Dh``) and CNN
+    maps ``[B, C, h, w]``.
+    """
+    if x.dim() == 3:
+        return x[:, spec.num_prefix_tokens:]
+    if x.dim() == 4 and spec.is_transformer:
+        b, heads, _, dh = x.shape
+        return x[:, :, spec.num_prefix_tokens:].permute(0, 2, 1, 3).reshape(b, -1, heads * dh)
+    if x.dim() == 4:
+        return x.flatten(2).transpose(1, 2)
+    raise VitscopeValueError(f"{name}: expected tokens [B, N, D], attention tensors [B, H, N, Dh] or a map "
+                             f"[B, C, h, w], got {tuple(x.shape)}")
+
+
 def _check_channel(channel: int, width: int, name: str) -> None:
     if not 0 <= channel < width:
         raise VitscopeValueError(f"{name}: channel {channel} is out of range; this site has {width} channels "
@@ -248,8 +266,10 @@ class Direction(Objective):
     """Projection of a site's tokens onto a direction of its embedding space (unit-normalised vector).
 
     Args:
-        site: token site ``[B, N, D]`` (e.g. ``"blocks.3.resid_post"``) or CNN map ``[B, C, h, w]``.
-        vector: ``[D]`` direction; it is normalised to unit length.
+        site: token site ``[B, N, D]`` (e.g. ``"blocks.3.resid_post"``), attention site ``[B, H, N, Dh]``
+            (``"blocks.2.attn.k"``: the direction lives in the concatenated heads, ``H * Dh``, the channels of
+            :class:`ChannelObjective`) or CNN map ``[B, C, h, w]``.
+        vector: ``[C]`` direction (``D``, ``H * Dh`` or ``C``); it is normalised to unit length.
         token: None (mean over spatial tokens), a spatial index or ``(row, col)``.
         label: readable name of the direction (default ``"dir"``).
     """
@@ -269,16 +289,10 @@ class Direction(Objective):
     def __call__(self, acts: Mapping[str, torch.Tensor], spec: ModelSpec, grid: tuple[int, int]) -> torch.Tensor:
         x = acts[self.site]
         grid = _site_grid(x, spec, grid)
-        if x.dim() == 4:  # CNN map -> [B, K, C]
-            x = x.flatten(2).transpose(1, 2)
-        elif x.dim() == 3:
-            x = x[:, spec.num_prefix_tokens:]
-        else:
-            raise VitscopeValueError(f"{self.name}: expected tokens [B, N, D] or a map [B, C, h, w], got "
-                                     f"{tuple(x.shape)}")
+        x = spatial_units(x, spec, self.name)  # [B, K, C]
         if x.shape[-1] != self.vector.numel():
             raise VitscopeValueError(f"{self.name}: the direction has {self.vector.numel()} entries, the site "
-                                     f"{x.shape[-1]}")
+                                     f"{x.shape[-1]} channels")
         proj = x @ self.vector.to(device=x.device, dtype=x.dtype)  # [B, K]
         return proj.mean(dim=1) if self.token is None else proj[:, _token_index(self.token, grid)]
 
