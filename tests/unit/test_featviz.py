@@ -261,6 +261,23 @@ def test_objectives_on_the_final_norm_read_the_normed_tokens(tiny) -> None:
     assert torch.isfinite(res.activation).all()
 
 
+def test_a_repeated_unit_is_optimised_once(tiny, tmp_path) -> None:
+    """A unit given twice, or given and drawn by --grid, was optimised twice; then the writer refused the two
+    figures of one name and the whole optimisation was lost."""
+    from vitscope.featviz.workflow import FeatvizOptions, featviz_run, grid_units
+
+    drawn = [u.name for u in grid_units(tiny, 1, seed=0)]
+    units = ["blocks.1.mlp.post:3", drawn[2], "blocks.1.mlp.post:3"]
+    said: list[str] = []
+    run = featviz_run(FeatvizOptions(model="tiny-vit-sup", out=tmp_path, units=units, grid=1, seed=0, steps=1,
+                                     image_size=32), log=said.append)
+    want = ["blocks.1.mlp.post:3", drawn[2]] + [u for u in drawn if u != drawn[2]]
+    assert run.config["units"] == want and list(run.results["featviz"].meta["units"]) == want
+    stems = [f.stem for f in run.results["featviz"].figures()]
+    assert len(stems) == len(set(stems)) == 1 + len(want)  # the grid and one image per unit
+    assert any(line.startswith(f"blocks.1.mlp.post:3, {drawn[2]}: given more than once") for line in said), said
+
+
 def test_a_unit_below_its_best_dataset_image_is_a_warning_and_a_note() -> None:
     from vitscope.featviz.workflow import WeakFeatureVisualisationWarning, _weak_units
 

@@ -44,7 +44,7 @@ def featviz(
     """Optimise images that maximise units; with --data, their top images and activation maps.
 
     Name the units with --unit (repeatable) or --grid N (N random FFN channels of every block); one of the two
-    is required.
+    is required. A unit named twice, or named and drawn by --grid, is optimised once.
     """
     from vitscope.featviz.workflow import FeatvizOptions, run_featviz
 

@@ -84,6 +84,18 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "unit"
 
 
+def _unique(objectives: list[Objective], log: Callable[[str], None]) -> list[Objective]:
+    """The objectives without repeats, the first of each name kept in its place: a name is one image, one figure
+    file and one entry of results.json, so a unit given twice (or given and drawn by ``--grid``) is optimised once."""
+    kept: dict[str, Objective] = {}
+    for objective in objectives:
+        kept.setdefault(objective.name, objective)
+    if len(kept) < len(objectives):
+        repeated = [name for name in kept if sum(o.name == name for o in objectives) > 1]
+        log(f"{', '.join(repeated)}: given more than once (or drawn by --grid as well); optimised once")
+    return list(kept.values())
+
+
 def _render_chunks(backbone, objectives: list[Objective], cfg: FeatvizConfig, chunk: int,
                    log: Callable[[str], None]) -> FeatvizResult:
     """Render in chunks of units (bounded memory); concatenate the results."""
@@ -228,6 +240,7 @@ def featviz_run(options: FeatvizOptions, log: Callable[[str], None] = lambda s: 
     backbone.to(device).eval()
     if options.grid > 0:
         objectives += grid_units(backbone, options.grid, options.seed)
+    objectives = _unique(objectives, log)
     cfg = FeatvizConfig(steps=options.steps, seed=options.seed, lambda_tv=options.lambda_tv,
                         augment=AugmentConfig(noise=options.noise, color_shift=options.color_shift))
     log(f"optimising {len(objectives)} units for {cfg.steps} steps on {device}")
