@@ -153,6 +153,20 @@ def test_augment_follows_the_published_recipe() -> None:
         AugmentConfig(noise="gaussian")
 
 
+def test_noise_falls_linearly_to_zero_at_the_last_step() -> None:
+    """The std was noise_std * (1 - step / steps): noise_std / steps at the last step (0.125 of 4 steps), not 0."""
+    x = torch.rand(2, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    cfg = AugmentConfig(copies=3, jitter=0, color_shift="none", noise_std=0.5)
+    for step, factor in enumerate([1.0, 2 / 3, 1 / 3, 0.0]):
+        gen = torch.Generator().manual_seed(7)
+        got = augment(x, step, 4, gen, cfg) - x.repeat_interleave(3, 0)
+        replay = torch.Generator().manual_seed(7)  # the same draws: the two (empty) shifts, then the noise
+        torch.randint(0, 1, (1, 1), generator=replay), torch.randint(0, 1, (1, 1), generator=replay)
+        want = torch.randn(6, 3, 1, 1, generator=replay) * 0.5 * factor
+        torch.testing.assert_close(got, want.expand_as(got), rtol=0, atol=1e-6)
+    assert augment(x, 0, 1, torch.Generator().manual_seed(7), cfg).sub(x.repeat_interleave(3, 0)).abs().max() > 0
+
+
 def test_every_objective_loss_falls_within_5_steps(tiny) -> None:
     direction = torch.randn(128, generator=torch.Generator().manual_seed(0))
     objectives = [FFNChannel(3, 7), FFNChannel(3, 7, token=(2, 3)), Key(2, 5), Query(1, 3), Value(4, 9),

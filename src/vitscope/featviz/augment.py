@@ -28,7 +28,8 @@ class AugmentConfig:
             ``sigma = exp(U(-1, 1))`` per image and channel; ``"none"`` to switch it off.
         noise: ``"channel"`` (the code: an additive constant per image and channel) or ``"pixel"`` (the paper's
             text: per-pixel Gaussian noise) or ``"none"``.
-        noise_std: noise standard deviation at step 0, annealed linearly to 0 at the last step (0.5).
+        noise_std: noise standard deviation at step 0, annealed linearly to 0 at the last step (0.5; a run of
+            one step keeps it).
     """
 
     copies: int = 8
@@ -65,7 +66,7 @@ def augment(images: torch.Tensor, step: int, steps: int, gen: torch.Generator, c
 
     Args:
         images: ``[U, 3, H, W]`` pixels in [0, 1] (one image per unit being visualised).
-        step: 0-based step, for the noise annealing ``std * (1 - step / steps)``.
+        step: 0-based step, for the noise annealing ``std * (1 - step / (steps - 1))``: 0 at the last step.
         steps: total steps.
         gen: CPU generator for every random draw.
         cfg: the augmentation settings.
@@ -86,7 +87,7 @@ def augment(images: torch.Tensor, step: int, steps: int, gen: torch.Generator, c
         mu = (torch.rand(n, c, 1, 1, generator=gen) * 2 - 1).to(x)
         sigma = (torch.rand(n, c, 1, 1, generator=gen) * 2 - 1).exp().to(x)
         x = (x - mu) / sigma if cfg.color_shift == "code" else sigma * x + mu
-    std = cfg.noise_std * (1.0 - step / max(steps, 1))
+    std = cfg.noise_std * (1.0 - step / max(steps - 1, 1))
     if cfg.noise != "none" and std > 0 and math.isfinite(std):
         shape = (n, c, 1, 1) if cfg.noise == "channel" else (n, c, h, w)
         x = x + (torch.randn(shape, generator=gen) * std).to(x)
