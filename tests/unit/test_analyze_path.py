@@ -107,7 +107,7 @@ def test_every_command_shares_the_pass_options_in_one_order() -> None:
     shared = [f.name for f in dataclasses.fields(PassOptions) if f.metadata]
     assert shared[:3] == ["data", "out", "limit"] and "config_file" not in shared
     for kind, own in ((AnalyzeOptions, ["model", "analyses", "params", "compile_stats"]),
-                      (CompareOptions, ["models", "analyses", "params", "compile_stats"]),
+                      (CompareOptions, ["models", "analyses", "params", "compile_stats", "cka_estimator"]),
                       (ProbeOptions, ["model", "test_data", "test_fraction", "tiling", "blocks", "site", "seed",
                                       "cache", "davis_void"])):
         assert [o.name for o in option_table(kind)] == own + shared, kind.__name__
