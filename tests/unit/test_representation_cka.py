@@ -10,8 +10,9 @@ import torch
 
 from contract.fake_records import fake_record, fake_spec
 from vitscope.analyses.representation.cka import BlockCKA, cka_between, cross_model_cka
-from vitscope.analyses.representation.hsic import MinibatchHSIC, ShuffledHSIC, shuffled_positions
+from vitscope.analyses.representation.hsic import MinibatchHSIC
 from vitscope.analyses.representation.residual import ResidualCKA
+from vitscope.analyses.representation.shuffled_hsic import ShuffledHSIC, shuffled_positions
 from vitscope.cache.feature_cache import FeatureCache
 from vitscope.cache.rowstore import RowStore
 from vitscope.functional import features_for_cka, hsic, linear_cka, minibatch_cka

@@ -19,13 +19,8 @@ import torch
 from vitscope.analyses.attention.base import has_cls_token
 from vitscope.analyses.base import Analysis, Batch, Figure, Result
 from vitscope.analyses.registry import register_analysis
-from vitscope.analyses.representation.hsic import (
-    FullHSIC,
-    MinibatchHSIC,
-    ShuffledHSIC,
-    chunked_gram,
-    shuffled_positions,
-)
+from vitscope.analyses.representation.hsic import FullHSIC, MinibatchHSIC, chunked_gram
+from vitscope.analyses.representation.shuffled_hsic import ShuffledHSIC, shuffled_positions
 from vitscope.cache.feature_cache import CacheEntry
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.cka import features_for_cka
@@ -200,7 +195,7 @@ class BlockCKA(Analysis):
             dataset is in minibatch ``i // batch``, whatever the engine's batch size, number of processes or resume
             point; on data sorted by class (every ``imagefolder``) a minibatch then holds one or two classes and the
             estimate is a within-class CKA. ``"shuffled"``: minibatches of images drawn by a seeded shuffle
-            (:class:`~vitscope.analyses.representation.hsic.ShuffledHSIC`), the same whatever the data's order,
+            (:class:`~vitscope.analyses.representation.shuffled_hsic.ShuffledHSIC`), the same whatever the data's order,
             but every image's features wait on disk until the end of the pass, as the full estimators'.
         seed: the shuffle's seed (``order="shuffled"``).
 

@@ -17,6 +17,9 @@ with itself), both exactly mergeable and independent of how the images were batc
 - :class:`FullHSIC`: every image's features go to a disk-backed :class:`RowStore`; ``compute`` builds the
   full Grams chunk by chunk and applies the biased (default) or unbiased estimator.
 
+Minibatches drawn at random from the data rather than cut from it in order are
+:class:`~vitscope.analyses.representation.shuffled_hsic.ShuffledHSIC`'s.
+
 Grams are built one representation at a time in float64 (two chunks converted at a time), never for every
 representation at once.
 """
@@ -34,11 +37,10 @@ from vitscope.cache.rowstore import RowStore
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.cka import _minmax_gram
 from vitscope.functional.cka_grams import cka_from_hsic, cross_gram, hsic_matrix
-from vitscope.functional.index_hash import index_hash
 
-__all__ = ["FullHSIC", "MinibatchHSIC", "PreparedRep", "ShuffledHSIC", "chunked_gram", "shuffled_positions"]
+__all__ = ["MIN_UNBIASED", "FullHSIC", "MinibatchHSIC", "PreparedRep", "chunked_gram"]
 
-_MIN_UNBIASED = 4
+MIN_UNBIASED = 4
 #: bytes of one waiting piece kept in memory; larger pieces go to disk at once
 _PIECE_IN_MEMORY = 1 << 20
 
@@ -121,8 +123,8 @@ class MinibatchHSIC:
     """
 
     def __init__(self, batch: int = 64, gram_minmax: bool = False, symmetric: bool = True) -> None:
-        if int(batch) != batch or batch < _MIN_UNBIASED:
-            raise VitscopeValueError(f"batch must be an integer >= {_MIN_UNBIASED}, got {batch!r}")
+        if int(batch) != batch or batch < MIN_UNBIASED:
+            raise VitscopeValueError(f"batch must be an integer >= {MIN_UNBIASED}, got {batch!r}")
         self.batch, self.gram_minmax, self.symmetric = int(batch), bool(gram_minmax), bool(symmetric)
         self.sums: list[torch.Tensor] | None = None  # [xy [A, B], xx [A], yy [B]], weighted by minibatch size
         self.weight = 0  # images in reduced minibatches
@@ -130,7 +132,7 @@ class MinibatchHSIC:
         self.open: dict[int, OpenMinibatch] = {}  # minibatches not complete yet
         self.done: set[int] = set()  # minibatches already reduced
 
-    def _fold(self, grams: list[torch.Tensor], b: int) -> None:
+    def fold(self, grams: list[torch.Tensor], b: int) -> None:
         """Add the weighted HSIC terms of one minibatch of ``b`` images given every representation's Gram."""
         if self.gram_minmax:
             grams = [_minmax_gram(k) for k in grams]
@@ -150,14 +152,14 @@ class MinibatchHSIC:
     def _reduce(self, waiting: OpenMinibatch) -> None:
         """Fold one minibatch from its waiting pieces (rows sorted by image index); fewer than 4 images: nothing."""
         index = np.concatenate(waiting.index)
-        if index.size < _MIN_UNBIASED:
+        if index.size < MIN_UNBIASED:
             return
         order = torch.from_numpy(np.argsort(index, kind="stable"))
         grams = []
         for pieces in waiting.rows:
             k = chunked_gram([c for piece in pieces for c in _chunks(piece)])
             grams.append(k[order.to(k.device)][:, order.to(k.device)])
-        self._fold(grams, int(index.size))
+        self.fold(grams, int(index.size))
 
     def _put(self, mb: int, index: np.ndarray, pieces: list[RowStore | LastPiece]) -> None:
         """Add one piece of minibatch ``mb``; reduce the minibatch (and delete its rows) once it is complete."""
@@ -215,7 +217,7 @@ class MinibatchHSIC:
                 if mb in self.done or mb in self.open:
                     raise VitscopeValueError(f"minibatch {mb} was added twice; every image needs a distinct "
                                              "dataset index")
-                self._fold(parts, int(pos.size))
+                self.fold(parts, int(pos.size))
                 self.done.add(mb)
             else:
                 self._put(mb, index[pos], parts)
@@ -319,7 +321,7 @@ class FullHSIC:
     def cka(self, unbiased: bool = False) -> torch.Tensor | None:
         """``[A, B]`` full-batch CKA (CKA does not depend on the order of the examples); None if too few."""
         n = self.store.rows
-        if n < (_MIN_UNBIASED if unbiased else 2):
+        if n < (MIN_UNBIASED if unbiased else 2):
             return None
         kx = torch.stack([self._gram(f"x{a}") for a in range(self.num_x)])
         hxx = hsic_matrix(kx, unbiased=unbiased)
@@ -330,87 +332,3 @@ class FullHSIC:
         hyy = hsic_matrix(ky, unbiased=unbiased).diagonal()
         return cka_from_hsic(hsic_matrix(kx, ky, unbiased=unbiased), hxx.diagonal(), hyy)
 
-
-def shuffled_positions(index: np.ndarray, seed: int) -> np.ndarray:
-    """Positions of ``index`` in their seeded shuffled order: sorted by :func:`index_hash` of ``(seed, index)``
-    (ties, about one in 2**64, by index), so the order of an image among others depends on their indices alone."""
-    return np.lexsort((index, index_hash(index, seed)))
-
-
-def _rows_at(parts: Sequence[tuple[int, np.ndarray]], pos: np.ndarray) -> np.ndarray:
-    """Rows ``pos`` (store positions, in that order) of a column given as consecutive chunks ``(start, rows)``."""
-    starts = np.asarray([start for start, _ in parts])
-    which = np.searchsorted(starts, pos, side="right") - 1
-    out = np.empty((pos.size, *parts[0][1].shape[1:]), dtype=parts[0][1].dtype)
-    for k in np.unique(which):
-        picked = which == k
-        out[picked] = parts[k][1][pos[picked] - starts[k]]
-    return out
-
-
-class ShuffledHSIC:
-    """Minibatch CKA (Nguyen et al. 2021) over minibatches drawn at random from the dataset rather than cut from it
-    in order: the images are ordered by a seeded hash of their dataset index (:func:`shuffled_positions`) and
-    minibatch ``k`` is ranks ``k * batch`` to ``(k + 1) * batch - 1`` of that order, the last, smaller one dropped
-    under 4 images. A minibatch then holds images from anywhere in the data, so every image's features wait in a
-    disk-backed :class:`RowStore` (as :class:`FullHSIC`'s) until :meth:`cka` makes the minibatches. The estimate
-    depends on ``batch``, ``seed`` and the images read alone: not on their order, the engine's batches, the
-    processes or a resume.
-
-    Args:
-        batch: minibatch size (>= 4).
-        gram_minmax: min-max rescale every minibatch Gram as the 002 code.
-        symmetric: X is compared with itself.
-        seed: the shuffle's seed (any integer).
-        workdir: folder for spilled rows (None: a temporary folder).
-    """
-
-    def __init__(self, batch: int = 64, gram_minmax: bool = False, symmetric: bool = True, seed: int = 0,
-                 workdir: str | Path | None = None) -> None:
-        if int(batch) != batch or batch < _MIN_UNBIASED:
-            raise VitscopeValueError(f"batch must be an integer >= {_MIN_UNBIASED}, got {batch!r}")
-        self.batch, self.gram_minmax, self.seed = int(batch), bool(gram_minmax), int(seed)
-        self.rows = FullHSIC(symmetric, workdir)
-
-    @property
-    def symmetric(self) -> bool:
-        return self.rows.symmetric
-
-    @property
-    def count(self) -> int:
-        """Images added."""
-        return self.rows.count
-
-    def add(self, indices: Sequence[int], xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor] | None = None) -> None:
-        """Keep a batch's rows: ``xs`` (and ``ys`` unless symmetric) are lists of ``[b, F]`` representations."""
-        self.rows.add(indices, xs, ys)
-
-    def merge(self, other: ShuffledHSIC) -> ShuffledHSIC:
-        """Fold ``other`` in (its rows are shared read-only or copied); returns ``self``."""
-        if (other.batch, other.gram_minmax, other.seed) != (self.batch, self.gram_minmax, self.seed):
-            raise VitscopeValueError("cannot merge shuffled minibatch HSIC states with different batch / gram_minmax "
-                                     "/ seed")
-        self.rows.merge(other.rows)
-        return self
-
-    def cka(self) -> torch.Tensor | None:
-        """``[A, B]`` CKA over the shuffled minibatches (None when none holds 4 images)."""
-        store = self.rows.store
-        if store.rows == 0:
-            return None
-        order = shuffled_positions(store.column("index"), self.seed)
-        num_y = sum(1 for c in store.schema if c.startswith("y"))
-        names = [f"x{a}" for a in range(self.rows.num_x)] + [f"y{b}" for b in range(num_y)]
-        columns = {}
-        for name in names:
-            parts, start = [], 0
-            for chunk in store.chunks([name], max_rows=max(store.rows, 1)):  # memory maps: rows read on demand
-                parts.append((start, chunk[name]))
-                start += len(chunk[name])
-            columns[name] = parts
-        folded = MinibatchHSIC(self.batch, self.gram_minmax, self.symmetric)
-        for start in range(0, order.size, self.batch):
-            pos = order[start : start + self.batch]
-            if pos.size >= _MIN_UNBIASED:
-                folded._fold([cross_gram(_rows_at(columns[name], pos)) for name in names], int(pos.size))
-        return folded.cka()
