@@ -51,12 +51,13 @@ def _curves_figure(name: str, curves: dict[str, dict[str, Any]], steps: int, num
 
 
 def _planned(models: Sequence[str], methods: Sequence[str] | None, steps: int | None,
-             log: Callable[[str], None] | None) -> tuple[dict[str, list[str]], dict[str, str]]:
+             log: Callable[[str], None] | None) -> tuple[dict[str, list[str]], dict[str, str], dict[str, Any]]:
     """The methods each model runs and those left out (``method@model`` -> why), decided before anything is scored,
     so that a run that cannot finish stops before the slow part, not after the models before the one that fails.
 
-    Each model is loaded here and again to be scored: only one is in memory at a time. Every model's input and the
-    methods it leaves out go to ``log``.
+    The models are loaded in reverse order and only the first is kept (returned, by name, to be scored first), so
+    one model is in memory at a time and the first (with one model, the only one) is not loaded twice. Every model's
+    input and the methods it leaves out go to ``log``, in the order of ``models``.
 
     Args:
         models: model names or folders.
@@ -75,16 +76,22 @@ def _planned(models: Sequence[str], methods: Sequence[str] | None, steps: int | 
     from vitscope.models.load import load_model
 
     chosen: dict[str, list[str]] = {}
-    skipped: dict[str, str] = {}
+    not_runs: dict[str, dict[str, str]] = {}
     patches: dict[str, int] = {}
-    for model_id in models:
+    lines: dict[str, str] = {}
+    kept: dict[str, Any] = {}
+    for model_id in reversed(models):
+        kept.clear()  # the model loaded before this one: one in memory at a time
         backbone = load_model(model_id)
-        chosen[model_id], not_run = methods_for(backbone, methods)
-        if log:
-            log(describe_input(backbone.spec) + (f"; not run: {not_run_text(not_run)}" if not_run else ""))
-        skipped.update({f"{m}@{model_id}": why for m, why in not_run.items()})
+        chosen[model_id], not_runs[model_id] = methods_for(backbone, methods)
+        lines[model_id] = describe_input(backbone.spec) + (
+            f"; not run: {not_run_text(not_runs[model_id])}" if not_runs[model_id] else "")
         patches[model_id] = math.prod(backbone.spec.grid)
+        kept[model_id] = backbone
         del backbone
+    skipped = {f"{m}@{model_id}": why for model_id in models for m, why in not_runs[model_id].items()}
+    for model_id in models if log else ():
+        log(lines[model_id])
     if not any(chosen.values()):
         raise VitscopeUsageError(f"--methods: no method asked for runs on {', '.join(models)}, so nothing would be "
                                  f"scored: {'; '.join(f'{k} ({why})' for k, why in skipped.items())}; give methods "
@@ -95,7 +102,7 @@ def _planned(models: Sequence[str], methods: Sequence[str] | None, steps: int | 
                                  f"{', '.join(f'{m} ({k})' for m, k in few.items())}: each point of the deletion and "
                                  f"insertion curves removes at least one patch; give --steps {min(few.values())} "
                                  "or fewer")
-    return chosen, skipped
+    return chosen, skipped, kept
 
 
 def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, methods: Sequence[str] | None = None,
@@ -138,13 +145,14 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
     root = Path(str(data).split("::", 1)[0])
     settings = root / "synth.json"
     backgrounds = len(json.loads(settings.read_text()).get("backgrounds", [])) if settings.is_file() else None
-    plan, skipped = _planned(models, methods, steps, log)
+    plan, skipped, kept = _planned(models, methods, steps, log)
     rows, identities, figures = [], [], []
     scored = 0
     for model_id in models:
+        backbone = kept.pop(model_id, None)
         if not plan[model_id]:  # nothing to score on it (skipped_analyses says why)
             continue
-        backbone = load_model(model_id)
+        backbone = backbone if backbone is not None else load_model(model_id)
         bench = prepared(backbone, source, limit, backgrounds)
         scored = len(bench.shown)  # the images the benchmark scores (no more than the data holds)
         model_rows, maps, curves = benchmark_model(backbone, model_id, bench, plan[model_id], steps=steps,
@@ -191,12 +199,13 @@ def _segmentation(models: Sequence[str], path: Path, out: Path, methods: Sequenc
     from vitscope.outputs import RunResult, write_run
 
     data = ImagenetSegmentation(path)
-    plan, skipped = _planned(models, methods, None, log)
+    plan, skipped, kept = _planned(models, methods, None, log)
     rows, identities = [], []
     for model_id in models:
+        backbone = kept.pop(model_id, None)
         if not plan[model_id]:  # nothing to score on it (skipped_analyses says why)
             continue
-        backbone = load_model(model_id)
+        backbone = backbone if backbone is not None else load_model(model_id)
         rows += segmentation_benchmark(backbone, model_id, data, plan[model_id], limit=limit, say=log)
         identities.append(model_identity(model_id, backbone))
     table = pd.DataFrame([{"model": r.model, "method": r.method, "metric": r.metric, "value": r.value}
