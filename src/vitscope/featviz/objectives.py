@@ -17,6 +17,7 @@ from collections.abc import Mapping
 import torch
 
 from vitscope.errors import VitscopeValueError
+from vitscope.hooks.tokens import site_units
 from vitscope.models.spec import ModelSpec
 
 __all__ = [
@@ -142,24 +143,6 @@ def spatial_channel(x: torch.Tensor, channel: int, spec: ModelSpec, name: str) -
         _check_channel(channel, x.shape[1], name)
         return x[:, channel].flatten(1)
     raise VitscopeValueError(f"{name}: cannot take a channel of a tensor of shape {tuple(x.shape)}")
-
-
-def spatial_units(x: torch.Tensor, spec: ModelSpec, name: str) -> torch.Tensor:
-    """Every channel of a recorded site at its spatial positions: ``-> [B, K, C]`` (row-major).
-
-    The layouts of :func:`spatial_channel`: tokens ``[B, N, D]`` (prefix tokens dropped, ``C = D``), attention
-    tensors ``[B, H, N, Dh]`` (prefix tokens dropped, channels the concatenated heads, ``C = H * Dh``) and CNN
-    maps ``[B, C, h, w]``.
-    """
-    if x.dim() == 3:
-        return x[:, spec.num_prefix_tokens:]
-    if x.dim() == 4 and spec.is_transformer:
-        b, heads, _, dh = x.shape
-        return x[:, :, spec.num_prefix_tokens:].permute(0, 2, 1, 3).reshape(b, -1, heads * dh)
-    if x.dim() == 4:
-        return x.flatten(2).transpose(1, 2)
-    raise VitscopeValueError(f"{name}: expected tokens [B, N, D], attention tensors [B, H, N, Dh] or a map "
-                             f"[B, C, h, w], got {tuple(x.shape)}")
 
 
 def _check_channel(channel: int, width: int, name: str) -> None:
@@ -289,7 +272,7 @@ class Direction(Objective):
     def __call__(self, acts: Mapping[str, torch.Tensor], spec: ModelSpec, grid: tuple[int, int]) -> torch.Tensor:
         x = acts[self.site]
         grid = _site_grid(x, spec, grid)
-        x = spatial_units(x, spec, self.name)  # [B, K, C]
+        x = site_units(x, spec.num_prefix_tokens, spec.is_transformer, self.name)  # [B, K, C]
         if x.shape[-1] != self.vector.numel():
             raise VitscopeValueError(f"{self.name}: the direction has {self.vector.numel()} entries, the site "
                                      f"{x.shape[-1]} channels")

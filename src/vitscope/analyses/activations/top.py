@@ -24,6 +24,7 @@ from vitscope.analyses.state import first_seen
 from vitscope.cache.host_copy import LaggedSnapshot
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.topk import merge_topk
+from vitscope.hooks.tokens import site_units
 from vitscope.models.spec import ModelSpec
 
 #: units per site that the figures show, and the side in pixels of the pictures kept for them
@@ -48,14 +49,8 @@ def spatial_units(x: torch.Tensor, spec: ModelSpec, grid: tuple[int, int]) -> tu
     Returns:
         ``([B, K, C], (h, w))`` with K = h * w spatial positions, row-major.
     """
-    if x.dim() == 3:
-        return x[:, spec.num_prefix_tokens:], grid
-    if x.dim() == 4 and spec.is_transformer:
-        b, heads, _, dh = x.shape
-        return x[:, :, spec.num_prefix_tokens:].permute(0, 2, 1, 3).reshape(b, -1, heads * dh), grid
-    if x.dim() == 4:
-        return x.flatten(2).transpose(1, 2), (int(x.shape[2]), int(x.shape[3]))
-    raise VitscopeValueError(f"top_activations: cannot read units from a tensor of shape {tuple(x.shape)}")
+    units = site_units(x, spec.num_prefix_tokens, spec.is_transformer, "top_activations")
+    return units, grid if spec.is_transformer or x.dim() != 4 else (int(x.shape[2]), int(x.shape[3]))
 
 
 class TopActivationsResult(Result):
