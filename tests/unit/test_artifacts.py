@@ -299,7 +299,7 @@ def test_without_a_cls_token_sink_heads_are_listed_by_the_attention_of_every_que
     assert all(math.isnan(x["cls_to_outliers"]) for x in rows)
     table = pd.DataFrame(rows)
     summary = {"rows": json.loads(table.to_json(orient="records"))}
-    _note_nulls(summary, table, backbone.spec.prefix_kinds)
+    _note_nulls(summary, table, backbone.spec)
     written = json.loads(dumps(summary))
     assert [x["cls_to_outliers"] for x in written["rows"]] == [None] * 3
     assert written["null_reasons"]["rows.cls_to_outliers"] == "the model has no CLS token"

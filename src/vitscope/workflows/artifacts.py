@@ -67,7 +67,7 @@ def run_artifacts(model: str, data: str, out: Path, params: Mapping[str, Mapping
                                   not_run=not_run)
         table = pd.DataFrame(rows)
         summary = {"rows": json.loads(table.to_json(orient="records"))}
-        _note_nulls(summary, table, tuple(backbone.spec.prefix_kinds))
+        _note_nulls(summary, table, backbone.spec)
         written["artifact_ablations"] = SummaryResult("artifact_ablations", summary,
                                                       tables={"artifact_ablations": table}, intro=ABLATIONS_INTRO)
     path = write_run(out, RunResult(
@@ -80,13 +80,14 @@ def run_artifacts(model: str, data: str, out: Path, params: Mapping[str, Mapping
     return json.loads(Path(path).read_text())
 
 
-def _note_nulls(summary: dict[str, Any], table: Any, prefix_kinds: tuple[str, ...]) -> None:
+def _note_nulls(summary: dict[str, Any], table: Any, spec: Any) -> None:
     """Say in ``summary`` why columns of the ablations ``table`` hold nulls: a model without a CLS token has no CLS
     attention to measure; a row of a model without registers has none to receive it (but the test-time
     register's)."""
+    from vitscope.analyses.attention.base import has_cls_token
     from vitscope.strict_json import note_null
 
-    has_cls = prefix_kinds[:1] == ("cls",)
+    has_cls = has_cls_token(spec)
     if not has_cls:
         note_null(summary, "rows.cls_to_outliers", "the model has no CLS token")
     if "cls_to_registers" in table and table["cls_to_registers"].isna().any():
