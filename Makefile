@@ -33,8 +33,13 @@ chromium:
 	  fi; \
 	fi
 
+# Two workers (one per core, each with one intra-op thread: tests/conftest.py), each test file on one worker so
+# its module fixtures run once. Bytecode is written so that the CLI and torchrun subprocesses the tests start
+# read compiled modules instead of compiling vitscope again each time.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) chromium
-	$(PY) -m pytest
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 demo: $(STAMP)
 	$(VENV)/bin/vitscope demo --out demo_out

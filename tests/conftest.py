@@ -5,6 +5,8 @@ from pathlib import Path
 # Tests never touch the network: transformers and the hub must work from local files only.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker per core (make test): more threads each only contend
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).parent))
 
 
