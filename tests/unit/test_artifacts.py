@@ -212,6 +212,8 @@ def test_ablations_of_the_planted_outliers_stand_beside_their_controls(tmp_path)
     assert rows[("outliers", "zero")]["outlier_fraction"] == 0.0  # gone from the block that makes them on
     ttr = rows[("test_time_register", f"register neurons {truth.block}:[{truth.unit}]")]
     assert ttr["outlier_fraction"] == 0.0 and ttr["cls_to_outliers"] == 0.0 and ttr["cls_to_registers"] > 0.99
+    # the mean over all queries: the planted sink head sends every query's attention to the outliers
+    assert rows[("none", "none")]["attention_to_outliers"] > 0.99 and ttr["attention_to_outliers"] == 0.0
     assert all(0.0 <= r["knn_accuracy"] <= 1.0 and 0.0 <= r["top1_kept"] <= 1.0 for r in rows.values())
 
 
@@ -297,11 +299,15 @@ def test_without_a_cls_token_sink_heads_are_listed_by_the_attention_of_every_que
                               batch_size=4)
     assert [x["target"] for x in rows] == ["none", "outliers", "test_time_register"]
     assert all(math.isnan(x["cls_to_outliers"]) for x in rows)
+    # the sink column a model without CLS has: every token is an outlier at this threshold, so it receives it all
+    assert rows[0]["attention_to_outliers"] == pytest.approx(1.0, abs=1e-6)
+    assert rows[1]["attention_to_outliers"] == 0.0  # zeroed: none is above the threshold any more
     table = pd.DataFrame(rows)
     summary = {"rows": json.loads(table.to_json(orient="records"))}
     _note_nulls(summary, table, backbone.spec)
     written = json.loads(dumps(summary))
     assert [x["cls_to_outliers"] for x in written["rows"]] == [None] * 3
+    assert "rows.attention_to_outliers" not in written["null_reasons"]
     assert written["null_reasons"]["rows.cls_to_outliers"] == "the model has no CLS token"
 
 

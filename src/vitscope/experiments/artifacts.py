@@ -33,9 +33,9 @@ __all__ = ["artifact_ablations"]
 def _pass(backbone: Backbone, source: Any, edits: Mapping[str, EditFn], batch_size: int,
           threshold: float | None) -> dict[str, float]:
     """Under ``edits``, in one pass: the k-NN accuracy of the last block's features (the probe's defaults), the
-    largest share of outliers after any block and of CLS attention going to them in any head (at the unedited
-    model's ``threshold``), and the largest CLS share a register receives; the CLS shares are NaN for a model
-    without a CLS token."""
+    largest share of outliers after any block, of CLS attention going to them in any head and of all queries'
+    attention going to them in any head (at the unedited model's ``threshold``), and the largest CLS share a
+    register receives; the CLS shares are NaN for a model without a CLS token, the all-query share is not."""
     edit = backbone.intervene(dict(edits)) if edits else contextlib.nullcontext()
     with edit:
         results = run(backbone, source, [KnnProbe(), Artifacts(threshold=threshold)], batch_size=batch_size,
@@ -45,7 +45,8 @@ def _pass(backbone: Backbone, source: Any, edits: Mapping[str, EditFn], batch_si
         raise VitscopeValueError(f"the k-NN probe could not score this data: {knn.meta.get('error')}")
     registers = [i for i, kind in enumerate(backbone.spec.prefix_kinds) if kind == "reg"]
     out = {"knn_accuracy": float(knn["accuracy"][-1]), "outlier_fraction": float(art["outlier_fraction"].max()),
-           "cls_to_outliers": float(art["sink_cls_outliers"].max())}
+           "cls_to_outliers": float(art["sink_cls_outliers"].max()),
+           "attention_to_outliers": float(art["sink_all_outliers"].max())}
     if registers:
         out["cls_to_registers"] = float(art["sink_cls_prefix"][..., registers].sum(dim=-1).max())
     return out
@@ -98,8 +99,9 @@ def artifact_ablations(backbone: Backbone, data: Any, found: Mapping[str, Any], 
     Returns:
         One row per edit: ``target`` (``none``, ``outliers``, ``registers``, ``test_time_register``), ``control``,
         ``knn_accuracy`` and ``knn_change`` (from the unedited model), what remains of the artifacts
-        (``outlier_fraction`` and ``cls_to_outliers``: the largest over blocks and heads, at the unedited model's
-        threshold, NaN without a CLS token; ``cls_to_registers`` when the model has registers) and the output
+        (``outlier_fraction``, ``cls_to_outliers`` and ``attention_to_outliers``, the mean share over all queries:
+        the largest over blocks and heads, at the unedited model's threshold; ``cls_to_outliers`` is NaN without a
+        CLS token; ``cls_to_registers`` when the model has registers) and the output
         change (``top1_kept`` and ``output_kl``, or ``output_cosine``).
     """
     source = as_source(data)
