@@ -467,3 +467,61 @@ def test_a_cnn_records_the_site_it_reads() -> None:
     acc = BlockCKA(site="norm1", tokens="spatial_mean", estimator="full")
     acc.update(*fake_record(vit, acc.required_hooks(vit), 6, _gen(0)))
     assert acc.compute().meta["site"] == "norm1"
+
+
+class _Labelled:
+    """A source of ``labels`` in dataset order (only what DataFacts reads); counts the entries read."""
+
+    def __init__(self, labels: list[int]) -> None:
+        self._labels, self.read = labels, 0
+
+    def __len__(self) -> int:
+        return len(self._labels)
+
+    def targets(self, i: int) -> dict:
+        self.read += 1
+        return {"label": self._labels[i]} if self._labels[i] >= 0 else {}
+
+
+@pytest.mark.parametrize("labels,limit,want", [
+    ([0] * 128 + [1] * 128, None, True),  # imagefolder's order: a class per minibatch, two classes in all
+    ([0, 1] * 128, None, False),  # mixed minibatches
+    ([0] * 256, None, False),  # one class: nothing to mix
+    ([0] * 128 + [1] * 128, 100, False),  # fewer than two minibatches read
+    ([0] * 64 + [1] * 64 + [-1] * 128, None, True),  # unlabelled entries are unknown, not another class
+])
+def test_sorted_by_class_reads_the_first_minibatches_and_a_spread(labels, limit, want) -> None:
+    from vitscope.analyses.data_checks import DataFacts, sorted_by_class
+
+    source = _Labelled(labels)
+    assert sorted_by_class(DataFacts(source, targets={"label"}, limit=limit), batch=16) is want
+    assert source.read <= 4 * 16 + 64  # a few entries, never every image of a streamed dataset
+    assert sorted_by_class(DataFacts(_Labelled(labels), targets=(), limit=limit), batch=16) is False  # no labels
+
+
+def test_minibatch_cka_in_dataset_order_warns_on_data_sorted_by_class(tmp_path) -> None:
+    """imagefolder lists its images class by class: dataset-order minibatches are one class each, and the run says
+    so before the pass with the option that fixes it; shuffled minibatches and the full estimator do not warn."""
+    import warnings
+
+    import numpy as np
+    from PIL import Image
+
+    import vitscope
+    from vitscope.analyses.representation.cka import SortedMinibatchWarning
+    from vitscope.analyses.representation.residual import ResidualCKA
+
+    rng = np.random.default_rng(0)
+    for c in ("cat", "dog"):  # 8 images a class, listed class by class
+        (tmp_path / "f" / c).mkdir(parents=True)
+        for i in range(8):
+            Image.fromarray(rng.integers(0, 255, (32, 32, 3), dtype=np.uint8)).save(tmp_path / "f" / c / f"{i}.png")
+    root = f"{tmp_path / 'f'}::imagefolder"
+    backbone = vitscope.load_model("tiny-vit-sup")
+    for analysis in (BlockCKA(tokens="cls", batch=4), ResidualCKA(tokens="cls", batch=4)):
+        with pytest.warns(SortedMinibatchWarning, match=rf"{analysis.name}.order=shuffled"):
+            vitscope.run(backbone, root, [analysis], batch_size=16, limit=16, progress=False, workers=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SortedMinibatchWarning)
+        for quiet in (BlockCKA(tokens="cls", batch=4, order="shuffled"), BlockCKA(tokens="cls", estimator="full")):
+            vitscope.run(backbone, root, [quiet], batch_size=16, limit=16, progress=False, workers=0)

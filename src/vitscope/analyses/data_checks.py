@@ -20,10 +20,28 @@ from typing import Any
 import numpy as np
 
 __all__ = ["LABELLED_PROBES", "DataFacts", "annotated_regions", "class_names", "class_problem", "data_name",
-           "layout_hint", "missing_targets", "no_labels", "no_regions", "region_problem", "split_problem"]
+           "layout_hint", "missing_targets", "no_labels", "no_regions", "region_problem", "sorted_by_class",
+           "split_problem"]
 
 #: the analyses that score image features against class labels
 LABELLED_PROBES = "k-NN, linear probes and clustering"
+
+
+def sorted_by_class(data: DataFacts, batch: int, minibatches: int = 4, spread: int = 64) -> bool:
+    """Whether minibatches of ``batch`` images in dataset order would each hold one class while the data holds
+    several, as when the data is sorted by class (every ``imagefolder``): the first ``minibatches`` minibatches
+    each hold one class, and ``spread`` images evenly spaced over the data more than one. Reads at most
+    ``minibatches * batch + spread`` labels; False without labels or a source."""
+    if data.source is None or "label" not in data.targets:
+        return False
+    n = len(data.source) if data.limit is None else min(data.limit, len(data.source))
+    if n < 2 * batch:
+        return False
+    first = data.labels_at(range(min(n // batch, minibatches) * batch)).reshape(-1, batch)
+    if not all(len(set(row[row >= 0].tolist())) == 1 and (row >= 0).sum() > 1 for row in first):
+        return False
+    spaced = data.labels_at(np.linspace(0, n - 1, min(spread, n)).astype(np.int64))
+    return len(set(spaced[spaced >= 0].tolist())) > 1
 
 
 def missing_targets(analysis: str, missing: Collection[str]) -> str:
@@ -177,6 +195,20 @@ class DataFacts:
         except ValueError:  # the source has no image labels
             labels = np.full(len(self.source), -1, dtype=np.int64)
         return labels if self.limit is None else labels[: self.limit]
+
+    def labels_at(self, indices: Sequence[int]) -> np.ndarray:
+        """``[len(indices)]`` labels of those dataset indices (-1 where unknown or unreadable), read one entry at a
+        time unless :attr:`labels` was already read: a few images, never the whole of a streamed dataset."""
+        if "labels" in self.__dict__ and self.labels is not None:
+            return self.labels[np.asarray(indices, dtype=np.int64)]
+        out = np.full(len(indices), -1, dtype=np.int64)
+        for k, i in enumerate(indices):
+            try:
+                label = self.source.targets(int(i)).get("label")
+            except Exception:  # an unreadable entry: unknown here; the pass reports it
+                continue
+            out[k] = -1 if label is None else int(label)
+        return out
 
     @functools.cached_property
     def class_names(self) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import torch
 
 from vitscope.analyses.attention.base import has_cls_token
 from vitscope.analyses.base import Analysis, Batch, Figure, Result
+from vitscope.analyses.data_checks import DataFacts, sorted_by_class
 from vitscope.analyses.registry import register_analysis
 from vitscope.analyses.representation.hsic import FullHSIC, MinibatchHSIC, chunked_gram
 from vitscope.analyses.representation.shuffled_hsic import ShuffledHSIC, shuffled_positions
@@ -29,8 +31,8 @@ from vitscope.hooks.names import split_block_name
 from vitscope.hooks.tokens import grid_to_tokens
 from vitscope.models.spec import ModelSpec
 
-__all__ = ["BlockCKA", "CKAResult", "cka_between", "cka_features", "cross_model_cka", "site_choice_reason",
-           "token_choice_reason"]
+__all__ = ["BlockCKA", "CKAResult", "SortedMinibatchWarning", "cka_between", "cka_features", "cross_model_cka",
+           "site_choice_reason", "token_choice_reason", "warn_if_sorted_by_class"]
 
 ESTIMATORS = ("minibatch", "full", "full_unbiased")
 TOKENS = ("all", "cls", "spatial", "spatial_mean")
@@ -98,6 +100,20 @@ def prepared(state: HSICState, indices: Sequence[int], rep: torch.Tensor) -> Any
 
 
 HSICState = MinibatchHSIC | ShuffledHSIC | FullHSIC
+
+
+class SortedMinibatchWarning(UserWarning):
+    """Minibatch CKA in dataset order on data sorted by class: each minibatch holds one class."""
+
+
+def warn_if_sorted_by_class(name: str, data: DataFacts, estimator: str, order: str, batch: int) -> None:
+    """Warn (:class:`SortedMinibatchWarning`) before the pass when minibatch CKA in dataset order would average
+    within-class CKAs (:func:`~vitscope.analyses.data_checks.sorted_by_class`); other choices read no labels."""
+    if estimator == "minibatch" and order == "dataset" and sorted_by_class(data, batch):
+        warnings.warn(f"{name}: the data is sorted by class, so each minibatch of {batch} images in dataset order "
+                      "holds one class and minibatch CKA measures similarity within a class; set "
+                      f"{name}.order=shuffled for the CKA over the data (with {name}.tokens=cls or spatial_mean: "
+                      "it keeps every image's features until the end)", SortedMinibatchWarning, stacklevel=2)
 
 
 def check_cka_options(tokens: str, estimator: str, batch: int, order: str = "dataset") -> None:
@@ -242,6 +258,10 @@ class BlockCKA(Analysis):
     def why_unsupported(self, spec: ModelSpec) -> str | None:
         return site_choice_reason(self.name, self._cfg_site, spec) or token_choice_reason(self.name, self._cfg_tokens,
                                                                                           spec)
+
+    def why_unsupported_data(self, data: DataFacts) -> str | None:
+        warn_if_sorted_by_class(self.name, data, self._cfg_estimator, self._cfg_order, self._cfg_batch)
+        return super().why_unsupported_data(data)
 
     def _keys(self, record: Mapping[str, torch.Tensor], spec: ModelSpec) -> list[tuple[int, str]]:
         pattern = self.required_hooks(spec)[0]

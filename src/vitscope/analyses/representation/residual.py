@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from vitscope.analyses.base import Analysis, Batch, Figure, Result
+from vitscope.analyses.data_checks import DataFacts
 from vitscope.analyses.registry import register_analysis
 from vitscope.analyses.representation.cka import (
     check_cka_options,
@@ -26,6 +27,7 @@ from vitscope.analyses.representation.cka import (
     new_hsic_state,
     prepared,
     token_choice_reason,
+    warn_if_sorted_by_class,
 )
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.cka_grams import row_norms
@@ -135,6 +137,10 @@ class ResidualCKA(Analysis):
 
     def why_unsupported(self, spec: ModelSpec) -> str | None:
         return token_choice_reason(self.name, self._cfg_tokens, spec)
+
+    def why_unsupported_data(self, data: DataFacts) -> str | None:
+        warn_if_sorted_by_class(self.name, data, self._cfg_estimator, self._cfg_order, self._cfg_batch)
+        return super().why_unsupported_data(data)
 
     def stream_hooks(self, spec: ModelSpec) -> list[str]:
         return self.required_hooks(spec)
