@@ -17,11 +17,28 @@ PY=${PYTHON:-python3}
 mkdir -p "$OUT_DIR"
 SCRATCH=$(mktemp -d)
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
-if [ -d .whl ] && [ -z "${SKIP_INSTALL:-}" ]; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+if [ -d .whl ] && [ -z "${SKIP_INSTALL:-}" ]; then  # benchmarks/gpu_wheels.sh: one wheel at a time, since
+  # some are for other Pythons (pip refuses a whole list for one unsupported wheel)
+  for wheel in .whl/*.whl; do
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$wheel" \
+      2>/dev/null || echo "not installed (another Python's wheel?): $wheel"
+  done
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+# What vitscope imports that this machine lacks: a measurement that fails names its module here first.
+$PY - <<'PRE'
+import importlib
+missing = []
+for name in ("torch", "transformers", "safetensors", "numpy", "PIL", "skimage", "matplotlib", "pandas", "rich",
+             "typer", "yaml", "pycocotools", "scipy", "sklearn", "pytorch_metric_learning", "captum", "h5py",
+             "jinja2", "cv2"):
+    try:
+        importlib.import_module(name)
+    except Exception as error:
+        missing.append(f"{name} ({type(error).__name__})")
+print("missing modules:", ", ".join(missing) if missing else "none")
+PRE
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$SCRATCH/card.txt" 2>&1
 status=0
 step() {  # step NAME SECONDS COMMAND...: run (stopped after SECONDS: a hang must not spend the device session),
