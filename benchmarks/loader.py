@@ -8,7 +8,7 @@ uint8; the normalisation happens on the model's device).
 The worker counts alternate round by round; medians and the spread are printed, with each count's ratio to
 ``workers=0``. Goal (issue 38, a 2-core machine with nothing else running): 2 workers >= 1.7x 0 workers.
 
-Run: ``python benchmarks/loader.py [--images 512] [--batch-size 64] [--workers 0,1,2] [--rounds 3]``.
+Run: ``python benchmarks/loader.py [--images 1024] [--batch-size 64] [--workers 0,1,2] [--rounds 3]``.
 Writes ``benchmarks/results/loader.json``.
 """
 
@@ -34,7 +34,7 @@ GOAL = 1.7
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--images", type=int, default=512)
+    p.add_argument("--images", type=int, default=1024)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--workers", default="0,1,2")
     p.add_argument("--rounds", type=int, default=3)
