@@ -483,11 +483,16 @@ class _Labelled:
         return {"label": self._labels[i]} if self._labels[i] >= 0 else {}
 
 
+_VAL = [c for c in range(40) for _ in range(10)]  # ImageNet val's layout in small: 10 images a class, in order
+
+
 @pytest.mark.parametrize("labels,limit,want", [
     ([0] * 128 + [1] * 128, None, True),  # imagefolder's order: a class per minibatch, two classes in all
+    (_VAL, None, True),  # one or two classes a minibatch, the class boundaries off the minibatches'
+    ([_VAL[i] for i in np.random.default_rng(0).permutation(len(_VAL))], None, False),  # the same, shuffled
     ([0, 1] * 128, None, False),  # mixed minibatches
     ([0] * 256, None, False),  # one class: nothing to mix
-    ([0] * 128 + [1] * 128, 100, False),  # fewer than two minibatches read
+    ([0] * 128 + [1] * 128, 100, False),  # the pass reads class 0 only
     ([0] * 64 + [1] * 64 + [-1] * 128, None, True),  # unlabelled entries are unknown, not another class
 ])
 def test_sorted_by_class_reads_the_first_minibatches_and_a_spread(labels, limit, want) -> None:
@@ -497,6 +502,29 @@ def test_sorted_by_class_reads_the_first_minibatches_and_a_spread(labels, limit,
     assert sorted_by_class(DataFacts(source, targets={"label"}, limit=limit), batch=16) is want
     assert source.read <= 4 * 16 + 64  # a few entries, never every image of a streamed dataset
     assert sorted_by_class(DataFacts(_Labelled(labels), targets=(), limit=limit), batch=16) is False  # no labels
+
+
+def test_sorted_by_class_warns_on_sorted_data_and_not_on_its_shuffles() -> None:
+    """Over many label sets (2 to 60 classes, uneven sizes of 8 to 80 images): sorted, always; shuffled, never."""
+    from vitscope.analyses.data_checks import DataFacts, sorted_by_class
+
+    rng = np.random.default_rng(1)
+    for _ in range(100):
+        sizes = rng.integers(8, 81, size=int(rng.integers(2, 61)))
+        labels = np.repeat(np.arange(len(sizes)), sizes)
+        batch = int(rng.choice([8, 16, 32]))
+        if len(labels) < 2 * batch:
+            continue
+        assert sorted_by_class(DataFacts(_Labelled(labels.tolist()), targets={"label"}), batch), (sizes, batch)
+        shuffled = rng.permutation(labels).tolist()
+        assert not sorted_by_class(DataFacts(_Labelled(shuffled), targets={"label"}), batch), (sizes, batch)
+
+
+def test_same_class_pairs_by_hand() -> None:
+    from vitscope.analyses.data_checks import same_class_pairs
+
+    assert same_class_pairs(np.array([0, 0, 1, 1])) == pytest.approx(4 / 12)  # 4 of the 12 ordered pairs
+    assert same_class_pairs(np.array([3, 3, 3, -1])) == 1.0 and same_class_pairs(np.array([5, -1])) is None
 
 
 def test_minibatch_cka_in_dataset_order_warns_on_data_sorted_by_class(tmp_path) -> None:

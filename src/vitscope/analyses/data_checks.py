@@ -20,28 +20,41 @@ from typing import Any
 import numpy as np
 
 __all__ = ["LABELLED_PROBES", "DataFacts", "annotated_regions", "class_names", "class_problem", "data_name",
-           "layout_hint", "missing_targets", "no_labels", "no_regions", "region_problem", "sorted_by_class",
-           "split_problem"]
+           "layout_hint", "missing_targets", "no_labels", "no_regions", "region_problem", "same_class_pairs",
+           "sorted_by_class", "split_problem"]
 
 #: the analyses that score image features against class labels
 LABELLED_PROBES = "k-NN, linear probes and clustering"
 
 
+def same_class_pairs(labels: np.ndarray) -> float | None:
+    """The share of pairs of labelled images (``labels`` ``[m]``, -1 unknown) that share a class; None under two."""
+    known = labels[labels >= 0]
+    if len(known) < 2:
+        return None
+    counts = np.bincount(known)
+    return float((counts * (counts - 1)).sum() / (len(known) * (len(known) - 1)))
+
+
 def sorted_by_class(data: DataFacts, batch: int, minibatches: int = 4, spread: int = 64) -> bool:
-    """Whether minibatches of ``batch`` images in dataset order would each hold one class while the data holds
-    several, as when the data is sorted by class (every ``imagefolder``): the first ``minibatches`` minibatches
-    each hold one class, and ``spread`` images evenly spaced over the data more than one. Reads at most
-    ``minibatches * batch + spread`` labels; False without labels or a source."""
+    """Whether minibatches of ``batch`` images in dataset order hold far fewer classes than the data, as when the
+    data is sorted by class (every ``imagefolder``: ImageNet's validation set gives each minibatch of 64 one or two
+    classes). Pairs of images within the first ``minibatches`` minibatches share a class at least a quarter of
+    the way from the share of pairs among ``spread`` images evenly spaced over the data (:func:`same_class_pairs`)
+    to 1, and those images hold more than one class. Reads at most ``minibatches * batch + spread`` labels; False
+    without labels or a source."""
     if data.source is None or "label" not in data.targets:
         return False
     n = len(data.source) if data.limit is None else min(data.limit, len(data.source))
     if n < 2 * batch:
         return False
-    first = data.labels_at(range(min(n // batch, minibatches) * batch)).reshape(-1, batch)
-    if not all(len(set(row[row >= 0].tolist())) == 1 and (row >= 0).sum() > 1 for row in first):
-        return False
     spaced = data.labels_at(np.linspace(0, n - 1, min(spread, n)).astype(np.int64))
-    return len(set(spaced[spaced >= 0].tolist())) > 1
+    overall = same_class_pairs(spaced)
+    if overall is None or overall >= 1.0:
+        return False
+    first = data.labels_at(range(min(n // batch, minibatches) * batch)).reshape(-1, batch)
+    within = [share for share in map(same_class_pairs, first) if share is not None]
+    return bool(within) and float(np.mean(within)) >= overall + 0.25 * (1.0 - overall)
 
 
 def missing_targets(analysis: str, missing: Collection[str]) -> str:

@@ -103,7 +103,7 @@ HSICState = MinibatchHSIC | ShuffledHSIC | FullHSIC
 
 
 class SortedMinibatchWarning(UserWarning):
-    """Minibatch CKA in dataset order on data sorted by class: each minibatch holds one class."""
+    """Minibatch CKA in dataset order on data sorted by class: each minibatch holds few classes."""
 
 
 def warn_if_sorted_by_class(name: str, data: DataFacts, estimator: str, order: str, batch: int) -> None:
@@ -111,7 +111,7 @@ def warn_if_sorted_by_class(name: str, data: DataFacts, estimator: str, order: s
     within-class CKAs (:func:`~vitscope.analyses.data_checks.sorted_by_class`); other choices read no labels."""
     if estimator == "minibatch" and order == "dataset" and sorted_by_class(data, batch):
         warnings.warn(f"{name}: the data is sorted by class, so each minibatch of {batch} images in dataset order "
-                      "holds one class and minibatch CKA measures similarity within a class; set "
+                      "holds few classes and minibatch CKA measures mostly similarity within a class; set "
                       f"{name}.order=shuffled for the CKA over the data (with {name}.tokens=cls or spatial_mean: "
                       "it keeps every image's features until the end)", SortedMinibatchWarning, stacklevel=2)
 
