@@ -548,8 +548,10 @@ def test_minibatch_cka_in_dataset_order_warns_on_data_sorted_by_class(tmp_path) 
     backbone = vitscope.load_model("tiny-vit-sup")
     for analysis in (BlockCKA(tokens="cls", batch=4), ResidualCKA(tokens="cls", batch=4)):
         with pytest.warns(SortedMinibatchWarning, match=rf"{analysis.name}.order=shuffled"):
-            vitscope.run(backbone, root, [analysis], batch_size=16, limit=16, progress=False, workers=0)
+            found = vitscope.run(backbone, root, [analysis], batch_size=16, limit=16, progress=False, workers=0)
+        assert found[analysis.name].meta["sorted_by_class"] is True  # results.json says so beside the numbers
     with warnings.catch_warnings():
         warnings.simplefilter("error", SortedMinibatchWarning)
         for quiet in (BlockCKA(tokens="cls", batch=4, order="shuffled"), BlockCKA(tokens="cls", estimator="full")):
-            vitscope.run(backbone, root, [quiet], batch_size=16, limit=16, progress=False, workers=0)
+            found = vitscope.run(backbone, root, [quiet], batch_size=16, limit=16, progress=False, workers=0)
+            assert "sorted_by_class" not in found["cka"].meta

@@ -106,14 +106,17 @@ class SortedMinibatchWarning(UserWarning):
     """Minibatch CKA in dataset order on data sorted by class: each minibatch holds few classes."""
 
 
-def warn_if_sorted_by_class(name: str, data: DataFacts, estimator: str, order: str, batch: int) -> None:
+def warn_if_sorted_by_class(name: str, data: DataFacts, estimator: str, order: str, batch: int) -> bool:
     """Warn (:class:`SortedMinibatchWarning`) before the pass when minibatch CKA in dataset order would average
-    within-class CKAs (:func:`~vitscope.analyses.data_checks.sorted_by_class`); other choices read no labels."""
-    if estimator == "minibatch" and order == "dataset" and sorted_by_class(data, batch):
-        warnings.warn(f"{name}: the data is sorted by class, so each minibatch of {batch} images in dataset order "
-                      "holds few classes and minibatch CKA measures mostly similarity within a class; set "
-                      f"{name}.order=shuffled for the CKA over the data (with {name}.tokens=cls or spatial_mean: "
-                      "it keeps every image's features until the end)", SortedMinibatchWarning, stacklevel=2)
+    within-class CKAs (:func:`~vitscope.analyses.data_checks.sorted_by_class`), and say whether it did; other
+    choices read no labels."""
+    if not (estimator == "minibatch" and order == "dataset" and sorted_by_class(data, batch)):
+        return False
+    warnings.warn(f"{name}: the data is sorted by class, so each minibatch of {batch} images in dataset order "
+                  "holds few classes and minibatch CKA measures mostly similarity within a class; set "
+                  f"{name}.order=shuffled for the CKA over the data (with {name}.tokens=cls or spatial_mean: it "
+                  "keeps every image's features until the end)", SortedMinibatchWarning, stacklevel=2)
+    return True
 
 
 def check_cka_options(tokens: str, estimator: str, batch: int, order: str = "dataset") -> None:
@@ -153,12 +156,15 @@ def hsic_state_cka(state: HSICState, estimator: str) -> torch.Tensor | None:
     return state.cka(unbiased=estimator == "full_unbiased") if isinstance(state, FullHSIC) else state.cka()
 
 
-def minibatch_meta(estimator: str, order: str, seed: int) -> dict[str, Any]:
-    """What results.json records of the minibatches: their ``order`` (and the shuffle's ``seed``); nothing for the
-    full estimators."""
+def minibatch_meta(estimator: str, order: str, seed: int, sorted_data: bool = False) -> dict[str, Any]:
+    """What results.json records of the minibatches: their ``order`` (and the shuffle's ``seed``, or
+    ``sorted_by_class`` where dataset-order minibatches were warned of: :func:`warn_if_sorted_by_class`); nothing
+    for the full estimators."""
     if estimator != "minibatch":
         return {}
-    return {"order": order, "seed": seed} if order == "shuffled" else {"order": order}
+    if order == "shuffled":
+        return {"order": order, "seed": seed}
+    return {"order": order, "sorted_by_class": True} if sorted_data else {"order": order}
 
 
 class CKAResult(Result):
@@ -260,7 +266,8 @@ class BlockCKA(Analysis):
                                                                                           spec)
 
     def why_unsupported_data(self, data: DataFacts) -> str | None:
-        warn_if_sorted_by_class(self.name, data, self._cfg_estimator, self._cfg_order, self._cfg_batch)
+        if warn_if_sorted_by_class(self.name, data, self._cfg_estimator, self._cfg_order, self._cfg_batch):
+            self._sorted_data = True  # results.json says so too (configuration: fresh copies keep it)
         return super().why_unsupported_data(data)
 
     def _keys(self, record: Mapping[str, torch.Tensor], spec: ModelSpec) -> list[tuple[int, str]]:
@@ -293,7 +300,8 @@ class BlockCKA(Analysis):
     def compute(self) -> CKAResult:
         meta = {"model": self.model, "site": self.site or self._cfg_site, "tokens": self._cfg_tokens,
                 "estimator": self._cfg_estimator, "batch": self._cfg_batch, "gram_minmax": self._cfg_minmax,
-                **minibatch_meta(self._cfg_estimator, self._cfg_order, self._cfg_seed),
+                **minibatch_meta(self._cfg_estimator, self._cfg_order, self._cfg_seed,
+                                 getattr(self, "_sorted_data", False)),
                 "num_images": self.state.count, "blocks": list(self.blocks)}
         cka = hsic_state_cka(self.state, self._cfg_estimator) if self.state.count else None
         if cka is None:

@@ -139,7 +139,8 @@ class ResidualCKA(Analysis):
         return token_choice_reason(self.name, self._cfg_tokens, spec)
 
     def why_unsupported_data(self, data: DataFacts) -> str | None:
-        warn_if_sorted_by_class(self.name, data, self._cfg_estimator, self._cfg_order, self._cfg_batch)
+        if warn_if_sorted_by_class(self.name, data, self._cfg_estimator, self._cfg_order, self._cfg_batch):
+            self._sorted_data = True  # results.json says so too (configuration: fresh copies keep it)
         return super().why_unsupported_data(data)
 
     def stream_hooks(self, spec: ModelSpec) -> list[str]:
@@ -179,7 +180,8 @@ class ResidualCKA(Analysis):
         n = self.state.count
         meta = {"model": self.model, "tokens": self._cfg_tokens, "estimator": self._cfg_estimator,
                 "batch": self._cfg_batch, "gram_minmax": self._cfg_minmax,
-                **minibatch_meta(self._cfg_estimator, self._cfg_order, self._cfg_seed),
+                **minibatch_meta(self._cfg_estimator, self._cfg_order, self._cfg_seed,
+                                 getattr(self, "_sorted_data", False)),
                 "num_images": n, "blocks": list(self.blocks)}
         cka = hsic_state_cka(self.state, self._cfg_estimator) if n else None
         if cka is None:
