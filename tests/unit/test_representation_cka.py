@@ -536,7 +536,7 @@ def test_minibatch_cka_in_dataset_order_warns_on_data_sorted_by_class(tmp_path) 
     from PIL import Image
 
     import vitscope
-    from vitscope.analyses.representation.cka import SortedMinibatchWarning
+    from vitscope.analyses.representation.cka_state import SortedMinibatchWarning
     from vitscope.analyses.representation.residual import ResidualCKA
 
     rng = np.random.default_rng(0)

@@ -131,17 +131,12 @@ def _values(pattern: torch.Tensor, key: str) -> torch.Tensor:
     return pattern
 
 
-def _has_cls(batch: Batch) -> bool:
-    spec = batch.spec
-    return spec.num_prefix_tokens >= 1 and tuple(spec.prefix_kinds)[:1] == ("cls",)
-
-
 def _attention_blocks(record: Mapping[str, torch.Tensor], batch: Batch, needs: frozenset[str],
                       workspace: Workspace, held: dict[int, BlockStats] | None, compiled: bool = False
                       ) -> dict[int, BlockStats]:
     """Block index -> :class:`BlockStats` of every recorded pattern (``held``: computed before, completed;
     ``compiled``: through ``torch.compile``)."""
-    needs = needs if _has_cls(batch) else needs - {"cls"}
+    needs = needs if batch.spec.has_cls_token else needs - {"cls"}
     out = dict(held or {})
     for key in record:
         where = split_block_name(key)
@@ -265,7 +260,7 @@ class SharedQuantities:
         needs = self.plan.get(ATTENTION_BLOCKS)
         if needs is None:
             return
-        needs = needs if _has_cls(batch) else needs - {"cls"}
+        needs = needs if batch.spec.has_cls_token else needs - {"cls"}
         held = self._values.setdefault(ATTENTION_BLOCKS, {})
         held[block] = block_statistics(pattern, batch.grid, batch.spec.num_prefix_tokens, needs, self.workspace,
                                        self.compiled)

@@ -26,7 +26,7 @@ def logits_of(output: Any) -> torch.Tensor:
 def embedding_pooling(spec: Any) -> str:
     """How a model without a classifier pools its embedding by default: its CLS token, else the mean of its
     spatial tokens (SigLIP, I-JEPA, AIMv2)."""
-    return "cls" if spec.num_prefix_tokens and tuple(spec.prefix_kinds)[:1] == ("cls",) else "mean"
+    return "cls" if spec.has_cls_token else "mean"
 
 
 def embedding_hook(spec: Any) -> str:

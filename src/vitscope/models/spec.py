@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +12,12 @@ from vitscope.errors import VitscopeValueError
 RESIZE_RULES = ("vitscope", "transformers", "torchvision")
 #: PIL's resampling filters, by the names :attr:`ModelSpec.interpolation` takes
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
+
+
+def starts_with_cls(prefix_kinds: Sequence[str]) -> bool:
+    """Whether prefix tokens of these kinds (``ModelSpec.prefix_kinds``, or a result's record of them) begin with a
+    CLS token: not for a model that pools its tokens (SigLIP, I-JEPA, AIMv2) or has registers only."""
+    return tuple(prefix_kinds)[:1] == ("cls",)
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,11 @@ class ModelSpec:
     @property
     def is_transformer(self) -> bool:
         return self.kind == "transformer"
+
+    @property
+    def has_cls_token(self) -> bool:
+        """Whether the first token is a CLS token (:func:`starts_with_cls`)."""
+        return starts_with_cls(self.prefix_kinds)
 
     @property
     def num_spatial_tokens(self) -> int:

@@ -26,8 +26,8 @@ RANDOM_KINDS: tuple[str, ...] = ("uniform", "gaussian")
 
 
 def has_cls_token(spec: ModelSpec) -> bool:
-    """True when the model's first token is a CLS token (not for SigLIP-like models)."""
-    return spec.num_prefix_tokens >= 1 and tuple(spec.prefix_kinds)[:1] == ("cls",)
+    """True when the model's first token is a CLS token (not for SigLIP-like models): the spec's ``has_cls_token``."""
+    return spec.has_cls_token
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import torch
 from vitscope.analyses.base import Figure, Result
 from vitscope.analyses.grids import by_images, grid_of
 from vitscope.functional.artifacts import split_threshold
+from vitscope.models.spec import starts_with_cls
 
 __all__ = ["ArtifactsResult", "summarise"]
 
@@ -119,7 +120,7 @@ def summarise(analysis: Any) -> ArtifactsResult:
             t[f"sink_{source}_outliers"] = torch.stack([above(s[f"sink_{source}"][i], i) for i in range(len(blocks))
                                                         ]) / n
             t[f"sink_{source}_prefix"] = s[f"sink_{source}_prefix"] / n
-        if not _has_cls(analysis.prefix_kinds):  # no CLS query: its share is unmeasured, not 0 where no bin is
+        if not starts_with_cls(analysis.prefix_kinds):  # no CLS query: its share is unmeasured, not 0 where no bin is
             t["sink_cls_outliers"] = torch.full_like(t["sink_cls_outliers"], float("nan"))
     t.update(_massive(s, mx, n))
     if "neuron_sum" in s:  # block i writes row i + 1
@@ -198,16 +199,11 @@ def _findings(t: dict, meta: dict, cuts: list[int | None]) -> dict[str, Any]:
     return found
 
 
-def _has_cls(prefix_kinds: list[str] | tuple[str, ...]) -> bool:
-    """Whether the model's first prefix token is a CLS token."""
-    return tuple(prefix_kinds)[:1] == ("cls",)
-
-
 def _sink_criterion(prefix_kinds: list[str] | tuple[str, ...]) -> str:
     """Which share lists the sink heads: the CLS query's (``"cls_share"``) where the model has a CLS token, else
     the mean over all queries (``"all_share"``, Gu et al. 2024's per-key score): a model without one (SigLIP,
     I-JEPA, AIMv2 pool the mean) has no query that stands for the image."""
-    return "cls_share" if _has_cls(prefix_kinds) else "all_share"
+    return "cls_share" if starts_with_cls(prefix_kinds) else "all_share"
 
 
 def _sink_heads(t: dict, meta: dict) -> dict[str, Any]:

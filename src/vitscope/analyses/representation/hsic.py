@@ -331,4 +331,3 @@ class FullHSIC:
         ky = torch.stack([self._gram(f"y{b}") for b in range(num_y)])
         hyy = hsic_matrix(ky, unbiased=unbiased).diagonal()
         return cka_from_hsic(hsic_matrix(kx, ky, unbiased=unbiased), hxx.diagonal(), hyy)
-

@@ -18,15 +18,14 @@ import torch
 from vitscope.analyses.base import Analysis, Batch, Figure, Result
 from vitscope.analyses.data_checks import DataFacts
 from vitscope.analyses.registry import register_analysis
-from vitscope.analyses.representation.cka import (
+from vitscope.analyses.representation.cka import cka_features, token_choice_reason
+from vitscope.analyses.representation.cka_state import (
     check_cka_options,
-    cka_features,
     hsic_state_cka,
     merge_hsic,
     minibatch_meta,
     new_hsic_state,
     prepared,
-    token_choice_reason,
     warn_if_sorted_by_class,
 )
 from vitscope.errors import VitscopeValueError
@@ -126,6 +125,7 @@ class ResidualCKA(Analysis):
         self._cfg_tokens, self._cfg_estimator, self._cfg_batch = tokens, estimator, int(batch)
         self._cfg_minmax, self._cfg_workdir = bool(gram_minmax), workdir
         self._cfg_order, self._cfg_seed = order, int(seed)
+        self._sorted_data = False  # dataset-order minibatches warned of before the pass (why_unsupported_data)
         self.add_state("state", functools.partial(new_hsic_state, estimator, int(batch), bool(gram_minmax), False,
                                                   workdir, order, int(seed)), reduce=merge_hsic)
         self.add_state("ratio_sum", None, reduce="sum")  # [2, L] sums over images of ||skip|| / ||branch||
@@ -180,8 +180,7 @@ class ResidualCKA(Analysis):
         n = self.state.count
         meta = {"model": self.model, "tokens": self._cfg_tokens, "estimator": self._cfg_estimator,
                 "batch": self._cfg_batch, "gram_minmax": self._cfg_minmax,
-                **minibatch_meta(self._cfg_estimator, self._cfg_order, self._cfg_seed,
-                                 getattr(self, "_sorted_data", False)),
+                **minibatch_meta(self._cfg_estimator, self._cfg_order, self._cfg_seed, self._sorted_data),
                 "num_images": n, "blocks": list(self.blocks)}
         cka = hsic_state_cka(self.state, self._cfg_estimator) if n else None
         if cka is None:
