@@ -16,6 +16,11 @@ Timed, round by round in one process (the ways alternate; medians reported), ima
   number of workers (vitscope's own loading, with ``workers=`` where ``vitscope.run`` takes it).
 * ``vitscope_attention_compiled`` - the same with ``compile_stats=True`` (the shared per-block statistics through
   ``torch.compile``; the warm-up pays the compilation).
+* ``vitscope_loader[w]`` - vitscope's own loader alone (``vitscope.engine.batches.iter_batches`` with the
+  preprocessing ``vitscope.run`` gives it, pinned pixels on a GPU), no model: its ceiling against
+  ``decode_only[w]``. Beside the passes, ``loader_wait`` records the share of each vitscope pass spent waiting for
+  decoded images (``Results.loader_seconds / Results.seconds``): near 0, the GPU side sets the pace; near 1, the
+  loader does.
 * ``plain_extract[w]`` - the plain loader, a forward with every block's output, CLS and spatial-mean rows of
   every block copied to host memory (what a hand-written probe script keeps).
 * ``vitscope_extract`` - ``vitscope.engine.extract.extract_features`` of the probe's two requests (CLS and
@@ -145,6 +150,25 @@ def plain_extract(model, files, batch_size: int, workers: int, device: str) -> f
     return n / (time.perf_counter() - start)
 
 
+def vitscope_loader(backbone, data: str, batch_size: int, workers: int, device: str) -> float:
+    from vitscope.data import as_source
+    from vitscope.engine.batches import iter_batches
+    from vitscope.engine.run import loader_preprocessing
+
+    source, n = as_source(data), 0
+    start = time.perf_counter()
+    for _, batch in iter_batches(source, batch_size, preprocess=loader_preprocessing(backbone), workers=workers,
+                                 pin=device == "cuda"):
+        n += len(batch.indices)
+    return n / (time.perf_counter() - start)
+
+
+def _wait(results) -> float | None:
+    """The share of a pass spent waiting for the loader (None before ``Results`` measured it)."""
+    seconds = getattr(results, "seconds", 0.0)
+    return results.loader_seconds / seconds if seconds else None
+
+
 def _workers_kw(function, workers: int) -> dict:
     """``workers=`` for vitscope's entry points that take it (the loader of issue 38), else nothing."""
     return {"workers": workers} if "workers" in inspect.signature(function).parameters else {}
@@ -164,7 +188,7 @@ def vitscope_attention(backbone, data: str, batch_size: int, workers: int, devic
                            limit=limit, **_workers_kw(vitscope.run, workers), **compiled)
     _sync(device)
     speed = results.num_images / (time.perf_counter() - start)
-    return speed, {"analyses": [a.name for a in analyses], "images": results.num_images}
+    return speed, {"analyses": [a.name for a in analyses], "images": results.num_images, "loader_wait": _wait(results)}
 
 
 def same_numbers(backbone, data: str, batch_size: int, workers: int, device: str) -> dict:
@@ -237,20 +261,23 @@ def normalisation_on_device(device: str) -> dict:
 
 
 def vitscope_extract(backbone, data: str, batch_size: int, workers: int, device: str, cache_root: Path
-                     ) -> float:
+                     ) -> tuple[float, float | None]:
     from vitscope.cache.feature_cache import FeatureCache
     from vitscope.cache.request import FeatureRequest
     from vitscope.data import as_source
     from vitscope.engine.extract import extract_features
+    from vitscope.engine.run import tally_passes
 
     source = as_source(data)
     cache = FeatureCache(cache_root / f"cache-{time.monotonic_ns()}")
     requests = [FeatureRequest("resid_post", "cls"), FeatureRequest("resid_post", "spatial_mean")]
     start = time.perf_counter()
-    extract_features(backbone, source, requests, cache, batch_size=batch_size, device=device, resume=False,
-                     **_workers_kw(extract_features, workers))
+    with tally_passes() as passes:
+        extract_features(backbone, source, requests, cache, batch_size=batch_size, device=device, resume=False,
+                         **_workers_kw(extract_features, workers))
     _sync(device)
-    return len(source) / (time.perf_counter() - start)
+    seconds = getattr(passes, "seconds", 0.0)
+    return len(source) / (time.perf_counter() - start), (passes.loader_seconds / seconds if seconds else None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -268,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
 
     dev, bs, w = args.device, args.batch_size, args.workers
     rounds: list[dict[str, float]] = []
+    waits: dict[str, list[float | None]] = {"vitscope_attention": [], "vitscope_attention_compiled": [],
+                                            "vitscope_extract": []}
     meta: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -292,14 +321,19 @@ def main(argv: list[str] | None = None) -> int:
                 row[f"decode_only[{workers}]"] = decode_only(files, bs, workers, dev)
                 row[f"plain_forward[{workers}]"] = plain_forward(model, files, bs, workers, dev)
                 row[f"plain_extract[{workers}]"] = plain_extract(model, files, bs, workers, dev)
+            row[f"vitscope_loader[{w}]"] = vitscope_loader(backbone, str(data), bs, w, dev)
             row["vitscope_attention"], ran = vitscope_attention(backbone, str(data), bs, w, dev)
+            waits["vitscope_attention"].append(ran.pop("loader_wait"))
             meta.update(ran)
             if compiles:
-                row["vitscope_attention_compiled"], _ = vitscope_attention(backbone, str(data), bs, w, dev,
-                                                                           compile_stats=True)
-            row["vitscope_extract"] = vitscope_extract(backbone, str(data), bs, w, dev, root)
+                row["vitscope_attention_compiled"], ran = vitscope_attention(backbone, str(data), bs, w, dev,
+                                                                             compile_stats=True)
+                waits["vitscope_attention_compiled"].append(ran["loader_wait"])
+            row["vitscope_extract"], wait = vitscope_extract(backbone, str(data), bs, w, dev, root)
+            waits["vitscope_extract"].append(wait)
             rounds.append(row)
-            print(f"round {r + 1}: " + ", ".join(f"{k} {v:.0f}" for k, v in row.items()) + " images/s", flush=True)
+            print(f"round {r + 1}: " + ", ".join(f"{k} {v:.0f}" for k, v in row.items()) + " images/s; loader wait "
+                  + ", ".join(f"{k} {v[-1]:.2f}" for k, v in waits.items() if v and v[-1] is not None), flush=True)
         checks = {"workers_vs_thread": _checked(same_numbers, backbone, str(data), bs, w, dev),
                   "normalisation": _checked(normalisation_on_device, dev),
                   "device_vs_cpu": _checked(device_vs_cpu, backbone, root, dev)}
@@ -325,9 +359,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {k:28s} {v:8.0f}")
     for k, v in ratios.items():
         print(f"  {k:36s} x{v:.2f}")
+    for k, v in waits.items():
+        if v and None not in v:
+            print(f"  loader wait of {k:20s} {statistics.median(v):.2f} (rounds {', '.join(f'{x:.2f}' for x in v)})")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"info": info, "rounds": rounds, "median": med, "ratios": ratios, "checks": checks},
+    out.write_text(json.dumps({"info": info, "rounds": rounds, "median": med, "ratios": ratios, "loader_wait": waits,
+                               "checks": checks},
                               indent=2) + "\n")
     print(f"wrote {out}")
     return 0

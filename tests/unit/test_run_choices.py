@@ -43,6 +43,9 @@ def test_model_without_preprocessor_config_says_where_its_input_comes_from(saved
     doc = json.loads((tmp_path / "results.json").read_text())
     assert doc["models"][0]["preprocessing"].startswith("family default (no preprocessor_config.json")
     assert doc["skipped_analyses"] == []  # an analysis asked for by name is run or refused, never left out
+    cost = doc["run"]  # what the pass cost: 3 images in pass_seconds, part of it waiting for the loader
+    assert cost["pass_seconds"] > 0 and 0 <= cost["loader_wait"] <= 1
+    assert cost["images_per_second"] == pytest.approx(3 / cost["pass_seconds"], rel=0.01)
     report = (tmp_path / "report.html").read_text()
     assert "64x64 px" in report and "family default (no preprocessor_config.json" in report
 
@@ -98,6 +101,8 @@ def test_compare_takes_image_size_and_lists_what_each_model_cannot_give(saved, t
     assert f"attention_distance skipped: tiny-resnet: {cnn}" in out  # tiny-vit ran it
     doc = json.loads((tmp_path / "results.json").read_text())
     assert [m["grid"] for m in doc["models"]] == [[4, 4], [2, 2]] and doc["config"]["image_size"] == 32
+    cost = doc["run"]  # both models' passes, 2 images each
+    assert cost["images_per_second"] == pytest.approx(4 / cost["pass_seconds"], rel=0.01)
     assert {s["analysis"] for s in doc["skipped_analyses"]} == {"saliency_iou", "attention_distance",
                                                                 "spatial_average_maps"}
 

@@ -10,11 +10,20 @@ from typing import Any
 from vitscope.analyses.base import Result
 from vitscope.errors import VitscopeRuntimeError
 
-__all__ = ["EmptyRunError", "Results"]
+__all__ = ["EmptyRunError", "Results", "pass_timing"]
 
 
 class EmptyRunError(VitscopeRuntimeError):
     """No image of the dataset could be read."""
+
+
+def pass_timing(images: int, seconds: float, loader_seconds: float) -> dict[str, float] | None:
+    """results.json's account of what passes cost: ``pass_seconds``, ``images_per_second`` and ``loader_wait`` (the
+    share of the time spent waiting for decoded images); None when no pass ran (every feature was cached)."""
+    if seconds <= 0:
+        return None
+    return {"pass_seconds": round(seconds, 6), "images_per_second": round(images / seconds, 3),
+            "loader_wait": round(min(max(loader_seconds / seconds, 0.0), 1.0), 3)}
 
 
 @dataclass
@@ -32,6 +41,10 @@ class Results(Mapping[str, Result]):
         grids: ``"HxW"`` token grid (CNN: feature map) -> images that ran at it, most images first (one entry
             unless images keep their aspect ratio); a resumed run counts those of the saved state too.
         compile_stats: the shared attention statistics ran through ``torch.compile`` (:func:`vitscope.run`).
+        seconds: wall time of this process's pass, from asking for the first batch to the last update (no start-up,
+            no merging across processes, no writing).
+        loader_seconds: the part of ``seconds`` spent waiting for the loader's next batch (near 0 when the model,
+            not the decoding, sets the pace).
     """
 
     results: dict[str, Result]
@@ -43,6 +56,12 @@ class Results(Mapping[str, Result]):
     workers: int = 0
     grids: dict[str, int] = field(default_factory=dict)
     compile_stats: bool = False
+    seconds: float = 0.0
+    loader_seconds: float = 0.0
+
+    def timing(self) -> dict[str, float] | None:
+        """:func:`pass_timing` of this pass (the images it fed, not those a restored state held)."""
+        return pass_timing(self.num_images - self.resumed_images, self.seconds, self.loader_seconds)
 
     def __getitem__(self, name: str) -> Result:
         return self.results[name]

@@ -41,7 +41,7 @@ from vitscope.engine.batches import (
 )
 from vitscope.engine.decoding import decode_name, decoding
 from vitscope.engine.distributed import barrier, collectives, gather_lists, shard_for, sum_over_ranks
-from vitscope.engine.results import EmptyRunError, Results
+from vitscope.engine.results import EmptyRunError, Results, pass_timing
 from vitscope.engine.settings import loader_workers, progress_bar, resolve_device, resolve_dtype
 from vitscope.engine.state import Checkpoint, interrupt_guard, run_checkpoint
 from vitscope.engine.streaming import stream_plan, warn_if_patterns_do_not_fit
@@ -65,14 +65,25 @@ class PassTally:
     Attributes:
         resumed_images: images their restored states already held, added up.
         workers: the most processes any of them decoded images in (None: no pass ran, every feature was cached).
+        images, seconds, loader_seconds: images they fed, their wall time and their wait for the loader, added up.
     """
 
     resumed_images: int = 0
     workers: int | None = None
+    images: int = 0
+    seconds: float = 0.0
+    loader_seconds: float = 0.0
 
     def add(self, results: Results) -> None:
         self.resumed_images += int(results.resumed_images)
         self.workers = max(self.workers or 0, int(results.workers))
+        self.images += int(results.num_images) - int(results.resumed_images)
+        self.seconds += float(results.seconds)
+        self.loader_seconds += float(results.loader_seconds)
+
+    def timing(self) -> dict[str, float] | None:
+        """:func:`~vitscope.engine.results.pass_timing` of the passes together (None: none ran)."""
+        return pass_timing(self.images, self.seconds, self.loader_seconds)
 
 
 _TALLIES: ContextVar[tuple[PassTally, ...]] = ContextVar("vitscope_pass_tallies", default=())
@@ -340,7 +351,8 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
                 bar.update(task, completed=end - part.start)  # after the batch: rate and time left count work done
         finally:
             clock.close()  # the loading thread or worker processes stop with the pass, however it ends
-    note = loader_bound_note(clock.wait_fraction, clock.elapsed, chosen)
+        seconds = clock.elapsed
+    note = loader_bound_note(clock.wait_fraction, seconds, chosen)
     if note and say is not None and shard.rank == 0:
         say(note)
     if checkpoint is not None and start < total:
@@ -364,7 +376,8 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
     if shard.world > 1:
         with collectives(shard):
             barrier()  # every process has read the shared row shards before rank 0 may remove them at exit
-    ran = Results(results, seen, skipped, hooks, described, resumed, chosen, grid_counts(current.grids), compile_stats)
+    ran = Results(results, seen, skipped, hooks, described, resumed, chosen, grid_counts(current.grids), compile_stats,
+                  seconds, clock.waited)
     for tally in _TALLIES.get():
         tally.add(ran)
     return ran

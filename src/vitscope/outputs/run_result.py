@@ -39,6 +39,8 @@ class RunResult:
         workers: processes that decoded the images (results.json ``run``; None: not known to this command).
         device: the device that ran (results.json ``run``; the GPU's name and CUDA version on a GPU:
             :func:`~vitscope.engine.settings.describe_device`); None: not recorded by this command.
+        timing: what the passes cost (results.json ``run``: ``pass_seconds``, ``images_per_second``,
+            ``loader_wait``; :func:`vitscope.engine.results.pass_timing`); None: no pass ran or not recorded.
         files: other files, relative path -> contents (e.g. DAVIS palette PNGs under ``predictions/``).
     """
 
@@ -60,6 +62,7 @@ class RunResult:
     resumed_images: int = 0
     workers: int | None = None
     device: dict[str, str] | None = None
+    timing: dict[str, float] | None = None
     own_sections: set[str] = field(default_factory=set)
     files: dict[str, bytes] = field(default_factory=dict)
 

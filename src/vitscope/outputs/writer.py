@@ -226,6 +226,8 @@ def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
             doc["run"]["workers"] = run.workers
         if run.device is not None:  # config.device is as given ("auto"): this is what it chose
             doc["run"]["device"] = run.device
+        if run.timing is not None:
+            doc["run"].update(run.timing)
         writer.json("results.json", doc)
         report = build_report(run, doc, writer.drawn, sections)
         staging.path("report.html").write_text(render_html(report), encoding="utf-8")

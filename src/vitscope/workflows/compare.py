@@ -20,7 +20,7 @@ from vitscope.data.fingerprint import held_fingerprints
 from vitscope.data.open import as_source
 from vitscope.engine.distributed import is_main_process
 from vitscope.engine.provenance import model_identity
-from vitscope.engine.run import run
+from vitscope.engine.run import PassTally, run
 from vitscope.engine.settings import describe_device
 from vitscope.models.input_size import describe_input
 from vitscope.models.load import load_model
@@ -62,7 +62,7 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
     runs, identities, counts, skipped, data, extra, notes = [], [], {}, {}, {}, {}, []
     left: dict[str, dict[str, str]] = {}  # analysis -> {model name: why that model does not run it}
     workers, ran = None, []  # ran: every analysis some model ran, once each (their sources are recorded)
-    resumed = 0  # images the models' restored states already held, over every pass
+    passes = PassTally()  # what the models' passes resumed and cost, together
     for name, model_id in models:  # one at a time: only one model is in memory (a failed name resumes cheaply)
         backbone = load_model(model_id, image_size=options.image_size, keep_aspect=options.keep_aspect)
         analyses, cannot = compare_analyses(backbone.spec, targets, selection, params, facts)
@@ -79,7 +79,7 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
         if not distributed or is_main_process():
             finish_sae_cards(results, backbone, source, log)
         workers = results.workers
-        resumed += results.resumed_images
+        passes.add(results)
         ran.extend(a for a in analyses if a.name not in {r.name for r in ran})
         runs.append(ModelRun(model_id, backbone.spec, dict(results.items()), name))
         identities.append({**model_identity(model_id, backbone), "display_name": name,
@@ -103,7 +103,8 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
                      num_images=max(counts.values()), skipped=list(skipped.values()), skipped_analyses=not_run,
                      extra={"images_per_model": counts}, sections=comparison_sections(comparison, runs),
                      notes=list(comparison.notes), own_sections={"compare"}, workers=workers,
-                     resumed_images=resumed, device=describe_device(options.device))
+                     resumed_images=passes.resumed_images, device=describe_device(options.device),
+                     timing=passes.timing())
 
 
 def _not_run_reason(reasons: Mapping[str, str], names: Sequence[str]) -> str:
