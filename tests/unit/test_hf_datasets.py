@@ -6,6 +6,7 @@ no image."""
 from __future__ import annotations
 
 import io
+import json
 
 import numpy as np
 import pytest
@@ -14,9 +15,10 @@ from PIL import Image
 datasets = pytest.importorskip("datasets")
 
 import vitscope  # noqa: E402
-from helpers.cli import analyze_and_probe  # noqa: E402
+from helpers.cli import analyze_and_probe, cli  # noqa: E402
 from vitscope.data import as_source  # noqa: E402
 from vitscope.data.formats.errors import DatasetFormatError  # noqa: E402
+from vitscope.data.hf_datasets import open_hf  # noqa: E402
 from vitscope.data.images import ImageLoadError  # noqa: E402
 
 CLASSES = ["cat", "dog", "fox"]
@@ -169,3 +171,36 @@ def test_analyze_and_probe_read_parquet_files(saved, tmp_path) -> None:
     doc, probe = analyze_and_probe(f"{saved / 'imagenet'}::hf:train", tmp_path, "attention_distance,knn_probe")
     assert doc["num_images"] == 18 and doc["data"]["format"] == "hf"
     assert any(k.startswith("knn") for k in probe["analyses"]) and probe["data"]["format"] == "hf"
+
+
+def test_probe_trains_on_one_split_and_tests_on_another(saved, tmp_path) -> None:
+    """``--test-data`` with Hugging Face splits: the probe reads both as sources (it took them for dataset readers)."""
+    run = cli("probe", "-m", "tiny-vit", "-d", f"{saved / 'dict'}::hf:train", "--test-data",
+              f"{saved / 'dict'}::hf:validation", "-o", str(tmp_path), "-b", "6", "--no-resume", "--blocks", "-1")
+    assert run.returncode == 0, run.stdout + run.stderr
+    knn = json.loads((tmp_path / "results.json").read_text())["analyses"]["knn_cls"]["summary"]
+    assert (knn["num_train"], knn["num_test"]) == (18, 12)
+
+
+def test_a_single_dataset_takes_only_its_own_split(saved) -> None:
+    with pytest.raises(DatasetFormatError, match=r"one dataset with no named split.*no split 'test'; leave out"):
+        as_source(f"{saved / 'one'}::hf:test")
+    named = _dataset(5)
+    named._split = datasets.NamedSplit("train")  # as load_dataset(..., split="train") leaves it
+    assert len(open_hf(named, split="train")) == 5
+    with pytest.raises(DatasetFormatError, match="the split 'train'"):
+        open_hf(named, split="validation")
+
+
+@pytest.mark.parametrize("fmt", ["pandas", "arrow", "numpy", "torch"])
+def test_any_output_format_of_an_object_reads_the_same(fmt) -> None:
+    plain = as_source(_dataset(4))
+    formatted = as_source(_dataset(4).with_format(fmt))
+    assert formatted.labels().tolist() == [0, 1, 2, 0]
+    assert [_pixels(formatted.load(i)) for i in range(4)] == [_pixels(plain.load(i)) for i in range(4)]
+
+
+def test_parquet_files_named_by_their_split_alone(tmp_path) -> None:
+    _dataset(6).to_parquet(str(tmp_path / "train.parquet"))
+    _dataset(3, 50).to_parquet(str(tmp_path / "test.parquet"))
+    assert len(as_source(f"{tmp_path}::hf:test")) == 3 and len(as_source(f"{tmp_path}::hf:train")) == 6

@@ -12,11 +12,13 @@ Three layouts on disk, read lazily and without the network:
 The image column is the first ``Image`` feature (encoded bytes, decoded here with PIL), the label column the
 ``ClassLabel`` feature named ``label`` (or ``labels``), else the first in the features' order (CIFAR-100's
 ``fine_label`` before its ``coarse_label``); its names are the class names and ``-1`` is "no label". ``:SPLIT``
-picks a split; without one the only split, else ``validation``/``val``/``test``, is read. Parquet files are split
-by their names (``<split>-00000-of-00004.parquet``, as the hub writes them, in ``data/`` or a configuration's
-folder), else by their folder (``<split>/*.parquet``). The fingerprint reads no image: the Arrow or Parquet
-files' sizes and times, with ``datasets``' own fingerprint of an object (which follows ``select``, ``shuffle``,
-``filter``: another selection of the same files is another dataset).
+picks a split; without one the only split, else ``validation``/``val``/``test``, is read. Parquet files are split by
+their names (``<split>-00000-of-00004.parquet``, as the hub writes them, in ``data/`` or a configuration's folder),
+else by their folder (``<split>/*.parquet``), else by the name before its first ``-`` or ``.parquet``
+(``train.parquet``). A single saved dataset (not a dictionary) takes ``:SPLIT`` only when it names its own split.
+Rows are read as Python values whatever output format an object was given (``with_format``). The fingerprint reads
+no image: the Arrow or Parquet files' sizes and times, with ``datasets``' own fingerprint of an object (which
+follows ``select``, ``shuffle``, ``filter``: another selection of the same files is another dataset).
 """
 
 from __future__ import annotations
@@ -138,7 +140,7 @@ _SHARD_NAME = re.compile(r"^(?P<split>[\w.]+?)-\d{5}-of-\d{5}\.parquet$")
 
 def _parquet_splits(root: Path) -> dict[str, list[Path]]:
     """``split -> files`` of a folder of Parquet files: named ``<split>-00000-of-0000N.parquet`` (in ``data/`` or a
-    configuration's folder), else ``<split>/*.parquet``.
+    configuration's folder), else ``<split>/*.parquet``, else ``<split>.parquet`` or ``<split>-<anything>.parquet``.
 
     Raises:
         DatasetFormatError: one split in several folders (configurations of one dataset): the root must be one.
@@ -149,7 +151,7 @@ def _parquet_splits(root: Path) -> dict[str, list[Path]]:
         rel = f.relative_to(root).parts
         named = _SHARD_NAME.match(f.name)
         split = named["split"] if named else rel[-2] if len(rel) >= 2 and rel[-2] != "data" else \
-            f.name.split("-", 1)[0]
+            f.name.removesuffix(".parquet").split("-", 1)[0]
         found.setdefault(split, []).append(f)
         folders.setdefault(split, set()).add(f.parent)
     mixed = {split: sorted(str(p.relative_to(root)) for p in where) for split, where in folders.items()
@@ -268,10 +270,16 @@ def _from_object(data: Any, split: str | None, name: str, strict: bool) -> HFDat
     if isinstance(data, datasets.DatasetDict):
         chosen = _pick_split(list(data), split, name)
         data, name = data[chosen], f"{name}:{chosen}"
+    elif split is not None and str(data.split) != split:  # one dataset: a split asked for must be its own
+        held = f"the split {str(data.split)!r}" if data.split is not None else "no named split"
+        raise DatasetFormatError(f"{name} is one dataset with {held}, not a dataset dictionary: it has no split "
+                                 f"{split!r}; leave out ':{split}'")
     image, _, _ = _columns(data.features)
-    rows = data.cast_column(image, datasets.Image(decode=False))  # bytes: decoded here, by PIL
+    fingerprint = data._fingerprint
+    # rows as dicts of Python values, whatever output format the object was given (pandas, arrow, torch...)
+    rows = data.with_format(None).cast_column(image, datasets.Image(decode=False))  # bytes, decoded here by PIL
     files = [f["filename"] for f in data.cache_files] or None
-    return HFDatasetSource(rows, data.features, name, files=files, fingerprint=data._fingerprint, strict=strict)
+    return HFDatasetSource(rows, data.features, name, files=files, fingerprint=fingerprint, strict=strict)
 
 
 def open_hf(data: Any, split: str | None = None, strict: bool = False) -> HFDatasetSource:

@@ -52,6 +52,15 @@ def _open(data: str, limit: int | None = None):
     return FirstItems(dataset, limit), fmt
 
 
+def _source_of(dataset):
+    """A reader as a :class:`~vitscope.data.source.Source`: sources (``::hf``, ``::webdataset``, image folders read
+    as bytes) as they are, dataset readers through their annotations."""
+    from vitscope.data.annotated_source import AnnotatedSource
+    from vitscope.data.source import Source
+
+    return dataset if isinstance(dataset, Source) else AnnotatedSource(dataset)
+
+
 def _labels(source):
     """``[N]`` image labels of a source, -1 throughout when it has none (:func:`require_classes` then says so)."""
     import numpy as np
@@ -68,11 +77,9 @@ def _labelled_split(dataset, fmt: str, test_fraction: float, seed: int):
 
     from vitscope.analyses.data_checks import split_problem
     from vitscope.analyses.probes.base import holdout_mask
-    from vitscope.data.annotated_source import AnnotatedSource
     from vitscope.data.files import ImageFiles
-    from vitscope.data.source import Source
 
-    source = dataset if isinstance(dataset, Source) else AnnotatedSource(dataset)
+    source = _source_of(dataset)
     labels = _labels(source)
     require_classes(labels, dataset, fmt)
     test = holdout_mask(np.arange(len(source)), test_fraction, seed)
@@ -114,11 +121,9 @@ def check_blocks(blocks: tuple[int, ...] | str | None, num_blocks: int) -> tuple
 
 def _describe(dataset: Any, fmt: str, given: str) -> dict[str, Any]:
     """results.json ``data``: name, what the user passed, format, items and the fingerprint of the files."""
-    from vitscope.data.annotated_source import AnnotatedSource
     from vitscope.data.fingerprint import data_fingerprint
-    from vitscope.data.source import Source
 
-    source = dataset if isinstance(dataset, Source) else AnnotatedSource(dataset)
+    source = _source_of(dataset)
     return {"name": getattr(dataset, "name", fmt), "source": given, "format": fmt, "items": len(dataset),
             "fingerprint": data_fingerprint(source)}
 
@@ -191,10 +196,8 @@ def run_probe(options: ProbeOptions, log: Callable[[str], None] | None = None, d
     data: dict[str, Any] = {task: dataset}
     if task == "labelled":
         if options.test_data:
-            from vitscope.data.annotated_source import AnnotatedSource
-
             test, _ = _open(options.test_data, options.limit)
-            require_classes(_labels(AnnotatedSource(dataset)), dataset, fmt)
+            require_classes(_labels(_source_of(dataset)), dataset, fmt)
             data = {"train": dataset, "test": test}
         else:
             train, test = _labelled_split(dataset, fmt, options.test_fraction, options.seed)
