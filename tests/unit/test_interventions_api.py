@@ -199,3 +199,26 @@ def test_active_edits_name_the_open_interventions_innermost_last(model):
     tiled = TiledBackbone(model)
     with model.intervene({"blocks.0.resid_post": keep}):
         assert tiled.active_edits == model.active_edits != ()  # the tiles run the edited model
+
+
+@pytest.mark.parametrize("family", ["tiny-vit-sup", "vit-cls"])
+@pytest.mark.parametrize("site", ["blocks.1.attn.q", "blocks.1.attn.pattern", "blocks.1.attn.heads",
+                                  "blocks.1.resid_post"])
+def test_nested_interventions_apply_the_outermost_first_on_every_family_and_site(model, family, site):
+    """Outer ``t + 1``, inner ``t * 2``: ``(t + 1) * 2`` everywhere (the timm layout and Hugging Face's blocks ran
+    the inner edit first at some sites and the outer at others); closing the inner context keeps the outer's."""
+    from helpers.hf_factories import make
+
+    b = model if family == "tiny-vit-sup" else vitscope.wrap(make(family), name=family)
+    x = pixels(b, n=2)
+    clean = recorded(b, x, site)[0][site]
+    with torch.no_grad(), b.intervene({site: lambda t, name: t + 1.0}), b.record(site) as rec:
+        with b.intervene({site: lambda t, name: t * 2.0}):
+            b(x)
+            nested = rec[site].clone()
+        rec.clear()
+        b(x)
+        outer = rec[site].clone()
+    torch.testing.assert_close(nested, (clean + 1) * 2)
+    torch.testing.assert_close(outer, clean + 1)
+    assert recorded(b, x, site)[0][site].equal(clean)  # and nothing is left once both close

@@ -11,7 +11,8 @@ import torch
 
 from vitscope.errors import VitscopeValueError
 
-__all__ = ["EditError", "EditFn", "Edits", "images_running", "running_images", "tiles_running"]
+__all__ = ["ChainedEdits", "EditError", "EditFn", "Edits", "images_running", "running_images",
+           "tiles_running"]
 
 _IMAGES: ContextVar[tuple[int, ...] | None] = ContextVar("vitscope_images_running", default=None)
 _TILES: ContextVar[tuple[int, ...] | None] = ContextVar("vitscope_tiles_running", default=None)
@@ -89,3 +90,22 @@ class Edits:
             raise EditError(f"the edit of '{name}' returned shape {tuple(out.shape)}; it must keep the shape "
                             f"{tuple(tensor.shape)} of the tensor it was given")
         return out.to(device=tensor.device, dtype=tensor.dtype)
+
+
+class ChainedEdits(Edits):
+    """The edits of nested interventions, applied one after the other where each names the same tensor, outermost
+    first: what the model runs while several ``backbone.intervene`` contexts are open (one set of hooks, so the
+    order is the same on every family and at every site).
+
+    Args:
+        parts: the open interventions' edits, outermost first.
+    """
+
+    def __init__(self, parts: Sequence[Edits]) -> None:
+        super().__init__({name: fn for part in parts for name, fn in part.fns.items()})
+        self.parts = tuple(parts)
+
+    def apply(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        for part in self.parts:
+            tensor = part.apply(name, tensor)
+        return tensor

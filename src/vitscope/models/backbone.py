@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from vitscope.errors import VitscopeTypeError
-from vitscope.hooks.edits import EditFn, Edits
+from vitscope.hooks.edits import ChainedEdits, EditFn, Edits
 from vitscope.hooks.names import cnn_hook_names, expand_names, transformer_hook_names
 from vitscope.hooks.record import Record, Removable
 from vitscope.models.preprocess import preprocess_images
@@ -135,6 +135,8 @@ class Backbone(ABC):
                 Editing ``blocks.{i}.attn.pattern`` makes that block run vitscope's eager-equivalent kernel with
                 the edited pattern multiplying the values (not renormalised); editing ``attn.q|k|v`` changes the
                 pattern accordingly. A recording opened inside or around the context sees the edited tensors.
+                Contexts nest: where several edit one tensor, the outermost context's edit applies first and
+                each inner one edits its result, on every family and at every site.
 
         Raises:
             UnknownHookError: a name matches nothing; the message lists valid names.
@@ -154,19 +156,30 @@ class Backbone(ABC):
                                         f"got {type(fn).__name__}")
             for name in expand_names([pattern], self.hook_names(), self.spec.name):
                 resolved[name] = fn
-        handles: list[Removable] = []
         installed = Edits(resolved)
         open_edits = self.__dict__.setdefault("_open_edits", [])
+        if not resolved:  # an empty intervention leaves the model as it is (a model without any still says so)
+            for handle in reversed(self._install_edits(installed)):
+                handle.remove()
+            yield
+            return
+        open_edits.append(installed)
         try:
-            handles = self._install_edits(installed)
-            if resolved:  # an empty intervention leaves the model as it is
-                open_edits.append(installed)
+            self._reinstall_edits(open_edits)
             yield
         finally:
-            if installed in open_edits:
-                open_edits.remove(installed)
-            for handle in reversed(handles):
-                handle.remove()
+            open_edits.remove(installed)
+            self._reinstall_edits(open_edits)
+
+    def _reinstall_edits(self, open_edits: list[Edits]) -> None:
+        """Hooks for every open intervention as one: nested contexts' edits of a tensor apply outermost first
+        (:class:`~vitscope.hooks.edits.ChainedEdits`), whatever the family and site; installed anew whenever a
+        context opens or closes, ahead of the recordings open then."""
+        for handle in reversed(self.__dict__.pop("_edit_handles", [])):
+            handle.remove()
+        if open_edits:
+            chain = open_edits[0] if len(open_edits) == 1 else ChainedEdits(open_edits)
+            self.__dict__["_edit_handles"] = self._install_edits(chain)
 
     @property
     def active_edits(self) -> tuple[Edits, ...]:
