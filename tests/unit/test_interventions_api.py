@@ -222,3 +222,35 @@ def test_nested_interventions_apply_the_outermost_first_on_every_family_and_site
     torch.testing.assert_close(nested, (clean + 1) * 2)
     torch.testing.assert_close(outer, clean + 1)
     assert recorded(b, x, site)[0][site].equal(clean)  # and nothing is left once both close
+
+
+def test_edits_of_one_hook_combined_with_or_both_apply(model):
+    """``|`` of two ready-made edits naming one hook keeps both (a plain dict kept the right one only)."""
+    x, name = pixels(model, n=2), "blocks.2.attn.heads"
+    both = recorded(model, x, name, ablate_heads({2: [0]}) | ablate_heads({2: [1]}))[0][name]
+    assert both[:, :2].abs().max() == 0 and both[:, 2].abs().max() > 0
+    site, ones = "blocks.1.resid_post", torch.ones(model.spec.embed_dim)
+    for edits, cls in ((ablate_tokens([0], hooks=site) | steer(site, ones), 1.0),  # zeroed, then steered
+                       (steer(site, ones) | ablate_tokens([0], hooks=site), 0.0),
+                       ({site: lambda t, n: t * 0} | steer(site, ones), 1.0)):  # a plain dict on the left too
+        out = recorded(model, x, site, edits)[0][site]
+        torch.testing.assert_close(out[:, 0], torch.full_like(out[:, 0], cls))
+
+
+def test_bad_edit_arguments_are_refused_in_one_line(model):
+    x = pixels(model, n=2)
+    for bad, match in ((lambda: ablate_heads({1: 0}), r"heads\[1\] must list the heads"),
+                       (lambda: ablate_heads({1: ["a"]}), "a head of block 1 is an integer, got 'a'"),
+                       (lambda: ablate_heads({1: [1.5]}), "a head of block 1 is an integer, got 1.5"),
+                       (lambda: ablate_heads([1, 2]), "heads maps each block"),
+                       (lambda: steer("blocks.1.resid_post", torch.ones(2, 3, 4)), r"\[D\] or \[N, D\]")):
+        with pytest.raises(VitscopeValueError, match=match):
+            bad()
+    width = model.spec.embed_dim
+    for edits, match in ((steer("blocks.2.resid_post", torch.ones(width + 3)), rf"needs \[{width}\]"),
+                         (steer("blocks.2.resid_post", torch.ones(5, width)), "steering direction is"),
+                         (ablate_tokens([0], hooks="blocks.1.attn.heads"), r"not tokens \[B, N, D\]")):
+        with pytest.raises(VitscopeValueError, match=match), torch.no_grad(), model.intervene(edits):
+            model(x)
+    listed = recorded(model, x, "blocks.2.resid_post", steer("blocks.2.resid_post", [1.0] * width))[0]
+    assert listed["blocks.2.resid_post"].shape[-1] == width  # a list is a direction too

@@ -1,5 +1,6 @@
 """Ready-made interventions for :meth:`vitscope.Backbone.intervene`: each returns the ``{hook: fn}`` mapping it
-takes, so they combine with ``|``::
+takes (an :class:`~vitscope.interventions.edits.EditSet`), so they combine with ``|``; where two name the same hook,
+the left one's edit runs first and the right one's edits its result::
 
     from vitscope.interventions import ablate_heads, patch, reference_means
 
@@ -14,9 +15,9 @@ Every ablation has its controls (``mode``): ``"zero"``, ``"mean"`` (over a refer
 from __future__ import annotations
 
 from vitscope.interventions.artifacts import ablate_outliers
-from vitscope.interventions.edits import ablate_heads, ablate_tokens, patch, steer
+from vitscope.interventions.edits import EditSet, ablate_heads, ablate_tokens, patch, steer
 from vitscope.interventions.reference import reference_means
 from vitscope.interventions.registers import register_neuron_edits, test_time_register, with_test_time_register
 
-__all__ = ["ablate_heads", "ablate_outliers", "ablate_tokens", "patch", "reference_means", "register_neuron_edits",
-           "steer", "test_time_register", "with_test_time_register"]
+__all__ = ["EditSet", "ablate_heads", "ablate_outliers", "ablate_tokens", "patch", "reference_means",
+           "register_neuron_edits", "steer", "test_time_register", "with_test_time_register"]

@@ -15,7 +15,29 @@ from vitscope.errors import VitscopeValueError
 from vitscope.functional.ablation import MODES, TOKEN_MODES, head_index, replaced
 from vitscope.hooks.edits import EditFn, images_running, tiles_running
 
-__all__ = ["ablate_heads", "ablate_tokens", "patch", "steer"]
+__all__ = ["EditSet", "ablate_heads", "ablate_tokens", "patch", "steer"]
+
+
+def _then(first: EditFn, second: EditFn) -> EditFn:
+    return lambda t, name: second(first(t, name), name)
+
+
+class EditSet(dict):
+    """``{hook: fn(tensor, name) -> tensor}`` as every ready-made edit returns it; ``a | b`` keeps both where they
+    name the same hook (``a``'s edit first, then ``b``'s on its result), where a plain dict would keep ``b``'s."""
+
+    def __or__(self, other: Mapping[str, EditFn]) -> EditSet:  # type: ignore[override]
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        out = EditSet(self)
+        for name, fn in other.items():
+            out[name] = _then(out[name], fn) if name in out else fn
+        return out
+
+    def __ror__(self, other: Mapping[str, EditFn]) -> EditSet:  # type: ignore[override]
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return EditSet(other) | self
 
 
 def _reference_of(reference: Mapping[str, torch.Tensor] | None, name: str, what: str) -> torch.Tensor:
@@ -81,10 +103,14 @@ def ablate_heads(heads: Mapping[int, Sequence[int]], mode: str = "zero",
     """
     if mode not in MODES:
         raise VitscopeValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    edits: dict[str, EditFn] = {}
+    if not isinstance(heads, Mapping):
+        raise VitscopeValueError(f"heads maps each block to the heads to ablate in it ({{3: [0, 5]}}), got {heads!r}")
+    edits = EditSet()
     for block, chosen in heads.items():
-        name = f"blocks.{int(block)}.attn.heads"
-        chosen = [int(h) for h in chosen]
+        name = f"blocks.{_integer(block, 'a block')}.attn.heads"
+        if isinstance(chosen, (str, bytes)) or not isinstance(chosen, (Sequence, torch.Tensor, range)):
+            raise VitscopeValueError(f"heads[{block!r}] must list the heads to ablate ([0, 5]), got {chosen!r}")
+        chosen = [_integer(h, f"a head of block {block}") for h in chosen]
         if mode == "mean":
             _reference_of(reference, name, "mean ablation")
 
@@ -94,6 +120,15 @@ def ablate_heads(heads: Mapping[int, Sequence[int]], mode: str = "zero",
             return replaced(t, head_index(_heads, t.shape[1]), mode, mean=mean, other=other)
         edits[name] = edit
     return edits
+
+
+def _integer(value: Any, what: str) -> int:
+    """``value`` as an int; 1.5, "a" or True are refused in one line (``int`` would cut or parse them)."""
+    if isinstance(value, torch.Tensor) and value.dim() == 0:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise VitscopeValueError(f"{what} is an integer, got {value!r}")
+    return int(value)
 
 
 def _token_index(tokens: Any) -> tuple:
@@ -114,7 +149,10 @@ def _token_index(tokens: Any) -> tuple:
 
 
 def _checked(index: tuple, t: torch.Tensor, name: str) -> tuple:
-    """``index`` (of :func:`_token_index`) checked against the tensor it edits, ``[B, N, ...]``."""
+    """``index`` (of :func:`_token_index`) checked against the tensor it edits, ``[B, N, D]``."""
+    if t.dim() != 3:  # per-head tensors [B, H, N, Dh] or CNN maps: dimension 1 is no token axis
+        raise VitscopeValueError(f"'{name}' is {list(t.shape)}, not tokens [B, N, D]: token edits take the residual "
+                                 "stream, norms and MLP sites (for heads, ablate_heads)")
     n = t.shape[1]
     if isinstance(index[-1], list):
         bad = [i for i in index[-1] if not -n <= i < n]
@@ -167,7 +205,7 @@ def ablate_tokens(tokens: Any, mode: str = "zero", hooks: Sequence[str] | str = 
         draws = (_image_draws(seed, n, running, t.shape, tiles if tiles and len(tiles) == len(running) else None)
                  if running is not None and len(running) == t.shape[0] else None)
         return replaced(t, at, mode, other=_noise_spread(reference, n, t), generator=generator, draws=draws)
-    return {name: edit for name in names}
+    return EditSet({name: edit for name in names})
 
 
 def patch(recorded: Mapping[str, torch.Tensor], hooks: Sequence[str] | str | None = None) -> dict[str, EditFn]:
@@ -184,7 +222,7 @@ def patch(recorded: Mapping[str, torch.Tensor], hooks: Sequence[str] | str | Non
         raise VitscopeValueError(f"nothing to patch: no recorded name matches {patterns} (recorded: "
                                  f"{sorted(recorded)[:6]})")
     saved = {n: recorded[n].detach().clone() for n in names}
-    return {n: (lambda t, name: saved[name]) for n in names}
+    return EditSet({n: (lambda t, name: saved[name]) for n in names})
 
 
 def steer(hook: str, direction: torch.Tensor, scale: float = 1.0, tokens: Any = None) -> dict[str, EditFn]:
@@ -196,10 +234,15 @@ def steer(hook: str, direction: torch.Tensor, scale: float = 1.0, tokens: Any = 
         scale: its multiple.
         tokens: only these positions (a list or a bool mask, as :func:`ablate_tokens`); default every token.
     """
-    direction = direction.detach()
+    direction = torch.as_tensor(direction).detach()
+    if direction.dim() not in (1, 2):
+        raise VitscopeValueError(f"a steering direction is [D] or [N, D], got shape {list(direction.shape)}")
     index = None if tokens is None else _token_index(tokens)
 
     def edit(t: torch.Tensor, n: str) -> torch.Tensor:
+        if tuple(direction.shape) != tuple(t.shape[-direction.dim():]):
+            raise VitscopeValueError(f"the steering direction is {list(direction.shape)}, but '{n}' is "
+                                     f"{list(t.shape)}: it needs [{t.shape[-1]}] or {list(t.shape[-2:])}")
         add = (scale * direction).to(t.device, t.dtype).expand_as(t)
         if index is None:
             return t + add
@@ -207,4 +250,4 @@ def steer(hook: str, direction: torch.Tensor, scale: float = 1.0, tokens: Any = 
         at = _checked(index, t, n)
         out[at] = t[at] + add[at]
         return out
-    return {hook: edit}
+    return EditSet({hook: edit})
