@@ -11,6 +11,7 @@ import vitscope
 from helpers.hf_factories import make, peaked
 from vitscope import wrap
 from vitscope.attribution import attribute
+from vitscope.attribution.methods import METHODS
 from vitscope.errors import VitscopeError
 
 KINDS = ["vit-cls", "deit", "dinov2-reg", "clip", "tiny-vit-sup", "tiny-vit-reg"]
@@ -230,8 +231,11 @@ def test_bad_input_is_one_line() -> None:
             call()
         assert "\n" not in str(err.value)
     embedding = wrap(make("dinov2-reg"), name="dinov2-reg")
-    with pytest.raises(VitscopeError, match="has width 5"):
-        attribute(embedding, pixels_of(embedding), torch.randn(5), "chefer")
+    for method in sorted(m for m, (_, kind) in METHODS.items() if kind != "cnn"):  # attention, rollout too
+        with pytest.raises(VitscopeError, match="target class 99 is out of range"):
+            attribute(b, x, 99, method)
+        with pytest.raises(VitscopeError, match="has width 5"):
+            attribute(embedding, pixels_of(embedding), torch.randn(5), method)
     with torch.inference_mode(), pytest.raises(VitscopeError, match="inference_mode"):
         attribute(b, x, 0, "chefer")
 

@@ -92,17 +92,17 @@ def _patterns(rec: dict[str, torch.Tensor]) -> list[torch.Tensor]:
 def attention(backbone: Backbone, pixels: torch.Tensor, score: Score) -> torch.Tensor:
     """The last block's pattern, mean over heads, the read token's row to the spatial tokens (not renormalised)."""
     last = f"blocks.{backbone.spec.num_blocks - 1}.attn.pattern"
-    with torch.no_grad(), backbone.record(last) as rec:
-        backbone(pixels)
-        return _row(rec[last].float().mean(dim=1), backbone, pixels, score)
+    with torch.no_grad():  # the score is computed too: a target the model cannot give is refused, as by the others
+        _, rec = _forward(backbone, pixels, score, [last])
+    return _row(rec[last].float().mean(dim=1), backbone, pixels, score)
 
 
 def rollout(backbone: Backbone, pixels: torch.Tensor, score: Score, discard_ratio: float = 0.0) -> torch.Tensor:
     """Attention rollout (mean over heads, identity added, rows rescaled), the read token's row to the spatial
     tokens."""
-    with torch.no_grad(), backbone.record(ALL_PATTERNS) as rec:
-        backbone(pixels)
-        return _row(attention_rollout(_patterns(rec), "mean", discard_ratio), backbone, pixels, score)
+    with torch.no_grad():  # the score is computed too, as in attention()
+        _, rec = _forward(backbone, pixels, score, [ALL_PATTERNS])
+    return _row(attention_rollout(_patterns(rec), "mean", discard_ratio), backbone, pixels, score)
 
 
 def chefer(backbone: Backbone, pixels: torch.Tensor, score: Score) -> torch.Tensor:
