@@ -104,6 +104,21 @@ def test_the_registry_imports_the_entry_points_on_its_first_read(lab, monkeypatc
     assert registry.ANALYSES["token_norm"].__module__ == "my_lab.token_norm"
 
 
+def test_a_broken_entry_point_stops_every_read_and_the_others_still_register(lab, monkeypatch):
+    """The first read raised the broken one's error and left the registry loaded without the entry points after it,
+    so a second read in the same process said 'unknown analysis' for a working plug-in."""
+    from vitscope.analyses import registry
+    from vitscope.analyses.plugins import PluginImportError
+
+    install(lab, {"a_bad": "my_lab.nothere", "token_norm": "my_lab.token_norm"}, monkeypatch)
+    monkeypatch.setattr(registry, "_LOADED", False)  # as in a fresh process
+    monkeypatch.setattr(registry, "_BROKEN", [])
+    for _ in range(2):
+        with pytest.raises(PluginImportError, match="entry point 'a_bad = my_lab.nothere'"):
+            registry.ANALYSES["token_norm"]
+    assert registry._ANALYSES["token_norm"].__module__ == "my_lab.token_norm"  # imported all the same
+
+
 def test_help_and_params_of_know_the_imported_analyses_wherever_import_stands(lab):
     shown = cli("analyze", "--help", "--import", "my_lab/token_norm.py")  # after --help: imported first all the same
     assert shown.returncode == 0

@@ -53,18 +53,24 @@ def analysis_entry_points() -> list[EntryPoint]:
 
 
 def import_entry_points() -> None:
-    """Import the module of every ``vitscope.analyses`` entry point.
+    """Import the module of every ``vitscope.analyses`` entry point (all of them, also after one fails).
 
     Raises:
-        PluginImportError: an entry point whose module cannot be imported (naming it, its distribution and why).
+        PluginImportError: the first entry point whose module cannot be imported (naming it, its distribution and
+            why), once every other one has been imported.
     """
+    failed: PluginImportError | None = None
     for point in analysis_entry_points():
         try:
             point.load()
         except Exception as err:
             dist = f" of {point.dist.name} {point.dist.version}" if point.dist is not None else ""
-            raise PluginImportError(f"cannot import the analyses of entry point '{point.name} = {point.value}'"
-                                    f"{dist}: {_why(err)}") from err
+            error = PluginImportError(f"cannot import the analyses of entry point '{point.name} = {point.value}'"
+                                      f"{dist}: {_why(err)}")
+            error.__cause__ = err
+            failed = failed or error
+    if failed is not None:
+        raise failed
 
 
 def import_analyses(name: str) -> ModuleType:

@@ -37,18 +37,27 @@ _ANALYSES: dict[str, type[Analysis]] = {}
 _GROUPS: dict[str, tuple[str, ...]] = {}
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _LOADED = False
+_BROKEN: list[Exception] = []  # the plug-in error of the first load, raised again by every later one
 
 
 def _load() -> None:
-    """Import the built-in analyses and the entry points' plug-ins, once: each registers where it is defined."""
+    """Import the built-in analyses and the entry points' plug-ins, once: each registers where it is defined. A
+    broken plug-in stops every use of the registry in this process with its own error (not a later 'unknown
+    analysis', nor a built-in run in place of the plug-in that clashed with it)."""
     global _LOADED
+    if _BROKEN:
+        raise _BROKEN[0]
     if _LOADED:
         return
     _LOADED = True  # first: the modules imported below register through the decorator, which reads the tables
     from vitscope.analyses.plugins import import_builtins, import_entry_points
 
     import_builtins()
-    import_entry_points()
+    try:
+        import_entry_points()
+    except Exception as err:
+        _BROKEN.append(err)
+        raise
 
 
 class _Loaded(Mapping):
