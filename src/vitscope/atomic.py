@@ -37,9 +37,18 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp = temporary_path(path)
     try:
         yield tmp
+        if tmp.is_file():  # the mode open() gives: some writers (safetensors) create their files private
+            os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    """This process's umask (read by setting it, then setting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:

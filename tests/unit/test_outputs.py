@@ -287,3 +287,24 @@ def test_the_device_that_ran_is_recorded_beside_the_one_asked_for(tmp_path, monk
         want = {"device": "cuda:1", "name": "GPU number 1", "cuda": "12.4"}
         assert describe_device(None) == want and describe_device("cuda") == want
         assert describe_device("cuda:0") == {"device": "cuda:0", "name": "GPU number 0", "cuda": "12.4"}
+
+
+def test_atomic_outputs_get_the_mode_open_gives_even_from_writers_that_make_them_private(tmp_path):
+    """safetensors creates its files 0600: an SAE's or a zoo model's weights were unreadable to a shared group."""
+    import os
+    import stat
+
+    from safetensors.torch import save_file
+
+    from vitscope.atomic import atomic_path
+
+    old = os.umask(0o022)
+    try:
+        with atomic_path(tmp_path / "w.safetensors") as partial:
+            save_file({"w": torch.zeros(2)}, str(partial))
+        with atomic_path(tmp_path / "a.txt") as partial:
+            partial.write_text("x")
+            os.chmod(partial, 0o600)
+    finally:
+        os.umask(old)
+    assert [stat.S_IMODE((tmp_path / n).stat().st_mode) for n in ("w.safetensors", "a.txt")] == [0o644, 0o644]

@@ -74,8 +74,10 @@ def test_an_sae_of_another_width_model_or_hook_is_one_line(setting) -> None:
     other.model, other.hook = "dinov2-vits14", HOOK
     with pytest.raises(ValueError, match="trained on dinov2-vits14, not tiny-vit-sup"):
         evaluate(other, backbone, world)
-    with pytest.raises(ValueError, match="has no hook"):
-        evaluate(SparseAutoencoder(128, 32), backbone, world)
+    with pytest.raises(ValueError, match=r"does not name the hook it reads: give it \(--hook, or hook=\)"):
+        evaluate(SparseAutoencoder(128, 32), backbone, world)  # not "has no hook None"
+    with pytest.raises(ValueError, match="has no hook 'blocks.99.resid_post' for this SAE"):
+        evaluate(SparseAutoencoder(128, 32), backbone, world, hook="blocks.99.resid_post")
 
 
 def test_the_command_prints_the_metrics(setting, tmp_path) -> None:
@@ -120,6 +122,11 @@ def test_steering_and_ablating_latents_beside_their_controls(setting) -> None:
     torch.testing.assert_close(ablated[..., 3:], plain[..., 3:])
     with pytest.raises(ValueError, match="not latents of this SAE"):
         steer_latent(sae, HOOK, 999, 1.0)
+    narrow = _exact(64)  # of another model's width: refused in one line, not a shape error deep in the forward
+    for edits in (steer_latent(narrow, HOOK, 5, 1.0), ablate_latents(narrow, HOOK, [0], ("cls",))):
+        with pytest.raises(ValueError, match=f"the SAE reads 64 channels, but '{HOOK}' has 128"), torch.no_grad(), \
+                backbone.intervene(edits):
+            backbone(pixels)
 
 
 def test_the_tokens_it_was_trained_on_are_those_measured_unless_told(setting) -> None:

@@ -24,6 +24,16 @@ def _check(sae: SparseAutoencoder, latents: Sequence[int]) -> list[int]:
     return chosen
 
 
+def _fits(t: torch.Tensor, sae: SparseAutoencoder, name: str) -> bool:
+    """Whether ``t`` is a CNN map (else tokens ``[..., d_in]``); an SAE of another width is refused in one line."""
+    if is_map(t, sae.d_in):
+        return True
+    if t.shape[-1] != sae.d_in:
+        raise VitscopeValueError(f"the SAE reads {sae.d_in} channels, but '{name}' has {t.shape[-1]} "
+                                 f"(shape {list(t.shape)}): an SAE edits the site it was trained on")
+    return False
+
+
 def steer_latent(sae: SparseAutoencoder, hook: str, latent: int, scale: float,
                  direction: torch.Tensor | None = None) -> dict[str, EditFn]:
     """Add ``scale * W_dec[latent]`` (in the activations' units; or ``scale * direction``) to every token at ``hook``
@@ -44,7 +54,7 @@ def steer_latent(sae: SparseAutoencoder, hook: str, latent: int, scale: float,
 
     def edit(t: torch.Tensor, name: str) -> torch.Tensor:
         step = (scale * vector).to(t.device, t.dtype)
-        return t + (step[:, None, None] if is_map(t, sae.d_in) else step)
+        return t + (step[:, None, None] if _fits(t, sae, name) else step)
     return {hook: edit}
 
 
@@ -73,7 +83,7 @@ def ablate_latents(sae: SparseAutoencoder, hook: str, latents: Sequence[int], pr
     tokens_of = tokens_of or getattr(sae, "tokens_of", None) or "spatial"
 
     def edit(t: torch.Tensor, name: str) -> torch.Tensor:
-        if is_map(t, sae.d_in):
+        if _fits(t, sae, name):
             return map_back(on_tokens(as_tokens(t)), t)
         return on_tokens(t)
 

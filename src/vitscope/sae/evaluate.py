@@ -125,8 +125,11 @@ def evaluate(sae: SparseAutoencoder, backbone: Backbone, data: Any, hook: str | 
     """
     hook = hook or getattr(sae, "hook", None)
     tokens_of = tokens_of or getattr(sae, "tokens_of", None) or "spatial"
-    if not hook or hook not in set(backbone.hook_names()):
-        raise VitscopeValueError(f"{backbone.spec.name} has no hook {hook!r} for this SAE (pass hook=...)")
+    if not hook:
+        raise VitscopeValueError("this SAE's file does not name the hook it reads: give it (--hook, or hook=)")
+    if hook not in set(backbone.hook_names()):
+        raise VitscopeValueError(f"{backbone.spec.name} has no hook {hook!r} for this SAE (give another with --hook, "
+                                 "or hook=)")
     if tokens_of not in TOKENS_OF:
         raise VitscopeValueError(f"tokens_of must be one of {', '.join(TOKENS_OF)}, got {tokens_of!r}")
     check_selects(tuple(backbone.spec.prefix_kinds), tokens_of, backbone.spec.name)
