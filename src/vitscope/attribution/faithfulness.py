@@ -9,6 +9,7 @@ grey squares (out of its training distribution); ROAD's fill leaves no outline t
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -50,6 +51,17 @@ class Faithfulness:
         return {o: {m: float(a.mean()) for m, a in modes.items()} for o, modes in self.areas.items()}
 
 
+def _road_draws(seed: int, order: str, mode: str, images: int, shape: tuple[int, ...]) -> torch.Tensor:
+    """ROAD's standard normal draws ``[images * S+1, C, H, W]``: image ``i``'s from a generator of its own, seeded by
+    (seed, order, mode, i), so its curves do not depend on the other images of the call."""
+    rows = []
+    for i in range(images):
+        key = hashlib.sha256(f"{seed}:{order}:{mode}:{i}".encode()).digest()
+        gen = torch.Generator().manual_seed(int.from_bytes(key[:8], "little") % 2**63)
+        rows.append(torch.randn(shape, generator=gen, dtype=torch.float64))
+    return torch.cat(rows)
+
+
 @torch.no_grad()
 def faithfulness(score: Callable[[torch.Tensor], torch.Tensor], pixels: torch.Tensor, maps: torch.Tensor,
                  steps: int = 8, fill: str = "mean", modes: tuple[str, ...] = ("deletion", "insertion"),
@@ -64,7 +76,8 @@ def faithfulness(score: Callable[[torch.Tensor], torch.Tensor], pixels: torch.Te
         steps: points of a curve after the start.
         fill: ``"mean"`` (0 in the model's normalisation: the dataset's mean colour) or ``"road"``.
         modes: ``"deletion"`` and/or ``"insertion"``.
-        seed: of the random order and of ROAD's noise.
+        seed: of the random order and of ROAD's noise (image ``i``'s own: its curves are the same whatever other
+            images the call holds).
         noise: ROAD's noise.
 
     Raises:
@@ -85,7 +98,6 @@ def faithfulness(score: Callable[[torch.Tensor], torch.Tensor], pixels: torch.Te
         raise VitscopeValueError("the other-image baseline needs two images or more")
     orders = {"map": order, "random": random_order(b, k, torch.Generator().manual_seed(seed)),
               "other_image": order.roll(-1, 0)}
-    generator = torch.Generator().manual_seed(seed)
     out = Faithfulness(step_fractions(k, steps))
     for name, o in orders.items():
         out.curves[name], out.areas[name] = {}, {}
@@ -96,7 +108,8 @@ def faithfulness(score: Callable[[torch.Tensor], torch.Tensor], pixels: torch.Te
             if fill == "mean":
                 perturbed = images * shown
             else:
-                perturbed = noisy_linear_imputation(images, shown[:, 0] < 0.5, noise, generator)
+                draws = _road_draws(seed, name, mode, b, (steps + 1, *pixels.shape[1:]))
+                perturbed = noisy_linear_imputation(images, shown[:, 0] < 0.5, noise, draws=draws)
             by_step = perturbed.view(b, steps + 1, *perturbed.shape[1:]).transpose(0, 1)  # one copy of each image
             curve = torch.stack([score(step) for step in by_step], dim=1).double()  # [B, S+1]
             out.curves[name][mode], out.areas[name][mode] = curve, curve_area(curve, out.fractions)

@@ -60,7 +60,8 @@ def _impute_one(image: np.ndarray, removed: np.ndarray) -> np.ndarray:
 
 
 def noisy_linear_imputation(images: torch.Tensor, removed: torch.Tensor, noise: float = 0.01,
-                            generator: torch.Generator | None = None) -> torch.Tensor:
+                            generator: torch.Generator | None = None, draws: torch.Tensor | None = None
+                            ) -> torch.Tensor:
     """Fill the ``removed`` pixels of every image by noisy linear imputation.
 
     Args:
@@ -68,6 +69,8 @@ def noisy_linear_imputation(images: torch.Tensor, removed: torch.Tensor, noise: 
         removed: ``[B, H, W]`` bool, True where a pixel is removed.
         noise: the standard deviation of the Gaussian noise added to the filled pixels (ROAD's 0.01).
         generator: the noise's random generator.
+        draws: ``[B, C, H, W]`` standard normal draws to use instead of drawing from ``generator`` (so that an
+            image's noise can come from a generator of its own, whatever else is in the batch).
 
     Returns:
         ``[B, C, H, W]`` in ``images``' dtype and device; known pixels unchanged.
@@ -81,6 +84,9 @@ def noisy_linear_imputation(images: torch.Tensor, removed: torch.Tensor, noise: 
                                                           removed.detach().cpu().bool().numpy())])
     out = torch.from_numpy(filled)
     if noise > 0:
-        out = out + removed.cpu()[:, None].double() * torch.randn(out.shape, generator=generator,
-                                                                  dtype=torch.float64) * noise
+        if draws is None:
+            draws = torch.randn(out.shape, generator=generator, dtype=torch.float64)
+        elif tuple(draws.shape) != tuple(out.shape):
+            raise VitscopeValueError(f"draws must be {list(out.shape)}, got {list(draws.shape)}")
+        out = out + removed.cpu()[:, None].double() * draws.cpu().double() * noise
     return out.to(images.device, images.dtype)
