@@ -11,6 +11,7 @@ property of tests/contract/test_analysis_contract.py and the two-process runs of
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -258,3 +259,5 @@ def test_images_of_several_grids_give_the_same_numbers_whatever_the_batch(mixed_
     assert forked.workers == 1 and forked.grids == got[16].grids  # groups of one grid made in a worker (one batch)
     assert all(_exactly(forked[n].tensors, got[16][n].tensors) for n in got[16]), "workers moved a number"
     assert ANALYSES["cka"]().why_unsupported(backbone.spec).endswith("set cka.tokens=spatial_mean (or cls)")
+    no_cls = dataclasses.replace(backbone.spec, prefix_kinds=(), num_prefix_tokens=0)  # SigLIP 2: no CLS to suggest
+    assert ANALYSES["cka"]().why_unsupported(no_cls).endswith("set cka.tokens=spatial_mean")

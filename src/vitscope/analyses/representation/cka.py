@@ -91,7 +91,8 @@ def token_choice_reason(name: str, tokens: str, spec: ModelSpec) -> str | None:
                 f"{name}.tokens=spatial_mean")
     if spec.max_tokens and tokens in ("all", "spatial"):
         return (f"analysis '{name}' flattens every token of an image (tokens={tokens!r}), but images keep their "
-                f"aspect ratios here and have token grids of their own; set {name}.tokens=spatial_mean (or cls)")
+                f"aspect ratios here and have token grids of their own; set {name}.tokens=spatial_mean"
+                + (" (or cls)" if has_cls_token(spec) else ""))
     return None
 
 
