@@ -6,7 +6,7 @@ from typing import Any
 
 from torch import nn
 
-from vitscope.errors import VitscopeValueError
+from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.models.cnn import CNNBackbone, CNNLayout, cnn_spec, tiny_resnet_layout
 from vitscope.models.timm_layout import TimmLayoutBackbone, check_timm_layout, timm_spec
@@ -51,6 +51,10 @@ def wrap(
         layout = _detect(module)
     if layout == "hf":
         from vitscope.models.hf_load import wrap_hf
+
+        if hasattr(module, "vision_model") and hasattr(module, "text_model"):  # its forward needs text too
+            raise VitscopeTypeError(f"{name} is an image-text model: wrap its vision tower (model.vision_model), or "
+                                    "load the checkpoint with vitscope.load_model, which does")
 
         return wrap_hf(module, name, overrides=spec_overrides)
     if layout == "timm":
