@@ -204,3 +204,40 @@ def test_parquet_files_named_by_their_split_alone(tmp_path) -> None:
     _dataset(6).to_parquet(str(tmp_path / "train.parquet"))
     _dataset(3, 50).to_parquet(str(tmp_path / "test.parquet"))
     assert len(as_source(f"{tmp_path}::hf:test")) == 3 and len(as_source(f"{tmp_path}::hf:train")) == 6
+
+
+def test_a_first_row_without_a_label_leaves_the_data_labelled() -> None:
+    """Row 0's label is -1: the source still gives ``label`` (its labels() lists the others'), so k-NN and probes
+    are not refused as if the data had no labels."""
+    from vitscope.analyses.data_checks import DataFacts
+
+    ds = _dataset(7)
+    source = as_source(datasets.Dataset.from_dict({**ds.to_dict(), "label": [-1, 0, 1, 2, 0, 1, 2]},
+                                                  features=ds.features))
+    assert source.targets(0) == {} and "label" in source.target_keys()
+    assert DataFacts(source).class_problem() is None
+
+
+def test_the_checks_and_sae_cards_name_the_classes_of_a_hf_dataset() -> None:
+    """The class names are the source's own (the ClassLabel's): a HF source has no reader behind it."""
+    from types import SimpleNamespace
+
+    from vitscope.analyses.data_checks import DataFacts
+    from vitscope.workflows.sae_cards import _names
+
+    assert DataFacts(as_source(_dataset(3)), {"label"}).class_names == CLASSES
+    result = SimpleNamespace(meta={"class_labels": [0, 2]})
+    _names(result, as_source(_dataset(3)))
+    assert result.meta["class_names"] == {"0": "cat", "2": "fox"}
+
+
+def test_a_dataset_dict_object_of_several_splits_asks_for_one_split(tmp_path) -> None:
+    """An object has no ``--data`` spec to name a split in: the message says to pass one split of it (a saved one
+    is told the spec that names a split)."""
+    several = datasets.DatasetDict({"train": _dataset(3), "extra": _dataset(2)})
+    with pytest.raises(DatasetFormatError, match=r'holds the splits train, extra; pass one split of it, e.g. '
+                                                 r'dd\["train"\]$'):
+        as_source(several)
+    several.save_to_disk(str(tmp_path / "saved"))
+    with pytest.raises(DatasetFormatError, match=r"choose one with --data .*saved::hf:SPLIT$"):
+        as_source(f"{tmp_path / 'saved'}::hf")

@@ -155,3 +155,89 @@ def test_a_thousand_shards_keep_few_files_open(tmp_path, monkeypatch) -> None:
     assert len(opened) == 20 and len(opened) - len(closed) == webdataset._OPEN_SHARDS
     source.close()
     assert len(opened) == len(closed)
+
+
+def test_a_descending_brace_range_counts_down(tmp_path) -> None:
+    """``{3..1}`` names 3, 2, 1 as bash does (it named none, and opening the pattern failed with an IndexError)."""
+    assert expand_braces("d/{3..1}.tar") == ["d/3.tar", "d/2.tar", "d/1.tar"]
+    assert expand_braces("d/{010..008}.tar") == ["d/010.tar", "d/009.tar", "d/008.tar"]
+    assert expand_braces("d/{10..8}.tar") == ["d/10.tar", "d/9.tar", "d/8.tar"]
+    for s in (1, 2, 3):
+        _tar(tmp_path / f"{s}.tar", [(f"k{s}.png", sample_image(s)), (f"k{s}.cls", str(s).encode())])
+    assert as_source(f"{tmp_path}/{{3..1}}.tar::webdataset").labels().tolist() == [3, 2, 1]
+
+
+def test_a_pattern_naming_no_shard_is_refused_by_name(monkeypatch) -> None:
+    from vitscope.data import webdataset
+
+    monkeypatch.setattr(webdataset, "expand_braces", lambda pattern: [])
+    with pytest.raises(DatasetFormatError, match=r"the WebDataset pattern d/\{1..2\}.tar names no shard"):
+        webdataset.open_webdataset("d/{1..2}.tar")
+
+
+def test_the_member_with_the_image_extension_itself_is_the_image(tmp_path) -> None:
+    """``x.seg.png`` (a mask) beside ``x.webp`` and ``y.thumb.jpg`` beside ``y.png`` are other members, not the image;
+    the last part of an extension counts only when no member has an image extension itself."""
+    mask, thumb = io.BytesIO(), io.BytesIO()
+    Image.new("L", (10, 10)).save(mask, format="PNG")
+    Image.new("RGB", (8, 8)).save(thumb, format="JPEG")
+    photo = io.BytesIO()
+    Image.open(io.BytesIO(sample_image(1))).save(photo, format="WEBP", lossless=True)
+    _tar(tmp_path / "0.tar", [("x.webp", photo.getvalue()), ("x.seg.png", mask.getvalue()), ("x.cls", b"0"),
+                              ("y.png", sample_image(2)), ("y.thumb.jpg", thumb.getvalue()), ("y.cls", b"1"),
+                              ("z.JPEG.jpg", sample_image(3)), ("z.seg.png", mask.getvalue()), ("z.cls", b"1")])
+    source = as_source(f"{tmp_path / '0.tar'}::webdataset")
+    assert [source.load(i).size for i in range(2)] == [(26 + 1 % 4, 30), (26 + 2 % 4, 30)]
+    assert source.load(2).size == (26 + 3 % 4, 30)  # no exact member: matched by the last part, jpg before png
+
+
+def test_label_members_that_hold_no_integer_are_counted_in_one_warning(tmp_path) -> None:
+    """``dog``, ``1.0`` and a ``json`` label that is a name leave their samples unlabelled, and labels() says how
+    many (once); integers, in ``cls`` or ``json``, are read as before."""
+    from vitscope.data.webdataset import UnreadableLabelWarning
+
+    labels = [("cls", b"1"), ("cls", b"dog"), ("cls", b"1.0"), ("json", b'{"label": "fox"}'), ("json", b'{"label": 2}'),
+              ("json", b'{"caption": "no label"}'), ("cls", b"0")]
+    _tar(tmp_path / "0.tar", [m for i, (kind, value) in enumerate(labels)
+                              for m in ((f"s{i}.png", sample_image(i)), (f"s{i}.{kind}", value))])
+    source = as_source(f"{tmp_path / '0.tar'}::webdataset")
+    with pytest.warns(UnreadableLabelWarning, match=r"3 WebDataset sample\(s\) .*not an integer \(e.g. 0.tar/s1: "
+                                                    r"'dog'\)"):
+        assert source.labels().tolist() == [1, -1, -1, -1, 2, -1, 0]
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert source.labels().tolist() == [1, -1, -1, -1, 2, -1, 0]  # warned once per source
+
+
+def test_a_first_sample_without_a_label_leaves_the_data_labelled(tmp_path) -> None:
+    """The first sample has no ``cls``: the source still gives ``label`` (its labels() lists the others'), so k-NN
+    and probes are not refused as if the data had no labels."""
+    from vitscope.analyses.data_checks import DataFacts
+
+    _tar(tmp_path / "0.tar", [("u0.png", sample_image(0))] + [
+        m for i in range(1, 9) for m in ((f"k{i}.png", sample_image(i)), (f"k{i}.cls", str(i % 2).encode()))])
+    source = as_source(f"{tmp_path / '0.tar'}::webdataset")
+    assert source.targets(0) == {} and "label" in source.target_keys()
+    assert DataFacts(source).class_problem() is None
+
+
+def test_closing_needs_no_module_globals_at_interpreter_exit(tmp_path, monkeypatch) -> None:
+    """At interpreter exit the module's globals may be cleared before a source is collected: its finaliser still
+    closes the shards it opened, without an 'Exception ignored' message."""
+    import os
+
+    from vitscope.data import webdataset
+
+    _tar(tmp_path / "0.tar", [("a.png", sample_image(0)), ("a.cls", b"1")])
+    source = as_source(f"{tmp_path / '0.tar'}::webdataset")
+    source.load(0)
+    (fd,) = source._fds.values()
+    for name in ("os", "contextlib"):
+        monkeypatch.setattr(webdataset, name, None)
+    source.__del__()
+    monkeypatch.undo()
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    source._fds = {}

@@ -225,8 +225,10 @@ class DataFacts:
 
     @functools.cached_property
     def class_names(self) -> list[str]:
-        """Class names indexed by label, where the reader names them (:func:`class_names`)."""
-        return class_names(_reader(self.source))
+        """Class names indexed by label: the source's own ``class_names`` (a Hugging Face ClassLabel's), else its
+        reader's (:func:`class_names`)."""
+        own = getattr(self.source, "class_names", None)
+        return list(own) if isinstance(own, (list, tuple)) and own else class_names(_reader(self.source))
 
     @functools.cached_property
     def hint(self) -> str:

@@ -59,7 +59,13 @@ def is_hf_dataset(data: Any) -> bool:
     return type(data).__module__.startswith("datasets.") and type(data).__name__ in ("Dataset", "DatasetDict")
 
 
-def _pick_split(splits: Sequence[str], split: str | None, where: str) -> str:
+def _pick_split(splits: Sequence[str], split: str | None, where: str, advice: str | None = None) -> str:
+    """The split to read: ``split``, else the only one, else the first of :data:`_DEFAULT_SPLITS` held.
+
+    Args:
+        splits: the splits held; where: what the message calls the data.
+        advice: how to choose one when none is found (default: ``--data WHERE::hf:SPLIT``).
+    """
     if split is not None:
         if split not in splits:
             raise DatasetFormatError(f"{where} has no split {split!r}; its splits: {', '.join(splits)}")
@@ -69,7 +75,8 @@ def _pick_split(splits: Sequence[str], split: str | None, where: str) -> str:
     for name in _DEFAULT_SPLITS:
         if name in splits:
             return name
-    raise DatasetFormatError(f"{where} holds the splits {', '.join(splits)}; choose one with {where}::hf:SPLIT")
+    raise DatasetFormatError(f"{where} holds the splits {', '.join(splits)}; "
+                             f"{advice or f'choose one with --data {where}::hf:SPLIT'}")
 
 
 def _columns(features: Any) -> tuple[str, str | None, list[str] | None]:
@@ -265,10 +272,14 @@ class HFDatasetSource(Source):
         return out
 
 
-def _from_object(data: Any, split: str | None, name: str, strict: bool) -> HFDatasetSource:
+def _from_object(data: Any, split: str | None, name: str, strict: bool, root: Path | None = None) -> HFDatasetSource:
+    """A source of a ``Dataset``, or of one split of a ``DatasetDict``: an object from Python, or loaded from
+    ``root``."""
     datasets = _datasets()
     if isinstance(data, datasets.DatasetDict):
-        chosen = _pick_split(list(data), split, name)
+        # an object from Python has no --data spec to name a split in: one split of it is passed instead
+        advice = None if root is not None else f'pass one split of it, e.g. dd["{next(iter(data), "train")}"]'
+        chosen = _pick_split(list(data), split, str(root) if root is not None else name, advice)
         data, name = data[chosen], f"{name}:{chosen}"
     elif split is not None and str(data.split) != split:  # one dataset: a split asked for must be its own
         held = f"the split {str(data.split)!r}" if data.split is not None else "no named split"
@@ -295,7 +306,7 @@ def open_hf(data: Any, split: str | None = None, strict: bool = False) -> HFData
     if not root.is_dir():
         raise DatasetFormatError(f"Hugging Face dataset folder '{root}' does not exist")
     if (root / "dataset_dict.json").is_file() or (root / "state.json").is_file():
-        return _from_object(_datasets().load_from_disk(str(root)), split, root.name, strict)
+        return _from_object(_datasets().load_from_disk(str(root)), split, root.name, strict, root)
     splits = _parquet_splits(root)
     if not splits:
         raise DatasetFormatError(f"{root} holds neither a saved Hugging Face dataset (state.json, dataset_dict.json) "

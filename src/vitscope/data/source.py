@@ -80,13 +80,28 @@ class Source(ABC):
         return {}
 
     def target_keys(self) -> frozenset[str]:
-        """The ground-truth keys this source provides, read from its first readable entries."""
+        """The ground-truth keys this source provides, read from its first readable entry; ``label`` too when that
+        entry is unlabelled but the source's own :meth:`labels` lists labels for others."""
+        keys: frozenset[str] = frozenset()
         for i in range(min(len(self), 3)):
             try:
-                return frozenset(self.targets(i))
+                keys = frozenset(self.targets(i))
+                break
             except Exception:  # an unreadable entry: try the next one
                 continue
-        return frozenset()
+        if "label" not in keys and self._lists_labels():
+            keys |= {"label"}
+        return keys
+
+    def _lists_labels(self) -> bool:
+        """Whether a subclass's own :meth:`labels` (which reads labels without images) finds any; the generic one
+        is not asked, as it reads every entry's targets."""
+        if type(self).labels is Source.labels:
+            return False
+        try:
+            return bool((np.asarray(self.labels()) >= 0).any())
+        except (ValueError, OSError):  # no labels, or a reader that cannot list them
+            return False
 
     def labels(self) -> np.ndarray:
         """``[n]`` int64 image labels by position (-1 where unknown).

@@ -3,8 +3,10 @@
 A shard is a plain tar file whose members are grouped into samples by key: the member's path up to the first dot
 of its file name (``n01440764/ILSVRC2012_val_00000293.jpg`` and ``.cls`` form one sample). A sample's image is its
 ``jpg``, ``jpeg``, ``png`` or ``webp`` member; its label the integer in its ``cls`` member, or the ``label`` (else
-``cls``) field of its ``json`` member. A member is matched by its extension, else by the extension's last part
-(``n01440764_10026.JPEG.jpg`` is a ``jpg``), as the ``webdataset`` package decodes. Hidden members (macOS's
+``cls``) field of its ``json`` member; a label member that holds no integer (``dog``) leaves its sample unlabelled,
+and :meth:`~WebDatasetSource.labels` warns how many did. A member is matched by its whole extension, else, when no
+member has that extension, by the extension's last part (``n01440764_10026.JPEG.jpg`` is a ``jpg``, as the
+``webdataset`` package decodes; ``x.seg.png`` beside ``x.webp`` is no image of ``x``). Hidden members (macOS's
 ``._*`` and ``__MACOSX/``) are not samples. Shards are read in the order the pattern (or the folder's sorted
 listing) gives them, samples in the order they appear; a shard cut short (no end-of-archive blocks, or a member
 running past the end of the file) is refused by name rather than read in part.
@@ -24,25 +26,33 @@ import json
 import os
 import re
 import tarfile
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from PIL import Image
 
 from vitscope.data.formats.errors import DatasetFormatError
 from vitscope.data.images import ImageLoadError, decode_rgb
 from vitscope.data.source import Source
 
-__all__ = ["WebDatasetSource", "expand_braces", "open_webdataset"]
+__all__ = ["UnreadableLabelWarning", "WebDatasetSource", "expand_braces", "open_webdataset"]
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 _BRACES = re.compile(r"\{(\d+)\.\.(\d+)\}")
 
 
+class UnreadableLabelWarning(UserWarning):
+    """Label members that hold no integer (``dog``, ``1.0``, a ``json`` label that is a name): those samples are
+    read as unlabelled."""
+
+
 def expand_braces(pattern: str) -> list[str]:
-    """``shards/{000000..000002}.tar`` -> the three names (zero padding kept; several ranges multiply)."""
+    """``shards/{000000..000002}.tar`` -> the three names (zero padding kept; several ranges multiply; a descending
+    range such as ``{3..1}`` counts down, as in bash)."""
     match = _BRACES.search(pattern)
     if match is None:
         return [pattern]
@@ -51,7 +61,9 @@ def expand_braces(pattern: str) -> list[str]:
     padded = any(len(end) > 1 and end.startswith("0") for end in (first, last))
     width = max(len(first), len(last)) if padded else 0
     head, tail = pattern[:match.start()], pattern[match.end():]
-    return [name for n in range(int(first), int(last) + 1) for name in expand_braces(f"{head}{n:0{width}d}{tail}")]
+    step = 1 if int(first) <= int(last) else -1
+    numbers = range(int(first), int(last) + step, step)
+    return [name for n in numbers for name in expand_braces(f"{head}{n:0{width}d}{tail}")]
 
 
 @dataclass(frozen=True)
@@ -75,11 +87,35 @@ def _split_key(name: str) -> tuple[str, str] | None:
     return (f"{folder}/{stem}" if folder else stem), ext.lower()
 
 
-def _part(parts: dict[str, _Member], wanted: str) -> _Member | None:
-    """The member of extension ``wanted``: exactly, else by the extension's last part (``jpeg.jpg`` is a jpg)."""
-    if wanted in parts:
-        return parts[wanted]
-    return next((m for ext, m in parts.items() if ext.rsplit(".", 1)[-1] == wanted), None)
+def _part(parts: dict[str, _Member], wanted: Sequence[str]) -> tuple[str, _Member] | None:
+    """``(extension, member)`` of the first of ``wanted`` a member has as its whole extension; only when none has,
+    the first matched by the extension's last part (``jpeg.jpg`` is a jpg; ``seg.png`` beside a ``webp`` is not
+    the image)."""
+    exact = next((ext for ext in wanted if ext in parts), None)
+    if exact is not None:
+        return exact, parts[exact]
+    for ext in wanted:
+        found = next((m for full, m in parts.items() if full.rsplit(".", 1)[-1] == ext), None)
+        if found is not None:
+            return ext, found
+    return None
+
+
+def _parse_label(text: str, kind: str) -> int | None:
+    """The integer label of a ``cls`` or ``json`` member's text; None when a ``json`` member names no label.
+
+    Raises:
+        ValueError: the member holds something else than an integer label.
+    """
+    if kind == "cls":
+        return int(text)
+    doc = json.loads(text)
+    value = doc.get("label", doc.get("cls")) if isinstance(doc, dict) else None
+    if value is None:
+        return None
+    if not isinstance(value, (int, float, str)) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError(f"not an integer: {value!r}")  # int() would truncate 1.5 or fail with a TypeError
+    return int(value)
 
 
 def _check_complete(tar: tarfile.TarFile, shard: str, last: str | None) -> None:
@@ -126,15 +162,16 @@ class WebDatasetSource(Source):
                 raise DatasetFormatError(f"cannot read the WebDataset shard {shard}: {err}") from None
             for key, parts in samples.items():
                 keys.append(f"{Path(shard).name}/{key}")
-                self._images.append(next((m for m in (_part(parts, e) for e in IMAGE_EXTENSIONS) if m), None))
-                kind = "cls" if _part(parts, "cls") else "json" if _part(parts, "json") else ""
-                self._labels.append(_part(parts, kind) if kind else None)
-                self._label_kinds.append(kind)
+                image, label = _part(parts, IMAGE_EXTENSIONS), _part(parts, ("cls", "json"))
+                self._images.append(image[1] if image else None)
+                self._labels.append(label[1] if label else None)
+                self._label_kinds.append(label[0] if label else "")
         if not keys:
             raise DatasetFormatError(f"no samples in the WebDataset shards {', '.join(self.shards[:3])}")
         self.paths = keys
         self._fds: dict[int, int] = {}
         self._pid = os.getpid()
+        self._all_labels: np.ndarray | None = None  # read once by labels(): its warning is given once
 
     def _read(self, member: _Member, i: int) -> bytes:
         if self._pid != os.getpid():  # a forked loading worker opens its own files (the parent's stay its own)
@@ -161,9 +198,13 @@ class WebDatasetSource(Source):
                     os.close(fd)
         self._fds = {}
 
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self.close()
+    def __del__(self, _getpid=os.getpid, _close=os.close, _suppress=contextlib.suppress) -> None:
+        # at interpreter exit this module's globals may be gone already: only the names bound here are used
+        if getattr(self, "_pid", None) != _getpid():
+            return
+        for fd in getattr(self, "_fds", {}).values():
+            with _suppress(OSError):
+                _close(fd)
 
     def load(self, i: int) -> Image.Image:
         member = self._images[i]
@@ -171,23 +212,53 @@ class WebDatasetSource(Source):
             raise ImageLoadError(self.path(i), f"the sample has no image member ({', '.join(IMAGE_EXTENSIONS)})")
         return decode_rgb(io.BytesIO(self._read(member, i)), self.path(i))
 
+    def _label_text(self, i: int) -> str | None:
+        member = self._labels[i]
+        return None if member is None else self._read(member, i).decode("utf-8", errors="replace").strip()
+
     def _label(self, i: int) -> int | None:
-        member, kind = self._labels[i], self._label_kinds[i]
-        if member is None:
-            return None
-        text = self._read(member, i).decode("utf-8", errors="replace").strip()
+        text = self._label_text(i)
         try:
-            if kind == "cls":
-                return int(text)
-            doc = json.loads(text)
-            value = doc.get("label", doc.get("cls")) if isinstance(doc, dict) else None
-            return None if value is None else int(value)
-        except (ValueError, TypeError):
+            return None if text is None else _parse_label(text, self._label_kinds[i])
+        except ValueError:
             return None
 
     def targets(self, i: int) -> dict[str, Any]:
         label = self._label(i)
         return {} if label is None or label < 0 else {"label": label}
+
+    def labels(self) -> np.ndarray:
+        """``[n]`` int64 labels read from the label members alone (no image is read; -1 where unknown), warning
+        once (:class:`UnreadableLabelWarning`) how many label members hold no integer.
+
+        Raises:
+            ValueError: no sample has a label.
+        """
+        if self._all_labels is None:
+            self._all_labels = self._read_labels()
+        if not len(self._all_labels) or (self._all_labels < 0).all():
+            raise self._no_labels()
+        return self._all_labels.copy()
+
+    def _read_labels(self) -> np.ndarray:
+        out = np.full(len(self), -1, dtype=np.int64)
+        bad: list[tuple[str, str]] = []
+        for i in range(len(self)):
+            try:
+                text = self._label_text(i)
+                label = None if text is None else _parse_label(text, self._label_kinds[i])
+            except ImageLoadError:  # an unreadable shard: the sample is skipped when read, so it has no label
+                continue
+            except ValueError:
+                bad.append((self.path(i), text or ""))
+                continue
+            out[i] = -1 if label is None else label
+        if bad:
+            path, text = bad[0]
+            warnings.warn(f"{self.name}: {len(bad)} WebDataset sample(s) have a cls or json label that is not an "
+                          f"integer (e.g. {path}: {text[:40]!r}); they are read as unlabelled",
+                          UnreadableLabelWarning, stacklevel=3)
+        return out
 
     def fingerprint_files(self) -> tuple[Sequence[str], Path] | None:
         return list(self.shards), Path(self.shards[0]).parent
@@ -205,7 +276,8 @@ def open_webdataset(root: str, strict: bool = False) -> WebDatasetSource:
     """Shards named by a brace pattern (``shards/{000000..000127}.tar``), one tar file, or a folder of ``*.tar``.
 
     Raises:
-        DatasetFormatError: no shard found, a missing shard (named), or an unreadable one.
+        DatasetFormatError: no shard found (a pattern naming none is named), a missing shard (named), or an
+            unreadable one.
     """
     path = Path(root)
     if path.is_dir():
@@ -214,6 +286,8 @@ def open_webdataset(root: str, strict: bool = False) -> WebDatasetSource:
             raise DatasetFormatError(f"no *.tar shards in {root}")
         return WebDatasetSource(shards, path.name, strict=strict)
     shards = expand_braces(root)
+    if not shards:
+        raise DatasetFormatError(f"the WebDataset pattern {root} names no shard")
     missing = [s for s in shards if not Path(s).is_file()]
     if missing:
         raise DatasetFormatError(f"{len(missing)} of {len(shards)} WebDataset shards are missing, e.g. {missing[0]}")

@@ -66,11 +66,14 @@ def _pictures(result: SAEFeaturesResult, backbone: Backbone, source: Source) -> 
 
 
 def _names(result: SAEFeaturesResult, source: Source) -> None:
-    """Name the classes and regions of the cards from the dataset's reader where it has names: image classes from
-    its ``classes``, regions from its ``part_names`` (PartImageNet) or ``classes`` (COCO categories)."""
+    """Name the classes and regions of the cards where the data has names: image classes from the source's own
+    ``class_names`` (a Hugging Face ClassLabel's), else its reader's ``classes``; regions from the reader's
+    ``part_names`` (PartImageNet) or ``classes`` (COCO categories)."""
     reader = getattr(source, "dataset", None)
     classes, parts = getattr(reader, "classes", None), getattr(reader, "part_names", None)
-    for key, names in (("class", classes), ("region", parts if parts is not None else classes)):
+    own = getattr(source, "class_names", None)
+    image_classes = own if isinstance(own, (list, tuple)) and own else classes
+    for key, names in (("class", image_classes), ("region", parts if parts is not None else classes)):
         if not isinstance(names, (list, tuple)):
             continue
         named = {int(v): str(names[int(v)]) for v in result.meta.get(f"{key}_labels", []) if 0 <= int(v) < len(names)}
