@@ -73,8 +73,8 @@ def test_missing_labels_are_reported() -> None:
     acc = Clustering()
     record, batch = fake_record(spec, acc.required_hooks(spec), 4, torch.Generator().manual_seed(0))
     batch.targets = {}
-    with pytest.warns(UserWarning, match="no image labels"):
-        acc.update(record, batch)
+    with pytest.warns(UserWarning, match="images without a class label are left out of the probe"):
+        acc.update(record, batch)  # not "the data has no labels": other batches may have them
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # warned once, not per batch
         acc.update(record, batch)

@@ -130,7 +130,14 @@ class LabelledFeatures(Analysis):
         return None
 
     def _missing_message(self) -> str:
+        """Why no image could be scored (the result's error)."""
         return no_labels("the data") if self._cfg_level == "image" else no_regions(self.name, self._cfg_level)
+
+    def _left_out_message(self) -> str:
+        """Said once, at the first image without ground truth: the others are still scored."""
+        what = "a class label" if self._cfg_level == "image" else f"{self._cfg_level} region masks"
+        return (f"{self.name}: images without {what} are left out of the probe (their count is the result's "
+                "unlabelled_images)")
 
     def why_unsupported_data(self, data: DataFacts) -> str | None:
         """No labels, one class, one image per class, no train/test split (image level); no region masks or
@@ -174,7 +181,7 @@ class LabelledFeatures(Analysis):
         rows, missing = self._rows(record, batch, found)
         if missing:
             if self.unlabelled == 0:
-                warnings.warn(self._missing_message(), stacklevel=2)
+                warnings.warn(self._left_out_message(), stacklevel=2)
             self.unlabelled += missing
         if rows is None:
             return
