@@ -1,6 +1,7 @@
 """A checkpoint's preprocessor_config.json gives the pixels its own transformers image processor gives: the same
 resize (the whole image to a fixed height and width, or the short side), crop and normalisation, checked against
-the processor classes themselves (their PIL backend) on a photo-sized gradient."""
+the processor transformers itself loads from the same JSON (``AutoImageProcessor.from_pretrained``, its PIL
+backend) on a photo-sized gradient, so a setting read otherwise than transformers reads it shows."""
 
 from __future__ import annotations
 
@@ -29,46 +30,47 @@ def _checkpoint(tmp_path, kind: str, processor: dict):
     return vitscope.load_model(str(tmp_path))
 
 
-def _same_pixels(b, proc, image: Image.Image) -> None:
+def _reference(folder):
+    """The processor transformers loads from the folder's preprocessor_config.json: the ground truth."""
+    return tf.AutoImageProcessor.from_pretrained(folder, backend="pil")
+
+
+def _same_pixels(b, proc, image: Image.Image, atol: float = 1e-5) -> None:
     ours = b.preprocess([image])
     ref = proc(images=[image], return_tensors="pt")["pixel_values"]
     assert ours.shape == ref.shape
-    torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours, ref, atol=atol, rtol=0)
 
 
-# (processor class, the JSON a checkpoint ships): fixed height and width, with and without a crop after it
+# the JSON a checkpoint ships: fixed height and width, with and without a crop after it
 FIXED = [
-    (tf.ViTImageProcessorPil, {"image_processor_type": "ViTImageProcessor", "size": {"height": 224, "width": 224},
-                               "image_mean": [0.5] * 3, "image_std": [0.5] * 3, "resample": 2}),
-    (tf.SiglipImageProcessorPil, {"image_processor_type": "SiglipImageProcessor", "do_resize": True,
-                                  "size": {"height": 64, "width": 96}, "image_mean": [0.5] * 3,
-                                  "image_std": [0.5] * 3, "resample": 3}),
-    (tf.DeiTImageProcessorPil, {"image_processor_type": "DeiTImageProcessor", "size": {"height": 256, "width": 256},
-                                "crop_size": {"height": 224, "width": 224}, "do_center_crop": True, "resample": 3,
-                                "image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]}),
-    (tf.BeitImageProcessorPil, {"image_processor_type": "BeitImageProcessor", "size": {"height": 224, "width": 224},
-                                "crop_size": {"height": 224, "width": 224}, "do_center_crop": False, "resample": 2,
-                                "image_mean": [0.5] * 3, "image_std": [0.5] * 3}),
+    {"image_processor_type": "ViTImageProcessor", "size": {"height": 224, "width": 224}, "image_mean": [0.5] * 3,
+     "image_std": [0.5] * 3, "resample": 2},
+    {"image_processor_type": "SiglipImageProcessor", "do_resize": True, "size": {"height": 64, "width": 96},
+     "image_mean": [0.5] * 3, "image_std": [0.5] * 3, "resample": 3},
+    {"image_processor_type": "DeiTImageProcessor", "size": {"height": 256, "width": 256},
+     "crop_size": {"height": 224, "width": 224}, "do_center_crop": True, "resample": 3,
+     "image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]},
+    {"image_processor_type": "BeitImageProcessor", "size": {"height": 224, "width": 224},
+     "crop_size": {"height": 224, "width": 224}, "do_center_crop": False, "resample": 2, "image_mean": [0.5] * 3,
+     "image_std": [0.5] * 3},
     # older checkpoints: a bare number, which these classes read as height and width (google/vit-base-patch16-224,
     # facebook/deit-base-distilled-patch16-224)
-    (tf.ViTImageProcessorPil, {"feature_extractor_type": "ViTFeatureExtractor", "size": 224, "resample": 2,
-                               "image_mean": [0.5] * 3, "image_std": [0.5] * 3}),
-    (tf.DeiTImageProcessorPil, {"feature_extractor_type": "DeiTFeatureExtractor", "size": 256, "crop_size": 224,
-                                "do_center_crop": True, "resample": 3, "image_mean": [0.485, 0.456, 0.406],
-                                "image_std": [0.229, 0.224, 0.225]}),
+    {"feature_extractor_type": "ViTFeatureExtractor", "size": 224, "resample": 2, "image_mean": [0.5] * 3,
+     "image_std": [0.5] * 3},
+    {"feature_extractor_type": "DeiTFeatureExtractor", "size": 256, "crop_size": 224, "do_center_crop": True,
+     "resample": 3, "image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]},
 ]
 
 
-@pytest.mark.parametrize(("cls", "processor"), FIXED, ids=["vit", "siglip-64x96", "deit", "beit", "vit-int",
-                                                           "deit-int"])
-def test_a_fixed_size_resizes_the_whole_image(tmp_path, cls, processor):
-    kw = {k: v for k, v in processor.items() if not k.endswith("_type")}
+@pytest.mark.parametrize("processor", FIXED, ids=["vit", "siglip-64x96", "deit", "beit", "vit-int", "deit-int"])
+def test_a_fixed_size_resizes_the_whole_image(tmp_path, processor):
     b = _checkpoint(tmp_path, "vit", processor)
     size = processor["size"]
     hw = (size["height"], size["width"]) if isinstance(size, dict) else (size, size)
     assert b.spec.resize_size == hw
-    _same_pixels(b, cls(**kw), _gradient())
-    _same_pixels(b, cls(**kw), _gradient(300, 500))  # portrait
+    _same_pixels(b, _reference(tmp_path), _gradient())
+    _same_pixels(b, _reference(tmp_path), _gradient(300, 500))  # portrait
 
 
 def test_the_whole_image_is_seen_not_its_centre():
@@ -94,35 +96,34 @@ def test_a_fixed_size_is_said_and_moves_with_the_input_size(tmp_path):
     assert tuple(wide.preprocess([_gradient()]).shape) == (1, 3, 32, 64)
 
 
-# a JSON that leaves do_center_crop out (transformers 5 saves an unset one so) or sets it to null: the processor
-# class's default decides, no crop for ViT, SigLIP and BEiT, a crop for DeiT and CLIP (of its default 224 px when
-# crop_size is left out too)
+# a JSON that leaves do_center_crop out (transformers 5 saves an unset one so): the processor class's default
+# decides, no crop for ViT, SigLIP and BEiT, a crop for DeiT and CLIP (of its default 224 px when crop_size is left
+# out too); set to null, it is off whatever the class (transformers keeps the None)
 CLASS_DEFAULT_CROP = [
-    (tf.ViTImageProcessorPil, {"image_processor_type": "ViTImageProcessor", "size": {"height": 40, "width": 40},
-                               "crop_size": {"height": 32, "width": 32}}, (40, 40)),
-    (tf.ViTImageProcessorPil, {"image_processor_type": "ViTImageProcessor", "size": {"height": 40, "width": 40},
-                               "crop_size": {"height": 32, "width": 32}, "do_center_crop": None}, (40, 40)),
-    (tf.SiglipImageProcessorPil, {"image_processor_type": "SiglipImageProcessor", "size": {"height": 40, "width": 48},
-                                  "crop_size": {"height": 32, "width": 32}}, (40, 48)),
-    (tf.BeitImageProcessorPil, {"image_processor_type": "BeitImageProcessor", "size": {"height": 40, "width": 40},
-                                "crop_size": {"height": 32, "width": 32}}, (40, 40)),
-    (tf.DeiTImageProcessorPil, {"image_processor_type": "DeiTImageProcessor", "size": {"height": 40, "width": 40},
-                                "crop_size": {"height": 32, "width": 32}}, (32, 32)),
-    (tf.CLIPImageProcessorPil, {"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": 40},
-                                "crop_size": {"height": 32, "width": 32}, "do_center_crop": None}, (32, 32)),
-    (tf.CLIPImageProcessorPil, {"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": 256},
-                                "do_center_crop": True}, (224, 224)),
+    ({"image_processor_type": "ViTImageProcessor", "size": {"height": 40, "width": 40},
+      "crop_size": {"height": 32, "width": 32}}, (40, 40)),
+    ({"image_processor_type": "ViTImageProcessor", "size": {"height": 40, "width": 40},
+      "crop_size": {"height": 32, "width": 32}, "do_center_crop": None}, (40, 40)),
+    ({"image_processor_type": "SiglipImageProcessor", "size": {"height": 40, "width": 48},
+      "crop_size": {"height": 32, "width": 32}}, (40, 48)),
+    ({"image_processor_type": "BeitImageProcessor", "size": {"height": 40, "width": 40},
+      "crop_size": {"height": 32, "width": 32}}, (40, 40)),
+    ({"image_processor_type": "DeiTImageProcessor", "size": {"height": 40, "width": 40},
+      "crop_size": {"height": 32, "width": 32}}, (32, 32)),
+    ({"image_processor_type": "DeiTImageProcessor", "size": {"height": 40, "width": 40},
+      "crop_size": {"height": 32, "width": 32}, "do_center_crop": None}, (40, 40)),
+    ({"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": 256}, "do_center_crop": True},
+     (224, 224)),
 ]
 
 
-@pytest.mark.parametrize(("cls", "processor", "input_hw"), CLASS_DEFAULT_CROP,
-                         ids=["vit", "vit-null", "siglip", "beit", "deit", "clip-null", "clip-no-crop-size"])
-def test_a_setting_left_out_is_the_processor_class_default(tmp_path, cls, processor, input_hw):
+@pytest.mark.parametrize(("processor", "input_hw"), CLASS_DEFAULT_CROP,
+                         ids=["vit", "vit-null", "siglip", "beit", "deit", "deit-null", "clip-no-crop-size"])
+def test_a_setting_left_out_is_the_processor_class_default(tmp_path, processor, input_hw):
     processor = {**processor, "resample": 3, "image_mean": [0.5] * 3, "image_std": [0.5] * 3}
     b = _checkpoint(tmp_path, "vit", processor)
     assert b.spec.image_size == input_hw
-    kw = {k: v for k, v in processor.items() if not k.endswith("_type") and v is not None}
-    _same_pixels(b, cls(**kw), _gradient())
+    _same_pixels(b, _reference(tmp_path), _gradient())
 
 
 def test_a_saved_processor_without_do_center_crop_is_not_cropped(tmp_path):
@@ -134,7 +135,7 @@ def test_a_saved_processor_without_do_center_crop_is_not_cropped(tmp_path):
     assert json.loads((tmp_path / "preprocessor_config.json").read_text()).get("do_center_crop") is None
     b = vitscope.load_model(str(tmp_path))
     assert (b.spec.image_size, b.spec.grid) == ((40, 40), (5, 5))
-    _same_pixels(b, tf.ViTImageProcessorPil.from_pretrained(tmp_path), _gradient())
+    _same_pixels(b, _reference(tmp_path), _gradient())
 
 
 # do_normalize, do_rescale and rescale_factor: the model gets (x * rescale_factor - mean) / std, as from the processor
@@ -145,7 +146,8 @@ SCALES = [
     ({"do_normalize": False, "rescale_factor": 1 / 127.5}, (0.0,) * 3, (0.5,) * 3,
      "; not normalised (do_normalize false); pixels times 0.00784314 (rescale_factor)"),
     ({"rescale_factor": 0.00392156862745098}, (0.5,) * 3, (0.25,) * 3, ""),  # 1 / 255 as transformers writes it
-    ({"do_normalize": None, "do_rescale": None}, (0.5,) * 3, (0.25,) * 3, ""),  # null: the class's default, on
+    ({"do_normalize": None, "do_rescale": None}, (0.0,) * 3, (1 / 255,) * 3,  # null: off, as transformers keeps it
+     "; not normalised (do_normalize null); pixels 0-255 (do_rescale null)"),
 ]
 
 
@@ -158,8 +160,7 @@ def test_rescale_and_normalize_flags_are_followed(tmp_path, flags, mean, std, no
     assert b.spec.preprocessing == "checkpoint processor (preprocessor_config.json)" + note
     torch.testing.assert_close(b.spec.mean, mean, atol=1e-12, rtol=0)
     torch.testing.assert_close(b.spec.std, std, atol=1e-12, rtol=0)
-    kw = {k: v for k, v in processor.items() if not k.endswith("_type") and v is not None}
-    ref = tf.ViTImageProcessorPil(**kw)(images=[_gradient()], return_tensors="pt")["pixel_values"]
+    ref = _reference(tmp_path)(images=[_gradient()], return_tensors="pt")["pixel_values"].float()  # uint8 unscaled
     torch.testing.assert_close(b.preprocess([_gradient()]), ref, atol=1e-5 * float(ref.abs().max()), rtol=0)
 
 
@@ -169,8 +170,7 @@ def test_every_pil_filter_a_processor_names_resizes_as_it_does(tmp_path, resampl
     processor = {"image_processor_type": "ViTImageProcessor", "size": {"height": 40, "width": 48},
                  "resample": resample, "image_mean": [0.5] * 3, "image_std": [0.5] * 3}
     b = _checkpoint(tmp_path, "vit", processor)
-    kw = {k: v for k, v in processor.items() if not k.endswith("_type")}
-    _same_pixels(b, tf.ViTImageProcessorPil(**kw), _gradient())
+    _same_pixels(b, _reference(tmp_path), _gradient())
 
 
 def test_an_unknown_interpolation_is_refused_when_the_model_is_made():
@@ -202,8 +202,7 @@ def test_convnext_processors_resize_to_size_over_crop_pct(tmp_path, processor, r
     processor = {**processor, "image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]}
     b = _checkpoint(tmp_path, "resnet", processor)
     assert (b.spec.resize_size, b.spec.image_size) == (resize, crop)
-    kw = {k: v for k, v in processor.items() if not k.endswith("_type")}
-    _same_pixels(b, tf.ConvNextImageProcessorPil(**kw), _gradient(640, 480))  # 341.33 px wide at 256: no tie
+    _same_pixels(b, _reference(tmp_path), _gradient(640, 480))  # 341.33 px wide at 256: no tie
 
 
 def _timm_module(**cfg):
@@ -247,7 +246,7 @@ def test_the_short_side_resize_truncates_the_long_side_as_transformers_does(tmp_
     b = _checkpoint(tmp_path, "clip", processor)
     assert b.spec.resize_rule == "transformers"
     assert resize_crop_geometry((427, 640), b.spec) == ((224, 335), 55, 0)
-    proc = tf.CLIPImageProcessorPil(**{k: v for k, v in processor.items() if not k.endswith("_type")})
+    proc = _reference(tmp_path)
     _same_pixels(b, proc, _gradient(640, 427))
     _same_pixels(b, proc, _gradient(427, 640))
     for h, w in [(427, 640), (375, 500), (480, 1000), (333, 225), (1023, 767)]:
@@ -260,7 +259,7 @@ def test_convnext_on_a_photo_whose_width_would_round_up(tmp_path):
     processor = {"image_processor_type": "ConvNextImageProcessor", "size": {"shortest_edge": 224}, "crop_pct": 0.875,
                  "resample": 3, "image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]}
     b = _checkpoint(tmp_path, "resnet", processor)
-    proc = tf.ConvNextImageProcessorPil(**{k: v for k, v in processor.items() if not k.endswith("_type")})
+    proc = _reference(tmp_path)
     _same_pixels(b, proc, _gradient(640, 427))  # int(256 * 640 / 427) = int(383.7)
 
 

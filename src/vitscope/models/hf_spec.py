@@ -67,10 +67,45 @@ def _class_default(preprocessor: dict[str, Any], name: str, fallback: Any) -> An
 
 
 def _setting(preprocessor: dict[str, Any], name: str, fallback: Any) -> Any:
-    """A processor setting as transformers reads it: the JSON's value, else (missing or null) its class's
-    default (:func:`_class_default`)."""
-    value = preprocessor.get(name)
-    return _class_default(preprocessor, name, fallback) if value is None else value
+    """A processor setting as transformers reads it: the JSON's value, null included (transformers keeps None, so a
+    null ``do_*`` flag turns its step off), else, when the JSON leaves it out, its class's default
+    (:func:`_class_default`)."""
+    return preprocessor[name] if name in preprocessor else _class_default(preprocessor, name, fallback)
+
+
+def _refuse(key: str, problem: str) -> VitscopeValueError:
+    return VitscopeValueError(f"preprocessor_config.json: {key} {problem}; fix it or remove the file")
+
+
+#: a value transformers' processor cannot do without while the flag beside it is on (it refuses a null one)
+_NEEDED = (("size", "do_resize"), ("resample", "do_resize"), ("crop_size", "do_center_crop"),
+           ("rescale_factor", "do_rescale"), ("image_mean", "do_normalize"), ("image_std", "do_normalize"))
+
+
+def _check_settings(preprocessor: Any) -> None:
+    """Refuse what transformers' processor refuses or vitscope cannot follow: a JSON that is not an object, a null
+    value its step needs, ``do_resize`` off (transformers then crops each image at its own size)."""
+    if not isinstance(preprocessor, dict):
+        raise VitscopeValueError(f"preprocessor_config.json holds a JSON {type(preprocessor).__name__}, not an object "
+                                 "of processor settings; fix it or remove the file")
+    for key, flag in _NEEDED:
+        if key in preprocessor and preprocessor[key] is None and _setting(preprocessor, flag, True):
+            raise _refuse(key, f"is null while {flag} is on, which transformers' processor refuses")
+    if not _setting(preprocessor, "do_resize", True):
+        raise _refuse("do_resize", f"is {json.dumps(preprocessor['do_resize'])}: transformers then centre-crops "
+                      "each image at its own size, which vitscope cannot do (it resizes every image first)")
+
+
+def _channels(preprocessor: dict[str, Any], key: str, fallback: tuple[float, ...]) -> tuple[float, ...]:
+    """``image_mean`` or ``image_std`` per channel, as transformers reads it: the class default when left out, one
+    number for all three channels, or three numbers."""
+    value = _setting(preprocessor, key, fallback)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (float(value),) * 3
+    if isinstance(value, (list, tuple)) and len(value) == 3 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        return tuple(float(v) for v in value)
+    raise _refuse(key, f"must be 3 numbers (or one for every channel), got {json.dumps(value)}")
 
 
 def _square_by_default(preprocessor: dict[str, Any]) -> bool:
@@ -84,7 +119,7 @@ def _size(preprocessor: dict[str, Any]) -> int | tuple[int, int] | None:
     """The processor's resize, as transformers reads its ``size``: a number, the short side (the aspect ratio
     kept); ``(height, width)``, the whole image resized to it (the aspect ratio not kept)."""
     size = preprocessor.get("size")
-    if size is None or preprocessor.get("do_resize") is False:
+    if size is None:
         return None
     if isinstance(size, dict):
         if "shortest_edge" in size:
@@ -97,24 +132,32 @@ def _size(preprocessor: dict[str, Any]) -> int | tuple[int, int] | None:
     return (int(size), int(size)) if _square_by_default(preprocessor) else int(size)
 
 
+def _off(preprocessor: dict[str, Any], name: str) -> str:
+    """How the JSON turns a step off, for the note: ``do_normalize false`` or ``do_normalize null``."""
+    return f"{name} {'null' if preprocessor.get(name, False) is None else 'false'}"
+
+
 def _input_scale(preprocessor: dict[str, Any], mean: tuple[float, ...], std: tuple[float, ...]
                  ) -> tuple[tuple[float, ...], tuple[float, ...], str]:
-    """``mean`` and ``std`` with the processor's ``do_rescale``, ``rescale_factor`` and ``do_normalize`` folded in,
-    and a note saying which differ from transformers' usual ``(x / 255 - mean) / std`` ("" when none does).
+    """The processor's ``image_mean`` and ``image_std`` (``mean`` and ``std`` when neither it nor its class says)
+    with its ``do_rescale``, ``rescale_factor`` and ``do_normalize`` folded in, and a note saying which differ from
+    transformers' usual ``(x / 255 - mean) / std`` ("" when none does).
 
     transformers gives the model ``(x * rescale_factor - mean) / std`` for uint8 ``x`` (``rescale_factor`` 1 without
     ``do_rescale``, mean 0 and std 1 without ``do_normalize``); vitscope computes ``(x / 255 - mean') / std'``, the
     same input when ``mean' = mean / (255 rescale_factor)`` and ``std' = std / (255 rescale_factor)``. A setting the
     JSON leaves out is its class's default, on (and 1 / 255) when the class is unknown, as every transformers image
-    processor sets them."""
+    processor sets them; a flag set to null is off, as transformers reads it."""
     notes = []
     normalise, rescale = _setting(preprocessor, "do_normalize", True), _setting(preprocessor, "do_rescale", True)
     factor = float(_setting(preprocessor, "rescale_factor", 1 / 255)) if rescale else 1.0
-    if not normalise:
-        mean, std = (0.0,) * len(mean), (1.0,) * len(std)
-        notes.append("not normalised (do_normalize false)")
+    if normalise:
+        mean, std = _channels(preprocessor, "image_mean", mean), _channels(preprocessor, "image_std", std)
+    else:
+        mean, std = (0.0,) * 3, (1.0,) * 3
+        notes.append(f"not normalised ({_off(preprocessor, 'do_normalize')})")
     if not rescale:
-        notes.append("pixels 0-255 (do_rescale false)")
+        notes.append(f"pixels 0-255 ({_off(preprocessor, 'do_rescale')})")
     elif not math.isclose(factor, 1 / 255, rel_tol=1e-6):
         notes.append(f"pixels times {factor:g} (rescale_factor)")
     scale = 255 * factor
@@ -131,21 +174,27 @@ def read_preprocessing(preprocessor: dict[str, Any] | None, family: str, image_s
     that read it so, ViT, DeiT, BEiT...) resizes the whole image to it, its aspect ratio not kept
     (``resize_size=(h, w)``); a ``shortest_edge`` resizes the short side (ConvNeXt's processor, which HF ResNets
     use too, to ``shortest_edge / crop_pct`` before a crop of ``shortest_edge``). A centre crop follows when the
-    processor does one (``do_center_crop``, ``crop_size``); without it the input is the resized image. A setting the
-    JSON leaves out (or sets to null) is its processor class's default, as transformers reads it: ViT, SigLIP and BEiT
-    processors do not crop unless told to, CLIP, DeiT and BiT processors do. ``do_rescale``, ``rescale_factor`` and
-    ``do_normalize`` are folded into the mean and std (:func:`_input_scale`), and ``preprocessing`` says so."""
+    processor does one (``do_center_crop``, ``crop_size``). Without it a fixed-size resize is the input; a short-side
+    resize would give each image its own aspect ratio, and since vitscope feeds every image at one input size it
+    centre-crops the square of the short side, which ``preprocessing`` says. A setting the JSON leaves out is its
+    processor class's default, as transformers reads it: ViT, SigLIP and BEiT processors do not crop unless told
+    to, CLIP, DeiT and BiT processors do; a flag set to null is off, as transformers keeps it. ``do_rescale``,
+    ``rescale_factor`` and ``do_normalize`` are folded into the mean and std (:func:`_input_scale`), and
+    ``preprocessing`` says so.
+
+    Raises:
+        VitscopeValueError: settings transformers' processor refuses (a 2-number ``image_mean``, a null
+            ``crop_size`` while ``do_center_crop`` is on...), a JSON that is not an object, or ``do_resize`` off.
+    """
     out = dict(get_family(family).preprocessing)  # the family's defaults, when the checkpoint says nothing
     out["image_size"] = image_size
     out["resize_size"] = max(image_size)
     out["resize_rule"] = "transformers"  # the long side truncated, as transformers' processors do
-    if not preprocessor:
+    if preprocessor is None or preprocessor == {}:
         out["preprocessing"] = FAMILY_DEFAULT
         return out
+    _check_settings(preprocessor)
     out["preprocessing"] = CHECKPOINT_PROCESSOR
-    if "image_mean" in preprocessor:
-        out["mean"] = tuple(float(v) for v in preprocessor["image_mean"])
-        out["std"] = tuple(float(v) for v in preprocessor["image_std"])
     out["mean"], out["std"], note = _input_scale(preprocessor, tuple(out["mean"]), tuple(out["std"]))
     out["preprocessing"] += note
     if "resample" in preprocessor:
@@ -160,6 +209,9 @@ def read_preprocessing(preprocessor: dict[str, Any] | None, family: str, image_s
         out["image_size"] = (size, size)
         pct = preprocessor.get("crop_pct") or _CONVNEXT_CROP_PCT
         size = int(size / pct) if size < 384 else (size, size)
+    elif isinstance(size, int) and crop is None and "max_tokens" not in out:
+        out["image_size"] = (size, size)  # one input size for every image: the short side's square
+        out["preprocessing"] += f"; centre crop to {size}x{size} px added (no crop in the processor)"
     if crop is not None:
         out["image_size"] = _pair(crop)
     if isinstance(size, tuple):
