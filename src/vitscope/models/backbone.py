@@ -131,7 +131,9 @@ class Backbone(ABC):
 
         Args:
             edits: canonical names or glob patterns (``"blocks.*.attn.heads"``) -> edit function; ``name`` is the
-                resolved canonical name. An edit returning its input unchanged leaves the model exactly as it is.
+                resolved canonical name; where two entries name one tensor the later one's edit is applied (to
+                apply both, combine them with ``|``: :class:`~vitscope.interventions.EditSet`). An edit returning
+                its input unchanged leaves the model exactly as it is.
                 Editing ``blocks.{i}.attn.pattern`` makes that block run vitscope's eager-equivalent kernel with
                 the edited pattern multiplying the values (not renormalised); editing ``attn.q|k|v`` changes the
                 pattern accordingly. A recording opened inside or around the context sees the edited tensors.
