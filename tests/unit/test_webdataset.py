@@ -167,14 +167,6 @@ def test_a_descending_brace_range_counts_down(tmp_path) -> None:
     assert as_source(f"{tmp_path}/{{3..1}}.tar::webdataset").labels().tolist() == [3, 2, 1]
 
 
-def test_a_pattern_naming_no_shard_is_refused_by_name(monkeypatch) -> None:
-    from vitscope.data import webdataset
-
-    monkeypatch.setattr(webdataset, "expand_braces", lambda pattern: [])
-    with pytest.raises(DatasetFormatError, match=r"the WebDataset pattern d/\{1..2\}.tar names no shard"):
-        webdataset.open_webdataset("d/{1..2}.tar")
-
-
 def test_the_member_with_the_image_extension_itself_is_the_image(tmp_path) -> None:
     """``x.seg.png`` (a mask) beside ``x.webp`` and ``y.thumb.jpg`` beside ``y.png`` are other members, not the image;
     the last part of an extension counts only when no member has an image extension itself."""

@@ -9,7 +9,6 @@ grey squares (out of its training distribution); ROAD's fill leaves no outline t
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -25,6 +24,7 @@ from vitscope.functional.faithfulness import (
     step_fractions,
 )
 from vitscope.functional.imputation import noisy_linear_imputation
+from vitscope.functional.keyed_seeds import keyed_generator
 
 __all__ = ["FILLS", "ORDERS", "Faithfulness", "faithfulness"]
 
@@ -56,9 +56,7 @@ def _road_draws(seed: int, order: str, mode: str, images: int, shape: tuple[int,
     (seed, order, mode, i), so its curves do not depend on the other images of the call."""
     rows = []
     for i in range(images):
-        key = hashlib.sha256(f"{seed}:{order}:{mode}:{i}".encode()).digest()
-        gen = torch.Generator().manual_seed(int.from_bytes(key[:8], "little") % 2**63)
-        rows.append(torch.randn(shape, generator=gen, dtype=torch.float64))
+        rows.append(torch.randn(shape, generator=keyed_generator(seed, order, mode, i), dtype=torch.float64))
     return torch.cat(rows)
 
 

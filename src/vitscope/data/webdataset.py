@@ -190,21 +190,19 @@ class WebDatasetSource(Source):
             raise ImageLoadError(self.path(i), f"its shard ends {member.size - len(data)} bytes early")
         return data
 
+    # the modules close() needs, held by the class: at interpreter exit (__del__) this module's globals may be gone
+    _os, _contextlib = os, contextlib
+
     def close(self) -> None:
         """Close the shards this process has open (reading again reopens them)."""
-        if self._pid == os.getpid():
-            for fd in self._fds.values():
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        if getattr(self, "_pid", None) == self._os.getpid():
+            for fd in getattr(self, "_fds", {}).values():
+                with self._contextlib.suppress(OSError):
+                    self._os.close(fd)
         self._fds = {}
 
-    def __del__(self, _getpid=os.getpid, _close=os.close, _suppress=contextlib.suppress) -> None:
-        # at interpreter exit this module's globals may be gone already: only the names bound here are used
-        if getattr(self, "_pid", None) != _getpid():
-            return
-        for fd in getattr(self, "_fds", {}).values():
-            with _suppress(OSError):
-                _close(fd)
+    def __del__(self) -> None:
+        self.close()
 
     def load(self, i: int) -> Image.Image:
         member = self._images[i]
@@ -276,8 +274,7 @@ def open_webdataset(root: str, strict: bool = False) -> WebDatasetSource:
     """Shards named by a brace pattern (``shards/{000000..000127}.tar``), one tar file, or a folder of ``*.tar``.
 
     Raises:
-        DatasetFormatError: no shard found (a pattern naming none is named), a missing shard (named), or an
-            unreadable one.
+        DatasetFormatError: no shard found, a missing shard (named), or an unreadable one.
     """
     path = Path(root)
     if path.is_dir():
@@ -286,8 +283,6 @@ def open_webdataset(root: str, strict: bool = False) -> WebDatasetSource:
             raise DatasetFormatError(f"no *.tar shards in {root}")
         return WebDatasetSource(shards, path.name, strict=strict)
     shards = expand_braces(root)
-    if not shards:
-        raise DatasetFormatError(f"the WebDataset pattern {root} names no shard")
     missing = [s for s in shards if not Path(s).is_file()]
     if missing:
         raise DatasetFormatError(f"{len(missing)} of {len(shards)} WebDataset shards are missing, e.g. {missing[0]}")

@@ -4,7 +4,6 @@ the ``{hook: fn(tensor, name) -> tensor}`` mapping :meth:`vitscope.Backbone.inte
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -13,6 +12,7 @@ import torch
 
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.ablation import MODES, TOKEN_MODES, head_index, replaced
+from vitscope.functional.keyed_seeds import keyed_generator
 from vitscope.hooks.edits import EditFn, images_running, tiles_running
 
 __all__ = ["EditSet", "ablate_heads", "ablate_tokens", "patch", "steer"]
@@ -81,9 +81,7 @@ def _image_draws(seed: int, name: str, indices: Sequence[int], shape: torch.Size
     rows = []
     for row, i in enumerate(indices):
         tile = tiles[row] if tiles is not None else 0
-        text = f"{int(seed)}:{name}:{int(i)}" + (f":{int(tile)}" if tile else "")
-        key = hashlib.blake2b(text.encode(), digest_size=8).digest()
-        generator = torch.Generator().manual_seed(int.from_bytes(key, "little") & (2 ** 63 - 1))
+        generator = keyed_generator(int(seed), name, int(i), *((int(tile),) if tile else ()))
         rows.append(torch.randn(tuple(shape[1:]), generator=generator))
     return torch.stack(rows)
 

@@ -61,7 +61,7 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
     facts = DataFacts(source, targets, options.limit)  # a named analysis the data cannot feed: refused now
     runs, identities, counts, skipped, data, extra, notes = [], [], {}, {}, {}, {}, []
     left: dict[str, dict[str, str]] = {}  # analysis -> {model name: why that model does not run it}
-    workers, ran = None, []  # ran: every analysis some model ran, once each (their sources are recorded)
+    ran: list = []  # every analysis some model ran, once each (their sources are recorded)
     passes = PassTally()  # what the models' passes resumed and cost, together
     for name, model_id in models:  # one at a time: only one model is in memory (a failed name resumes cheaply)
         backbone = load_model(model_id, image_size=options.image_size, keep_aspect=options.keep_aspect)
@@ -78,7 +78,6 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
                       compile_stats=options.compile_stats)
         if not distributed or is_main_process():
             finish_sae_cards(results, backbone, source, log)
-        workers = results.workers
         passes.add(results)
         ran.extend(a for a in analyses if a.name not in {r.name for r in ran})
         runs.append(ModelRun(model_id, backbone.spec, dict(results.items()), name))
@@ -102,7 +101,7 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
                      results={"compare": ComparisonResult(comparison), **extra}, models=identities, data=data,
                      num_images=max(counts.values()), skipped=list(skipped.values()), skipped_analyses=not_run,
                      extra={"images_per_model": counts}, sections=comparison_sections(comparison, runs),
-                     notes=list(comparison.notes), own_sections={"compare"}, workers=workers,
+                     notes=list(comparison.notes), own_sections={"compare"}, workers=passes.workers,
                      resumed_images=passes.resumed_images, device=describe_device(options.device),
                      timing=passes.timing())
 
