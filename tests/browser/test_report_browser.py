@@ -417,3 +417,47 @@ def test_the_text_of_every_picture_stays_readable_as_the_page_shows_it(browser, 
     assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
     assert not errors, errors
     page.close()
+
+
+@pytest.fixture(scope="module")
+def crowded_report(tmp_path_factory) -> Path:
+    """Twelve models on one chart (more than the palette's ten colours) and a heat map of 32 heads."""
+    import torch
+
+    from vitscope.analyses.result import Result
+    from vitscope.outputs import RunResult, write_run
+    from vitscope.viz.charts import Chart, block_lines_chart, curve
+
+    class Crowded(Result):
+        def figures(self):
+            lines = block_lines_chart([curve(f"model {k}", torch.rand(4) + k, f"model {k}") for k in range(12)],
+                                      "value", 4)
+            return [self.figure("_lines", lambda path: [], "Twelve models.", chart=Chart(lines.panels)),
+                    self.heatmap_figure("_heads", torch.rand(3, 32), "32 heads", "value", "Thirty-two heads."),
+                    self.heatmap_figure("_few", torch.rand(3, 6), "6 heads", "value", "Six heads.")]
+
+    out = tmp_path_factory.mktemp("crowded") / "out"
+    write_run(out, RunResult("analyze", results={"crowded": Crowded("crowded", {"x": torch.zeros(1)}, {})},
+                             models=[{"id": "tiny-vit", "name": "tiny-vit"}]), progress=False)
+    return out / "report.html"
+
+
+def test_models_past_the_palette_differ_and_heat_map_labels_never_overlap(browser, crowded_report):
+    page, errors = open_page(browser, crowded_report)
+    option = "(d) => echarts.getInstanceByDom(d).getOption()"
+    lines = page.locator('figure[data-stem="crowded_lines"] .vs-chart').first
+    lines.scroll_into_view_if_needed()
+    series = lines.evaluate(option)["series"]
+    looks = [(s["lineStyle"]["color"], str(s["lineStyle"]["type"]), s["symbol"]) for s in series if s["data"]]
+    assert len(looks) == 12 and len(set(looks)) == 12, looks  # model 10 shares model 0's colour, not its look
+    assert looks[10][0] == looks[0][0]
+    axis = "(d) => echarts.getInstanceByDom(d).getOption().xAxis[0].axisLabel.interval"
+    many = page.locator('figure[data-stem="crowded_heads"] .vs-chart').first
+    many.scroll_into_view_if_needed()
+    width = many.evaluate("(d) => d.clientWidth")
+    # 32 two-digit labels need about 32 * 20 px: every one is printed only where the chart is that wide
+    assert many.evaluate(axis) == (0 if (width - 180) / 32 >= 20 else "auto"), width
+    few = page.locator('figure[data-stem="crowded_few"] .vs-chart').first
+    assert few.evaluate(axis) == 0
+    assert not errors, errors
+    page.close()

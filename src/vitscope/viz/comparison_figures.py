@@ -42,8 +42,9 @@ def model_curves(
     ax = fig.add_subplot()
     markers = "osD^v<>ph*"
     for k, (label, (x, y)) in enumerate(curves.items()):
-        line = ax.plot(np.asarray(x, dtype=float), np.asarray(y, dtype=float), marker=markers[k % len(markers)],
-                       markersize=4, label=label)[0]
+        lap = k // 10  # past the ten colours of the cycle a model repeats a colour, with another marker and line
+        line = ax.plot(np.asarray(x, dtype=float), np.asarray(y, dtype=float), marker=markers[(k + lap) % len(markers)],
+                       markersize=4, linestyle=("-", "-.", ":")[lap % 3], label=label)[0]
         base = (baselines or {}).get(label)
         if base is not None and np.isfinite(base):
             ax.axhline(float(base), linestyle="--", linewidth=1, color=line.get_color(),

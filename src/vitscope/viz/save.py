@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib
 from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 from matplotlib.text import Text
@@ -61,17 +62,22 @@ def save_figure(fig: Figure, stem: str | Path, dpi: int = 150, svg: bool | None 
     stem.parent.mkdir(parents=True, exist_ok=True)
     legends = any(ax.get_legend() is not None for ax in fig.axes)  # legends outside the axes: keep them in
     extra = {"bbox_inches": "tight"} if tight or legends else {}
+    # titles and labels carry user text (file, class and model names): a "$" pair in it is drawn as written,
+    # never parsed as matplotlib math (vitscope draws no math); tick labels made while drawing follow the rc
+    for text in fig.findobj(Text):
+        text.set_parse_math(False)
     try:
-        if layout:
-            fig.tight_layout()
-        paths = [stem.parent / f"{stem.name}.png"]
-        fig.draw_without_rendering()  # tick labels get their text when drawn: measure what is drawn
-        sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
-        metadata = {TEXT_PX_KEY: f"{min(sizes) * dpi / 72:.1f}"} if sizes else {}
-        fig.savefig(paths[0], dpi=dpi, metadata=metadata, **extra)
-        if is_vector(fig) if svg is None else svg:
-            paths.append(stem.parent / f"{stem.name}.svg")
-            fig.savefig(paths[1], **extra)
+        with matplotlib.rc_context({"text.parse_math": False}):
+            if layout:
+                fig.tight_layout()
+            paths = [stem.parent / f"{stem.name}.png"]
+            fig.draw_without_rendering()  # tick labels get their text when drawn: measure what is drawn
+            sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+            metadata = {TEXT_PX_KEY: f"{min(sizes) * dpi / 72:.1f}"} if sizes else {}
+            fig.savefig(paths[0], dpi=dpi, metadata=metadata, **extra)
+            if is_vector(fig) if svg is None else svg:
+                paths.append(stem.parent / f"{stem.name}.svg")
+                fig.savefig(paths[1], **extra)
     finally:
         fig.clear()
     return paths

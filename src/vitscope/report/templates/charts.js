@@ -20,12 +20,20 @@
   var keysNode = document.getElementById("vs-colour-keys");
   var keys = keysNode ? JSON.parse(keysNode.textContent) : [];
 
-  function colourOf(key) {
-    if (!key) { return NEUTRAL; }
+  function keyIndex(key) {
     var i = keys.indexOf(key);
     if (i < 0) { keys.push(key); i = keys.length - 1; }
-    return PALETTE[i % PALETTE.length];
+    return i;
   }
+
+  function colourOf(key) {
+    return key ? PALETTE[keyIndex(key) % PALETTE.length] : NEUTRAL;
+  }
+
+  // past the palette's ten colours a key repeats a colour: its marks and line pattern tell it apart
+  var SYMBOLS = ["circle", "rect", "triangle", "diamond"];
+  var PATTERNS = ["solid", [10, 3, 2, 3], [2, 3]];
+  function lapOf(key) { return key ? Math.floor(keyIndex(key) / PALETTE.length) : 0; }
 
   var esc = echarts.format.encodeHTML;  // tooltips are HTML: names and labels come from the user (paths, ids)
 
@@ -87,7 +95,7 @@
     var legend = [];
     var baselines = [];  // series index -> whether it is a reference line (its hover value says so)
     p.curves.forEach(function (c) {
-      var colour = colourOf(c.colour);
+      var colour = colourOf(c.colour), lap = lapOf(c.colour);
       if (legend.indexOf(c.name) < 0) { legend.push(c.name); }
       if (c.style === "dots") {
         var pts = [];
@@ -98,12 +106,12 @@
                      tooltip: {show: false}, z: 1});
       } else if (isBars(c)) {
         series.push({type: "bar", name: c.name, data: c.values, z: 2, barMaxWidth: 48,
-                     itemStyle: {color: colour, decal: c.style === "hatched_bars" ? HATCH : undefined}});
+                     itemStyle: {color: colour, decal: c.style === "hatched_bars" || lap > 0 ? HATCH : undefined}});
       } else {
         var data = p.x_kind === "value" ? c.values.map(function (v, i) { return [c.x[i], v]; }) : c.values;
-        var dash = c.style === "dashed" ? "dashed" : (c.style === "dotted" ? "dotted" : "solid");
+        var dash = c.style === "dashed" ? "dashed" : (c.style === "dotted" ? "dotted" : PATTERNS[lap % PATTERNS.length]);
         series.push({type: "line", name: c.name, data: data, connectNulls: false, z: 2,
-                     symbol: c.baseline ? "none" : "circle", symbolSize: 6,
+                     symbol: c.baseline ? "none" : SYMBOLS[lap % SYMBOLS.length], symbolSize: 6,
                      itemStyle: {color: colour},
                      lineStyle: {color: colour, width: c.baseline ? 1.5 : 2, type: dash}});
       }
@@ -148,7 +156,13 @@
     return p.columns.some(function (c) { return String(c).length > 6; });
   }
 
-  function heatOption(p) {
+  // every label of a heat map axis where they fit side by side (about 7 px a character), else as many as fit
+  function labelEvery(labels, room, rotated) {
+    var widest = Math.max.apply(null, labels.map(function (c) { return String(c).length; }).concat([1]));
+    return room / Math.max(labels.length, 1) >= (rotated ? 14 : 7 * widest + 6) ? 0 : "auto";
+  }
+
+  function heatOption(p, width) {
     var data = [];
     var lo = Infinity, hi = -Infinity;
     p.values.forEach(function (row, r) {
@@ -173,7 +187,7 @@
       }},
       xAxis: {type: "category", data: p.columns, name: p.x_label, nameLocation: "middle", nameGap: long ? 70 : 26,
               splitArea: {show: false},
-              axisLabel: {interval: p.columns.length <= 40 ? 0 : "auto", rotate: long ? 35 : 0}},
+              axisLabel: {interval: labelEvery(p.columns, width - 180, long), rotate: long ? 35 : 0}},
       yAxis: {type: "category", data: p.rows, name: p.y_label, nameLocation: "start", inverse: true,
               axisLabel: {interval: p.rows.length <= 40 ? 0 : "auto"}},
       // the scale's ends once, beside the bar (draggable handles printed them a second time over the cells)
@@ -224,7 +238,7 @@
         Math.max(260, Math.min(640, 24 * p.rows.length + 100)) + (longLabels(p) ? 90 : 0) : 308 + 22 * rows) + "px";
       var chart = echarts.init(div, null, {renderer: "canvas"});
       try {
-        chart.setOption(p.kind === "heatmap" ? heatOption(p) : lineOption(p, rows));
+        chart.setOption(p.kind === "heatmap" ? heatOption(p, div.clientWidth || 520) : lineOption(p, rows));
       } catch (err) {  // one chart that cannot be drawn leaves the others drawn, and says so
         div.textContent = "This chart could not be drawn (" + err + "); its numbers are in charts/" + stem + ".json.";
         div.style.height = "auto";
