@@ -247,3 +247,12 @@ def test_functions_run_on_cuda_and_match_cpu() -> None:
     assert torch.equal(mass_mask(m).cpu(), mass_mask(m.cpu()))
     g = torch.Generator(device="cuda").manual_seed(0)
     assert random_attention((1, 1, 3, 3), g).device.type == "cuda"
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_nan_or_infinite_weight_gives_a_nan_entropy_and_focus(bad: float) -> None:
+    a = torch.full((1, 1, 5, 5), 0.2)
+    a[0, 0, 2, 3] = bad
+    assert torch.isnan(attention_entropy(a)).all()
+    assert torch.isnan(focus_index(a, (2, 2), 1)).all()
+    assert torch.isfinite(attention_entropy(torch.full((1, 1, 5, 5), 0.2))).all()

@@ -16,7 +16,8 @@ from vitscope.functional import (
     random_patch_mask,
     score_patch_mask,
 )
-from vitscope.functional.occlusion import gaussian_blur
+from vitscope.functional.guided_mask import guided_mask
+from vitscope.functional.occlusion import gaussian_blur, masked_count
 from vitscope.models.wrap import build_tiny_resnet, build_tiny_vit
 from vitscope.occlusion import foreground_pixel_mask, logits_of, masked_logits
 
@@ -213,3 +214,13 @@ def test_dropping_every_token_of_a_model_without_prefix_is_refused(models) -> No
     mask[1] = True  # the second image loses every patch
     with pytest.raises(ValueError, match="no token"):
         drop_tokens_logits(MeanPooled(), torch.zeros(2, 3, 32, 32), mask)
+
+
+@pytest.mark.parametrize(("ratio", "k", "want"), [(0.7, 165, 116), (0.7, 45, 32), (0.7, 85, 60), (0.7, 345, 242),
+                                                   (0.5, 3, 2), (0.25, 2, 1), (0.3, 196, 59), (0.7, 196, 137)])
+def test_mask_sizes_round_the_exact_half_up_not_the_float_product(ratio: float, k: int, want: int) -> None:
+    # 0.7 * 165 is 115.49999999999999 in floats; floor(ratio * K + 0.5) of the exact 115.5 is 116
+    assert masked_count(ratio, k) == want
+    assert int(score_patch_mask(torch.arange(float(k)).reshape(1, 1, k), ratio).sum()) == want
+    keypoints = torch.zeros(1, k, dtype=torch.long)  # [h, w]
+    assert int(guided_mask(keypoints, ratio, 0.5, torch.Generator().manual_seed(0)).sum()) == want

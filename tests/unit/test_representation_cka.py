@@ -368,6 +368,23 @@ def test_cka_between_cached_models_in_shuffled_minibatches(tmp_path: Path) -> No
                                                            torch.from_numpy(reps[1][order]), batch=8), abs=1e-7)
 
 
+@pytest.mark.parametrize("order", ["dataset", "shuffled"])
+def test_cka_between_models_of_different_depths_pairs_each_block_of_one_with_each_of_the_other(tmp_path: Path,
+                                                                                              order: str) -> None:
+    reps = [r.float().numpy() for r in _reps(32, seed=17) + _reps(32, seed=18)[:1]]
+    cache = FeatureCache(tmp_path)
+    idx = np.arange(32)
+    a = _entry(cache, {0: reps[0], 1: reps[1], 2: reps[2]}, idx, "1" * 64)  # three blocks against one
+    b = _entry(cache, {0: reps[3]}, idx, "2" * 64)
+    got = cka_between(a, b, estimator="minibatch", batch=8, order=order, seed=3)
+    rows = shuffled_positions(idx, 3) if order == "shuffled" else idx
+    want = [[minibatch_cka(torch.from_numpy(reps[i][rows]), torch.from_numpy(reps[3][rows]), batch=8)]
+            for i in range(3)]
+    np.testing.assert_allclose(got.numpy(), np.array(want), atol=1e-7)
+    back = cka_between(b, a, estimator="minibatch", batch=8, order=order, seed=3)  # one block against three
+    np.testing.assert_allclose(back.numpy(), np.array(want).T, atol=1e-7)
+
+
 def test_cka_between_needs_common_images(tmp_path: Path) -> None:
     cache = FeatureCache(tmp_path)
     a = _entry(cache, {0: np.ones((4, 3), np.float32)}, np.arange(4), "c" * 64)

@@ -35,7 +35,9 @@ def mean_row_entropy(a: torch.Tensor, work: torch.Tensor | None = None) -> torch
     tiny = torch.finfo(a.dtype).tiny  # 0 log 0 = 0 through a finite log; a NaN input stays NaN (nansum hid it)
     buf = torch.clamp_min(a, tiny) if work is None else torch.clamp_min(a, tiny, out=work)
     buf.log_().mul_(a)
-    return -buf.sum(dim=-1).mean(dim=-1)
+    entropy = -buf.sum(dim=-1).mean(dim=-1)
+    # an infinite weight gives -inf (inf log inf): not an entropy either, so NaN as for a NaN weight
+    return entropy.masked_fill(entropy.isinf(), math.nan)
 
 
 def mean_spatial_focus(sp: torch.Tensor, rowsum: torch.Tensor, work: torch.Tensor | None = None,

@@ -13,12 +13,9 @@ from collections.abc import Sequence
 import torch
 
 from vitscope.errors import VitscopeValueError
+from vitscope.functional.occlusion import round_half_up
 
 __all__ = ["curriculum_rho", "guided_mask", "guided_mask_counts", "guided_visible_ids"]
-
-
-def _round_half_up(x: float) -> int:
-    return int(x + 0.5)  # floor(x + 0.5) for x >= 0, as docs/methods.md (Python's round() is banker's rounding)
 
 
 def guided_mask_counts(num_keypoint: int, num_other: int, num_masked: int, rho: float) -> tuple[int, int]:
@@ -30,7 +27,7 @@ def guided_mask_counts(num_keypoint: int, num_other: int, num_masked: int, rho: 
         raise VitscopeValueError(f"rho must be in [0, 1], got {rho}")
     if not 0 <= num_masked <= num_keypoint + num_other:
         raise VitscopeValueError(f"cannot mask {num_masked} of {num_keypoint + num_other} patches")
-    m_k = min(_round_half_up(rho * num_masked), num_keypoint)
+    m_k = min(round_half_up(rho * num_masked), num_keypoint)
     m_n = num_masked - m_k
     if m_n > num_other:
         m_n = num_other
@@ -66,7 +63,7 @@ def guided_mask(keypoint_counts: torch.Tensor, mask_ratio: float, rho: float,
     if not 0.0 <= mask_ratio <= 1.0:
         raise VitscopeValueError(f"mask_ratio must be in [0, 1], got {mask_ratio}")
     k = keypoint_counts.numel()
-    chosen = _pick(keypoint_counts.reshape(-1), _round_half_up(mask_ratio * k), rho, generator)
+    chosen = _pick(keypoint_counts.reshape(-1), round_half_up(mask_ratio * k), rho, generator)
     mask = torch.zeros(k, dtype=torch.bool)
     mask[chosen] = True
     return mask.reshape(keypoint_counts.shape)

@@ -122,6 +122,8 @@ class MinibatchHSIC:
         symmetric: X is compared with itself (``add`` gets no ``ys``).
     """
 
+    num_x: int | None = None  # X representations of a non-symmetric state (set by the first add)
+
     def __init__(self, batch: int = 64, gram_minmax: bool = False, symmetric: bool = True) -> None:
         if int(batch) != batch or batch < MIN_UNBIASED:
             raise VitscopeValueError(f"batch must be an integer >= {MIN_UNBIASED}, got {batch!r}")
@@ -131,12 +133,17 @@ class MinibatchHSIC:
         self.count = 0  # images seen
         self.open: dict[int, OpenMinibatch] = {}  # minibatches not complete yet
         self.done: set[int] = set()  # minibatches already reduced
+        self.num_x = None
 
     def fold(self, grams: list[torch.Tensor], b: int) -> None:
-        """Add the weighted HSIC terms of one minibatch of ``b`` images given every representation's Gram."""
+        """Add the weighted HSIC terms of one minibatch of ``b`` images given every representation's Gram (the
+        :attr:`num_x` X representations first, then the Y ones)."""
         if self.gram_minmax:
             grams = [_minmax_gram(k) for k in grams]
-        num_x = len(grams) if self.symmetric else len(grams) // 2
+        num_x = len(grams) if self.symmetric else self.num_x
+        if not self.symmetric and (num_x is None or not 0 < num_x < len(grams)):
+            raise VitscopeValueError(f"{len(grams)} Grams for {num_x} X representations: a non-symmetric HSIC state "
+                                     "needs both X and Y")
         kx = torch.stack(grams[:num_x])
         hxx = hsic_matrix(kx, unbiased=True)
         if self.symmetric:
@@ -209,6 +216,7 @@ class MinibatchHSIC:
         :meth:`prepare` made of them."""
         if (ys is None) != self.symmetric:
             raise VitscopeValueError("pass ys exactly when the HSIC state is not symmetric")
+        self._count_x(len(xs))
         index = np.asarray(list(indices), dtype=np.int64)
         reps = [r if isinstance(r, PreparedRep) else self.prepare(index, r) for r in [*xs, *(ys or [])]]
         for k, (mb, pos) in enumerate(self._minibatches(index)):
@@ -223,10 +231,19 @@ class MinibatchHSIC:
                 self._put(mb, index[pos], parts)
         self.count += index.size
 
+    def _count_x(self, num_x: int | None) -> None:
+        """Record how many X representations every batch brings (X and Y may differ in number)."""
+        if num_x is None or self.symmetric:
+            return
+        if self.num_x is not None and self.num_x != num_x:
+            raise VitscopeValueError(f"{num_x} X representations after {self.num_x}: every batch needs the same ones")
+        self.num_x = num_x
+
     def merge(self, other: MinibatchHSIC) -> MinibatchHSIC:
         """Fold ``other`` in (``other`` is unchanged: its waiting rows are copied); returns ``self``."""
         if (other.batch, other.gram_minmax, other.symmetric) != (self.batch, self.gram_minmax, self.symmetric):
             raise VitscopeValueError("cannot merge minibatch HSIC states with different batch / gram_minmax")
+        self._count_x(other.num_x)
         if self.done & (other.done | set(other.open)) or set(self.open) & other.done:
             raise VitscopeValueError("both HSIC states hold the same minibatch: the same images were added twice")
         self.done |= other.done
@@ -257,6 +274,7 @@ class MinibatchHSIC:
     def cka(self) -> torch.Tensor | None:
         """``[A, B]`` CKA from every reduced minibatch and the open ones with >= 4 images (None if none)."""
         twin = MinibatchHSIC(self.batch, self.gram_minmax, self.symmetric)
+        twin.num_x = self.num_x
         twin.sums = None if self.sums is None else [s.clone() for s in self.sums]
         twin.weight = self.weight
         for mb in sorted(self.open):

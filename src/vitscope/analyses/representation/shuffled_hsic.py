@@ -96,6 +96,7 @@ class ShuffledHSIC:
                 start += len(chunk[name])
             columns[name] = parts
         folded = MinibatchHSIC(self.batch, self.gram_minmax, self.symmetric)
+        folded.num_x = self.rows.num_x
         for start in range(0, order.size, self.batch):
             pos = order[start : start + self.batch]
             if pos.size >= MIN_UNBIASED:
