@@ -88,6 +88,7 @@ def test_a_killed_two_process_run_resumes_rank_by_rank(coco, tmp_path) -> None:
     a, b = (json.loads((d / "results.json").read_text()) for d in (one, two))
     assert [s["path"] for s in b["skipped"]] == [str(broken)]  # reported once, by the rank that met it
     assert b["run"]["resumed_images"] == 4 + 3  # a batch on each rank (rank 1's holds the unreadable file)
+    assert (a["run"]["processes"], b["run"]["processes"]) == (1, 2)  # the run says how it was split
     found = differences(normalise(a, [(one, "<OUT>")]), normalise(b, [(two, "<OUT>")]))
     assert found == ["$.config.resume: expected False, got True"], "\n".join(found)
     assert not (two / ".vitscope-state").exists()
@@ -103,6 +104,7 @@ def test_compare_over_two_processes_gives_the_numbers_of_one(coco, tmp_path) -> 
     proc = _torchrun(*common, "-o", str(two))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     a, b = (json.loads((d / "results.json").read_text()) for d in (one, two))
+    assert (a["run"]["processes"], b["run"]["processes"]) == (1, 2)
     found = differences(normalise(a, [(one, "<OUT>")]), normalise(b, [(two, "<OUT>")]))
     assert not found, "\n".join(found)
 
@@ -119,6 +121,7 @@ def test_probe_over_two_processes_gives_the_numbers_of_one(tmp_path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("report:") == 1
     a, b = (json.loads((d / "results.json").read_text()) for d in (one, two))
+    assert (a["run"]["processes"], b["run"]["processes"]) == (1, 2)
     a["config"].pop("cache"), b["config"].pop("cache")
     found = differences(normalise(a, [(one, "<OUT>")]), normalise(b, [(two, "<OUT>")]))
     assert not found, "\n".join(found)

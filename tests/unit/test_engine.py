@@ -116,3 +116,16 @@ def test_target_transforms_run_in_the_loader_and_skip_missing_targets() -> None:
     transforms = {"double": ("label", lambda v: 2 * v), "none": ("masks", lambda v: v)}
     (_, batch), = list(iter_batches(source, 4, transforms=transforms))
     assert batch.targets["double"] == [2, 4, 6] and batch.targets["none"] == [None, None, None]
+
+
+def test_streamed_reductions_run_without_the_forwards_autocast(tiny):
+    # rollout folds each block's pattern the moment the model makes it, inside the forward: under bf16 autocast its
+    # matrix product ran in bf16, so the folded maps depended on the batch size (1e-4 of their scale)
+    from vitscope.analyses.attention.rollout import AttentionRollout
+
+    one = vitscope.run(tiny, "skimage", [AttentionRollout()], batch_size=1, limit=4, progress=False, dtype="bf16")
+    four = vitscope.run(tiny, "skimage", [AttentionRollout()], batch_size=4, limit=4, progress=False, dtype="bf16")
+    for key, value in four["attention_rollout"].tensors.items():
+        if value.is_floating_point():
+            assert value.dtype != torch.bfloat16, key
+            torch.testing.assert_close(one["attention_rollout"].tensors[key], value, atol=1e-6, rtol=1e-5)

@@ -4,6 +4,7 @@ every group, with the run's shared quantities, the model and, under a view, its 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from collections.abc import Iterator, Mapping, Sequence
@@ -86,10 +87,13 @@ class BatchForward:
         return batch
 
     def _feed(self, name: str, tensor: torch.Tensor, batch: Batch) -> None:
-        if name in self.stream.patterns:
-            batch.shared.add_block(self.stream.patterns[name], tensor, batch)
-        for a in self.stream.streams.get(name, ()):
-            a.update_hook(name, tensor, batch)
+        # called from inside the forward: the reductions run without its autocast (a matrix product such as
+        # rollout's would otherwise run in bf16 and depend on the batch), as they do after the forward
+        with _without_autocast(tensor.device.type):
+            if name in self.stream.patterns:
+                batch.shared.add_block(self.stream.patterns[name], tensor, batch)
+            for a in self.stream.streams.get(name, ()):
+                a.update_hook(name, tensor, batch)
 
     def _batch(self, pixels: torch.Tensor | None, loaded: LoadedBatch, positions: Sequence[int], spec: Any,
                grid: tuple[int, int], record: Mapping[str, torch.Tensor]) -> Batch:
@@ -100,6 +104,15 @@ class BatchForward:
                      targets={k: pick(v) for k, v in loaded.targets.items()},
                      shared=SharedQuantities(record, self.plan, self.workspace, self.compile_stats),
                      model=ModelRunner(self.backbone, self.record, pick(loaded.indices)), frame=frame)
+
+
+def _without_autocast(device_type: str) -> contextlib.AbstractContextManager:
+    """Autocast off on ``device_type`` where it is on (a no-op context elsewhere)."""
+    try:
+        on = torch.is_autocast_enabled(device_type)
+    except RuntimeError:  # a device type autocast does not know
+        on = False
+    return torch.autocast(device_type, enabled=False) if on else contextlib.nullcontext()
 
 
 def view_frame(view: Any, spec: ModelSpec, image: Any, resample: Any = None) -> Any:

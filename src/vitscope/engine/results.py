@@ -45,6 +45,8 @@ class Results(Mapping[str, Result]):
             no merging across processes, no writing).
         loader_seconds: the part of ``seconds`` spent waiting for the loader's next batch (near 0 when the model,
             not the decoding, sets the pace).
+        processes: the processes of the run (``torchrun``'s world size; 1 alone). ``workers``, ``seconds`` and
+            ``loader_seconds`` are this process's; ``num_images`` counts every process's.
     """
 
     results: dict[str, Result]
@@ -58,6 +60,7 @@ class Results(Mapping[str, Result]):
     compile_stats: bool = False
     seconds: float = 0.0
     loader_seconds: float = 0.0
+    processes: int = 1
 
     def timing(self) -> dict[str, float] | None:
         """:func:`pass_timing` of this pass (the images it fed, not those a restored state held)."""

@@ -66,6 +66,7 @@ class PassTally:
         resumed_images: images their restored states already held, added up.
         workers: the most processes any of them decoded images in (None: no pass ran, every feature was cached).
         images, seconds, loader_seconds: images they fed, their wall time and their wait for the loader, added up.
+        processes: the most processes any of them ran in (torchrun's world size).
     """
 
     resumed_images: int = 0
@@ -73,6 +74,7 @@ class PassTally:
     images: int = 0
     seconds: float = 0.0
     loader_seconds: float = 0.0
+    processes: int = 1
 
     def add(self, results: Results) -> None:
         self.resumed_images += int(results.resumed_images)
@@ -80,6 +82,7 @@ class PassTally:
         self.images += int(results.num_images) - int(results.resumed_images)
         self.seconds += float(results.seconds)
         self.loader_seconds += float(results.loader_seconds)
+        self.processes = max(self.processes, int(results.processes))
 
     def timing(self) -> dict[str, float] | None:
         """:func:`~vitscope.engine.results.pass_timing` of the passes together (None: none ran)."""
@@ -377,7 +380,7 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
         with collectives(shard):
             barrier()  # every process has read the shared row shards before rank 0 may remove them at exit
     ran = Results(results, seen, skipped, hooks, described, resumed, chosen, grid_counts(current.grids), compile_stats,
-                  seconds, clock.waited)
+                  seconds, clock.waited, shard.world)
     for tally in _TALLIES.get():
         tally.add(ran)
     return ran

@@ -37,6 +37,7 @@ class RunResult:
         notes: warnings worth showing in the report.
         resumed_images: images a restored state already held (results.json ``run``).
         workers: processes that decoded the images (results.json ``run``; None: not known to this command).
+        processes: processes the run was split over (``torchrun``; results.json ``run``); None: not recorded.
         device: the device that ran (results.json ``run``; the GPU's name and CUDA version on a GPU:
             :func:`~vitscope.engine.settings.describe_device`); None: not recorded by this command.
         timing: what the passes cost (results.json ``run``: ``pass_seconds``, ``images_per_second``,
@@ -61,6 +62,7 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
     resumed_images: int = 0
     workers: int | None = None
+    processes: int | None = None
     device: dict[str, str] | None = None
     timing: dict[str, float] | None = None
     own_sections: set[str] = field(default_factory=set)

@@ -222,6 +222,8 @@ def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
             doc["files"] = run_files
         doc["environment"] = environment()
         doc["run"] = {"resumed_images": run.resumed_images}
+        if run.processes is not None:
+            doc["run"]["processes"] = run.processes
         if run.workers is not None:
             doc["run"]["workers"] = run.workers
         if run.device is not None:  # config.device is as given ("auto"): this is what it chose

@@ -229,7 +229,8 @@ def run_probe(options: ProbeOptions, log: Callable[[str], None] | None = None, d
         results=dict(results), models=[model_identity(options.model, backbone)],
         data=_describe(dataset, fmt, options.data), num_images=num_images, tables={"best_blocks": table},
         extra={"best_blocks": {"file": "tables/best_blocks.csv", "rows": table.to_dict(orient="records")}},
-        resumed_images=passes.resumed_images, workers=passes.workers, device=describe_device(options.device),
+        resumed_images=passes.resumed_images, workers=passes.workers, processes=passes.processes,
+        device=describe_device(options.device),
         timing=passes.timing()),
         figure_files=options.figure_files)
 
@@ -278,5 +279,6 @@ def _davis_first_frames(options: ProbeOptions, backbone: Any, dataset: Any, bloc
         extra={"davis": {"scored": False, "reason": reason, "block": block, "predictions": "predictions/",
                          "sequences": len(dataset), "frames": len(files)}},
         files={f"predictions/{rel}": content for rel, content in files.items()},
-        resumed_images=passes.resumed_images, workers=passes.workers, device=describe_device(options.device),
+        resumed_images=passes.resumed_images, workers=passes.workers, processes=passes.processes,
+        device=describe_device(options.device),
         timing=passes.timing()))
