@@ -440,3 +440,14 @@ def test_without_a_register_neuron_the_test_time_register_says_why_it_is_absent(
                                                                             "outlier_ablations": none}
     assert f"test_time_register skipped: {reason}" in result.stdout.splitlines()
     assert f"outlier_ablations skipped: {none}" in result.stdout.splitlines()
+
+
+def test_the_diagnosis_is_written_when_the_data_is_too_small_for_the_ablations_knn(tmp_path):
+    from vitscope.workflows.artifacts import run_artifacts
+
+    root = synthesize(tmp_path / "coco", "coco", n=4, size=32, seed=3)
+    doc = run_artifacts("tiny-vit-planted", f"{root}::coco", tmp_path / "out", limit=1, images=1)
+    assert doc["num_images"] == 1 and "artifacts" in doc["analyses"]
+    reasons = {s["analysis"]: s["reason"] for s in doc["skipped_analyses"]}
+    assert "need at least two classes" in reasons["artifact_ablations"], reasons
+    assert (tmp_path / "out" / "report.html").exists()

@@ -107,6 +107,33 @@ def test_summary_tables_split_scalars_blocks_and_heads():
     assert per_block.rows == [[0, "0.15"], [1, "0.35"]]
 
 
+def test_summary_tables_show_score_rows_named_rows_and_declared_columns():
+    # an experiment's scores beside their controls (a list of dicts), lists by a "rows" list of names, and a
+    # [L, 3] matrix whose columns the result declares as ranks, not heads
+    summary = {"blocks": [0, 1], "rows": ["embedding", "block 0", "block 1"], "norm_mean": [1.0, 2.0, 3.5],
+               "top3": [[9.0, 8.0, 7.0], [6.0, 5.0, 4.0]],
+               "scores": [{"metric": "pointing_game", "value": 0.5, "control": 0.25},
+                          {"metric": "relevance_mass", "value": 0.75, "note": "x"}]}
+    tables = {t.title: t for t in summary_tables("artifacts", summary, {"top3": "rank"}.get)}
+    assert list(tables) == ["Artifacts: scores", "Artifacts: per row", "Artifacts: top3 (block x rank)"]
+    scores = tables["Artifacts: scores"]
+    assert scores.columns == ["metric", "value", "control", "note"]
+    assert scores.rows == [["pointing_game", "0.5", "0.25", "None"], ["relevance_mass", "0.75", "None", "x"]]
+    assert tables["Artifacts: per row"].rows == [["embedding", "1"], ["block 0", "2"], ["block 1", "3.5"]]
+    assert tables["Artifacts: top3 (block x rank)"].columns == ["block", "rank 0", "rank 1", "rank 2"]
+
+
+def test_the_explanations_and_artifact_reports_show_their_score_tables(tmp_path):
+    from vitscope.analyses.result import SummaryResult
+    from vitscope.outputs import RunResult, write_run
+
+    rows = [{"method": "rollout", "metric": "pointing_game", "value": 0.8125, "control_other_image": 0.4375}]
+    write_run(tmp_path, RunResult("explanations", results={"explanations": SummaryResult(
+        "explanations", {"images": 2, "rows": rows})}), progress=False)
+    html = (tmp_path / "report.html").read_text()
+    assert "0.8125" in html and "0.4375" in html and "control other image" in html
+
+
 def test_figures_name_the_paper_figures_they_reproduce():
     """Captions and paper references travel with the figures (no table to keep in step with file names)."""
     import torch
@@ -345,3 +372,12 @@ def test_retrieval_explorer_maps_are_clear_at_the_even_share_and_coloured_at_the
     rgba = np.asarray(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGBA"), dtype=int)
     assert rgba[0, 1, 3] <= 2 and rgba[0, 0, 3] >= 200 and rgba[0, 2, 3] >= 200  # alpha: clear, then 80 %
     assert rgba[0, 0, 2] > rgba[0, 0, 0] and rgba[0, 2, 0] > rgba[0, 2, 2]  # blue below, red above
+
+
+def test_the_summary_leaves_out_rows_a_command_does_not_have():
+    from vitscope.report.sections import summary_rows
+
+    rows = dict(summary_rows({"models": [], "data": {"name": "w", "source": "w::imagefolder"}}))
+    assert rows["Data"] == "w: w::imagefolder"
+    assert "Data fingerprint" not in rows and "Images analysed" not in rows  # never "None"
+    assert "Data" not in dict(summary_rows({"models": []}))

@@ -90,7 +90,7 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
     facts = DataFacts(targets=source.target_keys())
     with_foreground = ForegroundMasking(region=region).why_unsupported_data(facts) is None
     per_model: dict[str, dict[str, Result]] = {}
-    identities, described, not_run = [], {}, {}
+    identities, described, not_run, seen = [], {}, {}, 0
     for name in models:
         backbone = load_model(name, image_size=image_size)
         identities.append(model_identity(name, backbone))
@@ -107,7 +107,7 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
         results = run(backbone, source, analyses, batch_size=batch_size, device=device, limit=limit,
                       progress=progress)
         per_model[name] = dict(results.items())
-        described = results.data
+        described, seen = results.data, max(seen, results.num_images)
     results: dict[str, Result] = {}
     if with_foreground:
         fg = {m: r["foreground_masking"]["normalised_accuracy"] for m, r in per_model.items()}
@@ -142,7 +142,7 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
               "image_size": image_size}
     path = write_run(out, RunResult("experiment robustness", title=f"vitscope experiment robustness: "
                                     f"{', '.join(models)}", config=config, results=results, models=identities,
-                                    data=described, extra={"experiment": "robustness"},
+                                    data=described, num_images=seen, extra={"experiment": "robustness"},
                                     skipped_analyses=not_run), progress=progress,
                      figure_files=figure_files)
     return json.loads(path.read_text())

@@ -275,7 +275,7 @@ def featviz_run(options: FeatvizOptions, log: Callable[[str], None] = lambda s: 
         from vitscope.data.open import as_source
 
         dataset = as_source(options.data)
-        data_doc = {"source": options.data, **dataset.fingerprint()}
+        data_doc = {**dataset.describe(), "fingerprint": dataset.fingerprint()}
         top, top_result = _top_images(backbone, dataset, objectives, options, figures, result, log)
         for name, entry in top.items():
             units[name].update(entry)

@@ -4,6 +4,7 @@ declares one), the run's own figures and sections, and the summary of what was r
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,15 @@ def _drop_repeated_tables(sections: list[Section]) -> None:
             section.folded = True
 
 
+def _columns_of(result: Any, key: str) -> str | None:
+    """The declared name of the second dimension of a result's ``[L, X]`` tensor ``key`` (None: not declared)."""
+    try:
+        dims = result.dims(key)
+    except (KeyError, TypeError, AttributeError):  # a summary entry that is no tensor of the result
+        return None
+    return dims[1] if len(dims) == 2 and dims[0] == "block" and not dims[1].startswith("dim") else None
+
+
 def build_report(run: Any, doc: Mapping[str, Any], drawn: Mapping[str, list[tuple[Any, Path]]],
                  extra: list[Section] | None = None) -> Report:
     """The report of one run.
@@ -128,7 +138,8 @@ def build_report(run: Any, doc: Mapping[str, Any], drawn: Mapping[str, list[tupl
             shown = set(maps.figure_stems[:1 + EXPLORER_IMAGES])
             links = [(i.title, f"figures/{i.path.name}") for i in items if i.path is not None and i.stem in shown]
             items = [i for i in items if not (i.path is not None and i.stem in shown)]
-        sections.append(Section(slug(name), _title(name), result.intro, items, summary_tables(name, summary),
+        sections.append(Section(slug(name), _title(name), result.intro, items,
+                                summary_tables(name, summary, functools.partial(_columns_of, result)),
                                 explorers, figure_links=links))
     _drop_repeated_tables(sections)
     for key, items in drawn.items():

@@ -60,8 +60,9 @@ def summary_rows(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
         if m.get("image_size") and m.get("grid"):
             rows.append((f"Input{number}", input_text(m)))
     not_run = doc.get("skipped_analyses") or []
-    rows += [("Data", f"{data.get('name', '')}: {data.get('source', '')}"), ("Data fingerprint", fp_text),
-             ("Images analysed", format_cell(doc.get("num_images"))),
+    named = ": ".join(str(v) for v in (data.get("name"), data.get("source")) if v)
+    rows += [*([("Data", named)] if named else []), *([("Data fingerprint", fp_text)] if fp else []),
+             *([("Images analysed", format_cell(doc["num_images"]))] if doc.get("num_images") is not None else []),
              ("Skipped files", str(len(doc.get("skipped", [])))),
              *([("Analyses not run", not_run_text({s["analysis"]: s["reason"] for s in not_run}))] if not_run else []),
              ("vitscope version", str(doc.get("vitscope_version"))),

@@ -1,14 +1,15 @@
 """Numbers for the report: an analysis's results.json summary turned into small tables.
 
 Scalars go to a "settings and scores" table, per-block lists (one value per block) to a per-block table,
-and per-block-per-head lists (``[L][H]``) to block x head tables; bulky arrays (maps) are left to the CSV
-files and figures.
+per-block-per-head lists (``[L][H]``) to block x head tables, lists of rows given as dicts (an experiment's
+scores, each beside its controls) to a table each, and lists as long as a ``rows`` list of names to a table by
+those names; bulky arrays (maps) are left to the CSV files and figures.
 """
 
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from vitscope.report.model import Table
@@ -18,6 +19,7 @@ __all__ = ["format_cell", "rows_table", "summary_tables"]
 
 _MAX_HEADS = 16
 _MAX_HEAD_TABLES = 6
+_MAX_RECORDS = 500  # longer row lists are left to the CSV files
 
 
 def format_cell(value: Any) -> str:
@@ -43,15 +45,43 @@ def _block_by_block(key: str, name: str, columns: int, n_blocks: int) -> bool:
     return columns == n_blocks and ("cka" in key.lower() or "cka" in name.lower())
 
 
-def summary_tables(name: str, summary: Mapping[str, Any]) -> list[Table]:
-    """Tables of one analysis's summary (see the module docstring)."""
+def _records(x: Any) -> bool:
+    """A list of rows given as dicts of scalars (an experiment's score table)."""
+    return isinstance(x, list) and 0 < len(x) <= _MAX_RECORDS and all(
+        isinstance(r, Mapping) and all(v is None or isinstance(v, (str, numbers.Real)) for v in r.values()) for r in x)
+
+
+def _labels(x: Any) -> bool:
+    return isinstance(x, list) and bool(x) and all(isinstance(v, str) for v in x)
+
+
+def summary_tables(name: str, summary: Mapping[str, Any], columns_of: Callable[[str], str | None] | None = None
+                   ) -> list[Table]:
+    """Tables of one analysis's summary (see the module docstring).
+
+    Args:
+        name: the analysis.
+        summary: its results.json summary.
+        columns_of: what the columns of a per-block matrix are (``"rank"``, ``"channel"``), by key, where the result
+            declares it (:meth:`~vitscope.analyses.result.Result.dims`); None or unknown: heads.
+    """
     blocks = summary.get("blocks")
     n_blocks = len(blocks) if isinstance(blocks, list) else None
+    # named rows (e.g. "embedding", "block 0", ...) with lists of as many numbers: a table of their own
+    row_names = summary.get("rows") if _labels(summary.get("rows")) else None
     scalars: list[list[Any]] = []
     per_block: dict[str, list[float]] = {}
     per_head: dict[str, list[list[float]]] = {}
+    per_row: dict[str, list[float]] = {}
+    records: dict[str, list[Mapping[str, Any]]] = {}
     for key, value in summary.items():
-        if key == "blocks":
+        if key == "blocks" or (row_names is not None and key == "rows"):
+            continue
+        if _records(value):
+            records[key] = value
+            continue
+        if row_names is not None and _is_numbers(value) and len(value) == len(row_names) != n_blocks:
+            per_row[key] = value
             continue
         if value is None or isinstance(value, (str, numbers.Real)):
             scalars.append([key, format_cell(value)])
@@ -67,7 +97,11 @@ def summary_tables(name: str, summary: Mapping[str, Any]) -> list[Table]:
               and all(_is_numbers(row) and len(row) == len(value[0]) <= _MAX_HEADS for row in value)
               and len(per_head) < _MAX_HEAD_TABLES):
             per_head[key] = value
-    tables: list[Table] = []
+    tables: list[Table] = [rows_table(f"{display_name(name)}: {label(key)}", rows) for key, rows in records.items()]
+    if per_row:
+        cols = list(per_row)
+        rows = [[row_names[i], *(format_cell(per_row[c][i]) for c in cols)] for i in range(len(row_names))]
+        tables.append(Table(f"{display_name(name)}: per row", ["row", *(label(c) for c in cols)], rows))
     if per_block:
         cols = list(per_block)
         rows = [[blocks[i], *(format_cell(per_block[c][i]) for c in cols)] for i in range(n_blocks)]
@@ -80,7 +114,8 @@ def summary_tables(name: str, summary: Mapping[str, Any]) -> list[Table]:
             tables.append(Table(f"{title} (block x block)", ["block", *(f"block {b}" for b in blocks)], rows,
                                 folded=True))
         else:
-            tables.append(Table(f"{title} (block x head)", ["block", *(f"head {h}" for h in range(columns))], rows,
+            what = (columns_of(key) if columns_of is not None else None) or "head"
+            tables.append(Table(f"{title} (block x {what})", ["block", *(f"{what} {h}" for h in range(columns))], rows,
                                 folded=True))
     if scalars:  # keys as results.json spells them: a reader finds them there
         tables.append(Table(f"{display_name(name)}: settings and scores", ["key", "value"], scalars))
@@ -88,7 +123,7 @@ def summary_tables(name: str, summary: Mapping[str, Any]) -> list[Table]:
 
 
 def rows_table(title: str, records: Sequence[Mapping[str, Any]], note: str = "") -> Table:
-    """A table from a list of dicts with the same keys (e.g. a best-block table)."""
-    columns = list(records[0]) if records else []
+    """A table from a list of dicts (e.g. a best-block table): a column for every key, in order of appearance."""
+    columns = list(dict.fromkeys(k for r in records for k in r))
     return Table(title, [label(c) for c in columns], [[format_cell(r.get(c)) for c in columns] for r in records],
                  note)

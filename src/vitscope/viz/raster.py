@@ -41,8 +41,15 @@ def _lut(cmap: str) -> np.ndarray:
 
 @cache
 def font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
-    """Pillow's bundled sans-serif at ``size`` pixels."""
-    return ImageFont.load_default(size=size)
+    """DejaVu Sans (matplotlib's, so the same letters as the matplotlib figures) at ``size`` pixels: class and file
+    names in Latin, Greek and Cyrillic scripts draw as written, where Pillow's bundled font has ASCII only."""
+    import matplotlib
+
+    path = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"
+    try:
+        return ImageFont.truetype(str(path), size=size)
+    except OSError:  # a matplotlib without its fonts
+        return ImageFont.load_default(size=size)
 
 
 def colorize(values: np.ndarray, cmap: str, vmin: float = 0.0, vmax: float = 1.0,

@@ -57,8 +57,11 @@ def run_artifacts(model: str, data: str, out: Path, params: Mapping[str, Mapping
     found = results["artifacts"]
     written: dict[str, Any] = {"artifacts": found}
     not_run: dict[str, str] = {}
+    problem = facts.class_problem() if ablations and "label" in facts.targets else None
     if ablations and "label" not in facts.targets:
         not_run["artifact_ablations"] = "the data has no labels, which the ablations' k-NN probe needs"
+    elif problem:  # the diagnosis stands without them
+        not_run["artifact_ablations"] = f"the ablations' k-NN probe cannot score this data: {problem}"
     elif ablations:
         if log:
             log("ablations: outliers and registers by zero, mean and another image's tokens; the test-time register")
