@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from vitscope.viz.attention_maps import _map_grid, aligned_maps_figure, block_head_maps, rollout_figure
-from vitscope.viz.raster import Canvas, colorize, fit_nearest, tile_scale, upscale
+from vitscope.viz.raster import Canvas, colorize, fit_nearest, font, tile_scale, upscale
 
 
 def test_colorize_matches_matplotlib_at_the_ends_and_blanks_nan() -> None:
@@ -91,3 +91,13 @@ def test_a_grid_wider_than_the_first_guess_is_drawn_whole(tmp_path) -> None:
     found = np.argwhere((pixels == top).all(-1))
     assert found.size and found[:, 1].max() > pixels.shape[1] - 60  # the last head reaches the right edge
     assert pixels.shape[1] > 16 * (14 * 3 + 2) + 320  # grid plus photo: nothing was cut
+
+
+@pytest.mark.parametrize("letter", ["ï", "é", "ß", "Ω", "Ж"])
+def test_raster_text_draws_letters_beyond_ascii(letter: str) -> None:
+    # a letter the font lacks draws as the same box as an unassigned code point
+    def drawn(text: str) -> tuple:
+        mask = font(14).getmask(text)
+        return mask.size, bytes(mask)
+
+    assert drawn(letter) != drawn("\u0378")
