@@ -11,7 +11,7 @@ import torch
 
 from vitscope.models.outputs import output_change
 
-_CLASSIFIER = types.SimpleNamespace(spec=types.SimpleNamespace(has_head=True))
+_CLASSIFIER = types.SimpleNamespace(spec=types.SimpleNamespace(has_head=True, classifies=True))
 
 
 def test_the_kl_divergence_of_two_class_distributions_by_hand() -> None:

@@ -38,7 +38,7 @@ __all__ = ["TokenMixing", "TokenMixingResult", "isolated_cls_logits", "per_token
 
 def _check(backbone: Backbone) -> None:
     spec = backbone.spec
-    if not spec.is_transformer or not spec.has_head:
+    if not spec.is_transformer or not spec.classifies:
         raise VitscopeValueError(f"{spec.name}: token mixing needs a transformer classifier (a model with a head); "
                                  "load a *ForImageClassification model or the tiny supervised zoo model")
     if spec.num_prefix_tokens < 1:

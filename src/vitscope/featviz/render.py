@@ -139,8 +139,9 @@ class StagedForward:
         self.backbone = backbone
         self.hooks = list(dict.fromkeys(h for o in objectives for h in o.hooks()))
         self.needs_logits = any(o.needs_logits for o in objectives)
-        if self.needs_logits and not backbone.spec.has_head:
-            raise VitscopeValueError(f"{backbone.spec.name} has no classifier head; a class-logit objective needs one")
+        if self.needs_logits and not backbone.spec.classifies:
+            raise VitscopeValueError(f"{backbone.spec.name} has no classifier head (no class logits); a class-logit "
+                                     "objective needs one")
         self.stop, self.need_norm = _stop_block(self.hooks, self.needs_logits, backbone.spec.num_blocks)
         spec = backbone.spec
         self.mean = torch.tensor(spec.mean).view(1, 3, 1, 1)

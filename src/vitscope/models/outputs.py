@@ -109,7 +109,7 @@ def output_change(backbone: Any, clean: torch.Tensor, edited: torch.Tensor) -> d
     Args:
         clean, edited: :func:`readout` of the same images ``[n, C]``.
     """
-    if backbone.spec.has_head:
+    if backbone.spec.classifies:  # a metric net's head gives an embedding: compared by cosine
         p, q = clean.double().log_softmax(dim=-1), edited.double().log_softmax(dim=-1)
         kl = (p.exp() * (p - q)).sum(dim=-1).clamp_min(0.0)  # [n]; >= 0 but for the sum's rounding
         return {"top1_kept": float((clean.argmax(-1) == edited.argmax(-1)).double().mean()),

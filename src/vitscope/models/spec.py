@@ -12,6 +12,8 @@ from vitscope.errors import VitscopeValueError
 RESIZE_RULES = ("vitscope", "transformers", "torchvision")
 #: PIL's resampling filters, by the names :attr:`ModelSpec.interpolation` takes
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
+#: what a head gives (:attr:`ModelSpec.head_output`)
+HEAD_OUTPUTS = ("logits", "embedding")
 
 
 def starts_with_cls(prefix_kinds: Sequence[str]) -> bool:
@@ -42,7 +44,9 @@ class ModelSpec:
             for uint8 pixels ``x``. A processor that does not normalise has mean 0 and std 1; one that rescales by
             another factor than 1 / 255 has that factor folded into mean and std.
         std: per-channel normalisation std.
-        has_head: whether ``Backbone.head`` exists (a classifier).
+        has_head: whether ``Backbone.head`` exists.
+        head_output: what the head gives: ``"logits"`` (a classifier's classes) or ``"embedding"`` (a metric-learning
+            projection, compared by cosine: no classes to score). Left out of :meth:`to_dict` when ``"logits"``.
         resize_size: a number: the short side the image is resized to (its aspect ratio kept) before the centre
             crop (None: the crop's long side). ``(h, w)``: the whole image is resized to ``h x w`` (its aspect
             ratio not kept), then centre-cropped to ``image_size`` (nothing cropped when they are equal), as Hugging
@@ -83,10 +87,13 @@ class ModelSpec:
     preprocessing: str = "ImageNet statistics (ModelSpec defaults)"
     max_tokens: int | None = None
     resize_rule: str = "vitscope"
+    head_output: str = "logits"
 
     def __post_init__(self) -> None:
         if len(self.prefix_kinds) != self.num_prefix_tokens:
             raise VitscopeValueError("prefix_kinds must have one entry per prefix token")
+        if self.head_output not in HEAD_OUTPUTS:
+            raise VitscopeValueError(f"head_output must be one of {', '.join(HEAD_OUTPUTS)}, got {self.head_output!r}")
         if self.resize_rule not in RESIZE_RULES:
             raise VitscopeValueError(f"resize_rule must be one of {', '.join(RESIZE_RULES)}, got {self.resize_rule!r}")
         if self.interpolation not in INTERPOLATIONS:  # refused when the model loads, not at its first image
@@ -96,6 +103,11 @@ class ModelSpec:
     @property
     def is_transformer(self) -> bool:
         return self.kind == "transformer"
+
+    @property
+    def classifies(self) -> bool:
+        """Whether the head gives class logits (accuracies, a class's logit, KL between class distributions)."""
+        return self.has_head and self.head_output == "logits"
 
     @property
     def has_cls_token(self) -> bool:
@@ -121,6 +133,8 @@ class ModelSpec:
             del out["max_tokens"]
         if self.resize_rule == "vitscope":  # vitscope's own rule: results and digests as they were before it was said
             del out["resize_rule"]
+        if self.head_output == "logits":  # likewise for a classifier's head (and a model without one)
+            del out["head_output"]
         return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
 
 

@@ -135,7 +135,7 @@ def _build(entry: ZooEntry, out: Path, workdir: str | os.PathLike | None, progre
     started = time.perf_counter()
     data = training_set(entry)
     model = build_model(entry)
-    backbone = wrap_zoo_model(model, name)
+    backbone = wrap_zoo_model(model, name, entry)
     recipe = make_recipe(entry, backbone, int(data.labels.max()) + 1)
     total = steps or entry.steps
     snaps = tuple(s for s in entry.snapshot_steps if s < total)
@@ -148,7 +148,7 @@ def _build(entry: ZooEntry, out: Path, workdir: str | os.PathLike | None, progre
     record: dict[str, Any] = {
         "entry": entry.to_dict(), "steps_trained": total, "params": _params(model),
         "score_kind": entry.score, "score": score(entry, backbone, sets),
-        "baselines": {"random_init": score(entry, wrap_zoo_model(build_model(entry), name), sets),
+        "baselines": {"random_init": score(entry, wrap_zoo_model(build_model(entry), name, entry), sets),
                       "raw_pixels": pixel_score(entry, backbone, sets)},
         "train_seconds": round(train_seconds, 1), "threads": torch.get_num_threads(),
         "torch": torch.__version__, "machine": platform.machine(),
@@ -182,7 +182,7 @@ def _ship(entry: ZooEntry, out: Path, model: torch.nn.Module, snapshots: dict, r
         snap_name = f"{name}@step{step}"
         manifest["files"][f"{snap_name}.safetensors"] = save_weights(snap, out / f"{snap_name}.safetensors",
                                                                      snap_name)
-        record["snapshots"][str(step)] = score(entry, wrap_zoo_model(snap.eval(), snap_name), sets)
+        record["snapshots"][str(step)] = score(entry, wrap_zoo_model(snap.eval(), snap_name, entry), sets)
     manifest["models"][name] = record
     write_manifest(out, manifest)
     write_card(out, record)

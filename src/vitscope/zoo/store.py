@@ -8,6 +8,7 @@ baselines). Loading checks the file's sha256 and that the entry's architecture i
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -102,11 +103,20 @@ def build_model(entry: ZooEntry) -> nn.Module:
     return TinyViT(config) if entry.arch == "tiny-vit" else TinyResNet(config)
 
 
-def wrap_zoo_model(model: nn.Module, name: str) -> Backbone:
+def wrap_zoo_model(model: nn.Module, name: str, entry: ZooEntry | None = None) -> Backbone:
+    """The zoo ``model`` as a Backbone named ``name``; a metric entry's head is its embedding projection
+    (``ModelSpec.head_output``). ``entry``: the catalogue entry (default: looked up by name)."""
     from vitscope.models.tiny import TinyViT
     from vitscope.models.wrap import wrap, wrap_tiny_vit
 
-    return wrap_tiny_vit(model, name) if isinstance(model, TinyViT) else wrap(model, "tiny-resnet", name=name)
+    backbone = wrap_tiny_vit(model, name) if isinstance(model, TinyViT) else wrap(model, "tiny-resnet", name=name)
+    try:
+        metric = (entry or get_entry(split_name(name)[0])).recipe == "metric"
+    except KeyError:  # a twin named outside the catalogue
+        metric = False
+    if metric:  # its head projects the embedding the metric loss trained: no classes
+        backbone.spec = dataclasses.replace(backbone.spec, head_output="embedding")
+    return backbone
 
 
 def save_weights(model: nn.Module, path: Path, name: str) -> str:
@@ -146,7 +156,7 @@ def load_zoo_model(name: str, directory: str | os.PathLike | None = None, entry:
     except KeyError as err:
         raise ModelLoadError(str(err.args[0])) from None
     if step == 0:  # the seeded initialisation: reproducible, so never shipped
-        return wrap_zoo_model(build_model(entry).eval(), name)
+        return wrap_zoo_model(build_model(entry).eval(), name, entry)
     d = zoo_dir(directory)
     fname = f"{name}.safetensors"
     manifest = read_manifest(d)
@@ -163,7 +173,7 @@ def load_zoo_model(name: str, directory: str | os.PathLike | None = None, entry:
     model = build_model(entry)
     _load_weights(model, load_file(str(path)), path)
     model.eval()
-    return wrap_zoo_model(model, name)
+    return wrap_zoo_model(model, name, entry)
 
 
 def _check_architecture(entry: ZooEntry, record: Mapping[str, Any], path: Path) -> None:

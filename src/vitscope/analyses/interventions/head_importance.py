@@ -156,21 +156,21 @@ class HeadImportance(Analysis):
             return out
 
         def score(out: torch.Tensor, clean_out: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
-            if spec.has_head:
+            if spec.classifies:
                 return out.gather(1, target[:, None])[:, 0]
             return torch.nn.functional.cosine_similarity(out, clean_out, dim=-1)
 
         def run(b) -> None:
             clean_out = measure(b, blocks[0])
             target = None
-            if spec.has_head:
+            if spec.classifies:
                 given = torch.as_tensor([int(labels[j]) if k else 0 for j, k in enumerate(known)],
                                         device=clean_out.device)
                 target = torch.where(torch.as_tensor(known, device=clean_out.device), given, clean_out.argmax(-1))
                 self.labelled += sum(known)
                 self.predicted += len(known) - sum(known)
             clean = score(clean_out, clean_out, target).double()
-            self.output = "logit" if spec.has_head else COSINE
+            self.output = "logit" if spec.classifies else COSINE
             self.clean = added(self.clean, clean.sum())
             partners = torch.as_tensor([(int(i) + 1) % self.reference_images for i in batch.indices])
             for control in self._cfg_controls:

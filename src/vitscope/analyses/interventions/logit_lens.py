@@ -124,7 +124,7 @@ class LogitLens(Analysis):
         out = torch.stack([readouts[i] for i in blocks])  # [L, B, C or D]
         final = out[-1]
         sums: dict[str, torch.Tensor] = {}
-        if batch.spec.has_head:
+        if batch.spec.classifies:  # a metric net's projected embeddings are compared by cosine, as a headless one's
             self.mode = "classifier"
             predicted = final.argmax(-1)
             sums["agreement"] = (out.argmax(-1) == predicted).double().sum(-1)

@@ -62,9 +62,11 @@ class ModelAccumulator(Analysis):
 
     def why_unsupported(self, spec: ModelSpec) -> str | None:
         """One-line reason this analysis cannot run on ``spec`` (None when it can)."""
-        if self.needs_head and not spec.has_head:
-            return (f"analysis '{self.name}' measures classification accuracy, but {spec.name} has no classifier "
-                    "head; use a classifier (e.g. tiny-vit-sup)")
+        if self.needs_head and not spec.classifies:
+            what = "head projects an embedding (a metric-learning net: no classes)" if spec.has_head else \
+                "has no classifier head"
+            return (f"analysis '{self.name}' measures classification accuracy, but {spec.name}'s {what}; use a "
+                    "classifier (e.g. tiny-vit-sup)")
         return None
 
     def why_unsupported_data(self, data: DataFacts) -> str | None:
