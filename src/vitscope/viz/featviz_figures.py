@@ -104,7 +104,7 @@ def panel_figure(optimised: torch.Tensor, top_images: Sequence[torch.Tensor | np
         ax.imshow(img, alpha=0.35)
         shown = ax.imshow(maps[j].detach().cpu().numpy(), cmap="magma", alpha=0.75, vmin=vmin, vmax=vmax,
                           extent=(0, img.shape[1], img.shape[0], 0), interpolation="nearest")
-        ax.set_title(short_name(names[j], 22) if names and j < len(names) else f"map {j + 1}", fontsize=9)
+        ax.set_title(short_name(names[j], 16) if names and j < len(names) else f"map {j + 1}", fontsize=9)
         _off(ax)
     if shown is not None:  # one scale for the k maps: the unit's activation on a patch, beside the last map
         pos = fig.axes[-1].get_position()
