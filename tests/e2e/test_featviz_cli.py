@@ -84,7 +84,7 @@ def test_featviz_grid_on_a_cnn_draws_each_stage_from_its_own_channels(tmp_path, 
     (["--unit", "blocks.1.mlp.post:99999"], 1, "out of range"),
     ([], 2, "--unit"),  # neither --unit nor --grid: bad usage
     (["--unit", "blocks.1.mlp.post:1", "--noise", "gauss"], 2, "--noise"),
-    (["--unit", "blocks.1.mlp.post:1", "--token-mixing"], 1, "--data"),
+    (["--unit", "blocks.1.mlp.post:1", "--token-mixing"], 2, "--data"),
 ])
 def test_featviz_bad_usage_is_one_line(tmp_path, args, code, message) -> None:
     res = runner.invoke(app, ["featviz", "--model", "tiny-vit-sup", "--steps", "1", "--out", str(tmp_path / "o"),

@@ -65,8 +65,16 @@ def _torch_file(path: Path) -> Any:
         with torch.serialization.safe_globals([_PrismaConfig, torch.device]):
             return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
-        raise VitscopeValueError(f"{path} is not a file of tensors vitscope reads safely ({str(err).splitlines()[0]})"
-                                 "; save the SAE's state_dict()") from None
+        raise VitscopeValueError(f"{path} is not a file of tensors vitscope reads safely ({_reason(path, err)}); "
+                                 "save the SAE's state_dict()") from None
+
+
+def _reason(path: Path, err: Exception) -> str:
+    """Why ``path`` could not be read, in a few words (an empty file's EOFError has no message)."""
+    text = str(err).strip()
+    if text:
+        return text.splitlines()[0]
+    return "an empty file" if path.is_file() and path.stat().st_size == 0 else type(err).__name__
 
 
 def _set(sae: SparseAutoencoder, weights: dict[str, torch.Tensor], where: Path) -> SparseAutoencoder:

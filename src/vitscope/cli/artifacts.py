@@ -25,7 +25,7 @@ def artifacts(
                                                                             "(zero, mean, another image's) and try "
                                                                             "the test-time register."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Use only the first N images."),
-    batch_size: int = typer.Option(16, "--batch-size", "-b", min=1, help="Images per batch [16]."),
+    batch_size: int = typer.Option(16, "--batch-size", "-b", min=1, help="Images per batch."),
     images: int = typer.Option(32, "--images", min=1, help="Images the ablations' output change is measured on."),
 ) -> None:
     """Diagnose a model's artifacts in one pass, then ablate them beside their controls: results.json, tables,
@@ -46,5 +46,6 @@ def artifacts(
     echo_choices(doc)
     found = doc["analyses"]["artifacts"]["summary"]
     by = f" (by {found['sink_criterion']})" if "sink_criterion" in found else ""
-    typer.echo(f"outliers from {found.get('first_block')}; sink heads {len(found.get('sink_heads', []))}{by}; "
-               f"-> {out / 'results.json'}")
+    first = found.get("first_block")
+    outliers = "no outlier tokens" if first is None else f"outliers from {first}"
+    typer.echo(f"{outliers}; sink heads {len(found.get('sink_heads', []))}{by}; -> {out / 'results.json'}")

@@ -9,7 +9,8 @@ import typer
 from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors
 from vitscope.cli.help_text import IMAGE_SIZE_HELP
-from vitscope.errors import VitscopeFileNotFoundError
+from vitscope.cli.paths import image_files
+from vitscope.errors import VitscopeUsageError
 
 __all__ = ["attribute"]
 
@@ -32,9 +33,10 @@ def attribute(
     """Attribution maps of images by several methods: results.json, raw arrays, a figure, report.html."""
     from vitscope.workflows.attribute import write_attributions
 
-    for p in [*images, *([like] if like is not None else [])]:
-        if not p.is_file():
-            raise VitscopeFileNotFoundError(f"image {p} not found")
+    if target is not None and like is not None:
+        raise VitscopeUsageError("--target and --like exclude each other: give --target CLASS (a classifier's "
+                                 "class) or --like IMAGE (an image to compare with)")
+    image_files([*images, *([like] if like is not None else [])])
     doc = write_attributions(model, images, [m.strip() for m in method.split(",") if m.strip()], out, target=target,
                              like=like, image_size=image_size, upsample=upsample,
                              log=lambda s: typer.echo(s, err=True))

@@ -7,9 +7,10 @@
 * Ctrl-C is ``interrupted`` and exit status 130 (finished work and the saved state stay on disk).
 * Anything else is a bug in vitscope: Python's traceback, then a line asking to report it, exit status 1.
 
-Bad usage (an unknown option, a wrong type on the command line) is typer's, with exit status 2; so is an option
-value that is wrong for the command (:class:`~vitscope.workflows.options.ConfigError`: from the command line or
-``--config``, or found wrong once the model is loaded, such as a block it does not have), as one line.
+Bad usage (an unknown option, a wrong type on the command line) is the parser's, one line with exit status 2
+(:mod:`vitscope.cli.parser`); so is an option value that is wrong for the command
+(:class:`~vitscope.workflows.options.ConfigError`: from the command line or ``--config``, or found wrong once the
+model is loaded, such as a block it does not have), and the library's :class:`~vitscope.errors.VitscopeUsageError`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from vitscope.errors import VitscopeError, VitscopeUsageError
 from vitscope.workflows.options import ConfigError
 
 __all__ = ["one_line_errors", "one_line_warnings", "require_choice"]
+
+def _is_usage(err: BaseException) -> bool:
+    return isinstance(err, (ConfigError, VitscopeUsageError))
 
 
 def _first_line(err: BaseException) -> str:
@@ -88,12 +92,9 @@ def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except SystemExit:
             raise
-        except (ConfigError, VitscopeUsageError) as err:  # bad usage: a value the command cannot take
+        except (ConfigError, VitscopeError) as err:  # bad usage (a value the command cannot take): status 2
             print(f"error: {_first_line(err)}", file=sys.stderr)
-            raise typer.Exit(2) from None
-        except VitscopeError as err:
-            print(f"error: {_first_line(err)}", file=sys.stderr)
-            raise typer.Exit(1) from None
+            raise typer.Exit(2 if _is_usage(err) else 1) from None
         except OSError as err:
             print(f"error: {_first_line(err)}", file=sys.stderr)
             raise typer.Exit(1) from None

@@ -27,10 +27,12 @@ def guided_mae(
     bank_images: int = typer.Option(1000, "--bank-images", min=1, help="k-NN bank (training scenes)."),
     test_images: int = typer.Option(500, "--test-images", min=1, help="Held-out test scenes."),
     every_epochs: int = typer.Option(2, "--every-epochs", min=1, help="Epochs per curriculum level (E)."),
-    mask_ratio: float = typer.Option(0.75, "--mask-ratio", min=0.0, max=0.99),
+    mask_ratio: float = typer.Option(0.75, "--mask-ratio", min=0.0, max=0.99, help="MAE mask ratio: the share of "
+                                     "each training image's patches hidden."),
     depth: int = typer.Option(6, "--depth", min=1, help="Blocks of the tiny ViT."),
     embed_dim: int = typer.Option(128, "--embed-dim", min=8, help="Width of the tiny ViT."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="Seed of the synthetic world, the initial weights, batch order, "
+                             "crops and masks (both twins share it)."),
     figure_files: bool = typer.Option(False, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
 ) -> None:
     """Pretrain random-mask and guided-mask MAE twins; plot k-NN probe accuracy against epochs (paper 003 fig. 9)."""
@@ -57,7 +59,7 @@ def robustness(
     fill: str = typer.Option("zero", "--fill", help="Hidden pixels of the foreground test: zero (black), mean (the "
                              "dataset's mean, which shows a background shortcut that black boxes hide) or blur."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Use only the first N images."),
-    batch_size: int = typer.Option(32, "--batch-size", "-b", min=1),
+    batch_size: int = typer.Option(32, "--batch-size", "-b", min=1, help="Images per batch."),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),
     figure_files: bool = typer.Option(False, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
     image_size: int | None = typer.Option(None, "--image-size", min=1, help=IMAGE_SIZE_HELP),

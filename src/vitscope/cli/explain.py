@@ -7,10 +7,14 @@ from pathlib import Path
 import typer
 
 from vitscope.cli.choices import echo_choices
-from vitscope.cli.errors import one_line_errors
+from vitscope.cli.errors import one_line_errors, require_choice
 from vitscope.cli.help_text import IMAGE_SIZE_HELP, KEEP_ASPECT_HELP
 from vitscope.cli.numbers import shown
-from vitscope.errors import VitscopeFileNotFoundError
+from vitscope.cli.paths import image_files
+from vitscope.errors import VitscopeUsageError, VitscopeValueError
+
+#: the library's advice for a pooling the model cannot take, and the option a command line user changes
+_LIBRARY_POOLING, _CLI_POOLING = "use pooling='mean'", "use --pooling mean"
 
 __all__ = ["explain_pair"]
 
@@ -34,11 +38,15 @@ def explain_pair(
     """Paired similarity maps of two images: overlays, raw maps, score and results.json."""
     from vitscope.explain.pair_report import write_pair_report
 
-    for p in (image_a, image_b):
-        if not p.is_file():
-            raise VitscopeFileNotFoundError(f"image {p} not found")
-    doc = write_pair_report(model, image_a, image_b, out, projection, pooling, rollout, transpose, fmt,
-                            image_size=image_size, keep_aspect=keep_aspect)
+    require_choice("--pooling", pooling, ("auto", "mean", "cls"))
+    image_files([image_a, image_b])
+    try:
+        doc = write_pair_report(model, image_a, image_b, out, projection, pooling, rollout, transpose, fmt,
+                                image_size=image_size, keep_aspect=keep_aspect)
+    except VitscopeValueError as err:  # --pooling cls on a model without a CLS token: bad usage, in CLI words
+        if _LIBRARY_POOLING not in str(err):
+            raise
+        raise VitscopeUsageError(f"--pooling cls: {err}".replace(_LIBRARY_POOLING, _CLI_POOLING)) from None
     echo_choices(doc)
     s = doc["analyses"]["paired_similarity"]["summary"]
     grids = {f"{g[0]}x{g[1]}": None for g in (s["grid"], s.get("grid_b", s["grid"]))}  # images at their own aspect

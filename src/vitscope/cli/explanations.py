@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from vitscope.cli.choices import echo_choices
-from vitscope.cli.errors import one_line_errors
+from vitscope.cli.errors import one_line_errors, require_choice
 
 __all__ = ["explanations"]
 
@@ -29,11 +29,14 @@ def explanations(
 ) -> None:
     """Score attribution methods against ground truth, every number beside its control: results.json, a table,
     example maps, curves, report.html."""
+    from vitscope.attribution import METHODS
     from vitscope.workflows.explanations import run_explanations
 
-    doc = run_explanations([m.strip() for m in models.split(",") if m.strip()], data, out,
-                           [m.strip() for m in methods.split(",") if m.strip()], limit=limit, steps=steps,
-                           sanity=sanity, log=lambda s: typer.echo(s, err=True))
+    chosen = [m.strip() for m in methods.split(",") if m.strip()]
+    for name in chosen:  # before any model loads
+        require_choice("--methods", name, ("all", *METHODS))
+    doc = run_explanations([m.strip() for m in models.split(",") if m.strip()], data, out, chosen, limit=limit,
+                           steps=steps, sanity=sanity, log=lambda s: typer.echo(s, err=True))
     echo_choices(doc)
     summary = doc["analyses"]["explanations"]["summary"]
     typer.echo(f"{len(summary['models'])} model(s), {len(summary['methods'])} method(s), {len(summary['rows'])} "

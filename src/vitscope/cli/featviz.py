@@ -10,9 +10,23 @@ import typer
 from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors
 from vitscope.cli.help_text import FIGURE_FILES_HELP, IMAGE_SIZE_HELP
-from vitscope.cli.numbers import shown
+from vitscope.cli.numbers import counted, shown
 
 __all__ = ["featviz"]
+
+
+def _refuse_without_data(**given: int | bool | None) -> None:
+    """Refuse, before the optimisation, the options that read --data when it is not given.
+
+    Raises:
+        VitscopeUsageError: one of them is set (bad usage: it would be ignored, or fail after the work).
+    """
+    from vitscope.errors import VitscopeUsageError
+
+    named = [f"--{name.replace('_', '-')}" for name, value in given.items() if value not in (None, False, 0)]
+    if named:
+        raise VitscopeUsageError(f"{' and '.join(named)} need{'s' if len(named) == 1 else ''} --data (images for "
+                                 "the most-activating panels and the experiments, e.g. --data ROOT::imagefolder)")
 
 
 @one_line_errors
@@ -22,15 +36,16 @@ def featviz(
     unit: list[str] = typer.Option([], "--unit", "-u", help="SITE:CHANNEL[@TOKEN] (blocks.5.mlp.post:31, "
                                    "blocks.2.attn.k:5, stages.2:7) or logit:CLASS; repeatable."),
     grid: int = typer.Option(0, "--grid", min=0, help="Also visualise N random FFN channels of every block."),
-    steps: int = typer.Option(400, "--steps", min=1, help="Optimisation steps [400]."),
+    steps: int = typer.Option(400, "--steps", min=1, help="Optimisation steps."),
     seed: int = typer.Option(0, "--seed", help="Seed of the optimisation (start, noise, shifts) and of --grid's "
                              "channels."),
-    lambda_tv: float = typer.Option(4e-4, "--lambda-tv", min=0.0, help="Total-variation weight [4e-4]."),
+    lambda_tv: float = typer.Option(4e-4, "--lambda-tv", min=0.0, help="Total-variation weight."),
     noise: str = typer.Option("channel", "--noise", help="channel (the published code) | pixel (paper text) | none."),
     color_shift: str = typer.Option("code", "--color-shift", help="code: (x-mu)/sigma | paper: sigma*x+mu | none."),
     data: str | None = typer.Option(None, "--data", "-d", help="Images for the most-activating panels "
                                     "(folder, list, ROOT::FORMAT)."),
-    top_k: int = typer.Option(5, "--top-k", min=1, help="Most-activating images per unit [5]."),
+    top_k: int | None = typer.Option(None, "--top-k", min=1, help="Most-activating images per unit (with --data) "
+                                     "[5]."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Use only the first N images of --data."),
     token_mixing: bool = typer.Option(False, "--token-mixing", help="Also run the last-layer token-mixing "
                                       "experiments (needs labelled --data, e.g. ROOT::imagefolder)."),
@@ -51,9 +66,12 @@ def featviz(
     if noise not in ("channel", "pixel", "none") or color_shift not in ("code", "paper", "none"):
         typer.echo("error: --noise must be channel|pixel|none and --color-shift code|paper|none", err=True)
         raise typer.Exit(2)
+    if data is None:
+        _refuse_without_data(top_k=top_k, limit=limit, token_mixing=token_mixing,
+                             spatial_information=spatial_information)
     options = FeatvizOptions(model=model, out=out, units=list(unit), grid=grid, steps=steps, seed=seed,
-                             lambda_tv=lambda_tv, noise=noise, color_shift=color_shift, data=data, top_k=top_k,
-                             limit=limit, token_mixing=token_mixing,
+                             lambda_tv=lambda_tv, noise=noise, color_shift=color_shift, data=data,
+                             top_k=5 if top_k is None else top_k, limit=limit, token_mixing=token_mixing,
                              spatial_information=spatial_information, device=device, figure_files=figure_files,
                              image_size=image_size)
     path = run_featviz(options, log=lambda s: typer.echo(s, err=True))
@@ -63,5 +81,5 @@ def featviz(
     for name, u in units.items():
         best = f", best dataset image {shown(u['best_dataset_score'], '.3f')}" if "best_dataset_score" in u else ""
         typer.echo(f"{name}: activation {shown(u['activation'], '.3f')}{best}")
-    typer.echo(f"{len(units)} units -> {path}")
+    typer.echo(f"{counted(len(units), 'unit')} -> {path}")
     typer.echo(f"report: {path.parent / 'report.html'}")

@@ -12,7 +12,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import typer
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperGroup
+
+from vitscope.cli.parser import OneLineGroup
 
 __all__ = ["IMPORT_HELP", "CommandLine", "ImportingCommand", "import_or_exit"]
 
@@ -70,7 +72,11 @@ class ImportingCommand(TyperCommand):
 
 
 class CommandLine(typer.Typer):
-    """A typer app whose commands are :class:`ImportingCommand` (``--import`` everywhere)."""
+    """A typer app whose commands are :class:`ImportingCommand` (``--import`` everywhere) and whose parser errors
+    are one line (:class:`~vitscope.cli.parser.OneLineGroup`)."""
+
+    def __init__(self, *args: Any, cls: type[TyperGroup] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, cls=cls or OneLineGroup, **kwargs)
 
     def command(self, *args: Any, cls: type[TyperCommand] | None = None, **kwargs: Any) -> Callable:
         return super().command(*args, cls=cls or ImportingCommand, **kwargs)

@@ -29,6 +29,8 @@ from vitscope.cli.help_text import (
     analyses_epilog,
 )
 from vitscope.cli.imports import CommandLine
+from vitscope.cli.numbers import counted
+from vitscope.cli.paths import writable_folder
 from vitscope.cli.probe import probe as probe_command
 from vitscope.cli.resolve import resolve_or_exit
 from vitscope.cli.sae import sae_app
@@ -155,7 +157,8 @@ def analyze(
         return
     doc = json.loads(path.read_text())
     echo_choices(doc)
-    typer.echo(f"{doc['num_images']} images, {len(doc['analyses'])} analyses -> {path}")
+    typer.echo(f"{counted(doc['num_images'], 'image')}, {counted(len(doc['analyses']), 'analysis', 'analyses')} -> "
+               f"{path}")
     typer.echo(f"report: {path.parent / 'report.html'}")
     if doc["skipped"]:
         typer.echo(f"skipped {len(doc['skipped'])} unreadable file(s); listed in results.json")
@@ -226,6 +229,7 @@ def demo(
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from vitscope.workflows.demo import demo as run_demo
 
+    writable_folder("--out", out)  # before the world is generated
     path = run_demo(out, quick=quick, log=_stderr)
     typer.echo(f"demo report: {path}")
 
@@ -245,8 +249,10 @@ def synth(
     max_objects: int = typer.Option(3, "--max-objects", min=1, help="Objects per scene (1 to this)."),
 ) -> None:
     """Generate the synthetic world with ground truth in a real dataset format."""
-    from vitscope.data.synthetic.write import synthesize
+    from vitscope.data.synthetic.write import SYNTH_FORMATS, synthesize
 
+    if format in SYNTH_FORMATS:  # synthesize refuses another, naming the choices, before it writes
+        writable_folder("--out", out)
     root = synthesize(out, format, n=n, size=size, seed=seed, spurious=spurious, num_classes=num_classes,
                       max_objects=max_objects)
     typer.echo(f"wrote {format} ({n} items, {size} px, seed {seed}) -> {root}")

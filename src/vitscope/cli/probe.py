@@ -10,6 +10,7 @@ with ``--test-data``, else a seeded hold-out of ``--test-fraction``). Everything
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -26,6 +27,18 @@ from vitscope.cli.help_text import (
 from vitscope.cli.resolve import resolve_or_exit
 
 __all__ = ["probe"]
+
+
+def _check_paths(options: Any) -> None:
+    """Refuse, before the model loads, a --data or --test-data that names nothing and a --cache that cannot be a
+    folder, naming the option."""
+    from vitscope.cli.paths import missing_data_root, writable_folder
+    from vitscope.data.load import FORMATS
+
+    missing_data_root("--data", options.data, FORMATS)
+    missing_data_root("--test-data", options.test_data, FORMATS)
+    if options.cache is not None:
+        writable_folder("--cache", Path(options.cache))
 
 
 @one_line_errors
@@ -88,7 +101,9 @@ def probe(
     from vitscope.workflows.probe import probe_command
 
     # the parameters are named as ProbeOptions' fields: ctx.params holds them all, --config too
-    path = probe_command(resolve_or_exit(ProbeOptions, ctx.params), log=lambda m: typer.echo(m, err=True))
+    options = resolve_or_exit(ProbeOptions, ctx.params)
+    _check_paths(options)
+    path = probe_command(options, log=lambda m: typer.echo(m, err=True))
     if path is None:
         return
     doc = json.loads(path.read_text())

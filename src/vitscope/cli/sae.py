@@ -10,10 +10,24 @@ import typer
 
 from vitscope.cli.errors import one_line_errors, require_choice
 from vitscope.cli.imports import CommandLine
+from vitscope.cli.paths import writable_folder
 from vitscope.cli.torchrun import refuse_under_torchrun
 
 #: the benchmark's default models (vitscope.sae.benchmark.ZOO_MODELS, named here so that --help imports no torch)
 _ZOO_VITS = ("tiny-vit-sup", "tiny-vit-distill", "tiny-vit-mae", "tiny-vit-sup-spurious")
+
+def _k_within_latents(k: int, latents: int) -> None:
+    """Refuse more active latents than the dictionary has, naming the two options.
+
+    Raises:
+        VitscopeUsageError: ``k`` exceeds ``latents``.
+    """
+    from vitscope.errors import VitscopeUsageError
+
+    if k > latents:
+        raise VitscopeUsageError(f"--k {k} exceeds --latents {latents}: a token cannot have more active latents than "
+                                 "the dictionary has; lower --k or raise --latents")
+
 
 sae_app = CommandLine(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                       help="Sparse autoencoders of a model's activations.")
@@ -58,7 +72,9 @@ def train_command(
 
     require_choice("--kind", kind, KINDS)
     require_choice("--tokens-of", tokens_of, TOKENS_OF)
+    _k_within_latents(k, latents)
     resolve_device(device)  # an unknown or absent device is one line, before the model loads
+    writable_folder("--out", out, keep=False)  # the SAE is saved only after training: a wrong --out fails now
     config = SAETraining(kind=kind, latents=latents, k=k, tokens=int(tokens), buffer_tokens=buffer_tokens,
                          tokens_of=tokens_of, batch_tokens=batch_tokens, lr=lr, seed=seed)
     with role(lambda s: typer.echo(s, err=True)) as me:
@@ -96,9 +112,10 @@ def eval_command(
 
     if tokens_of is not None:
         require_choice("--tokens-of", tokens_of, TOKENS_OF)
+    autoencoder = load(sae)  # a file that is no SAE fails before the model loads
     backbone = load_model(model)
     typer.echo(describe_input(backbone.spec), err=True)  # stdout holds the JSON alone
-    found = evaluate(load(sae), backbone, data, hook=hook, tokens_of=tokens_of, images=images,
+    found = evaluate(autoencoder, backbone, data, hook=hook, tokens_of=tokens_of, images=images,
                      batch_size=batch_size)
     typer.echo(dumps(found, indent=1))
 
@@ -135,6 +152,7 @@ def benchmark_command(
     from vitscope.sae.benchmark import SAEBenchmark, benchmark
 
     require_choice("--kind", kind, KINDS)
+    _k_within_latents(k, latents)
     config = SAEBenchmark(hook=hook, images=images, heldout=heldout, kind=kind, latents=latents, k=k,
                           tokens=int(tokens), batch_tokens=batch_tokens, lr=lr, fit_tokens=fit_tokens, cap=cap,
                           min_tokens=min_tokens, seed=seed, world_seed=world_seed, batch_size=batch_size)

@@ -8,6 +8,7 @@ import typer
 
 from vitscope.cli.errors import one_line_errors
 from vitscope.cli.imports import CommandLine
+from vitscope.cli.paths import existing_folder, writable_folder
 from vitscope.errors import VitscopeValueError
 from vitscope.strict_json import dumps
 
@@ -42,6 +43,8 @@ def list_models(
     directory: Path | None = typer.Option(None, "--dir", help="Zoo directory (default: the shipped weights)."),
 ) -> None:
     """Every zoo model with its recipe, data seed, parameter count and held-out score."""
+    if directory is not None:  # a wrong folder would list every model as not built
+        existing_folder("--dir", directory)
     rows = zoo_rows(directory)
     if as_json:
         typer.echo(dumps(rows, indent=1))
@@ -83,6 +86,8 @@ def build(
         names = [get_entry(name).name] if name else [e.name for e in ZOO if not (core and e.extra)]
     except KeyError as err:
         raise VitscopeValueError(err.args[0]) from None
+    if directory is not None:  # before the first model trains
+        writable_folder("--dir", directory)
     for rec in build_many(names, directory, jobs=jobs, steps=steps):
         n = rec["entry"]["name"]
         verdict = "meets" if meets_bar(rec) else "misses"

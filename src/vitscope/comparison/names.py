@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from vitscope.errors import VitscopeValueError
+from vitscope.errors import VitscopeUsageError, VitscopeValueError
 
 __all__ = ["NAME", "file_safe", "named_models"]
 
@@ -49,7 +49,7 @@ def named_models(models: Sequence[str] | Mapping[str, str]) -> list[tuple[str, s
     else:
         pairs = [_split(str(entry)) for entry in models]
     if len(pairs) < 2:
-        raise VitscopeValueError("compare needs at least two models, e.g. --models tiny-vit-sup,tiny-vit-mae")
+        raise VitscopeUsageError("compare needs at least two models, e.g. --models tiny-vit-sup,tiny-vit-mae")
     names = [name for name, _ in pairs]
     for name in dict.fromkeys(n for n in names if names.count(n) > 1):
         if all(n != name or m == name for n, m in pairs):  # plain entries: the same model twice

@@ -43,12 +43,18 @@ def format_of(reader: Any) -> str | None:
     return next((name for name, cls in _readers().items() if type(reader) is cls), None)
 
 
+def _missing(root: str | Path) -> DatasetFormatError:
+    return DatasetFormatError(f"dataset root '{root}' does not exist")
+
+
 def detect_format(root: str | Path) -> str:
     """Guess the format from the layout (the files each official release has at its root; a list file, or a folder
     holding one ``*.txt`` list of ``path label`` lines of its files, is ``list``)."""
     from vitscope.data.formats.path_list import list_file_in
 
     r = Path(root)
+    if not r.exists():  # nothing to tell a format from: say so, not that the layout is unknown
+        raise _missing(root)
     if r.is_file():
         return "list"
     checks = [
@@ -133,7 +139,7 @@ def load_dataset(root: str | Path, format: str | None = None, **kwargs: Any) -> 
         DatasetFormatError: unknown format, undetectable layout, or invalid content (one line).
     """
     if not Path(root).exists():
-        raise DatasetFormatError(f"dataset root '{root}' does not exist")
+        raise _missing(root)
     fmt = format or detect_format(root)
     readers = _readers()
     if fmt not in readers:

@@ -31,7 +31,7 @@ from vitscope.attribution import METHODS, attribute
 from vitscope.attribution.faithfulness import faithfulness
 from vitscope.attribution.sanity import cascading_randomisation
 from vitscope.attribution.score import score_function
-from vitscope.errors import VitscopeValueError
+from vitscope.errors import VitscopeUsageError, VitscopeValueError
 from vitscope.explain.pair_report import explained_embedding
 from vitscope.functional.explanation_scores import mask_auroc, pointing_game, relevance_mass
 from vitscope.models.backbone import Backbone
@@ -78,7 +78,8 @@ def methods_for(backbone: Backbone, requested: Sequence[str] | None) -> tuple[li
     chosen = list(METHODS) if not requested or list(requested) == ["all"] else list(requested)
     unknown = [m for m in chosen if m not in METHODS]
     if unknown:
-        raise VitscopeValueError(f"unknown attribution method {unknown[0]!r}; use some of {', '.join(METHODS)}")
+        # a name the caller gave: bad usage (the command line's --methods, exit status 2)
+        raise VitscopeUsageError(f"unknown attribution method {unknown[0]!r}; use some of {', '.join(METHODS)}")
     run, skipped = [], {}
     for m in chosen:
         kind = METHODS[m][1]

@@ -243,7 +243,7 @@ def featviz_run(options: FeatvizOptions, log: Callable[[str], None] = lambda s: 
     objectives = _unique(objectives, log)
     cfg = FeatvizConfig(steps=options.steps, seed=options.seed, lambda_tv=options.lambda_tv,
                         augment=AugmentConfig(noise=options.noise, color_shift=options.color_shift))
-    log(f"optimising {len(objectives)} units for {cfg.steps} steps on {device}")
+    log(f"optimising {len(objectives)} unit{'' if len(objectives) == 1 else 's'} for {cfg.steps} steps on {device}")
     result = _render_chunks(backbone, objectives, cfg, options.chunk, log)
     clean = evaluate(backbone, objectives, result.images).reshape(-1, len(objectives)).diagonal()
 

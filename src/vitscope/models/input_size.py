@@ -7,7 +7,7 @@ import copy
 from collections.abc import Sequence
 from dataclasses import replace
 
-from vitscope.errors import VitscopeValueError
+from vitscope.errors import VitscopeUsageError, VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.models.spec import ModelSpec, input_text
 
@@ -54,10 +54,10 @@ def with_image_size(backbone: Backbone, image_size: int | Sequence[int]) -> Back
         p = spec.patch_size
         if size[0] % p or size[1] % p:
             near = sorted({max(p, s // p * p) for s in size} | {-(-s // p) * p for s in size})
-            raise VitscopeValueError(f"image size {_size_text(size)} is not a multiple of {spec.name}'s patch size "
+            raise VitscopeUsageError(f"image size {_size_text(size)} is not a multiple of {spec.name}'s patch size "
                                      f"{p} px; use {' or '.join(map(str, near))}")
         if not backbone.resizable_input:
-            raise VitscopeValueError(f"{spec.name} runs at {_size_text(spec.image_size)} only (its position "
+            raise VitscopeUsageError(f"{spec.name} runs at {_size_text(spec.image_size)} only (its position "
                                      "embeddings are not interpolated); leave out the image size")
     resize: int | tuple[int, int] | None = None
     if isinstance(spec.resize_size, (tuple, list)):  # the whole image to a fixed size: each side keeps its ratio

@@ -73,7 +73,7 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
     reading = explained_embedding(model, backbone)  # None: a classifier
     pooling, projection = reading if reading is not None else (None, None)
     if target is not None and (like is not None or projection is not None):
-        raise VitscopeValueError(f"--target names a class of a classifier; {spec.name} "
+        raise VitscopeUsageError(f"--target names a class of a classifier; {spec.name} "
                                  + ("is an embedding model (its head projects the embedding): give --like IMAGE"
                                     if projection is not None else "is scored by one of --target and --like: give one"))
     with torch.no_grad():

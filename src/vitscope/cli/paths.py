@@ -1,0 +1,86 @@
+"""Paths the command line is given, checked before any work: a folder it will write, an image file it will read,
+a dataset root; each refusal is one line naming the option."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from vitscope.errors import VitscopeFileNotFoundError, VitscopeUsageError, VitscopeValueError
+
+__all__ = ["existing_folder", "image_files", "missing_data_root", "writable_folder"]
+
+
+def writable_folder(option: str, path: Path, keep: bool = True) -> Path:
+    """``path`` as a folder the command may write, in the words ``prepare_output`` uses for ``--out`` (a command
+    that trains first would otherwise fail only when it saves).
+
+    Args:
+        keep: leave the folder created; False removes the folders this check created (a command that may still
+            refuse its input writes nothing then).
+
+    Raises:
+        VitscopeValueError: ``path`` is a file, or cannot be created or written.
+    """
+    path = Path(path).expanduser()
+    what = "output folder" if option == "--out" else f"{option} folder"
+    if path.exists() and not path.is_dir():
+        raise VitscopeValueError(f"{option} {path} is a file; give a folder (it is created when missing)")
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    try:
+        path.mkdir(parents=True, exist_ok=True)  # the only sure test (a read-only file system allows os.access)
+    except OSError as err:
+        raise VitscopeValueError(f"cannot create the {what} {path}: {err.strerror or err}") from None
+    writable = os.access(path, os.W_OK)
+    if not keep:
+        for folder in missing:  # deepest first
+            folder.rmdir()
+    if not writable:
+        raise VitscopeValueError(f"cannot write into the {what} {path}")
+    return path
+
+
+def existing_folder(option: str, path: Path) -> Path:
+    """``path``, a folder that must exist (one the command only reads).
+
+    Raises:
+        VitscopeUsageError: it is missing or a file.
+    """
+    if not path.exists():
+        raise VitscopeUsageError(f"{option} {path} not found; give an existing folder")
+    if not path.is_dir():
+        raise VitscopeUsageError(f"{option} {path} is a file; give a folder")
+    return path
+
+
+def image_files(paths: Iterable[Path]) -> None:
+    """Refuse a missing image or a folder where image files are expected.
+
+    Raises:
+        VitscopeFileNotFoundError: a path names nothing.
+        VitscopeValueError: a path is a folder.
+    """
+    for p in paths:
+        if p.is_dir():
+            raise VitscopeValueError(f"{p} is a folder; give image files (e.g. {p}/*.jpg)")
+        if not p.is_file():
+            raise VitscopeFileNotFoundError(f"image {p} not found")
+
+
+def missing_data_root(option: str, spec: str | None, on_disk: Iterable[str]) -> None:
+    """Refuse a dataset (``ROOT`` or ``ROOT::FORMAT[:SPLIT]``, FORMAT one of ``on_disk``) whose root names nothing,
+    naming the option (``--data``, ``--test-data``) rather than a format that cannot be told.
+
+    Raises:
+        VitscopeFileNotFoundError: the root does not exist.
+    """
+    if not spec:
+        return
+    root, sep, rest = spec.rpartition("::")
+    if not sep:
+        root, rest = spec, ""
+    fmt = rest.partition(":")[0]
+    if root and (not fmt or fmt in set(on_disk)) and not Path(root).expanduser().exists():
+        raise VitscopeFileNotFoundError(f"{option} {spec}: {root} not found" if root != spec else
+                                        f"{option} {root} not found")
