@@ -291,3 +291,34 @@ def test_retrieval_says_why_a_protocol_has_no_score(tmp_path: Path) -> None:
     reasons = res.to_json()["null_reasons"]
     assert reasons == {"mAP_easy": "no query has a positive under the easy protocol",
                        "random_mAP_easy": "no query has a positive under the easy protocol"}
+
+
+@pytest.mark.parametrize(("regions", "classes", "said"), [
+    (2, 2, "one each: region clustering needs several regions of some class"),
+    (3, 1, "needs object masks of at least two classes"), (3, 2, None)])
+def test_region_clustering_needs_two_classes_and_more_regions_than_classes(regions, classes, said) -> None:
+    from vitscope.analyses.data_checks import region_problem
+
+    problem = region_problem(regions, classes)
+    assert problem == said if said is None else said in problem
+
+
+def test_region_clustering_of_one_region_per_class_is_refused_not_scored_perfect() -> None:
+    from vitscope.analyses.probes.base import UnscoredProbeWarning
+    from vitscope.analyses.probes.clustering import clustering_probe
+
+    class Regions:  # a cache entry of two region rows of two classes (a run limited to one image)
+        columns, blocks, meta = ["label"], [0], {"request": {"pooling": "mask"}}
+
+        def array(self, name: str) -> np.ndarray:
+            return np.array([3, 5])
+
+        def block(self, b: int) -> np.ndarray:
+            return np.eye(2, 4)
+
+        def __len__(self) -> int:
+            return 2
+
+    with pytest.warns(UnscoredProbeWarning, match="one each"):
+        result = clustering_probe(Regions())
+    assert not result.tensors and "several regions" in result.meta["error"]

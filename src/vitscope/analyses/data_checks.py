@@ -112,16 +112,19 @@ def split_problem(test: np.ndarray, test_fraction: float) -> str | None:
 
 
 def region_problem(regions: int, classes: int, data: str = "the data", where: str = "") -> str | None:
-    """Region clustering groups object (or part) masks by class: it needs non-crowd masks of two classes.
+    """Region clustering groups object (or part) masks by class: it needs non-crowd masks of two classes, and more
+    masks than classes.
 
     Args:
         regions: annotated (non-crowd) regions; classes: their distinct classes.
         data: what to call the data; where: the annotation file, named in the message.
     """
-    if classes >= 2:
+    if classes >= 2 and regions > classes:
         return None
-    return (f"{data} with {regions} annotated region(s) of {classes} class(es){f' in {where}' if where else ''}: "
-            "region clustering needs object masks of at least two classes")
+    found = f"{data} with {regions} annotated region(s) of {classes} class(es){f' in {where}' if where else ''}"
+    if classes >= 2:  # one region per class: k-means gives each its own cluster, a perfect score that says nothing
+        return f"{found}, one each: region clustering needs several regions of some class"
+    return f"{found}: region clustering needs object masks of at least two classes"
 
 
 def layout_hint(dataset: Any, fmt: str | None) -> str:

@@ -39,7 +39,7 @@ from vitscope.models.views import StandardView
 if TYPE_CHECKING:  # the cache imports the analyses package lazily; annotations only
     from vitscope.cache.feature_cache import CacheEntry
 
-__all__ = ["LabelledFeatures", "cached_labelled_pair", "check_random_kind", "holdout_mask"]
+__all__ = ["LabelledFeatures", "UnscoredProbeWarning", "cached_labelled_pair", "check_random_kind", "holdout_mask"]
 
 LEVELS = ("image", "object", "part")
 
@@ -76,6 +76,10 @@ def check_random_kind(random_kind: str | None) -> str | None:
 
 #: image-level poolings of the probes ("auto": the CLS token where the model has one, else the spatial mean)
 TOKENS = ("auto", "cls", "spatial_mean")
+
+
+class UnscoredProbeWarning(UserWarning):
+    """A probe whose rows cannot be scored (too few classes, images or regions): its result holds the reason."""
 
 
 class LabelledFeatures(Analysis):
@@ -165,7 +169,7 @@ class LabelledFeatures(Analysis):
 
     def refused(self, problem: str, metrics: Sequence[str]) -> ProbeResult:
         """The result of rows that cannot be scored: no tensors, the reason in ``meta["error"]`` (and a warning)."""
-        warnings.warn(f"{self.name}: {problem}", stacklevel=3)
+        warnings.warn(f"{self.name}: {problem}", UnscoredProbeWarning, stacklevel=3)
         return ProbeResult(self.name, {}, {**self.base_meta(), "metrics": list(metrics), "error": problem})
 
     def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:

@@ -12,13 +12,15 @@ Two ways in: the streaming :class:`Clustering` accumulator (``vitscope.run``, st
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from vitscope.analyses.probes.base import LabelledFeatures, check_random_kind
+from vitscope.analyses.data_checks import region_problem
+from vitscope.analyses.probes.base import LabelledFeatures, UnscoredProbeWarning, check_random_kind
 from vitscope.analyses.probes.result import ProbeResult, probe_result
 from vitscope.analyses.registry import register_analysis
 from vitscope.cache.feature_cache import CacheEntry
@@ -143,5 +145,11 @@ def clustering_probe(entry: CacheEntry, labels: np.ndarray | None = None, k: int
     keep = labels >= 0  # -1 marks an unlabelled image
     blocks = list(blocks) if blocks is not None else entry.blocks
     pooling = entry.meta.get("request", {}).get("pooling", "")
+    if pooling == "mask":  # the regions kept (a limit, unreadable images) may be too few to say anything
+        problem = region_problem(int(keep.sum()), int(np.unique(labels[keep]).size))
+        if problem:
+            warnings.warn(f"clustering: {problem}", UnscoredProbeWarning, stacklevel=2)
+            return ProbeResult("clustering", {}, {"model": model, "pooling": pooling, "num_rows": int(keep.sum()),
+                                                  "metrics": ["purity", "nmi", "ari"], "error": problem})
     return clustering_scores(blocks, lambda b: np.asarray(entry.block(b))[keep], labels[keep], k, seed, random_kind,
                              model=model, pooling=pooling, view=entry.meta.get("view", {}).get("view", ""))
