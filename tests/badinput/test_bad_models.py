@@ -110,3 +110,10 @@ def test_model_damaged_vitscope_checkpoint(photos, tmp_path):
 def test_model_cnn_asked_for_attention(photos, tmp_path):
     one_error(_analyze("tiny-resnet", photos, tmp_path / "out"),
               "analysis 'attention_stats' cannot run on tiny-resnet: the model is a CNN and has no attention")
+
+
+def test_sae_file_unreadable(photos, tmp_path):
+    empty = tmp_path / "sae.pt"
+    empty.write_bytes(b"")
+    one_error(cli("sae", "eval", "--sae", str(empty), "-m", "tiny-vit-sup", "-d", str(photos)),
+              f"{empty} is not a file of tensors vitscope reads safely (an empty file)")
