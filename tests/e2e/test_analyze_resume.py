@@ -36,6 +36,7 @@ def test_interrupted_run_resumes_to_the_same_numbers(coco, tmp_path):
     assert "resuming from saved state: 8 images already done" in proc.stderr
     a, b = (json.loads((d / "results.json").read_text()) for d in (full, resumed))
     assert b["run"]["resumed_images"] == 8 and a["run"]["resumed_images"] == 0
+    assert "earlier_parts" not in a["run"] and len(b["run"]["earlier_parts"]) == 1
     assert a["analyses"].keys() == set(ANALYSES.split(","))
     for name in a["analyses"]:
         assert a["analyses"][name]["summary"] == b["analyses"][name]["summary"], name
@@ -58,6 +59,7 @@ def test_an_interrupted_compare_records_the_images_it_resumed(coco, tmp_path):
     assert "resuming from saved state: 8 images already done" in proc.stderr
     doc = json.loads((tmp_path / "out" / "results.json").read_text())
     assert doc["run"]["resumed_images"] == 8 and doc["images_per_model"] == {"sup": 20, "met": 20}
+    assert doc["run"]["earlier_parts"] == [{"images": 8, "batch_size": 4, "workers": 0}]
     assert doc["config"]["device"] == "cpu" and doc["run"]["device"] == {"device": "cpu"}
 
 
@@ -77,6 +79,9 @@ def test_state_from_other_settings_is_not_merged_but_another_batch_size_resumes(
     assert proc.returncode == 0 and "resuming from saved state" in proc.stderr, proc.stderr
     resumed = json.loads((out / "results.json").read_text())
     assert resumed["run"]["resumed_images"] == 3
+    # the saved images were read three at a time: the run says so beside its own batch size
+    assert resumed["run"]["earlier_parts"] == [{"images": 3, "batch_size": 3, "workers": 0}]
+    assert resumed["config"]["batch_size"] == 2
     fresh = tmp_path / "fresh"
     fresh_args = [str(fresh) if a == str(out) else a for a in base[:-2]]
     assert cli(*fresh_args, "-b", "10", "--limit", "10").returncode == 0

@@ -45,6 +45,9 @@ class Results(Mapping[str, Result]):
             no merging across processes, no writing).
         loader_seconds: the part of ``seconds`` spent waiting for the loader's next batch (near 0 when the model,
             not the decoding, sets the pace).
+        earlier_parts: how the images a restored state held were read, one entry per earlier part of the run
+            (``images`` it added in the process that kept the state, ``batch_size``, ``workers``); empty when
+            the run started afresh.
         processes: the processes of the run (``torchrun``'s world size; 1 alone). ``workers``, ``seconds`` and
             ``loader_seconds`` are this process's; ``num_images`` counts every process's.
     """
@@ -61,6 +64,7 @@ class Results(Mapping[str, Result]):
     seconds: float = 0.0
     loader_seconds: float = 0.0
     processes: int = 1
+    earlier_parts: list[dict[str, Any]] = field(default_factory=list)
 
     def timing(self) -> dict[str, float] | None:
         """:func:`pass_timing` of this pass (the images it fed, not those a restored state held)."""

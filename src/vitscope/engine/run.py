@@ -15,7 +15,7 @@ import functools
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,7 @@ class PassTally:
         workers: the most processes any of them decoded images in (None: no pass ran, every feature was cached).
         images, seconds, loader_seconds: images they fed, their wall time and their wait for the loader, added up.
         processes: the most processes any of them ran in (torchrun's world size).
+        earlier_parts: how the images their restored states held were read (:attr:`Results.earlier_parts`).
     """
 
     resumed_images: int = 0
@@ -75,6 +76,7 @@ class PassTally:
     seconds: float = 0.0
     loader_seconds: float = 0.0
     processes: int = 1
+    earlier_parts: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, results: Results) -> None:
         self.resumed_images += int(results.resumed_images)
@@ -83,6 +85,7 @@ class PassTally:
         self.seconds += float(results.seconds)
         self.loader_seconds += float(results.loader_seconds)
         self.processes = max(self.processes, int(results.processes))
+        self.earlier_parts += list(results.earlier_parts)
 
     def timing(self) -> dict[str, float] | None:
         """:func:`~vitscope.engine.results.pass_timing` of the passes together (None: none ran)."""
@@ -336,6 +339,8 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
         remaining = len(part) - max(start - part.start, 0)
         chosen = workers_used(loader_workers(workers, remaining, int(os.environ.get("LOCAL_WORLD_SIZE", shard.world))),
                               -(-remaining // batch_size))  # what runs: Results.workers and the loader's note say it
+        if checkpoint is not None:  # saved with the state: a resumed run says how its earlier parts read
+            checkpoint.settings = {"batch_size": int(batch_size), "workers": chosen}
         clock = LoaderClock(iter_batches(source, batch_size, limit, start, strict, log, regions, preprocess,
                                          (shard.rank, shard.world), transforms, chosen, dev.type == "cuda",
                                          images))
@@ -362,6 +367,7 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
         checkpoint.save(analyses, total, seen, log.skipped, grid_counts(current.grids))  # a finished pass is kept
     workspace.release()
     resumed = checkpoint.resumed_images if checkpoint is not None else 0
+    earlier = list(checkpoint.earlier_parts) if checkpoint is not None and resumed else []
     skipped = list(log.skipped)
     for a in analyses:
         a.states_to_host()  # sums kept on the GPU during the pass come home once
@@ -380,7 +386,7 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
         with collectives(shard):
             barrier()  # every process has read the shared row shards before rank 0 may remove them at exit
     ran = Results(results, seen, skipped, hooks, described, resumed, chosen, grid_counts(current.grids), compile_stats,
-                  seconds, clock.waited, shard.world)
+                  seconds, clock.waited, shard.world, earlier)
     for tally in _TALLIES.get():
         tally.add(ran)
     return ran

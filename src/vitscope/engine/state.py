@@ -141,6 +141,8 @@ class Checkpoint:
         self.batches = 0
         self.saves = 0
         self.resumed_images = 0  # images the restored state already held
+        self.settings: dict[str, Any] = {}  # how this part of the run reads (batch size, workers): saved with it
+        self.earlier_parts: list[dict[str, Any]] = []  # how the parts before it read, from the restored state
         self._last_save = time.monotonic()
 
     def for_rank(self, rank: int, world: int) -> None:
@@ -206,6 +208,7 @@ class Checkpoint:
         point = ResumePoint(int(saved["position"]), int(saved["seen"]), [tuple(s) for s in saved["skipped"]],
                             {str(k): int(n) for k, n in saved.get("grids", {}).items()})
         self.resumed_images = point.seen
+        self.earlier_parts = [dict(part) for part in saved.get("parts", [])]
         self.log(f"resuming from saved state: {point.seen} images already done ({self.path})")
         return point
 
@@ -230,6 +233,7 @@ class Checkpoint:
                 "seen": int(seen),
                 "skipped": [[str(s.path), str(s.reason)] for s in skipped],
                 "grids": {str(k): int(n) for k, n in (grids or {}).items()},
+                "parts": self.parts(seen),
                 "analyses": {a.name: encode(a.state_dict(), rows_folder=rows) for a in analyses},
             }
             with open(tmp, "wb") as f:
@@ -247,6 +251,11 @@ class Checkpoint:
                 shutil.rmtree(old, ignore_errors=True)
         self.saves += 1
         self._last_save = time.monotonic()
+
+    def parts(self, seen: int) -> list[dict[str, Any]]:
+        """How each part of the run read its images: the restored parts, then this one (``images``: those it added
+        in this process, with its :attr:`settings`)."""
+        return [*self.earlier_parts, {"images": int(seen) - self.resumed_images, **self.settings}]
 
     def after_batch(self, analyses: Sequence[Analysis], position: int, seen: int, skipped: Sequence[Any],
                     interrupted: bool = False, grids: Mapping[str, int] | None = None) -> None:

@@ -36,6 +36,8 @@ class RunResult:
         own_sections: results whose default report section is left out (``sections`` present them instead).
         notes: warnings worth showing in the report.
         resumed_images: images a restored state already held (results.json ``run``).
+        earlier_parts: how they were read, one entry per earlier part of the run (results.json ``run``, when
+            resumed: :attr:`vitscope.engine.results.Results.earlier_parts`).
         workers: processes that decoded the images (results.json ``run``; None: not known to this command).
         processes: processes the run was split over (``torchrun``; results.json ``run``); None: not recorded.
         device: the device that ran (results.json ``run``; the GPU's name and CUDA version on a GPU:
@@ -61,6 +63,7 @@ class RunResult:
     sections: list[Any] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     resumed_images: int = 0
+    earlier_parts: list[dict[str, Any]] = field(default_factory=list)
     workers: int | None = None
     processes: int | None = None
     device: dict[str, str] | None = None

@@ -222,6 +222,8 @@ def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
             doc["files"] = run_files
         doc["environment"] = environment()
         doc["run"] = {"resumed_images": run.resumed_images}
+        if run.earlier_parts:  # a resumed run: how its saved images were read
+            doc["run"]["earlier_parts"] = run.earlier_parts
         if run.processes is not None:
             doc["run"]["processes"] = run.processes
         if run.workers is not None:

@@ -181,7 +181,7 @@ def run_analyze(options: AnalyzeOptions, *, progress: bool | None = None, log: C
             models=[{**model_identity(model_id, backbone), "grids": results.grids}],
             data=results.data, num_images=results.num_images, skipped=results.skipped, skipped_analyses=not_run,
             extra={"hooks": results.hooks}, resumed_images=results.resumed_images, workers=results.workers,
-            processes=results.processes,
+            processes=results.processes, earlier_parts=results.earlier_parts,
             device=describe_device(options.device), timing=results.timing()),
             progress=progress, log=log, figure_files=options.figure_files)
         clear_state(out)

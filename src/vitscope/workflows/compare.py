@@ -102,7 +102,7 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
                      num_images=max(counts.values()), skipped=list(skipped.values()), skipped_analyses=not_run,
                      extra={"images_per_model": counts}, sections=comparison_sections(comparison, runs),
                      notes=list(comparison.notes), own_sections={"compare"}, workers=passes.workers,
-                     processes=passes.processes,
+                     processes=passes.processes, earlier_parts=passes.earlier_parts,
                      resumed_images=passes.resumed_images, device=describe_device(options.device),
                      timing=passes.timing())
 

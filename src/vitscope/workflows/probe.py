@@ -230,7 +230,7 @@ def run_probe(options: ProbeOptions, log: Callable[[str], None] | None = None, d
         data=_describe(dataset, fmt, options.data), num_images=num_images, tables={"best_blocks": table},
         extra={"best_blocks": {"file": "tables/best_blocks.csv", "rows": table.to_dict(orient="records")}},
         resumed_images=passes.resumed_images, workers=passes.workers, processes=passes.processes,
-        device=describe_device(options.device),
+        earlier_parts=passes.earlier_parts, device=describe_device(options.device),
         timing=passes.timing()),
         figure_files=options.figure_files)
 
@@ -280,5 +280,5 @@ def _davis_first_frames(options: ProbeOptions, backbone: Any, dataset: Any, bloc
                          "sequences": len(dataset), "frames": len(files)}},
         files={f"predictions/{rel}": content for rel, content in files.items()},
         resumed_images=passes.resumed_images, workers=passes.workers, processes=passes.processes,
-        device=describe_device(options.device),
+        earlier_parts=passes.earlier_parts, device=describe_device(options.device),
         timing=passes.timing()))
