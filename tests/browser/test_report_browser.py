@@ -38,6 +38,21 @@ def open_page(browser, report: Path, viewport: tuple[int, int] = (1280, 900)):
     return page, errors
 
 
+def written_report(out: Path, results: dict, model: str) -> Path:
+    """The report of an ``analyze`` run of ``results`` (drawn from results alone, no model run), written to ``out``."""
+    from vitscope.outputs import RunResult, write_run
+
+    write_run(out, RunResult("analyze", results=results, models=[{"id": model, "name": model}]), progress=False)
+    return out / "report.html"
+
+
+def chart_option(page, stem: str) -> tuple:
+    """``(chart, option)``: the first chart of figure ``stem``, scrolled into view, and its ECharts option."""
+    chart = page.locator(f'figure[data-stem="{stem}"] .vs-chart').first
+    chart.scroll_into_view_if_needed()
+    return chart, chart.evaluate("(d) => echarts.getInstanceByDom(d).getOption()")
+
+
 @pytest.fixture(scope="module")
 def browser():
     sync_api = pytest.importorskip("playwright.sync_api",
@@ -276,7 +291,6 @@ def masking_report(tmp_path_factory) -> Path:
     from vitscope.analyses.attention.interrelation import InterrelationResult
     from vitscope.analyses.masking.foreground import ForegroundMaskingResult
     from vitscope.analyses.masking.interrelation import InterrelationMaskingResult
-    from vitscope.outputs import RunResult, write_run
 
     kk = torch.tensor([[0.8, 0.6], [0.5, 0.4], [0.2, 0.3], [0.1, 0.2]])
     inter = InterrelationResult("interrelation", {k: kk for k in ("KK", "KN", "NK", "NN", "focus")} |
@@ -290,11 +304,8 @@ def masking_report(tmp_path_factory) -> Path:
         "full_accuracy": torch.tensor(0.95)}, {"model": "tiny-vit-sup", "block": -1, "mode": "drop", "fill": "",
                                                "num_images": 4, "orders": ["top", "bottom", "random"],
                                                "ratios": ratios})
-    out = tmp_path_factory.mktemp("masking") / "out"
-    write_run(out, RunResult("analyze", results={"interrelation": inter, "foreground_masking": fg,
-                                                 "interrelation_masking": masking},
-                             models=[{"id": "tiny-vit-sup", "name": "tiny-vit-sup"}]), progress=False)
-    return out / "report.html"
+    return written_report(tmp_path_factory.mktemp("masking") / "out", {
+        "interrelation": inter, "foreground_masking": fg, "interrelation_masking": masking}, "tiny-vit-sup")
 
 
 def test_bars_numeric_axes_and_stages_draw_with_values_on_hover(browser, masking_report):
@@ -425,7 +436,6 @@ def crowded_report(tmp_path_factory) -> Path:
     import torch
 
     from vitscope.analyses.result import Result
-    from vitscope.outputs import RunResult, write_run
     from vitscope.viz.charts import Chart, block_lines_chart, curve
 
     class Crowded(Result):
@@ -436,18 +446,13 @@ def crowded_report(tmp_path_factory) -> Path:
                     self.heatmap_figure("_heads", torch.rand(3, 32), "32 heads", "value", "Thirty-two heads."),
                     self.heatmap_figure("_few", torch.rand(3, 6), "6 heads", "value", "Six heads.")]
 
-    out = tmp_path_factory.mktemp("crowded") / "out"
-    write_run(out, RunResult("analyze", results={"crowded": Crowded("crowded", {"x": torch.zeros(1)}, {})},
-                             models=[{"id": "tiny-vit", "name": "tiny-vit"}]), progress=False)
-    return out / "report.html"
+    return written_report(tmp_path_factory.mktemp("crowded") / "out",
+                          {"crowded": Crowded("crowded", {"x": torch.zeros(1)}, {})}, "tiny-vit")
 
 
 def test_models_past_the_palette_differ_and_heat_map_labels_never_overlap(browser, crowded_report):
     page, errors = open_page(browser, crowded_report)
-    option = "(d) => echarts.getInstanceByDom(d).getOption()"
-    lines = page.locator('figure[data-stem="crowded_lines"] .vs-chart').first
-    lines.scroll_into_view_if_needed()
-    series = lines.evaluate(option)["series"]
+    series = chart_option(page, "crowded_lines")[1]["series"]
     looks = [(s["lineStyle"]["color"], str(s["lineStyle"]["type"]), s["symbol"]) for s in series if s["data"]]
     assert len(looks) == 12 and len(set(looks)) == 12, looks  # model 10 shares model 0's colour, not its look
     assert looks[10][0] == looks[0][0]
