@@ -89,6 +89,7 @@ def test_a_killed_two_process_run_resumes_rank_by_rank(coco, tmp_path) -> None:
     assert [s["path"] for s in b["skipped"]] == [str(broken)]  # reported once, by the rank that met it
     assert b["run"]["resumed_images"] == 4 + 3  # a batch on each rank (rank 1's holds the unreadable file)
     assert (a["run"]["processes"], b["run"]["processes"]) == (1, 2)  # the run says how it was split
+    assert b["run"]["earlier_parts"] == [{"images": 7, "batch_size": 4, "workers": 0}]  # both ranks' images
     found = differences(normalise(a, [(one, "<OUT>")]), normalise(b, [(two, "<OUT>")]))
     assert found == ["$.config.resume: expected False, got True"], "\n".join(found)
     assert not (two / ".vitscope-state").exists()

@@ -105,8 +105,8 @@ def test_the_same_object_under_two_paths() -> None:
 
 def test_importing_the_facades_does_not_import_torch() -> None:
     """``import vitscope`` and ``vitscope --help`` answer at once; so do the facades and their ``dir()``."""
-    probe = ("import sys, vitscope, vitscope.models, vitscope.hooks, vitscope.engine\n"
-             "for m in (vitscope, vitscope.models, vitscope.hooks, vitscope.engine): dir(m)\n"
+    probe = ("import sys, vitscope, vitscope.models, vitscope.hooks, vitscope.engine, vitscope.interventions\n"
+             "for m in (vitscope, vitscope.models, vitscope.hooks, vitscope.engine, vitscope.interventions): dir(m)\n"
              "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr

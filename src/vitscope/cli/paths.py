@@ -33,7 +33,7 @@ def writable_folder(option: str, path: Path, keep: bool = True) -> Path:
     except OSError as err:
         raise VitscopeValueError(f"cannot create the {what} {path}: {err.strerror or err}") from None
     writable = os.access(path, os.W_OK)
-    if not keep:
+    if not keep and int(os.environ.get("WORLD_SIZE", "1")) == 1:  # torchrun's processes check one folder at once
         for folder in missing:  # deepest first
             folder.rmdir()
     if not writable:

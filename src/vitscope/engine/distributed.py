@@ -21,7 +21,7 @@ from vitscope.errors import VitscopeRuntimeError
 # torch is imported where it is used: the command line asks in_torchrun() before any command imports it
 
 __all__ = ["PeerFailedError", "Shard", "barrier", "collectives", "from_torchrun", "gather_lists", "in_torchrun",
-           "is_main_process", "leave", "process_group_backend", "shard_for", "sum_over_ranks"]
+           "is_main_process", "leave", "parts_over_ranks", "process_group_backend", "shard_for", "sum_over_ranks"]
 
 
 class PeerFailedError(VitscopeRuntimeError):
@@ -134,6 +134,15 @@ def sum_over_ranks(value: int, shard: Shard) -> int:
     total = torch.tensor([value], dtype=torch.int64, device=device)
     dist.all_reduce(total)
     return int(total.item())
+
+
+def parts_over_ranks(parts: Sequence[dict[str, Any]], shard: Shard) -> list[dict[str, Any]]:
+    """The parts of a resumed run (``{"images", "batch_size", "workers"}`` each) with every rank's images added up:
+    the ranks stop and resume together, so their lists run in step (where they do not, rank 0's stand)."""
+    every = [list(p) for p in gather_lists([list(parts)], shard)]
+    if any(len(p) != len(every[0]) for p in every):
+        return list(parts) if shard.rank == 0 else every[0]
+    return [{**first, "images": sum(int(p[i].get("images", 0)) for p in every)} for i, first in enumerate(every[0])]
 
 
 def gather_lists(items: Sequence[Any], shard: Shard) -> list[Any]:

@@ -40,7 +40,7 @@ from vitscope.engine.batches import (
     workers_used,
 )
 from vitscope.engine.decoding import decode_name, decoding
-from vitscope.engine.distributed import barrier, collectives, gather_lists, shard_for, sum_over_ranks
+from vitscope.engine.distributed import barrier, collectives, gather_lists, parts_over_ranks, shard_for, sum_over_ranks
 from vitscope.engine.results import EmptyRunError, Results, pass_timing
 from vitscope.engine.settings import loader_workers, progress_bar, resolve_device, resolve_dtype
 from vitscope.engine.state import Checkpoint, interrupt_guard, run_checkpoint
@@ -67,7 +67,7 @@ class PassTally:
         workers: the most processes any of them decoded images in (None: no pass ran, every feature was cached).
         images, seconds, loader_seconds: images they fed, their wall time and their wait for the loader, added up.
         processes: the most processes any of them ran in (torchrun's world size).
-        earlier_parts: how the images their restored states held were read (:attr:`Results.earlier_parts`).
+        earlier_parts: how the images their restored states held were read (:attr:`Results.earlier_parts`)
     """
 
     resumed_images: int = 0
@@ -366,8 +366,7 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
     if checkpoint is not None and start < total:
         checkpoint.save(analyses, total, seen, log.skipped, grid_counts(current.grids))  # a finished pass is kept
     workspace.release()
-    resumed = checkpoint.resumed_images if checkpoint is not None else 0
-    earlier = list(checkpoint.earlier_parts) if checkpoint is not None and resumed else []
+    resumed, earlier = (checkpoint.resumed_images, list(checkpoint.earlier_parts)) if checkpoint else (0, [])
     skipped = list(log.skipped)
     for a in analyses:
         a.states_to_host()  # sums kept on the GPU during the pass come home once
@@ -377,6 +376,7 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
             for a in analyses:
                 a.sync(exchange=exchange)
             seen, resumed = sum_over_ranks(seen, shard), sum_over_ranks(resumed, shard)
+            earlier = parts_over_ranks(earlier, shard)
             current.grids = _grids_over_ranks(current.grids, shard)
             skipped = sorted(gather_lists(skipped, shard), key=lambda s: s.path)
     if seen == 0:

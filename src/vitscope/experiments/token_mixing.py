@@ -39,8 +39,8 @@ __all__ = ["TokenMixing", "TokenMixingResult", "isolated_cls_logits", "per_token
 def _check(backbone: Backbone) -> None:
     spec = backbone.spec
     if not spec.is_transformer or not spec.classifies:
-        raise VitscopeValueError(f"{spec.name}: token mixing needs a transformer classifier (a model with a head); "
-                                 "load a *ForImageClassification model or the tiny supervised zoo model")
+        raise VitscopeValueError(f"{spec.name}: token mixing needs a transformer classifier (a head that gives class "
+                                 "logits); load a *ForImageClassification model or the tiny supervised zoo model")
     if spec.num_prefix_tokens < 1:
         raise VitscopeValueError(f"{spec.name} has no CLS token")
 

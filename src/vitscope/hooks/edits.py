@@ -11,7 +11,7 @@ import torch
 
 from vitscope.errors import VitscopeValueError
 
-__all__ = ["ChainedEdits", "EditError", "EditFn", "Edits", "images_running", "running_images",
+__all__ = ["ChainedEdits", "EditError", "EditFn", "EditSet", "Edits", "images_running", "running_images",
            "tiles_running"]
 
 _IMAGES: ContextVar[tuple[int, ...] | None] = ContextVar("vitscope_images_running", default=None)
@@ -48,6 +48,28 @@ def tiles_running() -> tuple[int, ...] | None:
 
 #: ``fn(tensor, name) -> tensor``: ``name`` is the resolved canonical name; return the tensor itself to change nothing
 EditFn = Callable[[torch.Tensor, str], torch.Tensor]
+
+
+def _then(first: EditFn, second: EditFn) -> EditFn:
+    return lambda t, name: second(first(t, name), name)
+
+
+class EditSet(dict):
+    """``{hook: fn(tensor, name) -> tensor}`` as every ready-made edit returns it; ``a | b`` keeps both where they
+    name the same hook (``a``'s edit first, then ``b``'s on its result), where a plain dict would keep ``b``'s."""
+
+    def __or__(self, other: Mapping[str, EditFn]) -> EditSet:  # type: ignore[override]
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        out = EditSet(self)
+        for name, fn in other.items():
+            out[name] = _then(out[name], fn) if name in out else fn
+        return out
+
+    def __ror__(self, other: Mapping[str, EditFn]) -> EditSet:  # type: ignore[override]
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return EditSet(other) | self
 
 
 class EditError(VitscopeValueError):

@@ -12,14 +12,14 @@ import torch
 
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.ablation import MODES, replaced
-from vitscope.hooks.edits import EditFn
+from vitscope.hooks.edits import EditSet
 from vitscope.interventions.edits import resample_source
 
 __all__ = ["ablate_outliers"]
 
 
 def ablate_outliers(hook: str, threshold: float, num_prefix: int, mode: str = "zero",
-                    reference: Mapping[str, torch.Tensor] | None = None) -> dict[str, EditFn]:
+                    reference: Mapping[str, torch.Tensor] | None = None) -> EditSet:
     """Replace the patch tokens whose norm exceeds ``threshold`` at ``hook`` (e.g. ``blocks.2.resid_post``).
 
     Args:
@@ -45,4 +45,4 @@ def ablate_outliers(hook: str, threshold: float, num_prefix: int, mode: str = "z
         mean = reference.get(name) if mode == "mean" and reference is not None else None
         other = resample_source(reference, name, t) if mode == "resample" else None
         return replaced(t, (outliers,), mode, mean=mean, other=other)
-    return {hook: edit}
+    return EditSet({hook: edit})

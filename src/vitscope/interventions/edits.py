@@ -13,31 +13,9 @@ import torch
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.ablation import MODES, TOKEN_MODES, head_index, replaced
 from vitscope.functional.keyed_seeds import keyed_generator
-from vitscope.hooks.edits import EditFn, images_running, tiles_running
+from vitscope.hooks.edits import EditSet, images_running, tiles_running
 
 __all__ = ["EditSet", "ablate_heads", "ablate_tokens", "patch", "steer"]
-
-
-def _then(first: EditFn, second: EditFn) -> EditFn:
-    return lambda t, name: second(first(t, name), name)
-
-
-class EditSet(dict):
-    """``{hook: fn(tensor, name) -> tensor}`` as every ready-made edit returns it; ``a | b`` keeps both where they
-    name the same hook (``a``'s edit first, then ``b``'s on its result), where a plain dict would keep ``b``'s."""
-
-    def __or__(self, other: Mapping[str, EditFn]) -> EditSet:  # type: ignore[override]
-        if not isinstance(other, Mapping):
-            return NotImplemented
-        out = EditSet(self)
-        for name, fn in other.items():
-            out[name] = _then(out[name], fn) if name in out else fn
-        return out
-
-    def __ror__(self, other: Mapping[str, EditFn]) -> EditSet:  # type: ignore[override]
-        if not isinstance(other, Mapping):
-            return NotImplemented
-        return EditSet(other) | self
 
 
 def _reference_of(reference: Mapping[str, torch.Tensor] | None, name: str, what: str) -> torch.Tensor:
@@ -87,7 +65,7 @@ def _image_draws(seed: int, name: str, indices: Sequence[int], shape: torch.Size
 
 
 def ablate_heads(heads: Mapping[int, Sequence[int]], mode: str = "zero",
-                 reference: Mapping[str, torch.Tensor] | None = None) -> dict[str, EditFn]:
+                 reference: Mapping[str, torch.Tensor] | None = None) -> EditSet:
     """Replace the output of some heads (``blocks.{i}.attn.heads``, before the output projection).
 
     Args:
@@ -166,7 +144,7 @@ def _checked(index: tuple, t: torch.Tensor, name: str) -> tuple:
 
 
 def ablate_tokens(tokens: Any, mode: str = "zero", hooks: Sequence[str] | str = "embed",
-                  reference: Mapping[str, torch.Tensor] | None = None, seed: int = 0) -> dict[str, EditFn]:
+                  reference: Mapping[str, torch.Tensor] | None = None, seed: int = 0) -> EditSet:
     """Replace some tokens of the residual stream (every position of the sequence counts: prefix tokens first).
 
     Args:
@@ -206,7 +184,7 @@ def ablate_tokens(tokens: Any, mode: str = "zero", hooks: Sequence[str] | str = 
     return EditSet({name: edit for name in names})
 
 
-def patch(recorded: Mapping[str, torch.Tensor], hooks: Sequence[str] | str | None = None) -> dict[str, EditFn]:
+def patch(recorded: Mapping[str, torch.Tensor], hooks: Sequence[str] | str | None = None) -> EditSet:
     """Activation patching: put the tensors recorded on one input into the run of another.
 
     Args:
@@ -223,7 +201,7 @@ def patch(recorded: Mapping[str, torch.Tensor], hooks: Sequence[str] | str | Non
     return EditSet({n: (lambda t, name: saved[name]) for n in names})
 
 
-def steer(hook: str, direction: torch.Tensor, scale: float = 1.0, tokens: Any = None) -> dict[str, EditFn]:
+def steer(hook: str, direction: torch.Tensor, scale: float = 1.0, tokens: Any = None) -> EditSet:
     """Add ``scale * direction`` to the tensor at ``hook``.
 
     Args:

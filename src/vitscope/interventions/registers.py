@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from vitscope.errors import VitscopeValueError
-from vitscope.hooks.edits import EditFn
+from vitscope.hooks.edits import EditSet
 from vitscope.models.backbone import Backbone
 
 __all__ = ["register_neuron_edits", "test_time_register", "with_test_time_register"]
@@ -142,7 +142,7 @@ def _sign_max(values: torch.Tensor) -> torch.Tensor:
 
 
 def register_neuron_edits(neurons: Mapping[int, Sequence[int]], register: int, num_prefix: int,
-                          scale: float = 1.0) -> dict[str, EditFn]:
+                          scale: float = 1.0) -> EditSet:
     """Edits of ``blocks.{i}.mlp.post`` that move the activations of ``neurons`` onto the token ``register``.
 
     Args:
@@ -150,7 +150,7 @@ def register_neuron_edits(neurons: Mapping[int, Sequence[int]], register: int, n
         register: the register token's position; num_prefix: prefix tokens (patches come after them).
         scale: the register's value as a multiple of the sign-max activation (the authors' ``scale``).
     """
-    edits: dict[str, EditFn] = {}
+    edits = EditSet()
     for block, units in neurons.items():
         chosen = sorted({int(u) for u in units})
         if not chosen:
@@ -170,7 +170,7 @@ def register_neuron_edits(neurons: Mapping[int, Sequence[int]], register: int, n
 
 
 def test_time_register(backbone: Backbone, neurons: Mapping[int, Sequence[int]], scale: float = 1.0
-                       ) -> tuple[Backbone, dict[str, EditFn]]:
+                       ) -> tuple[Backbone, EditSet]:
     """A copy of ``backbone`` with a test-time register, and the edits that move the register neurons onto it::
 
         registered, edits = test_time_register(backbone, {2: [0]})

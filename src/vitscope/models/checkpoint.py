@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -30,6 +31,8 @@ def save_checkpoint(backbone: Backbone, directory: str | Path, **metadata: objec
     arch = "tiny-vit" if isinstance(model, TinyViT) else "tiny-resnet"
     meta = {"format": FORMAT_VERSION, "architecture": arch, "name": backbone.spec.name,
             "config": model.config.to_dict(), "metadata": metadata}
+    if backbone.spec.head_output != "logits":  # a metric net's head is its embedding: it stays one when reloaded
+        meta["head_output"] = backbone.spec.head_output
     # weights first, each file through a temporary name: a folder with vitscope.json always has whole weights
     tmp = temporary_path(out / "model.safetensors")
     try:
@@ -71,4 +74,8 @@ def load_checkpoint(directory: str | Path) -> Backbone:
         detail = " ".join(str(err).split())
         raise ModelLoadError(f"{weights} does not fit the architecture in vitscope.json: {detail[:300]}") from None
     name = meta.get("name") or d.name
-    return wrap_tiny_vit(model, name) if meta["architecture"] == "tiny-vit" else wrap(model, "tiny-resnet", name=name)
+    backbone = wrap_tiny_vit(model, name) if meta["architecture"] == "tiny-vit" else wrap(model, "tiny-resnet",
+                                                                                          name=name)
+    if meta.get("head_output", "logits") != "logits":
+        backbone.spec = dataclasses.replace(backbone.spec, head_output=str(meta["head_output"]))
+    return backbone

@@ -11,7 +11,7 @@ import torch
 from vitscope.autoencoders.model import SparseAutoencoder
 from vitscope.autoencoders.tokens import as_tokens, is_map, map_back, selected_tokens
 from vitscope.errors import VitscopeValueError
-from vitscope.hooks.edits import EditFn
+from vitscope.hooks.edits import EditSet
 
 __all__ = ["ablate_latents", "random_direction", "steer_latent"]
 
@@ -35,7 +35,7 @@ def _fits(t: torch.Tensor, sae: SparseAutoencoder, name: str) -> bool:
 
 
 def steer_latent(sae: SparseAutoencoder, hook: str, latent: int, scale: float,
-                 direction: torch.Tensor | None = None) -> dict[str, EditFn]:
+                 direction: torch.Tensor | None = None) -> EditSet:
     """Add ``scale * W_dec[latent]`` (in the activations' units; or ``scale * direction``) to every token at ``hook``
     (of a CNN's ``[B, C, H, W]`` map: to every position's channels).
 
@@ -55,7 +55,7 @@ def steer_latent(sae: SparseAutoencoder, hook: str, latent: int, scale: float,
     def edit(t: torch.Tensor, name: str) -> torch.Tensor:
         step = (scale * vector).to(t.device, t.dtype)
         return t + (step[:, None, None] if _fits(t, sae, name) else step)
-    return {hook: edit}
+    return EditSet({hook: edit})
 
 
 def random_direction(sae: SparseAutoencoder, latent: int, seed: int = 0) -> torch.Tensor:
@@ -66,7 +66,7 @@ def random_direction(sae: SparseAutoencoder, latent: int, seed: int = 0) -> torc
 
 
 def ablate_latents(sae: SparseAutoencoder, hook: str, latents: Sequence[int], prefix_kinds: Sequence[str],
-                   tokens_of: str | None = None) -> dict[str, EditFn]:
+                   tokens_of: str | None = None) -> EditSet:
     """Replace the SAE's tokens at ``hook`` by ``x - decode(codes) + decode(codes with latents zeroed)``: the
     latents' contribution removed, everything the SAE does not explain kept. With no latent active the tokens are
     unchanged (the control is the same edit with other latents, or none).
@@ -104,4 +104,4 @@ def ablate_latents(sae: SparseAutoencoder, hook: str, latents: Sequence[int], pr
             wanted = [i for i, kind in enumerate(kinds) if kind == ("cls" if tokens_of == "cls" else "reg")]
             out[:, wanted] = (t[:, wanted].float() + change.reshape(t[:, wanted].shape)).to(t.dtype)
         return out
-    return {hook: edit}
+    return EditSet({hook: edit})

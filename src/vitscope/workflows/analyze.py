@@ -41,7 +41,8 @@ __all__ = ["analyses_not_run", "analyze", "analyze_command", "choose_analyses", 
 def choose_analyses(selection: str | Sequence[str | Analysis] | None, spec: Any, targets: frozenset[str],
                     params: Mapping[str, Mapping[str, Any]] | None = None, data: DataFacts | None = None
                     ) -> list[Analysis]:
-    """Analyses from names, groups (``attention``), labelled instances (``cka@cls``) or instances.
+    """Analyses from names, groups (``attention``), labelled instances (``cka@cls``) or instances (the named ones
+    first, then the instances as given).
 
     None selects every default analysis the model and data support; ``params`` configures named ones
     (:func:`vitscope.analyses.params.build_analyses`). ``data`` (what is known of the data: its labels...)
@@ -53,17 +54,20 @@ def choose_analyses(selection: str | Sequence[str | Analysis] | None, spec: Any,
     """
     if isinstance(selection, str):
         selection = [s for s in selection.split(",") if s.strip()]
-    if selection and all(isinstance(a, Analysis) for a in selection):
-        return list(selection)  # type: ignore[arg-type]
-    if selection and any(not isinstance(a, str) for a in selection):
-        raise VitscopeTypeError("pass analysis names or Analysis instances, not a mixture")
+    odd = [a for a in selection or () if not isinstance(a, (str, Analysis))]
+    if odd:
+        raise VitscopeTypeError(f"pass analysis names or Analysis instances, not {type(odd[0]).__name__}")
+    given = [a for a in selection or () if isinstance(a, Analysis)]  # run as they are, after the named ones
+    selection = [a for a in selection or () if isinstance(a, str)] if selection else selection
+    if given and not selection:
+        return given
     if selection and any(n.strip() == "attention" for n in selection) and not spec.is_transformer:
         from vitscope.analyses.attention.suite import NoAttentionError
 
         raise NoAttentionError(f"the attention analyses need attention patterns, but {spec.name} is a CNN and has "
                                "no attention; use a transformer or other analyses")
     names = list(selection) if selection else [a.name for a in default_analyses(spec, targets, data)]
-    chosen = build_analyses(names, spec, targets, params, data=data)
+    chosen = build_analyses(names, spec, targets, params, data=data) + given
     if not chosen:
         raise VitscopeValueError(f"no analysis supports {spec.name} with this data")
     return chosen

@@ -140,7 +140,8 @@ class MinibatchHSIC:
         :attr:`num_x` X representations first, then the Y ones)."""
         if self.gram_minmax:
             grams = [_minmax_gram(k) for k in grams]
-        num_x = len(grams) if self.symmetric else self.num_x
+        # a state saved before the count was kept compared groups of one size
+        num_x = len(grams) if self.symmetric else (self.num_x if self.num_x is not None else len(grams) // 2)
         if not self.symmetric and (num_x is None or not 0 < num_x < len(grams)):
             raise VitscopeValueError(f"{len(grams)} Grams for {num_x} X representations: a non-symmetric HSIC state "
                                      "needs both X and Y")
