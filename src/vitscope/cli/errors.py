@@ -29,9 +29,6 @@ from vitscope.workflows.options import ConfigError
 
 __all__ = ["one_line_errors", "one_line_warnings", "require_choice"]
 
-def _is_usage(err: BaseException) -> bool:
-    return isinstance(err, (ConfigError, VitscopeUsageError))
-
 
 def _first_line(err: BaseException) -> str:
     text = str(err).strip()
@@ -94,7 +91,7 @@ def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise
         except (ConfigError, VitscopeError) as err:  # bad usage (a value the command cannot take): status 2
             print(f"error: {_first_line(err)}", file=sys.stderr)
-            raise typer.Exit(2 if _is_usage(err) else 1) from None
+            raise typer.Exit(2 if isinstance(err, (ConfigError, VitscopeUsageError)) else 1) from None
         except OSError as err:
             print(f"error: {_first_line(err)}", file=sys.stderr)
             raise typer.Exit(1) from None

@@ -13,32 +13,26 @@ __all__ = ["existing_folder", "image_files", "missing_data_root", "writable_fold
 
 
 def writable_folder(option: str, path: Path, keep: bool = True) -> Path:
-    """``path`` as a folder the command may write, in the words ``prepare_output`` uses for ``--out`` (a command
-    that trains first would otherwise fail only when it saves).
+    """``path`` as a folder the command may write (:func:`vitscope.outputs.folder.usable_folder`), checked before
+    any work (a command that trains first would otherwise fail only when it saves).
 
     Args:
         keep: leave the folder created; False removes the folders this check created (a command that may still
-            refuse its input writes nothing then).
+            refuse its input writes nothing then), unless torchrun's processes check the same folder at once.
 
     Raises:
-        VitscopeValueError: ``path`` is a file, or cannot be created or written.
+        OutputError: ``path`` is a file, or cannot be created or written.
     """
+    from vitscope.outputs.folder import usable_folder
+
     path = Path(path).expanduser()
-    what = "output folder" if option == "--out" else f"{option} folder"
-    if path.exists() and not path.is_dir():
-        raise VitscopeValueError(f"{option} {path} is a file; give a folder (it is created when missing)")
     missing = [p for p in (path, *path.parents) if not p.exists()]
     try:
-        path.mkdir(parents=True, exist_ok=True)  # the only sure test (a read-only file system allows os.access)
-    except OSError as err:
-        raise VitscopeValueError(f"cannot create the {what} {path}: {err.strerror or err}") from None
-    writable = os.access(path, os.W_OK)
-    if not keep and int(os.environ.get("WORLD_SIZE", "1")) == 1:  # torchrun's processes check one folder at once
-        for folder in missing:  # deepest first
-            folder.rmdir()
-    if not writable:
-        raise VitscopeValueError(f"cannot write into the {what} {path}")
-    return path
+        return usable_folder(path, option)
+    finally:
+        if not keep and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+            for folder in (f for f in missing if f.is_dir()):  # deepest first
+                folder.rmdir()
 
 
 def existing_folder(option: str, path: Path) -> Path:
@@ -75,12 +69,11 @@ def missing_data_root(option: str, spec: str | None, on_disk: Iterable[str]) -> 
     Raises:
         VitscopeFileNotFoundError: the root does not exist.
     """
+    from vitscope.data.load import parse_data
+
     if not spec:
         return
-    root, sep, rest = spec.rpartition("::")
-    if not sep:
-        root, rest = spec, ""
-    fmt = rest.partition(":")[0]
+    root, fmt = parse_data(spec)[:2] if "::" in spec else (spec, None)
     if root and (not fmt or fmt in set(on_disk)) and not Path(root).expanduser().exists():
         raise VitscopeFileNotFoundError(f"{option} {spec}: {root} not found" if root != spec else
                                         f"{option} {root} not found")

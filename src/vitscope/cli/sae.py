@@ -16,6 +16,7 @@ from vitscope.cli.torchrun import refuse_under_torchrun
 #: the benchmark's default models (vitscope.sae.benchmark.ZOO_MODELS, named here so that --help imports no torch)
 _ZOO_VITS = ("tiny-vit-sup", "tiny-vit-distill", "tiny-vit-mae", "tiny-vit-sup-spurious")
 
+
 def _k_within_latents(k: int, latents: int) -> None:
     """Refuse more active latents than the dictionary has, naming the two options.
 

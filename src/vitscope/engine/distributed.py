@@ -141,7 +141,7 @@ def parts_over_ranks(parts: Sequence[dict[str, Any]], shard: Shard) -> list[dict
     the ranks stop and resume together, so their lists run in step (where they do not, rank 0's stand)."""
     every = [list(p) for p in gather_lists([list(parts)], shard)]
     if any(len(p) != len(every[0]) for p in every):
-        return list(parts) if shard.rank == 0 else every[0]
+        return every[0]
     return [{**first, "images": sum(int(p[i].get("images", 0)) for p in every)} for i, first in enumerate(every[0])]
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from vitscope.analyses.base import Result
 from vitscope.errors import VitscopeRuntimeError
 
-__all__ = ["EmptyRunError", "Results", "pass_timing"]
+__all__ = ["EmptyRunError", "Results", "pass_timing", "run_record"]
 
 
 class EmptyRunError(VitscopeRuntimeError):
@@ -24,6 +24,14 @@ def pass_timing(images: int, seconds: float, loader_seconds: float) -> dict[str,
         return None
     return {"pass_seconds": round(seconds, 6), "images_per_second": round(images / seconds, 3),
             "loader_wait": round(min(max(loader_seconds / seconds, 0.0), 1.0), 3)}
+
+
+def run_record(passes: Any) -> dict[str, Any]:
+    """``RunResult``'s fields for results.json's ``run`` from a pass (:class:`Results`) or a tally of passes
+    (``vitscope.engine.run.PassTally``): the images restored states held and how they were read, the loading
+    workers, the processes and :func:`pass_timing`."""
+    return {"resumed_images": passes.resumed_images, "earlier_parts": passes.earlier_parts,
+            "workers": passes.workers, "processes": passes.processes, "timing": passes.timing()}
 
 
 @dataclass

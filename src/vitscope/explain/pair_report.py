@@ -25,14 +25,7 @@ __all__ = ["default_pooling", "default_projection", "explained_embedding", "writ
 def default_projection(name: str, backbone: Any) -> str | None:
     """``"head"`` for a model whose head projects its embedding (``ModelSpec.head_output``: the zoo's metric models,
     also reloaded from a checkpoint), else None."""
-    from vitscope.zoo.catalog import get_entry
-
-    if backbone.spec.head_output == "embedding":
-        return "head"
-    try:
-        return "head" if get_entry(name.split("@")[0]).recipe == "metric" else None
-    except KeyError:
-        return None
+    return "head" if backbone.spec.head_output == "embedding" else None
 
 
 def default_pooling(backbone: Any) -> str:

@@ -20,7 +20,7 @@ from vitscope.atomic import remove_leftovers, staging_name, temporary_path
 from vitscope.errors import VitscopeValueError
 from vitscope.strict_json import dumps
 
-__all__ = ["MANIFEST", "OutputError", "Staging", "prepare_output"]
+__all__ = ["MANIFEST", "OutputError", "Staging", "prepare_output", "usable_folder"]
 
 MANIFEST = ".vitscope-manifest.json"
 STATE_FOLDER = ".vitscope-state"  # resumable state of an interrupted pass (vitscope.engine.state)
@@ -37,21 +37,35 @@ def prepare_output(out: str | os.PathLike) -> Path:
         OutputError: ``out`` is a file, or cannot be created or written (one line).
         VitscopeRuntimeError: the report's vendored chart library is not the pinned file.
     """
-    out = Path(out).expanduser()
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"--out {out} is a file; give a folder (it is created when missing)")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise OutputError(f"cannot create the output folder {out}: {err.strerror or err}") from None
-    if not os.access(out, os.W_OK):
-        raise OutputError(f"cannot write into the output folder {out}")
+    out = usable_folder(out)
     for folder in (out, out / STATE_FOLDER):  # a run killed while writing left these; its finished files are whole
         remove_leftovers(folder, stale_pids=frozenset({os.getpid()}))  # this process has written nothing yet
     from vitscope.report.assets import echarts_script
 
     echarts_script()  # a damaged install fails now, not after the pass when the report is rendered
     return out
+
+
+def usable_folder(path: str | os.PathLike, option: str = "--out") -> Path:
+    """``path`` created as a folder this process can write into, or one line saying why not.
+
+    Args:
+        path: the folder; option: the command-line option that named it (in the messages).
+
+    Raises:
+        OutputError: ``path`` is a file, or cannot be created or written.
+    """
+    path = Path(path).expanduser()
+    what = "output folder" if option == "--out" else f"{option} folder"
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"{option} {path} is a file; give a folder (it is created when missing)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OutputError(f"cannot create the {what} {path}: {err.strerror or err}") from None
+    if not os.access(path, os.W_OK):
+        raise OutputError(f"cannot write into the {what} {path}")
+    return path
 
 
 def previous_files(out: Path) -> list[str]:

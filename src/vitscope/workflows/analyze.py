@@ -22,7 +22,7 @@ from vitscope.analyses.registry import (
 from vitscope.data.open import as_source
 from vitscope.engine.distributed import is_main_process
 from vitscope.engine.provenance import model_identity
-from vitscope.engine.results import Results
+from vitscope.engine.results import Results, run_record
 from vitscope.engine.run import run
 from vitscope.engine.settings import describe_device
 from vitscope.errors import VitscopeTypeError, VitscopeValueError
@@ -54,11 +54,12 @@ def choose_analyses(selection: str | Sequence[str | Analysis] | None, spec: Any,
     """
     if isinstance(selection, str):
         selection = [s for s in selection.split(",") if s.strip()]
-    odd = [a for a in selection or () if not isinstance(a, (str, Analysis))]
+    items = list(selection or ())
+    odd = [a for a in items if not isinstance(a, (str, Analysis))]
     if odd:
         raise VitscopeTypeError(f"pass analysis names or Analysis instances, not {type(odd[0]).__name__}")
-    given = [a for a in selection or () if isinstance(a, Analysis)]  # run as they are, after the named ones
-    selection = [a for a in selection or () if isinstance(a, str)] if selection else selection
+    given = [a for a in items if isinstance(a, Analysis)]  # run as they are, after the named ones
+    selection = [a for a in items if isinstance(a, str)]
     if given and not selection:
         return given
     if selection and any(n.strip() == "attention" for n in selection) and not spec.is_transformer:
@@ -184,9 +185,7 @@ def run_analyze(options: AnalyzeOptions, *, progress: bool | None = None, log: C
             "analyze", config=config, results=dict(results),
             models=[{**model_identity(model_id, backbone), "grids": results.grids}],
             data=results.data, num_images=results.num_images, skipped=results.skipped, skipped_analyses=not_run,
-            extra={"hooks": results.hooks}, resumed_images=results.resumed_images, workers=results.workers,
-            processes=results.processes, earlier_parts=results.earlier_parts,
-            device=describe_device(options.device), timing=results.timing()),
+            extra={"hooks": results.hooks}, device=describe_device(options.device), **run_record(results)),
             progress=progress, log=log, figure_files=options.figure_files)
         clear_state(out)
     return results

@@ -20,6 +20,7 @@ from vitscope.data.fingerprint import held_fingerprints
 from vitscope.data.open import as_source
 from vitscope.engine.distributed import is_main_process
 from vitscope.engine.provenance import model_identity
+from vitscope.engine.results import run_record
 from vitscope.engine.run import PassTally, run
 from vitscope.engine.settings import describe_device
 from vitscope.models.input_size import describe_input
@@ -101,10 +102,8 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
                      results={"compare": ComparisonResult(comparison), **extra}, models=identities, data=data,
                      num_images=max(counts.values()), skipped=list(skipped.values()), skipped_analyses=not_run,
                      extra={"images_per_model": counts}, sections=comparison_sections(comparison, runs),
-                     notes=list(comparison.notes), own_sections={"compare"}, workers=passes.workers,
-                     processes=passes.processes, earlier_parts=passes.earlier_parts,
-                     resumed_images=passes.resumed_images, device=describe_device(options.device),
-                     timing=passes.timing())
+                     notes=list(comparison.notes), own_sections={"compare"}, device=describe_device(options.device),
+                     **run_record(passes))
 
 
 def _not_run_reason(reasons: Mapping[str, str], names: Sequence[str]) -> str:

@@ -173,6 +173,7 @@ def run_probe(options: ProbeOptions, log: Callable[[str], None] | None = None, d
     from vitscope.downstream.davis import VOID_RULES
     from vitscope.downstream.sweep import probe_sweep
     from vitscope.engine.provenance import model_identity
+    from vitscope.engine.results import run_record
     from vitscope.engine.run import tally_passes
     from vitscope.engine.settings import describe_device
     from vitscope.models.input_size import describe_input
@@ -229,9 +230,7 @@ def run_probe(options: ProbeOptions, log: Callable[[str], None] | None = None, d
         results=dict(results), models=[model_identity(options.model, backbone)],
         data=_describe(dataset, fmt, options.data), num_images=num_images, tables={"best_blocks": table},
         extra={"best_blocks": {"file": "tables/best_blocks.csv", "rows": table.to_dict(orient="records")}},
-        resumed_images=passes.resumed_images, workers=passes.workers, processes=passes.processes,
-        earlier_parts=passes.earlier_parts, device=describe_device(options.device),
-        timing=passes.timing()),
+        device=describe_device(options.device), **run_record(passes)),
         figure_files=options.figure_files)
 
 
@@ -241,6 +240,7 @@ def _davis_first_frames(options: ProbeOptions, backbone: Any, dataset: Any, bloc
     official evaluation takes them (``predictions/<sequence>/<frame>.png``); no J or F can be computed here."""
     from vitscope.downstream.davis import davis_predictions
     from vitscope.engine.provenance import model_identity
+    from vitscope.engine.results import run_record
     from vitscope.engine.run import tally_passes
     from vitscope.engine.settings import describe_device
 
@@ -279,6 +279,4 @@ def _davis_first_frames(options: ProbeOptions, backbone: Any, dataset: Any, bloc
         extra={"davis": {"scored": False, "reason": reason, "block": block, "predictions": "predictions/",
                          "sequences": len(dataset), "frames": len(files)}},
         files={f"predictions/{rel}": content for rel, content in files.items()},
-        resumed_images=passes.resumed_images, workers=passes.workers, processes=passes.processes,
-        earlier_parts=passes.earlier_parts, device=describe_device(options.device),
-        timing=passes.timing()))
+        device=describe_device(options.device), **run_record(passes)))

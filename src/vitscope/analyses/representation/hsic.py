@@ -122,7 +122,9 @@ class MinibatchHSIC:
         symmetric: X is compared with itself (``add`` gets no ``ys``).
     """
 
-    num_x: int | None = None  # X representations of a non-symmetric state (set by the first add)
+    #: X representations of a non-symmetric state, set by the first add (a class default: a state saved before it
+    #: was kept decodes without it)
+    num_x: int | None = None
 
     def __init__(self, batch: int = 64, gram_minmax: bool = False, symmetric: bool = True) -> None:
         if int(batch) != batch or batch < MIN_UNBIASED:
@@ -133,7 +135,6 @@ class MinibatchHSIC:
         self.count = 0  # images seen
         self.open: dict[int, OpenMinibatch] = {}  # minibatches not complete yet
         self.done: set[int] = set()  # minibatches already reduced
-        self.num_x = None
 
     def fold(self, grams: list[torch.Tensor], b: int) -> None:
         """Add the weighted HSIC terms of one minibatch of ``b`` images given every representation's Gram (the
@@ -142,7 +143,7 @@ class MinibatchHSIC:
             grams = [_minmax_gram(k) for k in grams]
         # a state saved before the count was kept compared groups of one size
         num_x = len(grams) if self.symmetric else (self.num_x if self.num_x is not None else len(grams) // 2)
-        if not self.symmetric and (num_x is None or not 0 < num_x < len(grams)):
+        if not self.symmetric and not 0 < num_x < len(grams):
             raise VitscopeValueError(f"{len(grams)} Grams for {num_x} X representations: a non-symmetric HSIC state "
                                      "needs both X and Y")
         kx = torch.stack(grams[:num_x])
