@@ -385,7 +385,7 @@ def test_partimagenet_hand_written_fixture(tmp_path: Path) -> None:
                 "iscrowd": 0,
                 "area": 6.0,
                 "bbox": [1, 1, 3, 2],
-                "segmentation": [[1, 1, 4, 1, 4, 3, 1, 3]],
+                "segmentation": [[1, 1, 4, 1, 4, 3, 1, 3], [0, 0, 1, 1], [3, 3]],  # released files hold slivers
             },
             {
                 "id": 2,

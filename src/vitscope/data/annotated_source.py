@@ -36,7 +36,7 @@ class _LazyPaths(Sequence):
 #: label)`` pairs; a path list: its rows resolved from the list's folder; the COCO family: paths)
 _LISTED = ("samples", "image_paths", "_paths")
 #: a reader's attributes naming the files that define its items beside the images (annotations, lists, splits)
-_DEFINING_FILES = ("ann_file", "gnd_file", "list_file", "set_file", "mapping_file")
+_DEFINING_FILES = ("ann_file", "gnd_file", "list_file", "set_file", "mapping_file", "solution_file")
 
 
 def _listed_paths(dataset: Any) -> list[str] | None:

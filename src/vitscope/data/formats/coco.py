@@ -102,8 +102,8 @@ def check_segmentation(seg: Any, height: int, width: int, where: str) -> None:
     """Validate a COCO segmentation before pycocotools decodes it (its C decoder does not bounds-check)."""
     if isinstance(seg, list):
         for poly in seg:
-            if not isinstance(poly, list) or len(poly) < 6 or len(poly) % 2:
-                raise DatasetFormatError(f"{where}: each polygon must be a list of >= 6 numbers (x, y pairs)")
+            if not isinstance(poly, list) or len(poly) % 2:
+                raise DatasetFormatError(f"{where}: each polygon must be a list of numbers (x, y pairs)")
             if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in poly):
                 raise DatasetFormatError(f"{where}: polygon coordinates must be numbers")
         return
@@ -232,11 +232,14 @@ class CocoDataset(LazyDataset):
         """``[H, W]`` bool mask of one annotation (an empty segmentation is an empty mask)."""
         check_segmentation(ann["segmentation"], img["height"], img["width"],
                            f"{self.ann_file.name} annotation id {ann.get('id')}")
-        if not ann["segmentation"]:
+        seg = ann["segmentation"]
+        if isinstance(seg, list):  # polygons of under three points cover nothing (released PartImageNet has some)
+            seg = [poly for poly in seg if len(poly) >= 6]
+        if not seg:
             return np.zeros((img["height"], img["width"]), dtype=bool)
         with warnings.catch_warnings():  # pycocotools vs numpy 2 copy-keyword deprecation
             warnings.filterwarnings("ignore", message=".*__array__ implementation", category=DeprecationWarning)
-            return self.coco.annToMask(ann).astype(bool)
+            return self.coco.annToMask({**ann, "segmentation": seg}).astype(bool)
 
     def _image_label(self, anns: list[dict], areas: list[float]) -> int | None:
         """The image's ``label``: category index of its largest annotation, non-crowd ones first (None without)."""
