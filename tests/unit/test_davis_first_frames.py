@@ -91,3 +91,14 @@ def test_probe_on_first_frames_takes_one_block(davis_val, tmp_path):
     assert json.loads((tmp_path / "last" / "results.json").read_text())["davis"]["block"] == 5
     one_error(cli("probe", "-m", "tiny-vit", "-d", f"{dev}::davis", "-o", str(tmp_path / "out"), "--blocks", "2,3"),
               "pass --blocks with one block (got 2")
+
+
+def test_a_sequence_of_frames_of_two_sizes_is_refused_naming_the_frame(davis_val, tmp_path):
+    from vitscope import load_model
+    from vitscope.downstream.davis import davis_predictions
+
+    root = shutil.copytree(davis_val, tmp_path / "sizes")
+    frame = sorted(next(iter(sorted((root / "JPEGImages" / "480p").iterdir()))).glob("*.jpg"))[2]
+    Image.open(frame).resize((40, 24)).save(frame)
+    with pytest.raises(ValueError, match=rf"frame .*{frame.name} is 40x24 but .* is 32x32; propagation needs one"):
+        davis_predictions(load_model("tiny-vit"), DavisDataset(root), 5, cache=None)

@@ -165,6 +165,7 @@ def _sequence_features(backbone: Backbone, dataset: Any, request: FeatureRequest
         if len(turns) > 1:
             raise VitscopeValueError(f"sequence {seq.name}: its frames carry different EXIF orientations {turns}; "
                                      "propagation needs every frame turned the same way")
+        _require_one_frame_size(seq)
         source = ImageFiles(list(seq.frame_paths), name=f"davis:{seq.name}")
         entry = extract_features(backbone, source, [request], cache, view, batch_size, device, dtype,
                                  distributed=distributed, log=log, **extraction)[request]
@@ -176,6 +177,24 @@ def _sequence_features(backbone: Backbone, dataset: Any, request: FeatureRequest
         entries.append(entry)
         sequences.append((seq.masks(), {"grid": grid, "patch": patch, "orientation": turns[0] if turns else 1}))
     return entries, sequences
+
+
+def _require_one_frame_size(seq: Any) -> None:
+    """Refuse a sequence whose frames differ in size (read from their headers), naming the first that differs:
+    its features could not be compared with the first frame's."""
+    from PIL import Image
+
+    first = None
+    for path in seq.frame_paths:
+        try:
+            with Image.open(path) as img:
+                size = img.size
+        except OSError:  # unreadable: the feature pass reports it
+            continue
+        first = first or (path, size)
+        if size != first[1]:
+            raise VitscopeValueError(f"sequence {seq.name}: frame {path} is {size[0]}x{size[1]} but {first[0]} is "
+                                     f"{first[1][0]}x{first[1][1]}; propagation needs one frame size per sequence")
 
 
 @held_entries()  # every sequence's entry stays until the last is scored
