@@ -80,6 +80,20 @@ def test_head_on_a_patch_token_is_the_classifier_of_that_token(tiny, data) -> No
     torch.testing.assert_close(per_token_logits(tiny, x)[:, 9], want, rtol=1e-5, atol=1e-5)
 
 
+def test_the_head_on_the_mean_patch_token_is_the_reference_codes_patch_average(tiny, data) -> None:
+    """The authors' code's AVG(Patches-CLS): ``fc(norm(x)[:, 1:].mean(1))``, counted beside the paper's patch
+    average (the mean over positions of the head on one patch)."""
+    x, y = data
+    with torch.no_grad():
+        seq = tiny.final_norm(tiny.run_blocks(tiny.embed(x)))
+        want = int((tiny.model.head(seq[:, 1:].mean(1)).argmax(-1) == y).sum()) / len(y)
+    analysis = TokenMixing(insert_blocks=[0])
+    analysis.update({}, _batch(tiny, x, y))
+    m = analysis.compute().meta
+    assert m["mean_patch_token_accuracy"] == want
+    assert m["mean_patch_token_accuracy"] != m["patch_average"]  # two quantities, told apart
+
+
 @pytest.mark.parametrize("which", ["tiny", "hf"])
 def test_isolating_cls(which, tiny, hf_vit, data) -> None:
     backbone = tiny if which == "tiny" else hf_vit

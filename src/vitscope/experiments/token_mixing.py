@@ -3,10 +3,12 @@
 Two interventions on a classifier, through the backbone's staged execution:
 
 * **head on every token**: the classifier head (trained on CLS) applied, without fine-tuning, to each
-  token of the last block's output in turn; accuracy per token position, the patch average and the
-  patch maximum. The head is called on a sequence made of copies of one token, so every pooling a
-  head does (CLS, mean of patches, CLS and distillation, CLS + mean) sees that token alone and the
-  adapter's own ``head`` is reused unchanged. At the CLS position it reproduces the model exactly.
+  token of the last block's output in turn; accuracy per token position, the patch average (the paper's
+  text and table) and the patch maximum; and the head on the mean of the patch tokens (the authors' code's
+  ``AVG(Patches-CLS)``, ``mean_patch_token_accuracy``). The head is called on a sequence made of copies of
+  one token, so every pooling a head does (CLS, mean of patches, CLS and distillation, CLS + mean) sees that
+  token alone and the adapter's own ``head`` is reused unchanged. At the CLS position it reproduces the model
+  exactly.
 * **isolating CLS until block L**: blocks ``0..L-1`` run on the spatial tokens alone (patches attend
   only to patches) while the prefix tokens run through the same blocks with no image tokens (an
   image-independent state); both are concatenated before block L and the rest of the model runs as
@@ -63,7 +65,16 @@ def per_token_logits(backbone: Backbone, pixels: torch.Tensor) -> torch.Tensor:
         positions ``P..N-1`` the spatial tokens row-major.
     """
     _check(backbone)
-    seq = _last_tokens(backbone, backbone.run_blocks(backbone.embed(pixels)))  # [B, N, D]
+    return _head_on_each(backbone, _output_tokens(backbone, pixels))
+
+
+def _output_tokens(backbone: Backbone, pixels: torch.Tensor) -> torch.Tensor:
+    """``[B, N, D]`` what the head reads of every token of the last block."""
+    return _last_tokens(backbone, backbone.run_blocks(backbone.embed(pixels)))
+
+
+def _head_on_each(backbone: Backbone, seq: torch.Tensor) -> torch.Tensor:
+    """``[B, M, D]`` tokens -> ``[B, M, classes]``, the head on each token alone."""
     b, n, d = seq.shape
     p = backbone.spec.num_prefix_tokens
     # a sequence of P + 1 copies of each token: any CLS / prefix / mean pooling then sees that token only
@@ -111,8 +122,8 @@ class TokenMixing(ModelAccumulator):
 
     State: ``num_images``; ``correct_token`` ``{"HxW": [N]}`` (the head on each token, per token grid) and
     ``grid_images`` ``{"HxW": images}``, ``correct_model`` (the unmodified model), ``correct_isolated``
-    ``[len(insert_blocks)]``, all sums; the number of prefix tokens and the insertion blocks (the same in every
-    batch).
+    ``[len(insert_blocks)]``, ``correct_mean_patch`` (the head on the mean patch token), all sums; the number of
+    prefix tokens and the insertion blocks (the same in every batch).
     """
 
     name = "token_mixing"
@@ -128,6 +139,7 @@ class TokenMixing(ModelAccumulator):
         self.add_state("correct_token", {}, reduce="sum")  # "HxW" grid -> [N] long
         self.add_state("grid_images", {}, reduce="sum")  # "HxW" grid -> images seen at that grid
         self.add_state("correct_model", 0, reduce="sum")
+        self.add_state("correct_mean_patch", 0, reduce="sum")
         self.add_state("correct_isolated", None, reduce="sum")
         self.add_state("num_prefix", None, reduce="same")
         self.add_state("blocks", None, reduce="same")
@@ -145,29 +157,34 @@ class TokenMixing(ModelAccumulator):
         spec = batch.spec
         blocks = self.insert_blocks if self.insert_blocks is not None else list(range(spec.num_blocks + 1))
 
-        def counts(backbone: Backbone) -> tuple[torch.Tensor, int, torch.Tensor]:
+        def counts(backbone: Backbone) -> tuple[torch.Tensor, int, torch.Tensor, int]:
             _check(backbone)
             pixels, y = batch.pixels, labels.to(batch.pixels.device)
             full = _model_logits(backbone, pixels)
             self._check_label_range(batch, full.shape[-1])
             model = int((full.argmax(-1) == y).sum())
-            tok = (per_token_logits(backbone, pixels).argmax(-1) == y[:, None]).sum(0).long().cpu()
+            with torch.no_grad():
+                seq = _output_tokens(backbone, pixels)
+                tok = (_head_on_each(backbone, seq).argmax(-1) == y[:, None]).sum(0).long().cpu()
+                mean = _head_on_each(backbone, seq[:, spec.num_prefix_tokens:].mean(1, keepdim=True))[:, 0]
             iso = torch.tensor([int((isolated_cls_logits(backbone, pixels, b).argmax(-1) == y).sum())
                                 for b in blocks], dtype=torch.long)
-            return tok, model, iso
+            return tok, model, iso, int((mean.argmax(-1) == y).sum())
 
-        tok, model, iso = self._run(counts, batch)
+        tok, model, iso, mean_patch = self._run(counts, batch)
         key = grid_key(batch.grid)  # position i is a different place on another grid
         self.correct_token[key] = tok if key not in self.correct_token else self.correct_token[key] + tok
         self.grid_images[key] = self.grid_images.get(key, 0) + batch.size
         self.correct_isolated = iso if self.correct_isolated is None else self.correct_isolated + iso
         self.correct_model += model
+        self.correct_mean_patch += mean_patch
         self.num_prefix, self.blocks = spec.num_prefix_tokens, blocks
 
     def compute(self) -> TokenMixingResult:
         """Accuracies; per-token ones per grid, the grid of most images under the plain names, others ``@HxW``.
 
-        ``cls_token_accuracy`` and ``patch_average`` (each image's patches averaged on its own grid) are over every
+        ``cls_token_accuracy``, ``patch_average`` (the accuracy of the head on each patch token, averaged over each
+        image's own grid) and ``mean_patch_token_accuracy`` (the head on the mean patch token) are over every
         image; ``patch_maximum``, ``patch_minimum`` and ``best_patch`` name positions of the main grid.
         """
         if not self.correct_token or self.num_images == 0:
@@ -188,6 +205,7 @@ class TokenMixing(ModelAccumulator):
                     "isolate_cls_block": torch.tensor(self.blocks, dtype=torch.long)}
         meta = {**self._meta(), "model_accuracy": self.correct_model / total,
                 "cls_token_accuracy": cls_correct / total, "patch_average": patch_sum / total,
+                "mean_patch_token_accuracy": self.correct_mean_patch / total,
                 "patch_maximum": float(spatial.max()), "patch_minimum": float(spatial.min()),
                 "best_patch": int(spatial.argmax()),
                 "isolate_cls": {str(b): float(a) for b, a in zip(self.blocks, tensors["isolate_cls_accuracy"])}}
@@ -268,7 +286,7 @@ def token_mixing(
         A :class:`TokenMixingResult`: ``token_accuracy [N]``, ``token_accuracy_grid [h, w]`` (of the grid of most
         images; with several grids the others' as ``token_accuracy@HxW`` and ``token_accuracy_grid@HxW``, and
         ``meta["grids"]``), ``isolate_cls_accuracy [len(insert_blocks)]``; meta holds the model, CLS,
-        patch-average and patch-maximum accuracies.
+        patch-average, patch-maximum and mean-patch-token accuracies.
     """
     from vitscope.engine.run import run
 

@@ -30,7 +30,8 @@ def featviz_sections(results: Mapping[str, Any]) -> list[Section]:
     if tm is not None and tm.meta.get("num_images"):
         m = tm.meta
         rows = [["model (CLS)", m["model_accuracy"]], ["head on patch tokens, average", m["patch_average"]],
-                ["head on patch tokens, best patch", m["patch_maximum"]]]
+                ["head on patch tokens, best patch", m["patch_maximum"]],
+                ["head on the mean patch token", m["mean_patch_token_accuracy"]]]
         rows += [[f"CLS inserted at block {b}", a] for b, a in m["isolate_cls"].items()]
         sections.append(Section(
             id="token-mixing", title="Last-layer token mixing",
