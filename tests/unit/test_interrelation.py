@@ -199,6 +199,7 @@ def test_a_max_rule_threshold_that_selects_nothing_is_refused_everywhere(lam: fl
 
     pattern = torch.full((1, 1, 5, 5), 0.2)
     for make in (lambda: interrelation(pattern, torch.ones(1, 2, 2), (2, 2), 1, lam=lam, rule="max"),
+                 lambda: random_interrelation(torch.ones(1, 2, 2), (2, 2), 1, lam=lam),
                  lambda: Interrelation(lam=lam), lambda: InterrelationMasking(lam=lam)):
         with pytest.raises(ValueError, match="lam must be below 1 under rule 'max'"):
             make()

@@ -201,10 +201,7 @@ def random_interrelation(
         ``{"KK", "KN", "NK", "NN"}``, each ``[B, samples]`` float64 (NaN as for :func:`interrelation`).
     """
     h, w = (int(v) for v in grid)
-    if rule not in RULES:
-        raise VitscopeValueError(f"rule must be one of {RULES}, got {rule!r}")
-    if not lam >= 0:
-        raise VitscopeValueError(f"lam must be a non-negative number, got {lam}")
+    check_detection(lam, rule)
     if int(samples) < 1:
         raise VitscopeValueError(f"samples must be at least 1, got {samples}")
     counts = keypoint_counts.detach()
