@@ -161,3 +161,18 @@ def test_pattern_fit_suggests_the_batch_that_fits():
     assert "-b 5" in pattern_fit(6, 1370, 16, 2, free=10 * per_image)  # two patterns kept whole: twice per image
     assert "smaller input size" in pattern_fit(6, 1370, 16, 0, free=per_image // 2)
     assert pattern_fit(6, 1370, 16, 0, free=None) is None
+
+
+def test_every_registered_analysis_streams_its_blocks_but_head_importance():
+    """What an analysis reads whole in ``update`` stays alive for every block at once; only head importance, which
+    resumes the forward from each block's input after the pass, keeps its blocks (docs/architecture.md)."""
+    from vitscope.analyses.registry import ANALYSES, get_analysis
+
+    spec = vitscope.load_model("tiny-vit-sup").spec
+    whole = {}
+    for name in ANALYSES:
+        analysis = get_analysis(name)
+        if analysis.why_unsupported(spec) is None:
+            whole[name] = [h for h in analysis.record_reads(spec) if "*" in h]
+    assert {"knn_probe", "linear_probe", "clustering", "cka", "mean_activation"} <= set(whole)
+    assert {name for name, reads in whole.items() if reads} == {"head_importance"}, whole

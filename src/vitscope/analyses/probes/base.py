@@ -42,6 +42,8 @@ if TYPE_CHECKING:  # the cache imports the analyses package lazily; annotations 
 __all__ = ["LabelledFeatures", "UnscoredProbeWarning", "cached_labelled_pair", "check_random_kind", "holdout_mask"]
 
 LEVELS = ("image", "object", "part")
+#: the per-batch scratch key of the examples chosen for rows (no hook has this name)
+_CHOSEN = "(chosen examples)"
 
 
 def holdout_mask(indices: np.ndarray, test_fraction: float, seed: int = 0) -> np.ndarray:
@@ -172,6 +174,16 @@ class LabelledFeatures(Analysis):
         warnings.warn(f"{self.name}: {problem}", UnscoredProbeWarning, stacklevel=3)
         return ProbeResult(self.name, {}, {**self.base_meta(), "metrics": list(metrics), "error": problem})
 
+    def stream_hooks(self, spec: ModelSpec) -> list[str]:
+        """Every block is pooled to its rows as the model makes it: one block's tokens are alive at a time."""
+        return [f"blocks.*.{self._cfg_site}"]
+
+    def reduce_hook(self, name: str, tensor: torch.Tensor, batch: Batch) -> torch.Tensor | None:
+        """``[n, D]`` float32 rows of one block ``[B, N, D]`` for the batch's examples with ground truth (None when
+        none has any)."""
+        chosen = self._chosen(batch)
+        return None if chosen is None else self._pool(tensor, batch, chosen)
+
     def update(self, record: Mapping[str, torch.Tensor], batch: Batch) -> None:
         """Add one batch: the site of every block ``[B, N, D]`` plus the labels (or masks) in ``batch.targets``."""
         found = sorted((split_block_name(k)[0], k) for k in record
@@ -182,38 +194,43 @@ class LabelledFeatures(Analysis):
         if self.blocks and [i for i, _ in found] != self.blocks:
             raise VitscopeValueError(f"{self.name}: blocks {[i for i, _ in found]} differ from those seen before "
                                      f"{self.blocks}")
-        rows, missing = self._rows(record, batch, found)
+        chosen = self._chosen(batch)
+        missing = batch.size - (0 if chosen is None else len(chosen["have"]))
         if missing:
             if self.unlabelled == 0:
                 warnings.warn(self._left_out_message(), stacklevel=2)
             self.unlabelled += missing
-        if rows is None:
+        if chosen is None:
             return
+        rows = {f"block{i}": self.reduced(k, record, batch) for i, k in found}
         self.blocks, self.model = [i for i, _ in found], batch.spec.name
-        self.store.append(rows)
+        self.store.append({**rows, "index": chosen["index"], "label": chosen["label"], "region": chosen["region"]})
 
-    def _rows(self, record: Mapping[str, torch.Tensor], batch: Batch, found: list[tuple[int, str]]
-              ) -> tuple[dict | None, int]:
-        """The rows of the batch's images that have ground truth, and how many have none (each image counts
-        alone, so the rows do not depend on how images were batched)."""
-        p = batch.spec.num_prefix_tokens
-        if self._cfg_level == "image":
-            labels = batch.targets.get("label")
-            if labels is None or len(labels) != batch.size:
-                return None, batch.size
-            have = [j for j, v in enumerate(labels) if v is not None]
-            if not have:
-                return None, batch.size
-            cls = self.tokens_for(batch.spec) == "cls"
-            self.tokens_used = "cls" if cls else "spatial_mean"
-            if cls and p < 1:  # token 0 would be a spatial token: refuse rather than score the wrong feature
-                raise VitscopeValueError(self.why_unsupported(batch.spec))
-            sel = torch.as_tensor(have, dtype=torch.long)
-            rows = {f"block{i}": (record[k][sel, 0] if cls else record[k][sel, p:].mean(dim=1)).float()
-                    for i, k in found}
-            return {**rows, "index": np.asarray(batch.indices, dtype=np.int64)[have],
-                    "label": np.asarray([labels[j] for j in have], dtype=np.int64),
-                    "region": np.zeros(len(have), dtype=np.int64)}, batch.size - len(have)
+    def _chosen(self, batch: Batch) -> dict | None:
+        """The batch's examples with ground truth and how each is pooled (once per batch; None when no image has
+        any). Each image counts alone, so the rows do not depend on how images were batched."""
+        scratch = self.per_batch(batch)
+        if _CHOSEN not in scratch:
+            scratch[_CHOSEN] = self._images(batch) if self._cfg_level == "image" else self._regions(batch)
+        return scratch[_CHOSEN]
+
+    def _images(self, batch: Batch) -> dict | None:
+        labels = batch.targets.get("label")
+        if labels is None or len(labels) != batch.size:
+            return None
+        have = [j for j, v in enumerate(labels) if v is not None]
+        if not have:
+            return None
+        cls = self.tokens_for(batch.spec) == "cls"
+        self.tokens_used = "cls" if cls else "spatial_mean"
+        if cls and batch.spec.num_prefix_tokens < 1:  # token 0 would be a spatial token: refuse, not score it
+            raise VitscopeValueError(self.why_unsupported(batch.spec))
+        return {"have": have, "select": torch.as_tensor(have, dtype=torch.long), "cls": cls,
+                "index": np.asarray(batch.indices, dtype=np.int64)[have],
+                "label": np.asarray([labels[j] for j in have], dtype=np.int64),
+                "region": np.zeros(len(have), dtype=np.int64)}
+
+    def _regions(self, batch: Batch) -> dict | None:
         regions = batch.targets.get("regions")
         if regions is not None and len(regions) == batch.size:  # the engine's: (masks, labels) or None per image
             masks = [None if r is None else r[0] for r in regions]
@@ -221,22 +238,29 @@ class LabelledFeatures(Analysis):
         else:
             masks, mask_labels = batch.targets.get("masks"), batch.targets.get("instance_labels")
         if masks is None or mask_labels is None or len(masks) != batch.size or len(mask_labels) != batch.size:
-            return None, batch.size
+            return None
         have = [j for j in range(batch.size) if masks[j] is not None and mask_labels[j] is not None]
         if not have:
-            return None, batch.size
+            return None
         weights = {j: mask_weights(StandardView().mask_frame(np.asarray(masks[j]), batch.spec), batch.grid)
                    for j in have}
         keep = {j: w.sum(dim=1) > 0 for j, w in weights.items()}  # regions cropped away cover no token
-        out: dict[str, object] = {
-            f"block{i}": torch.cat([mask_pool(record[k][j, p:], weights[j][keep[j]].to(record[k].device))
-                                    for j in have]).float()
-            for i, k in found}
         kept = {j: keep[j].numpy() for j in have}
-        out["index"] = np.concatenate([np.full(int(kept[j].sum()), batch.indices[j]) for j in have]).astype(np.int64)
-        out["label"] = np.concatenate([np.asarray(mask_labels[j])[kept[j]] for j in have]).astype(np.int64)
-        out["region"] = np.concatenate([np.flatnonzero(kept[j]) for j in have]).astype(np.int64)
-        return out, batch.size - len(have)
+        return {"have": have, "weights": {j: weights[j][keep[j]] for j in have},
+                "index": np.concatenate([np.full(int(kept[j].sum()), batch.indices[j]) for j in have]).astype(np.int64),
+                "label": np.concatenate([np.asarray(mask_labels[j])[kept[j]] for j in have]).astype(np.int64),
+                "region": np.concatenate([np.flatnonzero(kept[j]) for j in have]).astype(np.int64)}
+
+    @staticmethod
+    def _pool(tokens: torch.Tensor, batch: Batch, chosen: dict) -> torch.Tensor:
+        """``[n, D]`` float32 rows of one block's ``[B, N, D]`` tokens: the chosen token or mean per image, or the
+        mask-weighted mean per region."""
+        p = batch.spec.num_prefix_tokens
+        if "weights" not in chosen:
+            select = chosen["select"]
+            return (tokens[select, 0] if chosen["cls"] else tokens[select, p:].mean(dim=1)).float()
+        return torch.cat([mask_pool(tokens[j, p:], chosen["weights"][j].to(tokens.device))
+                          for j in chosen["have"]]).float()
 
     def rows(self) -> tuple[np.ndarray, np.ndarray, dict[int, np.ndarray]]:
         """``(index [n], label [n], {block: features [n, D]})`` sorted by (index, region)."""
