@@ -26,6 +26,8 @@ def explanations(
                                                          "most every model's number of patches (checked before "
                                                          "any model is scored)."),
     sanity: bool = typer.Option(True, "--sanity/--no-sanity", help="The cascading randomisation check."),
+    batch_size: int = typer.Option(16, "--batch-size", "-b", min=1, help="Images explained at a time (memory, not "
+                                                                          "numbers)."),
 ) -> None:
     """Score attribution methods against ground truth, every number beside its control: results.json, a table,
     example maps, curves, report.html."""
@@ -36,7 +38,7 @@ def explanations(
     for name in chosen:  # before any model loads
         require_choice("--methods", name, ("all", *METHODS))
     doc = run_explanations([m.strip() for m in models.split(",") if m.strip()], data, out, chosen, limit=limit,
-                           steps=steps, sanity=sanity, log=lambda s: typer.echo(s, err=True))
+                           steps=steps, sanity=sanity, batch_size=batch_size, log=lambda s: typer.echo(s, err=True))
     echo_choices(doc)
     summary = doc["analyses"]["explanations"]["summary"]
     typer.echo(f"{len(summary['models'])} model(s), {len(summary['methods'])} method(s), {len(summary['rows'])} "

@@ -120,15 +120,37 @@ def prepared(backbone: Backbone, source: Any, limit: int, num_backgrounds: int |
                          torch.as_tensor(agrees) if known else None, shown)
 
 
-def _targets(backbone: Backbone, data: BenchmarkData, reading: tuple[str, Any] | None) -> Any:
+def _in_chunks(fn: Callable[[slice], torch.Tensor], count: int, batch_size: int) -> torch.Tensor:
+    """``fn`` of consecutive slices of ``count`` images, ``batch_size`` at a time, concatenated: memory is that
+    of one chunk, and each image's value is its own (no method mixes images)."""
+    return torch.cat([fn(slice(start, start + batch_size)) for start in range(0, count, batch_size)])
+
+
+def _model_output(backbone: Backbone, pixels: torch.Tensor, reading: tuple[str, Any] | None,
+                  batch_size: int) -> torch.Tensor:
+    """``[B, ...]`` what the score reads, ``batch_size`` images at a time: a classifier's logits, else the tokens
+    its embedding is read from."""
+    source = embedding_hook(backbone.spec)
+
+    def one(part: slice) -> torch.Tensor:
+        with torch.no_grad():
+            if reading is None:
+                return logits_of(backbone(pixels[part]))
+            with backbone.record(source) as rec:
+                backbone(pixels[part])
+                return rec[source]
+
+    return _in_chunks(one, len(pixels), batch_size)
+
+
+def _targets(backbone: Backbone, data: BenchmarkData, reading: tuple[str, Any] | None, batch_size: int) -> Any:
     """A classifier's labels (``reading`` None); else each image's partner's embedding (the next image), pooled and
     projected as ``reading = (pooling, projection)`` says."""
     if reading is None:
         return data.labels
-    source = embedding_hook(backbone.spec)
-    with torch.no_grad(), backbone.record(source) as rec:
-        backbone(data.pixels)
-        return embedding_of(backbone, rec[source], *reading).roll(-1, 0)
+    with torch.no_grad():
+        tokens = _model_output(backbone, data.pixels, reading, batch_size)
+        return embedding_of(backbone, tokens, *reading).roll(-1, 0)
 
 
 def _upsampled(maps: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
@@ -147,26 +169,26 @@ def _patch_maps(maps: torch.Tensor, backbone: Backbone, size: tuple[int, int]) -
 
 
 def benchmark_model(backbone: Backbone, name: str, data: BenchmarkData, methods: Sequence[str], steps: int = 8,
-                    sanity: bool = True, say: Callable[[str], None] | None = None
+                    sanity: bool = True, say: Callable[[str], None] | None = None, batch_size: int = 16
                     ) -> tuple[list[Row], dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]:
-    """Every score of every method on one model: ``(rows, maps by method, mean curves by method)``."""
+    """Every score of every method on one model: ``(rows, maps by method, mean curves by method)``.
+
+    Attributions and forwards run ``batch_size`` images at a time; the faithfulness curves' perturbed copies of
+    every image at every step are made at once (``limit * (steps + 1)`` images)."""
     size = tuple(data.pixels.shape[-2:])
     reading = explained_embedding(name, backbone)
     pooling, projection = reading if reading is not None else (None, None)
-    target = _targets(backbone, data, reading)
+    target = _targets(backbone, data, reading, batch_size)
     score = score_function(backbone, target, len(data.pixels), pooling, projection)
 
     def explain(b: Backbone, method: str) -> torch.Tensor:  # the projection is b's own head (a randomised copy's)
         read = explained_embedding(name, b)
-        return attribute(b, data.pixels, target, method, pooling=pooling, projection=None if read is None else read[1])
+        return _in_chunks(lambda part: attribute(b, data.pixels[part], target[part], method, pooling=pooling,
+                                                 projection=None if read is None else read[1]).cpu(),
+                          len(data.pixels), batch_size)
 
     def model_score(x: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            if reading is None:
-                return score(logits_of(backbone(x)))
-            with backbone.record(embedding_hook(backbone.spec)) as rec:
-                backbone(x)
-                return score(rec[embedding_hook(backbone.spec)])
+        return score(_model_output(backbone, x, reading, batch_size))
 
     rows: list[Row] = []
     all_maps: dict[str, torch.Tensor] = {}

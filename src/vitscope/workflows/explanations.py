@@ -107,7 +107,7 @@ def _planned(models: Sequence[str], methods: Sequence[str] | None, steps: int | 
 
 def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, methods: Sequence[str] | None = None,
                      limit: int = 32, steps: int = 8, sanity: bool = True,
-                     log: Callable[[str], None] | None = None) -> dict[str, Any]:
+                     log: Callable[[str], None] | None = None, batch_size: int = 16) -> dict[str, Any]:
     """Score ``methods`` (default: every one a model can give) on ``models`` over ``data`` and write the run.
 
     Args:
@@ -121,6 +121,7 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
         sanity: run the cascading randomisation check (transformers).
         log: one-line progress messages (each model's input first: size, token grid, preprocessing, the methods
             it leaves out).
+        batch_size: images explained at a time (memory, not numbers).
 
     Returns:
         The ``results.json`` document; ``skipped_analyses`` holds the methods left out (``method@model``).
@@ -140,7 +141,7 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
 
     out = prepare_output(out)
     if str(data).endswith(".mat"):  # the ImageNet segmentation benchmark file
-        return _segmentation(models, Path(str(data)), out, methods, limit, log)
+        return _segmentation(models, Path(str(data)), out, methods, limit, log, batch_size)
     source = as_source(data)
     root = Path(str(data).split("::", 1)[0])
     settings = root / "synth.json"
@@ -156,7 +157,7 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
         bench = prepared(backbone, source, limit, backgrounds)
         scored = len(bench.shown)  # the images the benchmark scores (no more than the data holds)
         model_rows, maps, curves = benchmark_model(backbone, model_id, bench, plan[model_id], steps=steps,
-                                                   sanity=sanity, say=log)
+                                                   sanity=sanity, say=log, batch_size=batch_size)
         rows += model_rows
         identities.append(model_identity(model_id, backbone))
         shown, names = bench.shown[:4], [f"image {i}" for i in range(min(4, len(bench.shown)))]
@@ -181,14 +182,15 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
     path = write_run(out, RunResult(
         "explanations", title=f"vitscope explanations: {', '.join(models)}",
         config={"command": "explanations", "models": list(models), "data": str(data),
-                "methods": list(methods or ["all"]), "limit": limit, "steps": steps, "sanity": sanity},
+                "methods": list(methods or ["all"]), "limit": limit, "steps": steps, "sanity": sanity,
+                "batch_size": batch_size},
         results={"explanations": result}, models=identities, data=source.describe(), num_images=scored,
         skipped_analyses=skipped))
     return json.loads(Path(path).read_text())
 
 
 def _segmentation(models: Sequence[str], path: Path, out: Path, methods: Sequence[str] | None, limit: int,
-                  log: Callable[[str], None] | None) -> dict[str, Any]:
+                  log: Callable[[str], None] | None, batch_size: int) -> dict[str, Any]:
     """``vitscope explanations --data gtsegs_ijcv.mat``: every method scored by the segmentation benchmark."""
     import pandas as pd
 
@@ -206,7 +208,8 @@ def _segmentation(models: Sequence[str], path: Path, out: Path, methods: Sequenc
         if not plan[model_id]:  # nothing to score on it (skipped_analyses says why)
             continue
         backbone = backbone if backbone is not None else load_model(model_id)
-        rows += segmentation_benchmark(backbone, model_id, data, plan[model_id], limit=limit, say=log)
+        rows += segmentation_benchmark(backbone, model_id, data, plan[model_id], limit=limit, say=log,
+                                       batch_size=batch_size)
         identities.append(model_identity(model_id, backbone))
     table = pd.DataFrame([{"model": r.model, "method": r.method, "metric": r.metric, "value": r.value}
                           for r in rows])
@@ -219,7 +222,7 @@ def _segmentation(models: Sequence[str], path: Path, out: Path, methods: Sequenc
     written = write_run(out, RunResult(
         "explanations", title=f"vitscope explanations: {', '.join(models)} on {path.name}",
         config={"command": "explanations", "models": list(models), "data": str(path),
-                "methods": list(methods or ["all"]), "limit": limit},
+                "methods": list(methods or ["all"]), "limit": limit, "batch_size": batch_size},
         results={"explanations": result}, models=identities,
         data={"name": path.name, "path": str(path.resolve()), "images": len(data)}, num_images=summary["images"],
         skipped_analyses=skipped))
