@@ -1,13 +1,14 @@
 """What the gradient attributions cost, as ratios measured in one run (rounds alternating):
 
 - ``chefer`` (vitscope, the model on its default sdpa kernel; gradients of the patterns from vitscope's kernel)
-  against the authors' way: a plain autograd forward and backward of the same model with eager attention that
-  keeps every pattern's gradient, then the same rule (issue goal: at most 1.25x);
-- ``integrated_gradients`` against captum's ``IntegratedGradients`` on the same model, steps and batch (goal: no
-  slower).
+  against the authors' way: a plain autograd forward and backward of a twin with the same weights and eager
+  (explicit softmax) attention that keeps every pattern's gradient, then the same rule (issue goal: at most 1.25x);
+- ``integrated_gradients`` against captum's ``IntegratedGradients`` on the same model object vitscope runs (its
+  default kernel), steps and batch (goal: no slower).
 
-Model: an HF ViT-S/16-sized classifier with random weights at 224 px (``--model vits16``) or the zoo's
-``tiny-vit-sup`` (``--model tiny``).
+Model: an HF ViT-S/16-sized classifier with random weights at 224 px (``--model vits16``; the twin is built with
+``attn_implementation="eager"``) or the zoo's ``tiny-vit-sup`` (``--model tiny``; the twin is a second copy with
+``fused_attn`` off, each pattern taken where the explicit path applies its attention dropout).
 
 Run: ``python benchmarks/attribution.py [--model vits16|tiny] [--batch 8] [--steps 16] [--rounds 3]``.
 Writes ``benchmarks/results/attribution.json``.
@@ -29,13 +30,24 @@ from _datasets import RESULTS_DIR, cpu_model
 
 
 def _models(name: str):
-    """(vitscope backbone on the default kernel, the eager twin as a transformers module or None)."""
+    """(vitscope backbone on the default kernel, the eager twin's forward: pixels -> (logits, every pattern))."""
     import torch
 
     import vitscope
 
     if name == "tiny":
-        return vitscope.load_model("tiny-vit-sup"), None
+        twin = vitscope.load_model("tiny-vit-sup").model  # a second copy: vitscope's own stays on sdpa
+        patterns: list[torch.Tensor] = []
+        for block in twin.blocks:
+            block.attn.fused_attn = False  # timm's explicit path: softmax(q k^T * scale), then attn_drop
+            block.attn.attn_drop.register_forward_hook(lambda _m, _i, out: patterns.append(out))
+
+        def tiny_eager(pixels: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+            patterns.clear()
+            logits = twin(pixels)
+            return logits, tuple(patterns)
+
+        return vitscope.load_model("tiny-vit-sup"), tiny_eager
     import transformers as tf
 
     config = dict(hidden_size=384, num_hidden_layers=12, num_attention_heads=6, intermediate_size=1536,
@@ -45,7 +57,12 @@ def _models(name: str):
     torch.manual_seed(0)
     eager = tf.ViTForImageClassification(tf.ViTConfig(**config, attn_implementation="eager")).eval()
     eager.load_state_dict(model.state_dict())
-    return vitscope.wrap(model, name="vit-s16-random"), eager
+
+    def hf_eager(pixels: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        out = eager(pixel_values=pixels, output_attentions=True)
+        return out.logits, out.attentions
+
+    return vitscope.wrap(model, name="vit-s16-random"), hf_eager
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,18 +83,24 @@ def main(argv: list[str] | None = None) -> int:
     target = torch.zeros(args.batch, dtype=torch.long)
 
     def authors_chefer() -> None:  # eager attention, every pattern's gradient kept, the same rule
-        if eager is None:
-            return
-        out = eager(pixel_values=x, output_attentions=True)
-        grads = torch.autograd.grad(out.logits.gather(1, target[:, None]).sum(), out.attentions)
-        n = out.attentions[0].shape[-1]
+        logits, attentions = eager(x)
+        grads = torch.autograd.grad(logits.gather(1, target[:, None]).sum(), attentions)
+        n = attentions[0].shape[-1]
         r = torch.eye(n).expand(args.batch, n, n)
-        for a, g in zip(out.attentions, grads):
+        for a, g in zip(attentions, grads):
             r = r + (g * a).clamp(min=0).mean(1) @ r
 
+    model = backbone.model  # captum gets the very module (and kernel) vitscope's integrated gradients runs
+    hf = args.model == "vits16"
+
+    def logits(inp: torch.Tensor) -> torch.Tensor:
+        return model(pixel_values=inp).logits if hf else model(inp)
+
     def captum_ig() -> None:
-        forward = (lambda inp: eager(pixel_values=inp).logits) if eager is not None else backbone.model
-        IntegratedGradients(forward).attribute(x, baselines=torch.zeros_like(x), target=target, n_steps=args.steps)
+        IntegratedGradients(logits).attribute(x, baselines=torch.zeros_like(x), target=target, n_steps=args.steps)
+
+    with torch.no_grad():  # the twin must compute what vitscope's model computes, up to the kernels' rounding
+        torch.testing.assert_close(eager(x)[0], logits(x), rtol=1e-4, atol=1e-4)
 
     runs = {"chefer": lambda: attribute(backbone, x, target, "chefer"), "chefer_eager_autograd": authors_chefer,
             "integrated_gradients": lambda: attribute(backbone, x, target, "integrated_gradients", steps=args.steps),

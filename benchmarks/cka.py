@@ -14,9 +14,11 @@ the unbiased minibatch estimator over consecutive minibatches of ``--batch`` ima
   for every one of the 21 matrices, which runs both models over the data each time (42 passes), with fresh
   model copies per comparison because the package never removes its hooks.
 
-Both start from the same image generator and the model's own preprocessing (decoded per pass). Prints
-both times, their ratio (goal: vitscope <= 1/5 of torch-cka) and the largest difference between the
-values, and writes ``benchmarks/results/cka.json``.
+Both start from the same image generator and the model's own preprocessing (decoded per pass), both decode in
+the main process (vitscope ``workers=0``, the DataLoader's ``num_workers=0``). CPU time counts this process and any
+child it waited for. ``--repeats`` rounds run the two sides in alternating order. Prints the median times, their
+ratio per round (goal: vitscope <= 1/5 of torch-cka) with its spread and the largest difference between the
+values, and writes ``benchmarks/results/cka.json`` (``--out``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ import itertools
 import json
 import os
 import platform
+import resource
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -74,20 +78,27 @@ class PixelDataset(torch.utils.data.Dataset):
         return (self.backbone.preprocess([synthetic_image(i, self.size)])[0],)
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this process plus its waited-for children (worker processes, should any side start them)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 def run_vitscope(models, n: int, size: int, batch: int, cache_root: str) -> tuple[dict, tuple[float, float]]:
     """Values and (wall, CPU) seconds of the vitscope way."""
     cache = FeatureCache(cache_root)
     source = GeneratedSource(n, size)
     request = FeatureRequest(pooling="all", blocks=(-1,))  # the final block, cached for the cross-model pairs
-    start, cpu = time.perf_counter(), time.process_time()
+    start, cpu = time.perf_counter(), _cpu_seconds()
     entries, out = {}, {"self": {}, "cross": {}}
     for name, backbone in models.items():
         self_cka = BlockCKA(tokens="all", estimator="minibatch", batch=batch)  # streams on the same pass
+        # workers=0: decode in this process like torch-cka's DataLoader (num_workers=0), the same work on one core
         entries[name] = extract_features(backbone, source, [request], cache, batch_size=batch, device="cpu",
-                                         analyses=[self_cka])[request]
+                                         analyses=[self_cka], workers=0)[request]
         out["self"][name] = self_cka.compute()["cka"]
     cross = cross_model_cka(entries, block=-1, estimator="minibatch", batch=batch)
-    elapsed = (time.perf_counter() - start, time.process_time() - cpu)
+    elapsed = (time.perf_counter() - start, _cpu_seconds() - cpu)
     names = list(models)
     out["cross"] = {(a, b): float(cross[i, j]) for (i, a), (j, b) in itertools.combinations(enumerate(names), 2)}
     return out, elapsed
@@ -105,13 +116,13 @@ def run_torch_cka(models, n: int, size: int, batch: int) -> tuple[dict, tuple[fl
     jobs = [(a, a, blocks) for a in models] + [(a, b, blocks[-1:]) for a, b in itertools.combinations(models, 2)]
     for a, b, layers in jobs:
         m1, m2 = copy.deepcopy(models[a].model), copy.deepcopy(models[b].model)  # fresh hooks each time
-        start, start_cpu = time.perf_counter(), time.process_time()
+        start, start_cpu = time.perf_counter(), _cpu_seconds()
         with warnings.catch_warnings(), torch.inference_mode():  # the package itself runs with autograd on
             warnings.simplefilter("ignore")
             cka = CKA(m1, m2, f"{a}#1", f"{b}#2", layers, layers, device="cpu")
             cka.compare(loader, loader)
         wall += time.perf_counter() - start
-        cpu += time.process_time() - start_cpu
+        cpu += _cpu_seconds() - start_cpu
         result = cka.export()["CKA"].double()
         if a == b:
             out["self"][a] = result
@@ -128,33 +139,71 @@ def main() -> None:
     parser.add_argument("--models", type=int, default=6)
     parser.add_argument("--threads", type=int, default=1,
                         help="torch.set_num_threads (default 1: on a shared machine OpenMP waits distort wall time)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="rounds of both sides, their order alternating (the ratio's spread comes from these)")
     parser.add_argument("--out", default=str(RESULTS_DIR / "cka.json"))
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     if args.threads:
         torch.set_num_threads(args.threads)
     models = {f"tiny-vit-s{s}": build_tiny_vit(f"tiny-vit-s{s}", seed=s) for s in range(args.models)}
-    cache_root = tempfile.mkdtemp(prefix="vitscope-cka-bench-")
-    try:
-        ours, t_ours = run_vitscope(models, args.images, args.size, args.batch, cache_root)
-    finally:
-        shutil.rmtree(cache_root, ignore_errors=True)
-    theirs, t_theirs = run_torch_cka(models, args.images, args.size, args.batch)
+
+    def vitscope_side():
+        cache_root = tempfile.mkdtemp(prefix="vitscope-cka-bench-")  # a fresh cache: every round extracts anew
+        try:
+            return run_vitscope(models, args.images, args.size, args.batch, cache_root)
+        finally:
+            shutil.rmtree(cache_root, ignore_errors=True)
+
+    def torch_cka_side():
+        return run_torch_cka(models, args.images, args.size, args.batch)
+
+    rounds = []
+    for r in range(args.repeats):
+        # alternate which side runs first, so neither always gets the warmer (or the busier) half of a round
+        order = [("vitscope", vitscope_side), ("torch_cka", torch_cka_side)]
+        got = {name: fn() for name, fn in (order if r % 2 == 0 else order[::-1])}
+        (ours, t_ours), (theirs, t_theirs) = got["vitscope"], got["torch_cka"]
+        rounds.append({"first": "vitscope" if r % 2 == 0 else "torch_cka",
+                       "seconds_wall": {"vitscope": t_ours[0], "torch_cka": t_theirs[0]},
+                       "seconds_cpu": {"vitscope": t_ours[1], "torch_cka": t_theirs[1]},
+                       "ratio": t_ours[0] / t_theirs[0], "ratio_cpu": t_ours[1] / t_theirs[1]})
+        print(f"round {r + 1}/{args.repeats} ({rounds[-1]['first']} first): vitscope {t_ours[0]:.2f} s wall, "
+              f"{t_ours[1]:.2f} s CPU; torch-cka {t_theirs[0]:.2f} s wall, {t_theirs[1]:.2f} s CPU; "
+              f"ratio {rounds[-1]['ratio']:.3f} wall, {rounds[-1]['ratio_cpu']:.3f} CPU", flush=True)
     diff_self = max(float((ours["self"][m] - theirs["self"][m]).abs().max()) for m in models)
     diff_cross = max(abs(ours["cross"][k] - theirs["cross"][k]) for k in theirs["cross"])
-    ratio, cpu_ratio = t_ours[0] / t_theirs[0], t_ours[1] / t_theirs[1]
+
+    def med(key: str, side: str | None = None) -> float:
+        return statistics.median(x[key][side] if side else x[key] for x in rounds)
+
+    def spread(key: str) -> list[float]:
+        return [min(x[key] for x in rounds), max(x[key] for x in rounds)]
+
+    ratio, cpu_ratio = med("ratio"), med("ratio_cpu")
+    t_ours = (med("seconds_wall", "vitscope"), med("seconds_cpu", "vitscope"))
+    t_theirs = (med("seconds_wall", "torch_cka"), med("seconds_cpu", "torch_cka"))
     print(f"{args.models} models x {args.images} images, minibatch {args.batch}, {torch.get_num_threads()} thread(s): "
-          f"{len(theirs['self'])} self-CKA matrices + {len(theirs['cross'])} cross-model values")
+          f"{len(theirs['self'])} self-CKA matrices + {len(theirs['cross'])} cross-model values; "
+          f"medians of {args.repeats} round(s)")
     print(f"vitscope  : {t_ours[0]:8.2f} s wall, {t_ours[1]:8.2f} s CPU  (each model run once, features cached)")
     print(f"torch-cka : {t_theirs[0]:8.2f} s wall, {t_theirs[1]:8.2f} s CPU  (both models run for each comparison)")
-    print(f"ratio     : {ratio:.3f} wall, {cpu_ratio:.3f} CPU  (goal <= 0.2)  {'OK' if ratio <= 0.2 else 'MISSED'}")
+    lo, hi = spread("ratio")
+    lo_cpu, hi_cpu = spread("ratio_cpu")
+    print(f"ratio     : {ratio:.3f} wall (spread {lo:.3f}-{hi:.3f}), {cpu_ratio:.3f} CPU (spread {lo_cpu:.3f}-"
+          f"{hi_cpu:.3f})  (goal <= 0.2)  {'OK' if ratio <= 0.2 else 'MISSED'}")
     print(f"largest |difference|: self-CKA {diff_self:.2e}, cross-model {diff_cross:.2e}")
     doc = {
         "workload": {"models": list(models), "images": args.images, "image_size": args.size,
                      "minibatch": args.batch, "features": "blocks.{i}.resid_post, all tokens flattened",
                      "estimator": "unbiased minibatch linear CKA"},
+        "loader": "decoding in the main process on both sides (vitscope workers=0, DataLoader num_workers=0)",
+        "repeats": args.repeats,
         "seconds_wall": {"vitscope": t_ours[0], "torch_cka": t_theirs[0]},
         "seconds_cpu": {"vitscope": t_ours[1], "torch_cka": t_theirs[1]},
-        "ratio": ratio, "ratio_cpu": cpu_ratio, "goal": 0.2,
+        "ratio": ratio, "ratio_cpu": cpu_ratio, "ratio_spread": spread("ratio"),
+        "ratio_cpu_spread": spread("ratio_cpu"), "goal": 0.2, "rounds": rounds,
         "max_abs_difference": {"self": diff_self, "cross": diff_cross},
         "cross_model_cka": {f"{a}|{b}": v for (a, b), v in ours["cross"].items()},
         "self_cka": {m: ours["self"][m].tolist() for m in models},

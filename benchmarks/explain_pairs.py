@@ -10,7 +10,8 @@ maps from the cache, with no forward pass. Reported per model, all measured in t
 * ``maps_per_s``  - maps per second after embedding (each pair gives two maps; counted as pairs).
 * ``explain_over_encode`` - ``explain_s / encode_s``.
 * ``naive_over_cached``   - the per-pair cost of ``PairedSimilarity.explain`` on the two images (two forward
-  passes per pair, timed on ``--naive-pairs`` pairs) divided by the per-pair cost from the cache.
+  passes per pair, timed on ``--naive-pairs`` pairs, at most half the gallery) divided by the per-pair cost from
+  the cache.
 
 Every number is the median of ``--repeats`` rounds, interleaved so drifts in machine speed hit all alike.
 Run: ``python benchmarks/explain_pairs.py [--gallery 512] [--k 4] [--models tiny-vit-metric,tiny-resnet-metric]``.
@@ -57,7 +58,11 @@ def main() -> None:
         explainers[name] = PairedSimilarity(backbone, projection="head", batch_size=128)
     rounds: dict[str, dict[str, list[float]]] = {n: {"encode": [], "embed": [], "explain": [], "naive": []}
                                                  for n in explainers}
-    naive_a, naive_b = data.images[:args.naive_pairs], data.images[args.naive_pairs:2 * args.naive_pairs]
+    # the naive pairs are disjoint halves of the gallery, so a small gallery caps their number
+    naive_pairs = min(args.naive_pairs, args.gallery // 2)
+    if naive_pairs < 1:
+        parser.error("--gallery must hold at least 2 images and --naive-pairs be at least 1")
+    naive_a, naive_b = data.images[:naive_pairs], data.images[naive_pairs:2 * naive_pairs]
     for _ in range(args.repeats):
         for name, ps in explainers.items():
             r = rounds[name]
@@ -66,11 +71,12 @@ def main() -> None:
             r["embed"].append(_time(ps.embed, data.images)[0])
             r["explain"].append(_time(explain_retrieval, ps, gallery, data.instances, k=args.k)[0])
             r["naive"].append(_time(ps.explain, naive_a, naive_b)[0])
-    report = {"gallery": args.gallery, "k": args.k, "threads": args.threads, "repeats": args.repeats, "models": {}}
+    report = {"gallery": args.gallery, "k": args.k, "threads": args.threads, "repeats": args.repeats,
+              "naive_pairs": naive_pairs, "models": {}}
     for name, r in rounds.items():
         med = {key: statistics.median(v) for key, v in r.items()}
         pairs = args.gallery * args.k
-        cached_per_pair, naive_per_pair = med["explain"] / pairs, med["naive"] / args.naive_pairs
+        cached_per_pair, naive_per_pair = med["explain"] / pairs, med["naive"] / naive_pairs
         report["models"][name] = {
             "encode_s": med["encode"], "embed_only_s": med["embed"], "explain_s": med["explain"],
             "maps_per_s": pairs / med["explain"], "explain_over_encode": med["explain"] / med["encode"],

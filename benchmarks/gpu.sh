@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every GPU measurement of benchmarks/README.md ("On a GPU") in one go, one JSON at the end, within 8 minutes
+# Every GPU measurement of benchmarks/README.md ("On a GPU") in one go, one JSON at the end; the steps' limits add up
+# to 8 minutes (about 4 measured), so that a short turn on a shared GPU machine holds the whole run
 # on one H100/H200: run it from the repository root on a machine with torch+CUDA and vitscope's dependencies.
 #
 #   bash benchmarks/gpu.sh [OUT_DIR]        (default benchmarks/results/gpu)
@@ -53,17 +54,17 @@ step() {  # step NAME SECONDS COMMAND...: run (stopped after SECONDS: a hang mus
 }
 : > "$SCRATCH/steps.txt"
 # Whole passes over JPEGs against plain DataLoader scripts (analyze's attention pass, probe's extraction).
-step gpu_pass 240 $PY benchmarks/gpu_pass.py --images "$IMAGES" --batch-size "$BATCH" --workers "$WORKERS" \
+step gpu_pass 210 $PY benchmarks/gpu_pass.py --images "$IMAGES" --batch-size "$BATCH" --workers "$WORKERS" \
   --rounds "$ROUNDS" --device cuda --out "$OUT_DIR/gpu_pass.json"
 # From preprocessed batches in memory: bare forward, forward + record, the seven updates (and each alone).
-step attention_suite 120 $PY benchmarks/attention_suite.py --device cuda --batch-size "$BATCH" --repeats 3 \
+step attention_suite 60 $PY benchmarks/attention_suite.py --device cuda --batch-size "$BATCH" --repeats 3 \
   --no-naive --per-analysis --out "$OUT_DIR/attention_suite.json"
 # The loader's uint8 pixels normalised on the GPU give the CPU's float32 bits (every byte value).
-step normalise 60 $PY benchmarks/gpu_normalise_check.py
+step normalise 45 $PY benchmarks/gpu_normalise_check.py
 # CUDA's own count of host synchronisations in every analysis's hot loop (empty lists when clean).
-step sync 90 $PY benchmarks/gpu_sync_check.py
+step sync 60 $PY benchmarks/gpu_sync_check.py
 # Two processes sharing the one GPU against one, and their numbers equal.
-step distributed 120 $PY benchmarks/distributed.py --device cuda --images 1024 --batch-size "$BATCH" --rounds 1 \
+step distributed 100 $PY benchmarks/distributed.py --device cuda --images 1024 --batch-size "$BATCH" --rounds 1 \
   --out "$OUT_DIR/distributed.json"
 $PY - "$OUT_DIR" "$SCRATCH" <<'EOF'
 import json, pathlib, sys

@@ -13,8 +13,8 @@ the start-up: some kills land in the pass, some while outputs are written), then
 The data is a synthetic COCO world (and its class folders for ``probe``) written once; the model is the
 built-in ``tiny-vit`` (and ``tiny-vit-p16`` for ``compare``); one thread per process.
 
-Run: ``python benchmarks/kill_matrix.py [--points 5] [--images 256] [--seed 0]``.
-Writes ``benchmarks/results/kill_matrix.json``; exits 1 when any point fails.
+Run: ``python benchmarks/kill_matrix.py [--points 5] [--images 256] [--seed 0] [--out PATH]``.
+Writes ``benchmarks/results/kill_matrix.json`` (``--out``); exits 1 when any point fails.
 """
 
 from __future__ import annotations
@@ -115,6 +115,7 @@ def main() -> int:
     parser.add_argument("--images", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--commands", default="analyze,compare,probe")
+    parser.add_argument("--out", default=str(RESULTS_DIR / "kill_matrix.json"), help="where the results JSON goes")
     opts = parser.parse_args()
     rng = random.Random(opts.seed)
     rows, failures = [], 0
@@ -152,9 +153,10 @@ def main() -> int:
                       f"{'equal' if equal else 'DIFFERENT'}{'; ' + resumed if resumed else ''}"
                       f"{'' if ok else '  <-- FAIL'}")
                 shutil.rmtree(out, ignore_errors=True)
-    RESULTS_DIR.mkdir(exist_ok=True)
-    (RESULTS_DIR / "kill_matrix.json").write_text(json.dumps({"points": rows, "failures": failures}, indent=1))
-    print(f"{len(rows)} kill points, {failures} failed")
+    out = Path(opts.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"points": rows, "failures": failures}, indent=1))
+    print(f"{len(rows)} kill points, {failures} failed; wrote {out}")
     return 1 if failures else 0
 
 

@@ -9,8 +9,10 @@ in both). The children write their neighbours to a temporary file and the parent
 Goal (issue 24): vitscope at most 1.2x faiss's time, peak memory under 2 GB, identical neighbours. faiss-cpu
 is needed only here (``pip install faiss-cpu``), never by vitscope.
 
-Run: ``python benchmarks/knn_search.py [--n 100000] [--dim 512] [--k 10] [--repeats 3]``.
-Writes ``benchmarks/results/knn_search.json``.
+The two sides alternate which runs first, round by round.
+
+Run: ``python benchmarks/knn_search.py [--n 100000] [--dim 512] [--k 10] [--repeats 3] [--out PATH]``.
+Writes ``benchmarks/results/knn_search.json`` (``--out``).
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ def _largest_gap(a: np.ndarray, b: np.ndarray, args: argparse.Namespace) -> floa
 
 def _run(kind: str, args: argparse.Namespace, out: Path) -> dict:
     cmd = [sys.executable, __file__, "--child", kind, "--n", str(args.n), "--dim", str(args.dim), "--k", str(args.k),
-           "--threads", str(args.threads), "--out", str(out)]
+           "--threads", str(args.threads), "--neighbours", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -97,17 +99,20 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--child", choices=("faiss", "vitscope"))
-    parser.add_argument("--out")
+    parser.add_argument("--out", default=str(RESULTS_DIR / "knn_search.json"), help="where the results JSON goes")
+    parser.add_argument("--child", choices=("faiss", "vitscope"), help=argparse.SUPPRESS)
+    parser.add_argument("--neighbours", help=argparse.SUPPRESS)  # (child) where its neighbour indices go
     args = parser.parse_args()
     if args.child:
-        _child(args.child, args.n, args.dim, args.k, args.threads, args.out)
+        _child(args.child, args.n, args.dim, args.k, args.threads, args.neighbours)
         return
     rounds = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
-            faiss_run = _run("faiss", args, Path(tmp) / "faiss.npy")
-            ours = _run("vitscope", args, Path(tmp) / "vitscope.npy")
+            # alternate the order, so neither side always runs on the machine the other just warmed or loaded
+            runs = {kind: _run(kind, args, Path(tmp) / f"{kind}.npy")
+                    for kind in (("faiss", "vitscope") if r % 2 == 0 else ("vitscope", "faiss"))}
+            faiss_run, ours = runs["faiss"], runs["vitscope"]
             a, b = np.load(Path(tmp) / "faiss.npy"), np.load(Path(tmp) / "vitscope.npy")
             same_rows = int((a == b).all(axis=1).sum())
             same_sets = int(sum(set(x) == set(y) for x, y in zip(a.tolist(), b.tolist())))
@@ -123,11 +128,13 @@ def main() -> None:
     peak = max(r["vitscope"]["peak_mib"] for r in rounds)
     print(f"median ratio x{statistics.median(ratios):.2f} (spread {min(ratios):.2f}-{max(ratios):.2f}; goal "
           f"<= {GOAL_RATIO}); vitscope peak {peak:.0f} MiB (goal < {GOAL_PEAK_MIB})")
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / "knn_search.json").write_text(json.dumps({
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
         "n": args.n, "dim": args.dim, "k": args.k, "threads": args.threads, "rounds": rounds,
         "median_ratio": statistics.median(ratios), "cpu": cpu_model(), "python": platform.python_version(),
         "date": time.strftime("%Y-%m-%d")}, indent=2))
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ Goals: ``analyze`` under 3 GB at the default batch (16) (issue 24, item 5), and 
 than at 16 (issue 34: minibatch CKA used to keep the features of batches under 4 images in memory, 6.8 GB at
 ``-b 2``): ``peak(-b 2) / peak(-b 16) <= 1``. Printed: every peak and those ratios, per repeat; the medians.
 
-Run: ``python benchmarks/pattern_memory.py [--images 16] [--batches 16,2] [--repeats 2]``.
-Writes ``benchmarks/results/pattern_memory.json``.
+Run: ``python benchmarks/pattern_memory.py [--images 16] [--batches 16,2] [--repeats 2] [--out PATH]``.
+Writes ``benchmarks/results/pattern_memory.json`` (``--out``).
 """
 
 from __future__ import annotations
@@ -92,6 +92,7 @@ def main() -> None:
     parser.add_argument("--batches", default="16,2", help="batch sizes, the first is the reference")
     parser.add_argument("--batch", type=int, default=16, help="(child) batch size")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--out", default=str(RESULTS_DIR / "pattern_memory.json"), help="where the results JSON goes")
     parser.add_argument("--child", choices=("bare", "analyze"))
     parser.add_argument("--model")
     args = parser.parse_args()
@@ -115,11 +116,13 @@ def main() -> None:
     met = all(m < GOAL_MIB for m in medians.values()) and all(m <= medians[batches[0]] for m in medians.values())
     print("median default analyze peaks: " + ", ".join(f"-b {b} {m:.0f} MiB" for b, m in medians.items())
           + f"; goals (under {GOAL_MIB} MiB, no higher than -b {batches[0]}): {'met' if met else 'NOT met'}")
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / "pattern_memory.json").write_text(json.dumps({
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
         "images": args.images, "batches": batches, "rounds": rounds,
         "median_analyze_mib": {str(b): m for b, m in medians.items()}, "goal_mib": GOAL_MIB, "cpu": cpu_model(),
         "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")}, indent=2))
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ fragmentation can make RSS creep for a while before it levels off. With a fixed 
 every large tensor is returned to the OS on free, so a ramp in ``mmap1m`` would be a real leak.
 
 Settings (``--models``): ``tiny-vit`` (``vitscope.load_model("tiny-vit")``, 64 px, batch 16) and
-``vit-s`` (a ViT-S/16-sized ``transformers.ViTModel`` with random weights, 224 px, batch 8).
+``vit-s`` (a ViT-S/16-sized ``transformers.ViTModel`` with random weights, 224 px, batch 8). Every run loads
+its images in a thread of the measured process (``workers=0``), whatever the number of images.
 
 Run: ``python benchmarks/streaming_memory.py [--models tiny-vit,vit-s] [--small 64] [--large 512]``.
 Writes ``benchmarks/results/streaming_memory.json``.
@@ -125,11 +126,17 @@ def child(model: str, n: int, batch_size: int) -> dict:
     hwm_before = _status_kib("VmHWM")
     reset = _reset_hwm()
     t0 = time.perf_counter()
+    # workers=0 at every size: a worker process decodes (and samples the trace) outside this process's RSS, so the
+    # engine's default of a worker from 256 images on would make the large run look smaller than it is.
     results = vitscope.run(backbone, dataset, [AttentionStats(), MeanActivation()], batch_size=batch_size,
-                           device="cpu", progress=False)
+                           device="cpu", progress=False, workers=0)
     elapsed = time.perf_counter() - t0
     hwm_run = _status_kib("VmHWM")
     assert results.num_images == n, (results.num_images, n)
+    expected = -(-n // batch_size)
+    if len(trace) < expected:  # loads ran somewhere else: the peak would not be this process's
+        raise SystemExit(f"RSS trace holds {len(trace)} samples for {expected} batches: the images were not loaded "
+                         "in the measured process")
     peak = max(_ru_maxrss_bytes(), (hwm_before or 0) * 1024, (hwm_run or 0) * 1024)
     out = {
         "model": model, "spec_name": backbone.spec.name, "num_images": n, "batch_size": batch_size,
