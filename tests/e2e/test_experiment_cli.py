@@ -88,3 +88,9 @@ def test_robustness_runs_the_foreground_test_on_boxes_alone(tmp_path):
                            progress=False)
     assert "foreground_masking" not in masks["analyses"]
     assert [s["analysis"] for s in masks["skipped_analyses"]] == ["foreground_masking"]
+    for xml in (boxes / "boxes").rglob("*.xml"):  # no image has a box: the test is listed as not run, the rest runs
+        xml.unlink()
+    bare = run_robustness(["tiny-vit-sup"], data, tmp_path / "rob0", batch_size=4, device="cpu", progress=False)
+    assert "foreground_masking" not in bare["analyses"] and "frequency_filtering" in bare["analyses"]
+    assert [s["reason"] for s in bare["skipped_analyses"]] == [
+        "no image has a foreground inside the model's input (box regions after the resize and crop)"]

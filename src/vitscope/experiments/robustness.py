@@ -109,9 +109,15 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
         per_model[name] = dict(results.items())
         described, seen = results.data, max(seen, results.num_images)
     results: dict[str, Result] = {}
-    if with_foreground:
-        fg = {m: r["foreground_masking"]["normalised_accuracy"] for m, r in per_model.items()}
-        topk = next(iter(per_model.values()))["foreground_masking"].meta["topk"]  # the same k for every model
+    scored = {m: r["foreground_masking"] for m, r in per_model.items()
+              if with_foreground and "normalised_accuracy" in r["foreground_masking"].tensors}
+    if with_foreground and not scored:  # e.g. every box outside the centre crop: said, not a crash
+        not_run["foreground_masking"] = next(iter(per_model.values()))["foreground_masking"].meta["error"]
+        if log:
+            log(f"not run: {not_run_text(not_run)}")
+    if scored:
+        fg = {m: r["normalised_accuracy"] for m, r in scored.items()}
+        topk = next(iter(scored.values())).meta["topk"]  # the same k for every model
 
         def bars(path: Path) -> list[Path]:
             from vitscope.viz.masking_figures import foreground_bars_figure

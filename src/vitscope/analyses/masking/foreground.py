@@ -172,6 +172,8 @@ class ForegroundMasking(ModelAccumulator):
         meta = self._meta() | {"conditions": list(CONDITIONS), "topk": list(self._cfg_topk),
                                "region": self._cfg_region, "fill": self._cfg_fill, "images_used": self.used}
         if self.used == 0:
+            meta["error"] = (f"no image has a foreground inside the model's input ({self._cfg_region} regions after "
+                             "the resize and crop)")
             return ForegroundMaskingResult(name=self.name, tensors={}, meta=meta)
         acc = self.correct / self.used
         full = acc[0:1]
