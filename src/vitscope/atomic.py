@@ -6,11 +6,11 @@ import contextlib
 import os
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
-__all__ = ["atomic_path", "process_alive", "remove_leftovers", "staging_name", "temporary_path",
-           "write_text_atomic"]
+__all__ = ["atomic_path", "process_alive", "remove_leftovers", "remove_leftovers_under", "staging_name",
+           "temporary_path", "write_text_atomic"]
 
 #: in every temporary name, so that cleaning a folder never touches a user's own ``.x.<number>.tmp`` files
 MARKER = "vitscope"
@@ -74,7 +74,8 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def remove_leftovers(folder: str | os.PathLike, stale_pids: frozenset[int] = frozenset()) -> list[str]:
+def remove_leftovers(folder: str | os.PathLike, stale_pids: frozenset[int] = frozenset(),
+                     keep: Collection[str] = ()) -> list[str]:
     """Remove the temporary files and staging folders that a killed process (``kill -9``, power loss) left in
     ``folder``; those of a process still running on this machine are kept. Returns the names removed.
 
@@ -82,6 +83,8 @@ def remove_leftovers(folder: str | os.PathLike, stale_pids: frozenset[int] = fro
         folder: where to look (not recursively).
         stale_pids: process ids whose leftovers go even though such a process runs: the caller's own id before
             it writes anything (a container restarts its command with the same id every time).
+        keep: names kept whatever their process: those this process is writing now (read as each name is met,
+            so a collection that the writers update as they go may be passed).
 
     Processes are told apart by their id on this machine: two machines writing into one shared folder at the
     same time are not supported (nor is that safe for the outputs themselves).
@@ -92,7 +95,7 @@ def remove_leftovers(folder: str | os.PathLike, stale_pids: frozenset[int] = fro
         return removed
     for entry in folder.iterdir():
         match = _LEFTOVER.match(entry.name)
-        if match is None:
+        if match is None or entry.name in keep:
             continue
         try:
             pid = int(match.group("pid") or match.group("owner"))
@@ -106,4 +109,20 @@ def remove_leftovers(folder: str | os.PathLike, stale_pids: frozenset[int] = fro
         else:
             entry.unlink(missing_ok=True)
         removed.append(entry.name)
+    return removed
+
+
+def remove_leftovers_under(root: str | os.PathLike, stale_pids: frozenset[int] = frozenset()) -> list[str]:
+    """:func:`remove_leftovers` in ``root`` and every folder under it (links not followed); returns the paths
+    removed, relative to ``root``.
+
+    Args:
+        root: the top of the tree (nothing happens when it is not a folder).
+        stale_pids: as for :func:`remove_leftovers`.
+    """
+    removed = []
+    for folder, subfolders, _ in os.walk(root):
+        gone = remove_leftovers(folder, stale_pids)
+        subfolders[:] = [name for name in subfolders if name not in gone]  # a removed staging folder
+        removed.extend(os.path.relpath(os.path.join(folder, name), root) for name in gone)
     return removed

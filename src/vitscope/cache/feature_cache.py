@@ -3,7 +3,9 @@
 Layout: ``<root>/<key[:2]>/<key>/`` holds ``meta.json`` and one ``<column>.npy`` per column (e.g.
 ``index.npy`` ``[rows]`` dataset index of each row, ``block3.npy`` ``[rows, F]`` features of block 3).
 An entry is written in a private folder under ``<root>/tmp/`` and renamed into place in one step, so a
-reader sees a complete entry or none; two processes racing on one key both succeed and one copy is kept.
+reader sees a complete entry or none; two processes racing on one key both succeed and one copy is kept. An entry
+is removed the other way round: renamed into ``tmp/`` in one step, then deleted there. What a killed process left
+in ``tmp/`` is deleted by the next commit.
 Arrays are read back as read-only memory maps (``np.load(mmap_mode="r")``): memory stays bounded by what
 a consumer touches.
 
@@ -29,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from vitscope.atomic import remove_leftovers, staging_name
 from vitscope.cache.rowstore import RowStore
 from vitscope.errors import VitscopeKeyError, VitscopeValueError
 from vitscope.strict_json import dumps
@@ -58,6 +61,25 @@ def held_entries() -> Iterator[None]:
         for cache in held[1].values():
             with contextlib.suppress(OSError):  # a read-only cache keeps its size
                 cache.evict()
+
+
+#: the staging folders this process is writing now (other threads' cleaning keeps them)
+_WRITING: set[str] = set()
+
+
+@contextlib.contextmanager
+def _staging(tmp_root: Path) -> Iterator[Path]:
+    """A new staging folder of this process in ``tmp_root``, deleted when the block ends; what killed processes
+    (and this one before a container restarted it under the same id) left there is deleted first."""
+    tmp = tmp_root / staging_name(uuid.uuid4().hex)
+    _WRITING.add(tmp.name)  # before it exists, so that no cleaning meets it unregistered
+    try:
+        remove_leftovers(tmp_root, stale_pids=frozenset({os.getpid()}), keep=_WRITING)
+        tmp.mkdir(parents=True)
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        _WRITING.discard(tmp.name)
 
 
 def default_cache_root() -> Path:
@@ -133,12 +155,14 @@ class FeatureCache:
     def get(self, key: str) -> CacheEntry | None:
         """The committed entry of ``key``, or None; a hit refreshes its last-use time."""
         path = self._path(key)
-        if not (path / "meta.json").is_file():
+        try:
+            entry = CacheEntry(path)
+        except (FileNotFoundError, NotADirectoryError):  # none, or another process took it out meanwhile
             return None
         with contextlib.suppress(OSError):  # a read-only cache still serves hits
             os.utime(path / "meta.json")
         self._hold(key)
-        return CacheEntry(path)
+        return entry
 
     def _hold(self, key: str) -> None:
         held = _HELD.get()
@@ -171,9 +195,7 @@ class FeatureCache:
         if store.rows and sort_by not in store.schema:
             raise VitscopeValueError(f"cannot commit a store without a '{sort_by}' column (it has "
                                      f"{sorted(store.schema)})")
-        tmp = self.root / "tmp" / f"{key}.{uuid.uuid4().hex}"
-        tmp.mkdir(parents=True)
-        try:
+        with _staging(self.root / "tmp") as tmp:
             outs = {}
             for name, (dtype, tail) in store.schema.items():
                 if store.rows == 0:  # a zero-length file cannot be memory-mapped
@@ -195,8 +217,6 @@ class FeatureCache:
             except OSError:  # another process published the same key first: keep theirs
                 if not (final / "meta.json").is_file():
                     raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
         if evict and self.max_bytes is not None:
             self.evict(keep=key)
         return CacheEntry(final)
@@ -234,9 +254,8 @@ class FeatureCache:
         for _, size, k, p in info:
             if total <= self.max_bytes:
                 break
-            if k in kept:
+            if k in kept or not self._discard(p):
                 continue
-            shutil.rmtree(p, ignore_errors=True)
             total -= size
             removed.append(k)
         return removed
@@ -246,5 +265,18 @@ class FeatureCache:
         path = self._path(key)
         if not path.is_dir():
             return False
-        shutil.rmtree(path, ignore_errors=True)
+        self._discard(path)
+        return True
+
+    def _discard(self, path: Path) -> bool:
+        """Take the entry at ``path`` out of the cache in one rename, then delete it: a process killed while
+        deleting leaves a leftover in ``tmp/``, never a damaged entry that :meth:`get` would serve. Returns whether
+        it was taken out (not when another process took it first, or the cache is read-only)."""
+        trash = self.root / "tmp" / staging_name(uuid.uuid4().hex)
+        try:
+            trash.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(path, trash)
+        except OSError:
+            return False
+        shutil.rmtree(trash, ignore_errors=True)
         return True

@@ -30,6 +30,8 @@ def _scan_folder(root: Path, extensions: tuple[str, ...]) -> list[str]:
 
     Linked folders are followed (datasets are often assembled from links), each real folder once, so a link
     loop ends; a broken link with an image suffix is listed, so that it is reported as skipped, not lost.
+    Hidden files and folders (a leading dot) are skipped: they are a writer's temporary files, macOS's ``._*``
+    resource forks or tools' state, never the user's images.
     """
     found: list[Path] = []
     seen: set[tuple[int, int]] = set()
@@ -39,8 +41,9 @@ def _scan_folder(root: Path, extensions: tuple[str, ...]) -> list[str]:
             subfolders[:] = []
             continue
         seen.add((info.st_dev, info.st_ino))
-        subfolders.sort()
-        found.extend(Path(folder) / f for f in files if os.path.splitext(f)[1].lower() in extensions)
+        subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
+        found.extend(Path(folder) / f for f in files
+                     if os.path.splitext(f)[1].lower() in extensions and not f.startswith("."))
     found.sort(key=lambda p: p.relative_to(root).as_posix())
     return [str(p) for p in found]
 

@@ -21,6 +21,7 @@ With ``distributed=True`` (under ``torchrun``) each process reads its contiguous
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -31,7 +32,7 @@ from typing import Any
 import torch
 
 from vitscope.analyses.base import Analysis, Batch
-from vitscope.atomic import atomic_path
+from vitscope.atomic import atomic_path, remove_leftovers
 from vitscope.autoencoders.files import save
 from vitscope.autoencoders.model import SparseAutoencoder
 from vitscope.autoencoders.tokens import as_tokens, check_selects, selected_tokens
@@ -150,6 +151,14 @@ def _end_of_pass(trainer: Trainer | None, replicas: Replicas, make: Callable[[in
 
 
 _STATE_FILE = "training_state.pt"
+_STATE_FOLDER = ".training"
+
+
+def _clear_leftovers(out: Path) -> None:
+    """Delete the temporary files a killed training left in ``out`` and its state folder (the SAE's weights, the
+    state of a pass), which a finished run would otherwise keep beside its files."""
+    for folder in (out, out / _STATE_FOLDER):
+        remove_leftovers(folder, stale_pids=frozenset({os.getpid()}))  # this process has written nothing yet
 
 
 def train(backbone: Backbone, hook: str, data: Any, config: SAETraining = SAETraining(), out: str | Path | None = None,
@@ -198,7 +207,9 @@ def train(backbone: Backbone, hook: str, data: Any, config: SAETraining = SAETra
                                  f"({shard.world}): each brings its share of every minibatch")
     replicas = GroupReplicas(shard) if shard.world > 1 else Replicas()
     log = log if shard.rank == 0 else None
-    folder = None if out is None else Path(out) / ".training"
+    folder = None if out is None else Path(out) / _STATE_FOLDER
+    if out is not None and shard.rank == 0:  # the one writer
+        _clear_leftovers(Path(out))
     key = _state_key(backbone, hook, source, config, batch_size, shard.world) if folder is not None else ""
     saved = _saved(folder, key)
     trainer: Trainer | None = None

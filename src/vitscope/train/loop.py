@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from vitscope._version import __version__
-from vitscope.atomic import atomic_path
+from vitscope.atomic import atomic_path, remove_leftovers
 from vitscope.errors import VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.models.digest import digest, tensors_digest
@@ -306,6 +306,8 @@ def fit(recipe: Recipe, data: TensorImages, config: LoopConfig) -> TrainResult:
     start = 0
     ckpt = Path(config.checkpoint_dir) / CHECKPOINT_NAME if config.checkpoint_dir else None
     key = train_key(recipe, modules, data, config) if ckpt is not None else {}
+    if ckpt is not None:  # a killed run's half-written state would otherwise stay beside the checkpoint for good
+        remove_leftovers(ckpt.parent, stale_pids=frozenset({os.getpid()}))  # this process has written nothing yet
     state = _resumable(ckpt, key, recipe.name) if ckpt is not None else None
     if state is not None:
         for name, module in modules.items():

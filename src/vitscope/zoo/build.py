@@ -10,8 +10,12 @@ the recorded score is the one the shipped file reproduces.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
+import signal
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +25,7 @@ from typing import Any
 
 import torch
 
+from vitscope.atomic import remove_leftovers
 from vitscope.errors import VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.train.data import TensorImages, synthetic_split
@@ -124,8 +129,16 @@ def build(
     entry = name if isinstance(name, ZooEntry) else get_entry(name)
     out = zoo_dir(directory)
     out.mkdir(parents=True, exist_ok=True)
+    _clear_leftovers(out)
     with _threads(BUILD_THREADS):
         return _build(entry, out, workdir, progress, steps)
+
+
+def _clear_leftovers(out: Path) -> None:
+    """Delete the temporary files that killed builds left in the zoo folder and its cards (those of the work folder
+    go when :func:`fit` starts); the files of builds running in other processes are kept."""
+    for folder in (out, out / "cards"):
+        remove_leftovers(folder, stale_pids=frozenset({os.getpid()}))  # this process is between writes
 
 
 def _build(entry: ZooEntry, out: Path, workdir: str | os.PathLike | None, progress: bool | None,
@@ -210,7 +223,43 @@ def build_many(names: list[str], directory: str | os.PathLike | None = None, job
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     ctx = multiprocessing.get_context("spawn")  # no forked torch thread pools
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_die_with_parent) as pool:
         futures = [pool.submit(build, n, directory, None, False, steps) for n in names]
         for future in as_completed(futures):
             yield future.result()
+
+
+#: prctl's option that asks the kernel to send a signal to this process when its parent ends
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Pool initializer: a worker ends when the process that started it ends (``kill -9`` of ``zoo build``), rather
+    than training on and writing into the zoo unwatched.
+
+    On Linux the kernel kills it (``PR_SET_PDEATHSIG``; the workers are started by the thread that submits the
+    builds, which lives as long as the pool); elsewhere a thread watches the parent's id.
+    """
+    parent = os.getppid()
+    if not _kernel_kills_orphan():
+        threading.Thread(target=_watch_parent, args=(parent,), name="vitscope-parent-watch", daemon=True).start()
+    if os.getppid() != parent:  # the parent ended before the request took effect
+        os._exit(1)
+
+
+def _kernel_kills_orphan() -> bool:
+    """Ask Linux to SIGKILL this process when its parent ends; whether it was done."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+    except (OSError, AttributeError):  # no C library with prctl
+        return False
+
+
+def _watch_parent(parent: int, every: float = 1.0) -> None:
+    """End this process (no clean-up: it is an orphan) once its parent, process ``parent``, has ended."""
+    while os.getppid() == parent:
+        time.sleep(every)
+    os._exit(1)

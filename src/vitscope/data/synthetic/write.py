@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
-from vitscope.atomic import write_text_atomic
+from vitscope.atomic import remove_leftovers_under, write_text_atomic
 from vitscope.data.synthetic.world import SyntheticWorld
 from vitscope.errors import VitscopeUsageError
 
@@ -40,6 +41,8 @@ def synthesize(out: str | Path, format: str, n: int = 100, size: int = 224, seed
                            num_instances_per_class=4 if retrieval else 20, max_objects=max_objects)
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
+    # a killed run's temporary images would otherwise be read as images by a plain folder source
+    remove_leftovers_under(root, stale_pids=frozenset({os.getpid()}))  # this process has written nothing yet
     names = [c.name for c in world.classes]
     tick = progress or (lambda k: None)
 
