@@ -69,7 +69,8 @@ def knn_scores(blocks: Sequence[int], features: Callable[[int], tuple[np.ndarray
         te = random_features((test_y.size, width), gen, random_kind).numpy()
         random = {"accuracy": _accuracy(tr, train_y, te, test_y, k, temperature, num_classes)}
     return probe_result(name, "knn", list(blocks), {"accuracy": acc}, random, k=k, temperature=temperature,
-                        num_train=int(train_y.size), num_test=int(test_y.size), random_kind=random_kind, **meta)
+                        num_train=int(train_y.size), num_test=int(test_y.size), seed=seed, random_kind=random_kind,
+                        **meta)
 
 
 @register_analysis("knn_probe", groups=("probes",), order=130)
