@@ -56,6 +56,8 @@ def test_rollout_discard_by_hand_and_never_the_diagonal() -> None:
     torch.testing.assert_close(torch.diagonal(out, dim1=-2, dim2=-1), torch.diagonal(fused, dim1=-2, dim2=-1))
     assert int((out == 0).sum()) == 4
     torch.testing.assert_close(out[0], torch.tensor([[0.01, 0.0, 0.0], [0.6, 0.02, 0.0], [0.0, 0.67, 0.03]]))
+    fewer = discard_smallest(fused, 0.3)  # floor(2.7) = 2, not round's 3: the two smallest off-diagonal entries
+    torch.testing.assert_close(fewer[0], torch.tensor([[0.01, 0.5, 0.49], [0.6, 0.02, 0.0], [0.0, 0.67, 0.03]]))
     full = discard_smallest(fused, 0.99)  # capped at the off-diagonal entries
     torch.testing.assert_close(full[0], torch.diag(torch.tensor([0.01, 0.02, 0.03])))
     # per image: each image discards its own smallest entries

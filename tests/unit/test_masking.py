@@ -55,6 +55,10 @@ def test_boxes_and_segmentation_masks() -> None:
     want = torch.zeros(4, 8, dtype=torch.bool)
     want[1:3, 2:6] = True
     assert torch.equal(box, want)
+    # a resized box is fractional: pixel centres decide (columns 2.5..4.5 in [2.4, 5.4), row 1.5 in [0.6, 2.4))
+    want = torch.zeros(4, 8, dtype=torch.bool)
+    want[1, 2:5] = True
+    assert torch.equal(boxes_pixel_mask(torch.tensor([[2.4, 0.6, 5.4, 2.4]]), (4, 8)), want)
     masks = torch.zeros(2, 4, 8, dtype=torch.bool)
     masks[0, 1, 2] = masks[0, 2, 5] = True
     assert masks_bounding_boxes(masks).tolist() == [[2.0, 1.0, 6.0, 3.0]]  # the empty mask is dropped

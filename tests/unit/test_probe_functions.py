@@ -80,6 +80,10 @@ def test_first_frame_labels_and_mask_postprocessing() -> None:
     out = labels_to_mask(soft, patch=2, out_hw=(4, 8))
     assert out.shape == (4, 8) and out.dtype == np.uint8
     assert (out[:, :4] == 0).all() and (out[:, 4:] == 1).all()
+    # each channel min-max normalised before the argmax: [1, 0] and [0, 1] (raw values would give [0, 0]); a
+    # constant channel is kept as it is (0.3 < 1)
+    soft = torch.tensor([[[0.6, 0.5]], [[0.1, 0.45]], [[0.3, 0.3]]])
+    assert labels_to_mask(soft, patch=1, out_hw=(1, 2)).tolist() == [[0, 1]]
 
 
 def test_sequence_with_oracle_features_is_perfect() -> None:

@@ -37,6 +37,22 @@ def test_every_user_string_is_escaped(tmp_path):
     assert len(re.findall(r"<script>", html)) == 1  # only the report's own inline script
 
 
+def test_tables_pair_explorers_and_chart_data_escape_user_strings():
+    """Text in tables and pair explorers is escaped; JSON for the page's scripts cannot close its script element."""
+    from vitscope.report.model import PairExplorer, Table
+
+    def page(text: str) -> str:
+        chart = {"series": [{"name": f"</script><script>alert(1)//{text}", "data": [1, 2]}]}
+        section = Section("s", text, text, [FigureItem(None, text, text, text, chart=chart, stem="c")],
+                          tables=[Table(text, [text, "n"], [[text, 1.5]], note=text)],
+                          pair_explorers=[PairExplorer(text, {"names": [text], "bar": "#fff"}, text, text)])
+        return render_html(Report(title="t", sections=[section]))
+
+    html, plain = page(EVIL), page("plain")
+    assert "<script>alert" not in html and "</script><script>" not in html
+    assert html.count("<script") == plain.count("<script") and html.count("</script>") == plain.count("</script>")
+
+
 def test_report_is_self_contained(tmp_path):
     fig = _png(tmp_path / "f.png", 7)
     html = render_html(Report("t", sections=[Section("s", "S", figures=[FigureItem(fig, "F")])]))
