@@ -4,7 +4,8 @@ for JumpReLU inference), so that SAELens and vitscope read each other's files.
 
 vitscope writes its input scale folded into the weights (``normalize_activations: "none"``: the file is exact for any
 reader) and keeps what it knows beside SAELens's keys under ``"vitscope"`` (the kind, k, the matryoshka widths, the
-scale, the model and hook it was trained on). Batch top-k and matryoshka SAEs are written as SAELens writes them for
+scale, the model and hook it was trained on; from training, its settings and what it was made of: the model's identity,
+the data with its fingerprint, the versions). Batch top-k and matryoshka SAEs are written as SAELens writes them for
 inference: JumpReLU with the learned threshold.
 """
 
@@ -22,10 +23,13 @@ from vitscope.autoencoders.model import SparseAutoencoder
 from vitscope.errors import VitscopeFileNotFoundError, VitscopeValueError
 from vitscope.strict_json import write_json_atomic
 
-__all__ = ["CFG_FILE", "WEIGHTS_FILE", "load", "save"]
+__all__ = ["CFG_FILE", "PROVENANCE_KEYS", "WEIGHTS_FILE", "load", "save", "trained_on"]
 
 CFG_FILE = "cfg.json"
 WEIGHTS_FILE = "sae_weights.safetensors"
+#: what vitscope's record says an SAE was trained on (results.json's names): vitscope's version, the model's identity,
+#: the data with its fingerprint, where the passes ran, the package versions
+PROVENANCE_KEYS = ("vitscope_version", "models", "data", "run", "environment")
 _ARCHITECTURE = {"relu": "standard", "topk": "topk", "batchtopk": "jumprelu", "matryoshka": "jumprelu",
                  "jumprelu": "jumprelu"}
 
@@ -57,6 +61,16 @@ def save(sae: SparseAutoencoder, folder: str | Path, hook: str | None = None, mo
         save_file({k: v.float().cpu() for k, v in weights.items()}, str(partial))
     write_json_atomic(out / CFG_FILE, cfg)
     return out
+
+
+def trained_on(path: str | Path) -> dict[str, Any]:
+    """What the cfg.json of the SAE folder at ``path`` records of the model, data and environment it was trained on
+    (:data:`PROVENANCE_KEYS`); empty for other layouts and for folders written before vitscope recorded it."""
+    cfg_path = Path(path) / CFG_FILE
+    if not cfg_path.is_file():
+        return {}
+    ours = json.loads(cfg_path.read_text()).get("vitscope") or {}
+    return {key: ours[key] for key in PROVENANCE_KEYS if key in ours}
 
 
 def load(path: str | Path, k: int | None = None) -> SparseAutoencoder:

@@ -61,13 +61,16 @@ def train_command(
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps [best available]."),
 ) -> None:
     """Train a sparse autoencoder from passes over the data (no activation written): cfg.json and
-    sae_weights.safetensors in --out. Under torchrun the processes share every pass and train one SAE; process 0
+    sae_weights.safetensors in --out, cfg.json saying what it was trained on (the model's identity, the data's
+    fingerprint, the settings, the versions). Under torchrun the processes share every pass and train one SAE; process 0
     writes it and speaks."""
     from vitscope.autoencoders.model import KINDS
     from vitscope.autoencoders.tokens import TOKENS_OF
+    from vitscope.engine.provenance import model_identity
     from vitscope.engine.settings import resolve_device
     from vitscope.models.input_size import describe_input
     from vitscope.models.load import load_model
+    from vitscope.outputs.writer import environment
     from vitscope.sae.training import SAETraining, train
     from vitscope.workflows.launch import role
 
@@ -82,8 +85,9 @@ def train_command(
         backbone = load_model(model, device=device)
         if me.log:
             me.log(describe_input(backbone.spec))
+        made_of = {"models": [model_identity(model, backbone)], "environment": environment()}
         sae = train(backbone, hook, data, config, out=out, batch_size=batch_size, device=device, log=me.log,
-                    distributed=me.distributed)
+                    distributed=me.distributed, record=made_of)
     if not me.main:  # another process of a torchrun launch: process 0 reports
         return
     last = sae.training_log[-1] if sae.training_log else {}
@@ -102,23 +106,37 @@ def eval_command(
                                          "was trained on, else spatial]."),
     images: int = typer.Option(32, "--images", min=1, help="Images the spliced-in cost is measured on."),
     batch_size: int = typer.Option(32, "--batch-size", "-b", min=1, help="Images per forward pass."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Folder for results.json and report.html, the record "
+                                                              "of this measurement [none: printed only]."),
 ) -> None:
     """Measure an SAE on held-out images: FVU, cosine, L0, dead and dense latents, and the output's change with the
-    hook replaced by the reconstruction, by its mean and by PCA of the same L0 (one JSON object)."""
+    hook replaced by the reconstruction, by its mean and by PCA of the same L0 (one JSON object, with the model's,
+    the data's and the SAE's identities; --out also writes them as results.json)."""
     from vitscope.autoencoders.tokens import TOKENS_OF
+    from vitscope.engine.provenance import model_identity
     from vitscope.models.input_size import describe_input
     from vitscope.models.load import load_model
     from vitscope.sae import evaluate, load
+    from vitscope.sae.provenance import sae_identity
     from vitscope.strict_json import dumps
 
     if tokens_of is not None:
         require_choice("--tokens-of", tokens_of, TOKENS_OF)
+    if out is not None:
+        writable_folder("--out", out, keep=False)  # written after the passes: a wrong --out fails now
     autoencoder = load(sae)  # a file that is no SAE fails before the model loads
     backbone = load_model(model)
     typer.echo(describe_input(backbone.spec), err=True)  # stdout holds the JSON alone
     found = evaluate(autoencoder, backbone, data, hook=hook, tokens_of=tokens_of, images=images,
                      batch_size=batch_size)
+    found.update(models=[model_identity(model, backbone)], sae=sae_identity(autoencoder, sae))
     typer.echo(dumps(found, indent=1))
+    if out is not None:
+        config = {"command": "sae eval", "sae": str(sae), "model": model, "data": data, "hook": hook,
+                  "tokens_of": tokens_of, "images": images, "batch_size": batch_size, "out": str(out)}
+        from vitscope.workflows.sae_eval import write_sae_eval
+
+        typer.echo(f"-> {write_sae_eval(out, found, config)}", err=True)
 
 
 @sae_app.command("benchmark")

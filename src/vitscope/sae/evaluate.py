@@ -19,6 +19,7 @@ from vitscope.analyses.base import Analysis, Batch
 from vitscope.autoencoders.model import SparseAutoencoder
 from vitscope.autoencoders.tokens import TOKENS_OF, as_tokens, check_selects, map_back, selected_tokens
 from vitscope.data.open import as_source
+from vitscope.engine.provenance import model_identity
 from vitscope.engine.run import run
 from vitscope.errors import VitscopeValueError
 from vitscope.hooks.edits import EditFn
@@ -113,11 +114,12 @@ def evaluate(sae: SparseAutoencoder, backbone: Backbone, data: Any, hook: str | 
             hook replaced, beside the model's own (one more pass per replacement).
 
     Returns:
-        ``{"tokens", "fvu", "cosine", "l0", "dead", "dense", "spliced": {"sae" | "mean" | "pca": output change}}``
-        (:func:`~vitscope.models.outputs.output_change`; ``pca`` keeps the ``round(l0)`` principal components of every
-        token the pass streamed, as the SAE and the mean are fitted away from the scored images); with
-        ``knn`` and labels, ``knn_accuracy`` (the model's) and each replacement's ``knn_accuracy`` and
-        ``knn_change``.
+        ``{"hook", "tokens_of", "tokens", "fvu", "cosine", "l0", "dead", "dense", "num_images", "spliced": {"sae" |
+        "mean" | "pca": output change}, "models", "data"}`` (:func:`~vitscope.models.outputs.output_change`; ``pca``
+        keeps the ``round(l0)`` principal components of every token the pass streamed, as the SAE and the mean are
+        fitted away from the scored images; ``models`` and ``data`` as results.json has them: the model's identity
+        under its spec's name, the data's description with its fingerprint); with ``knn`` and labels,
+        ``knn_accuracy`` (the model's) and each replacement's ``knn_accuracy`` and ``knn_change``.
 
     Raises:
         ValueError: no hook, a hook the model lacks, a width that is not the hook's, an SAE of another model, or
@@ -139,7 +141,7 @@ def evaluate(sae: SparseAutoencoder, backbone: Backbone, data: Any, hook: str | 
     moments = _Moments(sae.eval(), hook, tokens_of)
     source = as_source(data)
     with torch.no_grad():
-        run(backbone, source, [moments], batch_size=batch_size, progress=False, workers=0)
+        passed = run(backbone, source, [moments], batch_size=batch_size, progress=False, workers=0)
     s = {k: v.cpu() for k, v in moments.sums.items()}
     if not s or not float(s["n"]):
         raise VitscopeValueError(f"no token of {hook!r} came from {source.name} ({tokens_of} tokens)")
@@ -150,7 +152,7 @@ def evaluate(sae: SparseAutoencoder, backbone: Backbone, data: Any, hook: str | 
     out: dict[str, Any] = {"hook": hook, "tokens_of": tokens_of, "tokens": int(n),
                            "fvu": float(s["error"]) / max(variance, 1e-30), "cosine": float(s["cosine"]) / n,
                            "l0": l0, "dead": int((s["fired"] == 0).sum()),
-                           "dense": int((s["fired"] > dense_above * n).sum())}
+                           "dense": int((s["fired"] > dense_above * n).sum()), "num_images": passed.num_images}
     covariance = s["xx"] / n - torch.outer(mean, mean)
     replacements = _replacements(sae, mean.float(), covariance, max(1, round(l0)))
     out["spliced"] = _spliced_costs(backbone, source, hook, tokens_of, images, replacements)
@@ -160,6 +162,7 @@ def evaluate(sae: SparseAutoencoder, backbone: Backbone, data: Any, hook: str | 
         for name, fn in replacements.items():
             accuracy = _knn(backbone, source, spliced(hook, kinds, tokens_of, fn, maps), batch_size)
             out["spliced"][name].update(knn_accuracy=accuracy, knn_change=accuracy - out["knn_accuracy"])
+    out.update(models=[model_identity(backbone.spec.name, backbone)], data=passed.data)
     return out
 
 

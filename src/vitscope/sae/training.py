@@ -46,6 +46,7 @@ from vitscope.engine.run import resolve_device, run
 from vitscope.errors import VitscopeRuntimeError, VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.sae.distributed import GroupReplicas, Replicas
+from vitscope.sae.provenance import data_record, data_spec, training_provenance
 from vitscope.sae.settings import SAETraining
 from vitscope.sae.trainer import Trainer, round_table
 
@@ -89,14 +90,14 @@ def _buffer_size(cfg: SAETraining, d_in: int, device: torch.device) -> int:
     return max(2 * cfg.batch_tokens, min(fit, 2**22))
 
 
-def _state_key(backbone: Backbone, hook: str, source: Any, config: SAETraining, batch_size: int,
+def _state_key(backbone: Backbone, hook: str, fingerprint: Mapping[str, Any], config: SAETraining, batch_size: int,
                processes: int) -> str:
-    """What a saved training state must match to be resumed (the model's weights, the data, the settings, the
-    number of processes: each reads its own part of every pass)."""
+    """What a saved training state must match to be resumed (the model's weights, the data's ``fingerprint``, the
+    settings, the number of processes: each reads its own part of every pass)."""
     from vitscope.models.digest import model_fingerprint
     from vitscope.strict_json import dumps
 
-    return dumps({"model": model_fingerprint(backbone), "hook": hook, "data": source.fingerprint(),
+    return dumps({"model": model_fingerprint(backbone), "hook": hook, "data": dict(fingerprint),
                   "config": asdict(config), "batch_size": batch_size, "processes": processes})
 
 
@@ -163,7 +164,7 @@ def _clear_leftovers(out: Path) -> None:
 
 def train(backbone: Backbone, hook: str, data: Any, config: SAETraining = SAETraining(), out: str | Path | None = None,
           batch_size: int = 32, device: str | None = None, log: Callable[[str], None] | None = None,
-          distributed: bool = False) -> SparseAutoencoder:
+          distributed: bool = False, record: Mapping[str, Any] | None = None) -> SparseAutoencoder:
     """Train a sparse autoencoder of ``hook``'s activations from passes over ``data`` (nothing written but the SAE).
 
     With ``out``, the state at the end of every pass (weights, optimiser, counters, random state: never a token)
@@ -183,6 +184,10 @@ def train(backbone: Backbone, hook: str, data: Any, config: SAETraining = SAETra
             buffer of its own, and the replicas take the same steps with their gradients summed; every process
             returns the same SAE, and rank 0 alone logs and writes ``out`` (every process passes the same ``out``,
             a folder they all see).
+        record: more of what ``out``'s cfg.json says the SAE was made of, beside what this call records itself
+            (:func:`~vitscope.sae.provenance.training_provenance`: vitscope's version, the model's identity with its
+            weights digest and preprocessing, the data's description and fingerprint, the device and processes),
+            e.g. ``{"environment": vitscope.outputs.writer.environment()}`` as ``vitscope sae train`` passes.
 
     Returns:
         The trained SAE (``training_log``: its metrics along the way).
@@ -210,7 +215,9 @@ def train(backbone: Backbone, hook: str, data: Any, config: SAETraining = SAETra
     folder = None if out is None else Path(out) / _STATE_FOLDER
     if out is not None and shard.rank == 0:  # the one writer
         _clear_leftovers(Path(out))
-    key = _state_key(backbone, hook, source, config, batch_size, shard.world) if folder is not None else ""
+    described = data_record(source) if out is not None else {}  # the fingerprint once: the key and the record
+    key = _state_key(backbone, hook, described.get("fingerprint", {}), config, batch_size, shard.world) \
+        if folder is not None else ""
     saved = _saved(folder, key)
     trainer: Trainer | None = None
 
@@ -273,9 +280,11 @@ def train(backbone: Backbone, hook: str, data: Any, config: SAETraining = SAETra
     sae.training_log = list(trainer.log)
     buffers = trainer.buffer_sizes() if out is not None else []  # a collective: every process writes or none
     if out is not None and shard.rank == 0:
+        made_of = training_provenance(backbone, described, where, shard.world, record)
         save(sae, out, hook=hook, model=backbone.spec.name,
-             extra={"training": {**asdict(config), "buffers": buffers, "tokens_seen": trainer.seen,
-                                 "steps": trainer.step, "log": trainer.log}})
+             extra={"training": {**asdict(config), "data": data_spec(data, source), "batch_size": batch_size,
+                                 "buffers": buffers, "tokens_seen": trainer.seen, "steps": trainer.step,
+                                 "log": trainer.log}, **made_of})
         shutil.rmtree(folder, ignore_errors=True)
     if shard.world > 1:
         with collectives(shard):
