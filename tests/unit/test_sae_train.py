@@ -205,3 +205,36 @@ def test_batch_top_ks_threshold_averages_from_the_first_batchs_smallest_kept_cod
         expected = 0.99 * expected + 0.01 * value
     assert len(smallest) == trainer.step == 4
     torch.testing.assert_close(trainer.sae.threshold, torch.full((32,), expected))
+
+
+def test_a_pass_with_fewer_tokens_than_a_minibatch_is_refused_not_written_untrained(backbone, tmp_path) -> None:
+    """Two 64 px images give 2 x 64 = 128 spatial tokens a pass; a minibatch of 256 takes no step in any pass."""
+    two = f"{synthesize(tmp_path / 'two', 'coco', n=2, size=64, seed=3)}::coco"
+    config = SAETraining(**{**SMALL, "tokens": 2000})
+    with pytest.raises(ValueError, match=r"gives 128 token\(s\) of blocks.3.resid_post, fewer than one minibatch "
+                                         r"\(batch_tokens 256\)"):
+        train(backbone, "blocks.3.resid_post", two, config, out=tmp_path / "sae")
+    assert not (tmp_path / "sae" / "sae_weights.safetensors").exists()
+
+
+def test_tokens_holding_nan_stop_the_training_at_the_end_of_the_pass() -> None:
+    from vitscope.sae.trainer import Trainer
+    from vitscope.sae.training import _check_pass
+
+    cfg = SAETraining(kind="topk", latents=32, k=2, tokens=512, buffer_tokens=256, batch_tokens=128)
+    trainer = Trainer(8, cfg, torch.device("cpu"), 256)
+    tokens = torch.randn(256, 8, generator=torch.Generator().manual_seed(0))
+    trainer.push(tokens)
+    _check_pass(trainer, "blocks.1.resid_post", "world", 256, cfg)  # finite: goes on
+    tokens[[3, 9], 1] = torch.tensor([float("nan"), float("inf")])
+    trainer.push(tokens)
+    with pytest.raises(ValueError, match=r"2 token\(s\) of blocks.1.resid_post from world hold NaN or infinite"):
+        _check_pass(trainer, "blocks.1.resid_post", "world", 512, cfg)
+
+
+def test_training_that_runs_out_of_passes_says_so(world: str, backbone) -> None:
+    from vitscope.sae.training import ShortTrainingWarning
+
+    config = SAETraining(**{**SMALL, "tokens": 10**6, "max_epochs": 1})
+    with pytest.warns(ShortTrainingWarning, match="stopped after max_epochs=1 passes at step"):
+        train(backbone, "blocks.1.resid_post", world, config)

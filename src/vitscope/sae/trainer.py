@@ -63,6 +63,8 @@ class Trainer:
         self.buffer = torch.empty(buffer, d_in, device=device)
         self.filled = 0
         self.started = False
+        #: tokens pushed that hold a NaN or an infinity (counted on the device: read once a pass)
+        self.nonfinite = torch.zeros((), dtype=torch.long, device=device)
         # each process shuffles its own buffer: its own stream, from the seed and its rank
         self.gen = torch.Generator(device="cpu").manual_seed(cfg.seed + 1 + self.replicas.rank)
         self.log: list[dict[str, float]] = []
@@ -93,6 +95,7 @@ class Trainer:
 
     def push(self, tokens: torch.Tensor) -> None:
         """Add tokens ``[n, D]``; train whenever the buffer is full."""
+        self.nonfinite += (~torch.isfinite(tokens)).any(dim=1).sum()
         start = 0
         while start < len(tokens) and not self.done:
             take = min(len(tokens) - start, len(self.buffer) - self.filled)
@@ -117,14 +120,14 @@ class Trainer:
         plan = plan_round([r[0] for r in table], [bool(r[1]) for r in table], self.shares, self.steps - self.step)
         with torch.inference_mode(False), torch.enable_grad():
             if plan.steps and not self.started:
-                self._start(self.buffer[: self.filled].clone())
+                self._start(self.buffer[: self.filled])  # read only: no copy of the buffer
             rank, share = self.replicas.rank, self.shares[self.replicas.rank]
             tokens = self.buffer[:0]
             if plan.batches[rank] or (plan.taken[rank] and not plan.final):
                 order = torch.randperm(self.filled, generator=self.gen).to(self.buffer.device)
                 chosen, kept = order[: plan.taken[rank]], order[plan.taken[rank] :]
-                tokens = self.buffer[chosen].clone()
-                self.buffer[: len(kept)] = self.buffer[kept].clone()
+                tokens = self.buffer[chosen]  # indexing copies: what the memory holds beside the buffer
+                self.buffer[: len(kept)] = self.buffer[kept]
             self.filled = 0 if plan.final else self.filled - plan.taken[rank]
             for i in range(plan.steps):
                 mine = tokens[i * share : (i + 1) * share] if i < plan.batches[rank] else tokens[:0]
@@ -134,8 +137,9 @@ class Trainer:
     def _start(self, first: torch.Tensor) -> None:
         """Input scale and decoder bias from the first buffer of every process."""
         with torch.no_grad():
-            squares = torch.stack([(first.double() ** 2).sum(), torch.tensor(float(len(first)), dtype=torch.double,
-                                                                             device=first.device)])
+            # one float64 copy, squared in place: the buffer is an eighth of the free memory
+            squares = torch.stack([first.double().pow_(2).sum(), torch.tensor(float(len(first)), dtype=torch.double,
+                                                                              device=first.device)])
             squares = self.replicas.sum(squares)
             scale = math.sqrt(first.shape[1] / float((squares[0] / squares[1]).clamp_min(1e-12)))
             self.sae.scale.fill_(scale)

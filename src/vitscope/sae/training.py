@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -151,6 +152,25 @@ def _end_of_pass(trainer: Trainer | None, replicas: Replicas, make: Callable[[in
     return trainer
 
 
+class ShortTrainingWarning(UserWarning):
+    """The training ended before the tokens it was asked for (the passes ran out)."""
+
+
+def _check_pass(trainer: Trainer, hook: str, name: str, pushed: int, config: SAETraining) -> None:
+    """Stop at a pass's end, before its state is saved, when the SAE could not learn from it: tokens holding NaN or
+    infinities (the weights are NaN by now), or a pass that takes no step (fewer tokens than a minibatch: the
+    weights would stay the random ones through every pass). The count is summed over the processes, the step is the
+    same in every one: they all stop together."""
+    bad = int(trainer.replicas.sum(trainer.nonfinite.clone()))
+    if bad:
+        raise VitscopeValueError(f"{bad} token(s) of {hook} from {name} hold NaN or infinite values: an SAE cannot "
+                                 "be trained on them (look at the model's activations, e.g. under --dtype)")
+    if trainer.step == 0:
+        raise VitscopeValueError(f"a pass over {name} gives {pushed} token(s) of {hook}, fewer than one minibatch "
+                                 f"(batch_tokens {config.batch_tokens}): no training step; lower --batch-tokens or "
+                                 "give more images")
+
+
 _STATE_FILE = "training_state.pt"
 _STATE_FOLDER = ".training"
 
@@ -220,13 +240,15 @@ def train(backbone: Backbone, hook: str, data: Any, config: SAETraining = SAETra
         if folder is not None else ""
     saved = _saved(folder, key)
     trainer: Trainer | None = None
+    pushed = 0  # tokens this process's part of the pass brought
 
     def make(d_in: int, buffer: int | None = None) -> Trainer:
         with torch.inference_mode(False):  # the pass runs in inference mode; the SAE's tensors must not
             return Trainer(d_in, config, where, buffer or _buffer_size(config, d_in, where), replicas)
 
     def feed(tokens: torch.Tensor) -> None:
-        nonlocal trainer
+        nonlocal trainer, pushed
+        pushed += len(tokens)
         if not len(tokens):  # nothing selected: no trainer from it (no token at all is refused at the pass's end)
             return
         if trainer is None:
@@ -251,7 +273,7 @@ def train(backbone: Backbone, hook: str, data: Any, config: SAETraining = SAETra
             continue
         if trainer is not None and trainer.done:
             break
-        began, before = time.perf_counter(), trainer.seen if trainer is not None else 0
+        began, before, pushed = time.perf_counter(), trainer.seen if trainer is not None else 0, 0
         part = shard_range(len(positions), shard.rank, shard.world)
         try:
             if len(part) or shard.world == 1:
@@ -262,6 +284,7 @@ def train(backbone: Backbone, hook: str, data: Any, config: SAETraining = SAETra
             if shard.world == 1:  # with several processes, the others' parts may hold tokens
                 raise
         trainer = _end_of_pass(trainer, replicas, make, lambda: _no_token(hook, source, config))
+        _check_pass(trainer, hook, source.name, pushed, config)
         if log and trainer.log:
             last, rate = trainer.log[-1], (trainer.seen - before) / max(time.perf_counter() - began, 1e-9)
             log(f"epoch {epoch + 1}: {trainer.seen} tokens ({rate:.0f} tokens/s), step {trainer.step}/"
@@ -275,6 +298,10 @@ def train(backbone: Backbone, hook: str, data: Any, config: SAETraining = SAETra
                                 "trainer": state}, partial)
     if trainer is None:  # no pass ran
         raise _no_token(hook, source, config)
+    if not trainer.done:
+        warnings.warn(f"SAE training stopped after max_epochs={config.max_epochs} passes at step {trainer.step} of "
+                      f"{trainer.steps} ({trainer.seen} tokens of {int(config.tokens)}): give more images or raise "
+                      "max_epochs", ShortTrainingWarning, stacklevel=2)
     sae = trainer.sae.eval()
     sae.hook, sae.model = hook, backbone.spec.name
     sae.training_log = list(trainer.log)
