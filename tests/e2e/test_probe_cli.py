@@ -175,7 +175,7 @@ def test_probe_reads_a_config_file_and_limit_keeps_the_first_items(data: dict[st
     assert doc["config"]["batch_size"] == 5 and doc["config"]["seed"] == 3 and doc["config"]["limit"] == 25
     assert doc["config"]["blocks"] == [-1] and doc["config"]["config_file"] == str(config)
     knn = doc["analyses"]["knn_cls"]["summary"]
-    assert doc["num_images"] == doc["data"]["items"] == knn["num_train"] + knn["num_test"] == 25
+    assert doc["num_images"] == doc["data"]["num_files"] == knn["num_train"] + knn["num_test"] == 25
     whole = runner.invoke(app, ["probe", "--config", str(config), "--out", str(tmp_path / "whole"), "--limit", "30"])
     assert whole.exit_code == 0, whole.output
     doc = _doc(tmp_path / "whole")  # the same cache: the 25 images' entry is not taken for the 30

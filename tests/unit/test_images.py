@@ -155,7 +155,7 @@ def test_describe_fingerprint_stable_and_sensitive(tmp_path: Path) -> None:
     save_rgb(tmp_path / "a.png")
     b = save_rgb(tmp_path / "sub" / "b.png")
     first = ImageFiles(tmp_path).describe()
-    assert set(first) == {"name", "source", "num_files", "fingerprint"}
+    assert set(first) == {"name", "source", "num_files", "format", "label_rule", "fingerprint"}
     assert first["num_files"] == 2 and first["name"] == tmp_path.name
     assert re.fullmatch(r"[0-9a-f]{16}", first["fingerprint"])
     assert ImageFiles(tmp_path).describe()["fingerprint"] == first["fingerprint"]

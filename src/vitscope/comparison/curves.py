@@ -85,6 +85,9 @@ class Comparison:
         cka: how the CKA between models was computed: ``estimator`` (:data:`CKA_ESTIMATORS`) and ``features``.
         best_blocks: rows of the best-block table.
         notes: why a quantity is missing (no labels, no masks...).
+        probe_settings: how the clustering and k-NN curves were made (empty when none was): ``seed``,
+            ``test_fraction``, ``knn`` (``k``, ``temperature``) and per model its ``pooling`` (``"cls"`` or
+            ``"mean"``), ``clusters`` (k-means k), ``num_train`` and ``num_test``.
     """
 
     curves: dict[str, dict[str, Curve]] = field(default_factory=dict)
@@ -95,6 +98,7 @@ class Comparison:
     cka: dict[str, str] = field(default_factory=dict)
     best_blocks: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    probe_settings: dict[str, Any] = field(default_factory=dict)
 
 
 def relative_depth(blocks: Sequence[int]) -> list[float]:
@@ -135,12 +139,17 @@ def _artifact_curves(run: ModelRun, comp: Comparison) -> None:
         comp.curves.setdefault("outlier_fraction", {})[run.label] = _curve(blocks, art.tensors["outlier_fraction"][1:])
 
 
+def _image_pooling(run: ModelRun) -> str:
+    """The token an image's features are read from: ``"cls"`` where the model has one, else ``"mean"``."""
+    return "cls" if run.results["pooled_features"].meta.get("has_cls") else "mean"
+
+
 def _features(run: ModelRun, kind: str) -> tuple[list[int], dict[int, np.ndarray], np.ndarray, np.ndarray] | None:
     pooled = run.results.get("pooled_features")
     if pooled is None or "index" not in pooled.tensors:
         return None
     blocks = list(pooled.meta["blocks"])
-    prefix = "cls" if kind == "image" and pooled.meta.get("has_cls") else "mean"
+    prefix = _image_pooling(run) if kind == "image" else "mean"
     feats = {b: pooled.tensors[f"{prefix}_{b}"].numpy() for b in blocks}
     return blocks, feats, pooled.tensors["index"].numpy(), pooled.tensors["label"].numpy()
 
@@ -148,6 +157,19 @@ def _features(run: ModelRun, kind: str) -> tuple[list[int], dict[int, np.ndarray
 def _note(comp: Comparison, note: str) -> None:
     if note not in comp.notes:
         comp.notes.append(note)
+
+
+def _note_settings(comp: Comparison, run: ModelRun, seed: int, test_fraction: float, clus: Any,
+                   knn: Any = None) -> None:
+    """Record how a model's clustering (and k-NN) curves were made: the settings they ran with, as their results
+    hold them, and the token its image features were pooled from."""
+    settings = comp.probe_settings
+    settings.update(seed=seed, test_fraction=test_fraction)
+    model = settings.setdefault("models", {}).setdefault(run.label, {})
+    model.update(pooling=_image_pooling(run), clusters=clus.meta["k"])
+    if knn is not None:
+        settings["knn"] = {"k": knn.meta["k"], "temperature": knn.meta["temperature"]}
+        model.update(num_train=knn.meta["num_train"], num_test=knn.meta["num_test"])
 
 
 def _probe_curves(run: ModelRun, comp: Comparison, seed: int, test_fraction: float, data: DataFacts) -> None:
@@ -162,6 +184,7 @@ def _probe_curves(run: ModelRun, comp: Comparison, seed: int, test_fraction: flo
     keep = labels >= 0
     y = labels[keep]
     clus = clustering_scores(blocks, lambda b: feats[b][keep], y, seed=seed)
+    _note_settings(comp, run, seed, test_fraction, clus)
     comp.curves.setdefault("clustering_purity", {})[run.label] = _curve(blocks, clus.tensors["purity"])
     comp.random.setdefault("clustering_purity", {})[run.label] = float(clus.tensors["random_purity"])
     test = holdout_mask(index[keep], test_fraction, seed)
@@ -172,6 +195,7 @@ def _probe_curves(run: ModelRun, comp: Comparison, seed: int, test_fraction: flo
     knn = knn_scores(blocks, lambda b: (feats[b][keep][~test], feats[b][keep][test]), y[~test], y[test], seed=seed)
     comp.curves.setdefault("knn_accuracy", {})[run.label] = _curve(blocks, knn.tensors["accuracy"])
     comp.random.setdefault("knn_accuracy", {})[run.label] = float(knn.tensors["random_accuracy"])
+    _note_settings(comp, run, seed, test_fraction, clus, knn)
 
 
 def _aligned(a: tuple, b: tuple) -> tuple[np.ndarray, np.ndarray]:

@@ -43,6 +43,24 @@ def _values_table(quantity: str, comp: Comparison) -> Table:
     return Table(f"{QUANTITIES[quantity][0]} per block", columns, rows, note)
 
 
+#: the quantities the probes' settings table goes with
+_PROBED = ("clustering_purity", "knn_accuracy")
+
+
+def _settings_table(comp: Comparison) -> Table:
+    """How the clustering and k-NN curves were made: each model's pooled token, k-means clusters and k-NN split,
+    and the settings they share (seed, held-out share, k and temperature) in the note."""
+    settings = comp.probe_settings
+    rows = [[m, s.get("pooling", ""), format_cell(s.get("clusters")), format_cell(s.get("num_train", "")),
+             format_cell(s.get("num_test", ""))] for m, s in settings.get("models", {}).items()]
+    knn = settings.get("knn")
+    note = f"Seed {settings.get('seed')} (k-means, the k-NN split and the random baselines)" + (
+        f"; k-NN: k = {knn['k']} neighbours, temperature {knn['temperature']}, {settings.get('test_fraction')} of the "
+        "images held out by a seeded hash of their index." if knn else ".")
+    return Table("Probe settings", ["model", "pooled token", "k-means clusters", "k-NN train images",
+                                    "k-NN test images"], rows, note)
+
+
 def comparison_sections(comp: Comparison, runs: Sequence[ModelRun]) -> list[Section]:
     """Report sections: best blocks first, one per quantity (figure + values), then per-model attention maps.
 
@@ -61,6 +79,8 @@ def comparison_sections(comp: Comparison, runs: Sequence[ModelRun]) -> list[Sect
         figures = [figure_stem(quantity)] + (["compare_cka_matrix"] if quantity == "cka_to_reference" and
                                              comp.cka_matrix is not None else [])
         tables = [_values_table(quantity, comp)]
+        if quantity in _PROBED and comp.probe_settings:
+            tables.append(_settings_table(comp))
         if quantity == "cka_to_reference" and comp.cka_matrix is not None:
             tables.append(Table("CKA between final blocks", ["model", *comp.cka_models],
                                 [[m, *(format_cell(v) for v in row)] for m, row in

@@ -47,7 +47,7 @@ class ComparisonResult(Result):
         self.comparison = comparison
 
     def to_json(self) -> dict[str, Any]:
-        """Curves per quantity and model, random values, CKA, best blocks and notes."""
+        """Curves per quantity and model, random values, CKA, best blocks, the probes' settings and notes."""
         comp = self.comparison
         return {
             "curves": {q: {m: {"blocks": c.blocks, "relative_depth": c.x, "values": c.values} for m, c in pm.items()}
@@ -58,6 +58,7 @@ class ComparisonResult(Result):
             "cka_models": comp.cka_models,
             "cka_matrix": None if comp.cka_matrix is None else comp.cka_matrix.tolist(),
             "best_blocks": comp.best_blocks,
+            "probe_settings": comp.probe_settings,
             "notes": comp.notes,
         }
 

@@ -11,9 +11,26 @@ from PIL import Image
 
 from vitscope.data.formats.errors import DatasetFormatError
 from vitscope.data.images import ImageLoadError, load_rgb, oriented_size
+from vitscope.data.load import SPLIT_ARGUMENT, format_of
 from vitscope.data.source import Source
 
-__all__ = ["AnnotatedSource", "reader_files", "region_masks"]
+__all__ = ["LABEL_RULES", "AnnotatedSource", "reader_description", "reader_files", "region_masks"]
+
+#: how each format's reader gives an image its label (results.json ``data.label_rule``): the numbers a probe or
+#: a class score reads depend on it
+LABEL_RULES = {
+    "imagefolder": "the image's class folder; labels number the sub-folder names in sorted order",
+    "imagenet-boxes": "the image's synset (its class folder, or its row of LOC_<split>_solution.csv), numbered in "
+                      "the order of LOC_synset_mapping.txt",
+    "coco": "the category of the image's largest annotation by its area field, non-crowd annotations first "
+            "(categories numbered in COCO id order); an image without annotations is unlabelled",
+    "partimagenet": "the object class (supercategory) whose non-crowd parts cover the most area in the image "
+                    "(classes numbered in order of first appearance over the part ids)",
+    "list": "the label field of the image's line: integers as written, names numbered in sorted order",
+    "sop": "the product of the image's row (class_id - 1)",
+}
+#: the label rule of formats whose items carry no image label (DAVIS, SPair, RevisitOP)
+NO_LABELS = "none: the format gives no image labels"
 
 
 class _LazyPaths(Sequence):
@@ -87,6 +104,48 @@ def reader_files(dataset: Any) -> tuple[list[str], Path]:
             files.append(str(annotation(i)))
     files += [str(f) for f in (getattr(dataset, a, None) for a in _DEFINING_FILES) if f is not None]
     return files, root
+
+
+def _reader_of(dataset: Any) -> Any:
+    """The format reader under wrappers that keep a part of it (``FirstItems``: the first items, ``--limit``)."""
+    for _ in range(4):
+        if format_of(dataset) is not None or not hasattr(dataset, "dataset"):
+            break
+        dataset = dataset.dataset
+    return dataset
+
+
+def _split_of(reader: Any, fmt: str | None) -> str | None:
+    """The split a reader reads, for formats whose releases ship several (the default one included)."""
+    if fmt not in SPLIT_ARGUMENT:
+        return None
+    if SPLIT_ARGUMENT[fmt] == "name":  # RevisitOP: the dataset's name picks its ground truth
+        return str(reader.name)
+    split = getattr(reader, "split", None)  # COCO and its kin name it in their name ("coco:val2017")
+    return str(split) if split is not None else (str(reader.name).partition(":")[2] or None)
+
+
+def reader_description(dataset: Any) -> dict[str, Any]:
+    """What results.json says of a format reader beside its name and size: ``format`` (its id, as ``--data
+    ROOT::FORMAT`` names it), ``split`` (formats with splits), ``label_rule`` and ``classes`` (names by label,
+    where the reader names them).
+
+    Args:
+        dataset: a format reader, or a part of one (``FirstItems``).
+    """
+    reader = _reader_of(dataset)
+    fmt = format_of(reader)
+    out: dict[str, Any] = {"format": fmt or "reader"}
+    if fmt is None:  # a reader of the user's own: its class is what names it
+        out["reader"] = type(reader).__name__
+    split = _split_of(reader, fmt)
+    if split:
+        out["split"] = split
+    out["label_rule"] = LABEL_RULES.get(fmt or "", NO_LABELS if fmt else "the reader's own label of each item")
+    classes = getattr(reader, "classes", None) or getattr(reader, "class_names", None)
+    if classes:
+        out["classes"] = [str(c) for c in classes]
+    return out
 
 
 def region_masks(item: Any, skip_crowd: bool = True) -> tuple[np.ndarray, np.ndarray] | None:
@@ -175,4 +234,4 @@ class AnnotatedSource(Source):
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "source": str(getattr(self.dataset, "root", "")), "num_files": len(self),
-                "format": type(self.dataset).__name__}
+                **reader_description(self.dataset)}

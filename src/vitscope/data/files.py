@@ -24,6 +24,10 @@ from vitscope.errors import VitscopeValueError
 
 __all__ = ["ImageFiles"]
 
+#: the label rules of plain images (results.json ``data.label_rule``)
+NO_LABELS = "none: plain image files carry no labels"
+GIVEN_LABELS = "given beside the paths (integers, no class names)"
+
 
 def _scan_folder(root: Path, extensions: tuple[str, ...]) -> list[str]:
     """Recursively list files under ``root`` whose suffix matches, sorted by relative path.
@@ -88,6 +92,7 @@ class ImageFiles(Source):
         if isinstance(source, (list, tuple)):
             self.paths = [os.fspath(p) for p in source]
             self.name, self.source = "files", f"list of {len(self.paths)} paths"
+            self.format = "paths"
             self._root = _common_root(self.paths)
             where = "the given path list"
         else:
@@ -104,6 +109,7 @@ class ImageFiles(Source):
         if not src.exists():
             raise DatasetNotFoundError(one_line(f"image source not found: {src}"))
         self.source = str(src)
+        self.format = "folder" if src.is_dir() else "paths"  # a list file or one image: paths all the same
         if src.is_dir():
             self.name, self._root = src.resolve().name or str(src), src
             self.paths = _scan_folder(src, self.extensions)
@@ -135,8 +141,10 @@ class ImageFiles(Source):
         return None if self._labels is None else hashlib.sha256(self._labels.tobytes()).hexdigest()
 
     def describe(self) -> dict[str, Any]:
-        """``{"name", "source", "num_files", "fingerprint"}``; the fingerprint is
+        """``{"name", "source", "num_files", "format", "label_rule", "fingerprint"}``: ``format`` is ``"folder"``
+        (searched recursively) or ``"paths"`` (a list, a list file, one image); the fingerprint is
         :func:`vitscope.data.fingerprint.data_fingerprint`'s digest: it changes when files are added, removed
         or modified, and file contents are never read."""
-        return {"name": self.name, "source": self.source, "num_files": len(self.paths),
+        return {"name": self.name, "source": self.source, "num_files": len(self.paths), "format": self.format,
+                "label_rule": NO_LABELS if self._labels is None else GIVEN_LABELS,
                 "fingerprint": self.fingerprint()["digest"]}

@@ -198,12 +198,15 @@ class HFDatasetSource(Source):
             ``fingerprint`` instead.
         fingerprint: ``datasets``' own fingerprint of an object in memory.
         strict: :meth:`get` raises on unreadable images.
+        split: the split read (None: the data names none).
+        origin: where it was read from (its folder), as results.json records it.
     """
 
     def __init__(self, rows: Any, features: Any, name: str, files: list[str] | None = None,
-                 fingerprint: str | None = None, strict: bool = False) -> None:
+                 fingerprint: str | None = None, strict: bool = False, split: str | None = None,
+                 origin: str = "a datasets object in memory") -> None:
         super().__init__(strict=strict)
-        self.name = name
+        self.name, self.split, self.origin = name, split, origin
         self._rows, self._files, self._fingerprint = rows, files, fingerprint
         self.image_column, self.label_column, self.class_names = _columns(features)
         if isinstance(rows, _ParquetRows):
@@ -266,9 +269,15 @@ class HFDatasetSource(Source):
         return super().content_digest()
 
     def describe(self) -> dict[str, Any]:
-        out = {**super().describe(), "format": "hf", "image_column": self.image_column}
-        if self.label_column is not None:
-            out.update({"label_column": self.label_column, "num_classes": len(self.class_names or [])})
+        out = {**super().describe(), "source": self.origin, "format": "hf", "image_column": self.image_column}
+        if self.split is not None:
+            out["split"] = self.split
+        if self.label_column is None:
+            return {**out, "label_rule": "none: the data has no ClassLabel column"}
+        out.update({"label_column": self.label_column, "num_classes": len(self.class_names or []),
+                    "label_rule": f"the ClassLabel column {self.label_column!r} (-1: no label)"})
+        if self.class_names:
+            out["classes"] = [str(c) for c in self.class_names]
         return out
 
 
@@ -281,6 +290,7 @@ def _from_object(data: Any, split: str | None, name: str, strict: bool, root: Pa
         advice = None if root is not None else f'pass one split of it, e.g. dd["{next(iter(data), "train")}"]'
         chosen = _pick_split(list(data), split, str(root) if root is not None else name, advice)
         data, name = data[chosen], f"{name}:{chosen}"
+        split = chosen
     elif split is not None and str(data.split) != split:  # one dataset: a split asked for must be its own
         held = f"the split {str(data.split)!r}" if data.split is not None else "no named split"
         raise DatasetFormatError(f"{name} is one dataset with {held}, not a dataset dictionary: it has no split "
@@ -290,7 +300,10 @@ def _from_object(data: Any, split: str | None, name: str, strict: bool, root: Pa
     # rows as dicts of Python values, whatever output format the object was given (pandas, arrow, torch...)
     rows = data.with_format(None).cast_column(image, datasets.Image(decode=False))  # bytes, decoded here by PIL
     files = [f["filename"] for f in data.cache_files] or None
-    return HFDatasetSource(rows, data.features, name, files=files, fingerprint=fingerprint, strict=strict)
+    held = split if split is not None else (str(data.split) if data.split is not None else None)
+    origin = str(root) if root is not None else "a datasets object in memory"
+    return HFDatasetSource(rows, data.features, name, files=files, fingerprint=fingerprint, strict=strict,
+                           split=held, origin=origin)
 
 
 def open_hf(data: Any, split: str | None = None, strict: bool = False) -> HFDatasetSource:
@@ -314,4 +327,4 @@ def open_hf(data: Any, split: str | None = None, strict: bool = False) -> HFData
     chosen = _pick_split(sorted(splits), split, str(root))
     rows = _ParquetRows(splits[chosen])
     return HFDatasetSource(rows, _parquet_features(rows.schema), f"{root.name}:{chosen}",
-                           files=[str(f) for f in splits[chosen]], strict=strict)
+                           files=[str(f) for f in splits[chosen]], strict=strict, split=chosen, origin=str(root))

@@ -42,6 +42,9 @@ from vitscope.data.source import Source
 __all__ = ["UnreadableLabelWarning", "WebDatasetSource", "expand_braces", "open_webdataset"]
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
+#: how a sample gets its label (results.json ``data.label_rule``)
+LABEL_RULE = ("the integer in the sample's cls member, else the label (else cls) field of its json member; "
+              "a sample with neither, or with no integer there, is unlabelled")
 _BRACES = re.compile(r"\{(\d+)\.\.(\d+)\}")
 
 
@@ -138,11 +141,14 @@ class WebDatasetSource(Source):
         shards: the tar files, in reading order.
         name: what results.json calls the data.
         strict: :meth:`get` raises on unreadable images.
+        origin: what the shards were named by (their pattern or folder; default: the first shard's folder).
     """
 
-    def __init__(self, shards: Sequence[str | Path], name: str, strict: bool = False) -> None:
+    def __init__(self, shards: Sequence[str | Path], name: str, strict: bool = False,
+                 origin: str | None = None) -> None:
         super().__init__(strict=strict)
         self.name, self.shards = name, [str(s) for s in shards]
+        self.origin = origin if origin is not None else str(Path(self.shards[0]).parent) if self.shards else ""
         self._images: list[_Member | None] = []
         self._labels: list[_Member | None] = []
         self._label_kinds: list[str] = []
@@ -262,7 +268,8 @@ class WebDatasetSource(Source):
         return list(self.shards), Path(self.shards[0]).parent
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "format": "webdataset", "shards": len(self.shards)}
+        return {**super().describe(), "source": self.origin, "format": "webdataset", "shards": len(self.shards),
+                "label_rule": LABEL_RULE}
 
     def __getstate__(self) -> dict[str, Any]:  # open files stay with their process
         state = dict(self.__dict__)
@@ -281,9 +288,9 @@ def open_webdataset(root: str, strict: bool = False) -> WebDatasetSource:
         shards = sorted(str(p) for p in path.glob("*.tar"))
         if not shards:
             raise DatasetFormatError(f"no *.tar shards in {root}")
-        return WebDatasetSource(shards, path.name, strict=strict)
+        return WebDatasetSource(shards, path.name, strict=strict, origin=str(root))
     shards = expand_braces(root)
     missing = [s for s in shards if not Path(s).is_file()]
     if missing:
         raise DatasetFormatError(f"{len(missing)} of {len(shards)} WebDataset shards are missing, e.g. {missing[0]}")
-    return WebDatasetSource(shards, Path(shards[0]).parent.name or "webdataset", strict=strict)
+    return WebDatasetSource(shards, Path(shards[0]).parent.name or "webdataset", strict=strict, origin=str(root))

@@ -70,7 +70,9 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
     from vitscope.analyses.registry import not_run_text, why_skipped
     from vitscope.data.open import as_source
     from vitscope.engine.provenance import model_identity
-    from vitscope.engine.run import run
+    from vitscope.engine.results import run_record
+    from vitscope.engine.run import PassTally, run
+    from vitscope.engine.settings import describe_device
     from vitscope.functional.occlusion import FILLS
     from vitscope.models.input_size import describe_input
     from vitscope.models.load import load_model
@@ -91,6 +93,7 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
     with_foreground = ForegroundMasking(region=region).why_unsupported_data(facts) is None
     per_model: dict[str, dict[str, Result]] = {}
     identities, described, not_run, seen = [], {}, {}, 0
+    passes = PassTally()  # what the models' passes resumed and cost, together (results.json run)
     for name in models:
         backbone = load_model(name, image_size=image_size)
         identities.append(model_identity(name, backbone))
@@ -106,6 +109,7 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
             analyses.insert(0, ForegroundMasking(region=region, fill=fill))
         results = run(backbone, source, analyses, batch_size=batch_size, device=device, limit=limit,
                       progress=progress)
+        passes.add(results)
         per_model[name] = dict(results.items())
         described, seen = results.data, max(seen, results.num_images)
     results: dict[str, Result] = {}
@@ -145,10 +149,10 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
         "of low-pass (solid) and high-pass (dashed) filters; thin lines: unfiltered accuracy.", "paper 001, section 5",
         chart=frequency_chart(accuracy, first.meta["fractions"], full)))
     config = {"models": list(models), "data": data, "region": region, "fill": fill, "limit": limit,
-              "image_size": image_size}
+              "image_size": image_size, "batch_size": batch_size, "device": device or "auto", "dtype": "fp32"}
     path = write_run(out, RunResult("experiment robustness", title=f"vitscope experiment robustness: "
                                     f"{', '.join(models)}", config=config, results=results, models=identities,
                                     data=described, num_images=seen, extra={"experiment": "robustness"},
-                                    skipped_analyses=not_run), progress=progress,
-                     figure_files=figure_files)
+                                    skipped_analyses=not_run, device=describe_device(device), **run_record(passes)),
+                     progress=progress, figure_files=figure_files)
     return json.loads(path.read_text())

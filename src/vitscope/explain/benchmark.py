@@ -38,7 +38,11 @@ from vitscope.models.backbone import Backbone
 from vitscope.models.outputs import embedding_hook, embedding_of, logits_of
 from vitscope.occlusion.regions import instance_masks_to_model
 
-__all__ = ["SHORTCUT_MARGIN", "BenchmarkData", "Row", "benchmark_model", "methods_for", "shortcut_rows"]
+__all__ = ["FAITHFULNESS_FILLS", "SHORTCUT_MARGIN", "BenchmarkData", "Row", "benchmark_model", "method_parameters",
+           "methods_for", "shortcut_rows"]
+
+#: the fills of the faithfulness curves: the dataset's mean colour and ROAD's imputation
+FAITHFULNESS_FILLS = ("mean", "road")
 
 
 @dataclass
@@ -90,6 +94,32 @@ def methods_for(backbone: Backbone, requested: Sequence[str] | None) -> tuple[li
         else:
             run.append(m)
     return run, skipped
+
+
+def _defaults(fn: Callable[..., Any], names: Sequence[str] | None = None) -> dict[str, Any]:
+    """The keyword defaults of ``fn`` (those in ``names``, or every one), as the benchmark runs it: it passes none
+    of them."""
+    import inspect
+
+    return {k: p.default for k, p in inspect.signature(fn).parameters.items()
+            if p.default is not inspect.Parameter.empty and (names is None or k in names)}
+
+
+def method_parameters(methods: Sequence[str], faithful: bool = True, sanity: bool = True) -> dict[str, Any]:
+    """The fixed settings the scores were made with, read from their definitions: every method's own options
+    (integrated gradients' ``steps`` and ``baseline``...), the faithfulness curves' fills, seed and ROAD noise,
+    the sanity check's seed and threshold.
+
+    Args:
+        methods: the methods scored.
+        faithful: the faithfulness curves were drawn; sanity: the cascading randomisation ran.
+    """
+    out: dict[str, Any] = {m: _defaults(METHODS[m][0]) for m in methods}
+    if faithful:
+        out["faithfulness"] = {"fills": list(FAITHFULNESS_FILLS), **_defaults(faithfulness, ("seed", "noise"))}
+    if sanity:
+        out["sanity"] = _defaults(cascading_randomisation, ("seed", "threshold"))
+    return out
 
 
 def prepared(backbone: Backbone, source: Any, limit: int, num_backgrounds: int | None) -> BenchmarkData:
@@ -205,7 +235,7 @@ def benchmark_model(backbone: Backbone, name: str, data: BenchmarkData, methods:
             rows.append(Row(name, method, "localisation", metric, float(fn(pixel_maps).nanmean()),
                             {"other_image": float(fn(other).nanmean())}))
         patch_maps = _patch_maps(maps, backbone, size)
-        for fill in ("mean", "road"):
+        for fill in FAITHFULNESS_FILLS:
             result = faithfulness(model_score, data.pixels, patch_maps, steps=steps, fill=fill)
             for mode in ("deletion", "insertion"):
                 rows.append(Row(name, method, "faithfulness", f"{mode}_{fill}",

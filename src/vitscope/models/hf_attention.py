@@ -32,6 +32,9 @@ from vitscope.hooks.edits import Edits
 from vitscope.hooks.record import CallbackRemovable, Record, Removable
 
 IMPL_NAME = "vitscope_record"
+#: how a Hugging Face model's attention patterns are read, as results.json records it (``models[].pattern_kernel``)
+RECORDING_KERNEL = (f"{IMPL_NAME}: HF eager attention's computation (float32 softmax), run in a block while its "
+                    "pattern is recorded or edited; the model's own kernel otherwise")
 
 # id(attention module) -> the open recordings, outer first: (callback(q, k, v, pattern or None), pattern wanted)
 _ACTIVE: dict[int, list[tuple[Callable[..., None], bool]]] = {}
@@ -39,6 +42,15 @@ _ACTIVE: dict[int, list[tuple[Callable[..., None], bool]]] = {}
 _EDITING: dict[int, list[tuple[Edits, str]]] = {}
 # id(attention module) -> the model's own kernel, while any context routes the module to vitscope's
 _ORIGINAL: dict[int, str] = {}
+
+
+def own_kernel(config: Any) -> str:
+    """The attention kernel a model runs by itself (``config._attn_implementation``: ``"sdpa"``, ``"eager"``,
+    ``"flash_attention_2"``...), also while a recording routes a block to vitscope's."""
+    current = getattr(config, "_attn_implementation", None) or "eager"
+    if current != IMPL_NAME:
+        return current
+    return next(iter(_ORIGINAL.values()), "eager")  # mid-recording: the kernel vitscope's routing restores
 
 
 def _softmax(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, scaling: float) -> torch.Tensor:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from vitscope.report.model import FigureItem, Report, Section, Table, figure_item
-from vitscope.report.sections import explorer_of, slug, summary_rows
+from vitscope.report.sections import explorer_of, resolved_config, slug, summary_rows
 from vitscope.report.tables import summary_tables
 from vitscope.viz.labels import display_name
 
@@ -156,5 +156,5 @@ def build_report(run: Any, doc: Mapping[str, Any], drawn: Mapping[str, list[tupl
     title = run.title or f"vitscope {run.command}" + (f": {models}" if models else "")
     subtitle = run.subtitle or (f"data: {doc.get('data', {}).get('name', '')}" if doc.get("data") else "")
     colour_keys = [str(m.get("display_name") or m.get("name") or m.get("id")) for m in doc.get("models", [])]
-    return Report(title=title, subtitle=subtitle, summary=summary_rows(doc), config=dict(doc.get("config", {})),
+    return Report(title=title, subtitle=subtitle, summary=summary_rows(doc), config=resolved_config(doc),
                   sections=sections, notes=notes, colour_keys=colour_keys)

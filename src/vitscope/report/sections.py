@@ -14,7 +14,10 @@ from vitscope.report.explorer import explorer_from_maps
 from vitscope.report.model import Explorer
 from vitscope.report.tables import format_cell
 
-__all__ = ["explorer_of", "slug", "summary_rows"]
+__all__ = ["explorer_of", "resolved_config", "slug", "summary_rows"]
+
+#: configuration keys whose given value (``auto``, null) the run resolves; results.json ``run`` holds what it chose
+RESOLVED_KEYS = ("device", "workers")
 
 
 def slug(text: str) -> str:
@@ -45,9 +48,75 @@ def _model_line(m: Mapping[str, Any]) -> str:
     return f"{named}{m.get('id', m.get('name'))} ({m.get('family', '')}, {kind}, weights sha256 {weights})"
 
 
+def _device_text(device: Any) -> str:
+    """``cuda:0 (NVIDIA H200, CUDA 12.4)`` from results.json's ``run.device``."""
+    if not isinstance(device, Mapping):
+        return str(device)
+    extra = [str(device[k]) if k == "name" else f"{k.upper()} {device[k]}" for k in ("name", "cuda", "hip")
+             if device.get(k)]
+    return str(device.get("device")) + (f" ({', '.join(extra)})" if extra else "")
+
+
+def resolved_config(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """results.json ``config`` as the report shows it: a setting the run resolved (``device auto``, ``workers
+    null``) beside what it chose, from results.json ``run``."""
+    config = dict(doc.get("config", {}))
+    run = doc.get("run") or {}
+    for key in RESOLVED_KEYS:
+        if key not in run:
+            continue
+        chosen = _device_text(run[key]) if key == "device" else format_cell(run[key])
+        given = config.get(key)
+        config[key] = chosen if key not in config or str(given) == chosen else \
+            f"{'null' if given is None else given} (resolved: {chosen})"
+    return config
+
+
+def _preprocessing_line(m: Mapping[str, Any]) -> str:
+    """How a model's images were resized and normalised: input size, resize, interpolation, mean and std."""
+    size = m.get("image_size")
+    parts = [f"input {size[0]}x{size[1]} px" if isinstance(size, (list, tuple)) else f"input {size}"]
+    resize = m.get("resize_size")
+    if resize:
+        parts.append("resize to " + ("x".join(map(str, resize)) if isinstance(resize, (list, tuple)) else
+                                     f"{resize} px (short side)"))
+    parts += [f"{m.get('interpolation', 'unrecorded')} interpolation", f"mean {format_cell(m.get('mean'))}",
+              f"std {format_cell(m.get('std'))}"]
+    return ", ".join(parts)
+
+
+def _model_rows(m: Mapping[str, Any], number: str) -> list[tuple[str, str]]:
+    """The summary rows of one model: what it is, its input, its preprocessing and its attention kernel."""
+    rows = [(f"Model{number}", _model_line(m))]
+    if m.get("image_size") and m.get("grid"):
+        rows.append((f"Input{number}", input_text(m)))
+    if m.get("mean") is not None:
+        rows.append((f"Preprocessing{number}", _preprocessing_line(m)))
+    if m.get("attention_kernel"):
+        rows.append((f"Attention kernel{number}", f"{m['attention_kernel']}; patterns: {m.get('pattern_kernel')}"))
+    return rows
+
+
+#: class names a summary row shows (results.json lists every one)
+CLASSES_SHOWN = 8
+
+
+def _data_rows(data: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The data's format (and split), and where its labels come from with its classes."""
+    rows = []
+    if data.get("format"):
+        rows.append(("Data format", str(data["format"]) + (f", split {data['split']}" if data.get("split") else "")))
+    classes = list(data.get("classes") or [])
+    if data.get("label_rule") or classes:
+        shown = ", ".join(map(str, classes[:CLASSES_SHOWN])) + (", ..." if len(classes) > CLASSES_SHOWN else "")
+        named = f"{len(classes)} classes ({shown})" if classes else ""
+        rows.append(("Labels", "; ".join(t for t in (str(data.get("label_rule") or ""), named) if t)))
+    return rows
+
+
 def summary_rows(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """Summary table rows of a results.json document: models, their input, data, fingerprint, images, analyses not
-    run, versions."""
+    """Summary table rows of a results.json document: models, their input, preprocessing and attention kernel,
+    data, fingerprint, images, analyses not run, versions."""
     data = doc.get("data", {})
     fp = data.get("fingerprint")
     fp_text = f"{fp.get('digest')} ({fp.get('method')}, {fp.get('num_files')} files)" if isinstance(fp, dict) \
@@ -55,13 +124,10 @@ def summary_rows(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
     models = doc.get("models", [])
     rows = []
     for i, m in enumerate(models):
-        number = f" {i + 1}" if len(models) > 1 else ""
-        rows.append((f"Model{number}", _model_line(m)))
-        if m.get("image_size") and m.get("grid"):
-            rows.append((f"Input{number}", input_text(m)))
+        rows += _model_rows(m, f" {i + 1}" if len(models) > 1 else "")
     not_run = doc.get("skipped_analyses") or []
     named = ": ".join(str(v) for v in (data.get("name"), data.get("source")) if v)
-    rows += [*([("Data", named)] if named else []), *([("Data fingerprint", fp_text)] if fp else []),
+    rows += [*([("Data", named)] if named else []), *_data_rows(data), *([("Data fingerprint", fp_text)] if fp else []),
              *([("Images analysed", format_cell(doc["num_images"]))] if doc.get("num_images") is not None else []),
              ("Skipped files", str(len(doc.get("skipped", [])))),
              *([("Analyses not run", not_run_text({s["analysis"]: s["reason"] for s in not_run}))] if not_run else []),

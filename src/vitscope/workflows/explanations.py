@@ -50,6 +50,14 @@ def _curves_figure(name: str, curves: dict[str, dict[str, Any]], steps: int, num
                   "map falls fast.", "Rong et al. 2022 (ROAD)", chart=chart)
 
 
+def _described(source: Any) -> dict[str, Any]:
+    """results.json ``data`` as every command writes it: the source's description, its fingerprint and the
+    decoding (images are decoded whole: the benchmark reads no draft)."""
+    from vitscope.engine.decoding import decode_name
+
+    return {**source.describe(), "fingerprint": source.fingerprint(), "decode": decode_name(False)}
+
+
 def _planned(models: Sequence[str], methods: Sequence[str] | None, steps: int | None,
              log: Callable[[str], None] | None) -> tuple[dict[str, list[str]], dict[str, str], dict[str, Any]]:
     """The methods each model runs and those left out (``method@model`` -> why), decided before anything is scored,
@@ -134,7 +142,7 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
 
     from vitscope.data.open import as_source
     from vitscope.engine.provenance import model_identity
-    from vitscope.explain.benchmark import benchmark_model, prepared, shortcut_rows
+    from vitscope.explain.benchmark import benchmark_model, method_parameters, prepared, shortcut_rows
     from vitscope.models.load import load_model
     from vitscope.outputs import RunResult, prepare_output, write_run
     from vitscope.viz.attribution_figures import attribution_grid
@@ -174,8 +182,10 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
     table = pd.DataFrame([{"model": r.model, "method": r.method, "family": r.family, "metric": r.metric,
                            "value": r.value, **{f"control_{k}": v for k, v in r.controls.items()}, "note": r.note}
                           for r in rows])
-    summary = {"models": list(models), "methods": sorted({r.method for r in rows}), "images": scored,
-               "steps": steps, "rows": json.loads(table.to_json(orient="records")), "not_run": skipped}
+    scored_methods = sorted({r.method for r in rows})
+    params = method_parameters(scored_methods, sanity=any(r.family == "sanity" for r in rows))
+    summary = {"models": list(models), "methods": scored_methods, "images": scored, "steps": steps,
+               "method_params": params, "rows": json.loads(table.to_json(orient="records")), "not_run": skipped}
     result = SummaryResult("explanations", summary, tables={"explanations": table}, figures=figures,
                            intro="Every attribution method scored against ground truth: localisation, faithfulness "
                                  "(mean fill and ROAD), sanity and the background shortcut, each beside its control.")
@@ -184,7 +194,7 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
         config={"command": "explanations", "models": list(models), "data": str(data),
                 "methods": list(methods or ["all"]), "limit": limit, "steps": steps, "sanity": sanity,
                 "batch_size": batch_size},
-        results={"explanations": result}, models=identities, data=source.describe(), num_images=scored,
+        results={"explanations": result}, models=identities, data=_described(source), num_images=scored,
         skipped_analyses=skipped))
     return json.loads(Path(path).read_text())
 
@@ -196,6 +206,7 @@ def _segmentation(models: Sequence[str], path: Path, out: Path, methods: Sequenc
 
     from vitscope.data.formats.imagenet_seg import ImagenetSegmentation
     from vitscope.engine.provenance import model_identity
+    from vitscope.explain.benchmark import method_parameters
     from vitscope.explain.segmentation_benchmark import segmentation_benchmark
     from vitscope.models.load import load_model
     from vitscope.outputs import RunResult, write_run
@@ -213,9 +224,11 @@ def _segmentation(models: Sequence[str], path: Path, out: Path, methods: Sequenc
         identities.append(model_identity(model_id, backbone))
     table = pd.DataFrame([{"model": r.model, "method": r.method, "metric": r.metric, "value": r.value}
                           for r in rows])
-    summary = {"models": list(models), "methods": sorted({r.method for r in rows}), "images": min(limit, len(data)),
-               "benchmark": "ImageNet segmentation (gtsegs_ijcv.mat)", "rows": json.loads(table.to_json(
-                   orient="records")), "not_run": skipped}
+    scored_methods = sorted({r.method for r in rows})
+    summary = {"models": list(models), "methods": scored_methods, "images": min(limit, len(data)),
+               "benchmark": "ImageNet segmentation (gtsegs_ijcv.mat)",
+               "method_params": method_parameters(scored_methods, faithful=False, sanity=False),
+               "rows": json.loads(table.to_json(orient="records")), "not_run": skipped}
     result = SummaryResult("explanations", summary, tables={"explanations": table},
                            intro="Every attribution method scored by the ImageNet segmentation benchmark: pixel "
                                  "accuracy, mean IoU and mean average precision of the map against the object.")
@@ -224,6 +237,8 @@ def _segmentation(models: Sequence[str], path: Path, out: Path, methods: Sequenc
         config={"command": "explanations", "models": list(models), "data": str(path),
                 "methods": list(methods or ["all"]), "limit": limit, "batch_size": batch_size},
         results={"explanations": result}, models=identities,
-        data={"name": path.name, "path": str(path.resolve()), "images": len(data)}, num_images=summary["images"],
+        data={"name": path.name, "source": str(path.resolve()), "format": "imagenet-segmentation",
+              "num_files": len(data), "label_rule": "each image's predicted class is explained (no label is read)"},
+        num_images=summary["images"],
         skipped_analyses=skipped))
     return json.loads(Path(written).read_text())

@@ -119,13 +119,18 @@ def check_blocks(blocks: tuple[int, ...] | str | None, num_blocks: int) -> tuple
     return tuple(blocks)
 
 
-def _describe(dataset: Any, fmt: str, given: str) -> dict[str, Any]:
-    """results.json ``data``: name, what the user passed, format, items and the fingerprint of the files."""
+def _describe(dataset: Any, jpeg_draft: bool = False) -> dict[str, Any]:
+    """results.json ``data`` with the keys every command writes: the source's description (name, root, format id,
+    split, items as ``num_files``, label rule and classes), the fingerprint of its files and the decoding."""
     from vitscope.data.fingerprint import data_fingerprint
+    from vitscope.data.source import Source
+    from vitscope.engine.decoding import decode_name
 
     source = _source_of(dataset)
-    return {"name": getattr(dataset, "name", fmt), "source": given, "format": fmt, "items": len(dataset),
-            "fingerprint": data_fingerprint(source)}
+    whole = getattr(source, "source", None)  # the first items of a Source (--limit on hf or webdataset data)
+    described = whole.describe() if isinstance(whole, Source) else source.describe()
+    return {**described, "name": source.name, "num_files": len(dataset), "fingerprint": data_fingerprint(source),
+            "decode": decode_name(jpeg_draft)}
 
 
 def _num_images(dataset, fmt: str) -> int:
@@ -228,7 +233,7 @@ def run_probe(options: ProbeOptions, log: Callable[[str], None] | None = None, d
         "probe", title=f"vitscope probe: {options.model} on {fmt} ({task})",
         config=options.record(format=fmt, task=task, blocks=None if blocks is None else list(blocks)),
         results=dict(results), models=[model_identity(options.model, backbone)],
-        data=_describe(dataset, fmt, options.data), num_images=num_images, tables={"best_blocks": table},
+        data=_describe(dataset, options.jpeg_draft), num_images=num_images, tables={"best_blocks": table},
         extra={"best_blocks": {"file": "tables/best_blocks.csv", "rows": table.to_dict(orient="records")}},
         device=describe_device(options.device), **run_record(passes)),
         figure_files=options.figure_files)
@@ -274,7 +279,7 @@ def _davis_first_frames(options: ProbeOptions, backbone: Any, dataset: Any, bloc
         "probe", title=f"vitscope probe: {options.model} on davis (propagation only)",
         config=options.record(format="davis", task="davis-predictions", blocks=[block]),
         models=[model_identity(options.model, backbone)],
-        data=_describe(dataset, "davis", options.data),
+        data=_describe(dataset),
         num_images=_num_images(dataset, "davis"), notes=[reason],
         extra={"davis": {"scored": False, "reason": reason, "block": block, "predictions": "predictions/",
                          "sequences": len(dataset), "frames": len(files)}},
