@@ -117,6 +117,14 @@ def test_a_removal_killed_midway_leaves_no_entry_get_would_serve(tmp_path, monke
     assert list((tmp_path / "tmp").iterdir()) == []
 
 
+class Started(Exception):
+    """Raised where a training would begin: what it cleaned before is what a test looks at."""
+
+
+def _started(*args: object) -> None:
+    raise Started
+
+
 def test_sae_training_starts_by_removing_a_killed_runs_files(tmp_path, monkeypatch, dead_pid) -> None:
     import vitscope.sae.training as training
     from vitscope.models.wrap import build_tiny_vit
@@ -130,14 +138,7 @@ def test_sae_training_starts_by_removing_a_killed_runs_files(tmp_path, monkeypat
     for path in (*dead, live):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"x")
-
-    class Started(Exception):
-        pass
-
-    def started(*args):  # the training proper is not needed
-        raise Started
-
-    monkeypatch.setattr(training, "_saved", started)
+    monkeypatch.setattr(training, "_saved", _started)  # the training proper is not needed
     backbone = build_tiny_vit("t", image_size=32, depth=2, embed_dim=32, num_heads=2)
     with pytest.raises(Started):
         training.train(backbone, "blocks.1.resid_post", [str(image)], out=out, device="cpu")
@@ -170,14 +171,7 @@ def test_training_removes_a_killed_runs_state_file_from_its_checkpoint_folder(tm
     dead.write_bytes(b"14.8 MB of half a state")
     live = tmp_path / f".{stem}.vitscope-{os.getppid()}.tmp{suffix}"
     live.write_bytes(b"x")
-
-    class Started(Exception):
-        pass
-
-    def started(*args):  # the training proper is not needed
-        raise Started
-
-    monkeypatch.setattr(loop, "_resumable", started)
+    monkeypatch.setattr(loop, "_resumable", _started)  # the training proper is not needed
     recipe = SupervisedRecipe(build_tiny_vit("t", image_size=32, depth=1, embed_dim=16, num_heads=2,
                                              num_classes=4), SupervisedConfig(warmup=1))
     with pytest.raises(Started):
