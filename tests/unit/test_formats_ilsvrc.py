@@ -96,3 +96,10 @@ def test_the_solution_file_is_part_of_the_data_fingerprint(tmp_path):
     files, _ = reader_files(ImageNetBoxesDataset(_release(tmp_path), "val"))
     assert files[-2:] == [str(tmp_path / "LOC_synset_mapping.txt"), str(tmp_path / "LOC_val_solution.csv")]
     assert str(tmp_path / "ILSVRC/Annotations/CLS-LOC/val/ILSVRC2012_val_00000002.xml") in files
+
+
+def test_a_solution_file_saved_with_a_byte_order_mark_reads_the_same(tmp_path):
+    root = _release(tmp_path)
+    solution = root / "LOC_val_solution.csv"
+    solution.write_text("\ufeff" + solution.read_text(encoding="utf-8"), encoding="utf-8")
+    assert ImageNetBoxesDataset(root, "val").labels.tolist() == [0, 1]

@@ -238,3 +238,19 @@ def test_training_that_runs_out_of_passes_says_so(world: str, backbone) -> None:
     config = SAETraining(**{**SMALL, "tokens": 10**6, "max_epochs": 1})
     with pytest.warns(ShortTrainingWarning, match="stopped after max_epochs=1 passes at step"):
         train(backbone, "blocks.1.resid_post", world, config)
+
+
+def test_setting_the_input_scale_leaves_the_buffer_as_it_is_whatever_the_default_dtype() -> None:
+    from vitscope.sae.trainer import Trainer
+
+    cfg = SAETraining(kind="topk", latents=8, k=2, tokens=64, buffer_tokens=8, batch_tokens=4)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)  # the buffer is float64: a cast to double would not copy it
+    try:
+        trainer = Trainer(3, cfg, torch.device("cpu"), 8)
+        trainer.buffer.fill_(-2.0)
+        trainer.filled = 8
+        trainer._start(trainer.buffer[:8])
+    finally:
+        torch.set_default_dtype(previous)
+    assert bool((trainer.buffer == -2.0).all()) and bool((trainer.sae.b_dec < 0).all())

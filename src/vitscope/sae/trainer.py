@@ -138,8 +138,8 @@ class Trainer:
         """Input scale and decoder bias from the first buffer of every process."""
         with torch.no_grad():
             # one float64 copy, squared in place: the buffer is an eighth of the free memory
-            squares = torch.stack([first.double().pow_(2).sum(), torch.tensor(float(len(first)), dtype=torch.double,
-                                                                              device=first.device)])
+            squares = torch.stack([first.to(torch.double, copy=True).pow_(2).sum(),  # never the buffer itself
+                                   torch.tensor(float(len(first)), dtype=torch.double, device=first.device)])
             squares = self.replicas.sum(squares)
             scale = math.sqrt(first.shape[1] / float((squares[0] / squares[1]).clamp_min(1e-12)))
             self.sae.scale.fill_(scale)

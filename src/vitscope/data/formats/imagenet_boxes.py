@@ -219,7 +219,7 @@ class ImageNetBoxesDataset(LazyDataset):
             raise DatasetFileNotFoundError(f"the images of {split_dir} are in no class folder and their labels, "
                                            f"{solution}, are missing")
         labels = {}
-        for lineno, line in enumerate(solution.read_text(encoding="utf-8").splitlines() if names else [], 1):
+        for lineno, line in enumerate(solution.read_text(encoding="utf-8-sig").splitlines() if names else [], 1):
             image_id, _, prediction = line.partition(",")
             if lineno == 1 and image_id.strip() == "ImageId" or not line.strip():
                 continue
