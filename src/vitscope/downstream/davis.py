@@ -30,6 +30,7 @@ from vitscope.analyses.probes.result import ProbeResult, probe_result
 from vitscope.cache.feature_cache import FeatureCache, held_entries
 from vitscope.cache.request import FeatureRequest
 from vitscope.data.files import ImageFiles
+from vitscope.data.images import ImageLoadError, oriented_size
 from vitscope.data.orientation import exif_orientation, orient_array, oriented_hw
 from vitscope.downstream.checks import require_blocks, tiling_scale
 from vitscope.engine.extract import extract_features
@@ -182,19 +183,16 @@ def _sequence_features(backbone: Backbone, dataset: Any, request: FeatureRequest
 def _require_one_frame_size(seq: Any) -> None:
     """Refuse a sequence whose frames differ in size (read from their headers), naming the first that differs:
     its features could not be compared with the first frame's."""
-    from PIL import Image
-
     first = None
     for path in seq.frame_paths:
         try:
-            with Image.open(path) as img:
-                size = img.size
-        except OSError:  # unreadable: the feature pass reports it
+            h, w = oriented_size(path)
+        except ImageLoadError:  # unreadable: the feature pass reports it
             continue
-        first = first or (path, size)
-        if size != first[1]:
-            raise VitscopeValueError(f"sequence {seq.name}: frame {path} is {size[0]}x{size[1]} but {first[0]} is "
-                                     f"{first[1][0]}x{first[1][1]}; propagation needs one frame size per sequence")
+        first = first or (path, (h, w))
+        if (h, w) != first[1]:
+            raise VitscopeValueError(f"sequence {seq.name}: frame {path} is {w}x{h} but {first[0]} is "
+                                     f"{first[1][1]}x{first[1][0]}; propagation needs one frame size per sequence")
 
 
 @held_entries()  # every sequence's entry stays until the last is scored

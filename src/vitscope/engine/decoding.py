@@ -13,7 +13,7 @@ from vitscope.models.backbone import Backbone
 from vitscope.models.preprocess import resize_crop_geometry
 from vitscope.models.views import StandardView
 
-__all__ = ["DECODES", "decode_name", "decoding"]
+__all__ = ["DECODES", "data_entry", "decode_name", "decoding"]
 
 #: what results.json's data entry says under "decode"
 DECODES = ("full", "jpeg_draft")
@@ -22,6 +22,12 @@ DECODES = ("full", "jpeg_draft")
 def decode_name(jpeg_draft: bool) -> str:
     """The name a run records for its decoding."""
     return DECODES[1] if jpeg_draft else DECODES[0]
+
+
+def data_entry(source: Any, jpeg_draft: bool = False) -> dict[str, Any]:
+    """results.json ``data`` as every command writes it: the source's description, its fingerprint and how its
+    images were decoded."""
+    return {**source.describe(), "fingerprint": source.fingerprint(), "decode": decode_name(jpeg_draft)}
 
 
 def decoding(backbone: Backbone, jpeg_draft: bool, view: Any = None) -> contextlib.AbstractContextManager:

@@ -39,7 +39,7 @@ from vitscope.engine.batches import (
     shard_range,
     workers_used,
 )
-from vitscope.engine.decoding import decode_name, decoding
+from vitscope.engine.decoding import data_entry, decoding
 from vitscope.engine.distributed import barrier, collectives, gather_lists, parts_over_ranks, shard_for, sum_over_ranks
 from vitscope.engine.results import EmptyRunError, Results, pass_timing
 from vitscope.engine.settings import loader_workers, progress_bar, resolve_device, resolve_dtype
@@ -238,7 +238,7 @@ def run(
     refuse_what_cannot_run(analyses, backbone.spec, DataFacts(source, source.target_keys() | {"regions"}, limit))
     hooks = required_hook_names(backbone, analyses)
     total = len(source) if limit is None else min(limit, len(source))
-    described = {**source.describe(), "fingerprint": source.fingerprint(), "decode": decode_name(jpeg_draft)}
+    described = data_entry(source, jpeg_draft)
     if checkpoint is None and resume is not None and backbone.active_edits:
         if log is not None and shard.rank == 0:  # edit functions have no fingerprint: no key could tell edits apart
             log(f"not resuming from or saving {resume}: edits are installed on {backbone.spec.name} "

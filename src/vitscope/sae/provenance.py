@@ -13,25 +13,18 @@ from vitscope._version import __version__
 from vitscope.autoencoders.files import trained_on
 from vitscope.autoencoders.model import SparseAutoencoder
 from vitscope.data.source import Source
-from vitscope.engine.decoding import decode_name
 from vitscope.engine.provenance import model_identity
 from vitscope.engine.settings import describe_device
 from vitscope.models.backbone import Backbone
 from vitscope.models.digest import tensors_digest
 
-__all__ = ["data_record", "data_spec", "sae_identity", "training_provenance"]
+__all__ = ["data_spec", "sae_identity", "training_provenance"]
 
 
 def data_spec(data: Any, source: Source) -> str:
     """The data as it was named (``world/::coco``, a folder), as results.json's ``config.data``; the source's name
     for data given as objects (a list of images), whose text would be the pixels."""
     return str(data) if isinstance(data, (str, os.PathLike)) else source.name
-
-
-def data_record(source: Source) -> dict[str, Any]:
-    """The data entry of results.json for ``source``: its description, its fingerprint and the decoding
-    (the SAE's passes decode in full, as :func:`vitscope.run` records it)."""
-    return {**source.describe(), "fingerprint": source.fingerprint(), "decode": decode_name(False)}
 
 
 def training_provenance(backbone: Backbone, data: Mapping[str, Any], device: Any, processes: int,
@@ -41,7 +34,7 @@ def training_provenance(backbone: Backbone, data: Mapping[str, Any], device: Any
     Args:
         backbone: the model read; its identity is recorded under its spec's name unless ``record`` gives
             ``models`` (the command line's, under the id the model was loaded by).
-        data: :func:`data_record` of the whole data (every pass reads it in another order).
+        data: :func:`~vitscope.engine.decoding.data_entry` of the whole data (every pass reads it in another order).
         device: where the passes ran; processes: how many shared them.
         record: more entries from the caller, e.g. ``environment`` (``vitscope.outputs.writer.environment``),
             replacing those of the same name.

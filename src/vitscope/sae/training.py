@@ -40,6 +40,7 @@ from vitscope.autoencoders.tokens import as_tokens, check_selects, selected_toke
 from vitscope.data.open import as_source
 from vitscope.data.source_part import SourcePart
 from vitscope.engine.batches import shard_range
+from vitscope.engine.decoding import data_entry
 from vitscope.engine.distributed import barrier, collectives, shard_for
 from vitscope.engine.memory import available_bytes
 from vitscope.engine.results import EmptyRunError
@@ -47,7 +48,7 @@ from vitscope.engine.run import resolve_device, run
 from vitscope.errors import VitscopeRuntimeError, VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.sae.distributed import GroupReplicas, Replicas
-from vitscope.sae.provenance import data_record, data_spec, training_provenance
+from vitscope.sae.provenance import data_spec, training_provenance
 from vitscope.sae.settings import SAETraining
 from vitscope.sae.trainer import Trainer, round_table
 
@@ -235,7 +236,7 @@ def train(backbone: Backbone, hook: str, data: Any, config: SAETraining = SAETra
     folder = None if out is None else Path(out) / _STATE_FOLDER
     if out is not None and shard.rank == 0:  # the one writer
         _clear_leftovers(Path(out))
-    described = data_record(source) if out is not None else {}  # the fingerprint once: the key and the record
+    described = data_entry(source) if out is not None else {}  # the fingerprint once: the key and the record
     key = _state_key(backbone, hook, described.get("fingerprint", {}), config, batch_size, shard.world) \
         if folder is not None else ""
     saved = _saved(folder, key)

@@ -50,14 +50,6 @@ def _curves_figure(name: str, curves: dict[str, dict[str, Any]], steps: int, num
                   "map falls fast.", "Rong et al. 2022 (ROAD)", chart=chart)
 
 
-def _described(source: Any) -> dict[str, Any]:
-    """results.json ``data`` as every command writes it: the source's description, its fingerprint and the
-    decoding (images are decoded whole: the benchmark reads no draft)."""
-    from vitscope.engine.decoding import decode_name
-
-    return {**source.describe(), "fingerprint": source.fingerprint(), "decode": decode_name(False)}
-
-
 def _planned(models: Sequence[str], methods: Sequence[str] | None, steps: int | None,
              log: Callable[[str], None] | None) -> tuple[dict[str, list[str]], dict[str, str], dict[str, Any]]:
     """The methods each model runs and those left out (``method@model`` -> why), decided before anything is scored,
@@ -141,6 +133,7 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
     import pandas as pd
 
     from vitscope.data.open import as_source
+    from vitscope.engine.decoding import data_entry
     from vitscope.engine.provenance import model_identity
     from vitscope.explain.benchmark import benchmark_model, method_parameters, prepared, shortcut_rows
     from vitscope.models.load import load_model
@@ -194,7 +187,7 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
         config={"command": "explanations", "models": list(models), "data": str(data),
                 "methods": list(methods or ["all"]), "limit": limit, "steps": steps, "sanity": sanity,
                 "batch_size": batch_size},
-        results={"explanations": result}, models=identities, data=_described(source), num_images=scored,
+        results={"explanations": result}, models=identities, data=data_entry(source), num_images=scored,
         skipped_analyses=skipped))
     return json.loads(Path(path).read_text())
 
