@@ -96,3 +96,20 @@ def test_anything_else_is_a_bug_with_its_traceback(exc) -> None:
 def test_typer_usage_errors_keep_status_2() -> None:
     result = _run(typer.BadParameter("not a number"))
     assert result.exit_code == 2
+
+
+def test_plain_user_warnings_from_vitscope_code_are_one_line(monkeypatch, capsys) -> None:
+    """A UserWarning raised in vitscope's own code printed Python's format: the file, the line and the source."""
+    import warnings
+
+    import vitscope.analyses.probes.base as probes_base
+    from vitscope.cli.errors import one_line_warnings
+
+    theirs: list[str] = []
+    monkeypatch.setattr(warnings, "showwarning", lambda message, category, filename, *rest: theirs.append(filename))
+    one_line_warnings()
+    warnings.showwarning(UserWarning("knn_probe: images without a class label are left out"), UserWarning,
+                         probes_base.__file__, 201)
+    warnings.showwarning(UserWarning("from a library"), UserWarning, warnings.__file__, 1)
+    assert capsys.readouterr().err.splitlines() == ["warning: knn_probe: images without a class label are left out"]
+    assert theirs == [warnings.__file__]  # another library's warning keeps Python's format
