@@ -24,6 +24,26 @@ def test_resize_short_side_then_centre_crop():
     assert (out[:, :32] == 0).all() and (out[:, 32:] == 255).all()
 
 
+def test_a_strip_is_cropped_before_it_is_resized(monkeypatch):
+    """A 60000 x 1 PNG (260 bytes) was resized to 3,840,000 x 64 pixels (737 MB) before its 64 x 64 crop."""
+    import vitscope.models.preprocess as preprocess
+
+    spec = vitscope.load_model("tiny-vit").spec
+    sizes = []
+    resize = Image.Image.resize
+    monkeypatch.setattr(Image.Image, "resize",
+                        lambda self, size, *a, **k: sizes.append(size) or resize(self, size, *a, **k))
+    strip = Image.fromarray(np.tile(np.arange(60000, dtype=np.uint8)[None, :, None], (1, 1, 3)))
+    assert resize_crop(strip, spec).size == (64, 64) and max(w * h for w, h in sizes) == 64 * 64
+    # the crop box keeps the geometry: on a strip below the bound both ways agree to about a level
+    wide = Image.fromarray(np.random.default_rng(0).integers(0, 256, (7, 900, 3), dtype=np.uint8))
+    whole = np.asarray(resize_crop(wide, spec), dtype=float)
+    monkeypatch.setattr(preprocess, "CROP_FIRST_PIXELS", 64 * 64)
+    boxed = np.asarray(resize_crop(wide, spec), dtype=float)
+    assert boxed.shape == whole.shape and np.abs(boxed - whole).mean() < 1.0 and sizes[-1] == (64, 64)
+    assert np.corrcoef(boxed.ravel(), whole.ravel())[0, 1] > 0.99
+
+
 def test_normalisation_matches_hand_computation():
     b = vitscope.load_model("tiny-vit")
     img = np.full((64, 64, 3), 128, dtype=np.uint8)

@@ -15,6 +15,8 @@ from vitscope.data.images import as_rgb8, full_size
 from vitscope.errors import VitscopeTypeError, VitscopeValueError
 from vitscope.models.spec import INTERPOLATIONS, ModelSpec
 
+#: a resized image above this many pixels (192 MiB in RGB) is cropped before it is resized (:func:`resize_crop`)
+CROP_FIRST_PIXELS = 1 << 26
 _RESAMPLE = {name: Image.Resampling[name.upper()] for name in INTERPOLATIONS}
 
 
@@ -96,7 +98,14 @@ def resize_crop(image: Image.Image, spec: ModelSpec, resample: Image.Resampling 
     """
     (new_h, new_w), left, top = resize_crop_geometry(full_size(image), spec)
     out_h, out_w = (new_h, new_w) if spec.max_tokens else spec.image_size
-    image = image.resize((new_w, new_h), resample if resample is not None else resample_filter(spec.interpolation))
+    resample = resample if resample is not None else resample_filter(spec.interpolation)
+    if new_h * new_w > CROP_FIRST_PIXELS:
+        # a strip (a 60000 x 1 PNG of 260 bytes) would be resized to gigabytes before its crop; Pillow's crop box
+        # gives the same geometry from a few pixels, rounding some by a level or more, so only such images take it
+        sx, sy = image.width / new_w, image.height / new_h
+        box = (left * sx, top * sy, (left + out_w) * sx, (top + out_h) * sy)
+        return image.resize((out_w, out_h), resample, box=box)
+    image = image.resize((new_w, new_h), resample)
     return image.crop((left, top, left + out_w, top + out_h))
 
 
