@@ -241,3 +241,21 @@ def test_a_dataset_dict_object_of_several_splits_asks_for_one_split(tmp_path) ->
     several.save_to_disk(str(tmp_path / "saved"))
     with pytest.raises(DatasetFormatError, match=r"choose one with --data .*saved::hf:SPLIT$"):
         as_source(f"{tmp_path / 'saved'}::hf")
+
+
+@pytest.mark.parametrize("values,kind", [([0, 1, 2, 0], "int64"), (["cat", "dog", "fox", "cat"], "string")])
+def test_a_label_column_that_is_not_a_class_label_says_how_to_cast_it(values, kind) -> None:
+    """A plain int or string column named label read as 'no image labels' with advice to use another format."""
+    from vitscope.analyses.data_checks import DataFacts
+
+    plain = datasets.Dataset.from_dict({"image": [{"bytes": _png(i), "path": None} for i in range(4)],
+                                        "label": values},
+                                       features=datasets.Features({"image": datasets.Image(),
+                                                                   "label": datasets.Value(kind)}))
+    source = as_source(plain)
+    said = DataFacts(source).class_problem()
+    assert f"its column 'label' holds {kind} values, not a ClassLabel feature" in said
+    assert "class_encode_column('label')" in said and "::partimagenet" in said
+    with pytest.raises(ValueError, match=f"no image labels; its column 'label' holds {kind} values"):
+        source.labels()
+    assert as_source(_dataset(4)).label_advice is None

@@ -63,10 +63,11 @@ def missing_targets(analysis: str, missing: Collection[str]) -> str:
             "provide; use an annotated dataset (e.g. --data ROOT::coco) or leave it out")
 
 
-def no_labels(data: str) -> str:
-    """The data has no image labels (``data``: what to call it, e.g. ``"imagefolder data"``)."""
+def no_labels(data: str, hint: str = "") -> str:
+    """The data has no image labels (``data``: what to call it, e.g. ``"imagefolder data"``; ``hint``: appended,
+    e.g. why the reader found none, :func:`layout_hint`)."""
     return (f"{data} has no image labels: {LABELLED_PROBES} need a class label per image; use a labelled dataset "
-            "(--data ROOT::imagefolder, ::coco, ::partimagenet...)")
+            f"(--data ROOT::imagefolder, ::coco, ::partimagenet...){hint}")
 
 
 def no_regions(analysis: str, level: str) -> str:
@@ -91,7 +92,7 @@ def class_problem(labels: np.ndarray, data: str = "the data", names: Sequence[st
     labels = np.asarray(labels)
     kept = labels[labels >= 0]
     if kept.size == 0:
-        return no_labels(data)
+        return no_labels(data, hint)
     classes, counts = np.unique(kept, return_counts=True)
     shown = ", ".join(repr(names[c]) if c < len(names) else str(c) for c in classes[:3])
     if classes.size < 2:
@@ -128,9 +129,15 @@ def region_problem(regions: int, classes: int, data: str = "the data", where: st
 
 
 def layout_hint(dataset: Any, fmt: str | None) -> str:
-    """`` (the folder looks like FORMAT: pass --data ROOT::FORMAT)`` when the layout says another format."""
+    """``; the folder looks like FORMAT data: pass --data ROOT::FORMAT`` when the layout says another format, or the
+    reader's own ``label_advice`` (why it found no labels where some were meant, e.g. a label column of plain ints)."""
     from vitscope.data.load import detect_format
 
+    seen, advice = dataset, None
+    while seen is not None and advice is None:  # a source, or what it wraps (``probe --limit``)
+        advice, seen = getattr(seen, "label_advice", None), getattr(seen, "dataset", None)
+    if advice:
+        return f"; {advice}"
     root = getattr(dataset, "root", None)
     if root is None or fmt is None:
         return ""
@@ -236,7 +243,8 @@ class DataFacts:
     @functools.cached_property
     def hint(self) -> str:
         """:func:`layout_hint` of the source's folder."""
-        return layout_hint(_reader(self.source), _format(self.source))
+        reader = _reader(self.source)
+        return layout_hint(self.source if reader is None else reader, _format(self.source))
 
     @functools.cached_property
     def has_regions(self) -> bool:
@@ -261,7 +269,7 @@ class DataFacts:
         """:func:`class_problem` of the labels (None when unknown or fine); without a ``label`` target the labels
         are not read (:func:`no_labels`)."""
         if "label" not in self.targets:
-            return no_labels(self.name)
+            return no_labels(self.name, self.hint)
         if self.labels is None:
             return None
         return class_problem(self.labels, self.name, self.class_names, self.hint)

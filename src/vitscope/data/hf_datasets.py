@@ -91,6 +91,18 @@ def _columns(features: Any) -> tuple[str, str | None, list[str] | None]:
     return images[0], label, (list(features[label].names) if label else None)
 
 
+def _label_advice(features: Any) -> str | None:
+    """Why a dataset without a ClassLabel column has no labels, when a column named like one holds other values."""
+    for name in ("label", "labels", "class", "target"):
+        feature = features.get(name)
+        if feature is not None:
+            kind = getattr(feature, "dtype", type(feature).__name__)
+            return (f"its column {name!r} holds {kind} values, not a ClassLabel feature, which is where labels and "
+                    f"class names are read: cast it and save the dataset again (dataset.class_encode_column({name!r}) "
+                    f"for strings, dataset.cast_column({name!r}, datasets.ClassLabel(names=[...])) for integers)")
+    return None
+
+
 class _ParquetRows:
     """Rows of Parquet files by position, read one row group at a time (the last one read is kept)."""
 
@@ -209,6 +221,7 @@ class HFDatasetSource(Source):
         self.name, self.split, self.origin = name, split, origin
         self._rows, self._files, self._fingerprint = rows, files, fingerprint
         self.image_column, self.label_column, self.class_names = _columns(features)
+        self.label_advice = None if self.label_column else _label_advice(features)
         if isinstance(rows, _ParquetRows):
             rows.columns = [c for c in (self.image_column, self.label_column) if c is not None]
         n = rows.num_rows if hasattr(rows, "num_rows") else len(rows)

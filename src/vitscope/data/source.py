@@ -119,8 +119,10 @@ class Source(ABC):
         return out
 
     def _no_labels(self) -> VitscopeValueError:
-        return VitscopeValueError(f"{self.name}: this data has no image labels; open a labelled dataset "
-                                  "(--data ROOT::imagefolder, ::coco, ::partimagenet...)")
+        advice = getattr(self, "label_advice", None)  # a reader's reason, e.g. a label column of plain ints
+        return VitscopeValueError(f"{self.name}: this data has no image labels; "
+                                  + (advice or "open a labelled dataset (--data ROOT::imagefolder, ::coco, "
+                                     "::partimagenet...)"))
 
     def regions(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """``([M, H, W] bool, [M] int64)``: the region masks of image ``i`` and their labels.
