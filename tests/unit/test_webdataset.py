@@ -233,3 +233,24 @@ def test_closing_needs_no_module_globals_at_interpreter_exit(tmp_path, monkeypat
     with pytest.raises(OSError):
         os.fstat(fd)
     source._fds = {}
+
+
+def test_shards_given_as_plain_images_name_the_format(shards, tmp_path) -> None:
+    """A shard or a folder of shards without ::webdataset read as one unreadable image, or as no images."""
+    import re
+
+    from vitscope.data.images import EmptyDatasetError
+
+    with pytest.raises(ValueError, match=r"000000.tar is not an image but a tar archive: .*000000.tar::webdataset'"):
+        as_source(str(shards / "000000.tar"))
+    held = r"it holds .tar files \(000000.tar \.\.\. 000002.tar\): read them as WebDataset shards with --data "
+    with pytest.raises(EmptyDatasetError, match=held + f"'{re.escape(str(shards))}::webdataset'"):
+        as_source(str(shards))
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "dataset_info.json").write_text("{}")
+    with pytest.raises(EmptyDatasetError, match="it holds a Hugging Face dataset: read it with --data "
+                                                f"'{re.escape(str(tmp_path / 'hf'))}::hf'"):
+        as_source(str(tmp_path / "hf"))
+    with pytest.raises(EmptyDatasetError, match=r"any case\)$"):
+        (tmp_path / "empty").mkdir()
+        as_source(str(tmp_path / "empty"))  # nothing of another format: the message as before

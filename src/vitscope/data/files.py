@@ -29,6 +29,32 @@ NO_LABELS = "none: plain image files carry no labels"
 GIVEN_LABELS = "given beside the paths (integers, no class names)"
 
 
+#: files a plain image source cannot read, and the format that does
+_NOT_IMAGES = {".tar": "a tar archive: read WebDataset shards with --data '{0}::webdataset' (or a brace pattern)",
+               ".parquet": "a Parquet file: read Hugging Face datasets with --data '{0}::hf'",
+               ".arrow": "an Arrow file: read a Hugging Face dataset saved to disk with --data FOLDER::hf"}
+
+
+def _other_format(source: Any) -> str:
+    """``; it holds ...`` when a folder without images holds the files of a format read by name (tar shards, a
+    Hugging Face dataset)."""
+    try:
+        folder = Path(os.fspath(source))
+        if not folder.is_dir():
+            return ""
+        shards = sorted(p.name for p in folder.glob("*.tar"))
+        if shards:
+            held = shards[0] if len(shards) == 1 else f"{shards[0]} ... {shards[-1]}"
+            return (f"; it holds .tar files ({held}): read them as WebDataset shards with "
+                    f"--data '{folder}::webdataset' (or a brace pattern of shards)")
+        if any(folder.glob("dataset_info.json")) or any(folder.glob("dataset_dict.json")) or any(
+                folder.rglob("*.parquet")):
+            return f"; it holds a Hugging Face dataset: read it with --data '{folder}::hf'"
+    except (TypeError, OSError):
+        pass
+    return ""
+
+
 def _scan_folder(root: Path, extensions: tuple[str, ...]) -> list[str]:
     """Recursively list files under ``root`` whose suffix matches, sorted by relative path.
 
@@ -98,7 +124,7 @@ class ImageFiles(Source):
         else:
             where = self._init_from_path(Path(os.fspath(source)).expanduser())
         if not self.paths:
-            raise EmptyDatasetError(one_line(f"no images found in {where}"))
+            raise EmptyDatasetError(one_line(f"no images found in {where}{_other_format(source)}"))
         if labels is not None and len(labels) != len(self.paths):
             raise VitscopeValueError(f"{len(labels)} labels for {len(self.paths)} paths")
         self._labels = None if labels is None else np.asarray(labels, dtype=np.int64)
@@ -115,6 +141,8 @@ class ImageFiles(Source):
             self.paths = _scan_folder(src, self.extensions)
             return f"folder {src} (searched recursively for {', '.join(self.extensions)}, any case)"
         self.name, self._root = src.stem, src.parent
+        if src.suffix.lower() in _NOT_IMAGES:
+            raise VitscopeValueError(f"{src} is not an image but {_NOT_IMAGES[src.suffix.lower()].format(src)}")
         if src.suffix.lower() == ".txt":
             self.paths = _read_list_file(src)
             return f"list file {src} (it has no path entries)"
