@@ -102,3 +102,19 @@ def test_the_report_shows_what_the_run_resolved_and_each_models_preprocessing():
                                      "mean 0.485, 0.456, 0.406, std 0.229, 0.224, 0.225")
     assert rows["Attention kernel"] == "sdpa; patterns: vitscope_record"
     assert rows["Data format"] == "coco, split val2017" and rows["Labels"] == "largest annotation; 2 classes (cat, dog)"
+
+
+def test_explanations_take_each_model_and_method_once(coco, tmp_path):
+    """A model listed twice failed after every score, at the writer, leaving an empty folder; a method listed twice
+    was recorded twice."""
+    from vitscope.errors import VitscopeUsageError
+    from vitscope.workflows.explanations import run_explanations
+
+    for models, said in ((["tiny-vit-sup", "tiny-vit-sup"], "'tiny-vit-sup' is listed twice in --models"),
+                         (["zoo/a", "zoo_a"], "'zoo/a' and 'zoo_a' would share file names")):
+        with pytest.raises(VitscopeUsageError, match=said):
+            run_explanations(models, f"{coco}::coco", tmp_path / "refused", methods=["attention"], limit=2, steps=2)
+        assert not (tmp_path / "refused").exists()
+    doc = run_explanations(["tiny-vit-sup"], f"{coco}::coco", tmp_path / "once", methods=["attention", "attention"],
+                           limit=2, steps=2)
+    assert doc["analyses"]["explanations"]["summary"]["methods"] == ["attention"]

@@ -23,6 +23,21 @@ def _stem(model_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", model_id).strip("_.") or "model"
 
 
+def _each_once(models: Sequence[str]) -> list[str]:
+    """The models, refused before anything is scored or written when two would write the same files."""
+    from vitscope.errors import VitscopeUsageError
+
+    models, stems = list(models), [_stem(m) for m in models]
+    for i, stem in enumerate(stems):
+        if stem in stems[:i]:
+            first = models[stems.index(stem)]
+            if first == models[i]:
+                raise VitscopeUsageError(f"model {first!r} is listed twice in --models; list each model once")
+            raise VitscopeUsageError(f"models {first!r} and {models[i]!r} would share file names ({stem!r}); "
+                                     "give one of them another path")
+    return models
+
+
 def _grid(draw: Callable, shown: list, maps: dict, names: list, title: str, path: Path) -> list[Path]:
     return draw(shown, maps, names, title, path)
 
@@ -140,6 +155,7 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
     from vitscope.outputs import RunResult, prepare_output, write_run
     from vitscope.viz.attribution_figures import attribution_grid
 
+    models, methods = _each_once(models), None if methods is None else list(dict.fromkeys(methods))
     out = prepare_output(out)
     if str(data).endswith(".mat"):  # the ImageNet segmentation benchmark file
         return _segmentation(models, Path(str(data)), out, methods, limit, log, batch_size)
