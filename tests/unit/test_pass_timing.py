@@ -57,3 +57,42 @@ def test_a_run_measures_its_pass_and_its_wait_for_the_loader(slow):
     assert timing["images_per_second"] == pytest.approx(8 / ran.seconds, rel=1e-2)
     if slow:  # 0.4 s of reading against a forward of milliseconds
         assert ran.loader_seconds > 0.3 and timing["loader_wait"] > 0.5
+
+
+class _SlowOnRankOne(InMemoryImages):
+    """Rank 1 takes 0.1 s an image; rank 0 reads at once."""
+
+    def load(self, i: int) -> Image.Image:
+        import torch.distributed as dist
+
+        if dist.get_rank() == 1:
+            time.sleep(0.1)
+        return super().load(i)
+
+
+def _timed_rank(rank: int, world: int, port: int, out: str) -> None:
+    import json
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        images = [np.full((32, 32, 3), 10 * i, dtype=np.uint8) for i in range(8)]
+        ran = vitscope.run(vitscope.load_model("tiny-vit"), _SlowOnRankOne(images), ["attention_distance"],
+                           batch_size=2, workers=0, device="cpu", distributed=True, progress=False)
+        with open(f"{out}/rank{rank}.json", "w") as f:
+            json.dump({"seconds": ran.seconds, "images": ran.num_images}, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_pass_over_several_processes_takes_as_long_as_its_slowest(tmp_path):
+    """Each process timed itself, so rank 0, done at once, reported its own instant as the whole pass."""
+    import json
+
+    from helpers.processes import run_gloo
+
+    run_gloo(_timed_rank, str(tmp_path))
+    got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert got[0] == got[1] and got[0]["images"] == 8
+    assert got[0]["seconds"] >= 0.4  # rank 1's four images at 0.1 s each

@@ -31,14 +31,7 @@ from vitscope.cache.rowstore import private_rows_under
 from vitscope.data.open import as_source
 from vitscope.data.source import Source
 from vitscope.engine.batch_forward import BatchForward
-from vitscope.engine.batches import (
-    LoaderClock,
-    SkipLog,
-    iter_batches,
-    loader_bound_note,
-    shard_range,
-    workers_used,
-)
+from vitscope.engine.batches import LoaderClock, SkipLog, iter_batches, loader_bound_note, shard_range, workers_used
 from vitscope.engine.decoding import data_entry, decoding
 from vitscope.engine.distributed import barrier, collectives, gather_lists, parts_over_ranks, shard_for, sum_over_ranks
 from vitscope.engine.results import EmptyRunError, Results, pass_timing
@@ -359,7 +352,7 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
                 bar.update(task, completed=end - part.start)  # after the batch: rate and time left count work done
         finally:
             clock.close()  # the loading thread or worker processes stop with the pass, however it ends
-        seconds = clock.elapsed
+        seconds, waited = clock.elapsed, clock.waited
     note = loader_bound_note(clock.wait_fraction, seconds, chosen)
     if note and say is not None and shard.rank == 0:
         say(note)
@@ -376,6 +369,8 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
             for a in analyses:
                 a.sync(exchange=exchange)
             seen, resumed = sum_over_ranks(seen, shard), sum_over_ranks(resumed, shard)
+            # the pass ends with its slowest process (after a resume one process may have had nothing left to read)
+            seconds, waited = max(gather_lists([(seconds, waited)], shard))
             earlier = parts_over_ranks(earlier, shard)
             current.grids = _grids_over_ranks(current.grids, shard)
             skipped = sorted(gather_lists(skipped, shard), key=lambda s: s.path)
@@ -386,7 +381,7 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
         with collectives(shard):
             barrier()  # every process has read the shared row shards before rank 0 may remove them at exit
     ran = Results(results, seen, skipped, hooks, described, resumed, chosen, grid_counts(current.grids), compile_stats,
-                  seconds, clock.waited, shard.world, earlier)
+                  seconds, waited, shard.world, earlier)
     for tally in _TALLIES.get():
         tally.add(ran)
     return ran
