@@ -209,7 +209,7 @@ def test_bad_input_is_one_line() -> None:
 
     bad = cli("sae", "benchmark", "--models", "tiny-vit-sup", "--hook", "blocks.9.resid_post", "--images", "2",
               "--heldout", "2")
-    assert bad.returncode == 1 and "tiny-vit-sup has no hook 'blocks.9.resid_post'" in bad.stdout + bad.stderr
+    assert bad.returncode == 2 and "tiny-vit-sup has no hook 'blocks.9.resid_post'" in bad.stdout + bad.stderr
     bad = cli("sae", "benchmark", "--models", "tiny-vit-sup", "--hook", "norm")
     assert bad.returncode == 1 and "hook must be a block's hook" in bad.stdout + bad.stderr
     bad = cli("sae", "benchmark", "--models", "tiny-cnn-nope", "--images", "2", "--heldout", "2")

@@ -92,7 +92,7 @@ def test_the_command_trains_and_writes_the_sae(world: str, tmp_path) -> None:
     assert load(tmp_path / "sae").d_sae == 64
     bad = CliRunner().invoke(app, ["sae", "train", "--model", "tiny-vit-sup", "--hook", "blocks.2.mlp_pre_act",
                                    "--data", world, "--out", str(tmp_path / "bad")])
-    assert bad.exit_code == 1 and "has no hook 'blocks.2.mlp_pre_act'" in bad.output
+    assert bad.exit_code == 2 and "has no hook 'blocks.2.mlp_pre_act'" in bad.output
 
 
 def _dies_in_the_second_pass(real):

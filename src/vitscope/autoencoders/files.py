@@ -11,7 +11,6 @@ inference: JumpReLU with the learned threshold.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,13 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from vitscope.atomic import atomic_path
+from vitscope.autoencoders.foreign import (
+    is_prisma_file,
+    load_overcomplete,
+    load_prisma,
+    prisma_weights,
+    read_json_object,
+)
 from vitscope.autoencoders.model import SparseAutoencoder
 from vitscope.errors import VitscopeFileNotFoundError, VitscopeValueError
 from vitscope.strict_json import write_json_atomic
@@ -69,8 +75,35 @@ def trained_on(path: str | Path) -> dict[str, Any]:
     cfg_path = Path(path) / CFG_FILE
     if not cfg_path.is_file():
         return {}
-    ours = json.loads(cfg_path.read_text()).get("vitscope") or {}
+    ours = read_json_object(cfg_path).get("vitscope") or {}
     return {key: ours[key] for key in PROVENANCE_KEYS if key in ours}
+
+
+def _refuse_a_folders_file(path: Path) -> None:
+    """Refuse one file of an SAE folder given for the folder (it would be read as another library's file).
+
+    Raises:
+        VitscopeValueError: ``path`` is a ``.json`` or ``.safetensors`` file, naming the folder to give.
+    """
+    if path.suffix not in (".json", ".safetensors"):
+        return
+    if (path.parent / CFG_FILE).is_file() and (path.parent / WEIGHTS_FILE).is_file():
+        raise VitscopeValueError(f"{path} is one file of the SAE folder {path.parent}: give the folder")
+    raise VitscopeValueError(f"{path} is a {path.suffix} file: give an SAE's folder ({CFG_FILE} and {WEIGHTS_FILE}, "
+                             "or ViT-Prisma's config.json and weights.pt) or an overcomplete .pt file")
+
+
+def _finite(sae: SparseAutoencoder, where: str | Path) -> SparseAutoencoder:
+    """``sae`` when its weights are finite numbers (a diverged training writes NaN, which measures as nothing).
+
+    Raises:
+        VitscopeValueError: a weight holding NaN or infinity, naming it.
+    """
+    for name, value in sae.state_dict().items():
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise VitscopeValueError(f"{where}: the SAE's {name} holds NaN or infinite values (a diverged "
+                                     "training?): it cannot be used")
+    return sae
 
 
 def load(path: str | Path, k: int | None = None) -> SparseAutoencoder:
@@ -89,25 +122,28 @@ def load(path: str | Path, k: int | None = None) -> SparseAutoencoder:
 
     Raises:
         FileNotFoundError: nothing of these layouts there.
-        ValueError: an architecture or a normalisation vitscope does not read, or weights of the wrong shapes.
+        ValueError: an architecture or a normalisation vitscope does not read, weights of the wrong shapes or not
+            finite (NaN or infinite), a cfg.json that is no JSON object, or one file of an SAE folder (give the
+            folder).
     """
-    from vitscope.autoencoders.foreign import is_prisma_file, load_overcomplete, load_prisma, prisma_weights
 
     folder = Path(path)
+    if folder.is_file():
+        _refuse_a_folders_file(folder)
     if folder.is_file() and not is_prisma_file(folder):
-        return load_overcomplete(folder, k=k)
+        return _finite(load_overcomplete(folder, k=k), folder)
     if k is not None:
         raise VitscopeValueError(f"k is for overcomplete .pt files, which do not hold their k; the SAE at {path} "
                                  "records its own")
     if folder.is_file():  # one of a ViT-Prisma folder's checkpoints: that one
-        return load_prisma(folder.parent, folder)
+        return _finite(load_prisma(folder.parent, folder), folder)
     cfg_path, weights_path = folder / CFG_FILE, folder / WEIGHTS_FILE
     if not cfg_path.is_file() and (folder / "config.json").is_file() and prisma_weights(folder) is not None:
-        return load_prisma(folder)
+        return _finite(load_prisma(folder), folder)
     if not cfg_path.is_file() or not weights_path.is_file():
         raise VitscopeFileNotFoundError(f"{folder} holds no SAE in SAELens's layout ({CFG_FILE} and {WEIGHTS_FILE}), "
                                         "ViT-Prisma's (config.json and weights.pt) or overcomplete's (a .pt file)")
-    cfg = json.loads(cfg_path.read_text())
+    cfg = read_json_object(cfg_path)
     architecture = cfg.get("architecture", "standard")
     ours = cfg.get("vitscope") or {}
     if architecture not in ("standard", "topk", "jumprelu"):
@@ -146,4 +182,4 @@ def load(path: str | Path, k: int | None = None) -> SparseAutoencoder:
     sae.hook = cfg.get("hook_name") or (cfg.get("metadata") or {}).get("hook_name") or ours.get("hook")
     sae.model = cfg.get("model_name") or (cfg.get("metadata") or {}).get("model_name") or ours.get("model")
     sae.tokens_of = (ours.get("training") or {}).get("tokens_of")
-    return sae.eval()
+    return _finite(sae, folder).eval()

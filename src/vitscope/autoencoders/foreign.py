@@ -29,7 +29,7 @@ import torch
 from vitscope.autoencoders.model import SparseAutoencoder
 from vitscope.errors import VitscopeFileNotFoundError, VitscopeValueError
 
-__all__ = ["is_prisma_file", "load_overcomplete", "load_prisma", "prisma_weights"]
+__all__ = ["is_prisma_file", "load_overcomplete", "load_prisma", "prisma_weights", "read_json_object"]
 
 
 def is_prisma_file(path: Path) -> bool:
@@ -77,6 +77,21 @@ def _reason(path: Path, err: Exception) -> str:
     return "an empty file" if path.is_file() and path.stat().st_size == 0 else type(err).__name__
 
 
+def read_json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``.
+
+    Raises:
+        VitscopeValueError: a file that is not JSON (torn, or another format) or holds no JSON object.
+    """
+    try:
+        found = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
+        raise VitscopeValueError(f"{path} is not readable JSON ({err})") from None
+    if not isinstance(found, dict):
+        raise VitscopeValueError(f"{path} is not a JSON object (it holds a {type(found).__name__})")
+    return found
+
+
 def _set(sae: SparseAutoencoder, weights: dict[str, torch.Tensor], where: Path) -> SparseAutoencoder:
     with torch.no_grad():
         for name, value in weights.items():
@@ -100,7 +115,7 @@ def load_prisma(folder: Path, weights_path: Path | None = None) -> SparseAutoenc
     if isinstance(loaded, dict) and "cfg" in loaded:
         cfg = dict(vars(loaded["cfg"])) if not isinstance(loaded["cfg"], dict) else dict(loaded["cfg"])
     if (folder / "config.json").is_file():
-        cfg.update(json.loads((folder / "config.json").read_text()))
+        cfg.update(read_json_object(folder / "config.json"))
     if cfg.get("architecture", "standard") != "standard" or cfg.get("is_transcoder"):
         raise VitscopeValueError(f"{folder}: a ViT-Prisma {cfg.get('architecture')} SAE"
                                  f"{' (transcoder)' if cfg.get('is_transcoder') else ''}; vitscope reads standard ones")

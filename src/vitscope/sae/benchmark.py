@@ -33,7 +33,7 @@ from vitscope.analyses.base import Analysis, Batch
 from vitscope.autoencoders.model import KINDS, SparseAutoencoder
 from vitscope.data.synthetic.world import SyntheticWorld
 from vitscope.engine.run import resolve_device, run
-from vitscope.errors import VitscopeValueError
+from vitscope.errors import VitscopeUsageError, VitscopeValueError
 from vitscope.functional.concept_scores import auroc_table, best_f1_threshold, f1_at, ranked_units, units_needed
 from vitscope.models.backbone import Backbone
 from vitscope.sae.baselines import BASELINES, fit_baseline
@@ -218,8 +218,8 @@ def _model_scores(name: str, config: SAEBenchmark, world: SyntheticWorld, scenes
         raise VitscopeValueError(f"{name} is a CNN: the SAE benchmark reads a ViT's tokens")
     hooks = set(backbone.hook_names())
     for hook in (config.hook, config.neuron_hook):
-        if hook not in hooks:
-            raise VitscopeValueError(f"{name} has no hook {hook!r}")
+        if hook not in hooks:  # a value only the model shows wrong: still bad usage
+            raise VitscopeUsageError(f"{name} has no hook {hook!r}")
     labels = concept_labels(scenes, world, spec, concepts)  # [B, T, C]
     pictures = [s.image for s in scenes]
     start = time.perf_counter()

@@ -21,7 +21,7 @@ from vitscope.autoencoders.tokens import TOKENS_OF, as_tokens, check_selects, ma
 from vitscope.data.open import as_source
 from vitscope.engine.provenance import model_identity
 from vitscope.engine.run import run
-from vitscope.errors import VitscopeValueError
+from vitscope.errors import VitscopeUsageError, VitscopeValueError
 from vitscope.hooks.edits import EditFn
 from vitscope.models.backbone import Backbone
 from vitscope.models.outputs import edited_readout, output_change
@@ -129,8 +129,8 @@ def evaluate(sae: SparseAutoencoder, backbone: Backbone, data: Any, hook: str | 
     tokens_of = tokens_of or getattr(sae, "tokens_of", None) or "spatial"
     if not hook:
         raise VitscopeValueError("this SAE's file does not name the hook it reads: give it (--hook, or hook=)")
-    if hook not in set(backbone.hook_names()):
-        raise VitscopeValueError(f"{backbone.spec.name} has no hook {hook!r} for this SAE (give another with --hook, "
+    if hook not in set(backbone.hook_names()):  # a value only the model shows wrong: still bad usage
+        raise VitscopeUsageError(f"{backbone.spec.name} has no hook {hook!r} for this SAE (give another with --hook, "
                                  "or hook=)")
     if tokens_of not in TOKENS_OF:
         raise VitscopeValueError(f"tokens_of must be one of {', '.join(TOKENS_OF)}, got {tokens_of!r}")

@@ -21,6 +21,7 @@ With ``distributed=True`` (under ``torchrun``) each process reads its contiguous
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import time
@@ -45,7 +46,7 @@ from vitscope.engine.distributed import barrier, collectives, shard_for
 from vitscope.engine.memory import available_bytes
 from vitscope.engine.results import EmptyRunError
 from vitscope.engine.run import resolve_device, run
-from vitscope.errors import VitscopeRuntimeError, VitscopeValueError
+from vitscope.errors import VitscopeRuntimeError, VitscopeUsageError, VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.sae.distributed import GroupReplicas, Replicas
 from vitscope.sae.provenance import data_spec, training_provenance
@@ -159,9 +160,10 @@ class ShortTrainingWarning(UserWarning):
 
 def _check_pass(trainer: Trainer, hook: str, name: str, pushed: int, config: SAETraining) -> None:
     """Stop at a pass's end, before its state is saved, when the SAE could not learn from it: tokens holding NaN or
-    infinities (the weights are NaN by now), or a pass that takes no step (fewer tokens than a minibatch: the
-    weights would stay the random ones through every pass). The count is summed over the processes, the step is the
-    same in every one: they all stop together."""
+    infinities (the weights are NaN by now), a pass that takes no step (fewer tokens than a minibatch: the
+    weights would stay the random ones through every pass), or a training that diverged (a loss or a weight NaN or
+    infinite: too high a learning rate). The count is summed over the processes, the step is the same in every one:
+    they all stop together."""
     bad = int(trainer.replicas.sum(trainer.nonfinite.clone()))
     if bad:
         raise VitscopeValueError(f"{bad} token(s) of {hook} from {name} hold NaN or infinite values: an SAE cannot "
@@ -170,6 +172,13 @@ def _check_pass(trainer: Trainer, hook: str, name: str, pushed: int, config: SAE
         raise VitscopeValueError(f"a pass over {name} gives {pushed} token(s) of {hook}, fewer than one minibatch "
                                  f"(batch_tokens {config.batch_tokens}): no training step; lower --batch-tokens or "
                                  "give more images")
+    # once a pass, one host sync (none in the steps); the replicas hold the same weights: they all stop together
+    finite = torch.stack([torch.isfinite(p).all() for p in trainer.sae.parameters()]).all()
+    diverged = [e["step"] for e in trainer.log if not math.isfinite(e["loss"])]
+    if diverged or not bool(finite):
+        raise VitscopeRuntimeError(f"the SAE's training diverged by step {diverged[0] if diverged else trainer.step} "
+                                   "(its loss or weights are NaN or infinite) and no SAE was written: lower the "
+                                   f"learning rate (--lr {config.lr:g})")
 
 
 _STATE_FILE = "training_state.pt"
@@ -216,11 +225,14 @@ def train(backbone: Backbone, hook: str, data: Any, config: SAETraining = SAETra
     Raises:
         ValueError: a bad configuration, a hook the model does not have, or ``tokens_of`` naming a class token or
             registers it does not have (one line).
-        RuntimeError: ``distributed`` without a process group or ``torchrun``; another process stopped.
+        RuntimeError: ``distributed`` without a process group or ``torchrun``; another process stopped; the training
+            diverged (its loss or weights NaN or infinite: nothing is saved).
     """
     config.check()
-    if hook not in set(backbone.hook_names()):
-        raise VitscopeValueError(f"{backbone.spec.name} has no hook {hook!r}: name one canonical hook, e.g. "
+    if not math.isfinite(config.lr):
+        raise VitscopeValueError(f"lr must be a finite number, got {config.lr}")
+    if hook not in set(backbone.hook_names()):  # a value only the model shows wrong: still bad usage
+        raise VitscopeUsageError(f"{backbone.spec.name} has no hook {hook!r}: name one canonical hook, e.g. "
                                  f"blocks.{backbone.spec.num_blocks - 1}.resid_post")
     check_selects(tuple(backbone.spec.prefix_kinds), config.tokens_of, backbone.spec.name)
     source = as_source(data)
