@@ -303,3 +303,21 @@ def test_a_unit_below_its_best_dataset_image_is_a_warning_and_a_note() -> None:
     assert len(caught) == 1 and len(notes) == 1
     assert notes[0].startswith("blocks.4.mlp.post:7: the optimised image reaches -0.036, below the best dataset "
                                "image (0.489)")
+
+
+def test_the_report_states_the_recipe_the_run_used(tiny, tmp_path) -> None:
+    """The section's intro claimed the published recipe (ColorShift, noise, the spatial mean) whatever the run used."""
+    from vitscope.featviz.workflow import FeatvizOptions, featviz_run
+
+    def intro(**changes) -> str:
+        opts = dict(model="tiny-vit-sup", out=tmp_path, units=["blocks.1.mlp.post:3@2,3"], steps=1, image_size=32)
+        run = featviz_run(FeatvizOptions(**{**opts, **changes}))
+        assert run.results["featviz"].meta["recipe"]["augment"]["noise"] == changes.get("noise", "channel")
+        return next(s for s in run.sections if s.id == "featviz").intro
+
+    published, plain = intro(), intro(noise="none", color_shift="none", lambda_tv=0.0)
+    assert "the published recipe of paper 001: 8 augmented copies" in published
+    assert "ColorShift (code form)" in published
+    assert "1 step of Adam (lr 0.1, cosine schedule)" in published and "at one token" in published
+    assert "recipe changed (ColorShift, noise, total variation off)" in plain
+    assert "ColorShift (" not in plain and "noise annealed" not in plain and "total variation (" not in plain

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from vitscope.errors import VitscopeValueError
+from vitscope.errors import VitscopeUsageError, VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.models.outputs import embedding_of, embedding_pooling
 
@@ -26,8 +26,8 @@ def score_function(backbone: Backbone, target: Any, batch: int, pooling: str | N
     (:func:`~vitscope.models.outputs.embedding_hook`).
 
     Raises:
-        VitscopeValueError: a class that is not a whole number or out of range, an embedding of the wrong width or
-            number.
+        VitscopeUsageError: a class out of the head's range (a ``VitscopeValueError``).
+        VitscopeValueError: a class that is not a whole number, an embedding of the wrong width or number.
     """
     spec = backbone.spec
     if spec.has_head and projection is None:  # a head given as the projection is a metric net's embedding
@@ -41,7 +41,8 @@ def score_function(backbone: Backbone, target: Any, batch: int, pooling: str | N
         def logit(logits: torch.Tensor) -> torch.Tensor:
             bad = classes[(classes < 0) | (classes >= logits.shape[-1])]
             if bad.numel():
-                raise VitscopeValueError(f"target class {int(bad[0])} is out of range: {spec.name} has "
+                # only the model shows it wrong, as a block it lacks: bad usage
+                raise VitscopeUsageError(f"target class {int(bad[0])} is out of range: {spec.name} has "
                                          f"{logits.shape[-1]} classes (0 to {logits.shape[-1] - 1})")
             return logits.gather(1, classes.to(logits.device)[:, None])[:, 0]
         return logit

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import typer
@@ -35,11 +36,12 @@ def featviz(
     out: Path = typer.Option(..., "--out", "-o", help="Output directory."),
     unit: list[str] = typer.Option([], "--unit", "-u", help="SITE:CHANNEL[@TOKEN] (blocks.5.mlp.post:31, "
                                    "blocks.2.attn.k:5, stages.2:7) or logit:CLASS; repeatable."),
-    grid: int = typer.Option(0, "--grid", min=0, help="Also visualise N random FFN channels of every block."),
+    grid: int = typer.Option(0, "--grid", min=0, help="Also visualise N random FFN channels of every block (at most "
+                             "all of a block's channels: a larger N is capped, and says so)."),
     steps: int = typer.Option(400, "--steps", min=1, help="Optimisation steps."),
     seed: int = typer.Option(0, "--seed", help="Seed of the optimisation (start, noise, shifts) and of --grid's "
                              "channels."),
-    lambda_tv: float = typer.Option(4e-4, "--lambda-tv", min=0.0, help="Total-variation weight."),
+    lambda_tv: float = typer.Option(4e-4, "--lambda-tv", min=0.0, help="Total-variation weight (a finite number)."),
     noise: str = typer.Option("channel", "--noise", help="channel (the published code) | pixel (paper text) | none."),
     color_shift: str = typer.Option("code", "--color-shift", help="code: (x-mu)/sigma | paper: sigma*x+mu | none."),
     data: str | None = typer.Option(None, "--data", "-d", help="Images for the most-activating panels "
@@ -66,6 +68,10 @@ def featviz(
     if noise not in ("channel", "pixel", "none") or color_shift not in ("code", "paper", "none"):
         typer.echo("error: --noise must be channel|pixel|none and --color-shift code|paper|none", err=True)
         raise typer.Exit(2)
+    if not math.isfinite(lambda_tv):  # the parser's min=0.0 lets inf and nan through; either makes the loss NaN
+        from vitscope.errors import VitscopeUsageError
+
+        raise VitscopeUsageError(f"--lambda-tv must be a finite number >= 0, got {lambda_tv}")
     if data is None:
         _refuse_without_data(top_k=top_k, limit=limit, token_mixing=token_mixing,
                              spatial_information=spatial_information)

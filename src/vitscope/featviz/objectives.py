@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 import torch
 
-from vitscope.errors import VitscopeValueError
+from vitscope.errors import VitscopeUsageError, VitscopeValueError
 from vitscope.hooks.tokens import site_units
 from vitscope.models.spec import ModelSpec
 
@@ -118,10 +118,10 @@ def _token_index(token: Token, grid: tuple[int, int]) -> int:
     if isinstance(token, tuple):
         r, c = token
         if not (0 <= r < h and 0 <= c < w):
-            raise VitscopeValueError(f"token {token} is outside the {h}x{w} grid")
+            raise VitscopeUsageError(f"token {token} is outside the {h}x{w} grid")
         return r * w + c
     if not 0 <= int(token) < h * w:
-        raise VitscopeValueError(f"token {token} is outside the {h * w} spatial tokens of the {h}x{w} grid")
+        raise VitscopeUsageError(f"token {token} is outside the {h * w} spatial tokens of the {h}x{w} grid")
     return int(token)
 
 
@@ -147,7 +147,7 @@ def spatial_channel(x: torch.Tensor, channel: int, spec: ModelSpec, name: str) -
 
 def _check_channel(channel: int, width: int, name: str) -> None:
     if not 0 <= channel < width:
-        raise VitscopeValueError(f"{name}: channel {channel} is out of range; this site has {width} channels "
+        raise VitscopeUsageError(f"{name}: channel {channel} is out of range; this site has {width} channels "
                                  f"(0..{width - 1})")
 
 
@@ -240,7 +240,7 @@ class ClassLogit(Objective):
     def __call__(self, acts: Mapping[str, torch.Tensor], spec: ModelSpec, grid: tuple[int, int]) -> torch.Tensor:
         logits = acts["logits"]
         if not 0 <= self.index < logits.shape[-1]:
-            raise VitscopeValueError(f"{self.name}: the head has {logits.shape[-1]} classes "
+            raise VitscopeUsageError(f"{self.name}: the head has {logits.shape[-1]} classes "
                                      f"(0..{logits.shape[-1] - 1})")
         return logits[:, self.index]
 
@@ -290,14 +290,14 @@ def parse_objective(text: str) -> Objective:
     (at one token), ``"stages.2:7"`` (CNN channel), ``"logit:3"`` (class logit).
 
     Raises:
-        ValueError: with the accepted forms.
+        VitscopeUsageError: with the accepted forms (a ``ValueError``).
     """
     s = text.strip()
     if s.startswith("logit:") and s[6:].isdigit():
         return ClassLogit(int(s[6:]))
     m = _UNIT.match(s)
     if m is None or m["site"] == "logit":
-        raise VitscopeValueError(f"cannot read unit {text!r}; write SITE:CHANNEL[@TOKEN] (e.g. blocks.5.mlp.post:31, "
+        raise VitscopeUsageError(f"cannot read unit {text!r}; write SITE:CHANNEL[@TOKEN] (e.g. blocks.5.mlp.post:31, "
                                  "blocks.5.mlp.post:31@2,3, stages.2:7) or logit:CLASS")
     token: Token = None
     if m["token"]:

@@ -16,14 +16,19 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from vitscope.errors import VitscopeTypeError, VitscopeValueError
+from vitscope.errors import VitscopeRuntimeError, VitscopeTypeError, VitscopeUsageError, VitscopeValueError
 from vitscope.featviz.augment import AugmentConfig, augment
 from vitscope.featviz.objectives import Objective
 from vitscope.functional.total_variation import total_variation
 from vitscope.hooks.names import split_block_name
 from vitscope.models.backbone import Backbone
 
-__all__ = ["FeatvizConfig", "FeatvizResult", "StagedForward", "StepInfo", "evaluate", "frozen", "render"]
+__all__ = ["FeatvizConfig", "FeatvizDivergedError", "FeatvizResult", "StagedForward", "StepInfo", "evaluate", "frozen",
+           "render"]
+
+
+class FeatvizDivergedError(VitscopeRuntimeError, FloatingPointError):
+    """The optimisation's loss stopped being a finite number (still a ``FloatingPointError`` to catch)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,11 @@ class FeatvizConfig:
             raise VitscopeValueError(f"steps must be >= 1, got {self.steps}")
         if self.schedule not in ("cosine", "constant"):
             raise VitscopeValueError(f"schedule must be 'cosine' or 'constant', got {self.schedule!r}")
+        # an infinite or NaN weight makes the first loss NaN: refuse it before any model work
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise VitscopeUsageError(f"lr must be a finite number > 0, got {self.lr}")
+        if not (math.isfinite(self.lambda_tv) and self.lambda_tv >= 0):
+            raise VitscopeUsageError(f"lambda_tv must be a finite number >= 0, got {self.lambda_tv}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -192,6 +202,10 @@ def render(
 
     Returns:
         A :class:`FeatvizResult` (images on the CPU).
+
+    Raises:
+        FeatvizDivergedError: the loss became infinite or NaN (a ``VitscopeRuntimeError`` and a
+            ``FloatingPointError``).
     """
     cfg = config or FeatvizConfig()
     objs = [objectives] if isinstance(objectives, Objective) else list(objectives)
@@ -230,7 +244,8 @@ def render(
             losses[step] = loss_u.detach().double().cpu()
             activations[step] = act.detach().double().mean(dim=1).cpu()
             if not math.isfinite(float(losses[step].sum())):
-                raise FloatingPointError(f"feature visualisation diverged at step {step} (loss is not finite)")
+                raise FeatvizDivergedError(f"feature visualisation diverged at step {step} (loss is not finite); "
+                                           "try a smaller --lambda-tv or lr")
             if callback is not None:
                 callback(StepInfo(step, cfg.steps, pixels.detach(), losses[step].clone(), activations[step].clone()))
     return FeatvizResult([o.name for o in objs], pixels.detach().float().cpu(), losses, activations, cfg)

@@ -2,12 +2,39 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from vitscope.report.model import Section, Table
 
-__all__ = ["featviz_sections"]
+__all__ = ["featviz_sections", "recipe_text"]
+
+
+def recipe_text(recipe: Mapping[str, Any] | None) -> str:
+    """One sentence on the optimisation a run used (``FeatvizConfig.to_dict()``); None: the published defaults."""
+    from vitscope.featviz.render import FeatvizConfig
+
+    published = json.loads(json.dumps(FeatvizConfig().to_dict(), default=list))  # as results.json holds it
+    cfg = published if recipe is None else recipe
+    a = cfg["augment"]
+    parts = [f"{a['copies']} augmented {'copy' if a['copies'] == 1 else 'copies'} per step"]
+    if a["color_shift"] != "none":
+        parts.append(f"ColorShift ({a['color_shift']} form)")
+    if a["noise"] != "none" and a["noise_std"] > 0:
+        parts.append(f"{a['noise']} noise annealed from {a['noise_std']:g}")
+    if a["jitter"] > 0:
+        parts.append(f"circular jitter up to {a['jitter']:g} px at 224 px ({a['jitter_mode']})")
+    if cfg["lambda_tv"] > 0:
+        parts.append(f"total variation (weight {cfg['lambda_tv']:g})")
+    steps = f"{cfg['steps']} step{'' if cfg['steps'] == 1 else 's'}"
+    parts.append(f"{steps} of Adam (lr {cfg['lr']:g}, {cfg['schedule']} schedule)")
+    same = {k: v for k, v in cfg.items() if k != "steps"} == {k: v for k, v in published.items() if k != "steps"}
+    off = [name for name, gone in (("ColorShift", a["color_shift"] == "none"), ("noise", a["noise"] == "none"),
+                                   ("total variation", cfg["lambda_tv"] <= 0)) if gone]
+    head = ("the published recipe of paper 001: " if same else
+            "paper 001's recipe changed" + (f" ({', '.join(off)} off)" if off else "") + ": ")
+    return head + ", ".join(parts) + "."
 
 
 def featviz_sections(results: Mapping[str, Any]) -> list[Section]:
@@ -21,9 +48,10 @@ def featviz_sections(results: Mapping[str, Any]) -> list[Section]:
         rows = [[name, u["activation"], u.get("best_dataset_score", ""), u["final_loss"]] for name, u in units.items()]
         sections.append(Section(
             id="featviz", title="Feature visualisation",
-            intro="Images optimised to maximise each unit (mean over spatial tokens of one channel) with the published "
-                  "recipe of paper 001: 8 augmented copies, ColorShift, annealed noise, circular jitter, total "
-                  "variation, Adam with a cosine schedule.", figures=figures,
+            intro="Images optimised to maximise each unit (a channel averaged over spatial tokens, or at one token "
+                  "when the unit names it with @; a class logit for logit:K) with "
+                  + recipe_text(fv.meta.get("recipe")),
+            figures=figures,
             tables=[Table("Units", ["unit", "activation of optimised image", "best dataset image", "final loss"], rows,
                           note="Activation = the unit's objective on the un-augmented optimised image.")]))
     tm = results.get("token_mixing")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from vitscope.analyses.result import Figure, SummaryResult, png_path
-from vitscope.errors import VitscopeUsageError, VitscopeValueError
+from vitscope.errors import VitscopeKeyError, VitscopeUsageError, VitscopeValueError
 from vitscope.featviz.augment import AugmentConfig
 from vitscope.featviz.objectives import ChannelObjective, Objective, parse_objective
 from vitscope.featviz.render import FeatvizConfig, FeatvizResult, StepInfo, evaluate, render
@@ -78,6 +78,23 @@ def _channels(backbone, sites: list[str]) -> list[int]:
     with torch.no_grad(), backbone.record(sites) as rec:
         backbone(torch.zeros(1, 3, *backbone.spec.image_size, device=device))
     return [int(rec[s].shape[1] if rec[s].dim() == 4 else rec[s].shape[-1]) for s in sites]
+
+
+def _check_units(backbone, objectives: list[Objective]) -> None:
+    """Read every unit off one blank image, before the optimisation and before ``--out`` exists.
+
+    Raises:
+        VitscopeUsageError: a site the model lacks, a channel, token or class out of its range, a class logit of
+            a model without a head: values only the model shows wrong are bad usage, as ``probe --blocks 99``.
+    """
+    if not objectives:
+        return
+    try:
+        evaluate(backbone, objectives, torch.zeros(1, 3, *backbone.spec.image_size))
+    except VitscopeUsageError:
+        raise
+    except (VitscopeKeyError, VitscopeValueError) as err:
+        raise VitscopeUsageError(str(err)) from None
 
 
 def _safe(name: str) -> str:
@@ -212,14 +229,24 @@ def run_featviz(options: FeatvizOptions, log: Callable[[str], None] = lambda s: 
     """Run the command; return the path of ``results.json``."""
     from vitscope.outputs import prepare_output, write_run
 
-    out = prepare_output(options.out)  # an unusable folder fails before the optimisation
-    return write_run(out, featviz_run(options, log), figure_files=options.figure_files)
+    # --out is made once the units are read off the model (a bad unit leaves no folder), before the optimisation
+    # (an unusable folder fails before the work)
+    folder: list[Path] = []
+    run = featviz_run(options, log, ready=lambda: folder.append(prepare_output(options.out)))
+    return write_run(folder[0], run, figure_files=options.figure_files)
 
 
-def featviz_run(options: FeatvizOptions, log: Callable[[str], None] = lambda s: None) -> RunResult:
+def featviz_run(options: FeatvizOptions, log: Callable[[str], None] = lambda s: None,
+                ready: Callable[[], None] | None = None) -> RunResult:
     """What ``vitscope featviz`` writes (``options.out`` is not touched): the ``featviz`` result (optimised images,
     with data the top-image panels and ``top_activations``), optionally ``token_mixing`` and
-    ``spatial_information``, their report sections and notes. The demo shows it in its own report."""
+    ``spatial_information``, their report sections and notes. The demo shows it in its own report.
+
+    ``ready`` is called once the options and units are checked against the model, before the optimisation.
+
+    Raises:
+        VitscopeUsageError: no unit, a unit that cannot be read, or one the model does not have.
+    """
     from vitscope.engine.provenance import model_identity
     from vitscope.engine.run import resolve_device
     from vitscope.featviz.report_section import featviz_sections
@@ -231,6 +258,8 @@ def featviz_run(options: FeatvizOptions, log: Callable[[str], None] = lambda s: 
     if not options.units and options.grid <= 0:
         raise VitscopeUsageError("give at least one --unit (e.g. blocks.5.mlp.post:31) or --grid N")
     objectives = [parse_objective(u) for u in options.units]
+    cfg = FeatvizConfig(steps=options.steps, seed=options.seed, lambda_tv=options.lambda_tv,
+                        augment=AugmentConfig(noise=options.noise, color_shift=options.color_shift))
     backbone = load_model(options.model, image_size=options.image_size)
     if options.spatial_information and not backbone.spec.is_transformer:  # before the optimisation, not after
         raise VitscopeValueError(f"--spatial-information measures transformer FFN channels; {backbone.spec.name} is "
@@ -238,11 +267,15 @@ def featviz_run(options: FeatvizOptions, log: Callable[[str], None] = lambda s: 
     log(describe_input(backbone.spec))
     device = resolve_device(options.device)
     backbone.to(device).eval()
+    _check_units(backbone, objectives)
     if options.grid > 0:
-        objectives += grid_units(backbone, options.grid, options.seed)
+        drawn = grid_units(backbone, options.grid, options.seed)
+        if len(drawn) < options.grid * backbone.spec.num_blocks:
+            log(f"--grid {options.grid}: capped at the channels of each block ({len(drawn)} units in all)")
+        objectives += drawn
     objectives = _unique(objectives, log)
-    cfg = FeatvizConfig(steps=options.steps, seed=options.seed, lambda_tv=options.lambda_tv,
-                        augment=AugmentConfig(noise=options.noise, color_shift=options.color_shift))
+    if ready is not None:
+        ready()
     log(f"optimising {len(objectives)} unit{'' if len(objectives) == 1 else 's'} for {cfg.steps} steps on {device}")
     result = _render_chunks(backbone, objectives, cfg, options.chunk, log)
     clean = evaluate(backbone, objectives, result.images).reshape(-1, len(objectives)).diagonal()
@@ -289,7 +322,8 @@ def featviz_run(options: FeatvizOptions, log: Callable[[str], None] = lambda s: 
     elif options.token_mixing or options.spatial_information:
         raise VitscopeValueError("--token-mixing and --spatial-information need --data (e.g. --data ROOT::imagefolder)")
     notes = _weak_units(units)
-    featviz = SummaryResult("featviz", {"units": units, "grid_figure": "figures/featviz_grid.png"},
+    featviz = SummaryResult("featviz", {"units": units, "grid_figure": "figures/featviz_grid.png",
+                                       "recipe": _jsonable(cfg.to_dict())},
                             tables={"history": _history(result)}, figures=figures)
     results = {"featviz": featviz, **results}
     config = {"command": "featviz", "model": options.model, "units": [o.name for o in objectives],

@@ -63,7 +63,6 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
                                  f"{', '.join(METHODS)}")
     if not images:
         raise VitscopeValueError("give at least one image")
-    out = prepare_output(out)
     backbone = load_model(model, image_size=image_size)
     spec = backbone.spec
     if log:
@@ -80,6 +79,10 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
         reference = backbone.preprocess([load_rgb(like)]) if like is not None else None
         if reading is None:  # the given class, else the one predicted for --like, else each's
             if target is not None:
+                classes = logits_of(backbone(pixels[:1])).shape[-1]
+                if not 0 <= int(target) < classes:  # only the model shows it wrong, as a block it lacks: bad usage
+                    raise VitscopeUsageError(f"target class {int(target)} is out of range: {spec.name} has {classes} "
+                                             f"classes (0 to {classes - 1})")
                 chosen: Any = torch.full((len(pil),), int(target), dtype=torch.long)
             else:
                 chosen = logits_of(backbone(reference if reference is not None else pixels)).argmax(-1).expand(
@@ -95,6 +98,7 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
                 backbone(reference)
                 chosen = embedding_of(backbone, rec[embedding_hook(spec)], pooling, projection)[0]
             what = "cosine of the embedding to the --like image's"
+    out = prepare_output(out)  # once the input is known good: a refused one leaves no folder
     maps = {m: attribute(backbone, pixels, chosen, m, upsample=upsample, pooling=pooling, projection=projection).cpu()
             for m in methods}
     shown = [np.asarray(resize_crop(im, spec), dtype=np.uint8) for im in pil]
