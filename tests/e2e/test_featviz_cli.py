@@ -80,8 +80,8 @@ def test_featviz_grid_on_a_cnn_draws_each_stage_from_its_own_channels(tmp_path, 
 
 
 @pytest.mark.parametrize(("args", "code", "message"), [
-    (["--unit", "blocks.1.mlp.post"], 1, "SITE:CHANNEL"),
-    (["--unit", "blocks.1.mlp.post:99999"], 1, "out of range"),
+    (["--unit", "blocks.1.mlp.post"], 2, "SITE:CHANNEL"),
+    (["--unit", "blocks.1.mlp.post:99999"], 2, "out of range"),
     ([], 2, "--unit"),  # neither --unit nor --grid: bad usage
     (["--unit", "blocks.1.mlp.post:1", "--noise", "gauss"], 2, "--noise"),
     (["--unit", "blocks.1.mlp.post:1", "--token-mixing"], 2, "--data"),
