@@ -129,3 +129,17 @@ def test_data_unscorable_in_a_default_run(one_class, tmp_path):
     finished(cli("compare", "--models", f"{MODEL},tiny-vit-sup", "-d", data, "-o", str(out), "-b", "8"), out)
     notes = json.loads((out / "tables" / "compare.json").read_text())["notes"]
     assert f"error: {notes[0]}" == said and len(notes) == 1
+
+
+def test_data_missing_or_refused_leaves_no_output_folder(tmp_path):
+    """A run refused for its data (missing, or without what its analyses need) made --out first and left it empty."""
+    photos = random_pngs(tmp_path / "photos", [(24, 24)] * 4)
+    runs = {"unlabelled": ("analyze", "-m", MODEL, "-d", str(photos), "-a", "knn_probe"),
+            "analyze": ("analyze", "-m", MODEL, "-d", f"{tmp_path}/nowhere::coco"),
+            "compare": ("compare", "-M", f"{MODEL},tiny-vit-sup", "-d", f"{tmp_path}/nowhere::coco"),
+            "artifacts": ("artifacts", "-m", MODEL, "-d", f"{tmp_path}/nowhere::coco", "--no-ablations"),
+            "explanations": ("explanations", "-M", MODEL, "-d", f"{tmp_path}/nowhere::coco", "--methods", "rollout")}
+    for name, args in runs.items():
+        said = one_error(cli(*args, "-o", str(tmp_path / name)), "")
+        assert ("no image labels" if name == "unlabelled" else "does not exist") in said, said
+        assert not (tmp_path / name).exists(), name

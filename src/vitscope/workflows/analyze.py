@@ -152,7 +152,6 @@ def run_analyze(options: AnalyzeOptions, *, progress: bool | None = None, log: C
         The :class:`~vitscope.engine.results.Results` of the pass.
     """
     options.check_placement()
-    out = prepare_output(options.out) if options.out is not None else None
     model = options.model
     model_id = model if isinstance(model, str) else model.spec.name
     if isinstance(model, str):
@@ -169,6 +168,8 @@ def run_analyze(options: AnalyzeOptions, *, progress: bool | None = None, log: C
         log(describe_input(backbone.spec))
         if not_run:
             log(f"not run: {not_run_text(not_run)}")
+    # made once the model, the data and the analyses are known good (a refused run leaves no folder), before the pass
+    out = prepare_output(options.out) if options.out is not None else None
     results = run(backbone, source, chosen, batch_size=options.batch_size, device=options.device,
                   dtype=options.dtype, limit=options.limit, strict=options.strict, progress=progress,
                   resume=resume_from(out, model_id, options.resume) if out is not None else None,

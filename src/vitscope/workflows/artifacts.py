@@ -46,13 +46,13 @@ def run_artifacts(model: str, data: str, out: Path, params: Mapping[str, Mapping
     from vitscope.models.load import load_model
     from vitscope.outputs import RunResult, prepare_output, write_run
 
-    out = prepare_output(out)
     backbone = load_model(model)
     if log:
         log(describe_input(backbone.spec))
     source = as_source(data)
     facts = DataFacts(source, limit=limit)
     chosen = build_analyses(["artifacts"], backbone.spec, facts.targets, params, data=facts)
+    out = prepare_output(out)  # once the model and the data are known good: a refused run leaves no folder
     results = run(backbone, source, chosen, batch_size=batch_size, limit=limit, progress=None, log=log)
     found = results["artifacts"]
     written: dict[str, Any] = {"artifacts": found}

@@ -56,10 +56,10 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
     if options.cka_estimator not in CKA_ESTIMATORS:  # before any model loads
         raise ConfigError(f"--cka-estimator must be one of {', '.join(CKA_ESTIMATORS)}, got {options.cka_estimator!r}")
     options.check_placement()
-    out = prepare_output(options.out)
     source = as_source(options.data, strict=options.strict)  # one Source for every model's pass
     targets = source.target_keys()
     facts = DataFacts(source, targets, options.limit)  # a named analysis the data cannot feed: refused now
+    out = prepare_output(options.out)  # once the data opens: missing data leaves no folder
     runs, identities, counts, skipped, data, extra, notes = [], [], {}, {}, {}, {}, []
     left: dict[str, dict[str, str]] = {}  # analysis -> {model name: why that model does not run it}
     ran: list = []  # every analysis some model ran, once each (their sources are recorded)

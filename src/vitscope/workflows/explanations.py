@@ -156,14 +156,14 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
     from vitscope.viz.attribution_figures import attribution_grid
 
     models, methods = _each_once(models), None if methods is None else list(dict.fromkeys(methods))
-    out = prepare_output(out)
     if str(data).endswith(".mat"):  # the ImageNet segmentation benchmark file
-        return _segmentation(models, Path(str(data)), out, methods, limit, log, batch_size)
+        return _segmentation(models, Path(str(data)), prepare_output(out), methods, limit, log, batch_size)
     source = as_source(data)
     root = Path(str(data).split("::", 1)[0])
     settings = root / "synth.json"
     backgrounds = len(json.loads(settings.read_text()).get("backgrounds", [])) if settings.is_file() else None
     plan, skipped, kept = _planned(models, methods, steps, log)
+    out = prepare_output(out)  # once the data opens and the plan holds: a refused run leaves no folder
     rows, identities, figures = [], [], []
     scored = 0
     for model_id in models:
