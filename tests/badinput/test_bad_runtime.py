@@ -33,7 +33,7 @@ def test_device_unknown(photos, tmp_path):
 
 
 @pytest.mark.parametrize("command", ["analyze", "compare", "probe"])
-@pytest.mark.parametrize("option, value", [("--device", "tpu"), ("--dtype", "fp8")])
+@pytest.mark.parametrize("option, value", [("--device", "tpu"), ("--dtype", "fp8"), ("--device", "meta")])
 def test_device_unknown_refused_before_loading(command, option, value, photos, tmp_path):
     """Nothing is loaded or created before a bad device or dtype is refused: the error is all stderr says."""
     models = ("-M", "tiny-vit,tiny-vit-sup") if command == "compare" else ("-m", "tiny-vit")
@@ -42,6 +42,25 @@ def test_device_unknown_refused_before_loading(command, option, value, photos, t
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: unknown {option[2:]} '{value}'"), result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_device_unknown_to_a_pass_or_a_dtype_autocast_ignores_is_refused_from_python() -> None:
+    """torch names devices a pass cannot run on (meta crashed at the first copy, xpu in an assertion), and autocast
+    quietly runs float32 for a dtype it does not take (float64 was recorded as run)."""
+    import torch
+
+    from vitscope.engine.settings import dtype_name, resolve_device, resolve_dtype
+    from vitscope.errors import VitscopeUsageError
+
+    for device in ("meta", "xpu", "hpu", "cpu:1", "mps:1"):
+        with pytest.raises(VitscopeUsageError, match=f"unknown device '{device}'; use cpu, cuda, cuda:N or mps"):
+            resolve_device(device)
+    assert resolve_device("cpu:0") == torch.device("cpu:0")
+    for dtype in (torch.float64, torch.int8, torch.float8_e4m3fn):
+        with pytest.raises(VitscopeUsageError, match="unknown dtype 'torch"):
+            resolve_dtype(dtype)
+    assert [dtype_name(d) for d in (None, "fp32", torch.float32, "bfloat16", torch.bfloat16, "float16")] == [
+        "fp32", "fp32", "fp32", "bf16", "bf16", "fp16"]
 
 
 def test_out_of_memory_on_a_batch(photos, tmp_path, monkeypatch):
@@ -146,3 +165,21 @@ def test_device_cuda_without_cuda_sae(command, photos, tmp_path):
     one_error(result, "no CUDA GPU is available; use --device cpu")
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_device_unknown_names_of_one_dtype_resume_each_other(tmp_path, monkeypatch) -> None:
+    """``bfloat16`` and ``bf16`` are one autocast dtype, yet a saved state of one was thrown away by the other."""
+    import numpy as np
+
+    import vitscope
+
+    images = [np.full((32, 32, 3), 20 * i, dtype=np.uint8) for i in range(8)]
+    backbone = vitscope.load_model("tiny-vit")
+    monkeypatch.setenv("VITSCOPE_STOP_AFTER_BATCHES", "1")
+    with pytest.raises(KeyboardInterrupt):
+        vitscope.run(backbone, images, ["attention_distance"], batch_size=4, device="cpu", dtype="bf16",
+                     progress=False, resume=tmp_path / "state.pt")
+    monkeypatch.delenv("VITSCOPE_STOP_AFTER_BATCHES")
+    resumed = vitscope.run(backbone, images, ["attention_distance"], batch_size=4, device="cpu", dtype="bfloat16",
+                           progress=False, resume=tmp_path / "state.pt")
+    assert resumed.resumed_images == 4 and resumed.num_images == 8

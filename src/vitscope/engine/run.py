@@ -35,7 +35,7 @@ from vitscope.engine.batches import LoaderClock, SkipLog, iter_batches, loader_b
 from vitscope.engine.decoding import data_entry, decoding
 from vitscope.engine.distributed import barrier, collectives, gather_lists, parts_over_ranks, shard_for, sum_over_ranks
 from vitscope.engine.results import EmptyRunError, Results, pass_timing
-from vitscope.engine.settings import loader_workers, progress_bar, resolve_device, resolve_dtype
+from vitscope.engine.settings import dtype_name, loader_workers, progress_bar, resolve_device, resolve_dtype
 from vitscope.engine.state import Checkpoint, interrupt_guard, run_checkpoint
 from vitscope.engine.streaming import stream_plan, warn_if_patterns_do_not_fit
 from vitscope.errors import VitscopeValueError
@@ -169,7 +169,8 @@ def run(
         resume: a state file: the same as a checkpoint keyed by everything that decides the numbers (model
             weights, data fingerprint, analyses and their parameters, the file of an analysis from outside
             vitscope, limit, device, dtype, view): a re-run with the same arguments continues where an
-            interrupted one stopped, whatever its batch size (no number depends on it); anything else starts
+            interrupted one stopped, whatever its batch size (no number depends on it at fp32; under autocast by
+            the forward's half-precision rounding, docs/methods.md); anything else starts
             over. While edits are installed on the model (inside ``backbone.intervene``:
             :attr:`~vitscope.models.backbone.Backbone.active_edits`) no key can describe them, so the run neither
             resumes nor saves a state, and says so to ``log``.
@@ -244,7 +245,7 @@ def run(
             else {}
         checkpoint = run_checkpoint(resume, backbone, described["fingerprint"], analyses,
                                     every_seconds=checkpoint_seconds, log=log, limit=limit, strict=strict,
-                                    device=dev.type, dtype=str(dtype or "fp32"), **drafted, **compiled, **viewed)
+                                    device=dev.type, dtype=dtype_name(dtype), **drafted, **compiled, **viewed)
     if checkpoint is not None:
         checkpoint.for_rank(shard.rank, shard.world)
     with decoding(backbone, jpeg_draft, view):

@@ -8,9 +8,10 @@ import torch
 
 from vitscope.errors import VitscopeUsageError, VitscopeValueError
 
-__all__ = ["MIN_IMAGES_FOR_WORKERS", "describe_device", "loader_workers", "progress_bar", "resolve_device",
-           "resolve_dtype"]
+__all__ = ["MIN_IMAGES_FOR_WORKERS", "describe_device", "dtype_name", "loader_workers", "progress_bar",
+           "resolve_device", "resolve_dtype"]
 
+_DEVICES = ("cpu", "cuda", "mps")
 #: a pass over fewer images decodes in a thread: starting worker processes would cost more than they save
 MIN_IMAGES_FOR_WORKERS = 256
 _MAX_WORKERS = 8
@@ -40,15 +41,25 @@ def loader_workers(requested: int | None, images: int, processes: int = 1) -> in
 
 
 def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
-    """``"bf16"``/``"bfloat16"``/``"fp16"`` -> autocast dtype; ``None``/``"fp32"`` -> no autocast."""
+    """``"bf16"``/``"bfloat16"``/``"fp16"`` (or the torch dtypes) -> autocast dtype; ``None``/``"fp32"`` -> no
+    autocast.
+
+    Raises:
+        VitscopeUsageError: any other dtype (torch's autocast would quietly run float32 for it).
+    """
     if dtype is None or dtype in ("fp32", "float32", torch.float32):
         return None
     table = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
-    if isinstance(dtype, torch.dtype):
+    if dtype in (torch.bfloat16, torch.float16):
         return dtype
-    if dtype not in table:
+    if isinstance(dtype, torch.dtype) or dtype not in table:
         raise VitscopeUsageError(f"unknown dtype '{dtype}'; use fp32, bf16 or fp16")
     return table[dtype]
+
+
+def dtype_name(dtype: str | torch.dtype | None) -> str:
+    """The one name of a pass's precision: ``"fp32"``, ``"bf16"`` or ``"fp16"`` (``"bfloat16"`` is ``"bf16"``)."""
+    return {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[resolve_dtype(dtype)]
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -62,7 +73,10 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     try:
         dev = torch.device(device)
     except RuntimeError:
-        raise VitscopeUsageError(f"unknown device '{device}'; use cpu, cuda, cuda:N or mps") from None
+        dev = None
+    # torch names more device types (meta, xpu, hpu...) than a pass runs on; cpu and mps have one device each
+    if dev is None or dev.type not in _DEVICES or (dev.type != "cuda" and dev.index not in (None, 0)):
+        raise VitscopeUsageError(f"unknown device '{device}'; use cpu, cuda, cuda:N or mps")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise VitscopeValueError("device 'cuda' requested but no CUDA GPU is available; use --device cpu")
     if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):

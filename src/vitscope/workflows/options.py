@@ -104,6 +104,8 @@ class PassOptions:
         made explicit (``auto``, ``fp32``), the analysis parameters typed as the analyses took them,
         ``config_file`` when a file was read, then ``resolved`` (choices made while running: the analyses chosen,
         the probe's task...) over them."""
+        from vitscope.engine.settings import dtype_name
+
         values = ((o.name, getattr(self, attribute)) for attribute, o in _declared(type(self)))
         record = {name: str(v) if isinstance(v, Path) else v for name, v in values}
         if self.config_file is not None:
@@ -113,7 +115,7 @@ class PassOptions:
 
             record["params"] = typed_params(record["params"])
         record["device"] = record.get("device") or "auto"
-        record["dtype"] = record.get("dtype") or "fp32"
+        record["dtype"] = dtype_name(record.get("dtype"))  # one name per precision: bfloat16 is bf16
         record.update(resolved)
         return record
 
