@@ -111,6 +111,22 @@ def test_auroc_of_every_unit_is_scikit_learns_ties_included() -> None:
     assert table[1, 0] == 1.0 and table[1, 3] == 0.5 and torch.isnan(table[2]).all()
 
 
+def test_a_unit_holding_nan_scores_nothing_and_ranks_last() -> None:
+    """A sort ranks NaN above every number: [nan, nan, .1, .2, .3, .4] scored 0.889 (scikit-learn refuses it), an
+    all-NaN unit 0.222, read negated 0.778, the best detector of its concept."""
+    units = np.array([[np.nan, 0.0, np.nan], [np.nan, 0.1, np.nan], [0.1, 0.2, np.nan], [0.2, 0.9, np.nan],
+                      [0.3, 0.8, np.nan], [0.4, 0.3, np.inf]])
+    labels = np.array([[True], [True], [False], [False], [True], [False]])
+    table = auroc_table(units, labels)
+    assert torch.isnan(table[0, [0, 2]]).all() and table[0, 1].item() == pytest.approx(
+        roc_auc_score(labels[:, 0], units[:, 1]))
+    order, _ = ranked_units(table, both_signs=True)
+    assert order[0].tolist()[0] == 1
+    fit = labels[:, 0]
+    assert units_needed(units, fit, units, fit, [0, 2]) == (None, pytest.approx(float("nan"), nan_ok=True))
+    assert units_needed(units, fit, units, fit, [0, 1, 2], target=0.2)[0] == 1  # the NaN units passed over
+
+
 def test_the_best_unit_is_read_with_either_sign_only_where_signs_are_arbitrary() -> None:
     rng = np.random.default_rng(1)
     concept = rng.random(2000) < 0.3

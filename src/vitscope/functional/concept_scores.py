@@ -53,7 +53,8 @@ def auroc_table(units: torch.Tensor | np.ndarray, labels: torch.Tensor | np.ndar
         chunk: units ranked at once (memory: about ``4 n chunk`` numbers).
 
     Returns:
-        ``[C, m]`` float64; NaN for a concept with no positive or no negative token.
+        ``[C, m]`` float64; NaN for a concept with no positive or no negative token, and for a unit holding NaN
+        or infinity on some token (scikit-learn refuses such a column; it ranks last in :func:`ranked_units`).
     """
     u = _tensor(units, "units", 2).numpy()
     y = _tensor(labels, "labels", 2).numpy().astype(np.float64)
@@ -67,6 +68,7 @@ def auroc_table(units: torch.Tensor | np.ndarray, labels: torch.Tensor | np.ndar
     with np.errstate(divide="ignore", invalid="ignore"):
         auc = (sums - (positives * (positives + 1) / 2)[:, None]) / (positives * negatives)[:, None]
     auc[(positives == 0) | (negatives == 0)] = np.nan
+    auc[:, ~np.isfinite(u).all(axis=0)] = np.nan  # a sort ranks NaN above every number: no score for such a unit
     return torch.from_numpy(auc)
 
 
@@ -130,7 +132,8 @@ def units_needed(fit_units: np.ndarray, fit_labels: np.ndarray, test_units: np.n
         target: the AUROC to reach; cap: the most units tried; sign: of the best unit (:func:`ranked_units`).
 
     Returns:
-        ``(n, AUROC with n units)``, or ``(None, AUROC with the cap units)``.
+        ``(n, AUROC with n units)``, or ``(None, AUROC with the cap units)``; ``(None, NaN)`` when every unit of
+        ``order`` holds NaN or infinity on some token (such units are passed over).
     """
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import roc_auc_score
@@ -140,7 +143,10 @@ def units_needed(fit_units: np.ndarray, fit_labels: np.ndarray, test_units: np.n
     fit_labels, test_labels = np.asarray(fit_labels, bool), np.asarray(test_labels, bool)
     if not (0 < fit_labels.sum() < fit_labels.size and 0 < test_labels.sum() < test_labels.size):
         raise VitscopeValueError("units_needed needs positive and negative tokens in both sets")
-    order = [int(i) for i in order][: max(1, cap)]
+    finite = np.isfinite(np.asarray(fit_units)).all(axis=0) & np.isfinite(np.asarray(test_units)).all(axis=0)
+    order = [int(i) for i in order if finite[int(i)]][: max(1, cap)]  # a unit with NaN reads nothing
+    if not order:
+        return None, float("nan")
 
     def score(n: int) -> float:
         columns = order[:n]
