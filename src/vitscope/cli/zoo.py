@@ -17,7 +17,10 @@ zoo_app = CommandLine(add_completion=False, no_args_is_help=True, rich_markup_mo
 
 
 def zoo_rows(directory: Path | None = None) -> list[dict]:
-    """One row per zoo model: recipe, data seed, parameters, held-out score and baselines (None if not built)."""
+    """One row per zoo model: recipe, data seed, parameters, held-out score and baselines (None if not built).
+
+    ``checkpoints`` lists only the training checkpoints whose weights this folder holds.
+    """
     from vitscope.zoo.catalog import ZOO
     from vitscope.zoo.store import is_built, read_manifest, zoo_dir
 
@@ -31,7 +34,8 @@ def zoo_rows(directory: Path | None = None) -> list[dict]:
                      "score": rec["score"] if rec else None,
                      "random_init": rec["baselines"]["random_init"] if rec else None,
                      "raw_pixels": rec["baselines"]["raw_pixels"] if rec else None,
-                     "checkpoints": [f"{e.name}@step{s}" for s in e.snapshot_steps], "built": rec is not None,
+                     "checkpoints": [f"{e.name}@step{s}" for s in e.snapshot_steps if is_built(f"{e.name}@step{s}", d)],
+                     "built": rec is not None,
                      "description": e.description})
     return rows
 
@@ -63,7 +67,8 @@ def list_models(
                       r["score_kind"], num(r["score"]) if r["built"] else "not built", num(r["random_init"]),
                       num(r["raw_pixels"]))
     Console(width=140).print(table)
-    typer.echo("Training checkpoints: " + ", ".join(c for r in rows for c in r["checkpoints"]))
+    built = [c for r in rows for c in r["checkpoints"]]
+    typer.echo("Training checkpoints: " + (", ".join(built) if built else "none built"))
 
 
 @zoo_app.command("build")

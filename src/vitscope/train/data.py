@@ -42,8 +42,17 @@ class TensorImages:
         if self.images.dtype != torch.uint8 or self.images.dim() != 4 or self.images.shape[1] != 3:
             raise VitscopeValueError(f"images must be uint8 [N, 3, H, W], got {self.images.dtype} "
                                      f"{tuple(self.images.shape)}")
+        if len(self.images) == 0:
+            raise VitscopeValueError("the image set is empty")
+        if not isinstance(self.labels, torch.Tensor) or self.labels.dim() != 1 or self.labels.is_floating_point() \
+                or self.labels.is_complex() or self.labels.dtype == torch.bool:
+            raise VitscopeValueError(f"labels must be an integer tensor [N], got "
+                                     f"{getattr(self.labels, 'dtype', type(self.labels).__name__)} "
+                                     f"{tuple(getattr(self.labels, 'shape', ()))}")
         if len(self.labels) != len(self.images):
             raise VitscopeValueError(f"{len(self.images)} images but {len(self.labels)} labels")
+        if int(self.labels.min()) < 0:
+            raise VitscopeValueError(f"labels must be >= 0, got {int(self.labels.min())}")
         if self.foreground is not None and self.foreground.shape != (len(self.images), *self.images.shape[2:]):
             raise VitscopeValueError(f"foreground must be [N, H, W] = {(len(self.images), *self.images.shape[2:])}, "
                                      f"got {tuple(self.foreground.shape)}")

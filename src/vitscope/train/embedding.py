@@ -9,6 +9,7 @@ analyse); otherwise the whole network is fine-tuned.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 from torch import nn
@@ -36,6 +37,8 @@ class EmbeddingNet(nn.Module):
     def __init__(self, backbone: Backbone, embedding_size: int = 128, pooling: str = "mean",
                  freeze_backbone: bool = True, seed: int = 0) -> None:
         super().__init__()
+        if isinstance(embedding_size, bool) or not isinstance(embedding_size, int) or embedding_size < 1:
+            raise VitscopeValueError(f"embedding_size must be an integer >= 1, got {embedding_size!r}")
         if pooling not in ("mean", "cls"):
             raise VitscopeValueError(f"pooling must be 'mean' or 'cls', got '{pooling}'")
         spec = backbone.spec
@@ -43,7 +46,7 @@ class EmbeddingNet(nn.Module):
             raise VitscopeValueError(f"{spec.name} has no CLS token; use pooling='mean'")
         self.backbone_model = backbone.model  # registered, so fine-tuning and state_dict see it
         self._backbone = backbone
-        self.pooling, self.freeze = pooling, freeze_backbone
+        self.pooling, self.freeze, self.embedding_size = pooling, freeze_backbone, embedding_size
         dim = spec.embed_dim
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -51,6 +54,10 @@ class EmbeddingNet(nn.Module):
         if freeze_backbone:
             for p in self.backbone_model.parameters():
                 p.requires_grad_(False)
+
+    def settings(self) -> dict[str, Any]:
+        """What decides this net's numbers beyond its weights (a training run's checkpoint key covers it)."""
+        return {"pooling": self.pooling, "embedding_size": self.embedding_size, "freeze_backbone": self.freeze}
 
     def train(self, mode: bool = True) -> EmbeddingNet:
         super().train(mode)
@@ -101,6 +108,8 @@ def train_embedding(
         The trained :class:`EmbeddingNet` in eval mode.
     """
     images = data if isinstance(data, TensorImages) else image_folder_tensors(data, backbone.spec)
+    if len(torch.unique(images.labels)) < 2:
+        raise VitscopeValueError("metric learning needs images of at least 2 identities (classes), got 1")
     net = EmbeddingNet(backbone, embedding_size, pooling, freeze_backbone, seed)
     recipe = MetricRecipe(backbone, images.num_classes, config, embedder=net)
     fit(recipe, images, LoopConfig(steps=steps, batch_size=min(batch_size, len(images)), seed=seed,

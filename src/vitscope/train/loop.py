@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
 import sys
 import time
 from abc import ABC, abstractmethod
@@ -29,15 +30,19 @@ from torch import nn
 
 from vitscope._version import __version__
 from vitscope.atomic import atomic_path, remove_leftovers
-from vitscope.errors import VitscopeValueError
+from vitscope.errors import VitscopeRuntimeError, VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.models.digest import digest, tensors_digest
 from vitscope.train.data import TensorImages
 
-__all__ = ["LoopConfig", "Recipe", "TrainResult", "cosine_schedule", "fit", "train_key"]
+__all__ = ["LoopConfig", "Recipe", "TrainResult", "TrainingDivergedError", "cosine_schedule", "fit", "train_key"]
 
 CHECKPOINT_NAME = "train_state.pt"
 KEY_FORMAT = 1
+
+
+class TrainingDivergedError(VitscopeRuntimeError, FloatingPointError):
+    """A training loss stopped being a finite number (still a ``FloatingPointError`` to catch)."""
 
 
 @dataclass
@@ -236,10 +241,24 @@ def _resumable(path: Path, key: dict[str, Any], name: str) -> dict[str, Any] | N
     """The state saved at ``path`` when it was saved under ``key``; otherwise None, said on stderr."""
     if not path.exists():
         return None
-    state = torch.load(path, weights_only=True)
+    try:
+        state = torch.load(path, weights_only=True)
+    except (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError) as err:
+        # a torn write (power loss), an empty or a foreign file: nothing to continue from
+        print(f"{name}: ignoring unreadable training state {path} ({type(err).__name__}): starting over",
+              file=sys.stderr, flush=True)
+        return None
+    if not isinstance(state, dict):
+        print(f"{name}: ignoring unreadable training state {path} (not a vitscope training state): starting over",
+              file=sys.stderr, flush=True)
+        return None
     if state.get("key") == _key_text(key):
         return state
-    saved = json.loads(state["key"]) if "key" in state else {}
+    try:
+        saved = json.loads(state["key"]) if isinstance(state.get("key"), str) else {}
+    except json.JSONDecodeError:
+        saved = {}
+    saved = saved if isinstance(saved, dict) else {}
     changed = ", ".join(_changed(saved, key)) if saved else "key (saved without one by an older vitscope)"
     print(f"{name}: ignoring training state {path}: it belongs to a different run (changed: {changed}); "
           "starting over", file=sys.stderr, flush=True)
@@ -292,6 +311,7 @@ def fit(recipe: Recipe, data: TensorImages, config: LoopConfig) -> TrainResult:
 
     Raises:
         ValueError: the recipe needs foreground masks and ``data`` has none.
+        TrainingDivergedError: the loss became NaN or infinite.
     """
     if recipe.needs_foreground and data.foreground is None:
         raise VitscopeValueError(f"{recipe.name}: this configuration needs foreground masks (TensorImages.foreground); "
@@ -334,7 +354,7 @@ def fit(recipe: Recipe, data: TensorImages, config: LoopConfig) -> TrainResult:
                 extra = {"foreground": data.foreground[idx]} if recipe.needs_foreground else {}
                 loss = recipe.loss(data.images[idx], data.labels[idx], step, gen, **extra).float()
             if not torch.isfinite(loss):
-                raise FloatingPointError(f"{recipe.name}: loss became {loss.item()} at step {step}; "
+                raise TrainingDivergedError(f"{recipe.name}: loss became {loss.item()} at step {step}; "
                                          "lower the learning rate")
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

@@ -10,7 +10,9 @@ rate (``loss_lr_factor``), as the Proxy-Anchor paper does.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -48,6 +50,20 @@ class MetricConfig:
     pct_start: float = 0.3
     crop_scale: tuple[float, float] = (0.35, 1.0)
 
+    def __post_init__(self) -> None:
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise VitscopeValueError(f"lr must be a finite number > 0, got {self.lr!r}")
+        if not (isinstance(self.loss_lr_factor, (int, float)) and math.isfinite(self.loss_lr_factor)
+                and self.loss_lr_factor > 0):
+            raise VitscopeValueError(f"loss_lr_factor must be a finite number > 0, got {self.loss_lr_factor!r}")
+        if not (isinstance(self.pct_start, (int, float)) and 0 < self.pct_start < 1):
+            raise VitscopeValueError(f"pct_start must be in (0, 1), got {self.pct_start!r}")
+        scale = tuple(self.crop_scale) if isinstance(self.crop_scale, (tuple, list)) else ()
+        if not (len(scale) == 2 and all(isinstance(v, (int, float)) for v in scale)
+                and 0 < scale[0] <= scale[1] <= 1):
+            raise VitscopeValueError(f"crop_scale must be (low, high) with 0 < low <= high <= 1, "
+                                     f"got {self.crop_scale!r}")
+
 
 def make_metric_loss(name: str, num_classes: int, embedding_size: int) -> nn.Module:
     """The pytorch-metric-learning loss ``name`` for ``num_classes`` training identities."""
@@ -75,6 +91,8 @@ class MetricRecipe(Recipe):
 
     def __init__(self, backbone: Backbone, num_classes: int, config: MetricConfig = MetricConfig(),
                  embedder: nn.Module | None = None) -> None:
+        if num_classes < 2:
+            raise VitscopeValueError(f"metric learning needs at least 2 identities, got {num_classes}")
         self._backbone, self.config = backbone, config
         self.model = embedder if embedder is not None else backbone.model
         with torch.no_grad():
@@ -102,7 +120,19 @@ class MetricRecipe(Recipe):
         spec = self._backbone.spec
         x = random_resized_crop(images.float() / 255.0, spec.image_size[0], self.config.crop_scale, gen)
         x = color_jitter(x, gen, brightness=0.2, contrast=0.2, saturation=0.1)
-        return self.criterion(self.model(normalise(x, spec.mean, spec.std)), labels)
+        embeddings = self.model(normalise(x, spec.mean, spec.std))
+        # the losses cast their own parameters to the embeddings' dtype: under bf16 autocast the proxies would
+        # become bf16 (and so would their checkpoints), so the loss runs in float32
+        with torch.autocast(embeddings.device.type, enabled=False):
+            return self.criterion(embeddings.float(), labels)
+
+    def settings(self) -> dict[str, Any]:
+        """The recipe's settings and, for an embedder with its own (pooling, embedding size), those too."""
+        out = super().settings()
+        describe = getattr(self.model, "settings", None)
+        if callable(describe):
+            out["embedder"] = describe()
+        return out
 
     def backbone(self) -> Backbone:
         return self._backbone

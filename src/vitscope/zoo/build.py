@@ -13,6 +13,8 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import secrets
+import shutil
 import signal
 import sys
 import threading
@@ -25,7 +27,7 @@ from typing import Any
 
 import torch
 
-from vitscope.atomic import remove_leftovers
+from vitscope.atomic import remove_leftovers, staging_name
 from vitscope.errors import VitscopeValueError
 from vitscope.models.backbone import Backbone
 from vitscope.train.data import TensorImages, synthetic_split
@@ -171,33 +173,61 @@ def _build(entry: ZooEntry, out: Path, workdir: str | os.PathLike | None, progre
     if entry.spurious is not None:  # how much of the score the background shortcut carries
         clean = heldout_sets(entry.data_seed, int(entry.model.get("image_size", 64)))
         record["score_independent_backgrounds"] = score(entry, backbone, clean)
-    with _locked(out):
-        _ship(entry, out, model, result.snapshots, record, sets)
+    staging = out / staging_name(secrets.token_hex(4))  # removed by a later build if this process is killed
+    try:
+        staged = _stage(entry, staging, model, result.snapshots, record, sets)
+        with _locked(out):
+            _ship(entry, out, staged, record)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     ckpt = work / "train_state.pt"
     if ckpt.exists():
         ckpt.unlink()
     return record
 
 
-def _ship(entry: ZooEntry, out: Path, model: torch.nn.Module, snapshots: dict, record: dict[str, Any],
-          sets) -> None:
-    """Write the weights, snapshot weights, manifest lines and card of one trained model."""
+def _stage(entry: ZooEntry, staging: Path, model: torch.nn.Module, snapshots: dict, record: dict[str, Any],
+           sets) -> dict[str, tuple[Path, str]]:
+    """Write the weights and snapshot weights of one trained model into ``staging`` and score the snapshots.
+
+    Nothing in the zoo folder changes here: a build killed while scoring leaves the last finished one intact.
+    Returns file name -> (staged path, sha256).
+    """
     name = entry.name
-    manifest = read_manifest(out)
-    for old in [f for f in manifest["files"] if f.startswith(f"{name}@step")]:  # snapshots of an older recipe
-        manifest["files"].pop(old)
-        (out / old).unlink(missing_ok=True)
-    manifest["files"][f"{name}.safetensors"] = save_weights(model, out / f"{name}.safetensors", name)
+    staged = {f"{name}.safetensors": _staged_weights(model, staging, name)}
     for step, state in snapshots.items():
         snap = build_model(entry)
         snap.load_state_dict(state)
-        roundtrip_fp16(snap)
+        roundtrip_fp16(snap)  # the staged file's numbers, so the score is the file's
         snap_name = f"{name}@step{step}"
-        manifest["files"][f"{snap_name}.safetensors"] = save_weights(snap, out / f"{snap_name}.safetensors",
-                                                                     snap_name)
+        staged[f"{snap_name}.safetensors"] = _staged_weights(snap, staging, snap_name)
         record["snapshots"][str(step)] = score(entry, wrap_zoo_model(snap.eval(), snap_name, entry), sets)
+    return staged
+
+
+def _staged_weights(model: torch.nn.Module, staging: Path, name: str) -> tuple[Path, str]:
+    path = staging / f"{name}.safetensors"
+    return path, save_weights(model, path, name)
+
+
+def _ship(entry: ZooEntry, out: Path, staged: dict[str, tuple[Path, str]], record: dict[str, Any]) -> None:
+    """Move the staged files into the zoo folder, then write the manifest, then remove files it no longer lists.
+
+    Between the first move and the manifest there are only renames (no training, scoring or writing of weights),
+    so a kill leaves files that disagree with the manifest only within that short window.
+    """
+    name = entry.name
+    manifest = read_manifest(out)
+    old = [f for f in manifest["files"] if f.startswith(f"{name}@step") and f not in staged]  # an older recipe's
+    for fname, (path, checksum) in staged.items():
+        os.replace(path, out / fname)
+        manifest["files"][fname] = checksum
+    for fname in old:
+        manifest["files"].pop(fname)
     manifest["models"][name] = record
     write_manifest(out, manifest)
+    for fname in old:  # only once the manifest no longer lists them
+        (out / fname).unlink(missing_ok=True)
     write_card(out, record)
 
 
