@@ -8,7 +8,7 @@ vitscope and is shown with its traceback and a request to report it.
 from __future__ import annotations
 
 __all__ = ["DegenerateDataError", "VitscopeError", "VitscopeFileNotFoundError", "VitscopeKeyError",
-           "VitscopeRuntimeError", "VitscopeTypeError", "VitscopeUsageError", "VitscopeValueError"]
+           "VitscopeRuntimeError", "VitscopeTypeError", "VitscopeUsageError", "VitscopeValueError", "VitscopeWarning"]
 
 
 class VitscopeError(Exception):
@@ -37,6 +37,10 @@ class VitscopeKeyError(VitscopeError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class VitscopeWarning(UserWarning):
+    """A warning of vitscope's own without a class of its kind (the command line prints it as one line)."""
 
 
 class VitscopeFileNotFoundError(VitscopeError, FileNotFoundError):

@@ -98,18 +98,45 @@ def test_typer_usage_errors_keep_status_2() -> None:
     assert result.exit_code == 2
 
 
-def test_plain_user_warnings_from_vitscope_code_are_one_line(monkeypatch, capsys) -> None:
-    """A UserWarning raised in vitscope's own code printed Python's format: the file, the line and the source."""
+def test_vitscope_warnings_are_one_line_and_other_libraries_keep_their_format(monkeypatch, capsys) -> None:
+    """Every warning vitscope issues has a class of its own (three were plain UserWarnings, printed with Python's
+    file, line and source); a plain UserWarning is another library's, even when attributed to a vitscope frame
+    (torch warns from C++ or with stacklevel=2), and keeps Python's format."""
     import warnings
 
     import vitscope.analyses.probes.base as probes_base
     from vitscope.cli.errors import one_line_warnings
+    from vitscope.errors import VitscopeWarning
 
     theirs: list[str] = []
     monkeypatch.setattr(warnings, "showwarning", lambda message, category, filename, *rest: theirs.append(filename))
     one_line_warnings()
-    warnings.showwarning(UserWarning("knn_probe: images without a class label are left out"), UserWarning,
+    warnings.showwarning(VitscopeWarning("knn_probe: images without a class label are left out"), VitscopeWarning,
                          probes_base.__file__, 201)
-    warnings.showwarning(UserWarning("from a library"), UserWarning, warnings.__file__, 1)
+    warnings.showwarning(UserWarning("The given NumPy array is not writable"), UserWarning, probes_base.__file__, 20)
     assert capsys.readouterr().err.splitlines() == ["warning: knn_probe: images without a class label are left out"]
-    assert theirs == [warnings.__file__]  # another library's warning keeps Python's format
+    assert theirs == [probes_base.__file__]
+
+
+def test_every_warning_vitscope_issues_has_a_class_of_its_own() -> None:
+    import ast
+    import builtins
+    from pathlib import Path
+
+    import vitscope
+
+    plain = {name for name in dir(builtins) if name.endswith("Warning")}
+    found = []
+    for path in sorted(Path(vitscope.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "warn"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "warnings"):
+                continue
+            given = node.args[1] if len(node.args) > 1 else next(
+                (k.value for k in node.keywords if k.arg == "category"), None)
+            if given is None and node.args and isinstance(node.args[0], ast.Call):
+                given = node.args[0].func  # warnings.warn(SomeWarning(...))
+            name = ast.unparse(given) if given is not None else "UserWarning"
+            if name.split(".")[-1] in plain or not name.endswith("Warning"):
+                found.append(f"{path.name}:{node.lineno}: {name}")
+    assert not found, found

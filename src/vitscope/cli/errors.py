@@ -20,7 +20,6 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
-from pathlib import Path
 from typing import Any
 
 import typer
@@ -115,15 +114,6 @@ def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _ours(filename: str) -> bool:
-    """Whether a warning was issued from vitscope's own code (a plain UserWarning raised there)."""
-    package = Path(__file__).resolve().parents[1]
-    try:
-        return Path(filename).resolve().is_relative_to(package)
-    except (OSError, ValueError):
-        return False
-
-
 def one_line_warnings() -> None:
     """Print vitscope's own warnings (a skipped image, a batch too large for memory) as ``warning: <message>``
     on stderr, without Python's source line; other libraries' warnings keep Python's format."""
@@ -135,7 +125,7 @@ def one_line_warnings() -> None:
 
     def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
              line: str | None = None) -> None:
-        if category.__module__.split(".")[0] == "vitscope" or (category is UserWarning and _ours(filename)):
+        if category.__module__.split(".")[0] == "vitscope":
             print(f"warning: {message}", file=file or sys.stderr)
         else:
             original(message, category, filename, lineno, file, line)

@@ -29,7 +29,10 @@ def recipe_text(recipe: Mapping[str, Any] | None) -> str:
         parts.append(f"total variation (weight {cfg['lambda_tv']:g})")
     steps = f"{cfg['steps']} step{'' if cfg['steps'] == 1 else 's'}"
     parts.append(f"{steps} of Adam (lr {cfg['lr']:g}, {cfg['schedule']} schedule)")
-    same = {k: v for k, v in cfg.items() if k != "steps"} == {k: v for k, v in published.items() if k != "steps"}
+    def recipe(c: Mapping[str, Any]) -> dict[str, Any]:  # the number of steps and the seed are no recipe
+        return {k: v for k, v in c.items() if k not in ("steps", "seed")}
+
+    same = recipe(cfg) == recipe(published)
     off = [name for name, gone in (("ColorShift", a["color_shift"] == "none"), ("noise", a["noise"] == "none"),
                                    ("total variation", cfg["lambda_tv"] <= 0)) if gone]
     head = ("the published recipe of paper 001: " if same else

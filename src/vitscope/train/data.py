@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from vitscope.errors import VitscopeValueError
+from vitscope.errors import VitscopeValueError, VitscopeWarning
 from vitscope.models.spec import ModelSpec
 
 __all__ = ["TensorImages", "image_folder_tensors", "normalise", "synthetic_split"]
@@ -132,7 +132,7 @@ def image_folder_tensors(root: str | os.PathLike, spec: ModelSpec) -> TensorImag
         images.append(np.asarray(resize_crop(img, spec), dtype=np.uint8))
         labels.append(label)
     if skipped:
-        warnings.warn(f"skipped {len(skipped)} unreadable image(s), first: {skipped[0]}", stacklevel=2)
+        warnings.warn(f"skipped {len(skipped)} unreadable image(s), first: {skipped[0]}", VitscopeWarning, stacklevel=2)
     if not images:
         raise VitscopeValueError(f"no readable images in {root}")
     x = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).contiguous()

@@ -29,7 +29,7 @@ from vitscope.analyses.base import Analysis, Batch
 from vitscope.analyses.data_checks import DataFacts, class_problem, no_labels, no_regions, region_problem
 from vitscope.analyses.probes.result import ProbeResult
 from vitscope.cache.rowstore import RowStore
-from vitscope.errors import VitscopeValueError
+from vitscope.errors import VitscopeValueError, VitscopeWarning
 from vitscope.functional.index_hash import index_hash
 from vitscope.functional.pooling import mask_pool, mask_weights
 from vitscope.hooks.names import split_block_name
@@ -198,7 +198,7 @@ class LabelledFeatures(Analysis):
         missing = batch.size - (0 if chosen is None else len(chosen["have"]))
         if missing:
             if self.unlabelled == 0:
-                warnings.warn(self._left_out_message(), stacklevel=2)
+                warnings.warn(self._left_out_message(), VitscopeWarning, stacklevel=2)
             self.unlabelled += missing
         if chosen is None:
             return

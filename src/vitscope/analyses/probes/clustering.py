@@ -24,7 +24,7 @@ from vitscope.analyses.probes.base import LabelledFeatures, UnscoredProbeWarning
 from vitscope.analyses.probes.result import ProbeResult, probe_result
 from vitscope.analyses.registry import register_analysis
 from vitscope.cache.feature_cache import CacheEntry
-from vitscope.errors import VitscopeValueError
+from vitscope.errors import VitscopeValueError, VitscopeWarning
 from vitscope.functional.cluster import cluster_scores, kmeans_labels
 from vitscope.functional.pooling import random_features
 
@@ -55,7 +55,7 @@ def clustering_scores(blocks: Sequence[int], features: Callable[[int], np.ndarra
 
         warnings.warn(f"{name}: {labels.size} rows in {k} clusters give every row a cluster of its own, so purity, "
                       "NMI and ARI say nothing about the features (random chance scores the same); use more "
-                      "images than classes", stacklevel=2)
+                      "images than classes", VitscopeWarning, stacklevel=2)
     k = min(k, labels.size)
     scores: dict[str, list[float]] = {m: [] for m in METRICS}
     width = 0
