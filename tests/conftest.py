@@ -46,3 +46,15 @@ def lab(tmp_path, monkeypatch):
 
     with doc_lab(tmp_path, monkeypatch) as folder:
         yield folder
+
+
+@pytest.fixture
+def small_heldout(monkeypatch):
+    """The zoo's held-out sets at 40 + 30 scenes (a build scores on them), cached only for the test."""
+    from vitscope.zoo import heldout
+
+    monkeypatch.setattr(heldout, "BANK_SIZE", 40)
+    monkeypatch.setattr(heldout, "TEST_SIZE", 30)
+    heldout.heldout_sets.cache_clear()
+    yield
+    heldout.heldout_sets.cache_clear()

@@ -15,7 +15,6 @@ from vitscope.train.embedding import EmbeddingNet, train_embedding
 from vitscope.train.loop import LoopConfig, TrainingDivergedError, fit
 from vitscope.train.metric import MetricConfig, MetricRecipe
 from vitscope.train.supervised import SupervisedConfig, SupervisedRecipe
-from vitscope.zoo import heldout
 from vitscope.zoo.catalog import ZooEntry, get_entry
 from vitscope.zoo.store import build_model, load_zoo_model, read_manifest, save_weights, sha256, write_manifest
 
@@ -159,16 +158,6 @@ def test_zoo_list_names_only_the_checkpoints_built_in_the_folder(tmp_path):
     write_manifest(tmp_path, manifest)
     checkpoints, text = listed()
     assert checkpoints == [snap] and snap in text and f"{name}@step{entry.snapshot_steps[-1]}" not in text
-
-
-@pytest.fixture
-def small_heldout(monkeypatch):
-    """Held-out sets of 40 + 30 scenes, cached only for the test."""
-    monkeypatch.setattr(heldout, "BANK_SIZE", 40)
-    monkeypatch.setattr(heldout, "TEST_SIZE", 30)
-    heldout.heldout_sets.cache_clear()
-    yield
-    heldout.heldout_sets.cache_clear()
 
 
 def test_a_rebuild_killed_while_scoring_its_snapshots_keeps_the_last_finished_model(tmp_path, monkeypatch,

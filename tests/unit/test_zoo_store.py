@@ -125,16 +125,6 @@ def test_every_zoo_name_and_checkpoint_is_registered():
     assert reg["tiny-vit-metric-p16"].patch == 16
 
 
-@pytest.fixture
-def small_heldout(monkeypatch):
-    """Held-out sets of 40 + 30 scenes, cached only for the test."""
-    monkeypatch.setattr(heldout, "BANK_SIZE", 40)
-    monkeypatch.setattr(heldout, "TEST_SIZE", 30)
-    heldout.heldout_sets.cache_clear()
-    yield
-    heldout.heldout_sets.cache_clear()
-
-
 def test_a_whole_build_trains_scores_ships_and_loads(tmp_path, small_heldout):
     record = build(TINY, tmp_path, progress=False)
     manifest = json.loads((tmp_path / "manifest.json").read_text())
