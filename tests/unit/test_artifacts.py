@@ -451,3 +451,9 @@ def test_the_diagnosis_is_written_when_the_data_is_too_small_for_the_ablations_k
     reasons = {s["analysis"]: s["reason"] for s in doc["skipped_analyses"]}
     assert "need at least two classes" in reasons["artifact_ablations"], reasons
     assert (tmp_path / "out" / "report.html").exists()
+
+
+def test_the_registered_planted_models_are_named_as_loaded() -> None:
+    """``--model tiny-vit-planted`` printed and recorded the model as tiny-vit-sup-planted beside its id."""
+    assert [vitscope.load_model(n).spec.name for n in ("tiny-vit-planted", "tiny-vit-planted-clean")] == [
+        "tiny-vit-planted", "tiny-vit-planted-clean"]

@@ -36,7 +36,8 @@ def planted_entries() -> list[ModelEntry]:
     from vitscope.zoo.planted import PLANTED_NAMES, planted_model
     from vitscope.zoo.store import is_built
 
-    return [ModelEntry(name, "tiny-vit", 6, 4, 128, 8, ("cls",), builder=lambda t=tagged: planted_model(t),
+    return [ModelEntry(name, "tiny-vit", 6, 4, 128, 8, ("cls",),
+                       builder=lambda t=tagged, n=name: planted_model(t, name=n),
                        description="tiny-vit-sup with artifacts planted by weight edits" if tagged else
                        "tiny-vit-planted's clean twin (every edit but the tag)", source="built-in",
                        available=lambda: is_built("tiny-vit-sup"))

@@ -138,17 +138,17 @@ def _sink(block: nn.Module, truth: PlantedArtifacts) -> None:
 
 
 def planted_model(tagged: bool = True, base: str = "tiny-vit-sup", truth: PlantedArtifacts = PlantedArtifacts(),
-                  **edits: float):
-    """The zoo model ``base`` with the artifacts of ``truth`` planted (``tagged``) or its clean twin, named
-    ``<base>-planted`` / ``<base>-clean`` (what ``load_model("tiny-vit-planted")`` and ``"tiny-vit-planted-clean"``
-    give)."""
+                  name: str | None = None, **edits: float):
+    """The zoo model ``base`` with the artifacts of ``truth`` planted (``tagged``) or its clean twin, named ``name``
+    (default ``<base>-planted`` / ``<base>-clean``; ``load_model("tiny-vit-planted")`` and
+    ``"tiny-vit-planted-clean"`` name them so)."""
     import dataclasses
 
     from vitscope.models.load import load_model
 
     backbone = load_model(base)
     plant_artifacts(backbone.model, dataclasses.replace(truth, tagged=tagged), **edits)
-    backbone.spec = dataclasses.replace(backbone.spec, name=f"{base}-{'planted' if tagged else 'clean'}")
+    backbone.spec = dataclasses.replace(backbone.spec, name=name or f"{base}-{'planted' if tagged else 'clean'}")
     return backbone
 
 
