@@ -122,3 +122,29 @@ def test_the_command_line_records_it_and_keys_the_state_by_it(tmp_path, monkeypa
         saved = json.loads((out / "results.json").read_text())
         assert saved["config"]["compile_stats"] is (flag == "--compile-stats")
     assert "compile_stats" not in keys[0] and keys[1]["compile_stats"] is True  # op-by-op keys stay as they were
+
+
+def test_a_pass_whose_compiling_failed_says_it_ran_op_by_op(monkeypatch) -> None:
+    """The fallback only warned: Results.compile_stats and results.json said the statistics ran compiled."""
+    import numpy as np
+
+    from vitscope.engine.results import run_record
+
+    def broken(fn, **kwargs):
+        def call(*args, **kw):
+            raise RuntimeError("no C++ compiler")
+        return call
+
+    monkeypatch.setattr(compiled, "_CACHE", {})
+    monkeypatch.setattr(torch, "compile", broken)
+    images = [np.full((32, 32, 3), 30 * i, dtype=np.uint8) for i in range(4)]
+    backbone = vitscope.load_model("tiny-vit")
+    for _ in range(2):  # the second pass runs op by op without a new warning: it says so too
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", compiled.CompileFallbackWarning)
+            ran = vitscope.run(backbone, images, ["attention_stats"], batch_size=2, device="cpu", progress=False,
+                               compile_stats=True)
+        assert ran.compile_stats is False and "RuntimeError: no C++ compiler" in ran.compile_fallback
+        assert run_record(ran)["compile_fallback"] == ran.compile_fallback
+    plain = vitscope.run(backbone, images, ["attention_stats"], batch_size=2, device="cpu", progress=False)
+    assert plain.compile_fallback is None and "compile_fallback" not in run_record(plain)

@@ -97,3 +97,14 @@ def test_rho_staircase_draws_every_level_where_it_starts(tmp_path, monkeypatch) 
     masking_figures.guided_mae_figure([0.0, 3.5], {"random": [0.1, 0.2]}, "acc", tmp_path / "f", (epochs, rho))
     line = drawn[0].axes[1].lines[0]  # the twin axis: rho
     assert list(line.get_xdata()) == epochs and list(line.get_ydata()) == rho
+
+
+def test_twins_that_never_score_are_neither_and_a_width_must_split_into_heads() -> None:
+    """Accuracy 0 everywhere was a tie at step 0 ("first to 0.000"); --embed-dim 10 over 4 heads crashed in a
+    reshape, reported as a bug in vitscope."""
+    from vitscope.errors import VitscopeValueError
+
+    never = convergence_summary([0, 5], {"random": [0.0, 0.0], "guided": [0.0, 0.0]})
+    assert never["faster"] == "neither" and never["first_step"] == {"random": None, "guided": None}
+    with pytest.raises(VitscopeValueError, match=r"embed_dim \(10\) must be a multiple of num_heads \(4\)"):
+        GuidedMAEConfig(embed_dim=10)

@@ -30,8 +30,10 @@ def run_record(passes: Any) -> dict[str, Any]:
     """``RunResult``'s fields for results.json's ``run`` from a pass (:class:`Results`) or a tally of passes
     (``vitscope.engine.run.PassTally``): the images restored states held and how they were read, the loading
     workers, the processes and :func:`pass_timing`."""
+    fallback = getattr(passes, "compile_fallback", None)  # asked to compile, ran op by op: why
     return {"resumed_images": passes.resumed_images, "earlier_parts": passes.earlier_parts,
-            "workers": passes.workers, "processes": passes.processes, "timing": passes.timing()}
+            "workers": passes.workers, "processes": passes.processes, "timing": passes.timing(),
+            **({"compile_fallback": fallback} if fallback else {})}
 
 
 @dataclass
@@ -49,6 +51,7 @@ class Results(Mapping[str, Result]):
         grids: ``"HxW"`` token grid (CNN: feature map) -> images that ran at it, most images first (one entry
             unless images keep their aspect ratio); a resumed run counts those of the saved state too.
         compile_stats: the shared attention statistics ran through ``torch.compile`` (:func:`vitscope.run`).
+        compile_fallback: why they ran op by op although ``compile_stats`` was asked for (None: they did not).
         seconds: wall time of this process's pass, from asking for the first batch to the last update (no start-up,
             no merging across processes, no writing).
         loader_seconds: the part of ``seconds`` spent waiting for the loader's next batch (near 0 when the model,
@@ -73,6 +76,7 @@ class Results(Mapping[str, Result]):
     loader_seconds: float = 0.0
     processes: int = 1
     earlier_parts: list[dict[str, Any]] = field(default_factory=list)
+    compile_fallback: str | None = None
 
     def timing(self) -> dict[str, float] | None:
         """:func:`pass_timing` of this pass (the images it fed, not those a restored state held)."""

@@ -40,6 +40,7 @@ from vitscope.engine.state import Checkpoint, interrupt_guard, run_checkpoint
 from vitscope.engine.streaming import stream_plan, warn_if_patterns_do_not_fit
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.attention_blocks import Workspace
+from vitscope.functional.compiled import watch_fallbacks
 from vitscope.hooks.names import expand_names
 from vitscope.models.backbone import Backbone
 from vitscope.models.preprocess import pixel_groups, resized_pixels
@@ -60,7 +61,7 @@ class PassTally:
         workers: the most processes any of them decoded images in (None: no pass ran, every feature was cached).
         images, seconds, loader_seconds: images they fed, their wall time and their wait for the loader, added up.
         processes: the most processes any of them ran in (torchrun's world size).
-        earlier_parts: how the images their restored states held were read (:attr:`Results.earlier_parts`)
+        earlier_parts, compile_fallback: as :class:`Results`'s, of every pass (the first fallback's reason)
     """
 
     resumed_images: int = 0
@@ -70,6 +71,7 @@ class PassTally:
     loader_seconds: float = 0.0
     processes: int = 1
     earlier_parts: list[dict[str, Any]] = field(default_factory=list)
+    compile_fallback: str | None = None
 
     def add(self, results: Results) -> None:
         self.resumed_images += int(results.resumed_images)
@@ -79,6 +81,7 @@ class PassTally:
         self.loader_seconds += float(results.loader_seconds)
         self.processes = max(self.processes, int(results.processes))
         self.earlier_parts += list(results.earlier_parts)
+        self.compile_fallback = self.compile_fallback or results.compile_fallback
 
     def timing(self) -> dict[str, float] | None:
         """:func:`~vitscope.engine.results.pass_timing` of the passes together (None: none ran)."""
@@ -325,7 +328,7 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
     plan = stream_plan(backbone, analyses, hooks)
     warn_if_patterns_do_not_fit(backbone, plan, batch_size, dev)
     with progress_bar(progress) as bar, torch.inference_mode(), backbone.record(hooks) as rec, \
-            interrupt_guard(checkpoint is not None) as guard:
+            interrupt_guard(checkpoint is not None) as guard, watch_fallbacks() as op_by_op:
         part = shard_range(total, shard.rank, shard.world)  # what this process reads
         task = bar.add_task(f"{backbone.spec.name}", total=len(part), completed=max(start - part.start, 0),
                             unit="images")
@@ -381,8 +384,9 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
     if shard.world > 1:
         with collectives(shard):
             barrier()  # every process has read the shared row shards before rank 0 may remove them at exit
-    ran = Results(results, seen, skipped, hooks, described, resumed, chosen, grid_counts(current.grids), compile_stats,
-                  seconds, waited, shard.world, earlier)
+    fell_back = "; ".join(f"{name} ({why})" for name, why in op_by_op.items()) if compile_stats else ""
+    ran = Results(results, seen, skipped, hooks, described, resumed, chosen, grid_counts(current.grids),
+                  compile_stats and not fell_back, seconds, waited, shard.world, earlier, fell_back or None)
     for tally in _TALLIES.get():
         tally.add(ran)
     return ran

@@ -69,6 +69,9 @@ class GuidedMAEConfig:
     def __post_init__(self) -> None:
         if self.steps < 1 or self.eval_points < 1 or self.batch_size < 1:
             raise VitscopeValueError("steps, eval_points and batch_size must be at least 1")
+        if self.embed_dim % self.num_heads:
+            raise VitscopeValueError(f"embed_dim ({self.embed_dim}) must be a multiple of num_heads "
+                                     f"({self.num_heads})")
         if self.train_images < self.batch_size:
             raise VitscopeValueError(f"train_images ({self.train_images}) must hold at least one batch "
                                      f"({self.batch_size})")
@@ -141,7 +144,9 @@ def convergence_summary(steps: list[int], curves: dict[str, list[float]], fracti
     """
     best = max(max(c) for c in curves.values())
     target = fraction * best
-    first = {n: next((s for s, a in zip(steps, c) if a >= target), None) for n, c in curves.items()}
+    # no accuracy above zero: both "reach" 0 at the first step, which says nothing about speed
+    first = {n: next((s for s, a in zip(steps, c) if a >= target), None) if best > 0 else None
+             for n, c in curves.items()}
     reached = {n: s for n, s in first.items() if s is not None}
     if not reached:
         faster = "neither"
