@@ -85,14 +85,16 @@ def test_a_run_with_compile_stats_equals_the_default_run_and_says_so(backend) ->
     assert compared > 20
 
 
-def test_where_compiling_fails_it_warns_and_computes_the_same_statistics(monkeypatch) -> None:
-    def broken(fn, **kwargs):
-        def call(*args, **kw):
-            raise RuntimeError("no C++ compiler\nsecond line")
-        return call
+def _broken(fn, **kwargs):
+    """``torch.compile`` on a machine without a C++ compiler: the compiled function fails when called."""
+    def call(*args, **kw):
+        raise RuntimeError("no C++ compiler\nsecond line")
+    return call
 
+
+def test_where_compiling_fails_it_warns_and_computes_the_same_statistics(monkeypatch) -> None:
     monkeypatch.setattr(compiled, "_CACHE", {})
-    monkeypatch.setattr(torch, "compile", broken)
+    monkeypatch.setattr(torch, "compile", _broken)
     pattern = _patterns(3, (2, 3), 1, 0)
     with pytest.warns(compiled.CompileFallbackWarning, match=r"RuntimeError: no C\+\+ compiler\); running it op"):
         fused = block_statistics(pattern, (2, 3), 1, {"entropy", "focus", "aligned"}, compiled=True)
@@ -130,13 +132,8 @@ def test_a_pass_whose_compiling_failed_says_it_ran_op_by_op(monkeypatch) -> None
 
     from vitscope.engine.results import run_record
 
-    def broken(fn, **kwargs):
-        def call(*args, **kw):
-            raise RuntimeError("no C++ compiler")
-        return call
-
     monkeypatch.setattr(compiled, "_CACHE", {})
-    monkeypatch.setattr(torch, "compile", broken)
+    monkeypatch.setattr(torch, "compile", _broken)
     images = [np.full((32, 32, 3), 30 * i, dtype=np.uint8) for i in range(4)]
     backbone = vitscope.load_model("tiny-vit")
     for _ in range(2):  # the second pass runs op by op without a new warning: it says so too
