@@ -16,6 +16,7 @@ model is loaded, such as a block it does not have), and the library's :class:`~v
 from __future__ import annotations
 
 import functools
+import math
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -66,6 +67,21 @@ def out_of_memory_advice(pass_batch: int | None, batch_size: int | None = None) 
         return f"out of memory at a batch of {batch_size}; run again with a smaller batch (--batch-size / -b " \
                f"{batch_size // 2})"
     return "out of memory; run again with a smaller input (--image-size) where the command has it"
+
+
+def require_finite(option: str, value: float, bound: str = "") -> float:
+    """``value`` when it is a finite number (a parser range with only a minimum lets infinity through, and NaN
+    where it has none).
+
+    Args:
+        bound: what the message adds after "a finite number" (``">= 0"``), the range the parser checked.
+
+    Raises:
+        VitscopeUsageError: infinity or NaN (bad usage, exit status 2), naming ``option``.
+    """
+    if not math.isfinite(value):
+        raise VitscopeUsageError(f"{option} must be a finite number{' ' + bound if bound else ''}, got {value}")
+    return value
 
 
 def require_choice(option: str, value: str, allowed: Sequence[str]) -> str:

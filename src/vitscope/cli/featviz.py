@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import typer
 
 from vitscope.cli.choices import echo_choices
-from vitscope.cli.errors import one_line_errors
+from vitscope.cli.errors import one_line_errors, require_finite
 from vitscope.cli.help_text import FIGURE_FILES_HELP, IMAGE_SIZE_HELP
 from vitscope.cli.numbers import counted, shown
 
@@ -68,10 +67,7 @@ def featviz(
     if noise not in ("channel", "pixel", "none") or color_shift not in ("code", "paper", "none"):
         typer.echo("error: --noise must be channel|pixel|none and --color-shift code|paper|none", err=True)
         raise typer.Exit(2)
-    if not math.isfinite(lambda_tv):  # the parser's min=0.0 lets inf and nan through; either makes the loss NaN
-        from vitscope.errors import VitscopeUsageError
-
-        raise VitscopeUsageError(f"--lambda-tv must be a finite number >= 0, got {lambda_tv}")
+    require_finite("--lambda-tv", lambda_tv, ">= 0")  # either infinity or NaN makes the loss NaN
     if data is None:
         _refuse_without_data(top_k=top_k, limit=limit, token_mixing=token_mixing,
                              spatial_information=spatial_information)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from vitscope.cli.errors import one_line_errors, require_choice
+from vitscope.cli.errors import one_line_errors, require_choice, require_finite
 from vitscope.cli.imports import CommandLine
 from vitscope.cli.paths import writable_folder
 from vitscope.cli.torchrun import refuse_under_torchrun
@@ -28,21 +28,6 @@ def _k_within_latents(k: int, latents: int) -> None:
     if k > latents:
         raise VitscopeUsageError(f"--k {k} exceeds --latents {latents}: a token cannot have more active latents than "
                                  "the dictionary has; lower --k or raise --latents")
-
-
-def _finite(option: str, value: float) -> float:
-    """``value`` when it is a finite number (the parser's range lets infinity and NaN through).
-
-    Raises:
-        VitscopeUsageError: infinity or NaN, naming ``option``.
-    """
-    import math
-
-    from vitscope.errors import VitscopeUsageError
-
-    if not math.isfinite(value):
-        raise VitscopeUsageError(f"{option} must be a finite number, got {value}")
-    return value
 
 
 sae_app = CommandLine(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
@@ -92,8 +77,8 @@ def train_command(
     require_choice("--kind", kind, KINDS)
     require_choice("--tokens-of", tokens_of, TOKENS_OF)
     _k_within_latents(k, latents)
-    _finite("--tokens", tokens)
-    _finite("--lr", lr)
+    require_finite("--tokens", tokens)
+    require_finite("--lr", lr)
     resolve_device(device)  # an unknown or absent device is one line, before the model loads
     writable_folder("--out", out, keep=False)  # the SAE is saved only after training: a wrong --out fails now
     config = SAETraining(kind=kind, latents=latents, k=k, tokens=int(tokens), buffer_tokens=buffer_tokens,
@@ -189,8 +174,8 @@ def benchmark_command(
 
     require_choice("--kind", kind, KINDS)
     _k_within_latents(k, latents)
-    _finite("--tokens", tokens)
-    _finite("--lr", lr)
+    require_finite("--tokens", tokens)
+    require_finite("--lr", lr)
     config = SAEBenchmark(hook=hook, images=images, heldout=heldout, kind=kind, latents=latents, k=k,
                           tokens=int(tokens), batch_tokens=batch_tokens, lr=lr, fit_tokens=fit_tokens, cap=cap,
                           min_tokens=min_tokens, seed=seed, world_seed=world_seed, batch_size=batch_size)

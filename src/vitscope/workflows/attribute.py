@@ -47,6 +47,7 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
 
     from vitscope.analyses.result import Figure
     from vitscope.attribution import METHODS, attribute
+    from vitscope.attribution.score import score_function
     from vitscope.data.images import load_rgb
     from vitscope.engine.provenance import model_identity
     from vitscope.explain.pair_report import explained_embedding
@@ -79,10 +80,8 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
         reference = backbone.preprocess([load_rgb(like)]) if like is not None else None
         if reading is None:  # the given class, else the one predicted for --like, else each's
             if target is not None:
-                classes = logits_of(backbone(pixels[:1])).shape[-1]
-                if not 0 <= int(target) < classes:  # only the model shows it wrong, as a block it lacks: bad usage
-                    raise VitscopeUsageError(f"target class {int(target)} is out of range: {spec.name} has {classes} "
-                                             f"classes (0 to {classes - 1})")
+                # the attribution's own score refuses a class the head lacks: asked now, before --out is made
+                score_function(backbone, int(target), 1)(logits_of(backbone(pixels[:1])))
                 chosen: Any = torch.full((len(pil),), int(target), dtype=torch.long)
             else:
                 chosen = logits_of(backbone(reference if reference is not None else pixels)).argmax(-1).expand(
