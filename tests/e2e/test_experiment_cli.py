@@ -42,6 +42,14 @@ def test_guided_mae_few_steps(tmp_path):
     assert 'id="s-guided-mae"' in (out / "report.html").read_text()
 
 
+@pytest.mark.parametrize(("option", "value", "message"), [("--mask-ratio", "0", "mask_ratio must be in (0, 1)"),
+                                                          ("--embed-dim", "10", "embed_dim (10) must be a multiple")])
+def test_guided_mae_settings_it_cannot_train_are_bad_usage(tmp_path, option, value, message):
+    proc = CliRunner().invoke(app, ["experiment", "guided-mae", "--out", str(tmp_path / "gm"), option, value])
+    assert proc.exit_code == 2 and message in proc.stderr, proc.stderr
+    assert not (tmp_path / "gm").exists()
+
+
 def test_robustness_vit_beside_cnn(tmp_path):
     coco = synthesize(tmp_path / "coco", "coco", n=3, size=64, seed=5)
     cnn = "tiny-resnet-sup"  # the zoo's CNN classifier; the numbers are checked in tests/validation

@@ -108,3 +108,28 @@ def test_twins_that_never_score_are_neither_and_a_width_must_split_into_heads() 
     assert never["faster"] == "neither" and never["first_step"] == {"random": None, "guided": None}
     with pytest.raises(VitscopeValueError, match=r"embed_dim \(10\) must be a multiple of num_heads \(4\)"):
         GuidedMAEConfig(embed_dim=10)
+
+
+@pytest.mark.parametrize("ratio", [0.0, 1.0, -0.5])
+def test_a_mask_ratio_that_hides_nothing_or_everything_is_refused(ratio: float) -> None:
+    """Ratio 0 hid no patch: the loss over hidden patches was 0 at every step and the twins learned nothing."""
+    from vitscope.errors import VitscopeValueError
+
+    with pytest.raises(VitscopeValueError, match=r"mask_ratio must be in \(0, 1\)"):
+        MAEConfig(mask_ratio=ratio)
+    with pytest.raises(VitscopeValueError, match=r"mask_ratio must be in \(0, 1\)"):
+        GuidedMAEConfig(mask_ratio=ratio)
+
+
+def test_a_ratio_that_rounds_to_no_hidden_patch_still_hides_one(data) -> None:
+    from vitscope.train.mae import MAERecipe
+
+    backbone = build_tiny_vit("mae", num_classes=0, image_size=32, patch_size=8, embed_dim=16, depth=1, num_heads=2)
+    recipe = MAERecipe(backbone, MAEConfig(mask_ratio=0.01, decoder_dim=16, decoder_depth=1, decoder_heads=2))
+    spec = backbone.spec
+    with torch.no_grad():
+        _, ids_keep = recipe.encode_visible(normalise(data.images[:2], spec.mean, spec.std),
+                                            torch.Generator().manual_seed(0))
+        loss = recipe.loss(data.images[:2], data.labels[:2], 0, torch.Generator().manual_seed(0))
+    assert ids_keep.shape == (2, 15)  # 16 patches: 0.01 rounds to none hidden; one is
+    assert loss.item() > 0

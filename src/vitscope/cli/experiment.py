@@ -11,6 +11,7 @@ from vitscope.cli.errors import one_line_errors
 from vitscope.cli.help_text import FIGURE_FILES_HELP, IMAGE_SIZE_HELP
 from vitscope.cli.imports import CommandLine
 from vitscope.cli.numbers import shown
+from vitscope.errors import VitscopeUsageError, VitscopeValueError
 
 experiment_app = CommandLine(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                              help="Experiments: guided MAE pretraining, robustness of several classifiers.")
@@ -27,8 +28,8 @@ def guided_mae(
     bank_images: int = typer.Option(1000, "--bank-images", min=1, help="k-NN bank (training scenes)."),
     test_images: int = typer.Option(500, "--test-images", min=1, help="Held-out test scenes."),
     every_epochs: int = typer.Option(2, "--every-epochs", min=1, help="Epochs per curriculum level (E)."),
-    mask_ratio: float = typer.Option(0.75, "--mask-ratio", min=0.0, max=0.99, help="MAE mask ratio: the share of "
-                                     "each training image's patches hidden."),
+    mask_ratio: float = typer.Option(0.75, "--mask-ratio", help="MAE mask ratio: the share of each training "
+                                     "image's patches hidden, in (0, 1)."),
     depth: int = typer.Option(6, "--depth", min=1, help="Blocks of the tiny ViT."),
     embed_dim: int = typer.Option(128, "--embed-dim", min=8, help="Width of the tiny ViT."),
     seed: int = typer.Option(0, "--seed", help="Seed of the synthetic world, the initial weights, batch order, "
@@ -38,9 +39,13 @@ def guided_mae(
     """Pretrain random-mask and guided-mask MAE twins; plot k-NN probe accuracy against epochs (paper 003 fig. 9)."""
     from vitscope.experiments.guided_mae import GuidedMAEConfig, run_guided_mae
 
-    cfg = GuidedMAEConfig(steps=steps, batch_size=batch_size, train_images=train_images, eval_points=eval_points,
-                          bank_images=bank_images, test_images=test_images, every_epochs=every_epochs,
-                          mask_ratio=mask_ratio, depth=depth, embed_dim=embed_dim, seed=seed)
+    try:  # the settings' own checks; a value they refuse is bad usage
+        cfg = GuidedMAEConfig(steps=steps, batch_size=batch_size, train_images=train_images,
+                              eval_points=eval_points, bank_images=bank_images, test_images=test_images,
+                              every_epochs=every_epochs, mask_ratio=mask_ratio, depth=depth, embed_dim=embed_dim,
+                              seed=seed)
+    except VitscopeValueError as err:
+        raise VitscopeUsageError(str(err)) from None
     doc = run_guided_mae(cfg, out, figure_files=figure_files)
     entry = doc["analyses"]["guided_mae"]["summary"]
     for twin, acc in entry["accuracy"].items():

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from vitscope.cli.choices import echo_choices
-from vitscope.cli.errors import one_line_errors, require_finite
+from vitscope.cli.errors import one_line_errors, require_choice, require_finite
 from vitscope.cli.help_text import FIGURE_FILES_HELP, IMAGE_SIZE_HELP
 from vitscope.cli.numbers import counted, shown
 
@@ -64,9 +64,8 @@ def featviz(
     """
     from vitscope.featviz.workflow import FeatvizOptions, run_featviz
 
-    if noise not in ("channel", "pixel", "none") or color_shift not in ("code", "paper", "none"):
-        typer.echo("error: --noise must be channel|pixel|none and --color-shift code|paper|none", err=True)
-        raise typer.Exit(2)
+    require_choice("--noise", noise, ("channel", "pixel", "none"))
+    require_choice("--color-shift", color_shift, ("code", "paper", "none"))
     require_finite("--lambda-tv", lambda_tv, ">= 0")  # either infinity or NaN makes the loss NaN
     if data is None:
         _refuse_without_data(top_k=top_k, limit=limit, token_mixing=token_mixing,

@@ -69,6 +69,8 @@ class GuidedMAEConfig:
     def __post_init__(self) -> None:
         if self.steps < 1 or self.eval_points < 1 or self.batch_size < 1:
             raise VitscopeValueError("steps, eval_points and batch_size must be at least 1")
+        if not 0.0 < self.mask_ratio < 1.0:
+            raise VitscopeValueError(f"mask_ratio must be in (0, 1), got {self.mask_ratio}")
         if self.embed_dim % self.num_heads:
             raise VitscopeValueError(f"embed_dim ({self.embed_dim}) must be a multiple of num_heads "
                                      f"({self.num_heads})")

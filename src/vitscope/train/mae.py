@@ -40,7 +40,8 @@ class MAEConfig:
     """Hyper-parameters of MAE pretraining.
 
     Attributes:
-        mask_ratio: fraction of patches hidden from the encoder.
+        mask_ratio: fraction of patches hidden from the encoder, in ``(0, 1)``; at least one patch is hidden
+            and one seen, however the fraction rounds.
         decoder_dim, decoder_depth, decoder_heads: the light decoder.
         lr, weight_decay, warmup: AdamW (betas 0.9, 0.95) with cosine decay.
         norm_pix_loss: normalise each target patch by its mean and variance.
@@ -83,6 +84,8 @@ class MAEConfig:
     mask_seed: int | None = None
 
     def __post_init__(self) -> None:
+        if not 0.0 < self.mask_ratio < 1.0:  # 0 hides nothing: the loss over hidden patches is 0 and nothing learns
+            raise VitscopeValueError(f"mask_ratio must be in (0, 1), got {self.mask_ratio}")
         if self.decoder_input not in ("tokens", "cls"):
             raise VitscopeValueError(f"decoder_input must be 'tokens' or 'cls', got '{self.decoder_input}'")
         if self.target_pool < 1:
@@ -235,7 +238,7 @@ class MAERecipe(Recipe):
         prefix_n = m.num_prefix_tokens
         prefix, spatial = tokens[:, :prefix_n], tokens[:, prefix_n:]
         b, n, d = spatial.shape
-        keep = max(1, round(n * (1 - self.config.mask_ratio)))
+        keep = min(n - 1, max(1, round(n * (1 - self.config.mask_ratio))))  # one patch hidden at least, one seen
         ids_keep = self.mask_fn(b, n, keep, gen).to(pixels.device)
         visible = torch.gather(spatial, 1, ids_keep.unsqueeze(-1).expand(-1, -1, d))
         latent = m.norm(m.blocks(m.norm_pre(torch.cat([prefix, visible], dim=1))))
