@@ -220,6 +220,25 @@ def test_the_command_writes_every_number_the_tables_and_the_figure(small_run) ->
     assert (out / "auroc.png").stat().st_size > 0 and (out / "sae" / "tiny-vit-sup" / "cfg.json").is_file()
 
 
+def test_the_numbers_are_written_after_the_figure_and_tables(small_run, tmp_path, monkeypatch) -> None:
+    """A kill while the figure was drawn left a benchmark.json without its figure: the json is written last."""
+    from vitscope.sae import benchmark_tables
+    from vitscope.viz import concept_figures
+
+    doc = json.loads((small_run[1] / "benchmark.json").read_text())
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(concept_figures, "concept_auroc_figure", killed)
+    with pytest.raises(KeyboardInterrupt):
+        benchmark_tables.write_benchmark(doc, tmp_path)
+    assert not (tmp_path / "benchmark.json").exists()
+    monkeypatch.undo()
+    paths = benchmark_tables.write_benchmark(doc, tmp_path)
+    assert paths[0] == tmp_path / "benchmark.json" and (tmp_path / "auroc.png").is_file()
+
+
 def test_bad_input_is_one_line() -> None:
     from helpers.cli import cli
 

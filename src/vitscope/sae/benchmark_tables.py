@@ -107,7 +107,8 @@ def markdown(doc: Mapping[str, Any]) -> str:
 
 
 def write_benchmark(doc: Mapping[str, Any], folder: Path) -> list[Path]:
-    """Write ``benchmark.json``, ``benchmark.md`` and ``auroc.png`` (and ``.svg``) in ``folder``."""
+    """Write ``auroc.png`` (and ``.svg``), ``benchmark.md`` and then ``benchmark.json`` in ``folder``; returns their
+    paths, ``benchmark.json`` first."""
     from vitscope.viz.concept_figures import concept_auroc_figure
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -118,6 +119,7 @@ def write_benchmark(doc: Mapping[str, Any], folder: Path) -> list[Path]:
         per = [[np.nan if found["methods"][m]["concepts"][k] is None else found["methods"][m]["concepts"][k]["auroc"]
                 for m in methods] for k in keys]
         tables[model] = np.asarray(per, dtype=np.float64)
-    paths = [write_json_atomic(folder / "benchmark.json", doc),
-             write_text_atomic(folder / "benchmark.md", markdown(doc))]
-    return paths + concept_auroc_figure(tables, keys, methods, folder / "auroc")
+    # benchmark.json last: a folder holding it holds the tables and the figure of the same run
+    paths = concept_auroc_figure(tables, keys, methods, folder / "auroc")
+    paths.append(write_text_atomic(folder / "benchmark.md", markdown(doc)))
+    return [write_json_atomic(folder / "benchmark.json", doc), *paths]
