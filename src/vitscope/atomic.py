@@ -9,11 +9,15 @@ import shutil
 from collections.abc import Collection, Iterator
 from pathlib import Path
 
-__all__ = ["atomic_path", "process_alive", "remove_leftovers", "remove_leftovers_under", "staging_name",
-           "temporary_path", "write_text_atomic"]
+__all__ = ["OUTPUT_MANIFEST", "atomic_path", "named_os_error", "process_alive", "remove_leftovers",
+           "remove_leftovers_under", "staging_name", "temporary_path", "write_text_atomic"]
 
 #: in every temporary name, so that cleaning a folder never touches a user's own ``.x.<number>.tmp`` files
 MARKER = "vitscope"
+
+#: the list of files a run wrote into its output folder (vitscope.outputs.folder); here so that data readers below
+#: the writer can tell an output folder's files from images
+OUTPUT_MANIFEST = ".vitscope-manifest.json"
 
 
 def temporary_path(path: str | os.PathLike) -> Path:
@@ -40,8 +44,54 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         if tmp.is_file():  # the mode open() gives: some writers (safetensors) create their files private
             os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
+    except (OSError, RuntimeError) as err:
+        named = named_os_error(err, path, tmp)
+        if named is None:
+            raise
+        raise named from err
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def named_os_error(err: BaseException, path: str | os.PathLike, tmp: str | os.PathLike | None = None) -> OSError | None:
+    """The system's refusal behind a failed write, naming the file the user asked for.
+
+    A write to an open file (a full disk) raises an ``OSError`` that names no file, and a writer that wraps the
+    file (torch's zip writer) turns it into a ``RuntimeError`` whose chain holds it; either way the one-line
+    message should say which file could not be written.
+
+    Args:
+        err: what the write raised.
+        path: the destination the user knows; tmp: its temporary name, replaced by ``path`` where it is named.
+
+    Returns:
+        ``OSError(errno, strerror, path)`` (the class its errno gives: ``PermissionError``, ...) when ``err`` is, or
+        chains, an ``OSError`` with an errno that names no file or ``tmp``; that ``OSError`` itself when it names
+        another file and ``err`` wraps it; None when ``err`` should propagate as it is.
+    """
+    cause = _os_error_in_chain(err)
+    if cause is None or cause.errno is None:
+        return None
+    named = cause.filename is None or (tmp is not None and os.fspath(cause.filename) == os.fspath(tmp))
+    if named:
+        return OSError(cause.errno, cause.strerror, os.fspath(path))
+    if cause is err:
+        return None  # it names its own file already
+    return OSError(cause.errno, cause.strerror, cause.filename, None, cause.filename2)
+
+
+def _os_error_in_chain(err: BaseException) -> OSError | None:
+    """``err`` when it is an ``OSError``, else the first ``OSError`` among a ``RuntimeError``'s causes and contexts."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        if isinstance(current, OSError):
+            return current
+        if not isinstance(current, RuntimeError):
+            return None  # an interrupt or a bug that happened during a failed write stays what it is
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _umask() -> int:

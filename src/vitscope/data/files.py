@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from vitscope.atomic import OUTPUT_MANIFEST
 from vitscope.data.images import (
     IMAGE_EXTENSIONS,
     DatasetNotFoundError,
@@ -61,10 +63,12 @@ def _scan_folder(root: Path, extensions: tuple[str, ...]) -> list[str]:
     Linked folders are followed (datasets are often assembled from links), each real folder once, so a link
     loop ends; a broken link with an image suffix is listed, so that it is reported as skipped, not lost.
     Hidden files and folders (a leading dot) are skipped: they are a writer's temporary files, macOS's ``._*``
-    resource forks or tools' state, never the user's images.
+    resource forks or tools' state, never the user's images. So are the files a vitscope run wrote into a folder
+    (those its output manifest lists): an output folder inside the data folder holds figures, not data.
     """
     found: list[Path] = []
     seen: set[tuple[int, int]] = set()
+    outputs: set[Path] = set()
     for folder, subfolders, files in os.walk(root, followlinks=True):
         info = os.stat(folder)
         if (info.st_dev, info.st_ino) in seen:
@@ -72,10 +76,27 @@ def _scan_folder(root: Path, extensions: tuple[str, ...]) -> list[str]:
             continue
         seen.add((info.st_dev, info.st_ino))
         subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
+        if OUTPUT_MANIFEST in files:  # walked top-down: known before the folders it lists files of
+            outputs.update(Path(folder) / rel for rel in _output_files(Path(folder) / OUTPUT_MANIFEST))
         found.extend(Path(folder) / f for f in files
                      if os.path.splitext(f)[1].lower() in extensions and not f.startswith("."))
+    if outputs:
+        found = [p for p in found if p not in outputs]
     found.sort(key=lambda p: p.relative_to(root).as_posix())
     return [str(p) for p in found]
+
+
+def _output_files(manifest: Path) -> list[str]:
+    """The files (relative to its folder) that a vitscope output manifest lists; none when it cannot be read as
+    one (the folder is then read as any other)."""
+    try:
+        doc = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    files = doc.get("files") if isinstance(doc, dict) else None
+    if not isinstance(files, list):
+        return []
+    return [os.path.normpath(f) for f in files if isinstance(f, str) and f and not os.path.isabs(f)]
 
 
 def _read_list_file(list_file: Path) -> list[str]:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vitscope.data.images import ImageLoadError, SkippedImage, SkippedImageWarning
+from vitscope.data.images import ImageLoadError, SkippedImage, SkippedImageWarning, one_line
 from vitscope.data.source import Source
 
 __all__ = ["ImageTransforms", "LoadedBatch", "LoaderClock", "SkipLog", "TargetTransforms", "iter_batches",
@@ -73,7 +73,9 @@ class SkipLog:
             return
         self.skipped.append(SkippedImage(path=path, reason=reason))
         if warn:
-            warnings.warn(f"skipping image: cannot read {path}: {reason}", SkippedImageWarning, stacklevel=2)
+            # one line, as --strict's error: a file name may hold a newline
+            warnings.warn(one_line(f"skipping image: cannot read {path}: {reason}"), SkippedImageWarning,
+                          stacklevel=2)
 
 
 #: ``{new target: (source target, function)}``: ground-truth work done in the loading thread

@@ -27,7 +27,6 @@ from vitscope.analyses.data_checks import DataFacts
 from vitscope.analyses.grids import grid_counts, grid_of
 from vitscope.analyses.registry import get_analysis, refuse_what_cannot_run, refuse_what_the_view_cannot_feed
 from vitscope.analyses.sync import exchange_folder
-from vitscope.cache.rowstore import private_rows_under
 from vitscope.data.open import as_source
 from vitscope.data.source import Source
 from vitscope.engine.batch_forward import BatchForward
@@ -294,7 +293,7 @@ def loader_preprocessing(backbone: Backbone) -> Callable[[list[Any]], Any]:
 
 def _rows_beside(checkpoint: Checkpoint | None) -> contextlib.AbstractContextManager:
     """Row stores spill beside the state file while a resumable run goes on (a plain context otherwise)."""
-    return contextlib.nullcontext() if checkpoint is None else private_rows_under(checkpoint.path.parent)
+    return contextlib.nullcontext() if checkpoint is None else checkpoint.rows_beside()
 
 
 def _image_work(spec: ModelSpec, analyses: Sequence[Analysis],

@@ -33,7 +33,8 @@ from typing import Any
 import torch
 
 from vitscope.analyses.base import Analysis
-from vitscope.atomic import temporary_path
+from vitscope.atomic import named_os_error, temporary_path
+from vitscope.cache.rowstore import private_rows_under
 from vitscope.engine.state_codec import StateCodecError, decode, encode
 
 __all__ = ["STOP_AFTER_ENV", "Checkpoint", "ResumePoint", "interrupt_guard", "remove_state", "run_checkpoint",
@@ -241,9 +242,12 @@ class Checkpoint:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self.path)
-        except BaseException:
+        except BaseException as err:
             shutil.rmtree(rows, ignore_errors=True)
-            raise
+            named = named_os_error(err, self.path, tmp)  # a full disk: one line naming the state file
+            if named is None:
+                raise
+            raise named from err
         finally:
             tmp.unlink(missing_ok=True)
         for old in _rows_folders(self.path):
@@ -251,6 +255,21 @@ class Checkpoint:
                 shutil.rmtree(old, ignore_errors=True)
         self.saves += 1
         self._last_save = time.monotonic()
+
+    @contextlib.contextmanager
+    def rows_beside(self) -> Iterator[None]:
+        """Inside, row stores spill into the state file's folder (saving then links their rows instead of copying
+        them); that folder, when made for this, goes again if the run ends without a state saved into it, so that
+        a refused run leaves no empty state folder behind."""
+        folder = self.path.parent
+        made = not folder.exists()
+        try:
+            with private_rows_under(folder):
+                yield
+        finally:
+            if made:
+                with contextlib.suppress(OSError):  # not empty: a saved state or rows still in use keep it
+                    folder.rmdir()
 
     def parts(self, seen: int) -> list[dict[str, Any]]:
         """How each part of the run read its images: the restored parts, then this one (``images``: those it added
