@@ -50,7 +50,7 @@ def test_output_disk_full(photos, tmp_path, monkeypatch):
               "[Errno 28] No space left on device")
     monkeypatch.undo()
     assert json.loads((out / "results.json").read_text()) == first  # the last finished run stays whole
-    assert not [p for p in out.rglob("*") if ".staging" in str(p) or ".tmp" in p.name]
+    assert not [p for p in out.rglob("*") if "staging" in p.name or ".tmp" in p.name]
 
 
 def test_output_from_a_run_with_other_settings(photos, tmp_path):
@@ -64,3 +64,23 @@ def test_output_from_a_run_with_other_settings(photos, tmp_path):
     assert "ignoring saved state" in other.stderr and "starting over" in other.stderr
     assert list(doc["analyses"]) == ["attention_distance"] and (out / "my_notes.txt").read_text() == "kept"
     assert not (out / "tables" / "attention_stats.csv").exists()  # the old run's own files are replaced
+
+
+def test_output_folder_in_use(photos, tmp_path):
+    """Two runs into one folder mixed their files (results.json of one, report.html of the other), both exit 0."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; "
+                               "from vitscope.outputs.folder import prepare_output; prepare_output(Path(sys.argv[1])); "
+                               "print('held', flush=True); sys.stdin.read()", str(out)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        one_error(analyze(photos, out), f"another vitscope run is writing into --out {out}")
+        assert list(out.iterdir()) == []
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    finished(analyze(photos, out), out)  # the first run ended: the folder is free

@@ -145,3 +145,33 @@ def test_a_pass_whose_compiling_failed_says_it_ran_op_by_op(monkeypatch) -> None
         assert run_record(ran)["compile_fallback"] == ran.compile_fallback
     plain = vitscope.run(backbone, images, ["attention_stats"], batch_size=2, device="cpu", progress=False)
     assert plain.compile_fallback is None and "compile_fallback" not in run_record(plain)
+
+
+@pytest.mark.parametrize("command", [["analyze", "-m", "tiny-vit"], ["compare", "-M", "tiny-vit,tiny-vit-p16"]])
+def test_a_command_whose_compiling_failed_writes_its_results_and_says_so(monkeypatch, tmp_path, command) -> None:
+    """The writer took no compile_fallback: analyze and compare failed after their pass with a TypeError."""
+    from typer.testing import CliRunner
+
+    from vitscope.cli.main import app
+
+    monkeypatch.setattr(compiled, "_CACHE", {})
+    monkeypatch.setattr(torch, "compile", _broken)
+    out = tmp_path / "out"
+    proc = CliRunner().invoke(app, [*command, "-d", "skimage", "--limit", "2", "-a", "attention_stats", "-o",
+                                    str(out), "--compile-stats", "--workers", "0"])
+    assert proc.exit_code == 0, proc.stderr
+    run = json.loads((out / "results.json").read_text())["run"]
+    assert "RuntimeError: no C++ compiler" in run["compile_fallback"]
+    assert "ran op by op: compiling failed (_dense (RuntimeError: no C++ compiler)" in (out / "report.html").read_text()
+
+
+def test_every_key_of_the_run_record_is_a_field_the_writer_takes() -> None:
+    import dataclasses
+    from types import SimpleNamespace
+
+    from vitscope.engine.results import run_record
+    from vitscope.outputs import RunResult
+
+    passes = SimpleNamespace(resumed_images=0, earlier_parts=[], workers=0, processes=1, timing=lambda: None,
+                             compile_fallback="f (RuntimeError: x)")
+    assert set(run_record(passes)) <= {f.name for f in dataclasses.fields(RunResult)}

@@ -192,20 +192,58 @@ def test_a_kill_while_publishing_leaves_only_whole_files(tmp_path, monkeypatch, 
 
     def replace_then_die(src, dst):
         if len(moved) == moves_before_the_kill:
-            raise KeyboardInterrupt  # stands for SIGKILL: nothing after this point runs
+            os._exit(9)  # a real end: no handler, no finally runs (SIGKILL)
         real_replace(src, dst)
         moved.append(dst)
 
-    monkeypatch.setattr(os, "replace", replace_then_die)
-    with pytest.raises(KeyboardInterrupt):
+    child = os.fork()
+    if child == 0:  # the process that is killed while it publishes
+        os.replace = replace_then_die
         new.publish(last=["report.html", "results.json"])
-    monkeypatch.undo()
+        os._exit(0)
+    assert os.waitpid(child, 0)[1] >> 8 == 9
     assert json.loads((out / "results.json").read_text()) == {"run": "old"}  # results.json moves last
     assert (out / "report.html").read_text() in ("<html>old</html>", "<html>new</html>")
     assert (out / "tables" / "a.csv").read_text() in ("x\n1\n", "x\n2\n")
     assert new.root.exists()  # what the killed run left
     prepare_output(out)  # the next run into the folder
-    assert not new.root.exists() and not [p for p in out.rglob("*") if ".tmp" in p.name]
+    assert not new.root.exists() and not [p for p in out.rglob("*") if ".tmp" in p.name or "staging" in p.name]
+
+
+@pytest.mark.parametrize("fails_at", [0, 2, 4, "manifest"])
+def test_a_publish_that_fails_puts_the_previous_run_back(tmp_path, monkeypatch, fails_at) -> None:
+    """A move or the manifest failing (a read-only subfolder, a full disk) left the new run's files beside the old
+    results.json, or the new results.json beside the old manifest, and a temporary manifest."""
+    import os
+
+    from vitscope.atomic import OUTPUT_MANIFEST
+    from vitscope.outputs.folder import Staging
+
+    out = prepare_output(tmp_path / "out")
+    old = Staging(out)
+    for rel, text in (("results.json", "old"), ("tables/a.csv", "old a"), ("tables/gone.csv", "old gone"),
+                      ("report.html", "old report")):
+        old.path(rel).write_text(text)
+    old.publish(last=["report.html", "results.json"])
+    before = {p.relative_to(out).as_posix(): p.read_text() for p in out.rglob("*") if p.is_file()}
+    new = Staging(out)
+    for rel in ("results.json", "tables/a.csv", "tables/b.csv", "report.html"):
+        new.path(rel).write_text("new")
+    real_replace, moves, failed = os.replace, [], []
+
+    def replace_then_fail(src, dst):
+        if not failed and (fails_at == len(moves) or (fails_at == "manifest" and Path(dst).name == OUTPUT_MANIFEST)):
+            failed.append(dst)  # once: the moves back succeed
+            raise OSError(28, "No space left on device")
+        real_replace(src, dst)
+        moves.append(dst)
+
+    monkeypatch.setattr(os, "replace", replace_then_fail)
+    with pytest.raises(OSError, match="No space left"):
+        new.publish(last=["report.html", "results.json"])
+    monkeypatch.undo()
+    after = {p.relative_to(out).as_posix(): p.read_text() for p in out.rglob("*") if p.is_file()}
+    assert after == before  # every old file (the dropped one too) and the old manifest; nothing new, no leftover
 
 
 def test_two_results_that_would_write_one_file_are_refused_before_anything_is_written(tmp_path) -> None:

@@ -4,7 +4,8 @@
 staging folder inside the output folder and moved into place one by one with ``os.replace`` (a reader never
 sees half a file). A manifest (``.vitscope-manifest.json``) lists what the last run wrote: the next run into the
 same folder removes its predecessor's files that it does not write again (a different model's figures, say),
-and never touches files it did not write.
+and never touches files it did not write. A publish that fails puts the previous run's files back, and one run at
+a time writes into a folder (:mod:`vitscope.outputs.lock`).
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
-from vitscope.atomic import remove_leftovers, staging_name, temporary_path
+from vitscope.atomic import OUTPUT_MANIFEST, remove_leftovers, staging_name, write_text_atomic
 from vitscope.errors import VitscopeValueError
+from vitscope.outputs.lock import hold_output
 from vitscope.strict_json import dumps
 
 __all__ = ["MANIFEST", "OutputError", "Staging", "prepare_output", "usable_folder"]
 
-MANIFEST = ".vitscope-manifest.json"
+MANIFEST = OUTPUT_MANIFEST
 STATE_FOLDER = ".vitscope-state"  # resumable state of an interrupted pass (vitscope.engine.state)
 
 
@@ -33,11 +35,15 @@ class OutputError(VitscopeValueError):
 def prepare_output(out: str | os.PathLike) -> Path:
     """Check that ``out`` can hold the outputs, creating it; call it before the pass.
 
+    The folder stays locked for this process (:mod:`vitscope.outputs.lock`) until its outputs are written.
+
     Raises:
         OutputError: ``out`` is a file, or cannot be created or written (one line).
+        FolderBusyError: another run is writing into ``out``.
         VitscopeRuntimeError: the report's vendored chart library is not the pinned file.
     """
     out = usable_folder(out)
+    hold_output(out)  # before the leftovers go: a run still writing here has its own
     for folder in (out, out / STATE_FOLDER):  # a run killed while writing left these; its finished files are whole
         remove_leftovers(folder, stale_pids=frozenset({os.getpid()}))  # this process has written nothing yet
     from vitscope.report.assets import echarts_script
@@ -97,22 +103,52 @@ class Staging:
 
     def publish(self, last: Iterable[str] = ()) -> list[str]:
         """Move every staged file into ``out`` (``last`` after the others), drop files of the previous run that
-        were not rewritten, write the manifest; returns the published files."""
+        were not rewritten, write the manifest; returns the published files.
+
+        All or nothing: the files it replaces or drops are kept aside (a hard link) and put back if a move or the
+        manifest fails (a read-only subfolder, a full disk, Ctrl-C), so ``out`` then holds the previous run's files
+        and manifest as they were. Killed (nothing runs), every file keeps a final name: the old run's or the new."""
         last = list(last)
         written = self.files()
-        for rel in [f for f in written if f not in last] + [f for f in last if f in written]:
-            target = self.out / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(self.root / rel, target)
-        for rel in set(previous_files(self.out)) - set(written):
-            stale = self.out / rel
-            if stale.is_file() and self.out.resolve() in stale.resolve().parents:
-                stale.unlink()
-        manifest = temporary_path(self.out / MANIFEST)
-        manifest.write_text(dumps({"files": written}, indent=1))
-        os.replace(manifest, self.out / MANIFEST)
-        self.discard()
+        aside = self.out / staging_name(uuid.uuid4().hex)  # a leftover of this process if it is killed meanwhile
+        done: list[tuple[Path, Path | None]] = []  # (a target changed, a link to its previous file or None)
+        try:
+            for rel in [f for f in written if f not in last] + [f for f in last if f in written]:
+                target = self.out / rel
+                previous = _link_aside(target, aside / rel)  # the target itself stays until it is replaced
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(self.root / rel, target)
+                done.append((target, previous))
+            for rel in set(previous_files(self.out)) - set(written):
+                stale = self.out / rel
+                if stale.is_file() and self.out.resolve() in stale.resolve().parents:
+                    (aside / rel).parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(stale, aside / rel)
+                    done.append((stale, aside / rel))
+            write_text_atomic(self.out / MANIFEST, dumps({"files": written}, indent=1))  # the old one until then
+        except BaseException:
+            for target, previous in reversed(done):
+                if previous is None:
+                    target.unlink(missing_ok=True)
+                else:
+                    os.replace(previous, target)
+            raise
+        finally:
+            shutil.rmtree(aside, ignore_errors=True)
+            self.discard()
         return written
 
     def discard(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _link_aside(target: Path, place: Path) -> Path | None:
+    """A second name ``place`` for the file ``target`` (a hard link, else a copy); None when there is no file."""
+    if not target.is_file():
+        return None
+    place.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(target, place)
+    except OSError:  # a file system without hard links, or a target on another one (a mounted subfolder)
+        shutil.copy2(target, place)
+    return place

@@ -44,6 +44,8 @@ class RunResult:
             :func:`~vitscope.engine.settings.describe_device`); None: not recorded by this command.
         timing: what the passes cost (results.json ``run``: ``pass_seconds``, ``images_per_second``,
             ``loader_wait``; :func:`vitscope.engine.results.pass_timing`); None: no pass ran or not recorded.
+        compile_fallback: why the statistics asked to compile (``--compile-stats``) ran op by op (results.json
+            ``run`` and a note of the report); None: they compiled, or compiling was not asked for.
         files: other files, relative path -> contents (e.g. DAVIS palette PNGs under ``predictions/``).
     """
 
@@ -68,6 +70,7 @@ class RunResult:
     processes: int | None = None
     device: dict[str, str] | None = None
     timing: dict[str, float] | None = None
+    compile_fallback: str | None = None
     own_sections: set[str] = field(default_factory=set)
     files: dict[str, bytes] = field(default_factory=dict)
 

@@ -28,6 +28,7 @@ from vitscope._version import __version__
 from vitscope.analyses.result import Figure
 from vitscope.errors import VitscopeRuntimeError
 from vitscope.outputs.folder import Staging, prepare_output
+from vitscope.outputs.lock import release_output
 from vitscope.outputs.run_result import RunResult
 from vitscope.strict_json import dumps
 
@@ -232,11 +233,20 @@ def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
             doc["run"]["device"] = run.device
         if run.timing is not None:
             doc["run"].update(run.timing)
+        if run.compile_fallback:
+            doc["run"]["compile_fallback"] = run.compile_fallback
         writer.json("results.json", doc)
         report = build_report(run, doc, writer.drawn, sections)
         staging.path("report.html").write_text(render_html(report), encoding="utf-8")
         staging.publish(last=["report.html", "results.json"])
+    except OSError as err:
+        staging.discard()
+        if err.filename is None and err.errno is not None:  # a write's error names no file: name the folder
+            raise OSError(err.errno, f"{err.strerror} (writing into {out})") from err
+        raise
     except BaseException:
         staging.discard()
         raise
+    finally:
+        release_output(out)
     return out / "results.json"

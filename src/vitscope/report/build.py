@@ -148,6 +148,9 @@ def build_report(run: Any, doc: Mapping[str, Any], drawn: Mapping[str, list[tupl
             sections.append(Section(slug(title), title, "", _items(items)))
     sections += list(run.sections if extra is None else extra)
     notes = list(run.notes)
+    if run.compile_fallback:
+        notes.append("The statistics asked to compile (--compile-stats) ran op by op: compiling failed "
+                     f"({run.compile_fallback}). The numbers are the op-by-op pass's.")
     if doc.get("skipped"):
         notes.append(f"{len(doc['skipped'])} unreadable file(s) were skipped: see the section Skipped files.")
         sections.append(_skipped_section(doc["skipped"]))
