@@ -85,3 +85,19 @@ def test_explain_pair_failures_are_one_line(tmp_path, pair_files):
                                    "--format", "xls"])
     assert res.exit_code == 2 and "npy or csv" in res.output, res.output  # bad usage (docs/errors.md)
     assert CliRunner().invoke(app, ["explain-pair", str(a)]).exit_code == 2
+
+
+@pytest.mark.parametrize("case", ["model", "image", "image_size"])
+def test_a_refused_pair_leaves_no_folder(tmp_path, pair_files, case):
+    from typer.testing import CliRunner
+
+    from vitscope.cli.main import app
+
+    a, b = pair_files
+    (tmp_path / "notimg.png").write_text("no image")
+    args = {"model": ["-m", "nosuch", str(a), str(b)],
+            "image": ["-m", "tiny-vit-metric", str(tmp_path / "notimg.png"), str(b)],
+            "image_size": ["-m", "tiny-vit-metric", str(a), str(b), "--image-size", "30"]}[case]
+    res = CliRunner().invoke(app, ["explain-pair", *args, "-o", str(tmp_path / "o")])
+    assert res.exit_code in (1, 2) and res.output.strip().startswith("error:"), res.output
+    assert not (tmp_path / "o").exists()

@@ -92,3 +92,34 @@ def test_a_run_in_which_no_method_fits_any_model_is_refused(world: str, tmp_path
     assert "no method asked for runs on tiny-vit-sup" in res.output and "gradcam@tiny-vit-sup (is for CNNs)" in \
         res.output
     assert not (tmp_path / "o" / "results.json").exists()
+
+
+@pytest.mark.parametrize(("models", "methods", "message"), [
+    ("tiny-vit-sup", "all,rollout", "--methods all stands alone"),
+    ("", "rollout", "--models names no model")])
+def test_a_list_the_benchmark_cannot_read_is_bad_usage(world: str, tmp_path: Path, models, methods, message) -> None:
+    """``all`` inside a list was refused as an unknown method; no model blamed --methods with an empty list."""
+    from typer.testing import CliRunner
+
+    from vitscope.cli.main import app
+
+    res = CliRunner().invoke(app, ["explanations", "-M", models, "-d", world, "-o", str(tmp_path / "o"),
+                                   "--methods", methods])
+    assert res.exit_code == 2 and message in res.output, res.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_data_without_masks_is_refused_and_leaves_no_folder(tmp_path: Path) -> None:
+    import numpy as np
+    from PIL import Image
+    from typer.testing import CliRunner
+
+    from vitscope.cli.main import app
+
+    (tmp_path / "plain").mkdir()
+    for i in range(2):
+        Image.fromarray(np.full((32, 32, 3), 40 * i, dtype=np.uint8)).save(tmp_path / "plain" / f"{i}.png")
+    res = CliRunner().invoke(app, ["explanations", "-M", "tiny-vit-sup", "-d", str(tmp_path / "plain"), "-o",
+                                   str(tmp_path / "o"), "--methods", "rollout", "--steps", "1", "--no-sanity"])
+    assert res.exit_code == 1 and "needs two labelled images with object masks" in res.output, res.output
+    assert not (tmp_path / "o").exists()

@@ -72,12 +72,39 @@ def test_the_benchmark_scores_every_method_on_the_file(tmp_path):
     assert all(0.0 <= r["value"] <= 1.0 for r in rows)
 
 
-def test_a_metric_net_is_refused_in_one_line(tmp_path):
-    """A metric-learning net's linear head projects its embedding: there is no predicted class to explain."""
+def test_a_metric_net_is_refused_in_one_line_before_any_model_is_scored(tmp_path):
+    """A metric-learning net's linear head projects its embedding: there is no predicted class to explain. Listed
+    after a classifier, it was refused once the classifier had been scored, and the folder was left behind."""
     from vitscope.errors import VitscopeValueError
     from vitscope.workflows.explanations import run_explanations
 
     write_gtsegs(tmp_path / "gtsegs_ijcv.mat", [np.zeros((8, 8, 3), dtype=np.uint8)], [np.ones((8, 8), dtype=bool)])
+    said = []
     with pytest.raises(VitscopeValueError, match="tiny-vit-metric is a metric-learning net") as err:
-        run_explanations(["tiny-vit-metric"], str(tmp_path / "gtsegs_ijcv.mat"), tmp_path / "out", ["rollout"])
+        run_explanations(["tiny-vit-sup", "tiny-vit-metric"], str(tmp_path / "gtsegs_ijcv.mat"), tmp_path / "out",
+                         ["rollout"], log=said.append)
     assert "\n" not in str(err.value)
+    assert not [line for line in said if "images 0-" in line]  # nothing scored
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("given", [{"steps": 999}, {"sanity": False}])
+def test_options_the_segmentation_benchmark_does_not_run_are_refused(tmp_path, given):
+    """--steps and --sanity were accepted and ignored (--steps 999 too), and not recorded."""
+    from vitscope.errors import VitscopeUsageError
+    from vitscope.workflows.explanations import run_explanations
+
+    write_gtsegs(tmp_path / "gtsegs_ijcv.mat", [np.zeros((8, 8, 3), dtype=np.uint8)], [np.ones((8, 8), dtype=bool)])
+    with pytest.raises(VitscopeUsageError, match="--steps and --sanity .* does not run"):
+        run_explanations(["tiny-vit-sup"], str(tmp_path / "gtsegs_ijcv.mat"), tmp_path / "out", ["rollout"], **given)
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_or_unreadable_segmentation_data_leaves_no_folder(tmp_path):
+    from vitscope.workflows.explanations import run_explanations
+
+    (tmp_path / "bad.mat").write_text("not hdf5")
+    for name in ("nope.mat", "bad.mat"):
+        with pytest.raises((DatasetFileNotFoundError, DatasetFormatError)):
+            run_explanations(["tiny-vit-sup"], str(tmp_path / name), tmp_path / "out", ["rollout"])
+        assert not (tmp_path / "out").exists()

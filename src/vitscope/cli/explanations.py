@@ -8,6 +8,7 @@ import typer
 
 from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors, require_choice
+from vitscope.errors import VitscopeUsageError
 
 __all__ = ["explanations"]
 
@@ -22,10 +23,11 @@ def explanations(
     out: Path = typer.Option(..., "--out", "-o", help="Output directory."),
     methods: str = typer.Option("all", "--methods", help="Comma-separated attribution methods, or all."),
     limit: int = typer.Option(32, "--limit", min=2, help="Images scored."),
-    steps: int = typer.Option(8, "--steps", min=1, help="Points of the deletion and insertion curves; at "
-                                                         "most every model's number of patches (checked before "
-                                                         "any model is scored)."),
-    sanity: bool = typer.Option(True, "--sanity/--no-sanity", help="The cascading randomisation check."),
+    steps: int | None = typer.Option(None, "--steps", min=1, help="Points of the deletion and insertion curves "
+                                                                  "[8]; at most every model's number of patches "
+                                                                  "(checked before any model is scored)."),
+    sanity: bool | None = typer.Option(None, "--sanity/--no-sanity", help="The cascading randomisation check "
+                                                                         "[on]."),
     batch_size: int = typer.Option(16, "--batch-size", "-b", min=1, help="Images explained at a time (memory, not "
                                                                           "numbers)."),
 ) -> None:
@@ -37,6 +39,8 @@ def explanations(
     chosen = [m.strip() for m in methods.split(",") if m.strip()]
     for name in chosen:  # before any model loads
         require_choice("--methods", name, ("all", *METHODS))
+    if "all" in chosen and len(chosen) > 1:
+        raise VitscopeUsageError(f"--methods all stands alone (every method); got {methods!r}")
     doc = run_explanations([m.strip() for m in models.split(",") if m.strip()], data, out, chosen, limit=limit,
                            steps=steps, sanity=sanity, batch_size=batch_size, log=lambda s: typer.echo(s, err=True))
     echo_choices(doc)

@@ -89,7 +89,6 @@ def write_pair_report(model: str, path_a: str | os.PathLike, path_b: str | os.Pa
         raise VitscopeUsageError(f"--format must be npy or csv, got '{fmt}'")
     if projection not in ("auto", "head", "none"):
         raise VitscopeUsageError(f"--projection must be auto, head or none, got '{projection}'")
-    out = prepare_output(out)
     backbone = load_model(model, image_size=image_size, keep_aspect=keep_aspect)
     proj = default_projection(model, backbone) if projection == "auto" else (None if projection == "none" else "head")
     pool = default_pooling(backbone) if pooling == "auto" else pooling
@@ -97,6 +96,7 @@ def write_pair_report(model: str, path_a: str | os.PathLike, path_b: str | os.Pa
     pil = [load_rgb(p) for p in (path_a, path_b)]
     shown = [np.asarray(resize_crop(im, backbone.spec), dtype=np.uint8) for im in pil]  # what the model sees
     res = ps.explain([pil[0]], [pil[1]])
+    out = prepare_output(out)  # once the pair is explained: a refused model, image or option leaves no folder
     maps = {name: getattr(res, name)[0].detach().cpu().double() for name in
             ("map_a", "map_b", "raw_a", "raw_b", "rollout_a", "rollout_b") if getattr(res, name) is not None}
     rollouts = [None if r is None else r[0] for r in (res.rollout_a, res.rollout_b)]

@@ -20,7 +20,20 @@ from vitscope.models.backbone import Backbone
 from vitscope.models.outputs import logits_of
 from vitscope.occlusion.regions import instance_masks_to_model
 
-__all__ = ["segmentation_benchmark"]
+__all__ = ["require_classifier", "segmentation_benchmark"]
+
+
+def require_classifier(backbone: Backbone, name: str) -> None:
+    """Refuse a model the benchmark cannot score: it explains a classifier's predicted class.
+
+    Raises:
+        VitscopeValueError: a model without a head, or a metric-learning net whose head projects its embedding.
+    """
+    if explained_embedding(name, backbone) is not None:
+        why = "is a metric-learning net (its head projects the embedding; it has no classes)" \
+            if backbone.spec.has_head else "has no classifier head"
+        raise VitscopeValueError(f"the ImageNet segmentation benchmark explains a classifier's predicted class; "
+                                 f"{name} {why}")
 
 
 def segmentation_benchmark(backbone: Backbone, name: str, data: ImagenetSegmentation, methods: Sequence[str],
@@ -32,11 +45,7 @@ def segmentation_benchmark(backbone: Backbone, name: str, data: ImagenetSegmenta
         VitscopeValueError: a model that is no classifier (the benchmark explains the predicted class): without a
             head, or a metric-learning net whose head projects its embedding.
     """
-    if explained_embedding(name, backbone) is not None:
-        why = "is a metric-learning net (its head projects the embedding; it has no classes)" \
-            if backbone.spec.has_head else "has no classifier head"
-        raise VitscopeValueError(f"the ImageNet segmentation benchmark explains a classifier's predicted class; "
-                                 f"{name} {why}")
+    require_classifier(backbone, name)
     count = len(data) if limit is None else min(limit, len(data))
     maps: dict[str, list[torch.Tensor]] = {m: [] for m in methods}
     masks: list[torch.Tensor] = []

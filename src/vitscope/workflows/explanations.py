@@ -66,7 +66,8 @@ def _curves_figure(name: str, curves: dict[str, dict[str, Any]], steps: int, num
 
 
 def _planned(models: Sequence[str], methods: Sequence[str] | None, steps: int | None,
-             log: Callable[[str], None] | None) -> tuple[dict[str, list[str]], dict[str, str], dict[str, Any]]:
+             log: Callable[[str], None] | None, check: Callable[[Any, str], None] | None = None
+             ) -> tuple[dict[str, list[str]], dict[str, str], dict[str, Any]]:
     """The methods each model runs and those left out (``method@model`` -> why), decided before anything is scored,
     so that a run that cannot finish stops before the slow part, not after the models before the one that fails.
 
@@ -79,6 +80,7 @@ def _planned(models: Sequence[str], methods: Sequence[str] | None, steps: int | 
         methods: the methods asked for, or None / ``["all"]``.
         steps: points of the deletion and insertion curves (at most one a patch), or None (no curves).
         log: one-line messages.
+        check: ``(backbone, name)``, raising for a model the benchmark cannot score.
 
     Raises:
         VitscopeUsageError: ``steps`` above the number of patches of a model that runs a method, or no method that
@@ -98,6 +100,8 @@ def _planned(models: Sequence[str], methods: Sequence[str] | None, steps: int | 
     for model_id in reversed(models):
         kept.clear()  # the model loaded before this one: one in memory at a time
         backbone = load_model(model_id)
+        if check is not None:
+            check(backbone, model_id)
         chosen[model_id], not_runs[model_id] = methods_for(backbone, methods)
         lines[model_id] = describe_input(backbone.spec) + (
             f"; not run: {not_run_text(not_runs[model_id])}" if not_runs[model_id] else "")
@@ -121,7 +125,7 @@ def _planned(models: Sequence[str], methods: Sequence[str] | None, steps: int | 
 
 
 def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, methods: Sequence[str] | None = None,
-                     limit: int = 32, steps: int = 8, sanity: bool = True,
+                     limit: int = 32, steps: int | None = None, sanity: bool | None = None,
                      log: Callable[[str], None] | None = None, batch_size: int = 16) -> dict[str, Any]:
     """Score ``methods`` (default: every one a model can give) on ``models`` over ``data`` and write the run.
 
@@ -132,8 +136,9 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
         out: the output folder.
         methods: attribution methods, or None / ``["all"]``.
         limit: images scored (the first with objects and labels).
-        steps: points of the deletion and insertion curves.
-        sanity: run the cascading randomisation check (transformers).
+        steps: points of the deletion and insertion curves (None: 8).
+        sanity: run the cascading randomisation check (transformers; None: yes). The segmentation benchmark
+            (a ``.mat`` file) runs neither: it refuses both.
         log: one-line progress messages (each model's input first: size, token grid, preprocessing, the methods
             it leaves out).
         batch_size: images explained at a time (memory, not numbers).
@@ -142,28 +147,35 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
         The ``results.json`` document; ``skipped_analyses`` holds the methods left out (``method@model``).
 
     Raises:
-        VitscopeUsageError: ``steps`` above a model's number of patches, or no method asked for that runs on any
-            model; both before anything is scored.
+        VitscopeUsageError: no model, ``steps`` above a model's number of patches, no method asked for that runs
+            on any model, or ``steps`` or ``sanity`` given with a ``.mat`` file; all before anything is scored.
     """
     import pandas as pd
 
     from vitscope.data.open import as_source
     from vitscope.engine.decoding import data_entry
     from vitscope.engine.provenance import model_identity
+    from vitscope.errors import VitscopeUsageError
     from vitscope.explain.benchmark import benchmark_model, method_parameters, prepared, shortcut_rows
     from vitscope.models.load import load_model
     from vitscope.outputs import RunResult, prepare_output, write_run
     from vitscope.viz.attribution_figures import attribution_grid
 
+    if not models:
+        raise VitscopeUsageError("--models names no model; give one or more, separated by commas")
     models, methods = _each_once(models), None if methods is None else list(dict.fromkeys(methods))
     if str(data).endswith(".mat"):  # the ImageNet segmentation benchmark file
-        return _segmentation(models, Path(str(data)), prepare_output(out), methods, limit, log, batch_size)
+        if steps is not None or sanity is not None:
+            raise VitscopeUsageError("--steps and --sanity set the faithfulness curves and the randomisation check, "
+                                     "which the ImageNet segmentation benchmark (.mat) does not run; leave them out")
+        return _segmentation(models, Path(str(data)), out, methods, limit, log, batch_size)
+    steps, sanity = 8 if steps is None else steps, True if sanity is None else sanity
     source = as_source(data)
     root = Path(str(data).split("::", 1)[0])
     settings = root / "synth.json"
     backgrounds = len(json.loads(settings.read_text()).get("backgrounds", [])) if settings.is_file() else None
     plan, skipped, kept = _planned(models, methods, steps, log)
-    out = prepare_output(out)  # once the data opens and the plan holds: a refused run leaves no folder
+    folder = None  # made once the first model's images are known good: a refused run leaves no folder
     rows, identities, figures = [], [], []
     scored = 0
     for model_id in models:
@@ -172,6 +184,7 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
             continue
         backbone = backbone if backbone is not None else load_model(model_id)
         bench = prepared(backbone, source, limit, backgrounds)
+        folder = folder or prepare_output(out)
         scored = len(bench.shown)  # the images the benchmark scores (no more than the data holds)
         model_rows, maps, curves = benchmark_model(backbone, model_id, bench, plan[model_id], steps=steps,
                                                    sanity=sanity, say=log, batch_size=batch_size)
@@ -198,7 +211,7 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
     result = SummaryResult("explanations", summary, tables={"explanations": table}, figures=figures,
                            intro="Every attribution method scored against ground truth: localisation, faithfulness "
                                  "(mean fill and ROAD), sanity and the background shortcut, each beside its control.")
-    path = write_run(out, RunResult(
+    path = write_run(folder or out, RunResult(
         "explanations", title=f"vitscope explanations: {', '.join(models)}",
         config={"command": "explanations", "models": list(models), "data": str(data),
                 "methods": list(methods or ["all"]), "limit": limit, "steps": steps, "sanity": sanity,
@@ -216,12 +229,13 @@ def _segmentation(models: Sequence[str], path: Path, out: Path, methods: Sequenc
     from vitscope.data.formats.imagenet_seg import ImagenetSegmentation
     from vitscope.engine.provenance import model_identity
     from vitscope.explain.benchmark import method_parameters
-    from vitscope.explain.segmentation_benchmark import segmentation_benchmark
+    from vitscope.explain.segmentation_benchmark import require_classifier, segmentation_benchmark
     from vitscope.models.load import load_model
-    from vitscope.outputs import RunResult, write_run
+    from vitscope.outputs import RunResult, prepare_output, write_run
 
     data = ImagenetSegmentation(path)
-    plan, skipped, kept = _planned(models, methods, None, log)
+    plan, skipped, kept = _planned(models, methods, None, log, check=require_classifier)
+    out = prepare_output(out)  # once the data opens and every model can be scored: a refused run leaves no folder
     rows, identities = [], []
     for model_id in models:
         backbone = kept.pop(model_id, None)
