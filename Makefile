@@ -71,26 +71,26 @@ kill-matrix: $(STAMP)  # kill -9 analyze, compare and probe at random points; re
 	$(PY) benchmarks/kill_matrix.py
 
 # Retrain the whole tiny zoo from its recipes. All eight models took 46 min on an idle 2-core machine (the six
-# core models an estimated 40 min of that, the two issue-10 extras the rest) and reproduced every shipped weight
+# core models an estimated 40 min of that, the two later extras the rest) and reproduced every shipped weight
 # tensor bit for bit. Commit weights only when a recipe changed.
 zoo: $(STAMP)
 	$(VENV)/bin/vitscope zoo build
 
-# Every shipped zoo model's held-out score measured again and held against its record and the bar (`make test`
-# measures four of them; this all eight, about 40 s).
-distributed-check: $(STAMP)  # every command over two torchrun processes equals one process (about 30 s); SAE training (40 s)
+distributed-check: $(STAMP)  # every command over two torchrun processes equals one process (about 1.5 min with SAE training)
 	VITSCOPE_DISTRIBUTED_CHECK=1 $(PY) -m pytest tests/e2e/test_distributed.py tests/e2e/test_webdataset_distributed.py \
 	  tests/e2e/test_sae_torchrun.py
 
 compile-check: $(STAMP)  # compile_stats with inductor's fused kernels, against op by op (about 30 s cold)
 	VITSCOPE_COMPILE_CHECK=1 $(PY) -m pytest tests/unit/test_compiled_statistics.py
 
+# Every shipped zoo model's held-out score measured again and held against its record and the bar (`make test`
+# measures four of them; this all eight, about 40 s).
 zoo-check: $(STAMP)
 	VITSCOPE_ZOO_CHECK=1 $(PY) -m pytest tests/unit/test_zoo_shipped.py tests/validation/test_world_cues.py \
 	  tests/validation/test_zoo_robustness.py
 
 clean:
-	rm -rf $(VENV) demo_out .pytest_cache
+	rm -rf $(VENV) demo_out sae_benchmark_out bench_world explanations_out .pytest_cache
 
 # The report's chart library, vendored (the page loads nothing). Fetches the pinned version from npm; the
 # version and SHA-256 pinned in src/vitscope/report/assets.py must match what lands.
