@@ -21,7 +21,10 @@ def _features(x: torch.Tensor, name: str) -> torch.Tensor:
         raise VitscopeValueError(f"{name} must be [n, d], got shape {tuple(x.shape)}")
     x = x.detach()
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    return x.to(dtype)
+    x = x.to(dtype)
+    if not bool(torch.isfinite(x).all()):  # NaN similarities would rank arbitrarily and vote for class 0
+        raise VitscopeValueError(f"{name} contain NaN or infinite values, which k-NN cannot rank")
+    return x
 
 
 def knn_classify(
@@ -56,6 +59,9 @@ def knn_classify(
 
     Returns:
         ``[n_test]`` int64 predicted labels (on the device of ``test_feats``).
+
+    Raises:
+        VitscopeValueError: NaN or infinite features, mismatched shapes or labels, bad settings.
     """
     train = _features(train_feats, "train_feats")
     test = _features(test_feats, "test_feats")

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from vitscope.data.fingerprint import held_fingerprints
-from vitscope.downstream.checks import require_classes, require_regions
+from vitscope.downstream.checks import layout_hint, require_classes, require_regions
 from vitscope.errors import DegenerateDataError, VitscopeValueError
 from vitscope.outputs import RunResult, prepare_output, write_run
+from vitscope.outputs.lock import releasing_outputs
 from vitscope.workflows.launch import role
 from vitscope.workflows.options import ConfigError, ProbeOptions
 
@@ -71,6 +72,28 @@ def _labels(source):
         return np.full(len(source), -1, dtype=np.int64)
 
 
+def _require_clustered(labels, reader, data: str, advice: str) -> None:
+    """Refuse, before any pass, test images of fewer than two classes: clustering scores them alone, and one class
+    scores 1.0, as does its random chance. A few test images of one each pass (clustering warns that every image
+    gets a cluster of its own; k-NN and linear probes score them).
+
+    Args:
+        labels: ``[n]`` labels of the test images (-1: unlabelled); reader: what names them (its ``classes``).
+        data: what to call the test images; advice: appended to the message.
+
+    Raises:
+        DegenerateDataError: :func:`vitscope.analyses.data_checks.class_problem`'s line (the words the whole data is
+            refused with), naming the side and its classes.
+    """
+    import numpy as np
+
+    from vitscope.analyses.data_checks import class_names, class_problem
+
+    labels = np.asarray(labels)
+    if np.unique(labels[labels >= 0]).size < 2:
+        raise DegenerateDataError(class_problem(labels, data, class_names(reader), advice))
+
+
 def _labelled_split(dataset, fmt: str, test_fraction: float, seed: int):
     """A labelled reader -> ``(train, test)`` image lists with labels, split by a seeded hash of the position."""
     import numpy as np
@@ -86,6 +109,9 @@ def _labelled_split(dataset, fmt: str, test_fraction: float, seed: int):
     problem = split_problem(test[labels >= 0], test_fraction)
     if problem:
         raise DegenerateDataError(problem)
+    _require_clustered(labels[test], dataset, f"the held-out test part of {fmt} data ({int(test.sum())} images)",
+                       f"; clustering scores the held-out images alone: raise --test-fraction (now {test_fraction}) "
+                       "or pass --test-data")
     if fmt in SOURCE_FORMATS:  # no files to list: the parts read the whole by position
         from vitscope.data.source_part import SourcePart
 
@@ -153,6 +179,7 @@ def probe_command(options: ProbeOptions, log: Callable[[str], None] | None = Non
 
 
 @held_fingerprints()  # every pass of the command stats the files once
+@releasing_outputs
 def run_probe(options: ProbeOptions, log: Callable[[str], None] | None = None, distributed: bool = False
               ) -> Path | None:
     """Load the model and data, run the probes, write results.json, tables, figures and report.html.
@@ -202,8 +229,10 @@ def run_probe(options: ProbeOptions, log: Callable[[str], None] | None = None, d
     data: dict[str, Any] = {task: dataset}
     if task == "labelled":
         if options.test_data:
-            test, _ = _open(options.test_data, options.limit)
+            test, test_fmt = _open(options.test_data, options.limit)
             require_classes(_labels(_source_of(dataset)), dataset, fmt)
+            _require_clustered(_labels(_source_of(test)), test, f"{test_fmt} --test-data",
+                               layout_hint(test, test_fmt) + "; clustering scores the --test-data images alone")
             data = {"train": dataset, "test": test}
         else:
             train, test = _labelled_split(dataset, fmt, options.test_fraction, options.seed)

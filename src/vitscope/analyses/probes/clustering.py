@@ -19,8 +19,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vitscope.analyses.data_checks import region_problem
+from vitscope.analyses.data_checks import class_problem, region_problem
 from vitscope.analyses.probes.base import LabelledFeatures, UnscoredProbeWarning, check_random_kind
+from vitscope.analyses.probes.knn import require_finite
 from vitscope.analyses.probes.result import ProbeResult, probe_result
 from vitscope.analyses.registry import register_analysis
 from vitscope.cache.feature_cache import CacheEntry
@@ -59,8 +60,10 @@ def clustering_scores(blocks: Sequence[int], features: Callable[[int], np.ndarra
     k = min(k, labels.size)
     scores: dict[str, list[float]] = {m: [] for m in METRICS}
     width = 0
+    label = f"{name} ({meta['pooling']})" if meta.get("pooling") else name
     for b in blocks:
         x = np.asarray(features(b), dtype=np.float32)
+        require_finite(x, f"{label}: block {b}'s features")
         width = x.shape[1]
         s = cluster_scores(labels, kmeans_labels(x, k, seed))
         for m in METRICS:
@@ -133,7 +136,8 @@ def clustering_probe(entry: CacheEntry, labels: np.ndarray | None = None, k: int
         model: model name for the result.
 
     Returns:
-        ProbeResult (``purity``, ``nmi``, ``ari`` per block, with random chance).
+        ProbeResult (``purity``, ``nmi``, ``ari`` per block, with random chance); rows of fewer than two classes
+        (image or region level) or no more regions than classes give no numbers and the reason in ``meta["error"]``.
     """
     if labels is None:
         if "label" not in entry.columns:
@@ -145,11 +149,16 @@ def clustering_probe(entry: CacheEntry, labels: np.ndarray | None = None, k: int
     keep = labels >= 0  # -1 marks an unlabelled image
     blocks = list(blocks) if blocks is not None else entry.blocks
     pooling = entry.meta.get("request", {}).get("pooling", "")
-    if pooling == "mask":  # the regions kept (a limit, unreadable images) may be too few to say anything
-        problem = region_problem(int(keep.sum()), int(np.unique(labels[keep]).size))
-        if problem:
-            warnings.warn(f"clustering: {problem}", UnscoredProbeWarning, stacklevel=2)
-            return ProbeResult("clustering", {}, {"model": model, "pooling": pooling, "num_rows": int(keep.sum()),
-                                                  "metrics": ["purity", "nmi", "ari"], "error": problem})
+    # the rows kept (a limit, unreadable images, a one-class test set) may be too few to say anything: one class
+    # scores 1.0, and so does its random chance (one row per class is only warned of, by clustering_scores)
+    classes = int(np.unique(labels[keep]).size)
+    if pooling == "mask":
+        problem = region_problem(int(keep.sum()), classes)
+    else:
+        problem = class_problem(labels[keep], "the images to cluster") if classes < 2 else None
+    if problem:
+        warnings.warn(f"clustering: {problem}", UnscoredProbeWarning, stacklevel=2)
+        return ProbeResult("clustering", {}, {"model": model, "pooling": pooling, "num_rows": int(keep.sum()),
+                                              "metrics": list(METRICS), "error": problem})
     return clustering_scores(blocks, lambda b: np.asarray(entry.block(b))[keep], labels[keep], k, seed, random_kind,
                              model=model, pooling=pooling, view=entry.meta.get("view", {}).get("view", ""))

@@ -27,7 +27,7 @@ from vitscope.errors import VitscopeValueError
 from vitscope.functional.knn import knn_classify
 from vitscope.functional.pooling import random_features
 
-__all__ = ["KnnProbe", "knn_probe", "knn_scores"]
+__all__ = ["KnnProbe", "knn_probe", "knn_scores", "require_finite"]
 
 
 def _accuracy(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray, k: int,
@@ -38,6 +38,14 @@ def _accuracy(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test
                         torch.as_tensor(np.array(test_x, dtype=np.float32)), k=k, temperature=temperature,
                         num_classes=num_classes)
     return float((pred.numpy() == test_y).mean())
+
+
+def require_finite(x: np.ndarray, what: str) -> None:
+    """Refuse features with NaN or infinite values, naming them (``what``: e.g. ``"knn_cls: block 3's train
+    features"``): a model whose activations overflow gives them, and no probe can score them."""
+    if not np.isfinite(np.asarray(x)).all():
+        raise VitscopeValueError(f"{what} contain NaN or infinite values, which the probes cannot score (a model "
+                                 "whose activations overflow gives them, e.g. under fp16)")
 
 
 def knn_scores(blocks: Sequence[int], features: Callable[[int], tuple[np.ndarray, np.ndarray]], train_y: np.ndarray,
@@ -53,14 +61,21 @@ def knn_scores(blocks: Sequence[int], features: Callable[[int], tuple[np.ndarray
         name: result name; meta: stored in the result.
 
     Returns:
-        ProbeResult with ``accuracy`` ``[L]`` and ``random_accuracy``.
+        ProbeResult with ``accuracy`` ``[L]`` and ``random_accuracy``; its ``k`` is the ``k`` asked for and
+        ``k_used`` the number of neighbours that voted (``k``, or every training image when there are fewer).
+
+    Raises:
+        VitscopeValueError: a block's features hold NaN or infinite values (the message names the block).
     """
     train_y, test_y = np.asarray(train_y, dtype=np.int64), np.asarray(test_y, dtype=np.int64)
     num_classes = int(max(train_y.max(initial=0), test_y.max(initial=0))) + 1
     acc, width = [], 0
+    label = f"{name} ({meta['pooling']})" if meta.get("pooling") else name
     for b in blocks:
         tr, te = features(b)
         width = np.asarray(tr).shape[1]
+        for side, x in (("train", tr), ("test", te)):
+            require_finite(x, f"{label}: block {b}'s {side} features")
         acc.append(_accuracy(tr, train_y, te, test_y, k, temperature, num_classes))
     random = None
     if random_kind is not None and blocks:
@@ -68,7 +83,10 @@ def knn_scores(blocks: Sequence[int], features: Callable[[int], tuple[np.ndarray
         tr = random_features((train_y.size, width), gen, random_kind).numpy()
         te = random_features((test_y.size, width), gen, random_kind).numpy()
         random = {"accuracy": _accuracy(tr, train_y, te, test_y, k, temperature, num_classes)}
-    return probe_result(name, "knn", list(blocks), {"accuracy": acc}, random, k=k, temperature=temperature,
+    # the classifier lets every training image vote when there are fewer than k: record the neighbours that voted
+    used = min(int(k), int(train_y.size)) if train_y.size else int(k)
+    return probe_result(name, "knn", list(blocks), {"accuracy": acc}, random, k=int(k), k_used=used,
+                        temperature=temperature,
                         num_train=int(train_y.size), num_test=int(test_y.size), seed=seed, random_kind=random_kind,
                         **meta)
 
