@@ -50,3 +50,28 @@ def test_a_process_prepares_its_folder_twice_and_lets_it_go(tmp_path) -> None:
     probe = subprocess.run([sys.executable, "-c", _HOLDER, str(out)], input="", capture_output=True, text=True)
     assert probe.returncode == 0 and probe.stdout.strip() == "held", probe.stderr
 
+
+
+def test_a_call_that_fails_lets_its_folder_go(tmp_path) -> None:
+    """A failed vitscope.analyze kept its --out locked until the process ended: a notebook's next run of the
+    command line into the folder was refused."""
+    import vitscope
+    from vitscope.analyses.base import Analysis
+
+    class Boom(Analysis):
+        name = "boom_in_update"
+
+        def required_hooks(self, spec):
+            return ["blocks.0.attn.pattern"]
+
+        def update(self, record, batch):
+            raise RuntimeError("boom in update")
+
+        def compute(self):
+            return None
+
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="boom in update"):
+        vitscope.analyze("tiny-vit", "skimage", analyses=[Boom()], out=out, limit=2, workers=0, progress=False)
+    probe = subprocess.run([sys.executable, "-c", _HOLDER, str(out)], input="", capture_output=True, text=True)
+    assert probe.returncode == 0 and probe.stdout.strip() == "held", probe.stderr

@@ -126,10 +126,6 @@ def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             print(f"error: this is a bug in vitscope {__version__} ({type(err).__name__}), not in your input; "
                   f"please report it with the command and the traceback above", file=sys.stderr)
             raise typer.Exit(1) from None
-        finally:
-            locks = sys.modules.get("vitscope.outputs.lock")  # loaded only by a command that took a folder
-            if locks is not None:
-                locks.release_all()  # a command run in-process (tests, notebooks) keeps no folder locked
 
     return wrapper
 

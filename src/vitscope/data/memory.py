@@ -55,9 +55,17 @@ class InMemoryImages(Source):
 
 def _as_rgb(image: Any, i: int) -> Image.Image:
     if isinstance(image, Image.Image):
-        return as_rgb8(image)  # the pixels the same file would give
+        return as_rgb8(_has_pixels(image, i))  # the pixels the same file would give
     arr = np.asarray(image)
     if arr.dtype != np.uint8 or arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[-1] not in (1, 3, 4)):
         raise VitscopeTypeError(f"image {i}: expected a PIL image or an H x W x 3 uint8 array, got "
                                 f"{type(image).__name__} {getattr(arr, 'dtype', '')} {getattr(arr, 'shape', '')}")
-    return as_rgb8(Image.fromarray(arr.squeeze(-1) if arr.ndim == 3 and arr.shape[-1] == 1 else arr))
+    return as_rgb8(_has_pixels(Image.fromarray(arr.squeeze(-1) if arr.ndim == 3 and arr.shape[-1] == 1 else arr), i))
+
+
+def _has_pixels(image: Image.Image, i: int) -> Image.Image:
+    """``image`` when it holds a pixel (no file can hold an empty image, but an array can: the resize divided by
+    its size)."""
+    if 0 in image.size:
+        raise VitscopeValueError(f"image {i} is empty ({image.size[1]} x {image.size[0]} pixels)")
+    return image

@@ -24,7 +24,7 @@ import torch
 from vitscope.analyses.base import Analysis
 from vitscope.analyses.batch import loader_work, union_plan
 from vitscope.analyses.data_checks import DataFacts
-from vitscope.analyses.grids import grid_counts, grid_of
+from vitscope.analyses.grids import grid_counts
 from vitscope.analyses.registry import get_analysis, refuse_what_cannot_run, refuse_what_the_view_cannot_feed
 from vitscope.analyses.sync import exchange_folder
 from vitscope.data.open import as_source
@@ -35,13 +35,14 @@ from vitscope.engine.decoding import data_entry, decoding
 from vitscope.engine.distributed import barrier, collectives, gather_lists, parts_over_ranks, shard_for, sum_over_ranks
 from vitscope.engine.results import EmptyRunError, Results, pass_timing
 from vitscope.engine.settings import dtype_name, loader_workers, progress_bar, resolve_device, resolve_dtype
-from vitscope.engine.state import Checkpoint, interrupt_guard, run_checkpoint
+from vitscope.engine.state import Checkpoint, interrupt_guard, restore_or_reset, run_checkpoint
 from vitscope.engine.streaming import stream_plan, warn_if_patterns_do_not_fit
 from vitscope.errors import VitscopeValueError
 from vitscope.functional.attention_blocks import Workspace
 from vitscope.functional.compiled import watch_fallbacks
 from vitscope.hooks.names import expand_names
 from vitscope.models.backbone import Backbone
+from vitscope.models.inference import inference_pass
 from vitscope.models.preprocess import pixel_groups, resized_pixels
 from vitscope.models.spec import ModelSpec
 from vitscope.models.views import StandardView
@@ -115,18 +116,6 @@ def required_hook_names(backbone: Backbone, analyses: Sequence[Analysis]) -> lis
             if n not in names:
                 names.append(n)
     return names
-
-
-def _restore(checkpoint: Checkpoint | None, analyses: Sequence[Analysis], log: SkipLog
-             ) -> tuple[int, int, dict[tuple[int, int], int]]:
-    """Load saved state (and the files skipped before) when it matches; returns ``(start position, seen, images
-    per grid)``."""
-    point = checkpoint.restore(analyses) if checkpoint is not None else None
-    if point is None:
-        return 0, 0, {}
-    for path, reason in point.skipped:
-        log.add(path, reason, warn=False)
-    return point.position, point.seen, {grid_of(k): n for k, n in point.grids.items()}
 
 
 def run(
@@ -228,7 +217,7 @@ def run(
             dev = torch.device("cuda", shard.gpu)  # one GPU per process (shared when there are fewer)
         progress = progress if shard.rank == 0 else False
     amp = resolve_dtype(dtype)
-    backbone.to(dev).eval()
+    backbone.to(dev)  # in eval mode for the pass alone (inference_pass)
     # what the batches will carry (the engine loads regions on request): refused now, not after a pass
     refuse_what_the_view_cannot_feed(analyses, view)
     refuse_what_cannot_run(analyses, backbone.spec, DataFacts(source, source.target_keys() | {"regions"}, limit))
@@ -314,7 +303,7 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
     if type(view) is StandardView:  # the model's own preprocessing, the same pixels: done where images decode
         view = None
     log = SkipLog()
-    start, seen, grids = _restore(checkpoint, analyses, log)
+    start, seen, grids = restore_or_reset(checkpoint, analyses, log)
     autocast = torch.autocast(dev.type, dtype=amp) if amp is not None else contextlib.nullcontext()
     preprocess = loader_preprocessing(backbone) if view is None else None
     transforms = {k: v for a in analyses for k, v in a.target_transforms(backbone.spec).items()} if view is None \
@@ -326,7 +315,7 @@ def _pass(backbone: Backbone, source: Source, analyses: list[Analysis], checkpoi
     workspace = Workspace()  # work buffers of this run, freed with it
     plan = stream_plan(backbone, analyses, hooks)
     warn_if_patterns_do_not_fit(backbone, plan, batch_size, dev)
-    with progress_bar(progress) as bar, torch.inference_mode(), backbone.record(hooks) as rec, \
+    with progress_bar(progress) as bar, inference_pass(backbone.model), backbone.record(hooks) as rec, \
             interrupt_guard(checkpoint is not None) as guard, watch_fallbacks() as op_by_op:
         part = shard_range(total, shard.rank, shard.world)  # what this process reads
         task = bar.add_task(f"{backbone.spec.name}", total=len(part), completed=max(start - part.start, 0),

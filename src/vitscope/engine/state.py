@@ -33,12 +33,13 @@ from typing import Any
 import torch
 
 from vitscope.analyses.base import Analysis
+from vitscope.analyses.grids import grid_of
 from vitscope.atomic import named_os_error, temporary_path
 from vitscope.cache.rowstore import private_rows_under
 from vitscope.engine.state_codec import StateCodecError, decode, encode
 
-__all__ = ["STOP_AFTER_ENV", "Checkpoint", "ResumePoint", "interrupt_guard", "remove_state", "run_checkpoint",
-           "run_key"]
+__all__ = ["STOP_AFTER_ENV", "Checkpoint", "ResumePoint", "interrupt_guard", "remove_state", "restore_or_reset",
+           "run_checkpoint", "run_key"]
 
 FORMAT = 1
 #: Test hook: stop (as if interrupted by Ctrl-C) after this many batches of one process, state saved first.
@@ -324,3 +325,18 @@ def interrupt_guard(enabled: bool = True) -> Iterator[_Guard]:
         yield guard
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def restore_or_reset(checkpoint: Checkpoint | None, analyses: Sequence[Analysis], log: Any
+                     ) -> tuple[int, int, dict[tuple[int, int], int]]:
+    """Load saved state (and the files skipped before, into ``log``: a ``SkipLog``) when it matches, else start
+    every analysis afresh (an instance given to an earlier run holds that run's state, whole or partial); returns
+    ``(start position, seen, images per grid)``."""
+    point = checkpoint.restore(analyses) if checkpoint is not None else None
+    if point is None:
+        for a in analyses:
+            a.reset()
+        return 0, 0, {}
+    for path, reason in point.skipped:
+        log.add(path, reason, warn=False)
+    return point.position, point.seen, {grid_of(k): n for k, n in point.grids.items()}

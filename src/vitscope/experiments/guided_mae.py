@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from vitscope.errors import VitscopeValueError
+from vitscope.outputs.lock import releasing_outputs
 from vitscope.train import evaluate as ev
 from vitscope.train.data import synthetic_split
 from vitscope.train.guided_masking import DEFAULT_LEVELS, GuidedMAERecipe
@@ -160,6 +161,7 @@ def convergence_summary(steps: list[int], curves: dict[str, list[float]], fracti
             "mean_accuracy": {n: sum(c) / len(c) for n, c in curves.items()}}
 
 
+@releasing_outputs
 def run_guided_mae(cfg: GuidedMAEConfig, out: str | Path, progress: bool | None = None,
                    figure_files: bool = False) -> dict[str, Any]:
     """Train both twins, score their snapshots; write ``results.json``, ``tables/guided_mae.csv``, figure 9 and

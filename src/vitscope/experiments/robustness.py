@@ -16,6 +16,7 @@ from typing import Any
 
 from vitscope.analyses.result import Figure, Result
 from vitscope.errors import VitscopeUsageError, VitscopeValueError
+from vitscope.outputs.lock import releasing_outputs
 
 __all__ = ["run_robustness"]
 
@@ -40,6 +41,7 @@ class ModelsResult(Result):
         return [self._figure] if self._figure is not None else []
 
 
+@releasing_outputs
 def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size: int = 32,
                    device: str | None = None, limit: int | None = None, region: str = "box", fill: str = "zero",
                    progress: bool | None = None, figure_files: bool = False, image_size: int | None = None,

@@ -18,6 +18,7 @@ import torch
 
 from vitscope.analyses.result import Figure, SummaryResult, png_path
 from vitscope.errors import VitscopeUsageError
+from vitscope.outputs.lock import releasing_outputs
 
 __all__ = ["default_pooling", "default_projection", "explained_embedding", "write_pair_report"]
 
@@ -65,6 +66,7 @@ def explained_embedding(name: str, backbone: Any) -> tuple[str, Any] | None:
     return default_pooling(backbone), None
 
 
+@releasing_outputs
 def write_pair_report(model: str, path_a: str | os.PathLike, path_b: str | os.PathLike, out: str | os.PathLike,
                       projection: str = "auto", pooling: str = "auto", rollout: bool = True, transpose: bool = False,
                       fmt: str = "npy", image_size: int | None = None, keep_aspect: bool = False) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from vitscope.errors import VitscopeKeyError, VitscopeUsageError, VitscopeValueE
 from vitscope.featviz.augment import AugmentConfig
 from vitscope.featviz.objectives import ChannelObjective, Objective, parse_objective
 from vitscope.featviz.render import FeatvizConfig, FeatvizResult, StepInfo, evaluate, render
+from vitscope.outputs.lock import releasing_outputs
 
 if TYPE_CHECKING:
     from vitscope.outputs import RunResult
@@ -225,6 +226,7 @@ def _unnormalise(backbone, pixels: torch.Tensor) -> torch.Tensor:
     return (pixels.cpu() * std + mean).clamp(0, 1)
 
 
+@releasing_outputs
 def run_featviz(options: FeatvizOptions, log: Callable[[str], None] = lambda s: None) -> Path:
     """Run the command; return the path of ``results.json``."""
     from vitscope.outputs import prepare_output, write_run

@@ -10,17 +10,23 @@ file system does not lock (some network file systems) runs go on unlocked, as be
 from __future__ import annotations
 
 import errno
+import functools
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 from vitscope.errors import VitscopeValueError
 
-__all__ = ["FolderBusyError", "hold_output", "release_all", "release_output"]
+__all__ = ["FolderBusyError", "hold_output", "release_output", "releasing_outputs"]
 
 try:
     import fcntl
 except ImportError:  # not a POSIX system: no lock
     fcntl = None  # type: ignore[assignment]
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 #: the folders this process holds: resolved path -> the descriptor the lock is on
 _HELD: dict[Path, int] = {}
@@ -60,7 +66,18 @@ def release_output(folder: Path) -> None:
         os.close(fd)  # closing the only descriptor releases the lock
 
 
-def release_all() -> None:
-    """Unlock every folder this process holds (a command that ended, however it ended)."""
-    for folder in list(_HELD):
-        release_output(folder)
+
+def releasing_outputs(fn: Callable[P, T]) -> Callable[P, T]:
+    """Decorator for a command's function: the folders the call locked are let go when it returns or raises (a
+    failed call from a notebook would otherwise keep its ``--out`` locked until the kernel ends)."""
+
+    @functools.wraps(fn)
+    def call(*args: P.args, **kwargs: P.kwargs) -> T:
+        before = set(_HELD)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            for folder in set(_HELD) - before:
+                release_output(folder)
+
+    return call

@@ -30,6 +30,7 @@ from vitscope.models.backbone import Backbone
 from vitscope.models.input_size import describe_input, keeping_aspect, with_image_size
 from vitscope.models.load import load_model
 from vitscope.outputs import RunResult, prepare_output, write_run
+from vitscope.outputs.lock import releasing_outputs
 from vitscope.workflows.launch import role
 from vitscope.workflows.options import AnalyzeOptions
 from vitscope.workflows.sae_cards import finish_sae_cards
@@ -137,6 +138,7 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
     return run_analyze(options, progress=progress, log=log, distributed=distributed)
 
 
+@releasing_outputs
 def run_analyze(options: AnalyzeOptions, *, progress: bool | None = None, log: Callable[[str], None] | None = None,
                 distributed: bool = False) -> Results:
     """One pass of the chosen analyses over the data, every output written to ``options.out`` (when set).

@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from vitscope.outputs.lock import releasing_outputs
+
 __all__ = ["run_artifacts"]
 
 ABLATIONS_INTRO = ("The outliers (at the first block that shows them) and the registers replaced by zero, by their "
@@ -16,6 +18,7 @@ ABLATIONS_INTRO = ("The outliers (at the first block that shows them) and the re
                    "zeroing alone overstates an effect (Darcet et al. 2024, Sun et al. 2024).")
 
 
+@releasing_outputs
 def run_artifacts(model: str, data: str, out: Path, params: Mapping[str, Mapping[str, str]] | None = None,
                   ablations: bool = True, limit: int | None = None, batch_size: int = 16, images: int = 32,
                   log: Callable[[str], None] | None = None) -> dict[str, Any]:

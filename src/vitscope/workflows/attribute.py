@@ -10,6 +10,7 @@ from typing import Any
 
 from vitscope.analyses.result import SummaryResult
 from vitscope.errors import VitscopeUsageError, VitscopeValueError
+from vitscope.outputs.lock import releasing_outputs
 
 __all__ = ["AttributionMaps", "write_attributions"]
 
@@ -21,6 +22,7 @@ class AttributionMaps(SummaryResult):
         return dict(self.tensors)
 
 
+@releasing_outputs
 def write_attributions(model: str, images: Sequence[str | os.PathLike], methods: Sequence[str],
                        out: str | os.PathLike, target: int | None = None, like: str | os.PathLike | None = None,
                        image_size: int | None = None, upsample: bool = False,

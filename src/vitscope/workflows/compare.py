@@ -26,6 +26,7 @@ from vitscope.engine.settings import describe_device
 from vitscope.models.input_size import describe_input
 from vitscope.models.load import load_model
 from vitscope.outputs import RunResult, prepare_output, write_run
+from vitscope.outputs.lock import releasing_outputs
 from vitscope.workflows.launch import role
 from vitscope.workflows.options import CompareOptions, ConfigError, resolve
 from vitscope.workflows.sae_cards import finish_sae_cards
@@ -35,6 +36,7 @@ __all__ = ["compare_command", "compare_models", "comparison_run"]
 
 
 @held_fingerprints()  # every pass of the command stats the files once
+@releasing_outputs
 def comparison_run(options: CompareOptions, progress: bool | None = None,
                    log: Callable[[str], None] | None = None, distributed: bool = False) -> RunResult:
     """Run each model once (resumably, state in ``options.out``) and compare them; returns what to write.

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vitscope.analyses.result import Figure, SummaryResult
+from vitscope.outputs.lock import releasing_outputs
 
 __all__ = ["run_explanations"]
 
@@ -124,6 +125,7 @@ def _planned(models: Sequence[str], methods: Sequence[str] | None, steps: int | 
     return chosen, skipped, kept
 
 
+@releasing_outputs
 def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, methods: Sequence[str] | None = None,
                      limit: int = 32, steps: int | None = None, sanity: bool | None = None,
                      log: Callable[[str], None] | None = None, batch_size: int = 16) -> dict[str, Any]:
