@@ -141,11 +141,11 @@ def run(
     """Make one pass over ``data`` and feed every batch to every analysis.
 
     Args:
-        backbone: the model (moved to ``device``).
+        backbone: the model (moved to ``device``; in eval mode for the pass, then back in its own mode).
         data: a :class:`~vitscope.data.source.Source`, or anything :func:`vitscope.data.as_source` opens: a
             folder, ``ROOT::FORMAT``, a list of paths or of PIL images, a reader of ``load_dataset``.
         analyses: analysis instances, or registered names (``"attention_distance"``: its default
-            configuration); each sees every batch once.
+            configuration); each sees every batch once, from fresh state (an instance given again starts over).
         batch_size: images per forward pass.
         device: ``"cpu"``, ``"cuda"``, ``"mps"`` or None for the best available.
         dtype: None/``"fp32"`` or ``"bf16"``/``"fp16"`` autocast (recorded patterns stay float32).
