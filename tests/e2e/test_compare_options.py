@@ -107,3 +107,26 @@ def test_a_model_named_model_writes_its_cka_matrix(coco: str, tmp_path: Path) ->
 
     matrix = pd.read_csv(out / "tables" / "compare_cka_matrix.csv")
     assert list(matrix.columns) == ["model", "model.1", "b"] and matrix.iloc[:, 0].tolist() == ["model", "b"]
+
+
+@pytest.mark.parametrize(("models", "extra", "needle", "status"), [
+    ("a=tiny-vit-sup,b=no-such-model", [], "no-such-model", 1),
+    ("a=tiny-vit,b=tiny-vit-p16", ["--image-size", "40"], "not a multiple of tiny-vit-p16's patch size", 2)])
+def test_a_model_listed_later_is_refused_before_any_pass(coco: str, tmp_path: Path, models, extra, needle,
+                                                         status) -> None:
+    """The second model's name or size was checked only once the first model's whole pass had run."""
+    res = cli("compare", "--models", models, "--data", coco, "--out", str(tmp_path / "o"), "-a", "attention_stats",
+              *extra)
+    assert res.returncode == status and needle in res.stderr, res.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_too_few_images_for_cka_between_models_say_why_it_is_blank(coco: str, tmp_path: Path) -> None:
+    import vitscope
+
+    result = vitscope.compare_models({"a": "tiny-vit", "b": "tiny-vit-p16"}, coco, tmp_path, limit=3, batch_size=4,
+                                     device="cpu", progress=False)
+    assert all(math.isnan(float(v)) for v in result.comparison.cka_matrix.flatten())
+    note = "CKA between models is blank: the models share 3 image(s) and the full_unbiased estimator needs at least 4"
+    assert note in result.comparison.notes and note in (tmp_path / "report.html").read_text()
+    assert note in json.loads((tmp_path / "results.json").read_text())["analyses"]["compare"]["summary"]["notes"]

@@ -233,6 +233,11 @@ def _cka_between_models(runs: Sequence[ModelRun], comp: Comparison, estimator: s
             fa, fb = feats[a], feats[b]
             matrix[i, j] = _cka(fa[1][fa[0][-1]][ra], fb[1][fb[0][-1]][rb], unbiased)
     comp.cka_models, comp.cka_matrix = names, matrix
+    need = 4 if unbiased else 2
+    shared = min(len(_aligned(feats[a], feats[b])[0]) for a in names for b in names)
+    if shared < need:  # every value is blank, the diagonal too: say why beside them
+        comp.notes.append(f"CKA between models is blank: the models share {shared} image(s) and the {estimator} "
+                          f"estimator needs at least {need}")
 
 
 def _best_blocks(comp: Comparison) -> list[dict[str, Any]]:

@@ -61,13 +61,15 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
     source = as_source(options.data, strict=options.strict)  # one Source for every model's pass
     targets = source.target_keys()
     facts = DataFacts(source, targets, options.limit)  # a named analysis the data cannot feed: refused now
-    out = prepare_output(options.out)  # once the data opens: missing data leaves no folder
+    first = _load_each(models, options)  # a bad name, size or option is refused before any pass
+    out = prepare_output(options.out)  # once the data opens and the models load: a refused run leaves no folder
     runs, identities, counts, skipped, data, extra, notes = [], [], {}, {}, {}, {}, []
     left: dict[str, dict[str, str]] = {}  # analysis -> {model name: why that model does not run it}
     ran: list = []  # every analysis some model ran, once each (their sources are recorded)
     passes = PassTally()  # what the models' passes resumed and cost, together
-    for name, model_id in models:  # one at a time: only one model is in memory (a failed name resumes cheaply)
-        backbone = load_model(model_id, image_size=options.image_size, keep_aspect=options.keep_aspect)
+    for name, model_id in models:  # one at a time: only one model is in memory (a failed pass resumes cheaply)
+        backbone = first if first is not None else _load(model_id, options)
+        first = None
         analyses, cannot = compare_analyses(backbone.spec, targets, selection, params, facts)
         left_out = cannot if selection else compare_not_run(backbone.spec, targets)
         for analysis, reason in left_out.items():
@@ -106,6 +108,22 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
                      extra={"images_per_model": counts}, sections=comparison_sections(comparison, runs),
                      notes=list(comparison.notes), own_sections={"compare"}, device=describe_device(options.device),
                      **run_record(passes))
+
+
+def _load(model_id: str, options: CompareOptions):
+    return load_model(model_id, image_size=options.image_size, keep_aspect=options.keep_aspect)
+
+
+def _load_each(models: Sequence[tuple[str, str]], options: CompareOptions):
+    """Load every model once before any pass, in reverse order, keeping only the last loaded (the first model, which
+    runs first), so that an unknown name, a size a model's patches do not divide or ``keep_aspect`` on a CNN stops
+    the command before the passes of the models listed before it; one model is in memory at a time."""
+    backbone = None
+    for _, model_id in reversed(models):
+        backbone = None  # the one loaded before goes first
+        gc.collect()
+        backbone = _load(model_id, options)
+    return backbone
 
 
 def _not_run_reason(reasons: Mapping[str, str], names: Sequence[str]) -> str:
