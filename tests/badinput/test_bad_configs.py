@@ -32,6 +32,31 @@ def test_config_not_yaml(photos, tmp_path):
     one_error(_with_config(photos, tmp_path, "- a\n- b\n"), "must be a mapping of option: value", status=2)
 
 
+@pytest.mark.parametrize(("text", "needle"), [("batch_size: .inf\n", "'batch_size' in"),
+                                              ("limit: .nan\n", "'limit' in"),
+                                              ("checkpoint_seconds: .nan\n", "'checkpoint_seconds' in")])
+def test_config_wrong_type_not_a_finite_number(photos, tmp_path, text, needle):
+    """.inf and .nan for an integer printed a traceback (int(inf)); NaN passed every range check."""
+    one_error(_with_config(photos, tmp_path, text), needle, status=2)
+
+
+@pytest.mark.parametrize("text", ["batch_size: 4\nbatch_size: 8\n", "batch_size: 4\nbatch-size: 8\n"])
+def test_config_not_yaml_a_key_given_twice(photos, tmp_path, text):
+    """The last of two values was taken without a word."""
+    one_error(_with_config(photos, tmp_path, text), "twice", status=2)
+
+
+def test_config_not_yaml_not_text(photos, tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_bytes(b"\xff\xfe\x00binary\x00\x81")
+    one_error(analyze(photos, tmp_path / "out", "-c", str(config)), "is not YAML: it is not UTF-8 text", status=2)
+
+
+def test_param_wrong_type_infinite(photos, tmp_path):
+    one_error(analyze(photos, tmp_path / "out", "-p", "attention_distance.random_samples=inf",
+                      analyses="attention_distance"), "random_samples must be an integer", status=2)
+
+
 def test_config_file_missing(photos, tmp_path):
     result = analyze(photos, tmp_path / "out", "-c", str(tmp_path / "absent.yaml"))
     one_error(result, "absent.yaml", status=2)

@@ -16,6 +16,7 @@ names the parameter and what is allowed.
 from __future__ import annotations
 
 import inspect
+import math
 import typing
 from collections.abc import Collection, Mapping, Sequence
 from types import NoneType, UnionType
@@ -158,7 +159,8 @@ def _as(kind: Any, value: Any, text: str | None) -> Any:
             return value
         raise VitscopeTypeError("true or false")
     if kind is int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
+                int(value) != value:
             raise VitscopeTypeError("an integer")
         return int(value)
     if kind is float:

@@ -5,6 +5,8 @@ merge of the command line, the file and the defaults (:func:`resolve_options`). 
 from __future__ import annotations
 
 import difflib
+import functools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,45 @@ class Option:
 #: the key of a config file that names modules of analyses to import (``--import`` on the command line)
 IMPORT_KEY = "import"
 
+#: keys of a run's record (results.json ``config``) that say how it ran rather than set an option: a record read
+#: as a config file passes over them (the probe's detected ``format`` and ``task``, the file it was read from)
+RECORDED_ONLY = frozenset({"config_file", "format", "task"})
+
+#: the record's account of the analyses from outside vitscope (``{"analysis", "module", "file", "sha256"}`` each)
+RECORDED_IMPORTS = "imports"
+
+
+@functools.cache
+def _unique_key_loader() -> type:
+    """YAML's safe loader, refusing a key given twice in one mapping (the safe loader keeps the last silently);
+    keys a merge (``<<: *anchor``) brings in may be set again, as YAML intends. Made on first use: the command
+    line starts without importing yaml."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice",
+                                                            key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
+def _recorded_imports(value: Any, path: Path) -> list[str]:
+    """The modules of a record's ``imports``: each one's file where it still exists, else its module name."""
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ConfigError(f"'{RECORDED_IMPORTS}' in {path} must be a run's record of its imports (a list of "
+                          "mappings with 'module' and 'file'); to import modules, use 'import:'")
+    names = [v["file"] if v.get("file") and Path(v["file"]).is_file() else v.get("module") for v in value]
+    return list(dict.fromkeys(n for n in names if n))
+
 
 def _where(source: str | None) -> str:
     return f" in {source}" if source else ""
@@ -50,7 +91,8 @@ def _coerce(option: Option, value: Any, source: str | None) -> Any:
             raise ConfigError(f"'{option.name}'{where} must be true or false, got {value!r}")
         return value
     if kind in ("int", "float"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind == "int" and value != int(value)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or \
+                (kind == "int" and (math.isinf(value) or value != int(value))):  # a file's .nan or .inf
             raise ConfigError(f"'{option.name}'{where} must be {'an integer' if kind == 'int' else 'a number'}, "
                               f"got {value!r}")
         value = int(value) if kind == "int" else float(value)
@@ -129,10 +171,14 @@ def load_config(path: str | Path, options: tuple[Option, ...]) -> dict[str, Any]
     """Read a YAML mapping of option values, checking every key and type, and import the modules of analyses
     its ``import:`` names (:func:`vitscope.analyses.plugins.import_analyses`).
 
-    Relative ``out`` and ``import`` paths stay relative to the working directory (as on the command line).
+    A run's results.json is read as its ``config`` record, so that ``--config OLD/results.json`` runs it again:
+    the keys saying how it ran (:data:`RECORDED_ONLY`) are passed over and its ``imports`` imported again (each
+    file where it still is, else its module). Relative paths (``data``, ``out``, ``import``...) stay relative
+    to the working directory, as on the command line.
 
     Raises:
-        ConfigError: unreadable file, not a mapping, unknown key (with the closest known key), bad value.
+        ConfigError: unreadable file, not a mapping, a key given twice (two spellings of one option included),
+            unknown key (with the closest known key), bad value (a number that is not finite included).
         PluginImportError: a module of ``import:`` that cannot be imported.
     """
     import yaml
@@ -142,28 +188,43 @@ def load_config(path: str | Path, options: tuple[Option, ...]) -> dict[str, Any]
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError(f"cannot read config file {path}: {err.strerror or err}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not YAML: it is not UTF-8 text") from None
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_unique_key_loader())  # a safe loader refusing repeated keys
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f" (line {mark.line + 1})" if mark is not None else ""
         raise ConfigError(f"config file {path} is not valid YAML{at}: {getattr(err, 'problem', None) or err}") from None
     if doc is None:
         return {}
+    recorded = ""
+    if isinstance(doc, dict) and "vitscope_version" in doc and isinstance(doc.get("config"), dict):
+        recorded = f" (the record of a 'vitscope {doc.get('command')}' run: give it to that command)"
+        doc = doc["config"]  # a run's results.json: its options, to run it again
     if not isinstance(doc, dict):
         raise ConfigError(f"config file {path} must be a mapping of option: value, got a {type(doc).__name__}")
     known = {o.name: o for o in options}
     out: dict[str, Any] = {}
     imports: list[str] = []
+    spelt: dict[str, Any] = {}
     for raw_key, value in doc.items():
         key = str(raw_key).replace("-", "_")
+        if key in spelt:
+            raise ConfigError(f"config file {path} sets '{key}' twice ('{spelt[key]}' and '{raw_key}'); keep one")
+        spelt[key] = raw_key
         if key == IMPORT_KEY:
             imports = _names(Option(IMPORT_KEY, "list"), value, _where(str(path))) or []
+            continue
+        if key == RECORDED_IMPORTS:
+            imports = _recorded_imports(value, path)
+            continue
+        if key in RECORDED_ONLY:
             continue
         if key not in known:
             close = difflib.get_close_matches(key, [*known, IMPORT_KEY], n=1, cutoff=0.5)
             hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise ConfigError(f"unknown key '{raw_key}' in config file {path}{hint} Known keys: "
+            raise ConfigError(f"unknown key '{raw_key}' in config file {path}{recorded}{hint} Known keys: "
                               f"{', '.join([*known, IMPORT_KEY])}")
         out[key] = _coerce(known[key], value, str(path))
     if imports:  # before any analysis name is resolved

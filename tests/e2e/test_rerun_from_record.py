@@ -1,0 +1,89 @@
+"""``--config OLD/results.json`` runs a run again: its record is a config file of the same command, and the numbers
+are the same."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from vitscope.cli.main import app
+from vitscope.data.synthetic.write import synthesize
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+PLUGIN = '''
+import torch
+import vitscope
+
+
+@vitscope.register_analysis("token_norm_sum_for_rerun")
+class TokenNormSum(vitscope.Analysis):
+    def __init__(self):
+        super().__init__()
+        self.add_state("total", torch.zeros((), dtype=torch.float64), reduce="sum")
+
+    def required_hooks(self, spec):
+        return ["blocks.0.resid_post"]
+
+    def update(self, record, batch):
+        self.total += record["blocks.0.resid_post"].double().norm(dim=-1).sum()
+
+    def compute(self):
+        return {"total": self.total}
+'''
+
+
+@pytest.fixture(scope="module")
+def coco(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return f"{synthesize(tmp_path_factory.mktemp('rerun') / 'coco', 'coco', n=8, size=64, seed=4)}::coco"
+
+
+def _invoke(*args: str) -> None:
+    proc = CliRunner().invoke(app, list(args))
+    assert proc.exit_code == 0, proc.stderr
+
+
+def _analyses(folder: Path) -> dict:
+    return json.loads((folder / "results.json").read_text())["analyses"]
+
+
+@pytest.mark.parametrize("command", [
+    ["analyze", "-m", "tiny-vit", "-a", "attention_stats,cka@cls", "-p", "cka.batch=4", "-b", "3", "--limit", "6",
+     "--image-size", "48"],
+    ["probe", "-m", "tiny-vit-sup", "--test-fraction", "0.5", "--seed", "2", "--blocks", "1,-1", "-b", "5"],
+    ["compare", "-M", "a=tiny-vit,b=tiny-vit-p16", "-a", "attention_distance", "--limit", "6"]])
+def test_a_runs_record_runs_it_again(coco: str, tmp_path: Path, command: list[str]) -> None:
+    """The probe's record held its detected format and task, which a config file did not take."""
+    first, again = tmp_path / "first", tmp_path / "again"
+    extra = ["--cache", str(tmp_path / "cache")] if command[0] == "probe" else []
+    _invoke(*command, "-d", coco, "-o", str(first), *extra)
+    _invoke(command[0], "--config", str(first / "results.json"), "-o", str(again))
+    assert _analyses(again) == _analyses(first)
+
+
+@pytest.mark.usefixtures("clean_registry")
+def test_a_plugin_runs_record_imports_its_module_again(coco: str, tmp_path: Path) -> None:
+    """The record holds its imports as {analysis, module, file, sha256}, which a config file did not take."""
+    import subprocess
+    import sys
+
+    module = tmp_path / "lab_plugin_for_rerun.py"
+    module.write_text(PLUGIN)
+    first, again = tmp_path / "first", tmp_path / "again"
+    _invoke("analyze", "-m", "tiny-vit", "-d", coco, "-o", str(first), "--import", str(module), "-a",
+            "token_norm_sum_for_rerun", "--limit", "4")
+    fresh = subprocess.run([sys.executable, "-m", "vitscope", "analyze", "--config", str(first / "results.json"),
+                            "-o", str(again)], capture_output=True, text=True)  # a process that never imported it
+    assert fresh.returncode == 0, fresh.stderr
+    assert _analyses(again)["token_norm_sum_for_rerun"] == _analyses(first)["token_norm_sum_for_rerun"]
+
+
+def test_a_record_given_to_another_command_says_whose_it_is(coco: str, tmp_path: Path) -> None:
+    _invoke("compare", "-M", "tiny-vit,tiny-vit-p16", "-a", "attention_stats", "-d", coco, "--limit", "4", "-o",
+            str(tmp_path / "c"))
+    proc = CliRunner().invoke(app, ["analyze", "--config", str(tmp_path / "c" / "results.json"), "-o",
+                                    str(tmp_path / "a")])
+    assert proc.exit_code == 2 and "the record of a 'vitscope compare' run" in proc.stderr, proc.stderr
