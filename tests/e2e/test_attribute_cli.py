@@ -95,3 +95,41 @@ def test_a_metric_net_is_explained_by_the_cosine_of_its_projected_embeddings(ima
                                rtol=1e-5, atol=1e-7)
     with pytest.raises(VitscopeValueError, match="one of --target and --like"):
         write_attributions("tiny-vit-sup", images[:1], ["chefer"], tmp_path / "both", target=3, like=images[1])
+
+
+@pytest.mark.parametrize(("model", "methods", "needle", "status"), [
+    ("tiny-resnet-sup", ["chefer"], "reads attention or tokens, but tiny-resnet-sup is a CNN", 1),
+    ("tiny-vit-sup", ["gradcam"], "is for CNNs", 1),
+    ("tiny-vit-sup", [], "--method names no method", 2)])
+def test_a_method_the_model_cannot_give_is_refused_before_the_folder(images, tmp_path, model, methods, needle,
+                                                                     status):
+    """The refusal came after --out was made (an empty folder left); no method at all wrote an empty run, exit 0."""
+    from typer.testing import CliRunner
+
+    from vitscope.cli.main import app
+
+    proc = CliRunner().invoke(app, ["attribute", str(images[0]), "-m", model, "--method", ",".join(methods) or ",",
+                                    "-o", str(tmp_path / "o")])
+    assert proc.exit_code == status and needle in proc.stderr, proc.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_cnn_runs_its_own_methods_by_default_and_a_method_named_twice_runs_once(images, tmp_path):
+    """The default methods were a transformer's: every CNN run without --method failed."""
+    from vitscope.workflows.attribute import write_attributions
+
+    cnn = write_attributions("tiny-resnet-sup", images[:1], None, tmp_path / "cnn")
+    assert cnn["analyses"]["attributions"]["summary"]["methods"] == ["gradcam", "input_x_gradient"]
+    twice = write_attributions("tiny-vit-sup", images[:1], ["chefer", "chefer"], tmp_path / "twice")
+    assert twice["analyses"]["attributions"]["summary"]["methods"] == ["chefer"]
+
+
+def test_a_target_for_a_model_without_a_head_is_bad_usage(images, tmp_path):
+    from typer.testing import CliRunner
+
+    from vitscope.cli.main import app
+
+    proc = CliRunner().invoke(app, ["attribute", str(images[0]), "-m", "tiny-vit-distill", "--target", "3", "-o",
+                                    str(tmp_path / "o")])
+    assert proc.exit_code == 2 and "--target names a class of a classifier; tiny-vit-distill has no classifier " \
+        "head" in proc.stderr, proc.stderr

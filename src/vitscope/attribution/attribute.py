@@ -12,7 +12,32 @@ from vitscope.attribution.score import score_function
 from vitscope.errors import VitscopeRuntimeError, VitscopeTypeError, VitscopeValueError
 from vitscope.models.backbone import Backbone
 
-__all__ = ["attribute"]
+__all__ = ["attribute", "default_methods", "require_method"]
+
+#: the methods ``vitscope attribute`` runs when none is named: a transformer's, a CNN's
+DEFAULT_METHODS = {True: ("chefer", "rollout", "token_gradcam"), False: ("gradcam", "input_x_gradient")}
+
+
+def default_methods(backbone: Backbone) -> list[str]:
+    """The methods run when none is named: chefer, rollout and token Grad-CAM on a transformer; Grad-CAM and input x
+    gradient on a CNN."""
+    return list(DEFAULT_METHODS[backbone.spec.is_transformer])
+
+
+def require_method(backbone: Backbone, method: str) -> None:
+    """Refuse a method that is unknown or that ``backbone`` cannot give.
+
+    Raises:
+        VitscopeValueError: an unknown method, a transformer's method on a CNN or a CNN's on a transformer.
+    """
+    if method not in METHODS:
+        raise VitscopeValueError(f"unknown attribution method {method!r}; use one of {', '.join(METHODS)}")
+    kind, spec = METHODS[method][1], backbone.spec
+    if kind == "transformer" and not spec.is_transformer:
+        raise VitscopeValueError(f"method '{method}' reads attention or tokens, but {spec.name} is a CNN; use gradcam, "
+                                 "input_x_gradient or integrated_gradients")
+    if kind == "cnn" and spec.is_transformer:
+        raise VitscopeValueError(f"method '{method}' is for CNNs; for {spec.name} use token_gradcam or chefer")
 
 
 def attribute(backbone: Backbone, pixels: torch.Tensor, target: Any, method: str, upsample: bool = False,
@@ -45,15 +70,8 @@ def attribute(backbone: Backbone, pixels: torch.Tensor, target: Any, method: str
             gradients baseline that is neither a number nor ``[3, H, W]`` / ``[B, 3, H, W]``.
         VitscopeRuntimeError: called inside ``torch.inference_mode`` (no gradient can exist there).
     """
-    if method not in METHODS:
-        raise VitscopeValueError(f"unknown attribution method {method!r}; use one of {', '.join(METHODS)}")
-    fn, kind = METHODS[method]
-    spec = backbone.spec
-    if kind == "transformer" and not spec.is_transformer:
-        raise VitscopeValueError(f"method '{method}' reads attention or tokens, but {spec.name} is a CNN; use gradcam, "
-                                 "input_x_gradient or integrated_gradients")
-    if kind == "cnn" and spec.is_transformer:
-        raise VitscopeValueError(f"method '{method}' is for CNNs; for {spec.name} use token_gradcam or chefer")
+    require_method(backbone, method)
+    fn, _ = METHODS[method]
     if not isinstance(pixels, torch.Tensor) or pixels.dim() != 4 or pixels.shape[1] != 3:
         raise VitscopeTypeError(f"pixels must be a [B, 3, H, W] tensor, got {getattr(pixels, 'shape', pixels)}")
     if torch.is_inference_mode_enabled():

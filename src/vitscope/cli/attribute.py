@@ -19,9 +19,10 @@ __all__ = ["attribute"]
 def attribute(
     images: list[Path] = typer.Argument(..., help="Image files."),
     model: str = typer.Option(..., "--model", "-m", help="Registered name, hf:<id or dir>, or a directory."),
-    method: str = typer.Option("chefer,rollout,token_gradcam", "--method",
-                               help="Comma-separated methods: attention, rollout, chefer, token_gradcam, "
-                                    "input_x_gradient, integrated_gradients, gradcam (CNNs)."),
+    method: str | None = typer.Option(None, "--method",
+                                      help="Comma-separated methods: attention, rollout, chefer, token_gradcam, "
+                                           "input_x_gradient, integrated_gradients, gradcam (CNNs) "
+                                           "[chefer,rollout,token_gradcam; a CNN: gradcam,input_x_gradient]."),
     out: Path = typer.Option(..., "--out", "-o", help="Output directory."),
     target: int | None = typer.Option(None, "--target", min=0, help="A classifier's class [each image's "
                                                                     "predicted class]."),
@@ -37,7 +38,8 @@ def attribute(
         raise VitscopeUsageError("--target and --like exclude each other: give --target CLASS (a classifier's "
                                  "class) or --like IMAGE (an image to compare with)")
     image_files([*images, *([like] if like is not None else [])])
-    doc = write_attributions(model, images, [m.strip() for m in method.split(",") if m.strip()], out, target=target,
+    methods = None if method is None else [m.strip() for m in method.split(",") if m.strip()]
+    doc = write_attributions(model, images, methods, out, target=target,
                              like=like, image_size=image_size, upsample=upsample,
                              log=lambda s: typer.echo(s, err=True))
     echo_choices(doc)

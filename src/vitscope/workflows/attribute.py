@@ -23,7 +23,7 @@ class AttributionMaps(SummaryResult):
 
 
 @releasing_outputs
-def write_attributions(model: str, images: Sequence[str | os.PathLike], methods: Sequence[str],
+def write_attributions(model: str, images: Sequence[str | os.PathLike], methods: Sequence[str] | None,
                        out: str | os.PathLike, target: int | None = None, like: str | os.PathLike | None = None,
                        image_size: int | None = None, upsample: bool = False,
                        log: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -32,7 +32,8 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
     Args:
         model: a model name or folder (``vitscope.load_model``).
         images: image files.
-        methods: :data:`vitscope.attribution.METHODS` names.
+        methods: :data:`vitscope.attribution.METHODS` names, each run once; None: the model's defaults
+            (:func:`vitscope.attribution.attribute.default_methods`).
         out: the output folder.
         target: a classifier's class (default: each image's predicted class).
         like: an image whose embedding each image is compared with (an embedding model's target; for a
@@ -49,6 +50,7 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
 
     from vitscope.analyses.result import Figure
     from vitscope.attribution import METHODS, attribute
+    from vitscope.attribution.attribute import default_methods, require_method
     from vitscope.attribution.score import score_function
     from vitscope.data.images import load_rgb
     from vitscope.engine.provenance import model_identity
@@ -60,24 +62,30 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
     from vitscope.outputs import RunResult, prepare_output, write_run
     from vitscope.viz.attribution_figures import attribution_grid
 
-    unknown = [m for m in methods if m not in METHODS]
+    unknown = [m for m in methods or () if m not in METHODS]
     if unknown:
         raise VitscopeUsageError(f"--method: unknown attribution method {unknown[0]!r}; use some of "
                                  f"{', '.join(METHODS)}")
+    if methods is not None and not methods:
+        raise VitscopeUsageError(f"--method names no method; use some of {', '.join(METHODS)}")
     if not images:
         raise VitscopeValueError("give at least one image")
     backbone = load_model(model, image_size=image_size)
     spec = backbone.spec
+    methods = default_methods(backbone) if methods is None else list(dict.fromkeys(methods))
+    for method in methods:  # a method the model cannot give: refused before --out is made
+        require_method(backbone, method)
     if log:
         log(describe_input(spec))
     pil = [load_rgb(p) for p in images]
     pixels = backbone.preprocess(pil)
     reading = explained_embedding(model, backbone)  # None: a classifier
     pooling, projection = reading if reading is not None else (None, None)
-    if target is not None and (like is not None or projection is not None):
-        raise VitscopeUsageError(f"--target names a class of a classifier; {spec.name} "
-                                 + ("is an embedding model (its head projects the embedding): give --like IMAGE"
-                                    if projection is not None else "is scored by one of --target and --like: give one"))
+    if target is not None and (like is not None or reading is not None):
+        why = ("is scored by one of --target and --like: give one" if reading is None else
+               "is an embedding model (its head projects the embedding): give --like IMAGE" if projection is not None
+               else "has no classifier head: give --like IMAGE")
+        raise VitscopeUsageError(f"--target names a class of a classifier; {spec.name} {why}")
     with torch.no_grad():
         reference = backbone.preprocess([load_rgb(like)]) if like is not None else None
         if reading is None:  # the given class, else the one predicted for --like, else each's
