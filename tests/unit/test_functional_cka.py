@@ -263,3 +263,32 @@ def test_features_for_cka_modes() -> None:
         features_for_cka(tokens, p, tokens="patch")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"\[B, N, D\]"):
         features_for_cka(tokens[0], p)
+
+
+@pytest.mark.parametrize("unbiased", [False, True])
+@pytest.mark.parametrize(("n", "d1", "d2", "offset"), [(50, 4, 7, 0.0), (200, 16, 8, 100.0), (12, 2, 5, 0.0)])
+def test_more_examples_than_features_computes_the_grams_estimators_from_the_features(n, d1, d2, offset, unbiased):
+    """compare's CKA between models built [n, n] Grams: 20 GB each at 50,000 images. From the features it is the
+    same estimator (the Gram path, forced, is the reference)."""
+    from vitscope.functional.cka import _cka_ratio
+
+    gen = torch.Generator().manual_seed(n)
+    x = torch.randn(n, d1, generator=gen, dtype=torch.float64) + offset
+    y = 0.3 * x[:, :1].repeat(1, d2) + torch.randn(n, d2, generator=gen, dtype=torch.float64)
+    k, l = x @ x.T, y @ y.T  # noqa: E741
+    gram = _cka_ratio(hsic(k, l, unbiased), hsic(k, k, unbiased), hsic(l, l, unbiased))
+    assert linear_cka(x, y, unbiased=unbiased) == pytest.approx(gram, rel=1e-9, abs=1e-12)
+
+
+def test_many_examples_need_no_gram(monkeypatch):
+    """20,000 examples of 8 features: a Gram would be 3.2 GB; the features' path makes none."""
+    import vitscope.functional.cka as cka
+
+    def no_gram(*args, **kwargs):
+        raise AssertionError("a Gram matrix was built")
+
+    monkeypatch.setattr(cka, "hsic", no_gram)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(20_000, 8, generator=gen, dtype=torch.float64)
+    assert linear_cka(x, x, unbiased=True) == pytest.approx(1.0, abs=1e-12)
+    assert math.isnan(linear_cka(torch.ones(20_000, 3, dtype=torch.float64), x))  # no variance: NaN, as a Gram's
