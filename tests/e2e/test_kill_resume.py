@@ -52,3 +52,4 @@ def test_kill_9_mid_pass_then_the_same_command(coco, tmp_path):
     assert a["analyses"] == b["analyses"] and b["run"]["resumed_images"] == seen
     assert not [p for p in out.rglob("*") if ".tmp" in p.name or ".staging" in str(p)]
     assert first.returncode == 0
+

@@ -10,6 +10,8 @@ the loader falls back to the thread.
 from __future__ import annotations
 
 import contextvars
+import functools
+import os
 import signal
 import sys
 import time
@@ -24,6 +26,7 @@ import torch
 
 from vitscope.data.images import ImageLoadError, SkippedImage, SkippedImageWarning, one_line
 from vitscope.data.source import Source
+from vitscope.engine.processes import die_with_parent
 
 __all__ = ["ImageTransforms", "LoadedBatch", "LoaderClock", "SkipLog", "TargetTransforms", "iter_batches",
            "loader_bound_note", "shard_range"]
@@ -172,9 +175,11 @@ class _BatchJobs(torch.utils.data.Dataset):
                      self.images)
 
 
-def _quiet_worker(_: int) -> None:
-    """Ctrl-C is the main process's to handle (it stops after the batch in flight); workers ignore it."""
+def _quiet_worker(parent: int, _: int) -> None:
+    """Ctrl-C is the main process's to handle (it stops after the batch in flight); workers ignore it. A worker
+    ends with the main process (:func:`~vitscope.engine.processes.die_with_parent`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent(parent)
 
 
 def workers_used(workers: int, batches: int) -> int:
@@ -186,7 +191,7 @@ def workers_used(workers: int, batches: int) -> int:
 def _in_workers(jobs: _BatchJobs, workers: int, pin: bool) -> Iterator[LoadedBatch]:
     loader = torch.utils.data.DataLoader(jobs, batch_size=None, shuffle=False, num_workers=workers,
                                          pin_memory=pin, prefetch_factor=2, multiprocessing_context="fork",
-                                         worker_init_fn=_quiet_worker)
+                                         worker_init_fn=functools.partial(_quiet_worker, os.getpid()))
     batches = iter(loader)
     try:
         yield from batches

@@ -49,10 +49,13 @@ def figure_workers(count: int, cpus: int | None = None) -> int:
     return max(1, min(wanted, cpus, count // MIN_FIGURES_PER_WORKER))
 
 
-def _quiet_worker() -> None:
+def _quiet_worker(parent: int) -> None:
     import torch
 
+    from vitscope.engine.processes import die_with_parent
+
     torch.set_num_threads(1)  # figures do small tensor work; a worker per CPU already uses them all
+    die_with_parent(parent)  # a killed run's pool workers would wait for tasks for ever, holding its pipes
 
 
 def _draw(i: int) -> tuple[int, list[str]]:
@@ -83,7 +86,8 @@ def draw_figures(jobs: Sequence[tuple[Figure, Path]], advance: Callable[[], None
     out: list[list[Path]] = [[] for _ in jobs]
     _JOBS = jobs
     try:
-        with multiprocessing.get_context("fork").Pool(workers, initializer=_quiet_worker) as pool:
+        fork = multiprocessing.get_context("fork")
+        with fork.Pool(workers, initializer=_quiet_worker, initargs=(os.getpid(),)) as pool:
             pending = pool.imap_unordered(_draw, range(len(jobs)))
             if meanwhile is not None:  # tables and arrays are written while the figures are drawn
                 meanwhile()
