@@ -57,6 +57,15 @@ def test_param_wrong_type_infinite(photos, tmp_path):
                       analyses="attention_distance"), "random_samples must be an integer", status=2)
 
 
+@pytest.mark.parametrize("command", [("attribute", "{missing}", "-m", "tiny-vit-sup", "--method", "foo"),
+                                     ("explain-pair", "-m", "tiny-vit-metric", "{missing}", "{missing}",
+                                      "--projection", "foo")])
+def test_option_not_a_choice_before_the_files(tmp_path, command):
+    """A bad choice with a missing image said the image was missing (exit 1), not the choice (exit 2)."""
+    args = [c.format(missing=tmp_path / "nope.png") for c in command]
+    one_error(cli(*args, "-o", str(tmp_path / "out")), "must be one of", status=2)
+
+
 def test_config_file_missing(photos, tmp_path):
     result = analyze(photos, tmp_path / "out", "-c", str(tmp_path / "absent.yaml"))
     one_error(result, "absent.yaml", status=2)
@@ -104,9 +113,9 @@ def test_dtype_unknown(photos, tmp_path):
      "--tokens-of must be one of spatial, cls, registers, all, got 'foo'"),
     (("sae", "benchmark", "-M", "tiny-vit", "--kind", "foo"), "--kind must be one of relu, topk"),
     (("attribute", "{image}", "-m", "tiny-vit-sup", "--method", "foo"),
-     "--method: unknown attribution method 'foo'; use some of attention, rollout"),
+     "--method must be one of attention, rollout"),
     (("explain-pair", "-m", "tiny-vit-metric", "{image}", "{image}", "--projection", "foo"),
-     "--projection must be auto, head or none, got 'foo'"),
+     "--projection must be one of auto, head, none, got 'foo'"),
     (("experiment", "robustness", "-M", "tiny-vit-sup", "-d", "{photos}", "--region", "foo"),
      "--region must be one of box, mask, got 'foo'"),
     (("synth", "-f", "foo"), "--format: unknown format 'foo'; choose one of imagefolder"),

@@ -138,8 +138,12 @@ def test_data_missing_or_refused_leaves_no_output_folder(tmp_path):
             "analyze": ("analyze", "-m", MODEL, "-d", f"{tmp_path}/nowhere::coco"),
             "compare": ("compare", "-M", f"{MODEL},tiny-vit-sup", "-d", f"{tmp_path}/nowhere::coco"),
             "artifacts": ("artifacts", "-m", MODEL, "-d", f"{tmp_path}/nowhere::coco", "--no-ablations"),
-            "explanations": ("explanations", "-M", MODEL, "-d", f"{tmp_path}/nowhere::coco", "--methods", "rollout")}
+            "explanations": ("explanations", "-M", MODEL, "-d", f"{tmp_path}/nowhere::coco", "--methods", "rollout"),
+            "probe_one_class": ("probe", "-m", MODEL, "-d", f"{_classes(tmp_path / 'one', {'cats': 3})}::imagefolder"),
+            "probe_unlabelled": ("probe", "-m", MODEL, "-d", str(photos))}
     for name, args in runs.items():
         said = one_error(cli(*args, "-o", str(tmp_path / name)), "")
-        assert ("no image labels" if name == "unlabelled" else "does not exist") in said, said
+        expected = {"unlabelled": "no image labels", "probe_unlabelled": "data '" + str(photos) + "' has no image "
+                    "labels", "probe_one_class": "with 1 class ('cats')"}.get(name, "does not exist")
+        assert expected in said, said
         assert not (tmp_path / name).exists(), name

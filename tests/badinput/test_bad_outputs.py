@@ -9,7 +9,7 @@ import pathlib
 
 import pytest
 
-from helpers.bad_input import analyze, finished, folder_with_one_good_image, one_error
+from helpers.bad_input import analyze, cli, finished, folder_with_one_good_image, one_error
 
 
 @pytest.fixture
@@ -20,6 +20,21 @@ def photos(tmp_path):
 def test_output_path_is_a_file(photos, tmp_path):
     (tmp_path / "out").write_text("my notes")
     one_error(analyze(photos, tmp_path / "out"), "--out")
+    assert (tmp_path / "out").read_text() == "my notes"
+
+
+@pytest.mark.parametrize("command", [("analyze", "-m", "tiny-vit", "-d", "{photos}"),
+                                     ("compare", "-M", "tiny-vit,tiny-vit-sup", "-d", "{photos}"),
+                                     ("featviz", "-m", "tiny-vit-sup", "-u", "blocks.5.mlp.post:3"),
+                                     ("attribute", "{image}", "-m", "tiny-vit-sup"),
+                                     ("artifacts", "-m", "tiny-vit", "-d", "{photos}")])
+def test_output_path_is_a_file_before_any_model_loads(photos, tmp_path, command):
+    """analyze, featviz and attribute loaded the model (and printed its input) before refusing the file."""
+    (tmp_path / "out").write_text("my notes")
+    args = [c.format(photos=photos, image=photos / "good.png") for c in command]
+    result = cli(*args, "-o", str(tmp_path / "out"))
+    one_error(result, f"--out {tmp_path / 'out'} is a file")
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr  # nothing before it: no model loaded
     assert (tmp_path / "out").read_text() == "my notes"
 
 

@@ -32,6 +32,17 @@ def test_device_unknown(photos, tmp_path):
     one_error(analyze(photos, tmp_path / "out", "--device", "tpu"), "unknown device 'tpu'; use cpu, cuda", status=2)
 
 
+@pytest.mark.parametrize("command", [("featviz", "-m", "tiny-vit-sup", "-u", "blocks.5.mlp.post:3"),
+                                     ("experiment", "robustness", "-M", "tiny-vit-sup", "-d", "{photos}")])
+def test_device_unknown_in_other_commands_before_loading(command, photos, tmp_path):
+    """featviz and experiment robustness loaded the model first (robustness also left an empty --out)."""
+    result = cli(*(c.format(photos=photos) for c in command), "-o", str(tmp_path / "out"), "--device", "tpu")
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: unknown device 'tpu'"), result.stderr
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("command", ["analyze", "compare", "probe"])
 @pytest.mark.parametrize("option, value", [("--device", "tpu"), ("--dtype", "fp8"), ("--device", "meta")])
 def test_device_unknown_refused_before_loading(command, option, value, photos, tmp_path):

@@ -83,7 +83,7 @@ def test_explain_pair_failures_are_one_line(tmp_path, pair_files):
 
     res = CliRunner().invoke(app, ["explain-pair", "-m", "tiny-vit-metric", str(a), str(a), "-o", str(tmp_path),
                                    "--format", "xls"])
-    assert res.exit_code == 2 and "npy or csv" in res.output, res.output  # bad usage (docs/errors.md)
+    assert res.exit_code == 2 and "--format must be one of npy, csv" in res.output, res.output  # bad usage
     assert CliRunner().invoke(app, ["explain-pair", str(a)]).exit_code == 2
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from vitscope.cli.choices import echo_choices
-from vitscope.cli.errors import one_line_errors
+from vitscope.cli.errors import one_line_errors, require_choice
 from vitscope.cli.help_text import IMAGE_SIZE_HELP
 from vitscope.cli.paths import image_files
 from vitscope.errors import VitscopeUsageError
@@ -37,8 +37,12 @@ def attribute(
     if target is not None and like is not None:
         raise VitscopeUsageError("--target and --like exclude each other: give --target CLASS (a classifier's "
                                  "class) or --like IMAGE (an image to compare with)")
-    image_files([*images, *([like] if like is not None else [])])
+    from vitscope.attribution import METHODS
+
     methods = None if method is None else [m.strip() for m in method.split(",") if m.strip()]
+    for name in methods or ():  # bad usage before the files are looked at
+        require_choice("--method", name, tuple(METHODS))
+    image_files([*images, *([like] if like is not None else [])])
     doc = write_attributions(model, images, methods, out, target=target,
                              like=like, image_size=image_size, upsample=upsample,
                              log=lambda s: typer.echo(s, err=True))

@@ -39,6 +39,8 @@ def explain_pair(
     from vitscope.explain.pair_report import write_pair_report
 
     require_choice("--pooling", pooling, ("auto", "mean", "cls"))
+    require_choice("--projection", projection, ("auto", "head", "none"))  # bad usage before the files are looked at
+    require_choice("--format", fmt, ("npy", "csv"))
     image_files([image_a, image_b])
     try:
         doc = write_pair_report(model, image_a, image_b, out, projection, pooling, rollout, transpose, fmt,

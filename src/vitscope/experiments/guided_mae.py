@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from vitscope.errors import VitscopeValueError
+from vitscope.outputs.folder import check_output
 from vitscope.outputs.lock import releasing_outputs
 from vitscope.train import evaluate as ev
 from vitscope.train.data import synthetic_split
@@ -176,6 +177,7 @@ def run_guided_mae(cfg: GuidedMAEConfig, out: str | Path, progress: bool | None 
     Returns:
         The ``results.json`` document.
     """
+    check_output(out)  # before any work: a wrong --out costs nothing
     import pandas as pd
 
     from vitscope.analyses.result import Figure, SummaryResult

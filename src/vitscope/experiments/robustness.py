@@ -16,6 +16,7 @@ from typing import Any
 
 from vitscope.analyses.result import Figure, Result
 from vitscope.errors import VitscopeUsageError, VitscopeValueError
+from vitscope.outputs.folder import check_output
 from vitscope.outputs.lock import releasing_outputs
 
 __all__ = ["run_robustness"]
@@ -66,6 +67,7 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
     Returns:
         The ``results.json`` document.
     """
+    check_output(out)  # before any work: a wrong --out costs nothing
     from vitscope.analyses.data_checks import DataFacts
     from vitscope.analyses.masking.foreground import ForegroundMasking
     from vitscope.analyses.masking.frequency import FrequencyFiltering
@@ -74,7 +76,7 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
     from vitscope.engine.provenance import model_identity
     from vitscope.engine.results import run_record
     from vitscope.engine.run import PassTally, run
-    from vitscope.engine.settings import describe_device
+    from vitscope.engine.settings import describe_device, resolve_device
     from vitscope.functional.occlusion import FILLS
     from vitscope.models.input_size import describe_input
     from vitscope.models.load import load_model
@@ -88,7 +90,7 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
         raise VitscopeUsageError(f"--region must be one of {', '.join(REGIONS)}, got {region!r}")
     if fill not in FILLS:
         raise VitscopeUsageError(f"--fill must be one of {', '.join(FILLS)}, got {fill!r}")
-    out = prepare_output(out)
+    resolve_device(device)  # an unknown or absent device: before any model loads
     source = as_source(data)
     # the analysis decides: region "box" takes boxes alone (ImageNet's) as well as masks
     facts = DataFacts(targets=source.target_keys())
@@ -96,6 +98,7 @@ def run_robustness(models: Sequence[str], data: str, out: str | Path, batch_size
     per_model: dict[str, dict[str, Result]] = {}
     identities, described, not_run, seen = [], {}, {}, 0
     passes = PassTally()  # what the models' passes resumed and cost, together (results.json run)
+    out = prepare_output(out)  # once the data opens: a refused run leaves no folder
     for name in models:
         backbone = load_model(name, image_size=image_size)
         identities.append(model_identity(name, backbone))

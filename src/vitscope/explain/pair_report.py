@@ -18,6 +18,7 @@ import torch
 
 from vitscope.analyses.result import Figure, SummaryResult, png_path
 from vitscope.errors import VitscopeUsageError
+from vitscope.outputs.folder import check_output
 from vitscope.outputs.lock import releasing_outputs
 
 __all__ = ["default_pooling", "default_projection", "explained_embedding", "write_pair_report"]
@@ -77,6 +78,7 @@ def write_pair_report(model: str, path_a: str | os.PathLike, path_b: str | os.Pa
     Returns:
         The ``results.json`` document.
     """
+    check_output(out)  # before any work: a wrong --out costs nothing
     import pandas as pd
 
     from vitscope.data.images import load_rgb

@@ -22,6 +22,7 @@ from vitscope.errors import VitscopeKeyError, VitscopeUsageError, VitscopeValueE
 from vitscope.featviz.augment import AugmentConfig
 from vitscope.featviz.objectives import ChannelObjective, Objective, parse_objective
 from vitscope.featviz.render import FeatvizConfig, FeatvizResult, StepInfo, evaluate, render
+from vitscope.outputs.folder import check_output
 from vitscope.outputs.lock import releasing_outputs
 
 if TYPE_CHECKING:
@@ -229,6 +230,7 @@ def _unnormalise(backbone, pixels: torch.Tensor) -> torch.Tensor:
 @releasing_outputs
 def run_featviz(options: FeatvizOptions, log: Callable[[str], None] = lambda s: None) -> Path:
     """Run the command; return the path of ``results.json``."""
+    check_output(options.out)  # before any work: a wrong --out costs nothing
     from vitscope.outputs import prepare_output, write_run
 
     # --out is made once the units are read off the model (a bad unit leaves no folder), before the optimisation
@@ -262,12 +264,12 @@ def featviz_run(options: FeatvizOptions, log: Callable[[str], None] = lambda s: 
     objectives = [parse_objective(u) for u in options.units]
     cfg = FeatvizConfig(steps=options.steps, seed=options.seed, lambda_tv=options.lambda_tv,
                         augment=AugmentConfig(noise=options.noise, color_shift=options.color_shift))
+    device = resolve_device(options.device)  # an unknown or absent device: before the model loads
     backbone = load_model(options.model, image_size=options.image_size)
     if options.spatial_information and not backbone.spec.is_transformer:  # before the optimisation, not after
         raise VitscopeValueError(f"--spatial-information measures transformer FFN channels; {backbone.spec.name} is "
                                  "a CNN")
     log(describe_input(backbone.spec))
-    device = resolve_device(options.device)
     backbone.to(device).eval()
     _check_units(backbone, objectives)
     if options.grid > 0:

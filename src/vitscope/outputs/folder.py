@@ -22,7 +22,7 @@ from vitscope.errors import VitscopeValueError
 from vitscope.outputs.lock import hold_output
 from vitscope.strict_json import dumps
 
-__all__ = ["MANIFEST", "OutputError", "Staging", "prepare_output", "usable_folder"]
+__all__ = ["MANIFEST", "OutputError", "Staging", "check_output", "prepare_output", "usable_folder"]
 
 MANIFEST = OUTPUT_MANIFEST
 STATE_FOLDER = ".vitscope-state"  # resumable state of an interrupted pass (vitscope.engine.state)
@@ -50,6 +50,27 @@ def prepare_output(out: str | os.PathLike) -> Path:
 
     echarts_script()  # a damaged install fails now, not after the pass when the report is rendered
     return out
+
+
+def check_output(out: str | os.PathLike | None, option: str = "--out") -> None:
+    """Refuse, before any work and without creating anything, an ``out`` that cannot become the output folder: a
+    file, a path under a file, or a place this process cannot write (the folder is made later, once the input is
+    known good: :func:`prepare_output`). None passes (a run that writes nothing).
+
+    Raises:
+        OutputError: as :func:`usable_folder` would, one line.
+    """
+    if out is None:
+        return
+    path = Path(out).expanduser()
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"{option} {path} is a file; give a folder (it is created when missing)")
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise OutputError(f"cannot create the output folder {path}: {existing} is a file")
+    if not os.access(existing, os.W_OK):
+        raise OutputError(f"cannot write into the output folder {path}" if existing == path else
+                          f"cannot create the output folder {path}: Permission denied")
 
 
 def usable_folder(path: str | os.PathLike, option: str = "--out") -> Path:

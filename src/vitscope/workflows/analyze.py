@@ -30,6 +30,7 @@ from vitscope.models.backbone import Backbone
 from vitscope.models.input_size import describe_input, keeping_aspect, with_image_size
 from vitscope.models.load import load_model
 from vitscope.outputs import RunResult, prepare_output, write_run
+from vitscope.outputs.folder import check_output
 from vitscope.outputs.lock import releasing_outputs
 from vitscope.workflows.launch import role
 from vitscope.workflows.options import AnalyzeOptions
@@ -153,6 +154,7 @@ def run_analyze(options: AnalyzeOptions, *, progress: bool | None = None, log: C
     Returns:
         The :class:`~vitscope.engine.results.Results` of the pass.
     """
+    check_output(options.out)  # before any work: a wrong --out costs nothing
     options.check_placement()
     model = options.model
     model_id = model if isinstance(model, str) else model.spec.name

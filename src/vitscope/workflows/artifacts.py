@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from vitscope.outputs.folder import check_output
 from vitscope.outputs.lock import releasing_outputs
 
 __all__ = ["run_artifacts"]
@@ -36,6 +37,7 @@ def run_artifacts(model: str, data: str, out: Path, params: Mapping[str, Mapping
     Returns:
         The written results.json.
     """
+    check_output(out)  # before any work: a wrong --out costs nothing
     import pandas as pd
 
     from vitscope.analyses.data_checks import DataFacts

@@ -10,6 +10,7 @@ from typing import Any
 
 from vitscope.analyses.result import SummaryResult
 from vitscope.errors import VitscopeUsageError, VitscopeValueError
+from vitscope.outputs.folder import check_output
 from vitscope.outputs.lock import releasing_outputs
 
 __all__ = ["AttributionMaps", "write_attributions"]
@@ -45,6 +46,7 @@ def write_attributions(model: str, images: Sequence[str | os.PathLike], methods:
     Returns:
         The ``results.json`` document.
     """
+    check_output(out)  # before any work: a wrong --out costs nothing
     import numpy as np
     import torch
 

@@ -26,6 +26,7 @@ from vitscope.engine.settings import describe_device
 from vitscope.models.input_size import describe_input
 from vitscope.models.load import load_model
 from vitscope.outputs import RunResult, prepare_output, write_run
+from vitscope.outputs.folder import check_output
 from vitscope.outputs.lock import releasing_outputs
 from vitscope.workflows.launch import role
 from vitscope.workflows.options import CompareOptions, ConfigError, resolve
@@ -52,6 +53,7 @@ def comparison_run(options: CompareOptions, progress: bool | None = None,
     Raises:
         ValueError: fewer than two models, a name given twice, an unknown analysis or a bad parameter.
     """
+    check_output(options.out)  # before any work: a wrong --out costs nothing
     models = named_models(options.models)
     selection, params = options.analyses, options.params
     _check_selection(selection)

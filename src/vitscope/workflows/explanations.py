@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vitscope.analyses.result import Figure, SummaryResult
+from vitscope.outputs.folder import check_output
 from vitscope.outputs.lock import releasing_outputs
 
 __all__ = ["run_explanations"]
@@ -152,6 +153,7 @@ def run_explanations(models: Sequence[str], data: str, out: str | os.PathLike, m
         VitscopeUsageError: no model, ``steps`` above a model's number of patches, no method asked for that runs
             on any model, or ``steps`` or ``sanity`` given with a ``.mat`` file; all before anything is scored.
     """
+    check_output(out)  # before any work: a wrong --out costs nothing
     import pandas as pd
 
     from vitscope.data.open import as_source

@@ -17,6 +17,7 @@ from vitscope.data.fingerprint import held_fingerprints
 from vitscope.downstream.checks import layout_hint, require_classes, require_regions
 from vitscope.errors import DegenerateDataError, VitscopeValueError
 from vitscope.outputs import RunResult, prepare_output, write_run
+from vitscope.outputs.folder import check_output
 from vitscope.outputs.lock import releasing_outputs
 from vitscope.workflows.launch import role
 from vitscope.workflows.options import ConfigError, ProbeOptions
@@ -37,6 +38,10 @@ def _open(data: str, limit: int | None = None):
     from vitscope.data.load import detect_format, load_dataset, parse_data
 
     root, fmt, options = parse_data(data) if "::" in data else (data, None, {})
+    if fmt is None and _only_images(Path(root)):  # a plain folder of pictures: no labels to probe
+        from vitscope.analyses.data_checks import no_labels
+
+        raise DegenerateDataError(no_labels(f"data {root!r}", f"; {root} holds images and no class subfolders"))
     fmt = fmt or detect_format(root)
     if fmt in SOURCE_FORMATS:  # a Source already (images as bytes): a part of it is a Source too
         from vitscope.data.open import as_source
@@ -60,6 +65,14 @@ def _source_of(dataset):
     from vitscope.data.source import Source
 
     return dataset if isinstance(dataset, Source) else AnnotatedSource(dataset)
+
+
+def _only_images(root: Path) -> bool:
+    """Whether ``root`` is a folder of image files and nothing else (no class folders, no annotations)."""
+    from vitscope.data.images import IMAGE_EXTENSIONS
+
+    entries = [p for p in root.iterdir() if not p.name.startswith(".")] if root.is_dir() else []
+    return bool(entries) and all(p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS for p in entries)
 
 
 def _labels(source):
@@ -198,6 +211,7 @@ def run_probe(options: ProbeOptions, log: Callable[[str], None] | None = None, d
     Returns:
         The path of results.json (None on the other processes of a distributed run).
     """
+    check_output(options.out)  # before any work: a wrong --out costs nothing
     from vitscope.analyses.probes.result import best_block_table
     from vitscope.cache.feature_cache import FeatureCache
     from vitscope.cache.request import TOKEN_SITES
@@ -218,7 +232,6 @@ def run_probe(options: ProbeOptions, log: Callable[[str], None] | None = None, d
     if options.site not in TOKEN_SITES:
         raise ConfigError(f"--site must be one of {', '.join(TOKEN_SITES)}, got {options.site!r}")
     options.check_placement()
-    out = prepare_output(options.out)
     backbone = load_model(options.model, image_size=options.image_size, keep_aspect=options.keep_aspect)
     require_blocks(backbone, "per-block")  # before any data is read: a CNN fails at once
     if log:
@@ -241,6 +254,7 @@ def run_probe(options: ProbeOptions, log: Callable[[str], None] | None = None, d
         raise VitscopeValueError(f"--test-data is for labelled image sets; {fmt} data is probed on its own")
     if task == "regions":
         require_regions(dataset, fmt)
+    out = prepare_output(options.out)  # once the model and the data are known good: a refused run leaves no folder
     cache = FeatureCache(options.cache) if options.cache else None
     if task == "davis" and getattr(dataset, "first_frame_only", False):
         return _davis_first_frames(options, backbone, dataset, blocks, cache, out, log, distributed)
