@@ -117,3 +117,14 @@ def test_sae_file_unreadable(photos, tmp_path):
     empty.write_bytes(b"")
     one_error(cli("sae", "eval", "--sae", str(empty), "-m", "tiny-vit-sup", "-d", str(photos)),
               f"{empty} is not a file of tensors vitscope reads safely (an empty file)")
+
+
+def test_sae_file_unreadable_plain_pickle(photos, tmp_path):
+    """torch printed two lines of warnings about the pickle's protocol, and advice to load it unsafely."""
+    import pickle
+
+    raw = tmp_path / "raw.pt"
+    raw.write_bytes(pickle.dumps({"a": 1}, protocol=4))
+    result = cli("sae", "eval", "--sae", str(raw), "-m", "tiny-vit-sup", "-d", str(photos))
+    said = one_error(result, f"{raw} is not a file of tensors vitscope reads safely (the safe unpickler refuses it")
+    assert len(result.stderr.strip().splitlines()) == 1 and "weights_only" not in said, result.stderr

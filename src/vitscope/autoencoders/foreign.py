@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,9 @@ _PrismaConfig.__name__ = "VisionModelSAERunnerConfig"
 def _torch_file(path: Path) -> Any:
     """A torch file through the weights-only unpickler (the Prisma config class allowed as a plain record)."""
     try:
-        with torch.serialization.safe_globals([_PrismaConfig, torch.device]):
+        with torch.serialization.safe_globals([_PrismaConfig, torch.device]), warnings.catch_warnings():
+            # torch warns of a plain pickle's protocol before refusing it: the refusal alone is the message
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
             return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
         raise VitscopeValueError(f"{path} is not a file of tensors vitscope reads safely ({_reason(path, err)}); "
@@ -70,8 +73,12 @@ def _torch_file(path: Path) -> Any:
 
 
 def _reason(path: Path, err: Exception) -> str:
-    """Why ``path`` could not be read, in a few words (an empty file's EOFError has no message)."""
+    """Why ``path`` could not be read, in a few words (an empty file's EOFError has no message; torch's advice to
+    load the file unsafely is left out: vitscope never does)."""
     text = str(err).strip()
+    if text.startswith("Weights only load failed"):
+        detail = text.partition("WeightsUnpickler error:")[2].strip().splitlines()
+        return "the safe unpickler refuses it" + (f": {detail[0].strip()}" if detail else "")
     if text:
         return text.splitlines()[0]
     return "an empty file" if path.is_file() and path.stat().st_size == 0 else type(err).__name__
