@@ -137,3 +137,9 @@ def test_option_missing_or_not_for_the_data(photos, tmp_path):
     synthesize(tmp_path / "roxf", "revisitop", n=6, size=32, seed=0)
     one_error(cli("probe", "-m", "tiny-vit", "-d", f"{tmp_path / 'roxf'}::revisitop", "-o", str(tmp_path / "pr"),
                   "--limit", "5"), "--limit does not apply to revisitop", status=2)
+
+
+@pytest.mark.parametrize("text", ["format: coco\n", "config_file: other.yaml\n", "imports: [my_module]\n"])
+def test_config_unknown_key_of_a_runs_record_in_a_hand_written_file(photos, tmp_path, text):
+    """The keys a run's record holds (results.json's config) were passed over in any file, silently."""
+    one_error(_with_config(photos, tmp_path, text), "unknown key", status=2)

@@ -203,3 +203,24 @@ def test_rerunning_into_an_output_folder_inside_the_data_folder_reads_the_same_i
         docs.append(json.loads((data / "out" / "results.json").read_text())["data"])
     assert list((data / "out" / "figures").glob("*.png"))
     assert [d["num_files"] for d in docs] == [1, 1] and docs[0]["fingerprint"] == docs[1]["fingerprint"]
+
+
+@pytest.mark.parametrize("out_name", ["out", None])
+def test_an_output_folder_inside_class_folders_is_no_class(tmp_path, out_name) -> None:
+    """ROOT::imagefolder read an --out inside the data (or the data folder itself as --out) as classes."""
+    import numpy as np
+    from PIL import Image
+
+    import vitscope
+    from vitscope.data.formats.imagefolder import ImageFolderDataset
+
+    root = tmp_path / "data"
+    for name in ("cat", "dog"):
+        (root / name).mkdir(parents=True)
+        for i in range(3):
+            Image.fromarray(np.full((24, 24, 3), 40 * i, dtype=np.uint8)).save(root / name / f"{i}.png")
+    out = root / out_name if out_name else root
+    for _ in range(2):  # the second run reads the data beside the first run's outputs
+        vitscope.analyze("tiny-vit", f"{root}::imagefolder", "attention_stats", out=out, workers=0, progress=False)
+        data = ImageFolderDataset(root)
+        assert data.classes == ["cat", "dog"] and len(data) == 6

@@ -41,3 +41,17 @@ def test_a_model_in_training_mode_is_in_it_again_after_a_pass() -> None:
     backbone.model.eval()
     vitscope.run(backbone, images, ["attention_stats"], batch_size=2, progress=False, workers=0)
     assert seen == [True] and not backbone.model.training
+
+
+def test_each_module_keeps_its_own_mode() -> None:
+    """The whole model was set to its top module's mode: a frozen (eval) part of a model in training came back
+    in training mode."""
+    backbone = vitscope.load_model("tiny-vit")
+    backbone.model.train()
+    frozen = backbone.model.patch_embed
+    frozen.eval()
+    before = {name: m.training for name, m in backbone.model.named_modules()}
+    images = [np.full((32, 32, 3), 40 * i, dtype=np.uint8) for i in range(2)]
+    vitscope.run(backbone, images, ["attention_stats"], batch_size=2, progress=False, workers=0)
+    assert {name: m.training for name, m in backbone.model.named_modules()} == before
+    assert not frozen.training and backbone.model.training

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +76,68 @@ def test_a_call_that_fails_lets_its_folder_go(tmp_path) -> None:
         vitscope.analyze("tiny-vit", "skimage", analyses=[Boom()], out=out, limit=2, workers=0, progress=False)
     probe = subprocess.run([sys.executable, "-c", _HOLDER, str(out)], input="", capture_output=True, text=True)
     assert probe.returncode == 0 and probe.stdout.strip() == "held", probe.stderr
+
+
+@pytest.mark.parametrize("command", ["analyze", "compare"])
+def test_the_folder_stays_locked_until_the_saved_state_is_removed(tmp_path, monkeypatch, command) -> None:
+    """compare let its folder go between its passes and its writing, and both let it go before removing their
+    saved state: a second run could start in the gap, resume from that state and lose it."""
+    from vitscope.outputs import lock
+    from vitscope.workflows import analyze as analyze_module
+    from vitscope.workflows import compare as compare_module
+
+    module = analyze_module if command == "analyze" else compare_module
+    seen = []
+    real = module.clear_state
+    monkeypatch.setattr(module, "clear_state", lambda out: (seen.append(Path(out).resolve() in lock._HELD),
+                                                            real(out)))
+    out = tmp_path / "out"
+    if command == "analyze":
+        import vitscope
+
+        vitscope.analyze("tiny-vit", "skimage", "attention_stats", out=out, limit=2, workers=0, progress=False)
+    else:
+        compare_module.compare_models(["tiny-vit", "tiny-vit-p16"], "skimage", out, limit=2, workers=0,
+                                      analyses=["attention_stats"], progress=False)
+    assert seen == [True] and out.resolve() not in lock._HELD
+
+
+def test_a_call_in_another_thread_keeps_its_own_folder(tmp_path) -> None:
+    """A call let go of the folders other threads' calls had locked, and a second call into a held folder from
+    another thread was not refused."""
+    import threading
+
+    from vitscope.outputs import lock
+
+    first, second, other = tmp_path / "first", tmp_path / "second", tmp_path / "other"
+    for folder in (first, second, other):
+        folder.mkdir()
+    holding, done = threading.Event(), threading.Event()
+
+    @lock.releasing_outputs
+    def hold(folder: Path) -> None:
+        lock.hold_output(folder)
+        holding.set()
+        done.wait(30)
+
+    thread = threading.Thread(target=hold, args=(first,))
+    thread.start()
+    assert holding.wait(30)
+    with pytest.raises(FolderBusyError):
+        lock.releasing_outputs(lock.hold_output)(first)
+    lock.releasing_outputs(lock.hold_output)(second)  # takes and lets go of its own folder only
+    assert first.resolve() in lock._HELD and second.resolve() not in lock._HELD
+    done.set()
+    thread.join(30)
+    assert first.resolve() not in lock._HELD
+
+
+def test_a_rank_variable_alone_does_not_skip_the_lock(tmp_path, monkeypatch) -> None:
+    """RANK set by a cluster launcher (no torchrun) made every process skip the lock and write anyway."""
+    from vitscope.outputs import lock
+
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    lock.hold_output(tmp_path)
+    assert tmp_path.resolve() in lock._HELD
+    lock.release_output(tmp_path)

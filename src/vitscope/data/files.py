@@ -77,7 +77,7 @@ def _scan_folder(root: Path, extensions: tuple[str, ...]) -> list[str]:
         seen.add((info.st_dev, info.st_ino))
         subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
         if OUTPUT_MANIFEST in files:  # walked top-down: known before the folders it lists files of
-            outputs.update(Path(folder) / rel for rel in _output_files(Path(folder) / OUTPUT_MANIFEST))
+            outputs.update(Path(folder) / rel for rel in output_files(Path(folder) / OUTPUT_MANIFEST))
         found.extend(Path(folder) / f for f in files
                      if os.path.splitext(f)[1].lower() in extensions and not f.startswith("."))
     if outputs:
@@ -86,7 +86,7 @@ def _scan_folder(root: Path, extensions: tuple[str, ...]) -> list[str]:
     return [str(p) for p in found]
 
 
-def _output_files(manifest: Path) -> list[str]:
+def output_files(manifest: Path) -> list[str]:
     """The files (relative to its folder) that a vitscope output manifest lists; none when it cannot be read as
     one (the folder is then read as any other)."""
     try:

@@ -20,15 +20,17 @@ __all__ = ["forget_cached_tensors", "inference_pass"]
 
 @contextlib.contextmanager
 def inference_pass(model: nn.Module) -> Iterator[None]:
-    """``torch.inference_mode`` for a pass over ``model`` in eval mode; on the way out the model is back in the
-    mode it was in (a model being trained keeps its dropout) and its classes' caches are cleared."""
-    training = model.training
+    """``torch.inference_mode`` for a pass over ``model`` in eval mode; on the way out every module is back in the
+    mode it was in (a model being trained keeps its dropout, its frozen parts stay in eval mode) and its classes'
+    caches are cleared."""
+    modes = [(m, m.training) for m in model.modules()]  # each its own: a frozen part of a trained model stays eval
     model.eval()
     try:
         with torch.inference_mode():
             yield
     finally:
-        model.train(training)
+        for module, training in modes:
+            module.training = training
         forget_cached_tensors(model)
 
 

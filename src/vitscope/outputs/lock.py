@@ -3,8 +3,10 @@ its writing, so that two runs started into one folder (a job array given one ``-
 throw away each other's saved state; the second is refused in one line.
 
 The lock is ``flock`` on the folder itself: no file is left behind, and the kernel releases it when the process
-ends, however it ends (``kill -9`` included). Under ``torchrun`` the writing process (rank 0) holds it. Where the
-file system does not lock (some network file systems) runs go on unlocked, as before.
+ends, however it ends (``kill -9`` included). A command's call holds it (:func:`releasing_outputs`): its pass, its
+writing and the removal of its saved state; a second call into the folder, from another process or another thread,
+is refused. Under ``torchrun`` the writing process (rank 0) holds it. Where the file system does not lock (some
+network file systems) runs go on unlocked.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import errno
 import functools
 import os
 from collections.abc import Callable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
@@ -31,21 +34,34 @@ T = TypeVar("T")
 #: the folders this process holds: resolved path -> the descriptor the lock is on
 _HELD: dict[Path, int] = {}
 
+#: the folders the outermost command call of this thread (or task) locked; None outside a command's call
+_CALL: ContextVar[list[Path] | None] = ContextVar("vitscope_output_call", default=None)
+
 
 class FolderBusyError(VitscopeValueError):
-    """Another process is writing into the output folder."""
+    """Another run is writing into the output folder."""
+
+
+def _busy(folder: Path, option: str) -> FolderBusyError:
+    return FolderBusyError(f"another vitscope run is writing into {option} {folder}: wait for it to finish or give "
+                           f"another {option}")
 
 
 def hold_output(folder: Path, option: str = "--out") -> None:
-    """Lock ``folder`` for this process (again: nothing more); the writing process alone locks under ``torchrun``.
+    """Lock ``folder`` for the command call under way (:func:`releasing_outputs`), which lets it go when it ends;
+    again in the same call: nothing more. Under ``torchrun`` the writing process (rank 0) alone locks.
 
     Raises:
-        FolderBusyError: another process holds it.
+        FolderBusyError: another process holds it, or another call of this process (another thread).
     """
-    from vitscope.engine.distributed import is_main_process
+    from vitscope.engine.distributed import in_torchrun, is_main_process
 
-    key = folder.resolve()
-    if fcntl is None or key in _HELD or not is_main_process():
+    key, call = folder.resolve(), _CALL.get()
+    if fcntl is None or (in_torchrun() and not is_main_process()):
+        return
+    if key in _HELD:
+        if call is not None and key not in call:  # another call of this process: another thread's run
+            raise _busy(folder, option)
         return
     fd = os.open(key, os.O_RDONLY)
     try:
@@ -53,10 +69,11 @@ def hold_output(folder: Path, option: str = "--out") -> None:
     except OSError as err:
         os.close(fd)
         if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise FolderBusyError(f"another vitscope run is writing into {option} {folder}: wait for it to finish "
-                                  f"or give another {option}") from None
+            raise _busy(folder, option) from None
         return  # a file system that does not lock
     _HELD[key] = fd
+    if call is not None:
+        call.append(key)
 
 
 def release_output(folder: Path) -> None:
@@ -66,18 +83,23 @@ def release_output(folder: Path) -> None:
         os.close(fd)  # closing the only descriptor releases the lock
 
 
-
 def releasing_outputs(fn: Callable[P, T]) -> Callable[P, T]:
-    """Decorator for a command's function: the folders the call locked are let go when it returns or raises (a
-    failed call from a notebook would otherwise keep its ``--out`` locked until the kernel ends)."""
+    """Decorator for a command's function: the folders its call locks stay locked until the outermost such call
+    ends (a command's writing and the removal of its saved state included), then are let go, whether it returned
+    or raised (a failed call from a notebook would otherwise keep its ``--out`` locked until the kernel ends).
+    Calls in other threads keep their own."""
 
     @functools.wraps(fn)
     def call(*args: P.args, **kwargs: P.kwargs) -> T:
-        before = set(_HELD)
+        if _CALL.get() is not None:  # inside a command's call: the outermost one lets go
+            return fn(*args, **kwargs)
+        taken: list[Path] = []
+        token = _CALL.set(taken)
         try:
             return fn(*args, **kwargs)
         finally:
-            for folder in set(_HELD) - before:
+            _CALL.reset(token)
+            for folder in taken:
                 release_output(folder)
 
     return call

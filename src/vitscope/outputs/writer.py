@@ -28,7 +28,7 @@ from vitscope._version import __version__
 from vitscope.analyses.result import Figure
 from vitscope.errors import VitscopeRuntimeError
 from vitscope.outputs.folder import Staging, prepare_output
-from vitscope.outputs.lock import release_output
+from vitscope.outputs.lock import releasing_outputs
 from vitscope.outputs.run_result import RunResult
 from vitscope.strict_json import dumps
 
@@ -147,6 +147,7 @@ def _with_columns(tables: dict[str, Any]) -> dict[str, Any]:
     return {stem: frame for stem, frame in tables.items() if len(frame.columns)}
 
 
+@releasing_outputs  # its own call when called alone; inside a command, the command holds the folder
 def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
               log: Callable[[str], None] | None = None, figure_files: bool = False) -> Path:
     """Write every output of ``run`` into ``out`` (see the module docstring); returns results.json's path.
@@ -247,6 +248,4 @@ def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
     except BaseException:
         staging.discard()
         raise
-    finally:
-        release_output(out)
     return out / "results.json"

@@ -169,6 +169,7 @@ def _per_model_results(name: str, results: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+@releasing_outputs
 def compare_command(options: CompareOptions, log: Callable[[str], None] | None = None) -> Path | None:
     """``vitscope compare``: :func:`comparison_run` in this process's role, written by
     :func:`vitscope.outputs.write_run` (under ``torchrun`` every process shares the passes and rank 0 alone writes).
@@ -185,6 +186,7 @@ def compare_command(options: CompareOptions, log: Callable[[str], None] | None =
     return path
 
 
+@releasing_outputs
 def compare_models(models: Sequence[str] | Mapping[str, str], data: str | Path, out: str | Path, batch_size: int = 16,
                    device: str | None = None, dtype: str | None = None, limit: int | None = None, strict: bool = False,
                    resume: bool = True, progress: bool | None = None, figure_files: bool = False,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from vitscope.data.open import as_source
 from vitscope.outputs import write_run
+from vitscope.outputs.lock import releasing_outputs
 from vitscope.workflows.compare import comparison_run
 from vitscope.workflows.demo_pairs import paired_similarity_section
 from vitscope.workflows.demo_papers import paper_results, paper_settings
@@ -58,6 +59,7 @@ def _synthetic_world(root: Path, n: int, log: Callable[[str], None]) -> Path:
     return synthesize(root, "coco", n=n, size=64, seed=DEMO_SEED)
 
 
+@releasing_outputs
 def demo(out: str | Path = "demo_out", quick: bool = False, progress: bool | None = None,
          log: Callable[[str], None] | None = None) -> Path:
     """Run the demo into ``out``; returns the path of report.html.

@@ -216,10 +216,10 @@ def load_config(path: str | Path, options: tuple[Option, ...]) -> dict[str, Any]
         if key == IMPORT_KEY:
             imports = _names(Option(IMPORT_KEY, "list"), value, _where(str(path))) or []
             continue
-        if key == RECORDED_IMPORTS:
+        if recorded and key == RECORDED_IMPORTS:
             imports = _recorded_imports(value, path)
             continue
-        if key in RECORDED_ONLY:
+        if recorded and key in RECORDED_ONLY:  # a hand-written file keeps them unknown keys
             continue
         if key not in known:
             close = difflib.get_close_matches(key, [*known, IMPORT_KEY], n=1, cutoff=0.5)

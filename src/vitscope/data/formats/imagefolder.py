@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vitscope.atomic import OUTPUT_MANIFEST
 from vitscope.data.formats.common import (
     DatasetFileNotFoundError,
     DatasetFormatError,
@@ -108,8 +109,9 @@ class ImageFolderDataset(LazyDataset):
         if not self.root.is_dir():
             raise DatasetFileNotFoundError(f"image folder dataset not found: {self.root} is not a folder")
         exts = tuple(e.lower() for e in extensions)
+        outputs = _output_subfolders(self.root)
         self.classes: list[str] = sorted(
-            p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")
+            p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name not in outputs
         )
         self.samples: list[tuple[Path, int]] = []
         for label, name in enumerate(self.classes):
@@ -131,3 +133,15 @@ class ImageFolderDataset(LazyDataset):
         path, label = self.samples[index]
         require_file(path, f"{self.name} item {index}")
         return AnnotatedImage(image_path=str(path), label=label, meta={"class_name": self.classes[label]})
+
+
+def _output_subfolders(root: Path) -> set[str]:
+    """Sub-folders of ``root`` that hold a vitscope run's outputs, not a class: one that is an output folder (its
+    manifest, :data:`~vitscope.atomic.OUTPUT_MANIFEST`), and, when ``root`` is one itself, those its manifest lists
+    files in (``figures``, ``tables``...)."""
+    from vitscope.data.files import output_files
+
+    found = {p.name for p in root.iterdir() if p.is_dir() and (p / OUTPUT_MANIFEST).is_file()}
+    if (root / OUTPUT_MANIFEST).is_file():
+        found |= {Path(f).parts[0] for f in output_files(root / OUTPUT_MANIFEST) if len(Path(f).parts) > 1}
+    return found
