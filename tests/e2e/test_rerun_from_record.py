@@ -9,31 +9,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from helpers.plugin_lab import fenced
 from vitscope.cli.main import app
 from vitscope.data.synthetic.write import synthesize
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-PLUGIN = '''
-import torch
-import vitscope
-
-
-@vitscope.register_analysis("token_norm_sum_for_rerun")
-class TokenNormSum(vitscope.Analysis):
-    def __init__(self):
-        super().__init__()
-        self.add_state("total", torch.zeros((), dtype=torch.float64), reduce="sum")
-
-    def required_hooks(self, spec):
-        return ["blocks.0.resid_post"]
-
-    def update(self, record, batch):
-        self.total += record["blocks.0.resid_post"].double().norm(dim=-1).sum()
-
-    def compute(self):
-        return {"total": self.total}
-'''
 
 
 @pytest.fixture(scope="module")
@@ -70,15 +50,15 @@ def test_a_plugin_runs_record_imports_its_module_again(coco: str, tmp_path: Path
     import subprocess
     import sys
 
-    module = tmp_path / "lab_plugin_for_rerun.py"
-    module.write_text(PLUGIN)
+    module = tmp_path / "token_norm_for_rerun.py"
+    module.write_text(fenced("python", "# my_lab/token_norm.py"))  # docs/extending.md's plug-in
     first, again = tmp_path / "first", tmp_path / "again"
     _invoke("analyze", "-m", "tiny-vit", "-d", coco, "-o", str(first), "--import", str(module), "-a",
-            "token_norm_sum_for_rerun", "--limit", "4")
+            "token_norm", "--limit", "4")
     fresh = subprocess.run([sys.executable, "-m", "vitscope", "analyze", "--config", str(first / "results.json"),
                             "-o", str(again)], capture_output=True, text=True)  # a process that never imported it
     assert fresh.returncode == 0, fresh.stderr
-    assert _analyses(again)["token_norm_sum_for_rerun"] == _analyses(first)["token_norm_sum_for_rerun"]
+    assert _analyses(again)["token_norm"] == _analyses(first)["token_norm"]
 
 
 def test_a_record_given_to_another_command_says_whose_it_is(coco: str, tmp_path: Path) -> None:
