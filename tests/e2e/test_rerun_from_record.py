@@ -67,3 +67,26 @@ def test_a_record_given_to_another_command_says_whose_it_is(coco: str, tmp_path:
     proc = CliRunner().invoke(app, ["analyze", "--config", str(tmp_path / "c" / "results.json"), "-o",
                                     str(tmp_path / "a")])
     assert proc.exit_code == 2 and "the record of a 'vitscope compare' run" in proc.stderr, proc.stderr
+
+
+@pytest.mark.usefixtures("clean_registry")
+def test_a_plugin_of_a_package_is_imported_again_by_its_module_name(coco: str, tmp_path: Path, monkeypatch) -> None:
+    """The recorded file was imported alone, so a module of a package failed on its relative import."""
+    import subprocess
+    import sys
+
+    package = tmp_path / "pkg_lab_for_rerun"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "scale.py").write_text("SCALE = 1\n")
+    (package / "token_norm.py").write_text("from .scale import SCALE  # noqa: F401\n" +
+                                           fenced("python", "# my_lab/token_norm.py"))
+    monkeypatch.chdir(tmp_path)
+    fresh = [sys.executable, "-m", "vitscope", "analyze"]
+    first = subprocess.run([*fresh, "-m", "tiny-vit", "-d", coco, "-o", "first", "--import",
+                            "pkg_lab_for_rerun.token_norm", "-a", "token_norm", "--limit", "4"],
+                           capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    again = subprocess.run([*fresh, "--config", "first/results.json", "-o", "again"], capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert _analyses(tmp_path / "again")["token_norm"] == _analyses(tmp_path / "first")["token_norm"]

@@ -224,3 +224,25 @@ def test_an_output_folder_inside_class_folders_is_no_class(tmp_path, out_name) -
         vitscope.analyze("tiny-vit", f"{root}::imagefolder", "attention_stats", out=out, workers=0, progress=False)
         data = ImageFolderDataset(root)
         assert data.classes == ["cat", "dog"] and len(data) == 6
+
+
+def test_only_the_listed_files_and_readable_manifests_leave_class_folders(tmp_path) -> None:
+    """An old manifest listing figures/x.png dropped a real class named figures; an empty file named like a manifest
+    dropped its class."""
+    import numpy as np
+    from PIL import Image
+
+    from vitscope.atomic import OUTPUT_MANIFEST
+    from vitscope.data.formats.imagefolder import ImageFolderDataset
+
+    root = tmp_path / "data"
+    for name in ("figures", "dog", "cat"):
+        (root / name).mkdir(parents=True)
+        for stem in ("a", "b"):
+            Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(root / name / f"{stem}.png")
+    (root / OUTPUT_MANIFEST).write_text('{"files": ["figures/x.png", "figures/a.png"]}')
+    (root / "cat" / OUTPUT_MANIFEST).write_text("")
+    data = ImageFolderDataset(root)
+    assert data.classes == ["cat", "dog", "figures"]
+    assert sorted(p.relative_to(root).as_posix() for p, _ in data.samples) == [
+        "cat/a.png", "cat/b.png", "dog/a.png", "dog/b.png", "figures/b.png"]

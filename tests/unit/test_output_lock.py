@@ -141,3 +141,30 @@ def test_a_rank_variable_alone_does_not_skip_the_lock(tmp_path, monkeypatch) -> 
     lock.hold_output(tmp_path)
     assert tmp_path.resolve() in lock._HELD
     lock.release_output(tmp_path)
+
+
+def test_a_folder_prepared_alone_is_taken_over_by_the_next_call(tmp_path) -> None:
+    """prepare_output called alone kept the folder locked for good: the process's own next runs were refused."""
+    import vitscope
+    from vitscope.outputs import lock
+
+    out = prepare_output(tmp_path / "out")
+    vitscope.analyze("tiny-vit", "skimage", "attention_stats", out=out, limit=2, workers=0, progress=False)
+    assert out.resolve() not in lock._HELD  # the call took it over and let it go
+    vitscope.analyze("tiny-vit", "skimage", "attention_stats", out=out, limit=2, workers=0, progress=False)
+
+
+def test_a_process_group_rank_other_than_0_does_not_lock(tmp_path, monkeypatch) -> None:
+    """A distributed run started without torchrun's variables locked on every rank: rank 1 was refused."""
+    import torch.distributed as dist
+
+    from vitscope.outputs import lock
+
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_rank", lambda group=None: 1)
+    lock.hold_output(tmp_path)
+    assert tmp_path.resolve() not in lock._HELD
+    monkeypatch.setattr(dist, "get_rank", lambda group=None: 0)
+    lock.hold_output(tmp_path)
+    assert tmp_path.resolve() in lock._HELD
+    lock.release_output(tmp_path)

@@ -63,6 +63,8 @@ def check_output(out: str | os.PathLike | None, option: str = "--out") -> None:
     if out is None:
         return
     path = Path(out).expanduser()
+    if path.is_symlink() and not path.exists():
+        raise OutputError(f"{option} {path} is a link to nothing; give a folder (it is created when missing)")
     if path.exists() and not path.is_dir():
         raise OutputError(f"{option} {path} is a file; give a folder (it is created when missing)")
     existing = next(p for p in (path, *path.parents) if p.exists())

@@ -34,6 +34,9 @@ T = TypeVar("T")
 #: the folders this process holds: resolved path -> the descriptor the lock is on
 _HELD: dict[Path, int] = {}
 
+#: the folders locked outside any command's call (``prepare_output`` called alone): the next call into one takes it
+_LOOSE: set[Path] = set()
+
 #: the folders the outermost command call of this thread (or task) locked; None outside a command's call
 _CALL: ContextVar[list[Path] | None] = ContextVar("vitscope_output_call", default=None)
 
@@ -49,18 +52,21 @@ def _busy(folder: Path, option: str) -> FolderBusyError:
 
 def hold_output(folder: Path, option: str = "--out") -> None:
     """Lock ``folder`` for the command call under way (:func:`releasing_outputs`), which lets it go when it ends;
-    again in the same call: nothing more. Under ``torchrun`` the writing process (rank 0) alone locks.
+    again in the same call: nothing more. A folder locked outside any command's call (``prepare_output`` called
+    alone) is taken over by the next call into it, which then lets it go. In a distributed run the writing
+    process (rank 0) alone locks.
 
     Raises:
         FolderBusyError: another process holds it, or another call of this process (another thread).
     """
-    from vitscope.engine.distributed import in_torchrun, is_main_process
-
     key, call = folder.resolve(), _CALL.get()
-    if fcntl is None or (in_torchrun() and not is_main_process()):
+    if fcntl is None or _other_rank():
         return
     if key in _HELD:
-        if call is not None and key not in call:  # another call of this process: another thread's run
+        if key in _LOOSE and call is not None:  # taken outside any call: this call lets it go
+            _LOOSE.discard(key)
+            call.append(key)
+        elif key not in _LOOSE and (call is None or key not in call):  # another call's: another thread's run
             raise _busy(folder, option)
         return
     fd = os.open(key, os.O_RDONLY)
@@ -74,10 +80,24 @@ def hold_output(folder: Path, option: str = "--out") -> None:
     _HELD[key] = fd
     if call is not None:
         call.append(key)
+    else:
+        _LOOSE.add(key)
+
+
+def _other_rank() -> bool:
+    """Whether this process is a distributed run's process other than rank 0 (rank 0 writes and locks)."""
+    import torch.distributed as dist
+
+    from vitscope.engine.distributed import in_torchrun, is_main_process
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank() != 0
+    return in_torchrun() and not is_main_process()
 
 
 def release_output(folder: Path) -> None:
     """Unlock ``folder`` if this process holds it."""
+    _LOOSE.discard(Path(folder).resolve())
     fd = _HELD.pop(Path(folder).resolve(), None)
     if fd is not None:
         os.close(fd)  # closing the only descriptor releases the lock

@@ -68,13 +68,29 @@ def _unique_key_loader() -> type:
     return UniqueKeyLoader
 
 
-def _recorded_imports(value: Any, path: Path) -> list[str]:
-    """The modules of a record's ``imports``: each one's file where it still exists, else its module name."""
+def _recorded_imports(value: Any, path: Path) -> list[tuple[str | None, str | None]]:
+    """The ``(module, file)`` of each analysis module a record's ``imports`` names, each pair once."""
     if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
         raise ConfigError(f"'{RECORDED_IMPORTS}' in {path} must be a run's record of its imports (a list of "
                           "mappings with 'module' and 'file'); to import modules, use 'import:'")
-    names = [v["file"] if v.get("file") and Path(v["file"]).is_file() else v.get("module") for v in value]
-    return list(dict.fromkeys(n for n in names if n))
+    return list(dict.fromkeys((v.get("module"), v.get("file")) for v in value))
+
+
+def _import_recorded(module: str | None, file: str | None) -> None:
+    """Import a recorded module by its name (a module of a package needs it for its relative imports), else by its
+    file where that still exists.
+
+    Raises:
+        PluginImportError: neither imports.
+    """
+    from vitscope.analyses.plugins import PluginImportError, import_analyses
+
+    try:
+        import_analyses(module or str(file))
+    except PluginImportError:
+        if not (module and file and Path(file).is_file()):
+            raise
+        import_analyses(file)
 
 
 def _where(source: str | None) -> str:
@@ -207,6 +223,7 @@ def load_config(path: str | Path, options: tuple[Option, ...]) -> dict[str, Any]
     known = {o.name: o for o in options}
     out: dict[str, Any] = {}
     imports: list[str] = []
+    recorded_imports: list[tuple[str | None, str | None]] = []
     spelt: dict[str, Any] = {}
     for raw_key, value in doc.items():
         key = str(raw_key).replace("-", "_")
@@ -217,7 +234,7 @@ def load_config(path: str | Path, options: tuple[Option, ...]) -> dict[str, Any]
             imports = _names(Option(IMPORT_KEY, "list"), value, _where(str(path))) or []
             continue
         if recorded and key == RECORDED_IMPORTS:
-            imports = _recorded_imports(value, path)
+            recorded_imports = _recorded_imports(value, path)
             continue
         if recorded and key in RECORDED_ONLY:  # a hand-written file keeps them unknown keys
             continue
@@ -232,6 +249,8 @@ def load_config(path: str | Path, options: tuple[Option, ...]) -> dict[str, Any]
 
         for name in imports:
             import_analyses(name)
+    for module, file in recorded_imports:
+        _import_recorded(module, file)
     return out
 
 

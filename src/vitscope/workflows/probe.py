@@ -254,10 +254,10 @@ def run_probe(options: ProbeOptions, log: Callable[[str], None] | None = None, d
         raise VitscopeValueError(f"--test-data is for labelled image sets; {fmt} data is probed on its own")
     if task == "regions":
         require_regions(dataset, fmt)
-    out = prepare_output(options.out)  # once the model and the data are known good: a refused run leaves no folder
     cache = FeatureCache(options.cache) if options.cache else None
     if task == "davis" and getattr(dataset, "first_frame_only", False):
-        return _davis_first_frames(options, backbone, dataset, blocks, cache, out, log, distributed)
+        return _davis_first_frames(options, backbone, dataset, blocks, cache, log, distributed)
+    out = prepare_output(options.out)  # once the model and the data are known good: a refused run leaves no folder
     if log:
         log(f"probing {backbone.spec.name} on {fmt} ({task}) ...")
     with tally_passes() as passes:  # the feature cache makes the passes: what they resumed, how they decoded
@@ -282,7 +282,7 @@ def run_probe(options: ProbeOptions, log: Callable[[str], None] | None = None, d
         figure_files=options.figure_files)
 
 
-def _davis_first_frames(options: ProbeOptions, backbone: Any, dataset: Any, blocks: Any, cache: Any, out: Path,
+def _davis_first_frames(options: ProbeOptions, backbone: Any, dataset: Any, blocks: Any, cache: Any,
                         log: Callable[[str], None] | None, distributed: bool) -> Path | None:
     """DAVIS test-dev / test-challenge: propagate each first annotation at one block and write the masks as the
     official evaluation takes them (``predictions/<sequence>/<frame>.png``); no J or F can be computed here."""
@@ -302,6 +302,7 @@ def _davis_first_frames(options: ProbeOptions, backbone: Any, dataset: Any, bloc
     if options.jpeg_draft:
         raise VitscopeValueError("--jpeg-draft follows the model's own resize, but DAVIS frames are resized their own "
                                  "way; run the DAVIS probe without it")
+    out = prepare_output(options.out)  # once the options are known good: a refused run leaves no folder
     extraction = {k: v for k, v in _extraction(options).items() if k != "jpeg_draft"}
     with tally_passes() as passes:
         files = davis_predictions(backbone, dataset, block, cache, site=options.site,

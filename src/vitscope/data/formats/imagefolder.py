@@ -109,13 +109,16 @@ class ImageFolderDataset(LazyDataset):
         if not self.root.is_dir():
             raise DatasetFileNotFoundError(f"image folder dataset not found: {self.root} is not a folder")
         exts = tuple(e.lower() for e in extensions)
-        outputs = _output_subfolders(self.root)
-        self.classes: list[str] = sorted(
-            p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name not in outputs
-        )
+        outputs = _output_files(self.root)
+        found = {}
+        for name in sorted(p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            if outputs and _only_outputs(self.root / name, outputs):  # an --out in the data, or its sub-folders
+                continue
+            found[name] = [p for p in _images_under(self.root / name, exts) if os.path.normpath(p) not in outputs]
+        self.classes: list[str] = list(found)
         self.samples: list[tuple[Path, int]] = []
         for label, name in enumerate(self.classes):
-            self.samples.extend((path, label) for path in _images_under(self.root / name, exts))
+            self.samples.extend((path, label) for path in found[name])
         if not self.samples:
             raise DatasetFormatError(
                 f"no images found in {self.root}: expected root/<class>/<image> with suffixes {', '.join(exts)}"
@@ -135,13 +138,23 @@ class ImageFolderDataset(LazyDataset):
         return AnnotatedImage(image_path=str(path), label=label, meta={"class_name": self.classes[label]})
 
 
-def _output_subfolders(root: Path) -> set[str]:
-    """Sub-folders of ``root`` that hold a vitscope run's outputs, not a class: one that is an output folder (its
-    manifest, :data:`~vitscope.atomic.OUTPUT_MANIFEST`), and, when ``root`` is one itself, those its manifest lists
-    files in (``figures``, ``tables``...)."""
+def _output_files(root: Path) -> set[str]:
+    """The files a vitscope run wrote into ``root`` or one of its sub-folders, as their manifests
+    (:data:`~vitscope.atomic.OUTPUT_MANIFEST`) list them: normalised paths. A manifest that cannot be read lists
+    nothing."""
     from vitscope.data.files import output_files
 
-    found = {p.name for p in root.iterdir() if p.is_dir() and (p / OUTPUT_MANIFEST).is_file()}
-    if (root / OUTPUT_MANIFEST).is_file():
-        found |= {Path(f).parts[0] for f in output_files(root / OUTPUT_MANIFEST) if len(Path(f).parts) > 1}
+    found: set[str] = set()
+    for folder in (root, *(p for p in root.iterdir() if p.is_dir())):
+        if (folder / OUTPUT_MANIFEST).is_file():
+            found |= {os.path.normpath(folder / rel) for rel in output_files(folder / OUTPUT_MANIFEST)}
     return found
+
+
+def _only_outputs(folder: Path, outputs: set[str]) -> bool:
+    """Whether every file under ``folder`` (hidden ones aside) is a run's output: a folder of outputs, no class."""
+    files = []
+    for top, dirs, names in os.walk(folder, followlinks=True):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]  # a killed run's state and staging folders
+        files += [os.path.normpath(Path(top) / f) for f in names if not f.startswith(".")]
+    return bool(files) and all(f in outputs for f in files)
