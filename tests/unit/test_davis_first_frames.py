@@ -91,6 +91,7 @@ def test_probe_on_first_frames_takes_one_block(davis_val, tmp_path):
     assert json.loads((tmp_path / "last" / "results.json").read_text())["davis"]["block"] == 5
     one_error(cli("probe", "-m", "tiny-vit", "-d", f"{dev}::davis", "-o", str(tmp_path / "out"), "--blocks", "2,3"),
               "pass --blocks with one block (got 2")
+    assert not (tmp_path / "out").exists()  # refused before the folder is made
 
 
 def test_a_sequence_of_frames_of_two_sizes_is_refused_naming_the_frame(davis_val, tmp_path):
