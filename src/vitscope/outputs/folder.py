@@ -63,16 +63,21 @@ def check_output(out: str | os.PathLike | None, option: str = "--out") -> None:
     if out is None:
         return
     path = Path(out).expanduser()
+    what = _what(option)
     if path.is_symlink() and not path.exists():
         raise OutputError(f"{option} {path} is a link to nothing; give a folder (it is created when missing)")
     if path.exists() and not path.is_dir():
         raise OutputError(f"{option} {path} is a file; give a folder (it is created when missing)")
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir():
-        raise OutputError(f"cannot create the output folder {path}: {existing} is a file")
+        raise OutputError(f"cannot create the {what} {path}: {existing} is a file")
     if not os.access(existing, os.W_OK):
-        raise OutputError(f"cannot write into the output folder {path}" if existing == path else
-                          f"cannot create the output folder {path}: Permission denied")
+        raise OutputError(f"cannot write into the {what} {path}" if existing == path else
+                          f"cannot create the {what} {path}: Permission denied")
+
+
+def _what(option: str) -> str:
+    return "output folder" if option == "--out" else f"{option} folder"
 
 
 def usable_folder(path: str | os.PathLike, option: str = "--out") -> Path:
@@ -84,10 +89,8 @@ def usable_folder(path: str | os.PathLike, option: str = "--out") -> Path:
     Raises:
         OutputError: ``path`` is a file, or cannot be created or written.
     """
-    path = Path(path).expanduser()
-    what = "output folder" if option == "--out" else f"{option} folder"
-    if path.exists() and not path.is_dir():
-        raise OutputError(f"{option} {path} is a file; give a folder (it is created when missing)")
+    check_output(path, option)  # a file, a link to nothing, a path under a file: the same words as before any work
+    path, what = Path(path).expanduser(), _what(option)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:

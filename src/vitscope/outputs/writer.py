@@ -26,6 +26,7 @@ from typing import Any
 
 from vitscope._version import __version__
 from vitscope.analyses.result import Figure
+from vitscope.atomic import named_os_error
 from vitscope.errors import VitscopeRuntimeError
 from vitscope.outputs.folder import Staging, prepare_output
 from vitscope.outputs.lock import releasing_outputs
@@ -240,12 +241,10 @@ def write_run(out: str | Path, run: RunResult, progress: bool | None = None,
         report = build_report(run, doc, writer.drawn, sections)
         staging.path("report.html").write_text(render_html(report), encoding="utf-8")
         staging.publish(last=["report.html", "results.json"])
-    except OSError as err:
+    except BaseException as err:
         staging.discard()
-        if err.filename is None and err.errno is not None:  # a write's error names no file: name the folder
-            raise OSError(err.errno, f"{err.strerror} (writing into {out})") from err
-        raise
-    except BaseException:
-        staging.discard()
-        raise
+        named = named_os_error(err, out)  # a write's error (a full disk) names no file: name the folder
+        if named is None:
+            raise
+        raise named from err
     return out / "results.json"
