@@ -7,7 +7,7 @@ vitscope and is shown with its traceback and a request to report it.
 
 from __future__ import annotations
 
-__all__ = ["DegenerateDataError", "VitscopeError", "VitscopeFileNotFoundError", "VitscopeKeyError",
+__all__ = ["DegenerateDataError", "Terminated", "VitscopeError", "VitscopeFileNotFoundError", "VitscopeKeyError",
            "VitscopeRuntimeError", "VitscopeTypeError", "VitscopeUsageError", "VitscopeValueError", "VitscopeWarning"]
 
 
@@ -49,3 +49,9 @@ class VitscopeFileNotFoundError(VitscopeError, FileNotFoundError):
 
 class VitscopeRuntimeError(VitscopeError, RuntimeError):
     """A request that cannot be carried out here (no CUDA, a peer process failed, an empty run...)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, the stop a batch scheduler sends before it kills a job: handled as Ctrl-C is (the batch in flight
+    finishes and the state is saved), so code that cleans up after ``KeyboardInterrupt`` cleans up after it too."""
+

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import pathlib
 
 import pytest
 
 from helpers.bad_input import analyze, cli, finished, folder_with_one_good_image, one_error
+from vitscope.errors import VitscopeValueError
 
 
 @pytest.fixture
@@ -48,6 +50,33 @@ def test_output_folder_not_writable(photos, tmp_path, monkeypatch):
 
     monkeypatch.setattr(pathlib.Path, "mkdir", refuse)
     one_error(analyze(photos, tmp_path / "out"), "cannot create the output folder")
+
+
+def test_output_folder_not_writable_for_zoo_build(tmp_path, monkeypatch):
+    """A read-only zoo folder (an installed package's shipped weights) was found out after the training, which it
+    lost. The folder refuses every file opened in it, as a read-only mount would (root writes anywhere else)."""
+    from vitscope.zoo import build as zoo_build
+
+    zoo = tmp_path / "zoo"
+    zoo.mkdir()
+    open_file = os.open
+
+    def read_only(path, flags, *args, **kwargs):
+        if zoo in (pathlib.Path(path), pathlib.Path(path).parent) and flags & (os.O_WRONLY | os.O_RDWR):
+            raise PermissionError(errno.EROFS, "Read-only file system", str(path))
+        return open_file(path, flags, *args, **kwargs)
+
+    trained = []
+    monkeypatch.setattr(os, "open", read_only)
+    monkeypatch.setattr(zoo_build, "_build", lambda *args, **kwargs: trained.append(args))
+    monkeypatch.setenv("VITSCOPE_ZOO_DIR", str(zoo))
+    for directory in (None, zoo):  # the default folder, and --dir
+        with pytest.raises(VitscopeValueError) as refused:
+            next(zoo_build.build_many(["tiny-vit-sup"], directory, steps=1))
+        assert str(refused.value) == (
+            f"cannot write into the zoo folder {zoo} (Read-only file system): build into a folder of your own with "
+            "--dir DIR (directory= from Python), and load its models with VITSCOPE_ZOO_DIR=DIR")
+    assert trained == [] and list(zoo.iterdir()) == []
 
 
 def test_output_disk_full(photos, tmp_path, monkeypatch):

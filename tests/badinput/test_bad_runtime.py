@@ -7,12 +7,16 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
 
 from golden.compare import differences
 from helpers.bad_input import analyze, cli, finished, one_error, picture
+from helpers.cli import ENV
 
 
 @pytest.fixture
@@ -148,6 +152,140 @@ def test_ctrl_c_twice_with_real_signals():
             os.kill(os.getpid(), signal.SIGINT)  # the second: stop now
     assert signal.getsignal(signal.SIGINT) is before  # the handler it found is back
 
+
+
+#: a plug-in that, at its second batch, sends its process group the signal VITSCOPE_TEST_SIGNAL names: a terminal's
+#: Ctrl-C and a batch scheduler's SIGTERM reach the loading workers too
+_SIGNALLER = """
+import os, signal, time, torch, vitscope
+
+
+@vitscope.register_analysis("stop_signal")
+class StopSignal(vitscope.Analysis):
+    def __init__(self):
+        super().__init__()
+        self.batches = 0
+        self.add_state("images", torch.zeros((), dtype=torch.float64), reduce="sum")
+
+    def required_hooks(self, spec):
+        return ["blocks.0.resid_post"]
+
+    def update(self, record, batch):
+        self.images += record["blocks.0.resid_post"].shape[0]
+        self.batches += 1
+        if self.batches == 2 and os.environ.get("VITSCOPE_TEST_SIGNAL"):
+            os.killpg(0, getattr(signal, os.environ["VITSCOPE_TEST_SIGNAL"]))
+            time.sleep(1)  # the signal arrives within the batch, with the workers loading ahead
+
+    def compute(self):
+        return {"images": self.images}
+"""
+
+
+@pytest.mark.parametrize(("name", "status", "last_line"), [("SIGTERM", 143, "terminated"),
+                                                            ("SIGINT", 130, "interrupted")])
+def test_terminated_by_the_scheduler(photos, tmp_path, name, status, last_line):
+    """SIGTERM to the whole process group (what a batch scheduler sends before it kills a job) ended the run at once:
+    no state saved, no message. Real signals, to the command and its two loading workers."""
+    for k in range(3, 8):
+        picture(photos / f"p{k}.png", seed=k)
+    analysis = f"stop_{name.lower()}"  # one module and analysis per test: the in-process runs import it for good
+    plugin = tmp_path / f"{analysis}.py"
+    plugin.write_text(_SIGNALLER.replace("stop_signal", analysis))
+    args = [sys.executable, "-m", "vitscope.cli", "analyze", "--import", str(plugin), "-m", "tiny-vit", "-d",
+            str(photos), "-a", f"attention_stats,{analysis}", "-b", "1", "--workers", "2"]
+    out = tmp_path / "out"
+    stopped = subprocess.run([*args, "-o", str(out)], capture_output=True, text=True, timeout=300,
+                             env={**ENV, "VITSCOPE_TEST_SIGNAL": name}, start_new_session=True)
+    assert stopped.returncode == status, stopped.stderr
+    assert stopped.stderr.strip().splitlines()[-1] == last_line, stopped.stderr
+    assert "state saved" in stopped.stderr and "Traceback" not in stopped.stderr, stopped.stderr
+    assert not (out / "results.json").exists()
+    resumed = cli(*args[3:], "-o", str(out))
+    assert "resuming from saved state: 2 images already done" in resumed.stderr, resumed.stderr
+    whole = cli(*args[3:], "-o", str(tmp_path / "whole"))
+    assert finished(resumed, out)["analyses"] == finished(whole, tmp_path / "whole")["analyses"]
+
+
+def test_terminated_by_the_scheduler_outside_the_pass(tmp_path):
+    """SIGTERM while the command is not in its pass (loading, writing) runs its clean-up and says so."""
+    started = time.monotonic()
+    process = subprocess.Popen([sys.executable, "-m", "vitscope.cli", "featviz", "-m", "tiny-vit-sup", "-u",
+                                "blocks.5.mlp.post:3", "--steps", "100000", "-o", str(tmp_path / "out")],
+                               stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True)
+    time.sleep(8)  # past the imports, into the optimisation
+    os.killpg(process.pid, signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert time.monotonic() - started < 60
+    assert process.returncode == 143, stderr
+    assert stderr.strip().splitlines()[-1] == "terminated" and "Traceback" not in stderr, stderr
+
+
+@pytest.mark.parametrize("loading", [True, False])
+def test_terminated_by_the_scheduler_reaching_forked_workers(loading):
+    """A figure worker that died of a group's Ctrl-C printed its traceback; a loading worker that died of SIGTERM
+    would fail the batch in flight. Both leave Ctrl-C to their process; a figure pool's worker still ends on
+    SIGTERM, which is how the pool ends it (ignoring it hung the writing)."""
+    from vitscope.engine.processes import quiet_worker
+
+    child = os.fork()
+    if child == 0:  # the worker
+        try:
+            quiet_worker(os.getppid(), (signal.SIGINT, signal.SIGTERM) if loading else (signal.SIGINT,))
+            for stop in (signal.SIGINT, signal.SIGTERM):
+                os.kill(os.getpid(), stop)
+            time.sleep(0.2)
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == (0 if loading else -signal.SIGTERM)
+
+
+def test_terminated_by_the_scheduler_is_a_stop_request_in_the_pass():
+    from vitscope.engine.state import interrupt_guard
+
+    def outside(signum, frame):
+        raise AssertionError("SIGTERM went past the pass's handler")
+
+    before = signal.signal(signal.SIGTERM, outside)
+    try:
+        with interrupt_guard() as guard:
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert guard.requested == signal.SIGTERM
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGTERM)
+        assert signal.getsignal(signal.SIGTERM) is outside
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def test_terminated_by_the_scheduler_in_a_parallel_zoo_build(tmp_path):
+    """A stopped ``zoo build -j 2`` waited for its workers to finish their whole builds (minutes) before it ended."""
+    import multiprocessing
+    import threading
+
+    from vitscope.errors import Terminated
+    from vitscope.zoo.build import build_many
+
+    def terminated(signum, frame):
+        raise Terminated
+
+    before = signal.signal(signal.SIGTERM, terminated)  # as the command line does
+    builds = build_many(["tiny-vit-sup", "tiny-vit-metric"], tmp_path / "zoo", jobs=2, steps=100_000)
+    timer = threading.Timer(10, os.kill, (os.getpid(), signal.SIGTERM))  # the workers are training by then
+    started = time.monotonic()
+    try:
+        timer.start()
+        with pytest.raises(Terminated):
+            next(builds)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGTERM, before)
+    assert time.monotonic() - started < 30
+    deadline = time.monotonic() + 10
+    while multiprocessing.active_children() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert multiprocessing.active_children() == []
 
 
 def _sae_on_device(command, device, photos, tmp_path):

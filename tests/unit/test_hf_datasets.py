@@ -259,3 +259,12 @@ def test_a_label_column_that_is_not_a_class_label_says_how_to_cast_it(values, ki
     with pytest.raises(ValueError, match=f"no image labels; its column 'label' holds {kind} values"):
         source.labels()
     assert as_source(_dataset(4)).label_advice is None
+
+
+@pytest.mark.parametrize("spec", ["imagenet::hf", "one::hf"])
+def test_without_the_datasets_package_every_layout_names_the_extra(saved, spec, monkeypatch) -> None:
+    """Parquet files reached pyarrow first: without the extra installed, a ModuleNotFoundError called itself a bug."""
+    for module in ("datasets", "pyarrow", "pyarrow.parquet"):
+        monkeypatch.setitem(__import__("sys").modules, module, None)  # as if never installed
+    with pytest.raises(DatasetFormatError, match=r"needs the datasets package: pip install 'vitscope\[hf\]'"):
+        as_source(str(saved / spec))

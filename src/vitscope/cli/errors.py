@@ -4,7 +4,8 @@
   ``error: <message>`` line on stderr and exit status 1.
 * The machine saying no (``OSError``: a full disk, a folder it may not write, a file that vanished) is one line
   too, naming the path; so is running out of memory on a batch, with the ``-b`` to try.
-* Ctrl-C is ``interrupted`` and exit status 130 (finished work and the saved state stay on disk).
+* Ctrl-C is ``interrupted`` and exit status 130 (finished work and the saved state stay on disk); SIGTERM (a batch
+  scheduler's stop) is ``terminated`` and 143, after the same clean-up (a pass saves its state first).
 * Anything else is a bug in vitscope: Python's traceback, then a line asking to report it, exit status 1.
 
 Bad usage (an unknown option, a wrong type on the command line) is the parser's, one line with exit status 2
@@ -15,9 +16,12 @@ model is loaded, such as a block it does not have), and the library's :class:`~v
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
@@ -25,7 +29,7 @@ from typing import Any
 
 import typer
 
-from vitscope.errors import VitscopeError, VitscopeUsageError
+from vitscope.errors import Terminated, VitscopeError, VitscopeUsageError
 from vitscope.workflows.options import ConfigError
 
 __all__ = ["one_line_errors", "one_line_warnings", "require_choice"]
@@ -102,7 +106,8 @@ def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         PASS_BATCH.set(None)
         try:
-            return fn(*args, **kwargs)
+            with _terminate_raises():
+                return fn(*args, **kwargs)
         except SystemExit:
             raise
         except (ConfigError, VitscopeError) as err:  # bad usage (a value the command cannot take): status 2
@@ -111,6 +116,9 @@ def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except OSError as err:
             print(f"error: {_first_line(err)}", file=sys.stderr)
             raise typer.Exit(1) from None
+        except Terminated:
+            print("terminated", file=sys.stderr)
+            raise typer.Exit(128 + signal.SIGTERM) from None
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             raise typer.Exit(130) from None
@@ -128,6 +136,25 @@ def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(1) from None
 
     return wrapper
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
+@contextlib.contextmanager
+def _terminate_raises() -> Any:
+    """SIGTERM raises :class:`~vitscope.errors.Terminated` while a command runs, so that its clean-up runs (the
+    staging folder, the output lock) and a pass saves its state (:func:`vitscope.engine.state.interrupt_guard`)
+    where the default action would end the process at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def one_line_warnings() -> None:

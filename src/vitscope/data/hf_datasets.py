@@ -107,6 +107,7 @@ class _ParquetRows:
     """Rows of Parquet files by position, read one row group at a time (the last one read is kept)."""
 
     def __init__(self, files: list[Path]) -> None:
+        _datasets()  # pyarrow comes with it: one line naming the extra when it is missing
         import pyarrow.parquet as pq
 
         self.files = files

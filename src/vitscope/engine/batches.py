@@ -26,7 +26,7 @@ import torch
 
 from vitscope.data.images import ImageLoadError, SkippedImage, SkippedImageWarning, one_line
 from vitscope.data.source import Source
-from vitscope.engine.processes import die_with_parent
+from vitscope.engine.processes import quiet_worker
 
 __all__ = ["ImageTransforms", "LoadedBatch", "LoaderClock", "SkipLog", "TargetTransforms", "iter_batches",
            "loader_bound_note", "shard_range"]
@@ -176,10 +176,7 @@ class _BatchJobs(torch.utils.data.Dataset):
 
 
 def _quiet_worker(parent: int, _: int) -> None:
-    """Ctrl-C is the main process's to handle (it stops after the batch in flight); workers ignore it. A worker
-    ends with the main process (:func:`~vitscope.engine.processes.die_with_parent`)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    die_with_parent(parent)
+    quiet_worker(parent, (signal.SIGINT, signal.SIGTERM))  # the DataLoader's worker_init_fn passes its number too
 
 
 def workers_used(workers: int, batches: int) -> int:

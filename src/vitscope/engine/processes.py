@@ -11,7 +11,7 @@ import ctypes
 import os
 import signal
 
-__all__ = ["die_with_parent"]
+__all__ = ["die_with_parent", "quiet_worker"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -27,3 +27,17 @@ def die_with_parent(parent: int) -> None:
         return
     if os.getppid() != parent:
         os._exit(1)
+
+
+def quiet_worker(parent: int, stops: tuple[int, ...] = (signal.SIGINT,)) -> None:
+    """In a forked worker: leave the ``stops`` signals to the main process, and end with it
+    (:func:`die_with_parent`).
+
+    A terminal's Ctrl-C reaches every process of the group: the main process reports it once (a worker would print
+    its own traceback). Loading workers leave SIGTERM (a batch scheduler's, to the whole group) to it too, which
+    stops after the batch in flight (a worker dying of it would fail that batch); a ``multiprocessing.Pool``'s
+    workers must not, as the pool ends them with it.
+    """
+    for stop in stops:
+        signal.signal(stop, signal.SIG_IGN)
+    die_with_parent(parent)

@@ -121,7 +121,7 @@ def required_hook_names(backbone: Backbone, analyses: Sequence[Analysis]) -> lis
 def run(
     backbone: Backbone,
     data: Any,
-    analyses: Sequence[Analysis | str],
+    analyses: str | Sequence[Analysis | str],
     batch_size: int = 16,
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
@@ -145,7 +145,8 @@ def run(
         data: a :class:`~vitscope.data.source.Source`, or anything :func:`vitscope.data.as_source` opens: a
             folder, ``ROOT::FORMAT``, a list of paths or of PIL images, a reader of ``load_dataset``.
         analyses: analysis instances, or registered names (``"attention_distance"``: its default
-            configuration); each sees every batch once, from fresh state (an instance given again starts over).
+            configuration; one string may list several, comma-separated); each sees every batch once, from fresh
+            state (an instance given again starts over).
         batch_size: images per forward pass.
         device: ``"cpu"``, ``"cuda"``, ``"mps"`` or None for the best available.
         dtype: None/``"fp32"`` or ``"bf16"``/``"fp16"`` autocast (recorded patterns stay float32).
@@ -204,6 +205,8 @@ def run(
     if limit is not None and (isinstance(limit, bool) or int(limit) != limit or limit < 1):
         raise VitscopeValueError(f"limit must be a whole number of images, at least 1 (or None: every image), got "
                                  f"{limit!r}")
+    if isinstance(analyses, str):  # one name (or a comma list), not a sequence of one-letter names
+        analyses = [n.strip() for n in analyses.split(",") if n.strip()]
     analyses = [get_analysis(a) if isinstance(a, str) else a for a in analyses]
     names = [a.name for a in analyses]
     if len(set(names)) != len(names):

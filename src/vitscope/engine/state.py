@@ -37,9 +37,10 @@ from vitscope.analyses.grids import grid_of
 from vitscope.atomic import named_os_error, temporary_path
 from vitscope.cache.rowstore import private_rows_under
 from vitscope.engine.state_codec import StateCodecError, decode, encode
+from vitscope.errors import Terminated
 
-__all__ = ["STOP_AFTER_ENV", "Checkpoint", "ResumePoint", "interrupt_guard", "remove_state", "restore_or_reset",
-           "run_checkpoint", "run_key"]
+__all__ = ["STOP_AFTER_ENV", "STOP_SIGNALS", "Checkpoint", "ResumePoint", "interrupt_guard", "remove_state",
+           "restore_or_reset", "run_checkpoint", "run_key", "stop_exception"]
 
 FORMAT = 1
 #: Test hook: stop (as if interrupted by Ctrl-C) after this many batches of one process, state saved first.
@@ -278,15 +279,16 @@ class Checkpoint:
         return [*self.earlier_parts, {"images": int(seen) - self.resumed_images, **self.settings}]
 
     def after_batch(self, analyses: Sequence[Analysis], position: int, seen: int, skipped: Sequence[Any],
-                    interrupted: bool = False, grids: Mapping[str, int] | None = None) -> None:
-        """Called by the engine after every batch: save when due; stop (KeyboardInterrupt) when asked to."""
+                    interrupted: int = 0, grids: Mapping[str, int] | None = None) -> None:
+        """Called by the engine after every batch: save when due; stop when asked to (``interrupted``: the signal
+        that asked, :func:`stop_exception`)."""
         self.batches += 1
         stop = interrupted or (self.stop_after is not None and self.batches >= self.stop_after)
         if stop or time.monotonic() - self._last_save >= self.every_seconds:
             self.save(analyses, position, seen, skipped, grids)
         if stop:
             self.log(f"stopped after {seen} images; state saved to {self.path}: run the same command to resume")
-            raise KeyboardInterrupt
+            raise stop_exception(interrupted) if interrupted else KeyboardInterrupt
 
 
 def _rows_folders(path: Path) -> list[Path]:
@@ -303,13 +305,24 @@ def remove_state(path: str | os.PathLike) -> None:
 
 
 class _Guard:
-    requested = False
+    requested = 0  # the signal that asked the pass to stop (0: none)
+
+
+#: the signals that stop a pass after its batch in flight: Ctrl-C, and a batch scheduler's SIGTERM
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def stop_exception(signum: int) -> KeyboardInterrupt:
+    """What a stop asked by ``signum`` raises: :class:`~vitscope.errors.Terminated` for SIGTERM, else
+    ``KeyboardInterrupt``."""
+    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
 @contextlib.contextmanager
 def interrupt_guard(enabled: bool = True) -> Iterator[_Guard]:
-    """Turn the first Ctrl-C into a request (``guard.requested``) so the batch in flight finishes and the
-    state is saved; a second Ctrl-C interrupts at once. No-op outside the main thread or when disabled."""
+    """Turn the first Ctrl-C or SIGTERM into a request (``guard.requested``: the signal) so the batch in flight
+    finishes and the state is saved; a second one interrupts at once. No-op outside the main thread or when
+    disabled."""
     guard = _Guard()
     if not enabled or threading.current_thread() is not threading.main_thread():
         yield guard
@@ -317,14 +330,15 @@ def interrupt_guard(enabled: bool = True) -> Iterator[_Guard]:
 
     def handler(signum: int, frame: Any) -> None:
         if guard.requested:
-            raise KeyboardInterrupt
-        guard.requested = True
+            raise stop_exception(signum)
+        guard.requested = signum
 
-    previous = signal.signal(signal.SIGINT, handler)
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
     try:
         yield guard
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, before in previous.items():
+            signal.signal(s, before)
 
 
 def restore_or_reset(checkpoint: Checkpoint | None, analyses: Sequence[Analysis], log: Any

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import os
 from pathlib import Path
 
 from vitscope.models.backbone import Backbone
@@ -14,7 +15,7 @@ class UnknownModelError(ModelLoadError):
     """A name that is not registered, not a hub id (``hf:...``) and not a directory."""
 
 
-def load_model(name: str, device: str | None = None, image_size: int | tuple[int, int] | None = None,
+def load_model(name: str | os.PathLike, device: str | None = None, image_size: int | tuple[int, int] | None = None,
                keep_aspect: bool = False) -> Backbone:
     """Load a model by name and return its Backbone (in eval mode).
 
@@ -24,7 +25,8 @@ def load_model(name: str, device: str | None = None, image_size: int | tuple[int
 
     Args:
         name: a registered name (``vitscope models``), ``hf:<hub id or local dir>``, a local
-            ``save_pretrained`` directory, or a vitscope checkpoint directory (``vitscope.json``).
+            ``save_pretrained`` directory, or a vitscope checkpoint directory (``vitscope.json``); a directory may
+            be given as a ``Path``.
         device: optional device to move the model to.
         image_size: run the model on ``image_size x image_size`` (or ``(H, W)``) inputs instead: the resize, the
             crop and the token grid follow, position embeddings are interpolated
@@ -36,7 +38,14 @@ def load_model(name: str, device: str | None = None, image_size: int | tuple[int
         UnknownModelError: the name is unknown; the message suggests the closest names.
         ModelLoadError: the model exists but cannot be loaded (offline, broken directory...).
         VitscopeValueError: ``image_size`` does not suit the model (not a multiple of its patch size...).
+        VitscopeTypeError: ``name`` is neither a string nor a path.
     """
+    if isinstance(name, os.PathLike):
+        name = os.fspath(name)
+    if not isinstance(name, str):
+        from vitscope.errors import VitscopeTypeError
+
+        raise VitscopeTypeError(f"a model is named by a string or a directory's path, got {type(name).__name__}")
     backbone = _load(name)
     if image_size is not None:
         from vitscope.models.input_size import with_image_size

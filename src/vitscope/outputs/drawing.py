@@ -52,10 +52,10 @@ def figure_workers(count: int, cpus: int | None = None) -> int:
 def _quiet_worker(parent: int) -> None:
     import torch
 
-    from vitscope.engine.processes import die_with_parent
+    from vitscope.engine.processes import quiet_worker
 
     torch.set_num_threads(1)  # figures do small tensor work; a worker per CPU already uses them all
-    die_with_parent(parent)  # a killed run's pool workers would wait for tasks for ever, holding its pipes
+    quiet_worker(parent)  # Ctrl-C is the run's to report; the pool's end is SIGTERM, which must still end them
 
 
 def _draw(i: int) -> tuple[int, list[str]]:

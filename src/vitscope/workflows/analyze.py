@@ -3,6 +3,7 @@ written. Both build one :class:`~vitscope.workflows.options.AnalyzeOptions` and 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -94,7 +95,7 @@ def analyses_not_run(selection: str | Sequence[str | Analysis] | None, spec: Any
     return out
 
 
-def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Analysis] | None = None, *,
+def analyze(model: str | os.PathLike | Backbone, data: Any, analyses: str | Sequence[str | Analysis] | None = None, *,
             out: str | Path | None = None, params: Mapping[str, Mapping[str, Any]] | None = None,
             batch_size: int = 16, device: str | None = None, dtype: str | None = None, limit: int | None = None,
             strict: bool = False, resume: bool = True, checkpoint_seconds: float = 60.0,
@@ -108,7 +109,7 @@ def analyze(model: str | Backbone, data: Any, analyses: str | Sequence[str | Ana
     which :func:`run_analyze` takes whole).
 
     Args:
-        model: a registered name, ``hf:<id or dir>``, a directory, or a Backbone.
+        model: a registered name, ``hf:<id or dir>``, a directory (a string or a ``Path``), or a Backbone.
         data: anything :func:`vitscope.data.as_source` opens (folder, ``ROOT::FORMAT``, images...).
         analyses: names or groups (``"attention,cka@cls"``), Analysis instances, or None for the defaults.
         out: output folder (checked before the pass); None writes nothing.
@@ -156,7 +157,9 @@ def run_analyze(options: AnalyzeOptions, *, progress: bool | None = None, log: C
     """
     check_output(options.out)  # before any work: a wrong --out costs nothing
     options.check_placement()
-    model = options.model
+    model = os.fspath(options.model) if isinstance(options.model, os.PathLike) else options.model
+    if not isinstance(model, (str, Backbone)):
+        raise VitscopeTypeError(f"the model is a name, a directory or a Backbone, got {type(model).__name__}")
     model_id = model if isinstance(model, str) else model.spec.name
     if isinstance(model, str):
         backbone = load_model(model, image_size=options.image_size, keep_aspect=options.keep_aspect)

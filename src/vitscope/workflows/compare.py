@@ -187,8 +187,9 @@ def compare_command(options: CompareOptions, log: Callable[[str], None] | None =
 
 
 @releasing_outputs
-def compare_models(models: Sequence[str] | Mapping[str, str], data: str | Path, out: str | Path, batch_size: int = 16,
-                   device: str | None = None, dtype: str | None = None, limit: int | None = None, strict: bool = False,
+def compare_models(models: str | Sequence[str] | Mapping[str, str], data: str | Path, out: str | Path,
+                   batch_size: int = 16, device: str | None = None, dtype: str | None = None,
+                   limit: int | None = None, strict: bool = False,
                    resume: bool = True, progress: bool | None = None, figure_files: bool = False,
                    analyses: str | Sequence[str] | None = None,
                    params: Mapping[str, Mapping[str, Any]] | None = None,
@@ -201,7 +202,8 @@ def compare_models(models: Sequence[str] | Mapping[str, str], data: str | Path, 
     Args:
         models: two or more models as :func:`vitscope.load_model` takes them, each optionally named
             (``["dino=hf:facebook/dinov2-small", "tiny-vit"]``), or a mapping display name -> model
-            (``{"dino": "hf:facebook/dinov2-small", "vit": "tiny-vit"}``); names label the curves, tables and report.
+            (``{"dino": "hf:facebook/dinov2-small", "vit": "tiny-vit"}``), or one comma-separated string of them;
+            names label the curves, tables and report.
         data: a dataset path as ``vitscope compare --data`` takes it: a folder, a file list or
             ``ROOT::FORMAT[:SPLIT]`` (``ROOT::coco`` gives masks).
         out: output folder (it also keeps the resumable state while the models run).
@@ -218,7 +220,8 @@ def compare_models(models: Sequence[str] | Mapping[str, str], data: str | Path, 
         card.
     """
     options = resolve(CompareOptions, {
-        "models": dict(models) if isinstance(models, Mapping) else list(models), "data": str(data), "out": str(out),
+        "models": dict(models) if isinstance(models, Mapping) else models if isinstance(models, str) else list(models),
+        "data": str(data), "out": str(out),
         "analyses": analyses, "params": {k: dict(v) for k, v in params.items()} if params else None,
         "batch_size": batch_size, "device": device, "dtype": dtype, "limit": limit, "strict": strict,
         "resume": resume, "figure_files": figure_files, "image_size": image_size, "keep_aspect": keep_aspect,

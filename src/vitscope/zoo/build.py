@@ -17,6 +17,7 @@ import secrets
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -45,7 +46,7 @@ from vitscope.zoo.store import (
     zoo_dir,
 )
 
-__all__ = ["BUILD_THREADS", "build", "build_many", "longest_first", "make_recipe", "training_set"]
+__all__ = ["BUILD_THREADS", "build", "build_many", "longest_first", "make_recipe", "training_set", "writable_zoo"]
 
 
 @lru_cache(maxsize=1)
@@ -129,11 +130,29 @@ def build(
         steps: override the entry's step count (quick checks; the record says so).
     """
     entry = name if isinstance(name, ZooEntry) else get_entry(name)
-    out = zoo_dir(directory)
-    out.mkdir(parents=True, exist_ok=True)
+    out = writable_zoo(directory)
     _clear_leftovers(out)
     with _threads(BUILD_THREADS):
         return _build(entry, out, workdir, progress, steps)
+
+
+def writable_zoo(directory: str | os.PathLike | None = None) -> Path:
+    """The zoo folder ``directory`` names (:func:`zoo_dir`), created; refused before any training when this process
+    cannot write into it (the shipped weights of a read-only install, say).
+
+    Raises:
+        VitscopeValueError: the folder cannot be created or written (one line, naming ``--dir``).
+    """
+    out = zoo_dir(directory)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):  # a real write: os.access says yes to root on a read-only mount
+            pass
+    except OSError as err:
+        raise VitscopeValueError(f"cannot write into the zoo folder {out} ({err.strerror or err}): build into a "
+                                 "folder of your own with --dir DIR (directory= from Python), and load its models "
+                                 "with VITSCOPE_ZOO_DIR=DIR") from None
+    return out
 
 
 def _clear_leftovers(out: Path) -> None:
@@ -244,6 +263,7 @@ def longest_first(names: list[str], directory: str | os.PathLike | None = None) 
 def build_many(names: list[str], directory: str | os.PathLike | None = None, jobs: int = 1,
                steps: int | None = None) -> Iterator[dict[str, Any]]:
     """Build ``names`` with up to ``jobs`` parallel processes, longest first; yield records as builds finish."""
+    writable_zoo(directory)  # before the first model trains
     if jobs <= 1 or len(names) <= 1:
         for n in names:
             yield build(n, directory, steps=steps)
@@ -253,10 +273,17 @@ def build_many(names: list[str], directory: str | os.PathLike | None = None, job
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     ctx = multiprocessing.get_context("spawn")  # no forked torch thread pools
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_die_with_parent) as pool:
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_die_with_parent)
+    try:
         futures = [pool.submit(build, n, directory, None, False, steps) for n in names]
         for future in as_completed(futures):
             yield future.result()
+    except BaseException:  # Ctrl-C, SIGTERM, a failed build: the others stop now (they resume from their state)
+        for process in list(getattr(pool, "_processes", {}).values()):  # shutdown would wait for whole builds
+            process.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
 
 
 #: prctl's option that asks the kernel to send a signal to this process when its parent ends
