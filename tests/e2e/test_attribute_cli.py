@@ -37,6 +37,7 @@ def test_a_classifier_gets_every_methods_maps_written(images: list[Path], tmp_pa
     assert arrays["chefer"].shape == (2, 8, 8) and np.abs(arrays["chefer"]).max() > 0
     assert (tmp_path / "out" / "figures" / "attributions.png").stat().st_size > 0
     assert "attributions" in (tmp_path / "out" / "report.html").read_text()
+    assert run.stdout.strip().splitlines()[-1] == f"report: {tmp_path / 'out' / 'report.html'}"  # as analyze ends
     bad = cli("attribute", str(images[0]), "-m", "tiny-vit-sup", "--method", "lime", "-o", str(tmp_path / "bad"))
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--method must be one of attention" in \
         bad.stderr and "got 'lime'" in bad.stderr

@@ -33,6 +33,7 @@ def test_explain_pair_writes_maps_overlays_and_the_score(tmp_path, pair_files):
     s, files = entry["summary"], entry["files"]
     assert doc["vitscope_version"] and doc["config"]["projection"] == "head" and doc["config"]["pooling"] == "mean"
     assert f"{s['score']:.4f}" in proc.stdout and s["grid"] == [8, 8]
+    assert proc.stdout.strip().splitlines()[-1] == f"report: {out / 'report.html'}" and (out / "report.html").is_file()
     with np.load(out / files["arrays"][0]) as arrays:  # arrays/paired_similarity.npz
         maps = {k: arrays[k] for k in arrays.files}
     assert set(maps) == {"map_a", "map_b", "raw_a", "raw_b", "rollout_a", "rollout_b"}

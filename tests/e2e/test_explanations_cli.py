@@ -22,6 +22,8 @@ def test_methods_are_scored_beside_their_controls(world: str, tmp_path: Path) ->
     run = cli("explanations", "--models", "tiny-vit-sup-spurious,tiny-vit-sup,tiny-resnet-sup", "-d", world, "-o",
               str(tmp_path / "out"), "--methods", "rollout,gradcam", "--limit", "4", "--steps", "2")
     assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.strip().splitlines()[-1] == f"report: {tmp_path / 'out' / 'report.html'}"
+    assert (tmp_path / "out" / "report.html").is_file()
     doc = json.loads((tmp_path / "out" / "results.json").read_text())
     summary = doc["analyses"]["explanations"]["summary"]
     assert doc["num_images"] == summary["images"] == 4  # the images scored

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import re
+import time
 
 import numpy as np
 import pytest
@@ -67,3 +69,53 @@ def test_a_bad_interval_is_refused_in_one_line(monkeypatch):
     monkeypatch.setenv(INTERVAL_ENV, "soon")
     with pytest.raises(VitscopeValueError, match=f"{INTERVAL_ENV} must be a number of seconds"):
         PlainProgress()
+
+
+def test_feature_extraction_shows_its_progress_and_its_loader_note(tmp_path, capsys, monkeypatch, one_thread):
+    """``probe``'s passes (extract_features) showed nothing for as long as they ran, and dropped the note that the
+    loader set the pace, which ``analyze`` prints."""
+    import vitscope.engine.batches as batches
+    from vitscope.cache.feature_cache import FeatureCache
+    from vitscope.cache.request import FeatureRequest
+    from vitscope.engine.extract import extract_features
+
+    monkeypatch.setenv(INTERVAL_ENV, "0")
+    monkeypatch.setattr(batches, "LOADER_NOTE_SECONDS", 0.0)
+    monkeypatch.setattr(batches, "LOADER_BOUND", 0.0)
+    rng = np.random.default_rng(0)
+    images = [Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)) for _ in range(3)]
+    said: list[str] = []
+    extract_features(vitscope.load_model("tiny-vit"), images, [FeatureRequest("resid_post", "cls")],
+                     FeatureCache(tmp_path / "cache"), batch_size=1, workers=0, log=said.append)
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("vitscope tiny-vit")]
+    assert [LINE.match(ln).group(1) for ln in lines] == ["1", "2", "3"], lines
+    assert any(line.startswith("the loader was the bottleneck") for line in said), said
+
+
+def test_the_terminal_bar_shows_the_rate(monkeypatch):
+    """The plain lines gave images/s; the terminal's bar did not."""
+    import rich.console
+
+    from vitscope.engine.settings import progress_bar
+
+    screen = io.StringIO()
+    terminal = rich.console.Console
+    monkeypatch.setattr(rich.console, "Console", lambda **kw: terminal(file=screen, force_terminal=True, width=150))
+    with progress_bar(None) as bar:
+        task = bar.add_task("tiny-vit", total=10, unit="images")
+        for k in range(1, 4):
+            time.sleep(0.02)
+            bar.update(task, completed=k)
+    assert re.search(r"[\d.]+ images/s", screen.getvalue()), screen.getvalue()
+
+
+def test_training_bars_go_to_stderr(capsys):
+    """A training bar (guided MAE, zoo builds) went to stdout, among the results a script reads."""
+    from vitscope.train.loop import _progress
+
+    bar, task = _progress(True, "mae", 3)
+    with bar:
+        for _ in range(3):
+            bar.update(task, advance=1, loss=0.5)
+    captured = capsys.readouterr()
+    assert "train" not in captured.out and "mae" in captured.err, captured

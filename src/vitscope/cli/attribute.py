@@ -50,3 +50,4 @@ def attribute(
     summary = doc["analyses"]["attributions"]["summary"]
     typer.echo(f"{len(images)} image(s), methods {', '.join(summary['methods'])} ({summary['score']}) -> "
                f"{out / 'results.json'}")
+    typer.echo(f"report: {out / 'report.html'}")

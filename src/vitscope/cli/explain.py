@@ -54,3 +54,4 @@ def explain_pair(
     grids = {f"{g[0]}x{g[1]}": None for g in (s["grid"], s.get("grid_b", s["grid"]))}  # images at their own aspect
     typer.echo(f"similarity {shown(s['score'])} ({doc['config']['pooling']} pooling, projection "
                f"{doc['config']['projection']}, map grid {' and '.join(grids)}) -> {out / 'results.json'}")
+    typer.echo(f"report: {out / 'report.html'}")

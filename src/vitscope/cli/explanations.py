@@ -47,3 +47,4 @@ def explanations(
     summary = doc["analyses"]["explanations"]["summary"]
     typer.echo(f"{len(summary['models'])} model(s), {len(summary['methods'])} method(s), {len(summary['rows'])} "
                f"scores -> {out / 'results.json'}")
+    typer.echo(f"report: {out / 'report.html'}")

@@ -127,7 +127,7 @@ def extract_features(
     dtype: str | torch.dtype | None = None,
     analyses: Sequence[Analysis] = (),
     distributed: bool = False,
-    progress: bool | None = False,
+    progress: bool | None = None,
     checkpoint_seconds: float = 60.0,
     log: Callable[[str], None] | None = None,
     strict: bool | None = None,
@@ -153,11 +153,12 @@ def extract_features(
         distributed: share the pass with the processes of the ``torch.distributed`` group
             (:func:`vitscope.run`); each writes its rows, rank 0 commits the entries, and every process returns
             them (the cache folder must be one they all see).
-        progress: show the pass's progress bar (rank 0 only).
+        progress: show the pass's progress (rank 0 only; default: a bar when stderr is a terminal, else a line
+            every ``VITSCOPE_PROGRESS_SECONDS``, as :func:`vitscope.run`).
         checkpoint_seconds: least time between two saves of the pass's state. Without riding analyses a pass
             is resumable: its rows go to disk shard by shard in ``<cache>/tmp/pass-<key>/`` and a killed
             pass restarted with the same requests continues where it stopped.
-        log: receives one-line messages (resumed..., starting over...).
+        log: receives one-line messages (resumed..., starting over..., a pass whose loader was the bottleneck).
         strict: stop at the first unreadable image (default: the source's own setting, else skip it).
         resume: continue an interrupted pass from its saved state; False runs the pass afresh, saving none (a
             saved state is left for the run that may own it).
@@ -213,7 +214,7 @@ def extract_features(
         try:
             ran = run(backbone, source, [rows, *analyses], batch_size=batch_size, device=device, dtype=dtype,
                       strict=strict, progress=progress, view=view, checkpoint=checkpoint, distributed=distributed,
-                      workers=workers, jpeg_draft=jpeg_draft)
+                      workers=workers, jpeg_draft=jpeg_draft, log=log)
         except EmptyRunError:
             shutil.rmtree(work, ignore_errors=True)
             raise VitscopeValueError(f"no readable image in {source.name} ({len(source)} files): nothing to "

@@ -110,6 +110,8 @@ def progress_bar(enabled: bool | None):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    from vitscope.engine.progress_columns import RateColumn
+
     console = Console(stderr=True)
     if enabled is None and not console.is_terminal:
         from vitscope.engine.plain_progress import PlainProgress
@@ -117,5 +119,5 @@ def progress_bar(enabled: bool | None):
         return PlainProgress()
     show = console.is_terminal if enabled is None else enabled
     progress = Progress(TextColumn("[bold]vitscope[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeRemainingColumn(), console=console, disable=not show, transient=False)
+                        RateColumn(), TimeRemainingColumn(), console=console, disable=not show, transient=False)
     return progress

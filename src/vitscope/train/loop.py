@@ -271,11 +271,13 @@ def _save_state(path: Path, state: dict[str, Any]) -> None:
 
 
 def _progress(enabled: bool | None, description: str, total: int):
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     enabled = sys.stderr.isatty() if enabled is None else enabled
     bar = Progress(TextColumn("[bold]train[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TextColumn("loss {task.fields[loss]:.4f}"), TimeRemainingColumn(), disable=not enabled)
+                   TextColumn("loss {task.fields[loss]:.4f}"), TimeRemainingColumn(), disable=not enabled,
+                   console=Console(stderr=True))  # stdout holds results only
     return bar, bar.add_task(description, total=total, loss=float("nan"))
 
 
