@@ -316,10 +316,11 @@ def test_the_device_that_ran_is_recorded_beside_the_one_asked_for(tmp_path, monk
     doc = json.loads((tmp_path / "out" / "results.json").read_text())
     assert doc["config"]["device"] == "cpu" and doc["run"]["device"] == {"device": "cpu"}
     if not torch.cuda.is_available():
-        assert describe_device(None) == {"device": "cpu"} or torch.backends.mps.is_available()
+        assert describe_device(None) == {"device": "cpu"}
         # on a GPU "auto" and a bare "cuda" name the GPU that ran: its index, name and CUDA version
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: f"GPU number {index}")
         monkeypatch.setattr(torch.version, "cuda", "12.4")
         want = {"device": "cuda:1", "name": "GPU number 1", "cuda": "12.4"}

@@ -55,16 +55,18 @@ def test_a_worker_that_asks_ends_when_its_process_is_killed(ask: bool) -> None:
 
 
 def test_loading_and_figure_workers_ask(monkeypatch) -> None:
+    import vitscope.engine.processes as processes
     from vitscope.engine import batches
     from vitscope.outputs import drawing
 
     asked = []
-    monkeypatch.setattr(batches, "die_with_parent", asked.append)
-    monkeypatch.setattr(signal, "signal", lambda *args: None)
-    batches._quiet_worker(123, 0)
-    import vitscope.engine.processes as processes
-
+    ignored = []
     monkeypatch.setattr(processes, "die_with_parent", asked.append)
+    monkeypatch.setattr(signal, "signal", lambda stop, how: ignored.append((stop, how)))
     monkeypatch.setattr("torch.set_num_threads", lambda n: None)
+    batches._quiet_worker(123, 0)
     drawing._quiet_worker(456)
     assert asked == [123, 456]
+    # loading workers leave Ctrl-C and SIGTERM to their process; a pool's figure workers end on SIGTERM
+    assert ignored == [(signal.SIGINT, signal.SIG_IGN), (signal.SIGTERM, signal.SIG_IGN),
+                       (signal.SIGINT, signal.SIG_IGN)]

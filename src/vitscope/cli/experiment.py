@@ -65,7 +65,7 @@ def robustness(
                              "dataset's mean, which shows a background shortcut that black boxes hide) or blur."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Use only the first N images."),
     batch_size: int = typer.Option(32, "--batch-size", "-b", min=1, help="Images per batch."),
-    device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),
+    device: str | None = typer.Option(None, "--device", help="cpu, cuda or cuda:N (default: cuda when there is one)."),
     figure_files: bool = typer.Option(False, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
     image_size: int | None = typer.Option(None, "--image-size", min=1, help=IMAGE_SIZE_HELP),
 ) -> None:

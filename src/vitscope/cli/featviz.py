@@ -53,7 +53,7 @@ def featviz(
     spatial_information: int = typer.Option(0, "--spatial-information", min=0, help="Also run the appendix-F "
                                             "spatial-information test on N random FFN channels per block (needs "
                                             "--data)."),
-    device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),
+    device: str | None = typer.Option(None, "--device", help="cpu, cuda or cuda:N (default: cuda when there is one)."),
     figure_files: bool = typer.Option(False, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
     image_size: int | None = typer.Option(None, "--image-size", min=1, help=IMAGE_SIZE_HELP),
 ) -> None:

@@ -62,7 +62,7 @@ def probe(
     limit: int | None = typer.Option(None, "--limit", min=1, help="Use only the first N items of --data and "
                                      "--test-data (images; DAVIS: sequences; SPair: pairs; not revisitop)."),
     batch_size: int | None = typer.Option(None, "--batch-size", "-b", min=1, help="Images per batch [16]."),
-    device: str | None = typer.Option(None, "--device", help="cpu, cuda, mps (default: best available)."),
+    device: str | None = typer.Option(None, "--device", help="cpu, cuda or cuda:N (default: cuda when there is one)."),
     dtype: str | None = typer.Option(None, "--dtype", help="fp32 (default), bf16 or fp16 autocast."),
     strict: bool | None = typer.Option(None, "--strict/--no-strict", help="Stop at the first unreadable image."),
     resume: bool | None = typer.Option(None, "--resume/--no-resume", help="Continue a feature extraction that an "

@@ -73,13 +73,13 @@ def from_torchrun(device_type: str) -> Shard:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     gpus = torch.cuda.device_count() if device_type == "cuda" else 0
     gpu = local_rank % gpus if gpus else 0
+    if gpus:  # also in a group the caller started: the collectives use the current device, the pass cuda:gpu
+        torch.cuda.set_device(gpu)
     if not dist.is_initialized():
         if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
             raise VitscopeRuntimeError("distributed=True needs an initialised torch.distributed process group or the "
                                        "environment torchrun sets (start with: torchrun --nproc_per_node=K -m vitscope "
                                        "...)")
-        if gpus:
-            torch.cuda.set_device(gpu)
         dist.init_process_group(backend=process_group_backend(gpus, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
     return Shard(dist.get_rank(), dist.get_world_size(), local_rank, gpu)
 

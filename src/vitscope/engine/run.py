@@ -148,7 +148,7 @@ def run(
             configuration; one string may list several, comma-separated); each sees every batch once, from fresh
             state (an instance given again starts over).
         batch_size: images per forward pass.
-        device: ``"cpu"``, ``"cuda"``, ``"mps"`` or None for the best available.
+        device: ``"cpu"``, ``"cuda"`` / ``"cuda:N"``, or None (cuda when there is one).
         dtype: None/``"fp32"`` or ``"bf16"``/``"fp16"`` autocast (recorded patterns stay float32).
         limit: use only the first ``limit`` images.
         strict: stop at the first unreadable image (default: the source's own setting, else skip it with a

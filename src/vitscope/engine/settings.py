@@ -11,7 +11,7 @@ from vitscope.errors import VitscopeUsageError, VitscopeValueError
 __all__ = ["MIN_IMAGES_FOR_WORKERS", "describe_device", "dtype_name", "loader_workers", "progress_bar",
            "resolve_device", "resolve_dtype"]
 
-_DEVICES = ("cpu", "cuda", "mps")
+_DEVICES = ("cpu", "cuda")
 #: a pass over fewer images decodes in a thread: starting worker processes would cost more than they save
 MIN_IMAGES_FOR_WORKERS = 256
 _MAX_WORKERS = 8
@@ -63,24 +63,28 @@ def dtype_name(dtype: str | torch.dtype | None) -> str:
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
-    """``None``/``"auto"`` picks cuda, then mps, then cpu; an unavailable device is a clear error."""
+    """``None``/``"auto"`` picks cuda, else cpu; an unavailable device is a clear error.
+
+    Apple's MPS is refused: the analyses keep their sums in float64 on the pass's device, which MPS lacks.
+    """
     if device in (None, "auto"):
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         dev = torch.device(device)
     except RuntimeError:
         dev = None
-    # torch names more device types (meta, xpu, hpu...) than a pass runs on; cpu and mps have one device each
-    if dev is None or dev.type not in _DEVICES or (dev.type != "cuda" and dev.index not in (None, 0)):
-        raise VitscopeUsageError(f"unknown device '{device}'; use cpu, cuda, cuda:N or mps")
+    if dev is not None and dev.type == "mps":
+        raise VitscopeUsageError(f"device '{device}': vitscope keeps its sums in float64, which Apple's MPS does not "
+                                 "have; use --device cpu")
+    # torch names more device types (meta, xpu, hpu...) than a pass runs on; the cpu is one device
+    if dev is None or dev.type not in _DEVICES or (dev.type == "cpu" and dev.index not in (None, 0)):
+        raise VitscopeUsageError(f"unknown device '{device}'; use cpu, cuda or cuda:N")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise VitscopeValueError("device 'cuda' requested but no CUDA GPU is available; use --device cpu")
-    if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise VitscopeValueError("device 'mps' requested but MPS is not available; use --device cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise VitscopeValueError(f"device '{device}' requested but this machine has {count} CUDA GPU"
+                                 f"{'s' if count != 1 else ''} (cuda:0 to cuda:{count - 1}); use one of them")
     return dev
 
 
@@ -88,7 +92,7 @@ def describe_device(device: str | torch.device | None) -> dict[str, str]:
     """The device a pass given ``device`` runs on, as results.json records it beside the one asked for.
 
     Returns:
-        ``{"device": "cpu"}`` (or ``"mps"``); on a GPU ``{"device": "cuda:N", "name": ..., "cuda": ...}``: the
+        ``{"device": "cpu"}``; on a GPU ``{"device": "cuda:N", "name": ..., "cuda": ...}``: the
         GPU's name and the CUDA version torch was built with (``"hip"`` on ROCm), which decide its kernels.
     """
     dev = resolve_device(device)
