@@ -20,8 +20,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def test_methods_are_scored_beside_their_controls(world: str, tmp_path: Path) -> None:
     run = cli("explanations", "--models", "tiny-vit-sup-spurious,tiny-vit-sup,tiny-resnet-sup", "-d", world, "-o",
-              str(tmp_path / "out"), "--methods", "rollout,gradcam", "--limit", "4", "--steps", "2")
+              str(tmp_path / "out"), "--methods", "rollout,gradcam", "--limit", "4", "--steps", "2",
+              env={"VITSCOPE_PROGRESS_SECONDS": "0"})
     assert run.returncode == 0, run.stdout + run.stderr
+    # progress within each model (it was one line per method): maps, two fills' curves and the sanity check
+    assert "vitscope tiny-vit-sup explanations: 4/4 stages (100%)" in run.stderr, run.stderr
     assert run.stdout.strip().splitlines()[-1] == f"report: {tmp_path / 'out' / 'report.html'}"
     assert (tmp_path / "out" / "report.html").is_file()
     doc = json.loads((tmp_path / "out" / "results.json").read_text())

@@ -199,12 +199,16 @@ def _patch_maps(maps: torch.Tensor, backbone: Backbone, size: tuple[int, int]) -
 
 
 def benchmark_model(backbone: Backbone, name: str, data: BenchmarkData, methods: Sequence[str], steps: int = 8,
-                    sanity: bool = True, say: Callable[[str], None] | None = None, batch_size: int = 16
+                    sanity: bool = True, say: Callable[[str], None] | None = None, batch_size: int = 16,
+                    progress: bool | None = None
                     ) -> tuple[list[Row], dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]:
     """Every score of every method on one model: ``(rows, maps by method, mean curves by method)``.
 
     Attributions and forwards run ``batch_size`` images at a time; the faithfulness curves' perturbed copies of
-    every image at every step are made at once (``limit * (steps + 1)`` images)."""
+    every image at every step are made at once (``limit * (steps + 1)`` images). ``progress`` counts the stages
+    (each method's maps, each fill's curves, its sanity check) as :func:`vitscope.run` counts images."""
+    from vitscope.engine.settings import progress_bar
+
     size = tuple(data.pixels.shape[-2:])
     reading = explained_embedding(name, backbone)
     pooling, projection = reading if reading is not None else (None, None)
@@ -223,40 +227,47 @@ def benchmark_model(backbone: Backbone, name: str, data: BenchmarkData, methods:
     rows: list[Row] = []
     all_maps: dict[str, torch.Tensor] = {}
     curves: dict[str, dict[str, torch.Tensor]] = {}
-    for method in methods:
-        if say:
-            say(f"{name}: {method}")
-        maps = explain(backbone, method).cpu()
-        all_maps[method] = maps
-        pixel_maps, other = _upsampled(maps, size), _upsampled(maps.roll(-1, 0), size)
-        for metric, fn in (("pointing_game", lambda m: pointing_game(m, data.objects).double()),
-                           ("relevance_mass", lambda m: relevance_mass(m, data.objects)),
-                           ("auroc", lambda m: mask_auroc(m, data.objects))):
-            rows.append(Row(name, method, "localisation", metric, float(fn(pixel_maps).nanmean()),
-                            {"other_image": float(fn(other).nanmean())}))
-        patch_maps = _patch_maps(maps, backbone, size)
-        for fill in FAITHFULNESS_FILLS:
-            result = faithfulness(model_score, data.pixels, patch_maps, steps=steps, fill=fill)
-            for mode in ("deletion", "insertion"):
-                rows.append(Row(name, method, "faithfulness", f"{mode}_{fill}",
-                                float(result.areas["map"][mode].mean()),
-                                {o: float(result.areas[o][mode].mean()) for o in ("random", "other_image")},
-                                "lower is better" if mode == "deletion" else "higher is better"))
-                curves.setdefault(method, {})[f"{mode}_{fill}"] = result.curves["map"][mode].mean(0)
-        if sanity and backbone.spec.is_transformer:
-            check = cascading_randomisation(backbone, lambda b, m=method: explain(b, m))
-            rows.append(Row(name, method, "sanity", "spearman_after_randomising_all", check.final,
-                            {"threshold": check.threshold}, "passes" if check.passes else
-                            "fails: the map barely changes when the model is destroyed"))
-        background = 1 - relevance_mass(pixel_maps, data.objects)
-        uniform = 1 - data.objects.double().flatten(1).mean(1)  # what a map spread evenly puts off the objects
-        rows.append(Row(name, method, "shortcut", "background_share", float(background.nanmean()),
-                        {"uniform_map": float(uniform.mean())}, "relevance off the objects, every scene"))
-        if data.agrees is not None and data.agrees.any() and (~data.agrees).any():
-            rows.append(Row(name, method, "shortcut", "background_share_agreeing",
-                            float(background[data.agrees].nanmean()),
-                            {"disagreeing": float(background[~data.agrees].nanmean())},
-                            "background that follows the class vs background that does not"))
+    checks = sanity and backbone.spec.is_transformer
+    with progress_bar(progress) as bar:
+        stage = bar.add_task(f"{name} explanations", total=len(methods) * (1 + len(FAITHFULNESS_FILLS) + checks),
+                             unit="stages")
+        for method in methods:
+            if say:
+                say(f"{name}: {method}")
+            maps = explain(backbone, method).cpu()
+            all_maps[method] = maps
+            bar.advance(stage)
+            pixel_maps, other = _upsampled(maps, size), _upsampled(maps.roll(-1, 0), size)
+            for metric, fn in (("pointing_game", lambda m: pointing_game(m, data.objects).double()),
+                               ("relevance_mass", lambda m: relevance_mass(m, data.objects)),
+                               ("auroc", lambda m: mask_auroc(m, data.objects))):
+                rows.append(Row(name, method, "localisation", metric, float(fn(pixel_maps).nanmean()),
+                                {"other_image": float(fn(other).nanmean())}))
+            patch_maps = _patch_maps(maps, backbone, size)
+            for fill in FAITHFULNESS_FILLS:
+                result = faithfulness(model_score, data.pixels, patch_maps, steps=steps, fill=fill)
+                for mode in ("deletion", "insertion"):
+                    rows.append(Row(name, method, "faithfulness", f"{mode}_{fill}",
+                                    float(result.areas["map"][mode].mean()),
+                                    {o: float(result.areas[o][mode].mean()) for o in ("random", "other_image")},
+                                    "lower is better" if mode == "deletion" else "higher is better"))
+                    curves.setdefault(method, {})[f"{mode}_{fill}"] = result.curves["map"][mode].mean(0)
+                bar.advance(stage)
+            if checks:
+                check = cascading_randomisation(backbone, lambda b, m=method: explain(b, m))
+                rows.append(Row(name, method, "sanity", "spearman_after_randomising_all", check.final,
+                                {"threshold": check.threshold}, "passes" if check.passes else
+                                "fails: the map barely changes when the model is destroyed"))
+                bar.advance(stage)
+            background = 1 - relevance_mass(pixel_maps, data.objects)
+            uniform = 1 - data.objects.double().flatten(1).mean(1)  # what a map spread evenly puts off the objects
+            rows.append(Row(name, method, "shortcut", "background_share", float(background.nanmean()),
+                            {"uniform_map": float(uniform.mean())}, "relevance off the objects, every scene"))
+            if data.agrees is not None and data.agrees.any() and (~data.agrees).any():
+                rows.append(Row(name, method, "shortcut", "background_share_agreeing",
+                                float(background[data.agrees].nanmean()),
+                                {"disagreeing": float(background[~data.agrees].nanmean())},
+                                "background that follows the class vs background that does not"))
     return rows, all_maps, curves
 
 
