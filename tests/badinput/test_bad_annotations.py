@@ -24,6 +24,13 @@ def test_annotations_malformed_json(coco_world, tmp_path):
     one_error(_probe(world, tmp_path / "out"), "malformed JSON in")
 
 
+def test_annotations_malformed_json_nested_too_deeply(coco_world, tmp_path):
+    """Nesting deeper than Python's parser recurses raised a RecursionError (a traceback, "a bug in vitscope")."""
+    world = copy_world(coco_world, tmp_path / "world")
+    (world / ANNOTATIONS).write_text('{"images": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    one_error(_probe(world, tmp_path / "out"), "nested too deeply to be an annotation file")
+
+
 def test_annotations_wrong_types(coco_world, tmp_path):
     world = _damaged(coco_world, tmp_path, lambda doc, _: doc["images"][0].__setitem__("height", "32"))
     one_error(_probe(world, tmp_path / "out"), "image entry 0 (id 1) of instances_val2017.json: height must be a")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from helpers.bad_input import analyze, cli, folder_with_one_good_image, one_error
@@ -143,3 +145,22 @@ def test_option_missing_or_not_for_the_data(photos, tmp_path):
 def test_config_unknown_key_of_a_runs_record_in_a_hand_written_file(photos, tmp_path, text):
     """The keys a run's record holds (results.json's config) were passed over in any file, silently."""
     one_error(_with_config(photos, tmp_path, text), "unknown key", status=2)
+
+
+def test_config_record_names_plugin_code(tmp_path):
+    """Someone else's results.json given to --config imported (ran) the files its record names, silently."""
+    hostile = tmp_path / "hostile_record.py"
+    ran = tmp_path / "it ran"
+    hostile.write_text(f"open({str(ran)!r}, 'w').write('code ran')\n")
+    data = str(folder_with_one_good_image(tmp_path))
+    record = {"vitscope_version": "0.1.0", "command": "analyze",
+              "config": {"model": "tiny-vit", "data": data, "analyses": ["attention_stats"], "limit": 2,
+                         "imports": [{"analysis": "x", "module": "hostile_record", "file": str(hostile),
+                                      "sha256": "0" * 64}]}}
+    (tmp_path / "results.json").write_text(json.dumps(record))
+    proc = cli("analyze", "--config", str(tmp_path / "results.json"), "-o", str(tmp_path / "o"))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (f"error: the run recorded in {tmp_path / 'results.json'} used analyses from "
+                                   f"{hostile}; a record does not run code: read it, then give it with --import "
+                                   f"{hostile} (or import: in a config file)")
+    assert not ran.exists() and not (tmp_path / "o").exists()

@@ -180,6 +180,17 @@ def test_data_every_image_unreadable(tmp_path):
     one_error(analyze(tmp_path / "bad", tmp_path / "out"), "no readable image among 1 files")
 
 
+def test_data_html_in_file_names_and_terminal_control_characters(tmp_path):
+    """A file name (or a model name) holding escape sequences reached the terminal: it could clear the screen,
+    retitle the window or forge a link. Every line of text vitscope did not write shows them as escapes."""
+    data = folder_with_one_good_image(tmp_path)
+    (data / "clear\x1b[2J\x1b]0;title\x07.png").write_bytes(b"junk")
+    result = analyze(data, tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stderr and "\x07" not in result.stderr
+    assert r"clear\x1b[2J\x1b]0;title\x07.png" in warned(result, "skipping image")
+
+
 def test_data_html_in_file_names(tmp_path):
     data = folder_with_one_good_image(tmp_path, name="<img src=x onerror=alert(1)>")
     (data / '"><svg onload=alert(2)>.png').write_bytes(b"junk")  # skipped: named in the report's skipped list

@@ -128,3 +128,37 @@ def test_sae_file_unreadable_plain_pickle(photos, tmp_path):
     result = cli("sae", "eval", "--sae", str(raw), "-m", "tiny-vit-sup", "-d", str(photos))
     said = one_error(result, f"{raw} is not a file of tensors vitscope reads safely (the safe unpickler refuses it")
     assert len(result.stderr.strip().splitlines()) == 1 and "weights_only" not in said, result.stderr
+
+
+def test_model_asks_to_run_its_own_code(saved_vit, photos, tmp_path, monkeypatch):
+    """A model folder whose config.json names code of its own (auto_map): transformers asked on the terminal, and a
+    "y" (``yes | vitscope ...``) ran it. It is refused without a question; the code never runs."""
+    import io
+    import sys
+
+    model = _copy(saved_vit, tmp_path)
+    ran = tmp_path / "it ran"
+    (model / "configuration_lab.py").write_text(f"open({str(ran)!r}, 'w').write('ran')\n"
+                                                "from transformers import ViTConfig as LabConfig\n")
+    config = json.loads((model / "config.json").read_text())
+    config.update(model_type="lab_vit", auto_map={"AutoConfig": "configuration_lab.LabConfig"})
+    (model / "config.json").write_text(json.dumps(config))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n" * 10))  # the answer a pipe from `yes` gives
+    one_error(_analyze(model, photos, tmp_path / "out"), "asks to run code of its own (auto_map in config.json), "
+                                                         "which vitscope never does")
+    assert not ran.exists()
+
+
+def test_model_damaged_vitscope_checkpoint_describing_a_huge_model(photos, tmp_path):
+    """vitscope.json's sizes were built before the weights were read: a description of a 77 GB model allocated it
+    (then blamed the batch size). The weights' header is compared with the description first."""
+    import vitscope
+    from vitscope.models.checkpoint import save_checkpoint
+
+    folder = save_checkpoint(vitscope.load_model("tiny-vit"), tmp_path / "ckpt")
+    meta = json.loads((folder / "vitscope.json").read_text())
+    meta["config"]["embed_dim"] = 4096
+    (folder / "vitscope.json").write_text(json.dumps(meta))
+    error = one_error(_analyze(folder, photos, tmp_path / "out"), "does not fit the architecture in vitscope.json")
+    assert "in the file" in error and "[4096] in the model" in error
+

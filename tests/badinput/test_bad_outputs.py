@@ -128,3 +128,28 @@ def test_output_folder_in_use(photos, tmp_path):
         holder.stdin.close()
         holder.wait(timeout=30)
     finished(analyze(photos, out), out)  # the first run ended: the folder is free
+
+
+@pytest.mark.parametrize("linked", ["tables", "figures/more"])
+def test_output_folder_with_a_linked_subfolder(photos, tmp_path, linked):
+    """A subfolder of --out that is a link (a colleague's results folder) took the outputs elsewhere: files there
+    were overwritten. Refused before the pass for the writer's own subfolders, and at publishing for any other."""
+    from vitscope.outputs.folder import OutputError, Staging, prepare_output
+
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "attention_stats.csv").write_text("someone's table")
+    (out / linked).parent.mkdir(parents=True, exist_ok=True)
+    (out / linked).symlink_to(elsewhere)
+    if linked == "tables":
+        one_error(analyze(photos, out), f"{out / 'tables'} is a link (to {elsewhere}): vitscope writes its outputs "
+                                        "inside the output folder")
+        assert not (out / "results.json").exists()
+    else:
+        staging = Staging(prepare_output(out))
+        staging.path("figures/more/attention_stats.csv").write_text("new")
+        with pytest.raises(OutputError, match="figures/more is a link"):
+            staging.publish()
+    assert (elsewhere / "attention_stats.csv").read_text() == "someone's table"
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["attention_stats.csv"]
+

@@ -21,9 +21,10 @@ def coco(tmp_path_factory: pytest.TempPathFactory) -> str:
     return f"{synthesize(tmp_path_factory.mktemp('rerun') / 'coco', 'coco', n=8, size=64, seed=4)}::coco"
 
 
-def _invoke(*args: str) -> None:
+def _invoke(*args: str):
     proc = CliRunner().invoke(app, list(args))
     assert proc.exit_code == 0, proc.stderr
+    return proc
 
 
 def _analyses(folder: Path) -> dict:
@@ -55,10 +56,13 @@ def test_a_plugin_runs_record_imports_its_module_again(coco: str, tmp_path: Path
     first, again = tmp_path / "first", tmp_path / "again"
     _invoke("analyze", "-m", "tiny-vit", "-d", coco, "-o", str(first), "--import", str(module), "-a",
             "token_norm", "--limit", "4")
-    fresh = subprocess.run([sys.executable, "-m", "vitscope", "analyze", "--config", str(first / "results.json"),
-                            "-o", str(again)], capture_output=True, text=True)  # a process that never imported it
+    rerun = [sys.executable, "-m", "vitscope", "analyze", "--config", str(first / "results.json"), "-o", str(again)]
+    fresh = subprocess.run([*rerun, "--import", str(module)], capture_output=True, text=True)  # a fresh process
     assert fresh.returncode == 0, fresh.stderr
     assert _analyses(again)["token_norm"] == _analyses(first)["token_norm"]
+    module.write_text(module.read_text() + "\n# edited since\n")
+    changed = _invoke("analyze", "--config", str(first / "results.json"), "-o", str(again))
+    assert f"warning: {module} is not the file of the run recorded in" in changed.stderr, changed.stderr
 
 
 def test_a_record_given_to_another_command_says_whose_it_is(coco: str, tmp_path: Path) -> None:
@@ -87,6 +91,7 @@ def test_a_plugin_of_a_package_is_imported_again_by_its_module_name(coco: str, t
                             "pkg_lab_for_rerun.token_norm", "-a", "token_norm", "--limit", "4"],
                            capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
-    again = subprocess.run([*fresh, "--config", "first/results.json", "-o", "again"], capture_output=True, text=True)
+    again = subprocess.run([*fresh, "--config", "first/results.json", "-o", "again", "--import",
+                            "pkg_lab_for_rerun.token_norm"], capture_output=True, text=True)
     assert again.returncode == 0, again.stderr
     assert _analyses(tmp_path / "again")["token_norm"] == _analyses(tmp_path / "first")["token_norm"]

@@ -254,3 +254,24 @@ def test_shards_given_as_plain_images_name_the_format(shards, tmp_path) -> None:
     with pytest.raises(EmptyDatasetError, match=r"any case\)$"):
         (tmp_path / "empty").mkdir()
         as_source(str(tmp_path / "empty"))  # nothing of another format: the message as before
+
+
+def test_a_member_declaring_more_than_a_sample_holds_is_not_read(tmp_path) -> None:
+    """A tar header may declare any size, which a sparse file holds in a few blocks: the read allocated it (20 GB
+    asked by a 20 kB shard). A label member over 1 MiB, an image over 512 MiB, leaves its sample skipped and named."""
+    import tarfile
+
+    from vitscope.data.images import ImageLoadError
+
+    with tarfile.open(tmp_path / "000000.tar", "w") as tar:
+        for k, label in enumerate([b"1", b"2" * (2**20 + 1)]):
+            for name, data in ((f"s{k}.png", sample_image(k)), (f"s{k}.cls", label)):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    source = as_source(f"{tmp_path / '000000.tar'}::webdataset")
+    assert source.targets(0) == {"label": 1}
+    with pytest.raises(ImageLoadError, match=r"its member declares 1048577 bytes, more than the 1 MiB vitscope reads "
+                                             r"for a label"):
+        source.targets(1)
+    assert source.labels().tolist() == [1, -1]

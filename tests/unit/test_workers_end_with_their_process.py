@@ -69,4 +69,4 @@ def test_loading_and_figure_workers_ask(monkeypatch) -> None:
     assert asked == [123, 456]
     # loading workers leave Ctrl-C and SIGTERM to their process; a pool's figure workers end on SIGTERM
     assert ignored == [(signal.SIGINT, signal.SIG_IGN), (signal.SIGTERM, signal.SIG_IGN),
-                       (signal.SIGINT, signal.SIG_IGN)]
+                       (signal.SIGINT, signal.SIG_IGN), (signal.SIGTERM, signal.SIG_DFL)]

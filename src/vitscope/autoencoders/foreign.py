@@ -94,6 +94,8 @@ def read_json_object(path: Path) -> dict[str, Any]:
         found = json.loads(path.read_text())
     except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
         raise VitscopeValueError(f"{path} is not readable JSON ({err})") from None
+    except RecursionError:
+        raise VitscopeValueError(f"{path} is not readable JSON (nested too deeply)") from None
     if not isinstance(found, dict):
         raise VitscopeValueError(f"{path} is not a JSON object (it holds a {type(found).__name__})")
     return found

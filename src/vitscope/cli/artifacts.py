@@ -9,6 +9,7 @@ import typer
 
 from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors
+from vitscope.cli.terminal import say
 
 __all__ = ["artifacts"]
 
@@ -42,7 +43,7 @@ def artifacts(
     if other:
         raise ConfigError(f"--param sets artifacts.KEY=VALUE here, not {', '.join(other)}")
     doc = run_artifacts(model, data, out, params, ablations=ablations, limit=limit, batch_size=batch_size,
-                        images=images, log=lambda s: typer.echo(s, err=True))
+                        images=images, log=say)
     echo_choices(doc)
     found = doc["analyses"]["artifacts"]["summary"]
     by = f" (by {found['sink_criterion']})" if "sink_criterion" in found else ""

@@ -10,6 +10,7 @@ from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors, require_choice
 from vitscope.cli.help_text import IMAGE_SIZE_HELP
 from vitscope.cli.paths import image_files
+from vitscope.cli.terminal import say
 from vitscope.errors import VitscopeUsageError
 
 __all__ = ["attribute"]
@@ -45,7 +46,7 @@ def attribute(
     image_files([*images, *([like] if like is not None else [])])
     doc = write_attributions(model, images, methods, out, target=target,
                              like=like, image_size=image_size, upsample=upsample,
-                             log=lambda s: typer.echo(s, err=True))
+                             log=say)
     echo_choices(doc)
     summary = doc["analyses"]["attributions"]["summary"]
     typer.echo(f"{len(images)} image(s), methods {', '.join(summary['methods'])} ({summary['score']}) -> "

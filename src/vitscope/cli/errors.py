@@ -29,6 +29,7 @@ from typing import Any
 
 import typer
 
+from vitscope.cli.terminal import printable
 from vitscope.errors import Terminated, VitscopeError, VitscopeUsageError
 from vitscope.workflows.options import ConfigError
 
@@ -37,7 +38,7 @@ __all__ = ["one_line_errors", "one_line_warnings", "require_choice"]
 
 def _first_line(err: BaseException) -> str:
     text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
+    return printable(text.splitlines()[0]) if text else type(err).__name__
 
 
 def _out_of_memory(err: BaseException) -> bool:
@@ -169,7 +170,7 @@ def one_line_warnings() -> None:
     def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
              line: str | None = None) -> None:
         if category.__module__.split(".")[0] == "vitscope":
-            print(f"warning: {message}", file=file or sys.stderr)
+            print(f"warning: {printable(str(message))}", file=file or sys.stderr)
         else:
             original(message, category, filename, lineno, file, line)
 

@@ -11,6 +11,7 @@ from vitscope.cli.errors import one_line_errors
 from vitscope.cli.help_text import FIGURE_FILES_HELP, IMAGE_SIZE_HELP
 from vitscope.cli.imports import CommandLine
 from vitscope.cli.numbers import shown
+from vitscope.cli.terminal import say
 from vitscope.errors import VitscopeUsageError, VitscopeValueError
 
 experiment_app = CommandLine(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
@@ -75,7 +76,7 @@ def robustness(
     names = [m.strip() for m in models.split(",") if m.strip()]
     doc = run_robustness(names, data, out, batch_size=batch_size, device=device, limit=limit, region=region,
                          fill=fill, figure_files=figure_files, image_size=image_size,
-                         log=lambda s: typer.echo(s, err=True))
+                         log=say)
     echo_choices(doc)
     analyses = doc["analyses"]
     for model, freq in analyses["frequency_filtering"]["summary"].items():

@@ -8,6 +8,7 @@ import typer
 
 from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors, require_choice
+from vitscope.cli.terminal import say
 from vitscope.errors import VitscopeUsageError
 
 __all__ = ["explanations"]
@@ -42,7 +43,7 @@ def explanations(
     if "all" in chosen and len(chosen) > 1:
         raise VitscopeUsageError(f"--methods all stands alone (every method); got {methods!r}")
     doc = run_explanations([m.strip() for m in models.split(",") if m.strip()], data, out, chosen, limit=limit,
-                           steps=steps, sanity=sanity, batch_size=batch_size, log=lambda s: typer.echo(s, err=True))
+                           steps=steps, sanity=sanity, batch_size=batch_size, log=say)
     echo_choices(doc)
     summary = doc["analyses"]["explanations"]["summary"]
     typer.echo(f"{len(summary['models'])} model(s), {len(summary['methods'])} method(s), {len(summary['rows'])} "

@@ -11,6 +11,7 @@ from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors, require_choice, require_finite
 from vitscope.cli.help_text import FIGURE_FILES_HELP, IMAGE_SIZE_HELP
 from vitscope.cli.numbers import counted, shown
+from vitscope.cli.terminal import say
 
 __all__ = ["featviz"]
 
@@ -75,7 +76,7 @@ def featviz(
                              top_k=5 if top_k is None else top_k, limit=limit, token_mixing=token_mixing,
                              spatial_information=spatial_information, device=device, figure_files=figure_files,
                              image_size=image_size)
-    path = run_featviz(options, log=lambda s: typer.echo(s, err=True))
+    path = run_featviz(options, log=say)
     doc = json.loads(path.read_text())
     echo_choices(doc)
     units = doc["analyses"]["featviz"]["summary"]["units"]

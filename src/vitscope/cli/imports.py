@@ -15,6 +15,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from vitscope.cli.parser import OneLineGroup
+from vitscope.cli.terminal import say
 
 __all__ = ["IMPORT_HELP", "CommandLine", "ImportingCommand", "import_or_exit"]
 
@@ -30,7 +31,7 @@ def import_or_exit(names: Sequence[str]) -> None:
         try:
             import_analyses(name)
         except PluginImportError as err:
-            typer.echo(f"error: {err}", err=True)
+            say(f"error: {err}")
             raise typer.Exit(1) from None
 
 

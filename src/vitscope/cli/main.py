@@ -34,6 +34,7 @@ from vitscope.cli.paths import writable_folder
 from vitscope.cli.probe import probe as probe_command
 from vitscope.cli.resolve import resolve_or_exit
 from vitscope.cli.sae import sae_app
+from vitscope.cli.terminal import say
 from vitscope.cli.torchrun import refuse_under_torchrun
 from vitscope.cli.zoo import zoo_app
 from vitscope.models.errors import TRUST_PICKLE_ENV
@@ -95,7 +96,7 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print JSON instea
 
 
 def _stderr(message: str) -> None:
-    typer.echo(message, err=True)
+    say(message)
 
 
 def _params_of(name: str | None) -> None:

@@ -25,6 +25,7 @@ from vitscope.cli.help_text import (
     WORKERS_HELP,
 )
 from vitscope.cli.resolve import resolve_or_exit
+from vitscope.cli.terminal import say
 
 __all__ = ["probe"]
 
@@ -103,7 +104,7 @@ def probe(
     # the parameters are named as ProbeOptions' fields: ctx.params holds them all, --config too
     options = resolve_or_exit(ProbeOptions, ctx.params)
     _check_paths(options)
-    path = probe_command(options, log=lambda m: typer.echo(m, err=True))
+    path = probe_command(options, log=say)
     if path is None:
         return
     doc = json.loads(path.read_text())

@@ -11,6 +11,7 @@ import typer
 from vitscope.cli.errors import one_line_errors, require_choice, require_finite
 from vitscope.cli.imports import CommandLine
 from vitscope.cli.paths import writable_folder
+from vitscope.cli.terminal import say
 from vitscope.cli.torchrun import refuse_under_torchrun
 
 #: the benchmark's default models (vitscope.sae.benchmark.ZOO_MODELS, named here so that --help imports no torch)
@@ -83,7 +84,7 @@ def train_command(
     writable_folder("--out", out, keep=False)  # the SAE is saved only after training: a wrong --out fails now
     config = SAETraining(kind=kind, latents=latents, k=k, tokens=int(tokens), buffer_tokens=buffer_tokens,
                          tokens_of=tokens_of, batch_tokens=batch_tokens, lr=lr, seed=seed)
-    with role(lambda s: typer.echo(s, err=True)) as me:
+    with role(say) as me:
         backbone = load_model(model, device=device)
         if me.log:
             me.log(describe_input(backbone.spec))
@@ -128,7 +129,7 @@ def eval_command(
         writable_folder("--out", out, keep=False)  # written after the passes: a wrong --out fails now
     autoencoder = load(sae)  # a file that is no SAE fails before the model loads
     backbone = load_model(model)
-    typer.echo(describe_input(backbone.spec), err=True)  # stdout holds the JSON alone
+    say(describe_input(backbone.spec))  # stdout holds the JSON alone
     found = evaluate(autoencoder, backbone, data, hook=hook, tokens_of=tokens_of, images=images,
                      batch_size=batch_size)
     found.update(models=[model_identity(model, backbone)], sae=sae_identity(autoencoder, sae))
@@ -180,7 +181,7 @@ def benchmark_command(
                           tokens=int(tokens), batch_tokens=batch_tokens, lr=lr, fit_tokens=fit_tokens, cap=cap,
                           min_tokens=min_tokens, seed=seed, world_seed=world_seed, batch_size=batch_size)
     doc = benchmark([m.strip() for m in models.split(",") if m.strip()], config, out=out, device=device,
-                    log=lambda s: typer.echo(s, err=True))
+                    log=say)
     for model, found in doc["models"].items():
         means = ", ".join(f"{m} {found['methods'][m]['mean_auroc']:.2f}" for m in found["methods"])
         typer.echo(f"{model}: mean held-out AUROC of the best unit per concept: {means}")

@@ -78,6 +78,10 @@ class _Member:
 
 #: open shards kept per process: reading is contiguous, and a thousand shards would exceed the open-file limit
 _OPEN_SHARDS = 8
+#: the most bytes read for one member: a header may declare any size (a sparse file holds it in a few blocks), and
+#: the read allocates what it declares
+_MAX_IMAGE_BYTES = 512 * 2**20
+_MAX_LABEL_BYTES = 2**20
 
 
 def _split_key(name: str) -> tuple[str, str] | None:
@@ -179,7 +183,11 @@ class WebDatasetSource(Source):
         self._pid = os.getpid()
         self._all_labels: np.ndarray | None = None  # read once by labels(): its warning is given once
 
-    def _read(self, member: _Member, i: int) -> bytes:
+    def _read(self, member: _Member, i: int, most: int = _MAX_IMAGE_BYTES) -> bytes:
+        if member.size > most:
+            kind = "an image" if most == _MAX_IMAGE_BYTES else "a label"
+            raise ImageLoadError(self.path(i), f"its member declares {member.size} bytes, more than the "
+                                 f"{most // 2**20} MiB vitscope reads for {kind}")
         if self._pid != os.getpid():  # a forked loading worker opens its own files (the parent's stay its own)
             self._fds, self._pid = {}, os.getpid()
         try:
@@ -218,7 +226,8 @@ class WebDatasetSource(Source):
 
     def _label_text(self, i: int) -> str | None:
         member = self._labels[i]
-        return None if member is None else self._read(member, i).decode("utf-8", errors="replace").strip()
+        return None if member is None else \
+            self._read(member, i, _MAX_LABEL_BYTES).decode("utf-8", errors="replace").strip()
 
     def _label(self, i: int) -> int | None:
         text = self._label_text(i)

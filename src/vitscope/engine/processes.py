@@ -36,8 +36,11 @@ def quiet_worker(parent: int, stops: tuple[int, ...] = (signal.SIGINT,)) -> None
     A terminal's Ctrl-C reaches every process of the group: the main process reports it once (a worker would print
     its own traceback). Loading workers leave SIGTERM (a batch scheduler's, to the whole group) to it too, which
     stops after the batch in flight (a worker dying of it would fail that batch); a ``multiprocessing.Pool``'s
-    workers must not, as the pool ends them with it.
+    workers must not, as the pool ends them with it: SIGTERM's default action then ends them quietly (the handler
+    a command installs for itself, inherited, would raise in them).
     """
     for stop in stops:
         signal.signal(stop, signal.SIG_IGN)
+    if signal.SIGTERM not in stops:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     die_with_parent(parent)

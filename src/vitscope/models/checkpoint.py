@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from vitscope.atomic import temporary_path
@@ -46,6 +46,8 @@ def save_checkpoint(backbone: Backbone, directory: str | Path, **metadata: objec
 
 def load_checkpoint(directory: str | Path) -> Backbone:
     """Load a checkpoint written by :func:`save_checkpoint`."""
+    import torch
+
     from vitscope.models.tiny import TinyResNet, TinyResNetConfig, TinyViT, TinyViTConfig
     from vitscope.models.wrap import wrap, wrap_tiny_vit
 
@@ -56,18 +58,31 @@ def load_checkpoint(directory: str | Path) -> Backbone:
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
         raise VitscopeValueError(f"{d / 'vitscope.json'} is not a vitscope checkpoint description ({err!r}); "
                                  "write checkpoints with vitscope.models.checkpoint.save_checkpoint") from None
-    try:
+    def build() -> torch.nn.Module:
         if arch == "tiny-vit":
-            model = TinyViT(TinyViTConfig(**cfg))
-        else:
-            model = TinyResNet(TinyResNetConfig(**{**cfg, "widths": tuple(cfg["widths"])}))
+            return TinyViT(TinyViTConfig(**cfg))
+        return TinyResNet(TinyResNetConfig(**{**cfg, "widths": tuple(cfg["widths"])}))
+
+    try:
+        with torch.device("meta"):  # shapes only: a description asking for a huge model allocates nothing
+            shapes = {k: tuple(v.shape) for k, v in build().state_dict().items()}
     except (TypeError, KeyError, ValueError) as err:
         raise ModelLoadError(f"{d / 'vitscope.json'}: its config does not describe a {arch} ({err})") from None
     weights = d / "model.safetensors"
     try:
+        with safe_open(str(weights), framework="pt") as f:
+            stored = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 (the header alone)
+        differ = sorted(k for k in shapes.keys() | stored.keys() if shapes.get(k) != stored.get(k))
+        if differ:
+            k = differ[0]
+            raise ModelLoadError(f"{weights} does not fit the architecture in vitscope.json: {k} is "
+                                 f"{list(stored[k]) if k in stored else 'missing'} in the file, "
+                                 f"{list(shapes[k]) if k in shapes else 'unknown'} in the model "
+                                 f"({len(differ)} tensor(s) differ)")
         state = load_file(str(weights))
     except SafetensorError as err:
         raise ModelLoadError(f"{weights} is damaged ({str(err).splitlines()[0]}); save the checkpoint again") from None
+    model = build()
     try:
         model.load_state_dict(state)
     except RuntimeError as err:  # missing, unexpected or mis-shaped tensors

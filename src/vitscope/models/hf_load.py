@@ -45,8 +45,8 @@ def hub_reachable(timeout: float = 3.0) -> bool:
 def _load_config(source: str, **hub: Any) -> Any:
     from transformers import AutoConfig
 
-    try:
-        return AutoConfig.from_pretrained(source, **hub)
+    try:  # never a checkpoint's own code (auto_map): transformers would ask on the terminal, and a "y" ran it
+        return AutoConfig.from_pretrained(source, trust_remote_code=False, **hub)
     except OSError as err:
         if Path(source).exists():
             raise ModelLoadError(f"'{source}' has no readable config.json: not a save_pretrained directory") from None
@@ -55,6 +55,9 @@ def _load_config(source: str, **hub: Any) -> Any:
             raise ModelLoadError(_offline_message(source)) from None
         raise ModelLoadError(f"cannot load '{source}': {str(err).splitlines()[0]}") from None
     except ValueError as err:
+        if "custom code" in str(err):
+            raise ModelLoadError(f"'{source}' asks to run code of its own (auto_map in config.json), which vitscope "
+                                 "never does: load a checkpoint of a family it knows (vitscope models)") from None
         raise ModelLoadError(f"cannot load '{source}': {str(err).splitlines()[0]}") from None
 
 

@@ -128,6 +128,7 @@ def from_pretrained(cls: Any, source: str, **kwargs: Any) -> nn.Module:
     """
     from safetensors import SafetensorError
 
+    kwargs = {**kwargs, "trust_remote_code": False}  # never a checkpoint's own code
     try:
         with quiet_transformers():
             model, info = cls.from_pretrained(source, output_loading_info=True, **kwargs)

@@ -26,6 +26,8 @@ __all__ = ["MANIFEST", "OutputError", "Staging", "check_output", "prepare_output
 
 MANIFEST = OUTPUT_MANIFEST
 STATE_FOLDER = ".vitscope-state"  # resumable state of an interrupted pass (vitscope.engine.state)
+#: the subfolders the writer fills (the others it writes, it makes itself)
+SUBFOLDERS = ("tables", "arrays", "figures", "charts", STATE_FOLDER)
 
 
 class OutputError(VitscopeValueError):
@@ -43,6 +45,8 @@ def prepare_output(out: str | os.PathLike) -> Path:
         VitscopeRuntimeError: the report's vendored chart library is not the pinned file.
     """
     out = usable_folder(out)
+    for name in SUBFOLDERS:  # before the pass: the writer would refuse them only after it
+        _refuse_link(out, out / name)
     hold_output(out)  # before the leftovers go: a run still writing here has its own
     for folder in (out, out / STATE_FOLDER):  # a run killed while writing left these; its finished files are whole
         remove_leftovers(folder, stale_pids=frozenset({os.getpid()}))  # this process has written nothing yet
@@ -138,6 +142,9 @@ class Staging:
         written = self.files()
         aside = self.out / staging_name(uuid.uuid4().hex)  # a leftover of this process if it is killed meanwhile
         done: list[tuple[Path, Path | None]] = []  # (a target changed, a link to its previous file or None)
+        for rel in written:  # a linked subfolder would take the file elsewhere (a shared results folder)
+            for folder in reversed(Path(rel).parents[:-1]):
+                _refuse_link(self.out, self.out / folder)
         try:
             for rel in [f for f in written if f not in last] + [f for f in last if f in written]:
                 target = self.out / rel
@@ -166,6 +173,17 @@ class Staging:
 
     def discard(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _refuse_link(out: Path, folder: Path) -> None:
+    """Refuse a subfolder of ``out`` that is a link: outputs are written inside ``out`` only.
+
+    Raises:
+        OutputError: ``folder`` is a link.
+    """
+    if folder.is_symlink():
+        raise OutputError(f"{folder} is a link (to {os.readlink(folder)}): vitscope writes its outputs inside the "
+                          f"output folder {out} only; remove the link or give another --out")
 
 
 def _link_aside(target: Path, place: Path) -> Path | None:

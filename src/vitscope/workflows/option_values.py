@@ -68,29 +68,37 @@ def _unique_key_loader() -> type:
     return UniqueKeyLoader
 
 
-def _recorded_imports(value: Any, path: Path) -> list[tuple[str | None, str | None]]:
-    """The ``(module, file)`` of each analysis module a record's ``imports`` names, each pair once."""
+def _recorded_imports(value: Any, path: Path) -> list[tuple[str | None, str | None, str | None]]:
+    """The ``(module, file, sha256)`` of each analysis module a record's ``imports`` names, each once."""
     if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
         raise ConfigError(f"'{RECORDED_IMPORTS}' in {path} must be a run's record of its imports (a list of "
                           "mappings with 'module' and 'file'); to import modules, use 'import:'")
-    return list(dict.fromkeys((v.get("module"), v.get("file")) for v in value))
+    return list(dict.fromkeys((v.get("module"), v.get("file"), v.get("sha256")) for v in value))
 
 
-def _import_recorded(module: str | None, file: str | None) -> None:
-    """Import a recorded module by its name (a module of a package needs it for its relative imports), else by its
-    file where that still exists.
+def _require_imported(module: str | None, file: str | None, sha256: str | None, path: Path) -> None:
+    """A record's plug-in module must be imported already (``--import``, ``import:``, an installed entry point):
+    a record is data, and reading one never runs the code it names (someone else's results.json included).
 
     Raises:
-        PluginImportError: neither imports.
+        ConfigError: the module is not imported; the message names what to give ``--import`` once it is read.
     """
-    from vitscope.analyses.plugins import PluginImportError, import_analyses
+    import hashlib
+    import sys
+    import warnings
 
-    try:
-        import_analyses(module or str(file))
-    except PluginImportError:
-        if not (module and file and Path(file).is_file()):
-            raise
-        import_analyses(file)
+    held = sys.modules.get(module) if module else None
+    if held is None:
+        given = module if module and ("." in module or not file) else file
+        raise ConfigError(f"the run recorded in {path} used analyses from {file or module}; a record does not run "
+                          f"code: read it, then give it with --import {given} (or import: in a config file)")
+    source = Path(held.__file__).resolve() if getattr(held, "__file__", None) else None
+    if sha256 and source is not None and source.is_file() and \
+            hashlib.sha256(source.read_bytes()).hexdigest() != sha256:
+        from vitscope.errors import VitscopeWarning
+
+        warnings.warn(f"{source} is not the file of the run recorded in {path} (its sha256 differs): the numbers "
+                      "may differ", VitscopeWarning, stacklevel=2)
 
 
 def _where(source: str | None) -> str:
@@ -223,7 +231,7 @@ def load_config(path: str | Path, options: tuple[Option, ...]) -> dict[str, Any]
     known = {o.name: o for o in options}
     out: dict[str, Any] = {}
     imports: list[str] = []
-    recorded_imports: list[tuple[str | None, str | None]] = []
+    recorded_imports: list[tuple[str | None, str | None, str | None]] = []
     spelt: dict[str, Any] = {}
     for raw_key, value in doc.items():
         key = str(raw_key).replace("-", "_")
@@ -249,8 +257,8 @@ def load_config(path: str | Path, options: tuple[Option, ...]) -> dict[str, Any]
 
         for name in imports:
             import_analyses(name)
-    for module, file in recorded_imports:
-        _import_recorded(module, file)
+    for module, file, sha256 in recorded_imports:
+        _require_imported(module, file, sha256, path)
     return out
 
 

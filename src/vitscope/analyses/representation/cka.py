@@ -146,8 +146,8 @@ class BlockCKA(Analysis):
             dataset is in minibatch ``i // batch``, whatever the engine's batch size, number of processes or resume
             point; on data sorted by class (every ``imagefolder``) a minibatch then holds one or two classes and the
             estimate is a within-class CKA. ``"shuffled"``: minibatches of images drawn by a seeded shuffle
-            (:class:`~vitscope.analyses.representation.shuffled_hsic.ShuffledHSIC`), the same whatever the data's order,
-            but every image's features wait on disk until the end of the pass, as the full estimators'.
+            (:class:`~vitscope.analyses.representation.shuffled_hsic.ShuffledHSIC`), the same whatever the engine's
+            order, but every image's features wait on disk until the end of the pass, as the full estimators'.
         seed: the shuffle's seed (``order="shuffled"``).
 
     Memory (why these defaults): with ``order="dataset"`` a minibatch that an engine batch holds whole is reduced

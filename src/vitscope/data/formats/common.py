@@ -99,6 +99,8 @@ def read_json(path: PathLike) -> Any:
         raise DatasetFormatError(f"malformed JSON in {path}: {e.msg} at line {e.lineno} column {e.colno}") from None
     except UnicodeDecodeError as e:
         raise DatasetFormatError(f"malformed JSON in {path}: not UTF-8 text ({e.reason})") from None
+    except RecursionError:  # arrays or objects nested deeper than Python's parser recurses
+        raise DatasetFormatError(f"malformed JSON in {path}: nested too deeply to be an annotation file") from None
 
 
 def mask_to_box(mask: np.ndarray) -> np.ndarray:
