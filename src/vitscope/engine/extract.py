@@ -207,7 +207,8 @@ def extract_features(
     resumable_name = f"pass-{pass_key}" if resume and not analyses and not edits else None
     work, resumable, lock = _working_folder(cache, resumable_name, shard, log)
     try:  # the lock goes with the pass, also when it is interrupted (a re-run in this process then resumes)
-        rows = FeatureRows(missing, view, workdir=work / f"rows-rank{shard.rank}-of-{shard.world}")
+        rows_folder = work / f"rows-rank{shard.rank}-of-{shard.world}"
+        rows = FeatureRows(missing, view, workdir=rows_folder)
         key = {"pass": pass_key, "format": CACHE_FORMAT, **({"strict": True} if strict else {})}  # as a run's key
         checkpoint = Checkpoint(work / "state.pt", key, every_seconds=checkpoint_seconds, log=log) if resumable \
             else None
@@ -222,6 +223,10 @@ def extract_features(
         except BaseException:  # a pass that cannot resume leaves no rows behind (a resumable one keeps them)
             if not resumable:
                 shutil.rmtree(work, ignore_errors=True)
+            elif checkpoint is not None and not checkpoint.path.exists():  # failed before its first save: no
+                shutil.rmtree(rows_folder, ignore_errors=True)  # state names these rows, and a retry adds its own
+                if shard.rank == 0 and {p.name for p in work.iterdir()} <= {".lock"}:
+                    shutil.rmtree(work, ignore_errors=True)
             raise
         meta_base = {"model": spec.name, "view": view.describe(spec), "data": source.name, **rows.layout,
                      "grids": ran.grids}

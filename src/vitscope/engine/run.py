@@ -207,7 +207,8 @@ def run(
                                  f"{limit!r}")
     if isinstance(analyses, str):  # one name (or a comma list), not a sequence of one-letter names
         analyses = [n.strip() for n in analyses.split(",") if n.strip()]
-    analyses = [get_analysis(a) if isinstance(a, str) else a for a in analyses]
+    given = list(analyses)
+    analyses = [get_analysis(a) if isinstance(a, str) else a for a in given]
     names = [a.name for a in analyses]
     if len(set(names)) != len(names):
         raise VitscopeValueError(f"two analyses share a name ({', '.join(names)}); give each a distinct name")
@@ -245,8 +246,16 @@ def run(
     with decoding(backbone, jpeg_draft, view):
         _hand_references(backbone, source, analyses, batch_size, dev, amp, strict, limit, view)
         with _rows_beside(checkpoint):  # spilled rows on the state file's disk: saving links them
-            return _pass(backbone, source, analyses, checkpoint, shard, dev, amp, batch_size, limit, strict,
-                         progress, view, hooks, total, described, workers, log, bool(compile_stats))
+            try:
+                ran = _pass(backbone, source, analyses, checkpoint, shard, dev, amp, batch_size, limit, strict,
+                            progress, view, hooks, total, described, workers, log, bool(compile_stats))
+            except BaseException:  # a failed pass's rows go now, not at exit (the saved state links its own)
+                for a in analyses:
+                    a.release_rows()
+                raise
+    for a in (a for a, g in zip(analyses, given) if isinstance(g, str)):  # nothing else holds what run made
+        a.release_rows()
+    return ran
 
 
 def _hand_references(backbone: Backbone, source: Source, analyses: Sequence[Analysis], batch_size: int,

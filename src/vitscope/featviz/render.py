@@ -110,9 +110,10 @@ class FeatvizResult:
 
 @contextmanager
 def frozen(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
-    """Eval mode and ``requires_grad=False`` on every parameter; both restored on exit."""
+    """Eval mode and ``requires_grad=False`` on every parameter; both restored on exit, module by module (a model
+    being fine-tuned keeps its frozen norms in eval mode)."""
     flags = [(p, p.requires_grad) for p in model.parameters()]
-    was_training = model.training
+    modes = [(m, m.training) for m in model.modules()]
     try:
         for p, _ in flags:
             p.requires_grad_(False)
@@ -121,7 +122,8 @@ def frozen(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
     finally:
         for p, flag in flags:
             p.requires_grad_(flag)
-        model.train(was_training)
+        for module, training in modes:
+            module.training = training
 
 
 def _stop_block(hooks: Sequence[str], needs_logits: bool, num_blocks: int) -> tuple[int, bool]:

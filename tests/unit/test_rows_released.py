@@ -1,0 +1,80 @@
+"""Rows spilled to disk go when no one can read them again, not at the process's exit: a notebook or a sweep
+calling ``vitscope.run`` (or failing in it) many times filled the temporary folder (1.8 GB a call for k-NN rows of
+50,000 images), and a feature extraction failing before its first save left its rows in the cache for good."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import vitscope
+from vitscope.analyses.base import Analysis
+from vitscope.cache.row_folders import private_folder
+from vitscope.cache.rowstore import RowStore
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+class _FailsAtSecondBatch(Analysis):
+    name = "fails_at_second_batch"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches = 0
+
+    def required_hooks(self, spec):
+        return ["blocks.0.resid_post"]
+
+    def update(self, record, batch):
+        self.batches += 1
+        if self.batches == 2:
+            raise RuntimeError("failed at the second batch")
+
+    def compute(self):
+        return {}
+
+
+def _spilled() -> int:
+    return sum(len(files) for _, _, files in os.walk(private_folder()))
+
+
+@pytest.fixture
+def spill_every_row(monkeypatch):
+    monkeypatch.setattr(RowStore.__init__, "__defaults__", (None, 1))  # every batch's rows go to disk
+
+
+@pytest.mark.usefixtures("spill_every_row")
+def test_a_run_and_a_failed_run_leave_no_spilled_rows(tmp_path) -> None:
+    from vitscope.data.synthetic.write import synthesize
+
+    backbone = vitscope.load_model("tiny-vit-sup")
+    data = f"{synthesize(tmp_path / 'world', 'imagefolder', n=8, size=32, seed=0)}::imagefolder"
+    before = _spilled()
+    for _ in range(3):
+        results = vitscope.run(backbone, data, "knn_probe", batch_size=2, progress=False, workers=0)
+        assert results["knn_probe"].tensors  # computed from the rows before they went
+        assert _spilled() == before
+    probe = vitscope.analyses.registry.get_analysis("knn_probe")
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match="failed at the second batch"):
+            vitscope.run(backbone, data, [probe, _FailsAtSecondBatch()], batch_size=2, progress=False, workers=0)
+        assert _spilled() == before
+
+
+@pytest.mark.usefixtures("spill_every_row")
+def test_a_feature_pass_failing_before_its_first_save_leaves_no_rows_in_the_cache(tmp_path) -> None:
+    from vitscope.cache.feature_cache import FeatureCache
+    from vitscope.cache.request import FeatureRequest
+    from vitscope.data.synthetic.write import synthesize
+    from vitscope.engine.extract import extract_features
+
+    root = synthesize(tmp_path / "world", "imagefolder", n=8, size=32, seed=0)
+    sorted(root.rglob("*.png"))[-1].write_bytes(b"not an image")  # read last, in a later batch than the first
+    cache = FeatureCache(tmp_path / "cache")
+    for _ in range(2):  # a retry added its rows beside the orphaned ones
+        with pytest.raises(Exception, match="not an image|cannot identify|cannot read"):
+            extract_features(vitscope.load_model("tiny-vit"), f"{root}::imagefolder", [FeatureRequest()], cache,
+                             batch_size=2, workers=0, strict=True, progress=False)
+        left = tmp_path / "cache" / "tmp"
+        assert not left.exists() or not any(left.rglob("*")), sorted(left.rglob("*"))
