@@ -212,6 +212,7 @@ class StopSignal(vitscope.Analysis):
 """
 
 
+@pytest.mark.usefixtures("clean_registry")  # the in-process runs register the plug-in
 @pytest.mark.parametrize(("name", "status", "last_line"), [("SIGTERM", 143, "terminated"),
                                                             ("SIGINT", 130, "interrupted")])
 def test_terminated_by_the_scheduler(photos, tmp_path, name, status, last_line):
