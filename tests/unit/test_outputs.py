@@ -301,6 +301,7 @@ def test_the_environment_names_the_libraries_that_decide_the_numbers() -> None:
 
     env = environment()
     assert env["python"] == platform.python_version() and env["torch"] == torch.__version__
+    assert env["torch_threads"] == torch.get_num_threads()  # a training's float32 sums round by them
     assert env["numpy"] == numpy.__version__ and env["pillow"] == PIL.__version__
     assert env["scikit-learn"] == sklearn.__version__
     assert env["opencv"].startswith(cv2.__version__)  # the wheel's version adds a build number: 4.10.0.84

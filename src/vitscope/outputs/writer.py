@@ -45,14 +45,16 @@ _LIBRARIES = {
 }
 
 
-def environment() -> dict[str, str]:
+def environment() -> dict[str, Any]:
     """Versions that decide the numbers (results.json ``environment``): Python, torch, and those of numpy, Pillow,
-    OpenCV and scikit-learn that are installed (read from their distributions: nothing is imported)."""
+    OpenCV and scikit-learn that are installed (read from their distributions: nothing is imported); and torch's
+    intra-op threads, by which a training's float32 sums (guided MAE's, an SAE's) may round otherwise."""
     from importlib.metadata import PackageNotFoundError, version
 
     import torch
 
-    found = {"python": platform.python_version(), "torch": torch.__version__}
+    found: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__,
+                             "torch_threads": torch.get_num_threads()}
     for name, distributions in _LIBRARIES.items():
         for distribution in distributions:
             try:
