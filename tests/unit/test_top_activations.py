@@ -148,3 +148,18 @@ def test_paths_and_pictures_are_pruned_by_snapshots_that_arrive_late(monkeypatch
     assert first.meta == second.meta
     for key in first.tensors:
         assert torch.equal(first[key], second[key]), key
+
+
+def test_kept_paths_are_spelt_from_the_root(tmp_path, monkeypatch) -> None:
+    """Paths kept as the data was spelt (relative to the working folder) and a resume from another folder mixed
+    two spellings in one list, the first ones naming no file from there."""
+    import os
+
+    from vitscope.data.synthetic.write import synthesize
+
+    synthesize(tmp_path / "data", "imagefolder", n=4, size=32, seed=0)
+    monkeypatch.chdir(tmp_path)
+    res = vitscope.run(vitscope.load_model("tiny-vit"), "data", [TopActivations(hooks=["blocks.1.mlp.post"], k=2)],
+                       batch_size=2, progress=False, workers=0)["top_activations"]
+    paths = list(res.meta["paths"].values())
+    assert paths and all(os.path.isabs(p) and os.path.isfile(p) for p in paths), paths

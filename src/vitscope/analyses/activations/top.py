@@ -9,6 +9,7 @@ sorted tensors; ties are broken by the smaller dataset index, so the order is to
 from __future__ import annotations
 
 import fnmatch
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -310,7 +311,7 @@ class TopActivations(Analysis):
         seq = self.__dict__.get("_seq", 0) + 1
         self.__dict__["_seq"] = seq
         added = self.__dict__.setdefault("_added", {})  # dataset index -> sequence number of its batch
-        self.paths.update({int(i): str(p) for i, p in zip(batch.indices, batch.paths)})
+        self.paths.update({int(i): _spelt(str(p)) for i, p in zip(batch.indices, batch.paths)})
         added.update({int(i): seq for i in batch.indices})
         if batch.pixels is not None:
             new = [j for j, i in enumerate(batch.indices) if int(i) not in self.pictures]
@@ -346,3 +347,10 @@ class TopActivations(Analysis):
                 "mapped": {k: list(self.channels[k][: self.mapped[k]["maps"].shape[0]]) for k in keys},
                 "paths": {str(i): self.paths[i] for i in sorted(self._kept_indices() & set(self.paths))}}
         return TopActivationsResult(name=self.name, tensors=tensors, meta=meta)
+
+
+def _spelt(path: str) -> str:
+    """A file's path spelt from the root (a relative one would mean another file once a run resumes from another
+    working folder); a name that is no file (a shard's member, an image in memory) as it is."""
+    return path if os.path.isabs(path) or not os.path.exists(path) else os.path.abspath(path)
+
