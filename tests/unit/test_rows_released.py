@@ -9,30 +9,11 @@ import os
 import pytest
 
 import vitscope
-from vitscope.analyses.base import Analysis
+from helpers.failing import FailingAnalysis
 from vitscope.cache.row_folders import private_folder
 from vitscope.cache.rowstore import RowStore
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-class _FailsAtSecondBatch(Analysis):
-    name = "fails_at_second_batch"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.batches = 0
-
-    def required_hooks(self, spec):
-        return ["blocks.0.resid_post"]
-
-    def update(self, record, batch):
-        self.batches += 1
-        if self.batches == 2:
-            raise RuntimeError("failed at the second batch")
-
-    def compute(self):
-        return {}
 
 
 def _spilled() -> int:
@@ -58,7 +39,8 @@ def test_a_run_and_a_failed_run_leave_no_spilled_rows(tmp_path) -> None:
     probe = vitscope.analyses.registry.get_analysis("knn_probe")
     for _ in range(3):
         with pytest.raises(RuntimeError, match="failed at the second batch"):
-            vitscope.run(backbone, data, [probe, _FailsAtSecondBatch()], batch_size=2, progress=False, workers=0)
+            vitscope.run(backbone, data, [probe, FailingAnalysis(2, "failed at the second batch")], batch_size=2,
+                         progress=False, workers=0)
         assert _spilled() == before
 
 
