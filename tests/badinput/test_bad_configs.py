@@ -164,3 +164,34 @@ def test_config_record_names_plugin_code(tmp_path):
                                    f"{hostile}; a record does not run code: read it, then give it with --import "
                                    f"{hostile} (or import: in a config file)")
     assert not ran.exists() and not (tmp_path / "o").exists()
+
+
+def test_config_record_names_plugin_code_to_import(tmp_path):
+    """A record's config holding a hand-written file's ``import:`` key was imported too."""
+    hostile = tmp_path / "hostile_import.py"
+    ran = tmp_path / "it ran"
+    hostile.write_text(f"open({str(ran)!r}, 'w').write('code ran')\n")
+    record = {"vitscope_version": "0.1.0", "command": "analyze",
+              "config": {"model": "tiny-vit", "data": str(folder_with_one_good_image(tmp_path)),
+                         "analyses": ["attention_stats"], "import": [str(hostile)]}}
+    (tmp_path / "results.json").write_text(json.dumps(record))
+    one_error(cli("analyze", "--config", str(tmp_path / "results.json"), "-o", str(tmp_path / "o")),
+              "names modules to import ('import'); a record does not run code", status=2)
+    assert not ran.exists() and not (tmp_path / "o").exists()
+
+
+@pytest.mark.usefixtures("clean_registry")
+def test_config_record_names_plugin_code_given_by_another_name(tmp_path):
+    """A record of a module imported by its dotted name, given again as its file's path, was refused."""
+    import hashlib
+
+    from helpers.plugin_lab import fenced
+    from vitscope.analyses.plugins import import_analyses
+    from vitscope.workflows.option_values import _require_imported
+
+    module = tmp_path / "lab_by_path.py"
+    module.write_text(fenced("python", "# my_lab/token_norm.py").replace('"token_norm"', '"token_norm_by_path"'))
+    import_analyses(str(module))
+    _require_imported("a_lab.lab_by_path", str(module), hashlib.sha256(module.read_bytes()).hexdigest(),
+                      tmp_path / "results.json")  # no error: the same file
+

@@ -162,3 +162,19 @@ def test_model_damaged_vitscope_checkpoint_describing_a_huge_model(photos, tmp_p
     error = one_error(_analyze(folder, photos, tmp_path / "out"), "does not fit the architecture in vitscope.json")
     assert "in the file" in error and "[4096] in the model" in error
 
+
+def test_model_damaged_vitscope_checkpoint_describing_a_deep_model(photos, tmp_path):
+    """A description asking for 10,000 blocks made them (24 s, 830 MB) before its weights' header was compared."""
+    import time
+
+    import vitscope
+    from vitscope.models.checkpoint import save_checkpoint
+
+    folder = save_checkpoint(vitscope.load_model("tiny-vit"), tmp_path / "ckpt")
+    meta = json.loads((folder / "vitscope.json").read_text())
+    meta["config"]["depth"] = 10_000
+    (folder / "vitscope.json").write_text(json.dumps(meta))
+    started = time.monotonic()
+    one_error(_analyze(folder, photos, tmp_path / "out"), "it holds 6 blocks, the description 10000")
+    assert time.monotonic() - started < 10
+

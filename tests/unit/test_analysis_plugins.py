@@ -153,3 +153,22 @@ def test_an_entry_point_that_cannot_be_imported_is_named_and_help_still_lists_th
     shown = cli("analyze", "--help")
     assert shown.returncode == 0 and "Plug-in analyses are not listed: cannot import the analyses of entry point " \
         "'broken = my_lab.nope'" in shown.stdout and "  cls_attention_maps " in shown.stdout
+
+
+def test_a_record_of_an_installed_plugin_runs_again_without_import(lab, monkeypatch):
+    """An installed package's plug-in counts as given: its record ran again before a record stopped importing, and
+    was refused after (the entry points are imported on the registry's first read, after the config file)."""
+    import sys
+
+    from vitscope.analyses import registry
+
+    install(lab, {"token_norm": "my_lab.token_norm"}, monkeypatch)
+    monkeypatch.setattr(registry, "_LOADED", False)  # as in a fresh process
+    first = cli("analyze", "-m", "tiny-vit", "-d", "photos", "-o", "first", "-a", "token_norm")
+    assert first.returncode == 0, first.stderr
+    monkeypatch.delitem(sys.modules, "my_lab.token_norm")  # and again
+    monkeypatch.setattr(registry, "_LOADED", False)
+    again = cli("analyze", "--config", "first/results.json", "-o", "again")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(Path("again/results.json").read_text())["analyses"]["token_norm"] == \
+        json.loads(Path("first/results.json").read_text())["analyses"]["token_norm"]

@@ -60,3 +60,25 @@ def test_a_feature_pass_failing_before_its_first_save_leaves_no_rows_in_the_cach
                              batch_size=2, workers=0, strict=True, progress=False)
         left = tmp_path / "cache" / "tmp"
         assert not left.exists() or not any(left.rglob("*")), sorted(left.rglob("*"))
+
+
+@pytest.mark.usefixtures("spill_every_row")
+def test_rows_a_copy_reads_stay_when_the_instance_runs_again(tmp_path) -> None:
+    """Resetting an analysis for its next run deleted the rows its state_dict copies and merges still read."""
+    from vitscope.analyses.registry import get_analysis
+    from vitscope.data.synthetic.write import synthesize
+
+    backbone = vitscope.load_model("tiny-vit-sup")
+    data = f"{synthesize(tmp_path / 'world', 'imagefolder', n=8, size=32, seed=0)}::imagefolder"
+    probe, merged = get_analysis("knn_probe"), get_analysis("knn_probe")
+    first = vitscope.run(backbone, data, [probe], batch_size=2, progress=False, workers=0)["knn_probe"]
+    snapshot = probe.state_dict()
+    merged.merge(probe)
+    vitscope.run(backbone, data, [probe], batch_size=2, progress=False, workers=0)  # reset, then a run of its own
+    again = get_analysis("knn_probe")
+    again.load_state_dict(snapshot)
+    for copy in (again, merged):
+        result = copy.result()
+        assert result.tensors.keys() == first.tensors.keys()
+        for key, tensor in result.tensors.items():
+            assert (tensor == first.tensors[key]).all(), key

@@ -124,17 +124,15 @@ class Analysis(ABC):
         return {k: v for k, v in self.params.items() if k not in self.run_only_params}
 
     def reset(self) -> None:
-        """Set every declared state back to its default (the rows of the state it held are released)."""
-        self.release_rows()
-        self._fresh_states()
-
-    def _fresh_states(self) -> None:
+        """Set every declared state back to its default (rows it spilled stay for copies of its state that read
+        them: a ``state_dict``, a store ``merge`` extended)."""
         for name, spec in self._states.items():
             setattr(self, name, spec.fresh())
 
     def release_rows(self) -> None:
         """Delete the rows its disk-backed states spilled into a private temporary folder (a saved state keeps its
-        own links to them): once its result is computed, or its pass failed. The states then hold no rows."""
+        own links to them): once no copy of its state reads them (its result is computed, or its pass failed). The
+        states then hold no rows."""
         for name in self._states:
             release = getattr(getattr(self, name), "release", None)
             if callable(release):
@@ -212,7 +210,7 @@ class Analysis(ABC):
         twin = object.__new__(type(self))  # not copy.copy: __getstate__ may leave out what pickles must not carry
         twin.__dict__.update(self.__dict__)  # configuration shared (never mutated); every state replaced below
         twin.__dict__.pop(_PER_BATCH, None)
-        twin._fresh_states()  # not reset: the states it was given are this analysis's own, still in use
+        twin.reset()
         return twin
 
     # ------------------------------------------------------------ what subclasses implement

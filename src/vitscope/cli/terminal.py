@@ -3,15 +3,24 @@ characters shown as escapes, so a name cannot clear the screen, retitle the wind
 
 from __future__ import annotations
 
+import unicodedata
+
 import typer
 
 __all__ = ["printable", "say"]
 
 
+#: characters that change how a terminal shows what follows: right-to-left embeddings, overrides and isolates, and
+#: the line and paragraph separators (control characters, Unicode's Cc, are found by their category)
+_REORDERING = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2028\u2029")
+
+
 def printable(text: str) -> str:
-    """``text`` with every character Python does not print (control characters, format characters such as a
-    right-to-left override, separators other than the space) written as its escape (``\\x1b``)."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
+    """``text`` with every control character (an escape sequence's ESC, BEL, DEL, C1) and every character that
+    reorders or breaks the line written as its escape (``\\x1b``); other characters (accents, CJK, emoji and
+    their joiners) as they are."""
+    return "".join(c.encode("unicode_escape").decode("ascii") if unicodedata.category(c) == "Cc" or c in _REORDERING
+                   else c for c in str(text))
 
 
 def say(text: str) -> None:

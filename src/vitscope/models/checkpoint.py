@@ -58,20 +58,24 @@ def load_checkpoint(directory: str | Path) -> Backbone:
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
         raise VitscopeValueError(f"{d / 'vitscope.json'} is not a vitscope checkpoint description ({err!r}); "
                                  "write checkpoints with vitscope.models.checkpoint.save_checkpoint") from None
+    if not isinstance(cfg, dict):
+        raise ModelLoadError(f"{d / 'vitscope.json'}: its config is not a mapping of settings")
+
     def build() -> torch.nn.Module:
         if arch == "tiny-vit":
             return TinyViT(TinyViTConfig(**cfg))
         return TinyResNet(TinyResNetConfig(**{**cfg, "widths": tuple(cfg["widths"])}))
 
-    try:
-        with torch.device("meta"):  # shapes only: a description asking for a huge model allocates nothing
-            shapes = {k: tuple(v.shape) for k, v in build().state_dict().items()}
-    except (TypeError, KeyError, ValueError) as err:
-        raise ModelLoadError(f"{d / 'vitscope.json'}: its config does not describe a {arch} ({err})") from None
     weights = d / "model.safetensors"
     try:
         with safe_open(str(weights), framework="pt") as f:
             stored = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 (the header alone)
+        _same_depth(cfg, arch, stored, weights)  # before building: a deep description costs its modules' making
+        try:
+            with torch.device("meta"):  # shapes only: a description asking for a huge model allocates nothing
+                shapes = {k: tuple(v.shape) for k, v in build().state_dict().items()}
+        except (TypeError, KeyError, ValueError) as err:
+            raise ModelLoadError(f"{d / 'vitscope.json'}: its config does not describe a {arch} ({err})") from None
         differ = sorted(k for k in shapes.keys() | stored.keys() if shapes.get(k) != stored.get(k))
         if differ:
             k = differ[0]
@@ -94,3 +98,19 @@ def load_checkpoint(directory: str | Path) -> Backbone:
     if meta.get("head_output", "logits") != "logits":
         backbone.spec = dataclasses.replace(backbone.spec, head_output=str(meta["head_output"]))
     return backbone
+
+
+def _same_depth(cfg: dict, arch: str, stored: dict[str, tuple[int, ...]], weights: Path) -> None:
+    """Refuse a description whose number of blocks (tiny-vit ``depth``) or stages (tiny-resnet ``widths``) is not
+    the weights' (read from their names).
+
+    Raises:
+        ModelLoadError: they differ.
+    """
+    prefix, asked = ("blocks", cfg.get("depth")) if arch == "tiny-vit" else ("stages", cfg.get("widths"))
+    asked = len(asked) if isinstance(asked, (list, tuple)) else asked
+    held = len({k.split(".")[1] for k in stored if k.startswith(f"{prefix}.")})
+    if isinstance(asked, int) and asked != held:
+        raise ModelLoadError(f"{weights} does not fit the architecture in vitscope.json: it holds {held} {prefix}, "
+                             f"the description {asked}")
+

@@ -87,7 +87,14 @@ def _require_imported(module: str | None, file: str | None, sha256: str | None, 
     import sys
     import warnings
 
+    from vitscope.analyses.registry import ANALYSES
+
+    len(ANALYSES)  # its first read imports the installed plug-ins (entry points), which count as given
     held = sys.modules.get(module) if module else None
+    if held is None and file:  # given by another name: its file (a dotted name, then a path, or the reverse)
+        same = Path(file).resolve()
+        held = next((m for m in list(sys.modules.values())
+                     if getattr(m, "__file__", None) and Path(m.__file__).resolve() == same), None)
     if held is None:
         given = module if module and ("." in module or not file) else file
         raise ConfigError(f"the run recorded in {path} used analyses from {file or module}; a record does not run "
@@ -239,6 +246,9 @@ def load_config(path: str | Path, options: tuple[Option, ...]) -> dict[str, Any]
             raise ConfigError(f"config file {path} sets '{key}' twice ('{spelt[key]}' and '{raw_key}'); keep one")
         spelt[key] = raw_key
         if key == IMPORT_KEY:
+            if recorded:  # a record is data: reading one never runs the code it names
+                raise ConfigError(f"config file {path}{recorded} names modules to import ('{raw_key}'); a record "
+                                  "does not run code: read them, then give them with --import")
             imports = _names(Option(IMPORT_KEY, "list"), value, _where(str(path))) or []
             continue
         if recorded and key == RECORDED_IMPORTS:
