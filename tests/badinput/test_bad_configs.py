@@ -195,3 +195,16 @@ def test_config_record_names_plugin_code_given_by_another_name(tmp_path):
     _require_imported("a_lab.lab_by_path", str(module), hashlib.sha256(module.read_bytes()).hexdigest(),
                       tmp_path / "results.json")  # no error: the same file
 
+
+
+@pytest.mark.parametrize(("imports", "error"), [
+    ([{"module": None, "file": 5}], "must be a run's record of its imports"),  # a traceback
+    ([{"module": ["a"], "file": None}], "must be a run's record of its imports"),
+    ([{"module": "json", "file": "/elsewhere/lab.py"}], "give it with --import /elsewhere/lab.py"),  # json: no plug-in
+])
+def test_config_record_names_plugin_code_wrongly(tmp_path, imports, error):
+    record = {"vitscope_version": "0.1.0", "command": "analyze",
+              "config": {"model": "tiny-vit", "data": str(folder_with_one_good_image(tmp_path)),
+                         "analyses": ["attention_stats"], "imports": imports}}
+    (tmp_path / "results.json").write_text(json.dumps(record))
+    one_error(cli("analyze", "--config", str(tmp_path / "results.json"), "-o", str(tmp_path / "o")), error, status=2)

@@ -82,3 +82,21 @@ def test_rows_a_copy_reads_stay_when_the_instance_runs_again(tmp_path) -> None:
         assert result.tensors.keys() == first.tensors.keys()
         for key, tensor in result.tensors.items():
             assert (tensor == first.tensors[key]).all(), key
+
+
+@pytest.mark.usefixtures("spill_every_row")
+@pytest.mark.parametrize("call", ["analyze", "run_tiled"])
+def test_analyze_and_tiled_runs_leave_no_spilled_rows(tmp_path, call) -> None:
+    """They make the analyses they are named and hand run instances, which it then left alone."""
+    from vitscope.data.synthetic.write import synthesize
+    from vitscope.engine.tiling import run_tiled
+
+    backbone = vitscope.load_model("tiny-vit-sup")
+    data = f"{synthesize(tmp_path / 'world', 'imagefolder', n=8, size=32, seed=0)}::imagefolder"
+    before = _spilled()
+    for _ in range(2):
+        if call == "analyze":
+            vitscope.analyze(backbone, data, "knn_probe", batch_size=4, workers=0, progress=False)
+        else:
+            run_tiled(backbone, data, ["knn_probe"], batch_size=4, workers=0, progress=False)
+        assert _spilled() == before

@@ -44,7 +44,11 @@ def run_tiled(backbone: Backbone, dataset: Dataset | str, analyses: Sequence[Ana
     Raises:
         TilingError: an analysis reads attention or the CLS token (the message names it).
     """
-    analyses = [get_analysis(a) if isinstance(a, str) else a for a in analyses]  # checked as vitscope.run takes them
+    given = [analyses] if isinstance(analyses, str) else list(analyses)
+    analyses = [get_analysis(a) if isinstance(a, str) else a for a in given]  # checked as vitscope.run takes them
     tiled = backbone if isinstance(backbone, TiledBackbone) else wrap_tiled(backbone, scale)
     check_tiling(analyses, tiled.inner.spec)
-    return run(tiled, dataset, analyses, **run_options)
+    results = run(tiled, dataset, analyses, **run_options)
+    for analysis in (a for a, g in zip(analyses, given) if isinstance(g, str)):  # as run releases what it made
+        analysis.release_rows()
+    return results

@@ -100,17 +100,51 @@ def load_checkpoint(directory: str | Path) -> Backbone:
     return backbone
 
 
+#: the most stages a tiny-resnet description may ask for before its model is made (vitscope's have 4)
+_MAX_STAGES = 64
+
+
 def _same_depth(cfg: dict, arch: str, stored: dict[str, tuple[int, ...]], weights: Path) -> None:
-    """Refuse a description whose number of blocks (tiny-vit ``depth``) or stages (tiny-resnet ``widths``) is not
-    the weights' (read from their names).
+    """Refuse, from the weights' header and one block made on the meta device, a tiny-vit description whose blocks
+    are not the weights' (every block's every tensor, by name and shape), and a tiny-resnet one of more than
+    :data:`_MAX_STAGES` stages or another number than the weights hold: making a model a description asks for costs
+    its modules, and a header can name millions of empty tensors.
 
     Raises:
         ModelLoadError: they differ.
     """
-    prefix, asked = ("blocks", cfg.get("depth")) if arch == "tiny-vit" else ("stages", cfg.get("widths"))
-    asked = len(asked) if isinstance(asked, (list, tuple)) else asked
-    held = len({k.split(".")[1] for k in stored if k.startswith(f"{prefix}.")})
-    if isinstance(asked, int) and asked != held:
-        raise ModelLoadError(f"{weights} does not fit the architecture in vitscope.json: it holds {held} {prefix}, "
-                             f"the description {asked}")
+    import torch
+
+    from vitscope.models.tiny import TinyViT, TinyViTConfig
+
+    if arch != "tiny-vit":
+        widths = cfg.get("widths")
+        held = len({k.split(".")[1] for k in stored if k.startswith("stages.")})
+        if isinstance(widths, (list, tuple)) and (len(widths) != held or held > _MAX_STAGES):
+            raise ModelLoadError(f"{weights} does not fit the architecture in vitscope.json: it holds {held} stages, "
+                                 f"the description {len(widths)} (at most {_MAX_STAGES})")
+        return
+    depth = cfg.get("depth")
+    if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
+        return  # the model's own checks name it
+    held = len({k.split(".")[1] for k in stored if k.startswith("blocks.")})
+    if held != depth:
+        raise ModelLoadError(f"{weights} does not fit the architecture in vitscope.json: it holds {held} blocks, the "
+                             f"description {depth}")
+    try:
+        with torch.device("meta"):
+            one = {k: tuple(v.shape) for k, v in TinyViT(TinyViTConfig(**{**cfg, "depth": 1})).state_dict().items()}
+    except (TypeError, KeyError, ValueError):
+        return  # the model's own checks name it
+    block = {k.split(".", 2)[2]: v for k, v in one.items() if k.startswith("blocks.0.")}
+    rest = {k: v for k, v in one.items() if not k.startswith("blocks.")}
+    for key, shape in stored.items():
+        parts = key.split(".", 2)
+        wanted = block.get(parts[2]) if key.startswith("blocks.") and len(parts) == 3 else rest.get(key)
+        if wanted != shape:
+            raise ModelLoadError(f"{weights} does not fit the architecture in vitscope.json: {key} is {list(shape)} "
+                                 f"in the file, {list(wanted) if wanted is not None else 'unknown'} in the model")
+    if len(stored) != len(rest) + depth * len(block):
+        raise ModelLoadError(f"{weights} does not fit the architecture in vitscope.json: it holds {len(stored)} "
+                             f"tensors, the model {len(rest) + depth * len(block)}")
 

@@ -182,6 +182,9 @@ def run_analyze(options: AnalyzeOptions, *, progress: bool | None = None, log: C
                   resume=resume_from(out, model_id, options.resume) if out is not None else None,
                   checkpoint_seconds=options.checkpoint_seconds, log=log, distributed=distributed,
                   workers=options.workers, jpeg_draft=options.jpeg_draft, compile_stats=options.compile_stats)
+    yours = {id(a) for a in options.analyses or () if isinstance(a, Analysis)}  # the caller's may be read again
+    for analysis in (a for a in chosen if id(a) not in yours):  # their results hold what they computed
+        analysis.release_rows()
     if not distributed or is_main_process():
         finish_sae_cards(results, backbone, source, log)
     if out is not None and (not distributed or is_main_process()):

@@ -70,15 +70,17 @@ def _unique_key_loader() -> type:
 
 def _recorded_imports(value: Any, path: Path) -> list[tuple[str | None, str | None, str | None]]:
     """The ``(module, file, sha256)`` of each analysis module a record's ``imports`` names, each once."""
-    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value) or \
+            not all(isinstance(v.get(k), (str, type(None))) for v in value for k in ("module", "file", "sha256")):
         raise ConfigError(f"'{RECORDED_IMPORTS}' in {path} must be a run's record of its imports (a list of "
                           "mappings with 'module' and 'file'); to import modules, use 'import:'")
     return list(dict.fromkeys((v.get("module"), v.get("file"), v.get("sha256")) for v in value))
 
 
 def _require_imported(module: str | None, file: str | None, sha256: str | None, path: Path) -> None:
-    """A record's plug-in module must be imported already (``--import``, ``import:``, an installed entry point):
-    a record is data, and reading one never runs the code it names (someone else's results.json included).
+    """A record's plug-in module must be imported already (``--import``, ``import:``, an installed entry point),
+    under its name or as its file, and have registered analyses: a record is data, and reading one never runs the
+    code it names (someone else's results.json included).
 
     Raises:
         ConfigError: the module is not imported; the message names what to give ``--import`` once it is read.
@@ -89,12 +91,13 @@ def _require_imported(module: str | None, file: str | None, sha256: str | None, 
 
     from vitscope.analyses.registry import ANALYSES
 
-    len(ANALYSES)  # its first read imports the installed plug-ins (entry points), which count as given
-    held = sys.modules.get(module) if module else None
+    plugins = {cls.__module__ for cls in ANALYSES.values()}  # the first read imports the installed plug-ins too
+    held = sys.modules.get(module) if module in plugins else None  # a module of that name that registers analyses
     if held is None and file:  # given by another name: its file (a dotted name, then a path, or the reverse)
         same = Path(file).resolve()
-        held = next((m for m in list(sys.modules.values())
-                     if getattr(m, "__file__", None) and Path(m.__file__).resolve() == same), None)
+        held = next((sys.modules[name] for name in plugins if name in sys.modules and
+                     getattr(sys.modules[name], "__file__", None) and
+                     Path(sys.modules[name].__file__).resolve() == same), None)
     if held is None:
         given = module if module and ("." in module or not file) else file
         raise ConfigError(f"the run recorded in {path} used analyses from {file or module}; a record does not run "
