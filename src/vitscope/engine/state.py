@@ -288,7 +288,7 @@ class Checkpoint:
             self.save(analyses, position, seen, skipped, grids)
         if stop:
             self.log(f"stopped after {seen} images; state saved to {self.path}: run the same command to resume")
-            raise stop_exception(interrupted) if interrupted else KeyboardInterrupt
+            raise stop_exception(interrupted)
 
 
 def _rows_folders(path: Path) -> list[Path]:

@@ -70,7 +70,7 @@ def load_checkpoint(directory: str | Path) -> Backbone:
     try:
         with safe_open(str(weights), framework="pt") as f:
             stored = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 (the header alone)
-        _same_depth(cfg, arch, stored, weights)  # before building: a deep description costs its modules' making
+        _fits_header(cfg, arch, stored, weights)  # before building: a deep description costs its modules' making
         try:
             with torch.device("meta"):  # shapes only: a description asking for a huge model allocates nothing
                 shapes = {k: tuple(v.shape) for k, v in build().state_dict().items()}
@@ -104,7 +104,7 @@ def load_checkpoint(directory: str | Path) -> Backbone:
 _MAX_STAGES = 64
 
 
-def _same_depth(cfg: dict, arch: str, stored: dict[str, tuple[int, ...]], weights: Path) -> None:
+def _fits_header(cfg: dict, arch: str, stored: dict[str, tuple[int, ...]], weights: Path) -> None:
     """Refuse, from the weights' header and one block made on the meta device, a tiny-vit description whose blocks
     are not the weights' (every block's every tensor, by name and shape), and a tiny-resnet one of more than
     :data:`_MAX_STAGES` stages or another number than the weights hold: making a model a description asks for costs

@@ -250,8 +250,8 @@ def load_config(path: str | Path, options: tuple[Option, ...]) -> dict[str, Any]
         spelt[key] = raw_key
         if key == IMPORT_KEY:
             if recorded:  # a record is data: reading one never runs the code it names
-                raise ConfigError(f"config file {path}{recorded} names modules to import ('{raw_key}'); a record "
-                                  "does not run code: read them, then give them with --import")
+                raise ConfigError(f"the run recorded in {path} names modules to import ('{raw_key}'); a record does "
+                                  "not run code: read them, then give them with --import")
             imports = _names(Option(IMPORT_KEY, "list"), value, _where(str(path))) or []
             continue
         if recorded and key == RECORDED_IMPORTS:
