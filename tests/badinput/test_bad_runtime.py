@@ -246,13 +246,14 @@ def test_terminated_by_the_scheduler_outside_the_pass(tmp_path):
     def outside(signum, frame):
         raise AssertionError("SIGTERM went past the command's handler")
 
-    timer = threading.Timer(2, os.kill, (os.getpid(), signal.SIGTERM))
+    command = ["featviz", "-m", "tiny-vit-sup", "-u", "blocks.5.mlp.post:3", "-o", str(tmp_path / "out")]
+    assert cli(*command, "--steps", "1").returncode == 0  # every module imported: the signal interrupts no import
+    timer = threading.Timer(2, os.kill, (os.getpid(), signal.SIGTERM))  # (half an import would stay in this process)
     before = signal.signal(signal.SIGTERM, outside)  # in this process, the one the default action would end
     started = time.monotonic()
     timer.start()
     try:
-        result = cli("featviz", "-m", "tiny-vit-sup", "-u", "blocks.5.mlp.post:3", "--steps", "100000", "-o",
-                     str(tmp_path / "out"))
+        result = cli(*command, "--steps", "100000")
         assert signal.getsignal(signal.SIGTERM) is outside  # the command's handler is gone with it
     finally:
         timer.cancel()

@@ -8,7 +8,7 @@ import typer
 
 from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors
-from vitscope.cli.help_text import FIGURE_FILES_HELP, IMAGE_SIZE_HELP
+from vitscope.cli.help_text import DEVICE_HELP, FIGURE_FILES_HELP, IMAGE_SIZE_HELP
 from vitscope.cli.imports import CommandLine
 from vitscope.cli.numbers import shown
 from vitscope.cli.terminal import say
@@ -66,7 +66,7 @@ def robustness(
                              "dataset's mean, which shows a background shortcut that black boxes hide) or blur."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Use only the first N images."),
     batch_size: int = typer.Option(32, "--batch-size", "-b", min=1, help="Images per batch."),
-    device: str | None = typer.Option(None, "--device", help="cpu, cuda or cuda:N (default: cuda when there is one)."),
+    device: str | None = typer.Option(None, "--device", help=DEVICE_HELP),
     figure_files: bool = typer.Option(False, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
     image_size: int | None = typer.Option(None, "--image-size", min=1, help=IMAGE_SIZE_HELP),
 ) -> None:

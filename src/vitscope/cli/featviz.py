@@ -9,7 +9,7 @@ import typer
 
 from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors, require_choice, require_finite
-from vitscope.cli.help_text import FIGURE_FILES_HELP, IMAGE_SIZE_HELP
+from vitscope.cli.help_text import DEVICE_HELP, FIGURE_FILES_HELP, IMAGE_SIZE_HELP
 from vitscope.cli.numbers import counted, shown
 from vitscope.cli.terminal import say
 
@@ -54,7 +54,7 @@ def featviz(
     spatial_information: int = typer.Option(0, "--spatial-information", min=0, help="Also run the appendix-F "
                                             "spatial-information test on N random FFN channels per block (needs "
                                             "--data)."),
-    device: str | None = typer.Option(None, "--device", help="cpu, cuda or cuda:N (default: cuda when there is one)."),
+    device: str | None = typer.Option(None, "--device", help=DEVICE_HELP),
     figure_files: bool = typer.Option(False, "--figure-files/--no-figure-files", help=FIGURE_FILES_HELP),
     image_size: int | None = typer.Option(None, "--image-size", min=1, help=IMAGE_SIZE_HELP),
 ) -> None:

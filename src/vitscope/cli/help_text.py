@@ -16,6 +16,9 @@ FIGURE_FILES_HELP = ("Also write curves and heat maps as PNG and SVG in figures/
 #: ``--config`` of every command that reads its options from a YAML file
 CONFIG_HELP = "YAML file of options (keys as the long options); command-line options override it."
 
+#: ``--device`` of every command that runs a model
+DEVICE_HELP = "cpu, cuda or cuda:N (default: cuda when there is one)."
+
 #: ``--resume`` of every command whose pass keeps resumable state
 RESUME_HELP = "Continue from the state saved by an interrupted run of the same command (default: on)."
 

@@ -18,6 +18,7 @@ from vitscope.cli.choices import echo_choices
 from vitscope.cli.errors import one_line_errors
 from vitscope.cli.help_text import (
     CONFIG_HELP,
+    DEVICE_HELP,
     FIGURE_FILES_HELP,
     IMAGE_SIZE_HELP,
     JPEG_DRAFT_HELP,
@@ -63,7 +64,7 @@ def probe(
     limit: int | None = typer.Option(None, "--limit", min=1, help="Use only the first N items of --data and "
                                      "--test-data (images; DAVIS: sequences; SPair: pairs; not revisitop)."),
     batch_size: int | None = typer.Option(None, "--batch-size", "-b", min=1, help="Images per batch [16]."),
-    device: str | None = typer.Option(None, "--device", help="cpu, cuda or cuda:N (default: cuda when there is one)."),
+    device: str | None = typer.Option(None, "--device", help=DEVICE_HELP),
     dtype: str | None = typer.Option(None, "--dtype", help="fp32 (default), bf16 or fp16 autocast."),
     strict: bool | None = typer.Option(None, "--strict/--no-strict", help="Stop at the first unreadable image."),
     resume: bool | None = typer.Option(None, "--resume/--no-resume", help="Continue a feature extraction that an "

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from vitscope.cli.errors import one_line_errors, require_choice, require_finite
+from vitscope.cli.help_text import DEVICE_HELP
 from vitscope.cli.imports import CommandLine
 from vitscope.cli.paths import writable_folder
 from vitscope.cli.terminal import say
@@ -59,7 +60,7 @@ def train_command(
     lr: float = typer.Option(2e-4, "--lr", min=0, help="Adam's peak learning rate."),
     seed: int = typer.Option(0, "--seed", help="Weights, data order and shuffles."),
     batch_size: int = typer.Option(32, "--batch-size", "-b", min=1, help="Images per forward pass."),
-    device: str | None = typer.Option(None, "--device", help="cpu, cuda or cuda:N [cuda when there is one]."),
+    device: str | None = typer.Option(None, "--device", help=DEVICE_HELP),
 ) -> None:
     """Train a sparse autoencoder from passes over the data (no activation written): cfg.json and
     sae_weights.safetensors in --out, cfg.json saying what it was trained on (the model's identity, the data's
@@ -165,7 +166,7 @@ def benchmark_command(
     seed: int = typer.Option(0, "--seed", help="SAE, baselines and fitting sample."),
     world_seed: int = typer.Option(20_000, "--world-seed", min=0, help="Seed of the synthetic world."),
     batch_size: int = typer.Option(64, "--batch-size", "-b", min=1, help="Images per forward pass."),
-    device: str | None = typer.Option(None, "--device", help="cpu, cuda or cuda:N [cuda when there is one]."),
+    device: str | None = typer.Option(None, "--device", help=DEVICE_HELP),
 ) -> None:
     """Score SAE latents, PCA, ICA, k-means, random directions and the MLP neurons as detectors of the synthetic
     world's concepts (class, part, background type, object or background, colour) on held-out tokens:
